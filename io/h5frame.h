@@ -1,0 +1,47 @@
+/* h5frame.h - one frame of particles in one HDF5 file, written collectively by all ranks.
+ *
+ * Layout of DIR/frame_NNNNN.h5 (NNNNN = frame number, 00000 = the initial state):
+ *   /particles/position  float32 [N][3]  m
+ *   /particles/velocity  float32 [N][3]  m/s
+ *   /particles/id        uint64  [N]     stable over the run
+ *   /particles/material  int32   [N]     index into the scene's materials, in file order
+ *   /particles/owner     int32   [N]     rank * 256 + device that computed the particle
+ *   root attributes: time (double, s), frame (int), dx (double, m), n_particles (uint64),
+ *                    units (string), materials (string: names separated by ','),
+ *                    owner_encoding (string)
+ * N is the sum over ranks; each rank writes its particles as one hyperslab at the offset given
+ * by an exclusive scan of the counts, through the MPI-IO driver with collective transfers (one
+ * rank included). The file is written as DIR/.frame_NNNNN.h5.tmp and renamed when complete, so
+ * a file under its final name is always whole. */
+#ifndef DRIFT_H5FRAME_H
+#define DRIFT_H5FRAME_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct h5frame_data {
+  size_t n;                /* particles on this rank (may be 0) */
+  const float *position;   /* 3n */
+  const float *velocity;   /* 3n */
+  const uint64_t *id;      /* n */
+  const int32_t *material; /* n */
+  const int32_t *owner;    /* n */
+} h5frame_data;
+
+typedef struct h5frame_meta {
+  int frame;
+  double time; /* s */
+  double dx;   /* m */
+  int n_materials;
+  const char *const *material_names;
+} h5frame_meta;
+
+/* Collective over comm. Writes DIR/frame_NNNNN.h5; DIR must exist. On failure no file is left
+ * under the final name or the temporary one, and every rank returns the same non-zero status. */
+int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d);
+
+/* The final path of a frame: DIR/frame_NNNNN.h5 (writes at most len bytes). */
+void h5frame_path(const char *dir, int frame, char *out, size_t len);
+
+#endif

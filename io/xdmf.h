@@ -1,0 +1,19 @@
+/* xdmf.h - DIR/frames.xdmf, the file a user opens in ParaView: a temporal collection of the
+ * frames written so far, each a Polyvertex grid whose geometry and attributes point into the
+ * frame's HDF5 file (relative paths, so the folder can be moved). Rewritten after every frame
+ * through a temporary file and a rename, so it always describes complete frames only. */
+#ifndef DRIFT_XDMF_H
+#define DRIFT_XDMF_H
+
+#include <stdint.h>
+
+typedef struct xdmf_frame {
+  int frame;
+  double time;   /* s */
+  uint64_t n;    /* particles in the frame (all ranks) */
+} xdmf_frame;
+
+/* Called by one rank only. */
+int xdmf_write(const char *dir, const xdmf_frame *frames, int n_frames);
+
+#endif

@@ -1,0 +1,54 @@
+/* error.h - how failures travel up in drift.
+ *
+ * Every function that can fail returns an int status (0 = success). The place that detects a
+ * failure records one user-facing message with dr_fail() and returns a non-zero status; callers
+ * pass it up with DR_TRY(). Only main() prints the message and chooses the exit code.
+ * Messages for bad input name the file and key; messages for failed library calls (MPI, HDF5,
+ * CUDA, the C library) name the call, the source file and the line. */
+#ifndef DRIFT_ERROR_H
+#define DRIFT_ERROR_H
+
+#include <stddef.h>
+
+enum {
+  DR_OK = 0,
+  DR_EINPUT = 2,    /* bad scene file or command line */
+  DR_EIO = 3,       /* file system, HDF5 */
+  DR_ENOMEM = 4,    /* host or device memory */
+  DR_EMPI = 5,      /* MPI */
+  DR_ECUDA = 6,     /* CUDA runtime or kernel */
+  DR_EPHYSICS = 7,  /* NaN, Inf, runaway velocity */
+  DR_EINTERNAL = 8  /* a bug in drift */
+};
+
+/* Records the message (printf format) and returns code. The first message recorded since the
+ * last dr_clear() wins: it is the one nearest to the cause. */
+int dr_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same, prefixed with "call failed (file:line): ". */
+int dr_fail_at(int code, const char *file, int line, const char *call, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+const char *dr_message(void);
+void dr_clear(void);
+
+/* Propagates a non-zero status from expr. */
+#define DR_TRY(expr)                                                                               \
+  do {                                                                                             \
+    int dr_rc_ = (expr);                                                                           \
+    if (dr_rc_) return dr_rc_;                                                                     \
+  } while (0)
+
+/* Allocation that fails with a message naming what was being allocated and how much. */
+void *dr_malloc(size_t bytes, const char *what);
+void *dr_calloc(size_t n, size_t size, const char *what);
+#define DR_ALLOC(ptr, count, what)                                                                 \
+  do {                                                                                             \
+    (ptr) = dr_malloc(sizeof(*(ptr)) * (size_t)(count), (what));                                   \
+    if (!(ptr) && (count) > 0) return DR_ENOMEM;                                                   \
+  } while (0)
+#define DR_ALLOC0(ptr, count, what)                                                                \
+  do {                                                                                             \
+    (ptr) = dr_calloc((size_t)(count), sizeof(*(ptr)), (what));                                    \
+    if (!(ptr) && (count) > 0) return DR_ENOMEM;                                                   \
+  } while (0)
+
+#endif

@@ -1,0 +1,21 @@
+/* material.h - constitutive parameters as the kernels see them (derived once from the scene's
+ * user-facing keys by scene.c). Shared by the CPU and CUDA backends. */
+#ifndef DRIFT_PHYSICS_MATERIAL_H
+#define DRIFT_PHYSICS_MATERIAL_H
+
+enum material_model {
+  MODEL_FIXED_COROTATED = 0,    /* Stomakhin et al. 2012 elasticity */
+  MODEL_DRUCKER_PRAGER = 1,     /* Klar et al. 2016 sand: Hencky strain, return mapping */
+  MODEL_WEAKLY_COMPRESSIBLE = 2 /* Tait-type fluid: p = K (J^-gamma - 1) */
+};
+
+typedef struct material_params {
+  int model;        /* enum material_model */
+  float density;    /* kg/m^3 */
+  float mu, lambda; /* Lame parameters (Pa), from youngs_modulus and poisson_ratio (solids) */
+  float alpha;      /* Drucker-Prager: sqrt(2/3) * 2 sin(phi) / (3 - sin(phi)), phi = friction angle */
+  float bulk;       /* weakly compressible: bulk modulus K (Pa) */
+  float gamma;      /* weakly compressible: exponent */
+} material_params;
+
+#endif

@@ -1,0 +1,68 @@
+/* scene.h - a scene file (JSON, SI units) parsed and validated.
+ *
+ * scene_load() reads the file, rejects anything a user could get wrong (unknown keys, wrong
+ * types, out-of-range or inconsistent values, bodies outside the domain, an empty scene) with a
+ * one-line message "FILE: KEY: what is wrong" and DR_EINPUT, and otherwise fills a scene whose
+ * defaults are documented in README.md ("Scene files"). */
+#ifndef DRIFT_SCENE_H
+#define DRIFT_SCENE_H
+
+#include <stdint.h>
+
+#include "physics/material.h"
+
+#define SCENE_NAME_MAX 64
+
+enum shape_kind { SHAPE_BOX = 0, SHAPE_SPHERE = 1 };
+enum boundary_kind { BOUNDARY_STICKY = 0, BOUNDARY_SLIP = 1, BOUNDARY_SEPARATE = 2 };
+enum backend_kind { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 };
+
+typedef struct scene_material {
+  char name[SCENE_NAME_MAX];
+  /* user-facing values, kept for reporting */
+  double density, youngs_modulus, poisson_ratio, friction_angle, bulk_modulus, gamma;
+  material_params params; /* what the kernels use */
+} scene_material;
+
+typedef struct scene_body {
+  int shape;            /* enum shape_kind */
+  double min[3], max[3]; /* box */
+  double center[3], radius; /* sphere */
+  int material;         /* index into scene.materials */
+  int ppc;              /* particles per cell, >= 1 */
+  double velocity[3];   /* m/s, default 0 */
+  uint64_t seed;        /* sampling seed, default: the body's index in the list */
+} scene_body;
+
+typedef struct scene {
+  char path[4096];       /* the file it came from, for messages */
+  double domain_min[3], domain_max[3], dx;
+  int frames;            /* frames to simulate after frame 0 (the initial state) */
+  double fps;
+  double dt;             /* > 0: fixed step (rounded down so substeps land on frame times) */
+  double cfl;            /* > 0: adaptive step; exactly one of dt, cfl is set */
+  double gravity[3];     /* m/s^2, default (0, -9.81, 0) */
+  int n_materials;
+  scene_material *materials;
+  int n_bodies;
+  scene_body *bodies;
+  int boundary;          /* enum boundary_kind, default sticky */
+  double friction;       /* Coulomb friction of 'separate' walls, default 0 */
+  char output_dir[4096]; /* default "frames" */
+  int output_every;      /* default 1 */
+  int backend;           /* enum backend_kind, default auto */
+  int gpus_per_rank;     /* 0 = all visible */
+} scene;
+
+/* Reads and validates path; on success *out owns its arrays (free with scene_destroy). */
+int scene_load(const char *path, scene *out);
+void scene_destroy(scene *s);
+
+/* Largest elastic wave speed over the scene's materials (m/s), used by the CFL step. */
+double scene_wave_speed(const scene *s);
+
+/* The step size the time loop starts with: the fixed dt (after rounding to land on frames), or
+ * the CFL step for bodies at their initial velocities. */
+double scene_initial_dt(const scene *s);
+
+#endif
