@@ -1,0 +1,28 @@
+// gpu_query.cu - device discovery for the host code (see gpu_query.h).
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "gpu_query.h"
+
+extern "C" int gpu_count(int *count, char *name, int name_len) {
+  *count = 0;
+  if (name && name_len > 0) name[0] = 0;
+  int n = 0;
+  cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc == cudaErrorNoDevice || rc == cudaErrorInsufficientDriver) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    return 0;  // no usable CUDA here: the CPU backend runs
+  }
+  *count = n;
+  if (n > 0 && name && name_len > 0) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(name, (size_t)name_len, "%s", prop.name);
+  }
+  return 0;
+}
+
+extern "C" int gpu_backend_built(void) { return 0; }

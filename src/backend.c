@@ -1,0 +1,29 @@
+/* backend.c - choosing a backend (see backend.h). */
+#include "backend.h"
+
+#include <string.h>
+
+#include "error.h"
+#include "gpu_query.h"
+#include "log.h"
+#include "scene.h"
+
+int backend_create(int kind, const sim_params *prm, particles *p, backend *out) {
+  memset(out, 0, sizeof *out);
+  int ngpu = 0;
+  char gpu_name[256];
+  gpu_count(&ngpu, gpu_name, sizeof gpu_name);
+  if (kind == BACKEND_CUDA) {
+    if (!gpu_backend_built())
+      return dr_fail(DR_EINPUT, "the cuda backend is not part of this build yet; run with --backend cpu (or auto)");
+    if (ngpu == 0) return dr_fail(DR_EINPUT, "backend cuda requested but no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
+  }
+  if (kind == BACKEND_AUTO && ngpu > 0 && !gpu_backend_built())
+    log_info("note: %d GPU(s) visible (%s) but this build has no cuda backend yet; using cpu", ngpu, gpu_name);
+  return backend_cpu_create(prm, p, out);
+}
+
+void backend_destroy(backend *b) {
+  if (b->destroy && b->state) b->destroy(b->state);
+  memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,500 @@
+/* backend_cpu.c - the CPU reference backend (OpenMP).
+ *
+ * It runs the paper's pipeline on the same sparse block layout as the CUDA backend, written
+ * for clarity rather than speed, so that the mapping logic is exercised where there is no GPU
+ * and GPU results have an oracle:
+ *   - rebuild-mapping only when a particle has left its (10 dx)^3 free zone (physics/sparse.h):
+ *     particles are sorted by (particle block code, cell), each particle block records the
+ *     dense indices of its 3x3x3 physical blocks, and blocks live in a code -> index hash table;
+ *   - P2G with plasticity and stress fused in; particle blocks are processed in 27 colours
+ *     (block coordinates mod 3), so two particle blocks processed at once never write the same
+ *     physical block: no atomics, and sums are bitwise reproducible whatever the thread count;
+ *   - grid update with gravity and wall conditions, skipping blocks no particle touched;
+ *   - G2P (APIC) with the deformation update, advection and the free-zone check.
+ * Grid storage per block: 4 channels x 64 nodes (mass, then momentum x,y,z, which the grid
+ * update turns into velocity in place). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "error.h"
+#include "grid.h"
+#include "physics/bspline.h"
+#include "physics/constitutive.h"
+#include "physics/sparse.h"
+#include "scene.h"
+
+#define NCOLORS 27
+#define BLOCK_FLOATS (4 * BLOCK_NODES)
+
+typedef struct cpu_state {
+  sim_params prm;
+  material_params *mats;
+  float origin[3], inv_dx;
+  float wall_lo[3], wall_hi[3]; /* nodes below / above these coordinates are wall nodes */
+  particles p;                  /* sorted by (particle block, cell) at each rebuild */
+  particles tmp;                /* permutation target at rebuild (grow-only) */
+  int32_t *pblock;              /* [n] particle block of each particle */
+  uint64_t *sort_key;           /* [2n]: (key, index) pairs */
+  size_t cap_n;
+
+  size_t n_pb, cap_pb;
+  int32_t *pb_coord;   /* [3 n_pb] */
+  int32_t *pb_nbr;     /* [27 n_pb] physical block indices, sparse_neighbor() order */
+  size_t *pb_start;    /* [n_pb + 1] first particle of each particle block */
+  int32_t *color_pb;   /* [n_pb] particle blocks grouped by colour */
+  size_t color_start[NCOLORS + 1];
+  uint64_t *nbr_codes; /* [27 n_pb] scratch for the physical block list */
+
+  size_t n_blocks, cap_blocks;
+  uint64_t *block_code;
+  float *grid;         /* [n_blocks][4][64] */
+  uint8_t *touched;    /* [n_blocks] */
+  block_table table;
+
+  int need_rebuild;
+  uint64_t rebuilds;
+  float vmax;
+} cpu_state;
+
+/* ---- storage ------------------------------------------------------------------------------ */
+
+static int grow_particles(cpu_state *s, size_t n) {
+  if (n <= s->cap_n) return DR_OK;
+  size_t cap = s->cap_n ? s->cap_n : 1024;
+  while (cap < n) cap *= 2;
+  free(s->pblock);
+  free(s->sort_key);
+  s->pblock = NULL;
+  s->sort_key = NULL;
+  DR_ALLOC(s->pblock, cap, "particle block indices");
+  DR_ALLOC(s->sort_key, 2 * cap, "particle sort keys");
+  DR_TRY(particles_reserve(&s->tmp, cap));
+  s->cap_n = cap;
+  return DR_OK;
+}
+
+static int grow_pblocks(cpu_state *s, size_t n) {
+  if (n <= s->cap_pb) return DR_OK;
+  size_t cap = s->cap_pb ? s->cap_pb : 256;
+  while (cap < n) cap *= 2;
+  free(s->pb_coord), free(s->pb_nbr), free(s->pb_start), free(s->color_pb), free(s->nbr_codes);
+  s->pb_coord = NULL, s->pb_nbr = NULL, s->pb_start = NULL, s->color_pb = NULL, s->nbr_codes = NULL;
+  DR_ALLOC(s->pb_coord, 3 * cap, "particle blocks");
+  DR_ALLOC(s->pb_nbr, 27 * cap, "particle blocks");
+  DR_ALLOC(s->pb_start, cap + 1, "particle blocks");
+  DR_ALLOC(s->color_pb, cap, "particle blocks");
+  DR_ALLOC(s->nbr_codes, 27 * cap, "physical block codes");
+  s->cap_pb = cap;
+  return DR_OK;
+}
+
+static int grow_blocks(cpu_state *s, size_t n) {
+  if (n <= s->cap_blocks) return DR_OK;
+  size_t cap = s->cap_blocks ? s->cap_blocks : 1024;
+  while (cap < n) cap *= 2;
+  free(s->block_code), free(s->grid), free(s->touched);
+  s->block_code = NULL, s->grid = NULL, s->touched = NULL;
+  DR_ALLOC(s->block_code, cap, "grid blocks");
+  DR_ALLOC(s->grid, (size_t)BLOCK_FLOATS * cap, "grid blocks");
+  DR_ALLOC0(s->touched, cap, "grid blocks");
+  s->cap_blocks = cap;
+  return DR_OK;
+}
+
+/* ---- rebuild-mapping --------------------------------------------------------------------- */
+
+static int cmp_pair(const void *a, const void *b) {
+  const uint64_t *x = a, *y = b;
+  if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+  return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static void base_node(const cpu_state *s, const float *x, int b[3]) {
+  for (int a = 0; a < 3; ++a) b[a] = bspline_base((x[a] - s->origin[a]) * s->inv_dx);
+}
+
+#define PERMUTE(field, k)                                                                          \
+  for (size_t i = 0; i < n; ++i)                                                                   \
+  memcpy(s->tmp.field + (k) * i, s->p.field + (k) * (size_t)s->sort_key[2 * i + 1],                \
+         sizeof(*s->p.field) * (k))
+
+static int rebuild(void *state, int force, int *rebuilt) {
+  cpu_state *s = state;
+  *rebuilt = 0;
+  if (!force && !s->need_rebuild) return DR_OK;
+  size_t n = s->p.n;
+  DR_TRY(grow_particles(s, n));
+
+  /* 1. Keys: particle block code (high bits) and cell inside the particle block (low 6 bits).
+   *    Block coordinates stay below 2^20 (scene.c bounds the domain), so the shift is safe. */
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    int b[3];
+    base_node(s, s->p.x + 3 * i, b);
+    uint64_t code = sparse_block_code(b[0] >> 2, b[1] >> 2, b[2] >> 2);
+    s->sort_key[2 * i] = (code << 6) | (uint64_t)sparse_node_in_block(b[0] & 3, b[1] & 3, b[2] & 3);
+    s->sort_key[2 * i + 1] = i;
+  }
+  /* 2. Sort to cells; ties keep the previous order, so the result is deterministic. */
+  qsort(s->sort_key, n, 2 * sizeof(uint64_t), cmp_pair);
+  s->tmp.n = n;
+  PERMUTE(x, 3);
+  PERMUTE(v, 3);
+  PERMUTE(C, 9);
+  PERMUTE(F, 9);
+  PERMUTE(mass, 1);
+  PERMUTE(vol0, 1);
+  PERMUTE(id, 1);
+  PERMUTE(material, 1);
+  PERMUTE(owner, 1);
+  particles swap = s->p;
+  s->p = s->tmp;
+  s->tmp = swap;
+
+  /* 3. Particle blocks: runs of equal block code. */
+  size_t n_pb = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (i == 0 || (s->sort_key[2 * i] >> 6) != (s->sort_key[2 * i - 2] >> 6)) ++n_pb;
+  DR_TRY(grow_pblocks(s, n_pb));
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 0 || (s->sort_key[2 * i] >> 6) != (s->sort_key[2 * i - 2] >> 6)) {
+      sparse_block_coords(s->sort_key[2 * i] >> 6, s->pb_coord + 3 * k);
+      s->pb_start[k++] = i;
+    }
+    s->pblock[i] = (int32_t)(k - 1);
+  }
+  s->pb_start[n_pb] = n;
+  s->n_pb = n_pb;
+
+  /* 4. Physical blocks: the 3x3x3 neighbourhoods of all particle blocks, sorted and unique. */
+  for (size_t q = 0; q < n_pb; ++q) {
+    const int32_t *c = s->pb_coord + 3 * q;
+    for (int di = -1; di <= 1; ++di)
+      for (int dj = -1; dj <= 1; ++dj)
+        for (int dk = -1; dk <= 1; ++dk)
+          s->nbr_codes[27 * q + sparse_neighbor(di, dj, dk)] = sparse_block_code(c[0] + di, c[1] + dj, c[2] + dk);
+  }
+  size_t m = 27 * n_pb;
+  qsort(s->nbr_codes, m, sizeof(uint64_t), cmp_u64);
+  size_t nb = 0;
+  for (size_t i = 0; i < m; ++i)
+    if (i == 0 || s->nbr_codes[i] != s->nbr_codes[i - 1]) s->nbr_codes[nb++] = s->nbr_codes[i];
+  DR_TRY(grow_blocks(s, nb));
+  DR_TRY(grid_table_reset(&s->table, nb));
+  for (size_t i = 0; i < nb; ++i) {
+    s->block_code[i] = s->nbr_codes[i];
+    grid_table_insert(&s->table, s->nbr_codes[i], (int32_t)i);
+  }
+  s->n_blocks = nb;
+  for (size_t q = 0; q < n_pb; ++q) {
+    const int32_t *c = s->pb_coord + 3 * q;
+    for (int di = -1; di <= 1; ++di)
+      for (int dj = -1; dj <= 1; ++dj)
+        for (int dk = -1; dk <= 1; ++dk)
+          s->pb_nbr[27 * q + sparse_neighbor(di, dj, dk)] =
+              grid_table_find(&s->table, sparse_block_code(c[0] + di, c[1] + dj, c[2] + dk));
+  }
+
+  /* 5. Colours: particle blocks whose coordinates agree mod 3 write disjoint physical blocks. */
+  size_t count[NCOLORS] = {0};
+  for (size_t q = 0; q < n_pb; ++q) {
+    const int32_t *c = s->pb_coord + 3 * q;
+    ++count[(c[0] % 3) * 9 + (c[1] % 3) * 3 + c[2] % 3];
+  }
+  s->color_start[0] = 0;
+  for (int c = 0; c < NCOLORS; ++c) s->color_start[c + 1] = s->color_start[c] + count[c];
+  size_t fill[NCOLORS];
+  memcpy(fill, s->color_start, sizeof fill);
+  for (size_t q = 0; q < n_pb; ++q) {
+    const int32_t *c = s->pb_coord + 3 * q;
+    s->color_pb[fill[(c[0] % 3) * 9 + (c[1] % 3) * 3 + c[2] % 3]++] = (int32_t)q;
+  }
+
+  s->need_rebuild = 0;
+  ++s->rebuilds;
+  *rebuilt = 1;
+  return DR_OK;
+}
+
+/* ---- P2G --------------------------------------------------------------------------------- */
+
+/* The stencil of one particle: base node, B-spline weights per axis, and where its 27 nodes
+ * live (physical block among the particle block's 27, node inside the block). */
+typedef struct stencil {
+  int b[3];
+  float fx[3];
+  float w[3][3];
+  int blk[3][3];  /* per axis and stencil offset: block offset in {0,1,2} */
+  int node[3][3]; /* per axis and stencil offset: node coordinate inside the block */
+} stencil;
+
+static void make_stencil(const cpu_state *s, const float *x, const int32_t *P, stencil *st) {
+  for (int a = 0; a < 3; ++a) {
+    float xg = (x[a] - s->origin[a]) * s->inv_dx;
+    st->b[a] = bspline_base(xg);
+    st->fx[a] = xg - (float)st->b[a];
+    float dw[3];
+    bspline_weights(st->fx[a], st->w[a], dw);
+    for (int d = 0; d < 3; ++d) {
+      int nd = st->b[a] + d;
+      st->blk[a][d] = (nd >> 2) - P[a] + 1;
+      st->node[a][d] = nd & 3;
+    }
+  }
+}
+
+static void p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_t *P, float dt) {
+  const particles *p = &s->p;
+  float *F = p->F + 9 * i;
+  float tau[9];
+  constitutive_update(&s->mats[p->material[i]], F, tau);
+  const float m = p->mass[i];
+  const float *v = p->v + 3 * i, *C = p->C + 9 * i;
+  /* MLS-MPM (Hu et al. 2018): the stress enters as -dt V0 (4/dx^2) tau next to APIC's m C. */
+  const float k = -dt * p->vol0[i] * 4.0f * s->inv_dx * s->inv_dx;
+  float A[9];
+  for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * C[q];
+  stencil st;
+  make_stencil(s, p->x + 3 * i, P, &st);
+  const float dx = s->prm.dx;
+  for (int di = 0; di < 3; ++di)
+    for (int dj = 0; dj < 3; ++dj)
+      for (int dk = 0; dk < 3; ++dk) {
+        float w = st.w[0][di] * st.w[1][dj] * st.w[2][dk];
+        float d[3] = {((float)di - st.fx[0]) * dx, ((float)dj - st.fx[1]) * dx, ((float)dk - st.fx[2]) * dx};
+        int blk = nbr[sparse_neighbor(st.blk[0][di] - 1, st.blk[1][dj] - 1, st.blk[2][dk] - 1)];
+        float *g = s->grid + (size_t)blk * BLOCK_FLOATS;
+        int nd = sparse_node_in_block(st.node[0][di], st.node[1][dj], st.node[2][dk]);
+        g[nd] += w * m;
+        for (int a = 0; a < 3; ++a)
+          g[(a + 1) * BLOCK_NODES + nd] += w * (m * v[a] + A[3 * a] * d[0] + A[3 * a + 1] * d[1] + A[3 * a + 2] * d[2]);
+        s->touched[blk] = 1;
+      }
+}
+
+static int p2g(void *state, float dt) {
+  cpu_state *s = state;
+  memset(s->grid, 0, sizeof(float) * BLOCK_FLOATS * s->n_blocks);
+  memset(s->touched, 0, s->n_blocks);
+  for (int c = 0; c < NCOLORS; ++c) {
+    long lo = (long)s->color_start[c], hi = (long)s->color_start[c + 1];
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long q = lo; q < hi; ++q) {
+      int32_t pb = s->color_pb[q];
+      for (size_t i = s->pb_start[pb]; i < s->pb_start[pb + 1]; ++i)
+        p2g_particle(s, i, s->pb_nbr + 27 * (size_t)pb, s->pb_coord + 3 * (size_t)pb, dt);
+    }
+  }
+  return DR_OK;
+}
+
+/* ---- grid update ------------------------------------------------------------------------- */
+
+/* Wall condition on one node's velocity for the walls it lies in (normal n points into the
+ * domain). sticky: v = 0. slip: the normal component is removed. separate: only motion into the
+ * wall is removed, and Coulomb friction slows the tangential part by friction * |v_n|. */
+static void wall(const cpu_state *s, float v[3], int axis, float inward) {
+  float vn = v[axis] * inward;
+  switch (s->prm.boundary) {
+  case BOUNDARY_STICKY:
+    v[0] = v[1] = v[2] = 0.0f;
+    return;
+  case BOUNDARY_SLIP:
+    v[axis] = 0.0f;
+    return;
+  default:
+    if (vn >= 0.0f) return;
+    v[axis] = 0.0f;
+    float t2 = v[0] * v[0] + v[1] * v[1] + v[2] * v[2];
+    if (t2 > 0.0f) {
+      float t = sqrtf(t2), scale = fmaxf(0.0f, 1.0f - s->prm.friction * (-vn) / t);
+      for (int a = 0; a < 3; ++a) v[a] *= scale;
+    }
+  }
+}
+
+static int grid_update(void *state, float dt) {
+  cpu_state *s = state;
+  const float *g = s->prm.gravity;
+#pragma omp parallel for schedule(static)
+  for (long blk = 0; blk < (long)s->n_blocks; ++blk) {
+    if (!s->touched[blk]) continue;
+    int c[3];
+    sparse_block_coords(s->block_code[blk], c);
+    float *gd = s->grid + (size_t)blk * BLOCK_FLOATS;
+    for (int li = 0; li < 4; ++li)
+      for (int lj = 0; lj < 4; ++lj)
+        for (int lk = 0; lk < 4; ++lk) {
+          int nd = sparse_node_in_block(li, lj, lk);
+          float m = gd[nd];
+          if (m <= 0.0f) continue;
+          float v[3];
+          for (int a = 0; a < 3; ++a) v[a] = gd[(a + 1) * BLOCK_NODES + nd] / m + g[a] * dt;
+          int idx[3] = {4 * c[0] + li, 4 * c[1] + lj, 4 * c[2] + lk};
+          for (int a = 0; a < 3; ++a) {
+            float xn = s->origin[a] + (float)idx[a] * s->prm.dx;
+            if (xn < s->wall_lo[a]) wall(s, v, a, 1.0f);
+            else if (xn > s->wall_hi[a]) wall(s, v, a, -1.0f);
+          }
+          for (int a = 0; a < 3; ++a) gd[(a + 1) * BLOCK_NODES + nd] = v[a];
+        }
+  }
+  return DR_OK;
+}
+
+/* ---- G2P --------------------------------------------------------------------------------- */
+
+static int g2p(void *state, float dt) {
+  cpu_state *s = state;
+  particles *p = &s->p;
+  const float dx = s->prm.dx, k = 4.0f * s->inv_dx * s->inv_dx;
+  float vmax = 0.0f;
+  int leave = 0;
+  long bad = -1;
+#pragma omp parallel for schedule(static) reduction(max : vmax) reduction(| : leave)
+  for (long il = 0; il < (long)p->n; ++il) {
+    size_t i = (size_t)il;
+    int32_t pb = s->pblock[i];
+    const int32_t *P = s->pb_coord + 3 * (size_t)pb, *nbr = s->pb_nbr + 27 * (size_t)pb;
+    stencil st;
+    make_stencil(s, p->x + 3 * i, P, &st);
+    float v[3] = {0, 0, 0}, B[9] = {0};
+    for (int di = 0; di < 3; ++di)
+      for (int dj = 0; dj < 3; ++dj)
+        for (int dk = 0; dk < 3; ++dk) {
+          float w = st.w[0][di] * st.w[1][dj] * st.w[2][dk];
+          float d[3] = {((float)di - st.fx[0]) * dx, ((float)dj - st.fx[1]) * dx, ((float)dk - st.fx[2]) * dx};
+          int blk = nbr[sparse_neighbor(st.blk[0][di] - 1, st.blk[1][dj] - 1, st.blk[2][dk] - 1)];
+          const float *g = s->grid + (size_t)blk * BLOCK_FLOATS;
+          int nd = sparse_node_in_block(st.node[0][di], st.node[1][dj], st.node[2][dk]);
+          for (int a = 0; a < 3; ++a) {
+            float vi = g[(a + 1) * BLOCK_NODES + nd];
+            v[a] += w * vi;
+            for (int e = 0; e < 3; ++e) B[3 * a + e] += w * vi * d[e];
+          }
+        }
+    float *x = p->x + 3 * i, *F = p->F + 9 * i, *C = p->C + 9 * i;
+    float G[9], Fn[9];
+    for (int q = 0; q < 9; ++q) {
+      C[q] = k * B[q];
+      G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
+    }
+    m3_mul(G, F, Fn);
+    m3_copy(Fn, F);
+    float sp2 = 0.0f;
+    for (int a = 0; a < 3; ++a) {
+      p->v[3 * i + a] = v[a];
+      sp2 += v[a] * v[a];
+      float xa = x[a] + dt * v[a];
+      /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
+      x[a] = fminf(fmaxf(xa, (float)s->prm.domain_min[a]), (float)s->prm.domain_max[a]);
+    }
+    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(m3_det(F))) {
+#pragma omp critical(drift_cpu_bad)
+      if (bad < 0 || p->id[i] < p->id[(size_t)bad]) bad = (long)i;
+      continue;
+    }
+    vmax = fmaxf(vmax, sqrtf(sp2));
+    int b[3];
+    base_node(s, x, b);
+    for (int a = 0; a < 3; ++a) leave |= !sparse_in_free_zone(b[a], P[a]);
+  }
+  if (bad >= 0)
+    return dr_fail(DR_EPHYSICS, "particle %llu (material %d) reached a non-finite state (velocity or deformation); the step is too large for the material's stiffness or speed",
+                   (unsigned long long)p->id[bad], p->material[bad]);
+  s->vmax = vmax;
+  s->need_rebuild |= leave;
+  return DR_OK;
+}
+
+/* ---- the rest of the interface ----------------------------------------------------------- */
+
+static int max_speed(void *state, float *vmax) {
+  *vmax = ((cpu_state *)state)->vmax;
+  return DR_OK;
+}
+
+static int download(void *state, particles *out) {
+  cpu_state *s = state;
+  size_t n = s->p.n;
+  DR_TRY(particles_reserve(out, n));
+  out->n = n;
+  memcpy(out->x, s->p.x, 3 * n * sizeof(float));
+  memcpy(out->v, s->p.v, 3 * n * sizeof(float));
+  memcpy(out->C, s->p.C, 9 * n * sizeof(float));
+  memcpy(out->F, s->p.F, 9 * n * sizeof(float));
+  memcpy(out->mass, s->p.mass, n * sizeof(float));
+  memcpy(out->vol0, s->p.vol0, n * sizeof(float));
+  memcpy(out->id, s->p.id, n * sizeof(uint64_t));
+  memcpy(out->material, s->p.material, n * sizeof(int32_t));
+  for (size_t i = 0; i < n; ++i) out->owner[i] = s->prm.rank * 256;
+  return DR_OK;
+}
+
+static int stats(void *state, backend_stats *out) {
+  cpu_state *s = state;
+  out->rebuilds = s->rebuilds;
+  out->n_particles = s->p.n;
+  out->n_blocks = s->n_blocks;
+  uint64_t t = 0;
+  for (size_t b = 0; b < s->n_blocks; ++b) t += s->touched[b];
+  out->n_touched = t;
+  out->bytes = (double)s->cap_n * (2 * (3 + 3 + 9 + 9 + 2) * sizeof(float) + 2 * (sizeof(uint64_t) + 2 * sizeof(int32_t)) +
+                                  sizeof(int32_t) + 2 * sizeof(uint64_t)) +
+               (double)s->cap_blocks * (BLOCK_FLOATS * sizeof(float) + sizeof(uint64_t) + 1) +
+               (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;
+  return DR_OK;
+}
+
+static void destroy(void *state) {
+  cpu_state *s = state;
+  if (!s) return;
+  particles_free(&s->p);
+  particles_free(&s->tmp);
+  free(s->pblock), free(s->sort_key);
+  free(s->pb_coord), free(s->pb_nbr), free(s->pb_start), free(s->color_pb), free(s->nbr_codes);
+  free(s->block_code), free(s->grid), free(s->touched);
+  grid_table_free(&s->table);
+  free(s->mats);
+  free(s);
+}
+
+int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
+  cpu_state *s = dr_calloc(1, sizeof *s, "cpu backend");
+  if (!s) return DR_ENOMEM;
+  s->prm = *prm;
+  s->mats = dr_malloc(sizeof(material_params) * (size_t)prm->n_materials, "materials");
+  if (!s->mats) {
+    free(s);
+    return DR_ENOMEM;
+  }
+  memcpy(s->mats, prm->materials, sizeof(material_params) * (size_t)prm->n_materials);
+  s->prm.materials = s->mats;
+  s->inv_dx = 1.0f / prm->dx;
+  for (int a = 0; a < 3; ++a) {
+    s->origin[a] = (float)(prm->domain_min[a] - GRID_PAD * (double)prm->dx);
+    /* Wall nodes: the three node layers nearest to each face (within 2.5 dx of it). */
+    s->wall_lo[a] = (float)(prm->domain_min[a] + 2.5 * prm->dx);
+    s->wall_hi[a] = (float)(prm->domain_max[a] - 2.5 * prm->dx);
+  }
+  s->p = *p;
+  memset(p, 0, sizeof *p);
+  *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
+                   .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy};
+  int rebuilt;
+  int rc = rebuild(s, 1, &rebuilt);
+  if (rc) {
+    destroy(s);
+    out->state = NULL;
+    return rc;
+  }
+  return DR_OK;
+}

@@ -1,0 +1,223 @@
+/* main.c - the drift command line: run a scene, check a scene, help, version. The only place
+ * that prints an error and picks the exit code (error.h lists the codes). */
+#include <hdf5.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "gpu_query.h"
+#include "log.h"
+#include "sample.h"
+#include "scene.h"
+#include "sim.h"
+
+static const char *usage =
+    "usage: drift run SCENE.json [--out DIR] [--frames N] [--backend auto|cpu|cuda] [--quiet]\n"
+    "       drift check SCENE.json\n"
+    "       drift --help | --version\n"
+    "\n"
+    "  run     simulate the scene; writes DIR/frame_NNNNN.h5 and DIR/frames.xdmf (open it in\n"
+    "          ParaView). Progress goes to stderr, one line per frame.\n"
+    "  check   validate the scene and print particles per body and material, the memory the\n"
+    "          run needs and the step size; writes nothing.\n"
+    "\n"
+    "  --out DIR        output folder (default: the scene's output.dir, else ./frames)\n"
+    "  --frames N       simulate N frames instead of the scene's time.frames\n"
+    "  --backend B      auto (cuda where a GPU is present, else cpu), cpu or cuda\n"
+    "  --quiet          no progress lines\n"
+    "\n"
+    "Exit status: 0 success, 2 bad input, 3 I/O, 4 out of memory, 5 MPI, 6 CUDA,\n"
+    "7 the simulation became unstable, 8 internal error.\n"
+    "Scene format and output layout: README.md.\n";
+
+static int fail(int code) {
+  fprintf(stderr, "drift: %s\n", dr_message());
+  return code;
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "drift: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, " (see drift --help)\n");
+  return DR_EINPUT;
+}
+
+static void print_version(void) {
+  unsigned maj, min, rel;
+  H5get_libversion(&maj, &min, &rel);
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(lib, &len);
+  char *nl = strchr(lib, '\n');
+  if (nl) *nl = 0;
+  char *comma = strchr(lib, ',');
+  if (comma) *comma = 0;
+  printf("drift %s\nbackends: cpu (OpenMP)%s\nMPI: %s\nHDF5: %u.%u.%u (parallel)\n", DRIFT_VERSION,
+         gpu_backend_built() ? ", cuda" : "; cuda not built yet", lib, maj, min, rel);
+}
+
+static const char *model_name(int m) {
+  return m == MODEL_FIXED_COROTATED ? "fixed_corotated" : m == MODEL_DRUCKER_PRAGER ? "drucker_prager" : "weakly_compressible";
+}
+
+static double mib(double b) { return b / 1048576.0; }
+
+static int cmd_check(const char *path) {
+  scene s;
+  DR_TRY(scene_load(path, &s));
+  printf("scene %s\n", path);
+  int n[3];
+  for (int a = 0; a < 3; ++a) n[a] = (int)((s.domain_max[a] - s.domain_min[a]) / s.dx + 0.5);
+  printf("domain [%g, %g, %g] - [%g, %g, %g] m, dx %g m (%d x %d x %d cells)\n", s.domain_min[0], s.domain_min[1],
+         s.domain_min[2], s.domain_max[0], s.domain_max[1], s.domain_max[2], s.dx, n[0], n[1], n[2]);
+  uint64_t total = 0;
+  uint64_t *per_mat = calloc((size_t)s.n_materials, sizeof *per_mat);
+  double *mass = calloc((size_t)s.n_materials, sizeof *mass);
+  double blocks = 0;
+  if (!per_mat || !mass) {
+    free(per_mat), free(mass), scene_destroy(&s);
+    return dr_fail(DR_ENOMEM, "out of host memory");
+  }
+  printf("bodies:\n");
+  for (int b = 0; b < s.n_bodies; ++b) {
+    const scene_body *B = &s.bodies[b];
+    uint64_t c = sample_count(&s, b);
+    if (c == 0) {
+      free(per_mat), free(mass), scene_destroy(&s);
+      return dr_fail(DR_EINPUT, "%s: bodies[%d]: the body holds no particle (raise ppc or make it larger than dx)", path, b);
+    }
+    total += c;
+    per_mat[B->material] += c;
+    mass[B->material] += sample_shape_volume(&s, b) * s.materials[B->material].density;
+    double lo[3], hi[3];
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = B->shape == SHAPE_BOX ? B->min[a] : B->center[a] - B->radius;
+      hi[a] = B->shape == SHAPE_BOX ? B->max[a] : B->center[a] + B->radius;
+    }
+    double nb = 1;
+    for (int a = 0; a < 3; ++a) nb *= ceil((hi[a] - lo[a]) / (4 * s.dx)) + 3;
+    blocks += nb;
+    if (B->shape == SHAPE_BOX)
+      printf("  [%d] box [%g, %g, %g] - [%g, %g, %g]  material %s  ppc %d  -> %llu particles\n", b, B->min[0], B->min[1],
+             B->min[2], B->max[0], B->max[1], B->max[2], s.materials[B->material].name, B->ppc, (unsigned long long)c);
+    else
+      printf("  [%d] sphere center [%g, %g, %g] radius %g  material %s  ppc %d  -> %llu particles\n", b, B->center[0],
+             B->center[1], B->center[2], B->radius, s.materials[B->material].name, B->ppc, (unsigned long long)c);
+  }
+  printf("materials:\n");
+  for (int m = 0; m < s.n_materials; ++m)
+    printf("  [%d] %s (%s): %llu particles, %.4g kg\n", m, s.materials[m].name, model_name(s.materials[m].params.model),
+           (unsigned long long)per_mat[m], mass[m]);
+  printf("total: %llu particles\n", (unsigned long long)total);
+  /* CPU backend: particle state twice (sorting), keys and indices; grid blocks of 4 x 64 floats
+   * around the bodies. The CUDA backend reports its own figure when it starts. */
+  double pbytes = (double)total * (2 * (26 * 4 + 16) + 20), gbytes = blocks * (1024 + 24);
+  printf("memory: about %.1f MiB (particles %.1f MiB, grid about %.0f blocks %.1f MiB)\n", mib(pbytes + gbytes),
+         mib(pbytes), blocks, mib(gbytes));
+  double fdt = 1.0 / s.fps, dt = scene_initial_dt(&s);
+  if (s.dt > 0)
+    printf("step: fixed dt %.4g s, %d substeps per frame\n", dt, (int)ceil(fdt / s.dt - 1e-9));
+  else
+    printf("step: adaptive, cfl %g: initial dt %.4g s (wave speed %.4g m/s), about %d substeps per frame at rest\n",
+           s.cfl, dt, scene_wave_speed(&s), (int)ceil(fdt / (s.cfl * s.dx / scene_wave_speed(&s)) - 1e-9));
+  int written = s.frames / s.output_every + 1;
+  printf("frames: %d at %g fps (%.4g s), %d files of %.1f MiB in %s/\n", s.frames, s.fps, s.frames * fdt, written,
+         mib((double)total * 40 + 4096), s.output_dir);
+  free(per_mat), free(mass);
+  scene_destroy(&s);
+  return DR_OK;
+}
+
+static int parse_backend(const char *v, int *out) {
+  if (!strcmp(v, "auto")) *out = BACKEND_AUTO;
+  else if (!strcmp(v, "cpu")) *out = BACKEND_CPU;
+  else if (!strcmp(v, "cuda")) *out = BACKEND_CUDA;
+  else return dr_fail(DR_EINPUT, "--backend: '%s' is not one of auto, cpu, cuda", v);
+  return DR_OK;
+}
+
+static int cmd_run(int argc, char **argv) {
+  const char *path = NULL;
+  sim_options opt = {.backend = -1, .write_output = 1};
+  int quiet = 0;
+  for (int i = 2; i < argc; ++i) {
+    const char *a = argv[i];
+    int has_value = !strcmp(a, "--out") || !strcmp(a, "--frames") || !strcmp(a, "--backend");
+    if (has_value && i + 1 >= argc) return dr_fail(DR_EINPUT, "%s needs a value (see drift --help)", a);
+    if (!strcmp(a, "--out")) {
+      opt.out_dir = argv[++i];
+      if (!*opt.out_dir) return dr_fail(DR_EINPUT, "--out: the folder name is empty");
+    } else if (!strcmp(a, "--frames")) {
+      char *end;
+      long f = strtol(argv[++i], &end, 10);
+      if (*end || f < 1 || f > 100000000)
+        return dr_fail(DR_EINPUT, "--frames: '%s' is not a whole number of frames >= 1", argv[i]);
+      opt.frames = (int)f;
+    } else if (!strcmp(a, "--backend")) {
+      DR_TRY(parse_backend(argv[++i], &opt.backend));
+    } else if (!strcmp(a, "--quiet")) {
+      quiet = 1;
+    } else if (a[0] == '-') {
+      return dr_fail(DR_EINPUT, "unknown option '%s' (see drift --help)", a);
+    } else if (path) {
+      return dr_fail(DR_EINPUT, "one scene file at a time ('%s' and '%s')", path, a);
+    } else {
+      path = a;
+    }
+  }
+  if (!path) return dr_fail(DR_EINPUT, "run needs a scene file (see drift --help)");
+  scene s;
+  DR_TRY(scene_load(path, &s));
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  log_set_rank(rank);
+  log_set_quiet(quiet);
+  sim *S = NULL;
+  int rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
+  if (!rc) rc = sim_run(S);
+  sim_destroy(&S);
+  scene_destroy(&s);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return DR_EINPUT;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
+    print_version();
+    return 0;
+  }
+  if (!strcmp(cmd, "check")) {
+    if (argc != 3) return usage_error("check takes exactly one scene file%s", "");
+    int rc = cmd_check(argv[2]);
+    return rc ? fail(rc) : 0;
+  }
+  if (!strcmp(cmd, "run")) {
+    int provided;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+      fprintf(stderr, "drift: MPI_Init_thread failed\n");
+      return DR_EMPI;
+    }
+    int rc = cmd_run(argc, argv);
+    if (rc) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (rank == 0 || rc != DR_EINPUT) fail(rc);
+      MPI_Finalize();
+      return rc;
+    }
+    MPI_Finalize();
+    return 0;
+  }
+  return usage_error("unknown command '%s'", cmd);
+}

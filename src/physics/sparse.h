@@ -1,0 +1,73 @@
+/* sparse.h - the sparse block grid's addressing, shared by the CPU and CUDA backends (the
+ * paper, section 4; DESIGN.md, "One time step on one device").
+ *
+ * Nodes: node (i,j,k) sits at origin + (i,j,k) dx, where origin = domain_min - GRID_PAD dx, so
+ * that every index touched by a particle inside the domain is positive.
+ * Blocks: 4x4x4 nodes; block (I,J,K) holds nodes [4I, 4I+4) x ... A block code interleaves the
+ * bits of I, J, K (21 bits each, Morton order): nearby blocks get nearby codes.
+ * Particle blocks: a particle's base node b = floor(x/dx - 1/2) (the lowest node of its
+ * quadratic B-spline stencil b..b+2) and its particle block P = b >> 2, i.e. particle blocks are
+ * grid blocks shifted by -dx/2. At rebuild-mapping the 3x3x3 grid blocks around P become the
+ * particle's physical blocks; it may then move while b stays in [4P-4, 4P+5] on every axis
+ * (the (10 dx)^3 free zone) without any new mapping. */
+#ifndef DRIFT_PHYSICS_SPARSE_H
+#define DRIFT_PHYSICS_SPARSE_H
+
+#include <stdint.h>
+
+#include "common.h"
+
+#define GRID_PAD 8              /* nodes of padding below domain_min */
+#define BLOCK_EDGE 4            /* nodes per block edge */
+#define BLOCK_NODES 64          /* nodes per block */
+#define BLOCK_CODE_BITS 21      /* bits per axis in a block code */
+#define FREE_ZONE_LO (-4)       /* b - 4P may go down to this ... */
+#define FREE_ZONE_HI 5          /* ... and up to this without a rebuild */
+
+DR_HD uint64_t sparse_spread3(uint64_t v) {
+  v &= 0x1fffffULL;
+  v = (v | (v << 32)) & 0x1f00000000ffffULL;
+  v = (v | (v << 16)) & 0x1f0000ff0000ffULL;
+  v = (v | (v << 8)) & 0x100f00f00f00f00fULL;
+  v = (v | (v << 4)) & 0x10c30c30c30c30c3ULL;
+  v = (v | (v << 2)) & 0x1249249249249249ULL;
+  return v;
+}
+
+DR_HD uint64_t sparse_compact3(uint64_t v) {
+  v &= 0x1249249249249249ULL;
+  v = (v | (v >> 2)) & 0x10c30c30c30c30c3ULL;
+  v = (v | (v >> 4)) & 0x100f00f00f00f00fULL;
+  v = (v | (v >> 8)) & 0x1f0000ff0000ffULL;
+  v = (v | (v >> 16)) & 0x1f00000000ffffULL;
+  v = (v | (v >> 32)) & 0x1fffffULL;
+  return v;
+}
+
+DR_HD uint64_t sparse_block_code(int bi, int bj, int bk) {
+  return sparse_spread3((uint64_t)bi) | (sparse_spread3((uint64_t)bj) << 1) |
+         (sparse_spread3((uint64_t)bk) << 2);
+}
+
+DR_HD void sparse_block_coords(uint64_t code, int c[3]) {
+  c[0] = (int)sparse_compact3(code);
+  c[1] = (int)sparse_compact3(code >> 1);
+  c[2] = (int)sparse_compact3(code >> 2);
+}
+
+/* Index of node (li,lj,lk) inside its block, 0..63. */
+DR_HD int sparse_node_in_block(int li, int lj, int lk) { return (li * BLOCK_EDGE + lj) * BLOCK_EDGE + lk; }
+
+/* Index of the physical block P + d, d in {-1,0,1}^3, among a particle block's 27. */
+DR_HD int sparse_neighbor(int di, int dj, int dk) { return ((di + 1) * 3 + (dj + 1)) * 3 + (dk + 1); }
+
+/* Base node of a coordinate already in node units relative to the grid origin. */
+DR_HD int sparse_base_node(float x_over_dx) { return (int)floorf(x_over_dx - 0.5f); }
+
+/* Whether base node b is still inside the free zone of particle block P (one axis). */
+DR_HD int sparse_in_free_zone(int b, int P) {
+  int d = b - BLOCK_EDGE * P;
+  return d >= FREE_ZONE_LO && d <= FREE_ZONE_HI;
+}
+
+#endif

@@ -1,0 +1,120 @@
+/* sample.c - stratified random sampling of bodies (see sample.h). */
+#include "sample.h"
+
+#include <math.h>
+
+#include "error.h"
+#include "rng.h"
+
+#define ID_CELL_BITS 48
+
+/* The body's bounding cells [lo, hi) in cells of the domain grid (cell i spans
+ * [domain_min + i dx, domain_min + (i+1) dx)). */
+static void body_cells(const scene *s, const scene_body *b, int64_t lo[3], int64_t hi[3]) {
+  for (int a = 0; a < 3; ++a) {
+    double bmin = b->shape == SHAPE_BOX ? b->min[a] : b->center[a] - b->radius;
+    double bmax = b->shape == SHAPE_BOX ? b->max[a] : b->center[a] + b->radius;
+    lo[a] = (int64_t)floor((bmin - s->domain_min[a]) / s->dx);
+    hi[a] = (int64_t)ceil((bmax - s->domain_min[a]) / s->dx);
+    if (hi[a] <= lo[a]) hi[a] = lo[a] + 1;
+  }
+}
+
+static int inside(const scene_body *b, const double p[3]) {
+  if (b->shape == SHAPE_BOX)
+    return p[0] >= b->min[0] && p[0] < b->max[0] && p[1] >= b->min[1] && p[1] < b->max[1] &&
+           p[2] >= b->min[2] && p[2] < b->max[2];
+  double d2 = 0;
+  for (int a = 0; a < 3; ++a) d2 += (p[a] - b->center[a]) * (p[a] - b->center[a]);
+  return d2 < b->radius * b->radius;
+}
+
+/* Visits the particles of body bi; emit(ctx, position, id) is called for each, or only counted
+ * when emit is NULL. Strata: the smallest k^3 >= ppc sub-cells; when ppc < k^3 a random subset
+ * of ppc strata (partial Fisher-Yates) is used, so points stay spread over the cell. */
+typedef int (*emit_fn)(void *ctx, const double x[3], uint64_t id);
+
+static int visit_body(const scene *s, int bi, emit_fn emit, void *ctx, uint64_t *count) {
+  const scene_body *b = &s->bodies[bi];
+  int64_t lo[3], hi[3];
+  body_cells(s, b, lo, hi);
+  int ppc = b->ppc;
+  int k = 1;
+  while (k * k * k < ppc) ++k;
+  int nstrata = k * k * k;
+  int strata[1000];
+  int64_t nx = hi[0] - lo[0], ny = hi[1] - lo[1], nz = hi[2] - lo[2];
+  if ((double)nx * ny * nz * ppc >= (double)(1ULL << ID_CELL_BITS))
+    return dr_fail(DR_EINPUT, "%s: bodies[%d]: too many cells to give particles unique ids", s->path, bi);
+  uint64_t n = 0;
+  for (int64_t iz = 0; iz < nz; ++iz)
+    for (int64_t iy = 0; iy < ny; ++iy)
+      for (int64_t ix = 0; ix < nx; ++ix) {
+        uint64_t cell = (uint64_t)((iz * ny + iy) * nx + ix);
+        rng r = rng_stream(b->seed * 1000003ULL + (uint64_t)bi, cell);
+        for (int q = 0; q < nstrata; ++q) strata[q] = q;
+        for (int q = 0; q < ppc && ppc < nstrata; ++q) {
+          int j = q + (int)rng_below(&r, (uint32_t)(nstrata - q));
+          int t = strata[q];
+          strata[q] = strata[j];
+          strata[j] = t;
+        }
+        for (int q = 0; q < ppc; ++q) {
+          int st = strata[q];
+          int sx = st % k, sy = (st / k) % k, sz = st / (k * k);
+          double x[3];
+          x[0] = s->domain_min[0] + (lo[0] + ix + (sx + rng_uniform(&r)) / k) * s->dx;
+          x[1] = s->domain_min[1] + (lo[1] + iy + (sy + rng_uniform(&r)) / k) * s->dx;
+          x[2] = s->domain_min[2] + (lo[2] + iz + (sz + rng_uniform(&r)) / k) * s->dx;
+          if (!inside(b, x)) continue;
+          ++n;
+          if (emit) DR_TRY(emit(ctx, x, ((uint64_t)bi << ID_CELL_BITS) | (cell * (uint64_t)ppc + (uint64_t)q)));
+        }
+      }
+  *count = n;
+  return DR_OK;
+}
+
+uint64_t sample_count(const scene *s, int b) {
+  uint64_t n = 0;
+  if (visit_body(s, b, NULL, NULL, &n)) return 0;
+  return n;
+}
+
+double sample_shape_volume(const scene *s, int bi) {
+  const scene_body *b = &s->bodies[bi];
+  if (b->shape == SHAPE_BOX)
+    return (b->max[0] - b->min[0]) * (b->max[1] - b->min[1]) * (b->max[2] - b->min[2]);
+  return 4.0 / 3.0 * 3.14159265358979323846 * b->radius * b->radius * b->radius;
+}
+
+typedef struct push_ctx {
+  particles *p;
+  const scene_body *b;
+  int material;
+} push_ctx;
+
+static int push_one(void *ctx, const double x[3], uint64_t id) {
+  push_ctx *c = ctx;
+  float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
+  float vf[3] = {(float)c->b->velocity[0], (float)c->b->velocity[1], (float)c->b->velocity[2]};
+  return particles_push(c->p, xf, vf, 0.0f, 0.0f, id, c->material);
+}
+
+int sample_scene(const scene *s, particles *p) {
+  for (int bi = 0; bi < s->n_bodies; ++bi) {
+    size_t first = p->n;
+    push_ctx ctx = {p, &s->bodies[bi], s->bodies[bi].material};
+    uint64_t n = 0;
+    DR_TRY(visit_body(s, bi, push_one, &ctx, &n));
+    if (n == 0)
+      return dr_fail(DR_EINPUT, "%s: bodies[%d]: the body holds no particle (it is thinner than its sampling; raise ppc or make it larger than dx)", s->path, bi);
+    double vol = sample_shape_volume(s, bi) / (double)n;
+    double mass = vol * s->materials[s->bodies[bi].material].density;
+    for (size_t i = first; i < p->n; ++i) {
+      p->vol0[i] = (float)vol;
+      p->mass[i] = (float)mass;
+    }
+  }
+  return DR_OK;
+}

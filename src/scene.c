@@ -1,0 +1,957 @@
+/* scene.c - reads a scene file (JSON, SI units) into a struct scene.
+ *
+ * Every key is checked for its type, its range and its consistency with the others; unknown
+ * and duplicate keys are errors. The first problem found becomes one line
+ * "FILE: KEY: what is wrong (got VALUE; expected WHAT)" recorded with dr_fail(DR_EINPUT, ...).
+ * Sections are checked in a fixed order: the top-level keys, then domain, time, gravity,
+ * materials, bodies, boundary, output, parallel; inside a section, duplicate and unknown keys
+ * first, then the values in the order the format lists them. The format and every rule
+ * enforced here are described in docs/scene-format.md: keep the two in step. */
+#include "scene.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+#define MAX_FILE_BYTES (64L << 20)    /* a scene file larger than this is a mistake */
+#define MIN_CELLS_PER_AXIS 4.0
+#define MAX_CELLS_PER_AXIS 2097152.0   /* 2^21: 21 bits per axis in the 64-bit block code */
+#define MAX_PPC 1000
+#define MAX_SEED 9007199254740992.0    /* 2^53: the largest integer a JSON number holds exactly */
+#define PI 3.14159265358979323846
+#define REL_TOL 1e-9                   /* rounding slack for comparisons of derived values */
+#define KEY_LEN 512                    /* a key path, user parts escaped and clipped */
+#define GOT_LEN 128                    /* a value shown in a message */
+
+static const char *const AXIS = "xyz";
+
+/* What every check needs: the file name as it will appear in messages. */
+typedef struct ctx {
+  char path[600];
+} ctx;
+
+/* ---------------------------------------------------------------------------------------------
+ * Message helpers: everything a user wrote is escaped (no control characters reach the one-line
+ * message) and clipped. */
+
+/* Drops a UTF-8 sequence cut short at the end of buf[0..len). */
+static size_t utf8_trim(const char *buf, size_t len) {
+  size_t i = len;
+  size_t back = 0;
+  while (i > 0 && back < 4 && ((unsigned char)buf[i - 1] & 0xC0) == 0x80) --i, ++back;
+  if (i == 0) return len;
+  unsigned char lead = (unsigned char)buf[i - 1];
+  size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  if (need > 1 && back + 1 < need) return i - 1;
+  return len;
+}
+
+/* Copies src into dst (capacity cap), control bytes as \xNN, at most max bytes, "..." if cut. */
+static void clean(char *dst, size_t cap, const char *src, size_t max) {
+  size_t n = 0;
+  if (max + 4 > cap) max = cap > 4 ? cap - 4 : 0;
+  for (const unsigned char *p = (const unsigned char *)src; *p; ++p) {
+    char piece[5];
+    size_t k;
+    if (*p < 0x20 || *p == 0x7f) {
+      snprintf(piece, sizeof piece, "\\x%02x", *p);
+      k = 4;
+    } else {
+      piece[0] = (char)*p;
+      k = 1;
+    }
+    if (n + k > max) {
+      n = utf8_trim(dst, n);
+      memcpy(dst + n, "...", 3);
+      n += 3;
+      break;
+    }
+    memcpy(dst + n, piece, k);
+    n += k;
+  }
+  dst[n] = 0;
+}
+
+/* Shortest "%g" form that reads back as the same double. */
+static const char *fmt_num(char buf[32], double v) {
+  if (isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (isnan(v)) return "nan";
+  snprintf(buf, 32, "%.15g", v);
+  if (strtod(buf, NULL) != v) snprintf(buf, 32, "%.17g", v);
+  return buf;
+}
+
+/* Describes a JSON value for "(got ...)". */
+static const char *got(char buf[GOT_LEN], const cJSON *v) {
+  char num[32];
+  if (!v) {
+    snprintf(buf, GOT_LEN, "nothing");
+  } else if (cJSON_IsNumber(v)) {
+    if (!isfinite(v->valuedouble))
+      snprintf(buf, GOT_LEN, "a number beyond double range, read as %s", fmt_num(num, v->valuedouble));
+    else
+      snprintf(buf, GOT_LEN, "%s", fmt_num(num, v->valuedouble));
+  } else if (cJSON_IsTrue(v)) {
+    snprintf(buf, GOT_LEN, "true");
+  } else if (cJSON_IsFalse(v)) {
+    snprintf(buf, GOT_LEN, "false");
+  } else if (cJSON_IsNull(v)) {
+    snprintf(buf, GOT_LEN, "null");
+  } else if (cJSON_IsString(v)) {
+    char s[GOT_LEN - 3];
+    clean(s, sizeof s, v->valuestring, 60);
+    snprintf(buf, GOT_LEN, "\"%s\"", s);
+  } else {
+    char *text = cJSON_PrintUnformatted(v);
+    if (text) {
+      clean(buf, GOT_LEN, text, 60);
+      cJSON_free(text);
+    } else {
+      snprintf(buf, GOT_LEN, cJSON_IsArray(v) ? "an array" : "an object");
+    }
+  }
+  return buf;
+}
+
+/* Records "PATH: KEY: what" (or "PATH: what" without a key). Returns DR_EINPUT. */
+static int fail(const ctx *c, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(const ctx *c, const char *key, const char *fmt, ...) {
+  char what[900], line[sizeof ((ctx *)0)->path + KEY_LEN + 900 + 8];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (key && *key)
+    snprintf(line, sizeof line, "%s: %s: %s", c->path, key, what);
+  else
+    snprintf(line, sizeof line, "%s: %s", c->path, what);
+  for (char *p = line; *p; ++p) /* last line of defence: the message is one line */
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
+  return dr_fail(DR_EINPUT, "%s", line);
+}
+
+/* key = where.name (or name at the top level); name is escaped. */
+static void join(char key[KEY_LEN], const char *where, const char *name) {
+  char n[200];
+  size_t k = 0;
+  clean(n, sizeof n, name, 80);
+  for (const char *p = where ? where : ""; *p && k + 1 < KEY_LEN; ++p) key[k++] = *p;
+  if (k > 0 && k + 1 < KEY_LEN) key[k++] = '.';
+  for (const char *p = n; *p && k + 1 < KEY_LEN; ++p) key[k++] = *p;
+  key[k] = 0;
+}
+
+/* Joins a list of names into "a, b, c". */
+static void list_names(char *buf, size_t cap, const char *const *names, int n) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && k < cap; ++i) {
+    int w = snprintf(buf + k, cap - k, "%s%s", i ? ", " : "", names[i]);
+    if (w < 0) break;
+    k += (size_t)w;
+  }
+}
+
+static int in_list(const char *s, const char *const *names, int n) {
+  for (int i = 0; i < n; ++i)
+    if (strcmp(s, names[i]) == 0) return 1;
+  return 0;
+}
+
+/* Levenshtein distance, capped: for "did you mean" hints on misspelt keys. */
+static int edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 99;
+  int prev[64], cur[64];
+  for (size_t j = 0; j <= lb; ++j) prev[j] = (int)j;
+  for (size_t i = 1; i <= la; ++i) {
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= lb; ++j) {
+      int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      int del = prev[j] + 1, ins = cur[j - 1] + 1;
+      cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+    }
+    memcpy(prev, cur, sizeof(int) * (lb + 1));
+  }
+  return prev[lb];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Generic checks of objects and values. */
+
+/* Fails unless v is an object; `expect` says what the object should hold. */
+static int need_object(const ctx *c, const cJSON *v, const char *key, const char *expect) {
+  char g[GOT_LEN];
+  if (cJSON_IsObject(v)) return 0;
+  return fail(c, key, "wrong type (got %s; expected an object%s%s)", got(g, v), *expect ? " " : "",
+              expect);
+}
+
+/* Rejects duplicate keys in obj, and (when valid is given) keys not in valid. A key found in
+ * `foreign` (keys that belong to another variant, e.g. another material model) is reported as
+ * "not a key of <variant>". */
+static int check_keys(const ctx *c, const cJSON *obj, const char *where, const char *const *valid,
+                      int n_valid, const char *const *foreign, int n_foreign, const char *variant) {
+  char key[KEY_LEN], names[400];
+  for (const cJSON *it = obj->child; it; it = it->next) {
+    const char *name = it->string ? it->string : "";
+    int count = 1;
+    for (const cJSON *o = it->next; o; o = o->next)
+      if (o->string && strcmp(o->string, name) == 0) ++count;
+    if (count > 1) {
+      join(key, where, name);
+      return fail(c, key, "duplicate key (given %d times; expected each key at most once)", count);
+    }
+    if (!valid || in_list(name, valid, n_valid)) continue;
+    join(key, where, name);
+    list_names(names, sizeof names, valid, n_valid);
+    if (foreign && in_list(name, foreign, n_foreign))
+      return fail(c, key, "not a key of %s (expected one of: %s)", variant, names);
+    const char *best = NULL;
+    int best_d = 3;
+    for (int i = 0; i < n_valid; ++i) {
+      int d = edit_distance(name, valid[i]);
+      if (d < best_d) best_d = d, best = valid[i];
+    }
+    if (best)
+      return fail(c, key, "unknown key (did you mean \"%s\"? expected one of: %s)", best, names);
+    return fail(c, key, "unknown key (expected one of: %s)", names);
+  }
+  return 0;
+}
+
+/* The range a real number must lie in; lo/hi = -/+INFINITY when unbounded. */
+typedef struct range {
+  double lo, hi;
+  int lo_open, hi_open; /* 1: the bound itself is excluded */
+  const char *unit;     /* "m", "Pa", ... or "" */
+} range;
+
+static void fmt_range(char *buf, size_t cap, const char *name, range r) {
+  char a[32], b[32], unit[40] = "";
+  if (r.unit && *r.unit) snprintf(unit, sizeof unit, " (%s)", r.unit);
+  if (isfinite(r.lo) && isfinite(r.hi))
+    snprintf(buf, cap, "%s %s %s %s %s%s", fmt_num(a, r.lo), r.lo_open ? "<" : "<=", name,
+             r.hi_open ? "<" : "<=", fmt_num(b, r.hi), unit);
+  else if (isfinite(r.lo))
+    snprintf(buf, cap, "%s %s %s%s", name, r.lo_open ? ">" : ">=", fmt_num(a, r.lo), unit);
+  else if (isfinite(r.hi))
+    snprintf(buf, cap, "%s %s %s%s", name, r.hi_open ? "<" : "<=", fmt_num(b, r.hi), unit);
+  else
+    snprintf(buf, cap, "any number%s", unit);
+}
+
+/* Checks that v is a finite number that single precision can hold (the kernels compute in
+ * float): 0 or a magnitude in [FLT_MIN, FLT_MAX]. */
+static int check_number(const ctx *c, const cJSON *v, const char *key, const char *expect) {
+  char g[GOT_LEN];
+  if (!cJSON_IsNumber(v)) return fail(c, key, "wrong type (got %s; expected %s)", got(g, v), expect);
+  double x = v->valuedouble;
+  if (!isfinite(x))
+    return fail(c, key, "not a finite number (got %s; expected %s)", got(g, v), expect);
+  if (fabs(x) > FLT_MAX || (x != 0 && fabs(x) < FLT_MIN))
+    return fail(c, key,
+                "out of range (got %s; expected %s, and 0 or a magnitude from 1.2e-38 to 3.4e+38, "
+                "which single precision holds)",
+                got(g, v), expect);
+  return 0;
+}
+
+/* Reads obj.name as a real number in r. Absent: *out = def, or an error when required. */
+static int get_real(const ctx *c, const cJSON *obj, const char *where, const char *name,
+                    int required, double def, range r, double *out) {
+  char key[KEY_LEN], want[160], expect[200], g[GOT_LEN];
+  join(key, where, name);
+  fmt_range(want, sizeof want, name, r);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+  if (!v) {
+    if (required) return fail(c, key, "missing required key (expected a number, %s)", want);
+    *out = def;
+    return 0;
+  }
+  snprintf(expect, sizeof expect, "a number, %s", want);
+  DR_TRY(check_number(c, v, key, expect));
+  double x = v->valuedouble;
+  if (x < r.lo || x > r.hi || (r.lo_open && x == r.lo) || (r.hi_open && x == r.hi))
+    return fail(c, key, "out of range (got %s; expected %s)", got(g, v), want);
+  *out = x;
+  return 0;
+}
+
+/* Reads obj.name as an integer in [lo, hi]. */
+static int get_int(const ctx *c, const cJSON *obj, const char *where, const char *name,
+                   int required, double def, double lo, double hi, double *out) {
+  char key[KEY_LEN], want[120], g[GOT_LEN], a[32], b[32];
+  join(key, where, name);
+  snprintf(want, sizeof want, "an integer from %s to %s", fmt_num(a, lo), fmt_num(b, hi));
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+  if (!v) {
+    if (required) return fail(c, key, "missing required key (expected %s)", want);
+    *out = def;
+    return 0;
+  }
+  if (!cJSON_IsNumber(v)) return fail(c, key, "wrong type (got %s; expected %s)", got(g, v), want);
+  double x = v->valuedouble;
+  if (!isfinite(x)) return fail(c, key, "not a finite number (got %s; expected %s)", got(g, v), want);
+  if (x != floor(x)) return fail(c, key, "not an integer (got %s; expected %s)", got(g, v), want);
+  if (x < lo || x > hi) return fail(c, key, "out of range (got %s; expected %s)", got(g, v), want);
+  *out = x;
+  return 0;
+}
+
+static int get_int32(const ctx *c, const cJSON *obj, const char *where, const char *name,
+                     int required, int def, int lo, int hi, int *out) {
+  double x;
+  DR_TRY(get_int(c, obj, where, name, required, def, lo, hi, &x));
+  *out = (int)x;
+  return 0;
+}
+
+/* Reads obj.name as [x, y, z]: exactly three finite numbers. */
+static int get_vec3(const ctx *c, const cJSON *obj, const char *where, const char *name,
+                    int required, const double def[3], const char *unit, double out[3]) {
+  char key[KEY_LEN], ekey[KEY_LEN + 16], want[120], g[GOT_LEN];
+  join(key, where, name);
+  snprintf(want, sizeof want, "an array of 3 numbers [x, y, z] (%s)", unit);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+  if (!v) {
+    if (required) return fail(c, key, "missing required key (expected %s)", want);
+    for (int i = 0; i < 3; ++i) out[i] = def[i];
+    return 0;
+  }
+  if (!cJSON_IsArray(v)) return fail(c, key, "wrong type (got %s; expected %s)", got(g, v), want);
+  int n = cJSON_GetArraySize(v);
+  if (n != 3)
+    return fail(c, key, "wrong length (got %s, %d item%s; expected %s)", got(g, v), n,
+                n == 1 ? "" : "s", want);
+  int i = 0;
+  for (const cJSON *e = v->child; e; e = e->next, ++i) {
+    snprintf(ekey, sizeof ekey, "%s[%d]", key, i);
+    DR_TRY(check_number(c, e, ekey, "a number"));
+    out[i] = e->valuedouble;
+  }
+  return 0;
+}
+
+/* Reads obj.name as a string; absent: *out = def (or an error when required). */
+static int get_string(const ctx *c, const cJSON *obj, const char *where, const char *name,
+                      int required, const char *def, const char *expect, const char **out) {
+  char key[KEY_LEN], g[GOT_LEN];
+  join(key, where, name);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+  if (!v) {
+    if (required) return fail(c, key, "missing required key (expected %s)", expect);
+    *out = def;
+    return 0;
+  }
+  if (!cJSON_IsString(v) || !v->valuestring)
+    return fail(c, key, "wrong type (got %s; expected %s)", got(g, v), expect);
+  *out = v->valuestring;
+  return 0;
+}
+
+/* Reads obj.name as one of names[0..n); *out is its index. def < 0: required. */
+static int get_enum(const ctx *c, const cJSON *obj, const char *where, const char *name, int def,
+                    const char *const *names, int n, int *out) {
+  char key[KEY_LEN], want[300], list[240], g[GOT_LEN];
+  join(key, where, name);
+  list_names(list, sizeof list, names, n);
+  snprintf(want, sizeof want, "one of: %s", list);
+  const char *s = NULL;
+  DR_TRY(get_string(c, obj, where, name, def < 0, NULL, want, &s));
+  if (!s) {
+    *out = def;
+    return 0;
+  }
+  for (int i = 0; i < n; ++i)
+    if (strcmp(s, names[i]) == 0) {
+      *out = i;
+      return 0;
+    }
+  return fail(c, key, "unknown value (got %s; expected %s)",
+              got(g, cJSON_GetObjectItemCaseSensitive(obj, name)), want);
+}
+
+/* The optional section root.name: NULL when absent, an error when not an object. */
+static int get_section(const ctx *c, const cJSON *root, const char *name, int required,
+                       const char *expect, const cJSON **out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
+  *out = NULL;
+  if (!v) {
+    if (required) return fail(c, name, "missing required section (expected %s)", expect);
+    return 0;
+  }
+  *out = v;
+  return 0;
+}
+
+static int has_control_char(const char *s) {
+  for (; *s; ++s)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Sections. */
+
+static const range POSITIVE_M = {0, INFINITY, 1, 0, "m"};
+
+static int parse_domain(const ctx *c, const cJSON *root, scene *s) {
+  static const char *const keys[] = {"min", "max", "dx"};
+  const cJSON *d;
+  char a[32], b[32], e[32];
+  DR_TRY(get_section(c, root, "domain", 1, "an object with keys min, max, dx", &d));
+  DR_TRY(need_object(c, d, "domain", "with keys min, max, dx"));
+  DR_TRY(check_keys(c, d, "domain", keys, 3, NULL, 0, NULL));
+  DR_TRY(get_vec3(c, d, "domain", "min", 1, NULL, "m", s->domain_min));
+  DR_TRY(get_vec3(c, d, "domain", "max", 1, NULL, "m", s->domain_max));
+  for (int i = 0; i < 3; ++i)
+    if (!(s->domain_max[i] > s->domain_min[i]))
+      return fail(c, "domain.max", "not above domain.min along %c (got max.%c %s <= min.%c %s; "
+                  "expected max > min on every axis)", AXIS[i], AXIS[i],
+                  fmt_num(a, s->domain_max[i]), AXIS[i], fmt_num(b, s->domain_min[i]));
+  DR_TRY(get_real(c, d, "domain", "dx", 1, 0, POSITIVE_M, &s->dx));
+  for (int i = 0; i < 3; ++i) {
+    double extent = s->domain_max[i] - s->domain_min[i];
+    double cells = extent / s->dx;
+    if (cells < MIN_CELLS_PER_AXIS * (1 - REL_TOL))
+      return fail(c, "domain.dx", "too coarse: the domain is %s cells wide along %c (got %s; "
+                  "expected dx <= %s m, at least 4 cells per axis)", fmt_num(a, cells), AXIS[i],
+                  fmt_num(b, s->dx), fmt_num(e, extent / MIN_CELLS_PER_AXIS));
+    if (cells > MAX_CELLS_PER_AXIS * (1 + REL_TOL))
+      return fail(c, "domain.dx", "too fine: the domain is %s cells wide along %c (got %s; "
+                  "expected dx >= %s m, at most 2097152 = 2^21 cells per axis)", fmt_num(a, cells),
+                  AXIS[i], fmt_num(b, s->dx), fmt_num(e, extent / MAX_CELLS_PER_AXIS));
+  }
+  return 0;
+}
+
+static int parse_time(const ctx *c, const cJSON *root, scene *s) {
+  static const char *const keys[] = {"frames", "fps", "dt", "cfl"};
+  const cJSON *t;
+  char a[32], b[32], g[GOT_LEN], h[GOT_LEN];
+  DR_TRY(get_section(c, root, "time", 1, "an object with keys frames, fps and dt or cfl", &t));
+  DR_TRY(need_object(c, t, "time", "with keys frames, fps and dt or cfl"));
+  DR_TRY(check_keys(c, t, "time", keys, 4, NULL, 0, NULL));
+  DR_TRY(get_int32(c, t, "time", "frames", 1, 0, 1, INT_MAX, &s->frames));
+  DR_TRY(get_real(c, t, "time", "fps", 1, 0, (range){0, INFINITY, 1, 0, "frames per second"},
+                  &s->fps));
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dt");
+  const cJSON *cfl = cJSON_GetObjectItemCaseSensitive(t, "cfl");
+  if (dt && cfl)
+    return fail(c, "time", "both dt and cfl are given (got dt %s and cfl %s; expected exactly one: "
+                "dt for a fixed step or cfl for an adaptive one)", got(g, dt), got(h, cfl));
+  if (!dt && !cfl)
+    return fail(c, "time", "neither dt nor cfl is given (expected exactly one: dt (s) for a fixed "
+                "step or cfl (0 < cfl <= 1) for an adaptive one)");
+  double frame = 1.0 / s->fps;
+  s->dt = s->cfl = 0;
+  if (dt) {
+    double v;
+    DR_TRY(get_real(c, t, "time", "dt", 1, 0, (range){0, INFINITY, 1, 0, "s"}, &v));
+    if (v > frame * (1 + REL_TOL))
+      return fail(c, "time.dt", "longer than one frame (got %s; expected dt <= 1/fps = %s s)",
+                  fmt_num(a, v), fmt_num(b, frame));
+    s->dt = v;
+    s->dt = scene_initial_dt(s); /* rounded down so that whole substeps fill each frame */
+  } else {
+    DR_TRY(get_real(c, t, "time", "cfl", 1, 0, (range){0, 1, 1, 0, ""}, &s->cfl));
+  }
+  return 0;
+}
+
+static int parse_gravity(const ctx *c, const cJSON *root, scene *s) {
+  static const double def[3] = {0, -9.81, 0};
+  return get_vec3(c, root, "", "gravity", 0, def, "m/s^2", s->gravity);
+}
+
+/* Material models: the keys each one accepts. */
+static const char *const MODEL_NAMES[] = {"fixed_corotated", "drucker_prager",
+                                          "weakly_compressible"};
+static const char *const ALL_MATERIAL_KEYS[] = {"model",         "density",        "youngs_modulus",
+                                                "poisson_ratio", "friction_angle", "bulk_modulus",
+                                                "gamma"};
+static const char *const FIXED_COROTATED_KEYS[] = {"model", "density", "youngs_modulus",
+                                                   "poisson_ratio"};
+static const char *const DRUCKER_PRAGER_KEYS[] = {"model", "density", "youngs_modulus",
+                                                  "poisson_ratio", "friction_angle"};
+static const char *const WEAKLY_COMPRESSIBLE_KEYS[] = {"model", "density", "bulk_modulus",
+                                                       "gamma"};
+
+/* Young's modulus and Poisson's ratio of a solid, and the Lame parameters from them. */
+static int parse_elastic(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
+  char key[KEY_LEN], a[32], b[32];
+  DR_TRY(get_real(c, m, where, "youngs_modulus", 1, 0, (range){0, INFINITY, 1, 0, "Pa"},
+                  &mat->youngs_modulus));
+  DR_TRY(get_real(c, m, where, "poisson_ratio", 1, 0, (range){-1, 0.5, 1, 1, ""},
+                  &mat->poisson_ratio));
+  double e = mat->youngs_modulus, nu = mat->poisson_ratio;
+  double mu = e / (2 * (1 + nu));
+  double lambda = e * nu / ((1 + nu) * (1 - 2 * nu));
+  if (!(fabs(mu) <= FLT_MAX && fabs(lambda) <= FLT_MAX)) {
+    join(key, where, "poisson_ratio");
+    return fail(c, key, "too close to %s for this youngs_modulus: the Lame parameters overflow "
+                "single precision (got %s with youngs_modulus %s; expected mu and lambda within "
+                "3.4e+38 Pa)", nu > 0 ? "0.5" : "-1", fmt_num(a, nu), fmt_num(b, e));
+  }
+  mat->params.mu = (float)mu;
+  mat->params.lambda = (float)lambda;
+  return 0;
+}
+
+static int parse_material(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
+  char variant[80];
+  DR_TRY(need_object(c, m, where, "with keys model, density, ..."));
+  DR_TRY(check_keys(c, m, where, NULL, 0, NULL, 0, NULL)); /* duplicates, before reading model */
+  int model;
+  DR_TRY(get_enum(c, m, where, "model", -1, MODEL_NAMES, 3, &model));
+  snprintf(variant, sizeof variant, "model '%s'", MODEL_NAMES[model]);
+  const char *const *keys = model == MODEL_FIXED_COROTATED  ? FIXED_COROTATED_KEYS
+                            : model == MODEL_DRUCKER_PRAGER ? DRUCKER_PRAGER_KEYS
+                                                            : WEAKLY_COMPRESSIBLE_KEYS;
+  int n_keys = model == MODEL_DRUCKER_PRAGER ? 5 : 4;
+  DR_TRY(check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, 7, variant));
+
+  material_params *p = &mat->params;
+  memset(p, 0, sizeof *p);
+  p->model = model;
+  DR_TRY(get_real(c, m, where, "density", 1, 0, (range){0, INFINITY, 1, 0, "kg/m^3"},
+                  &mat->density));
+  p->density = (float)mat->density;
+  if (model == MODEL_WEAKLY_COMPRESSIBLE) {
+    DR_TRY(get_real(c, m, where, "bulk_modulus", 1, 0, (range){0, INFINITY, 1, 0, "Pa"},
+                    &mat->bulk_modulus));
+    DR_TRY(get_real(c, m, where, "gamma", 0, 7, (range){1, INFINITY, 0, 0, ""}, &mat->gamma));
+    p->bulk = (float)mat->bulk_modulus;
+    p->gamma = (float)mat->gamma;
+    return 0;
+  }
+  DR_TRY(parse_elastic(c, m, where, mat));
+  if (model == MODEL_DRUCKER_PRAGER) {
+    DR_TRY(get_real(c, m, where, "friction_angle", 0, 30, (range){0, 90, 0, 1, "degrees"},
+                    &mat->friction_angle));
+    double sphi = sin(mat->friction_angle * (PI / 180.0));
+    p->alpha = (float)(sqrt(2.0 / 3.0) * 2.0 * sphi / (3.0 - sphi));
+  }
+  return 0;
+}
+
+static int parse_materials(const ctx *c, const cJSON *root, scene *s) {
+  const cJSON *ms;
+  char key[KEY_LEN], name[200];
+  DR_TRY(get_section(c, root, "materials", 1, "an object of named materials", &ms));
+  DR_TRY(need_object(c, ms, "materials", "of named materials"));
+  int n = cJSON_GetArraySize(ms);
+  if (n == 0)
+    return fail(c, "materials", "empty (got {}; expected at least one named material, e.g. "
+                "\"rubber\": {\"model\": \"fixed_corotated\", ...})");
+  DR_TRY(check_keys(c, ms, "materials", NULL, 0, NULL, 0, NULL));
+  DR_ALLOC0(s->materials, n, "scene materials");
+  s->n_materials = n;
+  int i = 0;
+  for (const cJSON *m = ms->child; m; m = m->next, ++i) {
+    const char *nm = m->string ? m->string : "";
+    size_t len = strlen(nm);
+    join(key, "materials", nm);
+    if (len == 0)
+      return fail(c, "materials", "a material has an empty name (got \"\"; expected a name of 1 "
+                  "to %d characters)", SCENE_NAME_MAX - 1);
+    if (len >= SCENE_NAME_MAX)
+      return fail(c, key, "material name too long (got %zu bytes; expected 1 to %d)", len,
+                  SCENE_NAME_MAX - 1);
+    if (has_control_char(nm)) {
+      clean(name, sizeof name, nm, 80);
+      return fail(c, key, "material name contains a control character (got \"%s\"; expected "
+                  "printable characters)", name);
+    }
+    memcpy(s->materials[i].name, nm, len + 1);
+    DR_TRY(parse_material(c, m, key, &s->materials[i]));
+  }
+  return 0;
+}
+
+static const char *const SHAPE_NAMES[] = {"box", "sphere"};
+static const char *const ALL_BODY_KEYS[] = {"shape", "min",  "max",      "center",
+                                            "radius", "material", "ppc", "velocity", "seed"};
+static const char *const BOX_KEYS[] = {"shape", "min", "max", "material", "ppc", "velocity", "seed"};
+static const char *const SPHERE_KEYS[] = {"shape", "center", "radius", "material",
+                                          "ppc",   "velocity", "seed"};
+
+/* A box: min < max, both inside the domain. */
+static int parse_box(const ctx *c, const cJSON *b, const char *where, const scene *s,
+                     scene_body *body) {
+  char key[KEY_LEN], x[32], y[32];
+  double tol = REL_TOL * s->dx;
+  DR_TRY(get_vec3(c, b, where, "min", 1, NULL, "m", body->min));
+  DR_TRY(get_vec3(c, b, where, "max", 1, NULL, "m", body->max));
+  for (int i = 0; i < 3; ++i)
+    if (!(body->max[i] > body->min[i])) {
+      join(key, where, "max");
+      return fail(c, key, "not above min along %c (got max.%c %s <= min.%c %s; expected max > min "
+                  "on every axis)", AXIS[i], AXIS[i], fmt_num(x, body->max[i]), AXIS[i],
+                  fmt_num(y, body->min[i]));
+    }
+  for (int i = 0; i < 3; ++i)
+    if (body->min[i] < s->domain_min[i] - tol) {
+      join(key, where, "min");
+      return fail(c, key, "outside the domain: below domain.min along %c (got min.%c %s; expected "
+                  ">= domain.min.%c %s)", AXIS[i], AXIS[i], fmt_num(x, body->min[i]), AXIS[i],
+                  fmt_num(y, s->domain_min[i]));
+    }
+  for (int i = 0; i < 3; ++i)
+    if (body->max[i] > s->domain_max[i] + tol) {
+      join(key, where, "max");
+      return fail(c, key, "outside the domain: above domain.max along %c (got max.%c %s; expected "
+                  "<= domain.max.%c %s)", AXIS[i], AXIS[i], fmt_num(x, body->max[i]), AXIS[i],
+                  fmt_num(y, s->domain_max[i]));
+    }
+  return 0;
+}
+
+/* A sphere: radius > 0, its bounding box inside the domain. */
+static int parse_sphere(const ctx *c, const cJSON *b, const char *where, const scene *s,
+                        scene_body *body) {
+  char key[KEY_LEN], x[32], y[32];
+  double tol = REL_TOL * s->dx;
+  DR_TRY(get_vec3(c, b, where, "center", 1, NULL, "m", body->center));
+  DR_TRY(get_real(c, b, where, "radius", 1, 0, POSITIVE_M, &body->radius));
+  for (int i = 0; i < 3; ++i) {
+    double lo = s->domain_min[i], hi = s->domain_max[i], ctr = body->center[i];
+    if (ctr < lo - tol || ctr > hi + tol) {
+      join(key, where, "center");
+      return fail(c, key, "outside the domain: %s domain.%s along %c (got center.%c %s; expected "
+                  "%s domain.%s.%c %s)", ctr < lo ? "below" : "above", ctr < lo ? "min" : "max",
+                  AXIS[i], AXIS[i], fmt_num(x, ctr), ctr < lo ? ">=" : "<=",
+                  ctr < lo ? "min" : "max", AXIS[i], fmt_num(y, ctr < lo ? lo : hi));
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    double lo = s->domain_min[i], hi = s->domain_max[i], ctr = body->center[i], r = body->radius;
+    if (ctr - r < lo - tol || ctr + r > hi + tol) {
+      int below = ctr - r < lo - tol;
+      join(key, where, "radius");
+      return fail(c, key, "the sphere leaves the domain through domain.%s along %c (got center.%c "
+                  "%s radius = %s; expected %s domain.%s.%c %s)", below ? "min" : "max", AXIS[i],
+                  AXIS[i], below ? "-" : "+", fmt_num(x, below ? ctr - r : ctr + r),
+                  below ? ">=" : "<=", below ? "min" : "max", AXIS[i],
+                  fmt_num(y, below ? lo : hi));
+    }
+  }
+  return 0;
+}
+
+/* body.material: the index of a defined material. */
+static int parse_body_material(const ctx *c, const cJSON *b, const char *where, const scene *s,
+                               scene_body *body) {
+  char key[KEY_LEN], g[GOT_LEN], defined[600];
+  const char *name = NULL;
+  DR_TRY(get_string(c, b, where, "material", 1, NULL, "the name of a material in materials",
+                    &name));
+  for (int i = 0; i < s->n_materials; ++i)
+    if (strcmp(name, s->materials[i].name) == 0) {
+      body->material = i;
+      return 0;
+    }
+  size_t k = 0;
+  defined[0] = 0;
+  for (int i = 0; i < s->n_materials; ++i) {
+    char nm[200];
+    clean(nm, sizeof nm, s->materials[i].name, 70);
+    if (k + strlen(nm) + 8 > 400) {
+      snprintf(defined + k, sizeof defined - k, ", ...");
+      break;
+    }
+    k += (size_t)snprintf(defined + k, sizeof defined - k, "%s%s", i ? ", " : "", nm);
+  }
+  join(key, where, "material");
+  return fail(c, key, "no material of that name (got %s; expected one of the defined materials: "
+              "%s)", got(g, cJSON_GetObjectItemCaseSensitive(b, "material")), defined);
+}
+
+static int parse_body(const ctx *c, const cJSON *b, int index, const scene *s, scene_body *body) {
+  static const double zero[3] = {0, 0, 0};
+  char where[32], variant[40];
+  double seed;
+  snprintf(where, sizeof where, "bodies[%d]", index);
+  DR_TRY(need_object(c, b, where, "with keys shape, material, ..."));
+  DR_TRY(check_keys(c, b, where, NULL, 0, NULL, 0, NULL)); /* duplicates, before reading shape */
+  DR_TRY(get_enum(c, b, where, "shape", -1, SHAPE_NAMES, 2, &body->shape));
+  snprintf(variant, sizeof variant, "shape '%s'", SHAPE_NAMES[body->shape]);
+  if (body->shape == SHAPE_BOX) {
+    DR_TRY(check_keys(c, b, where, BOX_KEYS, 7, ALL_BODY_KEYS, 9, variant));
+    DR_TRY(parse_box(c, b, where, s, body));
+  } else {
+    DR_TRY(check_keys(c, b, where, SPHERE_KEYS, 7, ALL_BODY_KEYS, 9, variant));
+    DR_TRY(parse_sphere(c, b, where, s, body));
+  }
+  DR_TRY(parse_body_material(c, b, where, s, body));
+  DR_TRY(get_int32(c, b, where, "ppc", 0, 8, 1, MAX_PPC, &body->ppc));
+  DR_TRY(get_vec3(c, b, where, "velocity", 0, zero, "m/s", body->velocity));
+  DR_TRY(get_int(c, b, where, "seed", 0, index, 0, MAX_SEED, &seed));
+  body->seed = (uint64_t)seed;
+  return 0;
+}
+
+static int parse_bodies(const ctx *c, const cJSON *root, scene *s) {
+  const cJSON *bs;
+  char g[GOT_LEN];
+  DR_TRY(get_section(c, root, "bodies", 1, "a list of bodies", &bs));
+  if (!cJSON_IsArray(bs))
+    return fail(c, "bodies", "wrong type (got %s; expected a list of bodies [{\"shape\": ...}, "
+                "...])", got(g, bs));
+  int n = cJSON_GetArraySize(bs);
+  if (n == 0)
+    return fail(c, "bodies", "empty (got []; expected at least one body, e.g. {\"shape\": "
+                "\"box\", \"min\": [...], \"max\": [...], \"material\": ...})");
+  DR_ALLOC0(s->bodies, n, "scene bodies");
+  s->n_bodies = n;
+  int i = 0;
+  for (const cJSON *b = bs->child; b; b = b->next, ++i)
+    DR_TRY(parse_body(c, b, i, s, &s->bodies[i]));
+  return 0;
+}
+
+static int parse_boundary(const ctx *c, const cJSON *root, scene *s) {
+  static const char *const keys[] = {"type", "friction"};
+  static const char *const types[] = {"sticky", "slip", "separate"};
+  const cJSON *b;
+  s->boundary = BOUNDARY_STICKY;
+  s->friction = 0;
+  DR_TRY(get_section(c, root, "boundary", 0, "", &b));
+  if (!b) return 0;
+  DR_TRY(need_object(c, b, "boundary", "with keys type, friction"));
+  DR_TRY(check_keys(c, b, "boundary", keys, 2, NULL, 0, NULL));
+  DR_TRY(get_enum(c, b, "boundary", "type", BOUNDARY_STICKY, types, 3, &s->boundary));
+  if (cJSON_GetObjectItemCaseSensitive(b, "friction") && s->boundary != BOUNDARY_SEPARATE)
+    return fail(c, "boundary.friction", "allowed only with type \"separate\" (got type \"%s\"; "
+                "expected no friction, or type \"separate\")", types[s->boundary]);
+  return get_real(c, b, "boundary", "friction", 0, 0, (range){0, INFINITY, 0, 0, ""},
+                  &s->friction);
+}
+
+static int parse_output(const ctx *c, const cJSON *root, scene *s) {
+  static const char *const keys[] = {"dir", "every"};
+  const cJSON *o;
+  const char *dir = "frames";
+  char g[GOT_LEN];
+  s->output_every = 1;
+  DR_TRY(get_section(c, root, "output", 0, "", &o));
+  if (o) {
+    DR_TRY(need_object(c, o, "output", "with keys dir, every"));
+    DR_TRY(check_keys(c, o, "output", keys, 2, NULL, 0, NULL));
+    DR_TRY(get_string(c, o, "output", "dir", 0, dir, "a non-empty string, a directory", &dir));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "dir");
+    if (!*dir)
+      return fail(c, "output.dir", "empty (got \"\"; expected a non-empty directory name)");
+    if (strlen(dir) >= sizeof s->output_dir)
+      return fail(c, "output.dir", "too long (got %zu bytes; expected fewer than %zu)",
+                  strlen(dir), sizeof s->output_dir);
+    if (has_control_char(dir))
+      return fail(c, "output.dir", "contains a control character (got %s; expected a directory "
+                  "name of printable characters)", got(g, v));
+    DR_TRY(get_int32(c, o, "output", "every", 0, 1, 1, INT_MAX, &s->output_every));
+    if (s->output_every > s->frames)
+      return fail(c, "output.every", "larger than time.frames (got %d; expected at most "
+                  "time.frames = %d)", s->output_every, s->frames);
+  }
+  snprintf(s->output_dir, sizeof s->output_dir, "%s", dir);
+  return 0;
+}
+
+static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
+  static const char *const keys[] = {"backend", "gpus_per_rank"};
+  static const char *const backends[] = {"auto", "cpu", "cuda"};
+  const cJSON *p;
+  s->backend = BACKEND_AUTO;
+  s->gpus_per_rank = 0;
+  DR_TRY(get_section(c, root, "parallel", 0, "", &p));
+  if (!p) return 0;
+  DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank"));
+  DR_TRY(check_keys(c, p, "parallel", keys, 2, NULL, 0, NULL));
+  DR_TRY(get_enum(c, p, "parallel", "backend", BACKEND_AUTO, backends, 3, &s->backend));
+  return get_int32(c, p, "parallel", "gpus_per_rank", 0, 0, 0, INT_MAX, &s->gpus_per_rank);
+}
+
+static int parse_scene(const ctx *c, const cJSON *root, scene *s) {
+  static const char *const keys[] = {"description", "domain",    "time",   "gravity", "materials",
+                                     "bodies",      "boundary", "output", "parallel"};
+  char g[GOT_LEN], names[300];
+  const char *desc = NULL;
+  list_names(names, sizeof names, keys, 9);
+  if (!cJSON_IsObject(root))
+    return fail(c, "top level", "not an object (got %s; expected an object with keys %s)",
+                got(g, root), names);
+  DR_TRY(check_keys(c, root, "", keys, 9, NULL, 0, NULL));
+  DR_TRY(get_string(c, root, "", "description", 0, "", "a string", &desc));
+  DR_TRY(parse_domain(c, root, s));
+  DR_TRY(parse_time(c, root, s));
+  DR_TRY(parse_gravity(c, root, s));
+  DR_TRY(parse_materials(c, root, s));
+  DR_TRY(parse_bodies(c, root, s));
+  DR_TRY(parse_boundary(c, root, s));
+  DR_TRY(parse_output(c, root, s));
+  DR_TRY(parse_parallel(c, root, s));
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The file. */
+
+/* Reads the whole file, NUL-terminated, into *buf. */
+static int read_file(const ctx *c, const char *path, char **buf, size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return fail(c, NULL, "cannot read: %s", strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  char *b = malloc(cap);
+  int err = 0;
+  while (b) {
+    if (n + 1 >= cap) {
+      if (cap >= (size_t)MAX_FILE_BYTES) {
+        free(b);
+        fclose(f);
+        return fail(c, NULL, "cannot read: larger than %ld MiB, too large for a scene file",
+                    MAX_FILE_BYTES >> 20);
+      }
+      char *nb = realloc(b, cap * 2);
+      if (!nb) {
+        free(b);
+        b = NULL;
+        break;
+      }
+      b = nb;
+      cap *= 2;
+    }
+    size_t got_now = fread(b + n, 1, cap - 1 - n, f);
+    n += got_now;
+    if (got_now == 0) {
+      if (ferror(f)) err = errno ? errno : EIO;
+      break;
+    }
+  }
+  fclose(f);
+  if (!b) return dr_fail(DR_ENOMEM, "out of host memory reading the scene file %s", c->path);
+  if (err) {
+    free(b);
+    return fail(c, NULL, "cannot read: %s", strerror(err));
+  }
+  b[n] = 0;
+  *buf = b;
+  *len = n;
+  return 0;
+}
+
+/* "line L, column C" of byte offset pos (columns count characters, not UTF-8 bytes). */
+static void position(const char *buf, size_t pos, long *line, long *col) {
+  *line = 1;
+  *col = 1;
+  for (size_t i = 0; i < pos; ++i) {
+    if (buf[i] == '\n') {
+      ++*line;
+      *col = 1;
+    } else if (((unsigned char)buf[i] & 0xC0) != 0x80) {
+      ++*col;
+    }
+  }
+}
+
+static int parse_json(const ctx *c, const char *buf, size_t len, cJSON **root) {
+  long line, col;
+  const char *nul = memchr(buf, 0, len);
+  if (nul) {
+    position(buf, (size_t)(nul - buf), &line, &col);
+    return fail(c, NULL, "line %ld, column %ld: not valid JSON (got a NUL byte; expected text)",
+                line, col);
+  }
+  /* the length includes the terminating NUL: cJSON then rejects trailing garbage */
+  *root = cJSON_ParseWithLengthOpts(buf, len + 1, NULL, 1);
+  if (*root) return 0;
+  const char *at = cJSON_GetErrorPtr();
+  size_t pos = (at && at >= buf && at <= buf + len) ? (size_t)(at - buf) : len;
+  position(buf, pos, &line, &col);
+  if (pos >= len)
+    return fail(c, NULL, "line %ld, column %ld: not valid JSON (got the end of the file; expected "
+                "more: is a bracket, brace or quote left open?)", line, col);
+  char near[64], shown[GOT_LEN];
+  size_t k = len - pos < 24 ? len - pos : 24;
+  memcpy(near, buf + pos, k);
+  near[utf8_trim(near, k)] = 0;
+  clean(shown, sizeof shown, near, 60);
+  return fail(c, NULL, "line %ld, column %ld: not valid JSON (got \"%s%s\"; expected a JSON value, "
+              "a comma or a closing bracket here)", line, col, shown, pos + k < len ? "..." : "");
+}
+
+int scene_load(const char *path, scene *out) {
+  ctx c;
+  char *buf;
+  size_t len;
+  cJSON *root = NULL;
+  memset(out, 0, sizeof *out);
+  clean(c.path, sizeof c.path, path ? path : "(null)", 500);
+  if (!path) return fail(&c, NULL, "cannot read: no file name given");
+  snprintf(out->path, sizeof out->path, "%s", path);
+  DR_TRY(read_file(&c, path, &buf, &len));
+  int rc = parse_json(&c, buf, len, &root);
+  if (!rc) rc = parse_scene(&c, root, out);
+  cJSON_Delete(root);
+  free(buf);
+  if (rc) {
+    scene_destroy(out);
+    memset(out, 0, sizeof *out);
+  }
+  return rc;
+}
+
+void scene_destroy(scene *s) {
+  if (!s) return;
+  free(s->materials);
+  free(s->bodies);
+  s->materials = NULL;
+  s->bodies = NULL;
+  s->n_materials = s->n_bodies = 0;
+}
+
+double scene_wave_speed(const scene *s) {
+  double c = 0;
+  for (int i = 0; i < s->n_materials; ++i) {
+    const scene_material *m = &s->materials[i];
+    double ci;
+    if (m->params.model == MODEL_WEAKLY_COMPRESSIBLE) {
+      ci = sqrt(m->bulk_modulus * m->gamma / m->density);
+    } else {
+      double e = m->youngs_modulus, nu = m->poisson_ratio;
+      double mu = e / (2 * (1 + nu)), lambda = e * nu / ((1 + nu) * (1 - 2 * nu));
+      ci = sqrt((lambda + 2 * mu) / m->density);
+    }
+    if (ci > c) c = ci;
+  }
+  return c;
+}
+
+double scene_initial_dt(const scene *s) {
+  double frame = 1.0 / s->fps;
+  if (s->dt > 0) {
+    double n = ceil(frame / s->dt - 1e-9);
+    if (n < 1) n = 1;
+    return frame / n;
+  }
+  double vmax = 0;
+  for (int i = 0; i < s->n_bodies; ++i) {
+    const double *v = s->bodies[i].velocity;
+    double speed = sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+    if (speed > vmax) vmax = speed;
+  }
+  double c = scene_wave_speed(s) + vmax;
+  if (!(c > 0)) return frame;
+  double dt = s->cfl * s->dx / c;
+  return dt < frame ? dt : frame;
+}

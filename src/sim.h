@@ -1,0 +1,47 @@
+/* sim.h - the time loop: sampling, the backend, substeps that land exactly on frame times,
+ * frames and progress. One rank for now; the rank exchange slots in between P2G and the grid
+ * update (backend.h). */
+#ifndef DRIFT_SIM_H
+#define DRIFT_SIM_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "scene.h"
+
+typedef struct sim_options {
+  const char *out_dir; /* overrides output.dir when non-NULL */
+  int frames;          /* overrides time.frames when > 0 */
+  int backend;         /* overrides parallel.backend when >= 0 (enum backend_kind) */
+  int write_output;    /* 0: write no files (tests drive sim_advance_frame themselves) */
+} sim_options;
+
+typedef struct sim_status {
+  int frame;            /* last completed frame */
+  int frames;           /* frames to simulate */
+  double time;          /* s */
+  uint64_t steps;       /* substeps so far */
+  uint64_t rebuilds;    /* rebuild-mappings so far */
+  uint64_t particles;   /* all ranks */
+  double step_seconds;  /* wall time in substeps */
+  double io_seconds;    /* wall time writing frames */
+  double last_dt;       /* s */
+} sim_status;
+
+typedef struct sim sim;
+
+/* Samples the scene, creates the backend and, when writing output, the output folder
+ * (nothing is written before the scene proved valid). Collective over comm. Allocates *out. */
+int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out);
+/* Simulates the next frame; writes it if output is on and the frame is due. */
+int sim_advance_frame(sim *S);
+/* Writes frame 0 and runs all frames with one progress line per frame and a summary. */
+int sim_run(sim *S);
+/* This rank's particles (out is resized; allocates). */
+int sim_particles(sim *S, particles *out);
+const sim_status *sim_get_status(const sim *S);
+const char *sim_backend_name(const sim *S);
+void sim_destroy(sim **S);
+
+#endif

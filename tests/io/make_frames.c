@@ -1,0 +1,93 @@
+/* make_frames DIR N_FRAMES N[,N1,...] - writes N_FRAMES frames and DIR/frames.xdmf for the
+ * ParaView test (pvpython_open.py). N is the particle count of every frame, or a comma-separated
+ * list of one count per frame (0 allowed). DIR is created if missing. Values are a function of
+ * (frame, particle) so the reader side could check them; frame k has time 0.25 * k. */
+#include <errno.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "error.h"
+#include "h5frame.h"
+#include "xdmf.h"
+
+enum { MAX_FRAMES = 64 };
+
+static int parse_counts(const char *arg, int n_frames, uint64_t *counts) {
+  const char *p = arg;
+  for (int k = 0; k < n_frames; k++) {
+    char *end = NULL;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (end == p) return -1;
+    counts[k] = v;
+    if (*end == ',') {
+      p = end + 1;
+    } else if (*end == 0) {
+      if (k == 0) { /* one count for every frame */
+        for (int j = 1; j < n_frames; j++) counts[j] = v;
+        return 0;
+      }
+      return k == n_frames - 1 ? 0 : -1;
+    } else {
+      return -1;
+    }
+  }
+  return *p == 0 ? 0 : -1;
+}
+
+static int write_all(const char *dir, int n_frames, const uint64_t *counts) {
+  static const char *const names[] = {"sand", "water"};
+  xdmf_frame frames[MAX_FRAMES];
+  for (int k = 0; k < n_frames; k++) {
+    size_t n = (size_t)counts[k];
+    float *pos = malloc(3 * n * sizeof *pos + 1), *vel = malloc(3 * n * sizeof *vel + 1);
+    uint64_t *id = malloc(n * sizeof *id + 1);
+    int32_t *mat = malloc(n * sizeof *mat + 1), *own = malloc(n * sizeof *own + 1);
+    if (!pos || !vel || !id || !mat || !own) {
+      free(pos), free(vel), free(id), free(mat), free(own);
+      return dr_fail(DR_ENOMEM, "make_frames: out of memory for %zu particles", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+      for (int c = 0; c < 3; c++) {
+        pos[3 * i + c] = 0.01f * (float)i + 0.1f * (float)c + 0.05f * (float)k;
+        vel[3 * i + c] = (float)c - 1.0f;
+      }
+      id[i] = 1000u * (uint64_t)k + i;
+      mat[i] = (int32_t)(i % 2);
+      own[i] = 0;
+    }
+    h5frame_meta meta = {.frame = k, .time = 0.25 * k, .dx = 0.01, .n_materials = 2,
+                         .material_names = names};
+    h5frame_data d = {.n = n, .position = pos, .velocity = vel, .id = id, .material = mat,
+                      .owner = own};
+    int st = h5frame_write(MPI_COMM_WORLD, dir, &meta, &d);
+    free(pos), free(vel), free(id), free(mat), free(own);
+    if (st) return st;
+    frames[k] = (xdmf_frame){.frame = k, .time = meta.time, .n = counts[k]};
+    DR_TRY(xdmf_write(dir, frames, k + 1));
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int st = 0;
+  uint64_t counts[MAX_FRAMES];
+  int n_frames = argc == 4 ? atoi(argv[2]) : 0;
+  if (n_frames < 1 || n_frames > MAX_FRAMES || parse_counts(argv[3], n_frames, counts) != 0) {
+    fprintf(stderr, "usage: make_frames DIR N_FRAMES(1..%d) N[,N1,...]\n", MAX_FRAMES);
+    st = DR_EINPUT;
+  } else if (mkdir(argv[1], 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "make_frames: mkdir %s: %s\n", argv[1], strerror(errno));
+    st = DR_EIO;
+  } else {
+    st = write_all(argv[1], n_frames, counts);
+    if (st) fprintf(stderr, "make_frames: %s\n", dr_message());
+    else printf("make_frames: %d frames in %s\n", n_frames, argv[1]);
+  }
+  MPI_Finalize();
+  return st ? 1 : 0;
+}

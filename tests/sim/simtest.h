@@ -1,0 +1,106 @@
+/* simtest.h - helpers for the integration tests: a scene from a JSON string, a simulation
+ * without output, per-frame reductions over particles. Header-only; each test is one file. */
+#ifndef DRIFT_SIMTEST_H
+#define DRIFT_SIMTEST_H
+
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "log.h"
+#include "particles.h"
+#include "physics/constitutive.h"
+#include "scene.h"
+#include "sim.h"
+
+static int failures_;
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      ++failures_;                                                                                 \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                         \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+    }                                                                                              \
+  } while (0)
+#define MUST(expr)                                                                                 \
+  do {                                                                                             \
+    if ((expr) != 0) {                                                                             \
+      fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #expr, dr_message());            \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+/* Writes json to a temporary file and loads it. */
+static void scene_from_text(const char *json, scene *s) {
+  char path[] = "/tmp/drift-test-XXXXXX.json";
+  int fd = mkstemps(path, 5);
+  if (fd < 0) {
+    perror("mkstemps");
+    exit(1);
+  }
+  FILE *f = fdopen(fd, "w");
+  fputs(json, f);
+  fclose(f);
+  MUST(scene_load(path, s));
+  unlink(path);
+}
+
+static sim *start(const scene *s) {
+  sim_options opt = {.backend = -1, .write_output = 0};
+  sim *S = NULL;
+  MUST(sim_create(s, &opt, MPI_COMM_WORLD, &S));
+  return S;
+}
+
+typedef struct moments {
+  double mass, momentum[3], com[3], kinetic, potential, elastic, vmax, xmin[3], xmax[3];
+  double angular[3];
+} moments;
+
+/* Mass-weighted sums over particles; potential energy is -m g.x. */
+static moments measure(const scene *s, const particles *p) {
+  moments m;
+  memset(&m, 0, sizeof m);
+  for (int a = 0; a < 3; ++a) m.xmin[a] = 1e30, m.xmax[a] = -1e30;
+  for (size_t i = 0; i < p->n; ++i) {
+    double mi = p->mass[i], v2 = 0;
+    const float *x = p->x + 3 * i, *v = p->v + 3 * i;
+    m.mass += mi;
+    for (int a = 0; a < 3; ++a) {
+      m.momentum[a] += mi * v[a];
+      m.com[a] += mi * x[a];
+      m.potential -= mi * s->gravity[a] * x[a];
+      v2 += (double)v[a] * v[a];
+      if (x[a] < m.xmin[a]) m.xmin[a] = x[a];
+      if (x[a] > m.xmax[a]) m.xmax[a] = x[a];
+    }
+    m.angular[0] += mi * ((double)x[1] * v[2] - (double)x[2] * v[1]);
+    m.angular[1] += mi * ((double)x[2] * v[0] - (double)x[0] * v[2]);
+    m.angular[2] += mi * ((double)x[0] * v[1] - (double)x[1] * v[0]);
+    m.kinetic += 0.5 * mi * v2;
+    if (sqrt(v2) > m.vmax) m.vmax = sqrt(v2);
+    m.elastic += p->vol0[i] * constitutive_energy_density(&s->materials[p->material[i]].params, p->F + 9 * i);
+  }
+  for (int a = 0; a < 3; ++a) m.com[a] /= m.mass;
+  return m;
+}
+
+static int finish(const char *name) {
+  if (failures_) fprintf(stderr, "%s: %d check(s) failed\n", name, failures_);
+  else printf("%s: all checks passed\n", name);
+  MPI_Finalize();
+  return failures_ ? 1 : 0;
+}
+
+static void init(int *argc, char ***argv) {
+  MPI_Init(argc, argv);
+  log_set_quiet(1);
+}
+
+#endif
