@@ -9,7 +9,7 @@
 
 static void read_frame(const char *dir, int frame, size_t *n, float **x, float **v, uint64_t **id, int32_t **mat,
                        double *time, double *dx) {
-  char path[4096];
+  char path[4400];
   snprintf(path, sizeof path, "%s/frame_%05d.h5", dir, frame);
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
     CHECK(!strstr(buf, "frame_00001.h5") && !strstr(buf, "frame_00003.h5"), "frames.xdmf names an unwritten frame");
   }
   char cmd[4400];
-  snprintf(cmd, sizeof cmd, "ls -A %s | grep -v -E '^(frame_0000[024]\\.h5|frames\\.xdmf)$'", out);
+  snprintf(cmd, sizeof cmd, "ls -A %s | grep -v -E '^(frame_0000[024]\\.h5|frames\\.xdmf|frames_vertices\\.bin)$'", out);
   CHECK(system(cmd) != 0, "unexpected files left in the output folder (listed above)");
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

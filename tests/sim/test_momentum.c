@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
   }
   printf("largest relative change: linear momentum %.3g, angular momentum %.3g\n", worst_p, worst_l);
   CHECK(worst_p < 1e-5, "linear momentum drifted by %g of its scale", worst_p);
-  CHECK(worst_l < 1e-4, "angular momentum drifted by %g of its scale", worst_l);
+  CHECK(worst_l < 1e-5, "angular momentum drifted by %g of its scale", worst_l);
   CHECK(pa < 0.5 * pa0, "sphere a kept its momentum (%g of %g): no collision happened", pa, pa0);
   CHECK(emax < 1.0 + 1e-3, "energy grew to %g of the initial", emax);
   particles_free(&p);

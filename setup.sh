@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# setup.sh - the two commands of the README.
+#   ./setup.sh        installs what is missing (Debian packages), builds drift, runs the default scene
+#   ./setup.sh test   installs what is missing (with the test tools), builds drift, runs the test suite
+# Safe to run again: it installs and rebuilds only what is missing or changed.
+set -euo pipefail
+cd "$(dirname "$0")"
+mode=${1:-run}
+case "$mode" in
+  run | test) ;;
+  *) echo "usage: ./setup.sh [test]" >&2; exit 2 ;;
+esac
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# 1. Debian packages. Build: compilers, CMake, Open MPI, parallel HDF5, cJSON. Tests also use
+#    ParaView's pvpython under Xvfb to open the frames where users open them.
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev libcjson-dev hdf5-tools)
+[ "$mode" = test ] && pkgs+=(paraview xvfb xauth)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
+    say "these Debian packages are missing and you are not root (no sudo): ${missing[*]}"; exit 1
+  fi
+  say "installing missing Debian packages: ${missing[*]}"
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  say "Debian packages present: ${pkgs[*]}"
+fi
+
+# 2. The CUDA toolkit (nvcc, CUB) compiles gpu/ everywhere, GPU or not.
+if ! command -v nvcc >/dev/null; then
+  for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do [ -x "$d/nvcc" ] && export PATH="$d:$PATH" && break; done
+fi
+if ! command -v nvcc >/dev/null; then
+  say "nvcc not found: install the CUDA toolkit (12 or newer) and put its bin/ on PATH"; exit 1
+fi
+
+# 3. Configure and build (Release) in ./build; the full log is build/setup-build.log.
+jobs=$(nproc)
+mkdir -p build
+if [ ! -f build/CMakeCache.txt ]; then
+  say "configuring in ./build (cmake, Release, CUDA architecture 90)"
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build/setup-configure.log 2>&1 ||
+    { tail -n 30 build/setup-configure.log >&2; say "configure failed; full log: build/setup-configure.log"; exit 1; }
+fi
+say "building with $jobs jobs"
+cmake --build build -j "$jobs" >build/setup-build.log 2>&1 ||
+  { grep -E -A3 "error" build/setup-build.log | head -n 40 >&2; say "build failed; full log: build/setup-build.log"; exit 1; }
+
+# 4. Run.
+if [ "$mode" = test ]; then
+  say "running the test suite (ctest; GPU tests are skipped where no GPU is present)"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  exec ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+fi
+say "running the default scene (jobs/scenes/default.json) into ./frames"
+./build/drift check jobs/scenes/default.json
+exec ./build/drift run jobs/scenes/default.json --out frames
