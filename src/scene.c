@@ -42,40 +42,38 @@ typedef struct ctx {
  * Message helpers: everything a user wrote is escaped (no control characters reach the one-line
  * message) and clipped. */
 
-/* Drops a UTF-8 sequence cut short at the end of buf[0..len). */
-static size_t utf8_trim(const char *buf, size_t len) {
-  size_t i = len;
-  size_t back = 0;
-  while (i > 0 && back < 4 && ((unsigned char)buf[i - 1] & 0xC0) == 0x80) --i, ++back;
-  if (i == 0) return len;
-  unsigned char lead = (unsigned char)buf[i - 1];
-  size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-  if (need > 1 && back + 1 < need) return i - 1;
-  return len;
+/* Length of the valid UTF-8 sequence at p, or 0 when p does not start one. */
+static size_t utf8_len(const unsigned char *p) {
+  size_t n = p[0] < 0x80 ? 1 : p[0] >= 0xC2 && p[0] <= 0xDF ? 2 : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
+           : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : 0;
+  for (size_t i = 1; i < n; ++i)
+    if ((p[i] & 0xC0) != 0x80) return 0;
+  return n;
 }
 
-/* Copies src into dst (capacity cap), control bytes as \xNN, at most max bytes, "..." if cut. */
+/* Copies src into dst (capacity cap): control bytes and bytes that are not valid UTF-8 as \xNN,
+ * at most max bytes, "..." if cut. */
 static void clean(char *dst, size_t cap, const char *src, size_t max) {
   size_t n = 0;
   if (max + 4 > cap) max = cap > 4 ? cap - 4 : 0;
-  for (const unsigned char *p = (const unsigned char *)src; *p; ++p) {
+  for (const unsigned char *p = (const unsigned char *)src; *p;) {
     char piece[5];
-    size_t k;
-    if (*p < 0x20 || *p == 0x7f) {
+    size_t k = utf8_len(p), used = k;
+    if (k == 0 || *p < 0x20 || *p == 0x7f) {
       snprintf(piece, sizeof piece, "\\x%02x", *p);
       k = 4;
+      used = 1;
     } else {
-      piece[0] = (char)*p;
-      k = 1;
+      memcpy(piece, p, k);
     }
     if (n + k > max) {
-      n = utf8_trim(dst, n);
       memcpy(dst + n, "...", 3);
       n += 3;
       break;
     }
     memcpy(dst + n, piece, k);
     n += k;
+    p += used;
   }
   dst[n] = 0;
 }
@@ -86,6 +84,12 @@ static const char *fmt_num(char buf[32], double v) {
   if (isnan(v)) return "nan";
   snprintf(buf, 32, "%.15g", v);
   if (strtod(buf, NULL) != v) snprintf(buf, 32, "%.17g", v);
+  return buf;
+}
+
+/* A derived value (a sum, a ratio) in messages: 12 significant digits hide rounding noise. */
+static const char *fmt_derived(char buf[32], double v) {
+  snprintf(buf, 32, "%.12g", v);
   return buf;
 }
 
@@ -250,25 +254,26 @@ static void fmt_range(char *buf, size_t cap, const char *name, range r) {
 }
 
 /* Checks that v is a finite number that single precision can hold (the kernels compute in
- * float): 0 or a magnitude in [FLT_MIN, FLT_MAX]. */
-static int check_number(const ctx *c, const cJSON *v, const char *key, const char *expect) {
+ * float): 0 or a magnitude in [FLT_MIN, FLT_MAX]. want: the range, e.g. "dx > 0 (m)", or "". */
+static int check_number(const ctx *c, const cJSON *v, const char *key, const char *want) {
   char g[GOT_LEN];
-  if (!cJSON_IsNumber(v)) return fail(c, key, "wrong type (got %s; expected %s)", got(g, v), expect);
+  const char *sep = *want ? ", " : "";
+  if (!cJSON_IsNumber(v))
+    return fail(c, key, "wrong type (got %s; expected a number%s%s)", got(g, v), sep, want);
   double x = v->valuedouble;
   if (!isfinite(x))
-    return fail(c, key, "not a finite number (got %s; expected %s)", got(g, v), expect);
+    return fail(c, key, "not a finite number (got %s; expected a finite number%s%s)", got(g, v),
+                sep, want);
   if (fabs(x) > FLT_MAX || (x != 0 && fabs(x) < FLT_MIN))
-    return fail(c, key,
-                "out of range (got %s; expected %s, and 0 or a magnitude from 1.2e-38 to 3.4e+38, "
-                "which single precision holds)",
-                got(g, v), expect);
+    return fail(c, key, "out of range (got %s; expected %s%sa number single precision holds: 0 or a "
+                "magnitude from 1.2e-38 to 3.4e+38)", got(g, v), want, *want ? " and " : "");
   return 0;
 }
 
 /* Reads obj.name as a real number in r. Absent: *out = def, or an error when required. */
 static int get_real(const ctx *c, const cJSON *obj, const char *where, const char *name,
                     int required, double def, range r, double *out) {
-  char key[KEY_LEN], want[160], expect[200], g[GOT_LEN];
+  char key[KEY_LEN], want[160], g[GOT_LEN];
   join(key, where, name);
   fmt_range(want, sizeof want, name, r);
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
@@ -277,8 +282,7 @@ static int get_real(const ctx *c, const cJSON *obj, const char *where, const cha
     *out = def;
     return 0;
   }
-  snprintf(expect, sizeof expect, "a number, %s", want);
-  DR_TRY(check_number(c, v, key, expect));
+  DR_TRY(check_number(c, v, key, want));
   double x = v->valuedouble;
   if (x < r.lo || x > r.hi || (r.lo_open && x == r.lo) || (r.hi_open && x == r.hi))
     return fail(c, key, "out of range (got %s; expected %s)", got(g, v), want);
@@ -335,7 +339,7 @@ static int get_vec3(const ctx *c, const cJSON *obj, const char *where, const cha
   int i = 0;
   for (const cJSON *e = v->child; e; e = e->next, ++i) {
     snprintf(ekey, sizeof ekey, "%s[%d]", key, i);
-    DR_TRY(check_number(c, e, ekey, "a number"));
+    DR_TRY(check_number(c, e, ekey, ""));
     out[i] = e->valuedouble;
   }
   return 0;
@@ -424,12 +428,12 @@ static int parse_domain(const ctx *c, const cJSON *root, scene *s) {
     double cells = extent / s->dx;
     if (cells < MIN_CELLS_PER_AXIS * (1 - REL_TOL))
       return fail(c, "domain.dx", "too coarse: the domain is %s cells wide along %c (got %s; "
-                  "expected dx <= %s m, at least 4 cells per axis)", fmt_num(a, cells), AXIS[i],
-                  fmt_num(b, s->dx), fmt_num(e, extent / MIN_CELLS_PER_AXIS));
+                  "expected dx <= %s m, at least 4 cells per axis)", fmt_derived(a, cells), AXIS[i],
+                  fmt_num(b, s->dx), fmt_derived(e, extent / MIN_CELLS_PER_AXIS));
     if (cells > MAX_CELLS_PER_AXIS * (1 + REL_TOL))
       return fail(c, "domain.dx", "too fine: the domain is %s cells wide along %c (got %s; "
-                  "expected dx >= %s m, at most 2097152 = 2^21 cells per axis)", fmt_num(a, cells),
-                  AXIS[i], fmt_num(b, s->dx), fmt_num(e, extent / MAX_CELLS_PER_AXIS));
+                  "expected dx >= %s m, at most 2097152 = 2^21 cells per axis)", fmt_derived(a, cells),
+                  AXIS[i], fmt_num(b, s->dx), fmt_derived(e, extent / MAX_CELLS_PER_AXIS));
   }
   return 0;
 }
@@ -640,7 +644,7 @@ static int parse_sphere(const ctx *c, const cJSON *b, const char *where, const s
       join(key, where, "radius");
       return fail(c, key, "the sphere leaves the domain through domain.%s along %c (got center.%c "
                   "%s radius = %s; expected %s domain.%s.%c %s)", below ? "min" : "max", AXIS[i],
-                  AXIS[i], below ? "-" : "+", fmt_num(x, below ? ctr - r : ctr + r),
+                  AXIS[i], below ? "-" : "+", fmt_derived(x, below ? ctr - r : ctr + r),
                   below ? ">=" : "<=", below ? "min" : "max", AXIS[i],
                   fmt_num(y, below ? lo : hi));
     }
@@ -882,12 +886,17 @@ static int parse_json(const ctx *c, const char *buf, size_t len, cJSON **root) {
     return fail(c, NULL, "line %ld, column %ld: not valid JSON (got the end of the file; expected "
                 "more: is a bracket, brace or quote left open?)", line, col);
   char near[64], shown[GOT_LEN];
-  size_t k = len - pos < 24 ? len - pos : 24;
+  size_t k = 0;
+  while (k < 24 && pos + k < len && buf[pos + k] != '\n' && buf[pos + k] != '\r') ++k;
   memcpy(near, buf + pos, k);
-  near[utf8_trim(near, k)] = 0;
+  near[k] = 0;
   clean(shown, sizeof shown, near, 60);
+  int more = pos + k < len && buf[pos + k] != '\n' && buf[pos + k] != '\r';
+  if (k == 0)
+    return fail(c, NULL, "line %ld, column %ld: not valid JSON (got the end of the line; expected a "
+                "JSON value, a comma or a closing bracket here)", line, col);
   return fail(c, NULL, "line %ld, column %ld: not valid JSON (got \"%s%s\"; expected a JSON value, "
-              "a comma or a closing bracket here)", line, col, shown, pos + k < len ? "..." : "");
+              "a comma or a closing bracket here)", line, col, shown, more ? "..." : "");
 }
 
 int scene_load(const char *path, scene *out) {

@@ -19,10 +19,13 @@
  *   - Matrices are float[9] row-major (common.h). tau is symmetric to round-off.
  *   - Drucker-Prager: principal stretches s come from svd3 (sigma[2] < 0 for inverted F); the
  *     log strain uses |s| clamped below at DR_DP_MIN_STRETCH (1e-6), so an inverted element is
- *     treated as its mirror image. A state inside the cone keeps its F (even if inverted); a
- *     projected state gets s = exp(H) > 0, which un-inverts it (a projected state is
- *     rebuilt from its admissible strain). Tension (tr log s >= 0) projects to the cone tip:
- *     F becomes the rotation U V^T and tau = 0. friction_angle 0 (alpha = 0) gives a
+ *     treated as its mirror image: yield and stress depend on |s| only. A state inside the
+ *     cone keeps its F bit for bit; a projected state gets |s| = exp(H) with the signs of s
+ *     kept, so an inverted F stays inverted (det F < 0, |det F| as projected). This keeps the
+ *     update continuous in F (un-inverting only the projected states would make F jump at
+ *     the yield surface, and the CPU and GPU backends would part ways there). Tension
+ *     (tr log |s| >= 0) projects to the cone tip: s = (1, 1, +-1), F becomes U V^T (a rotation,
+ *     or a reflection for inverted F) and tau = 0. friction_angle 0 (alpha = 0) gives a
  *     zero-yield von Mises material: the deviatoric strain is removed at every update.
  *   - Weakly compressible: J is clamped to [DR_WC_J_MIN, DR_WC_J_MAX] = [0.1, 10] before use
  *     (a negative or zero J from an inverted/degenerate particle counts as J_MIN), and F is
@@ -81,7 +84,8 @@ DR_HD void constitutive_fixed_corotated_(const material_params *m, const float F
 
 /* ---- Drucker-Prager sand (Klar et al. 2016) ---- */
 
-/* Return mapping in principal log strain (Klar et al. 2016, without cohesion or hardening).
+/* Return mapping in principal log strain (Klar et al. 2016, without cohesion or hardening),
+ * acting on |s|; the signs of s are kept.
  * Yield condition on the Kirchhoff stress: |dev tau| + alpha tr(tau) <= 0, i.e. in strain
  * |epshat| + alpha (3 lambda + 2 mu) / (2 mu) tr(eps) <= 0 (dev tau = 2 mu epshat and
  * tr tau = (3 lambda + 2 mu) tr eps). Returns the projected principal stretches in s
@@ -91,7 +95,7 @@ DR_HD void constitutive_dp_project_(const material_params *m, float s[3]) {
   constitutive_log_strain_(s, eps);
   const float tr = eps[0] + eps[1] + eps[2];
   if (tr >= 0.0f) { /* expansion: no cohesion, so the only admissible stress is 0: cone tip */
-    s[0] = s[1] = s[2] = 1.0f;
+    for (int i = 0; i < 3; ++i) s[i] = (s[i] < 0.0f) ? -1.0f : 1.0f;
     return;
   }
   float hat[3];
@@ -102,7 +106,10 @@ DR_HD void constitutive_dp_project_(const material_params *m, float s[3]) {
   /* H = eps - dgamma hat/|hat|; dgamma <= |hat| since tr < 0 and alpha >= 0, so the factor is
    * in [0, 1]. |hat| ~ 0 would only happen with alpha = 0: project onto the hydrostatic axis. */
   const float k = (nrm > 1e-20f) ? fminf(dgamma / nrm, 1.0f) : 1.0f;
-  for (int i = 0; i < 3; ++i) s[i] = expf(eps[i] - k * hat[i]);
+  for (int i = 0; i < 3; ++i) {
+    const float e = expf(eps[i] - k * hat[i]);
+    s[i] = (s[i] < 0.0f) ? -e : e; /* keep the reflection of an inverted F (see the top) */
+  }
 }
 
 /* tau = U diag(2 mu eps + lambda tr(eps)) U^T for Hencky strain eps = log |s|. */

@@ -1,0 +1,300 @@
+/* test_scene.c - scene_load on valid scenes: every parsed value and default, the derived material
+ * parameters, the wave speed and the initial step (fixed and CFL), against numbers worked out by
+ * hand; plus the error contract (DR_EINPUT, one line naming the file and key, *out left empty).
+ * The many ways a scene can be wrong are covered by check_bad_scenes.sh and the files in bad/. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "scene.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                     \
+      ++failures;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+/* |a - b| <= rel * |b| (exact when b == 0). */
+#define CHECK_NEAR(a, b, rel)                                                                      \
+  do {                                                                                             \
+    double a_ = (a), b_ = (b);                                                                     \
+    if (!(fabs(a_ - b_) <= (rel) * fabs(b_))) {                                                    \
+      fprintf(stderr, "%s:%d: CHECK_NEAR failed: %s = %.17g, expected %.17g\n", __FILE__,          \
+              __LINE__, #a, a_, b_);                                                               \
+      ++failures;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+#define CHECK_VEC(v, x, y, z)                                                                      \
+  do {                                                                                             \
+    CHECK_NEAR((v)[0], (x), 1e-15);                                                                \
+    CHECK_NEAR((v)[1], (y), 1e-15);                                                                \
+    CHECK_NEAR((v)[2], (z), 1e-15);                                                                \
+  } while (0)
+
+static const double F = 1e-6; /* tolerance of values the kernels hold in float */
+
+/* Writes text to a new temporary file; returns its path in path (size 64). */
+static void write_temp(char path[64], const char *text) {
+  const char *dir = getenv("TMPDIR");
+  snprintf(path, 64, "%s/test_scene.XXXXXX", dir && strlen(dir) < 40 ? dir : "/tmp");
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    perror("mkstemp");
+    exit(1);
+  }
+  FILE *f = fdopen(fd, "w");
+  if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+    perror("writing a temporary scene");
+    exit(1);
+  }
+}
+
+/* Loads text as a scene file; returns scene_load's status. */
+static int load_text(const char *text, scene *s, char path[64]) {
+  write_temp(path, text);
+  dr_clear();
+  int rc = scene_load(path, s);
+  if (rc) fprintf(stderr, "  (scene_load: %s)\n", dr_message());
+  return rc;
+}
+
+/* Every key given, none left to its default. */
+static const char *FULL =
+    "{\n"
+    "  \"description\": \"every key\",\n"
+    "  \"domain\": { \"min\": [0, -0.5, 0.25], \"max\": [2, 1, 1.25], \"dx\": 0.025 },\n"
+    "  \"time\": { \"frames\": 120, \"fps\": 24, \"cfl\": 0.6 },\n"
+    "  \"gravity\": [0.5, -3.7, 0],\n"
+    "  \"materials\": {\n"
+    "    \"jelly\": { \"model\": \"fixed_corotated\", \"density\": 1000, \"youngs_modulus\": 5e4,"
+    " \"poisson_ratio\": 0.3 },\n"
+    "    \"sand\": { \"model\": \"drucker_prager\", \"density\": 1600, \"youngs_modulus\": 3.5e5,"
+    " \"poisson_ratio\": 0.3, \"friction_angle\": 35 },\n"
+    "    \"water\": { \"model\": \"weakly_compressible\", \"density\": 1000, \"bulk_modulus\": 2e5,"
+    " \"gamma\": 6.5 }\n"
+    "  },\n"
+    "  \"bodies\": [\n"
+    "    { \"shape\": \"box\", \"min\": [0.05, -0.45, 0.3], \"max\": [1.95, 0.4, 1.2],"
+    " \"material\": \"water\", \"ppc\": 4, \"velocity\": [1, 0, 0], \"seed\": 11 },\n"
+    "    { \"shape\": \"sphere\", \"center\": [1.4, 0.7, 0.75], \"radius\": 0.3, \"material\": \"sand\","
+    " \"ppc\": 27, \"velocity\": [0, -3, 4], \"seed\": 12345678901 }\n"
+    "  ],\n"
+    "  \"boundary\": { \"type\": \"separate\", \"friction\": 0.4 },\n"
+    "  \"output\": { \"dir\": \"out/frames\", \"every\": 5 },\n"
+    "  \"parallel\": { \"backend\": \"cuda\", \"gpus_per_rank\": 4 }\n"
+    "}\n";
+
+static void test_full(void) {
+  scene s;
+  char path[64];
+  CHECK(load_text(FULL, &s, path) == 0);
+  CHECK(strcmp(s.path, path) == 0);
+  CHECK_VEC(s.domain_min, 0, -0.5, 0.25);
+  CHECK_VEC(s.domain_max, 2, 1, 1.25);
+  CHECK(s.dx == 0.025);
+  CHECK(s.frames == 120);
+  CHECK(s.fps == 24);
+  CHECK(s.dt == 0);
+  CHECK(s.cfl == 0.6);
+  CHECK_VEC(s.gravity, 0.5, -3.7, 0);
+
+  CHECK(s.n_materials == 3);
+  if (s.n_materials == 3) {
+    const scene_material *j = &s.materials[0], *sa = &s.materials[1], *w = &s.materials[2];
+    CHECK(strcmp(j->name, "jelly") == 0);
+    CHECK(j->params.model == MODEL_FIXED_COROTATED);
+    CHECK(j->density == 1000 && j->youngs_modulus == 5e4 && j->poisson_ratio == 0.3);
+    CHECK_NEAR(j->params.density, 1000, F);
+    CHECK_NEAR(j->params.mu, 19230.76923076923, F);      /* 5e4 / (2 * 1.3) */
+    CHECK_NEAR(j->params.lambda, 28846.153846153844, F); /* 5e4 * 0.3 / (1.3 * 0.4) */
+    CHECK(j->params.alpha == 0 && j->params.bulk == 0);
+
+    CHECK(strcmp(sa->name, "sand") == 0);
+    CHECK(sa->params.model == MODEL_DRUCKER_PRAGER);
+    CHECK(sa->density == 1600 && sa->youngs_modulus == 3.5e5 && sa->poisson_ratio == 0.3);
+    CHECK(sa->friction_angle == 35);
+    CHECK_NEAR(sa->params.mu, 134615.38461538462, F);
+    CHECK_NEAR(sa->params.lambda, 201923.0769230769, F);
+    /* sqrt(2/3) * 2 sin(35 deg) / (3 - sin(35 deg)), sin(35 deg) = 0.573576436351046 */
+    CHECK_NEAR(sa->params.alpha, 0.386019330011002, F);
+
+    CHECK(strcmp(w->name, "water") == 0);
+    CHECK(w->params.model == MODEL_WEAKLY_COMPRESSIBLE);
+    CHECK(w->density == 1000 && w->bulk_modulus == 2e5 && w->gamma == 6.5);
+    CHECK_NEAR(w->params.density, 1000, F);
+    CHECK_NEAR(w->params.bulk, 2e5, F);
+    CHECK_NEAR(w->params.gamma, 6.5, F);
+    CHECK(w->params.mu == 0 && w->params.lambda == 0);
+  }
+
+  CHECK(s.n_bodies == 2);
+  if (s.n_bodies == 2) {
+    const scene_body *b = &s.bodies[0], *sp = &s.bodies[1];
+    CHECK(b->shape == SHAPE_BOX);
+    CHECK_VEC(b->min, 0.05, -0.45, 0.3);
+    CHECK_VEC(b->max, 1.95, 0.4, 1.2);
+    CHECK(b->material == 2);
+    CHECK(b->ppc == 4);
+    CHECK_VEC(b->velocity, 1, 0, 0);
+    CHECK(b->seed == 11);
+    CHECK(sp->shape == SHAPE_SPHERE);
+    CHECK_VEC(sp->center, 1.4, 0.7, 0.75);
+    CHECK(sp->radius == 0.3);
+    CHECK(sp->material == 1);
+    CHECK(sp->ppc == 27);
+    CHECK_VEC(sp->velocity, 0, -3, 4);
+    CHECK(sp->seed == 12345678901ULL);
+  }
+  CHECK(s.boundary == BOUNDARY_SEPARATE);
+  CHECK(s.friction == 0.4);
+  CHECK(strcmp(s.output_dir, "out/frames") == 0);
+  CHECK(s.output_every == 5);
+  CHECK(s.backend == BACKEND_CUDA);
+  CHECK(s.gpus_per_rank == 4);
+
+  /* fastest wave: water, sqrt(2e5 * 6.5 / 1000); sand sqrt((lambda + 2 mu) / 1600) = 17.16 */
+  CHECK_NEAR(scene_wave_speed(&s), sqrt(1300.0), 1e-12);
+  /* CFL: 0.6 * 0.025 / (c + |(0, -3, 4)|) */
+  CHECK_NEAR(scene_initial_dt(&s), 0.6 * 0.025 / (sqrt(1300.0) + 5), 1e-12);
+  scene_destroy(&s);
+  CHECK(s.materials == NULL && s.bodies == NULL);
+  scene_destroy(&s); /* twice is harmless */
+  unlink(path);
+}
+
+/* Only what is required: everything else takes its default. */
+static const char *MINIMAL =
+    "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.25 },\n"
+    "  \"time\": { \"frames\": 3, \"fps\": 30, \"cfl\": 1 },\n"
+    "  \"materials\": {\n"
+    "    \"sand\": { \"model\": \"drucker_prager\", \"density\": 1, \"youngs_modulus\": 1,"
+    " \"poisson_ratio\": -0.5 },\n"
+    "    \"water\": { \"model\": \"weakly_compressible\", \"density\": 1000, \"bulk_modulus\": 1 }\n"
+    "  },\n"
+    "  \"bodies\": [\n"
+    "    { \"shape\": \"sphere\", \"center\": [0.5, 0.5, 0.5], \"radius\": 0.5, \"material\": \"sand\" },\n"
+    "    { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"material\": \"water\" }\n"
+    "  ] }\n";
+
+static void test_defaults(void) {
+  scene s;
+  char path[64];
+  CHECK(load_text(MINIMAL, &s, path) == 0);
+  CHECK_VEC(s.gravity, 0, -9.81, 0);
+  CHECK(s.boundary == BOUNDARY_STICKY);
+  CHECK(s.friction == 0);
+  CHECK(strcmp(s.output_dir, "frames") == 0);
+  CHECK(s.output_every == 1);
+  CHECK(s.backend == BACKEND_AUTO);
+  CHECK(s.gpus_per_rank == 0);
+  CHECK(s.n_materials == 2 && s.n_bodies == 2);
+  if (s.n_materials == 2 && s.n_bodies == 2) {
+    CHECK(s.materials[0].friction_angle == 30);
+    CHECK_NEAR(s.materials[0].params.alpha, 0.3265986323710904, F); /* sin 30 = 1/2 */
+    CHECK_NEAR(s.materials[0].params.mu, 1.0, F);                   /* 1 / (2 * 0.5) */
+    CHECK_NEAR(s.materials[0].params.lambda, -0.5, F);              /* -0.5 / (0.5 * 2) */
+    CHECK(s.materials[1].gamma == 7);
+    CHECK_NEAR(s.materials[1].params.gamma, 7, F);
+    for (int i = 0; i < 2; ++i) {
+      CHECK(s.bodies[i].ppc == 8);
+      CHECK_VEC(s.bodies[i].velocity, 0, 0, 0);
+      CHECK(s.bodies[i].seed == (uint64_t)i); /* the body's index */
+    }
+    CHECK(s.bodies[1].material == 1);
+  }
+  /* c = sqrt((lambda + 2 mu) / density) = sqrt(1.5) beats water's sqrt(7 / 1000); the CFL step
+   * 1 * 0.25 / sqrt(1.5) = 0.204 is longer than a frame, so the frame (1/30 s) is the step */
+  CHECK_NEAR(scene_wave_speed(&s), sqrt(1.5), 1e-12);
+  CHECK_NEAR(scene_initial_dt(&s), 1.0 / 30, 1e-12);
+  scene_destroy(&s);
+  unlink(path);
+}
+
+/* A fixed dt is rounded down so that a whole number of steps fills each frame. */
+static void check_fixed_dt(double fps, const char *dt_text, double expected) {
+  char text[1024], path[64];
+  scene s;
+  snprintf(text, sizeof text,
+           "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.1 },"
+           "  \"time\": { \"frames\": 2, \"fps\": %.17g, \"dt\": %s },"
+           "  \"materials\": { \"m\": { \"model\": \"fixed_corotated\", \"density\": 1000,"
+           "    \"youngs_modulus\": 1e5, \"poisson_ratio\": 0.3 } },"
+           "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0.2, 0.2, 0.2], \"max\": [0.4, 0.4, 0.4],"
+           "    \"material\": \"m\" } ] }",
+           fps, dt_text);
+  CHECK(load_text(text, &s, path) == 0);
+  CHECK(s.cfl == 0);
+  CHECK_NEAR(scene_initial_dt(&s), expected, 1e-15);
+  CHECK(s.dt == scene_initial_dt(&s)); /* stored rounded; rounding again changes nothing */
+  scene_destroy(&s);
+  unlink(path);
+}
+
+static void test_fixed_dt(void) {
+  check_fixed_dt(24, "1e-3", 1.0 / 24 / 42); /* 41.67 steps -> 42 */
+  check_fixed_dt(30, "0.01", 1.0 / 30 / 4);  /* 3.33 steps -> 4 */
+  check_fixed_dt(25, "0.004", 1.0 / 25 / 10); /* exactly 10 steps stay 10 */
+  check_fixed_dt(24, "0.041666666666666664", 1.0 / 24); /* dt = 1/fps: one step per frame */
+}
+
+/* The error contract: DR_EINPUT, one line "PATH: KEY: ...", and nothing left to free. */
+static void test_errors(void) {
+  scene s;
+  char path[64];
+  dr_clear();
+  CHECK(scene_load("/nonexistent/scene.json", &s) == DR_EINPUT);
+  CHECK(strcmp(dr_message(), "/nonexistent/scene.json: cannot read: No such file or directory") == 0);
+  CHECK(s.materials == NULL && s.bodies == NULL && s.n_materials == 0 && s.n_bodies == 0);
+
+  /* fails late (bodies), after materials were allocated: they must be released */
+  char text[2048];
+  snprintf(text, sizeof text, "%s", MINIMAL);
+  char *at = strstr(text, "\"material\": \"water\"");
+  CHECK(at != NULL);
+  if (!at) return;
+  memcpy(at, "\"material\": \"wader\"", 19);
+  write_temp(path, text);
+  dr_clear();
+  CHECK(scene_load(path, &s) == DR_EINPUT);
+  CHECK(s.materials == NULL && s.bodies == NULL && s.n_materials == 0);
+  const char *msg = dr_message();
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "%s: bodies[1].material: ", path);
+  CHECK(strncmp(msg, prefix, strlen(prefix)) == 0);
+  CHECK(strstr(msg, "\"wader\"") != NULL);
+  CHECK(strstr(msg, "sand, water") != NULL);
+  CHECK(strchr(msg, '\n') == NULL);
+  scene_destroy(&s);
+  unlink(path);
+
+  /* a key with a newline in it still gives one line */
+  write_temp(path, "{ \"a\\nb\": 1 }");
+  dr_clear();
+  CHECK(scene_load(path, &s) == DR_EINPUT);
+  CHECK(strchr(dr_message(), '\n') == NULL);
+  CHECK(strstr(dr_message(), "a\\x0ab: unknown key") != NULL);
+  unlink(path);
+}
+
+int main(void) {
+  test_full();
+  test_defaults();
+  test_fixed_dt();
+  test_errors();
+  if (failures) {
+    fprintf(stderr, "test_scene: %d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("test_scene: all checks passed\n");
+  return 0;
+}
