@@ -23,7 +23,7 @@
 
 #define MAX_FILE_BYTES (64L << 20)    /* a scene file larger than this is a mistake */
 #define MIN_CELLS_PER_AXIS 4.0
-#define MAX_CELLS_PER_AXIS 2097152.0   /* 2^21: 21 bits per axis in the 64-bit block code */
+#define MAX_CELLS_PER_AXIS 1048576.0   /* 2^20: block coordinates (cells / 4 + padding) fit in 19 bits, so a block code and a 6-bit cell code share one 64-bit sort key */
 #define MAX_PPC 1000
 #define MAX_SEED 9007199254740992.0    /* 2^53: the largest integer a JSON number holds exactly */
 #define PI 3.14159265358979323846
@@ -432,7 +432,7 @@ static int parse_domain(const ctx *c, const cJSON *root, scene *s) {
                   fmt_num(b, s->dx), fmt_derived(e, extent / MIN_CELLS_PER_AXIS));
     if (cells > MAX_CELLS_PER_AXIS * (1 + REL_TOL))
       return fail(c, "domain.dx", "too fine: the domain is %s cells wide along %c (got %s; "
-                  "expected dx >= %s m, at most 2097152 = 2^21 cells per axis)", fmt_derived(a, cells),
+                  "expected dx >= %s m, at most 1048576 = 2^20 cells per axis)", fmt_derived(a, cells),
                   AXIS[i], fmt_num(b, s->dx), fmt_derived(e, extent / MAX_CELLS_PER_AXIS));
   }
   return 0;
