@@ -6,14 +6,18 @@
  * failure inside a phase that only some ranks see could still leave the others waiting in a
  * collective HDF5 call; HDF5's collective calls fail alike on all ranks in practice.)
  *   1. local checks (arguments, paths, the output folder on rank 0), the counts (MPI_Exscan,
- *      MPI_Allreduce) and the materials string;
+ *      MPI_Allreduce), the materials string, free space on rank 0;
  *   2. H5Fcreate of DIR/.frame_NNNNN.h5.tmp through the MPI-IO driver;
- *   3. group, datasets, root attributes and the collective hyperslab writes;
- *   4. closing everything (H5Fclose flushes, so a full disk shows up here);
+ *   3. group, datasets, root attributes, the collective hyperslab writes and an H5Fflush (a
+ *      full disk shows up here, where a failure is still harmless);
+ *   4. closing everything; after a failure, the file is emptied first so that closing it finds
+ *      room for HDF5's last metadata writes (a failing H5Fclose leaves HDF5 1.10.8 with a
+ *      half-closed file that crashes it at MPI_Finalize);
  *   5. rank 0 renames the temporary file to DIR/frame_NNNNN.h5.
  * On failure every handle is closed and, once the file was being created, rank 0 removes the
  * temporary file and any file under the final name (after a failed write, the frame this call
  * was to write does not exist, not even an older version of it). */
+#define _POSIX_C_SOURCE 200809L /* stat, truncate, unlink */
 #include "h5frame.h"
 
 #include <errno.h>
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -152,7 +157,8 @@ fail:
 
 /* Everything between H5Fcreate and H5Fclose: group, attributes, datasets. */
 static int write_contents(hid_t file, const h5frame_meta *meta, const h5frame_data *d,
-                          const char *materials, uint64_t total, uint64_t offset, const char *path) {
+                          const char *materials, uint64_t total, uint64_t offset,
+                          const char *path) {
   int st = 0;
   hid_t group = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
   uint64_t n = (uint64_t)d->n;
@@ -195,6 +201,10 @@ static int write_contents(hid_t file, const h5frame_meta *meta, const h5frame_da
   H5CK(H5Pclose(dcpl), "H5Pclose", "dataset properties");
   dcpl = H5I_INVALID_HID;
   H5CK(H5Pclose(dxpl), "H5Pclose", "transfer properties");
+  dxpl = H5I_INVALID_HID;
+  /* Write the metadata now, while a failure (a full disk) is still harmless: a failing H5Fclose
+   * leaves HDF5 1.10 with a half-closed file that crashes it at MPI_Finalize. */
+  H5CK(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", "writing the metadata");
   return 0;
 fail:
   H5_DROP(H5Gclose, group);
@@ -246,7 +256,7 @@ static int phase1(int rank, const char *dir, const h5frame_meta *meta, const h5f
   DR_TRY(check_args(rank, dir, meta, d));
   char name[64];
   snprintf(name, sizeof name, ".frame_%05d.h5.tmp", meta->frame);
-  int k = snprintf(tmp, H5FRAME_PATH_MAX, "%s/%s", dir, name);
+  int k = snprintf(tmp, H5FRAME_PATH_MAX, "%s%s%s", dir, dir[0] ? "/" : "", name);
   if (k < 0 || k >= H5FRAME_PATH_MAX)
     return dr_fail(DR_EINPUT, "output folder path too long (%zu characters): %.64s...",
                    strlen(dir), dir);
@@ -254,10 +264,10 @@ static int phase1(int rank, const char *dir, const h5frame_meta *meta, const h5f
   if (rank == 0) {
     /* A clearer message than H5Fcreate's for the commonest mistake. */
     struct stat sb;
-    if (stat(dir, &sb) != 0)
+    if (stat(dir[0] ? dir : ".", &sb) != 0)
       return dr_fail_at(DR_EIO, __FILE__, __LINE__, "stat", "output folder %s: %s", dir,
                         strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
+    if (dir[0] && !S_ISDIR(sb.st_mode))
       return dr_fail(DR_EIO, "output folder %s is not a folder", dir);
   }
   return join_materials(meta, materials);
@@ -273,12 +283,42 @@ static int counts(MPI_Comm comm, int rank, uint64_t n, uint64_t *offset, uint64_
   return 0;
 }
 
+static const char *human_bytes(double bytes, char *out, size_t len) {
+  if (bytes < 1048576.0)
+    snprintf(out, len, "%.0f KiB", bytes / 1024.0);
+  else if (bytes < 1073741824.0)
+    snprintf(out, len, "%.1f MiB", bytes / 1048576.0);
+  else
+    snprintf(out, len, "%.1f GiB", bytes / 1073741824.0);
+  return out;
+}
+
+/* Rank 0: fails early when the folder's file system has clearly too little room for the frame
+ * (its data plus a margin for the metadata). Starting on a full disk is the one way a frame
+ * write can leave HDF5 1.10 unable to close the file, which crashes it later (see the H5Fflush
+ * in write_contents). Best effort: quotas and other writers are not seen. */
+static int check_space(const char *dir, const char *final, uint64_t total, size_t materials_len) {
+  struct statvfs fs;
+  if (statvfs(dir[0] ? dir : ".", &fs) != 0) return 0; /* no answer: let HDF5 find out */
+  const double need = (double)total * (2 * 3 * sizeof(float) + sizeof(uint64_t) +
+                                       2 * sizeof(int32_t)) +
+                      16384.0 + (double)materials_len;
+  const double avail = (double)fs.f_bavail * (double)fs.f_frsize;
+  if (avail < need) {
+    char a[32], b[32];
+    return dr_fail(DR_EIO, "no room for %s: it needs about %s, %s are free", final,
+                   human_bytes(need, a, sizeof a), human_bytes(avail, b, sizeof b));
+  }
+  return 0;
+}
+
 /* Creates the temporary file through the MPI-IO driver (collective). */
 static int create_file(MPI_Comm comm, const char *path, hid_t *fapl, hid_t *file) {
   int st = 0;
   H5CK(*fapl = H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", "file access properties");
   H5CK(H5Pset_fapl_mpio(*fapl, comm, MPI_INFO_NULL), "H5Pset_fapl_mpio", "file access properties");
-  H5CK(*file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, *fapl), "H5Fcreate", "creating the file");
+  H5CK(*file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, *fapl), "H5Fcreate",
+       "creating the file");
   return 0;
 fail:
   return st;
@@ -312,17 +352,26 @@ int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, cons
   /* 1. local checks, agreed before any collective HDF5 call; the counts */
   st = comm_agree(comm, phase1(rank, dir, meta, d, tmp, final, &materials));
   if (!st) st = counts(comm, rank, (uint64_t)d->n, &offset, &total);
+  if (!st) st = comm_agree(comm, rank == 0 ? check_space(dir, final, total, strlen(materials)) : 0);
   if (st) goto out;
 
   /* 2. the temporary file */
   touched = 1;
   st = comm_agree(comm, create_file(comm, tmp, &fapl, &file));
+  int opened = !st; /* the same on every rank */
   /* 3. contents */
   if (!st) st = comm_agree(comm, write_contents(file, meta, d, materials, total, offset, tmp));
   /* 4. close, after a failure too, so that every rank has let go of the file before it goes */
   if (!st) {
     st = comm_agree(comm, close_file(tmp, &fapl, &file));
   } else {
+    /* The file is garbage now. Emptying it first gives its blocks back, so that H5Fclose finds
+     * room for the metadata it still has to write even when the disk is full (see the H5Fflush
+     * in write_contents). */
+    if (opened) {
+      if (rank == 0) (void)truncate(tmp, 0);
+      (void)comm_agree(comm, st); /* nobody writes before the truncation */
+    }
     (void)close_file(tmp, &fapl, &file);
     (void)comm_agree(comm, st);
   }

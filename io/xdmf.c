@@ -1,98 +1,50 @@
 /* xdmf.c - DIR/frames.xdmf, a temporal collection of the frames' HDF5 files (see xdmf.h).
  *
- * XDMF 3 (ParaView's default reader for .xdmf, "XDMF Reader" / Xdmf3ReaderS). Each frame is a
- * Uniform grid: a Polyvertex topology with one vertex cell per particle, XYZ geometry from
- * frame_NNNNN.h5:/particles/position and node attributes velocity, id, material and owner.
- * A frame with no particles gets an empty grid with inline (XML) empty data items and no
- * references to its HDF5 file, whose zero-sized datasets readers handle unevenly.
- * Written to DIR/.frames.xdmf.tmp, then renamed to DIR/frames.xdmf. */
+ * XDMF 3, read by ParaView's default reader for .xdmf (Xdmf3ReaderS, also Xdmf3ReaderT). Each
+ * frame is a Uniform grid:
+ *   - Time: the frame's time in s;
+ *   - Topology: Polyvertex, one vertex cell per particle. The Xdmf3 readers make cells only from
+ *     an explicit connectivity array (without one a grid has points but no cells, and ParaView's
+ *     default Surface and Points representations draw nothing), so every frame refers to the
+ *     first n values of DIR/frames_vertices.bin: int64 little-endian 0, 1, ..., M-1, where M is
+ *     the largest particle count so far. It is written once and rewritten only when M grows;
+ *   - Geometry XYZ: frame_NNNNN.h5:/particles/position (relative paths: the folder can move);
+ *   - node attributes velocity (Vector, Float 4), id, material and owner (Scalar, Int 4). The id
+ *     is declared Int 8 although it is stored as uint64: both ParaView readers read "UInt 8" as
+ *     32-bit and would cut ids at 2^32, while ids never reach 2^63.
+ * A frame without particles keeps the same items with zero sizes (the HDF5 datasets exist with
+ * zero rows); the Xdmf3 readers give an empty grid for it. (The legacy "XDMF Reader" of
+ * ParaView, Xdmf 2, reads the other frames but reports an error for an empty one.)
+ * Every file is written under a temporary name in DIR and renamed when complete, the vertex file
+ * before frames.xdmf, so frames.xdmf never refers to anything incomplete. */
+#define _POSIX_C_SOURCE 200809L /* stat, unlink */
 #include "xdmf.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "error.h"
 
 enum { XDMF_PATH_MAX = 4096 };
 
-/* Data item of `n` rows of `cols` values (cols = 1: a 1-D array) read from the frame file. */
-static void data_item(FILE *f, const char *indent, uint64_t n, int cols, const char *number_type,
-                      int precision, int frame, const char *dataset) {
-  char dims[64];
-  if (cols > 1)
-    snprintf(dims, sizeof dims, "%" PRIu64 " %d", n, cols);
-  else
-    snprintf(dims, sizeof dims, "%" PRIu64, n);
-  if (n == 0) {
-    fprintf(f, "%s<DataItem Dimensions=\"%s\" NumberType=\"%s\" Precision=\"%d\" Format=\"XML\">"
-               "</DataItem>\n",
-            indent, dims, number_type, precision);
-    return;
-  }
-  fprintf(f,
-          "%s<DataItem Dimensions=\"%s\" NumberType=\"%s\" Precision=\"%d\" Format=\"HDF\">"
-          "frame_%05d.h5:/particles/%s</DataItem>\n",
-          indent, dims, number_type, precision, frame, dataset);
-}
+#define VERTICES_FILE "frames_vertices.bin"
 
-static void attribute(FILE *f, const xdmf_frame *fr, const char *name, const char *type, int cols,
-                      const char *number_type, int precision) {
-  fprintf(f, "        <Attribute Name=\"%s\" AttributeType=\"%s\" Center=\"Node\">\n", name, type);
-  data_item(f, "          ", fr->n, cols, number_type, precision, fr->frame, name);
-  fprintf(f, "        </Attribute>\n");
-}
-
-static void write_body(FILE *f, const xdmf_frame *frames, int n_frames) {
-  fprintf(f, "<?xml version=\"1.0\" ?>\n"
-             "<!DOCTYPE Xdmf SYSTEM \"Xdmf.dtd\" []>\n"
-             "<Xdmf Version=\"3.0\">\n"
-             "  <Domain>\n"
-             "    <Grid Name=\"frames\" GridType=\"Collection\" CollectionType=\"Temporal\">\n");
-  for (int i = 0; i < n_frames; i++) {
-    const xdmf_frame *fr = &frames[i];
-    fprintf(f, "      <Grid Name=\"frame_%05d\" GridType=\"Uniform\">\n", fr->frame);
-    fprintf(f, "        <Time Value=\"%.17g\"/>\n", fr->time);
-    fprintf(f,
-            "        <Topology TopologyType=\"Polyvertex\" NumberOfElements=\"%" PRIu64
-            "\" NodesPerElement=\"1\"/>\n",
-            fr->n);
-    fprintf(f, "        <Geometry GeometryType=\"XYZ\">\n");
-    data_item(f, "          ", fr->n, 3, "Float", 4, fr->frame, "position");
-    fprintf(f, "        </Geometry>\n");
-    attribute(f, fr, "velocity", "Vector", 3, "Float", 4);
-    attribute(f, fr, "id", "Scalar", 1, "UInt", 8);
-    attribute(f, fr, "material", "Scalar", 1, "Int", 4);
-    attribute(f, fr, "owner", "Scalar", 1, "Int", 4);
-    fprintf(f, "      </Grid>\n");
-  }
-  fprintf(f, "    </Grid>\n"
-             "  </Domain>\n"
-             "</Xdmf>\n");
-}
-
-int xdmf_write(const char *dir, const xdmf_frame *frames, int n_frames) {
-  if (!dir || n_frames < 0 || (n_frames > 0 && !frames))
-    return dr_fail(DR_EINTERNAL, "xdmf_write: bad arguments (%d frames)", n_frames);
-  for (int i = 0; i < n_frames; i++)
-    if (frames[i].frame < 0)
-      return dr_fail(DR_EINTERNAL, "xdmf_write: negative frame number %d", frames[i].frame);
-
-  char tmp[XDMF_PATH_MAX], final[XDMF_PATH_MAX];
-  const char *sep = dir[0] ? "/" : "";
-  int k1 = snprintf(tmp, sizeof tmp, "%s%s.frames.xdmf.tmp", dir, sep);
-  int k2 = snprintf(final, sizeof final, "%s%sframes.xdmf", dir, sep);
-  if (k1 < 0 || k1 >= (int)sizeof tmp || k2 < 0 || k2 >= (int)sizeof final)
+/* DIR/NAME, or NAME where DIR is "". */
+static int join_path(char *out, const char *dir, const char *name) {
+  int k = snprintf(out, XDMF_PATH_MAX, "%s%s%s", dir, dir[0] ? "/" : "", name);
+  if (k < 0 || k >= XDMF_PATH_MAX)
     return dr_fail(DR_EINPUT, "output folder path too long (%zu characters): %.64s...",
                    strlen(dir), dir);
+  return 0;
+}
 
-  FILE *f = fopen(tmp, "w");
-  if (!f) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "fopen", "%s: %s", tmp, strerror(errno));
-  errno = 0;
-  write_body(f, frames, n_frames);
-  /* fprintf's errors are sticky in ferror(); a full disk often shows only at fflush/fclose. */
+/* Closes f and renames tmp to final; on any failure (including an earlier write error recorded
+ * in ferror(f)) removes tmp and records a message naming the file. */
+static int finish(FILE *f, const char *tmp, const char *final) {
   int err = ferror(f) ? (errno ? errno : EIO) : 0;
   const char *call = "fprintf";
   if (!err && fflush(f) != 0) {
@@ -114,4 +66,105 @@ int xdmf_write(const char *dir, const xdmf_frame *frames, int n_frames) {
                       strerror(e));
   }
   return 0;
+}
+
+/* Makes sure DIR/frames_vertices.bin holds at least m values. */
+static int write_vertices(const char *dir, uint64_t m) {
+  char tmp[XDMF_PATH_MAX], final[XDMF_PATH_MAX];
+  DR_TRY(join_path(tmp, dir, "." VERTICES_FILE ".tmp"));
+  DR_TRY(join_path(final, dir, VERTICES_FILE));
+  struct stat sb;
+  if (stat(final, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size / 8 >= m) return 0;
+
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "fopen", "%s: %s", tmp, strerror(errno));
+  errno = 0;
+  enum { CHUNK = 8192 };
+  static unsigned char buf[CHUNK * 8];
+  for (uint64_t i = 0; i < m && !ferror(f);) {
+    size_t k = 0;
+    for (; k < CHUNK && i < m; k++, i++)
+      for (int b = 0; b < 8; b++) buf[8 * k + (size_t)b] = (unsigned char)(i >> (8 * b));
+    if (fwrite(buf, 8, k, f) != k) break; /* ferror(f) is set */
+  }
+  return finish(f, tmp, final);
+}
+
+/* A data item of n rows of `cols` values (cols = 1: a 1-D array). */
+static void data_item(FILE *f, uint64_t n, int cols, const char *number_type, int precision,
+                      const char *format, const char *where) {
+  char dims[64];
+  if (cols > 1)
+    snprintf(dims, sizeof dims, "%" PRIu64 " %d", n, cols);
+  else
+    snprintf(dims, sizeof dims, "%" PRIu64, n);
+  fprintf(f,
+          "          <DataItem Dimensions=\"%s\" NumberType=\"%s\" Precision=\"%d\" %s>%s"
+          "</DataItem>\n",
+          dims, number_type, precision, format, where);
+}
+
+static void hdf_item(FILE *f, const xdmf_frame *fr, int cols, const char *number_type,
+                     int precision, const char *dataset) {
+  char where[128];
+  snprintf(where, sizeof where, "frame_%05d.h5:/particles/%s", fr->frame, dataset);
+  data_item(f, fr->n, cols, number_type, precision, "Format=\"HDF\"", where);
+}
+
+static void attribute(FILE *f, const xdmf_frame *fr, const char *name, const char *type, int cols,
+                      const char *number_type, int precision) {
+  fprintf(f, "        <Attribute Name=\"%s\" AttributeType=\"%s\" Center=\"Node\">\n", name, type);
+  hdf_item(f, fr, cols, number_type, precision, name);
+  fprintf(f, "        </Attribute>\n");
+}
+
+static void write_body(FILE *f, const xdmf_frame *frames, int n_frames) {
+  fprintf(f, "<?xml version=\"1.0\" ?>\n"
+             "<!DOCTYPE Xdmf SYSTEM \"Xdmf.dtd\" []>\n"
+             "<Xdmf Version=\"3.0\">\n"
+             "  <Domain>\n"
+             "    <Grid Name=\"frames\" GridType=\"Collection\" CollectionType=\"Temporal\">\n");
+  for (int i = 0; i < n_frames; i++) {
+    const xdmf_frame *fr = &frames[i];
+    fprintf(f, "      <Grid Name=\"frame_%05d\" GridType=\"Uniform\">\n", fr->frame);
+    fprintf(f, "        <Time Value=\"%.17g\"/>\n", fr->time);
+    fprintf(f,
+            "        <Topology TopologyType=\"Polyvertex\" NumberOfElements=\"%" PRIu64
+            "\" NodesPerElement=\"1\">\n",
+            fr->n);
+    data_item(f, fr->n, 1, "Int", 8, "Format=\"Binary\" Endian=\"Little\"", VERTICES_FILE);
+    fprintf(f, "        </Topology>\n");
+    fprintf(f, "        <Geometry GeometryType=\"XYZ\">\n");
+    hdf_item(f, fr, 3, "Float", 4, "position");
+    fprintf(f, "        </Geometry>\n");
+    attribute(f, fr, "velocity", "Vector", 3, "Float", 4);
+    attribute(f, fr, "id", "Scalar", 1, "Int", 8);
+    attribute(f, fr, "material", "Scalar", 1, "Int", 4);
+    attribute(f, fr, "owner", "Scalar", 1, "Int", 4);
+    fprintf(f, "      </Grid>\n");
+  }
+  fprintf(f, "    </Grid>\n"
+             "  </Domain>\n"
+             "</Xdmf>\n");
+}
+
+int xdmf_write(const char *dir, const xdmf_frame *frames, int n_frames) {
+  if (!dir || n_frames < 0 || (n_frames > 0 && !frames))
+    return dr_fail(DR_EINTERNAL, "xdmf_write: bad arguments (%d frames)", n_frames);
+  uint64_t m = 0;
+  for (int i = 0; i < n_frames; i++) {
+    if (frames[i].frame < 0)
+      return dr_fail(DR_EINTERNAL, "xdmf_write: negative frame number %d", frames[i].frame);
+    if (frames[i].n > m) m = frames[i].n;
+  }
+  DR_TRY(write_vertices(dir, m));
+
+  char tmp[XDMF_PATH_MAX], final[XDMF_PATH_MAX];
+  DR_TRY(join_path(tmp, dir, ".frames.xdmf.tmp"));
+  DR_TRY(join_path(final, dir, "frames.xdmf"));
+  FILE *f = fopen(tmp, "w");
+  if (!f) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "fopen", "%s: %s", tmp, strerror(errno));
+  errno = 0;
+  write_body(f, frames, n_frames); /* fprintf's errors stick in ferror(f), checked by finish() */
+  return finish(f, tmp, final);
 }

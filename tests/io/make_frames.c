@@ -1,7 +1,8 @@
 /* make_frames DIR N_FRAMES N[,N1,...] - writes N_FRAMES frames and DIR/frames.xdmf for the
  * ParaView test (pvpython_open.py). N is the particle count of every frame, or a comma-separated
  * list of one count per frame (0 allowed). DIR is created if missing. Values are a function of
- * (frame, particle) so the reader side could check them; frame k has time 0.25 * k. */
+ * (frame, particle); ids start at 2^32 + 1000 * frame (so that a reader that cuts them to 32 bits
+ * is caught) and frame k has time 0.25 * k. */
 #include <errno.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -55,7 +56,7 @@ static int write_all(const char *dir, int n_frames, const uint64_t *counts) {
         pos[3 * i + c] = 0.01f * (float)i + 0.1f * (float)c + 0.05f * (float)k;
         vel[3 * i + c] = (float)c - 1.0f;
       }
-      id[i] = 1000u * (uint64_t)k + i;
+      id[i] = ((uint64_t)1 << 32) + 1000u * (uint64_t)k + i; /* above 2^32: no 32-bit cut */
       mat[i] = (int32_t)(i % 2);
       own[i] = 0;
     }

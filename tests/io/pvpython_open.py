@@ -1,0 +1,165 @@
+"""pvpython_open.py - opens DIR/frames.xdmf with ParaView's default reader and checks it.
+
+usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG]
+
+N is the particle count of every frame, or one count per frame separated by commas. Checks that
+the reader finds N_FRAMES time steps and, after updating the pipeline at each of them, that the
+grid has the expected number of points and as many vertex cells, and point arrays velocity
+(3 components), id (1 component, 64-bit integer), material and owner (1 component each) with one
+value per point; with --id-min, that every id is at least V (a reader that cuts ids to 32 bits
+fails this when V >= 2^32). With --render, also draws the last non-empty step in the default
+representation, coloured by material, saves PNG and checks that the particles cover some pixels
+(this needs a display: run under xvfb-run -a). Exit status 0 = all checks passed.
+"""
+import os
+import sys
+
+from paraview import servermanager
+from paraview.simple import (ColorBy, GetActiveViewOrCreate, Hide, OpenDataFile, Render,
+                             ResetCamera, SaveScreenshot, Show)
+
+
+def fail(msg):
+    print("pvpython_open: FAILED: " + msg)
+    sys.exit(1)
+
+
+def parse_args(argv):
+    args = {"id_min": None, "render": None}
+    pos = []
+    i = 1
+    while i < len(argv):
+        if argv[i] == "--id-min" and i + 1 < len(argv):
+            args["id_min"] = int(argv[i + 1])
+            i += 2
+        elif argv[i] == "--render" and i + 1 < len(argv):
+            args["render"] = argv[i + 1]
+            i += 2
+        else:
+            pos.append(argv[i])
+            i += 1
+    if len(pos) != 3:
+        fail("usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG]")
+    args["dir"] = pos[0]
+    n_frames = int(pos[1])
+    counts = [int(c) for c in pos[2].split(",")]
+    if len(counts) == 1:
+        counts = counts * n_frames
+    if len(counts) != n_frames:
+        fail("%d counts given for %d frames" % (len(counts), n_frames))
+    args["counts"] = counts
+    return args
+
+
+def timesteps(reader):
+    ts = reader.TimestepValues
+    if ts is None:
+        return []
+    if isinstance(ts, (int, float)):  # one step comes back as a bare number
+        return [float(ts)]
+    return list(ts)
+
+
+def check_step(k, t, data, n, id_min):
+    name = "step %d (t=%g)" % (k, t)
+    if not data.IsA("vtkDataSet"):
+        fail("%s: reader gave a %s, want a dataset" % (name, data.GetClassName()))
+    if data.GetNumberOfPoints() != n:
+        fail("%s: %d points, want %d" % (name, data.GetNumberOfPoints(), n))
+    if data.GetNumberOfCells() != n:
+        fail("%s: %d cells, want %d (one vertex per particle)" % (name, data.GetNumberOfCells(), n))
+    found = []
+    pd = data.GetPointData()
+    for i in range(pd.GetNumberOfArrays()):
+        found.append(pd.GetArrayName(i))
+    if n == 0:
+        return "%s: 0 points, arrays %s" % (name, found)
+    for array_name, comps in (("velocity", 3), ("id", 1), ("material", 1), ("owner", 1)):
+        a = pd.GetArray(array_name)
+        if a is None:
+            fail("%s: no point array %s (arrays: %s)" % (name, array_name, found))
+        if a.GetNumberOfComponents() != comps:
+            fail("%s: %s has %d components, want %d" % (name, array_name,
+                                                        a.GetNumberOfComponents(), comps))
+        if a.GetNumberOfTuples() != n:
+            fail("%s: %s has %d values, want %d" % (name, array_name, a.GetNumberOfTuples(), n))
+    ids = pd.GetArray("id")
+    # VTK_LONG, VTK_UNSIGNED_LONG, VTK_ID_TYPE, VTK_LONG_LONG, VTK_UNSIGNED_LONG_LONG
+    if ids.GetDataType() not in (8, 9, 12, 16, 17) or ids.GetDataTypeSize() != 8:
+        fail("%s: id is %s, want a 64-bit integer array" % (name, ids.GetClassName()))
+    if id_min is not None:
+        low = min(ids.GetTuple1(i) for i in range(n))  # exact below 2^53
+        if low < id_min:
+            fail("%s: smallest id %d < %d (ids cut to 32 bits?)" % (name, low, id_min))
+    cell_type = data.GetCellType(0)
+    return "%s: %d points, %d cells (VTK cell type %d), arrays %s" % (
+        name, data.GetNumberOfPoints(), data.GetNumberOfCells(), cell_type,
+        ", ".join("%s[%d] %s" % (pd.GetArrayName(i), pd.GetArray(i).GetNumberOfComponents(),
+                                 pd.GetArray(i).GetClassName())
+                  for i in range(pd.GetNumberOfArrays())))
+
+
+def covered_pixels(png_a, png_b):
+    from vtkmodules.vtkIOImage import vtkPNGReader
+    imgs = []
+    for png in (png_a, png_b):
+        r = vtkPNGReader()
+        r.SetFileName(png)
+        r.Update()
+        imgs.append(r.GetOutput().GetPointData().GetScalars())
+    a, b = imgs
+    if a.GetNumberOfTuples() != b.GetNumberOfTuples():
+        fail("screenshots of different sizes")
+    return sum(1 for i in range(a.GetNumberOfTuples()) if a.GetTuple(i) != b.GetTuple(i))
+
+
+def render(reader, t, png):
+    view = GetActiveViewOrCreate("RenderView")
+    view.ViewSize = [320, 240]
+    view.ViewTime = t
+    display = Show(reader, view)
+    ResetCamera(view)
+    ColorBy(display, ("POINTS", "material"))
+    Render(view)
+    SaveScreenshot(png, view, ImageResolution=[320, 240])
+    Hide(reader, view)
+    Render(view)
+    empty = png + ".background.png"
+    SaveScreenshot(empty, view, ImageResolution=[320, 240])
+    covered = covered_pixels(png, empty)
+    os.remove(empty)
+    print("pvpython_open: rendered t=%g in the '%s' representation: %d pixels covered (%s)" %
+          (t, str(display.GetPropertyValue("Representation")).strip("'"), covered, png))
+    if covered == 0:
+        fail("the particles cover no pixel in the default representation")
+
+
+def main():
+    args = parse_args(sys.argv)
+    path = os.path.join(args["dir"], "frames.xdmf")
+    if not os.path.exists(path):
+        fail("%s does not exist" % path)
+    reader = OpenDataFile(path)
+    if reader is None:
+        fail("ParaView found no reader for %s" % path)
+    print("pvpython_open: %s opened with %s" % (path, reader.GetXMLName()))
+    reader.UpdatePipelineInformation()
+    steps = timesteps(reader)
+    counts = args["counts"]
+    print("pvpython_open: %d time steps %s" % (len(steps), steps))
+    if len(steps) != len(counts):
+        fail("%d time steps, want %d" % (len(steps), len(counts)))
+    if steps != sorted(steps):
+        fail("time steps out of order")
+    for k, t in enumerate(steps):
+        reader.UpdatePipeline(t)
+        data = servermanager.Fetch(reader)
+        print("pvpython_open: " + check_step(k, t, data, counts[k], args["id_min"]))
+    if args["render"]:
+        nonempty = [t for t, n in zip(steps, counts) if n > 0]
+        if nonempty:
+            render(reader, nonempty[-1], args["render"])
+    print("pvpython_open: passed")
+
+
+main()
