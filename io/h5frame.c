@@ -369,7 +369,8 @@ int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, cons
      * room for the metadata it still has to write even when the disk is full (see the H5Fflush
      * in write_contents). */
     if (opened) {
-      if (rank == 0) (void)truncate(tmp, 0);
+      if (rank == 0 && truncate(tmp, 0) != 0) { /* best effort: the close below may still find room */
+      }
       (void)comm_agree(comm, st); /* nobody writes before the truncation */
     }
     (void)close_file(tmp, &fapl, &file);
