@@ -22,6 +22,7 @@ typedef struct sim_params {
   float friction;                      /* Coulomb coefficient of 'separate' walls */
   int n_materials;
   const material_params *materials;    /* borrowed for the backend's lifetime */
+  const char *const *material_names;   /* borrowed, for messages */
   int rank;                            /* MPI rank, for the owner field */
   int gpus;                            /* GPUs to use (cuda; 0 = all visible) */
 } sim_params;

@@ -119,7 +119,13 @@ static int cmd_check(const char *path) {
          mib(pbytes), blocks, mib(gbytes));
   double fdt = 1.0 / s.fps, dt = scene_initial_dt(&s);
   if (s.dt > 0)
+  {
     printf("step: fixed dt %.4g s, %d substeps per frame\n", dt, (int)ceil(fdt / s.dt - 1e-9));
+    double limit = s.dx / scene_wave_speed(&s);
+    if (dt > limit)
+      printf("warning: dt is larger than dx / c = %.4g s (c = %.4g m/s, the fastest elastic wave): the run is likely to blow up\n",
+             limit, scene_wave_speed(&s));
+  }
   else
     printf("step: adaptive, cfl %g: initial dt %.4g s (wave speed %.4g m/s), about %d substeps per frame at rest\n",
            s.cfl, dt, scene_wave_speed(&s), (int)ceil(fdt / (s.cfl * s.dx / scene_wave_speed(&s)) - 1e-9));

@@ -94,7 +94,8 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     S->mat_names[m] = s->materials[m].name;
   }
   S->prm = (sim_params){.dx = (float)s->dx, .boundary = s->boundary, .friction = (float)s->friction,
-                        .n_materials = s->n_materials, .materials = S->mats, .rank = S->rank,
+                        .n_materials = s->n_materials, .materials = S->mats,
+                        .material_names = S->mat_names, .rank = S->rank,
                         .gpus = s->gpus_per_rank};
   for (int a = 0; a < 3; ++a) {
     S->prm.domain_min[a] = s->domain_min[a];
@@ -197,6 +198,11 @@ int sim_advance_frame(sim *S) {
 
 int sim_run(sim *S) {
   const sim_status *st = &S->st;
+  double cfl_dt = S->sc->dx / S->wave_speed;
+  if (S->substeps_fixed > 0 && S->frame_dt / S->substeps_fixed > cfl_dt)
+    log_info("warning: the fixed step %.3g s is larger than dx / c = %.3g s (c = %.4g m/s, the fastest elastic wave); "
+             "the run is likely to blow up: use a smaller time.dt or time.cfl",
+             S->frame_dt / S->substeps_fixed, cfl_dt, S->wave_speed);
   log_info("drift %s: %llu particles, %s backend, %d frames at %g fps, frames in %s/", DRIFT_VERSION,
            (unsigned long long)st->particles, S->be.name, st->frames, S->sc->fps, S->out_dir);
   if (S->opt.write_output) DR_TRY(write_frame(S));
