@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "backend_cuda.h"
 #include "error.h"
 #include "gpu_query.h"
 #include "log.h"
@@ -15,11 +16,17 @@ int backend_create(int kind, const sim_params *prm, particles *p, backend *out) 
   gpu_count(&ngpu, gpu_name, sizeof gpu_name);
   if (kind == BACKEND_CUDA) {
     if (!gpu_backend_built())
-      return dr_fail(DR_EINPUT, "the cuda backend is not part of this build yet; run with --backend cpu (or auto)");
+      return dr_fail(DR_EINPUT, "the cuda backend is not part of this build; run with --backend cpu (or auto)");
     if (ngpu == 0) return dr_fail(DR_EINPUT, "backend cuda requested but no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
+    return backend_cuda_create(prm, p, out);
   }
-  if (kind == BACKEND_AUTO && ngpu > 0 && !gpu_backend_built())
-    log_info("note: %d GPU(s) visible (%s) but this build has no cuda backend yet; using cpu", ngpu, gpu_name);
+  if (kind == BACKEND_AUTO && ngpu > 0) {
+    if (gpu_backend_built()) {
+      log_info("backend auto: %d GPU(s) visible (%s), using cuda", ngpu, gpu_name);
+      return backend_cuda_create(prm, p, out);
+    }
+    log_info("note: %d GPU(s) visible (%s) but this build has no cuda backend; using cpu", ngpu, gpu_name);
+  }
   return backend_cpu_create(prm, p, out);
 }
 

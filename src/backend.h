@@ -27,6 +27,13 @@ typedef struct sim_params {
   int gpus;                            /* GPUs to use (cuda; 0 = all visible) */
 } sim_params;
 
+/* A particle that moves more than this many cells in one step has broken the CFL condition
+ * (MPM's transfers assume less than one cell per step, and adaptive steps keep |v| dt below
+ * cfl dx): g2p fails with DR_EPHYSICS as for a non-finite state. Without it an exploding run can
+ * fling its particles onto the domain faces, where sticky walls freeze them with finite,
+ * meaningless values, and whether a NaN shows up first depends on rounding. */
+#define DR_RUNAWAY_CELLS 1.0f
+
 typedef struct backend_stats {
   uint64_t rebuilds;       /* rebuild-mappings so far */
   uint64_t n_particles;    /* particles held */
@@ -45,8 +52,8 @@ typedef struct backend {
   int (*p2g)(void *state, float dt);
   /* Nodal velocities from momenta, gravity, wall conditions; untouched blocks skipped. */
   int (*grid_update)(void *state, float dt);
-  /* Grid to particle, deformation update, advection, free-zone check. A non-finite state
-   * fails with DR_EPHYSICS naming the particle. */
+  /* Grid to particle, deformation update, advection, free-zone check. A non-finite state or a
+   * runaway speed (DR_RUNAWAY_CELLS) fails with DR_EPHYSICS naming the particle. */
   int (*g2p)(void *state, float dt);
   /* Largest particle speed after the last g2p (m/s), for the adaptive step. */
   int (*max_speed)(void *state, float *vmax);

@@ -356,6 +356,7 @@ static int g2p(void *state, float dt) {
   cpu_state *s = state;
   particles *p = &s->p;
   const float dx = s->prm.dx, k = 4.0f * s->inv_dx * s->inv_dx;
+  const float runaway = DR_RUNAWAY_CELLS * dx / dt; /* speed limit of backend.h */
   float vmax = 0.0f;
   int leave = 0;
   long bad = -1;
@@ -397,7 +398,7 @@ static int g2p(void *state, float dt) {
       /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
       x[a] = fminf(fmaxf(xa, (float)s->prm.domain_min[a]), (float)s->prm.domain_max[a]);
     }
-    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(m3_det(F))) {
+    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(m3_det(F)) || sp2 > runaway * runaway) {
 #pragma omp critical(drift_cpu_bad)
       if (bad < 0 || p->id[i] < p->id[(size_t)bad]) bad = (long)i;
       continue;
@@ -409,10 +410,10 @@ static int g2p(void *state, float dt) {
   }
   if (bad >= 0)
     return dr_fail(DR_EPHYSICS,
-                   "particle %llu (body %llu, material %s) reached a non-finite state (velocity or deformation); "
-                   "the step is too large for the material's stiffness or speed",
+                   "particle %llu (body %llu, material %s) reached a non-finite state or a runaway speed (velocity, "
+                   "deformation, or more than %g cell per step); the step is too large for the material's stiffness or speed",
                    (unsigned long long)p->id[bad], (unsigned long long)(p->id[bad] >> 48),
-                   s->prm.material_names ? s->prm.material_names[p->material[bad]] : "?");
+                   s->prm.material_names ? s->prm.material_names[p->material[bad]] : "?", (double)DR_RUNAWAY_CELLS);
   s->vmax = vmax;
   s->need_rebuild |= leave;
   return DR_OK;

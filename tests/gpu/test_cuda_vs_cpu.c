@@ -1,0 +1,144 @@
+/* test_cuda_vs_cpu - the CUDA backend against the CPU reference: the same scenes (an elastic
+ * drop, Drucker-Prager sand blocks, a weakly compressible dam break; small, fixed dt so both
+ * take identical steps) run on both, and after every frame the particles are matched by id
+ * and compared.
+ *
+ * Tolerances. Both backends run the same float32 physics on the same layout; they differ only
+ * in rounding: P2G sums on the GPU are float atomics in arbitrary order (the CPU sums in a
+ * fixed order), the device build uses -use_fast_math (division, sqrt, log/exp to a few ulp)
+ * and FMA contraction. A node's mass and momentum sums of ~200 terms thus differ by ~1e-6
+ * relative per step; these are independent from step to step, so after N steps they add up
+ * like a random walk (sqrt(500) x 1e-6 ~ 2e-5 relative), amplified where the dynamics is
+ * sensitive: wall contacts (sticky/separate switch on the sign of v_n), the yield surface, the
+ * free surface of the fluid. Hence
+ *   - positions: max |x_cuda - x_cpu| <= 1e-4 of the largest domain extent (the brief);
+ *   - velocities: max |v_cuda - v_cpu| <= 1e-2 of the frame's largest CPU speed (plus 1e-3 m/s
+ *     for frames near rest) for single particles, and the RMS over all particles <= 1e-3 of it:
+ *     a velocity error of that size integrated over a frame moves a particle far less than the
+ *     position tolerance, and an actual bug (a wrong wall, a lost stencil node, a stale
+ *     mapping) gives errors of order the velocity itself.
+ * Exits 77 (skipped) where no CUDA device is usable. */
+#include "gpu_query.h"
+#include "sim/simtest.h"
+
+static const uint64_t *ids_;
+static int cmp_by_id(const void *a, const void *b) {
+  const uint64_t x = ids_[*(const size_t *)a], y = ids_[*(const size_t *)b];
+  return (x > y) - (x < y);
+}
+
+static size_t *order_by_id(const particles *p) {
+  size_t *o = malloc(sizeof *o * (p->n ? p->n : 1));
+  for (size_t i = 0; i < p->n; ++i) o[i] = i;
+  ids_ = p->id;
+  qsort(o, p->n, sizeof *o, cmp_by_id);
+  return o;
+}
+
+static void compare(const char *name, const char *json) {
+  scene s;
+  scene_from_text(json, &s);
+  sim_options oc = {.backend = BACKEND_CPU, .write_output = 0}, og = oc;
+  og.backend = BACKEND_CUDA;
+  sim *A = NULL, *B = NULL;
+  MUST(sim_create(&s, &oc, MPI_COMM_WORLD, &A));
+  MUST(sim_create(&s, &og, MPI_COMM_WORLD, &B));
+  CHECK(!strcmp(sim_backend_name(A), "cpu") && !strcmp(sim_backend_name(B), "cuda"), "backends %s, %s",
+        sim_backend_name(A), sim_backend_name(B));
+  double L = 0;
+  for (int a = 0; a < 3; ++a) L = fmax(L, s.domain_max[a] - s.domain_min[a]);
+  const double xtol = 1e-4 * L;
+  particles pa = {0}, pb = {0};
+  double worst_x = 0, worst_v = 0, worst_rms = 0, worst_F = 0;
+  printf("%s: %llu particles, %d frames\n", name, (unsigned long long)sim_get_status(A)->particles, s.frames);
+  for (int f = 1; f <= s.frames; ++f) {
+    MUST(sim_advance_frame(A));
+    MUST(sim_advance_frame(B));
+    MUST(sim_particles(A, &pa));
+    MUST(sim_particles(B, &pb));
+    CHECK(pa.n == pb.n, "%s: %zu cpu particles, %zu cuda particles", name, pa.n, pb.n);
+    if (pa.n != pb.n) break;
+    size_t *oa = order_by_id(&pa), *ob = order_by_id(&pb);
+    double dx = 0, dv = 0, dv2 = 0, vscale = 0, dF = 0;
+    size_t bad_id = 0, bad_other = 0;
+    for (size_t k = 0; k < pa.n; ++k) {
+      const size_t i = oa[k], j = ob[k];
+      bad_id += pa.id[i] != pb.id[j];
+      bad_other += pa.mass[i] != pb.mass[j] || pa.vol0[i] != pb.vol0[j] || pa.material[i] != pb.material[j];
+      double v2 = 0, d2 = 0;
+      for (int a = 0; a < 3; ++a) {
+        dx = fmax(dx, fabs((double)pa.x[3 * i + a] - pb.x[3 * j + a]));
+        const double d = (double)pa.v[3 * i + a] - pb.v[3 * j + a];
+        d2 += d * d;
+        v2 += (double)pa.v[3 * i + a] * pa.v[3 * i + a];
+      }
+      for (int q = 0; q < 9; ++q) dF = fmax(dF, fabs((double)pa.F[9 * i + q] - pb.F[9 * j + q]));
+      dv = fmax(dv, sqrt(d2));
+      dv2 += d2;
+      vscale = fmax(vscale, sqrt(v2));
+    }
+    const double rms = sqrt(dv2 / (double)(pa.n ? pa.n : 1));
+    const double vref = vscale + 1e-3;
+    printf("  frame %2d  t %.3f  steps %llu/%llu  rebuilds %llu/%llu  max|v| %.4f m/s  max|dx| %.3g m (%.3g L)  "
+           "max|dv| %.3g m/s (%.3g vmax)  rms|dv| %.3g (%.3g vmax)  max|dF| %.3g\n",
+           f, sim_get_status(A)->time, (unsigned long long)sim_get_status(A)->steps,
+           (unsigned long long)sim_get_status(B)->steps, (unsigned long long)sim_get_status(A)->rebuilds,
+           (unsigned long long)sim_get_status(B)->rebuilds, vscale, dx, dx / L, dv, dv / vref, rms, rms / vref, dF);
+    CHECK(bad_id == 0, "%s frame %d: %zu ids differ", name, f, bad_id);
+    CHECK(bad_other == 0, "%s frame %d: %zu masses/volumes/materials differ", name, f, bad_other);
+    CHECK(sim_get_status(A)->steps == sim_get_status(B)->steps, "%s: step counts differ", name);
+    worst_x = fmax(worst_x, dx / L);
+    worst_v = fmax(worst_v, dv / vref);
+    worst_rms = fmax(worst_rms, rms / vref);
+    worst_F = fmax(worst_F, dF);
+    free(oa);
+    free(ob);
+  }
+  printf("%s: worst max|dx| %.3g L, max|dv| %.3g vmax, rms|dv| %.3g vmax, max|dF| %.3g\n", name, worst_x, worst_v,
+         worst_rms, worst_F);
+  CHECK(worst_x * L <= xtol, "%s: positions differ by %.3g of the domain size (tolerance 1e-4)", name, worst_x);
+  CHECK(worst_v <= 1e-2, "%s: velocities differ by %.3g of the largest speed (tolerance 1e-2)", name, worst_v);
+  CHECK(worst_rms <= 1e-3, "%s: RMS velocity difference %.3g of the largest speed (tolerance 1e-3)", name, worst_rms);
+  particles_free(&pa);
+  particles_free(&pb);
+  sim_destroy(&A);
+  sim_destroy(&B);
+  scene_destroy(&s);
+}
+
+int main(int argc, char **argv) {
+  int ngpu = 0;
+  char gname[256];
+  gpu_count(&ngpu, gname, sizeof gname);
+  if (ngpu == 0) {
+    printf("no GPU: skipped\n");
+    return 77;
+  }
+  init(&argc, &argv);
+  printf("test_cuda_vs_cpu: cpu vs cuda on %s\n", gname);
+  /* An elastic box and sphere dropped onto a sticky floor (c = 11.6 m/s: dt c/dx = 0.29). */
+  compare("elastic",
+          "{\"domain\":{\"min\":[0,0,0],\"max\":[1,1,1],\"dx\":0.02},"
+          "\"time\":{\"frames\":10,\"fps\":50,\"dt\":0.0005},"
+          "\"materials\":{\"jelly\":{\"model\":\"fixed_corotated\",\"density\":1000,\"youngs_modulus\":1e5,\"poisson_ratio\":0.3}},"
+          "\"bodies\":[{\"shape\":\"box\",\"min\":[0.35,0.08,0.35],\"max\":[0.6,0.33,0.6],\"material\":\"jelly\",\"ppc\":8,\"velocity\":[0.5,-2,0.3]},"
+          "           {\"shape\":\"sphere\",\"center\":[0.5,0.6,0.5],\"radius\":0.1,\"material\":\"jelly\",\"ppc\":8,\"velocity\":[0,-1,0]}],"
+          "\"boundary\":{\"type\":\"sticky\"}}");
+  /* Two sand blocks (jobs/scenes/default.json, smaller) on a separating floor with friction
+   * (c = 17 m/s: dt c/dx = 0.43). */
+  compare("sand",
+          "{\"domain\":{\"min\":[0,0,0],\"max\":[1,1,1],\"dx\":0.02},"
+          "\"time\":{\"frames\":10,\"fps\":50,\"dt\":0.0005},"
+          "\"materials\":{\"sand\":{\"model\":\"drucker_prager\",\"density\":1600,\"youngs_modulus\":3.5e5,\"poisson_ratio\":0.3,\"friction_angle\":35}},"
+          "\"bodies\":[{\"shape\":\"box\",\"min\":[0.3,0.06,0.3],\"max\":[0.5,0.36,0.5],\"material\":\"sand\",\"ppc\":8,\"seed\":1},"
+          "           {\"shape\":\"box\",\"min\":[0.55,0.2,0.4],\"max\":[0.75,0.4,0.6],\"material\":\"sand\",\"ppc\":8,\"seed\":2,\"velocity\":[-0.5,0,0]}],"
+          "\"boundary\":{\"type\":\"separate\",\"friction\":0.4}}");
+  /* A water column breaking in a slip tank (K = 5e4 Pa, gamma 7). */
+  compare("fluid",
+          "{\"domain\":{\"min\":[0,0,0],\"max\":[0.8,0.6,0.4],\"dx\":0.02},"
+          "\"time\":{\"frames\":10,\"fps\":50,\"dt\":0.0004},"
+          "\"materials\":{\"water\":{\"model\":\"weakly_compressible\",\"density\":1000,\"bulk_modulus\":5e4,\"gamma\":7}},"
+          "\"bodies\":[{\"shape\":\"box\",\"min\":[0.06,0.06,0.06],\"max\":[0.3,0.4,0.34],\"material\":\"water\",\"ppc\":8}],"
+          "\"boundary\":{\"type\":\"slip\"}}");
+  return finish("test_cuda_vs_cpu");
+}
