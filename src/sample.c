@@ -62,10 +62,12 @@ static int visit_body(const scene *s, int bi, emit_fn emit, void *ctx, uint64_t 
         for (int q = 0; q < ppc; ++q) {
           int st = strata[q];
           int sx = st % k, sy = (st / k) % k, sz = st / (k * k);
+          /* In double: in float, cell index + fraction rounds to 2^-23 of the index (1/8 cell
+           * at 2^20 cells), piling points onto cell faces and dropping some on a box's max face. */
           double x[3];
-          x[0] = s->domain_min[0] + (lo[0] + ix + (sx + rng_uniform(&r)) / k) * s->dx;
-          x[1] = s->domain_min[1] + (lo[1] + iy + (sy + rng_uniform(&r)) / k) * s->dx;
-          x[2] = s->domain_min[2] + (lo[2] + iz + (sz + rng_uniform(&r)) / k) * s->dx;
+          x[0] = s->domain_min[0] + (lo[0] + ix + (sx + (double)rng_uniform(&r)) / k) * s->dx;
+          x[1] = s->domain_min[1] + (lo[1] + iy + (sy + (double)rng_uniform(&r)) / k) * s->dx;
+          x[2] = s->domain_min[2] + (lo[2] + iz + (sz + (double)rng_uniform(&r)) / k) * s->dx;
           if (!inside(b, x)) continue;
           ++n;
           if (emit) DR_TRY(emit(ctx, x, ((uint64_t)bi << ID_CELL_BITS) | (cell * (uint64_t)ppc + (uint64_t)q)));
