@@ -1,5 +1,5 @@
-/* main.c - the drift command line: run a scene, check a scene, help, version. The only place
- * that prints an error and picks the exit code (error.h lists the codes). */
+/* main.c - the drift command line: run a scene, check a scene, benchmark (bench.c), help,
+ * version. The only place that prints an error and picks the exit code (error.h lists the codes). */
 #include <hdf5.h>
 #include <math.h>
 #include <mpi.h>
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "error.h"
 #include "gpu_query.h"
 #include "log.h"
@@ -17,17 +18,26 @@
 static const char *usage =
     "usage: drift run SCENE.json [--out DIR] [--frames N] [--backend auto|cpu|cuda] [--quiet]\n"
     "       drift check SCENE.json\n"
+    "       drift bench [SCENE.json ...] [--frames N] [--backend auto|cpu|cuda] [--csv FILE]\n"
+    "                   [--profile-frames K]\n"
     "       drift --help | --version\n"
     "\n"
     "  run     simulate the scene; writes DIR/frame_NNNNN.h5 and DIR/frames.xdmf (open it in\n"
     "          ParaView). Progress goes to stderr, one line per frame.\n"
     "  check   validate the scene and print particles per body and material, the memory the\n"
     "          run needs and the step size; writes nothing.\n"
+    "  bench   time the frames of each scene (default: the Sand Blocks scenes of jobs/bench/)\n"
+    "          without writing frames; one table row per scene on stdout: ms per frame,\n"
+    "          particle-steps/s, steps/s, rebuilds per frame, share of each phase.\n"
     "\n"
     "  --out DIR        output folder (default: the scene's output.dir, else ./frames)\n"
     "  --frames N       simulate N frames instead of the scene's time.frames\n"
     "  --backend B      auto (cuda where a GPU is present, else cpu), cpu or cuda\n"
     "  --quiet          no progress lines\n"
+    "  --csv FILE       bench: also write the table as CSV to FILE\n"
+    "  --profile-frames K\n"
+    "                   bench: frames of a second, profiled run that measures the share of\n"
+    "                   each phase (default 2; 0 skips it)\n"
     "\n"
     "Exit status: 0 success, 2 bad input, 3 I/O, 4 out of memory, 5 MPI, 6 CUDA,\n"
     "7 the simulation became unstable, 8 internal error.\n"
@@ -189,6 +199,24 @@ static int cmd_run(int argc, char **argv) {
   return rc;
 }
 
+/* Runs a command that needs MPI; bad input is reported by rank 0 only, since every rank finds
+ * the same problem. */
+static int with_mpi(int (*command)(int, char **), int argc, char **argv) {
+  int provided;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "drift: MPI_Init_thread failed\n");
+    return DR_EMPI;
+  }
+  int rc = command(argc, argv);
+  if (rc) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0 || rc != DR_EINPUT) fail(rc);
+  }
+  MPI_Finalize();
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage, stderr);
@@ -208,22 +236,7 @@ int main(int argc, char **argv) {
     int rc = cmd_check(argv[2]);
     return rc ? fail(rc) : 0;
   }
-  if (!strcmp(cmd, "run")) {
-    int provided;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-      fprintf(stderr, "drift: MPI_Init_thread failed\n");
-      return DR_EMPI;
-    }
-    int rc = cmd_run(argc, argv);
-    if (rc) {
-      int rank = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-      if (rank == 0 || rc != DR_EINPUT) fail(rc);
-      MPI_Finalize();
-      return rc;
-    }
-    MPI_Finalize();
-    return 0;
-  }
+  if (!strcmp(cmd, "run")) return with_mpi(cmd_run, argc, argv);
+  if (!strcmp(cmd, "bench")) return with_mpi(bench_main, argc, argv);
   return usage_error("unknown command '%s'", cmd);
 }

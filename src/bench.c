@@ -1,0 +1,309 @@
+/* bench.c - drift bench (see bench.h).
+ *
+ * Each case is one scene. A first simulation, without profiling, gives the honest time: the
+ * frames are timed with MPI_Wtime from the first substep to the end of the last frame, so
+ * sampling and the upload to the device (sim_create) are left out, and no frame is written.
+ * A second, short simulation with sim_options.profile (the backend then waits at the end of
+ * every phase, which slows it down) gives only the share of each phase. The paper reports the
+ * same quantity: the mean time per frame over all frames of Sand Blocks (Fei, Huang and Gao,
+ * section "Sand Blocks"). */
+#define _POSIX_C_SOURCE 200809L
+#include "bench.h"
+
+#include <errno.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "gpu_query.h"
+#include "log.h"
+#include "scene.h"
+#include "sim.h"
+
+#ifndef DRIFT_SOURCE_DIR
+#define DRIFT_SOURCE_DIR "."
+#endif
+
+/* The cases run when no scene is named, in this order (jobs/bench/README.md). */
+static const char *const default_cases[] = {"sand_blocks_l12", "sand_blocks_l23", "sand_blocks_l46",
+                                            "sand_blocks_l46x16"};
+#define N_DEFAULT_CASES (int)(sizeof default_cases / sizeof default_cases[0])
+
+static const char *const phase_names[PHASE_COUNT] = {"rebuild", "p2g", "grid", "g2p"};
+
+typedef struct bench_args {
+  const char **scenes; /* borrowed from argv, or default_paths */
+  int n_scenes;
+  int frames;          /* > 0: overrides time.frames of every case */
+  int backend;         /* enum backend_kind, or -1: the scene's parallel.backend */
+  const char *csv;     /* NULL: no CSV */
+  int profile_frames;  /* frames of the profiled run; 0: no phase shares */
+} bench_args;
+
+typedef struct bench_result {
+  char name[256];        /* the scene file's name without folder and .json */
+  const char *path;      /* borrowed */
+  char backend[16];
+  char device[256];
+  uint64_t particles;
+  int frames;
+  uint64_t steps, rebuilds;
+  double seconds;        /* wall time of all frames */
+  int have_phases;       /* 0 when not profiled, or the backend reported no phase times */
+  double phase_pct[PHASE_COUNT];
+} bench_result;
+
+static int parse_int(const char *flag, const char *v, long lo, long hi, const char *what, int *out) {
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (!*v || *end || x < lo || x > hi) return dr_fail(DR_EINPUT, "%s: '%s' is not %s", flag, v, what);
+  *out = (int)x;
+  return DR_OK;
+}
+
+static int parse_args(int argc, char **argv, bench_args *a) {
+  *a = (bench_args){.backend = -1, .profile_frames = 2};
+  a->scenes = calloc((size_t)argc, sizeof *a->scenes);
+  if (!a->scenes) return dr_fail(DR_ENOMEM, "out of host memory");
+  for (int i = 2; i < argc; ++i) {
+    const char *f = argv[i];
+    int has_value = !strcmp(f, "--frames") || !strcmp(f, "--backend") || !strcmp(f, "--csv") ||
+                    !strcmp(f, "--profile-frames");
+    if (has_value && i + 1 >= argc) return dr_fail(DR_EINPUT, "%s needs a value (see drift --help)", f);
+    if (!strcmp(f, "--frames")) {
+      DR_TRY(parse_int(f, argv[++i], 1, 100000000, "a whole number of frames >= 1", &a->frames));
+    } else if (!strcmp(f, "--profile-frames")) {
+      DR_TRY(parse_int(f, argv[++i], 0, 100000000, "a whole number of frames >= 0", &a->profile_frames));
+    } else if (!strcmp(f, "--backend")) {
+      const char *v = argv[++i];
+      if (!strcmp(v, "auto")) a->backend = BACKEND_AUTO;
+      else if (!strcmp(v, "cpu")) a->backend = BACKEND_CPU;
+      else if (!strcmp(v, "cuda")) a->backend = BACKEND_CUDA;
+      else return dr_fail(DR_EINPUT, "--backend: '%s' is not one of auto, cpu, cuda", v);
+    } else if (!strcmp(f, "--csv")) {
+      a->csv = argv[++i];
+      if (!*a->csv) return dr_fail(DR_EINPUT, "--csv: the file name is empty");
+    } else if (f[0] == '-') {
+      return dr_fail(DR_EINPUT, "unknown option '%s' (see drift --help)", f);
+    } else {
+      a->scenes[a->n_scenes++] = f;
+    }
+  }
+  return DR_OK;
+}
+
+/* "jobs/bench/sand_blocks_l12.json" -> "sand_blocks_l12". */
+static void case_name(const char *path, char *out, size_t len) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t n = strlen(base);
+  if (n > 5 && !strcmp(base + n - 5, ".json")) n -= 5;
+  snprintf(out, len, "%.*s", (int)n, base);
+}
+
+static void describe_device(const char *backend_name, char *out, size_t len) {
+  if (!strcmp(backend_name, "cpu")) {
+    snprintf(out, len, "cpu (%d threads)", omp_get_max_threads());
+    return;
+  }
+  int n = 0;
+  char name[256] = "";
+  gpu_count(&n, name, sizeof name);
+  snprintf(out, len, "%s", n > 0 && name[0] ? name : "unknown GPU");
+}
+
+/* Runs frames 1..frames of S; a failure names the case, the frame and the step. */
+static int run_frames(sim *S, const char *name) {
+  const sim_status *st = sim_get_status(S);
+  for (int f = 1; f <= st->frames; ++f) {
+    int rc = sim_advance_frame(S);
+    if (rc) {
+      char cause[1024];
+      snprintf(cause, sizeof cause, "%s", dr_message());
+      dr_clear();
+      return dr_fail(rc, "bench %s: frame %d, step %llu: %s", name, f, (unsigned long long)st->steps + 1, cause);
+    }
+  }
+  return DR_OK;
+}
+
+static int run_case(const scene *s, const bench_args *a, bench_result *r) {
+  sim_options opt = {.frames = a->frames, .backend = a->backend, .write_output = 0};
+  sim *S = NULL;
+  DR_TRY(sim_create(s, &opt, MPI_COMM_WORLD, &S));
+  const sim_status *st = sim_get_status(S);
+  snprintf(r->backend, sizeof r->backend, "%s", sim_backend_name(S));
+  describe_device(r->backend, r->device, sizeof r->device);
+  r->particles = st->particles;
+  r->frames = st->frames;
+  log_info("bench %s: %llu particles, %s backend on %s, %d frames", r->name, (unsigned long long)r->particles,
+           r->backend, r->device, r->frames);
+  /* Counted from the status that sim_create leaves. It reports no rebuild today, so the first
+   * mapping, which the backend builds inside sim_create, is counted: one per case at most. */
+  uint64_t steps0 = st->steps, rebuilds0 = st->rebuilds;
+  double t0 = MPI_Wtime();
+  int rc = run_frames(S, r->name);
+  r->seconds = MPI_Wtime() - t0;
+  r->steps = st->steps - steps0;
+  r->rebuilds = st->rebuilds - rebuilds0;
+  sim_destroy(&S);
+  DR_TRY(rc);
+
+  if (a->profile_frames > 0) {
+    opt.frames = a->profile_frames;
+    opt.profile = 1;
+    DR_TRY(sim_create(s, &opt, MPI_COMM_WORLD, &S));
+    rc = run_frames(S, r->name);
+    st = sim_get_status(S);
+    double sum = 0;
+    for (int p = 0; p < PHASE_COUNT; ++p) sum += st->phase_seconds[p];
+    r->have_phases = !rc && sum > 0;
+    for (int p = 0; p < PHASE_COUNT && r->have_phases; ++p) r->phase_pct[p] = 100.0 * st->phase_seconds[p] / sum;
+    sim_destroy(&S);
+    DR_TRY(rc);
+  }
+  return DR_OK;
+}
+
+static double per_frame_ms(const bench_result *r) { return r->frames > 0 ? 1e3 * r->seconds / r->frames : 0; }
+static double steps_per_s(const bench_result *r) { return r->seconds > 0 ? (double)r->steps / r->seconds : 0; }
+static double particle_steps_per_s(const bench_result *r) { return steps_per_s(r) * (double)r->particles; }
+static double rebuilds_per_frame(const bench_result *r) {
+  return r->frames > 0 ? (double)r->rebuilds / r->frames : 0;
+}
+
+#define DEVICE_WIDTH 24
+
+static void print_header(void) {
+  printf("%-20s %-7s %-*s %10s %6s %10s %16s %8s %14s", "case", "backend", DEVICE_WIDTH, "device", "particles",
+         "frames", "ms/frame", "particle-steps/s", "steps/s", "rebuilds/frame");
+  for (int p = 0; p < PHASE_COUNT; ++p) printf(" %7s%%", phase_names[p]);
+  printf("\n");
+  fflush(stdout);
+}
+
+static void print_row(const bench_result *r) {
+  printf("%-20s %-7s %-*s %10llu %6d %10.2f %16.3e %8.1f %14.2f", r->name, r->backend, DEVICE_WIDTH, r->device,
+         (unsigned long long)r->particles, r->frames, per_frame_ms(r), particle_steps_per_s(r), steps_per_s(r),
+         rebuilds_per_frame(r));
+  for (int p = 0; p < PHASE_COUNT; ++p) {
+    if (r->have_phases) printf(" %8.1f", r->phase_pct[p]);
+    else printf(" %8s", "-");
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+/* A CSV field, quoted (RFC 4180) when it holds a comma, a quote or a line break. */
+static void csv_field(FILE *f, const char *s) {
+  if (!strpbrk(s, ",\"\r\n")) {
+    fputs(s, f);
+    return;
+  }
+  fputc('"', f);
+  for (; *s; ++s) {
+    if (*s == '"') fputc('"', f);
+    fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+static void csv_header(FILE *f) {
+  fputs("case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,"
+        "rebuilds_per_frame",
+        f);
+  for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_pct", phase_names[p]);
+  fputc('\n', f);
+}
+
+static void csv_row(FILE *f, const bench_result *r) {
+  csv_field(f, r->name);
+  fputc(',', f);
+  csv_field(f, r->path);
+  fputc(',', f);
+  csv_field(f, r->backend);
+  fputc(',', f);
+  csv_field(f, r->device);
+  fprintf(f, ",%llu,%d,%llu,%.6f,%.6g,%.6g,%.6g,%.6g", (unsigned long long)r->particles, r->frames,
+          (unsigned long long)r->steps, r->seconds, per_frame_ms(r), particle_steps_per_s(r), steps_per_s(r),
+          rebuilds_per_frame(r));
+  for (int p = 0; p < PHASE_COUNT; ++p) {
+    if (r->have_phases) fprintf(f, ",%.2f", r->phase_pct[p]);
+    else fputc(',', f);
+  }
+  fputc('\n', f);
+}
+
+/* The CSV is written under FILE.tmp and renamed once every case has run, so FILE never holds a
+ * partial table. The temporary file is opened before the first case, so an unwritable path
+ * fails at once, not after hours of simulation. */
+static int csv_open(const char *path, char *tmp, size_t len, FILE **out) {
+  *out = NULL;
+  if (snprintf(tmp, len, "%s.tmp", path) >= (int)len) return dr_fail(DR_EINPUT, "--csv: the file name is too long");
+  FILE *f = fopen(tmp, "w");
+  if (!f) return dr_fail(DR_EIO, "cannot write %s: %s", tmp, strerror(errno));
+  csv_header(f);
+  *out = f;
+  return DR_OK;
+}
+
+static int csv_finish(FILE *f, const char *tmp, const char *path) {
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad) {
+    remove(tmp);
+    return dr_fail(DR_EIO, "cannot write %s: %s", tmp, strerror(errno));
+  }
+  if (rename(tmp, path) != 0) {
+    int e = errno;
+    remove(tmp);
+    return dr_fail(DR_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+  }
+  return DR_OK;
+}
+
+int bench_main(int argc, char **argv) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  log_set_rank(rank);
+  bench_args a;
+  static char default_paths[N_DEFAULT_CASES][4096];
+  int rc = parse_args(argc, argv, &a);
+  if (!rc && a.n_scenes == 0) {
+    for (int i = 0; i < N_DEFAULT_CASES; ++i) {
+      snprintf(default_paths[i], sizeof default_paths[i], "%s/jobs/bench/%s.json", DRIFT_SOURCE_DIR, default_cases[i]);
+      a.scenes[a.n_scenes++] = default_paths[i];
+    }
+  }
+  /* Every scene is read before the first case runs: a typo in the last one fails at once. */
+  scene *scenes = rc ? NULL : calloc((size_t)a.n_scenes, sizeof *scenes);
+  if (!rc && !scenes) rc = dr_fail(DR_ENOMEM, "out of host memory");
+  int loaded = 0;
+  for (; !rc && loaded < a.n_scenes; ++loaded) rc = scene_load(a.scenes[loaded], &scenes[loaded]);
+  if (rc && loaded > 0) --loaded; /* the one that failed holds nothing */
+
+  char tmp[4096 + 8];
+  FILE *csv = NULL;
+  if (!rc && a.csv && rank == 0) rc = csv_open(a.csv, tmp, sizeof tmp, &csv);
+  if (!rc && rank == 0) print_header();
+  for (int i = 0; !rc && i < a.n_scenes; ++i) {
+    bench_result r = {.path = a.scenes[i]};
+    case_name(a.scenes[i], r.name, sizeof r.name);
+    rc = run_case(&scenes[i], &a, &r);
+    if (!rc && rank == 0) {
+      print_row(&r);
+      if (csv) csv_row(csv, &r);
+    }
+  }
+  if (csv) {
+    if (!rc) rc = csv_finish(csv, tmp, a.csv);
+    else fclose(csv), remove(tmp);
+  }
+  for (int i = 0; i < loaded; ++i) scene_destroy(&scenes[i]);
+  free(scenes);
+  free(a.scenes);
+  return rc;
+}

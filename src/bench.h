@@ -1,0 +1,12 @@
+/* bench.h - drift bench: times whole frames of benchmark scenes (by default the paper's Sand
+ * Blocks family in jobs/bench/) without writing frames, and reports one row per scene: time per
+ * frame, particle-steps per second, rebuild-mappings per frame and the share of each phase. */
+#ifndef DRIFT_BENCH_H
+#define DRIFT_BENCH_H
+
+/* drift bench [SCENE.json ...] [--frames N] [--backend auto|cpu|cuda] [--csv FILE]
+ * [--profile-frames K]; argv[1] is "bench". Needs MPI initialised. Prints the table on stdout
+ * (rank 0); on failure records the message (error.h) and returns its code. */
+int bench_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# check_bench.sh - `drift bench` as users meet it, on the CPU backend (no GPU needed).
+#
+#   check_bench.sh DRIFT_EXE SCENE_A PARTICLES_A SCENE_B PARTICLES_B
+#
+# Benchmarks the two small scenes for 2 frames with --csv: exit status 0, one table row per
+# scene on stdout, and a CSV with the header and one row per scene, in order, with the right
+# backend, frames and particle count (and no FILE.tmp left behind). Then the errors: a bad flag,
+# a missing value, a bad backend, a bad frame count and a missing scene (also after a good one:
+# nothing may run) exit with status 2 and one line on stderr starting "drift: "; without scene
+# arguments the default scenes (jobs/bench/) are found and read before anything runs, so an
+# unwritable --csv path fails at once with status 3. Prints every failure, exits 1 if any.
+set -u
+
+if [ $# -ne 5 ]; then
+  echo "usage: $0 DRIFT_EXE SCENE_A PARTICLES_A SCENE_B PARTICLES_B" >&2
+  exit 2
+fi
+drift=$1 scene_a=$2 count_a=$3 scene_b=$4 count_b=$5
+
+# drift starts MPI as a singleton; let Open MPI run as root in containers.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/drift-bench.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# A run on two scenes, with the CSV.
+csv="$tmp/bench.csv"
+"$drift" bench "$scene_a" "$scene_b" --backend cpu --frames 2 --profile-frames 1 --csv "$csv" \
+  >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+echo "--- drift bench stdout:"
+cat "$tmp/stdout"
+echo "--- stderr:"
+cat "$tmp/stderr"
+echo "--- $csv:"
+cat "$csv" 2>/dev/null
+echo "---"
+[ "$rc" -eq 0 ] || fail "bench: exit status $rc, expected 0"
+name_a=$(basename "$scene_a" .json)
+name_b=$(basename "$scene_b" .json)
+[ "$(grep -c '^case  *backend  *device  *particles' "$tmp/stdout")" -eq 1 ] || fail "bench: no table header on stdout"
+grep -Eq "^$name_a +cpu +cpu \([0-9]+ threads?\) +$count_a +2 " "$tmp/stdout" || fail "bench: no table row for $name_a"
+grep -Eq "^$name_b +cpu +cpu \([0-9]+ threads?\) +$count_b +2 " "$tmp/stdout" || fail "bench: no table row for $name_b"
+[ "$(wc -l <"$tmp/stdout")" -eq 3 ] || fail "bench: stdout is not a header and two rows"
+if [ ! -f "$csv" ]; then
+  fail "bench: $csv was not written"
+else
+  [ ! -e "$csv.tmp" ] || fail "bench: $csv.tmp was left behind"
+  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,rebuild_pct,p2g_pct,grid_pct,g2p_pct$' ||
+    fail "bench: CSV header is $(head -n 1 "$csv")"
+  [ "$(wc -l <"$csv")" -eq 3 ] || fail "bench: CSV has $(wc -l <"$csv") lines, expected a header and 2 rows"
+  # Row: case, scene, backend, device, particles, frames, steps (36 a frame), then numbers.
+  awk -F, -v a="$name_a" -v na="$count_a" -v b="$name_b" -v nb="$count_b" '
+    NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 16 }
+    NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 16 }
+    END { exit !(ok_a && ok_b) }' "$csv" || fail "bench: CSV rows do not hold $name_a ($count_a particles) and $name_b ($count_b particles), cpu, 2 frames, 72 steps"
+fi
+
+# expect_error LABEL STATUS TEXT ARGS...: drift ARGS must exit with STATUS, print exactly one line
+# on stderr, starting "drift: " and containing TEXT, and print nothing on stdout.
+expect_error() {
+  local label=$1 status=$2 text=$3
+  shift 3
+  "$drift" "$@" >"$tmp/e.stdout" 2>"$tmp/e.stderr"
+  local rc=$?
+  local err
+  err=$(cat "$tmp/e.stderr")
+  [ "$rc" -eq "$status" ] || fail "$label: exit status $rc, expected $status (stderr: $err)"
+  if [ "$(wc -l <"$tmp/e.stderr")" -ne 1 ] || [ -n "$(tail -c 1 "$tmp/e.stderr")" ]; then
+    fail "$label: stderr is not exactly one line: $err"
+  fi
+  case "$err" in "drift: "*"$text"*) ;; *) fail "$label: message does not start with 'drift: ' and contain '$text': $err" ;; esac
+  [ ! -s "$tmp/e.stdout" ] || fail "$label: something was printed on stdout: $(cat "$tmp/e.stdout")"
+}
+
+missing="$tmp/no-such-scene.json"
+expect_error "bad flag" 2 "unknown option '--fast'" bench "$scene_a" --fast
+expect_error "missing value" 2 "--csv needs a value" bench "$scene_a" --csv
+expect_error "bad backend" 2 "--backend: 'opencl' is not one of auto, cpu, cuda" bench "$scene_a" --backend opencl
+expect_error "bad frames" 2 "--frames: '0' is not" bench "$scene_a" --frames 0
+expect_error "bad profile frames" 2 "--profile-frames: 'x' is not" bench "$scene_a" --profile-frames x
+expect_error "missing scene" 2 "$missing: cannot read" bench "$missing" --backend cpu
+expect_error "missing scene after a good one" 2 "$missing: cannot read" bench "$scene_a" "$missing" --backend cpu
+expect_error "default scenes, unwritable csv" 3 "cannot write $tmp/no/such/folder/out.csv.tmp" \
+  bench --backend cpu --csv "$tmp/no/such/folder/out.csv"
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
