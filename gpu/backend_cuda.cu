@@ -1,33 +1,46 @@
-// backend_cuda.cu - the CUDA backend, first version (issue 3): the CPU reference backend's
-// pipeline (src/backend_cpu.c) on one device, correct before fast.
+// backend_cuda.cu - the CUDA backend: the single-GPU pipeline of the paper (sections 3-4;
+// DESIGN.md, "One time step on one device") behind backend.h, on the shared header-only physics.
 //
-// Layout and physics are those of the CPU backend, so that the two agree up to the order of
-// floating-point sums (the paper, section 4; DESIGN.md, "One time step on one device"):
-//   - the same sparse grid (physics/sparse.h): origin = domain_min - GRID_PAD dx, 4x4x4 blocks
-//     with Morton codes, particle block P = base node >> 2, 3x3x3 physical blocks, free zone;
-//   - rebuild-mapping only when G2P flagged that a particle left its free zone: keys
-//     (particle block code << 6 | cell) sorted with CUB radix sort (stable, so ties keep the
-//     previous order as on the CPU), particle blocks from a scan over key changes, physical
-//     blocks = the sorted unique 27-neighbourhoods (dense indices in Morton order, as on the
-//     CPU), and a device hash table (open addressing, atomicCAS on 64-bit codes) code -> index;
-//   - P2G (one thread per particle, constitutive_update fused in) scatters with float atomicAdd
-//     on global memory: sums are reordered against the CPU's fixed order, so results agree to
-//     rounding, not bit for bit;
-//   - grid update (one CUDA block per grid block, untouched blocks skipped) with gravity and the
-//     CPU's wall conditions;
-//   - G2P (APIC / MLS-MPM) with the deformation update, clamping, free-zone check, max-speed
-//     reduction and the non-finite / runaway check of backend.h.
-// Grid storage per block: 4 channels x 64 nodes (mass, then momentum x,y,z, which the grid
-// update turns into velocity in place), as on the CPU.
+// Particles. AoSoA: packets of 32 particles, one per warp, attribute a of lane l of packet p at
+// pk[p * PK_FLOATS + a * 32 + l] (PK_ATTRS attributes: x, v, C, F, mass, volume, material); ids
+// in a slot array beside them. At rebuild-mapping the particles are sorted by (particle block,
+// cell) and every particle block starts a new packet, so that a warp's particles share one
+// particle block (a CUDA block of 4 warps may mix particle blocks); packet headers give the
+// particle block and the number of valid lanes.
 //
-// Host synchronisation: G2P writes a small flag record (left the free zone, max speed, smallest
-// id of a non-finite particle) that the host reads once per step; a rebuild reads two counts.
-// Removing these (dt and the rebuild decision on the device, CUDA graphs) is later work.
+// Grid. Blocks of 4x4x4 nodes with 64-bit Morton codes (physics/sparse.h), a device hash table
+// from code to dense index, the 3x3x3 physical blocks of every particle block (its free zone is
+// (10 dx)^3, so rebuild-mapping is rare). A block holds 4 channels (mass, momentum, which the
+// grid update turns into velocity in place) of 64 nodes as two 32-wide packets:
+// grid[blk * 256 + (node >> 5) * 128 + channel * 32 + (node & 31)].
+// Two grid buffers alternate step by step: the grid update of buffer c clears buffer 1 - c (the
+// next P2G's target) in the same pass, only where that buffer was touched. Untouched blocks
+// (P2G marks the blocks it writes) are skipped.
+//
+// One step (k_begin, k_p2g, k_grid, k_g2p) runs without the host: dt (fixed or adaptive) is
+// computed on the device from the last step's largest speed, the step's flags (left the free
+// zone, largest speed, a non-finite particle) are copied to pinned host memory, and the host
+// reads a step's flags only after it has queued the next step, so the device never waits for it.
+// This is safe for the rebuild decision because G2P flags a particle that leaves the *inner*
+// zone (base node - 4 P in [-3, 4]); a particle moves less than one cell per step (a faster one
+// fails the run, DR_RUNAWAY_CELLS), so it is still inside the free zone ([-4, 5]) during the one
+// step that is already queued, and the rebuild comes before the step after. The steady-state
+// step is a CUDA graph (one per grid-buffer parity), re-instantiated after each rebuild.
+//
+// P2G. One thread per particle; plasticity and stress fused in; B-spline weights in shared
+// memory. The lanes of a warp are sorted by their cell inside the free zone (10 bits, a split
+// radix sort on ballots, skipped when the lanes are already in order, as right after a
+// rebuild); lanes of one cell share all 27 stencil nodes, so a segmented shuffle reduction sums
+// their contributions and the first lane of each segment issues one native global float atomic
+// per node and channel. No atomics on shared memory.
+//
+// Every CUDA call and launch is checked (CU, LAUNCHED): the message names the call, file, line.
 #include <cuda_runtime.h>
 
 #include <cub/cub.cuh>
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,13 +56,30 @@ extern "C" {
 #include "physics/constitutive.h"
 #include "physics/sparse.h"
 
+/* ---- layout ------------------------------------------------------------------------------- */
+
+enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, PK_ATTRS = 28 };
+#define LANES 32
+#define PK_FLOATS (PK_ATTRS * LANES)
 #define BLOCK_FLOATS (4 * BLOCK_NODES)
-#define THREADS 128 /* particle kernels; a multiple of the warp size (the G2P reductions need it) */
+#define WARPS 4                       /* warps per CUDA block in the particle kernels (the paper's choice) */
+#define THREADS (WARPS * LANES)
+#define SIMPLE_THREADS 256            /* one-thread-per-item kernels of the rebuild */
+#define GRID_BLOCKS_PER_CTA 4         /* grid update: 4 grid blocks of 64 nodes per CUDA block */
+#define INNER_LO (FREE_ZONE_LO + 1)   /* G2P flags particles leaving [INNER_LO, INNER_HI] */
+#define INNER_HI (FREE_ZONE_HI - 1)
+#define FUSED_LO (FREE_ZONE_LO + 2)   /* G2P2G: one more step is queued that scatters (see k_g2p2g) */
+#define FUSED_HI (FREE_ZONE_HI - 2)
+#define ZONE 10                       /* free-zone cells per axis: FREE_ZONE_HI - FREE_ZONE_LO + 1 */
+#define KEY_NONE 1023u                /* an invalid or lost lane's cell key: sorts last */
+#define FULL 0xffffffffu
+
+__device__ __forceinline__ int gidx(int node, int ch) { return (node >> 5) * 128 + ch * 32 + (node & 31); }
 
 /* ---- errors ------------------------------------------------------------------------------- */
 
 static int cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
-  cudaGetLastError(); /* clear a non-sticky error so later calls start clean */
+  cudaGetLastError(); /* clear a non-sticky error so that later calls start clean */
   return dr_fail_at(DR_ECUDA, file, line, call, "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
@@ -60,7 +90,7 @@ static int cuda_fail(cudaError_t e, const char *call, const char *file, int line
     if (cu_e_ != cudaSuccess) return cuda_fail(cu_e_, #call, __FILE__, __LINE__);                  \
   } while (0)
 
-/* After every kernel launch (launch errors; faults during the kernel surface at the next
+/* After every kernel launch (launch errors; faults inside a kernel surface at the next
  * synchronising call, which CU checks). */
 #define LAUNCHED(kernel)                                                                           \
   do {                                                                                             \
@@ -68,14 +98,12 @@ static int cuda_fail(cudaError_t e, const char *call, const char *file, int line
     if (cu_e_ != cudaSuccess) return cuda_fail(cu_e_, "kernel " kernel, __FILE__, __LINE__);       \
   } while (0)
 
-static unsigned grid_dim(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+static unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* ---- device vectors ----------------------------------------------------------------------- */
 
-/* A raw device buffer. Growth policy (DESIGN.md): when a request needs more than half the
- * capacity, the buffer grows to 4x the old capacity (at least twice the request), so the steady
- * state allocates nothing. exact = 1 sizes it to the request (particle state, whose count is
- * fixed in this version). */
+/* A device buffer that grows to 4x its capacity when a request needs more than half of it, so
+ * that the steady state allocates nothing (DESIGN.md). */
 typedef struct dvec {
   void *ptr;
   size_t bytes;
@@ -87,24 +115,27 @@ static int dvec_fail(size_t need, const char *what, const char *file, int line) 
   cudaMemGetInfo(&freeb, &total);
   cudaGetLastError();
   return dr_fail_at(DR_ENOMEM, file, line, "cudaMalloc",
-                    "out of device memory: %s needs %.1f MiB; cudaMemGetInfo says %.1f MiB free of %.1f MiB", what,
-                    need / 1048576.0, freeb / 1048576.0, total / 1048576.0);
+                    "out of device memory: %s needs %.1f MiB more; the device has %.1f MiB free of %.1f MiB "
+                    "(fewer particles per GPU, a coarser dx, or more GPUs)",
+                    what, need / 1048576.0, freeb / 1048576.0, total / 1048576.0);
 }
 
-static int dvec_reserve_at(dvec *v, size_t need, int keep, int exact, const char *what, const char *file, int line) {
+static int dvec_reserve_at(dvec *v, size_t need, int exact, const char *what, const char *file, int line) {
   if (exact ? need <= v->bytes : 2 * need <= v->bytes) return DR_OK;
   size_t cap = exact ? need : (4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need);
   if (cap < 256) cap = 256;
-  void *q = NULL;
-  if (cudaMalloc(&q, cap) != cudaSuccess) return dvec_fail(cap, what, file, line);
-  if (keep && v->ptr && v->bytes) CU(cudaMemcpy(q, v->ptr, v->bytes, cudaMemcpyDeviceToDevice));
-  if (v->ptr) CU(cudaFree(v->ptr));
-  v->ptr = q;
+  if (v->ptr) CU(cudaFree(v->ptr)); /* contents are never kept across a growth */
+  v->ptr = NULL;
+  v->bytes = 0;
+  if (cudaMalloc(&v->ptr, cap) != cudaSuccess) {
+    v->ptr = NULL;
+    return dvec_fail(cap, what, file, line);
+  }
   v->bytes = cap;
   return DR_OK;
 }
-#define DVEC_RESERVE(v, need, keep, what) DR_TRY(dvec_reserve_at(&(v), (need), (keep), 0, (what), __FILE__, __LINE__))
-#define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, 1, (what), __FILE__, __LINE__))
+#define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, (what), __FILE__, __LINE__))
+#define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, (what), __FILE__, __LINE__))
 
 static void dvec_free(dvec *v) {
   if (v->ptr) cudaFree(v->ptr);
@@ -114,60 +145,81 @@ static void dvec_free(dvec *v) {
 
 template <typename T> static T *dp(const dvec &v) { return (T *)v.ptr; }
 
-/* ---- state -------------------------------------------------------------------------------- */
+/* ---- the step's control record ------------------------------------------------------------ */
 
-/* Particle attributes on the device, structure of arrays (as particles.h). */
-typedef struct pbuf {
-  dvec x, v, C, F, mass, vol0, id, material;
-} pbuf;
+enum { DT_FIXED = 0, DT_ADAPTIVE = 1 };
 
-/* What G2P reports to the host each step (reset before each G2P). */
-typedef struct step_flags {
-  unsigned int leave;         /* some particle left its free zone */
-  unsigned int vmax_bits;     /* max speed as float bits (non-negative floats order as uints) */
-  unsigned long long bad_id;  /* smallest id of a non-finite particle, or ~0 */
+/* Lives in device memory; k_begin sets dt, the kernels read it, G2P writes the flags, and a
+ * copy goes to pinned host memory after every step. */
+typedef struct step_ctl {
+  double t, t1, frame_dt;      /* time, end of the frame, frame length (s) */
+  double cfl_dx, wave_speed;   /* adaptive step: dt = cfl dx / (c + vmax) */
+  float dt_fixed;              /* fixed step */
+  float dt;                    /* this step's dt */
+  int mode;                    /* DT_FIXED or DT_ADAPTIVE */
+  int done;                    /* the frame is complete: the step's kernels return at once */
+  int performed;               /* this step did work (0 for a step queued after the frame ended) */
+  unsigned int leave;          /* a particle left its inner free zone in this step */
+  unsigned int vmax_bits;      /* largest speed of this step (float bits; non-negative floats order as uints) */
   int bad_material;
-} step_flags;
+  unsigned long long bad_id;   /* smallest id of a non-finite, runaway or lost particle; ~0 if none */
+} step_ctl;
+
+/* ---- state -------------------------------------------------------------------------------- */
 
 typedef struct cuda_state {
   sim_params prm;
   material_params *mats; /* host copy, borrowed by prm.materials */
   int device;
   char device_name[256];
+  cudaStream_t stream;
   float origin[3], inv_dx;
   float wall_lo[3], wall_hi[3]; /* nodes below / above these coordinates are wall nodes */
-  float dmin[3], dmax[3];       /* domain as floats (the advection clamp) */
+  float dmin[3], dmax[3];       /* the domain as floats (the advection clamp) */
   int code_bits;                /* bits of a block code that can be non-zero */
 
-  size_t n;
-  pbuf p[2]; /* p[cur] is current; the other is the permutation target at rebuild */
+  size_t n;                     /* particles */
+  size_t n_packets;             /* packets of the current mapping */
+  dvec pk[2];                   /* packets; pk[cur] is current, the other the target of a rebuild */
+  dvec pid[2];                  /* [slots] uint64 ids */
+  dvec hdr;                     /* [n_packets] int2: particle block, valid lanes */
   int cur;
   dvec d_mats;
 
-  dvec pblock;              /* [n] int32: particle block of each particle */
-  dvec keys[2], vals[2];    /* [n] uint64 keys, uint32 indices: radix sort in and out */
-  dvec head;                /* [n] int32: 1 where a particle block starts, then its inclusive scan */
-
+  dvec keys[2], vals[2];        /* [slots] sort keys and slot indices */
+  dvec pblock;                  /* [n] particle block of each sorted particle (an inclusive scan first) */
+  dvec head;                    /* [n] 1 where a particle block starts */
   size_t n_pb;
-  dvec pb_coord;            /* [3 n_pb] int32 */
-  dvec pb_nbr;              /* [27 n_pb] int32 physical block indices, sparse_neighbor() order */
-  dvec pb_start;            /* [n_pb + 1] int32 first particle of each particle block */
-  dvec nbr_codes[2];        /* [27 n_pb] uint64: neighbour codes, then sorted */
+  dvec pb_coord;                /* [3 n_pb] int32 */
+  dvec pb_start;                /* [n_pb + 1] first sorted particle of each particle block */
+  dvec pb_packets;              /* [n_pb + 1] packets of each particle block, then their exclusive scan */
+  dvec pb_nbr;                  /* [27 n_pb] physical block indices, sparse_neighbor() order */
+  dvec nbr_codes[2];            /* [27 n_pb] neighbour codes, then sorted */
 
   size_t n_blocks;
-  dvec block_code;          /* [n_blocks] uint64, sorted */
-  dvec grid;                /* [n_blocks][4][64] float */
-  dvec touched;             /* [n_blocks] uint8 */
-  size_t table_cap;         /* power of two, at least twice n_blocks */
+  dvec block_code;              /* [n_blocks] uint64, sorted */
+  dvec grid[2];                 /* [n_blocks][256] float, the two alternating buffers */
+  dvec touched[2];              /* [n_blocks] uint8 */
+  size_t table_cap;             /* power of two, at least twice n_blocks */
   dvec table_keys, table_vals;
 
-  dvec temp;                /* CUB temporary storage: allocated once, grown when a call needs more */
-  dvec flags;               /* step_flags */
-  dvec count;               /* int: number selected by DeviceSelect::Unique */
+  dvec temp;                    /* CUB temporary storage: grown when a call needs more, else reused */
+  dvec ctl;                     /* step_ctl */
+  dvec count;                   /* int scratch for counts read back at rebuild */
+  step_ctl *h_slot;             /* [2] pinned: the flags of the last step of each parity */
+  cudaEvent_t done_ev[2];       /* recorded after each parity's step */
+  cudaEvent_t ph_ev[2];         /* phase timing */
 
-  uint8_t *h_touched;       /* host copy for stats */
+  cudaGraphExec_t graph[2];     /* the step on grid buffer 0 and 1 */
+  int graphs_valid;
+  int graph_fused;              /* the graphs hold the G2P2G step */
+  int primed;                   /* G2P2G: grid[par] already holds the next step's P2G */
+  size_t g2p2g_below;           /* G2P2G for fixed steps and fewer particles than this */
+  int par;                      /* the grid buffer the next step uses */
+  int last_par;                 /* the buffer of the last completed step (stats) */
+
+  uint8_t *h_touched;
   size_t h_touched_cap;
-
   int need_rebuild;
   uint64_t rebuilds;
   float vmax;
@@ -177,15 +229,15 @@ typedef struct cuda_state {
 
 #define TABLE_EMPTY 0xffffffffffffffffULL /* cudaMemset 0xff makes every key empty */
 
-/* splitmix64's finalizer (as rng_mix in rng.h, which is host only). */
+/* splitmix64's finalizer. */
 __device__ static inline uint64_t table_hash(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
 
-/* Linear probing; the slot is claimed with atomicCAS on the 64-bit key, so concurrent inserts
- * of different codes never share a slot and an existing code is found rather than duplicated. */
+/* Linear probing; a slot is claimed with atomicCAS on the 64-bit key, so concurrent inserts of
+ * different codes never share a slot. */
 __global__ static void k_table_insert(size_t nb, const uint64_t *codes, unsigned long long *keys, int32_t *vals,
                                       size_t mask) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -211,38 +263,25 @@ __device__ static inline int32_t table_find(const unsigned long long *keys, cons
 
 /* ---- rebuild-mapping kernels -------------------------------------------------------------- */
 
-__device__ static inline void base_node(const float *x, float3 origin, float inv_dx, int b[3]) {
-  b[0] = bspline_base((x[0] - origin.x) * inv_dx);
-  b[1] = bspline_base((x[1] - origin.y) * inv_dx);
-  b[2] = bspline_base((x[2] - origin.z) * inv_dx);
-}
-
-/* Keys: particle block code (high bits) and cell inside the particle block (low 6 bits). */
-__global__ static void k_keys(size_t n, const float *x, float3 origin, float inv_dx, uint64_t *keys,
-                              uint32_t *vals) {
+/* Keys of every slot: particle block code (high bits) and cell inside it (low 6 bits); slots
+ * beyond a packet's valid lanes get ~0 and sort last. */
+__global__ static void k_keys(size_t n_slots, const float *pk, const int2 *hdr, float3 origin, float inv_dx,
+                              uint64_t *keys, uint32_t *vals) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  int b[3];
-  base_node(x + 3 * i, origin, inv_dx, b);
-  const uint64_t code = sparse_block_code(b[0] >> 2, b[1] >> 2, b[2] >> 2);
-  keys[i] = (code << 6) | (uint64_t)sparse_node_in_block(b[0] & 3, b[1] & 3, b[2] & 3);
+  if (i >= n_slots) return;
+  const size_t p = i / LANES;
+  const int lane = (int)(i % LANES);
   vals[i] = (uint32_t)i;
-}
-
-/* out[i] = in[perm[i]] for every attribute. */
-__global__ static void k_gather(size_t n, const uint32_t *perm, const float *x, const float *v, const float *C,
-                                const float *F, const float *mass, const float *vol0, const uint64_t *id,
-                                const int32_t *mat, float *ox, float *ov, float *oC, float *oF, float *omass,
-                                float *ovol0, uint64_t *oid, int32_t *omat) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const size_t j = perm[i];
-  for (int a = 0; a < 3; ++a) ox[3 * i + a] = x[3 * j + a], ov[3 * i + a] = v[3 * j + a];
-  for (int a = 0; a < 9; ++a) oC[9 * i + a] = C[9 * j + a], oF[9 * i + a] = F[9 * j + a];
-  omass[i] = mass[j];
-  ovol0[i] = vol0[j];
-  oid[i] = id[j];
-  omat[i] = mat[j];
+  if (lane >= hdr[p].y) {
+    keys[i] = ~0ULL;
+    return;
+  }
+  const float *q = pk + p * PK_FLOATS + lane;
+  const int b0 = bspline_base((q[(A_X + 0) * LANES] - origin.x) * inv_dx);
+  const int b1 = bspline_base((q[(A_X + 1) * LANES] - origin.y) * inv_dx);
+  const int b2 = bspline_base((q[(A_X + 2) * LANES] - origin.z) * inv_dx);
+  const uint64_t code = sparse_block_code(b0 >> 2, b1 >> 2, b2 >> 2);
+  keys[i] = (code << 6) | (uint64_t)sparse_node_in_block(b0 & 3, b1 & 3, b2 & 3);
 }
 
 __device__ static inline int is_head(size_t i, const uint64_t *keys) {
@@ -254,13 +293,13 @@ __global__ static void k_heads(size_t n, const uint64_t *keys, int32_t *head) {
   if (i < n) head[i] = is_head(i, keys);
 }
 
-/* scan = inclusive sum of the heads: particle i is in particle block scan[i] - 1. Each head
- * records its block's start, coordinates and 27 neighbour codes. */
-__global__ static void k_pblocks(size_t n, const uint64_t *keys, const int32_t *scan, int32_t *pblock,
-                                 int32_t *pb_start, int32_t *pb_coord, uint64_t *nbr_codes) {
+/* scan = inclusive sum of the heads: sorted particle i is in particle block scan[i] - 1. Each
+ * head records its block's start, coordinates and 27 neighbour codes. In place on pblock. */
+__global__ static void k_pblocks(size_t n, const uint64_t *keys, int32_t *pblock, int32_t *pb_start,
+                                 int32_t *pb_coord, uint64_t *nbr_codes) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const int32_t q = scan[i] - 1;
+  const int32_t q = pblock[i] - 1;
   pblock[i] = q;
   if (i == n - 1) pb_start[q + 1] = (int32_t)n;
   if (!is_head(i, keys)) return;
@@ -274,82 +313,256 @@ __global__ static void k_pblocks(size_t n, const uint64_t *keys, const int32_t *
         nbr_codes[27 * (size_t)q + sparse_neighbor(di, dj, dk)] = sparse_block_code(c[0] + di, c[1] + dj, c[2] + dk);
 }
 
+__global__ static void k_pb_packets(size_t n_pb, const int32_t *pb_start, int32_t *pb_packets) {
+  const size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (q < n_pb) pb_packets[q] = (pb_start[q + 1] - pb_start[q] + LANES - 1) / LANES;
+  if (q == n_pb) pb_packets[q] = 0;
+}
+
+/* Packet headers of each particle block (pb_packets now holds the exclusive scan). */
+__global__ static void k_headers(size_t n_pb, const int32_t *pb_start, const int32_t *pb_packets, int2 *hdr) {
+  const size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (q >= n_pb) return;
+  const int count = pb_start[q + 1] - pb_start[q];
+  for (int j = 0, p = pb_packets[q]; j * LANES < count; ++j, ++p)
+    hdr[p] = make_int2((int)q, min(LANES, count - j * LANES));
+}
+
+/* Moves sorted particle i (from slot perm[i] of the old packets) to its new packet and lane. */
+__global__ static void k_scatter(size_t n, const uint32_t *perm, const int32_t *pblock, const int32_t *pb_start,
+                                 const int32_t *pb_packets, const float *src, const uint64_t *src_id, float *dst,
+                                 uint64_t *dst_id) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t from = perm[i];
+  const int32_t q = pblock[i];
+  const int r = (int)i - pb_start[q];
+  const size_t p = (size_t)pb_packets[q] + r / LANES;
+  const int lane = r % LANES;
+  const float *s = src + (size_t)(from / LANES) * PK_FLOATS + from % LANES;
+  float *d = dst + p * PK_FLOATS + lane;
+  for (int a = 0; a < PK_ATTRS; ++a) d[a * LANES] = s[a * LANES];
+  dst_id[p * LANES + lane] = src_id[from];
+}
+
 __global__ static void k_pb_nbr(size_t m, const uint64_t *nbr_codes, const unsigned long long *keys,
                                 const int32_t *vals, size_t mask, int32_t *pb_nbr) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i < m) pb_nbr[i] = table_find(keys, vals, mask, nbr_codes[i]);
 }
 
-/* ---- P2G ---------------------------------------------------------------------------------- */
+/* ---- the step ----------------------------------------------------------------------------- */
 
-/* The stencil of one particle (as make_stencil in backend_cpu.c): base node, B-spline weights
- * per axis, and where its 27 nodes live (physical block among the particle block's 27, node
- * inside the block). */
-typedef struct stencil {
-  float fx[3];
-  float w[3][3];
-  int blk[3][3];  /* per axis and stencil offset: block offset in {0,1,2} */
-  int node[3][3]; /* per axis and stencil offset: node coordinate inside the block */
-} stencil;
+/* Sets this step's dt (fixed, or adaptive from the last step's largest speed, the last two
+ * steps of a frame sharing what is left, exactly as sim.c does on the host) and resets the
+ * step's flags. A step queued after the frame ended does nothing. */
+__global__ static void k_begin(step_ctl *c) {
+  c->performed = 0;
+  if (c->done) return;
+  double dt;
+  if (c->mode == DT_FIXED) {
+    dt = c->dt_fixed;
+  } else {
+    const double rem = c->t1 - c->t;
+    if (rem <= 1e-9 * c->frame_dt) {
+      c->done = 1;
+      return;
+    }
+    dt = c->cfl_dx / (c->wave_speed + (double)__uint_as_float(c->vmax_bits));
+    if (dt >= rem) dt = rem;
+    else if (dt > 0.5 * rem) dt = 0.5 * rem;
+  }
+  c->dt = (float)dt;
+  c->t += dt;
+  c->performed = 1;
+  c->leave = 0;
+  c->vmax_bits = 0;
+}
 
-__device__ static inline void make_stencil(const float *x, float3 origin, float inv_dx, const int32_t *P,
-                                           stencil *st) {
+/* A fixed step given by the host (the phase-by-phase path of backend.h). */
+__global__ static void k_begin_fixed(step_ctl *c, float dt) {
+  c->done = 0;
+  c->performed = 1;
+  c->dt = dt;
+  c->leave = 0;
+  c->vmax_bits = 0;
+}
+
+__global__ static void k_frame_begin(step_ctl *c, double t0, double t1, int mode, float dt_fixed, double cfl_dx,
+                                     double wave_speed) {
+  c->t = t0;
+  c->t1 = t1;
+  c->frame_dt = t1 - t0;
+  c->mode = mode;
+  c->dt_fixed = dt_fixed;
+  c->cfl_dx = cfl_dx;
+  c->wave_speed = wave_speed;
+  c->done = 0;
+  if (mode == DT_FIXED) c->dt = dt_fixed; /* the priming P2G of G2P2G reads it */
+}
+
+/* Stencil of one particle relative to its particle block P: per axis the base node's offset in
+ * the free zone (0..9, i.e. b - 4P + 4) and fx = x/dx - b. Returns 0 for a particle outside the
+ * free zone (lost: only after a runaway step, which fails the run). */
+__device__ static inline int locate(const float x[3], float3 origin, float inv_dx, const int P[3], int d[3],
+                                    float fx[3]) {
   const float o[3] = {origin.x, origin.y, origin.z};
+  int ok = 1;
   for (int a = 0; a < 3; ++a) {
     const float xg = (x[a] - o[a]) * inv_dx;
     const int b = bspline_base(xg);
-    st->fx[a] = xg - (float)b;
-    float dw[3];
-    bspline_weights(st->fx[a], st->w[a], dw);
-    for (int d = 0; d < 3; ++d) {
-      const int nd = b + d;
-      st->blk[a][d] = (nd >> 2) - P[a] + 1;
-      st->node[a][d] = nd & 3;
-    }
+    fx[a] = xg - (float)b;
+    d[a] = b - BLOCK_EDGE * P[a] - FREE_ZONE_LO;
+    ok &= d[a] >= 0 && d[a] < ZONE;
   }
+  return ok;
 }
 
-/* One thread per particle: plasticity and Kirchhoff stress (F updated in place), then the
- * MLS-MPM scatter of mass and momentum (Hu et al. 2018): the stress enters as
- * -dt V0 (4/dx^2) tau next to APIC's m C. */
-__global__ static void k_p2g(size_t n, float dt, float dx, float inv_dx, float3 origin,
-                             const material_params *mats, const float *x, const float *v, const float *C, float *Fs,
-                             const float *mass, const float *vol0, const int32_t *material, const int32_t *pblock,
-                             const int32_t *pb_coord, const int32_t *pb_nbr, float *grid, uint8_t *touched) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const material_params mat = mats[material[i]];
-  float F[9], tau[9];
-  for (int q = 0; q < 9; ++q) F[q] = Fs[9 * i + q];
-  constitutive_update(&mat, F, tau);
-  for (int q = 0; q < 9; ++q) Fs[9 * i + q] = F[q];
-  const float m = mass[i];
-  const float k = -dt * vol0[i] * 4.0f * inv_dx * inv_dx;
-  float A[9], vi[3];
-  for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * C[9 * i + q];
-  for (int a = 0; a < 3; ++a) vi[a] = v[3 * i + a];
-  const int32_t pb = pblock[i];
-  const int32_t P[3] = {pb_coord[3 * pb], pb_coord[3 * pb + 1], pb_coord[3 * pb + 2]};
-  const int32_t *nbr = pb_nbr + 27 * (size_t)pb;
-  stencil st;
-  make_stencil(x + 3 * i, origin, inv_dx, P, &st);
-  for (int di = 0; di < 3; ++di)
-    for (int dj = 0; dj < 3; ++dj)
-      for (int dk = 0; dk < 3; ++dk) {
-        const float w = st.w[0][di] * st.w[1][dj] * st.w[2][dk];
-        const float d[3] = {((float)di - st.fx[0]) * dx, ((float)dj - st.fx[1]) * dx, ((float)dk - st.fx[2]) * dx};
-        const int blk = nbr[sparse_neighbor(st.blk[0][di] - 1, st.blk[1][dj] - 1, st.blk[2][dk] - 1)];
-        float *g = grid + (size_t)blk * BLOCK_FLOATS;
-        const int nd = sparse_node_in_block(st.node[0][di], st.node[1][dj], st.node[2][dk]);
-        atomicAdd(g + nd, w * m);
-        for (int a = 0; a < 3; ++a)
-          atomicAdd(g + (a + 1) * BLOCK_NODES + nd,
-                    w * (m * vi[a] + A[3 * a] * d[0] + A[3 * a + 1] * d[1] + A[3 * a + 2] * d[2]));
-        touched[blk] = 1; /* every writer stores the same value */
+/* Where stencil node (d + e) of a free-zone offset d lives: the physical block among the 27 and
+ * the node inside it. d + e - 4 + 4P is the node index; the block offset from P is
+ * ((d + e) >> 2) - 1 and the node inside it (d + e) & 3, since 4P is a multiple of 4. */
+__device__ static inline void node_of(const int d[3], int ei, int ej, int ek, int *nbr, int *node) {
+  const int a = d[0] + ei, b = d[1] + ej, c = d[2] + ek;
+  *nbr = ((a >> 2) * 3 + (b >> 2)) * 3 + (c >> 2); /* = sparse_neighbor((a>>2)-1, (b>>2)-1, (c>>2)-1) */
+  *node = sparse_node_in_block(a & 3, b & 3, c & 3);
+}
+
+__device__ static inline void flag_bad(step_ctl *c, unsigned long long id) { atomicMin(&c->bad_id, id); }
+
+/* Stable split radix sort of the warp's 10-bit keys, on the bits that differ between lanes.
+ * Returns the lane whose particle this lane processes; *key becomes that particle's key. */
+__device__ static inline int warp_sort(unsigned *key, unsigned *scratch) {
+  const int lane = threadIdx.x & 31;
+  const unsigned varying = __reduce_or_sync(FULL, *key) ^ __reduce_and_sync(FULL, *key);
+  unsigned v = (*key << 5) | (unsigned)lane;
+  const unsigned below = (1u << lane) - 1u;
+  for (int bit = 0; bit < 10; ++bit) {
+    if (!((varying >> bit) & 1u)) continue; /* uniform across the warp */
+    const unsigned b = (v >> (5 + bit)) & 1u;
+    const unsigned ones = __ballot_sync(FULL, b);
+    const int dest = b ? (32 - __popc(ones)) + __popc(ones & below) : __popc(~ones & below);
+    scratch[dest] = v;
+    __syncwarp();
+    v = scratch[lane];
+    __syncwarp();
+  }
+  *key = v >> 5;
+  return (int)(v & 31u);
+}
+
+/* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
+ * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
+/* The P2G of one warp's packet p (all 32 lanes call it). */
+__device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
+                                         const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
+                                         float *__restrict__ pk, const uint64_t *__restrict__ pid,
+                                         const material_params *__restrict__ mats, float3 origin, float dx,
+                                         float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
+                                         float (*s_w)[LANES], unsigned *s_sort) {
+  const int lane = threadIdx.x & 31;
+  const int2 h = hdr[p];
+  const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
+  const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
+  float *base = pk + p * PK_FLOATS;
+
+  /* 1. This lane's cell in the free zone; sort the warp's lanes by it. */
+  unsigned key = KEY_NONE;
+  if (lane < h.y) {
+    const float x[3] = {base[(A_X + 0) * LANES + lane], base[(A_X + 1) * LANES + lane],
+                        base[(A_X + 2) * LANES + lane]};
+    int d[3];
+    float fx[3];
+    if (locate(x, origin, inv_dx, P, d, fx)) key = (unsigned)((d[0] * ZONE + d[1]) * ZONE + d[2]);
+    else flag_bad(ctl, pid[p * LANES + lane]);
+  }
+  const unsigned prev_key = __shfl_up_sync(FULL, key, 1);
+  int src = lane;
+  if (!__all_sync(FULL, lane == 0 || prev_key <= key)) src = warp_sort(&key, s_sort);
+  const int valid = key != KEY_NONE;
+
+  /* 2. The particle: plasticity and stress, then the affine momentum matrix A. */
+  float m = 0.0f, mv[3] = {0, 0, 0}, A[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, fx[3] = {1, 1, 1};
+  int d[3] = {0, 0, 0};
+  if (valid) {
+    float x[3], F[9], tau[9];
+    for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + src];
+    for (int q = 0; q < 9; ++q) F[q] = base[(A_F + q) * LANES + src];
+    const material_params mat = mats[__float_as_int(base[A_MAT * LANES + src])];
+    constitutive_update(&mat, F, tau);
+    for (int q = 0; q < 9; ++q) base[(A_F + q) * LANES + src] = F[q];
+    m = base[A_M * LANES + src];
+    const float k = -dt * base[A_VOL * LANES + src] * 4.0f * inv_dx * inv_dx;
+    for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * base[(A_C + q) * LANES + src];
+    for (int a = 0; a < 3; ++a) mv[a] = m * base[(A_V + a) * LANES + src];
+    locate(x, origin, inv_dx, P, d, fx);
+    for (int a = 0; a < 3; ++a) {
+      float w[3], dw[3];
+      bspline_weights(fx[a], w, dw);
+      for (int e = 0; e < 3; ++e) s_w[3 * a + e][lane] = w[e];
+    }
+  } else {
+    for (int q = 0; q < 9; ++q) s_w[q][lane] = 0.0f;
+  }
+  __syncwarp();
+
+  /* 3. Segments of equal cells; lane + s < seg_end keeps a sum inside its segment. */
+  const unsigned key_before = __shfl_up_sync(FULL, key, 1); /* every lane shuffles: not inside || */
+  const unsigned heads = __ballot_sync(FULL, lane == 0 || key_before != key);
+  const unsigned above = heads & ~((2u << lane) - 1u);
+  const int seg_end = above ? __ffs((int)above) - 1 : 32;
+  const int is_head = (heads >> lane) & 1u;
+  const int longest = __reduce_max_sync(FULL, is_head ? seg_end - lane : 0);
+  float *g = grid;
+
+  for (int ei = 0; ei < 3; ++ei)
+    for (int ej = 0; ej < 3; ++ej) {
+      const float wij = s_w[ei][lane] * s_w[3 + ej][lane];
+      for (int ek = 0; ek < 3; ++ek) {
+        const float w = wij * s_w[6 + ek][lane];
+        const float r0 = ((float)ei - fx[0]) * dx, r1 = ((float)ej - fx[1]) * dx, r2 = ((float)ek - fx[2]) * dx;
+        float v0 = w * m;
+        float v1 = w * (mv[0] + A[0] * r0 + A[1] * r1 + A[2] * r2);
+        float v2 = w * (mv[1] + A[3] * r0 + A[4] * r1 + A[5] * r2);
+        float v3 = w * (mv[2] + A[6] * r0 + A[7] * r1 + A[8] * r2);
+        for (int s = 1; s < longest; s <<= 1) {
+          const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
+          const float t2 = __shfl_down_sync(FULL, v2, s), t3 = __shfl_down_sync(FULL, v3, s);
+          if (lane + s < seg_end) v0 += t0, v1 += t1, v2 += t2, v3 += t3;
+        }
+        int nb, node;
+        node_of(d, ei, ej, ek, &nb, &node);
+        const int blk = __shfl_sync(FULL, my_nbr, nb);
+        if (is_head && valid) {
+          float *gb = g + (size_t)blk * BLOCK_FLOATS;
+          atomicAdd(gb + gidx(node, 0), v0);
+          atomicAdd(gb + gidx(node, 1), v1);
+          atomicAdd(gb + gidx(node, 2), v2);
+          atomicAdd(gb + gidx(node, 3), v3);
+          /* one mark per block: the lowest stencil node of the block on every axis */
+          if ((ei == 0 || ((d[0] + ei) & 3) == 0) && (ej == 0 || ((d[1] + ej) & 3) == 0) &&
+              (ek == 0 || ((d[2] + ek) & 3) == 0))
+            touched[blk] = 1;
+        }
       }
+    }
 }
 
-/* ---- grid update -------------------------------------------------------------------------- */
+/* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
+ * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
+__global__ static void __launch_bounds__(THREADS)
+k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
+      const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
+      const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
+      uint8_t *__restrict__ touched) {
+  __shared__ float s_w[WARPS][9][LANES]; /* B-spline weights: w[axis][offset] per lane */
+  __shared__ unsigned s_sort[WARPS][LANES];
+  if (ctl->done) return;
+  const int warp = threadIdx.x >> 5;
+  const size_t p = (size_t)blockIdx.x * WARPS + warp;
+  if (p >= n_packets) return; /* the whole warp */
+  p2g_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, s_w[warp],
+           s_sort[warp]);
+}
 
 typedef struct wall_params {
   int boundary;
@@ -380,70 +593,95 @@ __device__ static inline void wall(const wall_params *wp, float v[3], int axis, 
   }
 }
 
-/* One CUDA block of 64 threads per grid block, one thread per node. */
-__global__ static void k_grid_update(float dt, float dx, float3 origin, float3 gravity, wall_params wp,
-                                     const uint64_t *block_code, const uint8_t *touched, float *grid) {
-  const size_t blk = blockIdx.x;
+/* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
+ * fused with clearing the other buffer where the step before touched it. One thread per node. */
+__global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
+k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, wall_params wp,
+       const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
+       uint8_t *__restrict__ touched_next, float *__restrict__ g_next) {
+  if (ctl->done) return; /* uniform over the CUDA block */
+  const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
+  const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
+  const int inside = blk < n_blocks;
+  const int clear = inside && touched_next[blk];
+  __syncthreads(); /* every thread has read its block's flag before one of them clears it */
+  if (!inside) return;
+  if (clear) {
+    float *gn = g_next + blk * BLOCK_FLOATS;
+    for (int ch = 0; ch < 4; ++ch) gn[gidx(nd, ch)] = 0.0f;
+    if (nd == 0) touched_next[blk] = 0;
+  }
   if (!touched[blk]) return;
-  const int nd = threadIdx.x; /* = sparse_node_in_block(li, lj, lk) */
-  const int li = nd / 16, lj = (nd / 4) % 4, lk = nd % 4;
-  float *gd = grid + blk * BLOCK_FLOATS;
-  const float m = gd[nd];
+  float *gd = g + blk * BLOCK_FLOATS;
+  const float m = gd[gidx(nd, 0)];
   if (m <= 0.0f) return;
+  const float dt = ctl->dt;
   int c[3];
   sparse_block_coords(block_code[blk], c);
-  const float g[3] = {gravity.x, gravity.y, gravity.z}, o[3] = {origin.x, origin.y, origin.z};
+  const float gr[3] = {gravity.x, gravity.y, gravity.z}, o[3] = {origin.x, origin.y, origin.z};
+  const float inv_m = 1.0f / m;
   float v[3];
-  for (int a = 0; a < 3; ++a) v[a] = gd[(a + 1) * BLOCK_NODES + nd] / m + g[a] * dt;
-  const int idx[3] = {4 * c[0] + li, 4 * c[1] + lj, 4 * c[2] + lk};
+  for (int a = 0; a < 3; ++a) v[a] = gd[gidx(nd, a + 1)] * inv_m + gr[a] * dt;
+  const int idx[3] = {4 * c[0] + nd / 16, 4 * c[1] + (nd / 4) % 4, 4 * c[2] + nd % 4};
   for (int a = 0; a < 3; ++a) {
     const float xn = o[a] + (float)idx[a] * dx;
     if (xn < wp.lo[a]) wall(&wp, v, a, 1.0f);
     else if (xn > wp.hi[a]) wall(&wp, v, a, -1.0f);
   }
-  for (int a = 0; a < 3; ++a) gd[(a + 1) * BLOCK_NODES + nd] = v[a];
+  for (int a = 0; a < 3; ++a) gd[gidx(nd, a + 1)] = v[a];
 }
 
-/* ---- G2P ---------------------------------------------------------------------------------- */
-
-/* One thread per particle: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T,
- * F <- (I + dt C) F, advection clamped to the domain, free-zone check, speed, non-finite and
- * runaway check (speed above runaway = DR_RUNAWAY_CELLS dx / dt).
- * The max speed and the free-zone flag are reduced over the warp first (one atomic per warp). */
-__global__ static void k_g2p(size_t n, float dt, float dx, float inv_dx, float runaway, float3 origin, float3 dmin,
-                             float3 dmax,
-                             float *xs, float *vs, float *Cs, float *Fs, const uint64_t *id, const int32_t *pblock,
-                             const int32_t *pb_coord, const int32_t *pb_nbr, const float *grid, step_flags *flags) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  unsigned int speed_bits = 0;
-  int leave = 0;
-  if (i < n) {
-    const float k = 4.0f * inv_dx * inv_dx;
-    const int32_t pb = pblock[i];
-    const int32_t P[3] = {pb_coord[3 * pb], pb_coord[3 * pb + 1], pb_coord[3 * pb + 2]};
-    const int32_t *nbr = pb_nbr + 27 * (size_t)pb;
-    float x[3] = {xs[3 * i], xs[3 * i + 1], xs[3 * i + 2]};
-    stencil st;
-    make_stencil(x, origin, inv_dx, P, &st);
-    float v[3] = {0, 0, 0}, B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-    for (int di = 0; di < 3; ++di)
-      for (int dj = 0; dj < 3; ++dj)
-        for (int dk = 0; dk < 3; ++dk) {
-          const float w = st.w[0][di] * st.w[1][dj] * st.w[2][dk];
-          const float d[3] = {((float)di - st.fx[0]) * dx, ((float)dj - st.fx[1]) * dx,
-                              ((float)dk - st.fx[2]) * dx};
-          const int blk = nbr[sparse_neighbor(st.blk[0][di] - 1, st.blk[1][dj] - 1, st.blk[2][dk] - 1)];
-          const float *g = grid + (size_t)blk * BLOCK_FLOATS;
-          const int nd = sparse_node_in_block(st.node[0][di], st.node[1][dj], st.node[2][dk]);
-          for (int a = 0; a < 3; ++a) {
-            const float vi = g[(a + 1) * BLOCK_NODES + nd];
-            v[a] += w * vi;
-            for (int e = 0; e < 3; ++e) B[3 * a + e] += w * vi * d[e];
-          }
+/* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
+ * advection clamped to the domain, the inner-free-zone check, largest speed, and the
+ * non-finite / runaway check. One warp per packet; flags reduced over the warp first. */
+/* The G2P of one warp's packet p (all 32 lanes call it). */
+__device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
+                                         const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
+                                         float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
+                                         float3 dmin, float3 dmax, float dx, float inv_dx,
+                                         const float *__restrict__ grid, int inner_lo, int inner_hi) {
+  const int lane = threadIdx.x & 31;
+  const int2 h = hdr[p];
+  const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
+  const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
+  float *base = pk + p * PK_FLOATS + lane;
+  const int valid = lane < h.y;
+  float x[3] = {0, 0, 0};
+  int d[3] = {0, 0, 0}, ok = 0;
+  float fx[3] = {1, 1, 1};
+  if (valid) {
+    for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES];
+    ok = locate(x, origin, inv_dx, P, d, fx);
+    if (!ok) flag_bad(ctl, pid[p * LANES + lane]);
+  }
+  float w[3][3];
+  for (int a = 0; a < 3; ++a) {
+    float dw[3];
+    bspline_weights(fx[a], w[a], dw);
+  }
+  float v[3] = {0, 0, 0}, B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  for (int ei = 0; ei < 3; ++ei)
+    for (int ej = 0; ej < 3; ++ej)
+      for (int ek = 0; ek < 3; ++ek) {
+        int nb, node;
+        node_of(d, ei, ej, ek, &nb, &node);
+        const int blk = __shfl_sync(FULL, my_nbr, nb);
+        if (!ok) continue;
+        const float wt = w[0][ei] * w[1][ej] * w[2][ek];
+        const float r[3] = {((float)ei - fx[0]) * dx, ((float)ej - fx[1]) * dx, ((float)ek - fx[2]) * dx};
+        const float *gb = grid + (size_t)blk * BLOCK_FLOATS;
+        for (int a = 0; a < 3; ++a) {
+          const float vi = wt * gb[gidx(node, a + 1)];
+          v[a] += vi;
+          for (int e = 0; e < 3; ++e) B[3 * a + e] += vi * r[e];
         }
+      }
+  unsigned speed_bits = 0, leave = 0;
+  if (ok) {
+    const float k = 4.0f * inv_dx * inv_dx;
     float F[9], G[9], Fn[9], C[9];
     for (int q = 0; q < 9; ++q) {
-      F[q] = Fs[9 * i + q];
+      F[q] = base[(A_F + q) * LANES];
       C[q] = k * B[q];
       G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
     }
@@ -452,261 +690,518 @@ __global__ static void k_g2p(size_t n, float dt, float dx, float inv_dx, float r
     float sp2 = 0.0f;
     for (int a = 0; a < 3; ++a) {
       sp2 += v[a] * v[a];
-      const float xa = x[a] + dt * v[a];
       /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
-      x[a] = fminf(fmaxf(xa, lo[a]), hi[a]);
+      x[a] = fminf(fmaxf(x[a] + dt * v[a], lo[a]), hi[a]);
     }
-    for (int q = 0; q < 9; ++q) Cs[9 * i + q] = C[q], Fs[9 * i + q] = Fn[q];
-    for (int a = 0; a < 3; ++a) vs[3 * i + a] = v[a], xs[3 * i + a] = x[a];
+    for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
+    for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
+    const float runaway = DR_RUNAWAY_CELLS * dx / dt;
     if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(m3_det(Fn)) || sp2 > runaway * runaway) {
-      atomicMin(&flags->bad_id, (unsigned long long)id[i]);
+      flag_bad(ctl, pid[p * LANES + lane]);
     } else {
       speed_bits = __float_as_uint(sqrtf(sp2));
-      int b[3];
-      base_node(x, origin, inv_dx, b);
-      for (int a = 0; a < 3; ++a) leave |= !sparse_in_free_zone(b[a], P[a]);
+      for (int a = 0; a < 3; ++a) {
+        const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
+        const int off = b - BLOCK_EDGE * P[a];
+        leave |= off < inner_lo || off > inner_hi;
+      }
     }
   }
-  /* every lane of the warp reaches here: blockDim is a multiple of 32 */
-  for (int o = 16; o > 0; o >>= 1) speed_bits = max(speed_bits, __shfl_xor_sync(0xffffffffu, speed_bits, o));
-  leave = __any_sync(0xffffffffu, leave);
-  if ((threadIdx.x & 31) == 0) {
-    if (speed_bits) atomicMax(&flags->vmax_bits, speed_bits);
-    if (leave) atomicOr(&flags->leave, 1u);
+  speed_bits = __reduce_max_sync(FULL, speed_bits);
+  leave = __any_sync(FULL, leave);
+  if (lane == 0) {
+    if (speed_bits) atomicMax(&ctl->vmax_bits, speed_bits);
+    if (leave) atomicOr(&ctl->leave, 1u);
   }
 }
 
-/* Material of the particle with the given id (for the message of a non-finite state). */
-__global__ static void k_find_material(size_t n, const uint64_t *id, const int32_t *material, uint64_t want,
-                                       step_flags *flags) {
+/* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
+ * advection clamped to the domain, the inner-free-zone check, largest speed, and the
+ * non-finite / runaway check. One warp per packet; flags reduced over the warp first. */
+__global__ static void __launch_bounds__(THREADS)
+k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
+      const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
+      float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid) {
+  if (ctl->done) return;
+  const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (p >= n_packets) return;
+  g2p_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO, INNER_HI);
+}
+
+/* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
+ * kernel, the next step's P2G into the other buffer. The flag of a particle that leaves the
+ * zone [FUSED_LO, FUSED_HI] reaches the host after one more step has been queued, and that step
+ * moves it by less than a cell and scatters it once more: two cells of slack keep every
+ * scattered stencil inside the physical blocks. The warp's own writes to its packet are
+ * visible to its lanes after __syncwarp. */
+__global__ static void __launch_bounds__(THREADS)
+k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
+        const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
+        const material_params *__restrict__ mats, float3 origin, float3 dmin, float3 dmax, float dx, float inv_dx,
+        const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next) {
+  __shared__ float s_w[WARPS][9][LANES];
+  __shared__ unsigned s_sort[WARPS][LANES];
+  if (ctl->done) return;
+  const int warp = threadIdx.x >> 5;
+  const size_t p = (size_t)blockIdx.x * WARPS + warp;
+  if (p >= n_packets) return;
+  const float dt = ctl->dt;
+  g2p_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO, FUSED_HI);
+  __syncwarp();
+  p2g_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next, s_w[warp],
+           s_sort[warp]);
+}
+
+/* Material of the particle with the given id (for the message about a bad particle). */
+__global__ static void k_find_material(size_t n_slots, const uint64_t *pid, const int2 *hdr, const float *pk,
+                                       uint64_t want, step_ctl *ctl) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n && id[i] == want) flags->bad_material = material[i];
+  if (i >= n_slots) return;
+  const size_t p = i / LANES;
+  const int lane = (int)(i % LANES);
+  if (lane < hdr[p].y && pid[i] == want) ctl->bad_material = __float_as_int(pk[p * PK_FLOATS + A_MAT * LANES + lane]);
 }
 
 /* ---- rebuild-mapping ---------------------------------------------------------------------- */
 
-static int rebuild(void *state, int force, int *rebuilt) {
-  cuda_state *s = (cuda_state *)state;
-  *rebuilt = 0;
-  if (!force && !s->need_rebuild) return DR_OK;
-  const size_t n = s->n;
-  const float3 origin = make_float3(s->origin[0], s->origin[1], s->origin[2]);
-  if (n == 0) {
-    s->n_pb = s->n_blocks = 0;
-    s->need_rebuild = 0;
-    ++s->rebuilds;
-    *rebuilt = 1;
-    return DR_OK;
-  }
-  const int ni = (int)n;
-  pbuf *in = &s->p[s->cur], *out = &s->p[1 - s->cur];
+/* CUB calls: query the scratch size, grow the one scratch buffer if needed, run. */
+#define CUB_RUN(call_with_temp)                                                                    \
+  do {                                                                                             \
+    size_t temp_bytes = 0;                                                                         \
+    void *temp_ptr = NULL;                                                                         \
+    CU(call_with_temp);                                                                            \
+    DVEC(s->temp, temp_bytes, "CUB temporary storage");                                            \
+    temp_bytes = s->temp.bytes;                                                                    \
+    temp_ptr = s->temp.ptr;                                                                        \
+    CU(call_with_temp);                                                                            \
+  } while (0)
 
-  /* 1. Keys and a stable radix sort: ties keep the previous order, as on the CPU. */
-  k_keys<<<grid_dim(n, THREADS), THREADS>>>(n, dp<float>(in->x), origin, s->inv_dx, dp<uint64_t>(s->keys[0]),
-                                            dp<uint32_t>(s->vals[0]));
-  LAUNCHED("k_keys");
-  const int end_bit = 6 + s->code_bits <= 64 ? 6 + s->code_bits : 64;
-  size_t temp_bytes = 0;
-  CU(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, dp<uint64_t>(s->keys[0]), dp<uint64_t>(s->keys[1]),
-                                     dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]), ni, 0, end_bit));
-  DVEC_RESERVE(s->temp, temp_bytes, 0, "CUB temporary storage");
-  temp_bytes = s->temp.bytes;
-  CU(cub::DeviceRadixSort::SortPairs(s->temp.ptr, temp_bytes, dp<uint64_t>(s->keys[0]), dp<uint64_t>(s->keys[1]),
-                                     dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]), ni, 0, end_bit));
-  const uint64_t *keys = dp<uint64_t>(s->keys[1]);
+/* DRIFT_TRACE=1 in the environment: one line per host-side event of the step loop. */
+static int trace_on = -1;
+#define TRACE(...)                                                                                 \
+  do {                                                                                             \
+    if (trace_on < 0) trace_on = getenv("DRIFT_TRACE") != NULL;                                    \
+    if (trace_on) fprintf(stderr, "trace: " __VA_ARGS__), fputc('\n', stderr);                     \
+  } while (0)
 
-  /* 2. Permute the particles into sorted order. */
-  k_gather<<<grid_dim(n, THREADS), THREADS>>>(
-      n, dp<uint32_t>(s->vals[1]), dp<float>(in->x), dp<float>(in->v), dp<float>(in->C), dp<float>(in->F),
-      dp<float>(in->mass), dp<float>(in->vol0), dp<uint64_t>(in->id), dp<int32_t>(in->material), dp<float>(out->x),
-      dp<float>(out->v), dp<float>(out->C), dp<float>(out->F), dp<float>(out->mass), dp<float>(out->vol0),
-      dp<uint64_t>(out->id), dp<int32_t>(out->material));
-  LAUNCHED("k_gather");
-  s->cur = 1 - s->cur;
-
-  /* 3. Particle blocks: runs of equal block code, numbered by an inclusive scan of the heads. */
-  k_heads<<<grid_dim(n, THREADS), THREADS>>>(n, keys, dp<int32_t>(s->head));
-  LAUNCHED("k_heads");
-  int32_t *scan = dp<int32_t>(s->pblock); /* the scan lands in pblock, then k_pblocks rewrites it */
-  temp_bytes = 0;
-  CU(cub::DeviceScan::InclusiveSum(NULL, temp_bytes, dp<int32_t>(s->head), scan, ni));
-  DVEC_RESERVE(s->temp, temp_bytes, 0, "CUB temporary storage");
-  temp_bytes = s->temp.bytes;
-  CU(cub::DeviceScan::InclusiveSum(s->temp.ptr, temp_bytes, dp<int32_t>(s->head), scan, ni));
-  int32_t n_pb = 0;
-  CU(cudaMemcpy(&n_pb, scan + (n - 1), sizeof n_pb, cudaMemcpyDeviceToHost));
-  s->n_pb = (size_t)n_pb;
-  DVEC_RESERVE(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), 0, "particle blocks");
-  DVEC_RESERVE(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), 0, "particle blocks");
-  DVEC_RESERVE(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), 0, "particle blocks");
-  DVEC_RESERVE(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), 0, "physical block codes");
-  DVEC_RESERVE(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), 0, "physical block codes");
-  /* k_pblocks reads scan[i] and writes pblock[i] = scan[i] - 1 in the same thread: in place */
-  k_pblocks<<<grid_dim(n, THREADS), THREADS>>>(n, keys, scan, dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start),
-                                               dp<int32_t>(s->pb_coord), dp<uint64_t>(s->nbr_codes[0]));
-  LAUNCHED("k_pblocks");
-
-  /* 4. Physical blocks: the 3x3x3 neighbourhoods of all particle blocks, sorted and unique, so
-   *    dense block indices follow Morton order as on the CPU. */
-  const int m = 27 * n_pb;
-  const int code_bits = s->code_bits;
-  temp_bytes = 0;
-  CU(cub::DeviceRadixSort::SortKeys(NULL, temp_bytes, dp<uint64_t>(s->nbr_codes[0]), dp<uint64_t>(s->nbr_codes[1]),
-                                    m, 0, code_bits));
-  DVEC_RESERVE(s->temp, temp_bytes, 0, "CUB temporary storage");
-  temp_bytes = s->temp.bytes;
-  CU(cub::DeviceRadixSort::SortKeys(s->temp.ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[0]),
-                                    dp<uint64_t>(s->nbr_codes[1]), m, 0, code_bits));
-  DVEC_RESERVE(s->block_code, (size_t)m * sizeof(uint64_t), 0, "grid blocks");
-  temp_bytes = 0;
-  CU(cub::DeviceSelect::Unique(NULL, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
-                               dp<int>(s->count), m));
-  DVEC_RESERVE(s->temp, temp_bytes, 0, "CUB temporary storage");
-  temp_bytes = s->temp.bytes;
-  CU(cub::DeviceSelect::Unique(s->temp.ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
-                               dp<int>(s->count), m));
-  int nb = 0;
-  CU(cudaMemcpy(&nb, s->count.ptr, sizeof nb, cudaMemcpyDeviceToHost));
-  s->n_blocks = (size_t)nb;
-  DVEC_RESERVE(s->grid, s->n_blocks * BLOCK_FLOATS * sizeof(float), 0, "grid blocks");
-  DVEC_RESERVE(s->touched, s->n_blocks, 0, "grid blocks");
-
-  /* 5. Hash table code -> dense index, then each particle block's 27 physical block indices. */
-  size_t cap = 64;
-  while (cap < 2 * s->n_blocks) cap <<= 1;
-  if (cap > s->table_cap) {
-    DVEC_EXACT(s->table_keys, cap * sizeof(uint64_t), "block hash table");
-    DVEC_EXACT(s->table_vals, cap * sizeof(int32_t), "block hash table");
-    s->table_cap = cap;
-  }
-  const size_t mask = s->table_cap - 1;
-  CU(cudaMemset(s->table_keys.ptr, 0xff, s->table_cap * sizeof(uint64_t)));
-  k_table_insert<<<grid_dim(s->n_blocks, THREADS), THREADS>>>(
-      s->n_blocks, dp<uint64_t>(s->block_code), dp<unsigned long long>(s->table_keys), dp<int32_t>(s->table_vals),
-      mask);
-  LAUNCHED("k_table_insert");
-  k_pb_nbr<<<grid_dim((size_t)m, THREADS), THREADS>>>((size_t)m, dp<uint64_t>(s->nbr_codes[0]),
-                                                      dp<unsigned long long>(s->table_keys),
-                                                      dp<int32_t>(s->table_vals), mask, dp<int32_t>(s->pb_nbr));
-  LAUNCHED("k_pb_nbr");
-  CU(cudaMemset(s->touched.ptr, 0, s->n_blocks));
-
-  s->need_rebuild = 0;
-  ++s->rebuilds;
-  *rebuilt = 1;
+static int read_count(cuda_state *s, const void *dev, int *out) {
+  CU(cudaMemcpyAsync(out, dev, sizeof *out, cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  TRACE("count %d", *out);
   return DR_OK;
 }
 
-/* ---- the steps ---------------------------------------------------------------------------- */
+static int rebuild_now(cuda_state *s) {
+  const size_t n = s->n;
+  cudaStream_t st = s->stream;
+  const float3 origin = make_float3(s->origin[0], s->origin[1], s->origin[2]);
+  s->graphs_valid = 0;
+  s->primed = 0;
+  ++s->rebuilds;
+  s->need_rebuild = 0;
+  if (n == 0) {
+    s->n_pb = s->n_blocks = s->n_packets = 0;
+    return DR_OK;
+  }
+  const size_t n_slots = s->n_packets * LANES;
+  const int ns = (int)n_slots, ni = (int)n;
+  const int end_bit = 6 + s->code_bits;
 
-static int p2g(void *state, float dt) {
-  cuda_state *s = (cuda_state *)state;
-  if (s->n == 0) return DR_OK;
-  CU(cudaMemsetAsync(s->grid.ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float)));
-  CU(cudaMemsetAsync(s->touched.ptr, 0, s->n_blocks));
-  const pbuf *p = &s->p[s->cur];
-  k_p2g<<<grid_dim(s->n, THREADS), THREADS>>>(
-      s->n, dt, s->prm.dx, s->inv_dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
-      dp<material_params>(s->d_mats), dp<float>(p->x), dp<float>(p->v), dp<float>(p->C), dp<float>(p->F),
-      dp<float>(p->mass), dp<float>(p->vol0), dp<int32_t>(p->material), dp<int32_t>(s->pblock),
-      dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr), dp<float>(s->grid), dp<uint8_t>(s->touched));
+  /* 1. Keys of every slot and a stable radix sort: valid particles first, by block and cell. */
+  k_keys<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint64_t>(s->keys[0]),
+      dp<uint32_t>(s->vals[0]));
+  LAUNCHED("k_keys");
+  CUB_RUN(cub::DeviceRadixSort::SortPairs(temp_ptr, temp_bytes, dp<uint64_t>(s->keys[0]), dp<uint64_t>(s->keys[1]),
+                                          dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]), ns, 0, end_bit, st));
+  const uint64_t *keys = dp<uint64_t>(s->keys[1]);
+
+  /* 2. Particle blocks: runs of equal block code, numbered by an inclusive scan of the heads. */
+  k_heads<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(n, keys, dp<int32_t>(s->head));
+  LAUNCHED("k_heads");
+  CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, dp<int32_t>(s->head), dp<int32_t>(s->pblock), ni, st));
+  int n_pb = 0;
+  DR_TRY(read_count(s, dp<int32_t>(s->pblock) + (n - 1), &n_pb));
+  s->n_pb = (size_t)n_pb;
+  DVEC(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC(s->pb_packets, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  DVEC(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  k_pblocks<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      n, keys, dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_coord),
+      dp<uint64_t>(s->nbr_codes[0]));
+  LAUNCHED("k_pblocks");
+
+  /* 3. Packets: each particle block starts a packet; then move the particles. */
+  k_pb_packets<<<blocks_for(s->n_pb + 1, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets));
+  LAUNCHED("k_pb_packets");
+  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, dp<int32_t>(s->pb_packets),
+                                        dp<int32_t>(s->pb_packets), n_pb + 1, st));
+  int n_packets = 0;
+  DR_TRY(read_count(s, dp<int32_t>(s->pb_packets) + s->n_pb, &n_packets));
+  const int nxt = 1 - s->cur;
+  DVEC(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
+  DVEC(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
+  k_scatter<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets),
+      dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
+  LAUNCHED("k_scatter");
+  s->cur = nxt;
+  s->n_packets = (size_t)n_packets;
+  DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
+  k_headers<<<blocks_for(s->n_pb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), dp<int2>(s->hdr));
+  LAUNCHED("k_headers");
+  /* the sort buffers cover every slot of the next rebuild */
+  for (int k = 0; k < 2; ++k) {
+    DVEC(s->keys[k], s->n_packets * LANES * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], s->n_packets * LANES * sizeof(uint32_t), "particle sort keys");
+  }
+
+  /* 4. Physical blocks: the 3x3x3 neighbourhoods of all particle blocks, sorted and unique, so
+   *    that dense block indices follow Morton order. */
+  const int m = 27 * n_pb;
+  CUB_RUN(cub::DeviceRadixSort::SortKeys(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[0]),
+                                         dp<uint64_t>(s->nbr_codes[1]), m, 0, s->code_bits, st));
+  DVEC(s->block_code, (size_t)m * sizeof(uint64_t), "grid blocks");
+  CUB_RUN(cub::DeviceSelect::Unique(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
+                                    dp<int>(s->count), m, st));
+  int nb = 0;
+  DR_TRY(read_count(s, s->count.ptr, &nb));
+  s->n_blocks = (size_t)nb;
+  for (int k = 0; k < 2; ++k) {
+    DVEC(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
+    DVEC(s->touched[k], s->n_blocks, "grid blocks");
+    CU(cudaMemsetAsync(s->grid[k].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), st));
+    CU(cudaMemsetAsync(s->touched[k].ptr, 0, s->n_blocks, st));
+  }
+  s->par = 0;
+
+  /* 5. Hash table code -> dense index, then each particle block's 27 physical blocks. */
+  size_t cap = 64;
+  while (cap < 2 * s->n_blocks) cap <<= 1;
+  if (cap > s->table_cap) {
+    DVEC_EXACT(s->table_keys, 2 * cap * sizeof(uint64_t), "block hash table");
+    DVEC_EXACT(s->table_vals, 2 * cap * sizeof(int32_t), "block hash table");
+    s->table_cap = 2 * cap; /* room to grow 4x before the next allocation */
+  }
+  const size_t mask = s->table_cap - 1;
+  CU(cudaMemsetAsync(s->table_keys.ptr, 0xff, s->table_cap * sizeof(uint64_t), st));
+  k_table_insert<<<blocks_for(s->n_blocks, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      s->n_blocks, dp<uint64_t>(s->block_code), dp<unsigned long long>(s->table_keys), dp<int32_t>(s->table_vals),
+      mask);
+  LAUNCHED("k_table_insert");
+  k_pb_nbr<<<blocks_for((size_t)m, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      (size_t)m, dp<uint64_t>(s->nbr_codes[0]), dp<unsigned long long>(s->table_keys), dp<int32_t>(s->table_vals),
+      mask, dp<int32_t>(s->pb_nbr));
+  LAUNCHED("k_pb_nbr");
+  return DR_OK;
+}
+
+/* ---- launching a step --------------------------------------------------------------------- */
+
+static int launch_p2g(cuda_state *s, int par) {
+  if (s->n_packets == 0) return DR_OK;
+  k_p2g<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+      dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
+      dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
+      make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
+      dp<uint8_t>(s->touched[par]));
   LAUNCHED("k_p2g");
   return DR_OK;
 }
 
-static int grid_update(void *state, float dt) {
-  cuda_state *s = (cuda_state *)state;
+static int launch_grid(cuda_state *s, int par) {
   if (s->n_blocks == 0) return DR_OK;
   wall_params wp;
   wp.boundary = s->prm.boundary;
   wp.friction = s->prm.friction;
   for (int a = 0; a < 3; ++a) wp.lo[a] = s->wall_lo[a], wp.hi[a] = s->wall_hi[a];
-  k_grid_update<<<(unsigned)s->n_blocks, BLOCK_NODES>>>(
-      dt, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
+  k_grid<<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA), GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, s->stream>>>(
+      dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), wp, dp<uint64_t>(s->block_code),
-      dp<uint8_t>(s->touched), dp<float>(s->grid));
-  LAUNCHED("k_grid_update");
+      dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
+      dp<float>(s->grid[1 - par]));
+  LAUNCHED("k_grid");
   return DR_OK;
+}
+
+static int launch_g2p(cuda_state *s, int par) {
+  if (s->n_packets == 0) return DR_OK;
+  k_g2p<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+      dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
+      dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
+      make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
+      s->inv_dx, dp<float>(s->grid[par]));
+  LAUNCHED("k_g2p");
+  return DR_OK;
+}
+
+static int launch_g2p2g(cuda_state *s, int par) {
+  if (s->n_packets == 0) return DR_OK;
+  k_g2p2g<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+      dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
+      dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
+      make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]),
+      make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
+      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]));
+  LAUNCHED("k_g2p2g");
+  return DR_OK;
+}
+
+/* The whole step on grid buffer par, flags copied to h_slot[par]. Fused: the grid update and
+ * G2P2G (grid[par] already holds this step's P2G). */
+static int launch_step(cuda_state *s, int par) {
+  k_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl));
+  LAUNCHED("k_begin");
+  if (s->graph_fused) {
+    DR_TRY(launch_grid(s, par));
+    DR_TRY(launch_g2p2g(s, par));
+  } else {
+    DR_TRY(launch_p2g(s, par));
+    DR_TRY(launch_grid(s, par));
+    DR_TRY(launch_g2p(s, par));
+  }
+  CU(cudaMemcpyAsync(&s->h_slot[par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
+  return DR_OK;
+}
+
+static void drop_graphs(cuda_state *s) {
+  for (int k = 0; k < 2; ++k)
+    if (s->graph[k]) cudaGraphExecDestroy(s->graph[k]), s->graph[k] = NULL;
+  s->graphs_valid = 0;
+}
+
+/* Captures the step of each parity as a CUDA graph (after every rebuild: sizes and buffers
+ * change with the mapping). */
+static int capture_graphs(cuda_state *s) {
+  drop_graphs(s);
+  for (int k = 0; k < 2; ++k) {
+    cudaGraph_t g = NULL;
+    CU(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+    int rc = launch_step(s, k);
+    cudaError_t e = cudaStreamEndCapture(s->stream, &g);
+    if (rc) {
+      if (g) cudaGraphDestroy(g);
+      return rc;
+    }
+    if (e != cudaSuccess) return cuda_fail(e, "cudaStreamEndCapture(s->stream, &g)", __FILE__, __LINE__);
+    e = cudaGraphInstantiate(&s->graph[k], g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaGraphInstantiate(&s->graph[k], g, 0)", __FILE__, __LINE__);
+  }
+  s->graphs_valid = 1;
+  return DR_OK;
+}
+
+static int fail_bad(cuda_state *s, unsigned long long id) {
+  k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      s->n_packets * LANES, dp<uint64_t>(s->pid[s->cur]), dp<int2>(s->hdr), dp<float>(s->pk[s->cur]), id,
+      dp<step_ctl>(s->ctl));
+  LAUNCHED("k_find_material");
+  step_ctl c;
+  CU(cudaMemcpyAsync(&c, s->ctl.ptr, sizeof c, cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  const int mat = c.bad_material;
+  return dr_fail(DR_EPHYSICS,
+                 "particle %llu (body %llu, material %s) reached a non-finite state or a runaway speed (velocity, "
+                 "deformation, or more than %g cell per step); the step is too large for the material's stiffness "
+                 "or speed",
+                 id, id >> 48,
+                 s->prm.material_names && mat >= 0 && mat < s->prm.n_materials ? s->prm.material_names[mat] : "?",
+                 (double)DR_RUNAWAY_CELLS);
+}
+
+/* ---- backend.h: the phases ---------------------------------------------------------------- */
+
+static int rebuild(void *state, int force, int *rebuilt) {
+  cuda_state *s = (cuda_state *)state;
+  *rebuilt = 0;
+  if (!force && !s->need_rebuild) return DR_OK;
+  DR_TRY(rebuild_now(s));
+  *rebuilt = 1;
+  return DR_OK;
+}
+
+static int p2g(void *state, float dt) {
+  cuda_state *s = (cuda_state *)state;
+  if (s->primed) { /* after G2P2G frames: this P2G replaces the primed one */
+    CU(cudaMemsetAsync(s->grid[s->par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
+    s->primed = 0;
+  }
+  k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt);
+  LAUNCHED("k_begin_fixed");
+  return launch_p2g(s, s->par);
+}
+
+static int grid_update(void *state, float dt) {
+  (void)dt; /* k_begin_fixed stored it */
+  cuda_state *s = (cuda_state *)state;
+  return launch_grid(s, s->par);
 }
 
 static int g2p(void *state, float dt) {
+  (void)dt;
   cuda_state *s = (cuda_state *)state;
-  if (s->n == 0) {
-    s->vmax = 0.0f;
-    return DR_OK;
-  }
-  /* reset: leave = 0, vmax = 0, bad_id = ~0 */
-  CU(cudaMemsetAsync(s->flags.ptr, 0, 2 * sizeof(unsigned int)));
-  CU(cudaMemsetAsync((char *)s->flags.ptr + offsetof(step_flags, bad_id), 0xff, sizeof(unsigned long long)));
-  pbuf *p = &s->p[s->cur];
-  k_g2p<<<grid_dim(s->n, THREADS), THREADS>>>(
-      s->n, dt, s->prm.dx, s->inv_dx, DR_RUNAWAY_CELLS * s->prm.dx / dt,
-      make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]),
-      dp<float>(p->x), dp<float>(p->v), dp<float>(p->C), dp<float>(p->F), dp<uint64_t>(p->id),
-      dp<int32_t>(s->pblock), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr), dp<float>(s->grid),
-      dp<step_flags>(s->flags));
-  LAUNCHED("k_g2p");
-  /* The one host synchronisation of a step (acceptable for this first version). */
-  step_flags f;
-  CU(cudaMemcpy(&f, s->flags.ptr, sizeof f, cudaMemcpyDeviceToHost));
-  if (f.bad_id != ~0ULL) {
-    k_find_material<<<grid_dim(s->n, THREADS), THREADS>>>(s->n, dp<uint64_t>(p->id), dp<int32_t>(p->material),
-                                                          f.bad_id, dp<step_flags>(s->flags));
-    LAUNCHED("k_find_material");
-    CU(cudaMemcpy(&f, s->flags.ptr, sizeof f, cudaMemcpyDeviceToHost));
-    const int mat = f.bad_material;
-    return dr_fail(DR_EPHYSICS,
-                   "particle %llu (body %llu, material %s) reached a non-finite state or a runaway speed (velocity, "
-                   "deformation, or more than %g cell per step); the step is too large for the material's stiffness or speed",
-                   f.bad_id, f.bad_id >> 48,
-                   s->prm.material_names && mat >= 0 && mat < s->prm.n_materials ? s->prm.material_names[mat] : "?",
-                   (double)DR_RUNAWAY_CELLS);
-  }
-  float vmax;
-  memcpy(&vmax, &f.vmax_bits, sizeof vmax);
-  s->vmax = vmax;
-  s->need_rebuild |= f.leave != 0;
+  DR_TRY(launch_g2p(s, s->par));
+  CU(cudaMemcpyAsync(&s->h_slot[s->par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  const step_ctl *c = &s->h_slot[s->par];
+  s->last_par = s->par;
+  s->par ^= 1;
+  if (c->bad_id != ~0ULL) return fail_bad(s, c->bad_id);
+  memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
+  s->need_rebuild |= c->leave != 0;
   return DR_OK;
 }
 
-/* ---- the rest of the interface ------------------------------------------------------------ */
+static int finish(void *state) {
+  CU(cudaStreamSynchronize(((cuda_state *)state)->stream));
+  return DR_OK;
+}
 
 static int max_speed(void *state, float *vmax) {
   *vmax = ((cuda_state *)state)->vmax;
   return DR_OK;
 }
 
+/* ---- backend.h: a whole frame on the device ----------------------------------------------- */
+
+/* Reads the flags of a completed step. Returns an error for a bad particle; sets *stop when an
+ * adaptive frame has ended. */
+static int take_step(cuda_state *s, int par, frame_report *rep, int *stop) {
+  TRACE("wait step par %d", par);
+  CU(cudaEventSynchronize(s->done_ev[par]));
+  const step_ctl *c = &s->h_slot[par];
+  TRACE("step par %d: performed %d done %d t %.6f dt %g leave %u vmax %g bad %llx", par, c->performed, c->done, c->t,
+        c->dt, c->leave, (double)c->dt, c->bad_id);
+  if (c->bad_id != ~0ULL) return fail_bad(s, c->bad_id);
+  if (!c->performed) {
+    *stop = 1;
+    return DR_OK;
+  }
+  ++rep->steps;
+  rep->last_dt = c->dt;
+  s->last_par = par;
+  memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
+  s->need_rebuild |= c->leave != 0;
+  return DR_OK;
+}
+
+static int advance_frame(void *state, const frame_plan *plan, frame_report *rep) {
+  cuda_state *s = (cuda_state *)state;
+  rep->steps = 0;
+  rep->last_dt = 0;
+  const int adaptive = plan->fixed_steps <= 0;
+  const double dt_fixed = adaptive ? 0.0 : (plan->t1 - plan->t0) / plan->fixed_steps;
+  k_frame_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), plan->t0, plan->t1, adaptive ? DT_ADAPTIVE : DT_FIXED,
+                                        (float)dt_fixed, plan->cfl_dx, plan->wave_speed);
+  LAUNCHED("k_frame_begin");
+  /* G2P2G needs the next step's dt inside the step: fixed steps only. */
+  const int fused = !adaptive && s->n < s->g2p2g_below;
+  if (fused != s->graph_fused) {
+    if (s->primed) { /* leaving G2P2G: the primed buffer must not be scattered into twice */
+      CU(cudaMemsetAsync(s->grid[s->par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
+      s->primed = 0;
+    }
+    s->graph_fused = fused;
+    s->graphs_valid = 0;
+  }
+  int pending[2], np = 0, stop = 0;
+  long launched = 0;
+  for (;;) {
+    if (s->need_rebuild) {
+      while (np > 0) { /* the queued steps first */
+        DR_TRY(take_step(s, pending[0], rep, &stop));
+        pending[0] = pending[1];
+        --np;
+      }
+      if (stop) break;
+      DR_TRY(rebuild_now(s));
+    }
+    if (!adaptive && launched == plan->fixed_steps) break;
+    if (!s->graphs_valid) DR_TRY(capture_graphs(s));
+    const int par = s->par;
+    if (fused && !s->primed) { /* the first P2G after a rebuild, on its own */
+      DR_TRY(launch_p2g(s, par));
+      s->primed = 1;
+    }
+    TRACE("launch par %d (launched %ld, fused %d, primed %d)", par, launched, fused, s->primed);
+    CU(cudaGraphLaunch(s->graph[par], s->stream));
+    CU(cudaEventRecord(s->done_ev[par], s->stream));
+    s->par ^= 1;
+    ++launched;
+    pending[np++] = par;
+    if (np == 2) { /* the step before the one just queued */
+      DR_TRY(take_step(s, pending[0], rep, &stop));
+      pending[0] = pending[1];
+      np = 1;
+      if (stop) break;
+    }
+  }
+  for (int k = 0; k < np; ++k) DR_TRY(take_step(s, pending[k], rep, &stop));
+  return DR_OK;
+}
+
+/* ---- the rest of the interface ------------------------------------------------------------ */
+
 static int download(void *state, particles *out) {
   cuda_state *s = (cuda_state *)state;
-  const size_t n = s->n;
-  DR_TRY(particles_reserve(out, n));
-  out->n = n;
-  if (n == 0) return DR_OK;
-  const pbuf *p = &s->p[s->cur];
-  CU(cudaMemcpy(out->x, p->x.ptr, 3 * n * sizeof(float), cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(out->v, p->v.ptr, 3 * n * sizeof(float), cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(out->C, p->C.ptr, 9 * n * sizeof(float), cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(out->F, p->F.ptr, 9 * n * sizeof(float), cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(out->mass, p->mass.ptr, n * sizeof(float), cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(out->vol0, p->vol0.ptr, n * sizeof(float), cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(out->id, p->id.ptr, n * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(out->material, p->material.ptr, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  const int32_t owner = s->prm.rank * 256 + s->device;
-  for (size_t i = 0; i < n; ++i) out->owner[i] = owner;
-  return DR_OK;
+  DR_TRY(particles_reserve(out, s->n));
+  out->n = s->n;
+  if (s->n == 0) return DR_OK;
+  const size_t np = s->n_packets;
+  float *pk = (float *)dr_malloc(np * PK_FLOATS * sizeof(float), "particle download");
+  uint64_t *id = (uint64_t *)dr_malloc(np * LANES * sizeof(uint64_t), "particle download");
+  int2 *hdr = (int2 *)dr_malloc(np * sizeof(int2), "particle download");
+  int rc = DR_OK;
+  if (!pk || !id || !hdr) rc = DR_ENOMEM;
+#define DL(dst, src, bytes)                                                                        \
+  if (!rc) {                                                                                       \
+    cudaError_t e_ = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream);          \
+    if (e_ != cudaSuccess) rc = cuda_fail(e_, "cudaMemcpyAsync(" #dst ")", __FILE__, __LINE__);    \
+  }
+  DL(pk, s->pk[s->cur].ptr, np * PK_FLOATS * sizeof(float));
+  DL(id, s->pid[s->cur].ptr, np * LANES * sizeof(uint64_t));
+  DL(hdr, s->hdr.ptr, np * sizeof(int2));
+#undef DL
+  if (!rc) {
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess) rc = cuda_fail(e, "cudaStreamSynchronize(s->stream)", __FILE__, __LINE__);
+  }
+  if (!rc) {
+    const int32_t owner = s->prm.rank * 256 + s->device;
+    size_t i = 0;
+    for (size_t p = 0; p < np; ++p)
+      for (int l = 0; l < hdr[p].y && i < s->n; ++l, ++i) {
+        const float *q = pk + p * PK_FLOATS + l;
+        for (int a = 0; a < 3; ++a) out->x[3 * i + a] = q[(A_X + a) * LANES], out->v[3 * i + a] = q[(A_V + a) * LANES];
+        for (int a = 0; a < 9; ++a) out->C[9 * i + a] = q[(A_C + a) * LANES], out->F[9 * i + a] = q[(A_F + a) * LANES];
+        out->mass[i] = q[A_M * LANES];
+        out->vol0[i] = q[A_VOL * LANES];
+        memcpy(&out->material[i], &q[A_MAT * LANES], sizeof(int32_t));
+        out->id[i] = id[p * LANES + l];
+        out->owner[i] = owner;
+      }
+    if (i != s->n) rc = dr_fail(DR_EINTERNAL, "cuda backend: %zu particles in the packets, %zu expected", i, s->n);
+  }
+  free(pk);
+  free(id);
+  free(hdr);
+  return rc;
 }
 
 static double held_bytes(const cuda_state *s) {
   double b = 0;
-  for (int k = 0; k < 2; ++k) {
-    const pbuf *p = &s->p[k];
-    b += (double)p->x.bytes + p->v.bytes + p->C.bytes + p->F.bytes + p->mass.bytes + p->vol0.bytes + p->id.bytes +
-         p->material.bytes;
-    b += (double)s->keys[k].bytes + s->vals[k].bytes + s->nbr_codes[k].bytes;
-  }
-  b += (double)s->d_mats.bytes + s->pblock.bytes + s->head.bytes + s->pb_coord.bytes + s->pb_nbr.bytes +
-       s->pb_start.bytes + s->block_code.bytes + s->grid.bytes + s->touched.bytes + s->table_keys.bytes +
-       s->table_vals.bytes + s->temp.bytes + s->flags.bytes + s->count.bytes;
+  const dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
+                       &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
+                       &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
+                       &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
+                       &s->count};
+  for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
 
@@ -726,8 +1221,9 @@ static int stats(void *state, backend_stats *out) {
       }
       s->h_touched_cap = s->n_blocks;
     }
-    CU(cudaMemcpy(s->h_touched, s->touched.ptr, s->n_blocks, cudaMemcpyDeviceToHost));
-    for (size_t b = 0; b < s->n_blocks; ++b) out->n_touched += s->h_touched[b];
+    CU(cudaMemcpyAsync(s->h_touched, s->touched[s->last_par].ptr, s->n_blocks, cudaMemcpyDeviceToHost, s->stream));
+    CU(cudaStreamSynchronize(s->stream));
+    for (size_t b = 0; b < s->n_blocks; ++b) out->n_touched += s->h_touched[b] != 0;
   }
   out->bytes = held_bytes(s);
   return DR_OK;
@@ -736,70 +1232,96 @@ static int stats(void *state, backend_stats *out) {
 static void destroy(void *state) {
   cuda_state *s = (cuda_state *)state;
   if (!s) return;
+  drop_graphs(s);
+  dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
+                 &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
+                 &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
+                 &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count};
+  for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
-    pbuf *p = &s->p[k];
-    dvec_free(&p->x), dvec_free(&p->v), dvec_free(&p->C), dvec_free(&p->F);
-    dvec_free(&p->mass), dvec_free(&p->vol0), dvec_free(&p->id), dvec_free(&p->material);
-    dvec_free(&s->keys[k]), dvec_free(&s->vals[k]), dvec_free(&s->nbr_codes[k]);
+    if (s->done_ev[k]) cudaEventDestroy(s->done_ev[k]);
+    if (s->ph_ev[k]) cudaEventDestroy(s->ph_ev[k]);
   }
-  dvec_free(&s->d_mats), dvec_free(&s->pblock), dvec_free(&s->head), dvec_free(&s->pb_coord);
-  dvec_free(&s->pb_nbr), dvec_free(&s->pb_start), dvec_free(&s->block_code), dvec_free(&s->grid);
-  dvec_free(&s->touched), dvec_free(&s->table_keys), dvec_free(&s->table_vals), dvec_free(&s->temp);
-  dvec_free(&s->flags), dvec_free(&s->count);
+  if (s->h_slot) cudaFreeHost(s->h_slot);
+  if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
   free(s->h_touched);
   free(s->mats);
   free(s);
 }
 
-/* Allocation and upload; on failure the caller destroys s. */
+/* Allocation and upload (particles in packets of 32 in their given order, then a first
+ * rebuild-mapping sorts them); on failure the caller destroys s. */
 static int setup(cuda_state *s, const particles *p) {
   CU(cudaSetDevice(s->device));
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
+  CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  for (int k = 0; k < 2; ++k) {
+    CU(cudaEventCreateWithFlags(&s->done_ev[k], cudaEventDisableTiming));
+    CU(cudaEventCreate(&s->ph_ev[k]));
+  }
+  CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocDefault));
+  memset(s->h_slot, 0, 2 * sizeof(step_ctl));
   const size_t n = p->n;
   s->n = n;
+  s->n_packets = (n + LANES - 1) / LANES;
+  const size_t slots = s->n_packets * LANES;
+  DVEC(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
+  DVEC(s->pid[0], slots * sizeof(uint64_t), "particle ids");
+  DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   for (int k = 0; k < 2; ++k) {
-    pbuf *q = &s->p[k];
-    DVEC_EXACT(q->x, 3 * n * sizeof(float), "particle positions");
-    DVEC_EXACT(q->v, 3 * n * sizeof(float), "particle velocities");
-    DVEC_EXACT(q->C, 9 * n * sizeof(float), "particle affine matrices");
-    DVEC_EXACT(q->F, 9 * n * sizeof(float), "particle deformation gradients");
-    DVEC_EXACT(q->mass, n * sizeof(float), "particle masses");
-    DVEC_EXACT(q->vol0, n * sizeof(float), "particle volumes");
-    DVEC_EXACT(q->id, n * sizeof(uint64_t), "particle ids");
-    DVEC_EXACT(q->material, n * sizeof(int32_t), "particle materials");
-    DVEC_EXACT(s->keys[k], n * sizeof(uint64_t), "particle sort keys");
-    DVEC_EXACT(s->vals[k], n * sizeof(uint32_t), "particle sort keys");
+    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
   DVEC_EXACT(s->pblock, n * sizeof(int32_t), "particle block indices");
   DVEC_EXACT(s->head, n * sizeof(int32_t), "particle block indices");
   DVEC_EXACT(s->d_mats, (size_t)s->prm.n_materials * sizeof(material_params), "materials");
-  DVEC_EXACT(s->flags, sizeof(step_flags), "step flags");
+  DVEC_EXACT(s->ctl, sizeof(step_ctl), "step control");
   DVEC_EXACT(s->count, sizeof(int), "counters");
-  CU(cudaMemcpy(s->d_mats.ptr, s->mats, (size_t)s->prm.n_materials * sizeof(material_params),
-                cudaMemcpyHostToDevice));
+  CU(cudaMemcpyAsync(s->d_mats.ptr, s->mats, (size_t)s->prm.n_materials * sizeof(material_params),
+                     cudaMemcpyHostToDevice, s->stream));
+  step_ctl c0;
+  memset(&c0, 0, sizeof c0);
+  c0.bad_id = ~0ULL;
+  c0.done = 1;
+  CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
   if (n > 0) {
-    pbuf *q = &s->p[0];
-    CU(cudaMemcpy(q->x.ptr, p->x, 3 * n * sizeof(float), cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(q->v.ptr, p->v, 3 * n * sizeof(float), cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(q->C.ptr, p->C, 9 * n * sizeof(float), cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(q->F.ptr, p->F, 9 * n * sizeof(float), cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(q->mass.ptr, p->mass, n * sizeof(float), cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(q->vol0.ptr, p->vol0, n * sizeof(float), cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(q->id.ptr, p->id, n * sizeof(uint64_t), cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(q->material.ptr, p->material, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+    float *pk = (float *)dr_calloc(s->n_packets * PK_FLOATS, sizeof(float), "particle upload");
+    uint64_t *id = (uint64_t *)dr_calloc(slots, sizeof(uint64_t), "particle upload");
+    int2 *hdr = (int2 *)dr_malloc(s->n_packets * sizeof(int2), "particle upload");
+    if (!pk || !id || !hdr) {
+      free(pk), free(id), free(hdr);
+      return DR_ENOMEM;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
+      for (int a = 0; a < 3; ++a) q[(A_X + a) * LANES] = p->x[3 * i + a], q[(A_V + a) * LANES] = p->v[3 * i + a];
+      for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * i + a], q[(A_F + a) * LANES] = p->F[9 * i + a];
+      q[A_M * LANES] = p->mass[i];
+      q[A_VOL * LANES] = p->vol0[i];
+      memcpy(&q[A_MAT * LANES], &p->material[i], sizeof(int32_t));
+      id[i] = p->id[i];
+    }
+    for (size_t k = 0; k < s->n_packets; ++k) hdr[k] = make_int2(-1, (int)(n - k * LANES < LANES ? n - k * LANES : LANES));
+    cudaError_t e = cudaMemcpy(s->pk[0].ptr, pk, s->n_packets * PK_FLOATS * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(s->pid[0].ptr, id, slots * sizeof(uint64_t), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(s->hdr.ptr, hdr, s->n_packets * sizeof(int2), cudaMemcpyHostToDevice);
+    free(pk), free(id), free(hdr);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpy(particle upload)", __FILE__, __LINE__);
   }
   s->cur = 0;
-  int rebuilt;
-  DR_TRY(rebuild(s, 1, &rebuilt));
-  CU(cudaDeviceSynchronize());
+  DR_TRY(rebuild_now(s));
+  CU(cudaStreamSynchronize(s->stream));
   return DR_OK;
 }
 
 extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend *out) {
   memset(out, 0, sizeof *out);
+  if (p->n > (size_t)INT32_MAX / 2)
+    return dr_fail(DR_EINPUT, "%zu particles on one GPU: the cuda backend holds at most %d per GPU", p->n,
+                   INT32_MAX / 2);
   cuda_state *s = (cuda_state *)dr_calloc(1, sizeof *s, "cuda backend");
   if (!s) return DR_ENOMEM;
   s->prm = *prm;
@@ -810,7 +1332,8 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   }
   memcpy(s->mats, prm->materials, sizeof(material_params) * (size_t)prm->n_materials);
   s->prm.materials = s->mats;
-  s->device = 0; /* one device per rank in this version (prm->gpus > 1 is the island, later) */
+  s->device = 0; /* one device per rank for now (the island is issue 4) */
+  s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
   s->inv_dx = 1.0f / prm->dx;
   int max_block = 0;
   for (int a = 0; a < 3; ++a) {
@@ -827,7 +1350,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
     if (top_block > max_block) max_block = top_block;
   }
   int bits = 1;
-  while ((1 << bits) <= max_block && bits < BLOCK_CODE_BITS) ++bits;
+  while ((1 << bits) <= max_block + 1 && bits < BLOCK_CODE_BITS) ++bits;
   s->code_bits = 3 * bits; /* radix sorts look at these bits only (6 more for the cell) */
   const size_t n = p->n;
   int rc = setup(s, p);
@@ -842,11 +1365,13 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->p2g = p2g;
   out->grid_update = grid_update;
   out->g2p = g2p;
+  out->finish = finish;
+  out->advance_frame = advance_frame;
   out->max_speed = max_speed;
   out->download = download;
   out->stats = stats;
   out->destroy = destroy;
-  log_info("cuda backend: device %d (%s), %zu particles, %zu grid blocks, %.1f MiB of device memory", s->device,
-           s->device_name, n, s->n_blocks, held_bytes(s) / 1048576.0);
+  log_info("cuda backend: device %d (%s), %zu particles in %zu packets, %zu grid blocks, %.1f MiB of device memory",
+           s->device, s->device_name, n, s->n_packets, s->n_blocks, held_bytes(s) / 1048576.0);
   return DR_OK;
 }

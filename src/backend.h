@@ -25,6 +25,7 @@ typedef struct sim_params {
   const char *const *material_names;   /* borrowed, for messages */
   int rank;                            /* MPI rank, for the owner field */
   int gpus;                            /* GPUs to use (cuda; 0 = all visible) */
+  long g2p2g_below;                    /* cuda: fused G2P2G (fixed steps) below this many particles per GPU */
 } sim_params;
 
 /* A particle that moves more than this many cells in one step has broken the CFL condition
@@ -42,6 +43,20 @@ typedef struct backend_stats {
   double bytes;            /* memory held (host or device), bytes */
 } backend_stats;
 
+/* A frame's substeps, for backends that run them without the host choosing each step. */
+typedef struct frame_plan {
+  double t0, t1;      /* the frame's start and end (s) */
+  int fixed_steps;    /* > 0: this many steps of (t1 - t0) / fixed_steps; 0: adaptive steps */
+  double cfl_dx;      /* adaptive: cfl * dx (m); dt = cfl_dx / (wave_speed + max |v|), the last two
+                       * steps of the frame sharing what is left (as sim.c does step by step) */
+  double wave_speed;  /* adaptive: the fastest elastic wave (m/s) */
+} frame_plan;
+
+typedef struct frame_report {
+  uint64_t steps;     /* steps completed (on failure: before the failing one) */
+  double last_dt;     /* s */
+} frame_report;
+
 typedef struct backend {
   const char *name;
   void *state;
@@ -57,6 +72,12 @@ typedef struct backend {
   int (*g2p)(void *state, float dt);
   /* Largest particle speed after the last g2p (m/s), for the adaptive step. */
   int (*max_speed)(void *state, float *vmax);
+  /* Optional (NULL where absent): waits until the work the phases queued is done (cuda), so that
+   * the host can time phases. */
+  int (*finish)(void *state);
+  /* Optional (NULL where absent): all substeps of a frame, rebuilds included, without the host
+   * choosing each step. Same physics as calling the phases; used by sim.c where present. */
+  int (*advance_frame)(void *state, const frame_plan *plan, frame_report *rep);
   /* Copies the particles out (out is resized as needed; allocates). Order is unspecified. */
   int (*download)(void *state, particles *out);
   int (*stats)(void *state, backend_stats *out);

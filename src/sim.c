@@ -96,7 +96,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->prm = (sim_params){.dx = (float)s->dx, .boundary = s->boundary, .friction = (float)s->friction,
                         .n_materials = s->n_materials, .materials = S->mats,
                         .material_names = S->mat_names, .rank = S->rank,
-                        .gpus = s->gpus_per_rank};
+                        .gpus = s->gpus_per_rank, .g2p2g_below = s->g2p2g_below};
   for (int a = 0; a < 3; ++a) {
     S->prm.domain_min[a] = s->domain_min[a];
     S->prm.domain_max[a] = s->domain_max[a];
@@ -145,14 +145,29 @@ static int write_frame(sim *S) {
   return DR_OK;
 }
 
+/* Ends a phase: with profiling, waits for the backend and adds the phase's wall time. */
+static int phase_done(sim *S, int phase, double *t) {
+  if (!S->opt.profile) return DR_OK;
+  if (S->be.finish) DR_TRY(S->be.finish(S->be.state));
+  double t1 = now();
+  S->st.phase_seconds[phase] += t1 - *t;
+  *t = t1;
+  return DR_OK;
+}
+
 /* One substep: the phases of backend.h. */
 static int substep(sim *S, double dt) {
   int rebuilt = 0;
   backend *b = &S->be;
+  double t = now();
   DR_TRY(b->rebuild(b->state, 0, &rebuilt));
+  DR_TRY(phase_done(S, PHASE_REBUILD, &t));
   DR_TRY(b->p2g(b->state, (float)dt));
+  DR_TRY(phase_done(S, PHASE_P2G, &t));
   DR_TRY(b->grid_update(b->state, (float)dt));
+  DR_TRY(phase_done(S, PHASE_GRID, &t));
   DR_TRY(b->g2p(b->state, (float)dt));
+  DR_TRY(phase_done(S, PHASE_G2P, &t));
   ++S->st.steps;
   S->st.last_dt = dt;
   return DR_OK;
@@ -162,7 +177,16 @@ int sim_advance_frame(sim *S) {
   const int f = S->st.frame + 1;
   const double t0 = (f - 1) * S->frame_dt, t1 = f * S->frame_dt;
   double w0 = now();
-  if (S->substeps_fixed > 0) {
+  if (S->be.advance_frame && !S->opt.profile) {
+    /* The backend runs the frame's steps itself (cuda: without waiting for each step). */
+    frame_plan plan = {.t0 = t0, .t1 = t1, .fixed_steps = S->substeps_fixed,
+                       .cfl_dx = S->sc->cfl * S->sc->dx, .wave_speed = S->wave_speed};
+    frame_report rep = {0};
+    int rc = S->be.advance_frame(S->be.state, &plan, &rep);
+    S->st.steps += rep.steps;
+    if (rep.steps) S->st.last_dt = rep.last_dt;
+    if (rc) return rc;
+  } else if (S->substeps_fixed > 0) {
     double dt = S->frame_dt / S->substeps_fixed;
     for (int k = 0; k < S->substeps_fixed; ++k) {
       S->st.time = t0 + k * dt;

@@ -15,7 +15,12 @@ typedef struct sim_options {
   int frames;          /* overrides time.frames when > 0 */
   int backend;         /* overrides parallel.backend when >= 0 (enum backend_kind) */
   int write_output;    /* 0: write no files (tests drive sim_advance_frame themselves) */
+  int profile;         /* 1: time each phase (sim_status.phase_seconds); the backend then waits for
+                        * every phase to finish, so steps run slower: for drift bench, not for runs */
 } sim_options;
+
+/* Phases of a step, as timed with sim_options.profile. */
+enum sim_phase { PHASE_REBUILD, PHASE_P2G, PHASE_GRID, PHASE_G2P, PHASE_COUNT };
 
 typedef struct sim_status {
   int frame;            /* last completed frame */
@@ -27,6 +32,7 @@ typedef struct sim_status {
   double step_seconds;  /* wall time in substeps */
   double io_seconds;    /* wall time writing frames */
   double last_dt;       /* s */
+  double phase_seconds[PHASE_COUNT]; /* wall time per phase (only with sim_options.profile) */
 } sim_status;
 
 typedef struct sim sim;

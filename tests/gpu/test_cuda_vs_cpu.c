@@ -133,6 +133,15 @@ int main(int argc, char **argv) {
           "\"bodies\":[{\"shape\":\"box\",\"min\":[0.3,0.06,0.3],\"max\":[0.5,0.36,0.5],\"material\":\"sand\",\"ppc\":8,\"seed\":1},"
           "           {\"shape\":\"box\",\"min\":[0.55,0.2,0.4],\"max\":[0.75,0.4,0.6],\"material\":\"sand\",\"ppc\":8,\"seed\":2,\"velocity\":[-0.5,0,0]}],"
           "\"boundary\":{\"type\":\"separate\",\"friction\":0.4}}");
+  /* The same sand with separate P2G and G2P kernels (fixed steps use the fused G2P2G kernel
+   * below parallel.g2p2g_below particles, 100K by default, so the scenes above run fused). */
+  compare("sand-unfused",
+          "{\"domain\":{\"min\":[0,0,0],\"max\":[1,1,1],\"dx\":0.02},"
+          "\"time\":{\"frames\":10,\"fps\":50,\"dt\":0.0005},"
+          "\"materials\":{\"sand\":{\"model\":\"drucker_prager\",\"density\":1600,\"youngs_modulus\":3.5e5,\"poisson_ratio\":0.3,\"friction_angle\":35}},"
+          "\"bodies\":[{\"shape\":\"box\",\"min\":[0.3,0.06,0.3],\"max\":[0.5,0.36,0.5],\"material\":\"sand\",\"ppc\":8,\"seed\":1},"
+          "           {\"shape\":\"box\",\"min\":[0.55,0.2,0.4],\"max\":[0.75,0.4,0.6],\"material\":\"sand\",\"ppc\":8,\"seed\":2,\"velocity\":[-0.5,0,0]}],"
+          "\"boundary\":{\"type\":\"separate\",\"friction\":0.4},\"parallel\":{\"g2p2g_below\":0}}");
   /* A water column breaking in a slip tank (K = 5e4 Pa, gamma 7). */
   compare("fluid",
           "{\"domain\":{\"min\":[0,0,0],\"max\":[0.8,0.6,0.4],\"dx\":0.02},"
