@@ -17,15 +17,14 @@
 // next P2G's target) in the same pass, only where that buffer was touched. Untouched blocks
 // (P2G marks the blocks it writes) are skipped.
 //
-// One step (k_begin, k_p2g, k_grid, k_g2p) runs without the host: dt (fixed or adaptive) is
-// computed on the device from the last step's largest speed, the step's flags (left the free
-// zone, largest speed, a non-finite particle) are copied to pinned host memory, and the host
-// reads a step's flags only after it has queued the next step, so the device never waits for it.
-// This is safe for the rebuild decision because G2P flags a particle that leaves the *inner*
-// zone (base node - 4 P in [-3, 4]); a particle moves less than one cell per step (a faster one
-// fails the run, DR_RUNAWAY_CELLS), so it is still inside the free zone ([-4, 5]) during the one
-// step that is already queued, and the rebuild comes before the step after. The steady-state
-// step is a CUDA graph (one per grid-buffer parity), re-instantiated after each rebuild.
+// One step (k_begin, k_p2g, k_grid, k_g2p) is one CUDA graph launch (one graph per grid-buffer
+// parity, re-instantiated after each rebuild): dt (fixed or adaptive) is computed on the device
+// from the last step's largest speed, and the step's flags (left the free zone, largest speed, a
+// non-finite particle) are copied to pinned host memory. The host reads a step's flags after
+// STEP_LAG more steps are queued. With a lag, G2P flags particles that leave an *inner* zone:
+// a particle moves less than one cell per step (a faster one fails the run, DR_RUNAWAY_CELLS),
+// so each queued step needs one cell of slack inside the free zone ([-4, 5] for base node - 4P).
+// STEP_LAG says which choice the measurements favoured.
 //
 // P2G. One thread per particle; plasticity and stress fused in; B-spline weights in shared
 // memory. The lanes of a warp are sorted by their cell inside the free zone (10 bits, a split
@@ -66,10 +65,17 @@ enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, PK
 #define THREADS (WARPS * LANES)
 #define SIMPLE_THREADS 256            /* one-thread-per-item kernels of the rebuild */
 #define GRID_BLOCKS_PER_CTA 4         /* grid update: 4 grid blocks of 64 nodes per CUDA block */
-#define INNER_LO (FREE_ZONE_LO + 1)   /* G2P flags particles leaving [INNER_LO, INNER_HI] */
-#define INNER_HI (FREE_ZONE_HI - 1)
-#define FUSED_LO (FREE_ZONE_LO + 2)   /* G2P2G: one more step is queued that scatters (see k_g2p2g) */
-#define FUSED_HI (FREE_ZONE_HI - 2)
+/* Steps queued ahead of the host's reading of a step's flags (0 or 1). With 1 the device never
+ * waits for the host, but every queued step eats a cell of the free zone's slack (see the top of
+ * this file): the Sand Blocks bench rebuilt the mapping 17.4 times per 36-step frame (l = 12,
+ * G2P2G) and 5.3 times (l = 46) with 1, against 23.6% and 4.3% of the step time spent in
+ * rebuilds. With 0 the host waits for each step's flags (a few microseconds between graph
+ * launches) and the free zone keeps its full size. */
+#define STEP_LAG 0
+#define INNER_LO (FREE_ZONE_LO + STEP_LAG)     /* G2P flags particles leaving [INNER_LO, INNER_HI] */
+#define INNER_HI (FREE_ZONE_HI - STEP_LAG)
+#define FUSED_LO (FREE_ZONE_LO + STEP_LAG + 1) /* G2P2G scatters once more after moving (k_g2p2g) */
+#define FUSED_HI (FREE_ZONE_HI - STEP_LAG - 1)
 #define ZONE 10                       /* free-zone cells per axis: FREE_ZONE_HI - FREE_ZONE_LO + 1 */
 #define KEY_NONE 1023u                /* an invalid or lost lane's cell key: sorts last */
 #define FULL 0xffffffffu
@@ -729,11 +735,11 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
- * kernel, the next step's P2G into the other buffer. The flag of a particle that leaves the
- * zone [FUSED_LO, FUSED_HI] reaches the host after one more step has been queued, and that step
- * moves it by less than a cell and scatters it once more: two cells of slack keep every
- * scattered stencil inside the physical blocks. The warp's own writes to its packet are
- * visible to its lanes after __syncwarp. */
+ * kernel, the next step's P2G into the other buffer. A particle scatters once after moving (less
+ * than a cell) before the host can react to its flag, plus once per queued step (STEP_LAG): the
+ * zone [FUSED_LO, FUSED_HI] leaves that much slack, so every scattered stencil stays inside the
+ * physical blocks. The warp's own writes to its packet are visible to its lanes after
+ * __syncwarp. */
 __global__ static void __launch_bounds__(THREADS)
 k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
         const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
@@ -1110,7 +1116,7 @@ static int advance_frame(void *state, const frame_plan *plan, frame_report *rep)
     s->graph_fused = fused;
     s->graphs_valid = 0;
   }
-  int pending[2], np = 0, stop = 0;
+  int pending[2] = {0, 0}, np = 0, stop = 0;
   long launched = 0;
   for (;;) {
     if (s->need_rebuild) {
@@ -1135,10 +1141,10 @@ static int advance_frame(void *state, const frame_plan *plan, frame_report *rep)
     s->par ^= 1;
     ++launched;
     pending[np++] = par;
-    if (np == 2) { /* the step before the one just queued */
+    if (np == STEP_LAG + 1) { /* the oldest queued step */
       DR_TRY(take_step(s, pending[0], rep, &stop));
       pending[0] = pending[1];
-      np = 1;
+      np = STEP_LAG;
       if (stop) break;
     }
   }
