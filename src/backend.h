@@ -80,6 +80,17 @@ typedef struct backend {
   int (*advance_frame)(void *state, const frame_plan *plan, frame_report *rep);
   /* Copies the particles out (out is resized as needed; allocates). Order is unspecified. */
   int (*download)(void *state, particles *out);
+  /* The rank exchange (optional; NULL where a backend does not take part in several ranks yet). */
+  /* The current mapping's block codes, sorted; a code's position is its dense block index. */
+  int (*blocks)(void *state, const uint64_t **codes, size_t *n);
+  /* Copies the P2G sums (4 channels x 64 nodes) of the listed blocks into out, block after block. */
+  int (*pack)(void *state, const int32_t *idx, size_t n, float *out);
+  /* Adds sums laid out as pack's into the listed blocks (they count as touched). */
+  int (*unpack_add)(void *state, const int32_t *idx, size_t n, const float *in);
+  /* Whether the last g2p asked for a rebuild-mapping. */
+  int (*wants_rebuild)(void *state);
+  /* Replaces the particles (takes p over; *p is left empty) and rebuilds the mapping. */
+  int (*set_particles)(void *state, particles *p);
   int (*stats)(void *state, backend_stats *out);
   void (*destroy)(void *state);
 } backend;

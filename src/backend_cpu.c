@@ -131,6 +131,9 @@ static int rebuild(void *state, int force, int *rebuilt) {
   if (!force && !s->need_rebuild) return DR_OK;
   size_t n = s->p.n;
   DR_TRY(grow_particles(s, n));
+  /* the two particle buffers swap roles below: both must hold cap_n (set_particles may have
+   * handed over a smaller one) */
+  DR_TRY(particles_reserve(&s->p, s->cap_n));
 
   /* 1. Keys: particle block code (high bits) and cell inside the particle block (low 6 bits).
    *    Block coordinates stay below 2^20 (scene.c bounds the domain), so the shift is safe. */
@@ -458,6 +461,48 @@ static int stats(void *state, backend_stats *out) {
   return DR_OK;
 }
 
+/* ---- the rank exchange (mpi/exchange.c) --------------------------------------------------- */
+
+static int blocks(void *state, const uint64_t **codes, size_t *n) {
+  cpu_state *s = state;
+  *codes = s->block_code; /* sorted by code; the position is the dense index */
+  *n = s->n_blocks;
+  return DR_OK;
+}
+
+static int pack(void *state, const int32_t *idx, size_t n, float *out) {
+  cpu_state *s = state;
+  for (size_t k = 0; k < n; ++k)
+    memcpy(out + k * BLOCK_FLOATS, s->grid + (size_t)idx[k] * BLOCK_FLOATS, BLOCK_FLOATS * sizeof(float));
+  return DR_OK;
+}
+
+static int unpack_add(void *state, const int32_t *idx, size_t n, const float *in) {
+  cpu_state *s = state;
+  for (size_t k = 0; k < n; ++k) {
+    float *g = s->grid + (size_t)idx[k] * BLOCK_FLOATS;
+    const float *q = in + k * BLOCK_FLOATS;
+    int any = 0;
+    for (int j = 0; j < BLOCK_FLOATS; ++j) {
+      g[j] += q[j];
+      any |= q[j] != 0.0f;
+    }
+    if (any) s->touched[idx[k]] = 1;
+  }
+  return DR_OK;
+}
+
+static int wants_rebuild(void *state) { return ((cpu_state *)state)->need_rebuild; }
+
+static int set_particles(void *state, particles *p) {
+  cpu_state *s = state;
+  particles_free(&s->p);
+  s->p = *p;
+  memset(p, 0, sizeof *p);
+  int rebuilt;
+  return rebuild(s, 1, &rebuilt);
+}
+
 static void destroy(void *state) {
   cpu_state *s = state;
   if (!s) return;
@@ -492,7 +537,9 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   s->p = *p;
   memset(p, 0, sizeof *p);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
-                   .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy};
+                   .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
+                   .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
+                   .set_particles = set_particles};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);
   if (rc) {

@@ -94,19 +94,44 @@ typedef struct push_ctx {
   particles *p;
   const scene_body *b;
   int material;
+  sample_keep_fn keep;
+  void *keep_ctx;
 } push_ctx;
 
 static int push_one(void *ctx, const double x[3], uint64_t id) {
   push_ctx *c = ctx;
+  if (c->keep && !c->keep(c->keep_ctx, x)) return DR_OK;
   float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
   float vf[3] = {(float)c->b->velocity[0], (float)c->b->velocity[1], (float)c->b->velocity[2]};
   return particles_push(c->p, xf, vf, 0.0f, 0.0f, id, c->material);
 }
 
-int sample_scene(const scene *s, particles *p) {
+int sample_scene(const scene *s, particles *p) { return sample_scene_where(s, NULL, NULL, p); }
+
+typedef struct visit_ctx {
+  sample_point_fn fn;
+  void *ctx;
+} visit_ctx;
+
+static int visit_one(void *ctx, const double x[3], uint64_t id) {
+  (void)id;
+  visit_ctx *c = ctx;
+  return c->fn(c->ctx, x);
+}
+
+int sample_visit(const scene *s, sample_point_fn fn, void *ctx) {
+  visit_ctx c = {fn, ctx};
+  for (int bi = 0; bi < s->n_bodies; ++bi) {
+    uint64_t n = 0;
+    DR_TRY(visit_body(s, bi, visit_one, &c, &n));
+  }
+  return DR_OK;
+}
+
+int sample_scene_where(const scene *s, sample_keep_fn keep, void *keep_ctx, particles *p) {
   for (int bi = 0; bi < s->n_bodies; ++bi) {
     size_t first = p->n;
-    push_ctx ctx = {p, &s->bodies[bi], s->bodies[bi].material};
+    push_ctx ctx = {p, &s->bodies[bi], s->bodies[bi].material, keep, keep_ctx};
     uint64_t n = 0;
     DR_TRY(visit_body(s, bi, push_one, &ctx, &n));
     if (n == 0)

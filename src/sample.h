@@ -18,5 +18,12 @@ uint64_t sample_count(const scene *s, int b);
 double sample_shape_volume(const scene *s, int b);
 /* Appends the particles of every body to p (allocates as needed). */
 int sample_scene(const scene *s, particles *p);
+/* The same, keeping only the points for which keep(ctx, x) is non-zero (a rank's own region):
+ * the kept particles are exactly those sample_scene gives there, volumes included. */
+typedef int (*sample_keep_fn)(void *ctx, const double x[3]);
+int sample_scene_where(const scene *s, sample_keep_fn keep, void *ctx, particles *p);
+/* Calls fn(ctx, x) for every particle position of the scene without storing any (histograms). */
+typedef int (*sample_point_fn)(void *ctx, const double x[3]);
+int sample_visit(const scene *s, sample_point_fn fn, void *ctx);
 
 #endif

@@ -771,16 +771,19 @@ static int parse_output(const ctx *c, const cJSON *root, scene *s) {
 }
 
 static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"backend", "gpus_per_rank", "g2p2g_below"};
+  static const char *const keys[] = {"backend", "gpus_per_rank", "g2p2g_below", "balance_threshold"};
   static const char *const backends[] = {"auto", "cpu", "cuda"};
   const cJSON *p;
   s->backend = BACKEND_AUTO;
   s->gpus_per_rank = 0;
   s->g2p2g_below = 100000;
+  s->balance_threshold = 0.2;
   DR_TRY(get_section(c, root, "parallel", 0, "", &p));
   if (!p) return 0;
-  DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below"));
-  DR_TRY(check_keys(c, p, "parallel", keys, 3, NULL, 0, NULL));
+  DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold"));
+  DR_TRY(check_keys(c, p, "parallel", keys, 4, NULL, 0, NULL));
+  DR_TRY(get_real(c, p, "parallel", "balance_threshold", 0, 0.2, (range){0, INFINITY, 0, 0, ""},
+                  &s->balance_threshold));
   DR_TRY(get_enum(c, p, "parallel", "backend", BACKEND_AUTO, backends, 3, &s->backend));
   DR_TRY(get_int32(c, p, "parallel", "g2p2g_below", 0, 100000, 0, INT_MAX, &s->g2p2g_below));
   return get_int32(c, p, "parallel", "gpus_per_rank", 0, 0, 0, INT_MAX, &s->gpus_per_rank);

@@ -52,7 +52,8 @@ typedef struct scene {
   int output_every;      /* default 1 */
   int backend;           /* enum backend_kind, default auto */
   int gpus_per_rank;     /* 0 = all visible */
-  int g2p2g_below;       /* cuda: fused G2P2G for fixed steps below this many particles per GPU */
+  int g2p2g_below;
+  double balance_threshold; /* several ranks: move the cuts when the largest load exceeds the mean by this */       /* cuda: fused G2P2G for fixed steps below this many particles per GPU */
 } scene;
 
 /* Reads and validates path; on success *out owns its arrays (free with scene_destroy). */

@@ -11,11 +11,22 @@
 #include <time.h>
 
 #include "comm.h"
+#include "decomp.h"
 #include "error.h"
+#include "exchange.h"
+#include "physics/bspline.h"
+#include "physics/sparse.h"
 #include "h5frame.h"
 #include "log.h"
 #include "sample.h"
 #include "xdmf.h"
+
+/* What the progress line reports about the ranks, summed over a frame on this rank. */
+typedef struct rank_frame_stats {
+  double bytes, wait, step;  /* bytes sent to other ranks; seconds waiting on MPI; seconds stepping */
+  uint64_t migrated;
+  int rebalanced;
+} rank_frame_stats;
 
 struct sim {
   const scene *sc;
@@ -34,6 +45,13 @@ struct sim {
   xdmf_frame *written;  /* frames in the XDMF file */
   int n_written;
   const char **mat_names;
+  /* several ranks (DESIGN.md, "Between ranks") */
+  decomp dec;           /* every rank's box of blocks */
+  exchange ex;          /* shared blocks and their per-step exchange */
+  float origin[3], inv_dx; /* the grid's origin and 1/dx as the backends compute them */
+  double balance;       /* rebalance when the largest load exceeds the mean by this fraction */
+  rank_frame_stats fs;  /* since the last progress line */
+  uint64_t fs_steps0;   /* steps at the last progress line */
 };
 
 static double now(void) {
@@ -63,6 +81,245 @@ static int make_dirs(const char *path) {
   return DR_OK;
 }
 
+/* ---- several ranks ------------------------------------------------------------------------ */
+
+/* The particle block of a position, computed as the backends do (float, same origin). */
+static void particle_block(const sim *S, const float x[3], int32_t blk[3]) {
+  for (int a = 0; a < 3; ++a) blk[a] = bspline_base((x[a] - S->origin[a]) * S->inv_dx) >> 2;
+}
+
+static int owner_of(const sim *S, const float x[3]) {
+  int32_t blk[3];
+  particle_block(S, x, blk);
+  return decomp_owner(&S->dec, blk);
+}
+
+static int keep_own(void *ctx, const double x[3]) {
+  const sim *S = ctx;
+  const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
+  return owner_of(S, xf) == S->rank;
+}
+
+static int count_point(void *ctx, const double x[3]) {
+  void **c = ctx;
+  const sim *S = c[0];
+  const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
+  int32_t blk[3];
+  particle_block(S, xf, blk);
+  return hist_add(c[1], sparse_block_code(blk[0], blk[1], blk[2]), 1);
+}
+
+/* Recursive bisection of the scene's particle counts per block. Every rank visits the sampled
+ * positions (none is stored) and cuts the same histogram, so all get the same boxes. */
+static int initial_decomposition(sim *S) {
+  block_hist h = {0};
+  void *ctx[2] = {S, &h};
+  int rc = sample_visit(S->sc, count_point, ctx);
+  if (rc == DR_OK) rc = decomp_rcb(&h, S->nranks, &S->dec);
+  hist_free(&h);
+  return rc;
+}
+
+/* New cuts from the particles as they are now: local histograms, gathered on every rank. */
+static int rebalance(sim *S, const particles *p) {
+  block_hist h = {0};
+  for (size_t i = 0; i < p->n; ++i) {
+    int32_t blk[3];
+    particle_block(S, p->x + 3 * i, blk);
+    DR_TRY(hist_add(&h, sparse_block_code(blk[0], blk[1], blk[2]), 1));
+  }
+  /* pack (code, count) pairs of this rank; gather everyone's */
+  int n = (int)h.n, rc = DR_OK;
+  uint64_t *mine = malloc(sizeof *mine * 2 * (size_t)(n ? n : 1));
+  int *counts = malloc(sizeof *counts * (size_t)S->nranks), *displs = malloc(sizeof *displs * (size_t)S->nranks);
+  uint64_t *all = NULL;
+  if (!mine || !counts || !displs) rc = dr_fail(DR_ENOMEM, "out of host memory for the load balance");
+  for (size_t i = 0, k = 0; rc == DR_OK && i < h.cap; ++i)
+    if (h.code[i] != UINT64_MAX) mine[2 * k] = h.code[i], mine[2 * k + 1] = h.count[i], ++k;
+  hist_free(&h);
+  int n2 = 2 * n;
+  if (rc == DR_OK) {
+    int e = MPI_Allgather(&n2, 1, MPI_INT, counts, 1, MPI_INT, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allgather(histogram sizes)");
+  }
+  size_t total = 0;
+  for (int r = 0; rc == DR_OK && r < S->nranks; ++r) displs[r] = (int)total, total += (size_t)counts[r];
+  if (rc == DR_OK && !(all = malloc(sizeof *all * (total ? total : 1))))
+    rc = dr_fail(DR_ENOMEM, "out of host memory for the load balance");
+  if (rc == DR_OK) {
+    int e = MPI_Allgatherv(mine, n2, MPI_UINT64_T, all, counts, displs, MPI_UINT64_T, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allgatherv(histograms)");
+  }
+  for (size_t k = 0; rc == DR_OK && k < total; k += 2) rc = hist_add(&h, all[k], all[k + 1]);
+  if (rc == DR_OK) {
+    decomp_free(&S->dec);
+    rc = decomp_rcb(&h, S->nranks, &S->dec);
+  }
+  hist_free(&h);
+  free(mine), free(counts), free(displs), free(all);
+  return rc;
+}
+
+/* The state of one particle as it travels between ranks. */
+enum { REC_FLOATS = 3 + 3 + 9 + 9 + 2, REC_WORDS = REC_FLOATS + 2 + 1 };
+
+static void pack_particle(const particles *p, size_t i, float *r) {
+  memcpy(r, p->x + 3 * i, 3 * sizeof(float));
+  memcpy(r + 3, p->v + 3 * i, 3 * sizeof(float));
+  memcpy(r + 6, p->C + 9 * i, 9 * sizeof(float));
+  memcpy(r + 15, p->F + 9 * i, 9 * sizeof(float));
+  r[24] = p->mass[i];
+  r[25] = p->vol0[i];
+  memcpy(r + REC_FLOATS, &p->id[i], sizeof(uint64_t));
+  memcpy(r + REC_FLOATS + 2, &p->material[i], sizeof(int32_t));
+}
+
+static int unpack_particle(particles *p, const float *r) {
+  uint64_t id;
+  int32_t mat;
+  memcpy(&id, r + REC_FLOATS, sizeof id);
+  memcpy(&mat, r + REC_FLOATS + 2, sizeof mat);
+  DR_TRY(particles_push(p, r, r + 3, r[24], r[25], id, mat));
+  size_t i = p->n - 1;
+  memcpy(p->C + 9 * i, r + 6, 9 * sizeof(float));
+  memcpy(p->F + 9 * i, r + 15, 9 * sizeof(float));
+  return DR_OK;
+}
+
+/* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven, then sends
+ * particles that left this rank's box by more than a block (by any amount after new cuts) to
+ * the rank that owns their position, and hands the backend its new particle set. */
+static int redistribute(sim *S) {
+  particles p = {0}, q = {0};
+  int rc = S->be.download(S->be.state, &p);
+  rc = comm_agree(S->comm, rc);
+  if (rc) {
+    particles_free(&p);
+    return rc;
+  }
+  uint64_t n = p.n, nmax = 0, nsum = 0;
+  DR_MPI(MPI_Allreduce(&n, &nmax, 1, MPI_UINT64_T, MPI_MAX, S->comm));
+  DR_MPI(MPI_Allreduce(&n, &nsum, 1, MPI_UINT64_T, MPI_SUM, S->comm));
+  const double mean = (double)nsum / S->nranks, imbalance = mean > 0 ? (double)nmax / mean - 1.0 : 0.0;
+  int margin = 1;
+  if (imbalance > S->balance) {
+    rc = comm_agree(S->comm, rebalance(S, &p));
+    if (rc) {
+      particles_free(&p);
+      return rc;
+    }
+    margin = 0;
+    S->fs.rebalanced = 1;
+    log_info("load balance: the largest rank holds %llu particles, %.0f%% above the mean (threshold %.0f%%): "
+             "cuts moved",
+             (unsigned long long)nmax, 100.0 * imbalance, 100.0 * S->balance);
+  }
+  /* destinations */
+  const int R = S->nranks;
+  int *dest = malloc(sizeof *dest * (p.n ? p.n : 1));
+  int *scount = calloc((size_t)R, sizeof *scount), *rcount = calloc((size_t)R, sizeof *rcount);
+  int *sdispl = calloc((size_t)R, sizeof *sdispl), *rdispl = calloc((size_t)R, sizeof *rdispl);
+  float *sbuf = NULL, *rbuf = NULL;
+  if (!dest || !scount || !rcount || !sdispl || !rdispl) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
+  const int32_t *mybox = S->dec.box[S->rank];
+  for (size_t i = 0; rc == DR_OK && i < p.n; ++i) {
+    int32_t blk[3];
+    particle_block(S, p.x + 3 * i, blk);
+    int out = 0;
+    for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
+    dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;
+    if (dest[i] != S->rank) scount[dest[i]] += REC_WORDS;
+  }
+  if (rc == DR_OK) {
+    int e = MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoall(migration counts)");
+  }
+  size_t stot = 0, rtot = 0;
+  for (int r = 0; rc == DR_OK && r < R; ++r) sdispl[r] = (int)stot, stot += (size_t)scount[r];
+  for (int r = 0; rc == DR_OK && r < R; ++r) rdispl[r] = (int)rtot, rtot += (size_t)rcount[r];
+  if (rc == DR_OK && (!(sbuf = malloc(sizeof *sbuf * (stot ? stot : 1))) || !(rbuf = malloc(sizeof *rbuf * (rtot ? rtot : 1)))))
+    rc = dr_fail(DR_ENOMEM, "out of host memory for migration (%zu particles)", (stot + rtot) / REC_WORDS);
+  if (rc == DR_OK) {
+    int *fill = calloc((size_t)R, sizeof *fill);
+    if (!fill) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
+    for (size_t i = 0; rc == DR_OK && i < p.n; ++i) {
+      if (dest[i] == S->rank) {
+        rc = particles_push(&q, p.x + 3 * i, p.v + 3 * i, p.mass[i], p.vol0[i], p.id[i], p.material[i]);
+        if (rc == DR_OK) {
+          memcpy(q.C + 9 * (q.n - 1), p.C + 9 * i, 9 * sizeof(float));
+          memcpy(q.F + 9 * (q.n - 1), p.F + 9 * i, 9 * sizeof(float));
+        }
+      } else {
+        pack_particle(&p, i, sbuf + sdispl[dest[i]] + fill[dest[i]]);
+        fill[dest[i]] += REC_WORDS;
+      }
+    }
+    free(fill);
+  }
+  if (rc == DR_OK) {
+    /* MPI_FLOAT carries the id and material words bit for bit (no arithmetic on them) */
+    int e = MPI_Alltoallv(sbuf, scount, sdispl, MPI_FLOAT, rbuf, rcount, rdispl, MPI_FLOAT, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoallv(particles)");
+  }
+  for (size_t k = 0; rc == DR_OK && k < rtot; k += REC_WORDS) rc = unpack_particle(&q, rbuf + k);
+  S->fs.migrated += stot / REC_WORDS;
+  free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(sbuf), free(rbuf);
+  particles_free(&p);
+  if (rc == DR_OK) rc = S->be.set_particles(S->be.state, &q);
+  particles_free(&q);
+  rc = comm_agree(S->comm, rc);
+  if (rc == DR_OK) rc = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, &S->be));
+  return rc;
+}
+
+/* A frame on several ranks: every step one allreduce agrees on the largest speed (adaptive
+ * dt), on whether any rank needs a rebuild-mapping, and on failure; P2G sums of shared blocks
+ * cross between ranks before the grid update. */
+static int advance_frame_ranks(sim *S, double t0, double t1) {
+  backend *b = &S->be;
+  double t = t0;
+  int k = 0, rc = DR_OK;
+  for (;;) {
+    float vmax = 0.0f;
+    if (rc == DR_OK) rc = b->max_speed(b->state, &vmax);
+    double loc[3] = {vmax, rc == DR_OK && b->wants_rebuild(b->state), rc}, glob[3];
+    double w = MPI_Wtime();
+    DR_MPI(MPI_Allreduce(loc, glob, 3, MPI_DOUBLE, MPI_MAX, S->comm));
+    S->fs.wait += MPI_Wtime() - w;
+    if (glob[2] != 0) return rc ? rc : dr_fail((int)glob[2], "another rank stopped (its message is above)");
+    double dt;
+    if (S->substeps_fixed > 0) {
+      if (k == S->substeps_fixed) break;
+      dt = S->frame_dt / S->substeps_fixed;
+    } else {
+      if (!(t1 - t > 1e-9 * S->frame_dt)) break;
+      dt = S->sc->cfl * S->sc->dx / (S->wave_speed + glob[0]);
+      double rem = t1 - t;
+      if (dt >= rem) dt = rem;
+      else if (dt > 0.5 * rem) dt = 0.5 * rem;
+    }
+    S->st.time = t;
+    if (glob[1] != 0) DR_TRY(redistribute(S));
+    double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds;
+    rc = b->p2g(b->state, (float)dt);
+    /* always exchange, so that no neighbour waits for this rank's sums; a failure is agreed on
+     * at the next allreduce */
+    int xrc = exchange_sums(&S->ex, b);
+    if (rc == DR_OK) rc = xrc;
+    S->fs.bytes += S->ex.bytes_sent - bytes0;
+    S->fs.wait += S->ex.wait_seconds - wait0;
+    if (rc == DR_OK) rc = b->grid_update(b->state, (float)dt);
+    if (rc == DR_OK) rc = b->g2p(b->state, (float)dt);
+    if (rc == DR_OK) {
+      ++S->st.steps;
+      S->st.last_dt = dt;
+    }
+    t += dt;
+    ++k;
+  }
+  return DR_OK;
+}
+
 int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out) {
   *out = NULL;
   sim *S = dr_calloc(1, sizeof *S, "simulation");
@@ -73,10 +330,6 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->opt = *opt;
   MPI_Comm_rank(comm, &S->rank);
   MPI_Comm_size(comm, &S->nranks);
-  if (S->nranks > 1) {
-    rc = dr_fail(DR_EINPUT, "this build runs one rank only (the exchange between ranks is not in it yet); started with %d ranks", S->nranks);
-    goto fail;
-  }
   S->out_dir = opt->out_dir ? opt->out_dir : s->output_dir;
   S->st.frames = opt->frames > 0 ? opt->frames : s->frames;
   S->frame_dt = 1.0 / s->fps;
@@ -104,14 +357,42 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   }
 
   particles p = {0};
-  rc = sample_scene(s, &p);
+  S->balance = s->balance_threshold;
+  S->inv_dx = 1.0f / (float)s->dx;
+  for (int a = 0; a < 3; ++a) S->origin[a] = (float)(s->domain_min[a] - GRID_PAD * s->dx);
+  if (S->nranks > 1) {
+    /* Every rank cuts the same histogram the same way, then samples only its own box. */
+    rc = initial_decomposition(S);
+    if (rc == DR_OK) rc = sample_scene_where(s, keep_own, S, &p);
+  } else {
+    rc = sample_scene(s, &p);
+  }
   if (rc) {
     particles_free(&p);
     goto fail;
   }
   S->st.particles = p.n;
+  if (S->nranks > 1) {
+    uint64_t mine = p.n, all = 0;
+    int e = MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, comm);
+    if (e != MPI_SUCCESS) {
+      rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(particle count)");
+      particles_free(&p);
+      goto fail;
+    }
+    S->st.particles = all;
+  }
   rc = backend_create(opt->backend >= 0 ? opt->backend : s->backend, &S->prm, &p, &S->be);
   particles_free(&p);
+  if (S->nranks > 1) {
+    rc = comm_agree(comm, rc);
+    if (rc == DR_OK && !S->be.set_particles)
+      rc = dr_fail(DR_EINPUT, "the %s backend does not run on several ranks in this build yet (%d ranks); use "
+                   "--backend cpu or one rank", S->be.name, S->nranks);
+    rc = comm_agree(comm, rc);
+    if (rc == DR_OK) rc = exchange_setup(&S->ex, comm, &S->be);
+    rc = comm_agree(comm, rc);
+  }
   if (rc) goto fail;
   if (opt->write_output) {
     rc = S->rank == 0 ? make_dirs(S->out_dir) : DR_OK;
@@ -173,11 +454,36 @@ static int substep(sim *S, double dt) {
   return DR_OK;
 }
 
+/* The ranks' line of a frame: bytes sent between ranks, the largest share of step time spent
+ * waiting on MPI, shared-block copies, particles migrated, load imbalance. */
+static int log_ranks(sim *S, double seconds) {
+  backend_stats bs;
+  DR_TRY(S->be.stats(S->be.state, &bs));
+  double sum[4] = {S->fs.bytes, (double)S->ex.n_shared, (double)S->fs.migrated, (double)bs.n_particles}, gsum[4];
+  double mx[3] = {seconds > 0 ? S->fs.wait / seconds : 0, (double)bs.n_particles, S->fs.rebalanced}, gmx[3];
+  DR_MPI(MPI_Allreduce(sum, gsum, 4, MPI_DOUBLE, MPI_SUM, S->comm));
+  DR_MPI(MPI_Allreduce(mx, gmx, 3, MPI_DOUBLE, MPI_MAX, S->comm));
+  const double mean = gsum[3] / S->nranks;
+  S->st.rank_bytes += gsum[0];
+  S->st.migrated += (uint64_t)gsum[2];
+  S->st.rebalances += gmx[2] != 0;
+  log_info("ranks: %d  sent %.3g MB (%.3g kB/step)  MPI wait %.1f%%  shared blocks %.0f  migrated %.0f  "
+           "imbalance %.1f%%%s",
+           S->nranks, gsum[0] / 1e6, S->st.steps ? gsum[0] / 1e3 / (double)(S->st.steps - S->fs_steps0) : 0.0,
+           100.0 * gmx[0], gsum[1], gsum[2], mean > 0 ? 100.0 * (gmx[1] / mean - 1.0) : 0.0,
+           gmx[2] != 0 ? "  (cuts moved)" : "");
+  memset(&S->fs, 0, sizeof S->fs);
+  S->fs_steps0 = S->st.steps;
+  return DR_OK;
+}
+
 int sim_advance_frame(sim *S) {
   const int f = S->st.frame + 1;
   const double t0 = (f - 1) * S->frame_dt, t1 = f * S->frame_dt;
   double w0 = now();
-  if (S->be.advance_frame && !S->opt.profile) {
+  if (S->nranks > 1) {
+    DR_TRY(advance_frame_ranks(S, t0, t1));
+  } else if (S->be.advance_frame && !S->opt.profile) {
     /* The backend runs the frame's steps itself (cuda: without waiting for each step). */
     frame_plan plan = {.t0 = t0, .t1 = t1, .fixed_steps = S->substeps_fixed,
                        .cfl_dx = S->sc->cfl * S->sc->dx, .wave_speed = S->wave_speed};
@@ -211,6 +517,7 @@ int sim_advance_frame(sim *S) {
     }
   }
   S->st.step_seconds += now() - w0;
+  if (S->nranks > 1) DR_TRY(log_ranks(S, now() - w0));
   S->st.time = t1;
   S->st.frame = f;
   backend_stats bs;
@@ -267,6 +574,8 @@ const char *sim_backend_name(const sim *S) { return S->be.name; }
 void sim_destroy(sim **Sp) {
   sim *S = *Sp;
   if (!S) return;
+  exchange_free(&S->ex);
+  decomp_free(&S->dec);
   backend_destroy(&S->be);
   particles_free(&S->host);
   free(S->written);

@@ -32,7 +32,10 @@ typedef struct sim_status {
   double step_seconds;  /* wall time in substeps */
   double io_seconds;    /* wall time writing frames */
   double last_dt;       /* s */
-  double phase_seconds[PHASE_COUNT]; /* wall time per phase (only with sim_options.profile) */
+  double phase_seconds[PHASE_COUNT];
+  double rank_bytes;    /* bytes sent between ranks so far, all ranks */
+  uint64_t migrated;    /* particles moved between ranks so far, all ranks */
+  uint64_t rebalances;  /* times the cuts between ranks moved */ /* wall time per phase (only with sim_options.profile) */
 } sim_status;
 
 typedef struct sim sim;

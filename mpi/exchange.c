@@ -1,0 +1,160 @@
+/* exchange.c - shared blocks between ranks and the exchange of their nodal sums (exchange.h). */
+#include "exchange.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "error.h"
+#include "physics/sparse.h"
+
+#define BLOCK_SUMS (4 * BLOCK_NODES) /* mass and momentum of 64 nodes */
+#define TAG_COUNT 101
+#define TAG_CODES 102
+#define TAG_SUMS 103
+
+static double wtime(void) { return MPI_Wtime(); }
+
+void exchange_free(exchange *x) {
+  for (int k = 0; k < x->nlinks; ++k) {
+    free(x->links[k].idx);
+    free(x->links[k].send);
+    free(x->links[k].recv);
+  }
+  free(x->links);
+  free(x->req);
+  x->links = NULL;
+  x->req = NULL;
+  x->nlinks = 0;
+  x->n_shared = 0;
+}
+
+int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
+  exchange_free(x);
+  x->comm = comm;
+  int rank, nranks;
+  DR_MPI(MPI_Comm_rank(comm, &rank));
+  DR_MPI(MPI_Comm_size(comm, &nranks));
+  const uint64_t *codes;
+  size_t n;
+  DR_TRY(b->blocks(b->state, &codes, &n));
+  /* 1. bounding boxes of the blocks, one allgather */
+  int32_t box[6] = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MIN, INT32_MIN, INT32_MIN};
+  for (size_t i = 0; i < n; ++i) {
+    int c[3];
+    sparse_block_coords(codes[i], c);
+    for (int a = 0; a < 3; ++a) {
+      if (c[a] < box[a]) box[a] = c[a];
+      if (c[a] > box[3 + a]) box[3 + a] = c[a];
+    }
+  }
+  int32_t *boxes = malloc(sizeof *boxes * 6 * (size_t)nranks);
+  if (!boxes) return dr_fail(DR_ENOMEM, "out of host memory for the rank boxes");
+  int rc = MPI_Allgather(box, 6, MPI_INT32_T, boxes, 6, MPI_INT32_T, comm);
+  if (rc != MPI_SUCCESS) {
+    free(boxes);
+    return comm_fail(rc, __FILE__, __LINE__, "MPI_Allgather(box)");
+  }
+  /* 2. neighbours: boxes within one block (the relation is symmetric, so both sides agree) */
+  int *nbr = malloc(sizeof *nbr * (size_t)nranks);
+  int nn = 0;
+  if (!nbr) {
+    free(boxes);
+    return dr_fail(DR_ENOMEM, "out of host memory for the rank links");
+  }
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank || n == 0) continue;
+    const int32_t *o = boxes + 6 * r;
+    if (o[0] > o[3]) continue; /* that rank holds no block */
+    int near = 1;
+    for (int a = 0; a < 3; ++a) near &= o[a] <= box[3 + a] + 1 && box[a] <= o[3 + a] + 1;
+    if (near) nbr[nn++] = r;
+  }
+  free(boxes);
+  /* 3. swap code lists with the neighbours and intersect */
+  uint64_t *their_n = calloc((size_t)(nn ? nn : 1), sizeof *their_n);
+  uint64_t **their = calloc((size_t)(nn ? nn : 1), sizeof *their);
+  MPI_Request *req = malloc(sizeof *req * 2 * (size_t)(nn ? nn : 1));
+  x->links = calloc((size_t)(nn ? nn : 1), sizeof *x->links);
+  x->req = malloc(sizeof *x->req * 2 * (size_t)(nn ? nn : 1));
+  if (!their_n || !their || !req || !x->links || !x->req) {
+    free(their_n), free(their), free(req), free(nbr);
+    return dr_fail(DR_ENOMEM, "out of host memory for the rank links");
+  }
+  uint64_t my_n = n;
+  rc = MPI_SUCCESS;
+  for (int k = 0; k < nn && rc == MPI_SUCCESS; ++k) {
+    rc = MPI_Irecv(&their_n[k], 1, MPI_UINT64_T, nbr[k], TAG_COUNT, comm, &req[2 * k]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(&my_n, 1, MPI_UINT64_T, nbr[k], TAG_COUNT, comm, &req[2 * k + 1]);
+  }
+  if (rc == MPI_SUCCESS && nn) rc = MPI_Waitall(2 * nn, req, MPI_STATUSES_IGNORE);
+  for (int k = 0; k < nn && rc == MPI_SUCCESS; ++k) {
+    their[k] = malloc(sizeof **their * (size_t)(their_n[k] ? their_n[k] : 1));
+    if (!their[k]) {
+      rc = -1;
+      break;
+    }
+    rc = MPI_Irecv(their[k], (int)their_n[k], MPI_UINT64_T, nbr[k], TAG_CODES, comm, &req[2 * k]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(codes, (int)n, MPI_UINT64_T, nbr[k], TAG_CODES, comm, &req[2 * k + 1]);
+  }
+  if (rc == MPI_SUCCESS && nn) rc = MPI_Waitall(2 * nn, req, MPI_STATUSES_IGNORE);
+  int err = DR_OK;
+  if (rc == -1) err = dr_fail(DR_ENOMEM, "out of host memory for a neighbour's block list");
+  else if (rc != MPI_SUCCESS) err = comm_fail(rc, __FILE__, __LINE__, "MPI exchange of block lists");
+  uint8_t *shared = err ? NULL : calloc(n ? n : 1, 1);
+  if (!err && !shared) err = dr_fail(DR_ENOMEM, "out of host memory for the shared-block flags");
+  for (int k = 0; k < nn && !err; ++k) {
+    rank_link *L = &x->links[x->nlinks];
+    L->rank = nbr[k];
+    L->idx = malloc(sizeof *L->idx * (n ? n : 1));
+    if (!L->idx) {
+      err = dr_fail(DR_ENOMEM, "out of host memory for the shared-block list");
+      break;
+    }
+    size_t i = 0, j = 0;
+    while (i < n && j < their_n[k]) { /* both lists are sorted */
+      if (codes[i] < their[k][j]) ++i;
+      else if (codes[i] > their[k][j]) ++j;
+      else {
+        shared[i] = 1;
+        L->idx[L->n++] = (int32_t)i;
+        ++i, ++j;
+      }
+    }
+    if (L->n == 0) {
+      free(L->idx);
+      L->idx = NULL;
+      continue;
+    }
+    L->send = malloc(sizeof *L->send * BLOCK_SUMS * L->n);
+    L->recv = malloc(sizeof *L->recv * BLOCK_SUMS * L->n);
+    if (!L->send || !L->recv) {
+      ++x->nlinks;
+      err = dr_fail(DR_ENOMEM, "out of host memory for the exchange buffers (%zu blocks)", L->n);
+      break;
+    }
+    ++x->nlinks;
+  }
+  for (size_t i = 0; shared && i < n; ++i) x->n_shared += shared[i];
+  free(shared);
+  for (int k = 0; k < nn; ++k) free(their[k]);
+  free(their), free(their_n), free(req), free(nbr);
+  return err;
+}
+
+int exchange_sums(exchange *x, backend *b) {
+  if (x->nlinks == 0) return DR_OK;
+  for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->pack(b->state, x->links[k].idx, x->links[k].n, x->links[k].send));
+  double t0 = wtime();
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    const int count = (int)(BLOCK_SUMS * L->n);
+    DR_MPI(MPI_Irecv(L->recv, count, MPI_FLOAT, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]));
+    DR_MPI(MPI_Isend(L->send, count, MPI_FLOAT, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]));
+    x->bytes_sent += (double)count * sizeof(float);
+  }
+  DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, MPI_STATUSES_IGNORE));
+  x->wait_seconds += wtime() - t0;
+  for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->unpack_add(b->state, x->links[k].idx, x->links[k].n, x->links[k].recv));
+  return DR_OK;
+}

@@ -1,0 +1,41 @@
+/* exchange.h - the grid blocks that several ranks touch, and the per-step exchange of their
+ * nodal sums (DESIGN.md, "Between ranks"). Discovery at rebuild-mapping: ranks swap the
+ * bounding boxes of their blocks (one allgather), then sorted block-code lists only with ranks
+ * whose boxes come within one block; the intersections are the shared blocks. Every step, after
+ * P2G, each rank sends its own sums of the shared blocks to every rank that shares them
+ * (non-blocking point-to-point) and adds what it receives, so every copy of a shared block holds
+ * the sum over all ranks before the grid update. */
+#ifndef DRIFT_EXCHANGE_H
+#define DRIFT_EXCHANGE_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+typedef struct rank_link {
+  int rank;
+  size_t n;          /* blocks shared with that rank */
+  int32_t *idx;      /* their dense indices in this rank's mapping, in code order */
+  float *send, *recv;
+} rank_link;
+
+typedef struct exchange {
+  MPI_Comm comm;
+  int nlinks;
+  rank_link *links;
+  size_t n_shared;        /* distinct local blocks shared with some rank */
+  MPI_Request *req;
+  double bytes_sent;      /* since the last exchange_take_stats */
+  double wait_seconds;
+} exchange;
+
+/* Finds the shared blocks of the backend's current mapping (collective over comm). */
+int exchange_setup(exchange *x, MPI_Comm comm, backend *b);
+/* Sends this rank's sums of the shared blocks, receives the others', adds them (collective
+ * among linked ranks). */
+int exchange_sums(exchange *x, backend *b);
+void exchange_free(exchange *x);
+
+#endif
