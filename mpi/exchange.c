@@ -136,16 +136,17 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
     ++x->nlinks;
   }
   for (size_t i = 0; shared && i < n; ++i) x->n_shared += shared[i];
+  for (int k = 0; k < x->nlinks && !err && b->mark_shared; ++k)
+    err = b->mark_shared(b->state, x->links[k].idx, x->links[k].n);
   free(shared);
   for (int k = 0; k < nn; ++k) free(their[k]);
   free(their), free(their_n), free(req), free(nbr);
   return err;
 }
 
-int exchange_sums(exchange *x, backend *b) {
+int exchange_start(exchange *x, backend *b) {
   if (x->nlinks == 0) return DR_OK;
   for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->pack(b->state, x->links[k].idx, x->links[k].n, x->links[k].send));
-  double t0 = wtime();
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
     const int count = (int)(BLOCK_SUMS * L->n);
@@ -153,8 +154,15 @@ int exchange_sums(exchange *x, backend *b) {
     DR_MPI(MPI_Isend(L->send, count, MPI_FLOAT, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]));
     x->bytes_sent += (double)count * sizeof(float);
   }
+  return DR_OK;
+}
+
+int exchange_finish(exchange *x, backend *b) {
+  if (x->nlinks == 0) return DR_OK;
+  double t0 = wtime();
   DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, MPI_STATUSES_IGNORE));
   x->wait_seconds += wtime() - t0;
+  /* in rank order: the same order of additions at every step */
   for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->unpack_add(b->state, x->links[k].idx, x->links[k].n, x->links[k].recv));
   return DR_OK;
 }

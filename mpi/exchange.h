@@ -33,9 +33,10 @@ typedef struct exchange {
 
 /* Finds the shared blocks of the backend's current mapping (collective over comm). */
 int exchange_setup(exchange *x, MPI_Comm comm, backend *b);
-/* Sends this rank's sums of the shared blocks, receives the others', adds them (collective
- * among linked ranks). */
-int exchange_sums(exchange *x, backend *b);
+/* Sends this rank's sums of the shared blocks and posts the receives (non-blocking). */
+int exchange_start(exchange *x, backend *b);
+/* Waits for the others' sums and adds them to the shared blocks. */
+int exchange_finish(exchange *x, backend *b);
 void exchange_free(exchange *x);
 
 #endif

@@ -43,6 +43,8 @@ typedef struct backend_stats {
   double bytes;            /* memory held (host or device), bytes */
 } backend_stats;
 
+enum grid_part { GRID_INTERIOR = 1, GRID_SHARED = 2, GRID_ALL = 3 };
+
 /* A frame's substeps, for backends that run them without the host choosing each step. */
 typedef struct frame_plan {
   double t0, t1;      /* the frame's start and end (s) */
@@ -87,6 +89,12 @@ typedef struct backend {
   int (*pack)(void *state, const int32_t *idx, size_t n, float *out);
   /* Adds sums laid out as pack's into the listed blocks (they count as touched). */
   int (*unpack_add)(void *state, const int32_t *idx, size_t n, const float *in);
+  /* Marks blocks as shared with other ranks (until the next rebuild-mapping), for
+   * grid_update_part. */
+  int (*mark_shared)(void *state, const int32_t *idx, size_t n);
+  /* The grid update of the blocks not shared (GRID_INTERIOR) or shared (GRID_SHARED) with other
+   * ranks: the interior is updated while the shared sums are in flight. */
+  int (*grid_update_part)(void *state, float dt, int part);
   /* Whether the last g2p asked for a rebuild-mapping. */
   int (*wants_rebuild)(void *state);
   /* Replaces the particles (takes p over; *p is left empty) and rebuilds the mapping. */

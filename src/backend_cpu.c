@@ -51,6 +51,7 @@ typedef struct cpu_state {
   uint64_t *block_code;
   float *grid;         /* [n_blocks][4][64] */
   uint8_t *touched;    /* [n_blocks] */
+  uint8_t *shared;     /* [n_blocks] shared with another rank (mark_shared) */
   block_table table;
 
   int need_rebuild;
@@ -94,8 +95,9 @@ static int grow_blocks(cpu_state *s, size_t n) {
   if (n <= s->cap_blocks) return DR_OK;
   size_t cap = s->cap_blocks ? s->cap_blocks : 1024;
   while (cap < n) cap *= 2;
-  free(s->block_code), free(s->grid), free(s->touched);
-  s->block_code = NULL, s->grid = NULL, s->touched = NULL;
+  free(s->block_code), free(s->grid), free(s->touched), free(s->shared);
+  s->block_code = NULL, s->grid = NULL, s->touched = NULL, s->shared = NULL;
+  DR_ALLOC0(s->shared, cap, "grid blocks");
   DR_ALLOC(s->block_code, cap, "grid blocks");
   DR_ALLOC(s->grid, (size_t)BLOCK_FLOATS * cap, "grid blocks");
   DR_ALLOC0(s->touched, cap, "grid blocks");
@@ -197,6 +199,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
     grid_table_insert(&s->table, s->nbr_codes[i], (int32_t)i);
   }
   s->n_blocks = nb;
+  memset(s->shared, 0, nb);
   for (size_t q = 0; q < n_pb; ++q) {
     const int32_t *c = s->pb_coord + 3 * q;
     for (int di = -1; di <= 1; ++di)
@@ -324,12 +327,13 @@ static void wall(const cpu_state *s, float v[3], int axis, float inward) {
   }
 }
 
-static int grid_update(void *state, float dt) {
+/* The grid update of the touched blocks in part (enum grid_part of backend.h). */
+static int grid_update_part(void *state, float dt, int part) {
   cpu_state *s = state;
   const float *g = s->prm.gravity;
 #pragma omp parallel for schedule(static)
   for (long blk = 0; blk < (long)s->n_blocks; ++blk) {
-    if (!s->touched[blk]) continue;
+    if (!s->touched[blk] || !(part & (s->shared[blk] ? GRID_SHARED : GRID_INTERIOR))) continue;
     int c[3];
     sparse_block_coords(s->block_code[blk], c);
     float *gd = s->grid + (size_t)blk * BLOCK_FLOATS;
@@ -352,6 +356,8 @@ static int grid_update(void *state, float dt) {
   }
   return DR_OK;
 }
+
+static int grid_update(void *state, float dt) { return grid_update_part(state, dt, GRID_ALL); }
 
 /* ---- G2P --------------------------------------------------------------------------------- */
 
@@ -492,6 +498,12 @@ static int unpack_add(void *state, const int32_t *idx, size_t n, const float *in
   return DR_OK;
 }
 
+static int mark_shared(void *state, const int32_t *idx, size_t n) {
+  cpu_state *s = state;
+  for (size_t k = 0; k < n; ++k) s->shared[idx[k]] = 1;
+  return DR_OK;
+}
+
 static int wants_rebuild(void *state) { return ((cpu_state *)state)->need_rebuild; }
 
 static int set_particles(void *state, particles *p) {
@@ -510,7 +522,7 @@ static void destroy(void *state) {
   particles_free(&s->tmp);
   free(s->pblock), free(s->sort_key);
   free(s->pb_coord), free(s->pb_nbr), free(s->pb_start), free(s->color_pb), free(s->nbr_codes);
-  free(s->block_code), free(s->grid), free(s->touched);
+  free(s->block_code), free(s->grid), free(s->touched), free(s->shared);
   grid_table_free(&s->table);
   free(s->mats);
   free(s);
@@ -539,6 +551,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
+                   .mark_shared = mark_shared, .grid_update_part = grid_update_part,
                    .set_particles = set_particles};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);

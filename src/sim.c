@@ -302,13 +302,16 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     if (glob[1] != 0) DR_TRY(redistribute(S));
     double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds;
     rc = b->p2g(b->state, (float)dt);
-    /* always exchange, so that no neighbour waits for this rank's sums; a failure is agreed on
-     * at the next allreduce */
-    int xrc = exchange_sums(&S->ex, b);
-    if (rc == DR_OK) rc = xrc;
+    /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
+     * at the next allreduce); the interior blocks are updated while the sums are in flight. */
+    int xrc = exchange_start(&S->ex, b);
+    if (rc == DR_OK && xrc == DR_OK && b->grid_update_part) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
+    int frc = xrc == DR_OK ? exchange_finish(&S->ex, b) : xrc;
+    if (rc == DR_OK) rc = frc;
     S->fs.bytes += S->ex.bytes_sent - bytes0;
     S->fs.wait += S->ex.wait_seconds - wait0;
-    if (rc == DR_OK) rc = b->grid_update(b->state, (float)dt);
+    if (rc == DR_OK)
+      rc = b->grid_update_part ? b->grid_update_part(b->state, (float)dt, GRID_SHARED) : b->grid_update(b->state, (float)dt);
     if (rc == DR_OK) rc = b->g2p(b->state, (float)dt);
     if (rc == DR_OK) {
       ++S->st.steps;
