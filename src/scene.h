@@ -34,6 +34,8 @@ typedef struct scene_body {
   uint64_t seed;        /* sampling seed, default: the body's index in the list */
 } scene_body;
 
+enum balance_kind { BALANCE_PARTICLES = 0, BALANCE_TIME = 1 };
+
 typedef struct scene {
   char path[4096];       /* the file it came from, for messages */
   double domain_min[3], domain_max[3], dx;
@@ -53,6 +55,7 @@ typedef struct scene {
   int backend;           /* enum backend_kind, default auto */
   int gpus_per_rank;     /* 0 = all visible */
   int g2p2g_below;
+  int balance_by;        /* enum balance_kind: what "load" means for the balance between ranks */
   double balance_threshold; /* several ranks: move the cuts when the largest load exceeds the mean by this */       /* cuda: fused G2P2G for fixed steps below this many particles per GPU */
 } scene;
 

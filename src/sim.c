@@ -50,6 +50,8 @@ struct sim {
   exchange ex;          /* shared blocks and their per-step exchange */
   float origin[3], inv_dx; /* the grid's origin and 1/dx as the backends compute them */
   double balance;       /* rebalance when the largest load exceeds the mean by this fraction */
+  double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
+  double compute_seconds_last; /* the same, up to the rebuild in progress */
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
 };
@@ -121,12 +123,12 @@ static int initial_decomposition(sim *S) {
 }
 
 /* New cuts from the particles as they are now: local histograms, gathered on every rank. */
-static int rebalance(sim *S, const particles *p) {
+static int rebalance(sim *S, const particles *p, uint64_t weight) {
   block_hist h = {0};
   for (size_t i = 0; i < p->n; ++i) {
     int32_t blk[3];
     particle_block(S, p->x + 3 * i, blk);
-    DR_TRY(hist_add(&h, sparse_block_code(blk[0], blk[1], blk[2]), 1));
+    DR_TRY(hist_add(&h, sparse_block_code(blk[0], blk[1], blk[2]), weight));
   }
   /* pack (code, count) pairs of this rank; gather everyone's */
   int n = (int)h.n, rc = DR_OK;
@@ -197,22 +199,35 @@ static int redistribute(sim *S) {
     particles_free(&p);
     return rc;
   }
-  uint64_t n = p.n, nmax = 0, nsum = 0;
-  DR_MPI(MPI_Allreduce(&n, &nmax, 1, MPI_UINT64_T, MPI_MAX, S->comm));
-  DR_MPI(MPI_Allreduce(&n, &nsum, 1, MPI_UINT64_T, MPI_SUM, S->comm));
-  const double mean = (double)nsum / S->nranks, imbalance = mean > 0 ? (double)nmax / mean - 1.0 : 0.0;
+  /* the load: particles, or compute time since the last rebuild-mapping (balance_by) */
+  const int by_time = S->sc->balance_by == BALANCE_TIME;
+  S->compute_seconds_last = S->compute_seconds;
+  double load[2] = {by_time ? S->compute_seconds : (double)p.n, (double)p.n}, lmax[2], lsum[2];
+  DR_MPI(MPI_Allreduce(load, lmax, 2, MPI_DOUBLE, MPI_MAX, S->comm));
+  DR_MPI(MPI_Allreduce(load, lsum, 2, MPI_DOUBLE, MPI_SUM, S->comm));
+  S->compute_seconds = 0;
+  const double mean = lsum[0] / S->nranks, imbalance = mean > 0 ? lmax[0] / mean - 1.0 : 0.0;
+  const uint64_t nmax = (uint64_t)lmax[1];
   int margin = 1;
   if (imbalance > S->balance) {
-    rc = comm_agree(S->comm, rebalance(S, &p));
+    /* weights: 1 per particle, or this rank's cost per particle relative to the mean (x1000) */
+    uint64_t weight = 1;
+    if (by_time && p.n > 0 && lsum[0] > 0) {
+      const double cost = S->compute_seconds_last / (double)p.n, mean_cost = lsum[0] / lsum[1];
+      weight = (uint64_t)(1000.0 * cost / mean_cost + 0.5);
+      if (weight < 1) weight = 1;
+    }
+    rc = comm_agree(S->comm, rebalance(S, &p, weight));
     if (rc) {
       particles_free(&p);
       return rc;
     }
     margin = 0;
     S->fs.rebalanced = 1;
-    log_info("load balance: the largest rank holds %llu particles, %.0f%% above the mean (threshold %.0f%%): "
-             "cuts moved",
-             (unsigned long long)nmax, 100.0 * imbalance, 100.0 * S->balance);
+    log_info("load balance: the largest %s is %.0f%% above the mean (threshold %.0f%%; largest rank %llu "
+             "particles): cuts moved",
+             by_time ? "compute time" : "particle count", 100.0 * imbalance, 100.0 * S->balance,
+             (unsigned long long)nmax);
   }
   /* destinations */
   const int R = S->nranks;
@@ -300,7 +315,7 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     }
     S->st.time = t;
     if (glob[1] != 0) DR_TRY(redistribute(S));
-    double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds;
+    double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds, c0 = MPI_Wtime();
     rc = b->p2g(b->state, (float)dt);
     /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
      * at the next allreduce); the interior blocks are updated while the sums are in flight. */
@@ -313,6 +328,7 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     if (rc == DR_OK)
       rc = b->grid_update_part ? b->grid_update_part(b->state, (float)dt, GRID_SHARED) : b->grid_update(b->state, (float)dt);
     if (rc == DR_OK) rc = b->g2p(b->state, (float)dt);
+    S->compute_seconds += MPI_Wtime() - c0 - (S->ex.wait_seconds - wait0);
     if (rc == DR_OK) {
       ++S->st.steps;
       S->st.last_dt = dt;

@@ -124,6 +124,15 @@ int main(int argc, char **argv) {
           "\"bodies\":[{\"shape\":\"box\",\"min\":[0.04,0.04,0.04],\"max\":[0.3,0.34,0.2],\"material\":\"water\",\"ppc\":8}],"
           "\"boundary\":{\"type\":\"slip\"},\"parallel\":{\"backend\":\"cpu\",\"balance_threshold\":0.05}}",
           1);
+  /* The same with the load measured in compute time: the cuts depend on timings, the physics
+   * must not. */
+  compare("dam break, balanced by time",
+          "{\"domain\":{\"min\":[0,0,0],\"max\":[0.8,0.4,0.24],\"dx\":0.02},"
+          "\"time\":{\"frames\":10,\"fps\":25,\"dt\":0.0008},"
+          "\"materials\":{\"water\":{\"model\":\"weakly_compressible\",\"density\":1000,\"bulk_modulus\":2e4,\"gamma\":7}},"
+          "\"bodies\":[{\"shape\":\"box\",\"min\":[0.04,0.04,0.04],\"max\":[0.3,0.34,0.2],\"material\":\"water\",\"ppc\":8}],"
+          "\"boundary\":{\"type\":\"slip\"},\"parallel\":{\"backend\":\"cpu\",\"balance_threshold\":0.05,\"balance_by\":\"time\"}}",
+          0);
   compare("colliding spheres",
           "{\"domain\":{\"min\":[0,0,0],\"max\":[1,0.5,0.5],\"dx\":0.025},"
           "\"time\":{\"frames\":10,\"fps\":25,\"cfl\":0.5},\"gravity\":[0,0,0],"
