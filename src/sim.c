@@ -314,9 +314,13 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
       else if (dt > 0.5 * rem) dt = 0.5 * rem;
     }
     S->st.time = t;
+    double ph = now(); /* phase times (sim_options.profile; the CPU backend is synchronous) */
     if (glob[1] != 0) DR_TRY(redistribute(S));
+    S->st.phase_seconds[PHASE_REBUILD] += S->opt.profile ? now() - ph : 0;
     double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds, c0 = MPI_Wtime();
+    ph = now();
     rc = b->p2g(b->state, (float)dt);
+    if (S->opt.profile) S->st.phase_seconds[PHASE_P2G] += now() - ph, ph = now();
     /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
      * at the next allreduce); the interior blocks are updated while the sums are in flight. */
     int xrc = exchange_start(&S->ex, b);
@@ -327,7 +331,9 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     S->fs.wait += S->ex.wait_seconds - wait0;
     if (rc == DR_OK)
       rc = b->grid_update_part ? b->grid_update_part(b->state, (float)dt, GRID_SHARED) : b->grid_update(b->state, (float)dt);
+    if (S->opt.profile) S->st.phase_seconds[PHASE_GRID] += now() - ph, ph = now(); /* the exchange included */
     if (rc == DR_OK) rc = b->g2p(b->state, (float)dt);
+    if (S->opt.profile) S->st.phase_seconds[PHASE_G2P] += now() - ph;
     S->compute_seconds += MPI_Wtime() - c0 - (S->ex.wait_seconds - wait0);
     if (rc == DR_OK) {
       ++S->st.steps;
