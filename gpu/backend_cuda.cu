@@ -206,10 +206,6 @@ typedef struct cuda_state {
   dvec block_code;              /* [n_blocks] uint64, sorted */
   dvec grid[2];                 /* [n_blocks][256] float, the two alternating buffers */
   dvec touched[2];              /* [n_blocks] uint8 */
-  dvec shared;                  /* [n_blocks] uint8: shared with another rank (mark_shared) */
-  dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
-  uint64_t *h_codes;            /* host copy of block_code (blocks()) */
-  size_t h_codes_cap;
   size_t table_cap;             /* power of two, at least twice n_blocks */
   dvec table_keys, table_vals;
 
@@ -608,13 +604,11 @@ __device__ static inline void wall(const wall_params *wp, float v[3], int axis, 
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
 k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, wall_params wp,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
-       uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
-       int part) {
+       uint8_t *__restrict__ touched_next, float *__restrict__ g_next) {
   if (ctl->done) return; /* uniform over the CUDA block */
   const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
   const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
-  /* part (enum grid_part): blocks shared with other ranks, the others, or all */
-  const int inside = blk < n_blocks && (part == GRID_ALL || (part & (shared[blk] ? GRID_SHARED : GRID_INTERIOR)));
+  const int inside = blk < n_blocks;
   const int clear = inside && touched_next[blk];
   __syncthreads(); /* every thread has read its block's flag before one of them clears it */
   if (!inside) return;
@@ -891,8 +885,6 @@ static int rebuild_now(cuda_state *s) {
     CU(cudaMemsetAsync(s->touched[k].ptr, 0, s->n_blocks, st));
   }
   s->par = 0;
-  DVEC(s->shared, s->n_blocks, "grid blocks");
-  CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, st));
 
   /* 5. Hash table code -> dense index, then each particle block's 27 physical blocks. */
   size_t cap = 64;
@@ -928,7 +920,7 @@ static int launch_p2g(cuda_state *s, int par) {
   return DR_OK;
 }
 
-static int launch_grid(cuda_state *s, int par, int part) {
+static int launch_grid(cuda_state *s, int par) {
   if (s->n_blocks == 0) return DR_OK;
   wall_params wp;
   wp.boundary = s->prm.boundary;
@@ -938,7 +930,7 @@ static int launch_grid(cuda_state *s, int par, int part) {
       dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), wp, dp<uint64_t>(s->block_code),
       dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
-      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part);
+      dp<float>(s->grid[1 - par]));
   LAUNCHED("k_grid");
   return DR_OK;
 }
@@ -972,11 +964,11 @@ static int launch_step(cuda_state *s, int par) {
   k_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl));
   LAUNCHED("k_begin");
   if (s->graph_fused) {
-    DR_TRY(launch_grid(s, par, GRID_ALL));
+    DR_TRY(launch_grid(s, par));
     DR_TRY(launch_g2p2g(s, par));
   } else {
     DR_TRY(launch_p2g(s, par));
-    DR_TRY(launch_grid(s, par, GRID_ALL));
+    DR_TRY(launch_grid(s, par));
     DR_TRY(launch_g2p(s, par));
   }
   CU(cudaMemcpyAsync(&s->h_slot[par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
@@ -1029,117 +1021,6 @@ static int fail_bad(cuda_state *s, unsigned long long id) {
                  (double)DR_RUNAWAY_CELLS);
 }
 
-/* ---- the rank exchange (mpi/exchange.c) --------------------------------------------------- */
-
-static int upload(cuda_state *s, const particles *p);
-
-/* Sums of the listed blocks of grid buffer g, in the host layout of backend.h (4 channels x 64
- * nodes per block, channel-major). One thread per value. */
-__global__ static void k_pack(size_t n, const int32_t *idx, const float *g, float *out) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * BLOCK_FLOATS) return;
-  const size_t k = i / BLOCK_FLOATS;
-  const int ch = (int)(i % BLOCK_FLOATS) / BLOCK_NODES, node = (int)(i % BLOCK_NODES);
-  out[i] = g[(size_t)idx[k] * BLOCK_FLOATS + gidx(node, ch)];
-}
-
-/* Adds sums in that layout into the listed blocks; a block with any non-zero sum is touched. */
-__global__ static void k_unpack_add(size_t n, const int32_t *idx, const float *in, float *g, uint8_t *touched) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * BLOCK_FLOATS) return;
-  const size_t k = i / BLOCK_FLOATS;
-  const int ch = (int)(i % BLOCK_FLOATS) / BLOCK_NODES, node = (int)(i % BLOCK_NODES);
-  const float v = in[i];
-  g[(size_t)idx[k] * BLOCK_FLOATS + gidx(node, ch)] += v; /* one thread per value: no race */
-  if (v != 0.0f) touched[idx[k]] = 1;                     /* every writer stores the same value */
-}
-
-__global__ static void k_mark(size_t n, const int32_t *idx, uint8_t *flags) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) flags[idx[i]] = 1;
-}
-
-static int put_indices(cuda_state *s, const int32_t *idx, size_t n) {
-  DVEC(s->xidx, n * sizeof(int32_t), "exchange block indices");
-  CU(cudaMemcpyAsync(s->xidx.ptr, idx, n * sizeof(int32_t), cudaMemcpyHostToDevice, s->stream));
-  return DR_OK;
-}
-
-static int blocks(void *state, const uint64_t **codes, size_t *n) {
-  cuda_state *s = (cuda_state *)state;
-  if (s->h_codes_cap < s->n_blocks) {
-    free(s->h_codes);
-    s->h_codes = (uint64_t *)dr_malloc(sizeof(uint64_t) * (s->n_blocks ? s->n_blocks : 1), "block codes");
-    s->h_codes_cap = s->h_codes ? s->n_blocks : 0;
-    if (!s->h_codes) return DR_ENOMEM;
-  }
-  if (s->n_blocks)
-    CU(cudaMemcpyAsync(s->h_codes, s->block_code.ptr, s->n_blocks * sizeof(uint64_t), cudaMemcpyDeviceToHost,
-                       s->stream));
-  CU(cudaStreamSynchronize(s->stream));
-  *codes = s->h_codes; /* sorted; the position is the dense index (k_table_insert) */
-  *n = s->n_blocks;
-  return DR_OK;
-}
-
-static int pack(void *state, const int32_t *idx, size_t n, float *out) {
-  cuda_state *s = (cuda_state *)state;
-  if (n == 0) return DR_OK;
-  DR_TRY(put_indices(s, idx, n));
-  DVEC(s->xbuf, n * BLOCK_FLOATS * sizeof(float), "exchange buffer");
-  k_pack<<<blocks_for(n * BLOCK_FLOATS, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, dp<int32_t>(s->xidx), dp<float>(s->grid[s->par]), dp<float>(s->xbuf));
-  LAUNCHED("k_pack");
-  CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyDeviceToHost, s->stream));
-  CU(cudaStreamSynchronize(s->stream));
-  return DR_OK;
-}
-
-static int unpack_add(void *state, const int32_t *idx, size_t n, const float *in) {
-  cuda_state *s = (cuda_state *)state;
-  if (n == 0) return DR_OK;
-  DR_TRY(put_indices(s, idx, n));
-  DVEC(s->xbuf, n * BLOCK_FLOATS * sizeof(float), "exchange buffer");
-  CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyHostToDevice, s->stream));
-  k_unpack_add<<<blocks_for(n * BLOCK_FLOATS, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, dp<int32_t>(s->xidx), dp<float>(s->xbuf), dp<float>(s->grid[s->par]), dp<uint8_t>(s->touched[s->par]));
-  LAUNCHED("k_unpack_add");
-  CU(cudaStreamSynchronize(s->stream)); /* in and the index list may change once this returns */
-  return DR_OK;
-}
-
-static int mark_shared(void *state, const int32_t *idx, size_t n) {
-  cuda_state *s = (cuda_state *)state;
-  if (n == 0) return DR_OK;
-  DR_TRY(put_indices(s, idx, n));
-  k_mark<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, dp<int32_t>(s->xidx),
-                                                                         dp<uint8_t>(s->shared));
-  LAUNCHED("k_mark");
-  CU(cudaStreamSynchronize(s->stream));
-  return DR_OK;
-}
-
-static int grid_update_part(void *state, float dt, int part) {
-  (void)dt; /* k_begin_fixed stored it */
-  cuda_state *s = (cuda_state *)state;
-  return launch_grid(s, s->par, part);
-}
-
-static int wants_rebuild(void *state) { return ((cuda_state *)state)->need_rebuild; }
-
-static int set_particles(void *state, particles *p) {
-  cuda_state *s = (cuda_state *)state;
-  if (p->n > (size_t)INT32_MAX / 2)
-    return dr_fail(DR_EINPUT, "%zu particles on one GPU: the cuda backend holds at most %d per GPU", p->n,
-                   INT32_MAX / 2);
-  CU(cudaStreamSynchronize(s->stream)); /* nothing queued still reads the packets */
-  DR_TRY(upload(s, p));
-  particles_free(p);
-  DR_TRY(rebuild_now(s));
-  CU(cudaStreamSynchronize(s->stream));
-  return DR_OK;
-}
-
 /* ---- backend.h: the phases ---------------------------------------------------------------- */
 
 static int rebuild(void *state, int force, int *rebuilt) {
@@ -1165,7 +1046,7 @@ static int p2g(void *state, float dt) {
 static int grid_update(void *state, float dt) {
   (void)dt; /* k_begin_fixed stored it */
   cuda_state *s = (cuda_state *)state;
-  return launch_grid(s, s->par, GRID_ALL);
+  return launch_grid(s, s->par);
 }
 
 static int g2p(void *state, float dt) {
@@ -1325,7 +1206,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->count, &s->shared, &s->xidx, &s->xbuf};
+                       &s->count};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -1361,8 +1242,7 @@ static void destroy(void *state) {
   dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
-                 &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
-                 &s->shared, &s->xidx, &s->xbuf};
+                 &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
     if (s->done_ev[k]) cudaEventDestroy(s->done_ev[k]);
@@ -1372,14 +1252,24 @@ static void destroy(void *state) {
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
   free(s->h_touched);
-  free(s->h_codes);
   free(s->mats);
   free(s);
 }
 
-/* Puts particles on the device in packets of 32, in their given order (the next
- * rebuild-mapping sorts them); buffers grow as needed. */
-static int upload(cuda_state *s, const particles *p) {
+/* Allocation and upload (particles in packets of 32 in their given order, then a first
+ * rebuild-mapping sorts them); on failure the caller destroys s. */
+static int setup(cuda_state *s, const particles *p) {
+  CU(cudaSetDevice(s->device));
+  cudaDeviceProp prop;
+  CU(cudaGetDeviceProperties(&prop, s->device));
+  snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
+  CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  for (int k = 0; k < 2; ++k) {
+    CU(cudaEventCreateWithFlags(&s->done_ev[k], cudaEventDisableTiming));
+    CU(cudaEventCreate(&s->ph_ev[k]));
+  }
+  CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocDefault));
+  memset(s->h_slot, 0, 2 * sizeof(step_ctl));
   const size_t n = p->n;
   s->n = n;
   s->n_packets = (n + LANES - 1) / LANES;
@@ -1391,8 +1281,18 @@ static int upload(cuda_state *s, const particles *p) {
     DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
     DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
-  DVEC(s->pblock, n * sizeof(int32_t), "particle block indices");
-  DVEC(s->head, n * sizeof(int32_t), "particle block indices");
+  DVEC_EXACT(s->pblock, n * sizeof(int32_t), "particle block indices");
+  DVEC_EXACT(s->head, n * sizeof(int32_t), "particle block indices");
+  DVEC_EXACT(s->d_mats, (size_t)s->prm.n_materials * sizeof(material_params), "materials");
+  DVEC_EXACT(s->ctl, sizeof(step_ctl), "step control");
+  DVEC_EXACT(s->count, sizeof(int), "counters");
+  CU(cudaMemcpyAsync(s->d_mats.ptr, s->mats, (size_t)s->prm.n_materials * sizeof(material_params),
+                     cudaMemcpyHostToDevice, s->stream));
+  step_ctl c0;
+  memset(&c0, 0, sizeof c0);
+  c0.bad_id = ~0ULL;
+  c0.done = 1;
+  CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
   if (n > 0) {
     float *pk = (float *)dr_calloc(s->n_packets * PK_FLOATS, sizeof(float), "particle upload");
     uint64_t *id = (uint64_t *)dr_calloc(slots, sizeof(uint64_t), "particle upload");
@@ -1418,34 +1318,6 @@ static int upload(cuda_state *s, const particles *p) {
     if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpy(particle upload)", __FILE__, __LINE__);
   }
   s->cur = 0;
-  return DR_OK;
-}
-
-/* Allocation and upload (particles in packets of 32 in their given order, then a first
- * rebuild-mapping sorts them); on failure the caller destroys s. */
-static int setup(cuda_state *s, const particles *p) {
-  CU(cudaSetDevice(s->device));
-  cudaDeviceProp prop;
-  CU(cudaGetDeviceProperties(&prop, s->device));
-  snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
-  CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-  for (int k = 0; k < 2; ++k) {
-    CU(cudaEventCreateWithFlags(&s->done_ev[k], cudaEventDisableTiming));
-    CU(cudaEventCreate(&s->ph_ev[k]));
-  }
-  CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocDefault));
-  memset(s->h_slot, 0, 2 * sizeof(step_ctl));
-  DVEC_EXACT(s->d_mats, (size_t)s->prm.n_materials * sizeof(material_params), "materials");
-  DVEC_EXACT(s->ctl, sizeof(step_ctl), "step control");
-  DVEC_EXACT(s->count, sizeof(int), "counters");
-  CU(cudaMemcpyAsync(s->d_mats.ptr, s->mats, (size_t)s->prm.n_materials * sizeof(material_params),
-                     cudaMemcpyHostToDevice, s->stream));
-  step_ctl c0;
-  memset(&c0, 0, sizeof c0);
-  c0.bad_id = ~0ULL;
-  c0.done = 1;
-  CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
-  DR_TRY(upload(s, p));
   DR_TRY(rebuild_now(s));
   CU(cudaStreamSynchronize(s->stream));
   return DR_OK;
@@ -1505,20 +1377,6 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->download = download;
   out->stats = stats;
   out->destroy = destroy;
-#ifdef DRIFT_CUDA_RANKS
-  /* Several ranks with the cuda backend (pinned-free host staging of the shared sums): written,
-   * compiled in CI, not yet run on a GPU; enable with -DDRIFT_CUDA_RANKS=ON once verified. */
-  out->blocks = blocks;
-  out->pack = pack;
-  out->unpack_add = unpack_add;
-  out->mark_shared = mark_shared;
-  out->grid_update_part = grid_update_part;
-  out->wants_rebuild = wants_rebuild;
-  out->set_particles = set_particles;
-#else
-  (void)blocks, (void)pack, (void)unpack_add, (void)mark_shared, (void)grid_update_part, (void)wants_rebuild,
-      (void)set_particles;
-#endif
   log_info("cuda backend: device %d (%s), %zu particles in %zu packets, %zu grid blocks, %.1f MiB of device memory",
            s->device, s->device_name, n, s->n_packets, s->n_blocks, held_bytes(s) / 1048576.0);
   return DR_OK;

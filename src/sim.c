@@ -23,7 +23,7 @@
 
 /* What the progress line reports about the ranks, summed over a frame on this rank. */
 typedef struct rank_frame_stats {
-  double bytes, wait, step;  /* bytes sent to other ranks; seconds waiting on MPI; seconds stepping */
+  double bytes, wait;   /* bytes sent to other ranks; seconds waiting on MPI */
   uint64_t migrated;
   int rebalanced;
 } rank_frame_stats;
@@ -51,7 +51,6 @@ struct sim {
   float origin[3], inv_dx; /* the grid's origin and 1/dx as the backends compute them */
   double balance;       /* rebalance when the largest load exceeds the mean by this fraction */
   double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
-  double compute_seconds_last; /* the same, up to the rebuild in progress */
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
 };
@@ -201,8 +200,8 @@ static int redistribute(sim *S) {
   }
   /* the load: particles, or compute time since the last rebuild-mapping (balance_by) */
   const int by_time = S->sc->balance_by == BALANCE_TIME;
-  S->compute_seconds_last = S->compute_seconds;
-  double load[2] = {by_time ? S->compute_seconds : (double)p.n, (double)p.n}, lmax[2], lsum[2];
+  const double my_seconds = S->compute_seconds;
+  double load[2] = {by_time ? my_seconds : (double)p.n, (double)p.n}, lmax[2], lsum[2];
   DR_MPI(MPI_Allreduce(load, lmax, 2, MPI_DOUBLE, MPI_MAX, S->comm));
   DR_MPI(MPI_Allreduce(load, lsum, 2, MPI_DOUBLE, MPI_SUM, S->comm));
   S->compute_seconds = 0;
@@ -213,7 +212,7 @@ static int redistribute(sim *S) {
     /* weights: 1 per particle, or this rank's cost per particle relative to the mean (x1000) */
     uint64_t weight = 1;
     if (by_time && p.n > 0 && lsum[0] > 0) {
-      const double cost = S->compute_seconds_last / (double)p.n, mean_cost = lsum[0] / lsum[1];
+      const double cost = my_seconds / (double)p.n, mean_cost = lsum[0] / lsum[1];
       weight = (uint64_t)(1000.0 * cost / mean_cost + 0.5);
       if (weight < 1) weight = 1;
     }

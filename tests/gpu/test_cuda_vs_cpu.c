@@ -21,20 +21,6 @@
 #include "gpu_query.h"
 #include "sim/simtest.h"
 
-static const uint64_t *ids_;
-static int cmp_by_id(const void *a, const void *b) {
-  const uint64_t x = ids_[*(const size_t *)a], y = ids_[*(const size_t *)b];
-  return (x > y) - (x < y);
-}
-
-static size_t *order_by_id(const particles *p) {
-  size_t *o = malloc(sizeof *o * (p->n ? p->n : 1));
-  for (size_t i = 0; i < p->n; ++i) o[i] = i;
-  ids_ = p->id;
-  qsort(o, p->n, sizeof *o, cmp_by_id);
-  return o;
-}
-
 static void compare(const char *name, const char *json) {
   scene s;
   scene_from_text(json, &s);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "gpu_query.h"
 #include "log.h"
 #include "particles.h"
 #include "physics/constitutive.h"
@@ -50,11 +51,52 @@ static inline void scene_from_text(const char *json, scene *s) {
   unlink(path);
 }
 
+/* The backend a test runs on: argv[1] "cuda" or "cpu", else the scene's (auto). A cuda run
+ * where no CUDA device is usable exits 77 (skipped). Call before init(). */
+static int test_backend_ = -1;
+static inline void choose_backend(int argc, char **argv) {
+  if (argc < 2) return;
+  if (!strcmp(argv[1], "cpu")) {
+    test_backend_ = BACKEND_CPU;
+  } else if (!strcmp(argv[1], "cuda")) {
+    int ngpu = 0;
+    char name[256];
+    gpu_count(&ngpu, name, sizeof name);
+    if (ngpu == 0) {
+      printf("no GPU: skipped\n");
+      exit(77);
+    }
+    printf("backend cuda on %s\n", name);
+    test_backend_ = BACKEND_CUDA;
+  } else {
+    fprintf(stderr, "usage: %s [cpu|cuda]\n", argv[0]);
+    exit(2);
+  }
+}
+
 static inline sim *start(const scene *s) {
-  sim_options opt = {.backend = -1, .write_output = 0};
+  sim_options opt = {.backend = test_backend_, .write_output = 0};
   sim *S = NULL;
   MUST(sim_create(s, &opt, MPI_COMM_WORLD, &S));
+  if (test_backend_ == BACKEND_CUDA && strcmp(sim_backend_name(S), "cuda")) {
+    fprintf(stderr, "FAIL: asked for cuda, got backend %s\n", sim_backend_name(S));
+    exit(1);
+  }
   return S;
+}
+
+/* Particle indices of p in increasing id order (allocates). */
+static const uint64_t *order_ids_;
+static int order_cmp_(const void *a, const void *b) {
+  const uint64_t x = order_ids_[*(const size_t *)a], y = order_ids_[*(const size_t *)b];
+  return (x > y) - (x < y);
+}
+static inline size_t *order_by_id(const particles *p) {
+  size_t *o = malloc(sizeof *o * (p->n ? p->n : 1));
+  for (size_t i = 0; i < p->n; ++i) o[i] = i;
+  order_ids_ = p->id;
+  qsort(o, p->n, sizeof *o, order_cmp_);
+  return o;
 }
 
 typedef struct moments {

@@ -1,10 +1,12 @@
 /* Free fall: an elastic box in a large domain with no wall in reach falls as a rigid body.
  * Symplectic Euler on the grid gives v_n = g t_n exactly and
  * y_n = y_0 + g dt^2 n (n+1) / 2 = y_0 + g t^2 / 2 + g dt t / 2,
- * which approaches the analytic trajectory y_0 + g t^2 / 2 at first order in dt. */
+ * which approaches the analytic trajectory y_0 + g t^2 / 2 at first order in dt.
+ * `test_freefall cuda` runs it on the CUDA backend (the gpu-labelled test_freefall_cuda). */
 #include "simtest.h"
 
 int main(int argc, char **argv) {
+  choose_backend(argc, argv);
   init(&argc, &argv);
   const char *json =
       "{\"domain\":{\"min\":[0,0,0],\"max\":[2,4,2],\"dx\":0.05},"
@@ -39,6 +41,11 @@ int main(int argc, char **argv) {
     CHECK(spread < 1e-4, "velocity spread %g", spread);
   }
   CHECK(sim_get_status(S)->steps == 500, "%llu substeps, expected 500", (unsigned long long)sim_get_status(S)->steps);
+  for (size_t i = 0; i < p.n; ++i)
+    if (p.owner[i] != 0) {
+      CHECK(0, "particle %zu has owner %d, expected 0 (rank 0, device 0)", i, p.owner[i]);
+      break;
+    }
   particles_free(&p);
   sim_destroy(&S);
   scene_destroy(&s);

@@ -13,12 +13,6 @@
  * a cell and of order the velocity. */
 #include "sim/simtest.h"
 
-static const uint64_t *ids_;
-static int cmp_by_id(const void *a, const void *b) {
-  const uint64_t x = ids_[*(const size_t *)a], y = ids_[*(const size_t *)b];
-  return (x > y) - (x < y);
-}
-
 /* Gathers every rank's particles (id, x, v) on rank 0. */
 static void gather(const particles *p, int rank, int nranks, particles *all) {
   int n = (int)p->n, *counts = NULL, *displs = NULL, total = 0;
@@ -35,14 +29,6 @@ static void gather(const particles *p, int rank, int nranks, particles *all) {
   MPI_Gatherv(p->v, 3 * n, MPI_FLOAT, rank == 0 ? all->v : NULL, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD);
   free(counts);
   free(displs);
-}
-
-static size_t *order_by_id(const particles *p) {
-  size_t *o = malloc(sizeof *o * (p->n ? p->n : 1));
-  for (size_t i = 0; i < p->n; ++i) o[i] = i;
-  ids_ = p->id;
-  qsort(o, p->n, sizeof *o, cmp_by_id);
-  return o;
 }
 
 static void compare(const char *name, const char *json, int must_migrate) {
