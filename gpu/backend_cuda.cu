@@ -71,7 +71,9 @@ enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, PK
  * G2P2G) and 5.3 times (l = 46) with 1, 23.6% and 4.3% of the step time. With 0 the host waits
  * for each step's flags (a few microseconds between graph launches) and the free zone keeps its
  * full size; that variant is not yet measured on a GPU (docs/performance.md), so 1 stays. */
+#ifndef STEP_LAG
 #define STEP_LAG 1
+#endif
 #define INNER_LO (FREE_ZONE_LO + STEP_LAG)     /* G2P flags particles leaving [INNER_LO, INNER_HI] */
 #define INNER_HI (FREE_ZONE_HI - STEP_LAG)
 #define FUSED_LO (FREE_ZONE_LO + STEP_LAG + 1) /* G2P2G scatters once more after moving (k_g2p2g) */
@@ -80,7 +82,31 @@ enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, PK
 #define KEY_NONE 1023u                /* an invalid or lost lane's cell key: sorts last */
 #define FULL 0xffffffffu
 
+/* Grid node layout inside a block of 256 floats. GRID_VEC4 1: the 4 channels of a node side by
+ * side (16 bytes), so that P2G adds a node's mass and momentum with one vector atomic (float4
+ * atomicAdd on global memory, compute capability 9.x) and G2P reads them with one load.
+ * GRID_VEC4 0: two 32-wide packets of nodes, channel-major inside a packet. */
+#ifndef GRID_VEC4
+#define GRID_VEC4 1
+#endif
+#if GRID_VEC4 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "GRID_VEC4 needs float4 atomicAdd (compute capability 9.0 or later); build with -DGRID_VEC4=0"
+#endif
+#if GRID_VEC4
+__device__ __forceinline__ int gidx(int node, int ch) { return node * 4 + ch; }
+#else
 __device__ __forceinline__ int gidx(int node, int ch) { return (node >> 5) * 128 + ch * 32 + (node & 31); }
+#endif
+/* Minimum resident CUDA blocks per SM asked of the particle kernels (0: let the compiler choose
+ * the registers). */
+#ifndef P2G_MIN_BLOCKS
+#define P2G_MIN_BLOCKS 0
+#endif
+#if P2G_MIN_BLOCKS > 0
+#define PARTICLE_BOUNDS __launch_bounds__(THREADS, P2G_MIN_BLOCKS)
+#else
+#define PARTICLE_BOUNDS __launch_bounds__(THREADS)
+#endif
 
 /* ---- errors ------------------------------------------------------------------------------- */
 
@@ -206,6 +232,10 @@ typedef struct cuda_state {
   dvec block_code;              /* [n_blocks] uint64, sorted */
   dvec grid[2];                 /* [n_blocks][256] float, the two alternating buffers */
   dvec touched[2];              /* [n_blocks] uint8 */
+  dvec shared;                  /* [n_blocks] uint8: shared with another rank (mark_shared) */
+  dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
+  uint64_t *h_codes;            /* host copy of block_code (blocks()) */
+  size_t h_codes_cap;
   size_t table_cap;             /* power of two, at least twice n_blocks */
   dvec table_keys, table_vals;
 
@@ -286,8 +316,9 @@ __global__ static void k_keys(size_t n_slots, const float *pk, const int2 *hdr, 
   const int b0 = bspline_base((q[(A_X + 0) * LANES] - origin.x) * inv_dx);
   const int b1 = bspline_base((q[(A_X + 1) * LANES] - origin.y) * inv_dx);
   const int b2 = bspline_base((q[(A_X + 2) * LANES] - origin.z) * inv_dx);
-  const uint64_t code = sparse_block_code(b0 >> 2, b1 >> 2, b2 >> 2);
-  keys[i] = (code << 6) | (uint64_t)sparse_node_in_block(b0 & 3, b1 & 3, b2 & 3);
+  const uint64_t code = sparse_block_code(sparse_particle_block(b0), sparse_particle_block(b1), sparse_particle_block(b2));
+  keys[i] = (code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b0), sparse_cell_in_particle_block(b1),
+                                                         sparse_cell_in_particle_block(b2));
 }
 
 __device__ static inline int is_head(size_t i, const uint64_t *keys) {
@@ -540,10 +571,14 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
         const int blk = __shfl_sync(FULL, my_nbr, nb);
         if (is_head && valid) {
           float *gb = g + (size_t)blk * BLOCK_FLOATS;
+#if GRID_VEC4
+          atomicAdd(reinterpret_cast<float4 *>(gb + gidx(node, 0)), make_float4(v0, v1, v2, v3));
+#else
           atomicAdd(gb + gidx(node, 0), v0);
           atomicAdd(gb + gidx(node, 1), v1);
           atomicAdd(gb + gidx(node, 2), v2);
           atomicAdd(gb + gidx(node, 3), v3);
+#endif
           /* one mark per block: the lowest stencil node of the block on every axis */
           if ((ei == 0 || ((d[0] + ei) & 3) == 0) && (ej == 0 || ((d[1] + ej) & 3) == 0) &&
               (ek == 0 || ((d[2] + ek) & 3) == 0))
@@ -555,7 +590,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
 
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
-__global__ static void __launch_bounds__(THREADS)
+__global__ static void PARTICLE_BOUNDS
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
@@ -604,11 +639,13 @@ __device__ static inline void wall(const wall_params *wp, float v[3], int axis, 
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
 k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, wall_params wp,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
-       uint8_t *__restrict__ touched_next, float *__restrict__ g_next) {
+       uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
+       int part) {
   if (ctl->done) return; /* uniform over the CUDA block */
   const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
   const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
-  const int inside = blk < n_blocks;
+  /* part (enum grid_part): blocks shared with other ranks, the others, or all */
+  const int inside = blk < n_blocks && (part == GRID_ALL || (part & (shared[blk] ? GRID_SHARED : GRID_INTERIOR)));
   const int clear = inside && touched_next[blk];
   __syncthreads(); /* every thread has read its block's flag before one of them clears it */
   if (!inside) return;
@@ -676,8 +713,14 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
         const float wt = w[0][ei] * w[1][ej] * w[2][ek];
         const float r[3] = {((float)ei - fx[0]) * dx, ((float)ej - fx[1]) * dx, ((float)ek - fx[2]) * dx};
         const float *gb = grid + (size_t)blk * BLOCK_FLOATS;
+#if GRID_VEC4
+        const float4 gn = *reinterpret_cast<const float4 *>(gb + gidx(node, 0));
+        const float gv[3] = {gn.y, gn.z, gn.w};
+#else
+        const float gv[3] = {gb[gidx(node, 1)], gb[gidx(node, 2)], gb[gidx(node, 3)]};
+#endif
         for (int a = 0; a < 3; ++a) {
-          const float vi = wt * gb[gidx(node, a + 1)];
+          const float vi = wt * gv[a];
           v[a] += vi;
           for (int e = 0; e < 3; ++e) B[3 * a + e] += vi * r[e];
         }
@@ -724,7 +767,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
 /* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
  * advection clamped to the domain, the inner-free-zone check, largest speed, and the
  * non-finite / runaway check. One warp per packet; flags reduced over the warp first. */
-__global__ static void __launch_bounds__(THREADS)
+__global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
       float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid) {
@@ -740,7 +783,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
  * zone [FUSED_LO, FUSED_HI] leaves that much slack, so every scattered stencil stays inside the
  * physical blocks. The warp's own writes to its packet are visible to its lanes after
  * __syncwarp. */
-__global__ static void __launch_bounds__(THREADS)
+__global__ static void PARTICLE_BOUNDS
 k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
         const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
         const material_params *__restrict__ mats, float3 origin, float3 dmin, float3 dmax, float dx, float inv_dx,
@@ -885,6 +928,8 @@ static int rebuild_now(cuda_state *s) {
     CU(cudaMemsetAsync(s->touched[k].ptr, 0, s->n_blocks, st));
   }
   s->par = 0;
+  DVEC(s->shared, s->n_blocks, "grid blocks");
+  CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, st));
 
   /* 5. Hash table code -> dense index, then each particle block's 27 physical blocks. */
   size_t cap = 64;
@@ -920,7 +965,7 @@ static int launch_p2g(cuda_state *s, int par) {
   return DR_OK;
 }
 
-static int launch_grid(cuda_state *s, int par) {
+static int launch_grid(cuda_state *s, int par, int part) {
   if (s->n_blocks == 0) return DR_OK;
   wall_params wp;
   wp.boundary = s->prm.boundary;
@@ -930,7 +975,7 @@ static int launch_grid(cuda_state *s, int par) {
       dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), wp, dp<uint64_t>(s->block_code),
       dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
-      dp<float>(s->grid[1 - par]));
+      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part);
   LAUNCHED("k_grid");
   return DR_OK;
 }
@@ -964,11 +1009,11 @@ static int launch_step(cuda_state *s, int par) {
   k_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl));
   LAUNCHED("k_begin");
   if (s->graph_fused) {
-    DR_TRY(launch_grid(s, par));
+    DR_TRY(launch_grid(s, par, GRID_ALL));
     DR_TRY(launch_g2p2g(s, par));
   } else {
     DR_TRY(launch_p2g(s, par));
-    DR_TRY(launch_grid(s, par));
+    DR_TRY(launch_grid(s, par, GRID_ALL));
     DR_TRY(launch_g2p(s, par));
   }
   CU(cudaMemcpyAsync(&s->h_slot[par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
@@ -1021,6 +1066,117 @@ static int fail_bad(cuda_state *s, unsigned long long id) {
                  (double)DR_RUNAWAY_CELLS);
 }
 
+/* ---- the rank exchange (mpi/exchange.c) --------------------------------------------------- */
+
+static int upload(cuda_state *s, const particles *p);
+
+/* Sums of the listed blocks of grid buffer g, in the host layout of backend.h (4 channels x 64
+ * nodes per block, channel-major). One thread per value. */
+__global__ static void k_pack(size_t n, const int32_t *idx, const float *g, float *out) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * BLOCK_FLOATS) return;
+  const size_t k = i / BLOCK_FLOATS;
+  const int ch = (int)(i % BLOCK_FLOATS) / BLOCK_NODES, node = (int)(i % BLOCK_NODES);
+  out[i] = g[(size_t)idx[k] * BLOCK_FLOATS + gidx(node, ch)];
+}
+
+/* Adds sums in that layout into the listed blocks; a block with any non-zero sum is touched. */
+__global__ static void k_unpack_add(size_t n, const int32_t *idx, const float *in, float *g, uint8_t *touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * BLOCK_FLOATS) return;
+  const size_t k = i / BLOCK_FLOATS;
+  const int ch = (int)(i % BLOCK_FLOATS) / BLOCK_NODES, node = (int)(i % BLOCK_NODES);
+  const float v = in[i];
+  g[(size_t)idx[k] * BLOCK_FLOATS + gidx(node, ch)] += v; /* one thread per value: no race */
+  if (v != 0.0f) touched[idx[k]] = 1;                     /* every writer stores the same value */
+}
+
+__global__ static void k_mark(size_t n, const int32_t *idx, uint8_t *flags) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) flags[idx[i]] = 1;
+}
+
+static int put_indices(cuda_state *s, const int32_t *idx, size_t n) {
+  DVEC(s->xidx, n * sizeof(int32_t), "exchange block indices");
+  CU(cudaMemcpyAsync(s->xidx.ptr, idx, n * sizeof(int32_t), cudaMemcpyHostToDevice, s->stream));
+  return DR_OK;
+}
+
+static int blocks(void *state, const uint64_t **codes, size_t *n) {
+  cuda_state *s = (cuda_state *)state;
+  if (s->h_codes_cap < s->n_blocks) {
+    free(s->h_codes);
+    s->h_codes = (uint64_t *)dr_malloc(sizeof(uint64_t) * (s->n_blocks ? s->n_blocks : 1), "block codes");
+    s->h_codes_cap = s->h_codes ? s->n_blocks : 0;
+    if (!s->h_codes) return DR_ENOMEM;
+  }
+  if (s->n_blocks)
+    CU(cudaMemcpyAsync(s->h_codes, s->block_code.ptr, s->n_blocks * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                       s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  *codes = s->h_codes; /* sorted; the position is the dense index (k_table_insert) */
+  *n = s->n_blocks;
+  return DR_OK;
+}
+
+static int pack(void *state, const int32_t *idx, size_t n, float *out) {
+  cuda_state *s = (cuda_state *)state;
+  if (n == 0) return DR_OK;
+  DR_TRY(put_indices(s, idx, n));
+  DVEC(s->xbuf, n * BLOCK_FLOATS * sizeof(float), "exchange buffer");
+  k_pack<<<blocks_for(n * BLOCK_FLOATS, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, dp<int32_t>(s->xidx), dp<float>(s->grid[s->par]), dp<float>(s->xbuf));
+  LAUNCHED("k_pack");
+  CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  return DR_OK;
+}
+
+static int unpack_add(void *state, const int32_t *idx, size_t n, const float *in) {
+  cuda_state *s = (cuda_state *)state;
+  if (n == 0) return DR_OK;
+  DR_TRY(put_indices(s, idx, n));
+  DVEC(s->xbuf, n * BLOCK_FLOATS * sizeof(float), "exchange buffer");
+  CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyHostToDevice, s->stream));
+  k_unpack_add<<<blocks_for(n * BLOCK_FLOATS, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, dp<int32_t>(s->xidx), dp<float>(s->xbuf), dp<float>(s->grid[s->par]), dp<uint8_t>(s->touched[s->par]));
+  LAUNCHED("k_unpack_add");
+  CU(cudaStreamSynchronize(s->stream)); /* in and the index list may change once this returns */
+  return DR_OK;
+}
+
+static int mark_shared(void *state, const int32_t *idx, size_t n) {
+  cuda_state *s = (cuda_state *)state;
+  if (n == 0) return DR_OK;
+  DR_TRY(put_indices(s, idx, n));
+  k_mark<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, dp<int32_t>(s->xidx),
+                                                                         dp<uint8_t>(s->shared));
+  LAUNCHED("k_mark");
+  CU(cudaStreamSynchronize(s->stream));
+  return DR_OK;
+}
+
+static int grid_update_part(void *state, float dt, int part) {
+  (void)dt; /* k_begin_fixed stored it */
+  cuda_state *s = (cuda_state *)state;
+  return launch_grid(s, s->par, part);
+}
+
+static int wants_rebuild(void *state) { return ((cuda_state *)state)->need_rebuild; }
+
+static int set_particles(void *state, particles *p) {
+  cuda_state *s = (cuda_state *)state;
+  if (p->n > (size_t)INT32_MAX / 2)
+    return dr_fail(DR_EINPUT, "%zu particles on one GPU: the cuda backend holds at most %d per GPU", p->n,
+                   INT32_MAX / 2);
+  CU(cudaStreamSynchronize(s->stream)); /* nothing queued still reads the packets */
+  DR_TRY(upload(s, p));
+  particles_free(p);
+  DR_TRY(rebuild_now(s));
+  CU(cudaStreamSynchronize(s->stream));
+  return DR_OK;
+}
+
 /* ---- backend.h: the phases ---------------------------------------------------------------- */
 
 static int rebuild(void *state, int force, int *rebuilt) {
@@ -1046,7 +1202,7 @@ static int p2g(void *state, float dt) {
 static int grid_update(void *state, float dt) {
   (void)dt; /* k_begin_fixed stored it */
   cuda_state *s = (cuda_state *)state;
-  return launch_grid(s, s->par);
+  return launch_grid(s, s->par, GRID_ALL);
 }
 
 static int g2p(void *state, float dt) {
@@ -1206,7 +1362,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->count};
+                       &s->count, &s->shared, &s->xidx, &s->xbuf};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -1242,7 +1398,8 @@ static void destroy(void *state) {
   dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
-                 &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count};
+                 &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
+                 &s->shared, &s->xidx, &s->xbuf};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
     if (s->done_ev[k]) cudaEventDestroy(s->done_ev[k]);
@@ -1252,24 +1409,14 @@ static void destroy(void *state) {
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
   free(s->h_touched);
+  free(s->h_codes);
   free(s->mats);
   free(s);
 }
 
-/* Allocation and upload (particles in packets of 32 in their given order, then a first
- * rebuild-mapping sorts them); on failure the caller destroys s. */
-static int setup(cuda_state *s, const particles *p) {
-  CU(cudaSetDevice(s->device));
-  cudaDeviceProp prop;
-  CU(cudaGetDeviceProperties(&prop, s->device));
-  snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
-  CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-  for (int k = 0; k < 2; ++k) {
-    CU(cudaEventCreateWithFlags(&s->done_ev[k], cudaEventDisableTiming));
-    CU(cudaEventCreate(&s->ph_ev[k]));
-  }
-  CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocDefault));
-  memset(s->h_slot, 0, 2 * sizeof(step_ctl));
+/* Puts particles on the device in packets of 32, in their given order (the next
+ * rebuild-mapping sorts them); buffers grow as needed. */
+static int upload(cuda_state *s, const particles *p) {
   const size_t n = p->n;
   s->n = n;
   s->n_packets = (n + LANES - 1) / LANES;
@@ -1281,18 +1428,8 @@ static int setup(cuda_state *s, const particles *p) {
     DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
     DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
-  DVEC_EXACT(s->pblock, n * sizeof(int32_t), "particle block indices");
-  DVEC_EXACT(s->head, n * sizeof(int32_t), "particle block indices");
-  DVEC_EXACT(s->d_mats, (size_t)s->prm.n_materials * sizeof(material_params), "materials");
-  DVEC_EXACT(s->ctl, sizeof(step_ctl), "step control");
-  DVEC_EXACT(s->count, sizeof(int), "counters");
-  CU(cudaMemcpyAsync(s->d_mats.ptr, s->mats, (size_t)s->prm.n_materials * sizeof(material_params),
-                     cudaMemcpyHostToDevice, s->stream));
-  step_ctl c0;
-  memset(&c0, 0, sizeof c0);
-  c0.bad_id = ~0ULL;
-  c0.done = 1;
-  CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
+  DVEC(s->pblock, n * sizeof(int32_t), "particle block indices");
+  DVEC(s->head, n * sizeof(int32_t), "particle block indices");
   if (n > 0) {
     float *pk = (float *)dr_calloc(s->n_packets * PK_FLOATS, sizeof(float), "particle upload");
     uint64_t *id = (uint64_t *)dr_calloc(slots, sizeof(uint64_t), "particle upload");
@@ -1318,6 +1455,34 @@ static int setup(cuda_state *s, const particles *p) {
     if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpy(particle upload)", __FILE__, __LINE__);
   }
   s->cur = 0;
+  return DR_OK;
+}
+
+/* Allocation and upload (particles in packets of 32 in their given order, then a first
+ * rebuild-mapping sorts them); on failure the caller destroys s. */
+static int setup(cuda_state *s, const particles *p) {
+  CU(cudaSetDevice(s->device));
+  cudaDeviceProp prop;
+  CU(cudaGetDeviceProperties(&prop, s->device));
+  snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
+  CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  for (int k = 0; k < 2; ++k) {
+    CU(cudaEventCreateWithFlags(&s->done_ev[k], cudaEventDisableTiming));
+    CU(cudaEventCreate(&s->ph_ev[k]));
+  }
+  CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocDefault));
+  memset(s->h_slot, 0, 2 * sizeof(step_ctl));
+  DVEC_EXACT(s->d_mats, (size_t)s->prm.n_materials * sizeof(material_params), "materials");
+  DVEC_EXACT(s->ctl, sizeof(step_ctl), "step control");
+  DVEC_EXACT(s->count, sizeof(int), "counters");
+  CU(cudaMemcpyAsync(s->d_mats.ptr, s->mats, (size_t)s->prm.n_materials * sizeof(material_params),
+                     cudaMemcpyHostToDevice, s->stream));
+  step_ctl c0;
+  memset(&c0, 0, sizeof c0);
+  c0.bad_id = ~0ULL;
+  c0.done = 1;
+  CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
+  DR_TRY(upload(s, p));
   DR_TRY(rebuild_now(s));
   CU(cudaStreamSynchronize(s->stream));
   return DR_OK;
@@ -1352,7 +1517,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
     /* Highest block a physical block can have: particles stay in the domain, their stencils
      * reach 2 nodes beyond the base node and the neighbourhood one block beyond that. */
     const int top_node = (int)ceil((prm->domain_max[a] - prm->domain_min[a]) / prm->dx) + GRID_PAD + 3;
-    const int top_block = (top_node >> 2) + 2;
+    const int top_block = ((top_node + 1) >> 2) + 2;
     if (top_block > max_block) max_block = top_block;
   }
   int bits = 1;
@@ -1377,6 +1542,14 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->download = download;
   out->stats = stats;
   out->destroy = destroy;
+  /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
+  out->blocks = blocks;
+  out->pack = pack;
+  out->unpack_add = unpack_add;
+  out->mark_shared = mark_shared;
+  out->grid_update_part = grid_update_part;
+  out->wants_rebuild = wants_rebuild;
+  out->set_particles = set_particles;
   log_info("cuda backend: device %d (%s), %zu particles in %zu packets, %zu grid blocks, %.1f MiB of device memory",
            s->device, s->device_name, n, s->n_packets, s->n_blocks, held_bytes(s) / 1048576.0);
   return DR_OK;

@@ -143,8 +143,10 @@ static int rebuild(void *state, int force, int *rebuilt) {
   for (size_t i = 0; i < n; ++i) {
     int b[3];
     base_node(s, s->p.x + 3 * i, b);
-    uint64_t code = sparse_block_code(b[0] >> 2, b[1] >> 2, b[2] >> 2);
-    s->sort_key[2 * i] = (code << 6) | (uint64_t)sparse_node_in_block(b[0] & 3, b[1] & 3, b[2] & 3);
+    uint64_t code = sparse_block_code(sparse_particle_block(b[0]), sparse_particle_block(b[1]), sparse_particle_block(b[2]));
+    s->sort_key[2 * i] = (code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b[0]),
+                                                                      sparse_cell_in_particle_block(b[1]),
+                                                                      sparse_cell_in_particle_block(b[2]));
     s->sort_key[2 * i + 1] = i;
   }
   /* 2. Sort to cells; ties keep the previous order, so the result is deterministic. */

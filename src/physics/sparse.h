@@ -6,10 +6,14 @@
  * Blocks: 4x4x4 nodes; block (I,J,K) holds nodes [4I, 4I+4) x ... A block code interleaves the
  * bits of I, J, K (21 bits each, Morton order): nearby blocks get nearby codes.
  * Particle blocks: a particle's base node b = floor(x/dx - 1/2) (the lowest node of its
- * quadratic B-spline stencil b..b+2) and its particle block P = b >> 2, i.e. particle blocks are
- * grid blocks shifted by -dx/2. At rebuild-mapping the 3x3x3 grid blocks around P become the
- * particle's physical blocks; it may then move while b stays in [4P-4, 4P+5] on every axis
- * (the (10 dx)^3 free zone) without any new mapping. */
+ * quadratic B-spline stencil b..b+2) and its particle block P = (b + 1) >> 2, i.e. b in
+ * [4P-1, 4P+2]: particle blocks are grid blocks shifted by -dx/2 in position (x/dx in
+ * [4P-1/2, 4P+7/2)), as in the paper. At rebuild-mapping the 3x3x3 grid blocks around P become
+ * the particle's physical blocks (nodes [4P-4, 4P+8)); it may then move while b stays in
+ * [4P-4, 4P+5] on every axis (the (10 dx)^3 free zone) without any new mapping. The particle
+ * block sits in the middle of its free zone: 3 cells of slack on every side, so a particle
+ * moving at the CFL limit of one cell per step triggers a rebuild-mapping at most every fourth
+ * step (the paper's section 4.1). (P = b >> 2 would leave 4 cells behind and only 2 ahead.) */
 #ifndef DRIFT_PHYSICS_SPARSE_H
 #define DRIFT_PHYSICS_SPARSE_H
 
@@ -63,6 +67,11 @@ DR_HD int sparse_neighbor(int di, int dj, int dk) { return ((di + 1) * 3 + (dj +
 
 /* Base node of a coordinate already in node units relative to the grid origin. */
 DR_HD int sparse_base_node(float x_over_dx) { return (int)floorf(x_over_dx - 0.5f); }
+
+/* The particle block of base node b (b >= -1: GRID_PAD keeps it positive). */
+DR_HD int sparse_particle_block(int b) { return (b + 1) >> 2; }
+/* The cell of base node b inside its particle block, 0..3. */
+DR_HD int sparse_cell_in_particle_block(int b) { return (b + 1) & 3; }
 
 /* Whether base node b is still inside the free zone of particle block P (one axis). */
 DR_HD int sparse_in_free_zone(int b, int P) {

@@ -37,7 +37,7 @@ static void compare(const char *name, const char *json, int must_migrate) {
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   scene s;
   scene_from_text(json, &s);
-  sim_options opt = {.backend = BACKEND_CPU, .write_output = 0};
+  sim_options opt = {.backend = test_backend_, .write_output = 0};
   sim *W = NULL, *R = NULL;
   MUST(sim_create(&s, &opt, MPI_COMM_WORLD, &W));
   if (rank == 0) MUST(sim_create(&s, &opt, MPI_COMM_SELF, &R));
@@ -103,6 +103,7 @@ static void compare(const char *name, const char *json, int must_migrate) {
 
 int main(int argc, char **argv) {
   init(&argc, &argv);
+  choose_backend(argc, argv); /* cpu (default) or cuda: the ranks share the visible GPUs */
   compare("dam break",
           "{\"domain\":{\"min\":[0,0,0],\"max\":[0.8,0.4,0.24],\"dx\":0.02},"
           "\"time\":{\"frames\":10,\"fps\":25,\"dt\":0.0008},"
