@@ -61,10 +61,15 @@ enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, PK
 #define LANES 32
 #define PK_FLOATS (PK_ATTRS * LANES)
 #define BLOCK_FLOATS (4 * BLOCK_NODES)
-#define WARPS 4                       /* warps per CUDA block in the particle kernels (the paper's choice) */
+#ifndef DRIFT_WARPS /* (-DWARPS would reach CUB's own identifiers) */
+#define DRIFT_WARPS 4
+#endif
+#define WARPS DRIFT_WARPS /* warps per CUDA block in the particle kernels (the paper's choice; docs/performance.md) */
 #define THREADS (WARPS * LANES)
 #define SIMPLE_THREADS 256            /* one-thread-per-item kernels of the rebuild */
-#define GRID_BLOCKS_PER_CTA 4         /* grid update: 4 grid blocks of 64 nodes per CUDA block */
+#ifndef GRID_BLOCKS_PER_CTA
+#define GRID_BLOCKS_PER_CTA 4 /* grid update: grid blocks of 64 nodes per CUDA block (docs/performance.md) */
+#endif
 /* Steps queued ahead of the host's reading of a step's flags (0 or 1). With 1 the device never
  * waits for the host, but every queued step eats a cell of the free zone's slack (see the top of
  * this file): the Sand Blocks bench rebuilt the mapping 17.4 times per 36-step frame (l = 12,
@@ -551,23 +556,42 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
   const int longest = __reduce_max_sync(FULL, is_head ? seg_end - lane : 0);
   float *g = grid;
 
-  for (int ei = 0; ei < 3; ++ei)
+  /* Per axis and stencil offset e: the offset from the particle (x_i - x_p) and where the node
+   * lies (block offset from P, node inside the block), computed once instead of per node. */
+  float r[3][3];
+  int bo[3][3], no[3][3];
+#pragma unroll
+  for (int a = 0; a < 3; ++a)
+#pragma unroll
+    for (int e = 0; e < 3; ++e) {
+      const int t = d[a] + e; /* 0..11: free-zone offset of the node */
+      r[a][e] = ((float)e - fx[a]) * dx;
+      bo[a][e] = t >> 2;
+      no[a][e] = t & 3;
+    }
+#pragma unroll
+  for (int ei = 0; ei < 3; ++ei) {
+    const float wi = s_w[ei][lane];
+    const float pi1 = mv[0] + A[0] * r[0][ei], pi2 = mv[1] + A[3] * r[0][ei], pi3 = mv[2] + A[6] * r[0][ei];
+#pragma unroll
     for (int ej = 0; ej < 3; ++ej) {
-      const float wij = s_w[ei][lane] * s_w[3 + ej][lane];
+      const float wij = wi * s_w[3 + ej][lane];
+      const float pj1 = pi1 + A[1] * r[1][ej], pj2 = pi2 + A[4] * r[1][ej], pj3 = pi3 + A[7] * r[1][ej];
+#pragma unroll
       for (int ek = 0; ek < 3; ++ek) {
         const float w = wij * s_w[6 + ek][lane];
-        const float r0 = ((float)ei - fx[0]) * dx, r1 = ((float)ej - fx[1]) * dx, r2 = ((float)ek - fx[2]) * dx;
         float v0 = w * m;
-        float v1 = w * (mv[0] + A[0] * r0 + A[1] * r1 + A[2] * r2);
-        float v2 = w * (mv[1] + A[3] * r0 + A[4] * r1 + A[5] * r2);
-        float v3 = w * (mv[2] + A[6] * r0 + A[7] * r1 + A[8] * r2);
+        float v1 = w * (pj1 + A[2] * r[2][ek]);
+        float v2 = w * (pj2 + A[5] * r[2][ek]);
+        float v3 = w * (pj3 + A[8] * r[2][ek]);
         for (int s = 1; s < longest; s <<= 1) {
           const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
           const float t2 = __shfl_down_sync(FULL, v2, s), t3 = __shfl_down_sync(FULL, v3, s);
           if (lane + s < seg_end) v0 += t0, v1 += t1, v2 += t2, v3 += t3;
         }
-        int nb, node;
-        node_of(d, ei, ej, ek, &nb, &node);
+        /* the physical block among the 27 (= sparse_neighbor(bo - 1)) and the node inside it */
+        const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
+        const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
         const int blk = __shfl_sync(FULL, my_nbr, nb);
         if (is_head && valid) {
           float *gb = g + (size_t)blk * BLOCK_FLOATS;
@@ -580,12 +604,12 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
           atomicAdd(gb + gidx(node, 3), v3);
 #endif
           /* one mark per block: the lowest stencil node of the block on every axis */
-          if ((ei == 0 || ((d[0] + ei) & 3) == 0) && (ej == 0 || ((d[1] + ej) & 3) == 0) &&
-              (ek == 0 || ((d[2] + ek) & 3) == 0))
+          if ((ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0))
             touched[blk] = 1;
         }
       }
     }
+  }
 }
 
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
