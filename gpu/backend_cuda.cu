@@ -1151,7 +1151,8 @@ static int pack(void *state, const int32_t *idx, size_t n, float *out) {
   k_pack<<<blocks_for(n * BLOCK_FLOATS, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       n, dp<int32_t>(s->xidx), dp<float>(s->grid[s->par]), dp<float>(s->xbuf));
   LAUNCHED("k_pack");
-  CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyDeviceToHost, s->stream));
+  /* out: pinned host or device memory (alloc_sums), or pageable memory: the copy kind follows */
+  CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyDefault, s->stream));
   CU(cudaStreamSynchronize(s->stream));
   return DR_OK;
 }
@@ -1161,12 +1162,32 @@ static int unpack_add(void *state, const int32_t *idx, size_t n, const float *in
   if (n == 0) return DR_OK;
   DR_TRY(put_indices(s, idx, n));
   DVEC(s->xbuf, n * BLOCK_FLOATS * sizeof(float), "exchange buffer");
-  CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyHostToDevice, s->stream));
+  CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyDefault, s->stream));
   k_unpack_add<<<blocks_for(n * BLOCK_FLOATS, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       n, dp<int32_t>(s->xidx), dp<float>(s->xbuf), dp<float>(s->grid[s->par]), dp<uint8_t>(s->touched[s->par]));
   LAUNCHED("k_unpack_add");
   CU(cudaStreamSynchronize(s->stream)); /* in and the index list may change once this returns */
   return DR_OK;
+}
+
+/* The rank exchange's buffers: pinned host memory, or device memory for a CUDA-aware MPI. */
+static int alloc_sums(void *state, size_t bytes, int device, void **ptr) {
+  cuda_state *s = (cuda_state *)state;
+  *ptr = NULL;
+  CU(cudaSetDevice(s->device));
+  cudaError_t e = device ? cudaMalloc(ptr, bytes ? bytes : 1) : cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    *ptr = NULL;
+    (void)cudaGetLastError();
+    return dr_fail(DR_ENOMEM, "%s failed (%s:%d): %s: %zu bytes for the shared-block sums between ranks",
+                   device ? "cudaMalloc" : "cudaHostAlloc", __FILE__, __LINE__, cudaGetErrorString(e), bytes);
+  }
+  return DR_OK;
+}
+
+static void free_sums(void *ptr, int device) {
+  if (device) (void)cudaFree(ptr);
+  else (void)cudaFreeHost(ptr);
 }
 
 static int mark_shared(void *state, const int32_t *idx, size_t n) {
@@ -1574,6 +1595,8 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->grid_update_part = grid_update_part;
   out->wants_rebuild = wants_rebuild;
   out->set_particles = set_particles;
+  out->alloc_sums = alloc_sums;
+  out->free_sums = free_sums;
   log_info("cuda backend: device %d (%s), %zu particles in %zu packets, %zu grid blocks, %.1f MiB of device memory",
            s->device, s->device_name, n, s->n_packets, s->n_blocks, held_bytes(s) / 1048576.0);
   return DR_OK;

@@ -2,7 +2,14 @@
 #include "comm.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#if defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h> /* Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
+#endif
+#endif
 
 int comm_fail(int mpi_rc, const char *file, int line, const char *call) {
   char text[MPI_MAX_ERROR_STRING];
@@ -21,4 +28,14 @@ int comm_agree(MPI_Comm comm, int status) {
   if (MPI_Allreduce(&worst, &out, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS) return DR_EMPI;
   if (out && !status) dr_fail(out, "another rank failed (status %d); see its message", out);
   return out;
+}
+
+int comm_cuda_aware(void) {
+  const char *env = getenv("DRIFT_CUDA_AWARE_MPI");
+  if (env && !strcmp(env, "0")) return 0;
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return 0;
+#endif
 }

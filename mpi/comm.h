@@ -21,4 +21,8 @@ int comm_fail(int mpi_rc, const char *file, int line, const char *call);
  * the same value, and ranks that succeeded get a message saying another rank failed). */
 int comm_agree(MPI_Comm comm, int status);
 
+/* Whether MPI takes device pointers: the library was built CUDA-aware and reports it at run
+ * time (MPIX_Query_cuda_support, Open MPI's extension). DRIFT_CUDA_AWARE_MPI=0 says no. */
+int comm_cuda_aware(void);
+
 #endif

@@ -15,11 +15,30 @@
 
 static double wtime(void) { return MPI_Wtime(); }
 
+static void sums_free(exchange *x, void *p) {
+  if (!p) return;
+  if (x->free_sums) x->free_sums(p, x->device_sums);
+  else free(p);
+}
+
+/* The buffers of one link's sums: the backend's (pinned host or device memory) or malloc. */
+static int sums_alloc(exchange *x, backend *b, size_t bytes, float **out) {
+  *out = NULL;
+  if (!b->alloc_sums) {
+    *out = malloc(bytes);
+    return *out ? DR_OK : dr_fail(DR_ENOMEM, "out of host memory for the exchange buffers (%zu bytes)", bytes);
+  }
+  void *p = NULL;
+  DR_TRY(b->alloc_sums(b->state, bytes, x->device_sums, &p));
+  *out = (float *)p;
+  return DR_OK;
+}
+
 void exchange_free(exchange *x) {
   for (int k = 0; k < x->nlinks; ++k) {
     free(x->links[k].idx);
-    free(x->links[k].send);
-    free(x->links[k].recv);
+    sums_free(x, x->links[k].send);
+    sums_free(x, x->links[k].recv);
   }
   free(x->links);
   free(x->req);
@@ -32,6 +51,9 @@ void exchange_free(exchange *x) {
 int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   exchange_free(x);
   x->comm = comm;
+  /* where the sums live: device memory for a CUDA-aware MPI, else (pinned) host memory */
+  x->free_sums = b->alloc_sums ? b->free_sums : NULL;
+  x->device_sums = b->alloc_sums && comm_cuda_aware();
   int rank, nranks;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
@@ -126,14 +148,10 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       L->idx = NULL;
       continue;
     }
-    L->send = malloc(sizeof *L->send * BLOCK_SUMS * L->n);
-    L->recv = malloc(sizeof *L->recv * BLOCK_SUMS * L->n);
-    if (!L->send || !L->recv) {
-      ++x->nlinks;
-      err = dr_fail(DR_ENOMEM, "out of host memory for the exchange buffers (%zu blocks)", L->n);
-      break;
-    }
-    ++x->nlinks;
+    ++x->nlinks; /* from here exchange_free releases the link */
+    err = sums_alloc(x, b, sizeof(float) * BLOCK_SUMS * L->n, &L->send);
+    if (!err) err = sums_alloc(x, b, sizeof(float) * BLOCK_SUMS * L->n, &L->recv);
+    if (err) break;
   }
   for (size_t i = 0; shared && i < n; ++i) x->n_shared += shared[i];
   for (int k = 0; k < x->nlinks && !err && b->mark_shared; ++k)

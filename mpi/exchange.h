@@ -27,6 +27,8 @@ typedef struct exchange {
   rank_link *links;
   size_t n_shared;        /* distinct local blocks shared with some rank */
   MPI_Request *req;
+  int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */
+  void (*free_sums)(void *ptr, int device); /* the backend's, or NULL for free() */
   double bytes_sent;      /* since the last exchange_take_stats */
   double wait_seconds;
 } exchange;

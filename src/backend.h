@@ -95,6 +95,11 @@ typedef struct backend {
   /* The grid update of the blocks not shared (GRID_INTERIOR) or shared (GRID_SHARED) with other
    * ranks: the interior is updated while the shared sums are in flight. */
   int (*grid_update_part)(void *state, float dt, int part);
+  /* Optional: memory for the shared sums that pack writes and unpack_add reads: pinned host
+   * memory (device = 0; cuda: copies without a pageable bounce), or device memory (device = 1)
+   * that a CUDA-aware MPI sends from directly. NULL: the rank exchange uses malloc. */
+  int (*alloc_sums)(void *state, size_t bytes, int device, void **ptr);
+  void (*free_sums)(void *ptr, int device); /* needs no state: may run after destroy */
   /* Whether the last g2p asked for a rebuild-mapping. */
   int (*wants_rebuild)(void *state);
   /* Replaces the particles (takes p over; *p is left empty) and rebuilds the mapping. */

@@ -416,6 +416,10 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     rc = comm_agree(comm, rc);
     if (rc == DR_OK) rc = exchange_setup(&S->ex, comm, &S->be);
     rc = comm_agree(comm, rc);
+    if (rc == DR_OK && S->rank == 0)
+      log_info("rank exchange: shared-block sums through %s", S->ex.device_sums ? "device memory (CUDA-aware MPI)"
+                                                              : S->be.alloc_sums ? "pinned host memory"
+                                                                                 : "host memory");
   }
   if (rc) goto fail;
   if (opt->write_output) {
