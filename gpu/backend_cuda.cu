@@ -1331,6 +1331,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   s->bnd = prm->boundary; /* the pointers become device pointers in setup() */
   s->bnd.colliders = NULL;
   s->bnd.keys = NULL;
+  s->bnd.band = 0.5f * prm->dx; /* colliders: nodes within half a cell (boundary.h) */
   int max_block = 0;
   for (int a = 0; a < 3; ++a) {
     s->origin[a] = (float)(prm->domain_min[a] - GRID_PAD * (double)prm->dx);

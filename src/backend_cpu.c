@@ -530,6 +530,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
     s->prm.boundary.lo[a] = (float)(prm->domain_min[a] + 2.5 * prm->dx);
     s->prm.boundary.hi[a] = (float)(prm->domain_max[a] - 2.5 * prm->dx);
   }
+  s->prm.boundary.band = 0.5f * prm->dx; /* colliders: nodes within half a cell (boundary.h) */
   s->p = *p;
   memset(p, 0, sizeof *p);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,

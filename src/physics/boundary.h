@@ -16,9 +16,12 @@
  *             shortens the tangential part by friction * |v_rel . n| (to zero at most).
  *
  * Domain faces act on the three node layers nearest to each face (nodes closer than 2.5 dx to
- * it: bp->lo and bp->hi). A collider acts on the nodes inside it (phi < 0): their velocity
- * relative to the collider's own velocity at the node is projected as its type says, then the
- * collider velocity is added back. A static collider behaves exactly as a wall.
+ * it: bp->lo and bp->hi). A collider acts on the nodes inside it or closer to it than
+ * bp->band (phi < band; the backends use half a cell): their velocity relative to the
+ * collider's own velocity at the node is projected as its type says, then the collider velocity
+ * is added back. The band of half a cell means that a collider of any thickness holds at least
+ * one layer of nodes, and that material pressed against a collider rests within about half a
+ * cell of its surface (with phi < 0 alone it sinks in by more than half a cell under load).
  *
  * Collider motion: keyframes (time, translation T, rotation q), sorted by time. Between two keys
  * T is interpolated linearly and q by slerp along the shorter arc (at most 180 degrees between
@@ -72,6 +75,7 @@ typedef struct boundary_params {
   int type[DR_FACES];       /* enum boundary_kind of each face */
   float friction[DR_FACES]; /* Coulomb coefficient of each face (separate) */
   float lo[3], hi[3];       /* nodes below lo / above hi along an axis are wall nodes of that face */
+  float band;               /* colliders act on nodes with phi < band (m) */
   int n_colliders, n_keys;
   const collider *colliders;  /* [n_colliders] */
   const collider_key *keys;   /* [n_keys], every collider's keyframes one after the other */
@@ -167,14 +171,14 @@ DR_HD void collider_pose_at(const collider *c, const collider_key *keys, double 
   for (int i = 0; i < 3; ++i) P->center[i] = c->center[i] + T[i];
 }
 
-/* A collider at pose P acting on the node at x with velocity v (in place). Returns 1 when the
- * node is inside the collider (the condition was applied). */
-DR_HD int collider_apply(const collider *c, const collider_pose *P, const float x[3], float v[3]) {
+/* A collider at pose P acting on the node at x with velocity v (in place) when phi(x) < band.
+ * Returns 1 when it did. */
+DR_HD int collider_apply(const collider *c, const collider_pose *P, float band, const float x[3], float v[3]) {
   float r[3], xl[3], nl[3], n[3];
   for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
   m3_apply_t(P->R, r, xl);
   const float phi = sdf_eval(&c->geom, xl, nl);
-  if (!(phi < 0.0f)) return 0;
+  if (!(phi < band)) return 0;
   m3_apply(P->R, nl, n);
   float vc[3];
   v3_cross(P->omega, r, vc);
@@ -192,7 +196,7 @@ DR_HD void boundary_apply(const boundary_params *bp, double t, const float x[3],
   for (int k = 0; k < bp->n_colliders; ++k) {
     collider_pose P;
     collider_pose_at(&bp->colliders[k], bp->keys, t, &P);
-    collider_apply(&bp->colliders[k], &P, x, v);
+    collider_apply(&bp->colliders[k], &P, bp->band, x, v);
   }
   for (int a = 0; a < 3; ++a) {
     if (x[a] < bp->lo[a]) bc_project_axis(bp->type[2 * a], bp->friction[2 * a], a, 1.0f, v);
