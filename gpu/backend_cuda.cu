@@ -51,6 +51,7 @@ extern "C" {
 #include "scene.h"
 }
 #include "backend_cuda.h"
+#include "physics/boundary.h"
 #include "physics/bspline.h"
 #include "physics/constitutive.h"
 #include "physics/sparse.h"
@@ -211,7 +212,9 @@ typedef struct cuda_state {
   char device_name[256];
   cudaStream_t stream;
   float origin[3], inv_dx;
-  float wall_lo[3], wall_hi[3]; /* nodes below / above these coordinates are wall nodes */
+  boundary_params bnd;          /* faces (wall nodes below lo / above hi) and colliders, device pointers */
+  dvec d_colliders, d_keys;     /* the colliders and their keyframes (boundary.h) */
+  double t_next;                /* set_time: start of the next step the host drives phase by phase */
   float dmin[3], dmax[3];       /* the domain as floats (the advection clamp) */
   int code_bits;                /* bits of a block code that can be non-zero */
 
@@ -422,7 +425,8 @@ __global__ static void k_begin(step_ctl *c) {
 }
 
 /* A fixed step given by the host (the phase-by-phase path of backend.h). */
-__global__ static void k_begin_fixed(step_ctl *c, float dt) {
+__global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
+  c->t = t_end; /* as k_begin leaves it: the colliders stand where they are at the step's end */
   c->done = 0;
   c->performed = 1;
   c->dt = dt;
@@ -629,39 +633,10 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
            s_sort[warp]);
 }
 
-typedef struct wall_params {
-  int boundary;
-  float friction;
-  float lo[3], hi[3];
-} wall_params;
-
-/* Wall condition on one node's velocity (backend_cpu.c's wall(); n points into the domain).
- * sticky: v = 0. slip: the normal component is removed. separate: only motion into the wall is
- * removed, and Coulomb friction slows the tangential part by friction * |v_n|. */
-__device__ static inline void wall(const wall_params *wp, float v[3], int axis, float inward) {
-  const float vn = v[axis] * inward;
-  switch (wp->boundary) {
-  case BOUNDARY_STICKY:
-    v[0] = v[1] = v[2] = 0.0f;
-    return;
-  case BOUNDARY_SLIP:
-    v[axis] = 0.0f;
-    return;
-  default:
-    if (vn >= 0.0f) return;
-    v[axis] = 0.0f;
-    const float t2 = v[0] * v[0] + v[1] * v[1] + v[2] * v[2];
-    if (t2 > 0.0f) {
-      const float t = sqrtf(t2), scale = fmaxf(0.0f, 1.0f - wp->friction * (-vn) / t);
-      for (int a = 0; a < 3; ++a) v[a] *= scale;
-    }
-  }
-}
-
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
  * fused with clearing the other buffer where the step before touched it. One thread per node. */
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
-k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, wall_params wp,
+k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
        uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
        int part) {
@@ -690,11 +665,9 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
   float v[3];
   for (int a = 0; a < 3; ++a) v[a] = gd[gidx(nd, a + 1)] * inv_m + gr[a] * dt;
   const int idx[3] = {4 * c[0] + nd / 16, 4 * c[1] + (nd / 4) % 4, 4 * c[2] + nd % 4};
-  for (int a = 0; a < 3; ++a) {
-    const float xn = o[a] + (float)idx[a] * dx;
-    if (xn < wp.lo[a]) wall(&wp, v, a, 1.0f);
-    else if (xn > wp.hi[a]) wall(&wp, v, a, -1.0f);
-  }
+  float xn[3];
+  for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
+  boundary_apply(&bp, ctl->t, xn, v); /* ctl->t: the step's end (k_begin, k_begin_fixed) */
   for (int a = 0; a < 3; ++a) gd[gidx(nd, a + 1)] = v[a];
 }
 
@@ -991,13 +964,9 @@ static int launch_p2g(cuda_state *s, int par) {
 
 static int launch_grid(cuda_state *s, int par, int part) {
   if (s->n_blocks == 0) return DR_OK;
-  wall_params wp;
-  wp.boundary = s->prm.boundary;
-  wp.friction = s->prm.friction;
-  for (int a = 0; a < 3; ++a) wp.lo[a] = s->wall_lo[a], wp.hi[a] = s->wall_hi[a];
   k_grid<<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA), GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
-      make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), wp, dp<uint64_t>(s->block_code),
+      make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<uint64_t>(s->block_code),
       dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
       dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part);
   LAUNCHED("k_grid");
@@ -1239,7 +1208,7 @@ static int p2g(void *state, float dt) {
     CU(cudaMemsetAsync(s->grid[s->par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
     s->primed = 0;
   }
-  k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt);
+  k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
   return launch_p2g(s, s->par);
 }
@@ -1262,6 +1231,11 @@ static int g2p(void *state, float dt) {
   if (c->bad_id != ~0ULL) return fail_bad(s, c->bad_id);
   memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
   s->need_rebuild |= c->leave != 0;
+  return DR_OK;
+}
+
+static int set_time(void *state, double t) {
+  ((cuda_state *)state)->t_next = t;
   return DR_OK;
 }
 
@@ -1407,7 +1381,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->count, &s->shared, &s->xidx, &s->xbuf};
+                       &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -1444,7 +1418,7 @@ static void destroy(void *state) {
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
-                 &s->shared, &s->xidx, &s->xbuf};
+                 &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
     if (s->done_ev[k]) cudaEventDestroy(s->done_ev[k]);
@@ -1527,6 +1501,18 @@ static int setup(cuda_state *s, const particles *p) {
   c0.bad_id = ~0ULL;
   c0.done = 1;
   CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
+  /* the colliders on the device (boundary.h); the faces' types and frictions travel by value */
+  const boundary_params *hb = &s->prm.boundary;
+  DVEC_EXACT(s->d_colliders, (size_t)(hb->n_colliders + 1) * sizeof(collider), "colliders");
+  DVEC_EXACT(s->d_keys, (size_t)(hb->n_keys + 1) * sizeof(collider_key), "collider keyframes");
+  if (hb->n_colliders > 0)
+    CU(cudaMemcpyAsync(s->d_colliders.ptr, hb->colliders, (size_t)hb->n_colliders * sizeof(collider),
+                       cudaMemcpyHostToDevice, s->stream));
+  if (hb->n_keys > 0)
+    CU(cudaMemcpyAsync(s->d_keys.ptr, hb->keys, (size_t)hb->n_keys * sizeof(collider_key), cudaMemcpyHostToDevice,
+                       s->stream));
+  s->bnd.colliders = dp<collider>(s->d_colliders);
+  s->bnd.keys = dp<collider_key>(s->d_keys);
   DR_TRY(upload(s, p));
   DR_TRY(rebuild_now(s));
   CU(cudaStreamSynchronize(s->stream));
@@ -1551,12 +1537,16 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   s->device = 0; /* one device per rank for now (the island is issue 4) */
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
   s->inv_dx = 1.0f / prm->dx;
+  s->bnd = prm->boundary; /* the pointers become device pointers in setup() */
+  s->bnd.colliders = NULL;
+  s->bnd.keys = NULL;
+  s->bnd.band = 0.5f * prm->dx; /* colliders: nodes within half a cell (boundary.h) */
   int max_block = 0;
   for (int a = 0; a < 3; ++a) {
     s->origin[a] = (float)(prm->domain_min[a] - GRID_PAD * (double)prm->dx);
     /* Wall nodes: the three node layers nearest to each face (within 2.5 dx of it). */
-    s->wall_lo[a] = (float)(prm->domain_min[a] + 2.5 * prm->dx);
-    s->wall_hi[a] = (float)(prm->domain_max[a] - 2.5 * prm->dx);
+    s->bnd.lo[a] = (float)(prm->domain_min[a] + 2.5 * prm->dx);
+    s->bnd.hi[a] = (float)(prm->domain_max[a] - 2.5 * prm->dx);
     s->dmin[a] = (float)prm->domain_min[a];
     s->dmax[a] = (float)prm->domain_max[a];
     /* Highest block a physical block can have: particles stay in the domain, their stencils
@@ -1582,6 +1572,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->grid_update = grid_update;
   out->g2p = g2p;
   out->finish = finish;
+  out->set_time = set_time;
   out->advance_frame = advance_frame;
   out->max_speed = max_speed;
   out->download = download;

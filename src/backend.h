@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "particles.h"
+#include "physics/boundary.h"
 #include "physics/material.h"
 
 /* What every backend needs to know about the world, in the units the kernels use. */
@@ -18,8 +19,8 @@ typedef struct sim_params {
   double domain_min[3], domain_max[3]; /* m */
   float dx;                            /* m */
   float gravity[3];                    /* m/s^2 */
-  int boundary;                        /* enum boundary_kind (scene.h) */
-  float friction;                      /* Coulomb coefficient of 'separate' walls */
+  boundary_params boundary;            /* faces and colliders; pointers borrowed for the backend's
+                                        * lifetime (host memory); lo and hi are the backend's to fill */
   int n_materials;
   const material_params *materials;    /* borrowed for the backend's lifetime */
   const char *const *material_names;   /* borrowed, for messages */
@@ -62,6 +63,10 @@ typedef struct frame_report {
 typedef struct backend {
   const char *name;
   void *state;
+  /* Optional (NULL where absent): the time (s) at the start of the next step, so that moving
+   * colliders stand where they should in its grid update (placed at the step's end, t + dt).
+   * sim.c calls it before every step it drives phase by phase; advance_frame knows the time. */
+  int (*set_time)(void *state, double t);
   /* Rebuilds the particle-grid mapping if a particle left its free zone during the last g2p,
    * or if force; sets *rebuilt. */
   int (*rebuild)(void *state, int force, int *rebuilt);

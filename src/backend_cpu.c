@@ -9,7 +9,8 @@
  *   - P2G with plasticity and stress fused in; particle blocks are processed in 27 colours
  *     (block coordinates mod 3), so two particle blocks processed at once never write the same
  *     physical block: no atomics, and sums are bitwise reproducible whatever the thread count;
- *   - grid update with gravity and wall conditions, skipping blocks no particle touched;
+ *   - grid update with gravity, the domain faces and the colliders (physics/boundary.h),
+ *     skipping blocks no particle touched;
  *   - G2P (APIC) with the deformation update, advection and the free-zone check.
  * Grid storage per block: 4 channels x 64 nodes (mass, then momentum x,y,z, which the grid
  * update turns into velocity in place). */
@@ -20,6 +21,7 @@
 #include "backend.h"
 #include "error.h"
 #include "grid.h"
+#include "physics/boundary.h"
 #include "physics/bspline.h"
 #include "physics/constitutive.h"
 #include "physics/sparse.h"
@@ -32,7 +34,7 @@ typedef struct cpu_state {
   sim_params prm;
   material_params *mats;
   float origin[3], inv_dx;
-  float wall_lo[3], wall_hi[3]; /* nodes below / above these coordinates are wall nodes */
+  double time;                  /* start of the next step (set_time), s */
   particles p;                  /* sorted by (particle block, cell) at each rebuild */
   particles tmp;                /* permutation target at rebuild (grow-only) */
   int32_t *pblock;              /* [n] particle block of each particle */
@@ -306,33 +308,12 @@ static int p2g(void *state, float dt) {
 
 /* ---- grid update ------------------------------------------------------------------------- */
 
-/* Wall condition on one node's velocity for the walls it lies in (normal n points into the
- * domain). sticky: v = 0. slip: the normal component is removed. separate: only motion into the
- * wall is removed, and Coulomb friction slows the tangential part by friction * |v_n|. */
-static void wall(const cpu_state *s, float v[3], int axis, float inward) {
-  float vn = v[axis] * inward;
-  switch (s->prm.boundary) {
-  case BOUNDARY_STICKY:
-    v[0] = v[1] = v[2] = 0.0f;
-    return;
-  case BOUNDARY_SLIP:
-    v[axis] = 0.0f;
-    return;
-  default:
-    if (vn >= 0.0f) return;
-    v[axis] = 0.0f;
-    float t2 = v[0] * v[0] + v[1] * v[1] + v[2] * v[2];
-    if (t2 > 0.0f) {
-      float t = sqrtf(t2), scale = fmaxf(0.0f, 1.0f - s->prm.friction * (-vn) / t);
-      for (int a = 0; a < 3; ++a) v[a] *= scale;
-    }
-  }
-}
-
 /* The grid update of the touched blocks in part (enum grid_part of backend.h). */
 static int grid_update_part(void *state, float dt, int part) {
   cpu_state *s = state;
   const float *g = s->prm.gravity;
+  const boundary_params *bp = &s->prm.boundary;
+  const double t_end = s->time + dt; /* colliders stand where they are at the step's end */
 #pragma omp parallel for schedule(static)
   for (long blk = 0; blk < (long)s->n_blocks; ++blk) {
     if (!s->touched[blk] || !(part & (s->shared[blk] ? GRID_SHARED : GRID_INTERIOR))) continue;
@@ -348,11 +329,9 @@ static int grid_update_part(void *state, float dt, int part) {
           float v[3];
           for (int a = 0; a < 3; ++a) v[a] = gd[(a + 1) * BLOCK_NODES + nd] / m + g[a] * dt;
           int idx[3] = {4 * c[0] + li, 4 * c[1] + lj, 4 * c[2] + lk};
-          for (int a = 0; a < 3; ++a) {
-            float xn = s->origin[a] + (float)idx[a] * s->prm.dx;
-            if (xn < s->wall_lo[a]) wall(s, v, a, 1.0f);
-            else if (xn > s->wall_hi[a]) wall(s, v, a, -1.0f);
-          }
+          float xn[3];
+          for (int a = 0; a < 3; ++a) xn[a] = s->origin[a] + (float)idx[a] * s->prm.dx;
+          boundary_apply(bp, t_end, xn, v);
           for (int a = 0; a < 3; ++a) gd[(a + 1) * BLOCK_NODES + nd] = v[a];
         }
   }
@@ -506,6 +485,11 @@ static int mark_shared(void *state, const int32_t *idx, size_t n) {
   return DR_OK;
 }
 
+static int set_time(void *state, double t) {
+  ((cpu_state *)state)->time = t;
+  return DR_OK;
+}
+
 static int wants_rebuild(void *state) { return ((cpu_state *)state)->need_rebuild; }
 
 static int set_particles(void *state, particles *p) {
@@ -545,16 +529,17 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   for (int a = 0; a < 3; ++a) {
     s->origin[a] = (float)(prm->domain_min[a] - GRID_PAD * (double)prm->dx);
     /* Wall nodes: the three node layers nearest to each face (within 2.5 dx of it). */
-    s->wall_lo[a] = (float)(prm->domain_min[a] + 2.5 * prm->dx);
-    s->wall_hi[a] = (float)(prm->domain_max[a] - 2.5 * prm->dx);
+    s->prm.boundary.lo[a] = (float)(prm->domain_min[a] + 2.5 * prm->dx);
+    s->prm.boundary.hi[a] = (float)(prm->domain_max[a] - 2.5 * prm->dx);
   }
+  s->prm.boundary.band = 0.5f * prm->dx; /* colliders: nodes within half a cell (boundary.h) */
   s->p = *p;
   memset(p, 0, sizeof *p);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
-                   .set_particles = set_particles};
+                   .set_particles = set_particles, .set_time = set_time};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);
   if (rc) {

@@ -103,19 +103,35 @@ static int cmd_check(const char *path) {
     per_mat[B->material] += c;
     mass[B->material] += sample_shape_volume(&s, b) * s.materials[B->material].density;
     double lo[3], hi[3];
-    for (int a = 0; a < 3; ++a) {
-      lo[a] = B->shape == SHAPE_BOX ? B->min[a] : B->center[a] - B->radius;
-      hi[a] = B->shape == SHAPE_BOX ? B->max[a] : B->center[a] + B->radius;
-    }
+    scene_body_bounds(B, lo, hi);
     double nb = 1;
     for (int a = 0; a < 3; ++a) nb *= ceil((hi[a] - lo[a]) / (4 * s.dx)) + 3;
     blocks += nb;
     if (B->shape == SHAPE_BOX)
-      printf("  [%d] box [%g, %g, %g] - [%g, %g, %g]  material %s  ppc %d  -> %llu particles\n", b, B->min[0], B->min[1],
-             B->min[2], B->max[0], B->max[1], B->max[2], s.materials[B->material].name, B->ppc, (unsigned long long)c);
+      printf("  [%d] box [%g, %g, %g] - [%g, %g, %g]%s  material %s  ppc %d  -> %llu particles\n", b, B->min[0],
+             B->min[1], B->min[2], B->max[0], B->max[1], B->max[2], B->rotated ? " (rotated)" : "",
+             s.materials[B->material].name, B->ppc, (unsigned long long)c);
+    else if (B->shape == SHAPE_CYLINDER)
+      printf("  [%d] cylinder center [%g, %g, %g] axis [%g, %g, %g] radius %g height %g  material %s  ppc %d  -> %llu "
+             "particles\n", b, B->center[0], B->center[1], B->center[2], B->axis[0], B->axis[1], B->axis[2], B->radius,
+             B->height, s.materials[B->material].name, B->ppc, (unsigned long long)c);
     else
       printf("  [%d] sphere center [%g, %g, %g] radius %g  material %s  ppc %d  -> %llu particles\n", b, B->center[0],
              B->center[1], B->center[2], B->radius, s.materials[B->material].name, B->ppc, (unsigned long long)c);
+  }
+  if (s.n_colliders > 0) {
+    static const char *const shapes[] = {"plane", "box", "sphere", "cylinder"};
+    static const char *const types[] = {"sticky", "slip", "separate"};
+    printf("colliders:\n");
+    for (int k = 0; k < s.n_colliders; ++k) {
+      const scene_collider *C = &s.colliders[k];
+      printf("  [%d] %s, %s", k, shapes[C->shape], types[C->type]);
+      if (C->type == BOUNDARY_SEPARATE) printf(" (friction %g)", C->friction);
+      if (C->n_keys > 0)
+        printf(", %d keyframes from %g s to %g s\n", C->n_keys, C->keys[0].time, C->keys[C->n_keys - 1].time);
+      else
+        printf(", static\n");
+    }
   }
   printf("materials:\n");
   for (int m = 0; m < s.n_materials; ++m)

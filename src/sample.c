@@ -11,22 +11,13 @@
 /* The body's bounding cells [lo, hi) in cells of the domain grid (cell i spans
  * [domain_min + i dx, domain_min + (i+1) dx)). */
 static void body_cells(const scene *s, const scene_body *b, int64_t lo[3], int64_t hi[3]) {
+  double bmin[3], bmax[3];
+  scene_body_bounds(b, bmin, bmax);
   for (int a = 0; a < 3; ++a) {
-    double bmin = b->shape == SHAPE_BOX ? b->min[a] : b->center[a] - b->radius;
-    double bmax = b->shape == SHAPE_BOX ? b->max[a] : b->center[a] + b->radius;
-    lo[a] = (int64_t)floor((bmin - s->domain_min[a]) / s->dx);
-    hi[a] = (int64_t)ceil((bmax - s->domain_min[a]) / s->dx);
+    lo[a] = (int64_t)floor((bmin[a] - s->domain_min[a]) / s->dx);
+    hi[a] = (int64_t)ceil((bmax[a] - s->domain_min[a]) / s->dx);
     if (hi[a] <= lo[a]) hi[a] = lo[a] + 1;
   }
-}
-
-static int inside(const scene_body *b, const double p[3]) {
-  if (b->shape == SHAPE_BOX)
-    return p[0] >= b->min[0] && p[0] < b->max[0] && p[1] >= b->min[1] && p[1] < b->max[1] &&
-           p[2] >= b->min[2] && p[2] < b->max[2];
-  double d2 = 0;
-  for (int a = 0; a < 3; ++a) d2 += (p[a] - b->center[a]) * (p[a] - b->center[a]);
-  return d2 < b->radius * b->radius;
 }
 
 /* Visits the particles of body bi; emit(ctx, position, id) is called for each, or only counted
@@ -68,7 +59,7 @@ static int visit_body(const scene *s, int bi, emit_fn emit, void *ctx, uint64_t 
           x[0] = s->domain_min[0] + (lo[0] + ix + (sx + (double)rng_uniform(&r)) / k) * s->dx;
           x[1] = s->domain_min[1] + (lo[1] + iy + (sy + (double)rng_uniform(&r)) / k) * s->dx;
           x[2] = s->domain_min[2] + (lo[2] + iz + (sz + (double)rng_uniform(&r)) / k) * s->dx;
-          if (!inside(b, x)) continue;
+          if (!scene_body_inside(b, x)) continue;
           ++n;
           if (emit) DR_TRY(emit(ctx, x, ((uint64_t)bi << ID_CELL_BITS) | (cell * (uint64_t)ppc + (uint64_t)q)));
         }
@@ -85,8 +76,9 @@ uint64_t sample_count(const scene *s, int b) {
 
 double sample_shape_volume(const scene *s, int bi) {
   const scene_body *b = &s->bodies[bi];
-  if (b->shape == SHAPE_BOX)
+  if (b->shape == SHAPE_BOX) /* a rotation keeps the volume */
     return (b->max[0] - b->min[0]) * (b->max[1] - b->min[1]) * (b->max[2] - b->min[2]);
+  if (b->shape == SHAPE_CYLINDER) return 3.14159265358979323846 * b->radius * b->radius * b->height;
   return 4.0 / 3.0 * 3.14159265358979323846 * b->radius * b->radius * b->radius;
 }
 

@@ -4,7 +4,7 @@
  * and duplicate keys are errors. The first problem found becomes one line
  * "FILE: KEY: what is wrong (got VALUE; expected WHAT)" recorded with dr_fail(DR_EINPUT, ...).
  * Sections are checked in a fixed order: the top-level keys, then domain, time, gravity,
- * materials, bodies, boundary, output, parallel; inside a section, duplicate and unknown keys
+ * materials, bodies, boundary, colliders, output, parallel; inside a section, duplicate and unknown keys
  * first, then the values in the order the format lists them. The format and every rule
  * enforced here are described in docs/scene-format.md: keep the two in step. */
 #include "scene.h"
@@ -25,6 +25,7 @@
 #define MIN_CELLS_PER_AXIS 4.0
 #define MAX_CELLS_PER_AXIS 1048576.0   /* 2^20: block coordinates (cells / 4 + padding) fit in 19 bits, so a block code and a 6-bit cell code share one 64-bit sort key */
 #define MAX_PPC 1000
+#define MAX_COLLIDERS 256                /* colliders are tested at every grid node */
 #define MAX_SEED 9007199254740992.0    /* 2^53: the largest integer a JSON number holds exactly */
 #define PI 3.14159265358979323846
 #define REL_TOL 1e-9                   /* rounding slack for comparisons of derived values */
@@ -406,6 +407,45 @@ static int has_control_char(const char *s) {
 /* ---------------------------------------------------------------------------------------------
  * Sections. */
 
+/* obj.name as a direction: three numbers, not all zero; *out is normalised. */
+static int get_direction(const ctx *c, const cJSON *obj, const char *where, const char *name,
+                         double out[3]) {
+  char key[KEY_LEN], g[GOT_LEN];
+  DR_TRY(get_vec3(c, obj, where, name, 1, NULL, "a direction, not all zero", out));
+  double l = sqrt(out[0] * out[0] + out[1] * out[1] + out[2] * out[2]);
+  if (!(l > 0) || !isfinite(l)) {
+    join(key, where, name);
+    return fail(c, key, "not a direction (got %s; expected a vector of non-zero length)",
+                got(g, cJSON_GetObjectItemCaseSensitive(obj, name)));
+  }
+  for (int i = 0; i < 3; ++i) out[i] /= l;
+  return 0;
+}
+
+/* obj.rotation = {"axis": [x, y, z], "angle": degrees} as a unit quaternion (w, x, y, z);
+ * *present = 0 and the identity when absent. */
+static int get_rotation(const ctx *c, const cJSON *obj, const char *where, int *present,
+                        double q[4], double *angle_out) {
+  static const char *const keys[] = {"axis", "angle"};
+  char rkey[KEY_LEN];
+  double axis[3], angle;
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(obj, "rotation");
+  q[0] = 1, q[1] = q[2] = q[3] = 0;
+  *present = r != NULL;
+  if (angle_out) *angle_out = 0;
+  if (!r) return 0;
+  join(rkey, where, "rotation");
+  DR_TRY(need_object(c, r, rkey, "{\"axis\": [x, y, z], \"angle\": degrees}"));
+  DR_TRY(check_keys(c, r, rkey, keys, 2, NULL, 0, NULL));
+  DR_TRY(get_direction(c, r, rkey, "axis", axis));
+  DR_TRY(get_real(c, r, rkey, "angle", 1, 0, (range){-INFINITY, INFINITY, 0, 0, "degrees"}, &angle));
+  double h = 0.5 * angle * (PI / 180.0);
+  q[0] = cos(h);
+  for (int i = 0; i < 3; ++i) q[i + 1] = axis[i] * sin(h);
+  if (angle_out) *angle_out = angle;
+  return 0;
+}
+
 static const range POSITIVE_M = {0, INFINITY, 1, 0, "m"};
 
 static int parse_domain(const ctx *c, const cJSON *root, scene *s) {
@@ -582,14 +622,37 @@ static int parse_materials(const ctx *c, const cJSON *root, scene *s) {
   return 0;
 }
 
-static const char *const SHAPE_NAMES[] = {"box", "sphere"};
-static const char *const ALL_BODY_KEYS[] = {"shape", "min",  "max",      "center",
-                                            "radius", "material", "ppc", "velocity", "seed"};
-static const char *const BOX_KEYS[] = {"shape", "min", "max", "material", "ppc", "velocity", "seed"};
+static const char *const SHAPE_NAMES[] = {"box", "sphere", "cylinder"};
+static const char *const ALL_BODY_KEYS[] = {"shape",    "min", "max",      "rotation", "center", "radius",
+                                            "axis",     "height", "material", "ppc", "velocity", "seed"};
+static const char *const BOX_KEYS[] = {"shape", "min", "max", "rotation", "material", "ppc", "velocity", "seed"};
 static const char *const SPHERE_KEYS[] = {"shape", "center", "radius", "material",
                                           "ppc",   "velocity", "seed"};
+static const char *const CYLINDER_KEYS[] = {"shape",    "center", "axis", "radius", "height",
+                                            "material", "ppc",    "velocity", "seed"};
 
-/* A box: min < max, both inside the domain. */
+/* Fails when the bounding box of a body leaves the domain; key names the value to blame and
+ * what says which shape ("the sphere", "the cylinder", "the rotated box"). */
+static int check_bounds_inside(const ctx *c, const scene *s, const scene_body *body,
+                               const char *where, const char *blame, const char *what) {
+  char key[KEY_LEN], x[32], y[32];
+  double lo[3], hi[3], tol = REL_TOL * s->dx;
+  scene_body_bounds(body, lo, hi);
+  for (int i = 0; i < 3; ++i) {
+    const int below = lo[i] < s->domain_min[i] - tol;
+    if (!below && !(hi[i] > s->domain_max[i] + tol)) continue;
+    join(key, where, blame);
+    return fail(c, key, "%s leaves the domain through domain.%s along %c (got its %s %c at %s; "
+                "expected %s domain.%s.%c %s)", what, below ? "min" : "max", AXIS[i],
+                below ? "lowest" : "highest", AXIS[i], fmt_derived(x, below ? lo[i] : hi[i]),
+                below ? ">=" : "<=", below ? "min" : "max", AXIS[i],
+                fmt_num(y, below ? s->domain_min[i] : s->domain_max[i]));
+  }
+  return 0;
+}
+
+/* A box: min < max, both inside the domain; or, rotated about its centre, its bounding box
+ * inside the domain. */
 static int parse_box(const ctx *c, const cJSON *b, const char *where, const scene *s,
                      scene_body *body) {
   char key[KEY_LEN], x[32], y[32];
@@ -603,6 +666,8 @@ static int parse_box(const ctx *c, const cJSON *b, const char *where, const scen
                   "on every axis)", AXIS[i], AXIS[i], fmt_num(x, body->max[i]), AXIS[i],
                   fmt_num(y, body->min[i]));
     }
+  DR_TRY(get_rotation(c, b, where, &body->rotated, body->rotation, NULL));
+  if (body->rotated) return check_bounds_inside(c, s, body, where, "rotation", "the rotated box");
   for (int i = 0; i < 3; ++i)
     if (body->min[i] < s->domain_min[i] - tol) {
       join(key, where, "min");
@@ -652,6 +717,16 @@ static int parse_sphere(const ctx *c, const cJSON *b, const char *where, const s
   return 0;
 }
 
+/* A cylinder: radius, height > 0, its bounding box inside the domain. */
+static int parse_cylinder(const ctx *c, const cJSON *b, const char *where, const scene *s,
+                          scene_body *body) {
+  DR_TRY(get_vec3(c, b, where, "center", 1, NULL, "m", body->center));
+  DR_TRY(get_direction(c, b, where, "axis", body->axis));
+  DR_TRY(get_real(c, b, where, "radius", 1, 0, POSITIVE_M, &body->radius));
+  DR_TRY(get_real(c, b, where, "height", 1, 0, POSITIVE_M, &body->height));
+  return check_bounds_inside(c, s, body, where, "height", "the cylinder");
+}
+
 /* body.material: the index of a defined material. */
 static int parse_body_material(const ctx *c, const cJSON *b, const char *where, const scene *s,
                                scene_body *body) {
@@ -687,14 +762,18 @@ static int parse_body(const ctx *c, const cJSON *b, int index, const scene *s, s
   snprintf(where, sizeof where, "bodies[%d]", index);
   DR_TRY(need_object(c, b, where, "with keys shape, material, ..."));
   DR_TRY(check_keys(c, b, where, NULL, 0, NULL, 0, NULL)); /* duplicates, before reading shape */
-  DR_TRY(get_enum(c, b, where, "shape", -1, SHAPE_NAMES, 2, &body->shape));
+  DR_TRY(get_enum(c, b, where, "shape", -1, SHAPE_NAMES, 3, &body->shape));
   snprintf(variant, sizeof variant, "shape '%s'", SHAPE_NAMES[body->shape]);
+  body->rotation[0] = 1;
   if (body->shape == SHAPE_BOX) {
-    DR_TRY(check_keys(c, b, where, BOX_KEYS, 7, ALL_BODY_KEYS, 9, variant));
+    DR_TRY(check_keys(c, b, where, BOX_KEYS, 8, ALL_BODY_KEYS, 12, variant));
     DR_TRY(parse_box(c, b, where, s, body));
-  } else {
-    DR_TRY(check_keys(c, b, where, SPHERE_KEYS, 7, ALL_BODY_KEYS, 9, variant));
+  } else if (body->shape == SHAPE_SPHERE) {
+    DR_TRY(check_keys(c, b, where, SPHERE_KEYS, 7, ALL_BODY_KEYS, 12, variant));
     DR_TRY(parse_sphere(c, b, where, s, body));
+  } else {
+    DR_TRY(check_keys(c, b, where, CYLINDER_KEYS, 9, ALL_BODY_KEYS, 12, variant));
+    DR_TRY(parse_cylinder(c, b, where, s, body));
   }
   DR_TRY(parse_body_material(c, b, where, s, body));
   DR_TRY(get_int32(c, b, where, "ppc", 0, 8, 1, MAX_PPC, &body->ppc));
@@ -723,22 +802,176 @@ static int parse_bodies(const ctx *c, const cJSON *root, scene *s) {
   return 0;
 }
 
+/* Wall types, and the face names of the per-face form (enum boundary_face order). */
+static const char *const WALL_TYPES[] = {"sticky", "slip", "separate"};
+static const char *const FACE_NAMES[] = {"x-", "x+", "y-", "y+", "z-", "z+"};
+
+/* obj.type and obj.friction of a wall (a face, the boundary's default, a collider): type
+ * defaults to def_type, friction (allowed only with "separate") to def_friction there. */
+static int parse_wall(const ctx *c, const cJSON *obj, const char *where, int def_type,
+                      double def_friction, int *type, double *friction) {
+  char key[KEY_LEN];
+  DR_TRY(get_enum(c, obj, where, "type", def_type, WALL_TYPES, 3, type));
+  if (cJSON_GetObjectItemCaseSensitive(obj, "friction") && *type != BOUNDARY_SEPARATE) {
+    join(key, where, "friction");
+    return fail(c, key, "allowed only with type \"separate\" (got type \"%s\"; expected no "
+                "friction, or type \"separate\")", WALL_TYPES[*type]);
+  }
+  return get_real(c, obj, where, "friction", 0, *type == BOUNDARY_SEPARATE ? def_friction : 0,
+                  (range){0, INFINITY, 0, 0, ""}, friction);
+}
+
+/* boundary: {type, friction} for every face, or per face {"x-": {type, friction}, ...}; the two
+ * mix: faces not listed take the top-level type and friction (default sticky). */
 static int parse_boundary(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"type", "friction"};
-  static const char *const types[] = {"sticky", "slip", "separate"};
+  static const char *const keys[] = {"type", "friction", "x-", "x+", "y-", "y+", "z-", "z+"};
+  static const char *const face_keys[] = {"type", "friction"};
   const cJSON *b;
-  s->boundary = BOUNDARY_STICKY;
-  s->friction = 0;
+  int type = BOUNDARY_STICKY;
+  double friction = 0;
   DR_TRY(get_section(c, root, "boundary", 0, "", &b));
-  if (!b) return 0;
-  DR_TRY(need_object(c, b, "boundary", "with keys type, friction"));
-  DR_TRY(check_keys(c, b, "boundary", keys, 2, NULL, 0, NULL));
-  DR_TRY(get_enum(c, b, "boundary", "type", BOUNDARY_STICKY, types, 3, &s->boundary));
-  if (cJSON_GetObjectItemCaseSensitive(b, "friction") && s->boundary != BOUNDARY_SEPARATE)
-    return fail(c, "boundary.friction", "allowed only with type \"separate\" (got type \"%s\"; "
-                "expected no friction, or type \"separate\")", types[s->boundary]);
-  return get_real(c, b, "boundary", "friction", 0, 0, (range){0, INFINITY, 0, 0, ""},
-                  &s->friction);
+  if (b) {
+    DR_TRY(need_object(c, b, "boundary", "with keys type, friction, or faces x-, x+, y-, y+, z-, z+"));
+    DR_TRY(check_keys(c, b, "boundary", keys, 8, NULL, 0, NULL));
+    DR_TRY(parse_wall(c, b, "boundary", BOUNDARY_STICKY, 0, &type, &friction));
+  }
+  for (int f = 0; f < DR_FACES; ++f) {
+    s->faces[f].type = type;
+    s->faces[f].friction = friction;
+    const cJSON *o = b ? cJSON_GetObjectItemCaseSensitive(b, FACE_NAMES[f]) : NULL;
+    if (!o) continue;
+    char where[KEY_LEN];
+    join(where, "boundary", FACE_NAMES[f]);
+    DR_TRY(need_object(c, o, where, "with keys type, friction"));
+    DR_TRY(check_keys(c, o, where, face_keys, 2, NULL, 0, NULL));
+    DR_TRY(parse_wall(c, o, where, type, friction, &s->faces[f].type, &s->faces[f].friction));
+  }
+  return 0;
+}
+
+/* Collider shapes (enum sdf_shape order) and the keys each accepts. */
+static const char *const COLLIDER_SHAPES[] = {"plane", "box", "sphere", "cylinder"};
+static const char *const ALL_COLLIDER_KEYS[] = {"shape", "point", "normal", "min", "max", "center",
+                                                "radius", "axis", "height", "type", "friction",
+                                                "motion"};
+static const char *const PLANE_COLLIDER_KEYS[] = {"shape", "point", "normal", "type", "friction", "motion"};
+static const char *const BOX_COLLIDER_KEYS[] = {"shape", "min", "max", "type", "friction", "motion"};
+static const char *const SPHERE_COLLIDER_KEYS[] = {"shape", "center", "radius", "type", "friction", "motion"};
+static const char *const CYLINDER_COLLIDER_KEYS[] = {"shape", "center", "axis", "radius", "height",
+                                                     "type", "friction", "motion"};
+
+/* motion: a non-empty list of keyframes {time, translation, rotation}, times increasing, each
+ * rotation at most 180 degrees from the previous one. */
+static int parse_motion(const ctx *c, const cJSON *col, const char *where, scene_collider *sc) {
+  static const char *const keys[] = {"time", "translation", "rotation"};
+  static const double zero[3] = {0, 0, 0};
+  char mkey[KEY_LEN], g[GOT_LEN], a[32], b[32];
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(col, "motion");
+  if (!m) return 0;
+  join(mkey, where, "motion");
+  if (!cJSON_IsArray(m))
+    return fail(c, mkey, "wrong type (got %s; expected a list of keyframes [{\"time\": s, "
+                "\"translation\": [x, y, z], \"rotation\": {\"axis\": [x, y, z], \"angle\": "
+                "degrees}}, ...])", got(g, m));
+  int n = cJSON_GetArraySize(m);
+  if (n == 0)
+    return fail(c, mkey, "empty (got []; expected at least one keyframe, or no motion for a static "
+                "collider)");
+  DR_ALLOC0(sc->keys, n, "collider keyframes");
+  sc->n_keys = n;
+  int i = 0;
+  for (const cJSON *k = m->child; k; k = k->next, ++i) {
+    char kw[KEY_LEN + 16];
+    int rotated;
+    scene_collider_key *K = &sc->keys[i];
+    snprintf(kw, sizeof kw, "%s[%d]", mkey, i);
+    DR_TRY(need_object(c, k, kw, "with keys time, translation, rotation"));
+    DR_TRY(check_keys(c, k, kw, keys, 3, NULL, 0, NULL));
+    DR_TRY(get_real(c, k, kw, "time", 1, 0, (range){-INFINITY, INFINITY, 0, 0, "s"}, &K->time));
+    if (i > 0 && !(K->time > K[-1].time)) {
+      char key[KEY_LEN];
+      join(key, kw, "time");
+      return fail(c, key, "not after the previous keyframe (got %s; expected keyframe times that "
+                  "increase, > %s s)", fmt_num(a, K->time), fmt_num(b, K[-1].time));
+    }
+    DR_TRY(get_vec3(c, k, kw, "translation", 0, zero, "m", K->translation));
+    DR_TRY(get_rotation(c, k, kw, &rotated, K->rotation, &K->angle));
+    if (i > 0) {
+      const double *p = K[-1].rotation, *q = K->rotation;
+      if (p[0] * q[0] + p[1] * q[1] + p[2] * q[2] + p[3] * q[3] < -1e-9) {
+        char key[KEY_LEN];
+        join(key, kw, "rotation");
+        return fail(c, key, "turns by more than 180 degrees from the previous keyframe (got angle "
+                    "%s after %s; expected at most 180 degrees between keyframes: add keyframes "
+                    "in between)", fmt_num(a, K->angle), fmt_num(b, K[-1].angle));
+      }
+    }
+  }
+  return 0;
+}
+
+static int parse_collider(const ctx *c, const cJSON *col, int index, scene_collider *sc) {
+  char where[32], variant[40], key[KEY_LEN], x[32], y[32];
+  snprintf(where, sizeof where, "colliders[%d]", index);
+  DR_TRY(need_object(c, col, where, "with keys shape, type, ..."));
+  DR_TRY(check_keys(c, col, where, NULL, 0, NULL, 0, NULL)); /* duplicates, before reading shape */
+  DR_TRY(get_enum(c, col, where, "shape", -1, COLLIDER_SHAPES, 4, &sc->shape));
+  snprintf(variant, sizeof variant, "shape '%s'", COLLIDER_SHAPES[sc->shape]);
+  const range positive = {0, INFINITY, 1, 0, "m"};
+  switch (sc->shape) {
+  case SDF_PLANE:
+    DR_TRY(check_keys(c, col, where, PLANE_COLLIDER_KEYS, 6, ALL_COLLIDER_KEYS, 12, variant));
+    DR_TRY(get_vec3(c, col, where, "point", 1, NULL, "m", sc->point));
+    DR_TRY(get_direction(c, col, where, "normal", sc->normal));
+    break;
+  case SDF_BOX:
+    DR_TRY(check_keys(c, col, where, BOX_COLLIDER_KEYS, 6, ALL_COLLIDER_KEYS, 12, variant));
+    DR_TRY(get_vec3(c, col, where, "min", 1, NULL, "m", sc->min));
+    DR_TRY(get_vec3(c, col, where, "max", 1, NULL, "m", sc->max));
+    for (int i = 0; i < 3; ++i)
+      if (!(sc->max[i] > sc->min[i])) {
+        join(key, where, "max");
+        return fail(c, key, "not above min along %c (got max.%c %s <= min.%c %s; expected max > "
+                    "min on every axis)", AXIS[i], AXIS[i], fmt_num(x, sc->max[i]), AXIS[i],
+                    fmt_num(y, sc->min[i]));
+      }
+    break;
+  case SDF_SPHERE:
+    DR_TRY(check_keys(c, col, where, SPHERE_COLLIDER_KEYS, 6, ALL_COLLIDER_KEYS, 12, variant));
+    DR_TRY(get_vec3(c, col, where, "center", 1, NULL, "m", sc->center));
+    DR_TRY(get_real(c, col, where, "radius", 1, 0, positive, &sc->radius));
+    break;
+  default:
+    DR_TRY(check_keys(c, col, where, CYLINDER_COLLIDER_KEYS, 8, ALL_COLLIDER_KEYS, 12, variant));
+    DR_TRY(get_vec3(c, col, where, "center", 1, NULL, "m", sc->center));
+    DR_TRY(get_direction(c, col, where, "axis", sc->axis));
+    DR_TRY(get_real(c, col, where, "radius", 1, 0, positive, &sc->radius));
+    DR_TRY(get_real(c, col, where, "height", 1, 0, positive, &sc->height));
+    break;
+  }
+  DR_TRY(parse_wall(c, col, where, BOUNDARY_STICKY, 0, &sc->type, &sc->friction));
+  return parse_motion(c, col, where, sc);
+}
+
+/* colliders: an optional list of solid shapes that act on the grid like walls. */
+static int parse_colliders(const ctx *c, const cJSON *root, scene *s) {
+  const cJSON *cs;
+  char g[GOT_LEN];
+  DR_TRY(get_section(c, root, "colliders", 0, "", &cs));
+  if (!cs) return 0;
+  if (!cJSON_IsArray(cs))
+    return fail(c, "colliders", "wrong type (got %s; expected a list of colliders [{\"shape\": "
+                "...}, ...])", got(g, cs));
+  int n = cJSON_GetArraySize(cs);
+  if (n > MAX_COLLIDERS)
+    return fail(c, "colliders", "too many (got %d; expected at most %d)", n, MAX_COLLIDERS);
+  if (n == 0) return 0;
+  DR_ALLOC0(s->colliders, n, "scene colliders");
+  s->n_colliders = n;
+  int i = 0;
+  for (const cJSON *col = cs->child; col; col = col->next, ++i)
+    DR_TRY(parse_collider(c, col, i, &s->colliders[i]));
+  return 0;
 }
 
 static int parse_output(const ctx *c, const cJSON *root, scene *s) {
@@ -793,15 +1026,16 @@ static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
 }
 
 static int parse_scene(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"description", "domain",    "time",   "gravity", "materials",
-                                     "bodies",      "boundary", "output", "parallel"};
+  static const char *const keys[] = {"description", "domain",   "time",      "gravity",
+                                     "materials",   "bodies",   "boundary",  "colliders",
+                                     "output",      "parallel"};
   char g[GOT_LEN], names[300];
   const char *desc = NULL;
-  list_names(names, sizeof names, keys, 9);
+  list_names(names, sizeof names, keys, 10);
   if (!cJSON_IsObject(root))
     return fail(c, "top level", "not an object (got %s; expected an object with keys %s)",
                 got(g, root), names);
-  DR_TRY(check_keys(c, root, "", keys, 9, NULL, 0, NULL));
+  DR_TRY(check_keys(c, root, "", keys, 10, NULL, 0, NULL));
   DR_TRY(get_string(c, root, "", "description", 0, "", "a string", &desc));
   DR_TRY(parse_domain(c, root, s));
   DR_TRY(parse_time(c, root, s));
@@ -809,6 +1043,7 @@ static int parse_scene(const ctx *c, const cJSON *root, scene *s) {
   DR_TRY(parse_materials(c, root, s));
   DR_TRY(parse_bodies(c, root, s));
   DR_TRY(parse_boundary(c, root, s));
+  DR_TRY(parse_colliders(c, root, s));
   DR_TRY(parse_output(c, root, s));
   DR_TRY(parse_parallel(c, root, s));
   return 0;
@@ -932,9 +1167,119 @@ void scene_destroy(scene *s) {
   if (!s) return;
   free(s->materials);
   free(s->bodies);
+  for (int i = 0; i < s->n_colliders; ++i) free(s->colliders[i].keys);
+  free(s->colliders);
   s->materials = NULL;
   s->bodies = NULL;
-  s->n_materials = s->n_bodies = 0;
+  s->colliders = NULL;
+  s->n_materials = s->n_bodies = s->n_colliders = 0;
+}
+
+/* Rotation matrix (row-major) of a box body's quaternion. */
+static void body_matrix(const scene_body *b, double R[9]) {
+  const double w = b->rotation[0], x = b->rotation[1], y = b->rotation[2], z = b->rotation[3];
+  R[0] = 1 - 2 * (y * y + z * z), R[1] = 2 * (x * y - w * z), R[2] = 2 * (x * z + w * y);
+  R[3] = 2 * (x * y + w * z), R[4] = 1 - 2 * (x * x + z * z), R[5] = 2 * (y * z - w * x);
+  R[6] = 2 * (x * z - w * y), R[7] = 2 * (y * z + w * x), R[8] = 1 - 2 * (x * x + y * y);
+}
+
+void scene_body_bounds(const scene_body *b, double lo[3], double hi[3]) {
+  for (int a = 0; a < 3; ++a) {
+    double ext;
+    if (b->shape == SHAPE_BOX && !b->rotated) {
+      lo[a] = b->min[a];
+      hi[a] = b->max[a];
+      continue;
+    }
+    double c = b->center[a];
+    if (b->shape == SHAPE_BOX) { /* |R| times the half extents */
+      double R[9];
+      body_matrix(b, R);
+      c = 0.5 * (b->min[a] + b->max[a]);
+      ext = 0;
+      for (int j = 0; j < 3; ++j) ext += fabs(R[3 * a + j]) * 0.5 * (b->max[j] - b->min[j]);
+    } else if (b->shape == SHAPE_SPHERE) {
+      ext = b->radius;
+    } else { /* cylinder: the caps' discs, projected */
+      double u = b->axis[a];
+      ext = fabs(u) * 0.5 * b->height + b->radius * sqrt(fmax(0.0, 1 - u * u));
+    }
+    lo[a] = c - ext;
+    hi[a] = c + ext;
+  }
+}
+
+int scene_body_inside(const scene_body *b, const double p[3]) {
+  if (b->shape == SHAPE_BOX && !b->rotated)
+    return p[0] >= b->min[0] && p[0] < b->max[0] && p[1] >= b->min[1] && p[1] < b->max[1] &&
+           p[2] >= b->min[2] && p[2] < b->max[2];
+  if (b->shape == SHAPE_BOX) { /* in the box's own frame: R^T (p - centre) */
+    double R[9], d[3];
+    body_matrix(b, R);
+    for (int a = 0; a < 3; ++a) d[a] = p[a] - 0.5 * (b->min[a] + b->max[a]);
+    for (int j = 0; j < 3; ++j) {
+      double l = R[j] * d[0] + R[3 + j] * d[1] + R[6 + j] * d[2], h = 0.5 * (b->max[j] - b->min[j]);
+      if (!(l >= -h && l < h)) return 0;
+    }
+    return 1;
+  }
+  double d[3], d2 = 0;
+  for (int a = 0; a < 3; ++a) d[a] = p[a] - b->center[a], d2 += d[a] * d[a];
+  if (b->shape == SHAPE_SPHERE) return d2 < b->radius * b->radius;
+  double ax = d[0] * b->axis[0] + d[1] * b->axis[1] + d[2] * b->axis[2];
+  return fabs(ax) < 0.5 * b->height && d2 - ax * ax < b->radius * b->radius;
+}
+
+int scene_kernel_colliders(const scene *s, collider **cols, collider_key **keys, int *n_keys) {
+  int nk = 0;
+  *cols = NULL;
+  *keys = NULL;
+  *n_keys = 0;
+  for (int i = 0; i < s->n_colliders; ++i) nk += s->colliders[i].n_keys;
+  collider *C = dr_calloc((size_t)(s->n_colliders ? s->n_colliders : 1), sizeof *C, "colliders");
+  collider_key *K = dr_calloc((size_t)(nk ? nk : 1), sizeof *K, "collider keyframes");
+  if (!C || !K) {
+    free(C), free(K);
+    return DR_ENOMEM;
+  }
+  for (int i = 0, k = 0; i < s->n_colliders; ++i) {
+    const scene_collider *sc = &s->colliders[i];
+    collider *c = &C[i];
+    c->geom.shape = sc->shape;
+    c->type = sc->type;
+    c->friction = (float)sc->friction;
+    switch (sc->shape) {
+    case SDF_PLANE:
+      for (int a = 0; a < 3; ++a) c->center[a] = (float)sc->point[a], c->geom.n[a] = (float)sc->normal[a];
+      break;
+    case SDF_BOX:
+      for (int a = 0; a < 3; ++a) {
+        c->center[a] = (float)(0.5 * (sc->min[a] + sc->max[a]));
+        c->geom.half[a] = (float)(0.5 * (sc->max[a] - sc->min[a]));
+      }
+      break;
+    case SDF_SPHERE:
+      for (int a = 0; a < 3; ++a) c->center[a] = (float)sc->center[a];
+      c->geom.r = (float)sc->radius;
+      break;
+    default:
+      for (int a = 0; a < 3; ++a) c->center[a] = (float)sc->center[a], c->geom.n[a] = (float)sc->axis[a];
+      c->geom.r = (float)sc->radius;
+      c->geom.half_height = (float)(0.5 * sc->height);
+      break;
+    }
+    c->key0 = k;
+    c->n_keys = sc->n_keys;
+    for (int j = 0; j < sc->n_keys; ++j, ++k) {
+      K[k].time = sc->keys[j].time;
+      for (int a = 0; a < 3; ++a) K[k].translation[a] = (float)sc->keys[j].translation[a];
+      for (int a = 0; a < 4; ++a) K[k].rotation[a] = (float)sc->keys[j].rotation[a];
+    }
+  }
+  *cols = C;
+  *keys = K;
+  *n_keys = nk;
+  return DR_OK;
 }
 
 double scene_wave_speed(const scene *s) {

@@ -9,12 +9,12 @@
 
 #include <stdint.h>
 
+#include "physics/boundary.h"
 #include "physics/material.h"
 
 #define SCENE_NAME_MAX 64
 
-enum shape_kind { SHAPE_BOX = 0, SHAPE_SPHERE = 1 };
-enum boundary_kind { BOUNDARY_STICKY = 0, BOUNDARY_SLIP = 1, BOUNDARY_SEPARATE = 2 };
+enum shape_kind { SHAPE_BOX = 0, SHAPE_SPHERE = 1, SHAPE_CYLINDER = 2 };
 enum backend_kind { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 };
 
 typedef struct scene_material {
@@ -27,12 +27,41 @@ typedef struct scene_material {
 typedef struct scene_body {
   int shape;            /* enum shape_kind */
   double min[3], max[3]; /* box */
-  double center[3], radius; /* sphere */
+  int rotated;          /* box: 1 when rotated about its centre by rotation */
+  double rotation[4];   /* box: unit quaternion (w, x, y, z), identity when not rotated */
+  double center[3], radius; /* sphere, cylinder */
+  double axis[3], height; /* cylinder: unit axis, length along it (m) */
   int material;         /* index into scene.materials */
   int ppc;              /* particles per cell, >= 1 */
   double velocity[3];   /* m/s, default 0 */
   uint64_t seed;        /* sampling seed, default: the body's index in the list */
 } scene_body;
+
+/* A domain face: its wall type and Coulomb friction. */
+typedef struct scene_face {
+  int type;             /* enum boundary_kind (physics/boundary.h) */
+  double friction;      /* only with BOUNDARY_SEPARATE, else 0 */
+} scene_face;
+
+/* A collider as the scene gives it (SI units, rest pose), and its keyframes. */
+typedef struct scene_collider_key {
+  double time;          /* s */
+  double translation[3]; /* m */
+  double rotation[4];   /* unit quaternion (w, x, y, z) from the axis and angle given */
+  double angle;         /* degrees, as given (0 without rotation) */
+} scene_collider_key;
+
+typedef struct scene_collider {
+  int shape;            /* enum sdf_shape (physics/sdf.h): plane, box, sphere, cylinder */
+  double point[3], normal[3]; /* plane: a point on it, unit normal out of the solid */
+  double min[3], max[3];  /* box */
+  double center[3], radius; /* sphere, cylinder */
+  double axis[3], height; /* cylinder: unit axis, length along it */
+  int type;             /* enum boundary_kind, default sticky */
+  double friction;      /* only with BOUNDARY_SEPARATE */
+  int n_keys;
+  scene_collider_key *keys; /* motion, sorted by time; none: static */
+} scene_collider;
 
 enum balance_kind { BALANCE_PARTICLES = 0, BALANCE_TIME = 1 };
 
@@ -48,20 +77,31 @@ typedef struct scene {
   scene_material *materials;
   int n_bodies;
   scene_body *bodies;
-  int boundary;          /* enum boundary_kind, default sticky */
-  double friction;       /* Coulomb friction of 'separate' walls, default 0 */
+  scene_face faces[DR_FACES]; /* x-, x+, y-, y+, z-, z+ (enum boundary_face); default sticky */
+  int n_colliders;
+  scene_collider *colliders;
   char output_dir[4096]; /* default "frames" */
   int output_every;      /* default 1 */
   int backend;           /* enum backend_kind, default auto */
   int gpus_per_rank;     /* 0 = all visible */
-  int g2p2g_below;
+  int g2p2g_below;       /* cuda: fused G2P2G for fixed steps below this many particles per GPU */
   int balance_by;        /* enum balance_kind: what "load" means for the balance between ranks */
-  double balance_threshold; /* several ranks: move the cuts when the largest load exceeds the mean by this */       /* cuda: fused G2P2G for fixed steps below this many particles per GPU */
+  double balance_threshold; /* several ranks: move the cuts when the largest load exceeds the mean by this */
 } scene;
 
 /* Reads and validates path; on success *out owns its arrays (free with scene_destroy). */
 int scene_load(const char *path, scene *out);
 void scene_destroy(scene *s);
+
+/* The axis-aligned bounding box of body b's shape (m). */
+void scene_body_bounds(const scene_body *b, double lo[3], double hi[3]);
+
+/* Whether the point p (m) lies inside body b's shape (boxes: min <= p < max, half-open). */
+int scene_body_inside(const scene_body *b, const double p[3]);
+
+/* The colliders and their keyframes as the kernels see them (physics/boundary.h). Allocates
+ * *cols (n_colliders) and *keys (*n_keys); free both. */
+int scene_kernel_colliders(const scene *s, collider **cols, collider_key **keys, int *n_keys);
 
 /* Largest elastic wave speed over the scene's materials (m/s), used by the CFL step. */
 double scene_wave_speed(const scene *s);

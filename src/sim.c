@@ -35,6 +35,8 @@ struct sim {
   sim_options opt;
   const char *out_dir;
   material_params *mats;
+  collider *colliders;    /* the scene's colliders as the kernels see them */
+  collider_key *collider_keys;
   sim_params prm;
   backend be;
   sim_status st;
@@ -313,6 +315,7 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
       else if (dt > 0.5 * rem) dt = 0.5 * rem;
     }
     S->st.time = t;
+    if (rc == DR_OK && b->set_time) rc = b->set_time(b->state, t);
     double ph = now(); /* phase times (sim_options.profile; the CPU backend is synchronous) */
     if (glob[1] != 0) DR_TRY(redistribute(S));
     S->st.phase_seconds[PHASE_REBUILD] += S->opt.profile ? now() - ph : 0;
@@ -370,8 +373,10 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     S->mats[m] = s->materials[m].params;
     S->mat_names[m] = s->materials[m].name;
   }
-  S->prm = (sim_params){.dx = (float)s->dx, .boundary = s->boundary, .friction = (float)s->friction,
-                        .n_materials = s->n_materials, .materials = S->mats,
+  int n_keys = 0;
+  rc = scene_kernel_colliders(s, &S->colliders, &S->collider_keys, &n_keys);
+  if (rc) goto fail;
+  S->prm = (sim_params){.dx = (float)s->dx, .n_materials = s->n_materials, .materials = S->mats,
                         .material_names = S->mat_names, .rank = S->rank,
                         .gpus = s->gpus_per_rank, .g2p2g_below = s->g2p2g_below};
   for (int a = 0; a < 3; ++a) {
@@ -379,6 +384,14 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     S->prm.domain_max[a] = s->domain_max[a];
     S->prm.gravity[a] = (float)s->gravity[a];
   }
+  for (int f = 0; f < DR_FACES; ++f) {
+    S->prm.boundary.type[f] = s->faces[f].type;
+    S->prm.boundary.friction[f] = (float)s->faces[f].friction;
+  }
+  S->prm.boundary.n_colliders = s->n_colliders;
+  S->prm.boundary.n_keys = n_keys;
+  S->prm.boundary.colliders = S->colliders;
+  S->prm.boundary.keys = S->collider_keys;
 
   particles p = {0};
   S->balance = s->balance_threshold;
@@ -468,6 +481,7 @@ static int phase_done(sim *S, int phase, double *t) {
 static int substep(sim *S, double dt) {
   int rebuilt = 0;
   backend *b = &S->be;
+  if (b->set_time) DR_TRY(b->set_time(b->state, S->st.time));
   double t = now();
   DR_TRY(b->rebuild(b->state, 0, &rebuilt));
   DR_TRY(phase_done(S, PHASE_REBUILD, &t));
@@ -609,6 +623,8 @@ void sim_destroy(sim **Sp) {
   free(S->written);
   free(S->mats);
   free(S->mat_names);
+  free(S->colliders);
+  free(S->collider_keys);
   free(S);
   *Sp = NULL;
 }

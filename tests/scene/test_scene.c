@@ -89,7 +89,8 @@ static const char *FULL =
     "    { \"shape\": \"sphere\", \"center\": [1.4, 0.7, 0.75], \"radius\": 0.3, \"material\": \"sand\","
     " \"ppc\": 27, \"velocity\": [0, -3, 4], \"seed\": 12345678901 }\n"
     "  ],\n"
-    "  \"boundary\": { \"type\": \"separate\", \"friction\": 0.4 },\n"
+    "  \"boundary\": { \"type\": \"separate\", \"friction\": 0.4, \"y-\": { \"friction\": 0.7 },"
+    " \"x+\": { \"type\": \"slip\" }, \"z-\": {} },\n"
     "  \"output\": { \"dir\": \"out/frames\", \"every\": 5 },\n"
     "  \"parallel\": { \"backend\": \"cuda\", \"gpus_per_rank\": 4, \"g2p2g_below\": 5000, \"balance_by\": \"time\", \"balance_threshold\": 0.5 }\n"
     "}\n";
@@ -155,8 +156,13 @@ static void test_full(void) {
     CHECK_VEC(sp->velocity, 0, -3, 4);
     CHECK(sp->seed == 12345678901ULL);
   }
-  CHECK(s.boundary == BOUNDARY_SEPARATE);
-  CHECK(s.friction == 0.4);
+  /* faces x-, x+, y-, y+, z-, z+: the top level for those not listed, y- its own friction, x+
+   * its own type (friction 0: not separate), z- an empty object (the top level again) */
+  const int types[DR_FACES] = {BOUNDARY_SEPARATE, BOUNDARY_SLIP, BOUNDARY_SEPARATE,
+                               BOUNDARY_SEPARATE, BOUNDARY_SEPARATE, BOUNDARY_SEPARATE};
+  const double frictions[DR_FACES] = {0.4, 0, 0.7, 0.4, 0.4, 0.4};
+  for (int f = 0; f < DR_FACES; ++f) CHECK(s.faces[f].type == types[f] && s.faces[f].friction == frictions[f]);
+  CHECK(s.n_colliders == 0 && s.colliders == NULL);
   CHECK(strcmp(s.output_dir, "out/frames") == 0);
   CHECK(s.output_every == 5);
   CHECK(s.backend == BACKEND_CUDA);
@@ -193,8 +199,8 @@ static void test_defaults(void) {
   char path[64];
   CHECK(load_text(MINIMAL, &s, path) == 0);
   CHECK_VEC(s.gravity, 0, -9.81, 0);
-  CHECK(s.boundary == BOUNDARY_STICKY);
-  CHECK(s.friction == 0);
+  for (int f = 0; f < DR_FACES; ++f) CHECK(s.faces[f].type == BOUNDARY_STICKY && s.faces[f].friction == 0);
+  CHECK(s.n_colliders == 0);
   CHECK(strcmp(s.output_dir, "frames") == 0);
   CHECK(s.output_every == 1);
   CHECK(s.backend == BACKEND_AUTO);
@@ -252,6 +258,88 @@ static void test_fixed_dt(void) {
 }
 
 /* The error contract: DR_EINPUT, one line "PATH: KEY: ...", and nothing left to free. */
+/* Colliders (every shape, keyframes, wall types), a cylinder body and a rotated box, the
+ * per-face boundary without a top-level type; and what the kernels get from them. */
+static const char *SHAPES =
+    "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.05 },\n"
+    "  \"time\": { \"frames\": 3, \"fps\": 30, \"cfl\": 0.5 },\n"
+    "  \"materials\": { \"j\": { \"model\": \"fixed_corotated\", \"density\": 1000, \"youngs_modulus\": 1e4,"
+    " \"poisson_ratio\": 0.3 } },\n"
+    "  \"bodies\": [\n"
+    "    { \"shape\": \"cylinder\", \"center\": [0.5, 0.5, 0.5], \"axis\": [0, 0, 2], \"radius\": 0.2,"
+    " \"height\": 0.4, \"material\": \"j\" },\n"
+    "    { \"shape\": \"box\", \"min\": [0.3, 0.3, 0.3], \"max\": [0.7, 0.5, 0.6],"
+    " \"rotation\": { \"axis\": [0, 1, 0], \"angle\": 90 }, \"material\": \"j\" }\n"
+    "  ],\n"
+    "  \"boundary\": { \"y-\": { \"type\": \"separate\", \"friction\": 0.3 } },\n"
+    "  \"colliders\": [\n"
+    "    { \"shape\": \"plane\", \"point\": [0, 0.1, 0], \"normal\": [0, 3, 4], \"type\": \"slip\" },\n"
+    "    { \"shape\": \"box\", \"min\": [0.1, 0.2, 0.3], \"max\": [0.3, 0.6, 0.4], \"type\": \"separate\","
+    " \"friction\": 0.5,\n"
+    "      \"motion\": [ { \"time\": 0 }, { \"time\": 1, \"translation\": [0.5, 0, 0],"
+    " \"rotation\": { \"axis\": [0, 0, 1], \"angle\": 90 } } ] },\n"
+    "    { \"shape\": \"sphere\", \"center\": [0.5, 2, 0.5], \"radius\": 0.25 },\n"
+    "    { \"shape\": \"cylinder\", \"center\": [0.5, 0.5, 0.5], \"axis\": [1, 0, 0], \"radius\": 0.1,"
+    " \"height\": 0.6 }\n"
+    "  ] }\n";
+
+static void test_shapes(void) {
+  scene s;
+  char path[64];
+  CHECK(load_text(SHAPES, &s, path) == 0);
+  CHECK(s.n_bodies == 2 && s.n_colliders == 4);
+  if (s.n_bodies != 2 || s.n_colliders != 4) return;
+  const scene_body *cy = &s.bodies[0], *bx = &s.bodies[1];
+  CHECK(cy->shape == SHAPE_CYLINDER && cy->radius == 0.2 && cy->height == 0.4);
+  CHECK_VEC(cy->axis, 0, 0, 1); /* normalised */
+  double lo[3], hi[3];
+  scene_body_bounds(cy, lo, hi);
+  CHECK_NEAR(lo[0], 0.3, 1e-15);
+  CHECK_NEAR(hi[1], 0.7, 1e-15);
+  CHECK_NEAR(lo[2], 0.3, 1e-15);
+  CHECK_NEAR(hi[2], 0.7, 1e-15);
+  /* the box turned 90 degrees about y: its x and z extents swap about the centre (0.5, 0.4, 0.45) */
+  CHECK(bx->rotated);
+  scene_body_bounds(bx, lo, hi);
+  CHECK_NEAR(lo[0], 0.5 - 0.15, 1e-12);
+  CHECK_NEAR(hi[0], 0.5 + 0.15, 1e-12);
+  CHECK_NEAR(lo[1], 0.3, 1e-12);
+  CHECK_NEAR(lo[2], 0.45 - 0.2, 1e-12);
+  const double in[3] = {0.5, 0.4, 0.26}, out[3] = {0.34, 0.4, 0.45};
+  CHECK(scene_body_inside(bx, in) && !scene_body_inside(bx, out));
+  CHECK(s.faces[FACE_YMIN].type == BOUNDARY_SEPARATE && s.faces[FACE_YMIN].friction == 0.3);
+  CHECK(s.faces[FACE_XMIN].type == BOUNDARY_STICKY && s.faces[FACE_YMAX].type == BOUNDARY_STICKY);
+
+  const scene_collider *pl = &s.colliders[0], *cb = &s.colliders[1], *sp = &s.colliders[2];
+  CHECK(pl->shape == SDF_PLANE && pl->type == BOUNDARY_SLIP && pl->n_keys == 0);
+  CHECK_VEC(pl->normal, 0, 0.6, 0.8);
+  CHECK(cb->shape == SDF_BOX && cb->type == BOUNDARY_SEPARATE && cb->friction == 0.5 && cb->n_keys == 2);
+  CHECK(sp->type == BOUNDARY_STICKY && sp->friction == 0);
+  if (cb->n_keys == 2) {
+    CHECK(cb->keys[0].time == 0 && cb->keys[0].rotation[0] == 1);
+    CHECK_VEC(cb->keys[1].translation, 0.5, 0, 0);
+    CHECK_NEAR(cb->keys[1].rotation[0], sqrt(0.5), 1e-15);
+    CHECK_NEAR(cb->keys[1].rotation[3], sqrt(0.5), 1e-15);
+  }
+  collider *cols = NULL;
+  collider_key *keys = NULL;
+  int nk = -1;
+  CHECK(scene_kernel_colliders(&s, &cols, &keys, &nk) == 0);
+  CHECK(nk == 2);
+  if (cols && keys) {
+    CHECK(cols[1].key0 == 0 && cols[1].n_keys == 2 && cols[3].n_keys == 0);
+    CHECK_NEAR(cols[1].center[0], 0.2, F);
+    CHECK_NEAR(cols[1].geom.half[1], 0.2, F);
+    CHECK_NEAR(cols[3].geom.half_height, 0.3, F);
+    CHECK(keys[1].time == 1);
+  }
+  free(cols);
+  free(keys);
+  scene_destroy(&s);
+  CHECK(s.colliders == NULL && s.n_colliders == 0);
+  unlink(path);
+}
+
 static void test_errors(void) {
   scene s;
   char path[64];
@@ -294,6 +382,7 @@ int main(void) {
   test_full();
   test_defaults();
   test_fixed_dt();
+  test_shapes();
   test_errors();
   if (failures) {
     fprintf(stderr, "test_scene: %d check(s) failed\n", failures);

@@ -1,0 +1,207 @@
+/* boundary.h - the boundary conditions of the grid update, shared by the CPU and CUDA backends:
+ * the six faces of the domain (each its own wall type and friction) and colliders (analytic
+ * shapes of sdf.h, moved by keyframed translations and rotations).
+ *
+ * Entry point, called for every grid node with mass after v = p/m + g dt:
+ *   boundary_apply(bp, t, x, v): x the node's position (m), t the time (s) at which the
+ *   colliders are placed (the backends pass the end of the step), v the node velocity, changed
+ *   in place. Colliders act first, in their order in the scene, then the domain faces, so that
+ *   the faces always keep material inside the domain.
+ *
+ * Wall types (bc_project, on the velocity relative to the wall, n the wall's unit normal
+ * pointing out of the wall into the material):
+ *   sticky:   v_rel = 0.
+ *   slip:     the normal component of v_rel is removed (both signs); the tangential part kept.
+ *   separate: only motion into the wall (v_rel . n < 0) is removed; then Coulomb friction
+ *             shortens the tangential part by friction * |v_rel . n| (to zero at most).
+ *
+ * Domain faces act on the three node layers nearest to each face (nodes closer than 2.5 dx to
+ * it: bp->lo and bp->hi). A collider acts on the nodes inside it or closer to it than
+ * bp->band (phi < band; the backends use half a cell): their velocity relative to the
+ * collider's own velocity at the node is projected as its type says, then the collider velocity
+ * is added back. The band of half a cell means that a collider of any thickness holds at least
+ * one layer of nodes, and that material pressed against a collider rests within about half a
+ * cell of its surface (with phi < 0 alone it sinks in by more than half a cell under load).
+ *
+ * Collider motion: keyframes (time, translation T, rotation q), sorted by time. Between two keys
+ * T is interpolated linearly and q by slerp along the shorter arc (at most 180 degrees between
+ * consecutive keys); before the first key and after the last the collider stands still at that
+ * key. A point X of the collider as the scene describes it (its rest pose) is at
+ *     x(t) = c + T(t) + R(q(t)) (X - c)
+ * where c is the collider's reference point (sdf.h); its velocity is
+ *     v(x) = dT/dt + omega x (x - c - T(t)),
+ * with dT/dt and omega constant over each interval between keys (slerp turns at a constant rate
+ * about a fixed axis) and zero outside the keyed time range. A collider without keys is static.
+ *
+ * Everything is float except the time, which is double so that a keyframe interval is resolved
+ * to the step even late in a long run. */
+#ifndef DRIFT_PHYSICS_BOUNDARY_H
+#define DRIFT_PHYSICS_BOUNDARY_H
+
+#include "physics/common.h"
+#include "physics/sdf.h"
+
+enum boundary_kind { BOUNDARY_STICKY = 0, BOUNDARY_SLIP = 1, BOUNDARY_SEPARATE = 2 };
+
+/* The six faces of the domain: face 2 a is the lower face along axis a, 2 a + 1 the upper. */
+enum boundary_face { FACE_XMIN = 0, FACE_XMAX = 1, FACE_YMIN = 2, FACE_YMAX = 3, FACE_ZMIN = 4, FACE_ZMAX = 5 };
+#define DR_FACES 6
+
+/* One keyframe of a collider's motion. */
+typedef struct collider_key {
+  double time;          /* s */
+  float translation[3]; /* m, from the rest pose */
+  float rotation[4];    /* unit quaternion (w, x, y, z) about the reference point */
+} collider_key;
+
+typedef struct collider {
+  sdf_geom geom;        /* the shape in its local frame */
+  float center[3];      /* reference point c in the rest pose (m): the local frame's origin */
+  int type;             /* enum boundary_kind */
+  float friction;       /* Coulomb coefficient (separate) */
+  int key0, n_keys;     /* its keyframes: keys[key0 .. key0 + n_keys) of boundary_params.keys */
+} collider;
+
+/* Where a collider is at time t, and how fast it moves. */
+typedef struct collider_pose {
+  float center[3];      /* c + T(t) */
+  float R[9];           /* R(q(t)) */
+  float vel[3];         /* dT/dt */
+  float omega[3];       /* angular velocity (rad/s, world frame) */
+} collider_pose;
+
+/* What the grid update needs. The pointers are host or device memory as the backend runs. */
+typedef struct boundary_params {
+  int type[DR_FACES];       /* enum boundary_kind of each face */
+  float friction[DR_FACES]; /* Coulomb coefficient of each face (separate) */
+  float lo[3], hi[3];       /* nodes below lo / above hi along an axis are wall nodes of that face */
+  float band;               /* colliders act on nodes with phi < band (m) */
+  int n_colliders, n_keys;
+  const collider *colliders;  /* [n_colliders] */
+  const collider_key *keys;   /* [n_keys], every collider's keyframes one after the other */
+} boundary_params;
+
+/* The wall condition on v (relative to the wall; n its unit normal, out of the wall). */
+DR_HD void bc_project(int type, float friction, const float n[3], float v[3]) {
+  if (type == BOUNDARY_STICKY) {
+    v[0] = v[1] = v[2] = 0.0f;
+    return;
+  }
+  const float vn = v3_dot(v, n);
+  if (type == BOUNDARY_SEPARATE && vn >= 0.0f) return;
+  for (int i = 0; i < 3; ++i) v[i] -= vn * n[i];
+  if (type != BOUNDARY_SEPARATE || friction == 0.0f) return;
+  const float t2 = v3_dot(v, v);
+  if (t2 > 0.0f) {
+    const float scale = fmaxf(0.0f, 1.0f - friction * (-vn) / sqrtf(t2));
+    for (int i = 0; i < 3; ++i) v[i] *= scale;
+  }
+}
+
+/* The same for a wall whose normal is the axis `axis` (inward = +1 for a lower face, -1 for an
+ * upper one): bc_project with n = inward e_axis, written so that the other components are
+ * untouched bit for bit. */
+DR_HD void bc_project_axis(int type, float friction, int axis, float inward, float v[3]) {
+  if (type == BOUNDARY_STICKY) {
+    v[0] = v[1] = v[2] = 0.0f;
+    return;
+  }
+  const float vn = v[axis] * inward;
+  if (type == BOUNDARY_SEPARATE && vn >= 0.0f) return;
+  v[axis] = 0.0f;
+  if (type != BOUNDARY_SEPARATE || friction == 0.0f) return;
+  const float t2 = v3_dot(v, v);
+  if (t2 > 0.0f) {
+    const float scale = fmaxf(0.0f, 1.0f - friction * (-vn) / sqrtf(t2));
+    for (int i = 0; i < 3; ++i) v[i] *= scale;
+  }
+}
+
+/* The collider's pose at time t (keys: its own keyframes, n of them, sorted by time). */
+DR_HD void collider_pose_at(const collider *c, const collider_key *keys, double t, collider_pose *P) {
+  float q[4] = {1.0f, 0.0f, 0.0f, 0.0f}, T[3] = {0.0f, 0.0f, 0.0f};
+  for (int i = 0; i < 3; ++i) P->vel[i] = P->omega[i] = 0.0f;
+  const int n = c->n_keys;
+  if (n > 0) {
+    const collider_key *k = keys + c->key0;
+    int j = -1; /* the interval [k[j], k[j+1]) holding t, -1 outside the keyed range */
+    if (t <= k[0].time) {
+      for (int i = 0; i < 3; ++i) T[i] = k[0].translation[i];
+      for (int i = 0; i < 4; ++i) q[i] = k[0].rotation[i];
+    } else if (t >= k[n - 1].time) {
+      for (int i = 0; i < 3; ++i) T[i] = k[n - 1].translation[i];
+      for (int i = 0; i < 4; ++i) q[i] = k[n - 1].rotation[i];
+    } else {
+      j = 0;
+      while (j + 2 < n && t >= k[j + 1].time) ++j;
+    }
+    if (j >= 0) {
+      const collider_key *a = k + j, *b = k + j + 1;
+      const double span = b->time - a->time;
+      const float s = (float)((t - a->time) / span), inv = (float)(1.0 / span);
+      for (int i = 0; i < 3; ++i) {
+        T[i] = a->translation[i] + s * (b->translation[i] - a->translation[i]);
+        P->vel[i] = (b->translation[i] - a->translation[i]) * inv;
+      }
+      /* d = conj(qa) qb along the shorter arc: the turn from a to b, in a's frame */
+      const float sign = v3_dot(a->rotation + 1, b->rotation + 1) + a->rotation[0] * b->rotation[0] < 0.0f ? -1.0f : 1.0f;
+      const float ca[4] = {a->rotation[0], -a->rotation[1], -a->rotation[2], -a->rotation[3]};
+      const float qb[4] = {sign * b->rotation[0], sign * b->rotation[1], sign * b->rotation[2], sign * b->rotation[3]};
+      float d[4];
+      quat_mul(ca, qb, d);
+      const float sn = sqrtf(d[1] * d[1] + d[2] * d[2] + d[3] * d[3]);
+      const float angle = 2.0f * atan2f(sn, d[0]); /* in [0, pi] since d[0] >= 0 */
+      float u[3] = {0.0f, 0.0f, 0.0f};
+      if (sn > 0.0f)
+        for (int i = 0; i < 3; ++i) u[i] = d[i + 1] / sn;
+      /* q(s) = qa (cos(s angle / 2), u sin(s angle / 2)) */
+      const float h = 0.5f * s * angle;
+      const float part[4] = {cosf(h), u[0] * sinf(h), u[1] * sinf(h), u[2] * sinf(h)};
+      quat_mul(a->rotation, part, q);
+      /* omega = R(qa) u angle / span: constant over the interval */
+      float Ra[9], w[3];
+      quat_to_matrix(a->rotation, Ra);
+      for (int i = 0; i < 3; ++i) w[i] = u[i] * angle * inv;
+      m3_apply(Ra, w, P->omega);
+    }
+  }
+  const float l = sqrtf(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
+  for (int i = 0; i < 4; ++i) q[i] /= l;
+  quat_to_matrix(q, P->R);
+  for (int i = 0; i < 3; ++i) P->center[i] = c->center[i] + T[i];
+}
+
+/* A collider at pose P acting on the node at x with velocity v (in place) when phi(x) < band.
+ * Returns 1 when it did. */
+DR_HD int collider_apply(const collider *c, const collider_pose *P, float band, const float x[3], float v[3]) {
+  float r[3], xl[3], nl[3], n[3];
+  for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
+  m3_apply_t(P->R, r, xl);
+  const float phi = sdf_eval(&c->geom, xl, nl);
+  if (!(phi < band)) return 0;
+  m3_apply(P->R, nl, n);
+  float vc[3];
+  v3_cross(P->omega, r, vc);
+  for (int i = 0; i < 3; ++i) {
+    vc[i] += P->vel[i];
+    v[i] -= vc[i];
+  }
+  bc_project(c->type, c->friction, n, v);
+  for (int i = 0; i < 3; ++i) v[i] += vc[i];
+  return 1;
+}
+
+/* Every boundary condition on the node at x with velocity v (in place), at time t. */
+DR_HD void boundary_apply(const boundary_params *bp, double t, const float x[3], float v[3]) {
+  for (int k = 0; k < bp->n_colliders; ++k) {
+    collider_pose P;
+    collider_pose_at(&bp->colliders[k], bp->keys, t, &P);
+    collider_apply(&bp->colliders[k], &P, bp->band, x, v);
+  }
+  for (int a = 0; a < 3; ++a) {
+    if (x[a] < bp->lo[a]) bc_project_axis(bp->type[2 * a], bp->friction[2 * a], a, 1.0f, v);
+    else if (x[a] > bp->hi[a]) bc_project_axis(bp->type[2 * a + 1], bp->friction[2 * a + 1], a, -1.0f, v);
+  }
+}
+
+#endif
