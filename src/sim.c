@@ -3,6 +3,7 @@
 #include "sim.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,30 +162,68 @@ static int rebalance(sim *S, const particles *p, uint64_t weight) {
   return rc;
 }
 
-/* The state of one particle as it travels between ranks. */
-enum { REC_FLOATS = 3 + 3 + 9 + 9 + 2, REC_WORDS = REC_FLOATS + 2 + 1 };
-
-static void pack_particle(const particles *p, size_t i, float *r) {
-  memcpy(r, p->x + 3 * i, 3 * sizeof(float));
-  memcpy(r + 3, p->v + 3 * i, 3 * sizeof(float));
-  memcpy(r + 6, p->C + 9 * i, 9 * sizeof(float));
-  memcpy(r + 15, p->F + 9 * i, 9 * sizeof(float));
-  r[24] = p->mass[i];
-  r[25] = p->vol0[i];
-  memcpy(r + REC_FLOATS, &p->id[i], sizeof(uint64_t));
-  memcpy(r + REC_FLOATS + 2, &p->material[i], sizeof(int32_t));
-}
-
-static int unpack_particle(particles *p, const float *r) {
-  uint64_t id;
-  int32_t mat;
-  memcpy(&id, r + REC_FLOATS, sizeof id);
-  memcpy(&mat, r + REC_FLOATS + 2, sizeof mat);
-  DR_TRY(particles_push(p, r, r + 3, r[24], r[25], id, mat));
-  size_t i = p->n - 1;
-  memcpy(p->C + 9 * i, r + 6, 9 * sizeof(float));
-  memcpy(p->F + 9 * i, r + 15, 9 * sizeof(float));
-  return DR_OK;
+/* Sends the particles of p whose block lies outside this rank's box by more than margin
+ * blocks to the rank that owns their position, whole (every attribute, particles.h), and
+ * fills q (empty on entry) with the particles this rank keeps and those it receives. p is left
+ * unchanged. Collective over S->comm; the ranks agree on the outcome. */
+static int migrate(sim *S, const particles *p, int margin, particles *q) {
+  const int R = S->nranks;
+  const size_t rec = particles_record_bytes();
+  int rc = DR_OK;
+  int *dest = malloc(sizeof *dest * (p->n ? p->n : 1));
+  int *scount = calloc((size_t)R, sizeof *scount), *rcount = calloc((size_t)R, sizeof *rcount);
+  int *sdispl = calloc((size_t)R, sizeof *sdispl), *rdispl = calloc((size_t)R, sizeof *rdispl);
+  int *fill = calloc((size_t)R, sizeof *fill);
+  unsigned char *sbuf = NULL, *rbuf = NULL;
+  MPI_Datatype rec_type = MPI_DATATYPE_NULL;
+  if (!dest || !scount || !rcount || !sdispl || !rdispl || !fill) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
+  /* one record per particle, as one MPI datatype: counts stay in particles, not bytes */
+  if (rc == DR_OK) {
+    int e = MPI_Type_contiguous((int)rec, MPI_BYTE, &rec_type);
+    if (e == MPI_SUCCESS) e = MPI_Type_commit(&rec_type);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Type_commit(particle record)");
+  }
+  const int32_t *mybox = S->dec.box[S->rank];
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
+    int32_t blk[3];
+    particle_block(S, p->x + 3 * i, blk);
+    int out = 0;
+    for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
+    dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;
+    if (dest[i] != S->rank) ++scount[dest[i]];
+  }
+  rc = comm_agree(S->comm, rc);
+  if (rc == DR_OK) {
+    int e = MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoall(migration counts)");
+  }
+  size_t stot = 0, rtot = 0;
+  for (int r = 0; rc == DR_OK && r < R; ++r) sdispl[r] = (int)stot, stot += (size_t)scount[r];
+  for (int r = 0; rc == DR_OK && r < R; ++r) rdispl[r] = (int)rtot, rtot += (size_t)rcount[r];
+  if (rc == DR_OK && (stot > INT_MAX || rtot > INT_MAX))
+    rc = dr_fail(DR_EINTERNAL, "migration: %zu particles to send and %zu to receive on rank %d exceed MPI's int counts",
+                 stot, rtot, S->rank);
+  if (rc == DR_OK && (!(sbuf = malloc(rec * (stot ? stot : 1))) || !(rbuf = malloc(rec * (rtot ? rtot : 1)))))
+    rc = dr_fail(DR_ENOMEM, "out of host memory for migration (%zu particles)", stot + rtot);
+  if (rc == DR_OK) rc = particles_reserve(q, p->n - stot + rtot);
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
+    if (dest[i] == S->rank) {
+      rc = particles_push_copy(q, p, i);
+    } else {
+      particles_pack(p, i, sbuf + rec * (size_t)(sdispl[dest[i]] + fill[dest[i]]));
+      ++fill[dest[i]];
+    }
+  }
+  rc = comm_agree(S->comm, rc); /* nobody enters the exchange alone */
+  if (rc == DR_OK) {
+    int e = MPI_Alltoallv(sbuf, scount, sdispl, rec_type, rbuf, rcount, rdispl, rec_type, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoallv(particles)");
+  }
+  for (size_t k = 0; rc == DR_OK && k < rtot; ++k) rc = particles_push_record(q, rbuf + rec * k);
+  S->fs.migrated += stot;
+  if (rec_type != MPI_DATATYPE_NULL) MPI_Type_free(&rec_type);
+  free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(fill), free(sbuf), free(rbuf);
+  return comm_agree(S->comm, rc);
 }
 
 /* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven, then sends
@@ -228,56 +267,7 @@ static int redistribute(sim *S) {
              by_time ? "compute time" : "particle count", 100.0 * imbalance, 100.0 * S->balance,
              (unsigned long long)nmax);
   }
-  /* destinations */
-  const int R = S->nranks;
-  int *dest = malloc(sizeof *dest * (p.n ? p.n : 1));
-  int *scount = calloc((size_t)R, sizeof *scount), *rcount = calloc((size_t)R, sizeof *rcount);
-  int *sdispl = calloc((size_t)R, sizeof *sdispl), *rdispl = calloc((size_t)R, sizeof *rdispl);
-  float *sbuf = NULL, *rbuf = NULL;
-  if (!dest || !scount || !rcount || !sdispl || !rdispl) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
-  const int32_t *mybox = S->dec.box[S->rank];
-  for (size_t i = 0; rc == DR_OK && i < p.n; ++i) {
-    int32_t blk[3];
-    particle_block(S, p.x + 3 * i, blk);
-    int out = 0;
-    for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
-    dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;
-    if (dest[i] != S->rank) scount[dest[i]] += REC_WORDS;
-  }
-  if (rc == DR_OK) {
-    int e = MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, S->comm);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoall(migration counts)");
-  }
-  size_t stot = 0, rtot = 0;
-  for (int r = 0; rc == DR_OK && r < R; ++r) sdispl[r] = (int)stot, stot += (size_t)scount[r];
-  for (int r = 0; rc == DR_OK && r < R; ++r) rdispl[r] = (int)rtot, rtot += (size_t)rcount[r];
-  if (rc == DR_OK && (!(sbuf = malloc(sizeof *sbuf * (stot ? stot : 1))) || !(rbuf = malloc(sizeof *rbuf * (rtot ? rtot : 1)))))
-    rc = dr_fail(DR_ENOMEM, "out of host memory for migration (%zu particles)", (stot + rtot) / REC_WORDS);
-  if (rc == DR_OK) {
-    int *fill = calloc((size_t)R, sizeof *fill);
-    if (!fill) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
-    for (size_t i = 0; rc == DR_OK && i < p.n; ++i) {
-      if (dest[i] == S->rank) {
-        rc = particles_push(&q, p.x + 3 * i, p.v + 3 * i, p.mass[i], p.vol0[i], p.id[i], p.material[i]);
-        if (rc == DR_OK) {
-          memcpy(q.C + 9 * (q.n - 1), p.C + 9 * i, 9 * sizeof(float));
-          memcpy(q.F + 9 * (q.n - 1), p.F + 9 * i, 9 * sizeof(float));
-        }
-      } else {
-        pack_particle(&p, i, sbuf + sdispl[dest[i]] + fill[dest[i]]);
-        fill[dest[i]] += REC_WORDS;
-      }
-    }
-    free(fill);
-  }
-  if (rc == DR_OK) {
-    /* MPI_FLOAT carries the id and material words bit for bit (no arithmetic on them) */
-    int e = MPI_Alltoallv(sbuf, scount, sdispl, MPI_FLOAT, rbuf, rcount, rdispl, MPI_FLOAT, S->comm);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoallv(particles)");
-  }
-  for (size_t k = 0; rc == DR_OK && k < rtot; k += REC_WORDS) rc = unpack_particle(&q, rbuf + k);
-  S->fs.migrated += stot / REC_WORDS;
-  free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(sbuf), free(rbuf);
+  rc = migrate(S, &p, margin, &q);
   particles_free(&p);
   if (rc == DR_OK) rc = S->be.set_particles(S->be.state, &q);
   particles_free(&q);
