@@ -27,6 +27,7 @@ int comm_agree(MPI_Comm comm, int status) {
   /* MAX picks a failing code if any rank failed; codes are small positive ints. */
   if (MPI_Allreduce(&worst, &out, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS) return DR_EMPI;
   if (out && !status) dr_fail(out, "another rank failed (status %d); see its message", out);
+  if (out) dr_mark_agreed();
   return out;
 }
 

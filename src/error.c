@@ -8,6 +8,7 @@
 
 static _Thread_local char msg_[1024];
 static _Thread_local int has_msg_;
+static _Thread_local int agreed_;
 
 int dr_fail(int code, const char *fmt, ...) {
   if (!has_msg_) {
@@ -37,8 +38,12 @@ const char *dr_message(void) { return has_msg_ ? msg_ : "unknown error"; }
 
 void dr_clear(void) {
   has_msg_ = 0;
+  agreed_ = 0;
   msg_[0] = 0;
 }
+
+void dr_mark_agreed(void) { agreed_ = 1; }
+int dr_agreed(void) { return agreed_; }
 
 void *dr_malloc(size_t bytes, const char *what) {
   if (bytes == 0) return NULL;

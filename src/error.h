@@ -18,7 +18,8 @@ enum {
   DR_EMPI = 5,      /* MPI */
   DR_ECUDA = 6,     /* CUDA runtime or kernel */
   DR_EPHYSICS = 7,  /* NaN, Inf, runaway velocity */
-  DR_EINTERNAL = 8  /* a bug in drift */
+  DR_EINTERNAL = 8, /* a bug in drift */
+  DR_ESTOPPED = 9   /* stopped by a signal (SIGTERM, SIGINT, SIGUSR1) after writing a checkpoint */
 };
 
 /* Records the message (printf format) and returns code. The first message recorded since the
@@ -28,7 +29,14 @@ int dr_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 int dr_fail_at(int code, const char *file, int line, const char *call, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 const char *dr_message(void);
+/* Forgets the message, and that it was agreed. */
 void dr_clear(void);
+
+/* Whether every rank knows of the failure recorded: set when the ranks agreed on a failure
+ * (comm_agree, the per-step allreduce). main() ends a failure that only some ranks know of with
+ * MPI_Abort, since the others may be waiting in a collective call. */
+void dr_mark_agreed(void);
+int dr_agreed(void);
 
 /* Propagates a non-zero status from expr. */
 #define DR_TRY(expr)                                                                               \

@@ -13,10 +13,12 @@
 #include "log.h"
 #include "sample.h"
 #include "scene.h"
+#include "signals.h"
 #include "sim.h"
 
 static const char *usage =
     "usage: drift run SCENE.json [--out DIR] [--frames N] [--backend auto|cpu|cuda] [--quiet]\n"
+    "                 [--resume [FILE|DIR]] [--force]\n"
     "       drift check SCENE.json\n"
     "       drift bench [SCENE.json ...] [--frames N] [--backend auto|cpu|cuda] [--csv FILE]\n"
     "                   [--profile-frames K]\n"
@@ -34,13 +36,20 @@ static const char *usage =
     "  --frames N       simulate N frames instead of the scene's time.frames\n"
     "  --backend B      auto (cuda where a GPU is present, else cpu), cpu or cuda\n"
     "  --quiet          no progress lines\n"
+    "  --resume [FILE|DIR]\n"
+    "                   continue from a checkpoint: FILE, or the newest whole\n"
+    "                   checkpoint_NNNNN.h5 in DIR (default: the output folder), on any\n"
+    "                   number of ranks. The scene file must be the one it came from.\n"
+    "  --force          resume from a checkpoint of another scene file\n"
     "  --csv FILE       bench: also write the table as CSV to FILE\n"
     "  --profile-frames K\n"
     "                   bench: frames of a second, profiled run that measures the share of\n"
     "                   each phase (default 2; 0 skips it)\n"
     "\n"
+    "SIGTERM, SIGINT or SIGUSR1 stop a run before its next step with a checkpoint.\n"
     "Exit status: 0 success, 2 bad input, 3 I/O, 4 out of memory, 5 MPI, 6 CUDA,\n"
-    "7 the simulation became unstable, 8 internal error.\n"
+    "7 the simulation became unstable, 8 internal error, 9 stopped by a signal after\n"
+    "writing a checkpoint (continue with --resume).\n"
     "Scene format and output layout: README.md.\n";
 
 static int fail(int code) {
@@ -175,7 +184,8 @@ static int parse_backend(const char *v, int *out) {
   return DR_OK;
 }
 
-static int cmd_run(int argc, char **argv) {
+/* drift run's arguments. */
+static int parse_run_args(int argc, char **argv, const char **scene_path, sim_options *opt_out, int *quiet_out) {
   const char *path = NULL;
   sim_options opt = {.backend = -1, .write_output = 1};
   int quiet = 0;
@@ -196,6 +206,13 @@ static int cmd_run(int argc, char **argv) {
       DR_TRY(parse_backend(argv[++i], &opt.backend));
     } else if (!strcmp(a, "--quiet")) {
       quiet = 1;
+    } else if (!strcmp(a, "--resume") || !strncmp(a, "--resume=", 9)) {
+      /* an optional value: --resume=PATH, or the next argument unless it is an option */
+      if (a[8] == '=') opt.resume = a + 9;
+      else if (i + 1 < argc && argv[i + 1][0] != '-') opt.resume = argv[++i];
+      else opt.resume = "";
+    } else if (!strcmp(a, "--force")) {
+      opt.force = 1;
     } else if (a[0] == '-') {
       return dr_fail(DR_EINPUT, "unknown option '%s' (see drift --help)", a);
     } else if (path) {
@@ -205,23 +222,46 @@ static int cmd_run(int argc, char **argv) {
     }
   }
   if (!path) return dr_fail(DR_EINPUT, "run needs a scene file (see drift --help)");
+  if (opt.force && !opt.resume) return dr_fail(DR_EINPUT, "--force goes with --resume (see drift --help)");
+  *scene_path = path;
+  *opt_out = opt;
+  *quiet_out = quiet;
+  return DR_OK;
+}
+
+static int cmd_run(int argc, char **argv) {
+  const char *path = NULL;
+  sim_options opt;
+  int quiet = 0;
   scene s;
-  DR_TRY(scene_load(path, &s));
+  int rc = parse_run_args(argc, argv, &path, &opt, &quiet);
+  if (!rc) rc = scene_load(path, &s);
+  if (rc) {
+    dr_mark_agreed(); /* every rank reads the same arguments and the same file */
+    return rc;
+  }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   log_set_rank(rank);
   log_set_quiet(quiet);
+  int rc0 = signals_install();
+  if (rc0) {
+    scene_destroy(&s);
+    return rc0;
+  }
   sim *S = NULL;
-  int rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
+  rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
   if (!rc) rc = sim_run(S);
   sim_destroy(&S);
   scene_destroy(&s);
   return rc;
 }
 
-/* Runs a command that needs MPI; bad input is reported by rank 0 only, since every rank finds
- * the same problem. */
-static int with_mpi(int (*command)(int, char **), int argc, char **argv) {
+/* Runs a command that needs MPI. Bad input and a stop by a signal are reported by rank 0 only,
+ * since every rank has the same message. A failure that the ranks did not agree on (dr_agreed)
+ * may leave other ranks waiting in a collective call for this one, which would never come:
+ * MPI_Abort ends the whole job instead of MPI_Finalize, which would wait with them. */
+static int with_mpi(int (*command)(int, char **), int argc, char **argv, int abort_alone) {
   int provided;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "drift: MPI_Init_thread failed\n");
@@ -229,9 +269,16 @@ static int with_mpi(int (*command)(int, char **), int argc, char **argv) {
   }
   int rc = command(argc, argv);
   if (rc) {
-    int rank = 0;
+    int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0 || rc != DR_EINPUT) fail(rc);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const int alone = abort_alone && size > 1 && !dr_agreed();
+    if (rank == 0 || alone || (rc != DR_EINPUT && rc != DR_ESTOPPED)) fail(rc);
+    if (alone) {
+      fprintf(stderr, "drift: rank %d failed alone; ending all %d ranks\n", rank, size);
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, rc);
+    }
   }
   MPI_Finalize();
   return rc;
@@ -256,7 +303,7 @@ int main(int argc, char **argv) {
     int rc = cmd_check(argv[2]);
     return rc ? fail(rc) : 0;
   }
-  if (!strcmp(cmd, "run")) return with_mpi(cmd_run, argc, argv);
-  if (!strcmp(cmd, "bench")) return with_mpi(bench_main, argc, argv);
+  if (!strcmp(cmd, "run")) return with_mpi(cmd_run, argc, argv, 1);
+  if (!strcmp(cmd, "bench")) return with_mpi(bench_main, argc, argv, 0);
   return usage_error("unknown command '%s'", cmd);
 }

@@ -6,25 +6,17 @@
 
 #include "error.h"
 
-#define GROW(field, k)                                                                             \
-  do {                                                                                             \
-    void *q_ = realloc(p->field, sizeof(*p->field) * (k) * cap);                                   \
-    if (!q_) return dr_fail(DR_ENOMEM, "out of host memory: %zu particles need %.1f MiB", cap,     \
-                            (double)sizeof(*p->field) * (k) * cap / 1048576.0);                    \
-    p->field = q_;                                                                                 \
-  } while (0)
-
 int particles_reserve(particles *p, size_t cap) {
   if (cap <= p->cap) return DR_OK;
-  GROW(x, 3);
-  GROW(v, 3);
-  GROW(C, 9);
-  GROW(F, 9);
-  GROW(mass, 1);
-  GROW(vol0, 1);
-  GROW(id, 1);
-  GROW(material, 1);
-  GROW(owner, 1);
+#define GROW_(field, type, k, what)                                                                \
+  do {                                                                                             \
+    void *q_ = realloc(p->field, sizeof(type) * (k) * cap);                                        \
+    if (!q_) return dr_fail(DR_ENOMEM, "out of host memory: %zu particles need %.1f MiB", cap,     \
+                            (double)sizeof(type) * (k) * cap / 1048576.0);                         \
+    p->field = q_;                                                                                 \
+  } while (0);
+  PARTICLE_ATTRIBUTES(GROW_)
+#undef GROW_
   p->cap = cap;
   return DR_OK;
 }
@@ -46,14 +38,46 @@ int particles_push(particles *p, const float x[3], const float v[3], float mass,
 }
 
 void particles_free(particles *p) {
-  free(p->x);
-  free(p->v);
-  free(p->C);
-  free(p->F);
-  free(p->mass);
-  free(p->vol0);
-  free(p->id);
-  free(p->material);
-  free(p->owner);
+#define FREE_(field, type, k, what) free(p->field);
+  PARTICLE_ATTRIBUTES(FREE_)
+#undef FREE_
   memset(p, 0, sizeof *p);
+}
+
+size_t particles_record_bytes(void) {
+  size_t bytes = 0;
+#define BYTES_(field, type, k, what) bytes += sizeof(type) * (k);
+  PARTICLE_ATTRIBUTES(BYTES_)
+#undef BYTES_
+  return bytes;
+}
+
+void particles_pack(const particles *p, size_t i, void *record) {
+  unsigned char *r = record;
+#define PACK_(field, type, k, what)                                                                \
+  memcpy(r, p->field + (size_t)(k) * i, sizeof(type) * (k));                                       \
+  r += sizeof(type) * (k);
+  PARTICLE_ATTRIBUTES(PACK_)
+#undef PACK_
+}
+
+int particles_push_record(particles *p, const void *record) {
+  if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : 1024));
+  const size_t i = p->n++;
+  const unsigned char *r = record;
+#define UNPACK_(field, type, k, what)                                                              \
+  memcpy(p->field + (size_t)(k) * i, r, sizeof(type) * (k));                                       \
+  r += sizeof(type) * (k);
+  PARTICLE_ATTRIBUTES(UNPACK_)
+#undef UNPACK_
+  return DR_OK;
+}
+
+int particles_push_copy(particles *p, const particles *src, size_t i) {
+  if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : 1024));
+  const size_t j = p->n++;
+#define COPY_(field, type, k, what) memcpy(p->field + (size_t)(k) * j, src->field + (size_t)(k) * i, sizeof(type) * (k));
+  PARTICLE_ATTRIBUTES(COPY_)
+#undef COPY_
+  return DR_OK;
 }

@@ -1,30 +1,49 @@
 /* particles.h - a slice of particles in host memory, one array per attribute (structure of
- * arrays). This is how particles enter a backend (create), leave it (download, for output), and
- * later travel between ranks. Backends keep their own layout inside. */
+ * arrays). This is how particles enter a backend (create), leave it (download, for output and
+ * checkpoints), and travel between ranks. Backends keep their own layout inside. */
 #ifndef DRIFT_PARTICLES_H
 #define DRIFT_PARTICLES_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+/* Every per-particle attribute, one line each: X(field, C type, values per particle, meaning).
+ * The struct below, growing and freeing (particles.c), whole-particle records (migration between
+ * ranks in sim.c) and checkpoints (io/checkpoint.c) all go through this list, so a new
+ * attribute (e.g. a plastic-state scalar for a snow model) is one line here, its initial value
+ * in particles_push, and its use in the backends. Types: float, uint64_t or int32_t. */
+#define PARTICLE_ATTRIBUTES(X)                                                                     \
+  X(x, float, 3, "position, m")                                                                    \
+  X(v, float, 3, "velocity, m/s")                                                                  \
+  X(C, float, 9, "APIC affine velocity matrix, 1/s, row-major")                                    \
+  X(F, float, 9, "deformation gradient (elastic part), row-major")                                 \
+  X(mass, float, 1, "mass, kg")                                                                    \
+  X(vol0, float, 1, "initial volume, m^3")                                                         \
+  X(id, uint64_t, 1, "stable, unique over the run")                                                \
+  X(material, int32_t, 1, "index into scene.materials")                                            \
+  X(owner, int32_t, 1, "rank * 256 + device that computed it")
+
 typedef struct particles {
   size_t n, cap;
-  float *x;          /* [3n] position, m */
-  float *v;          /* [3n] velocity, m/s */
-  float *C;          /* [9n] APIC affine velocity matrix, 1/s, row-major */
-  float *F;          /* [9n] deformation gradient (elastic part), row-major */
-  float *mass;       /* [n] kg */
-  float *vol0;       /* [n] initial volume, m^3 */
-  uint64_t *id;      /* [n] stable, unique over the run */
-  int32_t *material; /* [n] index into scene.materials */
-  int32_t *owner;    /* [n] rank * 256 + device */
+#define PARTICLES_FIELD_(name, type, k, what) type *name; /* [k n] what */
+  PARTICLE_ATTRIBUTES(PARTICLES_FIELD_)
+#undef PARTICLES_FIELD_
 } particles;
 
 /* Makes room for at least cap particles (keeps the first n). Allocates. */
 int particles_reserve(particles *p, size_t cap);
-/* Appends one particle at rest state (C = 0, F = I). Grows 2x when full. */
+/* Appends one particle at rest state (C = 0, F = I, owner 0). Grows 2x when full. */
 int particles_push(particles *p, const float x[3], const float v[3], float mass, float vol0,
                    uint64_t id, int32_t material);
 void particles_free(particles *p);
+
+/* Whole particles as flat records of every attribute (PARTICLE_ATTRIBUTES order, packed), for
+ * messages between ranks. */
+size_t particles_record_bytes(void);
+void particles_pack(const particles *p, size_t i, void *record);
+/* Appends the particle a record holds. Grows 2x when full. */
+int particles_push_record(particles *p, const void *record);
+/* Appends particle i of src (all attributes). Grows 2x when full. */
+int particles_push_copy(particles *p, const particles *src, size_t i);
 
 #endif

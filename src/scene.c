@@ -26,6 +26,8 @@
 #define MAX_CELLS_PER_AXIS 1048576.0   /* 2^20: block coordinates (cells / 4 + padding) fit in 19 bits, so a block code and a 6-bit cell code share one 64-bit sort key */
 #define MAX_PPC 1000
 #define MAX_COLLIDERS 256                /* colliders are tested at every grid node */
+#define MAX_CHECKPOINT_EVERY 100000000 /* as --frames */
+#define MAX_CHECKPOINT_KEEP 1000
 #define MAX_SEED 9007199254740992.0    /* 2^53: the largest integer a JSON number holds exactly */
 #define PI 3.14159265358979323846
 #define REL_TOL 1e-9                   /* rounding slack for comparisons of derived values */
@@ -975,15 +977,17 @@ static int parse_colliders(const ctx *c, const cJSON *root, scene *s) {
 }
 
 static int parse_output(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"dir", "every"};
+  static const char *const keys[] = {"dir", "every", "checkpoint_every", "checkpoint_keep"};
   const cJSON *o;
   const char *dir = "frames";
   char g[GOT_LEN];
   s->output_every = 1;
+  s->checkpoint_every = 0;
+  s->checkpoint_keep = 2;
   DR_TRY(get_section(c, root, "output", 0, "", &o));
   if (o) {
-    DR_TRY(need_object(c, o, "output", "with keys dir, every"));
-    DR_TRY(check_keys(c, o, "output", keys, 2, NULL, 0, NULL));
+    DR_TRY(need_object(c, o, "output", "with keys dir, every, checkpoint_every, checkpoint_keep"));
+    DR_TRY(check_keys(c, o, "output", keys, 4, NULL, 0, NULL));
     DR_TRY(get_string(c, o, "output", "dir", 0, dir, "a non-empty string, a directory", &dir));
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "dir");
     if (!*dir)
@@ -998,6 +1002,9 @@ static int parse_output(const ctx *c, const cJSON *root, scene *s) {
     if (s->output_every > s->frames)
       return fail(c, "output.every", "larger than time.frames (got %d; expected at most "
                   "time.frames = %d)", s->output_every, s->frames);
+    /* Not bounded by time.frames: --frames may extend a run that resumes from a checkpoint. */
+    DR_TRY(get_int32(c, o, "output", "checkpoint_every", 0, 0, 0, MAX_CHECKPOINT_EVERY, &s->checkpoint_every));
+    DR_TRY(get_int32(c, o, "output", "checkpoint_keep", 0, 2, 1, MAX_CHECKPOINT_KEEP, &s->checkpoint_keep));
   }
   snprintf(s->output_dir, sizeof s->output_dir, "%s", dir);
   return 0;
@@ -1155,12 +1162,24 @@ int scene_load(const char *path, scene *out) {
   int rc = parse_json(&c, buf, len, &root);
   if (!rc) rc = parse_scene(&c, root, out);
   cJSON_Delete(root);
-  free(buf);
   if (rc) {
+    free(buf);
     scene_destroy(out);
     memset(out, 0, sizeof *out);
+    return rc;
   }
-  return rc;
+  /* kept for checkpoints: the exact bytes and their hash */
+  out->text = buf;
+  out->text_len = len;
+  out->hash = scene_hash_bytes(buf, len);
+  return 0;
+}
+
+uint64_t scene_hash_bytes(const void *bytes, size_t len) {
+  const unsigned char *p = bytes;
+  uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a, 64 bits */
+  for (size_t i = 0; i < len; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
 }
 
 void scene_destroy(scene *s) {
@@ -1169,9 +1188,12 @@ void scene_destroy(scene *s) {
   free(s->bodies);
   for (int i = 0; i < s->n_colliders; ++i) free(s->colliders[i].keys);
   free(s->colliders);
+  free(s->text);
   s->materials = NULL;
   s->bodies = NULL;
   s->colliders = NULL;
+  s->text = NULL;
+  s->text_len = 0;
   s->n_materials = s->n_bodies = s->n_colliders = 0;
 }
 

@@ -7,6 +7,7 @@
 #ifndef DRIFT_SCENE_H
 #define DRIFT_SCENE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "physics/boundary.h"
@@ -82,11 +83,16 @@ typedef struct scene {
   scene_collider *colliders;
   char output_dir[4096]; /* default "frames" */
   int output_every;      /* default 1 */
+  int checkpoint_every;  /* write a checkpoint every this many frames; 0 = never (default) */
+  int checkpoint_keep;   /* checkpoints kept in the output folder, >= 1, default 2 */
   int backend;           /* enum backend_kind, default auto */
   int gpus_per_rank;     /* 0 = all visible */
   int g2p2g_below;       /* cuda: fused G2P2G for fixed steps below this many particles per GPU */
   int balance_by;        /* enum balance_kind: what "load" means for the balance between ranks */
   double balance_threshold; /* several ranks: move the cuts when the largest load exceeds the mean by this */
+  char *text;            /* the file's bytes, NUL-terminated (owned; checkpoints store them) */
+  size_t text_len;
+  uint64_t hash;         /* scene_hash_bytes of text: a checkpoint names the scene it came from */
 } scene;
 
 /* Reads and validates path; on success *out owns its arrays (free with scene_destroy). */
@@ -102,6 +108,8 @@ int scene_body_inside(const scene_body *b, const double p[3]);
 /* The colliders and their keyframes as the kernels see them (physics/boundary.h). Allocates
  * *cols (n_colliders) and *keys (*n_keys); free both. */
 int scene_kernel_colliders(const scene *s, collider **cols, collider_key **keys, int *n_keys);
+/* 64-bit FNV-1a of len bytes: the scene hash that checkpoints record. */
+uint64_t scene_hash_bytes(const void *bytes, size_t len);
 
 /* Largest elastic wave speed over the scene's materials (m/s), used by the CFL step. */
 double scene_wave_speed(const scene *s);

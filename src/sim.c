@@ -3,13 +3,17 @@
 #include "sim.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "decomp.h"
 #include "error.h"
@@ -19,6 +23,7 @@
 #include "h5frame.h"
 #include "log.h"
 #include "sample.h"
+#include "signals.h"
 #include "xdmf.h"
 
 /* What the progress line reports about the ranks, summed over a frame on this rank. */
@@ -55,6 +60,22 @@ struct sim {
   double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
+  /* Where the next substep starts: frame st.frame + 1, after step_in_frame substeps, at time
+   * t_in_frame; part-way into the frame only after a resume from a checkpoint written on a
+   * signal, or when a signal stopped the run. */
+  int step_in_frame;
+  double t_in_frame;    /* s */
+  int vmax_pending;     /* 1: the next step's dt comes from vmax_next (the checkpoint's), not the backend */
+  float vmax_next;      /* m/s */
+  uint64_t rebuilds_base; /* rebuild-mappings before the backend was created (a resume) */
+  int resumed;          /* the run continues from a checkpoint */
+  char resumed_from[4096];
+  int stop_signal;      /* the signal that stopped the run (any rank's), 0 while running */
+  struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (README, "Tests") */
+    int action;         /* 0 none, 1 raise SIGTERM, 2 exit, 3 fail alone */
+    int rank;
+    uint64_t step;
+  } hook;
 };
 
 static double now(void) {
@@ -163,30 +184,68 @@ static int rebalance(sim *S, const particles *p, uint64_t weight) {
   return rc;
 }
 
-/* The state of one particle as it travels between ranks. */
-enum { REC_FLOATS = 3 + 3 + 9 + 9 + 2, REC_WORDS = REC_FLOATS + 2 + 1 };
-
-static void pack_particle(const particles *p, size_t i, float *r) {
-  memcpy(r, p->x + 3 * i, 3 * sizeof(float));
-  memcpy(r + 3, p->v + 3 * i, 3 * sizeof(float));
-  memcpy(r + 6, p->C + 9 * i, 9 * sizeof(float));
-  memcpy(r + 15, p->F + 9 * i, 9 * sizeof(float));
-  r[24] = p->mass[i];
-  r[25] = p->vol0[i];
-  memcpy(r + REC_FLOATS, &p->id[i], sizeof(uint64_t));
-  memcpy(r + REC_FLOATS + 2, &p->material[i], sizeof(int32_t));
-}
-
-static int unpack_particle(particles *p, const float *r) {
-  uint64_t id;
-  int32_t mat;
-  memcpy(&id, r + REC_FLOATS, sizeof id);
-  memcpy(&mat, r + REC_FLOATS + 2, sizeof mat);
-  DR_TRY(particles_push(p, r, r + 3, r[24], r[25], id, mat));
-  size_t i = p->n - 1;
-  memcpy(p->C + 9 * i, r + 6, 9 * sizeof(float));
-  memcpy(p->F + 9 * i, r + 15, 9 * sizeof(float));
-  return DR_OK;
+/* Sends the particles of p whose block lies outside this rank's box by more than margin
+ * blocks to the rank that owns their position, whole (every attribute, particles.h), and
+ * fills q (empty on entry) with the particles this rank keeps and those it receives. p is left
+ * unchanged. Collective over S->comm; the ranks agree on the outcome. */
+static int migrate(sim *S, const particles *p, int margin, particles *q) {
+  const int R = S->nranks;
+  const size_t rec = particles_record_bytes();
+  int rc = DR_OK;
+  int *dest = malloc(sizeof *dest * (p->n ? p->n : 1));
+  int *scount = calloc((size_t)R, sizeof *scount), *rcount = calloc((size_t)R, sizeof *rcount);
+  int *sdispl = calloc((size_t)R, sizeof *sdispl), *rdispl = calloc((size_t)R, sizeof *rdispl);
+  int *fill = calloc((size_t)R, sizeof *fill);
+  unsigned char *sbuf = NULL, *rbuf = NULL;
+  MPI_Datatype rec_type = MPI_DATATYPE_NULL;
+  if (!dest || !scount || !rcount || !sdispl || !rdispl || !fill) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
+  /* one record per particle, as one MPI datatype: counts stay in particles, not bytes */
+  if (rc == DR_OK) {
+    int e = MPI_Type_contiguous((int)rec, MPI_BYTE, &rec_type);
+    if (e == MPI_SUCCESS) e = MPI_Type_commit(&rec_type);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Type_commit(particle record)");
+  }
+  const int32_t *mybox = S->dec.box[S->rank];
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
+    int32_t blk[3];
+    particle_block(S, p->x + 3 * i, blk);
+    int out = 0;
+    for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
+    dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;
+    if (dest[i] != S->rank) ++scount[dest[i]];
+  }
+  rc = comm_agree(S->comm, rc);
+  if (rc == DR_OK) {
+    int e = MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoall(migration counts)");
+  }
+  size_t stot = 0, rtot = 0;
+  for (int r = 0; rc == DR_OK && r < R; ++r) sdispl[r] = (int)stot, stot += (size_t)scount[r];
+  for (int r = 0; rc == DR_OK && r < R; ++r) rdispl[r] = (int)rtot, rtot += (size_t)rcount[r];
+  if (rc == DR_OK && (stot > INT_MAX || rtot > INT_MAX))
+    rc = dr_fail(DR_EINTERNAL, "migration: %zu particles to send and %zu to receive on rank %d exceed MPI's int counts",
+                 stot, rtot, S->rank);
+  if (rc == DR_OK && (!(sbuf = malloc(rec * (stot ? stot : 1))) || !(rbuf = malloc(rec * (rtot ? rtot : 1)))))
+    rc = dr_fail(DR_ENOMEM, "out of host memory for migration (%zu particles)", stot + rtot);
+  if (rc == DR_OK) rc = particles_reserve(q, p->n - stot + rtot);
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
+    if (dest[i] == S->rank) {
+      rc = particles_push_copy(q, p, i);
+    } else {
+      particles_pack(p, i, sbuf + rec * (size_t)(sdispl[dest[i]] + fill[dest[i]]));
+      ++fill[dest[i]];
+    }
+  }
+  rc = comm_agree(S->comm, rc); /* nobody enters the exchange alone */
+  if (rc == DR_OK) {
+    int e = MPI_Alltoallv(sbuf, scount, sdispl, rec_type, rbuf, rcount, rdispl, rec_type, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoallv(particles)");
+  }
+  for (size_t k = 0; rc == DR_OK && k < rtot; ++k) rc = particles_push_record(q, rbuf + rec * k);
+  S->fs.migrated += stot;
+  if (rec_type != MPI_DATATYPE_NULL) MPI_Type_free(&rec_type);
+  free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(fill), free(sbuf), free(rbuf);
+  return comm_agree(S->comm, rc);
 }
 
 /* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven, then sends
@@ -230,56 +289,7 @@ static int redistribute(sim *S) {
              by_time ? "compute time" : "particle count", 100.0 * imbalance, 100.0 * S->balance,
              (unsigned long long)nmax);
   }
-  /* destinations */
-  const int R = S->nranks;
-  int *dest = malloc(sizeof *dest * (p.n ? p.n : 1));
-  int *scount = calloc((size_t)R, sizeof *scount), *rcount = calloc((size_t)R, sizeof *rcount);
-  int *sdispl = calloc((size_t)R, sizeof *sdispl), *rdispl = calloc((size_t)R, sizeof *rdispl);
-  float *sbuf = NULL, *rbuf = NULL;
-  if (!dest || !scount || !rcount || !sdispl || !rdispl) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
-  const int32_t *mybox = S->dec.box[S->rank];
-  for (size_t i = 0; rc == DR_OK && i < p.n; ++i) {
-    int32_t blk[3];
-    particle_block(S, p.x + 3 * i, blk);
-    int out = 0;
-    for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
-    dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;
-    if (dest[i] != S->rank) scount[dest[i]] += REC_WORDS;
-  }
-  if (rc == DR_OK) {
-    int e = MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, S->comm);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoall(migration counts)");
-  }
-  size_t stot = 0, rtot = 0;
-  for (int r = 0; rc == DR_OK && r < R; ++r) sdispl[r] = (int)stot, stot += (size_t)scount[r];
-  for (int r = 0; rc == DR_OK && r < R; ++r) rdispl[r] = (int)rtot, rtot += (size_t)rcount[r];
-  if (rc == DR_OK && (!(sbuf = malloc(sizeof *sbuf * (stot ? stot : 1))) || !(rbuf = malloc(sizeof *rbuf * (rtot ? rtot : 1)))))
-    rc = dr_fail(DR_ENOMEM, "out of host memory for migration (%zu particles)", (stot + rtot) / REC_WORDS);
-  if (rc == DR_OK) {
-    int *fill = calloc((size_t)R, sizeof *fill);
-    if (!fill) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
-    for (size_t i = 0; rc == DR_OK && i < p.n; ++i) {
-      if (dest[i] == S->rank) {
-        rc = particles_push(&q, p.x + 3 * i, p.v + 3 * i, p.mass[i], p.vol0[i], p.id[i], p.material[i]);
-        if (rc == DR_OK) {
-          memcpy(q.C + 9 * (q.n - 1), p.C + 9 * i, 9 * sizeof(float));
-          memcpy(q.F + 9 * (q.n - 1), p.F + 9 * i, 9 * sizeof(float));
-        }
-      } else {
-        pack_particle(&p, i, sbuf + sdispl[dest[i]] + fill[dest[i]]);
-        fill[dest[i]] += REC_WORDS;
-      }
-    }
-    free(fill);
-  }
-  if (rc == DR_OK) {
-    /* MPI_FLOAT carries the id and material words bit for bit (no arithmetic on them) */
-    int e = MPI_Alltoallv(sbuf, scount, sdispl, MPI_FLOAT, rbuf, rcount, rdispl, MPI_FLOAT, S->comm);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoallv(particles)");
-  }
-  for (size_t k = 0; rc == DR_OK && k < rtot; k += REC_WORDS) rc = unpack_particle(&q, rbuf + k);
-  S->fs.migrated += stot / REC_WORDS;
-  free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(sbuf), free(rbuf);
+  rc = migrate(S, &p, margin, &q);
   particles_free(&p);
   if (rc == DR_OK) rc = S->be.set_particles(S->be.state, &q);
   particles_free(&q);
@@ -288,32 +298,77 @@ static int redistribute(sim *S) {
   return rc;
 }
 
+/* The next substep's dt, or 0 when the frame is complete: a fixed step, or the adaptive
+ * cfl dx / (c + max |v|) with the last two substeps of a frame sharing what is left, so that no
+ * substep is tiny and the frame ends exactly at t1. k: substeps done in the frame so far. */
+static double next_dt(const sim *S, double t, double t1, int k, double vmax) {
+  if (S->substeps_fixed > 0) return k < S->substeps_fixed ? S->frame_dt / S->substeps_fixed : 0.0;
+  if (!(t1 - t > 1e-9 * S->frame_dt)) return 0.0;
+  double dt = S->sc->cfl * S->sc->dx / (S->wave_speed + vmax);
+  const double rem = t1 - t;
+  if (dt >= rem) dt = rem;
+  else if (dt > 0.5 * rem) dt = 0.5 * rem;
+  return dt;
+}
+
+/* The largest speed the next step's dt comes from: the checkpoint's right after a resume (a new
+ * backend has no last step), else the backend's from its last G2P. This rank's only. */
+static int step_speed(sim *S, float *vmax) {
+  if (S->vmax_pending) {
+    *vmax = S->vmax_next;
+    return DR_OK;
+  }
+  return S->be.max_speed(S->be.state, vmax);
+}
+
+/* The tests' hook (DRIFT_TEST_HOOK), before substep st.steps + 1 of this rank. */
+static int test_hook(sim *S) {
+  if (!S->hook.action || S->hook.rank != S->rank || S->st.steps + 1 < S->hook.step) return DR_OK;
+  const int action = S->hook.action;
+  S->hook.action = 0;
+  if (action == 1) raise(SIGTERM);
+  if (action == 2) _exit(1); /* a rank that dies */
+  if (action == 3)           /* a failure the other ranks are not told of */
+    return dr_fail(DR_EINTERNAL, "DRIFT_TEST_HOOK: rank %d fails alone before step %llu", S->rank,
+                   (unsigned long long)S->st.steps + 1);
+  return DR_OK;
+}
+
+/* Remembers where a stop found the run (the next substep's start) and returns DR_ESTOPPED;
+ * sim_run writes the checkpoint. */
+static int stop_at(sim *S, int sig, double t, int k) {
+  S->stop_signal = sig;
+  S->t_in_frame = t;
+  S->step_in_frame = k;
+  S->st.time = t;
+  return DR_ESTOPPED;
+}
+
 /* A frame on several ranks: every step one allreduce agrees on the largest speed (adaptive
- * dt), on whether any rank needs a rebuild-mapping, and on failure; P2G sums of shared blocks
- * cross between ranks before the grid update. */
-static int advance_frame_ranks(sim *S, double t0, double t1) {
+ * dt), on whether any rank needs a rebuild-mapping, on failure, and on whether any rank got a
+ * signal; P2G sums of shared blocks cross between ranks before the grid update. Starts where
+ * the run stands (S->step_in_frame, S->t_in_frame). */
+static int advance_frame_ranks(sim *S, double t1) {
   backend *b = &S->be;
-  double t = t0;
-  int k = 0, rc = DR_OK;
+  double t = S->t_in_frame;
+  int k = S->step_in_frame, rc = DR_OK;
   for (;;) {
     float vmax = 0.0f;
-    if (rc == DR_OK) rc = b->max_speed(b->state, &vmax);
-    double loc[3] = {vmax, rc == DR_OK && b->wants_rebuild(b->state), rc}, glob[3];
+    /* DRIFT_TEST_HOOK fail: this rank leaves alone, the others wait in the allreduce (main ends the job) */
+    if (rc == DR_OK) DR_TRY(test_hook(S));
+    if (rc == DR_OK) rc = step_speed(S, &vmax);
+    double loc[4] = {vmax, rc == DR_OK && b->wants_rebuild(b->state), rc, signals_pending()}, glob[4];
     double w = MPI_Wtime();
-    DR_MPI(MPI_Allreduce(loc, glob, 3, MPI_DOUBLE, MPI_MAX, S->comm));
+    DR_MPI(MPI_Allreduce(loc, glob, 4, MPI_DOUBLE, MPI_MAX, S->comm));
     S->fs.wait += MPI_Wtime() - w;
-    if (glob[2] != 0) return rc ? rc : dr_fail((int)glob[2], "another rank stopped (its message is above)");
-    double dt;
-    if (S->substeps_fixed > 0) {
-      if (k == S->substeps_fixed) break;
-      dt = S->frame_dt / S->substeps_fixed;
-    } else {
-      if (!(t1 - t > 1e-9 * S->frame_dt)) break;
-      dt = S->sc->cfl * S->sc->dx / (S->wave_speed + glob[0]);
-      double rem = t1 - t;
-      if (dt >= rem) dt = rem;
-      else if (dt > 0.5 * rem) dt = 0.5 * rem;
+    if (glob[2] != 0) { /* every rank knows */
+      if (!rc) rc = dr_fail((int)glob[2], "another rank stopped (its message is above)");
+      dr_mark_agreed();
+      return rc;
     }
+    const double dt = next_dt(S, t, t1, k, glob[0]);
+    if (dt == 0.0) break;
+    if (glob[3] != 0) return stop_at(S, (int)glob[3], t, k);
     S->st.time = t;
     if (rc == DR_OK && b->set_time) rc = b->set_time(b->state, t);
     double ph = now(); /* phase times (sim_options.profile; the CPU backend is synchronous) */
@@ -340,9 +395,143 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     if (rc == DR_OK) {
       ++S->st.steps;
       S->st.last_dt = dt;
+      S->vmax_pending = 0;
     }
     t += dt;
     ++k;
+  }
+  return DR_OK;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------ */
+
+/* Parses DRIFT_TEST_HOOK=ACTION:RANK:STEP (ACTION signal, exit or fail): the tests make one rank
+ * raise SIGTERM, exit, or fail without telling the others, before substep STEP. */
+static int parse_test_hook(sim *S) {
+  const char *h = getenv("DRIFT_TEST_HOOK");
+  if (!h || !*h) return DR_OK;
+  char action[16];
+  int rank = -1;
+  unsigned long long step = 0;
+  if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
+      (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail")))
+    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail:RANK:STEP (a test hook)", h);
+  S->hook.action = !strcmp(action, "signal") ? 1 : !strcmp(action, "exit") ? 2 : 3;
+  S->hook.rank = rank;
+  S->hook.step = step;
+  return DR_OK;
+}
+
+/* Collective. Writes DIR/checkpoint_NNNNN.h5 of the state the run stands at: the end of frame
+ * st.frame, or part-way into the next one after a stop. */
+static int write_checkpoint(sim *S) {
+  const double t0 = now();
+  int rc = comm_agree(S->comm, S->be.download(S->be.state, &S->host));
+  backend_stats bs;
+  if (rc == DR_OK) rc = comm_agree(S->comm, S->be.stats(S->be.state, &bs));
+  float vmax = 0.0f, vall = 0.0f;
+  if (rc == DR_OK) rc = comm_agree(S->comm, step_speed(S, &vmax));
+  DR_TRY(rc);
+  DR_MPI(MPI_Allreduce(&vmax, &vall, 1, MPI_FLOAT, MPI_MAX, S->comm));
+  S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
+  const ckpt_state st = {.frame = S->st.frame, .step_in_frame = S->step_in_frame, .time = S->t_in_frame,
+                         .steps = S->st.steps, .rebuilds = S->st.rebuilds, .last_dt = S->st.last_dt, .vmax = vall,
+                         .scene_hash = S->sc->hash};
+  const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
+  DR_TRY(ckpt_write(S->comm, S->out_dir, &st, &sc, &S->host, S->sc->checkpoint_keep));
+  char path[4096];
+  ckpt_path(S->out_dir, S->st.frame, path, sizeof path);
+  log_info("checkpoint %s (frame %d%s, t %.4f s)", path, S->st.frame, S->step_in_frame ? " and part of the next" : "",
+           S->t_in_frame);
+  S->st.io_seconds += now() - t0;
+  return DR_OK;
+}
+
+/* Continues from a checkpoint instead of sampling the scene. Reads it (the file given, or the
+ * newest whole one in a folder; default the output folder), refuses one from another scene
+ * unless --force, and leaves in *p the particles this rank owns. Every rank reads an even slice;
+ * on several ranks the cuts are then made from all slices (rebalance, as when the load drifts)
+ * and the particles move to their owners (migrate, as at a rebuild-mapping), so no rank ever
+ * holds the whole scene. Restores the time, the step counts and the step-size controller. */
+static int resume_from_checkpoint(sim *S, particles *p) {
+  const char *where = S->opt.resume && S->opt.resume[0] ? S->opt.resume : S->out_dir;
+  ckpt_state st;
+  particles slice = {0};
+  int is_dir = 0, rc = DR_OK;
+  if (S->rank == 0) {
+    struct stat sb;
+    is_dir = stat(where, &sb) == 0 && S_ISDIR(sb.st_mode);
+  }
+  DR_MPI(MPI_Bcast(&is_dir, 1, MPI_INT, 0, S->comm));
+  if (is_dir) {
+    rc = ckpt_read_latest(S->comm, where, &st, &slice, S->resumed_from, sizeof S->resumed_from);
+  } else {
+    snprintf(S->resumed_from, sizeof S->resumed_from, "%s", where);
+    rc = ckpt_read(S->comm, where, &st, &slice);
+  }
+  /* the same scene file, byte for byte (the same on every rank) */
+  if (rc == DR_OK && st.scene_hash != S->sc->hash) {
+    if (!S->opt.force)
+      rc = dr_fail(DR_EINPUT,
+                   "checkpoint %s comes from another scene file than %s (scene hash %016llx, the file's %016llx); "
+                   "--force continues from it with this scene",
+                   S->resumed_from, S->sc->path, (unsigned long long)st.scene_hash, (unsigned long long)S->sc->hash);
+    else
+      log_info("warning: checkpoint %s comes from another scene file than %s; continuing with this scene (--force)",
+               S->resumed_from, S->sc->path);
+  }
+  /* materials the scene defines (only --force lets another scene through) */
+  if (rc == DR_OK) {
+    double bad[2] = {0, -1}, all[2];
+    for (size_t i = 0; i < slice.n; ++i)
+      if (slice.material[i] < 0 || slice.material[i] >= S->sc->n_materials)
+        bad[0] += 1, bad[1] = fmax(bad[1], slice.material[i]);
+    int e = MPI_Allreduce(bad, all, 2, MPI_DOUBLE, MPI_MAX, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(material check)");
+    else if (all[0] > 0)
+      rc = dr_fail(DR_EINPUT, "checkpoint %s: particles of material %.0f, but %s defines %d material(s)", S->resumed_from,
+                   all[1], S->sc->path, S->sc->n_materials);
+  }
+  rc = comm_agree(S->comm, rc);
+  if (rc == DR_OK && S->nranks > 1) {
+    rc = comm_agree(S->comm, rebalance(S, &slice, 1));
+    if (rc == DR_OK) rc = migrate(S, &slice, 0, p);
+    S->fs.migrated = 0; /* reading is not migration */
+    particles_free(&slice);
+  } else {
+    *p = slice; /* one rank: the slice is everything */
+  }
+  if (rc) return rc;
+  S->resumed = 1;
+  S->st.frame = st.frame;
+  S->st.time = st.time;
+  S->st.steps = st.steps;
+  S->fs_steps0 = st.steps;
+  S->st.last_dt = st.last_dt;
+  S->st.rebuilds = st.rebuilds;
+  S->t_in_frame = st.time;
+  S->step_in_frame = st.step_in_frame;
+  S->vmax_pending = 1;
+  S->vmax_next = (float)st.vmax;
+  log_info("resuming from %s: frame %d%s, t %.4f s, %llu steps, %llu particles (written by %d rank%s, read by %d)",
+           S->resumed_from, st.frame, st.step_in_frame ? " and part of the next" : "", st.time,
+           (unsigned long long)st.steps, (unsigned long long)st.n_particles, st.ranks, st.ranks == 1 ? "" : "s",
+           S->nranks);
+  return DR_OK;
+}
+
+/* After a resume: the frames the run wrote before it, for frames.xdmf (rank 0; those missing
+ * are left out). */
+static int list_earlier_frames(sim *S) {
+  if (S->rank != 0 || !S->opt.write_output) return DR_OK;
+  for (int f = 0; f <= S->st.frame; f += S->sc->output_every) {
+    char path[4400];
+    h5frame_path(S->out_dir, f, path, sizeof path);
+    if (access(path, F_OK) != 0) continue;
+    xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
+    if (!w) return dr_fail(DR_ENOMEM, "out of host memory for the frame list");
+    S->written = w;
+    S->written[S->n_written++] = (xdmf_frame){.frame = f, .time = f * S->frame_dt, .n = S->st.particles};
   }
   return DR_OK;
 }
@@ -362,6 +551,10 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->frame_dt = 1.0 / s->fps;
   if (s->dt > 0) S->substeps_fixed = (int)ceil(S->frame_dt / s->dt - 1e-9);
   S->wave_speed = scene_wave_speed(s);
+  if ((rc = parse_test_hook(S))) {
+    dr_mark_agreed(); /* every rank reads the same variable */
+    goto fail;
+  }
 
   S->mats = dr_malloc(sizeof(material_params) * (size_t)s->n_materials, "materials");
   S->mat_names = dr_malloc(sizeof(char *) * (size_t)s->n_materials, "materials");
@@ -397,7 +590,9 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->balance = s->balance_threshold;
   S->inv_dx = 1.0f / (float)s->dx;
   for (int a = 0; a < 3; ++a) S->origin[a] = (float)(s->domain_min[a] - GRID_PAD * s->dx);
-  if (S->nranks > 1) {
+  if (opt->resume) {
+    rc = resume_from_checkpoint(S, &p);
+  } else if (S->nranks > 1) {
     /* Every rank cuts the same histogram the same way, then samples only its own box. */
     rc = initial_decomposition(S);
     if (rc == DR_OK) rc = sample_scene_where(s, keep_own, S, &p);
@@ -435,8 +630,15 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
                                                                                  : "host memory");
   }
   if (rc) goto fail;
+  /* the rebuild counter goes on from the checkpoint's */
+  backend_stats bs;
+  if ((rc = S->be.stats(S->be.state, &bs))) goto fail;
+  S->rebuilds_base = S->resumed ? S->st.rebuilds - bs.rebuilds : 0;
+  S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
+  if (!S->resumed) S->t_in_frame = 0.0;
   if (opt->write_output) {
     rc = S->rank == 0 ? make_dirs(S->out_dir) : DR_OK;
+    if (rc == DR_OK && S->resumed) rc = list_earlier_frames(S);
     rc = comm_agree(comm, rc);
     if (rc) goto fail;
   }
@@ -457,10 +659,16 @@ static int write_frame(sim *S) {
   DR_TRY(h5frame_write(S->comm, S->out_dir, &meta, &d));
   uint64_t n_local = S->host.n, n_all = 0;
   DR_MPI(MPI_Allreduce(&n_local, &n_all, 1, MPI_UINT64_T, MPI_SUM, S->comm));
-  xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
-  if (!w) return dr_fail(DR_ENOMEM, "out of host memory for the frame list");
-  S->written = w;
-  S->written[S->n_written++] = (xdmf_frame){.frame = S->st.frame, .time = S->st.time, .n = n_all};
+  /* a rerun of a frame (after a resume) replaces its entry */
+  int i = 0;
+  while (i < S->n_written && S->written[i].frame != S->st.frame) ++i;
+  if (i == S->n_written) {
+    xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
+    if (!w) return dr_fail(DR_ENOMEM, "out of host memory for the frame list");
+    S->written = w;
+    ++S->n_written;
+  }
+  S->written[i] = (xdmf_frame){.frame = S->st.frame, .time = S->st.time, .n = n_all};
   int rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
   DR_TRY(comm_agree(S->comm, rc));
   S->st.io_seconds += now() - t0;
@@ -493,6 +701,28 @@ static int substep(sim *S, double dt) {
   DR_TRY(phase_done(S, PHASE_G2P, &t));
   ++S->st.steps;
   S->st.last_dt = dt;
+  S->vmax_pending = 0;
+  return DR_OK;
+}
+
+/* A frame on one rank, the host choosing each substep (the phases of backend.h); starts where
+ * the run stands (S->step_in_frame, S->t_in_frame) and stops before a substep when a signal
+ * came. */
+static int advance_frame_host(sim *S, double t0, double t1) {
+  double t = S->t_in_frame;
+  for (int k = S->step_in_frame;; ++k) {
+    DR_TRY(test_hook(S));
+    float vmax = 0.0f;
+    DR_TRY(step_speed(S, &vmax));
+    const double dt = next_dt(S, t, t1, k, vmax);
+    if (dt == 0.0) break;
+    const int sig = signals_pending();
+    if (sig) return stop_at(S, sig, t, k);
+    /* fixed steps: the time from the step count, as the frame's end is (no sum of rounded dt) */
+    S->st.time = S->substeps_fixed > 0 ? t0 + k * dt : t;
+    DR_TRY(substep(S, dt));
+    t = S->substeps_fixed > 0 ? t0 + (k + 1) * dt : t + dt;
+  }
   return DR_OK;
 }
 
@@ -523,50 +753,62 @@ int sim_advance_frame(sim *S) {
   const int f = S->st.frame + 1;
   const double t0 = (f - 1) * S->frame_dt, t1 = f * S->frame_dt;
   double w0 = now();
+  int rc;
   if (S->nranks > 1) {
-    DR_TRY(advance_frame_ranks(S, t0, t1));
-  } else if (S->be.advance_frame && !S->opt.profile) {
-    /* The backend runs the frame's steps itself (cuda: without waiting for each step). */
+    rc = advance_frame_ranks(S, t1);
+  } else if (S->be.advance_frame && !S->opt.profile && S->step_in_frame == 0 && !S->vmax_pending) {
+    /* The backend runs the frame's steps itself (cuda: without waiting for each step); a signal
+     * is looked at between frames. A frame that starts part-way (a resume) or from the
+     * checkpoint's speed runs step by step below. */
+    const int sig = signals_pending();
+    if (sig) return stop_at(S, sig, t0, 0);
     frame_plan plan = {.t0 = t0, .t1 = t1, .fixed_steps = S->substeps_fixed,
                        .cfl_dx = S->sc->cfl * S->sc->dx, .wave_speed = S->wave_speed};
     frame_report rep = {0};
-    int rc = S->be.advance_frame(S->be.state, &plan, &rep);
+    rc = test_hook(S);
+    if (rc == DR_OK) rc = S->be.advance_frame(S->be.state, &plan, &rep);
     S->st.steps += rep.steps;
     if (rep.steps) S->st.last_dt = rep.last_dt;
-    if (rc) return rc;
-  } else if (S->substeps_fixed > 0) {
-    double dt = S->frame_dt / S->substeps_fixed;
-    for (int k = 0; k < S->substeps_fixed; ++k) {
-      S->st.time = t0 + k * dt;
-      int rc = substep(S, dt);
-      if (rc) return rc;
-    }
   } else {
-    /* Adaptive: dt = cfl dx / (c + max |v|); the last two substeps of a frame share what is
-     * left, so no substep is tiny and the frame ends exactly at t1. */
-    double t = t0;
-    while (t1 - t > 1e-9 * S->frame_dt) {
-      float vmax = 0.0f;
-      DR_TRY(S->be.max_speed(S->be.state, &vmax));
-      double dt = S->sc->cfl * S->sc->dx / (S->wave_speed + (double)vmax);
-      double rem = t1 - t;
-      if (dt >= rem) dt = rem;
-      else if (dt > 0.5 * rem) dt = 0.5 * rem;
-      S->st.time = t;
-      int rc = substep(S, dt);
-      if (rc) return rc;
-      t += dt;
-    }
+    rc = advance_frame_host(S, t0, t1);
   }
   S->st.step_seconds += now() - w0;
+  if (rc) return rc;
   if (S->nranks > 1) DR_TRY(log_ranks(S, now() - w0));
   S->st.time = t1;
   S->st.frame = f;
+  S->t_in_frame = t1;
+  S->step_in_frame = 0;
   backend_stats bs;
   DR_TRY(S->be.stats(S->be.state, &bs));
-  S->st.rebuilds = bs.rebuilds;
+  S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
   if (S->opt.write_output && f % S->sc->output_every == 0) DR_TRY(write_frame(S));
+  if (S->opt.write_output && S->sc->checkpoint_every > 0 && f % S->sc->checkpoint_every == 0)
+    DR_TRY(write_checkpoint(S));
   return DR_OK;
+}
+
+/* A signal stopped the run (every rank knows): all write a checkpoint of where it stands. */
+static int stop_with_checkpoint(sim *S) {
+  const char *sig = signals_name(S->stop_signal);
+  log_info("%s: stopping at frame %d, %d step(s) into frame %d (t %.4f s); writing a checkpoint", sig, S->st.frame,
+           S->step_in_frame, S->st.frame + 1, S->t_in_frame);
+  int rc = S->opt.write_output ? write_checkpoint(S) : DR_OK;
+  if (rc) {
+    char cause[1024];
+    snprintf(cause, sizeof cause, "%s", dr_message());
+    dr_clear();
+    rc = dr_fail(rc, "stopped by %s, but the checkpoint could not be written: %s", sig, cause);
+    dr_mark_agreed(); /* write_checkpoint's failures are agreed */
+    return rc;
+  }
+  char path[4096];
+  ckpt_path(S->out_dir, S->st.frame, path, sizeof path);
+  rc = dr_fail(DR_ESTOPPED, "stopped by %s at frame %d + %d step(s), t %.4f s: checkpoint %s written; continue with: "
+               "drift run %s --out %s --resume", sig, S->st.frame, S->step_in_frame, S->t_in_frame, path, S->sc->path,
+               S->out_dir);
+  dr_mark_agreed();
+  return rc;
 }
 
 int sim_run(sim *S) {
@@ -578,21 +820,29 @@ int sim_run(sim *S) {
              S->frame_dt / S->substeps_fixed, cfl_dt, S->wave_speed);
   log_info("drift %s: %llu particles, %s backend, %d frames at %g fps, frames in %s/", DRIFT_VERSION,
            (unsigned long long)st->particles, S->be.name, st->frames, S->sc->fps, S->out_dir);
-  if (S->opt.write_output) DR_TRY(write_frame(S));
+  if (S->opt.write_output && !S->resumed) DR_TRY(write_frame(S));
+  if (S->resumed && st->frame >= st->frames)
+    log_info("nothing to do: the checkpoint is at frame %d, the run has %d frames (--frames N to go on)", st->frame,
+             st->frames);
   double start = now();
-  uint64_t steps_before = 0, rebuilds_before = st->rebuilds;
-  for (int f = 1; f <= st->frames; ++f) {
+  const int first = st->frame + 1;
+  uint64_t steps_before = st->steps, rebuilds_before = st->rebuilds, steps_start = st->steps;
+  for (int f = first; f <= st->frames; ++f) {
     double w = now();
     int rc = sim_advance_frame(S);
+    if (rc == DR_ESTOPPED) return stop_with_checkpoint(S);
     if (rc) {
       /* Name the frame and step where physics broke down; the message of the cause follows. */
+      const int agreed = dr_agreed();
       char cause[1024];
       snprintf(cause, sizeof cause, "%s", dr_message());
       dr_clear();
-      return dr_fail(rc, "frame %d, step %llu: %s", f, (unsigned long long)st->steps + 1, cause);
+      rc = dr_fail(rc, "frame %d, step %llu: %s", f, (unsigned long long)st->steps + 1, cause);
+      if (agreed) dr_mark_agreed();
+      return rc;
     }
     double ms = 1e3 * (now() - w), elapsed = now() - start;
-    double eta = elapsed / f * (st->frames - f);
+    double eta = elapsed / (f - first + 1) * (st->frames - f);
     log_info("frame %d/%d  t %.4f s  substeps %llu  rebuilds %llu  particles %llu  %.1f ms/frame  ETA %.0f s", f,
              st->frames, st->time, (unsigned long long)(st->steps - steps_before),
              (unsigned long long)(st->rebuilds - rebuilds_before), (unsigned long long)st->particles, ms, eta);
@@ -600,7 +850,8 @@ int sim_run(sim *S) {
     rebuilds_before = st->rebuilds;
   }
   double total = now() - start;
-  double rate = st->step_seconds > 0 ? (double)st->particles * (double)st->steps / st->step_seconds : 0;
+  const uint64_t steps_run = st->steps - steps_start;
+  double rate = st->step_seconds > 0 ? (double)st->particles * (double)steps_run / st->step_seconds : 0;
   log_info("done: %d frames, %llu substeps, %llu rebuilds, %llu particles in %.2f s (%.2f s stepping, %.2f s writing); "
            "%.3g particle-steps/s",
            st->frames, (unsigned long long)st->steps, (unsigned long long)st->rebuilds,

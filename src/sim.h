@@ -1,6 +1,7 @@
-/* sim.h - the time loop: sampling, the backend, substeps that land exactly on frame times,
- * frames and progress. One rank for now; the rank exchange slots in between P2G and the grid
- * update (backend.h). */
+/* sim.h - the time loop: sampling (or a checkpoint to resume from), the backend, substeps that
+ * land exactly on frame times, frames, checkpoints and progress, on one rank or several (the
+ * rank exchange slots in between P2G and the grid update, backend.h). A signal (signals.h)
+ * stops the run before the next substep with a checkpoint of where it stands. */
 #ifndef DRIFT_SIM_H
 #define DRIFT_SIM_H
 
@@ -17,6 +18,9 @@ typedef struct sim_options {
   int write_output;    /* 0: write no files (tests drive sim_advance_frame themselves) */
   int profile;         /* 1: time each phase (sim_status.phase_seconds); the backend then waits for
                         * every phase to finish, so steps run slower: for drift bench, not for runs */
+  const char *resume;  /* non-NULL: continue from this checkpoint file, or the newest whole one in
+                        * this folder ("" = the output folder) instead of sampling the scene */
+  int force;           /* resume from a checkpoint of another scene file (its hash differs) */
 } sim_options;
 
 /* Phases of a step, as timed with sim_options.profile. */
@@ -40,12 +44,16 @@ typedef struct sim_status {
 
 typedef struct sim sim;
 
-/* Samples the scene, creates the backend and, when writing output, the output folder
- * (nothing is written before the scene proved valid). Collective over comm. Allocates *out. */
+/* Samples the scene, or reads the checkpoint of opt->resume, creates the backend and, when
+ * writing output, the output folder (nothing is written before the scene proved valid).
+ * Collective over comm. Allocates *out. */
 int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out);
-/* Simulates the next frame; writes it if output is on and the frame is due. */
+/* Simulates the next frame (the rest of it after a resume part-way); writes it, and a checkpoint,
+ * if output is on and they are due. DR_ESTOPPED: a signal came (any rank's); the run stands
+ * before a substep of the frame. */
 int sim_advance_frame(sim *S);
-/* Writes frame 0 and runs all frames with one progress line per frame and a summary. */
+/* Writes frame 0 (unless resumed) and runs the remaining frames with one progress line per frame
+ * and a summary. After a signal, writes a checkpoint and fails with DR_ESTOPPED. */
 int sim_run(sim *S);
 /* This rank's particles (out is resized; allocates). */
 int sim_particles(sim *S, particles *out);

@@ -17,9 +17,19 @@
 #      efficiency 1) and scaling.png (a PNG);
 #   4. jobs/scaling.sh --nodes "1 2" --mode weak --local (mpirun, 2 ranks) on tests/jobs/weak_{n}.json:
 #      two rows with 4096 and 8192 particles, and the PNG.
+#   5. A long job stopped as a time limit stops it: once drift.sbatch runs the dam break of
+#      tests/sim/resume_dam_break.json (6 frames), `scancel --signal=USR1 --batch` sends what
+#      --signal=B:USR1@120 sends before the limit; the script passes it on, drift writes a
+#      checkpoint and exits 9, the script requeues the job, the job starts again (Restarts=1),
+#      resumes and completes: exit status 0, JobState COMPLETED, frames 0-6 complete (12480
+#      particles each), no .tmp left;
+#   6. the same with DRIFT_MAX_RESTARTS=0: no requeue, the job ends with exit code 9 and the
+#      checkpoint is there.
+# slurm.conf sets AuthInfo cred_expire=5, which is also how long a requeued job waits before it
+# may start again (120 s by default).
 # Exits 77 (skipped) where it cannot run: not root, or Slurm, munge, h5dump or matplotlib
 # missing (setup.sh test installs slurm-wlm, munge and python3-matplotlib). Every wait has a
-# time limit; the whole test takes about 20 s.
+# time limit; the whole test takes about 90 s.
 set -uo pipefail
 
 if [ $# -ne 2 ]; then
@@ -126,7 +136,8 @@ SlurmctldPort=$ctl_port
 SlurmdPort=$d_port
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$tmp/munge/munge.socket
+# cred_expire: also the wait of a requeued job before it may start again (default 120 s)
+AuthInfo=socket=$tmp/munge/munge.socket,cred_expire=5
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$tmp/state
@@ -246,6 +257,76 @@ bg_wait timeout 100 bash "$src/jobs/scaling.sh" --nodes "1 2" --mode weak --scen
 rc=$?
 [ "$rc" -eq 0 ] || { fail "scaling.sh --local: exit status $rc"; cat "$tmp/work/weak"/n*/job.out 2>/dev/null; }
 check_table "$tmp/work/weak/scaling.csv" "$tmp/work/weak/scaling.png" "scaling.sh --local" "1,1,4096;2,2,8192;"
+
+# frames_complete DIR LABEL N: DIR holds frames 0-6 of N particles each and no temporary file.
+frames_complete() {
+  local dir=$1 label=$2 n=$3
+  for f in 0 1 2 3 4 5 6; do
+    h5=$dir/frame_0000$f.h5
+    if [ ! -f "$h5" ]; then
+      fail "$label: $h5 missing"
+      continue
+    fi
+    timeout 30 h5dump -H "$h5" 2>&1 | grep -A3 'DATASET "id"' | grep -q "SIMPLE { ( $n ) / ( $n ) }" ||
+      fail "$label: $h5: /particles/id is not $n particles"
+  done
+  [ -z "$(find "$dir" -name '*.tmp*')" ] || fail "$label: temporary files left: $(ls -A "$dir")"
+}
+
+# signal_job NAME DIR SBATCH_ARGS...: submits drift.sbatch on the dam break with sbatch --wait in
+# the background, and once drift has finished frame 1, sends the batch shell SIGUSR1 as
+# --signal=B:USR1 would. Sets job and rc (sbatch --wait's status).
+signal_job() {
+  local name=$1 dir=$2
+  shift 2
+  rm -f "$tmp/work/$name.out" "$tmp/work/$name.id"
+  timeout 150 sbatch --parsable --wait "${sb[@]}" "$@" --output="$tmp/work/$name.out" "$src/jobs/drift.sbatch" \
+    "$src/tests/sim/resume_dam_break.json" "$dir" --backend cpu >"$tmp/work/$name.id" &
+  bg=$!
+  local started=0
+  for _ in $(seq 600); do
+    grep -q '^frame 1/6' "$tmp/work/$name.out" 2>/dev/null && started=1 && break
+    sleep 0.1
+  done
+  job=$(cut -d';' -f1 "$tmp/work/$name.id")
+  [ -z "$job" ] && job=$(timeout 10 squeue -h -o %i -n drift | head -n 1)
+  if [ "$started" = 1 ] && [ -n "$job" ]; then
+    timeout 10 scancel --signal=USR1 --batch "$job" || fail "$name: scancel --signal=USR1 --batch $job failed"
+  else
+    fail "$name: drift did not reach frame 1 within 60 s (job '$job')"
+  fi
+  wait "$bg"
+  rc=$?
+  bg=""
+  [ -z "$job" ] && job=$(cut -d';' -f1 "$tmp/work/$name.id")
+  echo "--- job $job ($name, sbatch --wait exit status $rc):"
+  grep -v '^ranks:' "$tmp/work/$name.out"
+}
+
+# 5. Stopped by the signal, checkpoint, requeue, resume, complete.
+signal_job requeue "$tmp/work/requeue"
+[ "$rc" -eq 0 ] || fail "requeue: sbatch --wait exit status $rc, expected 0"
+info=$(timeout 10 scontrol show job "$job" 2>&1)
+echo "$info" | grep -q "JobState=COMPLETED" || fail "requeue: job $job is not COMPLETED: $(echo "$info" | grep -o 'JobState=[A-Z_]*')"
+echo "$info" | grep -q "Restarts=1 " || fail "requeue: job $job $(echo "$info" | grep -o 'Restarts=[0-9]*'), expected Restarts=1"
+echo "$info" | grep -q " ExitCode=0:0" || fail "requeue: job $job exit code $(echo "$info" | grep -o ' ExitCode=[0-9:]*')"
+out=$tmp/work/requeue.out
+grep -q "got SIGUSR1: passing SIGUSR1 on" "$out" || fail "requeue: the script did not pass SIGUSR1 on"
+grep -q "^drift: stopped by SIGUSR1 at frame " "$out" || fail "requeue: drift did not stop with a checkpoint"
+grep -q "requeueing job $job (restart 1 of at most 10)" "$out" || fail "requeue: the script did not requeue"
+grep -q "continuing with --resume (restart 1)" "$out" || fail "requeue: the second start did not add --resume"
+grep -q "^resuming from $tmp/work/requeue/checkpoint_0000[0-9].h5: frame " "$out" || fail "requeue: drift did not resume"
+grep -q "^done: 6 frames" "$out" || fail "requeue: drift did not finish 6 frames"
+frames_complete "$tmp/work/requeue" requeue 12480
+
+# 6. The same with no restart allowed: exit code 9, the checkpoint kept.
+signal_job norequeue "$tmp/work/norequeue" --export=ALL,DRIFT_MAX_RESTARTS=0
+[ "$rc" -eq 9 ] || fail "no requeue: sbatch --wait exit status $rc, expected 9"
+info=$(timeout 10 scontrol show job "$job" 2>&1)
+echo "$info" | grep -q " ExitCode=9:0" || fail "no requeue: job $job exit code $(echo "$info" | grep -o ' ExitCode=[0-9:]*'), expected 9:0"
+echo "$info" | grep -q "Restarts=0 " || fail "no requeue: job $job was requeued: $(echo "$info" | grep -o 'Restarts=[0-9]*')"
+grep -q "the restart limit DRIFT_MAX_RESTARTS=0 is reached" "$tmp/work/norequeue.out" || fail "no requeue: no line about the restart limit"
+compgen -G "$tmp/work/norequeue/checkpoint_*.h5" >/dev/null || fail "no requeue: no checkpoint in $tmp/work/norequeue"
 
 [ "$failures" -eq 0 ] || show_logs
 echo "$failures failure(s)"

@@ -91,7 +91,7 @@ static const char *FULL =
     "  ],\n"
     "  \"boundary\": { \"type\": \"separate\", \"friction\": 0.4, \"y-\": { \"friction\": 0.7 },"
     " \"x+\": { \"type\": \"slip\" }, \"z-\": {} },\n"
-    "  \"output\": { \"dir\": \"out/frames\", \"every\": 5 },\n"
+    "  \"output\": { \"dir\": \"out/frames\", \"every\": 5, \"checkpoint_every\": 10, \"checkpoint_keep\": 3 },\n"
     "  \"parallel\": { \"backend\": \"cuda\", \"gpus_per_rank\": 4, \"g2p2g_below\": 5000, \"balance_by\": \"time\", \"balance_threshold\": 0.5 }\n"
     "}\n";
 
@@ -165,6 +165,7 @@ static void test_full(void) {
   CHECK(s.n_colliders == 0 && s.colliders == NULL);
   CHECK(strcmp(s.output_dir, "out/frames") == 0);
   CHECK(s.output_every == 5);
+  CHECK(s.checkpoint_every == 10 && s.checkpoint_keep == 3);
   CHECK(s.backend == BACKEND_CUDA);
   CHECK(s.gpus_per_rank == 4);
   CHECK(s.g2p2g_below == 5000);
@@ -203,6 +204,7 @@ static void test_defaults(void) {
   CHECK(s.n_colliders == 0);
   CHECK(strcmp(s.output_dir, "frames") == 0);
   CHECK(s.output_every == 1);
+  CHECK(s.checkpoint_every == 0 && s.checkpoint_keep == 2);
   CHECK(s.backend == BACKEND_AUTO);
   CHECK(s.gpus_per_rank == 0);
   CHECK(s.g2p2g_below == 100000);
@@ -378,8 +380,32 @@ static void test_errors(void) {
   unlink(path);
 }
 
+/* The scene hash that checkpoints record: 64-bit FNV-1a of the file's bytes, kept with the bytes. */
+static void test_hash(void) {
+  /* FNV-1a reference values (the published test vectors) */
+  CHECK(scene_hash_bytes("", 0) == 0xcbf29ce484222325ULL);
+  CHECK(scene_hash_bytes("a", 1) == 0xaf63dc4c8601ec8cULL);
+  CHECK(scene_hash_bytes("foobar", 6) == 0x85944171f73967e8ULL);
+  scene s, t;
+  char path[64], path2[64];
+  CHECK(load_text(MINIMAL, &s, path) == 0);
+  CHECK(s.text && s.text_len == strlen(MINIMAL) && memcmp(s.text, MINIMAL, s.text_len) == 0);
+  CHECK(s.hash == scene_hash_bytes(MINIMAL, strlen(MINIMAL)));
+  /* one more space: the same scene, another file, another hash */
+  char text[2048];
+  snprintf(text, sizeof text, "%s ", MINIMAL);
+  CHECK(load_text(text, &t, path2) == 0);
+  CHECK(t.hash != s.hash);
+  scene_destroy(&s);
+  scene_destroy(&t);
+  CHECK(s.text == NULL && s.text_len == 0);
+  unlink(path);
+  unlink(path2);
+}
+
 int main(void) {
   test_full();
+  test_hash();
   test_defaults();
   test_fixed_dt();
   test_shapes();

@@ -1,0 +1,577 @@
+/* checkpoint.c - checkpoints written and read collectively (see checkpoint.h).
+ *
+ * Two tables drive the file: PARTICLE_ATTRIBUTES (particles.h) gives one dataset per particle
+ * attribute, STATE below one root attribute per field of ckpt_state. Writing goes through
+ * h5util_write_file (temporary name, agreed failures, rename). Reading checks, in order: the
+ * file opens as HDF5 (a truncated file does not: HDF5 compares its end with the size the
+ * superblock records), the format number, every state attribute and their hash, the scene
+ * bytes against the scene hash, every dataset's type and shape, then the sum of the row hashes
+ * over all ranks, so that a flipped bit anywhere in the particle data is found whatever the
+ * number of ranks that reads it. */
+#define _POSIX_C_SOURCE 200809L /* stat, unlink */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <hdf5.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "error.h"
+#include "h5util.h"
+#include "log.h"
+
+/* ---- the tables ----------------------------------------------------------------------------- */
+
+enum kind { K_F32, K_U64, K_I32, K_F64 };
+
+static hid_t file_type(int kind) {
+  return kind == K_F32 ? H5T_IEEE_F32LE : kind == K_U64 ? H5T_STD_U64LE : kind == K_I32 ? H5T_STD_I32LE : H5T_IEEE_F64LE;
+}
+static hid_t mem_type(int kind) {
+  return kind == K_F32 ? H5T_NATIVE_FLOAT : kind == K_U64 ? H5T_NATIVE_UINT64 : kind == K_I32 ? H5T_NATIVE_INT32 : H5T_NATIVE_DOUBLE;
+}
+static const char *kind_name(int kind) {
+  return kind == K_F32 ? "float32" : kind == K_U64 ? "uint64" : kind == K_I32 ? "int32" : "float64";
+}
+
+/* One dataset per particle attribute. */
+typedef struct pattr {
+  const char *name;
+  size_t offset; /* of the array pointer in struct particles */
+  int kind, k;   /* element kind, values per particle */
+  size_t size;   /* bytes per value */
+} pattr;
+
+#define KIND_OF_(type) _Generic((type *)0, float *: K_F32, uint64_t *: K_U64, int32_t *: K_I32)
+#define PATTR_ROW_(field, type, k, what) {#field, offsetof(particles, field), KIND_OF_(type), k, sizeof(type)},
+static const pattr PATTRS[] = {PARTICLE_ATTRIBUTES(PATTR_ROW_)};
+#undef PATTR_ROW_
+enum { N_PATTRS = sizeof PATTRS / sizeof PATTRS[0] };
+
+static void *pattr_data(const particles *p, const pattr *a) {
+  void *ptr;
+  memcpy(&ptr, (const char *)p + a->offset, sizeof ptr);
+  return ptr;
+}
+
+/* One root attribute per field of ckpt_state. */
+typedef struct sattr {
+  const char *name;
+  size_t offset;
+  int kind; /* K_I32 (int), K_U64 (uint64_t), K_F64 (double) */
+} sattr;
+
+#define SATTR_(field, kind) {#field, offsetof(ckpt_state, field), kind}
+static const sattr STATE[] = {SATTR_(frame, K_I32),    SATTR_(step_in_frame, K_I32), SATTR_(time, K_F64),
+                              SATTR_(steps, K_U64),    SATTR_(rebuilds, K_U64),      SATTR_(last_dt, K_F64),
+                              SATTR_(vmax, K_F64),     SATTR_(scene_hash, K_U64),    SATTR_(n_particles, K_U64),
+                              SATTR_(ranks, K_I32)};
+#undef SATTR_
+enum { N_STATE = sizeof STATE / sizeof STATE[0] };
+
+/* ---- hashes --------------------------------------------------------------------------------- */
+
+#define FNV_BASIS 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+static uint64_t fnv_bytes(uint64_t h, const void *bytes, size_t len) {
+  const unsigned char *b = bytes;
+  for (size_t i = 0; i < len; ++i) h = (h ^ b[i]) * FNV_PRIME;
+  return h;
+}
+
+/* The state's values in table order, each widened to 8 bytes. */
+static uint64_t state_hash(const ckpt_state *st) {
+  uint64_t h = FNV_BASIS;
+  for (int i = 0; i < N_STATE; ++i) {
+    const char *f = (const char *)st + STATE[i].offset;
+    uint64_t w = 0;
+    if (STATE[i].kind == K_I32) {
+      int v;
+      memcpy(&v, f, sizeof v);
+      w = (uint64_t)(int64_t)v;
+    } else {
+      memcpy(&w, f, sizeof w); /* uint64_t or the bits of a double */
+    }
+    h = fnv_bytes(h, &w, sizeof w);
+  }
+  return h;
+}
+
+/* splitmix64's finalizer: spreads a row's FNV hash over all bits before the rows are summed. */
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/* The sum (mod 2^64) over this rank's rows of a hash of the row's index in the file and its
+ * bytes in every attribute: a sum, so that any split of the rows among ranks adds up the same;
+ * the index inside, so that rows swapped or moved are found too. Values go in as 32-bit words
+ * (every attribute's values are 4 or 8 bytes). */
+static uint64_t row_sum(const particles *p, uint64_t first_row) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < p->n; ++i) {
+    const uint64_t row = first_row + i;
+    uint64_t h = FNV_BASIS;
+    h = (h ^ (uint32_t)row) * FNV_PRIME;
+    h = (h ^ (uint32_t)(row >> 32)) * FNV_PRIME;
+    for (int a = 0; a < N_PATTRS; ++a) {
+      const size_t bytes = PATTRS[a].size * (size_t)PATTRS[a].k;
+      const unsigned char *b = (const unsigned char *)pattr_data(p, &PATTRS[a]) + bytes * i;
+      for (size_t o = 0; o < bytes; o += 4) {
+        uint32_t w;
+        memcpy(&w, b + o, 4);
+        h = (h ^ w) * FNV_PRIME;
+      }
+    }
+    sum += mix64(h);
+  }
+  return sum;
+}
+
+/* ---- paths and listing -------------------------------------------------------------------- */
+
+void ckpt_path(const char *dir, int frame, char *out, size_t len) {
+  if (!out || len == 0) return;
+  if (!dir || !dir[0])
+    snprintf(out, len, "checkpoint_%05d.h5", frame);
+  else
+    snprintf(out, len, "%s/checkpoint_%05d.h5", dir, frame);
+}
+
+/* The frame number of "checkpoint_NNNNN.h5" (prefix "checkpoint_", suffix ".h5"), else -1. */
+static int parse_name(const char *name, const char *prefix, const char *suffix) {
+  const size_t lp = strlen(prefix), ls = strlen(suffix), ln = strlen(name);
+  if (ln <= lp + ls || strncmp(name, prefix, lp) || strcmp(name + ln - ls, suffix)) return -1;
+  long f = 0;
+  for (const char *c = name + lp; c < name + ln - ls; ++c) {
+    if (*c < '0' || *c > '9' || f > 100000000) return -1;
+    f = 10 * f + (*c - '0');
+  }
+  return (int)f;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  const int x = *(const int *)a, y = *(const int *)b;
+  return (x < y) - (x > y);
+}
+
+/* Frame numbers of the files in dir named prefixNNNNNsuffix, newest first (allocates *frames). */
+static int list_frames(const char *dir, const char *prefix, const char *suffix, int **frames, int *n) {
+  *frames = NULL;
+  *n = 0;
+  DIR *d = opendir(dir[0] ? dir : ".");
+  if (!d) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "opendir", "%s: %s", dir, strerror(errno));
+  int cap = 0, rc = DR_OK;
+  for (struct dirent *e; (e = readdir(d));) {
+    const int f = parse_name(e->d_name, prefix, suffix);
+    if (f < 0) continue;
+    if (*n == cap) {
+      int *g = realloc(*frames, sizeof *g * (size_t)(cap = cap ? 2 * cap : 16));
+      if (!g) {
+        rc = dr_fail(DR_ENOMEM, "out of host memory listing %s", dir);
+        break;
+      }
+      *frames = g;
+    }
+    (*frames)[(*n)++] = f;
+  }
+  closedir(d);
+  if (rc == DR_OK && *n > 1) qsort(*frames, (size_t)*n, sizeof **frames, cmp_desc);
+  return rc;
+}
+
+/* Rank 0, after checkpoint `frame` is complete: keeps it and the keep - 1 newest before it,
+ * removes the others, those numbered after it (an earlier run's) included, and temporary files
+ * that a killed writer left. Best effort: a file that cannot be removed is reported, the run
+ * goes on. */
+static void prune(const char *dir, int frame, int keep) {
+  int *f = NULL, n = 0;
+  char path[H5UTIL_PATH_MAX];
+  if (list_frames(dir, "checkpoint_", ".h5", &f, &n) != DR_OK) {
+    log_info("warning: cannot list %s to remove old checkpoints: %s", dir, dr_message());
+    dr_clear();
+    return;
+  }
+  int kept = 0;
+  for (int i = 0; i < n; ++i) {
+    const int mine = f[i] <= frame && kept < keep;
+    if (mine) {
+      ++kept;
+      continue;
+    }
+    ckpt_path(dir, f[i], path, sizeof path);
+    if (f[i] > frame)
+      log_info("removing %s: an earlier run's, newer than this run's checkpoint of frame %d", path, frame);
+    if (unlink(path) != 0 && errno != ENOENT)
+      log_info("warning: cannot remove the old checkpoint %s: %s", path, strerror(errno));
+  }
+  free(f);
+  if (list_frames(dir, ".checkpoint_", ".h5.tmp", &f, &n) == DR_OK) {
+    for (int i = 0; i < n; ++i) {
+      snprintf(path, sizeof path, "%s%s.checkpoint_%05d.h5.tmp", dir, dir[0] ? "/" : "", f[i]);
+      struct stat sb;
+      if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) (void)unlink(path);
+    }
+  }
+  free(f);
+  dr_clear();
+}
+
+/* ---- writing -------------------------------------------------------------------------------- */
+
+typedef struct write_job {
+  const ckpt_state *st;
+  const ckpt_scene *sc;
+  const particles *p;
+  uint64_t total, offset, state_hash, particle_sum;
+  int rank;
+  const char *path; /* the temporary file, for messages */
+} write_job;
+
+static int write_contents(hid_t file, void *ctx) {
+  const write_job *job = ctx;
+  const char *path = job->path;
+  int st = 0;
+  const int32_t format = CKPT_FORMAT;
+  hid_t group = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
+  H5CK(dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
+  H5CK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
+  H5CK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "dataset properties");
+  H5CK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time", "dataset properties");
+
+  st = h5util_attr_scalar(file, "format", H5T_STD_I32LE, H5T_NATIVE_INT32, &format, path);
+  for (int i = 0; !st && i < N_STATE; ++i)
+    st = h5util_attr_scalar(file, STATE[i].name, file_type(STATE[i].kind), mem_type(STATE[i].kind),
+                            (const char *)job->st + STATE[i].offset, path);
+  if (!st) st = h5util_attr_scalar(file, "state_hash", H5T_STD_U64LE, H5T_NATIVE_UINT64, &job->state_hash, path);
+  if (!st) st = h5util_attr_scalar(file, "particle_sum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &job->particle_sum, path);
+  if (!st) st = h5util_attr_string(file, "drift_version", DRIFT_VERSION, path);
+  if (!st) st = h5util_attr_string(file, "scene_path", job->sc->path ? job->sc->path : "", path);
+  /* the scene's bytes: rank 0 writes them all */
+  if (!st)
+    st = h5util_write_rows(file, "scene", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, job->sc->len, 0,
+                           job->rank == 0 ? job->sc->len : 0, job->sc->text, dcpl, dxpl, path);
+  if (st) goto fail;
+  H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2", "group /particles");
+  for (int a = 0; !st && a < N_PATTRS; ++a)
+    st = h5util_write_rows(group, PATTRS[a].name, file_type(PATTRS[a].kind), mem_type(PATTRS[a].kind), PATTRS[a].k,
+                           job->total, job->offset, job->p->n, pattr_data(job->p, &PATTRS[a]), dcpl, dxpl, path);
+  if (st) goto fail;
+  H5CK(H5Gclose(group), "H5Gclose", "group /particles");
+  group = H5I_INVALID_HID;
+  H5CK(H5Pclose(dcpl), "H5Pclose", "dataset properties");
+  dcpl = H5I_INVALID_HID;
+  H5CK(H5Pclose(dxpl), "H5Pclose", "transfer properties");
+  return 0;
+fail:
+  H5_DROP(H5Gclose, group);
+  H5_DROP(H5Pclose, dcpl);
+  H5_DROP(H5Pclose, dxpl);
+  return st;
+}
+
+/* Local checks of ckpt_write: arguments, the paths, the folder (rank 0). */
+static int write_checks(int rank, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
+                        char *tmp, char *final) {
+  if (!dir || !st || !sc || !p || (sc->len && !sc->text))
+    return dr_fail(DR_EINTERNAL, "ckpt_write: an argument is NULL");
+  if (st->frame < 0) return dr_fail(DR_EINTERNAL, "ckpt_write: negative frame number %d", st->frame);
+  int k = snprintf(tmp, H5UTIL_PATH_MAX, "%s%s.checkpoint_%05d.h5.tmp", dir, dir[0] ? "/" : "", st->frame);
+  if (k < 0 || k >= H5UTIL_PATH_MAX)
+    return dr_fail(DR_EINPUT, "output folder path too long (%zu characters): %.64s...", strlen(dir), dir);
+  ckpt_path(dir, st->frame, final, H5UTIL_PATH_MAX);
+  if (rank == 0) {
+    struct stat sb;
+    if (stat(dir[0] ? dir : ".", &sb) != 0)
+      return dr_fail_at(DR_EIO, __FILE__, __LINE__, "stat", "checkpoint folder %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return dr_fail(DR_EIO, "checkpoint folder %s is not a folder", dir);
+  }
+  return DR_OK;
+}
+
+int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
+               int keep) {
+  int rank = 0, nranks = 1;
+  char tmp[H5UTIL_PATH_MAX], final[H5UTIL_PATH_MAX];
+  h5util_quiet();
+  DR_MPI(MPI_Comm_rank(comm, &rank));
+  DR_MPI(MPI_Comm_size(comm, &nranks));
+  tmp[0] = final[0] = 0;
+  /* 1. local checks, the counts, the hashes, free space; agreed before any collective HDF5 call */
+  int rc = comm_agree(comm, write_checks(rank, dir, st, sc, p, tmp, final));
+  if (rc) return rc;
+  write_job job = {.sc = sc, .p = p, .rank = rank, .path = tmp};
+  DR_TRY(h5util_counts(comm, p->n, &job.offset, &job.total));
+  uint64_t mine = row_sum(p, job.offset);
+  DR_MPI(MPI_Allreduce(&mine, &job.particle_sum, 1, MPI_UINT64_T, MPI_SUM, comm));
+  ckpt_state full = *st;
+  full.n_particles = job.total;
+  full.ranks = nranks;
+  job.st = &full;
+  job.state_hash = state_hash(&full);
+  const double need = (double)job.total * (double)particles_record_bytes() + (double)sc->len + 65536.0;
+  DR_TRY(comm_agree(comm, rank == 0 ? h5util_check_space(dir, final, need) : 0));
+  /* 2. the file, under a temporary name until complete; an older file of the same name (a
+   * checkpoint of the same frame) stays until the rename replaces it */
+  DR_TRY(h5util_write_file(comm, tmp, final, H5UTIL_CHECKSUMMED, write_contents, &job));
+  /* 3. old checkpoints go only now that the new one is complete */
+  if (rank == 0) prune(dir, st->frame, keep < 1 ? 1 : keep);
+  return DR_OK;
+}
+
+/* ---- reading -------------------------------------------------------------------------------- */
+
+/* A refusal: the file is not a whole, undamaged checkpoint. */
+#define BAD(...)                                                                                   \
+  do {                                                                                             \
+    char what_[512];                                                                               \
+    snprintf(what_, sizeof what_, __VA_ARGS__);                                                    \
+    st = dr_fail(DR_EINPUT, "checkpoint %s: %s", path, what_);                                     \
+    goto fail;                                                                                     \
+  } while (0)
+
+/* Reads root attribute name (native type mtype) into out; a missing or unreadable one is a
+ * refusal. */
+static int read_attr(hid_t file, const char *name, hid_t mtype, void *out, const char *path) {
+  int st = 0;
+  hid_t a = H5I_INVALID_HID;
+  if (H5Aexists(file, name) <= 0) BAD("not a drift checkpoint, or damaged (no attribute '%s')", name);
+  if ((a = H5Aopen(file, name, H5P_DEFAULT)) < 0 || H5Aread(a, mtype, out) < 0)
+    BAD("damaged (attribute '%s' cannot be read)", name);
+  H5Aclose(a);
+  return 0;
+fail:
+  H5_DROP(H5Aclose, a);
+  return st;
+}
+
+/* Opens dataset name and checks its element type (class and size of kind) and shape
+ * ([total] or [total][cols]). */
+static int open_rows(hid_t loc, const char *name, int kind, int cols, uint64_t total, hid_t *dset, const char *path) {
+  int st = 0;
+  hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID;
+  *dset = H5I_INVALID_HID;
+  if (H5Lexists(loc, name, H5P_DEFAULT) <= 0 || (*dset = H5Dopen2(loc, name, H5P_DEFAULT)) < 0)
+    BAD("damaged or not a drift checkpoint (no dataset '%s')", name);
+  type = H5Dget_type(*dset);
+  space = H5Dget_space(*dset);
+  if (type < 0 || space < 0) BAD("damaged (dataset '%s' cannot be read)", name);
+  const hid_t want = file_type(kind);
+  if (H5Tget_class(type) != H5Tget_class(want) || H5Tget_size(type) != H5Tget_size(want))
+    BAD("damaged (dataset '%s' is not %s)", name, kind_name(kind));
+  hsize_t dims[2] = {0, 0};
+  const int nd = H5Sget_simple_extent_ndims(space), want_nd = cols > 1 ? 2 : 1;
+  if (nd != want_nd || H5Sget_simple_extent_dims(space, dims, NULL) != want_nd || dims[0] != total ||
+      (cols > 1 && dims[1] != (hsize_t)cols))
+    BAD("damaged (dataset '%s' does not hold %llu x %d values)", name, (unsigned long long)total, cols);
+  H5Tclose(type);
+  H5Sclose(space);
+  return 0;
+fail:
+  H5_DROP(H5Tclose, type);
+  H5_DROP(H5Sclose, space);
+  H5_DROP(H5Dclose, *dset);
+  return st;
+}
+
+/* Reads rows [offset, offset + n) of an opened dataset into buf (dxpl: collective transfers; every
+ * rank takes part, those with n = 0 select nothing). */
+static int read_rows(hid_t dset, const char *name, hid_t mtype, int cols, uint64_t total, uint64_t offset, uint64_t n,
+                     void *buf, hid_t dxpl, const char *path) {
+  static uint64_t dummy[3];
+  int st = 0;
+  hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
+  const int nd = cols > 1 ? 2 : 1;
+  hsize_t start[2] = {offset, 0}, count[2] = {n, (hsize_t)cols}, mdims[2] = {n > 0 ? n : 1, (hsize_t)cols};
+  H5CK(fspace = H5Dget_space(dset), "H5Dget_space", name);
+  H5CK(mspace = H5Screate_simple(nd, mdims, NULL), "H5Screate_simple", name);
+  if (n > 0) {
+    H5CK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL), "H5Sselect_hyperslab", name);
+  } else {
+    H5CK(H5Sselect_none(fspace), "H5Sselect_none", name);
+    H5CK(H5Sselect_none(mspace), "H5Sselect_none", name);
+    buf = dummy;
+  }
+  if (total > 0 && H5Dread(dset, mtype, mspace, fspace, dxpl, buf) < 0)
+    BAD("damaged or truncated (the values of dataset '%s' cannot be read)", name);
+  H5Sclose(mspace);
+  H5Sclose(fspace);
+  return 0;
+fail:
+  H5_DROP(H5Sclose, mspace);
+  H5_DROP(H5Sclose, fspace);
+  return st;
+}
+
+/* Rank 0's checks before HDF5 is asked: the file is there, a regular file, readable. */
+static int read_checks(const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return dr_fail(DR_EINPUT, "checkpoint %s: no such file", path);
+    return dr_fail_at(DR_EIO, __FILE__, __LINE__, "stat", "checkpoint %s: %s", path, strerror(errno));
+  }
+  if (!S_ISREG(sb.st_mode)) return dr_fail(DR_EINPUT, "checkpoint %s: not a regular file", path);
+  FILE *f = fopen(path, "rb");
+  if (!f) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "fopen", "checkpoint %s: %s", path, strerror(errno));
+  fclose(f);
+  return DR_OK;
+}
+
+/* The state attributes, their hash and the format (the same on every rank). */
+static int read_state(hid_t file, ckpt_state *out, uint64_t *particle_sum, const char *path) {
+  int st = 0;
+  int32_t format = 0;
+  uint64_t hash = 0;
+  DR_TRY(read_attr(file, "format", H5T_NATIVE_INT32, &format, path));
+  if (format != CKPT_FORMAT)
+    BAD("format %d, this drift reads format %d (written by another version of drift)", (int)format, CKPT_FORMAT);
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < N_STATE; ++i)
+    DR_TRY(read_attr(file, STATE[i].name, mem_type(STATE[i].kind), (char *)out + STATE[i].offset, path));
+  DR_TRY(read_attr(file, "state_hash", H5T_NATIVE_UINT64, &hash, path));
+  DR_TRY(read_attr(file, "particle_sum", H5T_NATIVE_UINT64, particle_sum, path));
+  if (hash != state_hash(out)) BAD("damaged (the run's state does not match its hash)");
+  if (out->frame < 0 || out->step_in_frame < 0 || out->ranks < 1 || !(out->time >= 0))
+    BAD("damaged (frame %d, step %d of the next frame, time %g, %d ranks)", out->frame, out->step_in_frame, out->time,
+        out->ranks);
+  return 0;
+fail:
+  return st;
+}
+
+/* The scene bytes must hash to the recorded scene hash (every rank reads them: they are small). */
+static int check_scene(hid_t file, const ckpt_state *s, hid_t dxpl, const char *path) {
+  int st = 0;
+  hid_t d = H5I_INVALID_HID, space = H5I_INVALID_HID;
+  unsigned char *bytes = NULL;
+  hsize_t len = 0;
+  if (H5Lexists(file, "scene", H5P_DEFAULT) <= 0 || (d = H5Dopen2(file, "scene", H5P_DEFAULT)) < 0 ||
+      (space = H5Dget_space(d)) < 0 || H5Sget_simple_extent_ndims(space) != 1 ||
+      H5Sget_simple_extent_dims(space, &len, NULL) != 1)
+    BAD("damaged or not a drift checkpoint (no scene text)");
+  H5Sclose(space);
+  space = H5I_INVALID_HID;
+  if (!(bytes = malloc(len ? len : 1))) {
+    st = dr_fail(DR_ENOMEM, "out of host memory for the scene text of %s", path);
+    goto fail;
+  }
+  DR_TRY(read_rows(d, "scene", H5T_NATIVE_UINT8, 1, len, 0, len, bytes, dxpl, path));
+  if (fnv_bytes(FNV_BASIS, bytes, len) != s->scene_hash) BAD("damaged (the scene text does not match its hash)");
+  free(bytes);
+  H5Dclose(d);
+  return 0;
+fail:
+  free(bytes);
+  H5_DROP(H5Sclose, space);
+  H5_DROP(H5Dclose, d);
+  return st;
+}
+
+int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *out, particles *slice) {
+  int rank = 0, nranks = 1, st = 0;
+  hid_t fapl = H5I_INVALID_HID, file = H5I_INVALID_HID, dxpl = H5I_INVALID_HID, group = H5I_INVALID_HID;
+  h5util_quiet();
+  DR_MPI(MPI_Comm_rank(comm, &rank));
+  DR_MPI(MPI_Comm_size(comm, &nranks));
+  slice->n = 0;
+  DR_TRY(comm_agree(comm, rank == 0 ? read_checks(path) : DR_OK));
+  /* Opening is collective; a truncated file fails here (its end is before the recorded one). */
+  st = DR_OK;
+  if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 || H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0)
+    st = dr_fail_at(DR_EIO, __FILE__, __LINE__, "H5Pset_fapl_mpio", "file access properties for %s", path);
+  else if ((file = H5Fopen(path, H5F_ACC_RDONLY, fapl)) < 0)
+    st = dr_fail(DR_EINPUT, "checkpoint %s: not a whole HDF5 file (truncated, damaged, or not a checkpoint)", path);
+  if ((st = comm_agree(comm, st))) goto fail;
+  uint64_t particle_sum = 0;
+  if ((st = comm_agree(comm, read_state(file, out, &particle_sum, path)))) goto fail;
+  H5CK(dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
+  H5CK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
+  if ((st = comm_agree(comm, check_scene(file, out, dxpl, path)))) goto fail;
+  /* this rank's even slice */
+  const uint64_t N = out->n_particles, R = (uint64_t)nranks, r = (uint64_t)rank;
+  const uint64_t first = N / R * r + N % R * r / R, end = N / R * (r + 1) + N % R * (r + 1) / R, n = end - first;
+  st = particles_reserve(slice, n);
+  if (!st && H5Lexists(file, "particles", H5P_DEFAULT) <= 0)
+    st = dr_fail(DR_EINPUT, "checkpoint %s: damaged or not a drift checkpoint (no group 'particles')", path);
+  if (!st && (group = H5Gopen2(file, "particles", H5P_DEFAULT)) < 0)
+    st = dr_fail(DR_EINPUT, "checkpoint %s: damaged (group 'particles' cannot be opened)", path);
+  if ((st = comm_agree(comm, st))) goto fail;
+  for (int a = 0; a < N_PATTRS; ++a) {
+    hid_t d = H5I_INVALID_HID;
+    if ((st = comm_agree(comm, open_rows(group, PATTRS[a].name, PATTRS[a].kind, PATTRS[a].k, N, &d, path)))) {
+      H5_DROP(H5Dclose, d);
+      goto fail;
+    }
+    st = read_rows(d, PATTRS[a].name, mem_type(PATTRS[a].kind), PATTRS[a].k, N, first, n, pattr_data(slice, &PATTRS[a]),
+                   dxpl, path);
+    H5Dclose(d);
+    if ((st = comm_agree(comm, st))) goto fail;
+  }
+  slice->n = n;
+  /* every bit of every row, summed over the ranks whatever their number */
+  uint64_t mine = row_sum(slice, first), all = 0;
+  int e = MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, comm);
+  if (e != MPI_SUCCESS) st = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(checkpoint checksum)");
+  else if (all != particle_sum)
+    st = dr_fail(DR_EINPUT, "checkpoint %s: damaged (the particle data does not match its checksum)", path);
+  if (st) goto fail;
+  H5Gclose(group);
+  H5Pclose(dxpl);
+  H5Fclose(file);
+  H5Pclose(fapl);
+  return DR_OK;
+fail:
+  slice->n = 0;
+  H5_DROP(H5Gclose, group);
+  H5_DROP(H5Pclose, dxpl);
+  H5_DROP(H5Fclose, file);
+  H5_DROP(H5Pclose, fapl);
+  return st;
+}
+
+int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *slice, char *found, size_t len) {
+  int rank = 0, *frames = NULL, n = 0;
+  DR_MPI(MPI_Comm_rank(comm, &rank));
+  int rc = DR_OK;
+  if (rank == 0) {
+    struct stat sb;
+    if (stat(dir[0] ? dir : ".", &sb) != 0 || !S_ISDIR(sb.st_mode))
+      rc = dr_fail(DR_EINPUT, "--resume: %s is not a folder (give a checkpoint file or the folder that holds them)", dir);
+    else
+      rc = list_frames(dir, "checkpoint_", ".h5", &frames, &n);
+  }
+  rc = comm_agree(comm, rc);
+  if (rc == DR_OK) {
+    int e = MPI_Bcast(&n, 1, MPI_INT, 0, comm);
+    if (e == MPI_SUCCESS && rank != 0 && n > 0 && !(frames = malloc(sizeof *frames * (size_t)n))) e = MPI_ERR_NO_MEM;
+    if (e == MPI_SUCCESS && n > 0) e = MPI_Bcast(frames, n, MPI_INT, 0, comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Bcast(checkpoint list)");
+    rc = comm_agree(comm, rc);
+  }
+  if (rc == DR_OK && n == 0) rc = dr_fail(DR_EINPUT, "--resume: no checkpoint_NNNNN.h5 in %s", dir);
+  for (int i = 0; rc == DR_OK && i < n; ++i) {
+    ckpt_path(dir, frames[i], found, len);
+    int r = ckpt_read(comm, found, st, slice);
+    if (r == DR_OK) break;
+    if (r != DR_EINPUT) {
+      rc = r;
+      break;
+    }
+    /* not whole: say why, try the one before it */
+    log_info("passing over %s: %s", found, dr_message());
+    dr_clear();
+    if (i == n - 1)
+      rc = dr_fail(DR_EINPUT, "--resume: none of the %d checkpoint(s) in %s reads back whole (see the lines above)", n,
+                   dir);
+  }
+  free(frames);
+  return rc;
+}

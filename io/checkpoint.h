@@ -1,0 +1,74 @@
+/* checkpoint.h - everything a run needs to continue exactly, in one HDF5 file, written
+ * collectively by all ranks (like the frames: each rank one hyperslab at the offset of an
+ * exclusive scan) and read back on any number of ranks (each an even slice; sim.c then moves the
+ * particles to the ranks that own them).
+ *
+ * Layout of DIR/checkpoint_NNNNN.h5 (NNNNN = the last frame completed; a checkpoint written on
+ * a signal may hold a state part-way into the next frame, see step_in_frame):
+ *   /particles/NAME   one dataset per attribute of particles.h (PARTICLE_ATTRIBUTES, same names,
+ *                     x v C F mass vol0 id material owner): [N] or [N][k], float32, uint64, int32
+ *   /scene            uint8 [bytes]: the scene file exactly as it was read
+ *   root attributes:  the fields of ckpt_state (format, frame, step_in_frame, time, steps,
+ *                     rebuilds, last_dt, vmax, scene_hash, n_particles, ranks), then
+ *                     state_hash (FNV-1a of those values), particle_sum (the sum over rows of a
+ *                     hash of the row's index and bytes), drift_version and scene_path (strings).
+ * The file is written as DIR/.checkpoint_NNNNN.h5.tmp with checksummed HDF5 metadata (the 1.8
+ * format) and renamed when complete. Reading checks the metadata checksums (HDF5), the shapes,
+ * state_hash, particle_sum and the scene bytes against scene_hash, so a truncated or damaged
+ * file is refused rather than continued from. */
+#ifndef DRIFT_CHECKPOINT_H
+#define DRIFT_CHECKPOINT_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "particles.h"
+
+#define CKPT_FORMAT 1 /* raised when the layout changes; older files are refused */
+
+/* The run's state beside the particles. */
+typedef struct ckpt_state {
+  int frame;            /* last completed frame */
+  int step_in_frame;    /* substeps already done in frame + 1 (0: the state is at the end of frame) */
+  double time;          /* s */
+  uint64_t steps;       /* substeps so far */
+  uint64_t rebuilds;    /* rebuild-mappings so far */
+  double last_dt;       /* s, the last substep's */
+  double vmax;          /* m/s: the largest particle speed over all ranks after the last substep, from
+                         * which the next adaptive step is computed (the step-size controller's state) */
+  uint64_t scene_hash;  /* scene_hash_bytes of the scene file */
+  uint64_t n_particles; /* all ranks (set by ckpt_write) */
+  int ranks;            /* ranks that wrote it (set by ckpt_write) */
+} ckpt_state;
+
+/* The scene a checkpoint comes from: its bytes and the path they were read from. */
+typedef struct ckpt_scene {
+  const char *text;
+  size_t len;
+  const char *path;
+} ckpt_scene;
+
+/* DIR/checkpoint_NNNNN.h5. */
+void ckpt_path(const char *dir, int frame, char *out, size_t len);
+
+/* Collective over comm. Writes DIR/checkpoint_NNNNN.h5 (NNNNN = st->frame; DIR must exist) from
+ * every rank's particles p, then (rank 0) deletes the checkpoints of DIR beyond the newest `keep`
+ * and any numbered after this one (left by an earlier run that this one replaces; a resume would
+ * otherwise pick them). On failure nothing is left under the temporary name, the checkpoints
+ * that were there are all kept, and every rank returns the same status. */
+int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
+               int keep);
+
+/* Collective over comm. Reads the checkpoint at path: the state, and this rank's even slice of
+ * the particles (rows [N r / R, N (r + 1) / R) of R ranks) into *slice (resized; allocates).
+ * A file that is missing or not a whole, undamaged checkpoint fails with DR_EINPUT and one line
+ * naming the file and what is wrong; a file that cannot be read with DR_EIO. */
+int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *st, particles *slice);
+
+/* Collective over comm. Reads the newest checkpoint of DIR that reads back whole: tries them
+ * newest first, and says (log_info) why it passes over any that does not. Writes the chosen
+ * file's path to found. DR_EINPUT when DIR holds none that is usable. */
+int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *slice, char *found, size_t len);
+
+#endif

@@ -1,0 +1,73 @@
+/* h5util.h - what the collective HDF5 files of io/ share: checked HDF5 calls, attributes,
+ * datasets written as one hyperslab per rank, and the write-to-a-temporary-name-then-rename
+ * sequence with its failure handling (h5util_write_file). Frames (h5frame.c) and checkpoints
+ * (checkpoint.c) are built on it. */
+#ifndef DRIFT_H5UTIL_H
+#define DRIFT_H5UTIL_H
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+enum { H5UTIL_PATH_MAX = 4096 };
+
+/* Checks an HDF5 call (negative return = failure) inside a function that has a local `int st`, a
+ * `const char *path` naming the file being written or read and a `fail:` label. */
+#define H5CK(expr, call, what)                                                                     \
+  do {                                                                                             \
+    if ((expr) < 0) {                                                                              \
+      st = dr_fail_at(DR_EIO, __FILE__, __LINE__, call, "%s in %s", what, path);                   \
+      goto fail;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+/* Closes a handle on an error path (the first failure's message is the one kept). */
+#define H5_DROP(closer, h)                                                                         \
+  do {                                                                                             \
+    if ((h) >= 0) (void)closer(h);                                                                 \
+    (h) = H5I_INVALID_HID;                                                                         \
+  } while (0)
+
+/* HDF5 prints its own error stack to stderr by default; drift reports one message instead. */
+void h5util_quiet(void);
+
+/* A scalar attribute (identical values on every rank: attribute writes are collective). */
+int h5util_attr_scalar(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *value, const char *path);
+/* A fixed-length, null-terminated ASCII string attribute (size strlen + 1, so "" is valid too). */
+int h5util_attr_string(hid_t loc, const char *name, const char *value, const char *path);
+
+/* Creates NAME in loc with `total` rows of `cols` values (cols = 1: a 1-D dataset) and writes
+ * this rank's `n` rows at row `offset` with the transfer properties dxpl (collective). Ranks
+ * with n = 0 select nothing but still take part. */
+int h5util_write_rows(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int cols, uint64_t total,
+                      uint64_t offset, uint64_t n, const void *buf, hid_t dcpl, hid_t dxpl, const char *path);
+
+/* Rows before this rank's (exclusive scan) and in all (64-bit: N may pass 2^31). Collective. */
+int h5util_counts(MPI_Comm comm, uint64_t n, uint64_t *offset, uint64_t *total);
+
+/* "12 KiB", "3.4 MiB", "1.2 GiB". */
+const char *h5util_human_bytes(double bytes, char *out, size_t len);
+
+/* Fails early (DR_EIO, naming `final`) when the folder's file system has clearly less room than
+ * `need` bytes. Best effort: quotas and other writers are not seen. */
+int h5util_check_space(const char *dir, const char *final, double need);
+
+/* How h5util_write_file writes. */
+enum {
+  H5UTIL_CHECKSUMMED = 1,    /* the 1.8 file format or later: checksummed superblock and headers */
+  H5UTIL_REMOVE_FINAL = 2    /* on failure, also remove an older file under the final name */
+};
+
+/* Writes one file collectively: creates `tmp` through the MPI-IO driver, calls contents(file,
+ * ctx) on every rank, flushes, closes, and rank 0 renames tmp to final. The ranks agree on the
+ * outcome after each phase, so that no rank goes on into a collective call that another skips,
+ * and all return the same status. On failure every handle is closed and rank 0 removes tmp (and,
+ * with H5UTIL_REMOVE_FINAL, any file under `final`). contents must return the same status on
+ * every rank for the same outcome of its collective calls. flags: H5UTIL_* or 0. */
+int h5util_write_file(MPI_Comm comm, const char *tmp, const char *final, int flags,
+                      int (*contents)(hid_t file, void *ctx), void *ctx);
+
+#endif

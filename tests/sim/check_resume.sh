@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# check_resume.sh - checkpoints and restarts through the drift command line.
+#
+#   check_resume.sh DRIFT_EXE COMPARE_EXE SCENE MODE
+#
+# SCENE is a dam break (tests/sim/resume_dam_break.json: adaptive steps, a checkpoint every 3
+# frames, 6 frames, water that crosses the cut between two ranks). Every mode first runs it
+# straight through on one rank (A). A resumed run must then give the same frames as A, matched
+# by particle id (COMPARE_EXE: positions within 4e-6 m = 5e-6 of the domain, velocities within
+# 1e-4 of the largest speed), and on one rank the same number of substeps. Only the order of
+# the P2G sums differs (particles sorted afresh, other cuts), i.e. rounding: seen up to 1.1e-6 m
+# and 3e-6 of the largest speed. A resume that loses the step-size controller's state (the
+# first step from the backend's speed instead of the checkpoint's) is off by 1.2e-5 m and
+# 1.5e-3 of the largest speed.
+#   one     (label cpu) run 3 frames, resume to 6 from the output folder; a signal on one rank
+#           part-way into a frame (fixed steps): exit 9, one line, resume from the file named;
+#           refusals with exit 2 and one line: another scene file (and --force taking it), a
+#           truncated file, a damaged file, a folder without checkpoints, --force alone; a
+#           checkpoint write that fails (a folder in the way of its temporary name, which
+#           blocks root too): exit 3, one line naming it, no new file, the older checkpoint
+#           kept and still resumable.
+#   ranks   (label mpi) 2 ranks -> resume on 1; 1 -> 2; DRIFT_TEST_HOOK makes rank 1 alone raise
+#           SIGTERM part-way into frame 4: both ranks stop with exit 9 and a checkpoint, which 2
+#           ranks resume; a real `kill -TERM` to one rank's process: the same; a rank that exits
+#           mid-run and a rank that fails alone end the job within the time limit (no hang).
+#   nospace (label cpu) the output folder on a small tmpfs: the checkpoint does not fit: exit
+#           3, "no room", the older checkpoint kept. Exits 77 (skipped) where tmpfs cannot be
+#           mounted (not root, or a container that forbids it).
+set -u
+
+if [ $# -ne 4 ]; then
+  echo "usage: $0 DRIFT_EXE COMPARE_EXE SCENE one|ranks|nospace" >&2
+  exit 2
+fi
+drift=$1
+compare=$2
+scene=$3
+mode=$4
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun=(mpirun --oversubscribe)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/drift-resume.XXXXXX") || exit 1
+mounted=""
+cleanup() {
+  [ -n "$mounted" ] && umount "$mounted" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+cd "$tmp" || exit 1
+cp "$scene" scene.json
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# run LABEL EXPECTED_STATUS CMD...: runs CMD (output in LABEL.log), checks its exit status.
+run() {
+  local label=$1 want=$2
+  shift 2
+  timeout 120 "$@" >"$label.log" 2>&1
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    fail "$label: exit status $rc, expected $want; output:"
+    tail -n 15 "$label.log"
+  fi
+  return 0
+}
+
+# same_frames LABEL DIR FRAMES...: DIR's frames agree with A's.
+same_frames() {
+  local label=$1 dir=$2
+  shift 2
+  for f in "$@"; do
+    local name
+    name=$(printf 'frame_%05d.h5' "$f")
+    if ! out=$("$compare" "A/$name" "$dir/$name" 4e-6 1e-4); then
+      fail "$label: $dir/$name differs from the uninterrupted run: $out"
+    else
+      echo "$label: $out"
+    fi
+  done
+}
+
+# steps LOG: the substeps of the "done:" line.
+steps() { sed -n 's/^done: [0-9]* frames, \([0-9]*\) substeps.*/\1/p' "$1"; }
+
+# one_line LABEL LOG TEXT: the log's drift error is exactly one line and contains TEXT.
+one_line() {
+  local label=$1 log=$2 text=$3 lines
+  lines=$(grep -c '^drift: ' "$log")
+  [ "$lines" -eq 1 ] || fail "$label: $lines lines start with 'drift: ', expected 1: $(grep '^drift: ' "$log")"
+  grep '^drift: ' "$log" | grep -qF -- "$text" || fail "$label: the message does not say '$text': $(grep '^drift: ' "$log")"
+}
+
+run straight 0 "$drift" run scene.json --out A
+want_steps=$(steps straight.log)
+[ -n "$want_steps" ] || fail "the straight run printed no done line"
+
+case "$mode" in
+one)
+  # 1. 3 frames, then --resume (the output folder's newest checkpoint) to 6.
+  run first3 0 "$drift" run scene.json --out B --frames 3
+  [ -f B/checkpoint_00003.h5 ] || fail "no B/checkpoint_00003.h5 after 3 frames"
+  run resume 0 "$drift" run scene.json --out B --resume
+  grep -q "^resuming from B/checkpoint_00003.h5: frame 3," resume.log || fail "resume: no 'resuming from B/checkpoint_00003.h5' line"
+  same_frames "1 rank, resumed at frame 3" B 4 5 6
+  [ "$(steps resume.log)" = "$want_steps" ] || fail "resume: $(steps resume.log) substeps in all, the straight run $want_steps"
+  [ "$(grep -o 'frame_0000[0-9].h5' B/frames.xdmf | sort -u | tr '\n' ' ')" = "frame_00000.h5 frame_00001.h5 frame_00002.h5 frame_00003.h5 frame_00004.h5 frame_00005.h5 frame_00006.h5 " ] ||
+    fail "B/frames.xdmf does not list frames 0-6: $(grep -o 'frame_0000[0-9].h5' B/frames.xdmf | sort -u | tr '\n' ' ')"
+
+  # 2. Fixed steps (dt 0.0008, 50 per frame): SIGTERM before step 130, part-way into frame 3.
+  sed 's/"cfl": 0.5/"dt": 0.0008/' scene.json >fixed.json
+  run fixed_straight 0 "$drift" run fixed.json --out AF
+  run fixed_signal 9 env DRIFT_TEST_HOOK=signal:0:130 "$drift" run fixed.json --out F
+  one_line "signal on one rank" fixed_signal.log "stopped by SIGTERM at frame 2 + 29 step(s)"
+  grep -q "continue with: drift run fixed.json --out F --resume" fixed_signal.log || fail "signal: the message does not say how to continue"
+  [ -f F/frame_00002.h5 ] && [ ! -e F/frame_00003.h5 ] || fail "signal: frames 0-2 expected, and no frame 3: $(ls F)"
+  run fixed_resume 0 "$drift" run fixed.json --out F --resume F/checkpoint_00002.h5
+  for f in 3 6; do
+    name=$(printf 'frame_%05d.h5' "$f")
+    out=$("$compare" "AF/$name" "F/$name" 4e-6 1e-4) || fail "fixed steps, resumed part-way into frame 3: $out"
+    echo "fixed steps: $out"
+  done
+  [ "$(steps fixed_resume.log)" = "$(steps fixed_straight.log)" ] || fail "fixed steps: $(steps fixed_resume.log) substeps, straight $(steps fixed_straight.log)"
+
+  # 3. Refusals: exit 2, one line naming the problem.
+  { cat scene.json; echo; } >other.json # the same physics, another file: another hash
+  run other 2 "$drift" run other.json --out B --resume B/checkpoint_00003.h5
+  one_line "another scene" other.log "checkpoint B/checkpoint_00003.h5 comes from another scene file than other.json"
+  cp -r B BF
+  run force 0 "$drift" run other.json --out BF --resume BF/checkpoint_00003.h5 --force
+  grep -q "warning: checkpoint BF/checkpoint_00003.h5 comes from another scene file" force.log || fail "--force: no warning line"
+  same_frames "--force" BF 6
+  cp B/checkpoint_00003.h5 cut.h5
+  truncate -s $(($(stat -c %s cut.h5) / 2)) cut.h5
+  run truncated 2 "$drift" run scene.json --out B --resume cut.h5
+  one_line "truncated" truncated.log "checkpoint cut.h5: not a whole HDF5 file"
+  cp B/checkpoint_00003.h5 flipped.h5
+  size=$(stat -c %s flipped.h5)
+  byte=$(od -An -tu1 -j $((size / 2)) -N1 flipped.h5 | tr -d ' ')
+  printf "$(printf '\\%03o' $((byte ^ 255)))" | dd of=flipped.h5 bs=1 seek=$((size / 2)) conv=notrunc status=none
+  run damaged 2 "$drift" run scene.json --out B --resume flipped.h5
+  one_line "damaged" damaged.log "checkpoint flipped.h5: damaged"
+  mkdir -p empty
+  run none 2 "$drift" run scene.json --out B --resume empty
+  one_line "no checkpoint" none.log "--resume: no checkpoint_NNNNN.h5 in empty"
+  run missing 2 "$drift" run scene.json --out B --resume no-such.h5
+  one_line "missing" missing.log "checkpoint no-such.h5: no such file"
+  run force_alone 2 "$drift" run scene.json --out B --force
+  one_line "--force alone" force_alone.log "--force goes with --resume"
+
+  # 4. A checkpoint write that fails (a folder where its temporary file goes): exit 3, the file
+  # named, no checkpoint_00006.h5, checkpoint_00003.h5 kept and resumable.
+  mkdir -p W/.checkpoint_00006.h5.tmp
+  run blocked 3 "$drift" run scene.json --out W
+  one_line "blocked write" blocked.log "W/.checkpoint_00006.h5.tmp"
+  [ ! -e W/checkpoint_00006.h5 ] || fail "blocked write: W/checkpoint_00006.h5 exists"
+  [ -f W/checkpoint_00003.h5 ] || fail "blocked write: the older W/checkpoint_00003.h5 is gone"
+  rmdir W/.checkpoint_00006.h5.tmp
+  rm -f W/frame_0000[456].h5
+  run blocked_resume 0 "$drift" run scene.json --out W --resume
+  same_frames "resumed after a failed write" W 6
+  ;;
+ranks)
+  # 1. 2 ranks, then 1.
+  run two3 0 "${mpirun[@]}" -n 2 "$drift" run scene.json --out T --frames 3
+  run two_to_one 0 "$drift" run scene.json --out T --resume
+  grep -q "written by 2 ranks, read by 1" two_to_one.log || fail "2 -> 1: no 'written by 2 ranks, read by 1' line"
+  same_frames "2 ranks -> 1" T 4 6
+  # 2. 1 rank, then 2.
+  run one3 0 "$drift" run scene.json --out U --frames 3
+  run one_to_two 0 "${mpirun[@]}" -n 2 "$drift" run scene.json --out U --resume
+  grep -q "written by 1 rank, read by 2" one_to_two.log || fail "1 -> 2: no 'written by 1 rank, read by 2' line"
+  grep -q '^ranks: 2 ' one_to_two.log || fail "1 -> 2: no ranks line"
+  same_frames "1 rank -> 2" U 4 6
+  # 3. Only rank 1 gets SIGTERM, before step 200 (part-way into frame 4): both stop with a checkpoint.
+  run hook_signal 9 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=signal:1:200 "$drift" run scene.json --out S
+  one_line "SIGTERM to rank 1" hook_signal.log "stopped by SIGTERM at frame 3 + "
+  [ -f S/checkpoint_00003.h5 ] || fail "SIGTERM to rank 1: no S/checkpoint_00003.h5"
+  [ ! -e S/frame_00004.h5 ] || fail "SIGTERM to rank 1: frame 4 was written"
+  run hook_resume 0 "${mpirun[@]}" -n 2 "$drift" run scene.json --out S --resume
+  grep -q "^resuming from S/checkpoint_00003.h5: frame 3 and part of the next" hook_resume.log || fail "no 'part of the next' resume line"
+  same_frames "SIGTERM to rank 1, resumed on 2" S 4 5 6
+  # 4. A real signal to one rank's process, once frame 1 is done.
+  # (mpirun itself in the background, so that its children are the ranks; ctest's limit applies)
+  "${mpirun[@]}" -n 2 "$drift" run scene.json --out K >kill.log 2>&1 &
+  mp=$!
+  for _ in $(seq 200); do grep -q '^frame 1/6' kill.log && break; sleep 0.1; done
+  ranks=$(ps -o pid= --ppid "$mp" | tr -d ' ' | tr '\n' ' ')
+  victim=$(echo "$ranks" | awk '{ print $NF }')
+  if [ -z "$victim" ] || ! grep -q '^frame 1/6' kill.log; then
+    fail "kill: no frame 1 or no rank process found (ranks '$ranks')"
+  else
+    kill -TERM "$victim"
+  fi
+  wait "$mp"
+  rc=$?
+  [ "$rc" -eq 9 ] || { fail "kill -TERM to one rank (pid $victim of $ranks): exit status $rc, expected 9"; tail -n 15 kill.log; }
+  one_line "kill -TERM to one rank" kill.log "stopped by SIGTERM"
+  run kill_resume 0 "${mpirun[@]}" -n 2 "$drift" run scene.json --out K --resume
+  same_frames "kill -TERM to one rank, resumed on 2" K 6
+  # 5. A rank that dies, and one that fails alone, end the job (timeout would give 124).
+  start=$(date +%s)
+  run dies 1 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=exit:1:100 "$drift" run scene.json --out D
+  run fails_alone 8 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=fail:1:100 "$drift" run scene.json --out D
+  grep -q "^drift: rank 1 failed alone; ending all 2 ranks" fails_alone.log || fail "fails alone: no 'ending all 2 ranks' line"
+  grep -q "^drift: frame 2, step 100: DRIFT_TEST_HOOK: rank 1 fails alone" fails_alone.log || fail "fails alone: the cause is not printed"
+  echo "a rank that dies, a rank that fails alone: the job ended within $(($(date +%s) - start)) s"
+  ;;
+nospace)
+  mkdir -p N
+  if ! mount -t tmpfs -o size=4000k drift-test N 2>/dev/null; then
+    echo "skipped: cannot mount a tmpfs here (not root, or not allowed)"
+    exit 77
+  fi
+  mounted=$tmp/N
+  # Frames 0 and 6 only (0.5 MiB each), a checkpoint every 3 frames (1.5 MiB), keep 1: frame 0
+  # and checkpoint 3 fit in 3000 KiB, frame 6 fits beside them, checkpoint 6 does not (the old
+  # one goes only after the new one is complete).
+  sed 's/"checkpoint_every": 3/"every": 6, "checkpoint_every": 3, "checkpoint_keep": 1/' scene.json >small.json
+  mount -o remount,size=3000k N || fail "cannot resize the tmpfs"
+  run nospace 3 "$drift" run small.json --out N
+  one_line "no room" nospace.log "no room for N/checkpoint_00006.h5"
+  [ -f N/checkpoint_00003.h5 ] || fail "no room: the older checkpoint N/checkpoint_00003.h5 is gone"
+  [ -z "$(find N -name '*.tmp')" ] || fail "no room: temporary files left: $(ls -A N)"
+  [ ! -e N/checkpoint_00006.h5 ] || fail "no room: N/checkpoint_00006.h5 exists"
+  # the older checkpoint reads back whole (resumed into a folder with room)
+  cp -r N R
+  umount N && mounted=""
+  rm -f R/frame_00006.h5
+  run nospace_resume 0 "$drift" run small.json --out R --resume
+  name=frame_00006.h5
+  out=$("$compare" "A/$name" "R/$name" 4e-6 1e-4) || fail "resumed after no room: $out"
+  ;;
+*)
+  echo "unknown mode $mode" >&2
+  exit 2
+  ;;
+esac
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
