@@ -214,6 +214,7 @@ typedef struct cuda_state {
   float origin[3], inv_dx;
   boundary_params bnd;          /* faces (wall nodes below lo / above hi) and colliders, device pointers */
   dvec d_colliders, d_keys;     /* the colliders and their keyframes (boundary.h) */
+  dvec d_poses;                 /* [n_colliders] where they are in this step's grid update (k_poses) */
   double t_next;                /* set_time: start of the next step the host drives phase by phase */
   float dmin[3], dmax[3];       /* the domain as floats (the advection clamp) */
   int code_bits;                /* bits of a block code that can be non-zero */
@@ -633,10 +634,18 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
            s_sort[warp]);
 }
 
+/* Where the colliders are at the step's end (ctl->t), for k_grid: one thread per collider. */
+__global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params bp, collider_pose *__restrict__ poses) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ctl->done || k >= bp.n_colliders) return;
+  collider_pose_at(&bp.colliders[k], bp.keys, ctl->t, &poses[k]);
+}
+
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
  * fused with clearing the other buffer where the step before touched it. One thread per node. */
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
 k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
+       const collider_pose *__restrict__ poses,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
        uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
        int part) {
@@ -667,7 +676,7 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
   const int idx[3] = {4 * c[0] + nd / 16, 4 * c[1] + (nd / 4) % 4, 4 * c[2] + nd % 4};
   float xn[3];
   for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
-  boundary_apply(&bp, ctl->t, xn, v); /* ctl->t: the step's end (k_begin, k_begin_fixed) */
+  boundary_apply_posed(&bp, poses, xn, v); /* poses at ctl->t, the step's end (k_poses) */
   for (int a = 0; a < 3; ++a) gd[gidx(nd, a + 1)] = v[a];
 }
 
@@ -964,9 +973,15 @@ static int launch_p2g(cuda_state *s, int par) {
 
 static int launch_grid(cuda_state *s, int par, int part) {
   if (s->n_blocks == 0) return DR_OK;
+  if (s->bnd.n_colliders > 0) {
+    k_poses<<<blocks_for((size_t)s->bnd.n_colliders, 64), 64, 0, s->stream>>>(dp<step_ctl>(s->ctl), s->bnd,
+                                                                             dp<collider_pose>(s->d_poses));
+    LAUNCHED("k_poses");
+  }
   k_grid<<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA), GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
-      make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<uint64_t>(s->block_code),
+      make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<collider_pose>(s->d_poses),
+      dp<uint64_t>(s->block_code),
       dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
       dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part);
   LAUNCHED("k_grid");
@@ -1381,7 +1396,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys};
+                       &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -1418,7 +1433,7 @@ static void destroy(void *state) {
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
-                 &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys};
+                 &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
     if (s->done_ev[k]) cudaEventDestroy(s->done_ev[k]);
@@ -1505,6 +1520,7 @@ static int setup(cuda_state *s, const particles *p) {
   const boundary_params *hb = &s->prm.boundary;
   DVEC_EXACT(s->d_colliders, (size_t)(hb->n_colliders + 1) * sizeof(collider), "colliders");
   DVEC_EXACT(s->d_keys, (size_t)(hb->n_keys + 1) * sizeof(collider_key), "collider keyframes");
+  DVEC_EXACT(s->d_poses, (size_t)(hb->n_colliders + 1) * sizeof(collider_pose), "collider poses");
   if (hb->n_colliders > 0)
     CU(cudaMemcpyAsync(s->d_colliders.ptr, hb->colliders, (size_t)hb->n_colliders * sizeof(collider),
                        cudaMemcpyHostToDevice, s->stream));

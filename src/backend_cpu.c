@@ -35,6 +35,7 @@ typedef struct cpu_state {
   material_params *mats;
   float origin[3], inv_dx;
   double time;                  /* start of the next step (set_time), s */
+  collider_pose *poses;         /* [n_colliders] where the colliders are in this grid update */
   particles p;                  /* sorted by (particle block, cell) at each rebuild */
   particles tmp;                /* permutation target at rebuild (grow-only) */
   int32_t *pblock;              /* [n] particle block of each particle */
@@ -313,7 +314,8 @@ static int grid_update_part(void *state, float dt, int part) {
   cpu_state *s = state;
   const float *g = s->prm.gravity;
   const boundary_params *bp = &s->prm.boundary;
-  const double t_end = s->time + dt; /* colliders stand where they are at the step's end */
+  /* the colliders stand where they are at the step's end */
+  for (int k = 0; k < bp->n_colliders; ++k) collider_pose_at(&bp->colliders[k], bp->keys, s->time + dt, &s->poses[k]);
 #pragma omp parallel for schedule(static)
   for (long blk = 0; blk < (long)s->n_blocks; ++blk) {
     if (!s->touched[blk] || !(part & (s->shared[blk] ? GRID_SHARED : GRID_INTERIOR))) continue;
@@ -331,7 +333,7 @@ static int grid_update_part(void *state, float dt, int part) {
           int idx[3] = {4 * c[0] + li, 4 * c[1] + lj, 4 * c[2] + lk};
           float xn[3];
           for (int a = 0; a < 3; ++a) xn[a] = s->origin[a] + (float)idx[a] * s->prm.dx;
-          boundary_apply(bp, t_end, xn, v);
+          boundary_apply_posed(bp, s->poses, xn, v);
           for (int a = 0; a < 3; ++a) gd[(a + 1) * BLOCK_NODES + nd] = v[a];
         }
   }
@@ -510,6 +512,7 @@ static void destroy(void *state) {
   free(s->pb_coord), free(s->pb_nbr), free(s->pb_start), free(s->color_pb), free(s->nbr_codes);
   free(s->block_code), free(s->grid), free(s->touched), free(s->shared);
   grid_table_free(&s->table);
+  free(s->poses);
   free(s->mats);
   free(s);
 }
@@ -525,6 +528,12 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   }
   memcpy(s->mats, prm->materials, sizeof(material_params) * (size_t)prm->n_materials);
   s->prm.materials = s->mats;
+  s->poses = dr_malloc(sizeof(collider_pose) * (size_t)(prm->boundary.n_colliders + 1), "collider poses");
+  if (!s->poses) {
+    free(s->mats);
+    free(s);
+    return DR_ENOMEM;
+  }
   s->inv_dx = 1.0f / prm->dx;
   for (int a = 0; a < 3; ++a) {
     s->origin[a] = (float)(prm->domain_min[a] - GRID_PAD * (double)prm->dx);

@@ -6,7 +6,8 @@
  *   boundary_apply(bp, t, x, v): x the node's position (m), t the time (s) at which the
  *   colliders are placed (the backends pass the end of the step), v the node velocity, changed
  *   in place. Colliders act first, in their order in the scene, then the domain faces, so that
- *   the faces always keep material inside the domain.
+ *   the faces always keep material inside the domain. boundary_apply_posed() is the same with
+ *   the colliders' poses at t computed beforehand (collider_pose_at), once per grid update.
  *
  * Wall types (bc_project, on the velocity relative to the wall, n the wall's unit normal
  * pointing out of the wall into the material):
@@ -191,17 +192,30 @@ DR_HD int collider_apply(const collider *c, const collider_pose *P, float band, 
   return 1;
 }
 
-/* Every boundary condition on the node at x with velocity v (in place), at time t. */
+/* The domain faces on the node at x with velocity v (in place). */
+DR_HD void boundary_apply_faces(const boundary_params *bp, const float x[3], float v[3]) {
+  for (int a = 0; a < 3; ++a) {
+    if (x[a] < bp->lo[a]) bc_project_axis(bp->type[2 * a], bp->friction[2 * a], a, 1.0f, v);
+    else if (x[a] > bp->hi[a]) bc_project_axis(bp->type[2 * a + 1], bp->friction[2 * a + 1], a, -1.0f, v);
+  }
+}
+
+/* Every boundary condition on the node at x with velocity v (in place), the colliders at the
+ * poses given (poses[k] = collider_pose_at(colliders[k], keys, t), computed once per grid
+ * update where that is cheaper, as the CPU backend does). */
+DR_HD void boundary_apply_posed(const boundary_params *bp, const collider_pose *poses, const float x[3], float v[3]) {
+  for (int k = 0; k < bp->n_colliders; ++k) collider_apply(&bp->colliders[k], &poses[k], bp->band, x, v);
+  boundary_apply_faces(bp, x, v);
+}
+
+/* The same with the poses computed here at time t (the CUDA grid update: one node per thread). */
 DR_HD void boundary_apply(const boundary_params *bp, double t, const float x[3], float v[3]) {
   for (int k = 0; k < bp->n_colliders; ++k) {
     collider_pose P;
     collider_pose_at(&bp->colliders[k], bp->keys, t, &P);
     collider_apply(&bp->colliders[k], &P, bp->band, x, v);
   }
-  for (int a = 0; a < 3; ++a) {
-    if (x[a] < bp->lo[a]) bc_project_axis(bp->type[2 * a], bp->friction[2 * a], a, 1.0f, v);
-    else if (x[a] > bp->hi[a]) bc_project_axis(bp->type[2 * a + 1], bp->friction[2 * a + 1], a, -1.0f, v);
-  }
+  boundary_apply_faces(bp, x, v);
 }
 
 #endif
