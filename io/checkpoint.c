@@ -139,11 +139,7 @@ static uint64_t row_sum(const particles *p, uint64_t first_row) {
 /* ---- paths and listing -------------------------------------------------------------------- */
 
 void ckpt_path(const char *dir, int frame, char *out, size_t len) {
-  if (!out || len == 0) return;
-  if (!dir || !dir[0])
-    snprintf(out, len, "checkpoint_%05d.h5", frame);
-  else
-    snprintf(out, len, "%s/checkpoint_%05d.h5", dir, frame);
+  h5util_numbered_path(dir, "checkpoint", frame, out, len);
 }
 
 /* The frame number of "checkpoint_NNNNN.h5" (prefix "checkpoint_", suffix ".h5"), else -1. */
@@ -386,21 +382,15 @@ fail:
  * rank takes part, those with n = 0 select nothing). */
 static int read_rows(hid_t dset, const char *name, hid_t mtype, int cols, uint64_t total, uint64_t offset, uint64_t n,
                      void *buf, hid_t dxpl, const char *path) {
-  static uint64_t dummy[3];
   int st = 0;
   hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
   const int nd = cols > 1 ? 2 : 1;
-  hsize_t start[2] = {offset, 0}, count[2] = {n, (hsize_t)cols}, mdims[2] = {n > 0 ? n : 1, (hsize_t)cols};
+  hsize_t mdims[2] = {n > 0 ? n : 1, (hsize_t)cols};
   H5CK(fspace = H5Dget_space(dset), "H5Dget_space", name);
   H5CK(mspace = H5Screate_simple(nd, mdims, NULL), "H5Screate_simple", name);
-  if (n > 0) {
-    H5CK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL), "H5Sselect_hyperslab", name);
-  } else {
-    H5CK(H5Sselect_none(fspace), "H5Sselect_none", name);
-    H5CK(H5Sselect_none(mspace), "H5Sselect_none", name);
-    buf = dummy;
-  }
-  if (total > 0 && H5Dread(dset, mtype, mspace, fspace, dxpl, buf) < 0)
+  const void *rbuf = buf;
+  if ((st = h5util_select_rows(fspace, mspace, offset, n, cols, &rbuf, name, path))) goto fail;
+  if (total > 0 && H5Dread(dset, mtype, mspace, fspace, dxpl, (void *)rbuf) < 0)
     BAD("damaged or truncated (the values of dataset '%s' cannot be read)", name);
   H5Sclose(mspace);
   H5Sclose(fspace);

@@ -27,11 +27,7 @@
 enum { H5FRAME_PATH_MAX = H5UTIL_PATH_MAX };
 
 void h5frame_path(const char *dir, int frame, char *out, size_t len) {
-  if (!out || len == 0) return;
-  if (!dir || !dir[0])
-    snprintf(out, len, "frame_%05d.h5", frame);
-  else
-    snprintf(out, len, "%s/frame_%05d.h5", dir, frame);
+  h5util_numbered_path(dir, "frame", frame, out, len);
 }
 
 /* What write_contents needs (h5util_write_file's ctx). */

@@ -72,24 +72,16 @@ fail:
 
 int h5util_write_rows(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int cols, uint64_t total,
                       uint64_t offset, uint64_t n, const void *buf, hid_t dcpl, hid_t dxpl, const char *path) {
-  static const uint64_t dummy[3]; /* a non-NULL buffer for ranks that write nothing */
   int st = 0;
   int rank = cols > 1 ? 2 : 1;
   hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID, dset = H5I_INVALID_HID;
   hsize_t dims[2] = {(hsize_t)total, (hsize_t)cols};
-  hsize_t start[2] = {(hsize_t)offset, 0}, count[2] = {(hsize_t)n, (hsize_t)cols};
   hsize_t mdims[2] = {(hsize_t)(n > 0 ? n : 1), (hsize_t)cols};
 
   H5CK(fspace = H5Screate_simple(rank, dims, NULL), "H5Screate_simple", name);
   H5CK(dset = H5Dcreate2(loc, name, ftype, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT), "H5Dcreate2", name);
   H5CK(mspace = H5Screate_simple(rank, mdims, NULL), "H5Screate_simple", name);
-  if (n > 0) {
-    H5CK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL), "H5Sselect_hyperslab", name);
-  } else {
-    H5CK(H5Sselect_none(fspace), "H5Sselect_none", name);
-    H5CK(H5Sselect_none(mspace), "H5Sselect_none", name);
-    buf = dummy;
-  }
+  if ((st = h5util_select_rows(fspace, mspace, offset, n, cols, &buf, name, path))) goto fail;
   /* A zero-sized contiguous dataset has no storage address, and HDF5 1.10's collective write
    * fails on it ("addr overflow"); every rank knows total, so all skip the write alike. */
   if (total > 0) H5CK(H5Dwrite(dset, mtype, mspace, fspace, dxpl, buf), "H5Dwrite", name);
@@ -104,6 +96,31 @@ fail:
   H5_DROP(H5Dclose, dset);
   H5_DROP(H5Sclose, fspace);
   return st;
+}
+
+int h5util_select_rows(hid_t fspace, hid_t mspace, uint64_t offset, uint64_t n, int cols, const void **buf,
+                       const char *name, const char *path) {
+  static const uint64_t dummy[3]; /* a non-NULL buffer for ranks that move nothing */
+  int st = 0;
+  hsize_t start[2] = {(hsize_t)offset, 0}, count[2] = {(hsize_t)n, (hsize_t)cols};
+  if (n > 0) {
+    H5CK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL), "H5Sselect_hyperslab", name);
+  } else {
+    H5CK(H5Sselect_none(fspace), "H5Sselect_none", name);
+    H5CK(H5Sselect_none(mspace), "H5Sselect_none", name);
+    *buf = dummy;
+  }
+  return 0;
+fail:
+  return st;
+}
+
+void h5util_numbered_path(const char *dir, const char *prefix, int frame, char *out, size_t len) {
+  if (!out || len == 0) return;
+  if (!dir || !dir[0])
+    snprintf(out, len, "%s_%05d.h5", prefix, frame);
+  else
+    snprintf(out, len, "%s/%s_%05d.h5", dir, prefix, frame);
 }
 
 int h5util_counts(MPI_Comm comm, uint64_t n, uint64_t *offset, uint64_t *total) {

@@ -45,6 +45,15 @@ int h5util_attr_string(hid_t loc, const char *name, const char *value, const cha
 int h5util_write_rows(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int cols, uint64_t total,
                       uint64_t offset, uint64_t n, const void *buf, hid_t dcpl, hid_t dxpl, const char *path);
 
+/* Selects this rank's rows [offset, offset + n) of `cols` values in the file space and the
+ * whole memory space; with n = 0 both select nothing (the rank still takes part in a collective
+ * transfer) and *buf becomes a non-NULL dummy. */
+int h5util_select_rows(hid_t fspace, hid_t mspace, uint64_t offset, uint64_t n, int cols, const void **buf,
+                       const char *name, const char *path);
+
+/* DIR/PREFIX_NNNNN.h5 (frame NNNNN), or PREFIX_NNNNN.h5 without a DIR; writes at most len bytes. */
+void h5util_numbered_path(const char *dir, const char *prefix, int frame, char *out, size_t len);
+
 /* Rows before this rank's (exclusive scan) and in all (64-bit: N may pass 2^31). Collective. */
 int h5util_counts(MPI_Comm comm, uint64_t n, uint64_t *offset, uint64_t *total);
 
