@@ -454,13 +454,18 @@ static int resume_from_checkpoint(sim *S, particles *p) {
   const char *where = S->opt.resume && S->opt.resume[0] ? S->opt.resume : S->out_dir;
   ckpt_state st;
   particles slice = {0};
-  int is_dir = 0, rc = DR_OK;
+  int kind = 0, rc = DR_OK; /* 0 missing, 1 a folder, 2 something else */
   if (S->rank == 0) {
     struct stat sb;
-    is_dir = stat(where, &sb) == 0 && S_ISDIR(sb.st_mode);
+    kind = stat(where, &sb) != 0 ? 0 : S_ISDIR(sb.st_mode) ? 1 : 2;
   }
-  DR_MPI(MPI_Bcast(&is_dir, 1, MPI_INT, 0, S->comm));
-  if (is_dir) {
+  DR_MPI(MPI_Bcast(&kind, 1, MPI_INT, 0, S->comm));
+  if (kind == 0 && !(S->opt.resume && S->opt.resume[0])) {
+    rc = dr_fail(DR_EINPUT, "--resume: nothing to resume from: the output folder %s does not exist", where);
+    dr_mark_agreed(); /* every rank knows (the broadcast) */
+    return rc;
+  }
+  if (kind == 1) {
     rc = ckpt_read_latest(S->comm, where, &st, &slice, S->resumed_from, sizeof S->resumed_from);
   } else {
     snprintf(S->resumed_from, sizeof S->resumed_from, "%s", where);

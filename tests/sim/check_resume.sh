@@ -15,7 +15,8 @@
 #   one     (label cpu) run 3 frames, resume to 6 from the output folder; a signal on one rank
 #           part-way into a frame (fixed steps): exit 9, one line, resume from the file named;
 #           refusals with exit 2 and one line: another scene file (and --force taking it), a
-#           truncated file, a damaged file, a folder without checkpoints, --force alone; a
+#           truncated file, a damaged file, a folder without checkpoints, a missing file, no
+#           output folder to resume from, --force alone; a
 #           checkpoint write that fails (a folder in the way of its temporary name, which
 #           blocks root too): exit 3, one line naming it, no new file, the older checkpoint
 #           kept and still resumable.
@@ -148,6 +149,9 @@ one)
   one_line "no checkpoint" none.log "--resume: no checkpoint_NNNNN.h5 in empty"
   run missing 2 "$drift" run scene.json --out B --resume no-such.h5
   one_line "missing" missing.log "checkpoint no-such.h5: no such file"
+  run no_folder 2 "$drift" run scene.json --out nowhere --resume
+  one_line "no output folder" no_folder.log "--resume: nothing to resume from: the output folder nowhere does not exist"
+  [ ! -e nowhere ] || fail "no output folder: --resume created it"
   run force_alone 2 "$drift" run scene.json --out B --force
   one_line "--force alone" force_alone.log "--force goes with --resume"
 
