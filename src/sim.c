@@ -296,6 +296,8 @@ static int redistribute(sim *S) {
   return rc;
 }
 
+/* ---- the step loop: step sizes, stops, test hooks ------------------------------------------ */
+
 /* The next substep's dt, or 0 when the frame is complete: a fixed step, or the adaptive
  * cfl dx / (c + max |v|) with the last two substeps of a frame sharing what is left, so that no
  * substep is tiny and the frame ends exactly at t1. k: substeps done in the frame so far. */
@@ -317,6 +319,23 @@ static int step_speed(sim *S, float *vmax) {
     return DR_OK;
   }
   return S->be.max_speed(S->be.state, vmax);
+}
+
+/* Parses DRIFT_TEST_HOOK=ACTION:RANK:STEP (ACTION signal, exit or fail): the tests make one rank
+ * raise SIGTERM, exit, or fail without telling the others, before substep STEP. */
+static int parse_test_hook(sim *S) {
+  const char *h = getenv("DRIFT_TEST_HOOK");
+  if (!h || !*h) return DR_OK;
+  char action[16];
+  int rank = -1;
+  unsigned long long step = 0;
+  if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
+      (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail")))
+    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail:RANK:STEP (a test hook)", h);
+  S->hook.action = !strcmp(action, "signal") ? 1 : !strcmp(action, "exit") ? 2 : 3;
+  S->hook.rank = rank;
+  S->hook.step = step;
+  return DR_OK;
 }
 
 /* The tests' hook (DRIFT_TEST_HOOK), before substep st.steps + 1 of this rank. */
@@ -401,23 +420,6 @@ static int advance_frame_ranks(sim *S, double t1) {
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------ */
-
-/* Parses DRIFT_TEST_HOOK=ACTION:RANK:STEP (ACTION signal, exit or fail): the tests make one rank
- * raise SIGTERM, exit, or fail without telling the others, before substep STEP. */
-static int parse_test_hook(sim *S) {
-  const char *h = getenv("DRIFT_TEST_HOOK");
-  if (!h || !*h) return DR_OK;
-  char action[16];
-  int rank = -1;
-  unsigned long long step = 0;
-  if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
-      (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail")))
-    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail:RANK:STEP (a test hook)", h);
-  S->hook.action = !strcmp(action, "signal") ? 1 : !strcmp(action, "exit") ? 2 : 3;
-  S->hook.rank = rank;
-  S->hook.step = step;
-  return DR_OK;
-}
 
 /* Collective. Writes DIR/checkpoint_NNNNN.h5 of the state the run stands at: the end of frame
  * st.frame, or part-way into the next one after a stop. */
