@@ -11,6 +11,7 @@
 #include "error.h"
 #include "gpu_query.h"
 #include "log.h"
+#include "particles.h"
 #include "sample.h"
 #include "scene.h"
 #include "signals.h"
@@ -171,6 +172,14 @@ static int cmd_check(const char *path) {
   int written = s.frames / s.output_every + 1;
   printf("frames: %d at %g fps (%.4g s), %d files of %.1f MiB in %s/\n", s.frames, s.fps, s.frames * fdt, written,
          mib((double)total * 40 + 4096), s.output_dir);
+  /* a checkpoint: every particle attribute (particles.h) and the scene's bytes */
+  const double ckpt = (double)total * (double)particles_record_bytes() + (double)s.text_len + 16384.0;
+  if (s.checkpoint_every > 0)
+    printf("checkpoints: every %d frames, the newest %d kept, %.1f MiB each, in %s/\n", s.checkpoint_every,
+           s.checkpoint_keep, mib(ckpt), s.output_dir);
+  else
+    printf("checkpoints: none along the way (output.checkpoint_every); one of %.1f MiB if a signal stops the run\n",
+           mib(ckpt));
   free(per_mat), free(mass);
   scene_destroy(&s);
   return DR_OK;

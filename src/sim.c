@@ -298,6 +298,8 @@ static int redistribute(sim *S) {
   return rc;
 }
 
+/* ---- the step loop: step sizes, stops, test hooks ------------------------------------------ */
+
 /* The next substep's dt, or 0 when the frame is complete: a fixed step, or the adaptive
  * cfl dx / (c + max |v|) with the last two substeps of a frame sharing what is left, so that no
  * substep is tiny and the frame ends exactly at t1. k: substeps done in the frame so far. */
@@ -319,6 +321,23 @@ static int step_speed(sim *S, float *vmax) {
     return DR_OK;
   }
   return S->be.max_speed(S->be.state, vmax);
+}
+
+/* Parses DRIFT_TEST_HOOK=ACTION:RANK:STEP (ACTION signal, exit or fail): the tests make one rank
+ * raise SIGTERM, exit, or fail without telling the others, before substep STEP. */
+static int parse_test_hook(sim *S) {
+  const char *h = getenv("DRIFT_TEST_HOOK");
+  if (!h || !*h) return DR_OK;
+  char action[16];
+  int rank = -1;
+  unsigned long long step = 0;
+  if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
+      (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail")))
+    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail:RANK:STEP (a test hook)", h);
+  S->hook.action = !strcmp(action, "signal") ? 1 : !strcmp(action, "exit") ? 2 : 3;
+  S->hook.rank = rank;
+  S->hook.step = step;
+  return DR_OK;
 }
 
 /* The tests' hook (DRIFT_TEST_HOOK), before substep st.steps + 1 of this rank. */
@@ -405,23 +424,6 @@ static int advance_frame_ranks(sim *S, double t1) {
 
 /* ---- checkpoints ------------------------------------------------------------------------ */
 
-/* Parses DRIFT_TEST_HOOK=ACTION:RANK:STEP (ACTION signal, exit or fail): the tests make one rank
- * raise SIGTERM, exit, or fail without telling the others, before substep STEP. */
-static int parse_test_hook(sim *S) {
-  const char *h = getenv("DRIFT_TEST_HOOK");
-  if (!h || !*h) return DR_OK;
-  char action[16];
-  int rank = -1;
-  unsigned long long step = 0;
-  if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
-      (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail")))
-    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail:RANK:STEP (a test hook)", h);
-  S->hook.action = !strcmp(action, "signal") ? 1 : !strcmp(action, "exit") ? 2 : 3;
-  S->hook.rank = rank;
-  S->hook.step = step;
-  return DR_OK;
-}
-
 /* Collective. Writes DIR/checkpoint_NNNNN.h5 of the state the run stands at: the end of frame
  * st.frame, or part-way into the next one after a stop. */
 static int write_checkpoint(sim *S) {
@@ -457,13 +459,18 @@ static int resume_from_checkpoint(sim *S, particles *p) {
   const char *where = S->opt.resume && S->opt.resume[0] ? S->opt.resume : S->out_dir;
   ckpt_state st;
   particles slice = {0};
-  int is_dir = 0, rc = DR_OK;
+  int kind = 0, rc = DR_OK; /* 0 missing, 1 a folder, 2 something else */
   if (S->rank == 0) {
     struct stat sb;
-    is_dir = stat(where, &sb) == 0 && S_ISDIR(sb.st_mode);
+    kind = stat(where, &sb) != 0 ? 0 : S_ISDIR(sb.st_mode) ? 1 : 2;
   }
-  DR_MPI(MPI_Bcast(&is_dir, 1, MPI_INT, 0, S->comm));
-  if (is_dir) {
+  DR_MPI(MPI_Bcast(&kind, 1, MPI_INT, 0, S->comm));
+  if (kind == 0 && !(S->opt.resume && S->opt.resume[0])) {
+    rc = dr_fail(DR_EINPUT, "--resume: nothing to resume from: the output folder %s does not exist", where);
+    dr_mark_agreed(); /* every rank knows (the broadcast) */
+    return rc;
+  }
+  if (kind == 1) {
     rc = ckpt_read_latest(S->comm, where, &st, &slice, S->resumed_from, sizeof S->resumed_from);
   } else {
     snprintf(S->resumed_from, sizeof S->resumed_from, "%s", where);

@@ -15,7 +15,8 @@
 #   one     (label cpu) run 3 frames, resume to 6 from the output folder; a signal on one rank
 #           part-way into a frame (fixed steps): exit 9, one line, resume from the file named;
 #           refusals with exit 2 and one line: another scene file (and --force taking it), a
-#           truncated file, a damaged file, a folder without checkpoints, --force alone; a
+#           truncated file, a damaged file, a folder without checkpoints, a missing file, no
+#           output folder to resume from, --force alone; a
 #           checkpoint write that fails (a folder in the way of its temporary name, which
 #           blocks root too): exit 3, one line naming it, no new file, the older checkpoint
 #           kept and still resumable.
@@ -80,6 +81,15 @@ same_frames() {
     else
       echo "$label: $out"
     fi
+  done
+}
+
+# children_of PID: the ids of PID's child processes (from /proc, no procps needed).
+children_of() {
+  local st pid comm state ppid rest
+  for st in /proc/[0-9]*/stat; do
+    read -r pid comm state ppid rest <"$st" 2>/dev/null || continue
+    [ "$ppid" = "$1" ] && echo "$pid"
   done
 }
 
@@ -148,6 +158,9 @@ one)
   one_line "no checkpoint" none.log "--resume: no checkpoint_NNNNN.h5 in empty"
   run missing 2 "$drift" run scene.json --out B --resume no-such.h5
   one_line "missing" missing.log "checkpoint no-such.h5: no such file"
+  run no_folder 2 "$drift" run scene.json --out nowhere --resume
+  one_line "no output folder" no_folder.log "--resume: nothing to resume from: the output folder nowhere does not exist"
+  [ ! -e nowhere ] || fail "no output folder: --resume created it"
   run force_alone 2 "$drift" run scene.json --out B --force
   one_line "--force alone" force_alone.log "--force goes with --resume"
 
@@ -188,7 +201,7 @@ ranks)
   "${mpirun[@]}" -n 2 "$drift" run scene.json --out K >kill.log 2>&1 &
   mp=$!
   for _ in $(seq 200); do grep -q '^frame 1/6' kill.log && break; sleep 0.1; done
-  ranks=$(ps -o pid= --ppid "$mp" | tr -d ' ' | tr '\n' ' ')
+  ranks=$(children_of "$mp" | tr '\n' ' ')
   victim=$(echo "$ranks" | awk '{ print $NF }')
   if [ -z "$victim" ] || ! grep -q '^frame 1/6' kill.log; then
     fail "kill: no frame 1 or no rank process found (ranks '$ranks')"
@@ -211,7 +224,7 @@ ranks)
   ;;
 nospace)
   mkdir -p N
-  if ! mount -t tmpfs -o size=4000k drift-test N 2>/dev/null; then
+  if ! mount -t tmpfs -o size=3000k drift-test N 2>/dev/null; then
     echo "skipped: cannot mount a tmpfs here (not root, or not allowed)"
     exit 77
   fi
@@ -220,7 +233,6 @@ nospace)
   # and checkpoint 3 fit in 3000 KiB, frame 6 fits beside them, checkpoint 6 does not (the old
   # one goes only after the new one is complete).
   sed 's/"checkpoint_every": 3/"every": 6, "checkpoint_every": 3, "checkpoint_keep": 1/' scene.json >small.json
-  mount -o remount,size=3000k N || fail "cannot resize the tmpfs"
   run nospace 3 "$drift" run small.json --out N
   one_line "no room" nospace.log "no room for N/checkpoint_00006.h5"
   [ -f N/checkpoint_00003.h5 ] || fail "no room: the older checkpoint N/checkpoint_00003.h5 is gone"
