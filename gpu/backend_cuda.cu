@@ -55,6 +55,7 @@ extern "C" {
 #include "physics/bspline.h"
 #include "physics/constitutive.h"
 #include "physics/sparse.h"
+#include "physics/transfer.h"
 
 /* ---- layout ------------------------------------------------------------------------------- */
 
@@ -62,6 +63,7 @@ enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, PK
 #define LANES 32
 #define PK_FLOATS (PK_ATTRS * LANES)
 #define BLOCK_FLOATS (4 * BLOCK_NODES)
+#define OLD_FLOATS (3 * BLOCK_NODES) /* ASFLIP: grid0[blk * OLD_FLOATS + channel * 64 + node] */
 #define WARPS 4                       /* warps per CUDA block in the particle kernels (the paper's choice) */
 #define THREADS (WARPS * LANES)
 #define SIMPLE_THREADS 256            /* one-thread-per-item kernels of the rebuild */
@@ -209,6 +211,9 @@ typedef struct cuda_state {
   size_t n_blocks;
   dvec block_code;              /* [n_blocks] uint64, sorted */
   dvec grid[2];                 /* [n_blocks][256] float, the two alternating buffers */
+  dvec grid0[2];                /* ASFLIP only (else unallocated): [n_blocks][192] float beside grid[k]: P2G's
+                                 * momentum without the stress impulse, then the velocity before the update */
+  int asflip;                   /* a material uses ASFLIP (physics/transfer.h) */
   dvec touched[2];              /* [n_blocks] uint8 */
   size_t table_cap;             /* power of two, at least twice n_blocks */
   dvec table_keys, table_vals;
@@ -469,7 +474,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid,
                                          const material_params *__restrict__ mats, float3 origin, float dx,
                                          float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
-                                         float (*s_w)[LANES], unsigned *s_sort) {
+                                         float *__restrict__ grid0, float (*s_w)[LANES], unsigned *s_sort) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -493,6 +498,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
 
   /* 2. The particle: plasticity and stress, then the affine momentum matrix A. */
   float m = 0.0f, mv[3] = {0, 0, 0}, A[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, fx[3] = {1, 1, 1};
+  float mC[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}; /* ASFLIP (grid0): the affine momentum without the stress */
   int d[3] = {0, 0, 0};
   if (valid) {
     float x[3], F[9], tau[9];
@@ -504,6 +510,8 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
     m = base[A_M * LANES + src];
     const float k = -dt * base[A_VOL * LANES + src] * 4.0f * inv_dx * inv_dx;
     for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * base[(A_C + q) * LANES + src];
+    if (grid0)
+      for (int q = 0; q < 9; ++q) mC[q] = m * base[(A_C + q) * LANES + src];
     for (int a = 0; a < 3; ++a) mv[a] = m * base[(A_V + a) * LANES + src];
     locate(x, origin, inv_dx, P, d, fx);
     for (int a = 0; a < 3; ++a) {
@@ -535,10 +543,21 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
         float v1 = w * (mv[0] + A[0] * r0 + A[1] * r1 + A[2] * r2);
         float v2 = w * (mv[1] + A[3] * r0 + A[4] * r1 + A[5] * r2);
         float v3 = w * (mv[2] + A[6] * r0 + A[7] * r1 + A[8] * r2);
+        float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f;
+        if (grid0) { /* uniform over the warp */
+          o0 = w * (mv[0] + mC[0] * r0 + mC[1] * r1 + mC[2] * r2);
+          o1 = w * (mv[1] + mC[3] * r0 + mC[4] * r1 + mC[5] * r2);
+          o2 = w * (mv[2] + mC[6] * r0 + mC[7] * r1 + mC[8] * r2);
+        }
         for (int s = 1; s < longest; s <<= 1) {
           const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
           const float t2 = __shfl_down_sync(FULL, v2, s), t3 = __shfl_down_sync(FULL, v3, s);
           if (lane + s < seg_end) v0 += t0, v1 += t1, v2 += t2, v3 += t3;
+          if (grid0) {
+            const float u0 = __shfl_down_sync(FULL, o0, s), u1 = __shfl_down_sync(FULL, o1, s);
+            const float u2 = __shfl_down_sync(FULL, o2, s);
+            if (lane + s < seg_end) o0 += u0, o1 += u1, o2 += u2;
+          }
         }
         int nb, node;
         node_of(d, ei, ej, ek, &nb, &node);
@@ -549,6 +568,12 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
           atomicAdd(gb + gidx(node, 1), v1);
           atomicAdd(gb + gidx(node, 2), v2);
           atomicAdd(gb + gidx(node, 3), v3);
+          if (grid0) {
+            float *ob = grid0 + (size_t)blk * OLD_FLOATS + node;
+            atomicAdd(ob, o0);
+            atomicAdd(ob + BLOCK_NODES, o1);
+            atomicAdd(ob + 2 * BLOCK_NODES, o2);
+          }
           /* one mark per block: the lowest stencil node of the block on every axis */
           if ((ei == 0 || ((d[0] + ei) & 3) == 0) && (ej == 0 || ((d[1] + ej) & 3) == 0) &&
               (ek == 0 || ((d[2] + ek) & 3) == 0))
@@ -564,14 +589,14 @@ __global__ static void __launch_bounds__(THREADS)
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0) {
   __shared__ float s_w[WARPS][9][LANES]; /* B-spline weights: w[axis][offset] per lane */
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   const int warp = threadIdx.x >> 5;
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return; /* the whole warp */
-  p2g_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, s_w[warp],
+  p2g_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_w[warp],
            s_sort[warp]);
 }
 
@@ -588,7 +613,8 @@ __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
 k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
        const collider_pose *__restrict__ poses,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
-       uint8_t *__restrict__ touched_next, float *__restrict__ g_next) {
+       uint8_t *__restrict__ touched_next, float *__restrict__ g_next, float *__restrict__ g0,
+       float *__restrict__ g0_next) {
   if (ctl->done) return; /* uniform over the CUDA block */
   const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
   const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
@@ -599,6 +625,8 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
   if (clear) {
     float *gn = g_next + blk * BLOCK_FLOATS;
     for (int ch = 0; ch < 4; ++ch) gn[gidx(nd, ch)] = 0.0f;
+    if (g0_next)
+      for (int ch = 0; ch < 3; ++ch) g0_next[blk * OLD_FLOATS + ch * BLOCK_NODES + nd] = 0.0f;
     if (nd == 0) touched_next[blk] = 0;
   }
   if (!touched[blk]) return;
@@ -612,6 +640,8 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
   const float inv_m = 1.0f / m;
   float v[3];
   for (int a = 0; a < 3; ++a) v[a] = gd[gidx(nd, a + 1)] * inv_m + gr[a] * dt;
+  if (g0) /* ASFLIP: the velocity before the update */
+    for (int a = 0; a < 3; ++a) g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd] *= inv_m;
   const int idx[3] = {4 * c[0] + nd / 16, 4 * c[1] + (nd / 4) % 4, 4 * c[2] + nd % 4};
   float xn[3];
   for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
@@ -627,7 +657,8 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
                                          float3 dmin, float3 dmax, float dx, float inv_dx,
-                                         const float *__restrict__ grid, int inner_lo, int inner_hi) {
+                                         const float *__restrict__ grid, int inner_lo, int inner_hi,
+                                         const material_params *__restrict__ mats, const float *__restrict__ grid0) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -647,7 +678,11 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
     float dw[3];
     bspline_weights(fx[a], w[a], dw);
   }
-  float v[3] = {0, 0, 0}, B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  float v[3] = {0, 0, 0}, B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, vold[3] = {0, 0, 0};
+  material_params mat;
+  mat.transfer = TRANSFER_APIC;
+  if (ok) mat = mats[__float_as_int(base[A_MAT * LANES])];
+  const int flip = grid0 && mat.transfer == TRANSFER_ASFLIP;
   for (int ei = 0; ei < 3; ++ei)
     for (int ej = 0; ej < 3; ++ej)
       for (int ek = 0; ek < 3; ++ek) {
@@ -663,6 +698,8 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
           v[a] += vi;
           for (int e = 0; e < 3; ++e) B[3 * a + e] += vi * r[e];
         }
+        if (flip)
+          for (int a = 0; a < 3; ++a) vold[a] += wt * grid0[(size_t)blk * OLD_FLOATS + a * BLOCK_NODES + node];
       }
   unsigned speed_bits = 0, leave = 0;
   if (ok) {
@@ -673,13 +710,18 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       C[q] = k * B[q];
       G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
     }
+    /* APIC, or ASFLIP: the velocity kept and the one moved with (physics/transfer.h) */
+    float vp[3], vnew[3], vmove[3];
+    for (int a = 0; a < 3; ++a) vp[a] = base[(A_V + a) * LANES];
+    transfer_velocity(&mat, dt, vp, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
+    for (int a = 0; a < 3; ++a) v[a] = vnew[a];
     m3_mul(G, F, Fn);
     const float lo[3] = {dmin.x, dmin.y, dmin.z}, hi[3] = {dmax.x, dmax.y, dmax.z};
     float sp2 = 0.0f;
     for (int a = 0; a < 3; ++a) {
       sp2 += v[a] * v[a];
       /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
-      x[a] = fminf(fmaxf(x[a] + dt * v[a], lo[a]), hi[a]);
+      x[a] = fminf(fmaxf(x[a] + dt * vmove[a], lo[a]), hi[a]);
     }
     for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
@@ -709,11 +751,13 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
 __global__ static void __launch_bounds__(THREADS)
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
-      float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid) {
+      float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
+      const material_params *__restrict__ mats, const float *__restrict__ grid0) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
-  g2p_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO, INNER_HI);
+  g2p_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO, INNER_HI,
+           mats, grid0);
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -726,7 +770,8 @@ __global__ static void __launch_bounds__(THREADS)
 k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
         const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
         const material_params *__restrict__ mats, float3 origin, float3 dmin, float3 dmax, float dx, float inv_dx,
-        const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next) {
+        const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next,
+        const float *__restrict__ grid0, float *__restrict__ grid0_next) {
   __shared__ float s_w[WARPS][9][LANES];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -734,10 +779,11 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO, FUSED_HI);
+  g2p_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO, FUSED_HI, mats,
+           grid0);
   __syncwarp();
-  p2g_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next, s_w[warp],
-           s_sort[warp]);
+  p2g_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next, grid0_next,
+           s_w[warp], s_sort[warp]);
 }
 
 /* Material of the particle with the given id (for the message about a bad particle). */
@@ -865,6 +911,10 @@ static int rebuild_now(cuda_state *s) {
     DVEC(s->touched[k], s->n_blocks, "grid blocks");
     CU(cudaMemsetAsync(s->grid[k].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), st));
     CU(cudaMemsetAsync(s->touched[k].ptr, 0, s->n_blocks, st));
+    if (s->asflip) {
+      DVEC(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
+      CU(cudaMemsetAsync(s->grid0[k].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), st));
+    }
   }
   s->par = 0;
 
@@ -891,13 +941,23 @@ static int rebuild_now(cuda_state *s) {
 
 /* ---- launching a step --------------------------------------------------------------------- */
 
+/* The ASFLIP buffer beside grid[par], or NULL when no material uses ASFLIP. */
+static float *grid0_of(cuda_state *s, int par) { return s->asflip ? dp<float>(s->grid0[par]) : NULL; }
+
+/* Clears grid buffer par (and its ASFLIP buffer) outside the fused clear of k_grid. */
+static int clear_grid(cuda_state *s, int par) {
+  CU(cudaMemsetAsync(s->grid[par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
+  if (s->asflip) CU(cudaMemsetAsync(s->grid0[par].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), s->stream));
+  return DR_OK;
+}
+
 static int launch_p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
   k_p2g<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]));
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par));
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -914,7 +974,7 @@ static int launch_grid(cuda_state *s, int par) {
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<collider_pose>(s->d_poses),
       dp<uint64_t>(s->block_code),
       dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
-      dp<float>(s->grid[1 - par]));
+      dp<float>(s->grid[1 - par]), grid0_of(s, par), grid0_of(s, 1 - par));
   LAUNCHED("k_grid");
   return DR_OK;
 }
@@ -925,7 +985,7 @@ static int launch_g2p(cuda_state *s, int par) {
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
-      s->inv_dx, dp<float>(s->grid[par]));
+      s->inv_dx, dp<float>(s->grid[par]), dp<material_params>(s->d_mats), grid0_of(s, par));
   LAUNCHED("k_g2p");
   return DR_OK;
 }
@@ -937,7 +997,7 @@ static int launch_g2p2g(cuda_state *s, int par) {
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]),
       make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]));
+      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]), grid0_of(s, par), grid0_of(s, 1 - par));
   LAUNCHED("k_g2p2g");
   return DR_OK;
 }
@@ -1019,7 +1079,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
   if (s->primed) { /* after G2P2G frames: this P2G replaces the primed one */
-    CU(cudaMemsetAsync(s->grid[s->par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
+    DR_TRY(clear_grid(s, s->par));
     s->primed = 0;
   }
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
@@ -1099,7 +1159,7 @@ static int advance_frame(void *state, const frame_plan *plan, frame_report *rep)
   const int fused = !adaptive && s->n < s->g2p2g_below;
   if (fused != s->graph_fused) {
     if (s->primed) { /* leaving G2P2G: the primed buffer must not be scattered into twice */
-      CU(cudaMemsetAsync(s->grid[s->par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
+      DR_TRY(clear_grid(s, s->par));
       s->primed = 0;
     }
     s->graph_fused = fused;
@@ -1194,7 +1254,7 @@ static double held_bytes(const cuda_state *s) {
   const dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
-                       &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
+                       &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
                        &s->count, &s->d_colliders, &s->d_keys, &s->d_poses};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
@@ -1231,7 +1291,7 @@ static void destroy(void *state) {
   dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
-                 &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
+                 &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->d_colliders, &s->d_keys, &s->d_poses};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
@@ -1345,6 +1405,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
   s->inv_dx = 1.0f / prm->dx;
   s->bnd = prm->boundary; /* the pointers become device pointers in setup() */
+  for (int m = 0; m < prm->n_materials; ++m) s->asflip |= prm->materials[m].transfer == TRANSFER_ASFLIP;
   s->bnd.colliders = NULL;
   s->bnd.keys = NULL;
   s->bnd.band = 0.5f * prm->dx; /* colliders: nodes within half a cell (boundary.h) */

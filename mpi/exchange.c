@@ -8,7 +8,7 @@
 #include "error.h"
 #include "physics/sparse.h"
 
-#define BLOCK_SUMS (4 * BLOCK_NODES) /* mass and momentum of 64 nodes */
+#define BLOCK_SUMS (4 * BLOCK_NODES) /* mass and momentum of 64 nodes, unless the backend says more */
 #define TAG_COUNT 101
 #define TAG_CODES 102
 #define TAG_SUMS 103
@@ -32,6 +32,7 @@ void exchange_free(exchange *x) {
 int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   exchange_free(x);
   x->comm = comm;
+  x->block_sums = b->block_sums > 0 ? (size_t)b->block_sums : BLOCK_SUMS;
   int rank, nranks;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
@@ -126,8 +127,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       L->idx = NULL;
       continue;
     }
-    L->send = malloc(sizeof *L->send * BLOCK_SUMS * L->n);
-    L->recv = malloc(sizeof *L->recv * BLOCK_SUMS * L->n);
+    L->send = malloc(sizeof *L->send * x->block_sums * L->n);
+    L->recv = malloc(sizeof *L->recv * x->block_sums * L->n);
     if (!L->send || !L->recv) {
       ++x->nlinks;
       err = dr_fail(DR_ENOMEM, "out of host memory for the exchange buffers (%zu blocks)", L->n);
@@ -149,7 +150,7 @@ int exchange_start(exchange *x, backend *b) {
   for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->pack(b->state, x->links[k].idx, x->links[k].n, x->links[k].send));
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
-    const int count = (int)(BLOCK_SUMS * L->n);
+    const int count = (int)(x->block_sums * L->n);
     DR_MPI(MPI_Irecv(L->recv, count, MPI_FLOAT, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]));
     DR_MPI(MPI_Isend(L->send, count, MPI_FLOAT, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]));
     x->bytes_sent += (double)count * sizeof(float);

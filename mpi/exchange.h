@@ -26,6 +26,7 @@ typedef struct exchange {
   int nlinks;
   rank_link *links;
   size_t n_shared;        /* distinct local blocks shared with some rank */
+  size_t block_sums;      /* floats per shared block (the backend's block_sums) */
   MPI_Request *req;
   double bytes_sent;      /* since the last exchange_take_stats */
   double wait_seconds;

@@ -520,15 +520,49 @@ static int parse_gravity(const ctx *c, const cJSON *root, scene *s) {
 /* Material models: the keys each one accepts. */
 static const char *const MODEL_NAMES[] = {"fixed_corotated", "drucker_prager",
                                           "weakly_compressible"};
+/* Every model also takes the transfer keys (TRANSFER_KEYS, last in each list). */
+#define N_TRANSFER_KEYS 4
+#define TRANSFER_KEYS "transfer", "flip_blend", "asflip_beta_min", "asflip_beta_max"
 static const char *const ALL_MATERIAL_KEYS[] = {"model",         "density",        "youngs_modulus",
                                                 "poisson_ratio", "friction_angle", "bulk_modulus",
-                                                "gamma"};
+                                                "gamma",         TRANSFER_KEYS};
 static const char *const FIXED_COROTATED_KEYS[] = {"model", "density", "youngs_modulus",
-                                                   "poisson_ratio"};
+                                                   "poisson_ratio", TRANSFER_KEYS};
 static const char *const DRUCKER_PRAGER_KEYS[] = {"model", "density", "youngs_modulus",
-                                                  "poisson_ratio", "friction_angle"};
+                                                  "poisson_ratio", "friction_angle", TRANSFER_KEYS};
 static const char *const WEAKLY_COMPRESSIBLE_KEYS[] = {"model", "density", "bulk_modulus",
-                                                       "gamma"};
+                                                       "gamma", TRANSFER_KEYS};
+static const char *const TRANSFER_NAMES[] = {"apic", "asflip"};
+
+/* transfer (apic | asflip) and, with asflip only, its parameters. */
+static int parse_transfer(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
+  static const char *const asflip_keys[] = {"flip_blend", "asflip_beta_min", "asflip_beta_max"};
+  char key[KEY_LEN], a[32], b[32];
+  material_params *p = &mat->params;
+  DR_TRY(get_enum(c, m, where, "transfer", TRANSFER_APIC, TRANSFER_NAMES, 2, &p->transfer));
+  if (p->transfer != TRANSFER_ASFLIP) {
+    for (int i = 0; i < 3; ++i)
+      if (cJSON_GetObjectItemCaseSensitive(m, asflip_keys[i])) {
+        join(key, where, asflip_keys[i]);
+        return fail(c, key, "allowed only with transfer \"asflip\" (got transfer \"%s\"; expected no "
+                    "%s, or transfer \"asflip\")", TRANSFER_NAMES[p->transfer], asflip_keys[i]);
+      }
+    return 0;
+  }
+  const range unit = {0, 1, 0, 0, ""};
+  DR_TRY(get_real(c, m, where, "flip_blend", 0, 0.99, unit, &mat->flip_blend));
+  DR_TRY(get_real(c, m, where, "asflip_beta_min", 0, 0, unit, &mat->beta_min));
+  DR_TRY(get_real(c, m, where, "asflip_beta_max", 0, 1, unit, &mat->beta_max));
+  if (mat->beta_max < mat->beta_min) {
+    join(key, where, cJSON_GetObjectItemCaseSensitive(m, "asflip_beta_max") ? "asflip_beta_max" : "asflip_beta_min");
+    return fail(c, key, "asflip_beta_max below asflip_beta_min (got asflip_beta_min %s and asflip_beta_max %s; "
+                "expected asflip_beta_min <= asflip_beta_max)", fmt_num(a, mat->beta_min), fmt_num(b, mat->beta_max));
+  }
+  p->flip_blend = (float)mat->flip_blend;
+  p->beta_min = (float)mat->beta_min;
+  p->beta_max = (float)mat->beta_max;
+  return 0;
+}
 
 /* Young's modulus and Poisson's ratio of a solid, and the Lame parameters from them. */
 static int parse_elastic(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
@@ -561,8 +595,8 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
   const char *const *keys = model == MODEL_FIXED_COROTATED  ? FIXED_COROTATED_KEYS
                             : model == MODEL_DRUCKER_PRAGER ? DRUCKER_PRAGER_KEYS
                                                             : WEAKLY_COMPRESSIBLE_KEYS;
-  int n_keys = model == MODEL_DRUCKER_PRAGER ? 5 : 4;
-  DR_TRY(check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, 7, variant));
+  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 5 : 4) + N_TRANSFER_KEYS;
+  DR_TRY(check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, 7 + N_TRANSFER_KEYS, variant));
 
   material_params *p = &mat->params;
   memset(p, 0, sizeof *p);
@@ -576,7 +610,7 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
     DR_TRY(get_real(c, m, where, "gamma", 0, 7, (range){1, INFINITY, 0, 0, ""}, &mat->gamma));
     p->bulk = (float)mat->bulk_modulus;
     p->gamma = (float)mat->gamma;
-    return 0;
+    return parse_transfer(c, m, where, mat);
   }
   DR_TRY(parse_elastic(c, m, where, mat));
   if (model == MODEL_DRUCKER_PRAGER) {
@@ -585,7 +619,7 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
     double sphi = sin(mat->friction_angle * (PI / 180.0));
     p->alpha = (float)(sqrt(2.0 / 3.0) * 2.0 * sphi / (3.0 - sphi));
   }
-  return 0;
+  return parse_transfer(c, m, where, mat);
 }
 
 static int parse_materials(const ctx *c, const cJSON *root, scene *s) {

@@ -240,6 +240,8 @@ DR_HD void material_from_user(material_params *m, int model, float density, floa
   m->alpha = 0.81649658092772603f * 2.0f * sp / (3.0f - sp); /* sqrt(2/3) */
   m->bulk = bulk;
   m->gamma = gamma;
+  m->transfer = TRANSFER_APIC;
+  m->flip_blend = m->beta_min = m->beta_max = 0.0f;
 }
 
 #endif

@@ -9,6 +9,12 @@ enum material_model {
   MODEL_WEAKLY_COMPRESSIBLE = 2 /* Tait-type fluid: p = K (J^-gamma - 1) */
 };
 
+/* How the material's particles take their velocity back from the grid (G2P). */
+enum transfer_kind {
+  TRANSFER_APIC = 0,  /* affine PIC (Jiang et al. 2015): v_p = sum w v_i */
+  TRANSFER_ASFLIP = 1 /* Fei et al. 2021: APIC plus a FLIP share of the particle's own velocity (physics/transfer.h) */
+};
+
 typedef struct material_params {
   int model;        /* enum material_model */
   float density;    /* kg/m^3 */
@@ -16,6 +22,9 @@ typedef struct material_params {
   float alpha;      /* Drucker-Prager: sqrt(2/3) * 2 sin(phi) / (3 - sin(phi)), phi = friction angle */
   float bulk;       /* weakly compressible: bulk modulus K (Pa) */
   float gamma;      /* weakly compressible: exponent */
+  int transfer;     /* enum transfer_kind */
+  float flip_blend; /* ASFLIP: alpha, the FLIP share of the velocity update, in [0, 1] */
+  float beta_min, beta_max; /* ASFLIP: positional adjustment while compressed / separating, in [0, 1] */
 } material_params;
 
 #endif
