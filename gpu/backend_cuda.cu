@@ -2,7 +2,7 @@
 // DESIGN.md, "One time step on one device") behind backend.h, on the shared header-only physics.
 //
 // Particles. AoSoA: packets of 32 particles, one per warp, attribute a of lane l of packet p at
-// pk[p * PK_FLOATS + a * 32 + l] (PK_ATTRS attributes: x, v, C, F, mass, volume, material); ids
+// pk[p * PK_FLOATS + a * 32 + l] (PK_ATTRS attributes: x, v, C, F, mass, volume, material, logJp); ids
 // in a slot array beside them. At rebuild-mapping the particles are sorted by (particle block,
 // cell) and every particle block starts a new packet, so that a warp's particles share one
 // particle block (a CUDA block of 4 warps may mix particle blocks); packet headers give the
@@ -59,7 +59,7 @@ extern "C" {
 
 /* ---- layout ------------------------------------------------------------------------------- */
 
-enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, PK_ATTRS = 28 };
+enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, A_JP = 27, PK_ATTRS = 28 };
 #define LANES 32
 #define PK_FLOATS (PK_ATTRS * LANES)
 #define BLOCK_FLOATS (4 * BLOCK_NODES)
@@ -505,8 +505,10 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
     for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + src];
     for (int q = 0; q < 9; ++q) F[q] = base[(A_F + q) * LANES + src];
     const material_params mat = mats[__float_as_int(base[A_MAT * LANES + src])];
-    constitutive_update(&mat, F, tau);
+    float logjp = base[A_JP * LANES + src]; /* the plastic state (NACC) */
+    constitutive_update_state(&mat, F, &logjp, tau);
     for (int q = 0; q < 9; ++q) base[(A_F + q) * LANES + src] = F[q];
+    base[A_JP * LANES + src] = logjp;
     m = base[A_M * LANES + src];
     const float k = -dt * base[A_VOL * LANES + src] * 4.0f * inv_dx * inv_dx;
     for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * base[(A_C + q) * LANES + src];
@@ -1237,6 +1239,7 @@ static int download(void *state, particles *out) {
         for (int a = 0; a < 9; ++a) out->C[9 * i + a] = q[(A_C + a) * LANES], out->F[9 * i + a] = q[(A_F + a) * LANES];
         out->mass[i] = q[A_M * LANES];
         out->vol0[i] = q[A_VOL * LANES];
+        out->logjp[i] = q[A_JP * LANES];
         memcpy(&out->material[i], &q[A_MAT * LANES], sizeof(int32_t));
         out->id[i] = id[p * LANES + l];
         out->owner[i] = owner;
@@ -1370,6 +1373,7 @@ static int setup(cuda_state *s, const particles *p) {
       for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * i + a], q[(A_F + a) * LANES] = p->F[9 * i + a];
       q[A_M * LANES] = p->mass[i];
       q[A_VOL * LANES] = p->vol0[i];
+      q[A_JP * LANES] = p->logjp[i];
       memcpy(&q[A_MAT * LANES], &p->material[i], sizeof(int32_t));
       id[i] = p->id[i];
     }

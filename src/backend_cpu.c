@@ -132,10 +132,15 @@ static void base_node(const cpu_state *s, const float *x, int b[3]) {
   for (int a = 0; a < 3; ++a) b[a] = bspline_base((x[a] - s->origin[a]) * s->inv_dx);
 }
 
-#define PERMUTE(field, k)                                                                          \
-  for (size_t i = 0; i < n; ++i)                                                                   \
-  memcpy(s->tmp.field + (k) * i, s->p.field + (k) * (size_t)s->sort_key[2 * i + 1],                \
-         sizeof(*s->p.field) * (k))
+/* tmp[i] = p[sort_key[2 i + 1]] for every attribute (particles.h's table). */
+static void permute(cpu_state *s, size_t n) {
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    const size_t b = particle_attrs[a].bytes;
+    char *dst = particles_attr(&s->tmp, a);
+    const char *src = particles_attr(&s->p, a);
+    for (size_t i = 0; i < n; ++i) memcpy(dst + b * i, src + b * (size_t)s->sort_key[2 * i + 1], b);
+  }
+}
 
 static int rebuild(void *state, int force, int *rebuilt) {
   cpu_state *s = state;
@@ -160,15 +165,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
   /* 2. Sort to cells; ties keep the previous order, so the result is deterministic. */
   qsort(s->sort_key, n, 2 * sizeof(uint64_t), cmp_pair);
   s->tmp.n = n;
-  PERMUTE(x, 3);
-  PERMUTE(v, 3);
-  PERMUTE(C, 9);
-  PERMUTE(F, 9);
-  PERMUTE(mass, 1);
-  PERMUTE(vol0, 1);
-  PERMUTE(id, 1);
-  PERMUTE(material, 1);
-  PERMUTE(owner, 1);
+  permute(s, n);
   particles swap = s->p;
   s->p = s->tmp;
   s->tmp = swap;
@@ -271,7 +268,7 @@ static void p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32
   const particles *p = &s->p;
   float *F = p->F + 9 * i;
   float tau[9];
-  constitutive_update(&s->mats[p->material[i]], F, tau);
+  constitutive_update_state(&s->mats[p->material[i]], F, p->logjp + i, tau);
   const float m = p->mass[i];
   const float *v = p->v + 3 * i, *C = p->C + 9 * i;
   /* MLS-MPM (Hu et al. 2018): the stress enters as -dt V0 (4/dx^2) tau next to APIC's m C. */
@@ -439,14 +436,7 @@ static int download(void *state, particles *out) {
   size_t n = s->p.n;
   DR_TRY(particles_reserve(out, n));
   out->n = n;
-  memcpy(out->x, s->p.x, 3 * n * sizeof(float));
-  memcpy(out->v, s->p.v, 3 * n * sizeof(float));
-  memcpy(out->C, s->p.C, 9 * n * sizeof(float));
-  memcpy(out->F, s->p.F, 9 * n * sizeof(float));
-  memcpy(out->mass, s->p.mass, n * sizeof(float));
-  memcpy(out->vol0, s->p.vol0, n * sizeof(float));
-  memcpy(out->id, s->p.id, n * sizeof(uint64_t));
-  memcpy(out->material, s->p.material, n * sizeof(int32_t));
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) memcpy(particles_attr(out, a), particles_attr(&s->p, a), n * particle_attrs[a].bytes);
   for (size_t i = 0; i < n; ++i) out->owner[i] = s->prm.rank * 256;
   return DR_OK;
 }
@@ -459,8 +449,7 @@ static int stats(void *state, backend_stats *out) {
   uint64_t t = 0;
   for (size_t b = 0; b < s->n_blocks; ++b) t += s->touched[b];
   out->n_touched = t;
-  out->bytes = (double)s->cap_n * (2 * (3 + 3 + 9 + 9 + 2) * sizeof(float) + 2 * (sizeof(uint64_t) + 2 * sizeof(int32_t)) +
-                                  sizeof(int32_t) + 2 * sizeof(uint64_t)) +
+  out->bytes = (double)s->cap_n * (2 * particles_record_bytes() + sizeof(int32_t) + 2 * sizeof(uint64_t)) +
                (double)s->cap_blocks * (s->bf * sizeof(float) + sizeof(uint64_t) + 1) +
                (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;
   return DR_OK;

@@ -70,7 +70,10 @@ static void print_version(void) {
 }
 
 static const char *model_name(int m) {
-  return m == MODEL_FIXED_COROTATED ? "fixed_corotated" : m == MODEL_DRUCKER_PRAGER ? "drucker_prager" : "weakly_compressible";
+  return m == MODEL_FIXED_COROTATED ? "fixed_corotated"
+         : m == MODEL_DRUCKER_PRAGER ? "drucker_prager"
+         : m == MODEL_NACC           ? "nacc"
+                                     : "weakly_compressible";
 }
 
 static double mib(double b) { return b / 1048576.0; }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "physics/constitutive.h"
 
 #define MAX_FILE_BYTES (64L << 20)    /* a scene file larger than this is a mistake */
 #define MIN_CELLS_PER_AXIS 4.0
@@ -519,19 +520,57 @@ static int parse_gravity(const ctx *c, const cJSON *root, scene *s) {
 
 /* Material models: the keys each one accepts. */
 static const char *const MODEL_NAMES[] = {"fixed_corotated", "drucker_prager",
-                                          "weakly_compressible"};
+                                          "weakly_compressible", "nacc"};
 /* Every model also takes the transfer keys (TRANSFER_KEYS, last in each list). */
 #define N_TRANSFER_KEYS 4
 #define TRANSFER_KEYS "transfer", "flip_blend", "asflip_beta_min", "asflip_beta_max"
 static const char *const ALL_MATERIAL_KEYS[] = {"model",         "density",        "youngs_modulus",
                                                 "poisson_ratio", "friction_angle", "bulk_modulus",
-                                                "gamma",         TRANSFER_KEYS};
+                                                "gamma",         "friction",       "cohesion",
+                                                "hardening",     "initial_compression", TRANSFER_KEYS};
+#define N_ALL_MATERIAL_KEYS (11 + N_TRANSFER_KEYS)
 static const char *const FIXED_COROTATED_KEYS[] = {"model", "density", "youngs_modulus",
                                                    "poisson_ratio", TRANSFER_KEYS};
 static const char *const DRUCKER_PRAGER_KEYS[] = {"model", "density", "youngs_modulus",
                                                   "poisson_ratio", "friction_angle", TRANSFER_KEYS};
 static const char *const WEAKLY_COMPRESSIBLE_KEYS[] = {"model", "density", "bulk_modulus",
                                                        "gamma", TRANSFER_KEYS};
+static const char *const NACC_KEYS[] = {"model",    "density",  "bulk_modulus", "poisson_ratio",
+                                        "friction", "cohesion", "hardening",    "initial_compression",
+                                        TRANSFER_KEYS};
+
+/* NACC snow: bulk modulus and Poisson's ratio, the yield surface's friction M, cohesion beta,
+ * hardening xi and the initial plastic state (defaults: the paper's Crawling in Snow, and the
+ * usual initial_compression of -0.01). */
+static int parse_nacc(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
+  char key[KEY_LEN], a[32], b[32];
+  material_params *p = &mat->params;
+  double M, beta, xi, a0;
+  DR_TRY(get_real(c, m, where, "bulk_modulus", 1, 0, (range){0, INFINITY, 1, 0, "Pa"}, &mat->bulk_modulus));
+  DR_TRY(get_real(c, m, where, "poisson_ratio", 1, 0, (range){-1, 0.5, 1, 1, ""}, &mat->poisson_ratio));
+  const double K = mat->bulk_modulus, nu = mat->poisson_ratio, E = 3 * K * (1 - 2 * nu);
+  const double mu = E / (2 * (1 + nu));
+  if (!(E <= FLT_MAX && mu <= FLT_MAX)) {
+    join(key, where, "bulk_modulus");
+    return fail(c, key, "too large: Young's modulus 3 K (1 - 2 nu) overflows single precision (got %s with "
+                "poisson_ratio %s; expected at most 3.4e+38 Pa)", fmt_num(a, K), fmt_num(b, nu));
+  }
+  mat->youngs_modulus = E; /* derived, for the wave speed */
+  DR_TRY(get_real(c, m, where, "friction", 0, 0.8, (range){0, INFINITY, 1, 0, ""}, &M));
+  DR_TRY(get_real(c, m, where, "cohesion", 0, 0.9, (range){0, INFINITY, 0, 0, ""}, &beta));
+  DR_TRY(get_real(c, m, where, "hardening", 0, 5.0, (range){0, INFINITY, 0, 0, ""}, &xi));
+  DR_TRY(get_real(c, m, where, "initial_compression", 0, -0.01, (range){-INFINITY, 0, 0, 0, ""}, &a0));
+  const double p0 = K * (1e-5 + sinh(xi * -a0));
+  if (!(p0 <= FLT_MAX && M * M <= FLT_MAX)) {
+    join(key, where, M * M <= FLT_MAX ? "initial_compression" : "friction");
+    return fail(c, key, "too large: the initial yield pressure K (1e-5 + sinh(hardening x -initial_compression)) "
+                "or friction^2 overflows single precision (got initial_compression %s with hardening %s; expected "
+                "a yield pressure within 3.4e+38 Pa)", fmt_num(a, a0), fmt_num(b, xi));
+  }
+  mat->nacc_friction = M, mat->nacc_cohesion = beta, mat->nacc_hardening = xi, mat->nacc_initial = a0;
+  material_nacc_from_user(p, (float)mat->density, (float)K, (float)nu, (float)M, (float)beta, (float)xi, (float)a0);
+  return 0;
+}
 static const char *const TRANSFER_NAMES[] = {"apic", "asflip"};
 
 /* transfer (apic | asflip) and, with asflip only, its parameters. */
@@ -590,13 +629,14 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
   DR_TRY(need_object(c, m, where, "with keys model, density, ..."));
   DR_TRY(check_keys(c, m, where, NULL, 0, NULL, 0, NULL)); /* duplicates, before reading model */
   int model;
-  DR_TRY(get_enum(c, m, where, "model", -1, MODEL_NAMES, 3, &model));
+  DR_TRY(get_enum(c, m, where, "model", -1, MODEL_NAMES, 4, &model));
   snprintf(variant, sizeof variant, "model '%s'", MODEL_NAMES[model]);
   const char *const *keys = model == MODEL_FIXED_COROTATED  ? FIXED_COROTATED_KEYS
                             : model == MODEL_DRUCKER_PRAGER ? DRUCKER_PRAGER_KEYS
+                            : model == MODEL_NACC           ? NACC_KEYS
                                                             : WEAKLY_COMPRESSIBLE_KEYS;
-  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 5 : 4) + N_TRANSFER_KEYS;
-  DR_TRY(check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, 7 + N_TRANSFER_KEYS, variant));
+  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 5 : model == MODEL_NACC ? 8 : 4) + N_TRANSFER_KEYS;
+  DR_TRY(check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, N_ALL_MATERIAL_KEYS, variant));
 
   material_params *p = &mat->params;
   memset(p, 0, sizeof *p);
@@ -610,6 +650,10 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
     DR_TRY(get_real(c, m, where, "gamma", 0, 7, (range){1, INFINITY, 0, 0, ""}, &mat->gamma));
     p->bulk = (float)mat->bulk_modulus;
     p->gamma = (float)mat->gamma;
+    return parse_transfer(c, m, where, mat);
+  }
+  if (model == MODEL_NACC) {
+    DR_TRY(parse_nacc(c, m, where, mat));
     return parse_transfer(c, m, where, mat);
   }
   DR_TRY(parse_elastic(c, m, where, mat));

@@ -163,31 +163,10 @@ static int rebalance(sim *S, const particles *p, uint64_t weight) {
   return rc;
 }
 
-/* The state of one particle as it travels between ranks. */
-enum { REC_FLOATS = 3 + 3 + 9 + 9 + 2, REC_WORDS = REC_FLOATS + 2 + 1 };
-
-static void pack_particle(const particles *p, size_t i, float *r) {
-  memcpy(r, p->x + 3 * i, 3 * sizeof(float));
-  memcpy(r + 3, p->v + 3 * i, 3 * sizeof(float));
-  memcpy(r + 6, p->C + 9 * i, 9 * sizeof(float));
-  memcpy(r + 15, p->F + 9 * i, 9 * sizeof(float));
-  r[24] = p->mass[i];
-  r[25] = p->vol0[i];
-  memcpy(r + REC_FLOATS, &p->id[i], sizeof(uint64_t));
-  memcpy(r + REC_FLOATS + 2, &p->material[i], sizeof(int32_t));
-}
-
-static int unpack_particle(particles *p, const float *r) {
-  uint64_t id;
-  int32_t mat;
-  memcpy(&id, r + REC_FLOATS, sizeof id);
-  memcpy(&mat, r + REC_FLOATS + 2, sizeof mat);
-  DR_TRY(particles_push(p, r, r + 3, r[24], r[25], id, mat));
-  size_t i = p->n - 1;
-  memcpy(p->C + 9 * i, r + 6, 9 * sizeof(float));
-  memcpy(p->F + 9 * i, r + 15, 9 * sizeof(float));
-  return DR_OK;
-}
+/* A particle travels between ranks as one record of its whole state (particles_pack: every
+ * attribute of particles.h's table), REC_WORDS 4-byte words sent as MPI_FLOAT (no arithmetic
+ * on them, so ids and integers cross bit for bit). */
+#define REC_WORDS ((int)(particles_record_bytes() / 4))
 
 /* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven, then sends
  * particles that left this rank's box by more than a block (by any amount after new cuts) to
@@ -260,13 +239,9 @@ static int redistribute(sim *S) {
     if (!fill) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
     for (size_t i = 0; rc == DR_OK && i < p.n; ++i) {
       if (dest[i] == S->rank) {
-        rc = particles_push(&q, p.x + 3 * i, p.v + 3 * i, p.mass[i], p.vol0[i], p.id[i], p.material[i]);
-        if (rc == DR_OK) {
-          memcpy(q.C + 9 * (q.n - 1), p.C + 9 * i, 9 * sizeof(float));
-          memcpy(q.F + 9 * (q.n - 1), p.F + 9 * i, 9 * sizeof(float));
-        }
+        rc = particles_append(&q, &p, i);
       } else {
-        pack_particle(&p, i, sbuf + sdispl[dest[i]] + fill[dest[i]]);
+        particles_pack(&p, i, sbuf + sdispl[dest[i]] + fill[dest[i]]);
         fill[dest[i]] += REC_WORDS;
       }
     }
@@ -277,7 +252,7 @@ static int redistribute(sim *S) {
     int e = MPI_Alltoallv(sbuf, scount, sdispl, MPI_FLOAT, rbuf, rcount, rdispl, MPI_FLOAT, S->comm);
     if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoallv(particles)");
   }
-  for (size_t k = 0; rc == DR_OK && k < rtot; k += REC_WORDS) rc = unpack_particle(&q, rbuf + k);
+  for (size_t k = 0; rc == DR_OK && k < rtot; k += REC_WORDS) rc = particles_push_record(&q, rbuf + k);
   S->fs.migrated += stot / REC_WORDS;
   free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(sbuf), free(rbuf);
   particles_free(&p);

@@ -48,6 +48,7 @@ static void one_step(int transfer, float alpha, float beta, particles *out, part
   memcpy(p.F, in->F, 9 * sizeof(float) * in->n);
   memcpy(p.mass, in->mass, sizeof(float) * in->n);
   memcpy(p.vol0, in->vol0, sizeof(float) * in->n);
+  memcpy(p.logjp, in->logjp, sizeof(float) * in->n);
   memcpy(p.id, in->id, sizeof(uint64_t) * in->n);
   memcpy(p.material, in->material, sizeof(int32_t) * in->n);
   memcpy(p.owner, in->owner, sizeof(int32_t) * in->n);
