@@ -143,7 +143,7 @@ static int cmd_check(const char *path) {
   printf("total: %llu particles\n", (unsigned long long)total);
   /* CPU backend: particle state twice (sorting), keys and indices; grid blocks of 4 x 64 floats
    * around the bodies. The CUDA backend reports its own figure when it starts. */
-  double pbytes = (double)total * (2 * (26 * 4 + 16) + 20), gbytes = blocks * (1024 + 24);
+  double pbytes = (double)total * (2 * (double)particles_record_bytes() + 20), gbytes = blocks * (1024 + 24);
   printf("memory: about %.1f MiB (particles %.1f MiB, grid about %.0f blocks %.1f MiB)\n", mib(pbytes + gbytes),
          mib(pbytes), blocks, mib(gbytes));
   /* CUDA backend, one GPU: two packet buffers (sorting) with the growth headroom of its device
