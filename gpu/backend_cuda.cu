@@ -505,10 +505,11 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
     for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + src];
     for (int q = 0; q < 9; ++q) F[q] = base[(A_F + q) * LANES + src];
     const material_params mat = mats[__float_as_int(base[A_MAT * LANES + src])];
-    float logjp = base[A_JP * LANES + src]; /* the plastic state (NACC) */
+    const int kept = mat.model == MODEL_NACC; /* the plastic state logJp: only NACC reads and writes it */
+    float logjp = kept ? base[A_JP * LANES + src] : 0.0f;
     constitutive_update_state(&mat, F, &logjp, tau);
     for (int q = 0; q < 9; ++q) base[(A_F + q) * LANES + src] = F[q];
-    base[A_JP * LANES + src] = logjp;
+    if (kept) base[A_JP * LANES + src] = logjp;
     m = base[A_M * LANES + src];
     const float k = -dt * base[A_VOL * LANES + src] * 4.0f * inv_dx * inv_dx;
     for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * base[(A_C + q) * LANES + src];
@@ -681,10 +682,10 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
     bspline_weights(fx[a], w[a], dw);
   }
   float v[3] = {0, 0, 0}, B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, vold[3] = {0, 0, 0};
-  material_params mat;
+  material_params mat; /* read only where a material uses ASFLIP (grid0): APIC scenes skip the load */
   mat.transfer = TRANSFER_APIC;
-  if (ok) mat = mats[__float_as_int(base[A_MAT * LANES])];
-  const int flip = grid0 && mat.transfer == TRANSFER_ASFLIP;
+  if (ok && grid0) mat = mats[__float_as_int(base[A_MAT * LANES])];
+  const int flip = mat.transfer == TRANSFER_ASFLIP;
   for (int ei = 0; ei < 3; ++ei)
     for (int ej = 0; ej < 3; ++ej)
       for (int ek = 0; ek < 3; ++ek) {
@@ -712,11 +713,14 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       C[q] = k * B[q];
       G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
     }
-    /* APIC, or ASFLIP: the velocity kept and the one moved with (physics/transfer.h) */
-    float vp[3], vnew[3], vmove[3];
-    for (int a = 0; a < 3; ++a) vp[a] = base[(A_V + a) * LANES];
-    transfer_velocity(&mat, dt, vp, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
-    for (int a = 0; a < 3; ++a) v[a] = vnew[a];
+    /* APIC moves with v; ASFLIP keeps vnew and moves with vmove (physics/transfer.h) */
+    float vmove[3] = {v[0], v[1], v[2]};
+    if (flip) {
+      float vp[3], vnew[3];
+      for (int a = 0; a < 3; ++a) vp[a] = base[(A_V + a) * LANES];
+      transfer_velocity(&mat, dt, vp, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
+      for (int a = 0; a < 3; ++a) v[a] = vnew[a];
+    }
     m3_mul(G, F, Fn);
     const float lo[3] = {dmin.x, dmin.y, dmin.z}, hi[3] = {dmax.x, dmax.y, dmax.z};
     float sp2 = 0.0f;
