@@ -2,7 +2,7 @@
 // DESIGN.md, "One time step on one device") behind backend.h, on the shared header-only physics.
 //
 // Particles. AoSoA: packets of 32 particles, one per warp, attribute a of lane l of packet p at
-// pk[p * PK_FLOATS + a * 32 + l] (PK_ATTRS attributes: x, v, C, F, mass, volume, material); ids
+// pk[p * PK_FLOATS + a * 32 + l] (PK_ATTRS attributes: x, v, C, F, mass, volume, material, logJp); ids
 // in a slot array beside them. At rebuild-mapping the particles are sorted by (particle block,
 // cell) and every particle block starts a new packet, so that a warp's particles share one
 // particle block (a CUDA block of 4 warps may mix particle blocks); packet headers give the
@@ -55,10 +55,11 @@ extern "C" {
 #include "physics/bspline.h"
 #include "physics/constitutive.h"
 #include "physics/sparse.h"
+#include "physics/transfer.h"
 
 /* ---- layout ------------------------------------------------------------------------------- */
 
-enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, PK_ATTRS = 28 };
+enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, A_JP = 27, PK_ATTRS = 28 };
 #define LANES 32
 #define PK_FLOATS (PK_ATTRS * LANES)
 #define BLOCK_FLOATS (4 * BLOCK_NODES)
@@ -66,6 +67,7 @@ enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, PK
 #define DRIFT_WARPS 4
 #endif
 #define WARPS DRIFT_WARPS /* warps per CUDA block in the particle kernels (the paper's choice; docs/performance.md) */
+#define OLD_FLOATS (3 * BLOCK_NODES) /* ASFLIP: grid0[blk * OLD_FLOATS + channel * 64 + node] */
 #define THREADS (WARPS * LANES)
 #define SIMPLE_THREADS 256            /* one-thread-per-item kernels of the rebuild */
 #ifndef GRID_BLOCKS_PER_CTA
@@ -205,6 +207,11 @@ typedef struct step_ctl {
 
 /* ---- state -------------------------------------------------------------------------------- */
 
+typedef struct xlist {
+  const int32_t *host; /* exchange_setup's list */
+  size_t n, off;       /* its length, and where it starts in xidx */
+} xlist;
+
 typedef struct cuda_state {
   sim_params prm;
   material_params *mats; /* host copy, borrowed by prm.materials */
@@ -240,9 +247,15 @@ typedef struct cuda_state {
   size_t n_blocks;
   dvec block_code;              /* [n_blocks] uint64, sorted */
   dvec grid[2];                 /* [n_blocks][256] float, the two alternating buffers */
+  dvec grid0[2];                /* ASFLIP only (else unallocated): [n_blocks][192] float beside grid[k]: P2G's
+                                 * momentum without the stress impulse, then the velocity before the update */
+  int asflip;                   /* a material uses ASFLIP (physics/transfer.h) */
   dvec touched[2];              /* [n_blocks] uint8 */
   dvec shared;                  /* [n_blocks] uint8: shared with another rank (mark_shared) */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
+  xlist *xl;                    /* the exchange's block lists in xidx (register_indices) */
+  int n_xl, xl_cap;
+  uint64_t xl_epoch;            /* the rebuild-mapping they belong to (rebuilds) */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
   size_t h_codes_cap;
   size_t table_cap;             /* power of two, at least twice n_blocks */
@@ -505,7 +518,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid,
                                          const material_params *__restrict__ mats, float3 origin, float dx,
                                          float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
-                                         float (*s_w)[LANES], unsigned *s_sort) {
+                                         float *__restrict__ grid0, float (*s_w)[LANES], unsigned *s_sort) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -529,17 +542,23 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
 
   /* 2. The particle: plasticity and stress, then the affine momentum matrix A. */
   float m = 0.0f, mv[3] = {0, 0, 0}, A[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, fx[3] = {1, 1, 1};
+  float mC[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}; /* ASFLIP (grid0): the affine momentum without the stress */
   int d[3] = {0, 0, 0};
   if (valid) {
     float x[3], F[9], tau[9];
     for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + src];
     for (int q = 0; q < 9; ++q) F[q] = base[(A_F + q) * LANES + src];
     const material_params mat = mats[__float_as_int(base[A_MAT * LANES + src])];
-    constitutive_update(&mat, F, tau);
+    const int kept = mat.model == MODEL_NACC; /* the plastic state logJp: only NACC reads and writes it */
+    float logjp = kept ? base[A_JP * LANES + src] : 0.0f;
+    constitutive_update_state(&mat, F, &logjp, tau);
     for (int q = 0; q < 9; ++q) base[(A_F + q) * LANES + src] = F[q];
+    if (kept) base[A_JP * LANES + src] = logjp;
     m = base[A_M * LANES + src];
     const float k = -dt * base[A_VOL * LANES + src] * 4.0f * inv_dx * inv_dx;
     for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * base[(A_C + q) * LANES + src];
+    if (grid0)
+      for (int q = 0; q < 9; ++q) mC[q] = m * base[(A_C + q) * LANES + src];
     for (int a = 0; a < 3; ++a) mv[a] = m * base[(A_V + a) * LANES + src];
     locate(x, origin, inv_dx, P, d, fx);
     for (int a = 0; a < 3; ++a) {
@@ -589,10 +608,22 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
         float v1 = w * (pj1 + A[2] * r[2][ek]);
         float v2 = w * (pj2 + A[5] * r[2][ek]);
         float v3 = w * (pj3 + A[8] * r[2][ek]);
+        float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f;
+        if (grid0) { /* uniform over the warp */
+          const float r0 = r[0][ei], r1 = r[1][ej], r2 = r[2][ek];
+          o0 = w * (mv[0] + mC[0] * r0 + mC[1] * r1 + mC[2] * r2);
+          o1 = w * (mv[1] + mC[3] * r0 + mC[4] * r1 + mC[5] * r2);
+          o2 = w * (mv[2] + mC[6] * r0 + mC[7] * r1 + mC[8] * r2);
+        }
         for (int s = 1; s < longest; s <<= 1) {
           const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
           const float t2 = __shfl_down_sync(FULL, v2, s), t3 = __shfl_down_sync(FULL, v3, s);
           if (lane + s < seg_end) v0 += t0, v1 += t1, v2 += t2, v3 += t3;
+          if (grid0) {
+            const float u0 = __shfl_down_sync(FULL, o0, s), u1 = __shfl_down_sync(FULL, o1, s);
+            const float u2 = __shfl_down_sync(FULL, o2, s);
+            if (lane + s < seg_end) o0 += u0, o1 += u1, o2 += u2;
+          }
         }
         /* the physical block among the 27 (= sparse_neighbor(bo - 1)) and the node inside it */
         const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
@@ -608,6 +639,12 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
           atomicAdd(gb + gidx(node, 2), v2);
           atomicAdd(gb + gidx(node, 3), v3);
 #endif
+          if (grid0) {
+            float *ob = grid0 + (size_t)blk * OLD_FLOATS + node;
+            atomicAdd(ob, o0);
+            atomicAdd(ob + BLOCK_NODES, o1);
+            atomicAdd(ob + 2 * BLOCK_NODES, o2);
+          }
           /* one mark per block: the lowest stencil node of the block on every axis */
           if ((ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0))
             touched[blk] = 1;
@@ -623,14 +660,14 @@ __global__ static void PARTICLE_BOUNDS
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0) {
   __shared__ float s_w[WARPS][9][LANES]; /* B-spline weights: w[axis][offset] per lane */
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   const int warp = threadIdx.x >> 5;
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return; /* the whole warp */
-  p2g_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, s_w[warp],
+  p2g_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_w[warp],
            s_sort[warp]);
 }
 
@@ -648,7 +685,7 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
        const collider_pose *__restrict__ poses,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
        uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
-       int part) {
+       int part, float *__restrict__ g0, float *__restrict__ g0_next) {
   if (ctl->done) return; /* uniform over the CUDA block */
   const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
   const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
@@ -660,6 +697,8 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
   if (clear) {
     float *gn = g_next + blk * BLOCK_FLOATS;
     for (int ch = 0; ch < 4; ++ch) gn[gidx(nd, ch)] = 0.0f;
+    if (g0_next)
+      for (int ch = 0; ch < 3; ++ch) g0_next[blk * OLD_FLOATS + ch * BLOCK_NODES + nd] = 0.0f;
     if (nd == 0) touched_next[blk] = 0;
   }
   if (!touched[blk]) return;
@@ -673,6 +712,8 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
   const float inv_m = 1.0f / m;
   float v[3];
   for (int a = 0; a < 3; ++a) v[a] = gd[gidx(nd, a + 1)] * inv_m + gr[a] * dt;
+  if (g0) /* ASFLIP: the velocity before the update */
+    for (int a = 0; a < 3; ++a) g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd] *= inv_m;
   const int idx[3] = {4 * c[0] + nd / 16, 4 * c[1] + (nd / 4) % 4, 4 * c[2] + nd % 4};
   float xn[3];
   for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
@@ -688,7 +729,8 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
                                          float3 dmin, float3 dmax, float dx, float inv_dx,
-                                         const float *__restrict__ grid, int inner_lo, int inner_hi) {
+                                         const float *__restrict__ grid, int inner_lo, int inner_hi,
+                                         const material_params *__restrict__ mats, const float *__restrict__ grid0) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -708,7 +750,11 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
     float dw[3];
     bspline_weights(fx[a], w[a], dw);
   }
-  float v[3] = {0, 0, 0}, B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  float v[3] = {0, 0, 0}, B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, vold[3] = {0, 0, 0};
+  material_params mat; /* read only where a material uses ASFLIP (grid0): APIC scenes skip the load */
+  mat.transfer = TRANSFER_APIC;
+  if (ok && grid0) mat = mats[__float_as_int(base[A_MAT * LANES])];
+  const int flip = mat.transfer == TRANSFER_ASFLIP;
   for (int ei = 0; ei < 3; ++ei)
     for (int ej = 0; ej < 3; ++ej)
       for (int ek = 0; ek < 3; ++ek) {
@@ -730,6 +776,8 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
           v[a] += vi;
           for (int e = 0; e < 3; ++e) B[3 * a + e] += vi * r[e];
         }
+        if (flip)
+          for (int a = 0; a < 3; ++a) vold[a] += wt * grid0[(size_t)blk * OLD_FLOATS + a * BLOCK_NODES + node];
       }
   unsigned speed_bits = 0, leave = 0;
   if (ok) {
@@ -740,13 +788,21 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       C[q] = k * B[q];
       G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
     }
+    /* APIC moves with v; ASFLIP keeps vnew and moves with vmove (physics/transfer.h) */
+    float vmove[3] = {v[0], v[1], v[2]};
+    if (flip) {
+      float vp[3], vnew[3];
+      for (int a = 0; a < 3; ++a) vp[a] = base[(A_V + a) * LANES];
+      transfer_velocity(&mat, dt, vp, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
+      for (int a = 0; a < 3; ++a) v[a] = vnew[a];
+    }
     m3_mul(G, F, Fn);
     const float lo[3] = {dmin.x, dmin.y, dmin.z}, hi[3] = {dmax.x, dmax.y, dmax.z};
     float sp2 = 0.0f;
     for (int a = 0; a < 3; ++a) {
       sp2 += v[a] * v[a];
       /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
-      x[a] = fminf(fmaxf(x[a] + dt * v[a], lo[a]), hi[a]);
+      x[a] = fminf(fmaxf(x[a] + dt * vmove[a], lo[a]), hi[a]);
     }
     for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
@@ -776,11 +832,13 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
 __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
-      float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid) {
+      float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
+      const material_params *__restrict__ mats, const float *__restrict__ grid0) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
-  g2p_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO, INNER_HI);
+  g2p_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO, INNER_HI,
+           mats, grid0);
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -793,7 +851,8 @@ __global__ static void PARTICLE_BOUNDS
 k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
         const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
         const material_params *__restrict__ mats, float3 origin, float3 dmin, float3 dmax, float dx, float inv_dx,
-        const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next) {
+        const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next,
+        const float *__restrict__ grid0, float *__restrict__ grid0_next) {
   __shared__ float s_w[WARPS][9][LANES];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -801,10 +860,11 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO, FUSED_HI);
+  g2p_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO, FUSED_HI, mats,
+           grid0);
   __syncwarp();
-  p2g_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next, s_w[warp],
-           s_sort[warp]);
+  p2g_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next, grid0_next,
+           s_w[warp], s_sort[warp]);
 }
 
 /* Material of the particle with the given id (for the message about a bad particle). */
@@ -932,6 +992,10 @@ static int rebuild_now(cuda_state *s) {
     DVEC(s->touched[k], s->n_blocks, "grid blocks");
     CU(cudaMemsetAsync(s->grid[k].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), st));
     CU(cudaMemsetAsync(s->touched[k].ptr, 0, s->n_blocks, st));
+    if (s->asflip) {
+      DVEC(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
+      CU(cudaMemsetAsync(s->grid0[k].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), st));
+    }
   }
   s->par = 0;
   DVEC(s->shared, s->n_blocks, "grid blocks");
@@ -960,13 +1024,23 @@ static int rebuild_now(cuda_state *s) {
 
 /* ---- launching a step --------------------------------------------------------------------- */
 
+/* The ASFLIP buffer beside grid[par], or NULL when no material uses ASFLIP. */
+static float *grid0_of(cuda_state *s, int par) { return s->asflip ? dp<float>(s->grid0[par]) : NULL; }
+
+/* Clears grid buffer par (and its ASFLIP buffer) outside the fused clear of k_grid. */
+static int clear_grid(cuda_state *s, int par) {
+  CU(cudaMemsetAsync(s->grid[par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
+  if (s->asflip) CU(cudaMemsetAsync(s->grid0[par].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), s->stream));
+  return DR_OK;
+}
+
 static int launch_p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
   k_p2g<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]));
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par));
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -983,7 +1057,7 @@ static int launch_grid(cuda_state *s, int par, int part) {
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<collider_pose>(s->d_poses),
       dp<uint64_t>(s->block_code),
       dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
-      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part);
+      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part, grid0_of(s, par), grid0_of(s, 1 - par));
   LAUNCHED("k_grid");
   return DR_OK;
 }
@@ -994,7 +1068,7 @@ static int launch_g2p(cuda_state *s, int par) {
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
-      s->inv_dx, dp<float>(s->grid[par]));
+      s->inv_dx, dp<float>(s->grid[par]), dp<material_params>(s->d_mats), grid0_of(s, par));
   LAUNCHED("k_g2p");
   return DR_OK;
 }
@@ -1006,7 +1080,7 @@ static int launch_g2p2g(cuda_state *s, int par) {
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]),
       make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]));
+      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]), grid0_of(s, par), grid0_of(s, 1 - par));
   LAUNCHED("k_g2p2g");
   return DR_OK;
 }
@@ -1078,25 +1152,33 @@ static int fail_bad(cuda_state *s, unsigned long long id) {
 
 static int upload(cuda_state *s, const particles *p);
 
-/* Sums of the listed blocks of grid buffer g, in the host layout of backend.h (4 channels x 64
- * nodes per block, channel-major). One thread per value. */
-__global__ static void k_pack(size_t n, const int32_t *idx, const float *g, float *out) {
+/* Sums of the listed blocks, block after block, bs floats each (backend.h's block_sums): the 4
+ * channels of grid buffer g x 64 nodes, channel-major, then with ASFLIP (g0) the 3 channels of
+ * the momentum without the stress impulse. One thread per value. */
+__device__ __forceinline__ float *sum_slot(size_t i, int bs, const int32_t *idx, float *g, float *g0, int32_t *blk) {
+  const size_t k = i / bs;
+  const int ch = (int)(i % bs) / BLOCK_NODES, node = (int)(i % BLOCK_NODES);
+  *blk = idx[k];
+  return ch < 4 ? g + (size_t)*blk * BLOCK_FLOATS + gidx(node, ch)
+                : g0 + (size_t)*blk * OLD_FLOATS + (ch - 4) * BLOCK_NODES + node;
+}
+
+__global__ static void k_pack(size_t n, int bs, const int32_t *idx, float *g, float *g0, float *out) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * BLOCK_FLOATS) return;
-  const size_t k = i / BLOCK_FLOATS;
-  const int ch = (int)(i % BLOCK_FLOATS) / BLOCK_NODES, node = (int)(i % BLOCK_NODES);
-  out[i] = g[(size_t)idx[k] * BLOCK_FLOATS + gidx(node, ch)];
+  if (i >= n * bs) return;
+  int32_t blk;
+  out[i] = *sum_slot(i, bs, idx, g, g0, &blk);
 }
 
 /* Adds sums in that layout into the listed blocks; a block with any non-zero sum is touched. */
-__global__ static void k_unpack_add(size_t n, const int32_t *idx, const float *in, float *g, uint8_t *touched) {
+__global__ static void k_unpack_add(size_t n, int bs, const int32_t *idx, const float *in, float *g, float *g0,
+                                    uint8_t *touched) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * BLOCK_FLOATS) return;
-  const size_t k = i / BLOCK_FLOATS;
-  const int ch = (int)(i % BLOCK_FLOATS) / BLOCK_NODES, node = (int)(i % BLOCK_NODES);
+  if (i >= n * bs) return;
+  int32_t blk;
   const float v = in[i];
-  g[(size_t)idx[k] * BLOCK_FLOATS + gidx(node, ch)] += v; /* one thread per value: no race */
-  if (v != 0.0f) touched[idx[k]] = 1;                     /* every writer stores the same value */
+  *sum_slot(i, bs, idx, g, g0, &blk) += v; /* one thread per value: no race */
+  if (v != 0.0f) touched[blk] = 1;         /* every writer stores the same value */
 }
 
 __global__ static void k_mark(size_t n, const int32_t *idx, uint8_t *flags) {
@@ -1104,9 +1186,43 @@ __global__ static void k_mark(size_t n, const int32_t *idx, uint8_t *flags) {
   if (i < n) flags[idx[i]] = 1;
 }
 
-static int put_indices(cuda_state *s, const int32_t *idx, size_t n) {
-  DVEC(s->xidx, n * sizeof(int32_t), "exchange block indices");
-  CU(cudaMemcpyAsync(s->xidx.ptr, idx, n * sizeof(int32_t), cudaMemcpyHostToDevice, s->stream));
+/* The exchange's block-index lists stay the same from one rebuild-mapping to the next
+ * (exchange_setup hands each link's list to mark_shared once), so they are uploaded there, once,
+ * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
+static int sums_floats(const cuda_state *s) { return BLOCK_FLOATS + (s->asflip ? OLD_FLOATS : 0); }
+
+static const int32_t *device_indices(cuda_state *s, const int32_t *idx, size_t n) {
+  for (int k = s->n_xl - 1; k >= 0; --k)
+    if (s->xl[k].host == idx && s->xl[k].n == n && s->xl_epoch == s->rebuilds) return dp<int32_t>(s->xidx) + s->xl[k].off;
+  return NULL;
+}
+
+/* Registers the list (and uploads every registered list again: growing xidx loses its contents). */
+static int register_indices(cuda_state *s, const int32_t *idx, size_t n) {
+  if (s->xl_epoch != s->rebuilds) s->n_xl = 0, s->xl_epoch = s->rebuilds;
+  if (s->n_xl == s->xl_cap) {
+    const int cap = s->xl_cap ? 2 * s->xl_cap : 16;
+    void *q = realloc(s->xl, sizeof *s->xl * (size_t)cap);
+    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's block lists");
+    s->xl = (xlist *)q, s->xl_cap = cap;
+  }
+  const size_t off = s->n_xl ? s->xl[s->n_xl - 1].off + s->xl[s->n_xl - 1].n : 0;
+  s->xl[s->n_xl++] = (xlist){idx, n, off};
+  DVEC(s->xidx, (off + n) * sizeof(int32_t), "exchange block indices");
+  for (int k = 0; k < s->n_xl; ++k)
+    if (s->xl[k].n)
+      CU(cudaMemcpyAsync(dp<int32_t>(s->xidx) + s->xl[k].off, s->xl[k].host, s->xl[k].n * sizeof(int32_t),
+                         cudaMemcpyHostToDevice, s->stream));
+  return DR_OK;
+}
+
+/* The device copy of a list mark_shared did not see (not in the steady state): uploaded now,
+ * after the registered ones. */
+static int indices_for(cuda_state *s, const int32_t *idx, size_t n, const int32_t **out) {
+  if (!(*out = device_indices(s, idx, n))) {
+    DR_TRY(register_indices(s, idx, n));
+    *out = device_indices(s, idx, n);
+  }
   return DR_OK;
 }
 
@@ -1114,6 +1230,7 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
   cuda_state *s = (cuda_state *)state;
   if (s->h_codes_cap < s->n_blocks) {
     free(s->h_codes);
+  free(s->xl);
     s->h_codes = (uint64_t *)dr_malloc(sizeof(uint64_t) * (s->n_blocks ? s->n_blocks : 1), "block codes");
     s->h_codes_cap = s->h_codes ? s->n_blocks : 0;
     if (!s->h_codes) return DR_ENOMEM;
@@ -1130,13 +1247,15 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
 static int pack(void *state, const int32_t *idx, size_t n, float *out) {
   cuda_state *s = (cuda_state *)state;
   if (n == 0) return DR_OK;
-  DR_TRY(put_indices(s, idx, n));
-  DVEC(s->xbuf, n * BLOCK_FLOATS * sizeof(float), "exchange buffer");
-  k_pack<<<blocks_for(n * BLOCK_FLOATS, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, dp<int32_t>(s->xidx), dp<float>(s->grid[s->par]), dp<float>(s->xbuf));
+  const int bs = sums_floats(s);
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx));
+  DVEC(s->xbuf, n * bs * sizeof(float), "exchange buffer");
+  k_pack<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, bs, didx, dp<float>(s->grid[s->par]), grid0_of(s, s->par), dp<float>(s->xbuf));
   LAUNCHED("k_pack");
   /* out: pinned host or device memory (alloc_sums), or pageable memory: the copy kind follows */
-  CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyDefault, s->stream));
+  CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * bs * sizeof(float), cudaMemcpyDefault, s->stream));
   CU(cudaStreamSynchronize(s->stream));
   return DR_OK;
 }
@@ -1144,13 +1263,16 @@ static int pack(void *state, const int32_t *idx, size_t n, float *out) {
 static int unpack_add(void *state, const int32_t *idx, size_t n, const float *in) {
   cuda_state *s = (cuda_state *)state;
   if (n == 0) return DR_OK;
-  DR_TRY(put_indices(s, idx, n));
-  DVEC(s->xbuf, n * BLOCK_FLOATS * sizeof(float), "exchange buffer");
-  CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * BLOCK_FLOATS * sizeof(float), cudaMemcpyDefault, s->stream));
-  k_unpack_add<<<blocks_for(n * BLOCK_FLOATS, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, dp<int32_t>(s->xidx), dp<float>(s->xbuf), dp<float>(s->grid[s->par]), dp<uint8_t>(s->touched[s->par]));
+  const int bs = sums_floats(s);
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx));
+  DVEC(s->xbuf, n * bs * sizeof(float), "exchange buffer");
+  CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * bs * sizeof(float), cudaMemcpyDefault, s->stream));
+  k_unpack_add<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, bs, didx, dp<float>(s->xbuf), dp<float>(s->grid[s->par]), grid0_of(s, s->par),
+      dp<uint8_t>(s->touched[s->par]));
   LAUNCHED("k_unpack_add");
-  CU(cudaStreamSynchronize(s->stream)); /* in and the index list may change once this returns */
+  CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
   return DR_OK;
 }
 
@@ -1177,8 +1299,8 @@ static void free_sums(void *ptr, int device) {
 static int mark_shared(void *state, const int32_t *idx, size_t n) {
   cuda_state *s = (cuda_state *)state;
   if (n == 0) return DR_OK;
-  DR_TRY(put_indices(s, idx, n));
-  k_mark<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, dp<int32_t>(s->xidx),
+  DR_TRY(register_indices(s, idx, n));
+  k_mark<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, device_indices(s, idx, n),
                                                                          dp<uint8_t>(s->shared));
   LAUNCHED("k_mark");
   CU(cudaStreamSynchronize(s->stream));
@@ -1220,7 +1342,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
   if (s->primed) { /* after G2P2G frames: this P2G replaces the primed one */
-    CU(cudaMemsetAsync(s->grid[s->par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
+    DR_TRY(clear_grid(s, s->par));
     s->primed = 0;
   }
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
@@ -1300,7 +1422,7 @@ static int advance_frame(void *state, const frame_plan *plan, frame_report *rep)
   const int fused = !adaptive && s->n < s->g2p2g_below;
   if (fused != s->graph_fused) {
     if (s->primed) { /* leaving G2P2G: the primed buffer must not be scattered into twice */
-      CU(cudaMemsetAsync(s->grid[s->par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
+      DR_TRY(clear_grid(s, s->par));
       s->primed = 0;
     }
     s->graph_fused = fused;
@@ -1378,6 +1500,7 @@ static int download(void *state, particles *out) {
         for (int a = 0; a < 9; ++a) out->C[9 * i + a] = q[(A_C + a) * LANES], out->F[9 * i + a] = q[(A_F + a) * LANES];
         out->mass[i] = q[A_M * LANES];
         out->vol0[i] = q[A_VOL * LANES];
+        out->logjp[i] = q[A_JP * LANES];
         memcpy(&out->material[i], &q[A_MAT * LANES], sizeof(int32_t));
         out->id[i] = id[p * LANES + l];
         out->owner[i] = owner;
@@ -1395,7 +1518,7 @@ static double held_bytes(const cuda_state *s) {
   const dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
-                       &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
+                       &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
                        &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
@@ -1432,7 +1555,7 @@ static void destroy(void *state) {
   dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
-                 &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
+                 &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
@@ -1444,6 +1567,7 @@ static void destroy(void *state) {
   cudaGetLastError();
   free(s->h_touched);
   free(s->h_codes);
+  free(s->xl);
   free(s->mats);
   free(s);
 }
@@ -1478,6 +1602,7 @@ static int upload(cuda_state *s, const particles *p) {
       for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * i + a], q[(A_F + a) * LANES] = p->F[9 * i + a];
       q[A_M * LANES] = p->mass[i];
       q[A_VOL * LANES] = p->vol0[i];
+      q[A_JP * LANES] = p->logjp[i];
       memcpy(&q[A_MAT * LANES], &p->material[i], sizeof(int32_t));
       id[i] = p->id[i];
     }
@@ -1554,6 +1679,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
   s->inv_dx = 1.0f / prm->dx;
   s->bnd = prm->boundary; /* the pointers become device pointers in setup() */
+  for (int m = 0; m < prm->n_materials; ++m) s->asflip |= prm->materials[m].transfer == TRANSFER_ASFLIP;
   s->bnd.colliders = NULL;
   s->bnd.keys = NULL;
   s->bnd.band = 0.5f * prm->dx; /* colliders: nodes within half a cell (boundary.h) */
@@ -1602,6 +1728,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->grid_update_part = grid_update_part;
   out->wants_rebuild = wants_rebuild;
   out->set_particles = set_particles;
+  out->block_sums = sums_floats(s);
   out->alloc_sums = alloc_sums;
   out->free_sums = free_sums;
   log_info("cuda backend: device %d (%s), %zu particles in %zu packets, %zu grid blocks, %.1f MiB of device memory",

@@ -8,7 +8,7 @@
 #include "error.h"
 #include "physics/sparse.h"
 
-#define BLOCK_SUMS (4 * BLOCK_NODES) /* mass and momentum of 64 nodes */
+#define BLOCK_SUMS (4 * BLOCK_NODES) /* mass and momentum of 64 nodes, unless the backend says more */
 #define TAG_COUNT 101
 #define TAG_CODES 102
 #define TAG_SUMS 103
@@ -54,6 +54,7 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   /* where the sums live: device memory for a CUDA-aware MPI, else (pinned) host memory */
   x->free_sums = b->alloc_sums ? b->free_sums : NULL;
   x->device_sums = b->alloc_sums && comm_cuda_aware();
+  x->block_sums = b->block_sums > 0 ? (size_t)b->block_sums : BLOCK_SUMS;
   int rank, nranks;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
@@ -149,8 +150,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       continue;
     }
     ++x->nlinks; /* from here exchange_free releases the link */
-    err = sums_alloc(x, b, sizeof(float) * BLOCK_SUMS * L->n, &L->send);
-    if (!err) err = sums_alloc(x, b, sizeof(float) * BLOCK_SUMS * L->n, &L->recv);
+    err = sums_alloc(x, b, sizeof(float) * x->block_sums * L->n, &L->send);
+    if (!err) err = sums_alloc(x, b, sizeof(float) * x->block_sums * L->n, &L->recv);
     if (err) break;
   }
   for (size_t i = 0; shared && i < n; ++i) x->n_shared += shared[i];
@@ -167,7 +168,7 @@ int exchange_start(exchange *x, backend *b) {
   for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->pack(b->state, x->links[k].idx, x->links[k].n, x->links[k].send));
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
-    const int count = (int)(BLOCK_SUMS * L->n);
+    const int count = (int)(x->block_sums * L->n);
     DR_MPI(MPI_Irecv(L->recv, count, MPI_FLOAT, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]));
     DR_MPI(MPI_Isend(L->send, count, MPI_FLOAT, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]));
     x->bytes_sent += (double)count * sizeof(float);

@@ -26,6 +26,7 @@ typedef struct exchange {
   int nlinks;
   rank_link *links;
   size_t n_shared;        /* distinct local blocks shared with some rank */
+  size_t block_sums;      /* floats per shared block (the backend's block_sums) */
   MPI_Request *req;
   int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */
   void (*free_sums)(void *ptr, int device); /* the backend's, or NULL for free() */

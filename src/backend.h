@@ -90,7 +90,9 @@ typedef struct backend {
   /* The rank exchange (optional; NULL where a backend does not take part in several ranks yet). */
   /* The current mapping's block codes, sorted; a code's position is its dense block index. */
   int (*blocks)(void *state, const uint64_t **codes, size_t *n);
-  /* Copies the P2G sums (4 channels x 64 nodes) of the listed blocks into out, block after block. */
+  /* Floats per block that pack and unpack_add move (0: 4 channels x 64 nodes, mass and momentum). */
+  int block_sums;
+  /* Copies the P2G sums (block_sums floats) of the listed blocks into out, block after block. */
   int (*pack)(void *state, const int32_t *idx, size_t n, float *out);
   /* Adds sums laid out as pack's into the listed blocks (they count as touched). */
   int (*unpack_add)(void *state, const int32_t *idx, size_t n, const float *in);

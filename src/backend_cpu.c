@@ -11,9 +11,12 @@
  *     physical block: no atomics, and sums are bitwise reproducible whatever the thread count;
  *   - grid update with gravity, the domain faces and the colliders (physics/boundary.h),
  *     skipping blocks no particle touched;
- *   - G2P (APIC) with the deformation update, advection and the free-zone check.
+ *   - G2P (APIC, or ASFLIP per material: physics/transfer.h) with the deformation update,
+ *     advection and the free-zone check.
  * Grid storage per block: 4 channels x 64 nodes (mass, then momentum x,y,z, which the grid
- * update turns into velocity in place). */
+ * update turns into velocity in place); when a material uses ASFLIP, 3 more channels hold P2G's
+ * momentum without the stress impulse, which the grid update turns into the velocity before the
+ * update (physics/transfer.h). The rank exchange moves all channels. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,15 +28,19 @@
 #include "physics/bspline.h"
 #include "physics/constitutive.h"
 #include "physics/sparse.h"
+#include "physics/transfer.h"
 #include "scene.h"
 
 #define NCOLORS 27
-#define BLOCK_FLOATS (4 * BLOCK_NODES)
+#define CH_APIC 4   /* grid channels: mass, momentum x, y, z (the grid update makes it velocity) */
+#define CH_ASFLIP 7 /* ... and the momentum without the stress impulse (ASFLIP's old velocity) */
 
 typedef struct cpu_state {
   sim_params prm;
   material_params *mats;
   float origin[3], inv_dx;
+  int channels;                 /* CH_APIC or CH_ASFLIP */
+  size_t bf;                    /* floats per grid block: channels x 64 */
   double time;                  /* start of the next step (set_time), s */
   collider_pose *poses;         /* [n_colliders] where the colliders are in this grid update */
   particles p;                  /* sorted by (particle block, cell) at each rebuild */
@@ -102,7 +109,7 @@ static int grow_blocks(cpu_state *s, size_t n) {
   s->block_code = NULL, s->grid = NULL, s->touched = NULL, s->shared = NULL;
   DR_ALLOC0(s->shared, cap, "grid blocks");
   DR_ALLOC(s->block_code, cap, "grid blocks");
-  DR_ALLOC(s->grid, (size_t)BLOCK_FLOATS * cap, "grid blocks");
+  DR_ALLOC(s->grid, s->bf * cap, "grid blocks");
   DR_ALLOC0(s->touched, cap, "grid blocks");
   s->cap_blocks = cap;
   return DR_OK;
@@ -125,10 +132,15 @@ static void base_node(const cpu_state *s, const float *x, int b[3]) {
   for (int a = 0; a < 3; ++a) b[a] = bspline_base((x[a] - s->origin[a]) * s->inv_dx);
 }
 
-#define PERMUTE(field, k)                                                                          \
-  for (size_t i = 0; i < n; ++i)                                                                   \
-  memcpy(s->tmp.field + (k) * i, s->p.field + (k) * (size_t)s->sort_key[2 * i + 1],                \
-         sizeof(*s->p.field) * (k))
+/* tmp[i] = p[sort_key[2 i + 1]] for every attribute (particles.h's table). */
+static void permute(cpu_state *s, size_t n) {
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    const size_t b = particle_attrs[a].bytes;
+    char *dst = particles_attr(&s->tmp, a);
+    const char *src = particles_attr(&s->p, a);
+    for (size_t i = 0; i < n; ++i) memcpy(dst + b * i, src + b * (size_t)s->sort_key[2 * i + 1], b);
+  }
+}
 
 static int rebuild(void *state, int force, int *rebuilt) {
   cpu_state *s = state;
@@ -155,15 +167,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
   /* 2. Sort to cells; ties keep the previous order, so the result is deterministic. */
   qsort(s->sort_key, n, 2 * sizeof(uint64_t), cmp_pair);
   s->tmp.n = n;
-  PERMUTE(x, 3);
-  PERMUTE(v, 3);
-  PERMUTE(C, 9);
-  PERMUTE(F, 9);
-  PERMUTE(mass, 1);
-  PERMUTE(vol0, 1);
-  PERMUTE(id, 1);
-  PERMUTE(material, 1);
-  PERMUTE(owner, 1);
+  permute(s, n);
   particles swap = s->p;
   s->p = s->tmp;
   s->tmp = swap;
@@ -266,13 +270,14 @@ static void p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32
   const particles *p = &s->p;
   float *F = p->F + 9 * i;
   float tau[9];
-  constitutive_update(&s->mats[p->material[i]], F, tau);
+  constitutive_update_state(&s->mats[p->material[i]], F, p->logjp + i, tau);
   const float m = p->mass[i];
   const float *v = p->v + 3 * i, *C = p->C + 9 * i;
   /* MLS-MPM (Hu et al. 2018): the stress enters as -dt V0 (4/dx^2) tau next to APIC's m C. */
   const float k = -dt * p->vol0[i] * 4.0f * s->inv_dx * s->inv_dx;
-  float A[9];
-  for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * C[q];
+  float A[9], mC[9];
+  for (int q = 0; q < 9; ++q) mC[q] = m * C[q], A[q] = k * tau[q] + mC[q];
+  const int old = s->channels == CH_ASFLIP;
   stencil st;
   make_stencil(s, p->x + 3 * i, P, &st);
   const float dx = s->prm.dx;
@@ -282,18 +287,21 @@ static void p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32
         float w = st.w[0][di] * st.w[1][dj] * st.w[2][dk];
         float d[3] = {((float)di - st.fx[0]) * dx, ((float)dj - st.fx[1]) * dx, ((float)dk - st.fx[2]) * dx};
         int blk = nbr[sparse_neighbor(st.blk[0][di] - 1, st.blk[1][dj] - 1, st.blk[2][dk] - 1)];
-        float *g = s->grid + (size_t)blk * BLOCK_FLOATS;
+        float *g = s->grid + (size_t)blk * s->bf;
         int nd = sparse_node_in_block(st.node[0][di], st.node[1][dj], st.node[2][dk]);
         g[nd] += w * m;
         for (int a = 0; a < 3; ++a)
           g[(a + 1) * BLOCK_NODES + nd] += w * (m * v[a] + A[3 * a] * d[0] + A[3 * a + 1] * d[1] + A[3 * a + 2] * d[2]);
+        if (old) /* ASFLIP: the momentum the particle brings, without the stress impulse */
+          for (int a = 0; a < 3; ++a)
+            g[(a + 4) * BLOCK_NODES + nd] += w * (m * v[a] + mC[3 * a] * d[0] + mC[3 * a + 1] * d[1] + mC[3 * a + 2] * d[2]);
         s->touched[blk] = 1;
       }
 }
 
 static int p2g(void *state, float dt) {
   cpu_state *s = state;
-  memset(s->grid, 0, sizeof(float) * BLOCK_FLOATS * s->n_blocks);
+  memset(s->grid, 0, sizeof(float) * s->bf * s->n_blocks);
   memset(s->touched, 0, s->n_blocks);
   for (int c = 0; c < NCOLORS; ++c) {
     long lo = (long)s->color_start[c], hi = (long)s->color_start[c + 1];
@@ -321,7 +329,7 @@ static int grid_update_part(void *state, float dt, int part) {
     if (!s->touched[blk] || !(part & (s->shared[blk] ? GRID_SHARED : GRID_INTERIOR))) continue;
     int c[3];
     sparse_block_coords(s->block_code[blk], c);
-    float *gd = s->grid + (size_t)blk * BLOCK_FLOATS;
+    float *gd = s->grid + (size_t)blk * s->bf;
     for (int li = 0; li < 4; ++li)
       for (int lj = 0; lj < 4; ++lj)
         for (int lk = 0; lk < 4; ++lk) {
@@ -330,6 +338,8 @@ static int grid_update_part(void *state, float dt, int part) {
           if (m <= 0.0f) continue;
           float v[3];
           for (int a = 0; a < 3; ++a) v[a] = gd[(a + 1) * BLOCK_NODES + nd] / m + g[a] * dt;
+          if (s->channels == CH_ASFLIP) /* the velocity before the update */
+            for (int a = 0; a < 3; ++a) gd[(a + 4) * BLOCK_NODES + nd] /= m;
           int idx[3] = {4 * c[0] + li, 4 * c[1] + lj, 4 * c[2] + lk};
           float xn[3];
           for (int a = 0; a < 3; ++a) xn[a] = s->origin[a] + (float)idx[a] * s->prm.dx;
@@ -359,34 +369,39 @@ static int g2p(void *state, float dt) {
     const int32_t *P = s->pb_coord + 3 * (size_t)pb, *nbr = s->pb_nbr + 27 * (size_t)pb;
     stencil st;
     make_stencil(s, p->x + 3 * i, P, &st);
-    float v[3] = {0, 0, 0}, B[9] = {0};
+    float v[3] = {0, 0, 0}, B[9] = {0}, vold[3] = {0, 0, 0};
+    const material_params *mat = &s->mats[p->material[i]];
+    const int flip = mat->transfer == TRANSFER_ASFLIP;
     for (int di = 0; di < 3; ++di)
       for (int dj = 0; dj < 3; ++dj)
         for (int dk = 0; dk < 3; ++dk) {
           float w = st.w[0][di] * st.w[1][dj] * st.w[2][dk];
           float d[3] = {((float)di - st.fx[0]) * dx, ((float)dj - st.fx[1]) * dx, ((float)dk - st.fx[2]) * dx};
           int blk = nbr[sparse_neighbor(st.blk[0][di] - 1, st.blk[1][dj] - 1, st.blk[2][dk] - 1)];
-          const float *g = s->grid + (size_t)blk * BLOCK_FLOATS;
+          const float *g = s->grid + (size_t)blk * s->bf;
           int nd = sparse_node_in_block(st.node[0][di], st.node[1][dj], st.node[2][dk]);
           for (int a = 0; a < 3; ++a) {
             float vi = g[(a + 1) * BLOCK_NODES + nd];
             v[a] += w * vi;
             for (int e = 0; e < 3; ++e) B[3 * a + e] += w * vi * d[e];
           }
+          if (flip)
+            for (int a = 0; a < 3; ++a) vold[a] += w * g[(a + 4) * BLOCK_NODES + nd];
         }
     float *x = p->x + 3 * i, *F = p->F + 9 * i, *C = p->C + 9 * i;
-    float G[9], Fn[9];
+    float G[9], Fn[9], vnew[3], vmove[3];
     for (int q = 0; q < 9; ++q) {
       C[q] = k * B[q];
       G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
     }
+    transfer_velocity(mat, dt, p->v + 3 * i, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
     m3_mul(G, F, Fn);
     m3_copy(Fn, F);
     float sp2 = 0.0f;
     for (int a = 0; a < 3; ++a) {
-      p->v[3 * i + a] = v[a];
-      sp2 += v[a] * v[a];
-      float xa = x[a] + dt * v[a];
+      p->v[3 * i + a] = vnew[a];
+      sp2 += vnew[a] * vnew[a];
+      float xa = x[a] + dt * vmove[a];
       /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
       x[a] = fminf(fmaxf(xa, (float)s->prm.domain_min[a]), (float)s->prm.domain_max[a]);
     }
@@ -423,14 +438,7 @@ static int download(void *state, particles *out) {
   size_t n = s->p.n;
   DR_TRY(particles_reserve(out, n));
   out->n = n;
-  memcpy(out->x, s->p.x, 3 * n * sizeof(float));
-  memcpy(out->v, s->p.v, 3 * n * sizeof(float));
-  memcpy(out->C, s->p.C, 9 * n * sizeof(float));
-  memcpy(out->F, s->p.F, 9 * n * sizeof(float));
-  memcpy(out->mass, s->p.mass, n * sizeof(float));
-  memcpy(out->vol0, s->p.vol0, n * sizeof(float));
-  memcpy(out->id, s->p.id, n * sizeof(uint64_t));
-  memcpy(out->material, s->p.material, n * sizeof(int32_t));
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) memcpy(particles_attr(out, a), particles_attr(&s->p, a), n * particle_attrs[a].bytes);
   for (size_t i = 0; i < n; ++i) out->owner[i] = s->prm.rank * 256;
   return DR_OK;
 }
@@ -443,9 +451,8 @@ static int stats(void *state, backend_stats *out) {
   uint64_t t = 0;
   for (size_t b = 0; b < s->n_blocks; ++b) t += s->touched[b];
   out->n_touched = t;
-  out->bytes = (double)s->cap_n * (2 * (3 + 3 + 9 + 9 + 2) * sizeof(float) + 2 * (sizeof(uint64_t) + 2 * sizeof(int32_t)) +
-                                  sizeof(int32_t) + 2 * sizeof(uint64_t)) +
-               (double)s->cap_blocks * (BLOCK_FLOATS * sizeof(float) + sizeof(uint64_t) + 1) +
+  out->bytes = (double)s->cap_n * (2 * particles_record_bytes() + sizeof(int32_t) + 2 * sizeof(uint64_t)) +
+               (double)s->cap_blocks * (s->bf * sizeof(float) + sizeof(uint64_t) + 1) +
                (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;
   return DR_OK;
 }
@@ -462,17 +469,17 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
 static int pack(void *state, const int32_t *idx, size_t n, float *out) {
   cpu_state *s = state;
   for (size_t k = 0; k < n; ++k)
-    memcpy(out + k * BLOCK_FLOATS, s->grid + (size_t)idx[k] * BLOCK_FLOATS, BLOCK_FLOATS * sizeof(float));
+    memcpy(out + k * s->bf, s->grid + (size_t)idx[k] * s->bf, s->bf * sizeof(float));
   return DR_OK;
 }
 
 static int unpack_add(void *state, const int32_t *idx, size_t n, const float *in) {
   cpu_state *s = state;
   for (size_t k = 0; k < n; ++k) {
-    float *g = s->grid + (size_t)idx[k] * BLOCK_FLOATS;
-    const float *q = in + k * BLOCK_FLOATS;
+    float *g = s->grid + (size_t)idx[k] * s->bf;
+    const float *q = in + k * s->bf;
     int any = 0;
-    for (int j = 0; j < BLOCK_FLOATS; ++j) {
+    for (size_t j = 0; j < s->bf; ++j) {
       g[j] += q[j];
       any |= q[j] != 0.0f;
     }
@@ -535,6 +542,10 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
     return DR_ENOMEM;
   }
   s->inv_dx = 1.0f / prm->dx;
+  s->channels = CH_APIC;
+  for (int m = 0; m < prm->n_materials; ++m)
+    if (prm->materials[m].transfer == TRANSFER_ASFLIP) s->channels = CH_ASFLIP;
+  s->bf = (size_t)s->channels * BLOCK_NODES;
   for (int a = 0; a < 3; ++a) {
     s->origin[a] = (float)(prm->domain_min[a] - GRID_PAD * (double)prm->dx);
     /* Wall nodes: the three node layers nearest to each face (within 2.5 dx of it). */
@@ -548,7 +559,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
-                   .set_particles = set_particles, .set_time = set_time};
+                   .set_particles = set_particles, .set_time = set_time, .block_sums = (int)s->bf};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);
   if (rc) {

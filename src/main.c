@@ -80,7 +80,10 @@ static void print_version(void) {
 }
 
 static const char *model_name(int m) {
-  return m == MODEL_FIXED_COROTATED ? "fixed_corotated" : m == MODEL_DRUCKER_PRAGER ? "drucker_prager" : "weakly_compressible";
+  return m == MODEL_FIXED_COROTATED ? "fixed_corotated"
+         : m == MODEL_DRUCKER_PRAGER ? "drucker_prager"
+         : m == MODEL_NACC           ? "nacc"
+                                     : "weakly_compressible";
 }
 
 static double mib(double b) { return b / 1048576.0; }
@@ -150,7 +153,7 @@ static int cmd_check(const char *path) {
   printf("total: %llu particles\n", (unsigned long long)total);
   /* CPU backend: particle state twice (sorting), keys and indices; grid blocks of 4 x 64 floats
    * around the bodies. The CUDA backend reports its own figure when it starts. */
-  double pbytes = (double)total * (2 * (26 * 4 + 16) + 20), gbytes = blocks * (1024 + 24);
+  double pbytes = (double)total * (2 * (double)particles_record_bytes() + 20), gbytes = blocks * (1024 + 24);
   printf("memory: about %.1f MiB (particles %.1f MiB, grid about %.0f blocks %.1f MiB)\n", mib(pbytes + gbytes),
          mib(pbytes), blocks, mib(gbytes));
   /* CUDA backend, one GPU: two packet buffers (sorting) with the growth headroom of its device

@@ -6,6 +6,12 @@
 
 #include "error.h"
 
+#define ATTR_(field, type, k, what) {#field, offsetof(particles, field), sizeof(type) * (k)},
+const particle_attr particle_attrs[PARTICLE_ATTRS] = {PARTICLE_ATTRIBUTES(ATTR_)};
+#undef ATTR_
+
+void *particles_attr(const particles *p, int a) { return *(void *const *)((const char *)p + particle_attrs[a].offset); }
+
 int particles_reserve(particles *p, size_t cap) {
   if (cap <= p->cap) return DR_OK;
 #define GROW_(field, type, k, what)                                                                \
@@ -31,6 +37,7 @@ int particles_push(particles *p, const float x[3], const float v[3], float mass,
   for (int k = 0; k < 9; ++k) p->F[9 * i + k] = (k % 4 == 0) ? 1.0f : 0.0f;
   p->mass[i] = mass;
   p->vol0[i] = vol0;
+  p->logjp[i] = 0.0f;
   p->id[i] = id;
   p->material[i] = material;
   p->owner[i] = 0;

@@ -19,6 +19,7 @@
   X(F, float, 9, "deformation gradient (elastic part), row-major")                                 \
   X(mass, float, 1, "mass, kg")                                                                    \
   X(vol0, float, 1, "initial volume, m^3")                                                         \
+  X(logjp, float, 1, "plastic state: log of the plastic volume ratio J_p (NACC), 0 for others")   \
   X(id, uint64_t, 1, "stable, unique over the run")                                                \
   X(material, int32_t, 1, "index into scene.materials")                                            \
   X(owner, int32_t, 1, "rank * 256 + device that computed it")
@@ -30,9 +31,24 @@ typedef struct particles {
 #undef PARTICLES_FIELD_
 } particles;
 
+/* The same list as a table, for code that loops over attributes at run time (sorting in the
+ * CPU backend): where each array pointer sits in struct particles, and its bytes per particle. */
+typedef struct particle_attr {
+  const char *name;
+  size_t offset; /* offsetof(particles, field) */
+  size_t bytes;  /* bytes per particle */
+} particle_attr;
+
+#define PARTICLE_COUNT_(field, type, k, what) +1
+enum { PARTICLE_ATTRS = 0 PARTICLE_ATTRIBUTES(PARTICLE_COUNT_) };
+#undef PARTICLE_COUNT_
+extern const particle_attr particle_attrs[PARTICLE_ATTRS];
+
+/* The array of attribute a (an index into particle_attrs). */
+void *particles_attr(const particles *p, int a);
 /* Makes room for at least cap particles (keeps the first n). Allocates. */
 int particles_reserve(particles *p, size_t cap);
-/* Appends one particle at rest state (C = 0, F = I, owner 0). Grows 2x when full. */
+/* Appends one particle at rest state (C = 0, F = I, logjp = 0, owner 0). Grows 2x when full. */
 int particles_push(particles *p, const float x[3], const float v[3], float mass, float vol0,
                    uint64_t id, int32_t material);
 void particles_free(particles *p);

@@ -129,10 +129,13 @@ int sample_scene_where(const scene *s, sample_keep_fn keep, void *keep_ctx, part
     if (n == 0)
       return dr_fail(DR_EINPUT, "%s: bodies[%d]: the body holds no particle (it is thinner than its sampling; raise ppc or make it larger than dx)", s->path, bi);
     double vol = sample_shape_volume(s, bi) / (double)n;
-    double mass = vol * s->materials[s->bodies[bi].material].density;
+    const scene_material *mat = &s->materials[s->bodies[bi].material];
+    double mass = vol * mat->density;
+    const float logjp = mat->params.model == MODEL_NACC ? mat->params.nacc_logjp0 : 0.0f;
     for (size_t i = first; i < p->n; ++i) {
       p->vol0[i] = (float)vol;
       p->mass[i] = (float)mass;
+      p->logjp[i] = logjp; /* the plastic state starts at the material's initial_compression */
     }
   }
   return DR_OK;

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "physics/constitutive.h"
 
 #define MAX_FILE_BYTES (64L << 20)    /* a scene file larger than this is a mistake */
 #define MIN_CELLS_PER_AXIS 4.0
@@ -521,16 +522,88 @@ static int parse_gravity(const ctx *c, const cJSON *root, scene *s) {
 
 /* Material models: the keys each one accepts. */
 static const char *const MODEL_NAMES[] = {"fixed_corotated", "drucker_prager",
-                                          "weakly_compressible"};
+                                          "weakly_compressible", "nacc"};
+/* Every model also takes the transfer keys (TRANSFER_KEYS, last in each list). */
+#define N_TRANSFER_KEYS 4
+#define TRANSFER_KEYS "transfer", "flip_blend", "asflip_beta_min", "asflip_beta_max"
 static const char *const ALL_MATERIAL_KEYS[] = {"model",         "density",        "youngs_modulus",
                                                 "poisson_ratio", "friction_angle", "bulk_modulus",
-                                                "gamma"};
+                                                "gamma",         "friction",       "cohesion",
+                                                "hardening",     "initial_compression", TRANSFER_KEYS};
+#define N_ALL_MATERIAL_KEYS (11 + N_TRANSFER_KEYS)
 static const char *const FIXED_COROTATED_KEYS[] = {"model", "density", "youngs_modulus",
-                                                   "poisson_ratio"};
+                                                   "poisson_ratio", TRANSFER_KEYS};
 static const char *const DRUCKER_PRAGER_KEYS[] = {"model", "density", "youngs_modulus",
-                                                  "poisson_ratio", "friction_angle"};
+                                                  "poisson_ratio", "friction_angle", TRANSFER_KEYS};
 static const char *const WEAKLY_COMPRESSIBLE_KEYS[] = {"model", "density", "bulk_modulus",
-                                                       "gamma"};
+                                                       "gamma", TRANSFER_KEYS};
+static const char *const NACC_KEYS[] = {"model",    "density",  "bulk_modulus", "poisson_ratio",
+                                        "friction", "cohesion", "hardening",    "initial_compression",
+                                        TRANSFER_KEYS};
+
+/* NACC snow: bulk modulus and Poisson's ratio, the yield surface's friction M, cohesion beta,
+ * hardening xi and the initial plastic state (defaults: the paper's Crawling in Snow, and the
+ * usual initial_compression of -0.01). */
+static int parse_nacc(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
+  char key[KEY_LEN], a[32], b[32];
+  material_params *p = &mat->params;
+  double M, beta, xi, a0;
+  DR_TRY(get_real(c, m, where, "bulk_modulus", 1, 0, (range){0, INFINITY, 1, 0, "Pa"}, &mat->bulk_modulus));
+  DR_TRY(get_real(c, m, where, "poisson_ratio", 1, 0, (range){-1, 0.5, 1, 1, ""}, &mat->poisson_ratio));
+  const double K = mat->bulk_modulus, nu = mat->poisson_ratio, E = 3 * K * (1 - 2 * nu);
+  const double mu = E / (2 * (1 + nu));
+  if (!(E <= FLT_MAX && mu <= FLT_MAX)) {
+    join(key, where, "bulk_modulus");
+    return fail(c, key, "too large: Young's modulus 3 K (1 - 2 nu) overflows single precision (got %s with "
+                "poisson_ratio %s; expected at most 3.4e+38 Pa)", fmt_num(a, K), fmt_num(b, nu));
+  }
+  mat->youngs_modulus = E; /* derived, for the wave speed */
+  DR_TRY(get_real(c, m, where, "friction", 0, 0.8, (range){0, INFINITY, 1, 0, ""}, &M));
+  DR_TRY(get_real(c, m, where, "cohesion", 0, 0.9, (range){0, INFINITY, 0, 0, ""}, &beta));
+  DR_TRY(get_real(c, m, where, "hardening", 0, 5.0, (range){0, INFINITY, 0, 0, ""}, &xi));
+  DR_TRY(get_real(c, m, where, "initial_compression", 0, -0.01, (range){-INFINITY, 0, 0, 0, ""}, &a0));
+  const double p0 = K * (1e-5 + sinh(xi * -a0));
+  if (!(p0 <= FLT_MAX && M * M <= FLT_MAX)) {
+    join(key, where, M * M <= FLT_MAX ? "initial_compression" : "friction");
+    return fail(c, key, "too large: the initial yield pressure K (1e-5 + sinh(hardening x -initial_compression)) "
+                "or friction^2 overflows single precision (got initial_compression %s with hardening %s; expected "
+                "a yield pressure within 3.4e+38 Pa)", fmt_num(a, a0), fmt_num(b, xi));
+  }
+  mat->nacc_friction = M, mat->nacc_cohesion = beta, mat->nacc_hardening = xi, mat->nacc_initial = a0;
+  material_nacc_from_user(p, (float)mat->density, (float)K, (float)nu, (float)M, (float)beta, (float)xi, (float)a0);
+  return 0;
+}
+static const char *const TRANSFER_NAMES[] = {"apic", "asflip"};
+
+/* transfer (apic | asflip) and, with asflip only, its parameters. */
+static int parse_transfer(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
+  static const char *const asflip_keys[] = {"flip_blend", "asflip_beta_min", "asflip_beta_max"};
+  char key[KEY_LEN], a[32], b[32];
+  material_params *p = &mat->params;
+  DR_TRY(get_enum(c, m, where, "transfer", TRANSFER_APIC, TRANSFER_NAMES, 2, &p->transfer));
+  if (p->transfer != TRANSFER_ASFLIP) {
+    for (int i = 0; i < 3; ++i)
+      if (cJSON_GetObjectItemCaseSensitive(m, asflip_keys[i])) {
+        join(key, where, asflip_keys[i]);
+        return fail(c, key, "allowed only with transfer \"asflip\" (got transfer \"%s\"; expected no "
+                    "%s, or transfer \"asflip\")", TRANSFER_NAMES[p->transfer], asflip_keys[i]);
+      }
+    return 0;
+  }
+  const range unit = {0, 1, 0, 0, ""};
+  DR_TRY(get_real(c, m, where, "flip_blend", 0, 0.99, unit, &mat->flip_blend));
+  DR_TRY(get_real(c, m, where, "asflip_beta_min", 0, 0, unit, &mat->beta_min));
+  DR_TRY(get_real(c, m, where, "asflip_beta_max", 0, 1, unit, &mat->beta_max));
+  if (mat->beta_max < mat->beta_min) {
+    join(key, where, cJSON_GetObjectItemCaseSensitive(m, "asflip_beta_max") ? "asflip_beta_max" : "asflip_beta_min");
+    return fail(c, key, "asflip_beta_max below asflip_beta_min (got asflip_beta_min %s and asflip_beta_max %s; "
+                "expected asflip_beta_min <= asflip_beta_max)", fmt_num(a, mat->beta_min), fmt_num(b, mat->beta_max));
+  }
+  p->flip_blend = (float)mat->flip_blend;
+  p->beta_min = (float)mat->beta_min;
+  p->beta_max = (float)mat->beta_max;
+  return 0;
+}
 
 /* Young's modulus and Poisson's ratio of a solid, and the Lame parameters from them. */
 static int parse_elastic(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
@@ -558,13 +631,14 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
   DR_TRY(need_object(c, m, where, "with keys model, density, ..."));
   DR_TRY(check_keys(c, m, where, NULL, 0, NULL, 0, NULL)); /* duplicates, before reading model */
   int model;
-  DR_TRY(get_enum(c, m, where, "model", -1, MODEL_NAMES, 3, &model));
+  DR_TRY(get_enum(c, m, where, "model", -1, MODEL_NAMES, 4, &model));
   snprintf(variant, sizeof variant, "model '%s'", MODEL_NAMES[model]);
   const char *const *keys = model == MODEL_FIXED_COROTATED  ? FIXED_COROTATED_KEYS
                             : model == MODEL_DRUCKER_PRAGER ? DRUCKER_PRAGER_KEYS
+                            : model == MODEL_NACC           ? NACC_KEYS
                                                             : WEAKLY_COMPRESSIBLE_KEYS;
-  int n_keys = model == MODEL_DRUCKER_PRAGER ? 5 : 4;
-  DR_TRY(check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, 7, variant));
+  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 5 : model == MODEL_NACC ? 8 : 4) + N_TRANSFER_KEYS;
+  DR_TRY(check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, N_ALL_MATERIAL_KEYS, variant));
 
   material_params *p = &mat->params;
   memset(p, 0, sizeof *p);
@@ -578,7 +652,11 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
     DR_TRY(get_real(c, m, where, "gamma", 0, 7, (range){1, INFINITY, 0, 0, ""}, &mat->gamma));
     p->bulk = (float)mat->bulk_modulus;
     p->gamma = (float)mat->gamma;
-    return 0;
+    return parse_transfer(c, m, where, mat);
+  }
+  if (model == MODEL_NACC) {
+    DR_TRY(parse_nacc(c, m, where, mat));
+    return parse_transfer(c, m, where, mat);
   }
   DR_TRY(parse_elastic(c, m, where, mat));
   if (model == MODEL_DRUCKER_PRAGER) {
@@ -587,7 +665,7 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
     double sphi = sin(mat->friction_angle * (PI / 180.0));
     p->alpha = (float)(sqrt(2.0 / 3.0) * 2.0 * sphi / (3.0 - sphi));
   }
-  return 0;
+  return parse_transfer(c, m, where, mat);
 }
 
 static int parse_materials(const ctx *c, const cJSON *root, scene *s) {

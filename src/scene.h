@@ -22,6 +22,8 @@ typedef struct scene_material {
   char name[SCENE_NAME_MAX];
   /* user-facing values, kept for reporting */
   double density, youngs_modulus, poisson_ratio, friction_angle, bulk_modulus, gamma;
+  double flip_blend, beta_min, beta_max; /* transfer asflip */
+  double nacc_friction, nacc_cohesion, nacc_hardening, nacc_initial; /* nacc: M, beta, xi, initial logJp */
   material_params params; /* what the kernels use */
 } scene_material;
 

@@ -2,12 +2,13 @@
  * the six faces of the domain (each its own wall type and friction) and colliders (analytic
  * shapes of sdf.h, moved by keyframed translations and rotations).
  *
- * Entry point, called for every grid node with mass after v = p/m + g dt:
- *   boundary_apply(bp, t, x, v): x the node's position (m), t the time (s) at which the
- *   colliders are placed (the backends pass the end of the step), v the node velocity, changed
- *   in place. Colliders act first, in their order in the scene, then the domain faces, so that
- *   the faces always keep material inside the domain. boundary_apply_posed() is the same with
- *   the colliders' poses at t computed beforehand (collider_pose_at), once per grid update.
+ * Entry points, called for every grid node with mass after v = p/m + g dt:
+ *   boundary_apply_posed(bp, poses, x, v): x the node's position (m), v the node velocity,
+ *   changed in place; poses[k] = collider_pose_at(colliders[k], keys, t), computed once per grid
+ *   update at the time t where the colliders stand (the backends use the end of the step: the
+ *   CPU backend on the host, the CUDA backend in k_poses). boundary_apply(bp, t, x, v) is the same
+ *   computing the poses itself. Colliders act first, in their order in the scene, then the domain
+ *   faces, so that the faces always keep material inside the domain.
  *
  * Wall types (bc_project, on the velocity relative to the wall, n the wall's unit normal
  * pointing out of the wall into the material):
@@ -80,6 +81,8 @@ typedef struct boundary_params {
   int n_colliders, n_keys;
   const collider *colliders;  /* [n_colliders] */
   const collider_key *keys;   /* [n_keys], every collider's keyframes one after the other */
+  /* Mesh colliders (SDF_MESH, not built yet) will add here a pointer to their sparse narrow-band
+   * level sets, indexed by sdf_geom.levelset, which sdf_eval would then take. */
 } boundary_params;
 
 /* The wall condition on v (relative to the wall; n its unit normal, out of the wall). */

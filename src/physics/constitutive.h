@@ -2,9 +2,12 @@
  * Kirchhoff stress that the P2G kernels scatter, plus energy densities and wave speeds.
  *
  * Entry point used by P2G:
- *   constitutive_update(m, F, tau): applies the model's plasticity to the deformation gradient F
- *   in place, then writes the Kirchhoff stress tau = P F^T = J sigma (symmetric) of the updated
- *   F. (MLS-MPM: the particle's grid force contribution is -V0 * tau * (x_i - x_p) * 4/dx^2 * w.)
+ *   constitutive_update_state(m, F, logjp, tau): applies the model's plasticity to the
+ *   deformation gradient F in place (and to the particle's plastic state logjp, NACC's
+ *   hardening variable; the other models leave it alone), then writes the Kirchhoff stress
+ *   tau = P F^T = J sigma (symmetric) of the updated F. (MLS-MPM: the particle's grid force
+ *   contribution is -V0 * tau * (x_i - x_p) * 4/dx^2 * w.) constitutive_update(m, F, tau) is the
+ *   same for a particle whose plastic state is not kept (NACC then starts from nacc_logjp0).
  *
  * Models:
  *   MODEL_FIXED_COROTATED      Stomakhin et al. 2012 ("Energetically consistent invertible
@@ -14,6 +17,24 @@
  *       psi = mu |log s|^2 + lambda/2 (tr log s)^2, with their return mapping onto the yield cone
  *       (no cohesion, no hardening: alpha is fixed).
  *   MODEL_WEAKLY_COMPRESSIBLE  Tait-type fluid, p = K (J^-gamma - 1), only J = det F is kept.
+ *   MODEL_NACC                 Snow: non-associative Cam-Clay of Wolper et al. 2019 ("CD-MPM:
+ *       Continuum Damage Material Point Methods for Dynamic Fracture Animation", the NACC of the
+ *       paper's Crawling in Snow): compressible neo-Hookean elasticity
+ *       psi = mu/2 (tr(J^-2/3 b) - 3) + K/2 ((J^2 - 1)/2 - log J), b = F F^T, so
+ *       tau = mu J^-2/3 dev(b) + K/2 (J^2 - 1) I; Kirchhoff pressure p = -K/2 (J^2 - 1) and
+ *       q^2 = 3/2 |dev tau|^2. Yield surface, an ellipse in (p, q):
+ *         y = (1 + 2 beta) q^2 + M^2 (p + beta p0)(p - p0) <= 0,  p0 = K (1e-5 + sinh(xi max(-a, 0)))
+ *       with a = logJp the log of the plastic volume ratio (a < 0: compacted, stronger). The
+ *       return mapping (constitutive_nacc_project_): beyond the compressive tip (p > p0) or the
+ *       tensile one (p < -beta p0) to that tip, isotropic, with a += log(J_trial / J_tip);
+ *       otherwise, when y > 0, radially in the deviatoric plane at constant J (and p) onto the
+ *       ellipse, with a += log(J_trial / J_x), J_x the volume whose pressure p_x is where the
+ *       ray from the ellipse's centre ((1 - beta) p0 / 2, 0) through the trial state meets it
+ *       (compression side: a decreases, the surface grows; tension side: it shrinks).
+ *       Unlike Wolper's, claymore's and ziran's projection, which keeps tr(b) and so changes J a
+ *       little, this one keeps J exactly (it solves for the trace that keeps det b), so the
+ *       returned state lies on the yield surface to rounding. Tip and radial projections follow
+ *       their formulas otherwise. A state with y <= 1e-6 M^2 p0^2 counts as inside.
  *
  * Conventions and clamps a caller must know:
  *   - Matrices are float[9] row-major (common.h). tau is symmetric to round-off.
@@ -32,6 +53,8 @@
  *     reset to cbrt(J) I, so det F keeps the (clamped) volume history and shear is forgotten.
  *     Beyond 10x compression a weakly compressible fluid has long since blown up the time step;
  *     the clamp only keeps J^-gamma finite. The energy uses the same clamp.
+ *   - NACC: like Drucker-Prager it works on |s| (an inverted F is treated as its mirror image,
+ *     signs kept), |s| clamped below at DR_DP_MIN_STRETCH.
  *   - Unknown model numbers leave F alone and give tau = 0, energy 0, wave speed 0. */
 #ifndef DRIFT_PHYSICS_CONSTITUTIVE_H
 #define DRIFT_PHYSICS_CONSTITUTIVE_H
@@ -155,10 +178,97 @@ DR_HD void constitutive_weakly_compressible_(const material_params *m, float F[9
   }
 }
 
+/* ---- NACC snow (Wolper et al. 2019) ---- */
+
+/* The size of the yield surface: the compressive tip's pressure p0 (Pa) of plastic state a. */
+DR_HD float constitutive_nacc_p0(const material_params *m, float logjp) {
+  return m->bulk * (1e-5f + sinhf(m->nacc_xi * fmaxf(-logjp, 0.0f)));
+}
+
+/* y(p, q^2) of the ellipse (> 0 outside). */
+DR_HD float constitutive_nacc_yield(const material_params *m, float p, float q2, float p0) {
+  return (1.0f + 2.0f * m->nacc_beta) * q2 + m->nacc_m2 * (p + m->nacc_beta * p0) * (p - p0);
+}
+
+/* Kirchhoff pressure p and deviatoric stress dev[3] (principal) of principal stretches a > 0. */
+DR_HD void constitutive_nacc_stress_(const material_params *m, const float a[3], float *p, float dev[3]) {
+  const float J = a[0] * a[1] * a[2];
+  const float b[3] = {a[0] * a[0], a[1] * a[1], a[2] * a[2]};
+  const float mean = (b[0] + b[1] + b[2]) * (1.0f / 3.0f), cr = cbrtf(J);
+  const float c = m->mu / (cr * cr); /* mu J^-2/3 */
+  for (int i = 0; i < 3; ++i) dev[i] = c * (b[i] - mean);
+  *p = -0.5f * m->bulk * (J * J - 1.0f);
+}
+
+/* The return mapping on the principal stretches s (signs kept) and the plastic state a. */
+DR_HD void constitutive_nacc_project_(const material_params *m, float s[3], float *logjp) {
+  float a[3];
+  for (int i = 0; i < 3; ++i) a[i] = fmaxf(fabsf(s[i]), DR_DP_MIN_STRETCH);
+  const float K = m->bulk, beta = m->nacc_beta, m2 = m->nacc_m2;
+  const float J = a[0] * a[1] * a[2];
+  const float p0 = constitutive_nacc_p0(m, *logjp), pmin = -beta * p0;
+  float p, dev[3];
+  constitutive_nacc_stress_(m, a, &p, dev);
+  if (p > p0 || p < pmin) { /* beyond a tip: to that tip, isotropic */
+    const float pt = p > p0 ? p0 : pmin;
+    const float Jt = sqrtf(1.0f - 2.0f * pt / K); /* p(J) = -K/2 (J^2 - 1) = pt; real: p <= K/2 always */
+    const float e = cbrtf(Jt);
+    for (int i = 0; i < 3; ++i) a[i] = e;
+    *logjp += logf(J / Jt);
+  } else {
+    const float s2 = dev[0] * dev[0] + dev[1] * dev[1] + dev[2] * dev[2];
+    const float y = constitutive_nacc_yield(m, p, 1.5f * s2, p0);
+    if (!(y > 1e-6f * m2 * p0 * p0)) return; /* inside (or on) the surface: elastic, F untouched */
+    /* hardening: where the ray from the centre (pc, 0) through (p, q) meets the ellipse */
+    const float pc = 0.5f * (1.0f - beta) * p0, h = 0.5f * (1.0f + beta) * p0;
+    float dp = p - pc, dq = sqrtf(1.5f * s2);
+    const float l = sqrtf(dp * dp + dq * dq);
+    if (l > 0.0f) {
+      dp /= l, dq /= l;
+      const float t = sqrtf(m2) * h / sqrtf((1.0f + 2.0f * beta) * dq * dq + m2 * dp * dp);
+      const float px = pc + t * dp;
+      const float Jx = sqrtf(fabsf(1.0f - 2.0f * px / K));
+      if (Jx > 1e-4f) *logjp += logf(J / Jx);
+    }
+    /* projection at constant J: the deviator of bbar = J^-2/3 b scaled by k, its trace chosen so
+     * that det bbar stays 1 (Newton from the trial trace, from above: f is increasing and convex
+     * there) */
+    const float k = sqrtf(fmaxf(-m2 * (p - pmin) * (p - p0), 0.0f) / ((1.0f + 2.0f * beta) * 1.5f * s2));
+    const float cr = cbrtf(J), c2 = cr * cr;
+    float d[3], x = 0.0f;
+    for (int i = 0; i < 3; ++i) d[i] = a[i] * a[i] / c2, x += d[i];
+    x *= 1.0f / 3.0f;
+    for (int i = 0; i < 3; ++i) d[i] = k * (d[i] - x);
+    for (int it = 0; it < 6; ++it) {
+      const float e0 = x + d[0], e1 = x + d[1], e2 = x + d[2];
+      const float f = e0 * e1 * e2 - 1.0f, df = e1 * e2 + e0 * e2 + e0 * e1;
+      if (!(df > 0.0f)) break;
+      x -= f / df;
+    }
+    for (int i = 0; i < 3; ++i) a[i] = cr * sqrtf(fmaxf(x + d[i], 0.0f));
+  }
+  for (int i = 0; i < 3; ++i) s[i] = (s[i] < 0.0f) ? -a[i] : a[i];
+}
+
+/* tau = U diag(mu J^-2/3 dev(|s|^2) + K/2 (J^2 - 1)) U^T of the (projected) stretches. */
+DR_HD void constitutive_nacc_(const material_params *m, float F[9], float *logjp, float tau[9]) {
+  float U[9], V[9], s[3];
+  svd3(F, U, s, V);
+  const float s0 = s[0], s1 = s[1], s2 = s[2];
+  constitutive_nacc_project_(m, s, logjp);
+  if (s[0] != s0 || s[1] != s1 || s[2] != s2) m3_udvt(U, s, V, F);
+  float a[3], p, dev[3], d[3];
+  for (int i = 0; i < 3; ++i) a[i] = fmaxf(fabsf(s[i]), DR_DP_MIN_STRETCH);
+  constitutive_nacc_stress_(m, a, &p, dev);
+  for (int i = 0; i < 3; ++i) d[i] = dev[i] - p;
+  constitutive_udut_(U, d, tau);
+}
+
 /* ---- public entry points ---- */
 
-/* Plasticity on F (in place), then the Kirchhoff stress tau = P F^T of the updated F. */
-DR_HD void constitutive_update(const material_params *m, float F[9], float tau[9]) {
+/* Plasticity on F and the plastic state logjp (in place), then the Kirchhoff stress
+ * tau = P F^T of the updated F. */
+DR_HD void constitutive_update_state(const material_params *m, float F[9], float *logjp, float tau[9]) {
   switch (m->model) {
   case MODEL_FIXED_COROTATED:
     constitutive_fixed_corotated_(m, F, tau);
@@ -169,15 +279,25 @@ DR_HD void constitutive_update(const material_params *m, float F[9], float tau[9
   case MODEL_WEAKLY_COMPRESSIBLE:
     constitutive_weakly_compressible_(m, F, tau);
     break;
+  case MODEL_NACC:
+    constitutive_nacc_(m, F, logjp, tau);
+    break;
   default:
     for (int i = 0; i < 9; ++i) tau[i] = 0.0f;
     break;
   }
 }
 
+/* The same without a kept plastic state (NACC starts from nacc_logjp0 and forgets its change). */
+DR_HD void constitutive_update(const material_params *m, float F[9], float tau[9]) {
+  float logjp = m->nacc_logjp0;
+  constitutive_update_state(m, F, &logjp, tau);
+}
+
 /* Elastic energy per unit reference volume (J/m^3) of F, as is (no plasticity applied):
  *   fixed corotated: mu sum (s_i - 1)^2 + lambda/2 (J - 1)^2   (= mu |F - R|^2 + ...)
  *   Drucker-Prager:  mu |log s|^2 + lambda/2 (tr log s)^2      (Hencky, |s| clamped as above)
+ *   NACC:            mu/2 (tr(J^-2/3 b) - 3) + K/2 ((J^2 - 1)/2 - log J)   (|s|, clamped as above)
  *   fluid:           psi(J) = K [ (J^(1-gamma) - 1)/(gamma - 1) + J - 1 ]  (gamma != 1)
  *                    psi(J) = K [ J - 1 - log J ]                        (gamma == 1)
  *                    so that -dpsi/dJ = K (J^-gamma - 1) = p, psi(1) = 0, psi >= 0 (J clamped). */
@@ -199,6 +319,14 @@ DR_HD float constitutive_energy_density(const material_params *m, const float F[
     return m->mu * (eps[0] * eps[0] + eps[1] * eps[1] + eps[2] * eps[2]) +
            0.5f * m->lambda * tr * tr;
   }
+  case MODEL_NACC: {
+    float U[9], V[9], s[3], a[3];
+    svd3(F, U, s, V);
+    for (int i = 0; i < 3; ++i) a[i] = fmaxf(fabsf(s[i]), DR_DP_MIN_STRETCH);
+    const float J = a[0] * a[1] * a[2], cr = cbrtf(J);
+    const float trb = (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]) / (cr * cr);
+    return 0.5f * m->mu * (trb - 3.0f) + 0.5f * m->bulk * (0.5f * (J * J - 1.0f) - logf(J));
+  }
   case MODEL_WEAKLY_COMPRESSIBLE: {
     const float J = constitutive_wc_clamp_j_(m3_det(F));
     const float g1 = m->gamma - 1.0f;
@@ -216,6 +344,7 @@ DR_HD float constitutive_wave_speed(const material_params *m) {
   switch (m->model) {
   case MODEL_FIXED_COROTATED:
   case MODEL_DRUCKER_PRAGER:
+  case MODEL_NACC: /* lambda = K - 2 mu / 3 */
     return sqrtf((m->lambda + 2.0f * m->mu) / m->density);
   case MODEL_WEAKLY_COMPRESSIBLE:
     return sqrtf(m->bulk * m->gamma / m->density);
@@ -240,6 +369,22 @@ DR_HD void material_from_user(material_params *m, int model, float density, floa
   m->alpha = 0.81649658092772603f * 2.0f * sp / (3.0f - sp); /* sqrt(2/3) */
   m->bulk = bulk;
   m->gamma = gamma;
+  m->transfer = TRANSFER_APIC;
+  m->flip_blend = m->beta_min = m->beta_max = 0.0f;
+  m->nacc_m2 = m->nacc_beta = m->nacc_xi = m->nacc_logjp0 = 0.0f;
+}
+
+/* NACC's kernel parameters from the scene's values: bulk modulus K (Pa), Poisson's ratio nu,
+ * friction M, cohesion beta, hardening xi, initial_compression a0:
+ *   E = 3 K (1 - 2 nu), mu = E / (2 (1 + nu)), lambda = K - 2 mu / 3, M^2. */
+DR_HD void material_nacc_from_user(material_params *m, float density, float bulk, float poisson, float friction_m,
+                                   float cohesion, float hardening, float initial_compression) {
+  material_from_user(m, MODEL_NACC, density, 3.0f * bulk * (1.0f - 2.0f * poisson), poisson, 0.0f, bulk, 0.0f);
+  m->lambda = bulk - 2.0f * m->mu / 3.0f;
+  m->nacc_m2 = friction_m * friction_m;
+  m->nacc_beta = cohesion;
+  m->nacc_xi = hardening;
+  m->nacc_logjp0 = initial_compression;
 }
 
 #endif

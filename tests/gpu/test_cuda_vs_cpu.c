@@ -1,6 +1,7 @@
 /* test_cuda_vs_cpu - the CUDA backend against the CPU reference: the same scenes (an elastic
- * drop, Drucker-Prager sand blocks, a weakly compressible dam break; small, fixed dt so both
- * take identical steps) run on both, and after every frame the particles are matched by id
+ * drop, Drucker-Prager sand blocks, a weakly compressible dam break, sand among moving colliders
+ * on a per-face floor, ASFLIP water, NACC snow; small, fixed dt so both take identical steps)
+ * run on both, and after every frame the particles are matched by id
  * and compared.
  *
  * Tolerances. Both backends run the same float32 physics on the same layout; they differ only
@@ -35,7 +36,7 @@ static void compare(const char *name, const char *json) {
   for (int a = 0; a < 3; ++a) L = fmax(L, s.domain_max[a] - s.domain_min[a]);
   const double xtol = 1e-4 * L;
   particles pa = {0}, pb = {0};
-  double worst_x = 0, worst_v = 0, worst_rms = 0, worst_F = 0;
+  double worst_x = 0, worst_v = 0, worst_rms = 0, worst_F = 0, worst_jp = 0;
   printf("%s: %llu particles, %d frames\n", name, (unsigned long long)sim_get_status(A)->particles, s.frames);
   for (int f = 1; f <= s.frames; ++f) {
     MUST(sim_advance_frame(A));
@@ -45,7 +46,7 @@ static void compare(const char *name, const char *json) {
     CHECK(pa.n == pb.n, "%s: %zu cpu particles, %zu cuda particles", name, pa.n, pb.n);
     if (pa.n != pb.n) break;
     size_t *oa = order_by_id(&pa), *ob = order_by_id(&pb);
-    double dx = 0, dv = 0, dv2 = 0, vscale = 0, dF = 0;
+    double dx = 0, dv = 0, dv2 = 0, vscale = 0, dF = 0, dJp = 0;
     size_t bad_id = 0, bad_other = 0;
     for (size_t k = 0; k < pa.n; ++k) {
       const size_t i = oa[k], j = ob[k];
@@ -59,6 +60,7 @@ static void compare(const char *name, const char *json) {
         v2 += (double)pa.v[3 * i + a] * pa.v[3 * i + a];
       }
       for (int q = 0; q < 9; ++q) dF = fmax(dF, fabs((double)pa.F[9 * i + q] - pb.F[9 * j + q]));
+      dJp = fmax(dJp, fabs((double)pa.logjp[i] - pb.logjp[j])); /* NACC's plastic state */
       dv = fmax(dv, sqrt(d2));
       dv2 += d2;
       vscale = fmax(vscale, sqrt(v2));
@@ -66,10 +68,10 @@ static void compare(const char *name, const char *json) {
     const double rms = sqrt(dv2 / (double)(pa.n ? pa.n : 1));
     const double vref = vscale + 1e-3;
     printf("  frame %2d  t %.3f  steps %llu/%llu  rebuilds %llu/%llu  max|v| %.4f m/s  max|dx| %.3g m (%.3g L)  "
-           "max|dv| %.3g m/s (%.3g vmax)  rms|dv| %.3g (%.3g vmax)  max|dF| %.3g\n",
+           "max|dv| %.3g m/s (%.3g vmax)  rms|dv| %.3g (%.3g vmax)  max|dF| %.3g  max|dlogJp| %.3g\n",
            f, sim_get_status(A)->time, (unsigned long long)sim_get_status(A)->steps,
            (unsigned long long)sim_get_status(B)->steps, (unsigned long long)sim_get_status(A)->rebuilds,
-           (unsigned long long)sim_get_status(B)->rebuilds, vscale, dx, dx / L, dv, dv / vref, rms, rms / vref, dF);
+           (unsigned long long)sim_get_status(B)->rebuilds, vscale, dx, dx / L, dv, dv / vref, rms, rms / vref, dF, dJp);
     CHECK(bad_id == 0, "%s frame %d: %zu ids differ", name, f, bad_id);
     CHECK(bad_other == 0, "%s frame %d: %zu masses/volumes/materials differ", name, f, bad_other);
     CHECK(sim_get_status(A)->steps == sim_get_status(B)->steps, "%s: step counts differ", name);
@@ -77,11 +79,15 @@ static void compare(const char *name, const char *json) {
     worst_v = fmax(worst_v, dv / vref);
     worst_rms = fmax(worst_rms, rms / vref);
     worst_F = fmax(worst_F, dF);
+    worst_jp = fmax(worst_jp, dJp);
     free(oa);
     free(ob);
   }
-  printf("%s: worst max|dx| %.3g L, max|dv| %.3g vmax, rms|dv| %.3g vmax, max|dF| %.3g\n", name, worst_x, worst_v,
-         worst_rms, worst_F);
+  printf("%s: worst max|dx| %.3g L, max|dv| %.3g vmax, rms|dv| %.3g vmax, max|dF| %.3g, max|dlogJp| %.3g\n", name,
+         worst_x, worst_v, worst_rms, worst_F, worst_jp);
+  /* logJp moves with the volume change of plastic steps (~1e-2 per step where snow yields); a
+   * packet that lost it would differ by the whole initial_compression */
+  CHECK(worst_jp <= 1e-3, "%s: logJp differs by %.3g (tolerance 1e-3)", name, worst_jp);
   CHECK(worst_x * L <= xtol, "%s: positions differ by %.3g of the domain size (tolerance 1e-4)", name, worst_x);
   CHECK(worst_v <= 1e-2, "%s: velocities differ by %.3g of the largest speed (tolerance 1e-2)", name, worst_v);
   CHECK(worst_rms <= 1e-3, "%s: RMS velocity difference %.3g of the largest speed (tolerance 1e-3)", name, worst_rms);
@@ -135,5 +141,49 @@ int main(int argc, char **argv) {
           "\"materials\":{\"water\":{\"model\":\"weakly_compressible\",\"density\":1000,\"bulk_modulus\":5e4,\"gamma\":7}},"
           "\"bodies\":[{\"shape\":\"box\",\"min\":[0.06,0.06,0.06],\"max\":[0.3,0.4,0.34],\"material\":\"water\",\"ppc\":8}],"
           "\"boundary\":{\"type\":\"slip\"}}");
+  /* Sand pushed by a moving box piston (separate) into a static sphere, under a turning sticky
+   * cylinder that comes down, on a rough floor between slip walls (per-face walls, colliders and
+   * their motion: k_poses and boundary.h in k_grid; fused G2P2G). */
+  compare("colliders",
+          "{\"domain\":{\"min\":[0,0,0],\"max\":[1,0.6,0.6],\"dx\":0.02},"
+          "\"time\":{\"frames\":10,\"fps\":50,\"dt\":0.0005},"
+          "\"materials\":{\"sand\":{\"model\":\"drucker_prager\",\"density\":1600,\"youngs_modulus\":3.5e5,\"poisson_ratio\":0.3,\"friction_angle\":35}},"
+          "\"bodies\":[{\"shape\":\"box\",\"min\":[0.12,0.04,0.1],\"max\":[0.5,0.24,0.5],\"material\":\"sand\"}],"
+          "\"boundary\":{\"type\":\"slip\",\"y-\":{\"type\":\"separate\",\"friction\":0.4}},"
+          "\"colliders\":[{\"shape\":\"box\",\"min\":[-0.3,0,0],\"max\":[0.1,0.3,0.55],\"type\":\"separate\","
+          "\"motion\":[{\"time\":0},{\"time\":1,\"translation\":[0.5,0,0]}]},"
+          "{\"shape\":\"sphere\",\"center\":[0.7,0.1,0.3],\"radius\":0.1,\"type\":\"separate\",\"friction\":0.3},"
+          "{\"shape\":\"cylinder\",\"center\":[0.35,0.35,0.3],\"axis\":[0,0,1],\"radius\":0.08,\"height\":0.4,\"type\":\"sticky\","
+          "\"motion\":[{\"time\":0},{\"time\":0.2,\"translation\":[0,-0.1,0],\"rotation\":{\"axis\":[0,0,1],\"angle\":90}}]}]}");
+  /* The water column with ASFLIP (old grid velocity in grid0; positional adjustment held at 1:
+   * its beta switch is a threshold that rounding flips, see test_ranks), unfused and fused. */
+  compare("fluid-asflip",
+          "{\"domain\":{\"min\":[0,0,0],\"max\":[0.8,0.6,0.4],\"dx\":0.02},"
+          "\"time\":{\"frames\":10,\"fps\":50,\"dt\":0.0004},"
+          "\"materials\":{\"water\":{\"model\":\"weakly_compressible\",\"density\":1000,\"bulk_modulus\":5e4,\"gamma\":7,"
+          "\"transfer\":\"asflip\",\"asflip_beta_min\":1}},"
+          "\"bodies\":[{\"shape\":\"box\",\"min\":[0.06,0.06,0.06],\"max\":[0.3,0.4,0.34],\"material\":\"water\",\"ppc\":8}],"
+          "\"boundary\":{\"type\":\"slip\"},\"parallel\":{\"g2p2g_below\":0}}");
+  compare("fluid-asflip-fused",
+          "{\"domain\":{\"min\":[0,0,0],\"max\":[0.8,0.6,0.4],\"dx\":0.02},"
+          "\"time\":{\"frames\":10,\"fps\":50,\"dt\":0.0004},"
+          "\"materials\":{\"water\":{\"model\":\"weakly_compressible\",\"density\":1000,\"bulk_modulus\":5e4,\"gamma\":7,"
+          "\"transfer\":\"asflip\",\"asflip_beta_min\":1}},"
+          "\"bodies\":[{\"shape\":\"box\",\"min\":[0.06,0.06,0.06],\"max\":[0.3,0.4,0.34],\"material\":\"water\",\"ppc\":8}],"
+          "\"boundary\":{\"type\":\"slip\"}}");
+  /* NACC snow compacted by a slip piston (logJp in the packet's spare slot). Firm snow
+   * (initial_compression -0.1, hardening 1): it yields and hardens near the piston but stays
+   * comparable; soft snow (the default -0.01, xi 5) is not: its return mapping's hardening jumps
+   * between the tip and the ellipse (Wolper's algorithm), so after yielding 1 and 2 CPU ranks
+   * already differ by ~1% in velocity (test_ranks). */
+  compare("snow",
+          "{\"domain\":{\"min\":[0,0,0],\"max\":[1,0.5,0.4],\"dx\":0.02},"
+          "\"time\":{\"frames\":10,\"fps\":50,\"dt\":0.0005},"
+          "\"materials\":{\"snow\":{\"model\":\"nacc\",\"density\":400,\"bulk_modulus\":5e4,\"poisson_ratio\":0.3,"
+          "\"hardening\":1,\"initial_compression\":-0.1}},"
+          "\"bodies\":[{\"shape\":\"box\",\"min\":[0.1,0.04,0.06],\"max\":[0.6,0.2,0.34],\"material\":\"snow\"}],"
+          "\"boundary\":{\"type\":\"slip\",\"y-\":{\"type\":\"separate\",\"friction\":0.3}},"
+          "\"colliders\":[{\"shape\":\"box\",\"min\":[-0.2,0,-0.1],\"max\":[0.1,0.3,0.5],\"type\":\"slip\","
+          "\"motion\":[{\"time\":0},{\"time\":1,\"translation\":[0.5,0,0]}]}]}");
   return finish("test_cuda_vs_cpu");
 }

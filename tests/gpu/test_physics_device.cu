@@ -1,6 +1,7 @@
 /* test_physics_device - the shared physics headers compiled by nvcc and run on the GPU agree with
  * the same headers run on the host: B-spline weights, svd3 and constitutive_update for the
- * three material models, on a few thousand inputs each. The device build uses -use_fast_math
+ * three material models, the boundary conditions (moving colliders of every shape and per-face
+ * walls, boundary.h) and the APIC/ASFLIP transfer (transfer.h), on a few thousand inputs each. The device build uses -use_fast_math
  * (as the CUDA backend does), so agreement is judged to ~1e-4 of the natural scale of each
  * output, and the device SVD is also checked on its own (reconstruction, rotations, order).
  * Exits 77 (skipped) where no CUDA device is usable. */
@@ -11,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "physics/boundary.h"
 #include "physics/bspline.h"
 #include "physics/check.h"
+#include "physics/transfer.h"
 #include "physics/constitutive.h"
 #include "physics/svd.h"
 
@@ -46,6 +49,18 @@ __global__ void k_svd(int n, const float *F, float *U, float *S, float *V) {
 __global__ void k_constitutive(int n, material_params m, float *F, float *tau) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) constitutive_update(&m, F + 9 * i, tau + 9 * i);
+}
+
+__global__ void k_boundary(int n, boundary_params bp, double t, const float *x, float *v) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) boundary_apply(&bp, t, x + 3 * i, v + 3 * i);
+}
+
+__global__ void k_transfer(int n, material_params m, const float *in, float *out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+    transfer_velocity(&m, in[13 * i + 11], in + 13 * i, in + 13 * i + 3, in + 13 * i + 6, in[13 * i + 9],
+                      in[13 * i + 10], out + 6 * i, out + 6 * i + 3);
 }
 
 /* ---- host helpers ---- */
@@ -281,6 +296,111 @@ static void test_model(const char *name, const material_params *m, double modulu
   free(tau);
 }
 
+/* Colliders of every shape, moving (translation and rotation keyframes), and per-face walls, on
+ * random nodes: device against host. Nodes within 1e-4 of a decision (a collider's band, the
+ * sign of a normal velocity) are left out: fast math may take the other branch there. */
+static void test_boundary(void) {
+  const int n = 20000;
+  check_rng rng = {4242};
+  collider c[4];
+  memset(c, 0, sizeof c);
+  c[0].geom.shape = SDF_PLANE, c[0].geom.n[1] = 1, c[0].center[1] = 0.1f, c[0].type = BOUNDARY_SEPARATE, c[0].friction = 0.4f;
+  c[1].geom.shape = SDF_BOX, c[1].geom.half[0] = 0.1f, c[1].geom.half[1] = 0.2f, c[1].geom.half[2] = 0.15f;
+  c[1].center[0] = 0.5f, c[1].center[1] = 0.5f, c[1].center[2] = 0.5f, c[1].type = BOUNDARY_SLIP, c[1].n_keys = 2;
+  c[2].geom.shape = SDF_SPHERE, c[2].geom.r = 0.15f, c[2].center[0] = 0.3f, c[2].center[1] = 0.7f, c[2].center[2] = 0.3f;
+  c[2].type = BOUNDARY_STICKY, c[2].key0 = 2, c[2].n_keys = 1;
+  c[3].geom.shape = SDF_CYLINDER, c[3].geom.n[2] = 1, c[3].geom.r = 0.1f, c[3].geom.half_height = 0.3f;
+  c[3].center[0] = 0.7f, c[3].center[1] = 0.3f, c[3].center[2] = 0.5f, c[3].type = BOUNDARY_SEPARATE, c[3].key0 = 0,
+  c[3].n_keys = 2;
+  collider_key k[3];
+  memset(k, 0, sizeof k);
+  k[0].time = 0, k[0].rotation[0] = 1;
+  k[1].time = 1, k[1].translation[0] = 0.2f, k[1].rotation[0] = 0.8660254f, k[1].rotation[2] = 0.5f; /* 60 deg about y */
+  k[2].time = 0, k[2].translation[1] = -0.1f, k[2].rotation[0] = 1;
+  boundary_params bp;
+  memset(&bp, 0, sizeof bp);
+  for (int f = 0; f < DR_FACES; ++f) bp.type[f] = f % 3, bp.friction[f] = f % 3 == 2 ? 0.3f : 0.0f;
+  for (int a = 0; a < 3; ++a) bp.lo[a] = 0.05f, bp.hi[a] = 0.95f;
+  bp.band = 0.01f;
+  bp.n_colliders = 4, bp.n_keys = 3;
+  bp.colliders = c, bp.keys = k;
+  const double t = 0.37;
+  float *x = (float *)malloc(sizeof(float) * 3 * n), *v = (float *)malloc(sizeof(float) * 3 * n);
+  float *vh = (float *)malloc(sizeof(float) * 3 * n), *vd = (float *)malloc(sizeof(float) * 3 * n);
+  char *skip = (char *)calloc(n, 1);
+  collider_pose P[4];
+  for (int j = 0; j < 4; ++j) collider_pose_at(&c[j], k, t, &P[j]);
+  for (int i = 0; i < n; ++i) {
+    for (int a = 0; a < 3; ++a) x[3 * i + a] = (float)check_rng_unit(&rng), v[3 * i + a] = (float)check_rng_range(&rng, -2, 2);
+    for (int j = 0; j < 4; ++j) { /* near a decision? */
+      float r[3], xl[3], nl[3], nw[3], vc[3];
+      for (int a = 0; a < 3; ++a) r[a] = x[3 * i + a] - P[j].center[a];
+      m3_apply_t(P[j].R, r, xl);
+      const float phi = sdf_eval(&c[j].geom, xl, nl);
+      m3_apply(P[j].R, nl, nw);
+      v3_cross(P[j].omega, r, vc);
+      float vn = 0;
+      for (int a = 0; a < 3; ++a) vn += (v[3 * i + a] - vc[a] - P[j].vel[a]) * nw[a];
+      skip[i] |= fabsf(phi - bp.band) < 1e-4f || fabsf(vn) < 1e-3f;
+    }
+    memcpy(vh + 3 * i, v + 3 * i, 3 * sizeof(float));
+    boundary_apply(&bp, t, x + 3 * i, vh + 3 * i);
+  }
+  collider *dc = to_device(c, 4);
+  collider_key *dk = to_device(k, 3);
+  float *dx_ = to_device(x, 3 * n), *dv = to_device(v, 3 * n);
+  boundary_params dbp = bp;
+  dbp.colliders = dc, dbp.keys = dk;
+  k_boundary<<<blocks(n), 128>>>(n, dbp, t, dx_, dv);
+  launch_done("k_boundary");
+  to_host(vd, dv, 3 * n);
+  double worst = 0;
+  int used = 0, changed = 0;
+  for (int i = 0; i < n; ++i) {
+    if (skip[i]) continue;
+    ++used;
+    for (int a = 0; a < 3; ++a) {
+      worst = fmax(worst, fabs(vd[3 * i + a] - vh[3 * i + a]));
+      changed += vh[3 * i + a] != v[3 * i + a];
+    }
+  }
+  printf("boundary: %d nodes compared (%d velocity components changed), worst difference %.3g m/s\n", used, changed,
+         worst);
+  CHECK(used > n / 2 && changed > n / 10, "too few nodes compared (%d) or changed (%d)", used, changed);
+  CHECK(worst < 1e-4 * 2, "device boundary conditions differ from the host by %g m/s", worst);
+  cudaFree(dc), cudaFree(dk), cudaFree(dx_), cudaFree(dv);
+  free(x), free(v), free(vh), free(vd), free(skip);
+}
+
+/* ASFLIP's update on random inputs: device against host (away from the beta switch). */
+static void test_transfer(void) {
+  const int n = 10000;
+  check_rng rng = {99};
+  material_params m;
+  memset(&m, 0, sizeof m);
+  m.transfer = TRANSFER_ASFLIP, m.flip_blend = 0.95f, m.beta_min = 0.1f, m.beta_max = 0.8f;
+  float *in = (float *)malloc(sizeof(float) * 13 * n), *oh = (float *)malloc(sizeof(float) * 6 * n);
+  float *od = (float *)malloc(sizeof(float) * 6 * n);
+  for (int i = 0; i < n; ++i) {
+    float *q = in + 13 * i;
+    for (int a = 0; a < 9; ++a) q[a] = (float)check_rng_range(&rng, -3, 3);
+    q[9] = (float)check_rng_range(&rng, -20, 20), q[10] = (float)check_rng_range(&rng, 0.9, 1.1);
+    q[11] = 1e-3f;
+    if (fabs(log((double)q[10]) + q[9] * 1e-3 - DR_ASFLIP_COMPRESSED) < 1e-4) q[10] = 1.0f, q[9] = 5.0f;
+    transfer_velocity(&m, q[11], q, q + 3, q + 6, q[9], q[10], oh + 6 * i, oh + 6 * i + 3);
+  }
+  float *din = to_device(in, 13 * n), *dout = to_device(oh, 6 * n);
+  k_transfer<<<blocks(n), 128>>>(n, m, din, dout);
+  launch_done("k_transfer");
+  to_host(od, dout, 6 * n);
+  double worst = 0;
+  for (int i = 0; i < 6 * n; ++i) worst = fmax(worst, fabs(od[i] - oh[i]));
+  printf("transfer (ASFLIP): worst difference %.3g m/s\n", worst);
+  CHECK(worst < 1e-5, "device ASFLIP update differs from the host by %g m/s", worst);
+  cudaFree(din), cudaFree(dout);
+  free(in), free(oh), free(od);
+}
+
 int main(void) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
@@ -300,5 +420,7 @@ int main(void) {
   test_model("Drucker-Prager", &m, m.lambda + 2 * m.mu, 1);
   material_from_user(&m, MODEL_WEAKLY_COMPRESSIBLE, 1000.0f, 0.0f, 0.0f, 0.0f, 1e5f, 7.0f);
   test_model("weakly compressible", &m, m.gamma * m.bulk, 1);
+  test_boundary();
+  test_transfer();
   return check_summary("test_physics_device");
 }

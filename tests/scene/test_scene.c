@@ -119,6 +119,7 @@ static void test_full(void) {
     CHECK_NEAR(j->params.mu, 19230.76923076923, F);      /* 5e4 / (2 * 1.3) */
     CHECK_NEAR(j->params.lambda, 28846.153846153844, F); /* 5e4 * 0.3 / (1.3 * 0.4) */
     CHECK(j->params.alpha == 0 && j->params.bulk == 0);
+    CHECK(j->params.transfer == TRANSFER_APIC && j->params.flip_blend == 0); /* the default transfer */
 
     CHECK(strcmp(sa->name, "sand") == 0);
     CHECK(sa->params.model == MODEL_DRUCKER_PRAGER);
@@ -266,7 +267,12 @@ static const char *SHAPES =
     "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.05 },\n"
     "  \"time\": { \"frames\": 3, \"fps\": 30, \"cfl\": 0.5 },\n"
     "  \"materials\": { \"j\": { \"model\": \"fixed_corotated\", \"density\": 1000, \"youngs_modulus\": 1e4,"
-    " \"poisson_ratio\": 0.3 } },\n"
+    " \"poisson_ratio\": 0.3, \"transfer\": \"asflip\" },\n"
+    "    \"w\": { \"model\": \"weakly_compressible\", \"density\": 1000, \"bulk_modulus\": 1e4,"
+    " \"transfer\": \"asflip\", \"flip_blend\": 0.9, \"asflip_beta_min\": 0.25, \"asflip_beta_max\": 0.75 },\n"
+    "    \"snow\": { \"model\": \"nacc\", \"density\": 400, \"bulk_modulus\": 5e4, \"poisson_ratio\": 0.3 },\n"
+    "    \"firn\": { \"model\": \"nacc\", \"density\": 550, \"bulk_modulus\": 2e5, \"poisson_ratio\": 0.25,"
+    " \"friction\": 1.2, \"cohesion\": 0.3, \"hardening\": 2, \"initial_compression\": -0.05 } },\n"
     "  \"bodies\": [\n"
     "    { \"shape\": \"cylinder\", \"center\": [0.5, 0.5, 0.5], \"axis\": [0, 0, 2], \"radius\": 0.2,"
     " \"height\": 0.4, \"material\": \"j\" },\n"
@@ -289,7 +295,32 @@ static void test_shapes(void) {
   scene s;
   char path[64];
   CHECK(load_text(SHAPES, &s, path) == 0);
-  CHECK(s.n_bodies == 2 && s.n_colliders == 4);
+  CHECK(s.n_bodies == 2 && s.n_colliders == 4 && s.n_materials == 4);
+  if (s.n_materials == 4) { /* NACC: the defaults (the paper's Crawling in Snow, initial -0.01), and values given */
+    const material_params *sn = &s.materials[2].params, *fi = &s.materials[3].params;
+    const double E = 3 * 5e4 * (1 - 0.6), mu = E / 2.6;
+    CHECK(sn->model == MODEL_NACC && fi->model == MODEL_NACC);
+    CHECK_NEAR(sn->mu, mu, F);
+    CHECK_NEAR(sn->lambda, 5e4 - 2 * mu / 3, F);
+    CHECK_NEAR(sn->bulk, 5e4, F);
+    CHECK_NEAR(sn->nacc_m2, 0.64, F);
+    CHECK_NEAR(sn->nacc_beta, 0.9, F);
+    CHECK_NEAR(sn->nacc_xi, 5, F);
+    CHECK_NEAR(sn->nacc_logjp0, -0.01, F);
+    CHECK_NEAR(fi->nacc_m2, 1.44, F);
+    CHECK_NEAR(fi->nacc_beta, 0.3, F);
+    CHECK_NEAR(fi->nacc_xi, 2, F);
+    CHECK_NEAR(fi->nacc_logjp0, -0.05, F);
+    CHECK(s.materials[2].youngs_modulus == E); /* derived, for the wave speed */
+  }
+  if (s.n_materials == 4) { /* ASFLIP: the defaults (pyasflip's), and values given */
+    const material_params *j = &s.materials[0].params, *w = &s.materials[1].params;
+    CHECK(j->transfer == TRANSFER_ASFLIP && w->transfer == TRANSFER_ASFLIP);
+    CHECK_NEAR(j->flip_blend, 0.99, F);
+    CHECK(j->beta_min == 0 && j->beta_max == 1);
+    CHECK_NEAR(w->flip_blend, 0.9, F);
+    CHECK(w->beta_min == 0.25f && w->beta_max == 0.75f);
+  }
   if (s.n_bodies != 2 || s.n_colliders != 4) return;
   const scene_body *cy = &s.bodies[0], *bx = &s.bodies[1];
   CHECK(cy->shape == SHAPE_CYLINDER && cy->radius == 0.2 && cy->height == 0.4);
