@@ -25,4 +25,8 @@ int comm_agree(MPI_Comm comm, int status);
  * time (MPIX_Query_cuda_support, Open MPI's extension). DRIFT_CUDA_AWARE_MPI=0 says no. */
 int comm_cuda_aware(void);
 
+/* This rank's index among the ranks of comm on its node, and their number (so that ranks
+ * sharing a node take different GPUs). */
+int comm_local(MPI_Comm comm, int *local_rank, int *local_size);
+
 #endif

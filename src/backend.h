@@ -25,7 +25,8 @@ typedef struct sim_params {
   const material_params *materials;    /* borrowed for the backend's lifetime */
   const char *const *material_names;   /* borrowed, for messages */
   int rank;                            /* MPI rank, for the owner field */
-  int gpus;                            /* GPUs to use (cuda; 0 = all visible) */
+  int gpus;                            /* GPUs to use (cuda; 0 = the visible ones, shared among the node's ranks) */
+  int local_rank, local_size;          /* this rank among the ranks of its node (MPI_COMM_TYPE_SHARED) */
   long g2p2g_below;                    /* cuda: fused G2P2G (fixed steps) below this many particles per GPU */
 } sim_params;
 
@@ -62,6 +63,7 @@ typedef struct frame_report {
 
 typedef struct backend {
   const char *name;
+  int n_devices; /* GPUs this rank drives (cuda: its island); 0 for cpu */
   void *state;
   /* Optional (NULL where absent): the time (s) at the start of the next step, so that moving
    * colliders stand where they should in its grid update (placed at the step's end, t + dt).

@@ -42,6 +42,7 @@ typedef struct bench_args {
   int backend;         /* enum backend_kind, or -1: the scene's parallel.backend */
   const char *csv;     /* NULL: no CSV */
   int profile_frames;  /* frames of the profiled run; 0: no phase shares */
+  int gpus[8], n_gpus; /* --gpus LIST: each case on each of these GPU counts (cuda); none: the scene's */
 } bench_args;
 
 typedef struct bench_result {
@@ -49,6 +50,8 @@ typedef struct bench_result {
   const char *path;      /* borrowed */
   char backend[16];
   char device[256];
+  int gpus;              /* GPUs per rank asked for (0: the scene's parallel.gpus_per_rank) */
+  double efficiency;     /* t1 / (n tn) against the same case on 1 GPU; < 0 when not measured */
   uint64_t particles;
   int frames;
   uint64_t steps, rebuilds;
@@ -72,7 +75,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   for (int i = 2; i < argc; ++i) {
     const char *f = argv[i];
     int has_value = !strcmp(f, "--frames") || !strcmp(f, "--backend") || !strcmp(f, "--csv") ||
-                    !strcmp(f, "--profile-frames");
+                    !strcmp(f, "--profile-frames") || !strcmp(f, "--gpus");
     if (has_value && i + 1 >= argc) return dr_fail(DR_EINPUT, "%s needs a value (see drift --help)", f);
     if (!strcmp(f, "--frames")) {
       DR_TRY(parse_int(f, argv[++i], 1, 100000000, "a whole number of frames >= 1", &a->frames));
@@ -84,6 +87,16 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       else if (!strcmp(v, "cpu")) a->backend = BACKEND_CPU;
       else if (!strcmp(v, "cuda")) a->backend = BACKEND_CUDA;
       else return dr_fail(DR_EINPUT, "--backend: '%s' is not one of auto, cpu, cuda", v);
+    } else if (!strcmp(f, "--gpus")) {
+      const char *v = argv[++i];
+      for (const char *c = v; *c;) {
+        char *end;
+        long g = strtol(c, &end, 10);
+        if (end == c || g < 1 || g > 8 || a->n_gpus == 8 || (*end && *end != ','))
+          return dr_fail(DR_EINPUT, "--gpus: '%s' is not a comma-separated list of GPU counts from 1 to 8", v);
+        a->gpus[a->n_gpus++] = (int)g;
+        c = *end ? end + 1 : end;
+      }
     } else if (!strcmp(f, "--csv")) {
       a->csv = argv[++i];
       if (!*a->csv) return dr_fail(DR_EINPUT, "--csv: the file name is empty");
@@ -105,7 +118,7 @@ static void case_name(const char *path, char *out, size_t len) {
   snprintf(out, len, "%.*s", (int)n, base);
 }
 
-static void describe_device(const char *backend_name, char *out, size_t len) {
+static void describe_device(const char *backend_name, int gpus, char *out, size_t len) {
   if (!strcmp(backend_name, "cpu")) {
     snprintf(out, len, "cpu (%d threads)", omp_get_max_threads());
     return;
@@ -113,7 +126,8 @@ static void describe_device(const char *backend_name, char *out, size_t len) {
   int n = 0;
   char name[256] = "";
   gpu_count(&n, name, sizeof name);
-  snprintf(out, len, "%s", n > 0 && name[0] ? name : "unknown GPU");
+  if (gpus > 1) snprintf(out, len, "%d x %s", gpus, n > 0 && name[0] ? name : "unknown GPU");
+  else snprintf(out, len, "%s", n > 0 && name[0] ? name : "unknown GPU");
 }
 
 /* Runs frames 1..frames of S; a failure names the case, the frame and the step. */
@@ -132,12 +146,12 @@ static int run_frames(sim *S, const char *name) {
 }
 
 static int run_case(const scene *s, const bench_args *a, bench_result *r) {
-  sim_options opt = {.frames = a->frames, .backend = a->backend, .write_output = 0};
+  sim_options opt = {.frames = a->frames, .backend = a->backend, .write_output = 0, .gpus = r->gpus};
   sim *S = NULL;
   DR_TRY(sim_create(s, &opt, MPI_COMM_WORLD, &S));
   const sim_status *st = sim_get_status(S);
   snprintf(r->backend, sizeof r->backend, "%s", sim_backend_name(S));
-  describe_device(r->backend, r->device, sizeof r->device);
+  describe_device(r->backend, sim_gpus(S), r->device, sizeof r->device);
   r->particles = st->particles;
   r->frames = st->frames;
   log_info("bench %s: %llu particles, %s backend on %s, %d frames", r->name, (unsigned long long)r->particles,
@@ -179,8 +193,8 @@ static double rebuilds_per_frame(const bench_result *r) {
 #define DEVICE_WIDTH 24
 
 static void print_header(void) {
-  printf("%-20s %-7s %-*s %10s %6s %10s %16s %8s %14s", "case", "backend", DEVICE_WIDTH, "device", "particles",
-         "frames", "ms/frame", "particle-steps/s", "steps/s", "rebuilds/frame");
+  printf("%-20s %-7s %-*s %10s %6s %10s %16s %8s %14s %6s", "case", "backend", DEVICE_WIDTH, "device", "particles",
+         "frames", "ms/frame", "particle-steps/s", "steps/s", "rebuilds/frame", "eff%");
   for (int p = 0; p < PHASE_COUNT; ++p) printf(" %7s%%", phase_names[p]);
   printf("\n");
   fflush(stdout);
@@ -190,6 +204,8 @@ static void print_row(const bench_result *r) {
   printf("%-20s %-7s %-*s %10llu %6d %10.2f %16.3e %8.1f %14.2f", r->name, r->backend, DEVICE_WIDTH, r->device,
          (unsigned long long)r->particles, r->frames, per_frame_ms(r), particle_steps_per_s(r), steps_per_s(r),
          rebuilds_per_frame(r));
+  if (r->efficiency >= 0) printf(" %6.1f", 100.0 * r->efficiency);
+  else printf(" %6s", "-");
   for (int p = 0; p < PHASE_COUNT; ++p) {
     if (r->have_phases) printf(" %8.1f", r->phase_pct[p]);
     else printf(" %8s", "-");
@@ -214,7 +230,7 @@ static void csv_field(FILE *f, const char *s) {
 
 static void csv_header(FILE *f) {
   fputs("case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,"
-        "rebuilds_per_frame",
+        "rebuilds_per_frame,efficiency",
         f);
   for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_pct", phase_names[p]);
   fputc('\n', f);
@@ -231,6 +247,8 @@ static void csv_row(FILE *f, const bench_result *r) {
   fprintf(f, ",%llu,%d,%llu,%.6f,%.6g,%.6g,%.6g,%.6g", (unsigned long long)r->particles, r->frames,
           (unsigned long long)r->steps, r->seconds, per_frame_ms(r), particle_steps_per_s(r), steps_per_s(r),
           rebuilds_per_frame(r));
+  if (r->efficiency >= 0) fprintf(f, ",%.4f", r->efficiency);
+  else fputc(',', f);
   for (int p = 0; p < PHASE_COUNT; ++p) {
     if (r->have_phases) fprintf(f, ",%.2f", r->phase_pct[p]);
     else fputc(',', f);
@@ -289,13 +307,21 @@ int bench_main(int argc, char **argv) {
   FILE *csv = NULL;
   if (!rc && a.csv && rank == 0) rc = csv_open(a.csv, tmp, sizeof tmp, &csv);
   if (!rc && rank == 0) print_header();
+  const int n_counts = a.n_gpus > 0 ? a.n_gpus : 1;
   for (int i = 0; !rc && i < a.n_scenes; ++i) {
-    bench_result r = {.path = a.scenes[i]};
-    case_name(a.scenes[i], r.name, sizeof r.name);
-    rc = run_case(&scenes[i], &a, &r);
-    if (!rc && rank == 0) {
-      print_row(&r);
-      if (csv) csv_row(csv, &r);
+    double t1 = -1; /* seconds per frame on one GPU, for the efficiency e = t1 / (n tn) */
+    for (int g = 0; !rc && g < n_counts; ++g) {
+      bench_result r = {.path = a.scenes[i], .gpus = a.n_gpus > 0 ? a.gpus[g] : 0, .efficiency = -1};
+      case_name(a.scenes[i], r.name, sizeof r.name);
+      rc = run_case(&scenes[i], &a, &r);
+      if (rc) break;
+      const double tn = r.frames > 0 ? r.seconds / r.frames : 0;
+      if (r.gpus == 1) t1 = tn;
+      if (r.gpus >= 1 && t1 > 0 && tn > 0) r.efficiency = t1 / (r.gpus * tn);
+      if (rank == 0) {
+        print_row(&r);
+        if (csv) csv_row(csv, &r);
+      }
     }
   }
   if (csv) {

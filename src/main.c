@@ -18,11 +18,11 @@
 #include "sim.h"
 
 static const char *usage =
-    "usage: drift run SCENE.json [--out DIR] [--frames N] [--backend auto|cpu|cuda] [--quiet]\n"
+    "usage: drift run SCENE.json [--out DIR] [--frames N] [--backend auto|cpu|cuda] [--gpus N] [--quiet]\n"
     "                 [--resume [FILE|DIR]] [--force]\n"
     "       drift check SCENE.json\n"
     "       drift bench [SCENE.json ...] [--frames N] [--backend auto|cpu|cuda] [--csv FILE]\n"
-    "                   [--profile-frames K]\n"
+    "                   [--profile-frames K] [--gpus LIST]\n"
     "       drift --help | --version\n"
     "\n"
     "  run     simulate the scene; writes DIR/frame_NNNNN.h5 and DIR/frames.xdmf (open it in\n"
@@ -36,6 +36,9 @@ static const char *usage =
     "  --out DIR        output folder (default: the scene's output.dir, else ./frames)\n"
     "  --frames N       simulate N frames instead of the scene's time.frames\n"
     "  --backend B      auto (cuda where a GPU is present, else cpu), cpu or cuda\n"
+    "  --gpus N         cuda: GPUs per rank (the island), instead of parallel.gpus_per_rank;\n"
+    "                   bench: a list (--gpus 1,2,4) runs every case on each count and reports\n"
+    "                   the multi-GPU efficiency t1 / (n tn)\n"
     "  --quiet          no progress lines\n"
     "  --resume [FILE|DIR]\n"
     "                   continue from a checkpoint: FILE, or the newest whole\n"
@@ -203,7 +206,7 @@ static int parse_run_args(int argc, char **argv, const char **scene_path, sim_op
   int quiet = 0;
   for (int i = 2; i < argc; ++i) {
     const char *a = argv[i];
-    int has_value = !strcmp(a, "--out") || !strcmp(a, "--frames") || !strcmp(a, "--backend");
+    int has_value = !strcmp(a, "--out") || !strcmp(a, "--frames") || !strcmp(a, "--backend") || !strcmp(a, "--gpus");
     if (has_value && i + 1 >= argc) return dr_fail(DR_EINPUT, "%s needs a value (see drift --help)", a);
     if (!strcmp(a, "--out")) {
       opt.out_dir = argv[++i];
@@ -216,6 +219,11 @@ static int parse_run_args(int argc, char **argv, const char **scene_path, sim_op
       opt.frames = (int)f;
     } else if (!strcmp(a, "--backend")) {
       DR_TRY(parse_backend(argv[++i], &opt.backend));
+    } else if (!strcmp(a, "--gpus")) {
+      char *end;
+      long g = strtol(argv[++i], &end, 10);
+      if (*end || g < 1 || g > 8) return dr_fail(DR_EINPUT, "--gpus: '%s' is not a number of GPUs from 1 to 8", argv[i]);
+      opt.gpus = (int)g;
     } else if (!strcmp(a, "--quiet")) {
       quiet = 1;
     } else if (!strcmp(a, "--resume") || !strncmp(a, "--resume=", 9)) {

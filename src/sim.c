@@ -578,7 +578,9 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   if (rc) goto fail;
   S->prm = (sim_params){.dx = (float)s->dx, .n_materials = s->n_materials, .materials = S->mats,
                         .material_names = S->mat_names, .rank = S->rank,
-                        .gpus = s->gpus_per_rank, .g2p2g_below = s->g2p2g_below};
+                        .gpus = opt->gpus > 0 ? opt->gpus : s->gpus_per_rank, .g2p2g_below = s->g2p2g_below};
+  rc = comm_agree(comm, comm_local(comm, &S->prm.local_rank, &S->prm.local_size));
+  if (rc) goto fail;
   for (int a = 0; a < 3; ++a) {
     S->prm.domain_min[a] = s->domain_min[a];
     S->prm.domain_max[a] = s->domain_max[a];
@@ -626,8 +628,9 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   if (S->nranks > 1) {
     rc = comm_agree(comm, rc);
     if (rc == DR_OK && !S->be.set_particles)
-      rc = dr_fail(DR_EINPUT, "the %s backend does not run on several ranks in this build yet (%d ranks); use "
-                   "--backend cpu or one rank", S->be.name, S->nranks);
+      rc = dr_fail(DR_EINPUT, "the %s backend does not run on several ranks with several GPUs per rank yet (%d "
+                   "ranks): use one GPU per rank (--gpus 1 or parallel.gpus_per_rank 1), --backend cpu, or one rank",
+                   S->be.name, S->nranks);
     rc = comm_agree(comm, rc);
     if (rc == DR_OK) rc = exchange_setup(&S->ex, comm, &S->be);
     rc = comm_agree(comm, rc);
@@ -870,6 +873,8 @@ int sim_run(sim *S) {
 int sim_particles(sim *S, particles *out) { return S->be.download(S->be.state, out); }
 const sim_status *sim_get_status(const sim *S) { return &S->st; }
 const char *sim_backend_name(const sim *S) { return S->be.name; }
+
+int sim_gpus(const sim *S) { return S->be.n_devices; }
 
 void sim_destroy(sim **Sp) {
   sim *S = *Sp;

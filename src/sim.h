@@ -21,6 +21,7 @@ typedef struct sim_options {
   const char *resume;  /* non-NULL: continue from this checkpoint file, or the newest whole one in
                         * this folder ("" = the output folder) instead of sampling the scene */
   int force;           /* resume from a checkpoint of another scene file (its hash differs) */
+  int gpus;            /* overrides parallel.gpus_per_rank when > 0 (--gpus) */
 } sim_options;
 
 /* Phases of a step, as timed with sim_options.profile. */
@@ -59,6 +60,8 @@ int sim_run(sim *S);
 int sim_particles(sim *S, particles *out);
 const sim_status *sim_get_status(const sim *S);
 const char *sim_backend_name(const sim *S);
+/* GPUs this rank drives (0 for the cpu backend). */
+int sim_gpus(const sim *S);
 void sim_destroy(sim **S);
 
 #endif

@@ -53,13 +53,13 @@ if [ ! -f "$csv" ]; then
   fail "bench: $csv was not written"
 else
   [ ! -e "$csv.tmp" ] || fail "bench: $csv.tmp was left behind"
-  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,rebuild_pct,p2g_pct,grid_pct,g2p_pct$' ||
+  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct$' ||
     fail "bench: CSV header is $(head -n 1 "$csv")"
   [ "$(wc -l <"$csv")" -eq 3 ] || fail "bench: CSV has $(wc -l <"$csv") lines, expected a header and 2 rows"
   # Row: case, scene, backend, device, particles, frames, steps (36 a frame), then numbers.
   awk -F, -v a="$name_a" -v na="$count_a" -v b="$name_b" -v nb="$count_b" '
-    NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 16 }
-    NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 16 }
+    NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 17 }
+    NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 17 }
     END { exit !(ok_a && ok_b) }' "$csv" || fail "bench: CSV rows do not hold $name_a ($count_a particles) and $name_b ($count_b particles), cpu, 2 frames, 72 steps"
 fi
 
@@ -86,6 +86,9 @@ expect_error "missing value" 2 "--csv needs a value" bench "$scene_a" --csv
 expect_error "bad backend" 2 "--backend: 'opencl' is not one of auto, cpu, cuda" bench "$scene_a" --backend opencl
 expect_error "bad frames" 2 "--frames: '0' is not" bench "$scene_a" --frames 0
 expect_error "bad profile frames" 2 "--profile-frames: 'x' is not" bench "$scene_a" --profile-frames x
+expect_error "bad gpu list" 2 "--gpus: '1,,2' is not a comma-separated list" bench "$scene_a" --gpus 1,,2
+expect_error "too many gpus" 2 "--gpus: '16' is not a comma-separated list of GPU counts from 1 to 8" bench "$scene_a" --gpus 16
+expect_error "run: bad gpus" 2 "--gpus: '0' is not a number of GPUs from 1 to 8" run "$scene_a" --gpus 0
 expect_error "missing scene" 2 "$missing: cannot read" bench "$missing" --backend cpu
 expect_error "missing scene after a good one" 2 "$missing: cannot read" bench "$scene_a" "$missing" --backend cpu
 expect_error "default scenes, unwritable csv" 3 "cannot write $tmp/no/such/folder/out.csv.tmp" \
