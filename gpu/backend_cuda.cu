@@ -582,6 +582,7 @@ __device__ static inline int warp_sort(unsigned *key, unsigned *scratch) {
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
 /* The P2G of one warp's packet p (all 32 lanes call it). */
+template <bool OLD> /* ASFLIP: the momentum without the stress impulse into grid0 too */
 __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid,
@@ -626,7 +627,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
     m = base[A_M * LANES + src];
     const float k = -dt * base[A_VOL * LANES + src] * 4.0f * inv_dx * inv_dx;
     for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * base[(A_C + q) * LANES + src];
-    if (grid0)
+    if (OLD)
       for (int q = 0; q < 9; ++q) mC[q] = m * base[(A_C + q) * LANES + src];
     for (int a = 0; a < 3; ++a) mv[a] = m * base[(A_V + a) * LANES + src];
     locate(x, origin, inv_dx, P, d, fx);
@@ -678,7 +679,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
         float v2 = w * (pj2 + A[5] * r[2][ek]);
         float v3 = w * (pj3 + A[8] * r[2][ek]);
         float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f;
-        if (grid0) { /* uniform over the warp */
+        if (OLD) { /* uniform over the warp */
           const float r0 = r[0][ei], r1 = r[1][ej], r2 = r[2][ek];
           o0 = w * (mv[0] + mC[0] * r0 + mC[1] * r1 + mC[2] * r2);
           o1 = w * (mv[1] + mC[3] * r0 + mC[4] * r1 + mC[5] * r2);
@@ -688,7 +689,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
           const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
           const float t2 = __shfl_down_sync(FULL, v2, s), t3 = __shfl_down_sync(FULL, v3, s);
           if (lane + s < seg_end) v0 += t0, v1 += t1, v2 += t2, v3 += t3;
-          if (grid0) {
+          if (OLD) {
             const float u0 = __shfl_down_sync(FULL, o0, s), u1 = __shfl_down_sync(FULL, o1, s);
             const float u2 = __shfl_down_sync(FULL, o2, s);
             if (lane + s < seg_end) o0 += u0, o1 += u1, o2 += u2;
@@ -708,7 +709,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
           atomicAdd(gb + gidx(node, 2), v2);
           atomicAdd(gb + gidx(node, 3), v3);
 #endif
-          if (grid0) {
+          if (OLD) {
             float *ob = grid0 + (size_t)blk * OLD_FLOATS + node;
             atomicAdd(ob, o0);
             atomicAdd(ob + BLOCK_NODES, o1);
@@ -725,6 +726,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
 
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
+template <bool OLD>
 __global__ static void PARTICLE_BOUNDS
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
@@ -736,7 +738,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const int warp = threadIdx.x >> 5;
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return; /* the whole warp */
-  p2g_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_w[warp],
+  p2g_warp<OLD>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_w[warp],
            s_sort[warp]);
 }
 
@@ -836,6 +838,7 @@ __global__ static void k_tag(size_t n_blocks, const uint64_t *__restrict__ codes
  * advection clamped to the domain, the inner-free-zone check, largest speed, and the
  * non-finite / runaway check. One warp per packet; flags reduced over the warp first. */
 /* The G2P of one warp's packet p (all 32 lanes call it). */
+template <bool OLD> /* ASFLIP: the velocity before the update from grid0, and the material */
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -864,7 +867,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
   float v[3] = {0, 0, 0}, B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, vold[3] = {0, 0, 0};
   material_params mat; /* read only where a material uses ASFLIP (grid0): APIC scenes skip the load */
   mat.transfer = TRANSFER_APIC;
-  if (ok && grid0) mat = mats[__float_as_int(base[A_MAT * LANES])];
+  if (ok && OLD) mat = mats[__float_as_int(base[A_MAT * LANES])];
   const int flip = mat.transfer == TRANSFER_ASFLIP;
   for (int ei = 0; ei < 3; ++ei)
     for (int ej = 0; ej < 3; ++ej)
@@ -940,6 +943,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
 /* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
  * advection clamped to the domain, the inner-free-zone check, largest speed, and the
  * non-finite / runaway check. One warp per packet; flags reduced over the warp first. */
+template <bool OLD>
 __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -948,7 +952,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
-  g2p_warp(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO, INNER_HI,
+  g2p_warp<OLD>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO, INNER_HI,
            mats, grid0);
 }
 
@@ -958,6 +962,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
  * zone [FUSED_LO, FUSED_HI] leaves that much slack, so every scattered stencil stays inside the
  * physical blocks. The warp's own writes to its packet are visible to its lanes after
  * __syncwarp. */
+template <bool OLD>
 __global__ static void PARTICLE_BOUNDS
 k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
         const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
@@ -971,10 +976,10 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO, FUSED_HI, mats,
+  g2p_warp<OLD>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO, FUSED_HI, mats,
            grid0);
   __syncwarp();
-  p2g_warp(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next, grid0_next,
+  p2g_warp<OLD>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next, grid0_next,
            s_w[warp], s_sort[warp]);
 }
 
@@ -1184,7 +1189,7 @@ static int launch_barrier(cuda_state *s, int par) {
 
 static int launch_p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
-  k_p2g<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+  (s->asflip ? k_p2g<true> : k_p2g<false>)<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
@@ -1214,7 +1219,7 @@ static int launch_grid(cuda_state *s, int par, int part) {
 
 static int launch_g2p(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
-  k_g2p<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+  (s->asflip ? k_g2p<true> : k_g2p<false>)<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
@@ -1225,7 +1230,7 @@ static int launch_g2p(cuda_state *s, int par) {
 
 static int launch_g2p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
-  k_g2p2g<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+  (s->asflip ? k_g2p2g<true> : k_g2p2g<false>)<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]),
@@ -1343,6 +1348,9 @@ __global__ static void k_mark(size_t n, const int32_t *idx, uint8_t *flags) {
  * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
 static int sums_floats(const cuda_state *s) { return BLOCK_FLOATS + (s->asflip ? OLD_FLOATS : 0); }
 
+#ifndef DRIFT_XIDX_CACHE
+#define DRIFT_XIDX_CACHE 1 /* 0: upload the list at every pack and unpack_add (for comparison) */
+#endif
 static const int32_t *device_indices(cuda_state *s, const int32_t *idx, size_t n) {
   for (int k = s->n_xl - 1; k >= 0; --k)
     if (s->xl[k].host == idx && s->xl[k].n == n && s->xl_epoch == s->rebuilds) return dp<int32_t>(s->xidx) + s->xl[k].off;
@@ -1351,7 +1359,7 @@ static const int32_t *device_indices(cuda_state *s, const int32_t *idx, size_t n
 
 /* Registers the list (and uploads every registered list again: growing xidx loses its contents). */
 static int register_indices(cuda_state *s, const int32_t *idx, size_t n) {
-  if (s->xl_epoch != s->rebuilds) s->n_xl = 0, s->xl_epoch = s->rebuilds;
+  if (s->xl_epoch != s->rebuilds || !DRIFT_XIDX_CACHE) s->n_xl = 0, s->xl_epoch = s->rebuilds;
   if (s->n_xl == s->xl_cap) {
     const int cap = s->xl_cap ? 2 * s->xl_cap : 16;
     void *q = realloc(s->xl, sizeof *s->xl * (size_t)cap);
@@ -1371,7 +1379,7 @@ static int register_indices(cuda_state *s, const int32_t *idx, size_t n) {
 /* The device copy of a list mark_shared did not see (not in the steady state): uploaded now,
  * after the registered ones. */
 static int indices_for(cuda_state *s, const int32_t *idx, size_t n, const int32_t **out) {
-  if (!(*out = device_indices(s, idx, n))) {
+  if (!DRIFT_XIDX_CACHE || !(*out = device_indices(s, idx, n))) {
     DR_TRY(register_indices(s, idx, n));
     *out = device_indices(s, idx, n);
   }

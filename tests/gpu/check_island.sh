@@ -32,7 +32,7 @@ run() { # run NAME GPUS
     env=(DRIFT_DEVICES=$list)
   fi
   echo "== $name: $gpus GPU(s) ${env[*]:-}"
-  if ! env "${env[@]}" timeout 300 "$drift" run "$scene" --backend cuda --gpus "$gpus" --quiet --out "$work/$name" >"$work/$name.log" 2>&1; then
+  if ! env "${env[@]}" timeout 300 "$drift" run "$scene" --backend cuda --gpus "$gpus" --out "$work/$name" >"$work/$name.log" 2>&1; then
     cat "$work/$name.log"
     echo "FAIL: the run on $gpus GPU(s) failed"
     exit 1
