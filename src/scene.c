@@ -1107,7 +1107,7 @@ static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
                   &s->balance_threshold));
   DR_TRY(get_enum(c, p, "parallel", "backend", BACKEND_AUTO, backends, 3, &s->backend));
   DR_TRY(get_int32(c, p, "parallel", "g2p2g_below", 0, 100000, 0, INT_MAX, &s->g2p2g_below));
-  return get_int32(c, p, "parallel", "gpus_per_rank", 0, 0, 0, INT_MAX, &s->gpus_per_rank);
+  return get_int32(c, p, "parallel", "gpus_per_rank", 0, 0, 0, 8, &s->gpus_per_rank); /* an island has at most 8 GPUs */
 }
 
 static int parse_scene(const ctx *c, const cJSON *root, scene *s) {
