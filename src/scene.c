@@ -703,6 +703,10 @@ static int parse_materials(const ctx *c, const cJSON *root, scene *s) {
 }
 
 static const char *const SHAPE_NAMES[] = {"box", "sphere", "cylinder"};
+
+const char *scene_shape_name(int shape) {
+  return shape >= 0 && shape < (int)(sizeof SHAPE_NAMES / sizeof *SHAPE_NAMES) ? SHAPE_NAMES[shape] : "?";
+}
 static const char *const ALL_BODY_KEYS[] = {"shape",    "min", "max",      "rotation", "center", "radius",
                                             "axis",     "height", "material", "ppc", "velocity", "seed"};
 static const char *const BOX_KEYS[] = {"shape", "min", "max", "rotation", "material", "ppc", "velocity", "seed"};

@@ -101,6 +101,9 @@ typedef struct scene {
 int scene_load(const char *path, scene *out);
 void scene_destroy(scene *s);
 
+/* The scene file's name of a body shape (enum shape_kind): "box", "sphere", "cylinder". */
+const char *scene_shape_name(int shape);
+
 /* The axis-aligned bounding box of body b's shape (m). */
 void scene_body_bounds(const scene_body *b, double lo[3], double hi[3]);
 

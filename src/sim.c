@@ -52,6 +52,8 @@ struct sim {
   xdmf_frame *written;  /* frames in the XDMF file */
   int n_written;
   const char **mat_names;
+  char (*body_label)[48];  /* "bodies[2] (box)" per body, for messages */
+  const char **body_names; /* pointers into body_label, as sim_params wants them */
   /* several ranks (DESIGN.md, "Between ranks") */
   decomp dec;           /* every rank's box of blocks */
   exchange ex;          /* shared blocks and their per-step exchange */
@@ -573,11 +575,22 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     S->mats[m] = s->materials[m].params;
     S->mat_names[m] = s->materials[m].name;
   }
+  S->body_label = dr_malloc(sizeof *S->body_label * (size_t)(s->n_bodies ? s->n_bodies : 1), "body names");
+  S->body_names = dr_malloc(sizeof(char *) * (size_t)(s->n_bodies ? s->n_bodies : 1), "body names");
+  if (!S->body_label || !S->body_names) {
+    rc = DR_ENOMEM;
+    goto fail;
+  }
+  for (int b = 0; b < s->n_bodies; ++b) {
+    snprintf(S->body_label[b], sizeof S->body_label[b], "bodies[%d] (%s)", b, scene_shape_name(s->bodies[b].shape));
+    S->body_names[b] = S->body_label[b];
+  }
   int n_keys = 0;
   rc = scene_kernel_colliders(s, &S->colliders, &S->collider_keys, &n_keys);
   if (rc) goto fail;
   S->prm = (sim_params){.dx = (float)s->dx, .n_materials = s->n_materials, .materials = S->mats,
-                        .material_names = S->mat_names, .rank = S->rank,
+                        .material_names = S->mat_names, .n_bodies = s->n_bodies,
+                        .body_names = S->body_names, .rank = S->rank,
                         .gpus = s->gpus_per_rank, .g2p2g_below = s->g2p2g_below};
   for (int a = 0; a < 3; ++a) {
     S->prm.domain_min[a] = s->domain_min[a];
@@ -881,6 +894,8 @@ void sim_destroy(sim **Sp) {
   free(S->written);
   free(S->mats);
   free(S->mat_names);
+  free(S->body_label);
+  free(S->body_names);
   free(S->colliders);
   free(S->collider_keys);
   free(S);
