@@ -365,59 +365,93 @@ static int stop_at(sim *S, int sig, double t, int k) {
   return DR_ESTOPPED;
 }
 
-/* A frame on several ranks: every step one allreduce agrees on the largest speed (adaptive
- * dt), on whether any rank needs a rebuild-mapping, on failure, and on whether any rank got a
- * signal; P2G sums of shared blocks cross between ranks before the grid update. Starts where
+/* The per-step agreement of several ranks: one non-blocking allreduce (MAX over 4 doubles) of
+ * the largest speed (the next step's dt), whether any rank wants a rebuild-mapping, the first
+ * failure, and a signal. Its inputs are known once a step's g2p is done, and its result is needed
+ * before the next step's p2g (dt, and a rebuild-mapping that moves particles between ranks): it
+ * starts right after g2p, and the host work that does not depend on it runs before the wait. */
+typedef struct step_vote {
+  double loc[4], glob[4]; /* vmax (m/s), rebuild wanted, status, signal */
+  MPI_Request req;
+} step_vote;
+
+/* Casts this rank's vote for the next step: the tests' hook, the speed and rebuild flag of the
+ * last g2p, *rc (a failure so far), a pending signal. A failing hook returns at once (the others
+ * wait in the allreduce until main ends the job). */
+static int vote_start(sim *S, step_vote *v, int *rc) {
+  backend *b = &S->be;
+  float vmax = 0.0f;
+  if (*rc == DR_OK) DR_TRY(test_hook(S));
+  if (*rc == DR_OK) *rc = step_speed(S, &vmax);
+  v->loc[0] = vmax;
+  v->loc[1] = *rc == DR_OK && b->wants_rebuild(b->state);
+  v->loc[2] = *rc;
+  v->loc[3] = signals_pending();
+  const double w = MPI_Wtime();
+  DR_MPI(MPI_Iallreduce(v->loc, v->glob, 4, MPI_DOUBLE, MPI_MAX, S->comm, &v->req));
+  S->fs.wait += MPI_Wtime() - w;
+  return DR_OK;
+}
+
+/* Waits for the vote; the time counts as waiting on MPI. */
+static int vote_finish(sim *S, step_vote *v) {
+  const double w = MPI_Wtime();
+  DR_MPI(MPI_Wait(&v->req, MPI_STATUS_IGNORE));
+  S->fs.wait += MPI_Wtime() - w;
+  return DR_OK;
+}
+
+/* A frame on several ranks: every step one vote (step_vote) agrees on the largest speed
+ * (adaptive dt), on whether any rank needs a rebuild-mapping, on failure, and on whether any rank
+ * got a signal; P2G sums of shared blocks cross between ranks before the grid update. Starts where
  * the run stands (S->step_in_frame, S->t_in_frame). */
 static int advance_frame_ranks(sim *S, double t1) {
   backend *b = &S->be;
   double t = S->t_in_frame;
   int k = S->step_in_frame, rc = DR_OK;
+  step_vote v = {.req = MPI_REQUEST_NULL};
+  DR_TRY(vote_start(S, &v, &rc)); /* the frame's first step: nothing to overlap it with */
   for (;;) {
-    float vmax = 0.0f;
-    /* DRIFT_TEST_HOOK fail: this rank leaves alone, the others wait in the allreduce (main ends the job) */
-    if (rc == DR_OK) DR_TRY(test_hook(S));
-    if (rc == DR_OK) rc = step_speed(S, &vmax);
-    double loc[4] = {vmax, rc == DR_OK && b->wants_rebuild(b->state), rc, signals_pending()}, glob[4];
-    double w = MPI_Wtime();
-    DR_MPI(MPI_Allreduce(loc, glob, 4, MPI_DOUBLE, MPI_MAX, S->comm));
-    S->fs.wait += MPI_Wtime() - w;
-    if (glob[2] != 0) { /* every rank knows */
-      if (!rc) rc = dr_fail((int)glob[2], "another rank stopped (its message is above)");
+    DR_TRY(vote_finish(S, &v));
+    if (v.glob[2] != 0) { /* every rank knows */
+      if (!rc) rc = dr_fail((int)v.glob[2], "another rank stopped (its message is above)");
       dr_mark_agreed();
       return rc;
     }
-    const double dt = next_dt(S, t, t1, k, glob[0]);
+    const double dt = next_dt(S, t, t1, k, v.glob[0]);
     if (dt == 0.0) break;
-    if (glob[3] != 0) return stop_at(S, (int)glob[3], t, k);
+    if (v.glob[3] != 0) return stop_at(S, (int)v.glob[3], t, k);
     S->st.time = t;
     if (rc == DR_OK && b->set_time) rc = b->set_time(b->state, t);
     double ph = now(); /* phase times (sim_options.profile; the CPU backend is synchronous) */
-    if (glob[1] != 0) DR_TRY(redistribute(S));
+    if (v.glob[1] != 0) DR_TRY(redistribute(S));
     S->st.phase_seconds[PHASE_REBUILD] += S->opt.profile ? now() - ph : 0;
     double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds, c0 = MPI_Wtime();
     ph = now();
     rc = b->p2g(b->state, (float)dt);
     if (S->opt.profile) S->st.phase_seconds[PHASE_P2G] += now() - ph, ph = now();
     /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
-     * at the next allreduce); the interior blocks are updated while the sums are in flight. */
+     * at the next vote); the interior blocks are updated while the sums are in flight. */
     int xrc = exchange_start(&S->ex, b);
     if (rc == DR_OK && xrc == DR_OK && b->grid_update_part) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
     int frc = xrc == DR_OK ? exchange_finish(&S->ex, b) : xrc;
     if (rc == DR_OK) rc = frc;
-    S->fs.bytes += S->ex.bytes_sent - bytes0;
-    S->fs.wait += S->ex.wait_seconds - wait0;
     if (rc == DR_OK)
       rc = b->grid_update_part ? b->grid_update_part(b->state, (float)dt, GRID_SHARED) : b->grid_update(b->state, (float)dt);
     if (S->opt.profile) S->st.phase_seconds[PHASE_GRID] += now() - ph, ph = now(); /* the exchange included */
     if (rc == DR_OK) rc = b->g2p(b->state, (float)dt);
+    const double c1 = MPI_Wtime();
     if (S->opt.profile) S->st.phase_seconds[PHASE_G2P] += now() - ph;
-    S->compute_seconds += MPI_Wtime() - c0 - (S->ex.wait_seconds - wait0);
+    /* The next step's vote goes out now; the bookkeeping below overlaps it. */
     if (rc == DR_OK) {
       ++S->st.steps;
       S->st.last_dt = dt;
       S->vmax_pending = 0;
     }
+    DR_TRY(vote_start(S, &v, &rc));
+    S->fs.bytes += S->ex.bytes_sent - bytes0;
+    S->fs.wait += S->ex.wait_seconds - wait0;
+    S->compute_seconds += c1 - c0 - (S->ex.wait_seconds - wait0);
     t += dt;
     ++k;
   }
