@@ -22,6 +22,7 @@
 #include "physics/sparse.h"
 #include "h5frame.h"
 #include "log.h"
+#include "preview.h"
 #include "sample.h"
 #include "signals.h"
 #include "xdmf.h"
@@ -711,6 +712,13 @@ static int write_frame(sim *S) {
   h5frame_data d = {.n = S->host.n, .position = S->host.x, .velocity = S->host.v, .id = S->host.id,
                     .material = S->host.material, .owner = S->host.owner};
   DR_TRY(h5frame_write(S->comm, S->out_dir, &meta, &d));
+  if (S->sc->preview) {
+    preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
+    for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
+    const preview_data pd = {.n = S->host.n, .position = S->host.x, .vol0 = S->host.vol0,
+                             .material = S->host.material, .owner = S->host.owner};
+    DR_TRY(preview_write(S->comm, S->out_dir, S->st.frame, &pp, &pd));
+  }
   uint64_t n_local = S->host.n, n_all = 0;
   DR_MPI(MPI_Allreduce(&n_local, &n_all, 1, MPI_UINT64_T, MPI_SUM, S->comm));
   /* a rerun of a frame (after a resume) replaces its entry */
