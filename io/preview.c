@@ -238,23 +238,24 @@ int preview_write(MPI_Comm comm, const char *dir, int frame, const preview_param
     dr_mark_agreed(); /* the same path on every rank */
     return rc;
   }
-  /* owner colours: rank * (devices per rank) + device, devices counted over every rank */
-  int ndev = 1, ndev_all = 1;
-  for (size_t i = 0; pp->color == PREVIEW_BY_OWNER && i < d->n; ++i)
-    if ((d->owner[i] & 255) + 1 > ndev) ndev = (d->owner[i] & 255) + 1;
-  DR_MPI(MPI_Allreduce(&ndev, &ndev_all, 1, MPI_INT, MPI_MAX, comm));
-  /* the depths the shades span: the nearest and farthest particle of any rank (min of -max) */
+  /* One allreduce (MIN) for what every rank's drawing must agree on: the nearest and farthest
+   * particle depth, which the shades span, and the devices per rank (max owner device + 1), which
+   * number the owner colours. Maxima travel negated. */
   const view_axes ax = axes_of(pp->view);
-  double dr[2] = {HUGE_VAL, HUGE_VAL}, range[2];
+  double mine[3] = {HUGE_VAL, HUGE_VAL, -1.0}, all3[3];
   for (size_t i = 0; i < d->n; ++i) {
     double dep = depth_of(&ax, pp, d->position + 3 * i);
-    if (!(dep == dep)) continue;
-    dep = dep < 0 ? 0 : dep > 1 ? 1 : dep;
-    if (dep < dr[0]) dr[0] = dep;
-    if (-dep < dr[1]) dr[1] = -dep;
+    if (dep == dep) {
+      dep = dep < 0 ? 0 : dep > 1 ? 1 : dep;
+      if (dep < mine[0]) mine[0] = dep;
+      if (-dep < mine[1]) mine[1] = -dep;
+    }
+    if (pp->color == PREVIEW_BY_OWNER && -(double)((d->owner[i] & 255) + 1) < mine[2])
+      mine[2] = -(double)((d->owner[i] & 255) + 1);
   }
-  DR_MPI(MPI_Allreduce(dr, range, 2, MPI_DOUBLE, MPI_MIN, comm));
-  range[1] = -range[1];
+  DR_MPI(MPI_Allreduce(mine, all3, 3, MPI_DOUBLE, MPI_MIN, comm));
+  const double range[2] = {all3[0], -all3[1]};
+  const int ndev_all = (int)-all3[2];
   const size_t npix = (size_t)W * (size_t)H;
   uint64_t *keys = malloc(sizeof *keys * npix), *all = rank == 0 ? malloc(sizeof *all * npix) : NULL;
   int rc = keys && (rank != 0 || all) ? DR_OK
