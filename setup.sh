@@ -13,10 +13,10 @@ esac
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-# 1. Debian packages. Build: compilers, CMake, Open MPI, parallel HDF5, cJSON. Tests also use
+# 1. Debian packages. Build: compilers, CMake, Open MPI, parallel HDF5, cJSON, libpng. Tests also use
 #    ParaView's pvpython under Xvfb to open the frames where users open them, and a private
 #    one-node Slurm (with munge) plus matplotlib for the batch jobs and the scaling driver.
-pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev libcjson-dev hdf5-tools)
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev libcjson-dev libpng-dev hdf5-tools)
 [ "$mode" = test ] && pkgs+=(paraview python3-paraview xvfb xauth slurm-wlm munge python3-matplotlib)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1295,14 +1295,7 @@ static int fail_bad(cuda_state *s, unsigned long long id) {
   step_ctl c;
   CU(cudaMemcpyAsync(&c, s->ctl.ptr, sizeof c, cudaMemcpyDeviceToHost, s->stream));
   CU(cudaStreamSynchronize(s->stream));
-  const int mat = c.bad_material;
-  return dr_fail(DR_EPHYSICS,
-                 "particle %llu (body %llu, material %s) reached a non-finite state or a runaway speed (velocity, "
-                 "deformation, or more than %g cell per step); the step is too large for the material's stiffness "
-                 "or speed",
-                 id, id >> 48,
-                 s->prm.material_names && mat >= 0 && mat < s->prm.n_materials ? s->prm.material_names[mat] : "?",
-                 (double)DR_RUNAWAY_CELLS);
+  return backend_fail_particle(&s->prm, id, c.bad_material);
 }
 
 /* ---- the rank exchange (mpi/exchange.c) --------------------------------------------------- */

@@ -1,6 +1,7 @@
 /* backend.c - choosing a backend (see backend.h). */
 #include "backend.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "backend_cuda.h"
@@ -33,4 +34,16 @@ int backend_create(int kind, const sim_params *prm, particles *p, backend *out) 
 void backend_destroy(backend *b) {
   if (b->destroy && b->state) b->destroy(b->state);
   memset(b, 0, sizeof *b);
+}
+
+int backend_fail_particle(const sim_params *prm, uint64_t id, int m) {
+  const int b = particle_id_body(id);
+  const char *body = prm->body_names && b >= 0 && b < prm->n_bodies ? prm->body_names[b] : NULL;
+  const char *mat = prm->material_names && m >= 0 && m < prm->n_materials ? prm->material_names[m] : "?";
+  char unknown[48];
+  if (!body) snprintf(unknown, sizeof unknown, "body %d", b), body = unknown;
+  return dr_fail(DR_EPHYSICS,
+                 "particle %llu (%s, material %s) reached a non-finite state or a runaway speed (velocity, deformation, "
+                 "or more than %g cell per step); the step is too large for the material's stiffness or speed",
+                 (unsigned long long)id, body, mat, (double)DR_RUNAWAY_CELLS);
 }

@@ -24,6 +24,8 @@ typedef struct sim_params {
   int n_materials;
   const material_params *materials;    /* borrowed for the backend's lifetime */
   const char *const *material_names;   /* borrowed, for messages */
+  int n_bodies;
+  const char *const *body_names;       /* borrowed, for messages: "bodies[2] (box)" per scene body */
   int rank;                            /* MPI rank, for the owner field */
   int gpus;                            /* GPUs to use (cuda; 0 = the visible ones, shared among the node's ranks) */
   int local_rank, local_size;          /* this rank among the ranks of its node (MPI_COMM_TYPE_SHARED) */
@@ -36,6 +38,11 @@ typedef struct sim_params {
  * fling its particles onto the domain faces, where sticky walls freeze them with finite,
  * meaningless values, and whether a NaN shows up first depends on rounding. */
 #define DR_RUNAWAY_CELLS 1.0f
+
+/* The message of backend.h's g2p failure for a bad particle: its id, its body (from the id,
+ * particles.h) and its material (m: index into materials). Records it with dr_fail and returns
+ * DR_EPHYSICS. Both backends report through it, so that the message reads the same. */
+int backend_fail_particle(const sim_params *prm, uint64_t id, int m);
 
 typedef struct backend_stats {
   uint64_t rebuilds;       /* rebuild-mappings so far */

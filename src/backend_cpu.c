@@ -415,12 +415,7 @@ static int g2p(void *state, float dt) {
     base_node(s, x, b);
     for (int a = 0; a < 3; ++a) leave |= !sparse_in_free_zone(b[a], P[a]);
   }
-  if (bad >= 0)
-    return dr_fail(DR_EPHYSICS,
-                   "particle %llu (body %llu, material %s) reached a non-finite state or a runaway speed (velocity, "
-                   "deformation, or more than %g cell per step); the step is too large for the material's stiffness or speed",
-                   (unsigned long long)p->id[bad], (unsigned long long)(p->id[bad] >> 48),
-                   s->prm.material_names ? s->prm.material_names[p->material[bad]] : "?", (double)DR_RUNAWAY_CELLS);
+  if (bad >= 0) return backend_fail_particle(&s->prm, p->id[bad], p->material[bad]);
   s->vmax = vmax;
   s->need_rebuild |= leave;
   return DR_OK;

@@ -12,6 +12,7 @@
 #include "gpu_query.h"
 #include "log.h"
 #include "particles.h"
+#include "preview.h"
 #include "sample.h"
 #include "scene.h"
 #include "signals.h"
@@ -178,6 +179,15 @@ static int cmd_check(const char *path) {
   int written = s.frames / s.output_every + 1;
   printf("frames: %d at %g fps (%.4g s), %d files of %.1f MiB in %s/\n", s.frames, s.fps, s.frames * fdt, written,
          mib((double)total * 40 + 4096), s.output_dir);
+  if (s.preview) {
+    static const char *const views[] = {"front (along -z)", "side (along -x)", "top (along -y)"};
+    preview_params pp = {.size = s.preview_size, .view = s.preview_view};
+    for (int a = 0; a < 3; ++a) pp.domain_min[a] = s.domain_min[a], pp.domain_max[a] = s.domain_max[a];
+    int w = 0, h = 0;
+    preview_dims(&pp, &w, &h);
+    printf("previews: %d x %d px PNG beside each frame, %s view, coloured by %s\n", w, h, views[s.preview_view],
+           s.preview_color == PREVIEW_BY_OWNER ? "owner (rank and device)" : "material");
+  }
   /* a checkpoint: every particle attribute (particles.h) and the scene's bytes */
   const double ckpt = (double)total * (double)particles_record_bytes() + (double)s.text_len + 16384.0;
   if (s.checkpoint_every > 0)

@@ -24,6 +24,11 @@
   X(material, int32_t, 1, "index into scene.materials")                                            \
   X(owner, int32_t, 1, "rank * 256 + device that computed it")
 
+/* A particle id holds the index of the body it was sampled from (scene.bodies) in its bits from
+ * this one up (sample.h gives the rest): messages name the body from the id alone, on any rank. */
+#define PARTICLE_ID_BODY_SHIFT 48
+static inline int particle_id_body(uint64_t id) { return (int)(id >> PARTICLE_ID_BODY_SHIFT); }
+
 typedef struct particles {
   size_t n, cap;
 #define PARTICLES_FIELD_(name, type, k, what) type *name; /* [k n] what */

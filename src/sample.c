@@ -6,7 +6,7 @@
 #include "error.h"
 #include "rng.h"
 
-#define ID_CELL_BITS 48
+#define ID_CELL_BITS PARTICLE_ID_BODY_SHIFT
 
 /* The body's bounding cells [lo, hi) in cells of the domain grid (cell i spans
  * [domain_min + i dx, domain_min + (i+1) dx)). */

@@ -29,6 +29,7 @@
 #define MAX_COLLIDERS 256                /* colliders are tested at every grid node */
 #define MAX_CHECKPOINT_EVERY 100000000 /* as --frames */
 #define MAX_CHECKPOINT_KEEP 1000
+#define MAX_PREVIEW_SIZE 4096 /* output.preview_size: a 4096^2 picture needs 128 MiB of keys per rank */
 #define MAX_SEED 9007199254740992.0    /* 2^53: the largest integer a JSON number holds exactly */
 #define PI 3.14159265358979323846
 #define REL_TOL 1e-9                   /* rounding slack for comparisons of derived values */
@@ -363,6 +364,20 @@ static int get_string(const ctx *c, const cJSON *obj, const char *where, const c
   if (!cJSON_IsString(v) || !v->valuestring)
     return fail(c, key, "wrong type (got %s; expected %s)", got(g, v), expect);
   *out = v->valuestring;
+  return 0;
+}
+
+/* Reads obj.name as true or false (JSON booleans only); absent: *out = def. */
+static int get_bool(const ctx *c, const cJSON *obj, const char *where, const char *name, int def, int *out) {
+  char key[KEY_LEN], g[GOT_LEN];
+  join(key, where, name);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  if (!cJSON_IsBool(v)) return fail(c, key, "wrong type (got %s; expected true or false)", got(g, v));
+  *out = cJSON_IsTrue(v) ? 1 : 0;
   return 0;
 }
 
@@ -703,6 +718,10 @@ static int parse_materials(const ctx *c, const cJSON *root, scene *s) {
 }
 
 static const char *const SHAPE_NAMES[] = {"box", "sphere", "cylinder"};
+
+const char *scene_shape_name(int shape) {
+  return shape >= 0 && shape < (int)(sizeof SHAPE_NAMES / sizeof *SHAPE_NAMES) ? SHAPE_NAMES[shape] : "?";
+}
 static const char *const ALL_BODY_KEYS[] = {"shape",    "min", "max",      "rotation", "center", "radius",
                                             "axis",     "height", "material", "ppc", "velocity", "seed"};
 static const char *const BOX_KEYS[] = {"shape", "min", "max", "rotation", "material", "ppc", "velocity", "seed"};
@@ -1055,17 +1074,25 @@ static int parse_colliders(const ctx *c, const cJSON *root, scene *s) {
 }
 
 static int parse_output(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"dir", "every", "checkpoint_every", "checkpoint_keep"};
+  static const char *const keys[] = {"dir",     "every",         "checkpoint_every", "checkpoint_keep",
+                                     "preview", "preview_color", "preview_size",     "preview_view"};
+  static const char *const colors[] = {"material", "owner"};
+  static const char *const views[] = {"front", "side", "top"};
   const cJSON *o;
   const char *dir = "frames";
   char g[GOT_LEN];
   s->output_every = 1;
   s->checkpoint_every = 0;
   s->checkpoint_keep = 2;
+  s->preview = 0;
+  s->preview_color = 0; /* material */
+  s->preview_size = 512;
+  s->preview_view = 0;  /* front */
   DR_TRY(get_section(c, root, "output", 0, "", &o));
   if (o) {
-    DR_TRY(need_object(c, o, "output", "with keys dir, every, checkpoint_every, checkpoint_keep"));
-    DR_TRY(check_keys(c, o, "output", keys, 4, NULL, 0, NULL));
+    DR_TRY(need_object(c, o, "output", "with keys dir, every, checkpoint_every, checkpoint_keep, preview, "
+                       "preview_color, preview_size, preview_view"));
+    DR_TRY(check_keys(c, o, "output", keys, 8, NULL, 0, NULL));
     DR_TRY(get_string(c, o, "output", "dir", 0, dir, "a non-empty string, a directory", &dir));
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "dir");
     if (!*dir)
@@ -1083,6 +1110,15 @@ static int parse_output(const ctx *c, const cJSON *root, scene *s) {
     /* Not bounded by time.frames: --frames may extend a run that resumes from a checkpoint. */
     DR_TRY(get_int32(c, o, "output", "checkpoint_every", 0, 0, 0, MAX_CHECKPOINT_EVERY, &s->checkpoint_every));
     DR_TRY(get_int32(c, o, "output", "checkpoint_keep", 0, 2, 1, MAX_CHECKPOINT_KEEP, &s->checkpoint_keep));
+    DR_TRY(get_bool(c, o, "output", "preview", 0, &s->preview));
+#ifndef DRIFT_HAVE_PNG
+    if (s->preview)
+      return fail(c, "output.preview", "not available: this build of drift has no libpng (install libpng-dev, "
+                  "or tools/pack-device-deps.sh's png folder, and rebuild; or set it to false)");
+#endif
+    DR_TRY(get_enum(c, o, "output", "preview_color", 0, colors, 2, &s->preview_color));
+    DR_TRY(get_int32(c, o, "output", "preview_size", 0, 512, 16, MAX_PREVIEW_SIZE, &s->preview_size));
+    DR_TRY(get_enum(c, o, "output", "preview_view", 0, views, 3, &s->preview_view));
   }
   snprintf(s->output_dir, sizeof s->output_dir, "%s", dir);
   return 0;

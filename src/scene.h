@@ -87,6 +87,10 @@ typedef struct scene {
   int output_every;      /* default 1 */
   int checkpoint_every;  /* write a checkpoint every this many frames; 0 = never (default) */
   int checkpoint_keep;   /* checkpoints kept in the output folder, >= 1, default 2 */
+  int preview;           /* 1: a PNG picture beside each frame file (io/preview.h), default 0 */
+  int preview_color;     /* enum preview_color: by material (default) or owner (rank and device) */
+  int preview_size;      /* pixels on the picture's longer side, default 512 */
+  int preview_view;      /* enum preview_view: front (default, looking along -z), side, top */
   int backend;           /* enum backend_kind, default auto */
   int gpus_per_rank;     /* 0 = all visible */
   int g2p2g_below;       /* cuda: fused G2P2G for fixed steps below this many particles per GPU */
@@ -100,6 +104,9 @@ typedef struct scene {
 /* Reads and validates path; on success *out owns its arrays (free with scene_destroy). */
 int scene_load(const char *path, scene *out);
 void scene_destroy(scene *s);
+
+/* The scene file's name of a body shape (enum shape_kind): "box", "sphere", "cylinder". */
+const char *scene_shape_name(int shape);
 
 /* The axis-aligned bounding box of body b's shape (m). */
 void scene_body_bounds(const scene_body *b, double lo[3], double hi[3]);

@@ -22,6 +22,7 @@
 #include "physics/sparse.h"
 #include "h5frame.h"
 #include "log.h"
+#include "preview.h"
 #include "sample.h"
 #include "signals.h"
 #include "xdmf.h"
@@ -52,6 +53,8 @@ struct sim {
   xdmf_frame *written;  /* frames in the XDMF file */
   int n_written;
   const char **mat_names;
+  char (*body_label)[48];  /* "bodies[2] (box)" per body, for messages */
+  const char **body_names; /* pointers into body_label, as sim_params wants them */
   /* several ranks (DESIGN.md, "Between ranks") */
   decomp dec;           /* every rank's box of blocks */
   exchange ex;          /* shared blocks and their per-step exchange */
@@ -363,59 +366,93 @@ static int stop_at(sim *S, int sig, double t, int k) {
   return DR_ESTOPPED;
 }
 
-/* A frame on several ranks: every step one allreduce agrees on the largest speed (adaptive
- * dt), on whether any rank needs a rebuild-mapping, on failure, and on whether any rank got a
- * signal; P2G sums of shared blocks cross between ranks before the grid update. Starts where
+/* The per-step agreement of several ranks: one non-blocking allreduce (MAX over 4 doubles) of
+ * the largest speed (the next step's dt), whether any rank wants a rebuild-mapping, the first
+ * failure, and a signal. Its inputs are known once a step's g2p is done, and its result is needed
+ * before the next step's p2g (dt, and a rebuild-mapping that moves particles between ranks): it
+ * starts right after g2p, and the host work that does not depend on it runs before the wait. */
+typedef struct step_vote {
+  double loc[4], glob[4]; /* vmax (m/s), rebuild wanted, status, signal */
+  MPI_Request req;
+} step_vote;
+
+/* Casts this rank's vote for the next step: the tests' hook, the speed and rebuild flag of the
+ * last g2p, *rc (a failure so far), a pending signal. A failing hook returns at once (the others
+ * wait in the allreduce until main ends the job). */
+static int vote_start(sim *S, step_vote *v, int *rc) {
+  backend *b = &S->be;
+  float vmax = 0.0f;
+  if (*rc == DR_OK) DR_TRY(test_hook(S));
+  if (*rc == DR_OK) *rc = step_speed(S, &vmax);
+  v->loc[0] = vmax;
+  v->loc[1] = *rc == DR_OK && b->wants_rebuild(b->state);
+  v->loc[2] = *rc;
+  v->loc[3] = signals_pending();
+  const double w = MPI_Wtime();
+  DR_MPI(MPI_Iallreduce(v->loc, v->glob, 4, MPI_DOUBLE, MPI_MAX, S->comm, &v->req));
+  S->fs.wait += MPI_Wtime() - w;
+  return DR_OK;
+}
+
+/* Waits for the vote; the time counts as waiting on MPI. */
+static int vote_finish(sim *S, step_vote *v) {
+  const double w = MPI_Wtime();
+  DR_MPI(MPI_Wait(&v->req, MPI_STATUS_IGNORE));
+  S->fs.wait += MPI_Wtime() - w;
+  return DR_OK;
+}
+
+/* A frame on several ranks: every step one vote (step_vote) agrees on the largest speed
+ * (adaptive dt), on whether any rank needs a rebuild-mapping, on failure, and on whether any rank
+ * got a signal; P2G sums of shared blocks cross between ranks before the grid update. Starts where
  * the run stands (S->step_in_frame, S->t_in_frame). */
 static int advance_frame_ranks(sim *S, double t1) {
   backend *b = &S->be;
   double t = S->t_in_frame;
   int k = S->step_in_frame, rc = DR_OK;
+  step_vote v = {.req = MPI_REQUEST_NULL};
+  DR_TRY(vote_start(S, &v, &rc)); /* the frame's first step: nothing to overlap it with */
   for (;;) {
-    float vmax = 0.0f;
-    /* DRIFT_TEST_HOOK fail: this rank leaves alone, the others wait in the allreduce (main ends the job) */
-    if (rc == DR_OK) DR_TRY(test_hook(S));
-    if (rc == DR_OK) rc = step_speed(S, &vmax);
-    double loc[4] = {vmax, rc == DR_OK && b->wants_rebuild(b->state), rc, signals_pending()}, glob[4];
-    double w = MPI_Wtime();
-    DR_MPI(MPI_Allreduce(loc, glob, 4, MPI_DOUBLE, MPI_MAX, S->comm));
-    S->fs.wait += MPI_Wtime() - w;
-    if (glob[2] != 0) { /* every rank knows */
-      if (!rc) rc = dr_fail((int)glob[2], "another rank stopped (its message is above)");
+    DR_TRY(vote_finish(S, &v));
+    if (v.glob[2] != 0) { /* every rank knows */
+      if (!rc) rc = dr_fail((int)v.glob[2], "another rank stopped (its message is above)");
       dr_mark_agreed();
       return rc;
     }
-    const double dt = next_dt(S, t, t1, k, glob[0]);
+    const double dt = next_dt(S, t, t1, k, v.glob[0]);
     if (dt == 0.0) break;
-    if (glob[3] != 0) return stop_at(S, (int)glob[3], t, k);
+    if (v.glob[3] != 0) return stop_at(S, (int)v.glob[3], t, k);
     S->st.time = t;
     if (rc == DR_OK && b->set_time) rc = b->set_time(b->state, t);
     double ph = now(); /* phase times (sim_options.profile; the CPU backend is synchronous) */
-    if (glob[1] != 0) DR_TRY(redistribute(S));
+    if (v.glob[1] != 0) DR_TRY(redistribute(S));
     S->st.phase_seconds[PHASE_REBUILD] += S->opt.profile ? now() - ph : 0;
     double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds, c0 = MPI_Wtime();
     ph = now();
     rc = b->p2g(b->state, (float)dt);
     if (S->opt.profile) S->st.phase_seconds[PHASE_P2G] += now() - ph, ph = now();
     /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
-     * at the next allreduce); the interior blocks are updated while the sums are in flight. */
+     * at the next vote); the interior blocks are updated while the sums are in flight. */
     int xrc = exchange_start(&S->ex, b);
     if (rc == DR_OK && xrc == DR_OK && b->grid_update_part) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
     int frc = xrc == DR_OK ? exchange_finish(&S->ex, b) : xrc;
     if (rc == DR_OK) rc = frc;
-    S->fs.bytes += S->ex.bytes_sent - bytes0;
-    S->fs.wait += S->ex.wait_seconds - wait0;
     if (rc == DR_OK)
       rc = b->grid_update_part ? b->grid_update_part(b->state, (float)dt, GRID_SHARED) : b->grid_update(b->state, (float)dt);
     if (S->opt.profile) S->st.phase_seconds[PHASE_GRID] += now() - ph, ph = now(); /* the exchange included */
     if (rc == DR_OK) rc = b->g2p(b->state, (float)dt);
+    const double c1 = MPI_Wtime();
     if (S->opt.profile) S->st.phase_seconds[PHASE_G2P] += now() - ph;
-    S->compute_seconds += MPI_Wtime() - c0 - (S->ex.wait_seconds - wait0);
+    /* The next step's vote goes out now; the bookkeeping below overlaps it. */
     if (rc == DR_OK) {
       ++S->st.steps;
       S->st.last_dt = dt;
       S->vmax_pending = 0;
     }
+    DR_TRY(vote_start(S, &v, &rc));
+    S->fs.bytes += S->ex.bytes_sent - bytes0;
+    S->fs.wait += S->ex.wait_seconds - wait0;
+    S->compute_seconds += c1 - c0 - (S->ex.wait_seconds - wait0);
     t += dt;
     ++k;
   }
@@ -573,11 +610,22 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     S->mats[m] = s->materials[m].params;
     S->mat_names[m] = s->materials[m].name;
   }
+  S->body_label = dr_malloc(sizeof *S->body_label * (size_t)(s->n_bodies ? s->n_bodies : 1), "body names");
+  S->body_names = dr_malloc(sizeof(char *) * (size_t)(s->n_bodies ? s->n_bodies : 1), "body names");
+  if (!S->body_label || !S->body_names) {
+    rc = DR_ENOMEM;
+    goto fail;
+  }
+  for (int b = 0; b < s->n_bodies; ++b) {
+    snprintf(S->body_label[b], sizeof S->body_label[b], "bodies[%d] (%s)", b, scene_shape_name(s->bodies[b].shape));
+    S->body_names[b] = S->body_label[b];
+  }
   int n_keys = 0;
   rc = scene_kernel_colliders(s, &S->colliders, &S->collider_keys, &n_keys);
   if (rc) goto fail;
   S->prm = (sim_params){.dx = (float)s->dx, .n_materials = s->n_materials, .materials = S->mats,
-                        .material_names = S->mat_names, .rank = S->rank,
+                        .material_names = S->mat_names, .n_bodies = s->n_bodies,
+                        .body_names = S->body_names, .rank = S->rank,
                         .gpus = opt->gpus > 0 ? opt->gpus : s->gpus_per_rank, .g2p2g_below = s->g2p2g_below};
   rc = comm_agree(comm, comm_local(comm, &S->prm.local_rank, &S->prm.local_size));
   if (rc) goto fail;
@@ -667,6 +715,13 @@ static int write_frame(sim *S) {
   h5frame_data d = {.n = S->host.n, .position = S->host.x, .velocity = S->host.v, .id = S->host.id,
                     .material = S->host.material, .owner = S->host.owner};
   DR_TRY(h5frame_write(S->comm, S->out_dir, &meta, &d));
+  if (S->sc->preview) {
+    preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
+    for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
+    const preview_data pd = {.n = S->host.n, .position = S->host.x, .vol0 = S->host.vol0,
+                             .material = S->host.material, .owner = S->host.owner};
+    DR_TRY(preview_write(S->comm, S->out_dir, S->st.frame, &pp, &pd));
+  }
   uint64_t n_local = S->host.n, n_all = 0;
   DR_MPI(MPI_Allreduce(&n_local, &n_all, 1, MPI_UINT64_T, MPI_SUM, S->comm));
   /* a rerun of a frame (after a resume) replaces its entry */
@@ -886,6 +941,8 @@ void sim_destroy(sim **Sp) {
   free(S->written);
   free(S->mats);
   free(S->mat_names);
+  free(S->body_label);
+  free(S->body_names);
   free(S->colliders);
   free(S->collider_keys);
   free(S);

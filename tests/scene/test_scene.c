@@ -91,7 +91,8 @@ static const char *FULL =
     "  ],\n"
     "  \"boundary\": { \"type\": \"separate\", \"friction\": 0.4, \"y-\": { \"friction\": 0.7 },"
     " \"x+\": { \"type\": \"slip\" }, \"z-\": {} },\n"
-    "  \"output\": { \"dir\": \"out/frames\", \"every\": 5, \"checkpoint_every\": 10, \"checkpoint_keep\": 3 },\n"
+    "  \"output\": { \"dir\": \"out/frames\", \"every\": 5, \"checkpoint_every\": 10, \"checkpoint_keep\": 3,\n"
+    "              \"preview\": true, \"preview_color\": \"owner\", \"preview_size\": 300, \"preview_view\": \"top\" },\n"
     "  \"parallel\": { \"backend\": \"cuda\", \"gpus_per_rank\": 4, \"g2p2g_below\": 5000, \"balance_by\": \"time\", \"balance_threshold\": 0.5 }\n"
     "}\n";
 
@@ -167,6 +168,7 @@ static void test_full(void) {
   CHECK(strcmp(s.output_dir, "out/frames") == 0);
   CHECK(s.output_every == 5);
   CHECK(s.checkpoint_every == 10 && s.checkpoint_keep == 3);
+  CHECK(s.preview == 1 && s.preview_color == 1 && s.preview_size == 300 && s.preview_view == 2); /* owner, top */
   CHECK(s.backend == BACKEND_CUDA);
   CHECK(s.gpus_per_rank == 4);
   CHECK(s.g2p2g_below == 5000);
@@ -206,6 +208,7 @@ static void test_defaults(void) {
   CHECK(strcmp(s.output_dir, "frames") == 0);
   CHECK(s.output_every == 1);
   CHECK(s.checkpoint_every == 0 && s.checkpoint_keep == 2);
+  CHECK(s.preview == 0 && s.preview_color == 0 && s.preview_size == 512 && s.preview_view == 0); /* material, front */
   CHECK(s.backend == BACKEND_AUTO);
   CHECK(s.gpus_per_rank == 0);
   CHECK(s.g2p2g_below == 100000);
