@@ -109,7 +109,8 @@ static void rasterise(const preview_params *pp, const preview_data *d, int W, in
     if (!(u == u) || !(v == v) || !(dep == dep)) continue; /* NaN: nothing to draw */
     if (ax.u_flip) u = 1.0 - u;
     if (!ax.v_flip) v = 1.0 - v; /* rows run downwards */
-    const double cx = u * W, cy = v * H;
+    /* the backends keep particles inside the domain; clamp anyway, so the casts below stay defined */
+    const double cx = fmin(fmax(u * W, -1.0), W + 1.0), cy = fmin(fmax(v * H, -1.0), H + 1.0);
     const float depth = (float)(dep < 0 ? 0 : dep > 1 ? 1 : dep);
     const int k = pp->color == PREVIEW_BY_OWNER ? (d->owner[i] >> 8) * ndev + (d->owner[i] & 255) : d->material[i];
     unsigned char rgb[3];

@@ -366,22 +366,26 @@ static int stop_at(sim *S, int sig, double t, int k) {
   return DR_ESTOPPED;
 }
 
-/* The per-step agreement of several ranks: one non-blocking allreduce (MAX over 4 doubles) of
+/* The per-step agreement of several ranks: one non-blocking allreduce (MAX over 5 doubles) of
  * the largest speed (the next step's dt), whether any rank wants a rebuild-mapping, the first
- * failure, and a signal. Its inputs are known once a step's g2p is done, and its result is needed
- * before the next step's p2g (dt, and a rebuild-mapping that moves particles between ranks): it
- * starts right after g2p, and the host work that does not depend on it runs before the wait. */
+ * failure, a signal, and whether a failure came from the step just done (so that every rank
+ * names the same step in its message). Its inputs are known once a step's g2p is done, and its
+ * result is needed before the next step's p2g (dt, and a rebuild-mapping that moves particles
+ * between ranks): it starts right after g2p, and the host work that does not depend on it runs
+ * before the wait. */
 typedef struct step_vote {
-  double loc[4], glob[4]; /* vmax (m/s), rebuild wanted, status, signal */
+  double loc[5], glob[5]; /* vmax (m/s), rebuild wanted, status, signal, the step failed */
   MPI_Request req;
 } step_vote;
 
 /* Casts this rank's vote for the next step: the tests' hook, the speed and rebuild flag of the
- * last g2p, *rc (a failure so far), a pending signal. A failing hook returns at once (the others
- * wait in the allreduce until main ends the job). */
+ * last g2p, *rc (a failure so far; one set on entry came from the step just done), a pending
+ * signal. A failing hook returns at once (the others wait in the allreduce until main ends the
+ * job). */
 static int vote_start(sim *S, step_vote *v, int *rc) {
   backend *b = &S->be;
   float vmax = 0.0f;
+  v->loc[4] = *rc != DR_OK; /* the failure, if any, came from the step's phases */
   if (*rc == DR_OK) DR_TRY(test_hook(S));
   if (*rc == DR_OK) *rc = step_speed(S, &vmax);
   v->loc[0] = vmax;
@@ -389,7 +393,7 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
   v->loc[2] = *rc;
   v->loc[3] = signals_pending();
   const double w = MPI_Wtime();
-  DR_MPI(MPI_Iallreduce(v->loc, v->glob, 4, MPI_DOUBLE, MPI_MAX, S->comm, &v->req));
+  DR_MPI(MPI_Iallreduce(v->loc, v->glob, 5, MPI_DOUBLE, MPI_MAX, S->comm, &v->req));
   S->fs.wait += MPI_Wtime() - w;
   return DR_OK;
 }
@@ -409,12 +413,14 @@ static int vote_finish(sim *S, step_vote *v) {
 static int advance_frame_ranks(sim *S, double t1) {
   backend *b = &S->be;
   double t = S->t_in_frame;
-  int k = S->step_in_frame, rc = DR_OK;
+  int k = S->step_in_frame, rc = DR_OK, stepped = 0; /* stepped: this rank completed the last step */
   step_vote v = {.req = MPI_REQUEST_NULL};
   DR_TRY(vote_start(S, &v, &rc)); /* the frame's first step: nothing to overlap it with */
   for (;;) {
     DR_TRY(vote_finish(S, &v));
     if (v.glob[2] != 0) { /* every rank knows */
+      /* a step that failed on another rank did not happen: the messages name it, as the failing rank does */
+      if (!rc && v.glob[4] != 0 && stepped) --S->st.steps;
       if (!rc) rc = dr_fail((int)v.glob[2], "another rank stopped (its message is above)");
       dr_mark_agreed();
       return rc;
@@ -444,6 +450,7 @@ static int advance_frame_ranks(sim *S, double t1) {
     const double c1 = MPI_Wtime();
     if (S->opt.profile) S->st.phase_seconds[PHASE_G2P] += now() - ph;
     /* The next step's vote goes out now; the bookkeeping below overlaps it. */
+    stepped = rc == DR_OK;
     if (rc == DR_OK) {
       ++S->st.steps;
       S->st.last_dt = dt;

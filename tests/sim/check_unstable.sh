@@ -5,8 +5,8 @@
 #
 # Runs the command (under LAUNCHER, e.g. mpirun -n 2) and checks: exit status 7 (DR_EPHYSICS), a
 # last line "drift: frame F, step S: particle ID (bodies[BODY] (SHAPE), material MATERIAL) reached a
-# non-finite state ...", an id whose body bits (id >> 48, src/particles.h) are BODY, and no frame
-# file after frame 0 in OUT_DIR. Exit 77 when the cuda backend was asked for and no GPU is visible.
+# non-finite state ...", an id whose body bits (id >> 48, src/particles.h) are BODY, the same frame
+# and step in every rank's line, and no frame file after frame 0 in OUT_DIR. Exit 77 when the cuda backend was asked for and no GPU is visible.
 set -u
 out_dir=$1 body=$2 shape=$3 material=$4
 shift 4
@@ -25,5 +25,8 @@ line=$(echo "$out" | grep -E "^drift: frame 1, step [0-9]+: particle [0-9]+ \(bo
 id=$(echo "$line" | sed -E 's/.*: particle ([0-9]+) .*/\1/')
 # the body bits of the id: bash arithmetic is 64-bit signed, ids stay below 2^63
 [ $((id >> 48)) -eq "$body" ] || fail "particle id $id belongs to body $((id >> 48)), not $body"
+# on several ranks every rank's line names the same frame and step
+places=$(echo "$out" | grep -E '^drift: frame [0-9]+, step [0-9]+:' | sed -E 's/^(drift: frame [0-9]+, step [0-9]+):.*/\1/' | sort -u)
+[ "$(echo "$places" | wc -l)" -eq 1 ] || fail "the ranks name different steps: $(echo $places)"
 [ ! -e "$out_dir/frame_00001.h5" ] || fail "frame 1 was written after the failure"
 echo "ok: $line"
