@@ -1341,9 +1341,6 @@ __global__ static void k_mark(size_t n, const int32_t *idx, uint8_t *flags) {
  * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
 static int sums_floats(const cuda_state *s) { return BLOCK_FLOATS + (s->asflip ? OLD_FLOATS : 0); }
 
-#ifndef DRIFT_XIDX_CACHE
-#define DRIFT_XIDX_CACHE 1 /* 0: upload the list at every pack and unpack_add (for comparison) */
-#endif
 static const int32_t *device_indices(cuda_state *s, const int32_t *idx, size_t n) {
   for (int k = s->n_xl - 1; k >= 0; --k)
     if (s->xl[k].host == idx && s->xl[k].n == n && s->xl_epoch == s->rebuilds) return dp<int32_t>(s->xidx) + s->xl[k].off;
@@ -1352,7 +1349,7 @@ static const int32_t *device_indices(cuda_state *s, const int32_t *idx, size_t n
 
 /* Registers the list (and uploads every registered list again: growing xidx loses its contents). */
 static int register_indices(cuda_state *s, const int32_t *idx, size_t n) {
-  if (s->xl_epoch != s->rebuilds || !DRIFT_XIDX_CACHE) s->n_xl = 0, s->xl_epoch = s->rebuilds;
+  if (s->xl_epoch != s->rebuilds) s->n_xl = 0, s->xl_epoch = s->rebuilds;
   if (s->n_xl == s->xl_cap) {
     const int cap = s->xl_cap ? 2 * s->xl_cap : 16;
     void *q = realloc(s->xl, sizeof *s->xl * (size_t)cap);
@@ -1372,7 +1369,7 @@ static int register_indices(cuda_state *s, const int32_t *idx, size_t n) {
 /* The device copy of a list mark_shared did not see (not in the steady state): uploaded now,
  * after the registered ones. */
 static int indices_for(cuda_state *s, const int32_t *idx, size_t n, const int32_t **out) {
-  if (!DRIFT_XIDX_CACHE || !(*out = device_indices(s, idx, n))) {
+  if (!(*out = device_indices(s, idx, n))) {
     DR_TRY(register_indices(s, idx, n));
     *out = device_indices(s, idx, n);
   }
@@ -1509,21 +1506,6 @@ static int grid_update(void *state, float dt) {
   return launch_grid(s, s->par, GRID_ALL);
 }
 
-static int g2p(void *state, float dt) {
-  (void)dt;
-  cuda_state *s = (cuda_state *)state;
-  DR_TRY(launch_g2p(s, s->par));
-  CU(cudaMemcpyAsync(&s->h_slot[s->par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
-  CU(cudaStreamSynchronize(s->stream));
-  const step_ctl *c = &s->h_slot[s->par];
-  s->last_par = s->par;
-  s->par ^= 1;
-  if (c->bad_id != ~0ULL) return fail_bad(s, c->bad_id);
-  memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
-  s->need_rebuild |= c->leave != 0;
-  return DR_OK;
-}
-
 static int set_time(void *state, double t) {
   ((cuda_state *)state)->t_next = t;
   return DR_OK;
@@ -1536,84 +1518,6 @@ static int finish(void *state) {
 
 static int max_speed(void *state, float *vmax) {
   *vmax = ((cuda_state *)state)->vmax;
-  return DR_OK;
-}
-
-/* ---- backend.h: a whole frame on the device ----------------------------------------------- */
-
-/* Reads the flags of a completed step. Returns an error for a bad particle; sets *stop when an
- * adaptive frame has ended. */
-static int take_step(cuda_state *s, int par, frame_report *rep, int *stop) {
-  TRACE("wait step par %d", par);
-  CU(cudaEventSynchronize(s->done_ev[par]));
-  const step_ctl *c = &s->h_slot[par];
-  TRACE("step par %d: performed %d done %d t %.6f dt %g leave %u vmax %g bad %llx", par, c->performed, c->done, c->t,
-        c->dt, c->leave, (double)c->dt, c->bad_id);
-  if (c->bad_id != ~0ULL) return fail_bad(s, c->bad_id);
-  if (!c->performed) {
-    *stop = 1;
-    return DR_OK;
-  }
-  ++rep->steps;
-  rep->last_dt = c->dt;
-  s->last_par = par;
-  memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
-  s->need_rebuild |= c->leave != 0;
-  return DR_OK;
-}
-
-static int advance_frame(void *state, const frame_plan *plan, frame_report *rep) {
-  cuda_state *s = (cuda_state *)state;
-  rep->steps = 0;
-  rep->last_dt = 0;
-  const int adaptive = plan->fixed_steps <= 0;
-  const double dt_fixed = adaptive ? 0.0 : (plan->t1 - plan->t0) / plan->fixed_steps;
-  k_frame_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), plan->t0, plan->t1, adaptive ? DT_ADAPTIVE : DT_FIXED,
-                                        (float)dt_fixed, plan->cfl_dx, plan->wave_speed);
-  LAUNCHED("k_frame_begin");
-  /* G2P2G needs the next step's dt inside the step: fixed steps only. */
-  const int fused = !adaptive && s->n < s->g2p2g_below;
-  if (fused != s->graph_fused) {
-    if (s->primed) { /* leaving G2P2G: the primed buffer must not be scattered into twice */
-      DR_TRY(clear_grid(s, s->par));
-      s->primed = 0;
-    }
-    s->graph_fused = fused;
-    s->graphs_valid = 0;
-  }
-  int pending[2] = {0, 0}, np = 0, stop = 0;
-  long launched = 0;
-  for (;;) {
-    if (s->need_rebuild) {
-      while (np > 0) { /* the queued steps first */
-        DR_TRY(take_step(s, pending[0], rep, &stop));
-        pending[0] = pending[1];
-        --np;
-      }
-      if (stop) break;
-      DR_TRY(rebuild_now(s));
-    }
-    if (!adaptive && launched == plan->fixed_steps) break;
-    if (!s->graphs_valid) DR_TRY(capture_graphs(s));
-    const int par = s->par;
-    if (fused && !s->primed) { /* the first P2G after a rebuild, on its own */
-      DR_TRY(launch_p2g(s, par));
-      s->primed = 1;
-    }
-    TRACE("launch par %d (launched %ld, fused %d, primed %d)", par, launched, fused, s->primed);
-    CU(cudaGraphLaunch(s->graph[par], s->stream));
-    CU(cudaEventRecord(s->done_ev[par], s->stream));
-    s->par ^= 1;
-    ++launched;
-    pending[np++] = par;
-    if (np == STEP_LAG + 1) { /* the oldest queued step */
-      DR_TRY(take_step(s, pending[0], rep, &stop));
-      pending[0] = pending[1];
-      np = STEP_LAG;
-      if (stop) break;
-    }
-  }
-  for (int k = 0; k < np; ++k) DR_TRY(take_step(s, pending[k], rep, &stop));
   return DR_OK;
 }
 
@@ -1871,8 +1775,9 @@ typedef struct island {
   float vmax;
 } island;
 
+/* Makes s's device current before launching on it (one GPU: it already is, since setup). */
 static int use(const cuda_state *s) {
-  CU(cudaSetDevice(s->device));
+  if (s->nm > 1) CU(cudaSetDevice(s->device));
   return DR_OK;
 }
 
@@ -1943,6 +1848,7 @@ static int island_sync(island *I) {
 /* Tagging (after every member's rebuild-mapping; the host's synchronisation is the barrier):
  * each member looks its blocks up in its peers' hash tables by P2P. */
 static int island_tag(island *I) {
+  if (I->nm == 1) return DR_OK;
   DR_TRY(island_sync(I));
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
@@ -1978,7 +1884,8 @@ static int island_wants_rebuild(const island *I) {
   return any;
 }
 
-/* Reads the flags of a completed step on every member (see take_step). */
+/* Reads the flags of a completed step on every member. Returns an error for a bad particle; sets
+ * *stop when an adaptive frame has ended. */
 static int island_take(island *I, int par, frame_report *rep, int *stop) {
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
@@ -2010,8 +1917,9 @@ static int island_take(island *I, int par, frame_report *rep, int *stop) {
   return DR_OK;
 }
 
-/* A frame on the island: the loop of advance_frame, each step launched on every member (the
- * barriers inside the graphs keep them together), and every member rebuilding when one must. */
+/* A whole frame on the device(s): steps queued as graph launches, each on every member (the
+ * barriers inside the graphs keep the members together), the flags of a step read STEP_LAG
+ * steps later, and every member rebuilding when one must. One GPU is an island of one. */
 static int island_advance_frame(void *state, const frame_plan *plan, frame_report *rep) {
   island *I = (island *)state;
   rep->steps = 0;
@@ -2153,6 +2061,25 @@ static int island_max_speed(void *state, float *vmax) {
   return DR_OK;
 }
 
+/* One GPU through the island's loop and phases (an island of one member). */
+static island solo(void *state) {
+  island one;
+  memset(&one, 0, sizeof one);
+  one.nm = 1;
+  one.m[0] = (cuda_state *)state;
+  return one;
+}
+
+static int advance_frame(void *state, const frame_plan *plan, frame_report *rep) {
+  island one = solo(state);
+  return island_advance_frame(&one, plan, rep);
+}
+
+static int g2p(void *state, float dt) {
+  island one = solo(state);
+  return island_g2p(&one, dt);
+}
+
 static int island_download(void *state, particles *out) {
   island *I = (island *)state;
   size_t n = 0;
@@ -2248,7 +2175,6 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   if (rc == DR_OK) rc = island_tag(I);
   for (int k = 0; k < nm; ++k) particles_free(&parts[k]);
   if (rc) {
-    for (int k = 0; k < nm; ++k) I->m[k] = I->m[k] && I->m[k]->stream ? I->m[k] : I->m[k];
     island_destroy(I);
     return rc;
   }
