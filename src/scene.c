@@ -892,14 +892,14 @@ static int load_placed_mesh(const ctx *c, const char *key, const char *path, dou
 
 /* A level set into *pool (allocated on first use); what names the mesh in messages. */
 static int build_levelset(const ctx *c, const scene *s, levelset_pool **pool, const mesh *m, const double shift[3],
-                          const double *vout, const double *vin, const char *key, int *index) {
+                          double band, const double *vout, const double *vin, const char *key, int *index) {
   if (!*pool) {
     *pool = dr_calloc(1, sizeof **pool, "level-set pool");
     if (!*pool) return DR_ENOMEM;
   }
   char what[KEY_LEN + 700];
   snprintf(what, sizeof what, "%s: %s", c->path, key);
-  return meshsdf_build(*pool, m, shift, LS_SPACING * s->dx, LS_BAND * s->dx, vout, vin, what, index);
+  return meshsdf_build(*pool, m, shift, LS_SPACING * s->dx, band, vout, vin, what, index);
 }
 
 /* A mesh body: file, placement; its bounding box inside the domain. */
@@ -917,7 +917,7 @@ static int parse_mesh_body(const ctx *c, const cJSON *b, const char *where, scen
   int rc = check_bounds_inside(c, s, body, where, "file", "the mesh");
   if (!rc && !(body->volume > 0)) rc = fail(c, key, "the mesh encloses no volume (got %s; expected a closed triangle mesh)", path);
   static const double zero[3] = {0, 0, 0};
-  if (!rc) rc = build_levelset(c, s, &s->body_levelsets, &m, zero, NULL, NULL, key, &body->levelset);
+  if (!rc) rc = build_levelset(c, s, &s->body_levelsets, &m, zero, LS_BAND * s->dx, NULL, NULL, key, &body->levelset);
   body->pool = s->body_levelsets;
   mesh_destroy(&m);
   return rc;
@@ -1027,13 +1027,26 @@ static int parse_mesh_collider(const ctx *c, const cJSON *col, const char *where
      * first and after the last frame */
     vel = dr_calloc((size_t)(sc->n_frames + 1) * 3 * (size_t)nv, sizeof *vel, "mesh sequence velocities");
     if (!vel) rc = DR_ENOMEM;
+    /* The blend of two frames' distances is the distance to the surface in between only where
+     * both are unclamped: the band grows by the largest vertex displacement between frames (a
+     * face translating by d between frames then blends exactly). */
+    double band = LS_BAND * s->dx, move = 0;
     for (int k = 0; !rc && k + 1 < sc->n_frames; ++k)
-      for (int i = 0; i < 3 * nv; ++i) vel[(size_t)(k + 1) * 3 * nv + i] = (ms[k + 1].v[i] - ms[k].v[i]) * sc->fps;
+      for (int i = 0; i < nv; ++i) {
+        double d2 = 0;
+        for (int a = 0; a < 3; ++a) {
+          const double d = ms[k + 1].v[3 * i + a] - ms[k].v[3 * i + a];
+          vel[(size_t)(k + 1) * 3 * nv + 3 * i + a] = d * sc->fps;
+          d2 += d * d;
+        }
+        move = fmax(move, sqrt(d2));
+      }
+    band += move;
     for (int k = 0; !rc && k < sc->n_frames; ++k) {
       int idx;
       const double *vin = files ? vel + (size_t)k * 3 * nv : NULL, *vout = files ? vel + (size_t)(k + 1) * 3 * nv : NULL;
       if (files && k + 1 == sc->n_frames) vout = vel; /* after the last frame: still (vel[0] is zero) */
-      rc = build_levelset(c, s, &s->collider_levelsets, &ms[k], sc->mesh_center, vout, vin, pkey, &idx);
+      rc = build_levelset(c, s, &s->collider_levelsets, &ms[k], sc->mesh_center, band, vout, vin, pkey, &idx);
       if (k == 0) sc->levelset = idx;
     }
   }
