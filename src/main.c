@@ -149,7 +149,7 @@ static int cmd_check(const char *path) {
       if (C->n_keys > 0)
         printf(", %d keyframes from %g s to %g s\n", C->n_keys, C->keys[0].time, C->keys[C->n_keys - 1].time);
       else
-        printf(", static\n");
+        printf(C->shape == SDF_MESH && C->n_frames > 1 ? ", no keyframes\n" : ", static\n");
     }
   }
   printf("materials:\n");
