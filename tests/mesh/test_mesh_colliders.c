@@ -53,8 +53,8 @@ static void sand_on_ramp(void) {
     touched |= d < dx;
   }
   const moments m = measure(&s, &p);
-  printf("sand on a mesh ramp: %zu particles, deepest %.4f dx inside the wedge, centre of mass moved %.3f m down the "
-         "slope (+x)\n", p.n, -worst / dx, m.com[0] - x0);
+  printf("sand on a mesh ramp: %zu particles, smallest signed distance to the wedge %.4f dx (negative: inside), centre "
+         "of mass moved %.3f m down the slope (+x)\n", p.n, worst / dx, m.com[0] - x0);
   CHECK(touched, "the sand never reached the ramp");
   CHECK(worst > -0.5 * dx, "a particle got %.3f dx into the ramp (at most 0.5 allowed)", -worst / dx);
   CHECK(m.com[0] - x0 > 0.05, "the sand did not slide down the slope (moved %.3f m along x)", m.com[0] - x0);
@@ -148,8 +148,8 @@ static void sequence_pushes(void) {
     }
     vfront = mass > 0 ? sum / mass : 0;
     if (f % 4 == 0 || f == s.frames)
-      printf("t %.3f s  slab face %.3f m  material in front moves at %.4f m/s  (furthest behind the face %.3f dx)\n", t,
-             face, vfront, -worst / dx);
+      printf("t %.3f s  slab face %.3f m  material in front moves at %.4f m/s  (nearest particle %.3f dx ahead of the "
+             "face; negative: behind)\n", t, face, vfront, worst / dx);
   }
   CHECK(worst > -0.5 * dx, "a particle got %.3f dx behind the moving mesh's face", -worst / dx);
   CHECK(fabs(vfront - V) < 0.1 * V, "the material in front of the sequence moves at %.4f m/s, expected %.2f", vfront, V);
