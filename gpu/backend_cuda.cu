@@ -277,6 +277,7 @@ typedef struct cuda_state {
   boundary_params bnd;          /* faces (wall nodes below lo / above hi) and colliders, device pointers */
   dvec d_colliders, d_keys;     /* the colliders and their keyframes (boundary.h) */
   dvec d_poses;                 /* [n_colliders] where they are in this step's grid update (k_poses) */
+  dvec d_ls, d_ls_table, d_ls_bricks; /* mesh colliders' level sets (levelset.h), every frame, uploaded once */
   double t_next;                /* set_time: start of the next step the host drives phase by phase */
   float dmin[3], dmax[3];       /* the domain as floats (the advection clamp) */
   int code_bits;                /* bits of a block code that can be non-zero */
@@ -1577,7 +1578,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
                        &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
-                       &s->tags, &s->vel, &s->vel0, &s->bar};
+                       &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -1615,7 +1616,7 @@ static void destroy(void *state) {
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
-                 &s->tags, &s->vel, &s->vel0, &s->bar};
+                 &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
@@ -1716,6 +1717,24 @@ static int setup(cuda_state *s, const particles *p) {
                        s->stream));
   s->bnd.colliders = dp<collider>(s->d_colliders);
   s->bnd.keys = dp<collider_key>(s->d_keys);
+  /* mesh colliders: every level set (all frames of a sequence) once, for the run; k_grid picks
+   * the frames by the time, so nothing moves between host and device as the sequence plays */
+  if (hb->n_levelsets > 0) {
+    const int64_t n_table = hb->ls_table_n, n_bricks = hb->ls_bricks_n;
+    DVEC_EXACT(s->d_ls, (size_t)hb->n_levelsets * sizeof(levelset), "mesh level sets");
+    DVEC_EXACT(s->d_ls_table, (size_t)n_table * sizeof(int32_t), "mesh level-set tables");
+    DVEC_EXACT(s->d_ls_bricks, (size_t)(n_bricks + 1) * sizeof(float), "mesh level-set bricks");
+    CU(cudaMemcpyAsync(s->d_ls.ptr, hb->levelsets, (size_t)hb->n_levelsets * sizeof(levelset), cudaMemcpyHostToDevice,
+                       s->stream));
+    CU(cudaMemcpyAsync(s->d_ls_table.ptr, hb->ls_table, (size_t)n_table * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       s->stream));
+    if (n_bricks > 0)
+      CU(cudaMemcpyAsync(s->d_ls_bricks.ptr, hb->ls_bricks, (size_t)n_bricks * sizeof(float), cudaMemcpyHostToDevice,
+                         s->stream));
+    s->bnd.levelsets = dp<levelset>(s->d_ls);
+    s->bnd.ls_table = dp<int32_t>(s->d_ls_table);
+    s->bnd.ls_bricks = dp<float>(s->d_ls_bricks);
+  }
   DR_TRY(upload(s, p));
   DR_TRY(rebuild_now(s));
   CU(cudaStreamSynchronize(s->stream));
@@ -1743,6 +1762,9 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   for (int m = 0; m < prm->n_materials; ++m) s->asflip |= prm->materials[m].transfer == TRANSFER_ASFLIP;
   s->bnd.colliders = NULL;
   s->bnd.keys = NULL;
+  s->bnd.levelsets = NULL;
+  s->bnd.ls_table = NULL;
+  s->bnd.ls_bricks = NULL;
   s->bnd.band = 0.5f * prm->dx; /* colliders: nodes within half a cell (boundary.h) */
   int max_block = 0;
   for (int a = 0; a < 3; ++a) {

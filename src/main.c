@@ -132,22 +132,28 @@ static int cmd_check(const char *path) {
       printf("  [%d] cylinder center [%g, %g, %g] axis [%g, %g, %g] radius %g height %g  material %s  ppc %d  -> %llu "
              "particles\n", b, B->center[0], B->center[1], B->center[2], B->axis[0], B->axis[1], B->axis[2], B->radius,
              B->height, s.materials[B->material].name, B->ppc, (unsigned long long)c);
+    else if (B->shape == SHAPE_MESH)
+      printf("  [%d] mesh [%g, %g, %g] - [%g, %g, %g], volume %.4g m^3  material %s  ppc %d  -> %llu particles\n", b,
+             B->mesh_lo[0], B->mesh_lo[1], B->mesh_lo[2], B->mesh_hi[0], B->mesh_hi[1], B->mesh_hi[2], B->volume,
+             s.materials[B->material].name, B->ppc, (unsigned long long)c);
     else
       printf("  [%d] sphere center [%g, %g, %g] radius %g  material %s  ppc %d  -> %llu particles\n", b, B->center[0],
              B->center[1], B->center[2], B->radius, s.materials[B->material].name, B->ppc, (unsigned long long)c);
   }
   if (s.n_colliders > 0) {
-    static const char *const shapes[] = {"plane", "box", "sphere", "cylinder"};
+    static const char *const shapes[] = {"plane", "box", "sphere", "cylinder", "mesh"};
     static const char *const types[] = {"sticky", "slip", "separate"};
     printf("colliders:\n");
     for (int k = 0; k < s.n_colliders; ++k) {
       const scene_collider *C = &s.colliders[k];
       printf("  [%d] %s, %s", k, shapes[C->shape], types[C->type]);
       if (C->type == BOUNDARY_SEPARATE) printf(" (friction %g)", C->friction);
+      if (C->shape == SDF_MESH && C->n_frames > 1)
+        printf(", a sequence of %d meshes at %g fps (%g s)", C->n_frames, C->fps, (C->n_frames - 1) / C->fps);
       if (C->n_keys > 0)
         printf(", %d keyframes from %g s to %g s\n", C->n_keys, C->keys[0].time, C->keys[C->n_keys - 1].time);
       else
-        printf(", static\n");
+        printf(C->shape == SDF_MESH && C->n_frames > 1 ? ", no keyframes\n" : ", static\n");
     }
   }
   printf("materials:\n");
@@ -155,6 +161,10 @@ static int cmd_check(const char *path) {
     printf("  [%d] %s (%s): %llu particles, %.4g kg\n", m, s.materials[m].name, model_name(s.materials[m].params.model),
            (unsigned long long)per_mat[m], mass[m]);
   printf("total: %llu particles\n", (unsigned long long)total);
+  if (s.collider_levelsets) /* mesh colliders: every frame's level set, on the host and on each GPU */
+    printf("mesh level sets: %d, %.1f MiB (brick tables %.1f MiB, bricks %.1f MiB)\n", s.collider_levelsets->n,
+           mib(4.0 * (double)s.collider_levelsets->table_n + 4.0 * (double)s.collider_levelsets->bricks_n),
+           mib(4.0 * (double)s.collider_levelsets->table_n), mib(4.0 * (double)s.collider_levelsets->bricks_n));
   /* CPU backend: particle state twice (sorting), keys and indices; grid blocks of 4 x 64 floats
    * around the bodies. The CUDA backend reports its own figure when it starts. */
   double pbytes = (double)total * (2 * (double)particles_record_bytes() + 20), gbytes = blocks * (1024 + 24);

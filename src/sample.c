@@ -78,6 +78,7 @@ double sample_shape_volume(const scene *s, int bi) {
   const scene_body *b = &s->bodies[bi];
   if (b->shape == SHAPE_BOX) /* a rotation keeps the volume */
     return (b->max[0] - b->min[0]) * (b->max[1] - b->min[1]) * (b->max[2] - b->min[2]);
+  if (b->shape == SHAPE_MESH) return b->volume; /* the placed mesh's, by the divergence theorem */
   if (b->shape == SHAPE_CYLINDER) return 3.14159265358979323846 * b->radius * b->radius * b->height;
   return 4.0 / 3.0 * 3.14159265358979323846 * b->radius * b->radius * b->radius;
 }

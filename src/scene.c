@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "error.h"
+#include "mesh.h"
+#include "meshsdf.h"
 #include "physics/constitutive.h"
 
 #define MAX_FILE_BYTES (64L << 20)    /* a scene file larger than this is a mistake */
@@ -27,6 +29,9 @@
 #define MAX_CELLS_PER_AXIS 1048576.0   /* 2^20: block coordinates (cells / 4 + padding) fit in 19 bits, so a block code and a 6-bit cell code share one 64-bit sort key */
 #define MAX_PPC 1000
 #define MAX_COLLIDERS 256                /* colliders are tested at every grid node */
+#define MAX_MESH_FRAMES 100000           /* files of one mesh sequence */
+#define LS_SPACING 0.5                   /* mesh level sets: node spacing, in cells (dx / 2) */
+#define LS_BAND 2.0                      /* mesh level sets: |phi| stored up to this many cells */
 #define MAX_CHECKPOINT_EVERY 100000000 /* as --frames */
 #define MAX_CHECKPOINT_KEEP 1000
 #define MAX_PREVIEW_SIZE 4096 /* output.preview_size: a 4096^2 picture needs 128 MiB of keys per rank */
@@ -717,13 +722,16 @@ static int parse_materials(const ctx *c, const cJSON *root, scene *s) {
   return 0;
 }
 
-static const char *const SHAPE_NAMES[] = {"box", "sphere", "cylinder"};
+static const char *const SHAPE_NAMES[] = {"box", "sphere", "cylinder", "mesh"};
 
 const char *scene_shape_name(int shape) {
   return shape >= 0 && shape < (int)(sizeof SHAPE_NAMES / sizeof *SHAPE_NAMES) ? SHAPE_NAMES[shape] : "?";
 }
 static const char *const ALL_BODY_KEYS[] = {"shape",    "min", "max",      "rotation", "center", "radius",
-                                            "axis",     "height", "material", "ppc", "velocity", "seed"};
+                                            "axis",     "height", "material", "ppc", "velocity", "seed",
+                                            "file",     "scale", "translation"};
+static const char *const MESH_KEYS[] = {"shape", "file", "scale", "translation", "rotation", "material",
+                                        "ppc", "velocity", "seed"};
 static const char *const BOX_KEYS[] = {"shape", "min", "max", "rotation", "material", "ppc", "velocity", "seed"};
 static const char *const SPHERE_KEYS[] = {"shape", "center", "radius", "material",
                                           "ppc",   "velocity", "seed"};
@@ -854,24 +862,240 @@ static int parse_body_material(const ctx *c, const cJSON *b, const char *where, 
               "%s)", got(g, cJSON_GetObjectItemCaseSensitive(b, "material")), defined);
 }
 
-static int parse_body(const ctx *c, const cJSON *b, int index, const scene *s, scene_body *body) {
+/* ---------------------------------------------------------------------------------------------
+ * Meshes (bodies and colliders): OBJ files placed by scale, rotation and translation. */
+
+/* path resolved against the scene file's folder unless absolute. */
+static int resolve_path(const ctx *c, const scene *s, const char *key, const char *file, char *out, size_t cap) {
+  char g[GOT_LEN];
+  if (!*file || has_control_char(file))
+    return fail(c, key, "not a file name (got \"%s\"; expected the path of an OBJ file)", (clean(g, sizeof g, file, 60), g));
+  int n;
+  if (file[0] == '/') {
+    n = snprintf(out, cap, "%s", file);
+  } else {
+    const char *slash = strrchr(s->path, '/');
+    n = slash ? snprintf(out, cap, "%.*s/%s", (int)(slash - s->path), s->path, file) : snprintf(out, cap, "%s", file);
+  }
+  if (n < 0 || (size_t)n >= cap) return fail(c, key, "the path is too long (expected at most %zu bytes)", cap - 1);
+  return 0;
+}
+
+/* The placement x -> translation + R (scale x) of a mesh: keys scale, rotation, translation. */
+static int get_placement(const ctx *c, const cJSON *obj, const char *where, double *scale, double rot[4],
+                         int *rotated, double translation[3]) {
+  static const double zero[3] = {0, 0, 0};
+  DR_TRY(get_real(c, obj, where, "scale", 0, 1, (range){0, INFINITY, 1, 0, ""}, scale));
+  DR_TRY(get_rotation(c, obj, where, rotated, rot, NULL));
+  return get_vec3(c, obj, where, "translation", 0, zero, "m", translation);
+}
+
+/* Reads the OBJ at path (key: the scene key to blame) and places it. */
+static int load_placed_mesh(const ctx *c, const char *key, const char *path, double scale, const double q[4],
+                            const double t[3], mesh *m) {
+  char err[700];
+  int rc = mesh_read_obj(path, m, err, sizeof err);
+  if (rc == DR_ENOMEM) return dr_fail(DR_ENOMEM, "%s", err);
+  if (rc) return fail(c, key, "%s", err);
+  const double w = q[0], x = q[1], y = q[2], z = q[3];
+  const double R[9] = {1 - 2 * (y * y + z * z), 2 * (x * y - w * z),     2 * (x * z + w * y),
+                       2 * (x * y + w * z),     1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
+                       2 * (x * z - w * y),     2 * (y * z + w * x),     1 - 2 * (x * x + y * y)};
+  for (int i = 0; i < m->n_verts; ++i) {
+    double *v = m->v + 3 * i, o[3];
+    for (int a = 0; a < 3; ++a) o[a] = t[a] + scale * (R[3 * a] * v[0] + R[3 * a + 1] * v[1] + R[3 * a + 2] * v[2]);
+    for (int a = 0; a < 3; ++a) v[a] = o[a];
+  }
+  return 0;
+}
+
+/* A level set into *pool (allocated on first use); what names the mesh in messages. */
+static int build_levelset(const ctx *c, const scene *s, levelset_pool **pool, const mesh *m, const double shift[3],
+                          double band, const double *vout, const double *vin, const char *key, int *index) {
+  if (!*pool) {
+    *pool = dr_calloc(1, sizeof **pool, "level-set pool");
+    if (!*pool) return DR_ENOMEM;
+  }
+  char what[KEY_LEN + 700];
+  snprintf(what, sizeof what, "%s: %s", c->path, key);
+  return meshsdf_build(*pool, m, shift, LS_SPACING * s->dx, band, vout, vin, what, index);
+}
+
+/* A mesh body: file, placement; its bounding box inside the domain. */
+static int parse_mesh_body(const ctx *c, const cJSON *b, const char *where, scene *s, scene_body *body) {
+  char key[KEY_LEN], path[4096];
+  const char *file = NULL;
+  mesh m;
+  DR_TRY(get_string(c, b, where, "file", 1, NULL, "the path of an OBJ file (relative to the scene file)", &file));
+  join(key, where, "file");
+  DR_TRY(resolve_path(c, s, key, file, path, sizeof path));
+  DR_TRY(get_placement(c, b, where, &body->scale, body->rotation, &body->rotated, body->translation));
+  DR_TRY(load_placed_mesh(c, key, path, body->scale, body->rotation, body->translation, &m));
+  mesh_bounds(&m, body->mesh_lo, body->mesh_hi);
+  body->volume = fabs(mesh_volume(&m));
+  int rc = check_bounds_inside(c, s, body, where, "file", "the mesh");
+  if (!rc && !(body->volume > 0)) rc = fail(c, key, "the mesh encloses no volume (got %s; expected a closed triangle mesh)", path);
+  static const double zero[3] = {0, 0, 0};
+  if (!rc) rc = build_levelset(c, s, &s->body_levelsets, &m, zero, LS_BAND * s->dx, NULL, NULL, key, &body->levelset);
+  body->pool = s->body_levelsets;
+  mesh_destroy(&m);
+  return rc;
+}
+
+/* "files": a printf pattern with exactly one integer conversion (%d, %4d, %04d); %% allowed. */
+static int check_pattern(const ctx *c, const char *key, const char *pat) {
+  char g[GOT_LEN];
+  int conv = 0;
+  for (const char *p = pat; *p; ++p) {
+    if (*p != '%') continue;
+    if (p[1] == '%') {
+      ++p;
+      continue;
+    }
+    const char *q = p + 1;
+    while (*q >= '0' && *q <= '9' && q - p < 4) ++q;
+    if (*q != 'd') {
+      clean(g, sizeof g, pat, 80);
+      return fail(c, key, "not a file pattern (got \"%s\"; expected one integer conversion such as %%04d, and %%%% for a "
+                  "literal %%)", g);
+    }
+    ++conv;
+    p = q;
+  }
+  if (conv != 1) {
+    clean(g, sizeof g, pat, 80);
+    return fail(c, key, "not a file pattern (got \"%s\" with %d integer conversions; expected exactly one, e.g. "
+                "\"crawler_%%04d.obj\")", g, conv);
+  }
+  return 0;
+}
+
+static int file_exists(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  fclose(f);
+  return 1;
+}
+
+/* A mesh collider: file, or files + fps (+ first, count); placement; level sets. */
+static int parse_mesh_collider(const ctx *c, const cJSON *col, const char *where, scene *s, scene_collider *sc) {
+  char key[KEY_LEN], pkey[KEY_LEN], path[4096], pattern[4096], a[32];
+  const char *file = NULL, *files = NULL;
+  int rotated;
+  double first = 0, count = 0;
+  DR_TRY(get_string(c, col, where, "file", 0, NULL, "the path of an OBJ file (relative to the scene file)", &file));
+  DR_TRY(get_string(c, col, where, "files", 0, NULL, "a pattern of OBJ file names such as \"crawler_%04d.obj\"", &files));
+  if (file && files) {
+    join(key, where, "files");
+    return fail(c, key, "given with file (expected either file, one mesh, or files, a sequence)");
+  }
+  if (!file && !files) {
+    join(key, where, "file");
+    return fail(c, key, "missing required key (expected file, the path of an OBJ file, or files with fps for a "
+                "sequence)");
+  }
+  join(pkey, where, files ? "files" : "file");
+  if (files) {
+    DR_TRY(check_pattern(c, pkey, files));
+    DR_TRY(resolve_path(c, s, pkey, files, pattern, sizeof pattern));
+    DR_TRY(get_real(c, col, where, "fps", 1, 0, (range){0, INFINITY, 1, 0, "frames per second"}, &sc->fps));
+    DR_TRY(get_int(c, col, where, "first", 0, 0, 0, 1e9, &first));
+    DR_TRY(get_int(c, col, where, "count", 0, 0, 2, MAX_MESH_FRAMES, &count));
+    if (count == 0) { /* every file from first on, up to the first one missing */
+      for (int k = 0; k < MAX_MESH_FRAMES; ++k) {
+        snprintf(path, sizeof path, pattern, (int)first + k);
+        if (!file_exists(path)) break;
+        count = k + 1;
+      }
+      if (count < 2) {
+        snprintf(path, sizeof path, pattern, (int)first + (int)count);
+        return fail(c, pkey, "a sequence needs at least 2 files (found %d; %s cannot be read; expected files numbered "
+                    "from first = %s)", (int)count, path, fmt_num(a, first));
+      }
+    }
+  } else {
+    const char *bad[] = {"fps", "first", "count"};
+    for (int i = 0; i < 3; ++i)
+      if (cJSON_GetObjectItemCaseSensitive(col, bad[i])) {
+        join(key, where, bad[i]);
+        return fail(c, key, "allowed only with files, a sequence (got file, one mesh)");
+      }
+    DR_TRY(resolve_path(c, s, pkey, file, pattern, sizeof pattern));
+    count = 1;
+  }
+  DR_TRY(get_placement(c, col, where, &sc->scale, sc->rotation, &rotated, sc->translation));
+  sc->n_frames = (int)count;
+  mesh *ms = dr_calloc((size_t)count, sizeof *ms, "mesh sequence");
+  if (!ms) return DR_ENOMEM;
+  int rc = 0, n = 0;
+  for (; n < sc->n_frames && !rc; ++n) {
+    if (files) snprintf(path, sizeof path, pattern, (int)first + n);
+    else snprintf(path, sizeof path, "%s", pattern);
+    rc = load_placed_mesh(c, pkey, path, sc->scale, sc->rotation, sc->translation, &ms[n]);
+    if (!rc && n > 0 && ms[n].n_verts != ms[0].n_verts)
+      rc = fail(c, pkey, "%s has %d vertices, the sequence's first file %d (expected the same vertices in every file: "
+                "their motion gives the collider's velocity)", path, ms[n].n_verts, ms[0].n_verts);
+  }
+  double *vel = NULL;
+  if (!rc) {
+    double lo[3], hi[3];
+    mesh_bounds(&ms[0], lo, hi);
+    for (int i = 0; i < 3; ++i) sc->mesh_center[i] = 0.5 * (lo[i] + hi[i]);
+    const int nv = ms[0].n_verts;
+    /* per-vertex velocities of the intervals: vel[k] from frame k to k + 1, and zero before the
+     * first and after the last frame */
+    vel = dr_calloc((size_t)(sc->n_frames + 1) * 3 * (size_t)nv, sizeof *vel, "mesh sequence velocities");
+    if (!vel) rc = DR_ENOMEM;
+    /* The blend of two frames' distances is the distance to the surface in between only where
+     * both are unclamped: the band grows by the largest vertex displacement between frames (a
+     * face translating by d between frames then blends exactly). */
+    double band = LS_BAND * s->dx, move = 0;
+    for (int k = 0; !rc && k + 1 < sc->n_frames; ++k)
+      for (int i = 0; i < nv; ++i) {
+        double d2 = 0;
+        for (int a = 0; a < 3; ++a) {
+          const double d = ms[k + 1].v[3 * i + a] - ms[k].v[3 * i + a];
+          vel[(size_t)(k + 1) * 3 * nv + 3 * i + a] = d * sc->fps;
+          d2 += d * d;
+        }
+        move = fmax(move, sqrt(d2));
+      }
+    band += move;
+    for (int k = 0; !rc && k < sc->n_frames; ++k) {
+      int idx;
+      const double *vin = files ? vel + (size_t)k * 3 * nv : NULL, *vout = files ? vel + (size_t)(k + 1) * 3 * nv : NULL;
+      if (files && k + 1 == sc->n_frames) vout = vel; /* after the last frame: still (vel[0] is zero) */
+      rc = build_levelset(c, s, &s->collider_levelsets, &ms[k], sc->mesh_center, band, vout, vin, pkey, &idx);
+      if (k == 0) sc->levelset = idx;
+    }
+  }
+  free(vel);
+  for (int k = 0; k < n; ++k) mesh_destroy(&ms[k]);
+  free(ms);
+  return rc;
+}
+
+static int parse_body(const ctx *c, const cJSON *b, int index, scene *s, scene_body *body) {
   static const double zero[3] = {0, 0, 0};
   char where[32], variant[40];
   double seed;
   snprintf(where, sizeof where, "bodies[%d]", index);
   DR_TRY(need_object(c, b, where, "with keys shape, material, ..."));
   DR_TRY(check_keys(c, b, where, NULL, 0, NULL, 0, NULL)); /* duplicates, before reading shape */
-  DR_TRY(get_enum(c, b, where, "shape", -1, SHAPE_NAMES, 3, &body->shape));
+  DR_TRY(get_enum(c, b, where, "shape", -1, SHAPE_NAMES, 4, &body->shape));
   snprintf(variant, sizeof variant, "shape '%s'", SHAPE_NAMES[body->shape]);
   body->rotation[0] = 1;
   if (body->shape == SHAPE_BOX) {
-    DR_TRY(check_keys(c, b, where, BOX_KEYS, 8, ALL_BODY_KEYS, 12, variant));
+    DR_TRY(check_keys(c, b, where, BOX_KEYS, 8, ALL_BODY_KEYS, 15, variant));
     DR_TRY(parse_box(c, b, where, s, body));
   } else if (body->shape == SHAPE_SPHERE) {
-    DR_TRY(check_keys(c, b, where, SPHERE_KEYS, 7, ALL_BODY_KEYS, 12, variant));
+    DR_TRY(check_keys(c, b, where, SPHERE_KEYS, 7, ALL_BODY_KEYS, 15, variant));
     DR_TRY(parse_sphere(c, b, where, s, body));
+  } else if (body->shape == SHAPE_MESH) {
+    DR_TRY(check_keys(c, b, where, MESH_KEYS, 9, ALL_BODY_KEYS, 15, variant));
+    DR_TRY(parse_mesh_body(c, b, where, s, body));
   } else {
-    DR_TRY(check_keys(c, b, where, CYLINDER_KEYS, 9, ALL_BODY_KEYS, 12, variant));
+    DR_TRY(check_keys(c, b, where, CYLINDER_KEYS, 9, ALL_BODY_KEYS, 15, variant));
     DR_TRY(parse_cylinder(c, b, where, s, body));
   }
   DR_TRY(parse_body_material(c, b, where, s, body));
@@ -949,10 +1173,13 @@ static int parse_boundary(const ctx *c, const cJSON *root, scene *s) {
 }
 
 /* Collider shapes (enum sdf_shape order) and the keys each accepts. */
-static const char *const COLLIDER_SHAPES[] = {"plane", "box", "sphere", "cylinder"};
+static const char *const COLLIDER_SHAPES[] = {"plane", "box", "sphere", "cylinder", "mesh"};
 static const char *const ALL_COLLIDER_KEYS[] = {"shape", "point", "normal", "min", "max", "center",
                                                 "radius", "axis", "height", "type", "friction",
-                                                "motion"};
+                                                "motion", "file", "files", "fps", "first", "count",
+                                                "scale", "rotation", "translation"};
+static const char *const MESH_COLLIDER_KEYS[] = {"shape", "file", "files", "fps", "first", "count", "scale",
+                                                 "rotation", "translation", "type", "friction", "motion"};
 static const char *const PLANE_COLLIDER_KEYS[] = {"shape", "point", "normal", "type", "friction", "motion"};
 static const char *const BOX_COLLIDER_KEYS[] = {"shape", "min", "max", "type", "friction", "motion"};
 static const char *const SPHERE_COLLIDER_KEYS[] = {"shape", "center", "radius", "type", "friction", "motion"};
@@ -1009,22 +1236,22 @@ static int parse_motion(const ctx *c, const cJSON *col, const char *where, scene
   return 0;
 }
 
-static int parse_collider(const ctx *c, const cJSON *col, int index, scene_collider *sc) {
+static int parse_collider(const ctx *c, const cJSON *col, int index, scene *s, scene_collider *sc) {
   char where[32], variant[40], key[KEY_LEN], x[32], y[32];
   snprintf(where, sizeof where, "colliders[%d]", index);
   DR_TRY(need_object(c, col, where, "with keys shape, type, ..."));
   DR_TRY(check_keys(c, col, where, NULL, 0, NULL, 0, NULL)); /* duplicates, before reading shape */
-  DR_TRY(get_enum(c, col, where, "shape", -1, COLLIDER_SHAPES, 4, &sc->shape));
+  DR_TRY(get_enum(c, col, where, "shape", -1, COLLIDER_SHAPES, 5, &sc->shape));
   snprintf(variant, sizeof variant, "shape '%s'", COLLIDER_SHAPES[sc->shape]);
   const range positive = {0, INFINITY, 1, 0, "m"};
   switch (sc->shape) {
   case SDF_PLANE:
-    DR_TRY(check_keys(c, col, where, PLANE_COLLIDER_KEYS, 6, ALL_COLLIDER_KEYS, 12, variant));
+    DR_TRY(check_keys(c, col, where, PLANE_COLLIDER_KEYS, 6, ALL_COLLIDER_KEYS, 20, variant));
     DR_TRY(get_vec3(c, col, where, "point", 1, NULL, "m", sc->point));
     DR_TRY(get_direction(c, col, where, "normal", sc->normal));
     break;
   case SDF_BOX:
-    DR_TRY(check_keys(c, col, where, BOX_COLLIDER_KEYS, 6, ALL_COLLIDER_KEYS, 12, variant));
+    DR_TRY(check_keys(c, col, where, BOX_COLLIDER_KEYS, 6, ALL_COLLIDER_KEYS, 20, variant));
     DR_TRY(get_vec3(c, col, where, "min", 1, NULL, "m", sc->min));
     DR_TRY(get_vec3(c, col, where, "max", 1, NULL, "m", sc->max));
     for (int i = 0; i < 3; ++i)
@@ -1036,12 +1263,16 @@ static int parse_collider(const ctx *c, const cJSON *col, int index, scene_colli
       }
     break;
   case SDF_SPHERE:
-    DR_TRY(check_keys(c, col, where, SPHERE_COLLIDER_KEYS, 6, ALL_COLLIDER_KEYS, 12, variant));
+    DR_TRY(check_keys(c, col, where, SPHERE_COLLIDER_KEYS, 6, ALL_COLLIDER_KEYS, 20, variant));
     DR_TRY(get_vec3(c, col, where, "center", 1, NULL, "m", sc->center));
     DR_TRY(get_real(c, col, where, "radius", 1, 0, positive, &sc->radius));
     break;
+  case SDF_MESH:
+    DR_TRY(check_keys(c, col, where, MESH_COLLIDER_KEYS, 12, ALL_COLLIDER_KEYS, 20, variant));
+    DR_TRY(parse_mesh_collider(c, col, where, s, sc));
+    break;
   default:
-    DR_TRY(check_keys(c, col, where, CYLINDER_COLLIDER_KEYS, 8, ALL_COLLIDER_KEYS, 12, variant));
+    DR_TRY(check_keys(c, col, where, CYLINDER_COLLIDER_KEYS, 8, ALL_COLLIDER_KEYS, 20, variant));
     DR_TRY(get_vec3(c, col, where, "center", 1, NULL, "m", sc->center));
     DR_TRY(get_direction(c, col, where, "axis", sc->axis));
     DR_TRY(get_real(c, col, where, "radius", 1, 0, positive, &sc->radius));
@@ -1069,7 +1300,7 @@ static int parse_colliders(const ctx *c, const cJSON *root, scene *s) {
   s->n_colliders = n;
   int i = 0;
   for (const cJSON *col = cs->child; col; col = col->next, ++i)
-    DR_TRY(parse_collider(c, col, i, &s->colliders[i]));
+    DR_TRY(parse_collider(c, col, i, s, &s->colliders[i]));
   return 0;
 }
 
@@ -1302,6 +1533,11 @@ void scene_destroy(scene *s) {
   free(s->bodies);
   for (int i = 0; i < s->n_colliders; ++i) free(s->colliders[i].keys);
   free(s->colliders);
+  levelset_pool_free(s->collider_levelsets);
+  levelset_pool_free(s->body_levelsets);
+  free(s->collider_levelsets);
+  free(s->body_levelsets);
+  s->collider_levelsets = s->body_levelsets = NULL;
   free(s->text);
   s->materials = NULL;
   s->bodies = NULL;
@@ -1320,6 +1556,10 @@ static void body_matrix(const scene_body *b, double R[9]) {
 }
 
 void scene_body_bounds(const scene_body *b, double lo[3], double hi[3]) {
+  if (b->shape == SHAPE_MESH) {
+    for (int a = 0; a < 3; ++a) lo[a] = b->mesh_lo[a], hi[a] = b->mesh_hi[a];
+    return;
+  }
   for (int a = 0; a < 3; ++a) {
     double ext;
     if (b->shape == SHAPE_BOX && !b->rotated) {
@@ -1346,6 +1586,7 @@ void scene_body_bounds(const scene_body *b, double lo[3], double hi[3]) {
 }
 
 int scene_body_inside(const scene_body *b, const double p[3]) {
+  if (b->shape == SHAPE_MESH) return levelset_phi(b->pool, b->levelset, p) < 0.0f;
   if (b->shape == SHAPE_BOX && !b->rotated)
     return p[0] >= b->min[0] && p[0] < b->max[0] && p[1] >= b->min[1] && p[1] < b->max[1] &&
            p[2] >= b->min[2] && p[2] < b->max[2];
@@ -1397,6 +1638,12 @@ int scene_kernel_colliders(const scene *s, collider **cols, collider_key **keys,
     case SDF_SPHERE:
       for (int a = 0; a < 3; ++a) c->center[a] = (float)sc->center[a];
       c->geom.r = (float)sc->radius;
+      break;
+    case SDF_MESH:
+      for (int a = 0; a < 3; ++a) c->center[a] = (float)sc->mesh_center[a];
+      c->geom.levelset = sc->levelset;
+      c->n_frames = sc->n_frames;
+      c->fps = (float)sc->fps;
       break;
     default:
       for (int a = 0; a < 3; ++a) c->center[a] = (float)sc->center[a], c->geom.n[a] = (float)sc->axis[a];

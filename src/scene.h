@@ -10,12 +10,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "meshsdf.h"
 #include "physics/boundary.h"
 #include "physics/material.h"
 
 #define SCENE_NAME_MAX 64
 
-enum shape_kind { SHAPE_BOX = 0, SHAPE_SPHERE = 1, SHAPE_CYLINDER = 2 };
+enum shape_kind { SHAPE_BOX = 0, SHAPE_SPHERE = 1, SHAPE_CYLINDER = 2, SHAPE_MESH = 3 };
 enum backend_kind { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 };
 
 typedef struct scene_material {
@@ -30,10 +31,16 @@ typedef struct scene_material {
 typedef struct scene_body {
   int shape;            /* enum shape_kind */
   double min[3], max[3]; /* box */
-  int rotated;          /* box: 1 when rotated about its centre by rotation */
-  double rotation[4];   /* box: unit quaternion (w, x, y, z), identity when not rotated */
+  int rotated;          /* box: 1 when rotated about its centre by rotation; mesh: 1 when rotated */
+  double rotation[4];   /* box, mesh: unit quaternion (w, x, y, z), identity when not rotated */
   double center[3], radius; /* sphere, cylinder */
   double axis[3], height; /* cylinder: unit axis, length along it (m) */
+  /* mesh: the OBJ placed by x -> translation + R(rotation) (scale x); its level set (in world
+   * coordinates) in *pool decides what is inside; bounds and volume of the placed mesh */
+  double scale, translation[3];
+  const levelset_pool *pool;
+  int levelset;
+  double mesh_lo[3], mesh_hi[3], volume;
   int material;         /* index into scene.materials */
   int ppc;              /* particles per cell, >= 1 */
   double velocity[3];   /* m/s, default 0 */
@@ -60,6 +67,14 @@ typedef struct scene_collider {
   double min[3], max[3];  /* box */
   double center[3], radius; /* sphere, cylinder */
   double axis[3], height; /* cylinder: unit axis, length along it */
+  /* mesh: one OBJ or a sequence of them, placed like a mesh body; reference point (rotation
+   * centre) the bounding-box centre of the first placed frame; level sets levelset ..
+   * levelset + n_frames - 1 in scene.collider_levelsets (in the frame centred there) */
+  int n_frames;         /* 1: a static mesh */
+  double fps;           /* sequences: frames per second of the mesh sequence */
+  double scale, translation[3], rotation[4];
+  double mesh_center[3];
+  int levelset;
   int type;             /* enum boundary_kind, default sticky */
   double friction;      /* only with BOUNDARY_SEPARATE */
   int n_keys;
@@ -96,6 +111,8 @@ typedef struct scene {
   int g2p2g_below;       /* cuda: fused G2P2G for fixed steps below this many particles per GPU */
   int balance_by;        /* enum balance_kind: what "load" means for the balance between ranks */
   double balance_threshold; /* several ranks: move the cuts when the largest load exceeds the mean by this */
+  levelset_pool *collider_levelsets; /* mesh colliders' level sets (owned; the backends borrow them) */
+  levelset_pool *body_levelsets;     /* mesh bodies' level sets (owned) */
   char *text;            /* the file's bytes, NUL-terminated (owned; checkpoints store them) */
   size_t text_len;
   uint64_t hash;         /* scene_hash_bytes of text: a checkpoint names the scene it came from */

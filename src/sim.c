@@ -649,6 +649,14 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->prm.boundary.n_keys = n_keys;
   S->prm.boundary.colliders = S->colliders;
   S->prm.boundary.keys = S->collider_keys;
+  if (s->collider_levelsets) { /* borrowed from the scene, which outlives the simulation */
+    S->prm.boundary.n_levelsets = s->collider_levelsets->n;
+    S->prm.boundary.levelsets = s->collider_levelsets->sets;
+    S->prm.boundary.ls_table = s->collider_levelsets->table;
+    S->prm.boundary.ls_bricks = s->collider_levelsets->bricks;
+    S->prm.boundary.ls_table_n = s->collider_levelsets->table_n;
+    S->prm.boundary.ls_bricks_n = s->collider_levelsets->bricks_n;
+  }
 
   particles p = {0};
   S->balance = s->balance_threshold;

@@ -1,6 +1,7 @@
 /* boundary.h - the boundary conditions of the grid update, shared by the CPU and CUDA backends:
  * the six faces of the domain (each its own wall type and friction) and colliders (analytic
- * shapes of sdf.h, moved by keyframed translations and rotations).
+ * shapes of sdf.h, or triangle meshes as narrow-band level sets of levelset.h, static or animated
+ * by a sequence of meshes, all moved by keyframed translations and rotations).
  *
  * Entry points, called for every grid node with mass after v = p/m + g dt:
  *   boundary_apply_posed(bp, poses, x, v): x the node's position (m), v the node velocity,
@@ -41,6 +42,7 @@
 #define DRIFT_PHYSICS_BOUNDARY_H
 
 #include "physics/common.h"
+#include "physics/levelset.h"
 #include "physics/sdf.h"
 
 enum boundary_kind { BOUNDARY_STICKY = 0, BOUNDARY_SLIP = 1, BOUNDARY_SEPARATE = 2 };
@@ -62,6 +64,8 @@ typedef struct collider {
   int type;             /* enum boundary_kind */
   float friction;       /* Coulomb coefficient (separate) */
   int key0, n_keys;     /* its keyframes: keys[key0 .. key0 + n_keys) of boundary_params.keys */
+  int n_frames;         /* mesh: level sets geom.levelset .. + n_frames - 1 (1: a static mesh) */
+  float fps;            /* mesh sequence: frame k of the sequence stands at time k / fps */
 } collider;
 
 /* Where a collider is at time t, and how fast it moves. */
@@ -70,6 +74,9 @@ typedef struct collider_pose {
   float R[9];           /* R(q(t)) */
   float vel[3];         /* dT/dt */
   float omega[3];       /* angular velocity (rad/s, world frame) */
+  int frame;            /* mesh sequence: phi = (1 - frac) phi[frame] + frac phi[frame + 1] */
+  float frac;
+  int deforming;        /* mesh sequence: 1 between its first and last frame (surface velocity on) */
 } collider_pose;
 
 /* What the grid update needs. The pointers are host or device memory as the backend runs. */
@@ -81,8 +88,13 @@ typedef struct boundary_params {
   int n_colliders, n_keys;
   const collider *colliders;  /* [n_colliders] */
   const collider_key *keys;   /* [n_keys], every collider's keyframes one after the other */
-  /* Mesh colliders (SDF_MESH, not built yet) will add here a pointer to their sparse narrow-band
-   * level sets, indexed by sdf_geom.levelset, which sdf_eval would then take. */
+  /* Mesh colliders (SDF_MESH): their sparse narrow-band level sets (physics/levelset.h, built
+   * by meshsdf.c), indexed by sdf_geom.levelset (+ the frame for sequences). */
+  int n_levelsets;
+  const levelset *levelsets;  /* [n_levelsets] */
+  const int32_t *ls_table;    /* the level sets' brick tables */
+  const float *ls_bricks;     /* the level sets' brick values */
+  int64_t ls_table_n, ls_bricks_n; /* their lengths (entries, floats) */
 } boundary_params;
 
 /* The wall condition on v (relative to the wall; n its unit normal, out of the wall). */
@@ -169,25 +181,73 @@ DR_HD void collider_pose_at(const collider *c, const collider_key *keys, double 
       m3_apply(Ra, w, P->omega);
     }
   }
+  /* a mesh sequence: the two frames around t (before the first and after the last: static) */
+  P->frame = 0, P->frac = 0.0f, P->deforming = 0;
+  if (c->geom.shape == SDF_MESH && c->n_frames > 1) {
+    const double ft = t * (double)c->fps;
+    if (ft >= (double)(c->n_frames - 1)) {
+      P->frame = c->n_frames - 1;
+    } else if (ft > 0.0) {
+      P->frame = (int)floor(ft);
+      P->frac = (float)(ft - (double)P->frame);
+      P->deforming = 1;
+    }
+  }
   const float l = sqrtf(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
   for (int i = 0; i < 4; ++i) q[i] /= l;
   quat_to_matrix(q, P->R);
   for (int i = 0; i < 3; ++i) P->center[i] = c->center[i] + T[i];
 }
 
+/* phi, the outward unit normal nl and the surface velocity vl (m/s; zero for a static mesh) of
+ * mesh collider c at pose P at the local point xl: the level set of the frame, or the linear
+ * blend of the two frames around the pose's time, and the blend of their stored surface
+ * velocities (the interval's per-vertex velocity at each frame's nearest surface point). Where
+ * phi is flat (deep inside, |phi| clamped to the band) the normal points away from the mesh's
+ * vertex centroid: the shortest way out for a convex shape, and never a NaN. */
+DR_HD float collider_mesh_eval(const boundary_params *bp, const collider *c, const collider_pose *P, const float xl[3],
+                               float nl[3], float vl[3]) {
+  const levelset *A = &bp->levelsets[c->geom.levelset + P->frame];
+  float g[3], va[3];
+  const int moving = P->deforming;
+  float phi = ls_sample(A, bp->ls_table, bp->ls_bricks, xl, g, LS_VEL_OUT, moving ? va : NULL);
+  for (int i = 0; i < 3; ++i) vl[i] = moving ? va[i] : 0.0f;
+  if (moving && P->frac > 0.0f) {
+    const float s = P->frac;
+    float gb[3], vb[3];
+    const float pb = ls_sample(A + 1, bp->ls_table, bp->ls_bricks, xl, gb, LS_VEL_IN, vb);
+    phi = (1.0f - s) * phi + s * pb;
+    for (int i = 0; i < 3; ++i) {
+      g[i] = (1.0f - s) * g[i] + s * gb[i];
+      vl[i] = (1.0f - s) * vl[i] + s * vb[i];
+    }
+  }
+  float l = sqrtf(v3_dot(g, g));
+  if (!(l > 1e-3f)) {
+    for (int i = 0; i < 3; ++i) g[i] = xl[i] - A->centroid[i];
+    l = sqrtf(v3_dot(g, g));
+    if (!(l > 0.0f)) g[0] = 0.0f, g[1] = 1.0f, g[2] = 0.0f, l = 1.0f;
+  }
+  for (int i = 0; i < 3; ++i) nl[i] = g[i] / l;
+  return phi;
+}
+
 /* A collider at pose P acting on the node at x with velocity v (in place) when phi(x) < band.
- * Returns 1 when it did. */
-DR_HD int collider_apply(const collider *c, const collider_pose *P, float band, const float x[3], float v[3]) {
-  float r[3], xl[3], nl[3], n[3];
+ * Returns 1 when it did. The collider's velocity at the node is its rigid motion (keyframes)
+ * plus, for a mesh sequence, the surface's own velocity turned into the world frame. */
+DR_HD int collider_apply(const boundary_params *bp, const collider *c, const collider_pose *P, const float x[3],
+                         float v[3]) {
+  float r[3], xl[3], nl[3], n[3], vl[3] = {0.0f, 0.0f, 0.0f};
   for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
   m3_apply_t(P->R, r, xl);
-  const float phi = sdf_eval(&c->geom, xl, nl);
-  if (!(phi < band)) return 0;
+  const float phi = c->geom.shape == SDF_MESH ? collider_mesh_eval(bp, c, P, xl, nl, vl) : sdf_eval(&c->geom, xl, nl);
+  if (!(phi < bp->band)) return 0;
   m3_apply(P->R, nl, n);
-  float vc[3];
+  float vc[3], vs[3];
   v3_cross(P->omega, r, vc);
+  m3_apply(P->R, vl, vs);
   for (int i = 0; i < 3; ++i) {
-    vc[i] += P->vel[i];
+    vc[i] += P->vel[i] + vs[i];
     v[i] -= vc[i];
   }
   bc_project(c->type, c->friction, n, v);
@@ -207,7 +267,7 @@ DR_HD void boundary_apply_faces(const boundary_params *bp, const float x[3], flo
  * poses given (poses[k] = collider_pose_at(colliders[k], keys, t), computed once per grid
  * update where that is cheaper, as the CPU backend does). */
 DR_HD void boundary_apply_posed(const boundary_params *bp, const collider_pose *poses, const float x[3], float v[3]) {
-  for (int k = 0; k < bp->n_colliders; ++k) collider_apply(&bp->colliders[k], &poses[k], bp->band, x, v);
+  for (int k = 0; k < bp->n_colliders; ++k) collider_apply(bp, &bp->colliders[k], &poses[k], x, v);
   boundary_apply_faces(bp, x, v);
 }
 
@@ -216,7 +276,7 @@ DR_HD void boundary_apply(const boundary_params *bp, double t, const float x[3],
   for (int k = 0; k < bp->n_colliders; ++k) {
     collider_pose P;
     collider_pose_at(&bp->colliders[k], bp->keys, t, &P);
-    collider_apply(&bp->colliders[k], &P, bp->band, x, v);
+    collider_apply(bp, &bp->colliders[k], &P, x, v);
   }
   boundary_apply_faces(bp, x, v);
 }

@@ -23,7 +23,8 @@ enum sdf_shape {
   SDF_BOX = 1,      /* box of half extents half[3] */
   SDF_SPHERE = 2,   /* ball of radius r */
   SDF_CYLINDER = 3, /* capped cylinder along axis, radius r, length 2 half_height */
-  SDF_MESH = 4      /* reserved: a sparse narrow-band level set from a triangle mesh (not built yet) */
+  SDF_MESH = 4      /* a triangle mesh's narrow-band level set (levelset.h): boundary.h evaluates it,
+                     * since it needs the level sets of boundary_params; sdf_eval does not */
 };
 
 /* A shape in its local frame. Which fields count depends on shape. */
@@ -33,7 +34,7 @@ typedef struct sdf_geom {
   float half[3];      /* box: half extents (m) */
   float r;            /* sphere, cylinder: radius (m) */
   float half_height;  /* cylinder: half of the length along the axis (m) */
-  int levelset;       /* mesh: index of the level set (reserved for OBJ colliders) */
+  int levelset;       /* mesh: index of its (first) level set in boundary_params.levelsets */
 } sdf_geom;
 
 DR_HD float v3_dot(const float a[3], const float b[3]) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }

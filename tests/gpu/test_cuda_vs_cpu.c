@@ -1,6 +1,6 @@
 /* test_cuda_vs_cpu - the CUDA backend against the CPU reference: the same scenes (an elastic
  * drop, Drucker-Prager sand blocks, a weakly compressible dam break, sand among moving colliders
- * on a per-face floor, ASFLIP water, NACC snow; small, fixed dt so both take identical steps)
+ * on a per-face floor, ASFLIP water, NACC snow, mesh colliders and a mesh body; small, fixed dt so both take identical steps)
  * run on both, and after every frame the particles are matched by id
  * and compared.
  *
@@ -185,5 +185,24 @@ int main(int argc, char **argv) {
           "\"boundary\":{\"type\":\"slip\",\"y-\":{\"type\":\"separate\",\"friction\":0.3}},"
           "\"colliders\":[{\"shape\":\"box\",\"min\":[-0.2,0,-0.1],\"max\":[0.1,0.3,0.5],\"type\":\"slip\","
           "\"motion\":[{\"time\":0},{\"time\":1,\"translation\":[0.5,0,0]}]}]}");
+  /* Mesh colliders (level sets uploaded once, sampled in k_grid): sand on a static mesh ramp, a
+   * mesh sphere turning by keyframes, and an OBJ sequence (three frames, the level sets blended
+   * in time with the stored surface velocities) pushing the sand; a jelly icosphere body. */
+  char mesh_json[4096];
+  snprintf(mesh_json, sizeof mesh_json,
+           "{\"domain\":{\"min\":[0,0,0],\"max\":[0.8,0.5,0.4],\"dx\":0.02},"
+           "\"time\":{\"frames\":10,\"fps\":50,\"dt\":0.0005},"
+           "\"materials\":{\"sand\":{\"model\":\"drucker_prager\",\"density\":1600,\"youngs_modulus\":3.5e5,\"poisson_ratio\":0.3,\"friction_angle\":35},"
+           "\"jelly\":{\"model\":\"fixed_corotated\",\"density\":1000,\"youngs_modulus\":1e5,\"poisson_ratio\":0.3}},"
+           "\"bodies\":[{\"shape\":\"box\",\"min\":[0.06,0.3,0.08],\"max\":[0.24,0.42,0.3],\"material\":\"sand\",\"velocity\":[0,-1,0]},"
+           "{\"shape\":\"box\",\"min\":[0.3,0.04,0.06],\"max\":[0.5,0.12,0.34],\"material\":\"sand\",\"seed\":3},"
+           "{\"shape\":\"mesh\",\"file\":\"%s/icosphere.obj\",\"scale\":0.06,\"translation\":[0.65,0.32,0.2],\"material\":\"jelly\",\"velocity\":[0,-1.5,0]}],"
+           "\"boundary\":{\"type\":\"slip\",\"y-\":{\"type\":\"separate\",\"friction\":0.4}},"
+           "\"colliders\":[{\"shape\":\"mesh\",\"file\":\"%s/ramp.obj\",\"scale\":0.3,\"translation\":[0.02,0,0.02],\"type\":\"separate\",\"friction\":0.3},"
+           "{\"shape\":\"mesh\",\"file\":\"%s/icosphere.obj\",\"scale\":0.08,\"translation\":[0.65,0.12,0.2],\"type\":\"separate\",\"friction\":0.5,"
+           "\"motion\":[{\"time\":0},{\"time\":0.2,\"translation\":[0,0.02,0],\"rotation\":{\"axis\":[0,0,1],\"angle\":60}}]},"
+           "{\"shape\":\"mesh\",\"files\":\"%s/slab_%%04d.obj\",\"fps\":10,\"scale\":0.1,\"translation\":[0.2,0,0.1],\"type\":\"sticky\"}]}",
+           MESH_DIR, MESH_DIR, MESH_DIR, MESH_DIR);
+  compare("mesh-colliders", mesh_json);
   return finish("test_cuda_vs_cpu");
 }

@@ -227,6 +227,14 @@ static void test_motion(void) {
   }
 }
 
+/* boundary params with only the band set (the analytic colliders need nothing else) */
+static const boundary_params *band_(float band) {
+  static boundary_params bp;
+  memset(&bp, 0, sizeof bp);
+  bp.band = band;
+  return &bp;
+}
+
 static void test_apply(void) {
   /* a box 0.5 x 0.5 x 0.5 around (0, 0, 0) moving at (1, 0, 0) and turning about y at 2 rad/s */
   collider c = {.geom = {.shape = SDF_BOX, .half = {0.25f, 0.25f, 0.25f}}, .center = {0, 0, 0}, .type = BOUNDARY_STICKY,
@@ -242,8 +250,8 @@ static void test_apply(void) {
   collider_pose_at(&c, k, 0.25, &P);
   const float in[3] = {0.25f + 0.1f, 0, 0.1f}, out[3] = {0.25f + 0.4f, 0, 0};
   float v[3] = {3, -2, 1};
-  CHECK(collider_apply(&c, &P, 0.0f, out, v) == 0 && v[0] == 3 && v[1] == -2 && v[2] == 1, "a node outside is changed");
-  CHECK(collider_apply(&c, &P, 0.0f, in, v) == 1, "a node inside is not seen");
+  CHECK(collider_apply(band_(0.0f), &c, &P, out, v) == 0 && v[0] == 3 && v[1] == -2 && v[2] == 1, "a node outside is changed");
+  CHECK(collider_apply(band_(0.0f), &c, &P, in, v) == 1, "a node inside is not seen");
   /* sticky: the collider's velocity at the node, (1, 0, 0) + (0, 2, 0) x (0.1, 0, 0.1) = (1.2, 0, -0.2) */
   CHECK(fabsf(v[0] - 1.2f) < 1e-5f && fabsf(v[1]) < 1e-6f && fabsf(v[2] + 0.2f) < 1e-5f,
         "sticky moving collider gives (%g %g %g), expected (1.2 0 -0.2)", v[0], v[1], v[2]);
@@ -252,9 +260,9 @@ static void test_apply(void) {
   c.type = BOUNDARY_SEPARATE;
   const float p[3] = {0.25f + 0.2f, 0, 0};
   float fast[3] = {3, 0, 0}, slow[3] = {0, 0, 0};
-  collider_apply(&c, &P, 0.0f, p, fast);
+  collider_apply(band_(0.0f), &c, &P, p, fast);
   CHECK(fast[0] == 3 && fast[1] == 0 && fast[2] == 0, "separate holds back material moving away");
-  collider_apply(&c, &P, 0.0f, p, slow);
+  collider_apply(band_(0.0f), &c, &P, p, slow);
   float n[3] = {cosf(0.5f), 0, -sinf(0.5f)}, vc[3] = {1, 0, -0.4f}; /* (1,0,0) + (0,2,0) x (0.2,0,0) */
   CHECK(fabsf(v3_dot(slow, n) - v3_dot(vc, n)) < 1e-5f, "separate: normal speed %g, the collider's %g",
         v3_dot(slow, n), v3_dot(vc, n));
@@ -262,11 +270,11 @@ static void test_apply(void) {
   /* the band: a node outside the collider but closer than band is held too */
   const float near[3] = {0.25f + 0.28f * cosf(0.5f), 0, -0.28f * sinf(0.5f)}; /* 0.03 m outside the +x face */
   float vn2[3] = {-1, 0, 0};
-  CHECK(collider_apply(&c, &P, 0.02f, near, vn2) == 0, "a node 0.03 m away is held by a band of 0.02 m");
+  CHECK(collider_apply(band_(0.02f), &c, &P, near, vn2) == 0, "a node 0.03 m away is held by a band of 0.02 m");
   float rn[3] = {near[0] - 0.25f, 0, near[2]}, vcn[3];
   v3_cross(P.omega, rn, vcn);
   vcn[0] += 1.0f; /* the collider's velocity there */
-  CHECK(collider_apply(&c, &P, 0.05f, near, vn2) == 1 && fabsf(v3_dot(vn2, n) - v3_dot(vcn, n)) < 1e-5f,
+  CHECK(collider_apply(band_(0.05f), &c, &P, near, vn2) == 1 && fabsf(v3_dot(vn2, n) - v3_dot(vcn, n)) < 1e-5f,
         "a node 0.03 m away is not held by a band of 0.05 m");
 
   /* boundary_apply: each face its own type; the colliders first */

@@ -15,11 +15,11 @@ static double slope(const char *gravity, const char *boundary, const char *veloc
                     double *v0) {
   char json[2048];
   snprintf(json, sizeof json,
-           "{\"domain\":{\"min\":[0,0,0],\"max\":[0.4,0.3,1.2],\"dx\":0.02},"
+           "{\"domain\":{\"min\":[0,0,0],\"max\":[0.48,0.32,1.2],\"dx\":0.04},"
            "\"time\":{\"frames\":%d,\"fps\":50,\"cfl\":0.5},\"gravity\":%s,"
-           "\"materials\":{\"rubber\":{\"model\":\"fixed_corotated\",\"density\":1000,\"youngs_modulus\":2e6,"
+           "\"materials\":{\"rubber\":{\"model\":\"fixed_corotated\",\"density\":1000,\"youngs_modulus\":5e5,"
            "\"poisson_ratio\":0.3}},"
-           "\"bodies\":[{\"shape\":\"box\",\"min\":[0.02,0.02,0.1],\"max\":[0.14,0.12,0.3],\"material\":\"rubber\","
+           "\"bodies\":[{\"shape\":\"box\",\"min\":[0.04,0.04,0.2],\"max\":[0.2,0.16,0.44],\"material\":\"rubber\","
            "\"velocity\":%s}],"
            "\"boundary\":%s}",
            (int)ceil(t1 * 50), gravity, velocity, boundary);

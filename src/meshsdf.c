@@ -1,0 +1,285 @@
+/* meshsdf.c - narrow-band level sets of triangle meshes (see meshsdf.h). */
+#include "meshsdf.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+#define PI 3.14159265358979323846
+#define MAX_BRICKS_TABLE (1LL << 28) /* 1 GiB of table: a mesh this large for its dx is a mistake */
+
+static double dot3(const double a[3], const double b[3]) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+
+/* Ericson, Real-Time Collision Detection, 5.1.5: the nearest point of triangle abc to x by the
+ * Voronoi region of x; exact zeros in the barycentric coordinates on edges and vertices. */
+double meshsdf_point_triangle(const double x[3], const double a[3], const double b[3], const double c[3],
+                              double bary[3]) {
+  double ab[3], ac[3], ap[3], bp[3], cp[3], q[3];
+  for (int i = 0; i < 3; ++i) ab[i] = b[i] - a[i], ac[i] = c[i] - a[i], ap[i] = x[i] - a[i];
+  const double d1 = dot3(ab, ap), d2 = dot3(ac, ap);
+  double u = 1, v = 0, w = 0; /* weights of a, b, c */
+  if (d1 <= 0 && d2 <= 0) goto done;
+  for (int i = 0; i < 3; ++i) bp[i] = x[i] - b[i];
+  const double d3 = dot3(ab, bp), d4 = dot3(ac, bp);
+  if (d3 >= 0 && d4 <= d3) {
+    u = 0, v = 1;
+    goto done;
+  }
+  const double vc = d1 * d4 - d3 * d2;
+  if (vc <= 0 && d1 >= 0 && d3 <= 0) {
+    const double t = d1 / (d1 - d3);
+    u = 1 - t, v = t;
+    goto done;
+  }
+  for (int i = 0; i < 3; ++i) cp[i] = x[i] - c[i];
+  const double d5 = dot3(ab, cp), d6 = dot3(ac, cp);
+  if (d6 >= 0 && d5 <= d6) {
+    u = 0, w = 1;
+    goto done;
+  }
+  const double vb = d5 * d2 - d1 * d6;
+  if (vb <= 0 && d2 >= 0 && d6 <= 0) {
+    const double t = d2 / (d2 - d6);
+    u = 1 - t, w = t;
+    goto done;
+  }
+  const double va = d3 * d6 - d5 * d4;
+  if (va <= 0 && (d4 - d3) >= 0 && (d5 - d6) >= 0) {
+    const double t = (d4 - d3) / ((d4 - d3) + (d5 - d6));
+    u = 0, v = 1 - t, w = t;
+    goto done;
+  }
+  {
+    const double den = 1 / (va + vb + vc);
+    v = vb * den, w = vc * den, u = 1 - v - w;
+  }
+done:
+  for (int i = 0; i < 3; ++i) q[i] = x[i] - (u * a[i] + v * b[i] + w * c[i]);
+  bary[0] = u, bary[1] = v, bary[2] = w;
+  return sqrt(dot3(q, q));
+}
+
+/* The solid angle of triangle abc seen from x (Van Oosterom and Strackee 1983), signed by the
+ * triangle's orientation. */
+static double solid_angle(const double x[3], const double *A, const double *B, const double *C) {
+  double a[3], b[3], c[3];
+  for (int i = 0; i < 3; ++i) a[i] = A[i] - x[i], b[i] = B[i] - x[i], c[i] = C[i] - x[i];
+  const double la = sqrt(dot3(a, a)), lb = sqrt(dot3(b, b)), lc = sqrt(dot3(c, c));
+  const double det = a[0] * (b[1] * c[2] - b[2] * c[1]) - a[1] * (b[0] * c[2] - b[2] * c[0]) + a[2] * (b[0] * c[1] - b[1] * c[0]);
+  const double den = la * lb * lc + dot3(a, b) * lc + dot3(a, c) * lb + dot3(b, c) * la;
+  if (det == 0 && den == 0) return 0; /* x on the triangle: its sign does not matter there */
+  return 2 * atan2(det, den);
+}
+
+static int grow64(void **p, int64_t *cap, int64_t need, size_t sz) {
+  if (need <= *cap) return 0;
+  int64_t nc = *cap ? *cap : 1024;
+  while (nc < need) nc *= 2;
+  void *q = realloc(*p, (size_t)nc * sz);
+  if (!q) return 1;
+  *p = q;
+  *cap = nc;
+  return 0;
+}
+
+/* The bricks [b0, b1] (inclusive) that the bounding box of triangle ABC grown by reach meets. */
+static void brick_range(const double *A, const double *B, const double *C, const double origin[3], double bh,
+                        double reach, const int dims[3], int b0[3], int b1[3]) {
+  for (int a = 0; a < 3; ++a) {
+    const double tl = fmin(A[a], fmin(B[a], C[a])) - reach, th = fmax(A[a], fmax(B[a], C[a])) + reach;
+    b0[a] = (int)fmax(0.0, floor((tl - origin[a]) / bh));
+    b1[a] = (int)fmin((double)(dims[a] - 1), floor((th - origin[a]) / bh));
+  }
+}
+
+int meshsdf_build(levelset_pool *pool, const mesh *m, const double shift[3], double h, double band,
+                  const double *vel_out, const double *vel_in, const char *what, int *index) {
+  const int nv = m->n_verts, nt = m->n_tris, nc = vel_out ? 7 : 1;
+  double lo[3], hi[3], origin[3];
+  int dims[3];
+  mesh_bounds(m, lo, hi);
+  const double margin = band + LS_BRICK * h;
+  int64_t nb = 1;
+  for (int a = 0; a < 3; ++a) {
+    lo[a] -= shift[a], hi[a] -= shift[a];
+    origin[a] = lo[a] - margin;
+    const double nodes = ceil((hi[a] + margin - origin[a]) / h) + 1;
+    if (!(nodes < 4.0 * (1 << 20)))
+      return dr_fail(DR_EINPUT, "%s: the mesh spans %.3g m along %c, %.3g level-set cells of %.3g m: too many (expected a mesh within 2^22 cells; is the scale or dx wrong?)",
+                     what, hi[a] - lo[a], "xyz"[a], nodes, h);
+    dims[a] = ((int)nodes + LS_BRICK - 1) / LS_BRICK;
+    nb *= dims[a];
+  }
+  if (nb > MAX_BRICKS_TABLE)
+    return dr_fail(DR_EINPUT, "%s: the mesh's bounding box holds %lld bricks of 4^3 level-set cells of %.3g m (expected at most %lld; is the scale or dx wrong?)",
+                   what, (long long)nb, h, (long long)MAX_BRICKS_TABLE);
+  double *p = dr_malloc(sizeof(double) * 3 * (size_t)(nv ? nv : 1), "mesh vertices");
+  int32_t *tab = dr_malloc(sizeof(int32_t) * (size_t)nb, "level-set brick table");
+  if (!p || !tab) {
+    free(p), free(tab);
+    return DR_ENOMEM;
+  }
+  double centroid[3] = {0, 0, 0};
+  for (int i = 0; i < nv; ++i)
+    for (int a = 0; a < 3; ++a) p[3 * i + a] = m->v[3 * i + a] - shift[a], centroid[a] += p[3 * i + a] / nv;
+  for (int64_t b = 0; b < nb; ++b) tab[b] = LS_INSIDE; /* beyond the band until marked */
+
+  /* 1. bricks of the band; a brick covers nodes [4b, 4b + 4) h (the last cell reaching into the
+   * next brick), centre (4b + 2) h, half-diagonal 2 sqrt(3) h */
+  const double bh = LS_BRICK * h, reach = band + 2 * sqrt(3.0) * h;
+  for (int t = 0; t < nt; ++t) {
+    const double *A = p + 3 * m->tri[3 * t], *B = p + 3 * m->tri[3 * t + 1], *C = p + 3 * m->tri[3 * t + 2];
+    int b0[3], b1[3];
+    brick_range(A, B, C, origin, bh, reach, dims, b0, b1);
+    for (int k = b0[2]; k <= b1[2]; ++k)
+      for (int j = b0[1]; j <= b1[1]; ++j)
+        for (int i = b0[0]; i <= b1[0]; ++i) {
+          const int64_t e = ((int64_t)k * dims[1] + j) * dims[0] + i;
+          if (tab[e] == LS_OUTSIDE) continue; /* marked already */
+          const double ctr[3] = {origin[0] + (4 * i + 2) * h, origin[1] + (4 * j + 2) * h, origin[2] + (4 * k + 2) * h};
+          double bary[3];
+          if (meshsdf_point_triangle(ctr, A, B, C, bary) <= reach) tab[e] = LS_OUTSIDE; /* marked */
+        }
+  }
+  int32_t nmarked = 0;
+  for (int64_t e = 0; e < nb; ++e)
+    if (tab[e] == LS_OUTSIDE) {
+      if (nmarked == INT32_MAX / LS_BRICK_NODES) {
+        free(p), free(tab);
+        return dr_fail(DR_EINPUT, "%s: the mesh's narrow band holds too many bricks at %.3g m (is the scale or dx wrong?)", what, h);
+      }
+      tab[e] = nmarked++;
+    }
+  const size_t nodes = (size_t)nmarked * LS_BRICK_NODES;
+  double *dist = dr_malloc(sizeof(double) * (nodes ? nodes : 1), "level-set distances");
+  int *near = dr_malloc(sizeof(int) * (nodes ? nodes : 1), "level-set nearest triangles");
+  float *near_b = dr_malloc(sizeof(float) * 3 * (nodes ? nodes : 1), "level-set nearest points");
+  int64_t *coords = dr_malloc(sizeof(int64_t) * (size_t)(nmarked ? nmarked : 1), "level-set bricks");
+  if (!dist || !near || !near_b || !coords) {
+    free(p), free(tab), free(dist), free(near), free(near_b), free(coords);
+    return DR_ENOMEM;
+  }
+  for (size_t q = 0; q < nodes; ++q) dist[q] = INFINITY, near[q] = -1;
+  for (int64_t e = 0; e < nb; ++e)
+    if (tab[e] >= 0) coords[tab[e]] = e;
+
+  /* 2. distances of the band nodes to the triangles near their brick */
+  for (int t = 0; t < nt; ++t) {
+    const double *A = p + 3 * m->tri[3 * t], *B = p + 3 * m->tri[3 * t + 1], *C = p + 3 * m->tri[3 * t + 2];
+    int b0[3], b1[3];
+    brick_range(A, B, C, origin, bh, reach, dims, b0, b1);
+    for (int k = b0[2]; k <= b1[2]; ++k)
+      for (int j = b0[1]; j <= b1[1]; ++j)
+        for (int i = b0[0]; i <= b1[0]; ++i) {
+          const int32_t id = tab[((int64_t)k * dims[1] + j) * dims[0] + i];
+          if (id < 0) continue;
+          double bary[3];
+          const double ctr[3] = {origin[0] + (4 * i + 2) * h, origin[1] + (4 * j + 2) * h, origin[2] + (4 * k + 2) * h};
+          if (meshsdf_point_triangle(ctr, A, B, C, bary) > reach) continue;
+          for (int l = 0; l < LS_BRICK_NODES; ++l) {
+            const double x[3] = {origin[0] + (4 * i + (l & 3)) * h, origin[1] + (4 * j + ((l >> 2) & 3)) * h,
+                                 origin[2] + (4 * k + (l >> 4)) * h};
+            const size_t q = (size_t)id * LS_BRICK_NODES + (size_t)l;
+            const double d = meshsdf_point_triangle(x, A, B, C, bary);
+            if (d < dist[q]) {
+              dist[q] = d, near[q] = t;
+              for (int a = 0; a < 3; ++a) near_b[3 * q + a] = (float)bary[a];
+            }
+          }
+        }
+  }
+
+  /* 3. signs by the winding number; values and velocities into the pool */
+  int64_t set_cap = pool->cap;
+  if (grow64((void **)&pool->bricks, &pool->bricks_cap, pool->bricks_n + (int64_t)nodes * nc, sizeof(float)) ||
+      grow64((void **)&pool->table, &pool->table_cap, pool->table_n + nb, sizeof(int32_t)) ||
+      grow64((void **)&pool->sets, &set_cap, pool->n + 1, sizeof(levelset))) {
+    free(p), free(tab), free(dist), free(near), free(near_b), free(coords);
+    return dr_fail(DR_ENOMEM, "out of host memory for the level set of %s", what);
+  }
+  pool->cap = (int)set_cap;
+  float *out = pool->bricks + pool->bricks_n;
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int32_t id = 0; id < nmarked; ++id) {
+    const int64_t e = coords[id];
+    const int i = (int)(e % dims[0]), j = (int)((e / dims[0]) % dims[1]), k = (int)(e / ((int64_t)dims[0] * dims[1]));
+    for (int l = 0; l < LS_BRICK_NODES; ++l) {
+      const double x[3] = {origin[0] + (4 * i + (l & 3)) * h, origin[1] + (4 * j + ((l >> 2) & 3)) * h,
+                           origin[2] + (4 * k + (l >> 4)) * h};
+      const size_t q = (size_t)id * LS_BRICK_NODES + (size_t)l;
+      double w = 0;
+      for (int t = 0; t < nt; ++t) w += solid_angle(x, p + 3 * m->tri[3 * t], p + 3 * m->tri[3 * t + 1], p + 3 * m->tri[3 * t + 2]);
+      const double sign = fabs(w) > 2 * PI ? -1.0 : 1.0; /* |w / 4 pi| > 1/2 */
+      float *o = out + q * (size_t)nc;
+      o[0] = (float)(sign * fmin(dist[q], band));
+      if (nc > 1) {
+        const int t = near[q];
+        for (int a = 0; a < 6; ++a) o[1 + a] = 0.0f;
+        if (t >= 0)
+          for (int c = 0; c < 3; ++c)
+            for (int a = 0; a < 3; ++a) {
+              const int vi = m->tri[3 * t + c];
+              o[LS_VEL_OUT + a] += near_b[3 * q + c] * (float)vel_out[3 * vi + a];
+              o[LS_VEL_IN + a] += near_b[3 * q + c] * (float)vel_in[3 * vi + a];
+            }
+      }
+    }
+  }
+
+  /* 4. bricks beyond the band: outside where a flood fill from the corner brick reaches */
+  int64_t *stack = dr_malloc(sizeof(int64_t) * (size_t)nb, "level-set flood fill");
+  if (!stack) {
+    free(p), free(tab), free(dist), free(near), free(near_b), free(coords);
+    return DR_ENOMEM;
+  }
+  int64_t top = 0;
+  if (tab[0] == LS_INSIDE) tab[0] = LS_OUTSIDE, stack[top++] = 0;
+  while (top > 0) {
+    const int64_t e = stack[--top];
+    const int i = (int)(e % dims[0]), j = (int)((e / dims[0]) % dims[1]), k = (int)(e / ((int64_t)dims[0] * dims[1]));
+    const int nbr[6][3] = {{i - 1, j, k}, {i + 1, j, k}, {i, j - 1, k}, {i, j + 1, k}, {i, j, k - 1}, {i, j, k + 1}};
+    for (int s = 0; s < 6; ++s) {
+      const int *c = nbr[s];
+      if (c[0] < 0 || c[1] < 0 || c[2] < 0 || c[0] >= dims[0] || c[1] >= dims[1] || c[2] >= dims[2]) continue;
+      const int64_t f = ((int64_t)c[2] * dims[1] + c[1]) * dims[0] + c[0];
+      if (tab[f] == LS_INSIDE) tab[f] = LS_OUTSIDE, stack[top++] = f;
+    }
+  }
+  free(stack);
+
+  levelset *L = &pool->sets[pool->n];
+  memset(L, 0, sizeof *L);
+  for (int a = 0; a < 3; ++a) L->origin[a] = (float)origin[a], L->dims[a] = dims[a], L->centroid[a] = (float)centroid[a];
+  L->h = (float)h;
+  L->inv_h = (float)(1.0 / h);
+  L->band = (float)band;
+  L->channels = nc;
+  L->table0 = pool->table_n;
+  L->brick0 = pool->bricks_n;
+  if (nc > 1 && nv > 0)
+    for (int i = 0; i < nv; ++i)
+      for (int a = 0; a < 3; ++a) {
+        L->vel_mean[a] += (float)(vel_out[3 * i + a] / nv);
+        L->vel_mean[3 + a] += (float)(vel_in[3 * i + a] / nv);
+      }
+  memcpy(pool->table + pool->table_n, tab, sizeof(int32_t) * (size_t)nb);
+  pool->table_n += nb;
+  pool->bricks_n += (int64_t)nodes * nc;
+  *index = pool->n++;
+  free(p), free(tab), free(dist), free(near), free(near_b), free(coords);
+  return DR_OK;
+}
+
+void levelset_pool_free(levelset_pool *pool) {
+  if (!pool) return;
+  free(pool->sets), free(pool->table), free(pool->bricks);
+  memset(pool, 0, sizeof *pool);
+}
+
+float levelset_phi(const levelset_pool *pool, int index, const double x[3]) {
+  const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
+  float g[3];
+  return ls_sample(&pool->sets[index], pool->table, pool->bricks, xf, g, 0, NULL);
+}

@@ -1,0 +1,101 @@
+/* levelset.h - sparse narrow-band signed distance fields of triangle meshes, as the grid update
+ * samples them (mesh colliders, boundary.h) and as the sampling of mesh bodies tests points.
+ * Shared by the CPU and CUDA backends; built on the host by meshsdf.c.
+ *
+ * A level set is a regular lattice of nodes (spacing h, node (0,0,0) at origin) cut into
+ * bricks of 4^3 nodes. A dense table with one int32 per brick says what the brick holds:
+ * >= 0, the index of its stored values (the narrow band: bricks within band + a brick's
+ * half-diagonal of a triangle); LS_OUTSIDE or LS_INSIDE, a brick farther than band from the
+ * surface, all of whose nodes read +band or -band. Inside the band a node stores
+ * phi = sign * min(distance to the triangles, band): negative inside, |phi| <= band. Beyond the
+ * lattice everything reads +band (the lattice has a margin of more than band around the mesh).
+ *
+ * Between nodes phi is trilinear; its gradient is the gradient of the trilinear interpolant
+ * (exact for a plane, continuous in value across cells). The table costs 4 bytes per 64 nodes
+ * of the mesh's bounding box, the bricks 256 bytes (x channels) each; only the band is stored.
+ *
+ * Channels: 1 (phi) for a static mesh; 7 for a frame of an animated sequence: phi, then the
+ * velocity of the surface point nearest to the node for the interval after this frame ("out",
+ * channels 1-3) and for the interval before it ("in", channels 4-6). */
+#ifndef DRIFT_PHYSICS_LEVELSET_H
+#define DRIFT_PHYSICS_LEVELSET_H
+
+#include <stdint.h>
+
+#include "physics/common.h"
+
+#define LS_BRICK 4        /* nodes per brick edge */
+#define LS_BRICK_NODES 64
+#define LS_OUTSIDE (-1)   /* table entries of bricks beyond the band */
+#define LS_INSIDE (-2)
+#define LS_MAX_CHANNELS 7
+#define LS_VEL_OUT 1      /* first channel of the velocity for the interval after the frame */
+#define LS_VEL_IN 4       /* ... and before it */
+
+typedef struct levelset {
+  float origin[3];      /* node (0,0,0) (m, in the frame the mesh was given in) */
+  float h, inv_h;       /* node spacing (m) and its inverse */
+  float band;           /* |phi| <= band (m) */
+  int dims[3];          /* bricks along each axis */
+  int channels;         /* 1 or 7 (see above) */
+  int64_t table0;       /* its first entry in the pool's table */
+  int64_t brick0;       /* its first float in the pool's bricks */
+  float centroid[3];    /* of the mesh's vertices: the normal's fallback where phi is flat */
+  float vel_mean[6];    /* sequences: mean vertex velocity out, in (the value off the band) */
+} levelset;
+
+/* The values of node (i, j, k) (channels 0 .. nc - 1) into out. */
+DR_HD void ls_node(const levelset *L, const int32_t *table, const float *bricks, int i, int j, int k, float *out, int nc) {
+  int e = LS_OUTSIDE;
+  const int bi = i >> 2, bj = j >> 2, bk = k >> 2;
+  if (i >= 0 && j >= 0 && k >= 0 && bi < L->dims[0] && bj < L->dims[1] && bk < L->dims[2])
+    e = table[L->table0 + ((int64_t)bk * L->dims[1] + bj) * L->dims[0] + bi];
+  if (e >= 0) {
+    const int local = ((k & 3) * LS_BRICK + (j & 3)) * LS_BRICK + (i & 3);
+    const float *p = bricks + L->brick0 + ((int64_t)e * LS_BRICK_NODES + local) * L->channels;
+    for (int c = 0; c < nc; ++c) out[c] = p[c];
+    return;
+  }
+  out[0] = e == LS_INSIDE ? -L->band : L->band;
+  for (int c = 1; c < nc; ++c) out[c] = L->vel_mean[c - 1];
+}
+
+/* phi at the point x (m), its gradient grad (unnormalised) and, when vel is not NULL, the
+ * velocity channels starting at vch (LS_VEL_OUT or LS_VEL_IN), all trilinear. */
+DR_HD float ls_sample(const levelset *L, const int32_t *table, const float *bricks, const float x[3], float grad[3],
+                      int vch, float vel[3]) {
+  float u[3], f[3];
+  int i0[3];
+  const int nc = vel ? vch + 3 : 1;
+  for (int a = 0; a < 3; ++a) {
+    u[a] = (x[a] - L->origin[a]) * L->inv_h;
+    const float fl = floorf(u[a]);
+    if (!(fl >= 0.0f && fl < (float)(L->dims[a] * LS_BRICK - 1))) { /* off the lattice (or NaN) */
+      grad[0] = grad[1] = grad[2] = 0.0f;
+      if (vel) vel[0] = vel[1] = vel[2] = 0.0f;
+      return L->band;
+    }
+    i0[a] = (int)fl;
+    f[a] = u[a] - fl;
+  }
+  float phi = 0.0f;
+  grad[0] = grad[1] = grad[2] = 0.0f;
+  if (vel) vel[0] = vel[1] = vel[2] = 0.0f;
+  for (int c = 0; c < 8; ++c) {
+    const int di = c & 1, dj = (c >> 1) & 1, dk = c >> 2;
+    float val[LS_MAX_CHANNELS];
+    ls_node(L, table, bricks, i0[0] + di, i0[1] + dj, i0[2] + dk, val, nc);
+    const float wx = di ? f[0] : 1.0f - f[0], wy = dj ? f[1] : 1.0f - f[1], wz = dk ? f[2] : 1.0f - f[2];
+    const float sx = di ? 1.0f : -1.0f, sy = dj ? 1.0f : -1.0f, sz = dk ? 1.0f : -1.0f;
+    phi += wx * wy * wz * val[0];
+    grad[0] += sx * wy * wz * val[0];
+    grad[1] += wx * sy * wz * val[0];
+    grad[2] += wx * wy * sz * val[0];
+    if (vel)
+      for (int a = 0; a < 3; ++a) vel[a] += wx * wy * wz * val[vch + a];
+  }
+  for (int a = 0; a < 3; ++a) grad[a] *= L->inv_h;
+  return phi;
+}
+
+#endif
