@@ -177,6 +177,30 @@ static int dvec_reserve_at(dvec *v, size_t need, int exact, const char *what, co
 #define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, (what), __FILE__, __LINE__))
 #define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, (what), __FILE__, __LINE__))
 
+/* The same growth rule, keeping the first `keep` bytes (copied on the stream into the new
+ * buffer; the old one is freed after the copy). For appending particles (add_particles). */
+static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st, const char *what, const char *file,
+                             int line) {
+  if (2 * need <= v->bytes) return DR_OK;
+  size_t cap = 4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need;
+  if (cap < 256) cap = 256;
+  void *q = NULL;
+  if (cudaMalloc(&q, cap) != cudaSuccess) return dvec_fail(cap, what, file, line);
+  if (keep > 0) {
+    cudaError_t e = cudaMemcpyAsync(q, v->ptr, keep, cudaMemcpyDeviceToDevice, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    if (e != cudaSuccess) {
+      cudaFree(q);
+      return cuda_fail(e, "cudaMemcpyAsync(keep on growth)", file, line);
+    }
+  }
+  if (v->ptr) CU(cudaFree(v->ptr));
+  v->ptr = q;
+  v->bytes = cap;
+  return DR_OK;
+}
+#define DVEC_KEEP(v, need, keep, st, what) DR_TRY(dvec_grow_keep_at(&(v), (need), (keep), (st), (what), __FILE__, __LINE__))
+
 static void dvec_free(dvec *v) {
   if (v->ptr) cudaFree(v->ptr);
   v->ptr = NULL;
@@ -278,6 +302,10 @@ typedef struct cuda_state {
 
   uint8_t *h_touched;
   size_t h_touched_cap;
+  float *h_add;                 /* add_particles: host packets of the new particles (grow-only) */
+  uint64_t *h_add_id;
+  int2 *h_add_hdr;
+  size_t h_add_cap;             /* packets */
   int need_rebuild;
   uint64_t rebuilds;
   float vmax;
@@ -1328,6 +1356,72 @@ static int set_particles(void *state, particles *p) {
   return DR_OK;
 }
 
+/* Appends p's particles in new packets after the current ones (the packets of the last mapping
+ * keep their partly filled lanes; k_keys sorts empty lanes last), then a rebuild-mapping sorts
+ * everything. Device buffers grow 4x when more than half full (contents kept), so a source
+ * emitting frame after frame allocates only now and then; the host staging packets grow only. A
+ * G2P2G frame after this starts from an unprimed P2G, as after any rebuild (rebuild_now clears
+ * both grid buffers). */
+static int add_particles(void *state, const particles *p) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t m = p->n;
+  if (m == 0) return DR_OK;
+  if (s->n + m > (size_t)INT32_MAX / 2)
+    return dr_fail(DR_EINPUT, "%zu particles on one GPU: the cuda backend holds at most %d per GPU", s->n + m,
+                   INT32_MAX / 2);
+  CU(cudaStreamSynchronize(s->stream)); /* nothing queued still reads the packets */
+  const size_t old_packets = s->n_packets, add_packets = (m + LANES - 1) / LANES;
+  const size_t packets = old_packets + add_packets, slots = packets * LANES;
+  cudaStream_t st = s->stream;
+  DVEC_KEEP(s->pk[s->cur], packets * PK_FLOATS * sizeof(float), old_packets * PK_FLOATS * sizeof(float), st,
+            "particle packets");
+  DVEC_KEEP(s->pid[s->cur], slots * sizeof(uint64_t), old_packets * LANES * sizeof(uint64_t), st, "particle ids");
+  DVEC_KEEP(s->hdr, packets * sizeof(int2), old_packets * sizeof(int2), st, "packet headers");
+  for (int k = 0; k < 2; ++k) {
+    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
+  }
+  DVEC(s->pblock, (s->n + m) * sizeof(int32_t), "particle block indices");
+  DVEC(s->head, (s->n + m) * sizeof(int32_t), "particle block indices");
+  if (add_packets > s->h_add_cap) {
+    free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
+    size_t cap = s->h_add_cap ? s->h_add_cap : 64;
+    while (cap < add_packets) cap *= 2;
+    s->h_add = (float *)dr_malloc(cap * PK_FLOATS * sizeof(float), "particle upload");
+    s->h_add_id = (uint64_t *)dr_malloc(cap * LANES * sizeof(uint64_t), "particle upload");
+    s->h_add_hdr = (int2 *)dr_malloc(cap * sizeof(int2), "particle upload");
+    s->h_add_cap = s->h_add && s->h_add_id && s->h_add_hdr ? cap : 0;
+    if (!s->h_add_cap) return DR_ENOMEM;
+  }
+  float *pk = s->h_add;
+  uint64_t *id = s->h_add_id;
+  memset(pk, 0, add_packets * PK_FLOATS * sizeof(float));
+  memset(id, 0, add_packets * LANES * sizeof(uint64_t));
+  for (size_t i = 0; i < m; ++i) {
+    float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
+    for (int a = 0; a < 3; ++a) q[(A_X + a) * LANES] = p->x[3 * i + a], q[(A_V + a) * LANES] = p->v[3 * i + a];
+    for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * i + a], q[(A_F + a) * LANES] = p->F[9 * i + a];
+    q[A_M * LANES] = p->mass[i];
+    q[A_VOL * LANES] = p->vol0[i];
+    q[A_JP * LANES] = p->logjp[i];
+    memcpy(&q[A_MAT * LANES], &p->material[i], sizeof(int32_t));
+    id[i] = p->id[i];
+  }
+  for (size_t k = 0; k < add_packets; ++k)
+    s->h_add_hdr[k] = make_int2(-1, (int)(m - k * LANES < LANES ? m - k * LANES : LANES));
+  CU(cudaMemcpyAsync(dp<float>(s->pk[s->cur]) + old_packets * PK_FLOATS, pk, add_packets * PK_FLOATS * sizeof(float),
+                     cudaMemcpyHostToDevice, st));
+  CU(cudaMemcpyAsync(dp<uint64_t>(s->pid[s->cur]) + old_packets * LANES, id, add_packets * LANES * sizeof(uint64_t),
+                     cudaMemcpyHostToDevice, st));
+  CU(cudaMemcpyAsync(dp<int2>(s->hdr) + old_packets, s->h_add_hdr, add_packets * sizeof(int2), cudaMemcpyHostToDevice,
+                     st));
+  s->n += m;
+  s->n_packets = packets;
+  DR_TRY(rebuild_now(s));
+  CU(cudaStreamSynchronize(st)); /* the staging packets are reused by the next call */
+  return DR_OK;
+}
+
 /* ---- backend.h: the phases ---------------------------------------------------------------- */
 
 static int rebuild(void *state, int force, int *rebuilt) {
@@ -1566,6 +1660,7 @@ static void destroy(void *state) {
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
   free(s->h_touched);
+  free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
   free(s->h_codes);
   free(s->xl);
   free(s->mats);
@@ -1728,6 +1823,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->grid_update_part = grid_update_part;
   out->wants_rebuild = wants_rebuild;
   out->set_particles = set_particles;
+  out->add_particles = add_particles;
   out->block_sums = sums_floats(s);
   out->alloc_sums = alloc_sums;
   out->free_sums = free_sums;

@@ -126,8 +126,7 @@ static int visit_one(void *ctx, const double x[3], uint64_t id) {
 int sample_visit(const scene *s, sample_point_fn fn, void *ctx) {
   visit_ctx c = {fn, ctx};
   for (int bi = 0; bi < s->n_bodies; ++bi) {
-    uint64_t n = 0;
-    if (s->bodies[bi].emit.mode != EMIT_NONE) continue; /* sources emit later (emit.h) */
+    uint64_t n = 0; /* sources too: where their particles will be (the initial cuts) */
     DR_TRY(visit_body(s, bi, visit_one, &c, &n));
   }
   return DR_OK;

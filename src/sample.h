@@ -33,7 +33,9 @@ int sample_scene(const scene *s, particles *p);
  * the kept particles are exactly those sample_scene gives there, volumes included. */
 typedef int (*sample_keep_fn)(void *ctx, const double x[3]);
 int sample_scene_where(const scene *s, sample_keep_fn keep, void *ctx, particles *p);
-/* Calls fn(ctx, x) for every particle position of the scene without storing any (histograms). */
+/* Calls fn(ctx, x) for every particle position of the scene without storing any (histograms),
+ * the sources' shapes included as if sampled (where their particles will be: the initial cuts
+ * between ranks). */
 typedef int (*sample_point_fn)(void *ctx, const double x[3]);
 int sample_visit(const scene *s, sample_point_fn fn, void *ctx);
 
