@@ -177,6 +177,30 @@ static int dvec_reserve_at(dvec *v, size_t need, int exact, const char *what, co
 #define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, (what), __FILE__, __LINE__))
 #define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, (what), __FILE__, __LINE__))
 
+/* The same growth rule, keeping the first `keep` bytes (copied on the stream into the new
+ * buffer; the old one is freed after the copy). For appending particles (add_particles). */
+static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st, const char *what, const char *file,
+                             int line) {
+  if (2 * need <= v->bytes) return DR_OK;
+  size_t cap = 4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need;
+  if (cap < 256) cap = 256;
+  void *q = NULL;
+  if (cudaMalloc(&q, cap) != cudaSuccess) return dvec_fail(cap, what, file, line);
+  if (keep > 0) {
+    cudaError_t e = cudaMemcpyAsync(q, v->ptr, keep, cudaMemcpyDeviceToDevice, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    if (e != cudaSuccess) {
+      cudaFree(q);
+      return cuda_fail(e, "cudaMemcpyAsync(keep on growth)", file, line);
+    }
+  }
+  if (v->ptr) CU(cudaFree(v->ptr));
+  v->ptr = q;
+  v->bytes = cap;
+  return DR_OK;
+}
+#define DVEC_KEEP(v, need, keep, st, what) DR_TRY(dvec_grow_keep_at(&(v), (need), (keep), (st), (what), __FILE__, __LINE__))
+
 static void dvec_free(dvec *v) {
   if (v->ptr) cudaFree(v->ptr);
   v->ptr = NULL;
@@ -341,6 +365,10 @@ typedef struct cuda_state {
   dvec tags;                    /* [n_blocks][nm - 1] int32: the peers' indices of each block (k_tag) */
   dvec vel, vel0;               /* [n_blocks][256] / [n_blocks][192] float: k_grid's output, G2P's input */
   dvec bar;                     /* unsigned: this member's barrier count, read by the peers */
+  float *h_add;                 /* add_particles: host packets of the new particles (grow-only) */
+  uint64_t *h_add_id;
+  int2 *h_add_hdr;
+  size_t h_add_cap;             /* packets */
   int need_rebuild;
   uint64_t rebuilds;
   float vmax;
@@ -1479,6 +1507,79 @@ static int set_particles(void *state, particles *p) {
   return DR_OK;
 }
 
+/* Appends p's particles in new packets after the current ones (the packets of the last mapping
+ * keep their partly filled lanes; k_keys sorts empty lanes last); the caller's rebuild-mapping
+ * then sorts everything. Device buffers grow 4x when more than half full (contents kept), so a source
+ * emitting frame after frame allocates only now and then; the host staging packets grow only. A
+ * G2P2G frame after this starts from an unprimed P2G, as after any rebuild (rebuild_now clears
+ * both grid buffers). */
+static int append_particles(cuda_state *s, const particles *p) {
+  const size_t m = p->n;
+  if (m == 0) return DR_OK;
+  if (s->n + m > (size_t)INT32_MAX / 2)
+    return dr_fail(DR_EINPUT, "%zu particles on one GPU: the cuda backend holds at most %d per GPU", s->n + m,
+                   INT32_MAX / 2);
+  CU(cudaStreamSynchronize(s->stream)); /* nothing queued still reads the packets */
+  const size_t old_packets = s->n_packets, add_packets = (m + LANES - 1) / LANES;
+  const size_t packets = old_packets + add_packets, slots = packets * LANES;
+  cudaStream_t st = s->stream;
+  DVEC_KEEP(s->pk[s->cur], packets * PK_FLOATS * sizeof(float), old_packets * PK_FLOATS * sizeof(float), st,
+            "particle packets");
+  DVEC_KEEP(s->pid[s->cur], slots * sizeof(uint64_t), old_packets * LANES * sizeof(uint64_t), st, "particle ids");
+  DVEC_KEEP(s->hdr, packets * sizeof(int2), old_packets * sizeof(int2), st, "packet headers");
+  for (int k = 0; k < 2; ++k) {
+    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
+  }
+  DVEC(s->pblock, (s->n + m) * sizeof(int32_t), "particle block indices");
+  DVEC(s->head, (s->n + m) * sizeof(int32_t), "particle block indices");
+  if (add_packets > s->h_add_cap) {
+    free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
+    size_t cap = s->h_add_cap ? s->h_add_cap : 64;
+    while (cap < add_packets) cap *= 2;
+    s->h_add = (float *)dr_malloc(cap * PK_FLOATS * sizeof(float), "particle upload");
+    s->h_add_id = (uint64_t *)dr_malloc(cap * LANES * sizeof(uint64_t), "particle upload");
+    s->h_add_hdr = (int2 *)dr_malloc(cap * sizeof(int2), "particle upload");
+    s->h_add_cap = s->h_add && s->h_add_id && s->h_add_hdr ? cap : 0;
+    if (!s->h_add_cap) return DR_ENOMEM;
+  }
+  float *pk = s->h_add;
+  uint64_t *id = s->h_add_id;
+  memset(pk, 0, add_packets * PK_FLOATS * sizeof(float));
+  memset(id, 0, add_packets * LANES * sizeof(uint64_t));
+  for (size_t i = 0; i < m; ++i) {
+    float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
+    for (int a = 0; a < 3; ++a) q[(A_X + a) * LANES] = p->x[3 * i + a], q[(A_V + a) * LANES] = p->v[3 * i + a];
+    for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * i + a], q[(A_F + a) * LANES] = p->F[9 * i + a];
+    q[A_M * LANES] = p->mass[i];
+    q[A_VOL * LANES] = p->vol0[i];
+    q[A_JP * LANES] = p->logjp[i];
+    memcpy(&q[A_MAT * LANES], &p->material[i], sizeof(int32_t));
+    id[i] = p->id[i];
+  }
+  for (size_t k = 0; k < add_packets; ++k)
+    s->h_add_hdr[k] = make_int2(-1, (int)(m - k * LANES < LANES ? m - k * LANES : LANES));
+  CU(cudaMemcpyAsync(dp<float>(s->pk[s->cur]) + old_packets * PK_FLOATS, pk, add_packets * PK_FLOATS * sizeof(float),
+                     cudaMemcpyHostToDevice, st));
+  CU(cudaMemcpyAsync(dp<uint64_t>(s->pid[s->cur]) + old_packets * LANES, id, add_packets * LANES * sizeof(uint64_t),
+                     cudaMemcpyHostToDevice, st));
+  CU(cudaMemcpyAsync(dp<int2>(s->hdr) + old_packets, s->h_add_hdr, add_packets * sizeof(int2), cudaMemcpyHostToDevice,
+                     st));
+  s->n += m;
+  s->n_packets = packets;
+  CU(cudaStreamSynchronize(st)); /* the staging packets are reused by the next call */
+  return DR_OK;
+}
+
+static int add_particles(void *state, const particles *p) {
+  cuda_state *s = (cuda_state *)state;
+  if (p->n == 0) return DR_OK;
+  DR_TRY(append_particles(s, p));
+  DR_TRY(rebuild_now(s));
+  CU(cudaStreamSynchronize(s->stream));
+  return DR_OK;
+}
+
 /* ---- backend.h: the phases ---------------------------------------------------------------- */
 
 static int rebuild(void *state, int force, int *rebuilt) {
@@ -1627,6 +1728,7 @@ static void destroy(void *state) {
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
   free(s->h_touched);
+  free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
   free(s->h_codes);
   free(s->xl);
   free(s->mats);
@@ -2176,6 +2278,40 @@ static int island_split(island *I, const particles *p, particles *parts) {
   return rc;
 }
 
+/* New particles (sources, backend.h add_particles) on the island: taken in order along the split
+ * axis and poured into the members in that order, each filled up to an even share of the new total
+ * (a member already above its share takes none), so the members stay balanced by count and each
+ * receives a contiguous run along the axis; then every member rebuilds and the tags are renewed. */
+static int island_add_particles(void *state, const particles *p) {
+  island *I = (island *)state;
+  if (p->n == 0) return DR_OK;
+  coord_index *ci = (coord_index *)dr_malloc(sizeof *ci * p->n, "island sources");
+  if (!ci) return DR_ENOMEM;
+  for (size_t i = 0; i < p->n; ++i) ci[i] = (coord_index){p->x[3 * i + I->axis], i};
+  qsort(ci, p->n, sizeof *ci, by_coord);
+  size_t total = p->n;
+  for (int k = 0; k < I->nm; ++k) total += I->m[k]->n;
+  particles part;
+  memset(&part, 0, sizeof part);
+  int rc = DR_OK;
+  size_t next = 0;
+  for (int k = 0; k < I->nm && rc == DR_OK && next < p->n; ++k) {
+    const size_t share = total * (size_t)(k + 1) / (size_t)I->nm - total * (size_t)k / (size_t)I->nm;
+    size_t give = share > I->m[k]->n ? share - I->m[k]->n : 0;
+    if (k == I->nm - 1 || give > p->n - next) give = p->n - next;
+    if (give == 0) continue;
+    part.n = 0;
+    rc = particles_reserve(&part, give);
+    for (size_t j = next; j < next + give && rc == DR_OK; ++j) rc = particles_push_copy(&part, p, ci[j].i);
+    if (rc == DR_OK && (rc = use(I->m[k])) == DR_OK) rc = append_particles(I->m[k], &part);
+    next += give;
+  }
+  particles_free(&part);
+  free(ci);
+  DR_TRY(rc);
+  return island_rebuild(I);
+}
+
 static int island_create(const sim_params *prm, const int *dev, int nm, particles *p, backend *out) {
   DR_TRY(island_peers(dev, nm));
   island *I = (island *)dr_calloc(1, sizeof *I, "cuda island");
@@ -2215,6 +2351,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->download = island_download;
   out->stats = island_stats;
   out->destroy = island_destroy;
+  out->add_particles = island_add_particles;
   /* several ranks with an island: not yet (set_particles NULL makes sim.c say so) */
   size_t held = 0;
   char line[512];
@@ -2268,6 +2405,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->grid_update_part = grid_update_part;
   out->wants_rebuild = wants_rebuild;
   out->set_particles = set_particles;
+  out->add_particles = add_particles;
   out->block_sums = sums_floats(s);
   out->alloc_sums = alloc_sums;
   out->free_sums = free_sums;

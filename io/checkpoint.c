@@ -71,7 +71,7 @@ typedef struct sattr {
 static const sattr STATE[] = {SATTR_(frame, K_I32),    SATTR_(step_in_frame, K_I32), SATTR_(time, K_F64),
                               SATTR_(steps, K_U64),    SATTR_(rebuilds, K_U64),      SATTR_(last_dt, K_F64),
                               SATTR_(vmax, K_F64),     SATTR_(scene_hash, K_U64),    SATTR_(n_particles, K_U64),
-                              SATTR_(ranks, K_I32)};
+                              SATTR_(ranks, K_I32),    SATTR_(emit_frame, K_I32),    SATTR_(n_sources, K_I32)};
 #undef SATTR_
 enum { N_STATE = sizeof STATE / sizeof STATE[0] };
 
@@ -101,6 +101,7 @@ static uint64_t state_hash(const ckpt_state *st) {
     }
     h = fnv_bytes(h, &w, sizeof w);
   }
+  for (int i = 0; i < st->n_sources && st->emitted; ++i) h = fnv_bytes(h, &st->emitted[i], sizeof st->emitted[i]);
   return h;
 }
 
@@ -255,6 +256,10 @@ static int write_contents(hid_t file, void *ctx) {
   if (!st)
     st = h5util_write_rows(file, "scene", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, job->sc->len, 0,
                            job->rank == 0 ? job->sc->len : 0, job->sc->text, dcpl, dxpl, path);
+  /* the sources' counts: rank 0 writes them all */
+  if (!st)
+    st = h5util_write_rows(file, "sources", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, (uint64_t)job->st->n_sources, 0,
+                           job->rank == 0 ? (uint64_t)job->st->n_sources : 0, job->st->emitted, dcpl, dxpl, path);
   if (st) goto fail;
   H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2", "group /particles");
   for (int a = 0; !st && a < N_PATTRS; ++a)
@@ -416,7 +421,7 @@ static int read_checks(const char *path) {
 }
 
 /* The state attributes, their hash and the format (the same on every rank). */
-static int read_state(hid_t file, ckpt_state *out, uint64_t *particle_sum, const char *path) {
+static int read_state(hid_t file, ckpt_state *out, uint64_t *particle_sum, uint64_t *state_hash_out, const char *path) {
   int st = 0;
   int32_t format = 0;
   uint64_t hash = 0;
@@ -428,7 +433,8 @@ static int read_state(hid_t file, ckpt_state *out, uint64_t *particle_sum, const
     DR_TRY(read_attr(file, STATE[i].name, mem_type(STATE[i].kind), (char *)out + STATE[i].offset, path));
   DR_TRY(read_attr(file, "state_hash", H5T_NATIVE_UINT64, &hash, path));
   DR_TRY(read_attr(file, "particle_sum", H5T_NATIVE_UINT64, particle_sum, path));
-  if (hash != state_hash(out)) BAD("damaged (the run's state does not match its hash)");
+  *state_hash_out = hash;
+  if (out->n_sources < 0) BAD("damaged (%d particle sources)", out->n_sources);
   if (out->frame < 0 || out->step_in_frame < 0 || out->ranks < 1 || !(out->time >= 0))
     BAD("damaged (frame %d, step %d of the next frame, time %g, %d ranks)", out->frame, out->step_in_frame, out->time,
         out->ranks);
@@ -472,6 +478,8 @@ int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *out, particles *slice
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
   slice->n = 0;
+  out->emitted = NULL;
+  out->n_sources = 0;
   DR_TRY(comm_agree(comm, rank == 0 ? read_checks(path) : DR_OK));
   /* Opening is collective; a truncated file fails here (its end is before the recorded one). */
   st = DR_OK;
@@ -480,11 +488,27 @@ int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *out, particles *slice
   else if ((file = H5Fopen(path, H5F_ACC_RDONLY, fapl)) < 0)
     st = dr_fail(DR_EINPUT, "checkpoint %s: not a whole HDF5 file (truncated, damaged, or not a checkpoint)", path);
   if ((st = comm_agree(comm, st))) goto fail;
-  uint64_t particle_sum = 0;
-  if ((st = comm_agree(comm, read_state(file, out, &particle_sum, path)))) goto fail;
+  uint64_t particle_sum = 0, hash = 0;
+  if ((st = comm_agree(comm, read_state(file, out, &particle_sum, &hash, path)))) goto fail;
   H5CK(dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
   H5CK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
   if ((st = comm_agree(comm, check_scene(file, out, dxpl, path)))) goto fail;
+  /* the sources' counts (every rank reads them all), then the state's hash over everything */
+  if (out->n_sources > 0 && !(out->emitted = malloc(sizeof *out->emitted * (size_t)out->n_sources)))
+    st = dr_fail(DR_ENOMEM, "out of host memory for the particle sources of %s", path);
+  if ((st = comm_agree(comm, st))) goto fail;
+  {
+    hid_t d = H5I_INVALID_HID;
+    if ((st = comm_agree(comm, open_rows(file, "sources", K_U64, 1, (uint64_t)out->n_sources, &d, path)))) {
+      H5_DROP(H5Dclose, d);
+      goto fail;
+    }
+    st = read_rows(d, "sources", H5T_NATIVE_UINT64, 1, (uint64_t)out->n_sources, 0, (uint64_t)out->n_sources,
+                   out->emitted, dxpl, path);
+    H5Dclose(d);
+    if (!st && hash != state_hash(out)) st = dr_fail(DR_EINPUT, "checkpoint %s: damaged (the run's state does not match its hash)", path);
+    if ((st = comm_agree(comm, st))) goto fail;
+  }
   /* this rank's even slice */
   const uint64_t N = out->n_particles, R = (uint64_t)nranks, r = (uint64_t)rank;
   const uint64_t first = N / R * r + N % R * r / R, end = N / R * (r + 1) + N % R * (r + 1) / R, n = end - first;
@@ -520,6 +544,8 @@ int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *out, particles *slice
   return DR_OK;
 fail:
   slice->n = 0;
+  free(out->emitted);
+  out->emitted = NULL;
   H5_DROP(H5Gclose, group);
   H5_DROP(H5Pclose, dxpl);
   H5_DROP(H5Fclose, file);

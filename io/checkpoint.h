@@ -8,9 +8,10 @@
  *   /particles/NAME   one dataset per attribute of particles.h (PARTICLE_ATTRIBUTES, same names,
  *                     x v C F mass vol0 id material owner): [N] or [N][k], float32, uint64, int32
  *   /scene            uint8 [bytes]: the scene file exactly as it was read
+ *   /sources          uint64 [n_sources]: particles each particle source has emitted (emit.h)
  *   root attributes:  the fields of ckpt_state (format, frame, step_in_frame, time, steps,
- *                     rebuilds, last_dt, vmax, scene_hash, n_particles, ranks), then
- *                     state_hash (FNV-1a of those values), particle_sum (the sum over rows of a
+ *                     rebuilds, last_dt, vmax, scene_hash, n_particles, ranks, emit_frame,
+ *                     n_sources), then state_hash (FNV-1a of those values and /sources), particle_sum (the sum over rows of a
  *                     hash of the row's index and bytes), drift_version and scene_path (strings).
  * The file is written as DIR/.checkpoint_NNNNN.h5.tmp with checksummed HDF5 metadata (the 1.8
  * format) and renamed when complete. Reading checks the metadata checksums (HDF5), the shapes,
@@ -25,7 +26,7 @@
 
 #include "particles.h"
 
-#define CKPT_FORMAT 1 /* raised when the layout changes; older files are refused */
+#define CKPT_FORMAT 2 /* raised when the layout changes; older files are refused (2: particle sources) */
 
 /* The run's state beside the particles. */
 typedef struct ckpt_state {
@@ -40,6 +41,10 @@ typedef struct ckpt_state {
   uint64_t scene_hash;  /* scene_hash_bytes of the scene file */
   uint64_t n_particles; /* all ranks (set by ckpt_write) */
   int ranks;            /* ranks that wrote it (set by ckpt_write) */
+  int emit_frame;       /* particle sources: the last frame whose emission is done (-1: none) */
+  int n_sources;        /* particle sources (bodies with emit) */
+  uint64_t *emitted;    /* [n_sources] particles each source has emitted; ckpt_write borrows it, ckpt_read
+                         * allocates it (free it; NULL when n_sources is 0 or on failure) */
 } ckpt_state;
 
 /* The scene a checkpoint comes from: its bytes and the path they were read from. */

@@ -189,3 +189,17 @@ int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, cons
   free(materials);
   return st;
 }
+
+int h5frame_count(const char *path, uint64_t *n) {
+  h5util_quiet();
+  *n = 0;
+  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), a = H5I_INVALID_HID;
+  if (file < 0) return dr_fail(DR_EIO, "frame %s cannot be opened", path);
+  int rc = DR_OK;
+  if (H5Aexists(file, "n_particles") <= 0 || (a = H5Aopen(file, "n_particles", H5P_DEFAULT)) < 0 ||
+      H5Aread(a, H5T_NATIVE_UINT64, n) < 0)
+    rc = dr_fail(DR_EIO, "frame %s: attribute n_particles cannot be read", path);
+  if (a >= 0) H5Aclose(a);
+  H5Fclose(file);
+  return rc;
+}

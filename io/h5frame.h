@@ -41,6 +41,9 @@ typedef struct h5frame_meta {
  * under the final name or the temporary one, and every rank returns the same non-zero status. */
 int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d);
 
+/* Reads the particle count (root attribute n_particles) of the frame file at path; one rank. */
+int h5frame_count(const char *path, uint64_t *n);
+
 /* The final path of a frame: DIR/frame_NNNNN.h5 (writes at most len bytes). */
 void h5frame_path(const char *dir, int frame, char *out, size_t len);
 

@@ -120,6 +120,10 @@ typedef struct backend {
   int (*wants_rebuild)(void *state);
   /* Replaces the particles (takes p over; *p is left empty) and rebuilds the mapping. */
   int (*set_particles)(void *state, particles *p);
+  /* Optional (NULL where absent; sim.c then downloads, appends and calls set_particles): appends
+   * the particles of p (left unchanged) and rebuilds the mapping, for particle sources
+   * (emit.h). Storage grows only when it is too small (cuda: 4x when more than half full). */
+  int (*add_particles)(void *state, const particles *p);
   int (*stats)(void *state, backend_stats *out);
   void (*destroy)(void *state);
 } backend;

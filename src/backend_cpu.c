@@ -72,7 +72,7 @@ typedef struct cpu_state {
 /* ---- storage ------------------------------------------------------------------------------ */
 
 static int grow_particles(cpu_state *s, size_t n) {
-  if (n <= s->cap_n) return DR_OK;
+  if (n <= s->cap_n && s->cap_n) return DR_OK; /* (a first call allocates, even for no particle) */
   size_t cap = s->cap_n ? s->cap_n : 1024;
   while (cap < n) cap *= 2;
   free(s->pblock);
@@ -87,7 +87,7 @@ static int grow_particles(cpu_state *s, size_t n) {
 }
 
 static int grow_pblocks(cpu_state *s, size_t n) {
-  if (n <= s->cap_pb) return DR_OK;
+  if (n <= s->cap_pb && s->cap_pb) return DR_OK;
   size_t cap = s->cap_pb ? s->cap_pb : 256;
   while (cap < n) cap *= 2;
   free(s->pb_coord), free(s->pb_nbr), free(s->pb_start), free(s->color_pb), free(s->nbr_codes);
@@ -102,7 +102,7 @@ static int grow_pblocks(cpu_state *s, size_t n) {
 }
 
 static int grow_blocks(cpu_state *s, size_t n) {
-  if (n <= s->cap_blocks) return DR_OK;
+  if (n <= s->cap_blocks && s->cap_blocks) return DR_OK;
   size_t cap = s->cap_blocks ? s->cap_blocks : 1024;
   while (cap < n) cap *= 2;
   free(s->block_code), free(s->grid), free(s->touched), free(s->shared);
@@ -505,6 +505,23 @@ static int set_particles(void *state, particles *p) {
   return rebuild(s, 1, &rebuilt);
 }
 
+static int add_particles(void *state, const particles *p) {
+  cpu_state *s = state;
+  const size_t n = s->p.n;
+  if (n + p->n > s->p.cap) {
+    size_t cap = s->p.cap ? s->p.cap : 1024;
+    while (cap < n + p->n) cap *= 2;
+    DR_TRY(particles_reserve(&s->p, cap));
+  }
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    const size_t b = particle_attrs[a].bytes;
+    memcpy((char *)particles_attr(&s->p, a) + b * n, particles_attr(p, a), b * p->n);
+  }
+  s->p.n = n + p->n;
+  int rebuilt;
+  return rebuild(s, 1, &rebuilt);
+}
+
 static void destroy(void *state) {
   cpu_state *s = state;
   if (!s) return;
@@ -554,7 +571,8 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
-                   .set_particles = set_particles, .set_time = set_time, .block_sums = (int)s->bf};
+                   .set_particles = set_particles, .add_particles = add_particles, .set_time = set_time,
+                   .block_sums = (int)s->bf};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);
   if (rc) {

@@ -92,6 +92,8 @@ static const char *model_name(int m) {
 
 static double mib(double b) { return b / 1048576.0; }
 
+static const char *const SHAPE_NAMES_CHECK[] = {"box", "sphere", "cylinder"};
+
 static int cmd_check(const char *path) {
   scene s;
   DR_TRY(scene_load(path, &s));
@@ -111,6 +113,20 @@ static int cmd_check(const char *path) {
   printf("bodies:\n");
   for (int b = 0; b < s.n_bodies; ++b) {
     const scene_body *B = &s.bodies[b];
+    if (B->emit.mode != EMIT_NONE) {
+      const scene_emit *e = &B->emit;
+      char until[64] = "the end of the run", cap[64] = "";
+      if (isfinite(e->end)) snprintf(until, sizeof until, "%g s", e->end);
+      if (e->max_particles < EMIT_MAX_PARTICLES)
+        snprintf(cap, sizeof cap, ", at most %llu particles", (unsigned long long)e->max_particles);
+      if (e->mode == EMIT_RATE)
+        printf("  [%d] source (%s)  material %s  ppc %d  -> %g particles/s from %g s to %s%s\n", b,
+               SHAPE_NAMES_CHECK[B->shape], s.materials[B->material].name, B->ppc, e->rate, e->start, until, cap);
+      else
+        printf("  [%d] source (%s)  material %s  ppc %d  -> resampled every frame from %g s to %s%s\n", b,
+               SHAPE_NAMES_CHECK[B->shape], s.materials[B->material].name, B->ppc, e->start, until, cap);
+      continue;
+    }
     uint64_t c = sample_count(&s, b);
     if (c == 0) {
       free(per_mat), free(mass), scene_destroy(&s);

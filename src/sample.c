@@ -10,13 +10,40 @@
 
 /* The body's bounding cells [lo, hi) in cells of the domain grid (cell i spans
  * [domain_min + i dx, domain_min + (i+1) dx)). */
-static void body_cells(const scene *s, const scene_body *b, int64_t lo[3], int64_t hi[3]) {
+void sample_body_cells(const scene *s, const scene_body *b, int64_t lo[3], int64_t hi[3]) {
   double bmin[3], bmax[3];
   scene_body_bounds(b, bmin, bmax);
   for (int a = 0; a < 3; ++a) {
     lo[a] = (int64_t)floor((bmin[a] - s->domain_min[a]) / s->dx);
     hi[a] = (int64_t)ceil((bmax[a] - s->domain_min[a]) / s->dx);
     if (hi[a] <= lo[a]) hi[a] = lo[a] + 1;
+  }
+}
+
+void sample_cell(const scene *s, const scene_body *b, const int64_t c[3], uint64_t seed, uint64_t stream,
+                 double *pts) {
+  const int ppc = b->ppc;
+  int k = 1;
+  while (k * k * k < ppc) ++k;
+  const int nstrata = k * k * k;
+  int strata[MAX_CELL_SAMPLES];
+  rng r = rng_stream(seed, stream);
+  for (int q = 0; q < nstrata; ++q) strata[q] = q;
+  for (int q = 0; q < ppc && ppc < nstrata; ++q) {
+    int j = q + (int)rng_below(&r, (uint32_t)(nstrata - q));
+    int t = strata[q];
+    strata[q] = strata[j];
+    strata[j] = t;
+  }
+  for (int q = 0; q < ppc; ++q) {
+    int st = strata[q];
+    int sx = st % k, sy = (st / k) % k, sz = st / (k * k);
+    /* In double: in float, cell index + fraction rounds to 2^-23 of the index (1/8 cell at 2^20
+     * cells), piling points onto cell faces and dropping some on a box's max face. */
+    double *x = pts + 3 * q;
+    x[0] = s->domain_min[0] + (c[0] + (sx + (double)rng_uniform(&r)) / k) * s->dx;
+    x[1] = s->domain_min[1] + (c[1] + (sy + (double)rng_uniform(&r)) / k) * s->dx;
+    x[2] = s->domain_min[2] + (c[2] + (sz + (double)rng_uniform(&r)) / k) * s->dx;
   }
 }
 
@@ -28,37 +55,21 @@ typedef int (*emit_fn)(void *ctx, const double x[3], uint64_t id);
 static int visit_body(const scene *s, int bi, emit_fn emit, void *ctx, uint64_t *count) {
   const scene_body *b = &s->bodies[bi];
   int64_t lo[3], hi[3];
-  body_cells(s, b, lo, hi);
+  sample_body_cells(s, b, lo, hi);
   int ppc = b->ppc;
-  int k = 1;
-  while (k * k * k < ppc) ++k;
-  int nstrata = k * k * k;
-  int strata[1000];
   int64_t nx = hi[0] - lo[0], ny = hi[1] - lo[1], nz = hi[2] - lo[2];
   if ((double)nx * ny * nz * ppc >= (double)(1ULL << ID_CELL_BITS))
     return dr_fail(DR_EINPUT, "%s: bodies[%d]: too many cells to give particles unique ids", s->path, bi);
   uint64_t n = 0;
+  double pts[3 * MAX_CELL_SAMPLES];
   for (int64_t iz = 0; iz < nz; ++iz)
     for (int64_t iy = 0; iy < ny; ++iy)
       for (int64_t ix = 0; ix < nx; ++ix) {
         uint64_t cell = (uint64_t)((iz * ny + iy) * nx + ix);
-        rng r = rng_stream(b->seed * 1000003ULL + (uint64_t)bi, cell);
-        for (int q = 0; q < nstrata; ++q) strata[q] = q;
-        for (int q = 0; q < ppc && ppc < nstrata; ++q) {
-          int j = q + (int)rng_below(&r, (uint32_t)(nstrata - q));
-          int t = strata[q];
-          strata[q] = strata[j];
-          strata[j] = t;
-        }
+        const int64_t c[3] = {lo[0] + ix, lo[1] + iy, lo[2] + iz};
+        sample_cell(s, b, c, b->seed * 1000003ULL + (uint64_t)bi, cell, pts);
         for (int q = 0; q < ppc; ++q) {
-          int st = strata[q];
-          int sx = st % k, sy = (st / k) % k, sz = st / (k * k);
-          /* In double: in float, cell index + fraction rounds to 2^-23 of the index (1/8 cell
-           * at 2^20 cells), piling points onto cell faces and dropping some on a box's max face. */
-          double x[3];
-          x[0] = s->domain_min[0] + (lo[0] + ix + (sx + (double)rng_uniform(&r)) / k) * s->dx;
-          x[1] = s->domain_min[1] + (lo[1] + iy + (sy + (double)rng_uniform(&r)) / k) * s->dx;
-          x[2] = s->domain_min[2] + (lo[2] + iz + (sz + (double)rng_uniform(&r)) / k) * s->dx;
+          const double *x = pts + 3 * q;
           if (!scene_body_inside(b, x)) continue;
           ++n;
           if (emit) DR_TRY(emit(ctx, x, ((uint64_t)bi << ID_CELL_BITS) | (cell * (uint64_t)ppc + (uint64_t)q)));
@@ -70,6 +81,7 @@ static int visit_body(const scene *s, int bi, emit_fn emit, void *ctx, uint64_t 
 
 uint64_t sample_count(const scene *s, int b) {
   uint64_t n = 0;
+  if (s->bodies[b].emit.mode != EMIT_NONE) return 0;
   if (visit_body(s, b, NULL, NULL, &n)) return 0;
   return n;
 }
@@ -115,7 +127,7 @@ static int visit_one(void *ctx, const double x[3], uint64_t id) {
 int sample_visit(const scene *s, sample_point_fn fn, void *ctx) {
   visit_ctx c = {fn, ctx};
   for (int bi = 0; bi < s->n_bodies; ++bi) {
-    uint64_t n = 0;
+    uint64_t n = 0; /* sources too: where their particles will be (the initial cuts) */
     DR_TRY(visit_body(s, bi, visit_one, &c, &n));
   }
   return DR_OK;
@@ -123,6 +135,7 @@ int sample_visit(const scene *s, sample_point_fn fn, void *ctx) {
 
 int sample_scene_where(const scene *s, sample_keep_fn keep, void *keep_ctx, particles *p) {
   for (int bi = 0; bi < s->n_bodies; ++bi) {
+    if (s->bodies[bi].emit.mode != EMIT_NONE) continue; /* sources emit later (emit.h) */
     size_t first = p->n;
     push_ctx ctx = {p, &s->bodies[bi], s->bodies[bi].material, keep, keep_ctx};
     uint64_t n = 0;

@@ -729,14 +729,16 @@ const char *scene_shape_name(int shape) {
 }
 static const char *const ALL_BODY_KEYS[] = {"shape",    "min", "max",      "rotation", "center", "radius",
                                             "axis",     "height", "material", "ppc", "velocity", "seed",
-                                            "file",     "scale", "translation"};
+                                            "file",     "scale", "translation", "emit"};
 static const char *const MESH_KEYS[] = {"shape", "file", "scale", "translation", "rotation", "material",
-                                        "ppc", "velocity", "seed"};
-static const char *const BOX_KEYS[] = {"shape", "min", "max", "rotation", "material", "ppc", "velocity", "seed"};
+                                        "ppc", "velocity", "seed", "emit"};
+static const char *const BOX_KEYS[] = {"shape", "min", "max", "rotation", "material", "ppc", "velocity", "seed", "emit"};
 static const char *const SPHERE_KEYS[] = {"shape", "center", "radius", "material",
-                                          "ppc",   "velocity", "seed"};
+                                          "ppc",   "velocity", "seed", "emit"};
 static const char *const CYLINDER_KEYS[] = {"shape",    "center", "axis", "radius", "height",
-                                            "material", "ppc",    "velocity", "seed"};
+                                            "material", "ppc",    "velocity", "seed", "emit"};
+static const char *const EMIT_KEYS[] = {"mode", "start", "end", "rate", "volume_rate", "max_particles"};
+static const char *const EMIT_MODES[] = {"rate", "resample"};
 
 /* Fails when the bounding box of a body leaves the domain; key names the value to blame and
  * what says which shape ("the sphere", "the cylinder", "the rotated box"). */
@@ -1075,6 +1077,54 @@ static int parse_mesh_collider(const ctx *c, const cJSON *col, const char *where
   return rc;
 }
 
+/* body.emit: a particle source (src/emit.h). mode "rate" (default) takes exactly one of rate
+ * (particles/s) and volume_rate (m^3/s, turned into particles/s with the body's particle volume
+ * dx^3 / ppc); mode "resample" refills the shape every frame and takes neither. */
+static int parse_emit(const ctx *c, const cJSON *b, const char *where, const scene *s, scene_body *body) {
+  char ew[64], key[KEY_LEN], x[32], y[32];
+  const cJSON *e = cJSON_GetObjectItemCaseSensitive(b, "emit");
+  scene_emit *em = &body->emit;
+  memset(em, 0, sizeof *em);
+  if (!e) return 0;
+  snprintf(ew, sizeof ew, "%s.emit", where);
+  DR_TRY(need_object(c, e, ew, "with keys mode, start, end, rate or volume_rate, max_particles"));
+  DR_TRY(check_keys(c, e, ew, EMIT_KEYS, 6, NULL, 0, NULL));
+  int mode = 0;
+  DR_TRY(get_enum(c, e, ew, "mode", 0, EMIT_MODES, 2, &mode));
+  em->mode = mode == 0 ? EMIT_RATE : EMIT_RESAMPLE;
+  DR_TRY(get_real(c, e, ew, "start", 0, 0, (range){0, INFINITY, 0, 0, "s"}, &em->start));
+  DR_TRY(get_real(c, e, ew, "end", 0, INFINITY, (range){0, INFINITY, 0, 0, "s"}, &em->end));
+  if (!(em->end > em->start)) {
+    join(key, ew, "end");
+    return fail(c, key, "not after start (got end %s <= start %s; expected end > start)", fmt_num(x, em->end),
+                fmt_num(y, em->start));
+  }
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(e, "rate"), *v = cJSON_GetObjectItemCaseSensitive(e, "volume_rate");
+  if (em->mode == EMIT_RESAMPLE && (r || v)) {
+    join(key, ew, r ? "rate" : "volume_rate");
+    return fail(c, key, "not allowed with mode \"resample\" (a resampling source refills its shape every frame; "
+                "expected no rate or volume_rate, or mode \"rate\")");
+  }
+  if (em->mode == EMIT_RATE && r && v) {
+    join(key, ew, "volume_rate");
+    return fail(c, key, "given together with rate (expected exactly one of rate (particles/s) and volume_rate "
+                "(m^3/s))");
+  }
+  if (em->mode == EMIT_RATE && !r && !v)
+    return fail(c, ew, "missing rate or volume_rate (expected exactly one of rate (particles/s) and volume_rate "
+                "(m^3/s), or mode \"resample\")");
+  const range positive_rate = {0, INFINITY, 1, 0, "particles/s"}, positive_vrate = {0, INFINITY, 1, 0, "m^3/s"};
+  if (r) DR_TRY(get_real(c, e, ew, "rate", 1, 0, positive_rate, &em->rate));
+  if (v) {
+    DR_TRY(get_real(c, e, ew, "volume_rate", 1, 0, positive_vrate, &em->volume_rate));
+    em->rate = em->volume_rate / (s->dx * s->dx * s->dx / body->ppc);
+  }
+  double cap = 0;
+  DR_TRY(get_int(c, e, ew, "max_particles", 0, (double)EMIT_MAX_PARTICLES, 1, (double)EMIT_MAX_PARTICLES, &cap));
+  em->max_particles = (uint64_t)cap;
+  return 0;
+}
+
 static int parse_body(const ctx *c, const cJSON *b, int index, scene *s, scene_body *body) {
   static const double zero[3] = {0, 0, 0};
   char where[32], variant[40];
@@ -1086,16 +1136,16 @@ static int parse_body(const ctx *c, const cJSON *b, int index, scene *s, scene_b
   snprintf(variant, sizeof variant, "shape '%s'", SHAPE_NAMES[body->shape]);
   body->rotation[0] = 1;
   if (body->shape == SHAPE_BOX) {
-    DR_TRY(check_keys(c, b, where, BOX_KEYS, 8, ALL_BODY_KEYS, 15, variant));
+    DR_TRY(check_keys(c, b, where, BOX_KEYS, 9, ALL_BODY_KEYS, 16, variant));
     DR_TRY(parse_box(c, b, where, s, body));
   } else if (body->shape == SHAPE_SPHERE) {
-    DR_TRY(check_keys(c, b, where, SPHERE_KEYS, 7, ALL_BODY_KEYS, 15, variant));
+    DR_TRY(check_keys(c, b, where, SPHERE_KEYS, 8, ALL_BODY_KEYS, 16, variant));
     DR_TRY(parse_sphere(c, b, where, s, body));
   } else if (body->shape == SHAPE_MESH) {
-    DR_TRY(check_keys(c, b, where, MESH_KEYS, 9, ALL_BODY_KEYS, 15, variant));
+    DR_TRY(check_keys(c, b, where, MESH_KEYS, 10, ALL_BODY_KEYS, 16, variant));
     DR_TRY(parse_mesh_body(c, b, where, s, body));
   } else {
-    DR_TRY(check_keys(c, b, where, CYLINDER_KEYS, 9, ALL_BODY_KEYS, 15, variant));
+    DR_TRY(check_keys(c, b, where, CYLINDER_KEYS, 10, ALL_BODY_KEYS, 16, variant));
     DR_TRY(parse_cylinder(c, b, where, s, body));
   }
   DR_TRY(parse_body_material(c, b, where, s, body));
@@ -1103,7 +1153,7 @@ static int parse_body(const ctx *c, const cJSON *b, int index, scene *s, scene_b
   DR_TRY(get_vec3(c, b, where, "velocity", 0, zero, "m/s", body->velocity));
   DR_TRY(get_int(c, b, where, "seed", 0, index, 0, MAX_SEED, &seed));
   body->seed = (uint64_t)seed;
-  return 0;
+  return parse_emit(c, b, where, s, body);
 }
 
 static int parse_bodies(const ctx *c, const cJSON *root, scene *s) {
@@ -1120,8 +1170,10 @@ static int parse_bodies(const ctx *c, const cJSON *root, scene *s) {
   DR_ALLOC0(s->bodies, n, "scene bodies");
   s->n_bodies = n;
   int i = 0;
-  for (const cJSON *b = bs->child; b; b = b->next, ++i)
+  for (const cJSON *b = bs->child; b; b = b->next, ++i) {
     DR_TRY(parse_body(c, b, i, s, &s->bodies[i]));
+    s->n_sources += s->bodies[i].emit.mode != EMIT_NONE;
+  }
   return 0;
 }
 

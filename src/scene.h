@@ -18,6 +18,17 @@
 
 enum shape_kind { SHAPE_BOX = 0, SHAPE_SPHERE = 1, SHAPE_CYLINDER = 2, SHAPE_MESH = 3 };
 enum backend_kind { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 };
+enum emit_mode { EMIT_NONE = 0, EMIT_RATE = 1, EMIT_RESAMPLE = 2 };
+#define EMIT_MAX_PARTICLES ((1ULL << 48) - 1) /* ids of a source's particles: (body << 48) | k */
+
+/* A particle source (body.emit; src/emit.h says when and where it emits). */
+typedef struct scene_emit {
+  int mode;             /* enum emit_mode; EMIT_NONE: the body is sampled once at the start */
+  double start, end;    /* s; end = INFINITY when not given */
+  double rate;          /* EMIT_RATE: particles per second (from rate, or volume_rate / (dx^3 / ppc)) */
+  double volume_rate;   /* m^3/s as given, 0 when rate was given */
+  uint64_t max_particles; /* this source emits at most this many particles over the run */
+} scene_emit;
 
 typedef struct scene_material {
   char name[SCENE_NAME_MAX];
@@ -45,6 +56,7 @@ typedef struct scene_body {
   int ppc;              /* particles per cell, >= 1 */
   double velocity[3];   /* m/s, default 0 */
   uint64_t seed;        /* sampling seed, default: the body's index in the list */
+  scene_emit emit;      /* a source: emit.mode != EMIT_NONE (then not sampled at the start) */
 } scene_body;
 
 /* A domain face: its wall type and Coulomb friction. */
@@ -95,6 +107,7 @@ typedef struct scene {
   scene_material *materials;
   int n_bodies;
   scene_body *bodies;
+  int n_sources;         /* bodies with emit */
   scene_face faces[DR_FACES]; /* x-, x+, y-, y+, z-, z+ (enum boundary_face); default sticky */
   int n_colliders;
   scene_collider *colliders;

@@ -16,6 +16,7 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "decomp.h"
+#include "emit.h"
 #include "error.h"
 #include "exchange.h"
 #include "physics/bspline.h"
@@ -74,6 +75,9 @@ struct sim {
   int resumed;          /* the run continues from a checkpoint */
   char resumed_from[4096];
   int stop_signal;      /* the signal that stopped the run (any rank's), 0 while running */
+  emit_state em;        /* particle sources (emit.h): counts and the last frame emitted */
+  particles emitted;    /* this rank's particles of an emission round (reused) */
+  particles appended;   /* download + append when the backend has no add_particles (reused) */
   struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (README, "Tests") */
     int action;         /* 0 none, 1 raise SIGTERM, 2 exit, 3 fail alone */
     int rank;
@@ -482,7 +486,8 @@ static int write_checkpoint(sim *S) {
   S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
   const ckpt_state st = {.frame = S->st.frame, .step_in_frame = S->step_in_frame, .time = S->t_in_frame,
                          .steps = S->st.steps, .rebuilds = S->st.rebuilds, .last_dt = S->st.last_dt, .vmax = vall,
-                         .scene_hash = S->sc->hash};
+                         .scene_hash = S->sc->hash, .emit_frame = S->em.frame_done, .n_sources = S->em.n,
+                         .emitted = S->em.emitted};
   const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
   DR_TRY(ckpt_write(S->comm, S->out_dir, &st, &sc, &S->host, S->sc->checkpoint_keep));
   char path[4096];
@@ -501,7 +506,7 @@ static int write_checkpoint(sim *S) {
  * holds the whole scene. Restores the time, the step counts and the step-size controller. */
 static int resume_from_checkpoint(sim *S, particles *p) {
   const char *where = S->opt.resume && S->opt.resume[0] ? S->opt.resume : S->out_dir;
-  ckpt_state st;
+  ckpt_state st = {0};
   particles slice = {0};
   int kind = 0, rc = DR_OK; /* 0 missing, 1 a folder, 2 something else */
   if (S->rank == 0) {
@@ -552,6 +557,17 @@ static int resume_from_checkpoint(sim *S, particles *p) {
   } else {
     *p = slice; /* one rank: the slice is everything */
   }
+  /* the particle sources go on from their counts (emit.h); another scene's (--force) must match */
+  if (rc == DR_OK && st.n_sources != S->em.n)
+    rc = dr_fail(DR_EINPUT, "checkpoint %s holds %d particle source(s), but %s defines %d", S->resumed_from,
+                 st.n_sources, S->sc->path, S->em.n);
+  if (rc == DR_OK) {
+    for (int i = 0; i < S->em.n; ++i) S->em.emitted[i] = st.emitted[i];
+    S->em.frame_done = st.emit_frame;
+  } else {
+    dr_mark_agreed(); /* the same checkpoint on every rank */
+  }
+  free(st.emitted);
   if (rc) return rc;
   S->resumed = 1;
   S->st.frame = st.frame;
@@ -579,10 +595,16 @@ static int list_earlier_frames(sim *S) {
     char path[4400];
     h5frame_path(S->out_dir, f, path, sizeof path);
     if (access(path, F_OK) != 0) continue;
+    /* each frame's own count (particle sources change it from frame to frame) */
+    uint64_t n = 0;
+    if (h5frame_count(path, &n) != DR_OK) { /* unreadable: left out, as a missing one */
+      dr_clear();
+      continue;
+    }
     xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
     if (!w) return dr_fail(DR_ENOMEM, "out of host memory for the frame list");
     S->written = w;
-    S->written[S->n_written++] = (xdmf_frame){.frame = f, .time = f * S->frame_dt, .n = S->st.particles};
+    S->written[S->n_written++] = (xdmf_frame){.frame = f, .time = f * S->frame_dt, .n = n};
   }
   return DR_OK;
 }
@@ -658,6 +680,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     S->prm.boundary.ls_bricks_n = s->collider_levelsets->bricks_n;
   }
 
+  if ((rc = emit_init(s, &S->em))) goto fail;
   particles p = {0};
   S->balance = s->balance_threshold;
   S->inv_dx = 1.0f / (float)s->dx;
@@ -829,9 +852,108 @@ static int log_ranks(sim *S, double seconds) {
   return DR_OK;
 }
 
+/* ---- particle sources ---------------------------------------------------------------------- */
+
+/* Hands this rank's new particles to the backend: add_particles, or download, append and
+ * set_particles where the backend has none. */
+static int backend_append(sim *S, const particles *q) {
+  if (q->n == 0) return DR_OK;
+  if (S->be.add_particles) return S->be.add_particles(S->be.state, q);
+  particles *a = &S->appended;
+  DR_TRY(S->be.download(S->be.state, a));
+  const size_t n = a->n;
+  DR_TRY(particles_reserve(a, n + q->n));
+  for (int k = 0; k < PARTICLE_ATTRS; ++k) {
+    const size_t b = particle_attrs[k].bytes;
+    memcpy((char *)particles_attr(a, k) + b * n, particles_attr(q, k), b * q->n);
+  }
+  a->n = n + q->n;
+  return S->be.set_particles(S->be.state, a); /* takes a's arrays over */
+}
+
+/* The emission round at the start of frame f (t0 its start), on every rank (emit.h): all
+ * ranks compute the same candidates and keep those whose block they own, so ids and counts
+ * need no communication; resampling sources count the particles in their cells over all ranks
+ * first (one allreduce per source). Collective; the ranks agree on the outcome. */
+static int emit_frame(sim *S, int f, double t0) {
+  emit_state *E = &S->em;
+  const scene *sc = S->sc;
+  int any = 0, resample = 0;
+  for (int i = 0; i < E->n; ++i)
+    if (emit_active(sc, E, i, t0)) any = 1, resample |= sc->bodies[E->body[i]].emit.mode == EMIT_RESAMPLE;
+  if (!any) {
+    E->frame_done = f;
+    return DR_OK;
+  }
+  int rc = resample ? S->be.download(S->be.state, &S->host) : DR_OK;
+  if (S->nranks > 1) rc = comm_agree(S->comm, rc);
+  DR_TRY(rc);
+  particles *q = &S->emitted;
+  q->n = 0;
+  uint64_t total = 0;
+  double vemit = 0;
+  for (int i = 0; i < E->n && rc == DR_OK; ++i) {
+    if (!emit_active(sc, E, i, t0)) continue;
+    const scene_body *b = &sc->bodies[E->body[i]];
+    int32_t *counts = NULL;
+    if (b->emit.mode == EMIT_RESAMPLE) {
+      int64_t lo[3], n[3];
+      const uint64_t cells = emit_cells(sc, E->body[i], lo, n);
+      if (cells > INT_MAX) {
+        rc = dr_fail(DR_EINPUT, "%s: bodies[%d]: a resampling source of %llu cells (at most %d)", sc->path, E->body[i],
+                     (unsigned long long)cells, INT_MAX);
+        dr_mark_agreed(); /* every rank computes the same */
+        break;
+      }
+      counts = dr_calloc(cells, sizeof *counts, "resampling source cells");
+      if (S->nranks > 1) rc = comm_agree(S->comm, counts ? DR_OK : DR_ENOMEM);
+      else if (!counts) rc = DR_ENOMEM;
+      if (rc) {
+        free(counts);
+        break;
+      }
+      emit_count_cells(sc, E->body[i], &S->host, counts);
+      if (S->nranks > 1) {
+        int e = MPI_Allreduce(MPI_IN_PLACE, counts, (int)cells, MPI_INT32_T, MPI_SUM, S->comm);
+        if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(resampling source cells)");
+      }
+    }
+    uint64_t added = 0;
+    if (rc == DR_OK) rc = emit_source(sc, E, i, f, t0, counts, S->nranks > 1 ? keep_own : NULL, S, q, &added);
+    free(counts);
+    if (S->nranks > 1) rc = comm_agree(S->comm, rc);
+    total += added;
+    if (added) {
+      const double *v = b->velocity;
+      vemit = fmax(vemit, sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]));
+    }
+  }
+  if (rc == DR_OK) rc = backend_append(S, q);
+  if (S->nranks > 1) {
+    rc = comm_agree(S->comm, rc);
+    /* a rank's mapping changed: the shared blocks again (as after a redistribution) */
+    if (rc == DR_OK && total > 0) rc = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, &S->be));
+  }
+  DR_TRY(rc);
+  S->st.particles += total;
+  E->frame_done = f;
+  /* adaptive steps: the next dt must see the new particles' speed (the backend's is from the
+   * last G2P, before they existed); fixed steps do not look at speeds (G2P2G stays on) */
+  if (total > 0 && S->substeps_fixed == 0) {
+    float vmax = 0.0f;
+    DR_TRY(step_speed(S, &vmax));
+    if (vemit > vmax) {
+      S->vmax_next = (float)vemit;
+      S->vmax_pending = 1;
+    }
+  }
+  return DR_OK;
+}
+
 int sim_advance_frame(sim *S) {
   const int f = S->st.frame + 1;
   const double t0 = (f - 1) * S->frame_dt, t1 = f * S->frame_dt;
+  if (S->em.n > 0 && S->em.frame_done < f) DR_TRY(emit_frame(S, f, t0));
   double w0 = now();
   int rc;
   if (S->nranks > 1) {
@@ -952,6 +1074,9 @@ void sim_destroy(sim **Sp) {
   exchange_free(&S->ex);
   decomp_free(&S->dec);
   backend_destroy(&S->be);
+  emit_free(&S->em);
+  particles_free(&S->emitted);
+  particles_free(&S->appended);
   particles_free(&S->host);
   free(S->written);
   free(S->mats);

@@ -236,6 +236,39 @@ static void test_defaults(void) {
   unlink(path);
 }
 
+/* Particle sources: defaults, volume_rate turned into particles/s with dx^3 / ppc, resample. */
+static void test_emit(void) {
+  static const char *text =
+      "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.25 },\n"
+      "  \"time\": { \"frames\": 3, \"fps\": 30, \"cfl\": 1 },\n"
+      "  \"materials\": { \"water\": { \"model\": \"weakly_compressible\", \"density\": 1000, \"bulk_modulus\": 1 } },\n"
+      "  \"bodies\": [\n"
+      "    { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"material\": \"water\" },\n"
+      "    { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"material\": \"water\", \"ppc\": 27,\n"
+      "      \"emit\": { \"rate\": 250 } },\n"
+      "    { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"material\": \"water\", \"ppc\": 4,\n"
+      "      \"emit\": { \"volume_rate\": 0.5, \"start\": 1, \"end\": 2.5, \"max_particles\": 7 } },\n"
+      "    { \"shape\": \"sphere\", \"center\": [0.5, 0.5, 0.5], \"radius\": 0.5, \"material\": \"water\",\n"
+      "      \"emit\": { \"mode\": \"resample\" } }\n"
+      "  ] }\n";
+  scene s;
+  char path[64];
+  CHECK(load_text(text, &s, path) == 0);
+  CHECK(s.n_bodies == 4 && s.n_sources == 3);
+  if (s.n_bodies == 4) {
+    CHECK(s.bodies[0].emit.mode == EMIT_NONE);
+    const scene_emit *a = &s.bodies[1].emit, *b = &s.bodies[2].emit, *c = &s.bodies[3].emit;
+    CHECK(a->mode == EMIT_RATE && a->rate == 250 && a->start == 0 && isinf(a->end) &&
+          a->max_particles == EMIT_MAX_PARTICLES);
+    /* 0.5 m^3/s of particles of 0.25^3 / 4 m^3: 128 particles/s */
+    CHECK(b->mode == EMIT_RATE && b->volume_rate == 0.5 && b->start == 1 && b->end == 2.5 && b->max_particles == 7);
+    CHECK_NEAR(b->rate, 128, 1e-12);
+    CHECK(c->mode == EMIT_RESAMPLE && c->rate == 0 && c->start == 0 && isinf(c->end));
+  }
+  scene_destroy(&s);
+  unlink(path);
+}
+
 /* A fixed dt is rounded down so that a whole number of steps fills each frame. */
 static void check_fixed_dt(double fps, const char *dt_text, double expected) {
   char text[1024], path[64];
@@ -440,6 +473,7 @@ static void test_hash(void) {
 int main(void) {
   test_full();
   test_hash();
+  test_emit();
   test_defaults();
   test_fixed_dt();
   test_shapes();

@@ -24,13 +24,17 @@
 #           SIGTERM part-way into frame 4: both ranks stop with exit 9 and a checkpoint, which 2
 #           ranks resume; a real `kill -TERM` to one rank's process: the same; a rank that exits
 #           mid-run and a rank that fails alone end the job within the time limit (no hang).
+#   emit    (label mpi) SCENE with particle sources (resume_sources.json): resumed at frame 3,
+#           after a signal part-way into frame 4 and before its first step, and 2 ranks -> 1:
+#           the same frames (ids and counts) as the straight run, frames.xdmf with each
+#           frame's own count.
 #   nospace (label cpu) the output folder on a small tmpfs: the checkpoint does not fit: exit
 #           3, "no room", the older checkpoint kept. Exits 77 (skipped) where tmpfs cannot be
 #           mounted (not root, or a container that forbids it).
 set -u
 
 if [ $# -ne 4 ]; then
-  echo "usage: $0 DRIFT_EXE COMPARE_EXE SCENE one|ranks|nospace" >&2
+  echo "usage: $0 DRIFT_EXE COMPARE_EXE SCENE one|ranks|emit|nospace" >&2
   exit 2
 fi
 drift=$1
@@ -221,6 +225,35 @@ ranks)
   grep -q "^drift: rank 1 failed alone; ending all 2 ranks" fails_alone.log || fail "fails alone: no 'ending all 2 ranks' line"
   grep -q "^drift: frame 2, step 100: DRIFT_TEST_HOOK: rank 1 fails alone" fails_alone.log || fail "fails alone: the cause is not printed"
   echo "a rank that dies, a rank that fails alone: the job ended within $(($(date +%s) - start)) s"
+  ;;
+emit)
+  # SCENE has particle sources (tests/sim/resume_sources.json: fixed steps, 40 per frame). The
+  # sources' counts and the last frame they emitted travel in the checkpoint: a resumed run
+  # emits exactly what the straight run does (same ids, same counts, frame by frame).
+  # 1. 3 frames, then --resume to 6.
+  run first3 0 "$drift" run scene.json --out B --frames 3
+  run resume 0 "$drift" run scene.json --out B --resume
+  same_frames "sources, resumed at frame 3" B 4 5 6
+  [ "$(steps resume.log)" = "$want_steps" ] || fail "resume: $(steps resume.log) substeps in all, the straight run $want_steps"
+  # frames.xdmf lists every frame with its own particle count (they change from frame to frame)
+  counts() { grep -o 'Dimensions="[0-9]* 3"' "$1" | tr '\n' ' '; }
+  [ -n "$(counts A/frames.xdmf)" ] && [ "$(counts B/frames.xdmf)" = "$(counts A/frames.xdmf)" ] ||
+    fail "B/frames.xdmf counts '$(counts B/frames.xdmf)', the straight run's '$(counts A/frames.xdmf)'"
+  [ "$(counts A/frames.xdmf | tr ' ' '\n' | sort -u | grep -c .)" -gt 3 ] || fail "the sources did not change the count: $(counts A/frames.xdmf)"
+  # 2. SIGTERM before step 141, part-way into frame 4 (its emission done), and before step 121,
+  # the first of frame 4 (emitted already at its start: the checkpoint must not emit it again).
+  for step in 141 121; do
+    run "signal_$step" 9 env DRIFT_TEST_HOOK=signal:0:$step "$drift" run scene.json --out "S$step"
+    one_line "signal before step $step" "signal_$step.log" "stopped by SIGTERM at frame 3 + $((step - 121)) step(s)"
+    run "signal_resume_$step" 0 "$drift" run scene.json --out "S$step" --resume
+    same_frames "sources, SIGTERM before step $step" "S$step" 4 6
+  done
+  # 3. 2 ranks, resumed on 1 (where mpirun exists).
+  if command -v mpirun >/dev/null; then
+    run two3 0 "${mpirun[@]}" -n 2 "$drift" run scene.json --out T --frames 3
+    run two_to_one 0 "$drift" run scene.json --out T --resume
+    same_frames "sources, 2 ranks -> 1" T 4 6
+  fi
   ;;
 nospace)
   mkdir -p N
