@@ -366,6 +366,20 @@ static int get_string(const ctx *c, const cJSON *obj, const char *where, const c
   return 0;
 }
 
+/* Reads obj.name as true or false; absent: *out = def. */
+static int get_bool(const ctx *c, const cJSON *obj, const char *where, const char *name, int def, int *out) {
+  char key[KEY_LEN], g[GOT_LEN];
+  join(key, where, name);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  if (!cJSON_IsBool(v)) return fail(c, key, "wrong type (got %s; expected true or false)", got(g, v));
+  *out = cJSON_IsTrue(v) ? 1 : 0;
+  return 0;
+}
+
 /* Reads obj.name as one of names[0..n); *out is its index. def < 0: required. */
 static int get_enum(const ctx *c, const cJSON *obj, const char *where, const char *name, int def,
                     const char *const *names, int n, int *out) {
@@ -1089,7 +1103,8 @@ static int parse_output(const ctx *c, const cJSON *root, scene *s) {
 }
 
 static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"backend", "gpus_per_rank", "g2p2g_below", "balance_threshold", "balance_by"};
+  static const char *const keys[] = {"backend",    "gpus_per_rank", "g2p2g_below", "balance_threshold",
+                                     "balance_by", "deterministic"};
   static const char *const balance_by[] = {"particles", "time"};
   static const char *const backends[] = {"auto", "cpu", "cuda"};
   const cJSON *p;
@@ -1098,10 +1113,13 @@ static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   s->g2p2g_below = 100000;
   s->balance_threshold = 0.2;
   s->balance_by = BALANCE_PARTICLES;
+  s->deterministic = 0;
   DR_TRY(get_section(c, root, "parallel", 0, "", &p));
   if (!p) return 0;
-  DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold, balance_by"));
-  DR_TRY(check_keys(c, p, "parallel", keys, 5, NULL, 0, NULL));
+  DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold, balance_by, "
+                                       "deterministic"));
+  DR_TRY(check_keys(c, p, "parallel", keys, 6, NULL, 0, NULL));
+  DR_TRY(get_bool(c, p, "parallel", "deterministic", 0, &s->deterministic));
   DR_TRY(get_enum(c, p, "parallel", "balance_by", BALANCE_PARTICLES, balance_by, 2, &s->balance_by));
   DR_TRY(get_real(c, p, "parallel", "balance_threshold", 0, 0.2, (range){0, INFINITY, 0, 0, ""},
                   &s->balance_threshold));

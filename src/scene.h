@@ -92,6 +92,8 @@ typedef struct scene {
   int g2p2g_below;       /* cuda: fused G2P2G for fixed steps below this many particles per GPU */
   int balance_by;        /* enum balance_kind: what "load" means for the balance between ranks */
   double balance_threshold; /* several ranks: move the cuts when the largest load exceeds the mean by this */
+  int deterministic;     /* 1: P2G sums in 64-bit fixed point (physics/fixed.h), bitwise identical results
+                          * whatever the threads, GPUs and ranks; default 0 */
   char *text;            /* the file's bytes, NUL-terminated (owned; checkpoints store them) */
   size_t text_len;
   uint64_t hash;         /* scene_hash_bytes of text: a checkpoint names the scene it came from */
