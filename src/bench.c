@@ -6,7 +6,10 @@
  * A second, short simulation with sim_options.profile (the backend then waits at the end of
  * every phase, which slows it down) gives only the share of each phase. The paper reports the
  * same quantity: the mean time per frame over all frames of Sand Blocks (Fei, Huang and Gao,
- * section "Sand Blocks"). */
+ * section "Sand Blocks").
+ * --deterministic runs every case twice, in the default float mode and in deterministic mode
+ * (parallel.deterministic: fixed-point P2G sums), and reports the cost of the latter as the
+ * ratio of the times per frame. */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
 
@@ -42,6 +45,7 @@ typedef struct bench_args {
   int backend;         /* enum backend_kind, or -1: the scene's parallel.backend */
   const char *csv;     /* NULL: no CSV */
   int profile_frames;  /* frames of the profiled run; 0: no phase shares */
+  int deterministic;   /* 1: every case in float and in deterministic mode */
 } bench_args;
 
 typedef struct bench_result {
@@ -55,6 +59,8 @@ typedef struct bench_result {
   double seconds;        /* wall time of all frames */
   int have_phases;       /* 0 when not profiled, or the backend reported no phase times */
   double phase_pct[PHASE_COUNT];
+  int det;               /* ran in deterministic mode */
+  double cost;           /* deterministic, after the float run of the case: time per frame over the float one; else 0 */
 } bench_result;
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, const char *what, int *out) {
@@ -84,6 +90,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       else if (!strcmp(v, "cpu")) a->backend = BACKEND_CPU;
       else if (!strcmp(v, "cuda")) a->backend = BACKEND_CUDA;
       else return dr_fail(DR_EINPUT, "--backend: '%s' is not one of auto, cpu, cuda", v);
+    } else if (!strcmp(f, "--deterministic")) {
+      a->deterministic = 1;
     } else if (!strcmp(f, "--csv")) {
       a->csv = argv[++i];
       if (!*a->csv) return dr_fail(DR_EINPUT, "--csv: the file name is empty");
@@ -182,7 +190,7 @@ static void print_header(void) {
   printf("%-20s %-7s %-*s %10s %6s %10s %16s %8s %14s", "case", "backend", DEVICE_WIDTH, "device", "particles",
          "frames", "ms/frame", "particle-steps/s", "steps/s", "rebuilds/frame");
   for (int p = 0; p < PHASE_COUNT; ++p) printf(" %7s%%", phase_names[p]);
-  printf("\n");
+  printf(" %-6s %6s\n", "mode", "cost");
   fflush(stdout);
 }
 
@@ -194,7 +202,9 @@ static void print_row(const bench_result *r) {
     if (r->have_phases) printf(" %8.1f", r->phase_pct[p]);
     else printf(" %8s", "-");
   }
-  printf("\n");
+  printf(" %-6s", r->det ? "det" : "float");
+  if (r->cost > 0) printf(" %5.2fx\n", r->cost);
+  else printf(" %6s\n", "-");
   fflush(stdout);
 }
 
@@ -217,7 +227,7 @@ static void csv_header(FILE *f) {
         "rebuilds_per_frame",
         f);
   for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_pct", phase_names[p]);
-  fputc('\n', f);
+  fputs(",mode,deterministic_cost\n", f);
 }
 
 static void csv_row(FILE *f, const bench_result *r) {
@@ -235,6 +245,8 @@ static void csv_row(FILE *f, const bench_result *r) {
     if (r->have_phases) fprintf(f, ",%.2f", r->phase_pct[p]);
     else fputc(',', f);
   }
+  fprintf(f, ",%s,", r->det ? "deterministic" : "float");
+  if (r->cost > 0) fprintf(f, "%.4f", r->cost);
   fputc('\n', f);
 }
 
@@ -290,12 +302,21 @@ int bench_main(int argc, char **argv) {
   if (!rc && a.csv && rank == 0) rc = csv_open(a.csv, tmp, sizeof tmp, &csv);
   if (!rc && rank == 0) print_header();
   for (int i = 0; !rc && i < a.n_scenes; ++i) {
-    bench_result r = {.path = a.scenes[i]};
-    case_name(a.scenes[i], r.name, sizeof r.name);
-    rc = run_case(&scenes[i], &a, &r);
-    if (!rc && rank == 0) {
-      print_row(&r);
-      if (csv) csv_row(csv, &r);
+    /* --deterministic: the case in float mode, then in deterministic mode (a shallow copy of the
+     * scene with the key set); else as the scene says */
+    double float_ms = 0;
+    for (int mode = a.deterministic ? 0 : -1; !rc && mode <= (a.deterministic ? 1 : -1); ++mode) {
+      scene sc = scenes[i];
+      if (mode >= 0) sc.deterministic = mode;
+      bench_result r = {.path = a.scenes[i], .det = sc.deterministic};
+      case_name(a.scenes[i], r.name, sizeof r.name);
+      rc = run_case(&sc, &a, &r);
+      if (mode == 0) float_ms = per_frame_ms(&r);
+      if (mode == 1 && float_ms > 0) r.cost = per_frame_ms(&r) / float_ms;
+      if (!rc && rank == 0) {
+        print_row(&r);
+        if (csv) csv_row(csv, &r);
+      }
     }
   }
   if (csv) {
