@@ -33,6 +33,15 @@
 // their contributions and the first lane of each segment issues one native global float atomic
 // per node and channel. No atomics on shared memory.
 //
+// Deterministic mode (parallel.deterministic, physics/fixed.h): every lane turns its
+// contributions into int64 fixed point *before* the warp's segmented reduction (whose float
+// order would follow the sort), the reduction adds integers, and the segment heads add them with
+// 64-bit integer atomics into igrid[par] ([n_blocks][4 or 7 channels][64 nodes], allocated only in
+// this mode); k_grid turns a touched block's sums into the float grid (mass, momentum, and the
+// ASFLIP channels of grid0) before the usual update, and clears the other int buffer. The P2G
+// kernels and k_grid are templates on DET, so the float path compiles as before. A contribution
+// out of range sets step_ctl.fix_bad, read with the step's other flags (no extra host sync).
+//
 // Every CUDA call and launch is checked (CU, LAUNCHED): the message names the call, file, line.
 #include <cuda_runtime.h>
 
@@ -54,6 +63,7 @@ extern "C" {
 #include "physics/boundary.h"
 #include "physics/bspline.h"
 #include "physics/constitutive.h"
+#include "physics/fixed.h"
 #include "physics/sparse.h"
 #include "physics/transfer.h"
 
@@ -231,7 +241,15 @@ typedef struct step_ctl {
   unsigned bar_seq;            /* barriers this member has passed (the same on every member) */
   unsigned step_seq;           /* adaptive steps begun (k_begin) */
   unsigned vmax_pub[2];        /* last step's vmax_bits, published for the peers at k_begin */
+  unsigned int fix_bad;        /* deterministic mode: a P2G contribution beyond the fixed-point range */
+  unsigned long long fix_bad_id; /* ... the smallest id of a particle that brought one; ~0 if none */
 } step_ctl;
+
+/* Deterministic mode's P2G target (physics/fixed.h): int64 sums and their scales. */
+typedef struct fixp {
+  long long *ig;   /* [n_blocks][ich][64], ich = 4, or 7 with ASFLIP */
+  float sm, sp;    /* units per kg, per kg m/s */
+} fixp;
 
 /* ---- the island: what a member's kernels see of its peers --------------------------------- */
 
@@ -269,6 +287,7 @@ typedef struct island_view {
   const float *peer_grid[MAX_GPUS - 1];     /* the peers' P[par] of the step being launched */
   const float *peer_grid0[MAX_GPUS - 1];    /* ... and their ASFLIP buffers */
   const uint8_t *peer_touched[MAX_GPUS - 1];
+  const long long *peer_ig[MAX_GPUS - 1];   /* deterministic mode: the peers' fixed-point sums of par */
 } island_view;
 
 /* Barrier of the island (see above); one thread calls it. */
@@ -331,6 +350,8 @@ typedef struct cuda_state {
                                  * momentum without the stress impulse, then the velocity before the update */
   int asflip;                   /* a material uses ASFLIP (physics/transfer.h) */
   dvec touched[2];              /* [n_blocks] uint8 */
+  int det;                      /* deterministic mode (prm.deterministic) */
+  dvec igrid[2];                /* deterministic mode only: [n_blocks][ich][64] int64 fixed-point P2G sums */
   dvec shared;                  /* [n_blocks] uint8: shared with another rank (mark_shared) */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
   xlist *xl;                    /* the exchange's block lists in xidx (register_indices) */
@@ -610,15 +631,18 @@ __device__ static inline int warp_sort(unsigned *key, unsigned *scratch) {
 
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
-/* The P2G of one warp's packet p (all 32 lanes call it). */
-template <bool OLD> /* ASFLIP: the momentum without the stress impulse into grid0 too */
+/* The P2G of one warp's packet p (all 32 lanes call it). OLD (ASFLIP): the momentum without the
+ * stress impulse into grid0 too. DET: fixed-point sums into fp.ig instead of float sums. */
+template <bool OLD, bool DET>
 __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid,
                                          const material_params *__restrict__ mats, float3 origin, float dx,
                                          float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
-                                         float *__restrict__ grid0, float (*s_w)[LANES], unsigned *s_sort) {
+                                         float *__restrict__ grid0, float (*s_w)[LANES], unsigned *s_sort,
+                                         fixp fp) {
   const int lane = threadIdx.x & 31;
+  int fix_bad = 0; /* DET: a contribution of this lane's particle out of range */
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
   const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
@@ -714,61 +738,103 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
           o1 = w * (mv[1] + mC[3] * r0 + mC[4] * r1 + mC[5] * r2);
           o2 = w * (mv[2] + mC[6] * r0 + mC[7] * r1 + mC[8] * r2);
         }
-        for (int s = 1; s < longest; s <<= 1) {
-          const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
-          const float t2 = __shfl_down_sync(FULL, v2, s), t3 = __shfl_down_sync(FULL, v3, s);
-          if (lane + s < seg_end) v0 += t0, v1 += t1, v2 += t2, v3 += t3;
+        if (DET) { /* each lane's contributions as integers first: the sums do not depend on the order */
+          long long i0 = fix_to(v0, fp.sm, &fix_bad), i1 = fix_to(v1, fp.sp, &fix_bad);
+          long long i2 = fix_to(v2, fp.sp, &fix_bad), i3 = fix_to(v3, fp.sp, &fix_bad);
+          long long j0 = 0, j1 = 0, j2 = 0;
           if (OLD) {
-            const float u0 = __shfl_down_sync(FULL, o0, s), u1 = __shfl_down_sync(FULL, o1, s);
-            const float u2 = __shfl_down_sync(FULL, o2, s);
-            if (lane + s < seg_end) o0 += u0, o1 += u1, o2 += u2;
+            j0 = fix_to(o0, fp.sp, &fix_bad), j1 = fix_to(o1, fp.sp, &fix_bad), j2 = fix_to(o2, fp.sp, &fix_bad);
           }
-        }
-        /* the physical block among the 27 (= sparse_neighbor(bo - 1)) and the node inside it */
-        const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
-        const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
-        const int blk = __shfl_sync(FULL, my_nbr, nb);
-        if (is_head && valid) {
-          float *gb = g + (size_t)blk * BLOCK_FLOATS;
+          for (int s = 1; s < longest; s <<= 1) {
+            const long long t0 = __shfl_down_sync(FULL, i0, s), t1 = __shfl_down_sync(FULL, i1, s);
+            const long long t2 = __shfl_down_sync(FULL, i2, s), t3 = __shfl_down_sync(FULL, i3, s);
+            if (lane + s < seg_end) i0 += t0, i1 += t1, i2 += t2, i3 += t3;
+            if (OLD) {
+              const long long u0 = __shfl_down_sync(FULL, j0, s), u1 = __shfl_down_sync(FULL, j1, s);
+              const long long u2 = __shfl_down_sync(FULL, j2, s);
+              if (lane + s < seg_end) j0 += u0, j1 += u1, j2 += u2;
+            }
+          }
+          const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
+          const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
+          const int blk = __shfl_sync(FULL, my_nbr, nb);
+          if (is_head && valid) {
+            /* two's complement: adding the unsigned bit patterns adds the signed values */
+            unsigned long long *ib =
+                reinterpret_cast<unsigned long long *>(fp.ig + (size_t)blk * (OLD ? 7 : 4) * BLOCK_NODES + node);
+            atomicAdd(ib, (unsigned long long)i0);
+            atomicAdd(ib + BLOCK_NODES, (unsigned long long)i1);
+            atomicAdd(ib + 2 * BLOCK_NODES, (unsigned long long)i2);
+            atomicAdd(ib + 3 * BLOCK_NODES, (unsigned long long)i3);
+            if (OLD) {
+              atomicAdd(ib + 4 * BLOCK_NODES, (unsigned long long)j0);
+              atomicAdd(ib + 5 * BLOCK_NODES, (unsigned long long)j1);
+              atomicAdd(ib + 6 * BLOCK_NODES, (unsigned long long)j2);
+            }
+            if ((ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0))
+              touched[blk] = 1;
+          }
+        } else {
+          for (int s = 1; s < longest; s <<= 1) {
+            const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
+            const float t2 = __shfl_down_sync(FULL, v2, s), t3 = __shfl_down_sync(FULL, v3, s);
+            if (lane + s < seg_end) v0 += t0, v1 += t1, v2 += t2, v3 += t3;
+            if (OLD) {
+              const float u0 = __shfl_down_sync(FULL, o0, s), u1 = __shfl_down_sync(FULL, o1, s);
+              const float u2 = __shfl_down_sync(FULL, o2, s);
+              if (lane + s < seg_end) o0 += u0, o1 += u1, o2 += u2;
+            }
+          }
+          /* the physical block among the 27 (= sparse_neighbor(bo - 1)) and the node inside it */
+          const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
+          const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
+          const int blk = __shfl_sync(FULL, my_nbr, nb);
+          if (is_head && valid) {
+            float *gb = g + (size_t)blk * BLOCK_FLOATS;
 #if GRID_VEC4
-          atomicAdd(reinterpret_cast<float4 *>(gb + gidx(node, 0)), make_float4(v0, v1, v2, v3));
+            atomicAdd(reinterpret_cast<float4 *>(gb + gidx(node, 0)), make_float4(v0, v1, v2, v3));
 #else
-          atomicAdd(gb + gidx(node, 0), v0);
-          atomicAdd(gb + gidx(node, 1), v1);
-          atomicAdd(gb + gidx(node, 2), v2);
-          atomicAdd(gb + gidx(node, 3), v3);
+            atomicAdd(gb + gidx(node, 0), v0);
+            atomicAdd(gb + gidx(node, 1), v1);
+            atomicAdd(gb + gidx(node, 2), v2);
+            atomicAdd(gb + gidx(node, 3), v3);
 #endif
-          if (OLD) {
-            float *ob = grid0 + (size_t)blk * OLD_FLOATS + node;
-            atomicAdd(ob, o0);
-            atomicAdd(ob + BLOCK_NODES, o1);
-            atomicAdd(ob + 2 * BLOCK_NODES, o2);
+            if (OLD) {
+              float *ob = grid0 + (size_t)blk * OLD_FLOATS + node;
+              atomicAdd(ob, o0);
+              atomicAdd(ob + BLOCK_NODES, o1);
+              atomicAdd(ob + 2 * BLOCK_NODES, o2);
+            }
+            /* one mark per block: the lowest stencil node of the block on every axis */
+            if ((ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0))
+              touched[blk] = 1;
           }
-          /* one mark per block: the lowest stencil node of the block on every axis */
-          if ((ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0))
-            touched[blk] = 1;
         }
       }
     }
+  }
+  if (DET && fix_bad) { /* only a valid lane can bring a non-zero, hence a bad, contribution */
+    atomicOr(&ctl->fix_bad, 1u);
+    atomicMin(&ctl->fix_bad_id, (unsigned long long)pid[p * LANES + src]);
   }
 }
 
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
-template <bool OLD>
+template <bool OLD, bool DET>
 __global__ static void PARTICLE_BOUNDS
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched, float *__restrict__ grid0) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp) {
   __shared__ float s_w[WARPS][9][LANES]; /* B-spline weights: w[axis][offset] per lane */
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   const int warp = threadIdx.x >> 5;
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return; /* the whole warp */
-  p2g_warp<OLD>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_w[warp],
-           s_sort[warp]);
+  p2g_warp<OLD, DET>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
+                     s_w[warp], s_sort[warp], fp);
 }
 
 /* Where the colliders are at the step's end (ctl->t), for k_grid: one thread per collider. */
@@ -780,13 +846,15 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
 
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
  * fused with clearing the other buffer where the step before touched it. One thread per node. */
+template <bool DET>
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
 k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
        const collider_pose *__restrict__ poses,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
        uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
        int part, float *__restrict__ g0, float *__restrict__ g0_next, const int32_t *__restrict__ tags,
-       island_view iv, float *__restrict__ vel, float *__restrict__ vel0) {
+       island_view iv, float *__restrict__ vel, float *__restrict__ vel0, const long long *__restrict__ ig,
+       long long *__restrict__ ig_next, double inv_sm, double inv_sp) {
   if (ctl->done) return; /* uniform over the CUDA block */
   const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
   const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
@@ -795,36 +863,62 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
   const int clear = inside && touched_next[blk];
   __syncthreads(); /* every thread has read its block's flag before one of them clears it */
   if (!inside) return;
+  const int ich = g0 ? 7 : 4; /* DET: int channels per node */
   if (clear) {
-    float *gn = g_next + blk * BLOCK_FLOATS;
-    for (int ch = 0; ch < 4; ++ch) gn[gidx(nd, ch)] = 0.0f;
-    if (g0_next)
-      for (int ch = 0; ch < 3; ++ch) g0_next[blk * OLD_FLOATS + ch * BLOCK_NODES + nd] = 0.0f;
+    if (DET) { /* P2G writes only the int sums; the float grid is rewritten below where touched */
+      for (int ch = 0; ch < ich; ++ch) ig_next[(blk * ich + ch) * BLOCK_NODES + nd] = 0;
+    } else {
+      float *gn = g_next + blk * BLOCK_FLOATS;
+      for (int ch = 0; ch < 4; ++ch) gn[gidx(nd, ch)] = 0.0f;
+      if (g0_next)
+        for (int ch = 0; ch < 3; ++ch) g0_next[blk * OLD_FLOATS + ch * BLOCK_NODES + nd] = 0.0f;
+    }
     if (nd == 0) touched_next[blk] = 0;
   }
   if (!touched[blk]) return;
   float *gd = g + blk * BLOCK_FLOATS;
   float sum[4], sum0[3] = {0.0f, 0.0f, 0.0f};
-  for (int ch = 0; ch < 4; ++ch) sum[ch] = gd[gidx(nd, ch)];
-  if (g0)
-    for (int a = 0; a < 3; ++a) sum0[a] = g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd];
-  /* island: the peers' copies of this block (P2P), where they touched it this step */
-  for (int q = 0; q < iv.np; ++q) {
-    const int32_t t = tags[blk * iv.np + q];
-    if (t < 0 || !iv.peer_touched[q][t]) continue;
-    const float *pg = iv.peer_grid[q] + (size_t)t * BLOCK_FLOATS;
-    for (int ch = 0; ch < 4; ++ch) sum[ch] += pg[gidx(nd, ch)];
+  if (DET) {
+    /* the fixed-point sums, own and the peers' copies (P2P, where they touched the block this
+     * step), added as integers, so that the result does not depend on the split; then as floats,
+     * once; a node without mass gets zeros */
+    long long acc[7];
+    const long long *ib = ig + blk * ich * BLOCK_NODES + nd;
+    for (int ch = 0; ch < ich; ++ch) acc[ch] = ib[ch * BLOCK_NODES];
+    for (int q = 0; q < iv.np; ++q) {
+      const int32_t t = tags[blk * iv.np + q];
+      if (t < 0 || !iv.peer_touched[q][t]) continue;
+      const long long *pb = iv.peer_ig[q] + (size_t)t * ich * BLOCK_NODES + nd;
+      for (int ch = 0; ch < ich; ++ch) acc[ch] += pb[ch * BLOCK_NODES];
+    }
+    const int empty = acc[0] == 0;
+    sum[0] = empty ? 0.0f : fix_from(acc[0], inv_sm);
+    for (int a = 1; a < 4; ++a) sum[a] = empty ? 0.0f : fix_from(acc[a], inv_sp);
     if (g0)
-      for (int a = 0; a < 3; ++a) sum0[a] += iv.peer_grid0[q][(size_t)t * OLD_FLOATS + a * BLOCK_NODES + nd];
+      for (int a = 0; a < 3; ++a) sum0[a] = empty ? 0.0f : fix_from(acc[4 + a], inv_sp);
+  } else {
+    for (int ch = 0; ch < 4; ++ch) sum[ch] = gd[gidx(nd, ch)];
+    if (g0)
+      for (int a = 0; a < 3; ++a) sum0[a] = g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd];
+    /* island: the peers' copies of this block (P2P), where they touched it this step */
+    for (int q = 0; q < iv.np; ++q) {
+      const int32_t t = tags[blk * iv.np + q];
+      if (t < 0 || !iv.peer_touched[q][t]) continue;
+      const float *pg = iv.peer_grid[q] + (size_t)t * BLOCK_FLOATS;
+      for (int ch = 0; ch < 4; ++ch) sum[ch] += pg[gidx(nd, ch)];
+      if (g0)
+        for (int a = 0; a < 3; ++a) sum0[a] += iv.peer_grid0[q][(size_t)t * OLD_FLOATS + a * BLOCK_NODES + nd];
+    }
   }
-  /* one GPU: velocities in place; island: to vel, since peers read P[par] (see the island) */
+  /* one GPU: velocities in place; island: to vel, since peers read P[par] (see the island).
+   * DET: the float buffers hold no sums (P2G writes only ig), so every channel is written. */
   float *out = vel ? vel + blk * BLOCK_FLOATS : gd;
   float *out0 = vel0 ? vel0 : g0;
   const float m = sum[0];
   if (m <= 0.0f) {
-    if (vel)
+    if (vel || DET)
       for (int ch = 0; ch < 4; ++ch) out[gidx(nd, ch)] = 0.0f;
-    if (vel0)
+    if (vel0 || (DET && g0))
       for (int a = 0; a < 3; ++a) out0[blk * OLD_FLOATS + a * BLOCK_NODES + nd] = 0.0f;
     return;
   }
@@ -841,7 +935,7 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
   float xn[3];
   for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
   boundary_apply_posed(&bp, poses, xn, v); /* poses at ctl->t, the step's end (k_poses) */
-  if (vel) out[gidx(nd, 0)] = m;
+  if (vel || DET) out[gidx(nd, 0)] = m;
   for (int a = 0; a < 3; ++a) out[gidx(nd, a + 1)] = v[a];
 }
 
@@ -991,13 +1085,13 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
  * zone [FUSED_LO, FUSED_HI] leaves that much slack, so every scattered stencil stays inside the
  * physical blocks. The warp's own writes to its packet are visible to its lanes after
  * __syncwarp. */
-template <bool OLD>
+template <bool OLD, bool DET>
 __global__ static void PARTICLE_BOUNDS
 k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
         const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
         const material_params *__restrict__ mats, float3 origin, float3 dmin, float3 dmax, float dx, float inv_dx,
         const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next,
-        const float *__restrict__ grid0, float *__restrict__ grid0_next) {
+        const float *__restrict__ grid0, float *__restrict__ grid0_next, fixp fp) {
   __shared__ float s_w[WARPS][9][LANES];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -1008,8 +1102,8 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   g2p_warp<OLD>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO, FUSED_HI, mats,
            grid0);
   __syncwarp();
-  p2g_warp<OLD>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next, grid0_next,
-           s_w[warp], s_sort[warp]);
+  p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
+                     grid0_next, s_w[warp], s_sort[warp], fp);
 }
 
 /* Material of the particle with the given id (for the message about a bad particle). */
@@ -1049,6 +1143,15 @@ static int read_count(cuda_state *s, const void *dev, int *out) {
   CU(cudaStreamSynchronize(s->stream));
   TRACE("count %d", *out);
   return DR_OK;
+}
+
+/* Deterministic mode: int64 values per grid block (4 channels, 7 with ASFLIP, x 64 nodes). */
+static size_t int_floats(const cuda_state *s) { return (size_t)(s->asflip ? 7 : 4) * BLOCK_NODES; }
+
+/* Deterministic mode's P2G target for grid buffer par (unused in float mode). */
+static fixp fix_of(const cuda_state *s, int par) {
+  fixp f = {s->det ? dp<long long>(s->igrid[par]) : NULL, s->prm.fix_scale[0], s->prm.fix_scale[1]};
+  return f;
 }
 
 static int rebuild_now(cuda_state *s) {
@@ -1098,6 +1201,17 @@ static int rebuild_now(cuda_state *s) {
   k_pb_packets<<<blocks_for(s->n_pb + 1, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets));
   LAUNCHED("k_pb_packets");
+  if (s->det) { /* physics/fixed.h: at most FIX_PB_MAX particles per particle block, so no node sum overflows */
+    CUB_RUN(cub::DeviceReduce::Max(temp_ptr, temp_bytes, dp<int32_t>(s->pb_packets), dp<int>(s->count), n_pb, st));
+    int most = 0;
+    DR_TRY(read_count(s, s->count.ptr, &most));
+    if (most > FIX_PB_MAX / LANES)
+      return dr_fail(DR_EPHYSICS,
+                     "deterministic mode: more than %d particles in one block of 4x4x4 cells (%d packets of %d), beyond "
+                     "what keeps the fixed-point node sums from overflowing (physics/fixed.h); the material is "
+                     "compressed far beyond its sampling",
+                     FIX_PB_MAX, most, LANES);
+  }
   CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, dp<int32_t>(s->pb_packets),
                                         dp<int32_t>(s->pb_packets), n_pb + 1, st));
   int n_packets = 0;
@@ -1140,6 +1254,10 @@ static int rebuild_now(cuda_state *s) {
     if (s->asflip) {
       DVEC(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
       CU(cudaMemsetAsync(s->grid0[k].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), st));
+    }
+    if (s->det) {
+      DVEC(s->igrid[k], s->n_blocks * int_floats(s) * sizeof(long long), "grid blocks (fixed point)");
+      CU(cudaMemsetAsync(s->igrid[k].ptr, 0, s->n_blocks * int_floats(s) * sizeof(long long), st));
     }
   }
   s->par = 0;
@@ -1191,6 +1309,7 @@ static island_view view_of(cuda_state *s, int par) {
     v.peer_grid[q] = dp<float>(o->grid[par]);
     v.peer_grid0[q] = o->asflip ? dp<float>(o->grid0[par]) : NULL;
     v.peer_touched[q] = dp<uint8_t>(o->touched[par]);
+    v.peer_ig[q] = o->det ? dp<long long>(o->igrid[par]) : NULL;
   }
   return v;
 }
@@ -1203,6 +1322,7 @@ static const float *vel0_of(cuda_state *s, int par) {
 
 /* Clears grid buffer par (and its ASFLIP buffer) outside the fused clear of k_grid. */
 static int clear_grid(cuda_state *s, int par) {
+  if (s->det) CU(cudaMemsetAsync(s->igrid[par].ptr, 0, s->n_blocks * int_floats(s) * sizeof(long long), s->stream));
   CU(cudaMemsetAsync(s->grid[par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
   if (s->asflip) CU(cudaMemsetAsync(s->grid0[par].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), s->stream));
   return DR_OK;
@@ -1218,11 +1338,12 @@ static int launch_barrier(cuda_state *s, int par) {
 
 static int launch_p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
-  (s->asflip ? k_p2g<true> : k_p2g<false>)<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+  (s->asflip ? (s->det ? k_p2g<true, true> : k_p2g<true, false>) : (s->det ? k_p2g<false, true> : k_p2g<false, false>))
+      <<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par));
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par));
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -1234,14 +1355,16 @@ static int launch_grid(cuda_state *s, int par, int part) {
                                                                              dp<collider_pose>(s->d_poses));
     LAUNCHED("k_poses");
   }
-  k_grid<<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA), GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, s->stream>>>(
+  (s->det ? k_grid<true> : k_grid<false>)<<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA),
+                                            GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<collider_pose>(s->d_poses),
       dp<uint64_t>(s->block_code),
       dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
-      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part, grid0_of(s, par), grid0_of(s, 1 - par),
+      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part, grid0_of(s, par), s->det ? NULL : grid0_of(s, 1 - par),
       dp<int32_t>(s->tags), view_of(s, par), s->nm > 1 ? dp<float>(s->vel) : NULL,
-      s->nm > 1 && s->asflip ? dp<float>(s->vel0) : NULL);
+      s->nm > 1 && s->asflip ? dp<float>(s->vel0) : NULL, fix_of(s, par).ig, fix_of(s, 1 - par).ig,
+      1.0 / (double)s->prm.fix_scale[0], 1.0 / (double)s->prm.fix_scale[1]);
   LAUNCHED("k_grid");
   return DR_OK;
 }
@@ -1259,12 +1382,15 @@ static int launch_g2p(cuda_state *s, int par) {
 
 static int launch_g2p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
-  (s->asflip ? k_g2p2g<true> : k_g2p2g<false>)<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+  (s->asflip ? (s->det ? k_g2p2g<true, true> : k_g2p2g<true, false>)
+             : (s->det ? k_g2p2g<false, true> : k_g2p2g<false, false>))<<<blocks_for(s->n_packets, WARPS), THREADS, 0,
+                                                                          s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]),
       make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx, s->inv_dx, vel_of(s, par),
-      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]), vel0_of(s, par), grid0_of(s, 1 - par));
+      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]), vel0_of(s, par), grid0_of(s, 1 - par),
+      fix_of(s, 1 - par));
   LAUNCHED("k_g2p2g");
   return DR_OK;
 }
@@ -1316,6 +1442,27 @@ static int capture_graphs(cuda_state *s) {
   return DR_OK;
 }
 
+static int fail_bad(cuda_state *s, unsigned long long id);
+
+/* Deterministic mode: a P2G contribution out of the fixed-point range (physics/fixed.h). */
+static int fail_fix(cuda_state *s, unsigned long long id) {
+  k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      s->n_packets * LANES, dp<uint64_t>(s->pid[s->cur]), dp<int2>(s->hdr), dp<float>(s->pk[s->cur]), id,
+      dp<step_ctl>(s->ctl));
+  LAUNCHED("k_find_material");
+  step_ctl c;
+  CU(cudaMemcpyAsync(&c, s->ctl.ptr, sizeof c, cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  const int mat = c.bad_material;
+  return dr_fail(DR_EPHYSICS,
+                 "deterministic mode: particle %llu (body %llu, material %s) brings a non-finite momentum or one "
+                 "beyond the fixed-point range (2^%d units at %g units per kg m/s, i.e. %.3g kg m/s; "
+                 "physics/fixed.h): the run is unstable or faster than 256 times the scene's speed bound",
+                 id, id >> 48,
+                 s->prm.material_names && mat >= 0 && mat < s->prm.n_materials ? s->prm.material_names[mat] : "?",
+                 FIX_LIMIT_BITS, (double)s->prm.fix_scale[1], (double)FIX_LIMIT / (double)s->prm.fix_scale[1]);
+}
+
 static int fail_bad(cuda_state *s, unsigned long long id) {
   k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       s->n_packets * LANES, dp<uint64_t>(s->pid[s->cur]), dp<int2>(s->hdr), dp<float>(s->pk[s->cur]), id,
@@ -1358,6 +1505,23 @@ __global__ static void k_unpack_add(size_t n, int bs, const int32_t *idx, const 
   const float v = in[i];
   *sum_slot(i, bs, idx, g, g0, &blk) += v; /* one thread per value: no race */
   if (v != 0.0f) touched[blk] = 1;         /* every writer stores the same value */
+}
+
+/* Deterministic mode: the int64 sums, laid out as igrid's blocks ([ich][64]) one after another. */
+__global__ static void k_pack_fix(size_t n, int bs, const int32_t *idx, const long long *ig, long long *out) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs) return;
+  out[i] = ig[(size_t)idx[i / bs] * bs + i % bs];
+}
+
+__global__ static void k_unpack_add_fix(size_t n, int bs, const int32_t *idx, const long long *in, long long *ig,
+                                        uint8_t *touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs) return;
+  const int32_t blk = idx[i / bs];
+  const long long v = in[i];
+  ig[(size_t)blk * bs + i % bs] += v; /* integers: the result does not depend on the ranks' order */
+  if (v != 0) touched[blk] = 1;
 }
 
 __global__ static void k_mark(size_t n, const int32_t *idx, uint8_t *flags) {
@@ -1423,12 +1587,21 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
   return DR_OK;
 }
 
-static int pack(void *state, const int32_t *idx, size_t n, float *out) {
+static int pack(void *state, const int32_t *idx, size_t n, void *out) {
   cuda_state *s = (cuda_state *)state;
   if (n == 0) return DR_OK;
   const int bs = sums_floats(s);
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx));
+  if (s->det) {
+    DVEC(s->xbuf, n * bs * sizeof(long long), "exchange buffer");
+    k_pack_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, dp<long long>(s->igrid[s->par]), dp<long long>(s->xbuf));
+    LAUNCHED("k_pack_fix");
+    CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * bs * sizeof(long long), cudaMemcpyDefault, s->stream));
+    CU(cudaStreamSynchronize(s->stream));
+    return DR_OK;
+  }
   DVEC(s->xbuf, n * bs * sizeof(float), "exchange buffer");
   k_pack<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       n, bs, didx, dp<float>(s->grid[s->par]), grid0_of(s, s->par), dp<float>(s->xbuf));
@@ -1439,12 +1612,21 @@ static int pack(void *state, const int32_t *idx, size_t n, float *out) {
   return DR_OK;
 }
 
-static int unpack_add(void *state, const int32_t *idx, size_t n, const float *in) {
+static int unpack_add(void *state, const int32_t *idx, size_t n, const void *in) {
   cuda_state *s = (cuda_state *)state;
   if (n == 0) return DR_OK;
   const int bs = sums_floats(s);
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx));
+  if (s->det) {
+    DVEC(s->xbuf, n * bs * sizeof(long long), "exchange buffer");
+    CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * bs * sizeof(long long), cudaMemcpyDefault, s->stream));
+    k_unpack_add_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, dp<long long>(s->xbuf), dp<long long>(s->igrid[s->par]), dp<uint8_t>(s->touched[s->par]));
+    LAUNCHED("k_unpack_add_fix");
+    CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
+    return DR_OK;
+  }
   DVEC(s->xbuf, n * bs * sizeof(float), "exchange buffer");
   CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * bs * sizeof(float), cudaMemcpyDefault, s->stream));
   k_unpack_add<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
@@ -1678,8 +1860,9 @@ static double held_bytes(const cuda_state *s) {
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
-                       &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar};
+                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
+                       &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
+                       &s->bar};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -1716,7 +1899,7 @@ static void destroy(void *state) {
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
-                 &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
+                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
@@ -1804,6 +1987,7 @@ static int setup(cuda_state *s, const particles *p) {
   step_ctl c0;
   memset(&c0, 0, sizeof c0);
   c0.bad_id = ~0ULL;
+  c0.fix_bad_id = ~0ULL;
   c0.done = 1;
   CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
   /* the colliders on the device (boundary.h); the faces' types and frictions travel by value */
@@ -1862,6 +2046,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->inv_dx = 1.0f / prm->dx;
   s->bnd = prm->boundary; /* the pointers become device pointers in setup() */
   for (int m = 0; m < prm->n_materials; ++m) s->asflip |= prm->materials[m].transfer == TRANSFER_ASFLIP;
+  s->det = prm->deterministic != 0;
   s->bnd.colliders = NULL;
   s->bnd.keys = NULL;
   s->bnd.levelsets = NULL;
@@ -2015,8 +2200,11 @@ static int island_take(island *I, int par, frame_report *rep, int *stop) {
     DR_TRY(use(I->m[k]));
     CU(cudaEventSynchronize(I->m[k]->done_ev[par]));
   }
-  for (int k = 0; k < I->nm; ++k)
-    if (I->m[k]->h_slot[par].bad_id != ~0ULL) return fail_bad(I->m[k], I->m[k]->h_slot[par].bad_id);
+  for (int k = 0; k < I->nm; ++k) {
+    const step_ctl *c = &I->m[k]->h_slot[par];
+    if (c->fix_bad) return fail_fix(I->m[k], c->fix_bad_id);
+    if (c->bad_id != ~0ULL) return fail_bad(I->m[k], c->bad_id);
+  }
   const step_ctl *c0 = &I->m[0]->h_slot[par];
   for (int k = 1; k < I->nm; ++k)
     if (I->m[k]->h_slot[par].performed != c0->performed || I->m[k]->h_slot[par].dt != c0->dt)
@@ -2154,7 +2342,7 @@ static int island_g2p(void *state, float dt) {
     CU(cudaMemcpyAsync(&s->h_slot[s->par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
   }
   float vmax = 0.0f;
-  int bad = -1;
+  int bad = -1, fix = -1;
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
@@ -2162,11 +2350,13 @@ static int island_g2p(void *state, float dt) {
     const step_ctl *c = &s->h_slot[s->par];
     s->last_par = s->par;
     s->par ^= 1;
+    if (c->fix_bad && fix < 0) fix = k;
     if (c->bad_id != ~0ULL && bad < 0) bad = k;
     memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
     if (s->vmax > vmax) vmax = s->vmax;
     s->need_rebuild |= c->leave != 0;
   }
+  if (fix >= 0) return fail_fix(I->m[fix], I->m[fix]->h_slot[I->m[fix]->last_par].fix_bad_id);
   if (bad >= 0) return fail_bad(I->m[bad], I->m[bad]->h_slot[I->m[bad]->last_par].bad_id);
   I->vmax = vmax;
   return DR_OK;
@@ -2406,10 +2596,12 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->wants_rebuild = wants_rebuild;
   out->set_particles = set_particles;
   out->add_particles = add_particles;
-  out->block_sums = sums_floats(s);
+  out->block_sums = sums_floats(s); /* = int_floats(s) */
+  out->sums_int64 = s->det;
   out->alloc_sums = alloc_sums;
   out->free_sums = free_sums;
-  log_info("cuda backend: device %d (%s), %zu particles in %zu packets, %zu grid blocks, %.1f MiB of device memory",
-           s->device, s->device_name, n, s->n_packets, s->n_blocks, held_bytes(s) / 1048576.0);
+  log_info("cuda backend: device %d (%s), %zu particles in %zu packets, %zu grid blocks, %.1f MiB of device memory%s",
+           s->device, s->device_name, n, s->n_packets, s->n_blocks, held_bytes(s) / 1048576.0,
+           s->det ? " (deterministic: int64 P2G sums)" : "");
   return DR_OK;
 }

@@ -22,7 +22,7 @@ static void sums_free(exchange *x, void *p) {
 }
 
 /* The buffers of one link's sums: the backend's (pinned host or device memory) or malloc. */
-static int sums_alloc(exchange *x, backend *b, size_t bytes, float **out) {
+static int sums_alloc(exchange *x, backend *b, size_t bytes, void **out) {
   *out = NULL;
   if (!b->alloc_sums) {
     *out = malloc(bytes);
@@ -30,7 +30,7 @@ static int sums_alloc(exchange *x, backend *b, size_t bytes, float **out) {
   }
   void *p = NULL;
   DR_TRY(b->alloc_sums(b->state, bytes, x->device_sums, &p));
-  *out = (float *)p;
+  *out = p;
   return DR_OK;
 }
 
@@ -55,6 +55,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   x->free_sums = b->alloc_sums ? b->free_sums : NULL;
   x->device_sums = b->alloc_sums && comm_cuda_aware();
   x->block_sums = b->block_sums > 0 ? (size_t)b->block_sums : BLOCK_SUMS;
+  x->sum_bytes = b->sums_int64 ? sizeof(int64_t) : sizeof(float);
+  x->sum_type = b->sums_int64 ? MPI_INT64_T : MPI_FLOAT;
   int rank, nranks;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
@@ -150,8 +152,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       continue;
     }
     ++x->nlinks; /* from here exchange_free releases the link */
-    err = sums_alloc(x, b, sizeof(float) * x->block_sums * L->n, &L->send);
-    if (!err) err = sums_alloc(x, b, sizeof(float) * x->block_sums * L->n, &L->recv);
+    err = sums_alloc(x, b, x->sum_bytes * x->block_sums * L->n, &L->send);
+    if (!err) err = sums_alloc(x, b, x->sum_bytes * x->block_sums * L->n, &L->recv);
     if (err) break;
   }
   for (size_t i = 0; shared && i < n; ++i) x->n_shared += shared[i];
@@ -169,9 +171,9 @@ int exchange_start(exchange *x, backend *b) {
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
     const int count = (int)(x->block_sums * L->n);
-    DR_MPI(MPI_Irecv(L->recv, count, MPI_FLOAT, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]));
-    DR_MPI(MPI_Isend(L->send, count, MPI_FLOAT, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]));
-    x->bytes_sent += (double)count * sizeof(float);
+    DR_MPI(MPI_Irecv(L->recv, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]));
+    DR_MPI(MPI_Isend(L->send, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]));
+    x->bytes_sent += (double)count * (double)x->sum_bytes;
   }
   return DR_OK;
 }
@@ -181,7 +183,8 @@ int exchange_finish(exchange *x, backend *b) {
   double t0 = wtime();
   DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, MPI_STATUSES_IGNORE));
   x->wait_seconds += wtime() - t0;
-  /* in rank order: the same order of additions at every step */
+  /* in rank order: the same order of additions at every step (fixed-point sums: any order gives
+   * the same result, so the number of ranks does not change it either) */
   for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->unpack_add(b->state, x->links[k].idx, x->links[k].n, x->links[k].recv));
   return DR_OK;
 }

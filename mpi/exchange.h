@@ -18,7 +18,7 @@ typedef struct rank_link {
   int rank;
   size_t n;          /* blocks shared with that rank */
   int32_t *idx;      /* their dense indices in this rank's mapping, in code order */
-  float *send, *recv;
+  void *send, *recv; /* block_sums values per block: floats, or int64 (sums_int64) */
 } rank_link;
 
 typedef struct exchange {
@@ -26,7 +26,9 @@ typedef struct exchange {
   int nlinks;
   rank_link *links;
   size_t n_shared;        /* distinct local blocks shared with some rank */
-  size_t block_sums;      /* floats per shared block (the backend's block_sums) */
+  size_t block_sums;      /* values per shared block (the backend's block_sums) */
+  size_t sum_bytes;       /* bytes per value: 4 (float) or 8 (int64 fixed point, deterministic mode) */
+  MPI_Datatype sum_type;  /* MPI_FLOAT or MPI_INT64_T */
   MPI_Request *req;
   int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */
   void (*free_sums)(void *ptr, int device); /* the backend's, or NULL for free() */

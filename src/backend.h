@@ -30,6 +30,8 @@ typedef struct sim_params {
   int gpus;                            /* GPUs to use (cuda; 0 = the visible ones, shared among the node's ranks) */
   int local_rank, local_size;          /* this rank among the ranks of its node (MPI_COMM_TYPE_SHARED) */
   long g2p2g_below;                    /* cuda: fused G2P2G (fixed steps) below this many particles per GPU */
+  int deterministic;                   /* 1: P2G sums in 64-bit fixed point (physics/fixed.h) */
+  float fix_scale[2];                  /* deterministic: units per kg (mass) and per kg m/s (momentum) */
 } sim_params;
 
 /* A particle that moves more than this many cells in one step has broken the CFL condition
@@ -99,12 +101,15 @@ typedef struct backend {
   /* The rank exchange (optional; NULL where a backend does not take part in several ranks yet). */
   /* The current mapping's block codes, sorted; a code's position is its dense block index. */
   int (*blocks)(void *state, const uint64_t **codes, size_t *n);
-  /* Floats per block that pack and unpack_add move (0: 4 channels x 64 nodes, mass and momentum). */
+  /* Values per block that pack and unpack_add move (0: 4 channels x 64 nodes, mass and momentum). */
   int block_sums;
-  /* Copies the P2G sums (block_sums floats) of the listed blocks into out, block after block. */
-  int (*pack)(void *state, const int32_t *idx, size_t n, float *out);
+  /* 0: the values are floats; 1: int64 fixed-point sums (deterministic mode, physics/fixed.h),
+   * which add the same in any order, so that the result does not depend on the ranks. */
+  int sums_int64;
+  /* Copies the P2G sums (block_sums values) of the listed blocks into out, block after block. */
+  int (*pack)(void *state, const int32_t *idx, size_t n, void *out);
   /* Adds sums laid out as pack's into the listed blocks (they count as touched). */
-  int (*unpack_add)(void *state, const int32_t *idx, size_t n, const float *in);
+  int (*unpack_add)(void *state, const int32_t *idx, size_t n, const void *in);
   /* Marks blocks as shared with other ranks (until the next rebuild-mapping), for
    * grid_update_part. */
   int (*mark_shared)(void *state, const int32_t *idx, size_t n);

@@ -16,7 +16,11 @@
  * Grid storage per block: 4 channels x 64 nodes (mass, then momentum x,y,z, which the grid
  * update turns into velocity in place); when a material uses ASFLIP, 3 more channels hold P2G's
  * momentum without the stress impulse, which the grid update turns into the velocity before the
- * update (physics/transfer.h). The rank exchange moves all channels. */
+ * update (physics/transfer.h). The rank exchange moves all channels.
+ * Deterministic mode (physics/fixed.h): P2G adds int64 fixed-point contributions into igrid
+ * (same layout), which the grid update turns into the float grid block by block; the rank
+ * exchange moves the int64 sums. Integer sums do not depend on the particle order, which the
+ * ranks change (the colours alone already make float sums independent of the thread count). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,7 @@
 #include "physics/boundary.h"
 #include "physics/bspline.h"
 #include "physics/constitutive.h"
+#include "physics/fixed.h"
 #include "physics/sparse.h"
 #include "physics/transfer.h"
 #include "scene.h"
@@ -59,7 +64,10 @@ typedef struct cpu_state {
 
   size_t n_blocks, cap_blocks;
   uint64_t *block_code;
-  float *grid;         /* [n_blocks][4][64] */
+  float *grid;         /* [n_blocks][channels][64] */
+  int64_t *igrid;      /* deterministic mode only: [n_blocks][channels][64] fixed-point P2G sums */
+  int det;             /* deterministic mode (prm.deterministic) */
+  double inv_scale[2]; /* 1 / prm.fix_scale */
   uint8_t *touched;    /* [n_blocks] */
   uint8_t *shared;     /* [n_blocks] shared with another rank (mark_shared) */
   block_table table;
@@ -105,9 +113,10 @@ static int grow_blocks(cpu_state *s, size_t n) {
   if (n <= s->cap_blocks && s->cap_blocks) return DR_OK;
   size_t cap = s->cap_blocks ? s->cap_blocks : 1024;
   while (cap < n) cap *= 2;
-  free(s->block_code), free(s->grid), free(s->touched), free(s->shared);
-  s->block_code = NULL, s->grid = NULL, s->touched = NULL, s->shared = NULL;
+  free(s->block_code), free(s->grid), free(s->touched), free(s->shared), free(s->igrid);
+  s->block_code = NULL, s->grid = NULL, s->touched = NULL, s->shared = NULL, s->igrid = NULL;
   DR_ALLOC0(s->shared, cap, "grid blocks");
+  if (s->det) DR_ALLOC(s->igrid, s->bf * cap, "grid blocks (fixed point)");
   DR_ALLOC(s->block_code, cap, "grid blocks");
   DR_ALLOC(s->grid, s->bf * cap, "grid blocks");
   DR_ALLOC0(s->touched, cap, "grid blocks");
@@ -187,6 +196,13 @@ static int rebuild(void *state, int force, int *rebuilt) {
   }
   s->pb_start[n_pb] = n;
   s->n_pb = n_pb;
+  for (size_t q = 0; s->det && q < n_pb; ++q)
+    if (s->pb_start[q + 1] - s->pb_start[q] > FIX_PB_MAX)
+      return dr_fail(DR_EPHYSICS,
+                     "deterministic mode: %zu particles in one block of 4x4x4 cells, more than the %d that keep the "
+                     "fixed-point node sums from overflowing (physics/fixed.h); the material is compressed far "
+                     "beyond its sampling",
+                     s->pb_start[q + 1] - s->pb_start[q], FIX_PB_MAX);
 
   /* 4. Physical blocks: the 3x3x3 neighbourhoods of all particle blocks, sorted and unique. */
   for (size_t q = 0; q < n_pb; ++q) {
@@ -266,7 +282,9 @@ static void make_stencil(const cpu_state *s, const float *x, const int32_t *P, s
   }
 }
 
-static void p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_t *P, float dt) {
+/* One particle's P2G; returns 1 when a fixed-point contribution is out of range (deterministic
+ * mode; it then adds 0 for it). */
+static int p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_t *P, float dt) {
   const particles *p = &s->p;
   float *F = p->F + 9 * i;
   float tau[9];
@@ -281,38 +299,80 @@ static void p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32
   stencil st;
   make_stencil(s, p->x + 3 * i, P, &st);
   const float dx = s->prm.dx;
+  int bad = 0;
   for (int di = 0; di < 3; ++di)
     for (int dj = 0; dj < 3; ++dj)
       for (int dk = 0; dk < 3; ++dk) {
         float w = st.w[0][di] * st.w[1][dj] * st.w[2][dk];
         float d[3] = {((float)di - st.fx[0]) * dx, ((float)dj - st.fx[1]) * dx, ((float)dk - st.fx[2]) * dx};
         int blk = nbr[sparse_neighbor(st.blk[0][di] - 1, st.blk[1][dj] - 1, st.blk[2][dk] - 1)];
-        float *g = s->grid + (size_t)blk * s->bf;
         int nd = sparse_node_in_block(st.node[0][di], st.node[1][dj], st.node[2][dk]);
+        s->touched[blk] = 1;
+        if (s->det) { /* the same contributions as below, as fixed-point integers */
+          int64_t *ig = s->igrid + (size_t)blk * s->bf;
+          const float fm = s->prm.fix_scale[0], fp = s->prm.fix_scale[1];
+          ig[nd] += fix_to(w * m, fm, &bad);
+          for (int a = 0; a < 3; ++a)
+            ig[(a + 1) * BLOCK_NODES + nd] +=
+                fix_to(w * (m * v[a] + A[3 * a] * d[0] + A[3 * a + 1] * d[1] + A[3 * a + 2] * d[2]), fp, &bad);
+          if (old)
+            for (int a = 0; a < 3; ++a)
+              ig[(a + 4) * BLOCK_NODES + nd] +=
+                  fix_to(w * (m * v[a] + mC[3 * a] * d[0] + mC[3 * a + 1] * d[1] + mC[3 * a + 2] * d[2]), fp, &bad);
+          continue;
+        }
+        float *g = s->grid + (size_t)blk * s->bf;
         g[nd] += w * m;
         for (int a = 0; a < 3; ++a)
           g[(a + 1) * BLOCK_NODES + nd] += w * (m * v[a] + A[3 * a] * d[0] + A[3 * a + 1] * d[1] + A[3 * a + 2] * d[2]);
         if (old) /* ASFLIP: the momentum the particle brings, without the stress impulse */
           for (int a = 0; a < 3; ++a)
             g[(a + 4) * BLOCK_NODES + nd] += w * (m * v[a] + mC[3 * a] * d[0] + mC[3 * a + 1] * d[1] + mC[3 * a + 2] * d[2]);
-        s->touched[blk] = 1;
       }
+  return bad;
 }
 
 static int p2g(void *state, float dt) {
   cpu_state *s = state;
-  memset(s->grid, 0, sizeof(float) * s->bf * s->n_blocks);
+  if (s->det) memset(s->igrid, 0, sizeof(int64_t) * s->bf * s->n_blocks);
+  else memset(s->grid, 0, sizeof(float) * s->bf * s->n_blocks);
   memset(s->touched, 0, s->n_blocks);
+  long bad = -1; /* deterministic mode: a particle whose contribution is out of the fixed-point range */
   for (int c = 0; c < NCOLORS; ++c) {
     long lo = (long)s->color_start[c], hi = (long)s->color_start[c + 1];
 #pragma omp parallel for schedule(dynamic, 1)
     for (long q = lo; q < hi; ++q) {
       int32_t pb = s->color_pb[q];
       for (size_t i = s->pb_start[pb]; i < s->pb_start[pb + 1]; ++i)
-        p2g_particle(s, i, s->pb_nbr + 27 * (size_t)pb, s->pb_coord + 3 * (size_t)pb, dt);
+        if (p2g_particle(s, i, s->pb_nbr + 27 * (size_t)pb, s->pb_coord + 3 * (size_t)pb, dt)) {
+#pragma omp critical(drift_cpu_fix)
+          if (bad < 0 || s->p.id[i] < s->p.id[(size_t)bad]) bad = (long)i;
+        }
     }
   }
+  if (bad >= 0) {
+    const particles *p = &s->p;
+    return dr_fail(DR_EPHYSICS,
+                   "deterministic mode: particle %llu (body %llu, material %s) brings a non-finite momentum or one "
+                   "beyond the fixed-point range (2^%d units at %g units per kg m/s, i.e. %.3g kg m/s; "
+                   "physics/fixed.h): the run is unstable or faster than 256 times the scene's speed bound",
+                   (unsigned long long)p->id[bad], (unsigned long long)(p->id[bad] >> 48),
+                   s->prm.material_names ? s->prm.material_names[p->material[bad]] : "?", FIX_LIMIT_BITS,
+                   (double)s->prm.fix_scale[1], (double)FIX_LIMIT / (double)s->prm.fix_scale[1]);
+  }
   return DR_OK;
+}
+
+/* Deterministic mode: block blk's fixed-point sums as floats in the grid (a node without mass
+ * gets zeros, as in float mode, where its momentum is exactly zero too). */
+static void fix_block_to_float(cpu_state *s, size_t blk) {
+  const int64_t *ig = s->igrid + blk * s->bf;
+  float *gd = s->grid + blk * s->bf;
+  for (int nd = 0; nd < BLOCK_NODES; ++nd) {
+    const int empty = ig[nd] == 0;
+    for (int ch = 0; ch < s->channels; ++ch)
+      gd[ch * BLOCK_NODES + nd] = empty ? 0.0f : fix_from(ig[ch * BLOCK_NODES + nd], s->inv_scale[ch > 0]);
+  }
 }
 
 /* ---- grid update ------------------------------------------------------------------------- */
@@ -329,6 +389,7 @@ static int grid_update_part(void *state, float dt, int part) {
     if (!s->touched[blk] || !(part & (s->shared[blk] ? GRID_SHARED : GRID_INTERIOR))) continue;
     int c[3];
     sparse_block_coords(s->block_code[blk], c);
+    if (s->det) fix_block_to_float(s, (size_t)blk);
     float *gd = s->grid + (size_t)blk * s->bf;
     for (int li = 0; li < 4; ++li)
       for (int lj = 0; lj < 4; ++lj)
@@ -447,7 +508,7 @@ static int stats(void *state, backend_stats *out) {
   for (size_t b = 0; b < s->n_blocks; ++b) t += s->touched[b];
   out->n_touched = t;
   out->bytes = (double)s->cap_n * (2 * particles_record_bytes() + sizeof(int32_t) + 2 * sizeof(uint64_t)) +
-               (double)s->cap_blocks * (s->bf * sizeof(float) + sizeof(uint64_t) + 1) +
+               (double)s->cap_blocks * (s->bf * (sizeof(float) + (s->det ? sizeof(int64_t) : 0)) + sizeof(uint64_t) + 1) +
                (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;
   return DR_OK;
 }
@@ -461,15 +522,33 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
   return DR_OK;
 }
 
-static int pack(void *state, const int32_t *idx, size_t n, float *out) {
+static int pack(void *state, const int32_t *idx, size_t n, void *out) {
   cpu_state *s = state;
-  for (size_t k = 0; k < n; ++k)
-    memcpy(out + k * s->bf, s->grid + (size_t)idx[k] * s->bf, s->bf * sizeof(float));
+  for (size_t k = 0; k < n; ++k) {
+    if (s->det)
+      memcpy((int64_t *)out + k * s->bf, s->igrid + (size_t)idx[k] * s->bf, s->bf * sizeof(int64_t));
+    else
+      memcpy((float *)out + k * s->bf, s->grid + (size_t)idx[k] * s->bf, s->bf * sizeof(float));
+  }
   return DR_OK;
 }
 
-static int unpack_add(void *state, const int32_t *idx, size_t n, const float *in) {
+static int unpack_add(void *state, const int32_t *idx, size_t n, const void *vin) {
   cpu_state *s = state;
+  if (s->det) { /* integer sums: the order of the ranks' additions does not matter */
+    for (size_t k = 0; k < n; ++k) {
+      int64_t *g = s->igrid + (size_t)idx[k] * s->bf;
+      const int64_t *q = (const int64_t *)vin + k * s->bf;
+      int any = 0;
+      for (size_t j = 0; j < s->bf; ++j) {
+        g[j] += q[j];
+        any |= q[j] != 0;
+      }
+      if (any) s->touched[idx[k]] = 1;
+    }
+    return DR_OK;
+  }
+  const float *in = vin;
   for (size_t k = 0; k < n; ++k) {
     float *g = s->grid + (size_t)idx[k] * s->bf;
     const float *q = in + k * s->bf;
@@ -529,7 +608,7 @@ static void destroy(void *state) {
   particles_free(&s->tmp);
   free(s->pblock), free(s->sort_key);
   free(s->pb_coord), free(s->pb_nbr), free(s->pb_start), free(s->color_pb), free(s->nbr_codes);
-  free(s->block_code), free(s->grid), free(s->touched), free(s->shared);
+  free(s->block_code), free(s->grid), free(s->touched), free(s->shared), free(s->igrid);
   grid_table_free(&s->table);
   free(s->poses);
   free(s->mats);
@@ -558,6 +637,8 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   for (int m = 0; m < prm->n_materials; ++m)
     if (prm->materials[m].transfer == TRANSFER_ASFLIP) s->channels = CH_ASFLIP;
   s->bf = (size_t)s->channels * BLOCK_NODES;
+  s->det = prm->deterministic != 0;
+  for (int k = 0; k < 2; ++k) s->inv_scale[k] = s->det ? 1.0 / (double)prm->fix_scale[k] : 0.0;
   for (int a = 0; a < 3; ++a) {
     s->origin[a] = (float)(prm->domain_min[a] - GRID_PAD * (double)prm->dx);
     /* Wall nodes: the three node layers nearest to each face (within 2.5 dx of it). */
@@ -572,7 +653,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
                    .set_particles = set_particles, .add_particles = add_particles, .set_time = set_time,
-                   .block_sums = (int)s->bf};
+                   .block_sums = (int)s->bf, .sums_int64 = s->det};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);
   if (rc) {

@@ -6,7 +6,10 @@
  * A second, short simulation with sim_options.profile (the backend then waits at the end of
  * every phase, which slows it down) gives only the share of each phase. The paper reports the
  * same quantity: the mean time per frame over all frames of Sand Blocks (Fei, Huang and Gao,
- * section "Sand Blocks"). */
+ * section "Sand Blocks").
+ * --deterministic runs every case twice, in the default float mode and in deterministic mode
+ * (parallel.deterministic: fixed-point P2G sums), and reports the cost of the latter as the
+ * ratio of the times per frame. */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
 
@@ -43,6 +46,7 @@ typedef struct bench_args {
   const char *csv;     /* NULL: no CSV */
   int profile_frames;  /* frames of the profiled run; 0: no phase shares */
   int gpus[8], n_gpus; /* --gpus LIST: each case on each of these GPU counts (cuda); none: the scene's */
+  int deterministic;   /* 1: every case in float and in deterministic mode */
 } bench_args;
 
 typedef struct bench_result {
@@ -58,6 +62,8 @@ typedef struct bench_result {
   double seconds;        /* wall time of all frames */
   int have_phases;       /* 0 when not profiled, or the backend reported no phase times */
   double phase_pct[PHASE_COUNT];
+  int det;               /* ran in deterministic mode */
+  double cost;           /* deterministic, after the float run of the case: time per frame over the float one; else 0 */
 } bench_result;
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, const char *what, int *out) {
@@ -97,6 +103,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         a->gpus[a->n_gpus++] = (int)g;
         c = *end ? end + 1 : end;
       }
+    } else if (!strcmp(f, "--deterministic")) {
+      a->deterministic = 1;
     } else if (!strcmp(f, "--csv")) {
       a->csv = argv[++i];
       if (!*a->csv) return dr_fail(DR_EINPUT, "--csv: the file name is empty");
@@ -196,7 +204,7 @@ static void print_header(void) {
   printf("%-20s %-7s %-*s %10s %6s %10s %16s %8s %14s %6s", "case", "backend", DEVICE_WIDTH, "device", "particles",
          "frames", "ms/frame", "particle-steps/s", "steps/s", "rebuilds/frame", "eff%");
   for (int p = 0; p < PHASE_COUNT; ++p) printf(" %7s%%", phase_names[p]);
-  printf("\n");
+  printf(" %-6s %6s\n", "mode", "cost");
   fflush(stdout);
 }
 
@@ -210,7 +218,9 @@ static void print_row(const bench_result *r) {
     if (r->have_phases) printf(" %8.1f", r->phase_pct[p]);
     else printf(" %8s", "-");
   }
-  printf("\n");
+  printf(" %-6s", r->det ? "det" : "float");
+  if (r->cost > 0) printf(" %5.2fx\n", r->cost);
+  else printf(" %6s\n", "-");
   fflush(stdout);
 }
 
@@ -233,7 +243,7 @@ static void csv_header(FILE *f) {
         "rebuilds_per_frame,efficiency",
         f);
   for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_pct", phase_names[p]);
-  fputc('\n', f);
+  fputs(",mode,deterministic_cost\n", f);
 }
 
 static void csv_row(FILE *f, const bench_result *r) {
@@ -253,6 +263,8 @@ static void csv_row(FILE *f, const bench_result *r) {
     if (r->have_phases) fprintf(f, ",%.2f", r->phase_pct[p]);
     else fputc(',', f);
   }
+  fprintf(f, ",%s,", r->det ? "deterministic" : "float");
+  if (r->cost > 0) fprintf(f, "%.4f", r->cost);
   fputc('\n', f);
 }
 
@@ -309,18 +321,28 @@ int bench_main(int argc, char **argv) {
   if (!rc && rank == 0) print_header();
   const int n_counts = a.n_gpus > 0 ? a.n_gpus : 1;
   for (int i = 0; !rc && i < a.n_scenes; ++i) {
-    double t1 = -1; /* seconds per frame on one GPU, for the efficiency e = t1 / (n tn) */
+    /* --gpus: the case on each GPU count; --deterministic: in float mode, then in deterministic
+     * mode (a shallow copy of the scene with the key set); else as the scene says */
+    double t1[2] = {-1, -1}; /* seconds per frame on one GPU per mode, for the efficiency e = t1 / (n tn) */
     for (int g = 0; !rc && g < n_counts; ++g) {
-      bench_result r = {.path = a.scenes[i], .gpus = a.n_gpus > 0 ? a.gpus[g] : 0, .efficiency = -1};
-      case_name(a.scenes[i], r.name, sizeof r.name);
-      rc = run_case(&scenes[i], &a, &r);
-      if (rc) break;
-      const double tn = r.frames > 0 ? r.seconds / r.frames : 0;
-      if (r.gpus == 1) t1 = tn;
-      if (r.gpus >= 1 && t1 > 0 && tn > 0) r.efficiency = t1 / (r.gpus * tn);
-      if (rank == 0) {
-        print_row(&r);
-        if (csv) csv_row(csv, &r);
+      double float_ms = 0;
+      for (int mode = a.deterministic ? 0 : -1; !rc && mode <= (a.deterministic ? 1 : -1); ++mode) {
+        scene sc = scenes[i];
+        if (mode >= 0) sc.deterministic = mode;
+        bench_result r = {.path = a.scenes[i], .gpus = a.n_gpus > 0 ? a.gpus[g] : 0, .efficiency = -1,
+                          .det = sc.deterministic};
+        case_name(a.scenes[i], r.name, sizeof r.name);
+        rc = run_case(&sc, &a, &r);
+        if (rc) break;
+        if (mode == 0) float_ms = per_frame_ms(&r);
+        if (mode == 1 && float_ms > 0) r.cost = per_frame_ms(&r) / float_ms;
+        const double tn = r.frames > 0 ? r.seconds / r.frames : 0;
+        if (r.gpus == 1) t1[r.det] = tn;
+        if (r.gpus >= 1 && t1[r.det] > 0 && tn > 0) r.efficiency = t1[r.det] / (r.gpus * tn);
+        if (rank == 0) {
+          print_row(&r);
+          if (csv) csv_row(csv, &r);
+        }
       }
     }
   }

@@ -1408,7 +1408,8 @@ static int parse_output(const ctx *c, const cJSON *root, scene *s) {
 }
 
 static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"backend", "gpus_per_rank", "g2p2g_below", "balance_threshold", "balance_by"};
+  static const char *const keys[] = {"backend",    "gpus_per_rank", "g2p2g_below", "balance_threshold",
+                                     "balance_by", "deterministic"};
   static const char *const balance_by[] = {"particles", "time"};
   static const char *const backends[] = {"auto", "cpu", "cuda"};
   const cJSON *p;
@@ -1417,10 +1418,13 @@ static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   s->g2p2g_below = 100000;
   s->balance_threshold = 0.2;
   s->balance_by = BALANCE_PARTICLES;
+  s->deterministic = 0;
   DR_TRY(get_section(c, root, "parallel", 0, "", &p));
   if (!p) return 0;
-  DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold, balance_by"));
-  DR_TRY(check_keys(c, p, "parallel", keys, 5, NULL, 0, NULL));
+  DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold, balance_by, "
+                                       "deterministic"));
+  DR_TRY(check_keys(c, p, "parallel", keys, 6, NULL, 0, NULL));
+  DR_TRY(get_bool(c, p, "parallel", "deterministic", 0, &s->deterministic));
   DR_TRY(get_enum(c, p, "parallel", "balance_by", BALANCE_PARTICLES, balance_by, 2, &s->balance_by));
   DR_TRY(get_real(c, p, "parallel", "balance_threshold", 0, 0.2, (range){0, INFINITY, 0, 0, ""},
                   &s->balance_threshold));

@@ -126,6 +126,8 @@ typedef struct scene {
   double balance_threshold; /* several ranks: move the cuts when the largest load exceeds the mean by this */
   levelset_pool *collider_levelsets; /* mesh colliders' level sets (owned; the backends borrow them) */
   levelset_pool *body_levelsets;     /* mesh bodies' level sets (owned) */
+  int deterministic;     /* 1: P2G sums in 64-bit fixed point (physics/fixed.h), bitwise identical results
+                          * whatever the threads, GPUs and ranks; default 0 */
   char *text;            /* the file's bytes, NUL-terminated (owned; checkpoints store them) */
   size_t text_len;
   uint64_t hash;         /* scene_hash_bytes of text: a checkpoint names the scene it came from */

@@ -20,6 +20,7 @@
 #include "error.h"
 #include "exchange.h"
 #include "physics/bspline.h"
+#include "physics/fixed.h"
 #include "physics/sparse.h"
 #include "h5frame.h"
 #include "log.h"
@@ -414,7 +415,7 @@ static int vote_finish(sim *S, step_vote *v) {
  * (adaptive dt), on whether any rank needs a rebuild-mapping, on failure, and on whether any rank
  * got a signal; P2G sums of shared blocks cross between ranks before the grid update. Starts where
  * the run stands (S->step_in_frame, S->t_in_frame). */
-static int advance_frame_ranks(sim *S, double t1) {
+static int advance_frame_ranks(sim *S, double t0, double t1) {
   backend *b = &S->be;
   double t = S->t_in_frame;
   int k = S->step_in_frame, rc = DR_OK, stepped = 0; /* stepped: this rank completed the last step */
@@ -432,8 +433,9 @@ static int advance_frame_ranks(sim *S, double t1) {
     const double dt = next_dt(S, t, t1, k, v.glob[0]);
     if (dt == 0.0) break;
     if (v.glob[3] != 0) return stop_at(S, (int)v.glob[3], t, k);
-    S->st.time = t;
-    if (rc == DR_OK && b->set_time) rc = b->set_time(b->state, t);
+    /* fixed steps: the time from the step count, as on one rank (advance_frame_host) */
+    S->st.time = S->substeps_fixed > 0 ? t0 + k * dt : t;
+    if (rc == DR_OK && b->set_time) rc = b->set_time(b->state, S->st.time);
     double ph = now(); /* phase times (sim_options.profile; the CPU backend is synchronous) */
     if (v.glob[1] != 0) DR_TRY(redistribute(S));
     S->st.phase_seconds[PHASE_REBUILD] += S->opt.profile ? now() - ph : 0;
@@ -464,7 +466,7 @@ static int advance_frame_ranks(sim *S, double t1) {
     S->fs.bytes += S->ex.bytes_sent - bytes0;
     S->fs.wait += S->ex.wait_seconds - wait0;
     S->compute_seconds += c1 - c0 - (S->ex.wait_seconds - wait0);
-    t += dt;
+    t = S->substeps_fixed > 0 ? t0 + (k + 1) * dt : t + dt;
     ++k;
   }
   return DR_OK;
@@ -584,6 +586,41 @@ static int resume_from_checkpoint(sim *S, particles *p) {
            S->resumed_from, st.frame, st.step_in_frame ? " and part of the next" : "", st.time,
            (unsigned long long)st.steps, (unsigned long long)st.n_particles, st.ranks, st.ranks == 1 ? "" : "s",
            S->nranks);
+  return DR_OK;
+}
+
+/* Deterministic mode: the fixed-point scales of physics/fixed.h, from the largest particle mass
+ * (all ranks; masses never change, so a resume finds the same) and a speed bound from the scene
+ * alone, so that every run of the scene, on any number of ranks, resumed or not, uses the same. */
+static int deterministic_scales(sim *S, const particles *p) {
+  const scene *s = S->sc;
+  double m_max = 0.0;
+  for (size_t i = 0; i < p->n; ++i) m_max = fmax(m_max, p->mass[i]);
+  if (S->nranks > 1) {
+    double mine = m_max;
+    DR_MPI(MPI_Allreduce(&mine, &m_max, 1, MPI_DOUBLE, MPI_MAX, S->comm));
+  }
+  double v = fmax(1.0, S->wave_speed), g = 0.0, L = 0.0;
+  for (int a = 0; a < 3; ++a) g += s->gravity[a] * s->gravity[a], L = fmax(L, s->domain_max[a] - s->domain_min[a]);
+  v = fmax(v, sqrt(2.0 * sqrt(g) * L)); /* free fall across the domain */
+  for (int b = 0; b < s->n_bodies; ++b) {
+    const double *u = s->bodies[b].velocity;
+    v = fmax(v, sqrt(u[0] * u[0] + u[1] * u[1] + u[2] * u[2]));
+  }
+  for (int c = 0; c < s->n_colliders; ++c) /* keyframed translation speeds */
+    for (int k = 1; k < s->colliders[c].n_keys; ++k) {
+      const scene_collider_key *k0 = &s->colliders[c].keys[k - 1], *k1 = &s->colliders[c].keys[k];
+      double d2 = 0.0;
+      for (int a = 0; a < 3; ++a) d2 += (k1->translation[a] - k0->translation[a]) * (k1->translation[a] - k0->translation[a]);
+      if (k1->time > k0->time) v = fmax(v, sqrt(d2) / (k1->time - k0->time));
+    }
+  fix_scales(m_max, v, S->prm.fix_scale);
+  S->prm.deterministic = 1;
+  if (S->rank == 0)
+    log_info("deterministic mode: P2G sums in 64-bit fixed point, %g units per kg (largest particle mass %.3g kg) "
+             "and %g per kg m/s (speed bound %.3g m/s); a contribution may reach %.3g kg m/s",
+             (double)S->prm.fix_scale[0], m_max, (double)S->prm.fix_scale[1], v,
+             (double)FIX_LIMIT / (double)S->prm.fix_scale[1]);
   return DR_OK;
 }
 
@@ -708,6 +745,11 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
       goto fail;
     }
     S->st.particles = all;
+  }
+  if (s->deterministic) rc = comm_agree(comm, deterministic_scales(S, &p));
+  if (rc) {
+    particles_free(&p);
+    goto fail;
   }
   rc = backend_create(opt->backend >= 0 ? opt->backend : s->backend, &S->prm, &p, &S->be);
   particles_free(&p);
@@ -957,7 +999,7 @@ int sim_advance_frame(sim *S) {
   double w0 = now();
   int rc;
   if (S->nranks > 1) {
-    rc = advance_frame_ranks(S, t1);
+    rc = advance_frame_ranks(S, t0, t1);
   } else if (S->be.advance_frame && !S->opt.profile && S->step_in_frame == 0 && !S->vmax_pending) {
     /* The backend runs the frame's steps itself (cuda: without waiting for each step); a signal
      * is looked at between frames. A frame that starts part-way (a resume) or from the

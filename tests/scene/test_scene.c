@@ -93,7 +93,7 @@ static const char *FULL =
     " \"x+\": { \"type\": \"slip\" }, \"z-\": {} },\n"
     "  \"output\": { \"dir\": \"out/frames\", \"every\": 5, \"checkpoint_every\": 10, \"checkpoint_keep\": 3,\n"
     "              \"preview\": true, \"preview_color\": \"owner\", \"preview_size\": 300, \"preview_view\": \"top\" },\n"
-    "  \"parallel\": { \"backend\": \"cuda\", \"gpus_per_rank\": 4, \"g2p2g_below\": 5000, \"balance_by\": \"time\", \"balance_threshold\": 0.5 }\n"
+    "  \"parallel\": { \"backend\": \"cuda\", \"gpus_per_rank\": 4, \"g2p2g_below\": 5000, \"balance_by\": \"time\", \"balance_threshold\": 0.5, \"deterministic\": true }\n"
     "}\n";
 
 static void test_full(void) {
@@ -172,7 +172,7 @@ static void test_full(void) {
   CHECK(s.backend == BACKEND_CUDA);
   CHECK(s.gpus_per_rank == 4);
   CHECK(s.g2p2g_below == 5000);
-  CHECK(s.balance_by == BALANCE_TIME && s.balance_threshold == 0.5);
+  CHECK(s.balance_by == BALANCE_TIME && s.balance_threshold == 0.5 && s.deterministic == 1);
 
   /* fastest wave: water, sqrt(2e5 * 6.5 / 1000); sand sqrt((lambda + 2 mu) / 1600) = 17.16 */
   CHECK_NEAR(scene_wave_speed(&s), sqrt(1300.0), 1e-12);
@@ -212,7 +212,7 @@ static void test_defaults(void) {
   CHECK(s.backend == BACKEND_AUTO);
   CHECK(s.gpus_per_rank == 0);
   CHECK(s.g2p2g_below == 100000);
-  CHECK(s.balance_by == BALANCE_PARTICLES && s.balance_threshold == 0.2);
+  CHECK(s.balance_by == BALANCE_PARTICLES && s.balance_threshold == 0.2 && s.deterministic == 0);
   CHECK(s.n_materials == 2 && s.n_bodies == 2);
   if (s.n_materials == 2 && s.n_bodies == 2) {
     CHECK(s.materials[0].friction_angle == 30);

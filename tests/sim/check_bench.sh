@@ -3,6 +3,7 @@
 #
 #   check_bench.sh DRIFT_EXE SCENE_A PARTICLES_A SCENE_B PARTICLES_B
 #
+# (--deterministic: also float and deterministic rows of one scene with the cost of the latter.)
 # Benchmarks the two small scenes for 2 frames with --csv: exit status 0, one table row per
 # scene on stdout, and a CSV with the header and one row per scene, in order, with the right
 # backend, frames and particle count (and no FILE.tmp left behind). Then the errors: a bad flag,
@@ -53,15 +54,28 @@ if [ ! -f "$csv" ]; then
   fail "bench: $csv was not written"
 else
   [ ! -e "$csv.tmp" ] || fail "bench: $csv.tmp was left behind"
-  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct$' ||
+  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost$' ||
     fail "bench: CSV header is $(head -n 1 "$csv")"
   [ "$(wc -l <"$csv")" -eq 3 ] || fail "bench: CSV has $(wc -l <"$csv") lines, expected a header and 2 rows"
   # Row: case, scene, backend, device, particles, frames, steps (36 a frame), then numbers.
   awk -F, -v a="$name_a" -v na="$count_a" -v b="$name_b" -v nb="$count_b" '
-    NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 17 }
-    NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 17 }
+    NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 19 && $18 == "float" && $19 == "" }
+    NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 19 && $18 == "float" && $19 == "" }
     END { exit !(ok_a && ok_b) }' "$csv" || fail "bench: CSV rows do not hold $name_a ($count_a particles) and $name_b ($count_b particles), cpu, 2 frames, 72 steps"
 fi
+
+# --deterministic: the scene in float mode, then in deterministic mode with its cost (the ratio of
+# the times per frame) in the table and the CSV.
+dcsv="$tmp/det.csv"
+"$drift" bench "$scene_a" --backend cpu --frames 1 --profile-frames 0 --deterministic --csv "$dcsv" \
+  >"$tmp/det.stdout" 2>"$tmp/det.stderr" || fail "bench --deterministic: exit status $?: $(cat "$tmp/det.stderr")"
+cat "$tmp/det.stdout"
+grep -Eq ' float +- *$' "$tmp/det.stdout" || fail "bench --deterministic: no float row in the table"
+grep -Eq ' det +[0-9.]+x$' "$tmp/det.stdout" || fail "bench --deterministic: no deterministic row with its cost in the table"
+awk -F, -v a="$name_a" -v na="$count_a" '
+  NR == 2 { ok1 = $1 == a && $5 == na && $18 == "float" && $19 == "" }
+  NR == 3 { ok2 = $1 == a && $5 == na && $18 == "deterministic" && $19 > 0 && $19 == $19 + 0 }
+  END { exit !(ok1 && ok2 && NR == 3) }' "$dcsv" || fail "bench --deterministic: CSV is not a float row and a deterministic row with its cost: $(cat "$dcsv")"
 
 # expect_error LABEL STATUS TEXT ARGS...: drift ARGS must exit with STATUS, print exactly one line
 # on stderr, starting "drift: " and containing TEXT, and print nothing on stdout.

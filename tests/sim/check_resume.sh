@@ -28,13 +28,16 @@
 #           after a signal part-way into frame 4 and before its first step, and 2 ranks -> 1:
 #           the same frames (ids and counts) as the straight run, frames.xdmf with each
 #           frame's own count.
+#   det     (label mpi) the scene in deterministic mode (parallel.deterministic): the frames
+#           must be bitwise identical (tolerance 0) to the uninterrupted run's: resumed on 1
+#           rank at frame 3; run on 2 ranks; run 3 frames on 2 ranks and resumed on 1.
 #   nospace (label cpu) the output folder on a small tmpfs: the checkpoint does not fit: exit
 #           3, "no room", the older checkpoint kept. Exits 77 (skipped) where tmpfs cannot be
 #           mounted (not root, or a container that forbids it).
 set -u
 
 if [ $# -ne 4 ]; then
-  echo "usage: $0 DRIFT_EXE COMPARE_EXE SCENE one|ranks|emit|nospace" >&2
+  echo "usage: $0 DRIFT_EXE COMPARE_EXE SCENE one|ranks|emit|det|nospace" >&2
   exit 2
 fi
 drift=$1
@@ -53,6 +56,7 @@ cleanup() {
 trap cleanup EXIT
 cd "$tmp" || exit 1
 cp "$scene" scene.json
+[ "$mode" = det ] && sed -i 's/"parallel": {/"parallel": { "deterministic": true,/' scene.json
 
 failures=0
 fail() {
@@ -82,6 +86,21 @@ same_frames() {
     name=$(printf 'frame_%05d.h5' "$f")
     if ! out=$("$compare" "A/$name" "$dir/$name" 4e-6 1e-4); then
       fail "$label: $dir/$name differs from the uninterrupted run: $out"
+    else
+      echo "$label: $out"
+    fi
+  done
+}
+
+# exact_frames LABEL DIR FRAMES...: DIR's frames equal A's bit for bit (positions, velocities).
+exact_frames() {
+  local label=$1 dir=$2
+  shift 2
+  for f in "$@"; do
+    local name
+    name=$(printf 'frame_%05d.h5' "$f")
+    if ! out=$("$compare" "A/$name" "$dir/$name" 0 0); then
+      fail "$label: $dir/$name is not bitwise the uninterrupted run's: $out"
     else
       echo "$label: $out"
     fi
@@ -278,6 +297,21 @@ nospace)
   run nospace_resume 0 "$drift" run small.json --out R --resume
   name=frame_00006.h5
   out=$("$compare" "A/$name" "R/$name" 4e-6 1e-4) || fail "resumed after no room: $out"
+  ;;
+det)
+  grep -q '"deterministic": true' scene.json || fail "det: the scene is not in deterministic mode"
+  grep -q '^deterministic mode: P2G sums in 64-bit fixed point' straight.log || fail "det: no 'deterministic mode' line"
+  # 1. one rank: 3 frames, resumed to 6
+  run det_first3 0 "$drift" run scene.json --out B --frames 3
+  run det_resume 0 "$drift" run scene.json --out B --resume
+  exact_frames "deterministic, 1 rank, resumed at frame 3" B 4 5 6
+  [ "$(steps det_resume.log)" = "$want_steps" ] || fail "det resume: $(steps det_resume.log) substeps, the straight run $want_steps"
+  # 2. two ranks straight through, and two ranks for 3 frames then one rank to 6
+  run det_two 0 "${mpirun[@]}" -n 2 "$drift" run scene.json --out C
+  exact_frames "deterministic, 2 ranks" C 1 2 3 4 5 6
+  run det_two3 0 "${mpirun[@]}" -n 2 "$drift" run scene.json --out D --frames 3
+  run det_two_resume 0 "$drift" run scene.json --out D --resume
+  exact_frames "deterministic, 2 ranks then resumed on 1" D 4 5 6
   ;;
 *)
   echo "unknown mode $mode" >&2
