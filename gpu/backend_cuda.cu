@@ -226,9 +226,12 @@ enum { DT_FIXED = 0, DT_ADAPTIVE = 1 };
 /* Lives in device memory; k_begin sets dt, the kernels read it, G2P writes the flags, and a
  * copy goes to pinned host memory after every step. */
 typedef struct step_ctl {
-  double t, t1, frame_dt;      /* time, end of the frame, frame length (s) */
+  double t, t1, frame_dt;      /* time (the start of the next step), end of the frame, frame length (s) */
+  double t0;                   /* the frame's start */
+  double t_pose;               /* the step's end, where the colliders stand (k_poses) */
   double cfl_dx, wave_speed;   /* adaptive step: dt = cfl dx / (c + vmax) */
-  float dt_fixed;              /* fixed step */
+  double dt_fixed;             /* fixed step (sim.c's double; each step takes it as a float) */
+  int k;                       /* steps begun in this frame */
   float dt;                    /* this step's dt */
   int mode;                    /* DT_FIXED or DT_ADAPTIVE */
   int done;                    /* the frame is complete: the step's kernels return at once */
@@ -356,7 +359,6 @@ typedef struct cuda_state {
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
   xlist *xl;                    /* the exchange's block lists in xidx (register_indices) */
   int n_xl, xl_cap;
-  uint64_t xl_epoch;            /* the rebuild-mapping they belong to (rebuilds) */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
   size_t h_codes_cap;
   size_t table_cap;             /* power of two, at least twice n_blocks */
@@ -537,10 +539,13 @@ __global__ static void k_begin(step_ctl *c, island_view iv) {
     for (int q = 0; q < iv.np; ++q) vmax_bits = max(vmax_bits, *(volatile const unsigned *)&iv.peer_ctl[q]->vmax_pub[slot]);
   }
   if (c->done) return;
-  double dt;
+  double dt, t_start;
   if (c->mode == DT_FIXED) {
     dt = c->dt_fixed;
+    /* the step's start from the step count, as sim.c computes it (no contraction into an FMA) */
+    t_start = __dadd_rn(c->t0, __dmul_rn((double)c->k, c->dt_fixed));
   } else {
+    t_start = c->t;
     const double rem = c->t1 - c->t;
     if (rem <= 1e-9 * c->frame_dt) {
       c->done = 1;
@@ -551,7 +556,11 @@ __global__ static void k_begin(step_ctl *c, island_view iv) {
     else if (dt > 0.5 * rem) dt = 0.5 * rem;
   }
   c->dt = (float)dt;
-  c->t += dt;
+  /* where the host's phase-by-phase path puts the colliders (k_begin_fixed: the step's start
+   * plus the float dt), so that both paths take bitwise the same steps */
+  c->t_pose = __dadd_rn(t_start, (double)c->dt);
+  c->t = __dadd_rn(t_start, dt);
+  ++c->k;
   c->performed = 1;
   c->leave = 0;
   c->vmax_bits = 0;
@@ -559,7 +568,7 @@ __global__ static void k_begin(step_ctl *c, island_view iv) {
 
 /* A fixed step given by the host (the phase-by-phase path of backend.h). */
 __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
-  c->t = t_end; /* as k_begin leaves it: the colliders stand where they are at the step's end */
+  c->t = c->t_pose = t_end; /* as k_begin leaves it: the colliders stand where they are at the step's end */
   c->done = 0;
   c->performed = 1;
   c->dt = dt;
@@ -567,9 +576,10 @@ __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
   c->vmax_bits = 0;
 }
 
-__global__ static void k_frame_begin(step_ctl *c, double t0, double t1, int mode, float dt_fixed, double cfl_dx,
+__global__ static void k_frame_begin(step_ctl *c, double t0, double t1, int mode, double dt_fixed, double cfl_dx,
                                      double wave_speed) {
-  c->t = t0;
+  c->t = c->t0 = t0;
+  c->k = 0;
   c->t1 = t1;
   c->frame_dt = t1 - t0;
   c->mode = mode;
@@ -577,7 +587,7 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t1, int mode
   c->cfl_dx = cfl_dx;
   c->wave_speed = wave_speed;
   c->done = 0;
-  if (mode == DT_FIXED) c->dt = dt_fixed; /* the priming P2G of G2P2G reads it */
+  if (mode == DT_FIXED) c->dt = (float)dt_fixed; /* the priming P2G of G2P2G reads it */
 }
 
 /* Stencil of one particle relative to its particle block P: per axis the base node's offset in
@@ -837,11 +847,11 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
                      s_w[warp], s_sort[warp], fp);
 }
 
-/* Where the colliders are at the step's end (ctl->t), for k_grid: one thread per collider. */
+/* Where the colliders are at the step's end (ctl->t_pose), for k_grid: one thread per collider. */
 __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params bp, collider_pose *__restrict__ poses) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (ctl->done || k >= bp.n_colliders) return;
-  collider_pose_at(&bp.colliders[k], bp.keys, ctl->t, &poses[k]);
+  collider_pose_at(&bp.colliders[k], bp.keys, ctl->t_pose, &poses[k]);
 }
 
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
@@ -934,7 +944,7 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
   const int idx[3] = {4 * c[0] + nd / 16, 4 * c[1] + (nd / 4) % 4, 4 * c[2] + nd % 4};
   float xn[3];
   for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
-  boundary_apply_posed(&bp, poses, xn, v); /* poses at ctl->t, the step's end (k_poses) */
+  boundary_apply_posed(&bp, poses, xn, v); /* poses at ctl->t_pose, the step's end (k_poses) */
   if (vel || DET) out[gidx(nd, 0)] = m;
   for (int a = 0; a < 3; ++a) out[gidx(nd, a + 1)] = v[a];
 }
@@ -1536,13 +1546,12 @@ static int sums_floats(const cuda_state *s) { return BLOCK_FLOATS + (s->asflip ?
 
 static const int32_t *device_indices(cuda_state *s, const int32_t *idx, size_t n) {
   for (int k = s->n_xl - 1; k >= 0; --k)
-    if (s->xl[k].host == idx && s->xl[k].n == n && s->xl_epoch == s->rebuilds) return dp<int32_t>(s->xidx) + s->xl[k].off;
+    if (s->xl[k].host == idx && s->xl[k].n == n) return dp<int32_t>(s->xidx) + s->xl[k].off;
   return NULL;
 }
 
 /* Registers the list (and uploads every registered list again: growing xidx loses its contents). */
 static int register_indices(cuda_state *s, const int32_t *idx, size_t n) {
-  if (s->xl_epoch != s->rebuilds) s->n_xl = 0, s->xl_epoch = s->rebuilds;
   if (s->n_xl == s->xl_cap) {
     const int cap = s->xl_cap ? 2 * s->xl_cap : 16;
     void *q = realloc(s->xl, sizeof *s->xl * (size_t)cap);
@@ -1659,6 +1668,11 @@ static void free_sums(void *ptr, int device) {
 
 static int mark_shared(void *state, const int32_t *idx, size_t n) {
   cuda_state *s = (cuda_state *)state;
+  if (!idx) { /* a new exchange_setup: the lists given before are freed (their host addresses may come back) */
+    s->n_xl = 0;
+    if (s->n_blocks) CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, s->stream));
+    return DR_OK;
+  }
   if (n == 0) return DR_OK;
   DR_TRY(register_indices(s, idx, n));
   k_mark<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, device_indices(s, idx, n),
@@ -2043,6 +2057,10 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->device = device;
   s->nm = 1;
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
+  /* Deterministic mode: no fused G2P2G. Inside one kernel the compiler may contract G2P's and
+   * P2G's arithmetic into other FMAs than across two kernels, so the fused path would not be
+   * bitwise the path that several ranks take (phase by phase). */
+  if (prm->deterministic) s->g2p2g_below = 0;
   s->inv_dx = 1.0f / prm->dx;
   s->bnd = prm->boundary; /* the pointers become device pointers in setup() */
   for (int m = 0; m < prm->n_materials; ++m) s->asflip |= prm->materials[m].transfer == TRANSFER_ASFLIP;
@@ -2237,7 +2255,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
   rep->steps = 0;
   rep->last_dt = 0;
   const int adaptive = plan->fixed_steps <= 0;
-  const double dt_fixed = adaptive ? 0.0 : (plan->t1 - plan->t0) / plan->fixed_steps;
+  const double dt_fixed = adaptive ? 0.0 : plan->dt_fixed;
   size_t nmax = 0;
   for (int k = 0; k < I->nm; ++k) nmax = I->m[k]->n > nmax ? I->m[k]->n : nmax;
   const int fused = !adaptive && nmax < I->m[0]->g2p2g_below; /* the same choice on every member */
@@ -2245,7 +2263,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
     k_frame_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), plan->t0, plan->t1,
-                                          adaptive ? DT_ADAPTIVE : DT_FIXED, (float)dt_fixed, plan->cfl_dx,
+                                          adaptive ? DT_ADAPTIVE : DT_FIXED, dt_fixed, plan->cfl_dx,
                                           plan->wave_speed);
     LAUNCHED("k_frame_begin");
     if (fused != s->graph_fused) {

@@ -35,17 +35,54 @@ static int sums_alloc(exchange *x, backend *b, size_t bytes, void **out) {
 }
 
 void exchange_free(exchange *x) {
-  for (int k = 0; k < x->nlinks; ++k) {
-    free(x->links[k].idx);
-    sums_free(x, x->links[k].send);
-    sums_free(x, x->links[k].recv);
-  }
+  for (int k = 0; k < x->nlinks; ++k) free(x->links[k].idx);
   free(x->links);
   free(x->req);
   x->links = NULL;
   x->req = NULL;
   x->nlinks = 0;
   x->n_shared = 0;
+}
+
+void exchange_destroy(exchange *x) {
+  exchange_free(x);
+  const int dev = x->device_sums;
+  x->device_sums = x->arena_device;
+  for (int k = 0; k < 2; ++k) sums_free(x, x->arena[k]), x->arena[k] = NULL;
+  x->device_sums = dev;
+  x->arena_cap = 0;
+}
+
+#define ARENA_ALIGN 256 /* bytes: each link's buffer starts on a boundary a GPU copy likes */
+
+static size_t link_bytes(const exchange *x, const rank_link *L) {
+  const size_t b = x->sum_bytes * x->block_sums * L->n;
+  return (b + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+}
+
+/* Places every link's buffers in the arenas, growing them (2x) when they are too small. */
+static int arena_place(exchange *x, backend *b) {
+  size_t need = 0;
+  for (int k = 0; k < x->nlinks; ++k) need += link_bytes(x, &x->links[k]);
+  if (need > x->arena_cap || (x->arena[0] && x->arena_device != x->device_sums)) {
+    const int dev = x->device_sums;
+    x->device_sums = x->arena_device;
+    for (int k = 0; k < 2; ++k) sums_free(x, x->arena[k]), x->arena[k] = NULL;
+    x->device_sums = dev;
+    size_t cap = x->arena_cap ? 2 * x->arena_cap : need;
+    if (cap < need) cap = need;
+    x->arena_cap = 0;
+    x->arena_device = dev;
+    for (int k = 0; k < 2; ++k) DR_TRY(sums_alloc(x, b, cap, &x->arena[k]));
+    x->arena_cap = cap;
+  }
+  size_t off = 0;
+  for (int k = 0; k < x->nlinks; ++k) {
+    x->links[k].send = (char *)x->arena[0] + off;
+    x->links[k].recv = (char *)x->arena[1] + off;
+    off += link_bytes(x, &x->links[k]);
+  }
+  return DR_OK;
 }
 
 int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
@@ -152,11 +189,10 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       continue;
     }
     ++x->nlinks; /* from here exchange_free releases the link */
-    err = sums_alloc(x, b, x->sum_bytes * x->block_sums * L->n, &L->send);
-    if (!err) err = sums_alloc(x, b, x->sum_bytes * x->block_sums * L->n, &L->recv);
-    if (err) break;
   }
+  if (!err) err = arena_place(x, b);
   for (size_t i = 0; shared && i < n; ++i) x->n_shared += shared[i];
+  if (!err && b->mark_shared) err = b->mark_shared(b->state, NULL, 0);
   for (int k = 0; k < x->nlinks && !err && b->mark_shared; ++k)
     err = b->mark_shared(b->state, x->links[k].idx, x->links[k].n);
   free(shared);

@@ -18,7 +18,7 @@ typedef struct rank_link {
   int rank;
   size_t n;          /* blocks shared with that rank */
   int32_t *idx;      /* their dense indices in this rank's mapping, in code order */
-  void *send, *recv; /* block_sums values per block: floats, or int64 (sums_int64) */
+  void *send, *recv; /* block_sums values per block: floats, or int64 (sums_int64); inside the arenas */
 } rank_link;
 
 typedef struct exchange {
@@ -32,6 +32,13 @@ typedef struct exchange {
   MPI_Request *req;
   int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */
   void (*free_sums)(void *ptr, int device); /* the backend's, or NULL for free() */
+  /* Every link's send and recv buffers lie in two arenas that only grow (2x), kept from one
+   * exchange_setup to the next: pinned memory is slow to allocate, and an MPI library may cache
+   * its registration of a buffer (CUDA-aware Open MPI does), so freeing pinned memory and
+   * allocating it again at every rebuild-mapping is both slow and unsafe. */
+  void *arena[2];
+  size_t arena_cap;       /* bytes of each */
+  int arena_device;       /* the arenas are device memory */
   double bytes_sent;      /* since the last exchange_take_stats */
   double wait_seconds;
 } exchange;
@@ -42,6 +49,9 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b);
 int exchange_start(exchange *x, backend *b);
 /* Waits for the others' sums and adds them to the shared blocks. */
 int exchange_finish(exchange *x, backend *b);
+/* Releases the links (not the arenas: a later exchange_setup reuses them). */
 void exchange_free(exchange *x);
+/* Releases everything. */
+void exchange_destroy(exchange *x);
 
 #endif

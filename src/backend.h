@@ -59,7 +59,9 @@ enum grid_part { GRID_INTERIOR = 1, GRID_SHARED = 2, GRID_ALL = 3 };
 /* A frame's substeps, for backends that run them without the host choosing each step. */
 typedef struct frame_plan {
   double t0, t1;      /* the frame's start and end (s) */
-  int fixed_steps;    /* > 0: this many steps of (t1 - t0) / fixed_steps; 0: adaptive steps */
+  int fixed_steps;    /* > 0: this many steps of dt_fixed; 0: adaptive steps */
+  double dt_fixed;    /* fixed steps: sim.c's frame length / fixed_steps (not (t1 - t0) / fixed_steps,
+                       * which rounds differently), so that every path takes the same steps */
   double cfl_dx;      /* adaptive: cfl * dx (m); dt = cfl_dx / (wave_speed + max |v|), the last two
                        * steps of the frame sharing what is left (as sim.c does step by step) */
   double wave_speed;  /* adaptive: the fastest elastic wave (m/s) */
@@ -111,7 +113,8 @@ typedef struct backend {
   /* Adds sums laid out as pack's into the listed blocks (they count as touched). */
   int (*unpack_add)(void *state, const int32_t *idx, size_t n, const void *in);
   /* Marks blocks as shared with other ranks (until the next rebuild-mapping), for
-   * grid_update_part. */
+   * grid_update_part. idx NULL: a new exchange_setup begins; the marks and the lists given before
+   * are dropped (their memory is freed; the lists given after stay alive until the next one). */
   int (*mark_shared)(void *state, const int32_t *idx, size_t n);
   /* The grid update of the blocks not shared (GRID_INTERIOR) or shared (GRID_SHARED) with other
    * ranks: the interior is updated while the shared sums are in flight. */

@@ -564,6 +564,10 @@ static int unpack_add(void *state, const int32_t *idx, size_t n, const void *vin
 
 static int mark_shared(void *state, const int32_t *idx, size_t n) {
   cpu_state *s = state;
+  if (!idx) { /* a new exchange_setup */
+    if (s->n_blocks) memset(s->shared, 0, s->n_blocks);
+    return DR_OK;
+  }
   for (size_t k = 0; k < n; ++k) s->shared[idx[k]] = 1;
   return DR_OK;
 }

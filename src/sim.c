@@ -1007,6 +1007,7 @@ int sim_advance_frame(sim *S) {
     const int sig = signals_pending();
     if (sig) return stop_at(S, sig, t0, 0);
     frame_plan plan = {.t0 = t0, .t1 = t1, .fixed_steps = S->substeps_fixed,
+                       .dt_fixed = S->substeps_fixed > 0 ? S->frame_dt / S->substeps_fixed : 0.0,
                        .cfl_dx = S->sc->cfl * S->sc->dx, .wave_speed = S->wave_speed};
     frame_report rep = {0};
     rc = test_hook(S);
@@ -1113,7 +1114,7 @@ int sim_gpus(const sim *S) { return S->be.n_devices; }
 void sim_destroy(sim **Sp) {
   sim *S = *Sp;
   if (!S) return;
-  exchange_free(&S->ex);
+  exchange_destroy(&S->ex);
   decomp_free(&S->dec);
   backend_destroy(&S->be);
   emit_free(&S->em);
