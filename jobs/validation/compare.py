@@ -7,7 +7,9 @@ Reads jobs/validation/cases.csv and DIR/CASE.csv (drift_front's output, one row 
 DIR/columns.csv, DIR/dam_break_front.csv, DIR/summary.md and, where matplotlib is installed,
 DIR/columns.png and DIR/dam_break.png. Cases without a measurement in DIR are left out.
 --check also tests the figures against the tolerances of the CTest test `validation_coarse`
-(CELLS and SCATTER below, justified in docs/validation.md) and exits 1 when one is out of them.
+(CELLS and SCATTER below, justified in docs/validation.md) and exits 1 when one is out of them:
+the column's runout and final height within the tolerance of Lube et al.'s laws; the dam break's
+front no further behind Martin & Moyce's than the tolerance and not ahead of Ritter's.
 
 Published references (full citations in docs/validation.md):
 - Column, 2D (Lube, Huppert, Sparks & Freundt 2005, Phys. Rev. E 72, 041301):
@@ -170,12 +172,22 @@ def main():
         md += ["", f"RMS of Z - Z_Martin&Moyce over the {len(pts)} points with T <= {tmax:.2f}: **{rms:.3f}** "
                f"(relative RMS {100 * rel:.1f}%); frame 0 front Z = {Z[0]:.3f} (1 expected).", ""]
         dam = {"T": T, "Z": Z, "rms": rms, "pts": pts}
+        # --check: the front may not lag the laboratory front by more than CELLS cells + SCATTER
+        # (a frictionless, inviscid, surface-tension-free model has nothing to make it slower than
+        # water on a plate), nor run ahead of Ritter's inviscid shallow-water front (the fastest a
+        # frictionless flow released from rest can spread). How far it runs ahead of the laboratory
+        # is reported (the RMS above), not bounded: docs/validation.md says why.
         dx = float(r["dx"])
-        tol = CELLS * dx / a + SCATTER * (sum(ze for _, ze, _, _ in pts) / len(pts) if pts else 0)
-        md += [f"--check tolerance on that RMS: {CELLS} cells ({CELLS * dx / a:.3f} in Z) + {100 * SCATTER:.0f}% of "
-               f"the mean laboratory Z = {tol:.3f}.", ""]
-        if args.check and not rms <= tol:
-            failures.append(f"dam break: RMS of Z - Z_Martin&Moyce {rms:.3f} above the tolerance {tol:.3f}")
+        md += [f"--check: at every laboratory point, Z_drift >= Z_M&M - ({CELLS} cells ({CELLS * dx / a:.3f}) + "
+               f"{100 * SCATTER:.0f}% of Z_M&M) and Z_drift <= Z_Ritter.", ""]
+        for te, ze, zs, zr in pts:
+            tol = CELLS * dx / a + SCATTER * ze
+            if args.check and not (zs >= ze - tol and zs <= zr):
+                failures.append(f"dam break: at T = {te:.2f} the front Z = {zs:.3f} is outside [{ze - tol:.3f} "
+                                f"(Martin & Moyce {ze:.3f} - {tol:.3f}), {zr:.3f} (Ritter)]")
+            elif args.check:
+                print(f"check dam break T {te:.2f}: Z {zs:.3f} in [{ze - tol:.3f}, {zr:.3f}]")
+
     if args.check:
         for c in col:
             cells = CELLS * c["dx"] / c["L0"]
