@@ -17,7 +17,8 @@ Published references (full citations in docs/validation.md):
   final height H_inf/L0 = a for a < 1.15 and a^(2/5) above.
 - Dam break (Martin & Moyce 1952, Phil. Trans. R. Soc. A 244, 312-324, the a = 2.25 in column with
   n^2 = 2, their figure 3): front Z = x/a against T = t sqrt(2g/a), the points as digitised in
-  PySPH (pysph/examples/db_exp_data.py, mm_data_2). Ritter's (1892) shallow-water front,
+  PySPH (pysph/examples/db_exp_data.py, mm_data_2; the a = 1.125 in column's, mm_data_1, are
+  plotted too). Ritter's (1892) shallow-water front,
   Z = 1 + 2 T for n^2 = 2, is shown as the inviscid upper bound.
 Standard library only, matplotlib optional.
 """
@@ -33,6 +34,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MARTIN_MOYCE = [(0.832, 1.217), (1.219, 1.474), (1.997, 2.292), (2.547, 2.995), (3.345, 4.134),
                 (4.034, 4.944), (4.418, 5.881), (5.091, 6.980), (5.685, 7.945), (6.306, 8.966),
                 (6.822, 9.986), (7.439, 10.963), (8.031, 11.977), (8.633, 13.005), (9.237, 13.970)]
+
+# The same figure, the a = 1.125 in column (plotted only: it shows the laboratory scatter).
+MARTIN_MOYCE_SMALL = [(0.849, 1.245), (1.212, 1.443), (1.602, 1.884), (2.283, 2.689), (2.950, 3.728),
+                      (3.598, 4.528), (3.905, 4.999), (4.592, 5.841), (4.961, 6.271), (5.316, 6.717)]
 
 # The tolerances of --check (the CTest test validation_coarse; docs/validation.md, "The test"),
 # set from the resolution and the laboratory scatter, not from the results: a figure may be off its
@@ -240,6 +245,7 @@ def main():
         fig, ax = plt.subplots(figsize=(6, 4.5))
         ax.plot(dam["T"], dam["Z"], "-", color="C1", label=f"drift ({args.scale})")
         ax.plot(*zip(*MARTIN_MOYCE), "ks", mfc="none", label="Martin & Moyce 1952 (n^2 = 2, a = 2.25 in)")
+        ax.plot(*zip(*MARTIN_MOYCE_SMALL), "k^", mfc="none", ms=4, label="Martin & Moyce 1952 (n^2 = 2, a = 1.125 in)")
         tt = [0, max(dam["T"])]
         ax.plot(tt, [1 + 2 * t for t in tt], "k:", label="Ritter (shallow water): Z = 1 + 2T")
         ax.set(xlabel="T = t sqrt(2g/a)", ylabel="Z = x/a", title="dam break: surge front",

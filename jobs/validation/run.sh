@@ -3,6 +3,7 @@
 # ratios against Lube et al. (2005), and Martin & Moyce (1952)'s dam break.
 #
 #   jobs/validation/run.sh [--backend cpu|cuda] [--scale coarse|paper] [--out DIR] [--only CASE]
+#                          [--drop-frames]
 #
 # Runs every scene of the scale listed in jobs/validation/cases.csv (written, with the scenes, by
 # make_scenes.py) with build/drift, measures each run's frames with build/drift_front (front and
@@ -11,18 +12,21 @@
 # matplotlib, DIR/columns.png and DIR/dam_break.png. DIR/timing.csv has each run's wall time.
 # Defaults: --backend cpu, --scale coarse, --out validation-SCALE-BACKEND. --only runs one case
 # (e.g. column_a1) and compares what DIR holds. DRIFT_BIN and DRIFT_FRONT_BIN name other binaries
-# (default: build/drift and build/drift_front of this checkout). Frames stay in DIR/CASE/.
+# (default: build/drift and build/drift_front of this checkout). Frames stay in DIR/CASE/ unless
+# --drop-frames (the paper scale writes about 2 GB of them). On the CPU backend, OMP_NUM_THREADS
+# applies as for drift run.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-backend=cpu scale=coarse out= only=
+backend=cpu scale=coarse out= only= drop=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --backend) backend=${2:?}; shift 2 ;;
     --scale) scale=${2:?}; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
     --only) only=${2:?}; shift 2 ;;
-    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    --drop-frames) drop=1; shift ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,6 +60,7 @@ while IFS=, read -r s case kind scene a l0 h0 t_end dx; do
   awk -v c="$case" -v b="$backend" -v s="$scale" -v n="${n:-?}" -v t0="$t0" -v t1="$t1" \
     'BEGIN { printf "%s,%s,%s,%s,%.1f\n", c, b, s, n, t1 - t0 }' >>"$out/timing.csv"
   "$front" "$out/$case" >"$out/$case.csv"
+  [ "$drop" = 0 ] || rm -rf "${out:?}/$case"
 done <"$here/cases.csv"
 [ "$ran" = 1 ] || { echo "run.sh: no case '$only' at scale $scale in $here/cases.csv" >&2; exit 2; }
 
