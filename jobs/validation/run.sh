@@ -18,7 +18,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-backend=cpu scale=coarse out= only= drop=0
+backend=cpu scale=coarse out='' only='' drop=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --backend) backend=${2:?}; shift 2 ;;
@@ -42,7 +42,7 @@ mkdir -p "$out"
 [ -f "$out/timing.csv" ] || echo "case,backend,scale,particles,wall_s" >"$out/timing.csv"
 
 ran=0
-while IFS=, read -r s case kind scene a l0 h0 t_end dx; do
+while IFS=, read -r s case _ scene _; do
   [ "$s" = "$scale" ] || continue
   [ -z "$only" ] || [ "$only" = "$case" ] || continue
   ran=1
