@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: drift_front DIR [--bin B (m, > 0)] [--min N (>= 1)] [--wall W (m, > 0)]\n");
     return 2;
   }
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) return fail(dir, "cannot silence the HDF5 error stack (H5Eset_auto2)");
 
   /* The frames in DIR, in frame order. */
   DIR *dh = opendir(dir);
