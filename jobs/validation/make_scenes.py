@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Writes the validation scenes of docs/validation.md (python3, standard library only):
+
+  jobs/validation/SCALE/column_aA.json   quasi-2D granular column collapses, aspect ratio a = H0/L0
+  jobs/validation/SCALE/dam_break.json   Martin & Moyce (1952)'s water column, n^2 = H/a = 2
+  jobs/validation/cases.csv              one row per scene: what jobs/validation/run.sh runs
+
+for SCALE = coarse (the CPU runs and the CTest test) and paper (the finer runs for a GPU). The two
+scales differ only in the cell size dx (and the frames written): same geometry, same materials,
+same walls, same times.
+
+Quasi-2D: the scenes are slabs two cells thick in z between slip walls. A face acts on the node
+layers within 2.5 dx of it (docs/scene-format.md, boundary), so the slab's own nodes stand three
+cells from each z face; the slip walls keep every z velocity on the slab's wall nodes at zero,
+which makes the flow plane (no z motion) with a free-slip (frictionless) side wall.
+
+Run again after editing; the output is deterministic (the committed files are its output).
+"""
+import math
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+G = 9.81
+
+# The column: L0 fixed, H0 = a L0, against the x- wall, on a rough floor.
+L0 = 0.1  # m
+ASPECTS = [0.5, 1, 2, 4, 8]
+PHI = 30.0  # degrees: internal friction angle of a common lab sand / glass beads
+RHO_SAND = 1600.0
+# Stiffness: E / (rho g H0) = 100 for every a, so that the column's elastic settling under its own
+# weight is the same small strain (about 1%) for every a, and the wave speed (which sets the step)
+# is no larger than it must be.
+E_OVER_RHO_G_H0 = 100.0
+FLOOR_FRICTION = math.tan(math.radians(PHI))  # a rough floor: basal friction = internal friction
+
+# The dam break: Martin & Moyce 1952, the a = 2.25 in column with n^2 = 2 (height 2a).
+A_DAM = 0.05715  # m (2.25 in)
+BULK = 1.0e5  # Pa: sound speed sqrt(K gamma / rho) = 26 m/s, about 12 x the front speed
+T_DAM = 6.0  # run to T = t sqrt(2 g / a) = 6 (Z about 8)
+
+SCALES = {
+    # cells across L0 (column) and across a (dam break)
+    "coarse": {"column": 10, "dam": 16, "frames": 40, "dam_frames": 60},
+    "paper": {"column": 64, "dam": 96, "frames": 40, "dam_frames": 60},
+}
+
+
+def runout_law(a):
+    """Lube et al. 2005 (2D): (L_inf - L0)/L0; the larger of the two branches (domain sizing)."""
+    return max(1.2 * a, 1.9 * a ** (2.0 / 3.0))
+
+
+def fmt(v):
+    return float(f"{v:.9g}")
+
+
+def column(a, n_cells, frames):
+    dx = L0 / n_cells
+    h0 = a * L0
+    x0 = y0 = 3 * dx  # wall-side face and floor of the column: clear of the wall node layers
+    z0 = 3 * dx
+    lx = x0 + 1.5 * L0 * (1 + runout_law(a)) + 3 * dx
+    ly = y0 + 1.1 * h0 + 3 * dx
+    lz = 8 * dx
+    t_end = 6.0 * math.sqrt(max(h0, L0) / G)  # Lube et al.: the flow stops by about 3 sqrt(H0/g)
+    e = E_OVER_RHO_G_H0 * RHO_SAND * G * h0
+    return {
+        "description": f"Quasi-2D granular column collapse, a = H0/L0 = {a:g} (L0 = {L0:g} m, H0 = {h0:g} m), "
+                       f"{n_cells} cells across L0; sand phi = {PHI:g} deg on a rough floor (friction tan phi) "
+                       f"between slip walls. Compared with Lube et al. 2005 in docs/validation.md; written by "
+                       f"jobs/validation/make_scenes.py.",
+        "domain": {"min": [0, 0, 0], "max": [fmt(lx), fmt(ly), fmt(lz)], "dx": fmt(dx)},
+        "time": {"frames": frames, "fps": fmt(frames / t_end), "cfl": 0.5},
+        "materials": {
+            "sand": {"model": "drucker_prager", "density": RHO_SAND, "youngs_modulus": fmt(e),
+                     "poisson_ratio": 0.3, "friction_angle": PHI}
+        },
+        "bodies": [{"shape": "box", "min": [fmt(x0), fmt(y0), fmt(z0)],
+                    "max": [fmt(x0 + L0), fmt(y0 + h0), fmt(z0 + 2 * dx)], "material": "sand", "ppc": 8}],
+        "boundary": {"type": "slip", "y-": {"type": "separate", "friction": fmt(FLOOR_FRICTION)},
+                     "y+": {"type": "separate"}},
+    }, t_end, h0
+
+
+def dam_break(n_cells, frames):
+    dx = A_DAM / n_cells
+    h = 2 * A_DAM
+    x0 = y0 = z0 = 3 * dx
+    lx = x0 + 11 * A_DAM + 3 * dx
+    ly = y0 + 1.25 * h + 3 * dx
+    lz = 8 * dx
+    t_end = T_DAM / math.sqrt(2 * G / A_DAM)
+    return {
+        "description": f"Martin & Moyce (1952) dam break: a water column a = {A_DAM:g} m wide and 2a high "
+                       f"(n^2 = 2) in a quasi-2D slab, {n_cells} cells across a, run to T = t sqrt(2g/a) = "
+                       f"{T_DAM:g}. Compared in docs/validation.md; written by jobs/validation/make_scenes.py.",
+        "domain": {"min": [0, 0, 0], "max": [fmt(lx), fmt(ly), fmt(lz)], "dx": fmt(dx)},
+        "time": {"frames": frames, "fps": fmt(frames / t_end), "cfl": 0.4},
+        "materials": {"water": {"model": "weakly_compressible", "density": 1000, "bulk_modulus": BULK, "gamma": 7}},
+        "bodies": [{"shape": "box", "min": [fmt(x0), fmt(y0), fmt(z0)],
+                    "max": [fmt(x0 + A_DAM), fmt(y0 + h), fmt(z0 + 2 * dx)], "material": "water", "ppc": 8}],
+        "boundary": {"type": "slip", "y-": {"type": "separate"}, "y+": {"type": "separate"}},
+    }, t_end, h
+
+
+def dump(obj, path):
+    """JSON with the short arrays on one line (the style of jobs/scenes/)."""
+    def enc(v, ind):
+        pad = "  " * ind
+        if isinstance(v, dict):
+            items = [f'{pad}  "{k}": {enc(x, ind + 1)}' for k, x in v.items()]
+            return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+        if isinstance(v, list):
+            if all(not isinstance(x, (dict, list)) for x in v):
+                return "[" + ", ".join(enc(x, ind) for x in v) + "]"
+            return "[\n" + ",\n".join(pad + "  " + enc(x, ind + 1) for x in v) + "\n" + pad + "]"
+        if isinstance(v, str):
+            return '"' + v.replace('\\', '\\\\').replace('"', '\\"') + '"'
+        if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        return repr(v)
+    with open(path, "w") as f:
+        f.write(enc(obj, 0) + "\n")
+
+
+def main():
+    rows = ["scale,case,kind,scene,a,L0,H0,t_end,dx"]
+    for scale, s in SCALES.items():
+        os.makedirs(os.path.join(HERE, scale), exist_ok=True)
+        for a in ASPECTS:
+            scene, t_end, h0 = column(a, s["column"], s["frames"])
+            name = f"column_a{a:g}"
+            rel = f"{scale}/{name}.json"
+            dump(scene, os.path.join(HERE, rel))
+            rows.append(f"{scale},{name},column,{rel},{a:g},{L0:g},{h0:g},{t_end:.6g},{L0 / s['column']:.9g}")
+        scene, t_end, h = dam_break(s["dam"], s["dam_frames"])
+        rel = f"{scale}/dam_break.json"
+        dump(scene, os.path.join(HERE, rel))
+        rows.append(f"{scale},dam_break,dam,{rel},2,{A_DAM:g},{h:g},{t_end:.6g},{A_DAM / s['dam']:.9g}")
+    with open(os.path.join(HERE, "cases.csv"), "w") as f:
+        f.write("\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

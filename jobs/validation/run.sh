@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# run.sh - the validation runs of docs/validation.md: granular column collapses at several aspect
+# ratios against Lube et al. (2005), and Martin & Moyce (1952)'s dam break.
+#
+#   jobs/validation/run.sh [--backend cpu|cuda] [--scale coarse|paper] [--out DIR] [--only CASE]
+#                          [--drop-frames]
+#
+# Runs every scene of the scale listed in jobs/validation/cases.csv (written, with the scenes, by
+# make_scenes.py) with build/drift, measures each run's frames with build/drift_front (front and
+# height at the wall, one CSV row per frame: DIR/CASE.csv), and compares them with the published
+# figures (compare.py): DIR/columns.csv, DIR/dam_break_front.csv, DIR/summary.md, and with
+# matplotlib, DIR/columns.png and DIR/dam_break.png. DIR/timing.csv has each run's wall time.
+# Defaults: --backend cpu, --scale coarse, --out validation-SCALE-BACKEND. --only runs one case
+# (e.g. column_a1) and compares what DIR holds. DRIFT_BIN and DRIFT_FRONT_BIN name other binaries
+# (default: build/drift and build/drift_front of this checkout). Frames stay in DIR/CASE/ unless
+# --drop-frames (the paper scale writes about 2 GB of them). On the CPU backend, OMP_NUM_THREADS
+# applies as for drift run.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+backend=cpu scale=coarse out='' only='' drop=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --backend) backend=${2:?}; shift 2 ;;
+    --scale) scale=${2:?}; shift 2 ;;
+    --out) out=${2:?}; shift 2 ;;
+    --only) only=${2:?}; shift 2 ;;
+    --drop-frames) drop=1; shift ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$backend" in cpu | cuda) ;; *) echo "run.sh: --backend cpu or cuda, not '$backend'" >&2; exit 2 ;; esac
+case "$scale" in coarse | paper) ;; *) echo "run.sh: --scale coarse or paper, not '$scale'" >&2; exit 2 ;; esac
+out=${out:-validation-$scale-$backend}
+drift=${DRIFT_BIN:-$root/build/drift}
+front=${DRIFT_FRONT_BIN:-$root/build/drift_front}
+for b in "$drift" "$front"; do
+  [ -x "$b" ] || { echo "run.sh: $b not found: build first (cmake --build build)" >&2; exit 2; }
+done
+mkdir -p "$out"
+[ -f "$out/timing.csv" ] || echo "case,backend,scale,particles,wall_s" >"$out/timing.csv"
+
+ran=0
+while IFS=, read -r s case _ scene _; do
+  [ "$s" = "$scale" ] || continue
+  [ -z "$only" ] || [ "$only" = "$case" ] || continue
+  ran=1
+  echo "run.sh: $case ($scene, $backend)" >&2
+  t0=$(date +%s.%N)
+  log="$out/$case.log"
+  if ! "$drift" run "$here/$scene" --backend "$backend" --out "$out/$case" >"$log" 2>&1; then
+    tail -n 5 "$log" >&2
+    echo "run.sh: $case failed; log in $log" >&2
+    exit 1
+  fi
+  t1=$(date +%s.%N)
+  tail -n 2 "$log" | head -n 1 >&2
+  n=$(sed -n 's/^done: .* \([0-9][0-9]*\) particles in .*/\1/p' "$log" | tail -n 1)
+  awk -v c="$case" -v b="$backend" -v s="$scale" -v n="${n:-?}" -v t0="$t0" -v t1="$t1" \
+    'BEGIN { printf "%s,%s,%s,%s,%.1f\n", c, b, s, n, t1 - t0 }' >>"$out/timing.csv"
+  "$front" "$out/$case" >"$out/$case.csv"
+  [ "$drop" = 0 ] || rm -rf "${out:?}/$case"
+done <"$here/cases.csv"
+[ "$ran" = 1 ] || { echo "run.sh: no case '$only' at scale $scale in $here/cases.csv" >&2; exit 2; }
+
+# The comparison wants python3; the plots want matplotlib, which a python3 first on PATH (a
+# virtualenv, pyenv) may lack while the system's has it: PYTHON names one.
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  for c in python3 /usr/bin/python3; do
+    if command -v "$c" >/dev/null && "$c" -c 'import matplotlib' 2>/dev/null; then py=$c; break; fi
+  done
+fi
+"${py:-python3}" "$here/compare.py" --scale "$scale" --dir "$out"
