@@ -5,7 +5,7 @@
 #
 # Builds fuzz_scene (fuzz_scene.c: libFuzzer, ASan, LeakSanitizer, UBSan) with clang in
 # WORK_DIR/build, then fuzzes from the seeds with the scene-key dictionary (scene.dict), one
-# process, a fixed seed, at most RUNS inputs (default 100000) and SECONDS (default 60). Seeds:
+# process, a fixed seed, at most RUNS inputs (default 1000000) and SECONDS (default 60). Seeds:
 # corpus/ (a scene that uses every section and variant, and every input that once broke the
 # loader, named regress_*), the example scenes (jobs/scenes, jobs/bench), tests/scene/valid.json
 # and every bad scene of tests/scene/bad, taken from the tree so that they follow the format.
@@ -22,7 +22,7 @@ if [ $# -lt 1 ]; then
 fi
 here=$(cd "$(dirname "$0")" && pwd)
 work=$1
-runs=${2:-100000}
+runs=${2:-1000000}
 seconds=${3:-60}
 cc=${DRIFT_FUZZ_CC:-clang}
 mkdir -p "$work" || exit 1
@@ -60,7 +60,7 @@ echo "fuzz_scene: $(ls "$work/corpus" | wc -l) seeds, at most $runs inputs or $s
   -dict="$here/scene.dict" -artifact_prefix="$work/artifacts/" -print_final_stats=1 "$work/corpus" \
   >"$work/fuzz.log" 2>&1
 rc=$?
-grep -E '^(#[0-9]+ +(INITED|DONE)|Done |stat::)' "$work/fuzz.log"
+grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|Done |stat::)' "$work/fuzz.log"
 if [ $rc -ne 0 ] || [ -n "$(ls -A "$work/artifacts")" ]; then
   tail -n 60 "$work/fuzz.log"
   echo "FAIL: fuzz_scene stopped with status $rc; inputs kept:"
