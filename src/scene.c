@@ -527,6 +527,10 @@ static int parse_time(const ctx *c, const cJSON *root, scene *s) {
     if (v > frame * (1 + REL_TOL))
       return fail(c, "time.dt", "longer than one frame (got %s; expected dt <= 1/fps = %s s)",
                   fmt_num(a, v), fmt_num(b, frame));
+    /* the time loop counts a frame's substeps in an int */
+    if (ceil(frame / v - 1e-9) > INT_MAX)
+      return fail(c, "time.dt", "too short: more than %d substeps per frame (got %s; expected dt >= "
+                  "1/fps / %d = %s s)", INT_MAX, fmt_num(a, v), INT_MAX, fmt_derived(b, frame / INT_MAX));
     s->dt = v;
     s->dt = scene_initial_dt(s); /* rounded down so that whole substeps fill each frame */
   } else {
@@ -1550,18 +1554,12 @@ static int parse_json(const ctx *c, const char *buf, size_t len, cJSON **root) {
               "a comma or a closing bracket here)", line, col, shown, more ? "..." : "");
 }
 
-int scene_load(const char *path, scene *out) {
-  ctx c;
-  char *buf;
-  size_t len;
+/* Parses and validates buf (len bytes, NUL-terminated at len) for scene_load and scene_parse.
+ * Takes buf over: on success *out keeps it as the scene's text, on failure it is freed. */
+static int scene_take(const ctx *c, char *buf, size_t len, scene *out) {
   cJSON *root = NULL;
-  memset(out, 0, sizeof *out);
-  clean(c.path, sizeof c.path, path ? path : "(null)", 500);
-  if (!path) return fail(&c, NULL, "cannot read: no file name given");
-  snprintf(out->path, sizeof out->path, "%s", path);
-  DR_TRY(read_file(&c, path, &buf, &len));
-  int rc = parse_json(&c, buf, len, &root);
-  if (!rc) rc = parse_scene(&c, root, out);
+  int rc = parse_json(c, buf, len, &root);
+  if (!rc) rc = parse_scene(c, root, out);
   cJSON_Delete(root);
   if (rc) {
     free(buf);
@@ -1574,6 +1572,37 @@ int scene_load(const char *path, scene *out) {
   out->text_len = len;
   out->hash = scene_hash_bytes(buf, len);
   return 0;
+}
+
+/* out->path and the context's cleaned name, for messages. */
+static void scene_name(ctx *c, const char *name, scene *out) {
+  memset(out, 0, sizeof *out);
+  clean(c->path, sizeof c->path, name ? name : "(null)", 500);
+  snprintf(out->path, sizeof out->path, "%s", name ? name : "");
+}
+
+int scene_load(const char *path, scene *out) {
+  ctx c;
+  char *buf;
+  size_t len;
+  scene_name(&c, path, out);
+  if (!path) return fail(&c, NULL, "cannot read: no file name given");
+  DR_TRY(read_file(&c, path, &buf, &len));
+  return scene_take(&c, buf, len, out);
+}
+
+int scene_parse(const char *name, const char *bytes, size_t len, scene *out) {
+  ctx c;
+  scene_name(&c, name, out);
+  if (!bytes && len > 0) return fail(&c, NULL, "cannot read: no bytes given");
+  if (len >= (size_t)MAX_FILE_BYTES)
+    return fail(&c, NULL, "cannot read: larger than %ld MiB, too large for a scene file",
+                MAX_FILE_BYTES >> 20);
+  char *buf = malloc(len + 1);
+  if (!buf) return dr_fail(DR_ENOMEM, "out of host memory reading the scene file %s", c.path);
+  if (len > 0) memcpy(buf, bytes, len);
+  buf[len] = 0;
+  return scene_take(&c, buf, len, out);
 }
 
 uint64_t scene_hash_bytes(const void *bytes, size_t len) {

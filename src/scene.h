@@ -3,7 +3,8 @@
  * scene_load() reads the file, rejects anything a user could get wrong (unknown keys, wrong
  * types, out-of-range or inconsistent values, bodies outside the domain, an empty scene) with a
  * one-line message "FILE: KEY: what is wrong" and DR_EINPUT, and otherwise fills a scene whose
- * defaults are documented in README.md ("Scene files"). */
+ * defaults are documented in README.md ("Scene files"). scene_parse() does the same for bytes
+ * already in memory (the fuzz target, tests/fuzz/). */
 #ifndef DRIFT_SCENE_H
 #define DRIFT_SCENE_H
 
@@ -135,6 +136,9 @@ typedef struct scene {
 
 /* Reads and validates path; on success *out owns its arrays (free with scene_destroy). */
 int scene_load(const char *path, scene *out);
+/* The same for a scene already in memory: bytes[0..len) (copied; need not end with a NUL), with
+ * name standing for the file in messages and in out->path (scene_load: the file read, then this). */
+int scene_parse(const char *name, const char *bytes, size_t len, scene *out);
 void scene_destroy(scene *s);
 
 /* The scene file's name of a body shape (enum shape_kind): "box", "sphere", "cylinder". */

@@ -470,8 +470,49 @@ static void test_hash(void) {
   unlink(path2);
 }
 
+/* scene_parse: a scene from memory reads as the same file does (values, text, hash), needs no NUL
+ * at the end, and fails as scene_load does, with the name given standing for the file. */
+static void test_parse_memory(void) {
+  scene s, t;
+  char path[64];
+  CHECK(load_text(MINIMAL, &s, path) == 0);
+  const size_t n = strlen(MINIMAL);
+  char *bytes = malloc(n); /* exactly the file's bytes: no NUL after them */
+  CHECK(bytes != NULL);
+  if (!bytes) return;
+  memcpy(bytes, MINIMAL, n);
+  dr_clear();
+  CHECK(scene_parse("memory.json", bytes, n, &t) == 0);
+  CHECK(strcmp(t.path, "memory.json") == 0);
+  CHECK(t.text != bytes && t.text_len == n && memcmp(t.text, MINIMAL, n) == 0 && t.text[n] == 0);
+  CHECK(t.hash == s.hash);
+  CHECK(t.n_materials == s.n_materials && t.n_bodies == s.n_bodies && t.frames == s.frames);
+  CHECK(t.dx == s.dx && t.bodies[1].material == s.bodies[1].material);
+  scene_destroy(&t);
+  scene_destroy(&s);
+  unlink(path);
+
+  /* cut short: the message names "memory.json" and where the JSON ends */
+  dr_clear();
+  CHECK(scene_parse("memory.json", bytes, n / 2, &t) == DR_EINPUT);
+  CHECK(strncmp(dr_message(), "memory.json: line ", 18) == 0);
+  CHECK(strstr(dr_message(), "got the end of the file") != NULL);
+  CHECK(t.materials == NULL && t.text == NULL);
+  /* a NUL byte inside the bytes given is refused, not taken for the end */
+  bytes[5] = 0;
+  dr_clear();
+  CHECK(scene_parse("memory.json", bytes, n, &t) == DR_EINPUT);
+  CHECK(strstr(dr_message(), "got a NUL byte") != NULL);
+  /* nothing at all */
+  dr_clear();
+  CHECK(scene_parse("memory.json", NULL, 0, &t) == DR_EINPUT);
+  CHECK(strncmp(dr_message(), "memory.json: ", 13) == 0);
+  free(bytes);
+}
+
 int main(void) {
   test_full();
+  test_parse_memory();
   test_hash();
   test_emit();
   test_defaults();

@@ -68,21 +68,31 @@ static int load(const char *path, frame *fr) {
   return 0;
 }
 
+static void release(frame *fr) {
+  free(fr->x);
+  free(fr->v);
+  free(fr->id);
+  free(fr->order);
+  memset(fr, 0, sizeof *fr);
+}
+
 int main(int argc, char **argv) {
   if (argc != 5) {
     fprintf(stderr, "usage: %s A.h5 B.h5 XTOL VTOL\n", argv[0]);
     return 2;
   }
   const double xtol = atof(argv[3]), vtol = atof(argv[4]);
-  frame A, B;
+  frame A = {0}, B = {0};
+  int rc = 1;
   if (load(argv[1], &A) || load(argv[2], &B)) {
     fprintf(stderr, "compare_frames: cannot read %s or %s\n", argv[1], argv[2]);
-    return 2;
+    rc = 2;
+    goto done;
   }
   if (A.n != B.n || A.number != B.number || fabs(A.time - B.time) > 1e-9) {
     printf("FAIL: %s holds frame %d (t %.6f s, %zu particles), %s frame %d (t %.6f s, %zu particles)\n", argv[1], A.number,
            A.time, A.n, argv[2], B.number, B.time, B.n);
-    return 1;
+    goto done;
   }
   size_t bad_id = 0;
   double dx = 0, dv = 0, vmax = 0;
@@ -103,5 +113,9 @@ int main(int argc, char **argv) {
   printf("%s: frame %d, %zu particles, %zu ids differ, max |dx| %.3g m (tolerance %.3g), max |dv| %.3g m/s = %.3g vmax "
          "(tolerance %.3g, vmax %.3f m/s)\n",
          ok ? "ok" : "FAIL", A.number, A.n, bad_id, dx, xtol, dv, dv / (vmax + 1e-3), vtol, vmax);
-  return ok ? 0 : 1;
+  rc = ok ? 0 : 1;
+done:
+  release(&A);
+  release(&B);
+  return rc;
 }
