@@ -49,8 +49,25 @@ void exchange_destroy(exchange *x) {
   const int dev = x->device_sums;
   x->device_sums = x->arena_device;
   for (int k = 0; k < 2; ++k) sums_free(x, x->arena[k]), x->arena[k] = NULL;
+  for (int k = 0; k < x->n_retired; ++k) sums_free(x, x->retired[k]);
   x->device_sums = dev;
+  free(x->retired);
+  x->retired = NULL;
+  x->n_retired = x->retired_cap = 0;
   x->arena_cap = 0;
+}
+
+/* Keeps an outgrown arena until exchange_destroy (see exchange.h). */
+static int retire(exchange *x, void *p) {
+  if (!p) return DR_OK;
+  if (x->n_retired == x->retired_cap) {
+    const int cap = x->retired_cap ? 2 * x->retired_cap : 8;
+    void **q = realloc(x->retired, sizeof *q * (size_t)cap);
+    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's buffer list");
+    x->retired = q, x->retired_cap = cap;
+  }
+  x->retired[x->n_retired++] = p;
+  return DR_OK;
 }
 
 #define ARENA_ALIGN 256 /* bytes: each link's buffer starts on a boundary a GPU copy likes */
@@ -65,10 +82,11 @@ static int arena_place(exchange *x, backend *b) {
   size_t need = 0;
   for (int k = 0; k < x->nlinks; ++k) need += link_bytes(x, &x->links[k]);
   if (need > x->arena_cap || (x->arena[0] && x->arena_device != x->device_sums)) {
+    for (int k = 0; k < 2; ++k) {
+      DR_TRY(retire(x, x->arena[k]));
+      x->arena[k] = NULL;
+    }
     const int dev = x->device_sums;
-    x->device_sums = x->arena_device;
-    for (int k = 0; k < 2; ++k) sums_free(x, x->arena[k]), x->arena[k] = NULL;
-    x->device_sums = dev;
     size_t cap = x->arena_cap ? 2 * x->arena_cap : need;
     if (cap < need) cap = need;
     x->arena_cap = 0;

@@ -39,6 +39,12 @@ typedef struct exchange {
   void *arena[2];
   size_t arena_cap;       /* bytes of each */
   int arena_device;       /* the arenas are device memory */
+  /* Arenas outgrown during the run, freed only by exchange_destroy: a CUDA-aware MPI caches the
+   * IPC mapping of device buffers by address, and a freed buffer whose address came back in a new
+   * allocation would be read through the stale mapping. Their sizes double, so they hold less
+   * than the live arenas. */
+  void **retired;
+  int n_retired, retired_cap;
   double bytes_sent;      /* since the last exchange_take_stats */
   double wait_seconds;
 } exchange;
