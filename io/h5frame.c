@@ -82,6 +82,9 @@ static int write_contents(hid_t file, void *ctx) {
   if (!st)
     st = h5util_write_rows(group, "owner", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, total, offset, n,
                        d->owner, dcpl, dxpl, path);
+  if (!st && meta->with_logjp)
+    st = h5util_write_rows(group, "logjp", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, total, offset, n, d->logjp,
+                           dcpl, dxpl, path);
   if (st) goto fail;
   H5CK(H5Gclose(group), "H5Gclose", "group /particles");
   group = H5I_INVALID_HID;
@@ -110,7 +113,8 @@ static int check_args(int rank, const char *dir, const h5frame_meta *meta, const
   for (int i = 0; i < meta->n_materials; i++)
     if (!meta->material_names[i])
       return dr_fail(DR_EINTERNAL, "h5frame_write: material name %d is NULL", i);
-  if (d->n > 0 && (!d->position || !d->velocity || !d->id || !d->material || !d->owner))
+  if (d->n > 0 && (!d->position || !d->velocity || !d->id || !d->material || !d->owner ||
+                   (meta->with_logjp && !d->logjp)))
     return dr_fail(DR_EINTERNAL, "h5frame_write: rank %d has %zu particles but a NULL array", rank,
                    d->n);
   return 0;
@@ -190,15 +194,19 @@ int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, cons
   return st;
 }
 
-int h5frame_count(const char *path, uint64_t *n) {
+int h5frame_count(const char *path, uint64_t *n, int *has_logjp) {
   h5util_quiet();
   *n = 0;
+  if (has_logjp) *has_logjp = 0;
   hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), a = H5I_INVALID_HID;
   if (file < 0) return dr_fail(DR_EIO, "frame %s cannot be opened", path);
   int rc = DR_OK;
   if (H5Aexists(file, "n_particles") <= 0 || (a = H5Aopen(file, "n_particles", H5P_DEFAULT)) < 0 ||
       H5Aread(a, H5T_NATIVE_UINT64, n) < 0)
     rc = dr_fail(DR_EIO, "frame %s: attribute n_particles cannot be read", path);
+  if (rc == DR_OK && has_logjp)
+    *has_logjp = H5Lexists(file, "/particles", H5P_DEFAULT) > 0 &&
+                 H5Lexists(file, "/particles/logjp", H5P_DEFAULT) > 0;
   if (a >= 0) H5Aclose(a);
   H5Fclose(file);
   return rc;

@@ -6,6 +6,8 @@
  *   /particles/id        uint64  [N]     stable over the run
  *   /particles/material  int32   [N]     index into the scene's materials, in file order
  *   /particles/owner     int32   [N]     rank * 256 + device that computed the particle
+ *   /particles/logjp     float32 [N]     log Jp, the plastic volume change of NACC snow (only where
+ *                                        the scene has an nacc material; 0 for other materials)
  *   root attributes: time (double, s), frame (int), dx (double, m), n_particles (uint64),
  *                    units (string), materials (string: names separated by ','),
  *                    owner_encoding (string)
@@ -27,6 +29,7 @@ typedef struct h5frame_data {
   const uint64_t *id;      /* n */
   const int32_t *material; /* n */
   const int32_t *owner;    /* n */
+  const float *logjp;      /* n; read only with h5frame_meta.with_logjp */
 } h5frame_data;
 
 typedef struct h5frame_meta {
@@ -35,14 +38,16 @@ typedef struct h5frame_meta {
   double dx;   /* m */
   int n_materials;
   const char *const *material_names;
+  int with_logjp; /* write /particles/logjp (the same on every rank) */
 } h5frame_meta;
 
 /* Collective over comm. Writes DIR/frame_NNNNN.h5; DIR must exist. On failure no file is left
  * under the final name or the temporary one, and every rank returns the same non-zero status. */
 int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d);
 
-/* Reads the particle count (root attribute n_particles) of the frame file at path; one rank. */
-int h5frame_count(const char *path, uint64_t *n);
+/* Reads the particle count (root attribute n_particles) of the frame file at path, and whether
+ * it holds /particles/logjp (has_logjp may be NULL); one rank. */
+int h5frame_count(const char *path, uint64_t *n, int *has_logjp);
 
 /* The final path of a frame: DIR/frame_NNNNN.h5 (writes at most len bytes). */
 void h5frame_path(const char *dir, int frame, char *out, size_t len);

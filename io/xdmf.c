@@ -9,7 +9,8 @@
  *     first n values of DIR/frames_vertices.bin: int64 little-endian 0, 1, ..., M-1, where M is
  *     the largest particle count so far. It is written once and rewritten only when M grows;
  *   - Geometry XYZ: frame_NNNNN.h5:/particles/position (relative paths: the folder can move);
- *   - node attributes velocity (Vector, Float 4), id, material and owner (Scalar, Int 4). The id
+ *   - node attributes velocity (Vector, Float 4), id, material and owner (Scalar, Int 4), and
+ *     logjp (Scalar, Float 4) in scenes with NACC snow. The id
  *     is declared Int 8 although it is stored as uint64: both ParaView readers read "UInt 8" as
  *     32-bit and would cut ids at 2^32, while ids never reach 2^63.
  * A frame without particles keeps the same items with zero sizes (the HDF5 datasets exist with
@@ -141,6 +142,7 @@ static void write_body(FILE *f, const xdmf_frame *frames, int n_frames) {
     attribute(f, fr, "id", "Scalar", 1, "Int", 8);
     attribute(f, fr, "material", "Scalar", 1, "Int", 4);
     attribute(f, fr, "owner", "Scalar", 1, "Int", 4);
+    if (fr->logjp) attribute(f, fr, "logjp", "Scalar", 1, "Float", 4);
     fprintf(f, "      </Grid>\n");
   }
   fprintf(f, "    </Grid>\n"

@@ -13,6 +13,7 @@ typedef struct xdmf_frame {
   int frame;
   double time;   /* s */
   uint64_t n;    /* particles in the frame (all ranks) */
+  int logjp;     /* the frame holds /particles/logjp (NACC snow's plastic state) */
 } xdmf_frame;
 
 /* Called by one rank only. */

@@ -55,6 +55,7 @@ struct sim {
   xdmf_frame *written;  /* frames in the XDMF file */
   int n_written;
   const char **mat_names;
+  int with_logjp;       /* frames carry logjp: the scene has an nacc material */
   char (*body_label)[48];  /* "bodies[2] (box)" per body, for messages */
   const char **body_names; /* pointers into body_label, as sim_params wants them */
   /* several ranks (DESIGN.md, "Between ranks") */
@@ -634,14 +635,15 @@ static int list_earlier_frames(sim *S) {
     if (access(path, F_OK) != 0) continue;
     /* each frame's own count (particle sources change it from frame to frame) */
     uint64_t n = 0;
-    if (h5frame_count(path, &n) != DR_OK) { /* unreadable: left out, as a missing one */
+    int jp = 0;
+    if (h5frame_count(path, &n, &jp) != DR_OK) { /* unreadable: left out, as a missing one */
       dr_clear();
       continue;
     }
     xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
     if (!w) return dr_fail(DR_ENOMEM, "out of host memory for the frame list");
     S->written = w;
-    S->written[S->n_written++] = (xdmf_frame){.frame = f, .time = f * S->frame_dt, .n = n};
+    S->written[S->n_written++] = (xdmf_frame){.frame = f, .time = f * S->frame_dt, .n = n, .logjp = jp};
   }
   return DR_OK;
 }
@@ -675,6 +677,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   for (int m = 0; m < s->n_materials; ++m) {
     S->mats[m] = s->materials[m].params;
     S->mat_names[m] = s->materials[m].name;
+    S->with_logjp |= s->materials[m].params.model == MODEL_NACC;
   }
   S->body_label = dr_malloc(sizeof *S->body_label * (size_t)(s->n_bodies ? s->n_bodies : 1), "body names");
   S->body_names = dr_malloc(sizeof(char *) * (size_t)(s->n_bodies ? s->n_bodies : 1), "body names");
@@ -791,9 +794,10 @@ static int write_frame(sim *S) {
   double t0 = now();
   DR_TRY(S->be.download(S->be.state, &S->host));
   h5frame_meta meta = {.frame = S->st.frame, .time = S->st.time, .dx = S->sc->dx,
-                       .n_materials = S->sc->n_materials, .material_names = S->mat_names};
+                       .n_materials = S->sc->n_materials, .material_names = S->mat_names,
+                       .with_logjp = S->with_logjp};
   h5frame_data d = {.n = S->host.n, .position = S->host.x, .velocity = S->host.v, .id = S->host.id,
-                    .material = S->host.material, .owner = S->host.owner};
+                    .material = S->host.material, .owner = S->host.owner, .logjp = S->host.logjp};
   DR_TRY(h5frame_write(S->comm, S->out_dir, &meta, &d));
   if (S->sc->preview) {
     preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
@@ -813,7 +817,7 @@ static int write_frame(sim *S) {
     S->written = w;
     ++S->n_written;
   }
-  S->written[i] = (xdmf_frame){.frame = S->st.frame, .time = S->st.time, .n = n_all};
+  S->written[i] = (xdmf_frame){.frame = S->st.frame, .time = S->st.time, .n = n_all, .logjp = S->with_logjp};
   int rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
   DR_TRY(comm_agree(S->comm, rc));
   S->st.io_seconds += now() - t0;

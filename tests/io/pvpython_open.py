@@ -1,12 +1,12 @@
 """pvpython_open.py - opens DIR/frames.xdmf with ParaView's default reader and checks it.
 
-usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG]
+usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG] [--array NAME]...
 
 N is the particle count of every frame, or one count per frame separated by commas. Checks that
 the reader finds N_FRAMES time steps and, after updating the pipeline at each of them, that the
 grid has the expected number of points and as many vertex cells, and point arrays velocity
-(3 components), id (1 component, 64-bit integer), material and owner (1 component each) with one
-value per point; with --id-min, that every id is at least V (a reader that cuts ids to 32 bits
+(3 components), id (1 component, 64-bit integer), material and owner (1 component each), and each
+--array NAME (1 component), with one value per point; with --id-min, that every id is at least V (a reader that cuts ids to 32 bits
 fails this when V >= 2^32). With --render, also draws the last non-empty step in the default
 representation, coloured by material, saves PNG and checks that the particles cover some pixels
 (this needs a display: run under xvfb-run -a). Exit status 0 = all checks passed.
@@ -25,12 +25,15 @@ def fail(msg):
 
 
 def parse_args(argv):
-    args = {"id_min": None, "render": None}
+    args = {"id_min": None, "render": None, "arrays": []}
     pos = []
     i = 1
     while i < len(argv):
         if argv[i] == "--id-min" and i + 1 < len(argv):
             args["id_min"] = int(argv[i + 1])
+            i += 2
+        elif argv[i] == "--array" and i + 1 < len(argv):
+            args["arrays"].append(argv[i + 1])
             i += 2
         elif argv[i] == "--render" and i + 1 < len(argv):
             args["render"] = argv[i + 1]
@@ -39,7 +42,7 @@ def parse_args(argv):
             pos.append(argv[i])
             i += 1
     if len(pos) != 3:
-        fail("usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG]")
+        fail("usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG] [--array NAME]...")
     args["dir"] = pos[0]
     n_frames = int(pos[1])
     counts = [int(c) for c in pos[2].split(",")]
@@ -60,7 +63,7 @@ def timesteps(reader):
     return list(ts)
 
 
-def check_step(k, t, data, n, id_min):
+def check_step(k, t, data, n, id_min, extra=()):
     name = "step %d (t=%g)" % (k, t)
     if not data.IsA("vtkDataSet"):
         fail("%s: reader gave a %s, want a dataset" % (name, data.GetClassName()))
@@ -74,7 +77,7 @@ def check_step(k, t, data, n, id_min):
         found.append(pd.GetArrayName(i))
     if n == 0:
         return "%s: 0 points, arrays %s" % (name, found)
-    for array_name, comps in (("velocity", 3), ("id", 1), ("material", 1), ("owner", 1)):
+    for array_name, comps in (("velocity", 3), ("id", 1), ("material", 1), ("owner", 1)) + tuple((e, 1) for e in extra):
         a = pd.GetArray(array_name)
         if a is None:
             fail("%s: no point array %s (arrays: %s)" % (name, array_name, found))
@@ -154,7 +157,7 @@ def main():
     for k, t in enumerate(steps):
         reader.UpdatePipeline(t)
         data = servermanager.Fetch(reader)
-        print("pvpython_open: " + check_step(k, t, data, counts[k], args["id_min"]))
+        print("pvpython_open: " + check_step(k, t, data, counts[k], args["id_min"], args["arrays"]))
     if args["render"]:
         nonempty = [t for t, n in zip(steps, counts) if n > 0]
         if nonempty:

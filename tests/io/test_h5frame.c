@@ -19,6 +19,7 @@ typedef struct frame_buf {
   float pos[3 * MAXN], vel[3 * MAXN];
   uint64_t id[MAXN];
   int32_t mat[MAXN], own[MAXN];
+  float jp[MAXN];
 } frame_buf;
 
 /* Known values that differ per particle, component and seed; ids above 2^32. */
@@ -32,12 +33,13 @@ static void fill(frame_buf *b, size_t n, int seed) {
     b->id[i] = ((uint64_t)1 << 40) + 1000u * (uint64_t)seed + 17u * i;
     b->mat[i] = (int32_t)((i + (size_t)seed) % 3);
     b->own[i] = (int32_t)(i % 2); /* rank 0, device i % 2 */
+    b->jp[i] = -0.01f * (float)(seed + 1) * (float)(i + 1);
   }
 }
 
 static h5frame_data data_of(const frame_buf *b) {
   return (h5frame_data){.n = b->n, .position = b->pos, .velocity = b->vel, .id = b->id,
-                        .material = b->mat, .owner = b->own};
+                        .material = b->mat, .owner = b->own, .logjp = b->jp};
 }
 
 /* Reads DIR/frame_NNNNN.h5 and compares it with b and the metadata. */
@@ -64,6 +66,15 @@ static void check_frame(const char *dir, const h5frame_meta *meta, const frame_b
     CHECK(!memcmp(r.mat, b->mat, n * sizeof(int32_t)), "%s: materials differ", path);
   if (!read_dataset(f, "/particles/owner", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, r.own))
     CHECK(!memcmp(r.own, b->own, n * sizeof(int32_t)), "%s: owners differ", path);
+  /* NACC snow's plastic state: written only when asked for */
+  const int has = H5Lexists(f, "/particles/logjp", H5P_DEFAULT) > 0;
+  CHECK(has == (meta->with_logjp != 0), "%s: /particles/logjp %s", path, has ? "written unasked" : "missing");
+  if (has && !read_dataset(f, "/particles/logjp", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, d1, r.jp))
+    CHECK(!memcmp(r.jp, b->jp, n * sizeof(float)), "%s: logjp differs", path);
+  uint64_t cnt = 0;
+  int cjp = -1;
+  CHECK(h5frame_count(path, &cnt, &cjp) == 0 && cnt == n && cjp == has, "h5frame_count %s: %llu, logjp %d",
+        path, (unsigned long long)cnt, cjp);
 
   double t = -1, dx = -1;
   int32_t frame = -1;
@@ -97,10 +108,11 @@ static void test_write_read(const char *dir) {
   int tmp = 0;
   CHECK(count_entries(dir, &tmp) == 1 && tmp == 0, "%s should hold frame_00007.h5 only", dir);
 
-  /* Overwriting a frame replaces it entirely (fewer particles, other values). */
+  /* Overwriting a frame replaces it entirely (fewer particles, other values, with logjp). */
   fill(&b, 2, 9);
   d = data_of(&b);
   meta.time = 0.25;
+  meta.with_logjp = 1;
   st = h5frame_write(MPI_COMM_WORLD, dir, &meta, &d);
   CHECK(st == 0, "h5frame_write (overwrite): %s", dr_message());
   check_frame(dir, &meta, &b, "sand,water,jelly");
@@ -324,12 +336,12 @@ static void test_xdmf(const char *dir) {
   static const char *const names[] = {"sand"};
   const xdmf_frame frames[3] = {{.frame = 0, .time = 0.0, .n = 5},
                                 {.frame = 5, .time = 0.1, .n = 0},
-                                {.frame = 10, .time = 1.0 / 3.0, .n = 3}};
+                                {.frame = 10, .time = 1.0 / 3.0, .n = 3, .logjp = 1}};
   frame_buf b;
   for (int k = 0; k < 3; k++) {
     fill(&b, (size_t)frames[k].n, k);
     h5frame_meta meta = {.frame = frames[k].frame, .time = frames[k].time, .dx = 0.1,
-                         .n_materials = 1, .material_names = names};
+                         .n_materials = 1, .material_names = names, .with_logjp = frames[k].logjp};
     h5frame_data d = data_of(&b);
     CHECK(h5frame_write(MPI_COMM_WORLD, dir, &meta, &d) == 0, "h5frame_write: %s", dr_message());
     CHECK(xdmf_write(dir, frames, k + 1) == 0, "xdmf_write: %s", dr_message());
@@ -379,13 +391,16 @@ static void test_xdmf(const char *dir) {
       const char *q = strstr(p, want);
       CHECK(q && (!next || q < next), "frame %d: no attribute %s", fr->frame, attrs[a]);
     }
+    const char *jp = strstr(p, "<Attribute Name=\"logjp\"");
+    CHECK((jp && (!next || jp < next)) == (fr->logjp != 0), "frame %d: attribute logjp %s", fr->frame,
+          fr->logjp ? "missing" : "listed for a frame without it");
     grids++;
     p++;
   }
   CHECK(grids == 3, "%d frame grids, want 3", grids);
   int n_hdf = 0;
   check_data_items(dir, s, &n_hdf);
-  CHECK(n_hdf == 3 * 5, "%d HDF data items, want 15", n_hdf);
+  CHECK(n_hdf == 3 * 5 + 1, "%d HDF data items, want 16 (logjp in the last frame)", n_hdf);
 
   /* The vertex file grows with the largest frame and never shrinks. */
   struct stat sb;
