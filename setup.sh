@@ -70,17 +70,21 @@ if [ "$mode" = test ]; then
   #    - test_threads, test_bounce, test_sand_pile, test_colliders, test_friction, test_snow,
   #      test_momentum: the longest simulations (3 to 105 s in Release, 1 to 4 minutes each
   #      under the sanitizers); the shorter ones left in run the same CPU backend steps
-  #      (test_freefall, test_frames, test_asflip, cli_run_default, bench_cli).
+  #      (test_freefall, test_frames, test_asflip, cli_run_default).
   #    - test_ranks_2, test_ranks_4 (about 2 minutes each here): the exchange between ranks,
   #      migration and the balance still run in cli_two_ranks, cli_unstable*_two_ranks,
   #      test_checkpoint_mpi and test_preview_2.
   #    - resume_one_rank, resume_ranks, resume_no_room (1.5 to 3 minutes each): dozens of drift
   #      runs; writing and reading checkpoints on 1 to 3 ranks runs in test_checkpoint_mpi.
+  #    - resume_deterministic, test_determinism, bench_cli (50 to 100 s each under ASan): resuming
+  #      runs in resume_sources, the fixed-point sums in test_determinism_ranks_2 and _3, and the
+  #      bench's simulations are those of cli_run_default.
   #    - scene_errors: 346 starts of drift, each an MPI start-up (about 2 s under ASan); the
   #      loader's error paths run under ASan and UBSan in scene_fuzz (label fuzz, above), which
   #      starts from every bad scene, and in test_scene.
   asan_skip='^(test_threads|test_bounce|test_sand_pile|test_colliders|test_friction|test_snow|test_momentum'
-  asan_skip+='|test_ranks_2|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors)$'
+  asan_skip+='|test_ranks_2|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors'
+  asan_skip+='|resume_deterministic|test_determinism|bench_cli)$'
   mkdir -p build-asan
   if [ ! -f build-asan/CMakeCache.txt ]; then
     say "configuring in ./build-asan (RelWithDebInfo, DRIFT_SANITIZE=ON: AddressSanitizer and UBSan)"

@@ -494,7 +494,8 @@ static int download(void *state, particles *out) {
   size_t n = s->p.n;
   DR_TRY(particles_reserve(out, n));
   out->n = n;
-  for (int a = 0; a < PARTICLE_ATTRS; ++a) memcpy(particles_attr(out, a), particles_attr(&s->p, a), n * particle_attrs[a].bytes);
+  for (int a = 0; a < PARTICLE_ATTRS && n > 0; ++a) /* none yet (sources only): no arrays either */
+    memcpy(particles_attr(out, a), particles_attr(&s->p, a), n * particle_attrs[a].bytes);
   for (size_t i = 0; i < n; ++i) out->owner[i] = s->prm.rank * 256;
   return DR_OK;
 }

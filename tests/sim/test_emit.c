@@ -150,7 +150,7 @@ static void ranks_run(const char *name, const char *json) {
       CHECK((size_t)total == ref.n, "%s frame %d: %d particles on %d ranks, %zu on one", name, f, total, nranks, ref.n);
       particles all = {0};
       particles_reserve(&all, (size_t)total);
-      memcpy(all.id, ids, sizeof *ids * (size_t)total);
+      if (total > 0) memcpy(all.id, ids, sizeof *ids * (size_t)total);
       all.n = (size_t)total;
       size_t *oa = order_by_id(&all), *orf = order_by_id(&ref);
       size_t diff = 0;
