@@ -89,7 +89,7 @@ static int grow64(void **p, int64_t *cap, int64_t need, size_t sz) {
  * oriented (every directed edge once, and its reverse once). Such a component's winding number
  * is an integer, locally constant off its surface and 0 at infinity, hence exactly 0 everywhere
  * outside its bounding box: step 3 skips it there, which for a figure made of many closed parts
- * (the crawler of jobs/scenes/crawling_snow.json: eleven capsules) divides the cost several
+ * (the crawler of jobs/scenes/crawling_snow.json: ten capsules) divides the cost several
  * times. Components that are not closed (cracks, soups) are summed at every node, as before.
  * order[nt]: triangle indices grouped by component, component c at order[start[c] .. start[c+1]);
  * box[6 c]: lo, hi. Allocates *order, *start, *box, *closed; returns the count, or -1 (no memory). */

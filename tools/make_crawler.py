@@ -5,7 +5,7 @@ closed, consistently oriented OBJ triangle meshes with the same vertices in ever
 
     python3 tools/make_crawler.py [--out DIR] [--fps 30] [--seconds 4] [--check]
 
-The figure is 11 closed components in one OBJ file per frame: a torso (a capsule of elliptic
+The figure is 10 closed components in one OBJ file per frame: a torso (a capsule of elliptic
 section), a head, and for each arm and leg an upper and a lower segment (capsules); segments that
 meet overlap at the joints. drift signs its level sets by the generalised winding number, so
 overlapping closed components make one solid (inside wherever any component is). Every component
