@@ -82,9 +82,12 @@ if [ "$mode" = test ]; then
   #    - scene_errors: 346 starts of drift, each an MPI start-up (about 2 s under ASan); the
   #      loader's error paths run under ASan and UBSan in scene_fuzz (label fuzz, above), which
   #      starts from every bad scene, and in test_scene.
+  #    - bench_check_crawling_snow (about 1 minute in Release): the crawler's 121 level sets at
+  #      the paper's cell; mesh level sets and mesh colliders run under the sanitizers in
+  #      test_mesh, test_mesh_colliders and test_crawler (its OBJ sequence).
   asan_skip='^(test_threads|test_bounce|test_sand_pile|test_colliders|test_friction|test_snow|test_momentum'
   asan_skip+='|test_ranks_2|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors'
-  asan_skip+='|resume_deterministic|test_determinism|bench_cli)$'
+  asan_skip+='|resume_deterministic|test_determinism|bench_cli|bench_check_crawling_snow)$'
   mkdir -p build-asan
   if [ ! -f build-asan/CMakeCache.txt ]; then
     say "configuring in ./build-asan (RelWithDebInfo, DRIFT_SANITIZE=ON: AddressSanitizer and UBSan)"

@@ -38,6 +38,15 @@ static const char *const default_cases[] = {"sand_blocks_l12", "sand_blocks_l23"
 
 static const char *const phase_names[PHASE_COUNT] = {"rebuild", "p2g", "grid", "g2p"};
 
+/* The paper's own figures for the scenes it reports in frames per second, by case name: the
+ * mean over the run on four Tesla V100 (Fei, Huang and Gao, sections "Fountain" and "Crawling
+ * in Snow"; each frame 1/60 s). Printed beside drift's fps (table column "paper", CSV column
+ * paper_fps); empty for other cases. */
+static const struct {
+  const char *name;
+  double fps;
+} paper_fps[] = {{"fountain", 55.9}, {"crawling_snow", 68.5}};
+
 typedef struct bench_args {
   const char **scenes; /* borrowed from argv, or default_paths */
   int n_scenes;
@@ -56,7 +65,8 @@ typedef struct bench_result {
   char device[256];
   int gpus;              /* GPUs per rank asked for (0: the scene's parallel.gpus_per_rank) */
   double efficiency;     /* t1 / (n tn) against the same case on 1 GPU; < 0 when not measured */
-  uint64_t particles;
+  uint64_t particles;     /* at the end of the timed run (scenes with sources grow) */
+  double particle_steps;  /* the sum over steps of the particles they moved */
   int frames;
   uint64_t steps, rebuilds;
   double seconds;        /* wall time of all frames */
@@ -138,11 +148,15 @@ static void describe_device(const char *backend_name, int gpus, char *out, size_
   else snprintf(out, len, "%s", n > 0 && name[0] ? name : "unknown GPU");
 }
 
-/* Runs frames 1..frames of S; a failure names the case, the frame and the step. */
-static int run_frames(sim *S, const char *name) {
+/* Runs frames 1..frames of S; a failure names the case, the frame and the step. particle_steps
+ * (may be NULL) adds up the particles of every step: sources emit only at frame starts, so each
+ * step of a frame moves the count the frame ends with. */
+static int run_frames(sim *S, const char *name, double *particle_steps) {
   const sim_status *st = sim_get_status(S);
   for (int f = 1; f <= st->frames; ++f) {
+    const uint64_t steps0 = st->steps;
     int rc = sim_advance_frame(S);
+    if (particle_steps) *particle_steps += (double)(st->steps - steps0) * (double)st->particles;
     if (rc) {
       char cause[1024];
       snprintf(cause, sizeof cause, "%s", dr_message());
@@ -168,8 +182,9 @@ static int run_case(const scene *s, const bench_args *a, bench_result *r) {
    * mapping, which the backend builds inside sim_create, is counted: one per case at most. */
   uint64_t steps0 = st->steps, rebuilds0 = st->rebuilds;
   double t0 = MPI_Wtime();
-  int rc = run_frames(S, r->name);
+  int rc = run_frames(S, r->name, &r->particle_steps);
   r->seconds = MPI_Wtime() - t0;
+  r->particles = st->particles;
   r->steps = st->steps - steps0;
   r->rebuilds = st->rebuilds - rebuilds0;
   sim_destroy(&S);
@@ -179,7 +194,7 @@ static int run_case(const scene *s, const bench_args *a, bench_result *r) {
     opt.frames = a->profile_frames;
     opt.profile = 1;
     DR_TRY(sim_create(s, &opt, MPI_COMM_WORLD, &S));
-    rc = run_frames(S, r->name);
+    rc = run_frames(S, r->name, NULL);
     st = sim_get_status(S);
     double sum = 0;
     for (int p = 0; p < PHASE_COUNT; ++p) sum += st->phase_seconds[p];
@@ -193,25 +208,42 @@ static int run_case(const scene *s, const bench_args *a, bench_result *r) {
 
 static double per_frame_ms(const bench_result *r) { return r->frames > 0 ? 1e3 * r->seconds / r->frames : 0; }
 static double steps_per_s(const bench_result *r) { return r->seconds > 0 ? (double)r->steps / r->seconds : 0; }
-static double particle_steps_per_s(const bench_result *r) { return steps_per_s(r) * (double)r->particles; }
+static double particle_steps_per_s(const bench_result *r) { return r->seconds > 0 ? r->particle_steps / r->seconds : 0; }
 static double rebuilds_per_frame(const bench_result *r) {
   return r->frames > 0 ? (double)r->rebuilds / r->frames : 0;
+}
+/* Simulated frames per wall-clock second: 1000 / (ms per frame). */
+static double frames_per_s(const bench_result *r) { return r->seconds > 0 ? r->frames / r->seconds : 0; }
+/* Substeps per rebuild-mapping (the first mapping counted); 0 when there was none. */
+static double steps_per_rebuild(const bench_result *r) {
+  return r->rebuilds > 0 ? (double)r->steps / (double)r->rebuilds : 0;
+}
+/* The paper's fps for this case, or 0. */
+static double paper_fps_of(const bench_result *r) {
+  for (size_t i = 0; i < sizeof paper_fps / sizeof paper_fps[0]; ++i)
+    if (!strcmp(r->name, paper_fps[i].name)) return paper_fps[i].fps;
+  return 0;
 }
 
 #define DEVICE_WIDTH 24
 
 static void print_header(void) {
-  printf("%-20s %-7s %-*s %10s %6s %10s %16s %8s %14s %6s", "case", "backend", DEVICE_WIDTH, "device", "particles",
-         "frames", "ms/frame", "particle-steps/s", "steps/s", "rebuilds/frame", "eff%");
+  printf("%-20s %-7s %-*s %10s %6s %10s %8s %6s %16s %8s %14s %13s %6s", "case", "backend", DEVICE_WIDTH, "device",
+         "particles", "frames", "ms/frame", "fps", "paper", "particle-steps/s", "steps/s", "rebuilds/frame",
+         "steps/rebuild", "eff%");
   for (int p = 0; p < PHASE_COUNT; ++p) printf(" %7s%%", phase_names[p]);
   printf(" %-6s %6s\n", "mode", "cost");
   fflush(stdout);
 }
 
 static void print_row(const bench_result *r) {
-  printf("%-20s %-7s %-*s %10llu %6d %10.2f %16.3e %8.1f %14.2f", r->name, r->backend, DEVICE_WIDTH, r->device,
-         (unsigned long long)r->particles, r->frames, per_frame_ms(r), particle_steps_per_s(r), steps_per_s(r),
-         rebuilds_per_frame(r));
+  printf("%-20s %-7s %-*s %10llu %6d %10.2f %8.2f", r->name, r->backend, DEVICE_WIDTH, r->device,
+         (unsigned long long)r->particles, r->frames, per_frame_ms(r), frames_per_s(r));
+  if (paper_fps_of(r) > 0) printf(" %6.1f", paper_fps_of(r));
+  else printf(" %6s", "-");
+  printf(" %16.3e %8.1f %14.2f", particle_steps_per_s(r), steps_per_s(r), rebuilds_per_frame(r));
+  if (r->rebuilds > 0) printf(" %13.1f", steps_per_rebuild(r));
+  else printf(" %13s", "-");
   if (r->efficiency >= 0) printf(" %6.1f", 100.0 * r->efficiency);
   else printf(" %6s", "-");
   for (int p = 0; p < PHASE_COUNT; ++p) {
@@ -243,7 +275,7 @@ static void csv_header(FILE *f) {
         "rebuilds_per_frame,efficiency",
         f);
   for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_pct", phase_names[p]);
-  fputs(",mode,deterministic_cost\n", f);
+  fputs(",mode,deterministic_cost,fps,steps_per_rebuild,paper_fps\n", f);
 }
 
 static void csv_row(FILE *f, const bench_result *r) {
@@ -265,6 +297,10 @@ static void csv_row(FILE *f, const bench_result *r) {
   }
   fprintf(f, ",%s,", r->det ? "deterministic" : "float");
   if (r->cost > 0) fprintf(f, "%.4f", r->cost);
+  fprintf(f, ",%.6g,", frames_per_s(r));
+  if (r->rebuilds > 0) fprintf(f, "%.6g", steps_per_rebuild(r));
+  fputc(',', f);
+  if (paper_fps_of(r) > 0) fprintf(f, "%.1f", paper_fps_of(r));
   fputc('\n', f);
 }
 

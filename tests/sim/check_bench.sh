@@ -3,7 +3,8 @@
 #
 #   check_bench.sh DRIFT_EXE SCENE_A PARTICLES_A SCENE_B PARTICLES_B
 #
-# (--deterministic: also float and deterministic rows of one scene with the cost of the latter.)
+# (--deterministic: also float and deterministic rows of one scene with the cost of the latter;
+# the last CSV columns fps, steps_per_rebuild and paper_fps, the latter for a case named fountain.)
 # Benchmarks the two small scenes for 2 frames with --csv: exit status 0, one table row per
 # scene on stdout, and a CSV with the header and one row per scene, in order, with the right
 # backend, frames and particle count (and no FILE.tmp left behind). Then the errors: a bad flag,
@@ -54,14 +55,20 @@ if [ ! -f "$csv" ]; then
   fail "bench: $csv was not written"
 else
   [ ! -e "$csv.tmp" ] || fail "bench: $csv.tmp was left behind"
-  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost$' ||
+  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps$' ||
     fail "bench: CSV header is $(head -n 1 "$csv")"
   [ "$(wc -l <"$csv")" -eq 3 ] || fail "bench: CSV has $(wc -l <"$csv") lines, expected a header and 2 rows"
-  # Row: case, scene, backend, device, particles, frames, steps (36 a frame), then numbers.
+  # Row: case, scene, backend, device, particles, frames, steps (36 a frame), then numbers; the
+  # last three: fps = 1000 / ms_per_frame (rounding), steps per rebuild-mapping = steps /
+  # (rebuilds_per_frame x frames; empty without a rebuild), and the paper's fps, empty for these cases.
   awk -F, -v a="$name_a" -v na="$count_a" -v b="$name_b" -v nb="$count_b" '
-    NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 19 && $18 == "float" && $19 == "" }
-    NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && NF == 19 && $18 == "float" && $19 == "" }
-    END { exit !(ok_a && ok_b) }' "$csv" || fail "bench: CSV rows do not hold $name_a ($count_a particles) and $name_b ($count_b particles), cpu, 2 frames, 72 steps"
+    function tail_ok() {
+      spr = $12 > 0 ? ($21 * $12 * $6 / $7 - 1)^2 < 1e-6 : $21 == ""
+      return NF == 22 && $20 > 0 && ($20 * $9 / 1000 - 1)^2 < 1e-6 && spr && $22 == ""
+    }
+    NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && $18 == "float" && $19 == "" && tail_ok() }
+    NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && $18 == "float" && $19 == "" && tail_ok() }
+    END { exit !(ok_a && ok_b) }' "$csv" || fail "bench: CSV rows do not hold $name_a ($count_a particles) and $name_b ($count_b particles), cpu, 2 frames, 72 steps, fps = 1000 / ms_per_frame, steps_per_rebuild = steps / rebuilds, no paper_fps"
 fi
 
 # --deterministic: the scene in float mode, then in deterministic mode with its cost (the ratio of
@@ -76,6 +83,17 @@ awk -F, -v a="$name_a" -v na="$count_a" '
   NR == 2 { ok1 = $1 == a && $5 == na && $18 == "float" && $19 == "" }
   NR == 3 { ok2 = $1 == a && $5 == na && $18 == "deterministic" && $19 > 0 && $19 == $19 + 0 }
   END { exit !(ok1 && ok2 && NR == 3) }' "$dcsv" || fail "bench --deterministic: CSV is not a float row and a deterministic row with its cost: $(cat "$dcsv")"
+
+# The paper's own fps beside drift's for the cases it reports so (by case name): a scene named
+# fountain.json shows 55.9 in the table's "paper" column and the CSV's paper_fps.
+cp "$scene_a" "$tmp/fountain.json"
+pcsv="$tmp/paper.csv"
+"$drift" bench "$tmp/fountain.json" --backend cpu --frames 1 --profile-frames 0 --csv "$pcsv" \
+  >"$tmp/paper.stdout" 2>"$tmp/paper.stderr" || fail "bench fountain.json: exit status $?: $(cat "$tmp/paper.stderr")"
+cat "$tmp/paper.stdout"
+grep -Eq '^fountain +cpu .* 55\.9 ' "$tmp/paper.stdout" || fail "bench: no paper fps 55.9 in the table row of fountain"
+awk -F, 'NR == 2 { ok = $1 == "fountain" && $22 == "55.9" } END { exit !(ok && NR == 2) }' "$pcsv" ||
+  fail "bench: CSV of fountain.json has no paper_fps 55.9: $(cat "$pcsv")"
 
 # expect_error LABEL STATUS TEXT ARGS...: drift ARGS must exit with STATUS, print exactly one line
 # on stderr, starting "drift: " and containing TEXT, and print nothing on stdout.

@@ -149,9 +149,10 @@ static void ranks_run(const char *name, const char *json) {
       MUST(sim_particles(R, &ref));
       CHECK((size_t)total == ref.n, "%s frame %d: %d particles on %d ranks, %zu on one", name, f, total, nranks, ref.n);
       particles all = {0};
-      particles_reserve(&all, (size_t)total);
-      if (total > 0) memcpy(all.id, ids, sizeof *ids * (size_t)total);
-      all.n = (size_t)total;
+      const size_t ntot = total > 0 ? (size_t)total : 0;
+      particles_reserve(&all, ntot);
+      if (ntot > 0) memcpy(all.id, ids, sizeof *ids * ntot);
+      all.n = ntot;
       size_t *oa = order_by_id(&all), *orf = order_by_id(&ref);
       size_t diff = 0;
       for (size_t i = 0; i < all.n && i < ref.n; ++i) diff += all.id[oa[i]] != ref.id[orf[i]];
