@@ -2462,6 +2462,15 @@ static int by_coord(const void *a, const void *b) {
   return p->x < q->x ? -1 : p->x > q->x ? 1 : (p->i > q->i) - (p->i < q->i);
 }
 
+/* p's particles in increasing coordinate along axis (ties by index); NULL when out of memory. */
+static coord_index *sorted_along(const particles *p, int axis, const char *what) {
+  coord_index *ci = (coord_index *)dr_malloc(sizeof *ci * (p->n ? p->n : 1), what);
+  if (!ci) return NULL;
+  for (size_t i = 0; i < p->n; ++i) ci[i] = (coord_index){p->x[3 * i + axis], i};
+  qsort(ci, p->n, sizeof *ci, by_coord);
+  return ci;
+}
+
 /* The static split (the paper's): along the longest axis of the particles' bounding box, evenly
  * by count. parts[k] receives member k's particles. */
 static int island_split(island *I, const particles *p, particles *parts) {
@@ -2471,10 +2480,8 @@ static int island_split(island *I, const particles *p, particles *parts) {
   I->axis = 0;
   for (int a = 1; a < 3; ++a)
     if (hi[a] - lo[a] > hi[I->axis] - lo[I->axis]) I->axis = a;
-  coord_index *ci = (coord_index *)dr_malloc(sizeof *ci * (p->n ? p->n : 1), "island split");
+  coord_index *ci = sorted_along(p, I->axis, "island split");
   if (!ci) return DR_ENOMEM;
-  for (size_t i = 0; i < p->n; ++i) ci[i] = (coord_index){p->x[3 * i + I->axis], i};
-  qsort(ci, p->n, sizeof *ci, by_coord);
   int rc = DR_OK;
   for (int k = 0; k < I->nm && rc == DR_OK; ++k) {
     const size_t b = p->n * (size_t)k / (size_t)I->nm, e = p->n * (size_t)(k + 1) / (size_t)I->nm;
@@ -2493,10 +2500,8 @@ static int island_split(island *I, const particles *p, particles *parts) {
 static int island_add_particles(void *state, const particles *p) {
   island *I = (island *)state;
   if (p->n == 0) return DR_OK;
-  coord_index *ci = (coord_index *)dr_malloc(sizeof *ci * p->n, "island sources");
+  coord_index *ci = sorted_along(p, I->axis, "island sources");
   if (!ci) return DR_ENOMEM;
-  for (size_t i = 0; i < p->n; ++i) ci[i] = (coord_index){p->x[3 * i + I->axis], i};
-  qsort(ci, p->n, sizeof *ci, by_coord);
   size_t total = p->n;
   for (int k = 0; k < I->nm; ++k) total += I->m[k]->n;
   particles part;

@@ -15,9 +15,9 @@
 
 static double wtime(void) { return MPI_Wtime(); }
 
-static void sums_free(exchange *x, void *p) {
+static void sums_free(const exchange *x, void *p, int device) {
   if (!p) return;
-  if (x->free_sums) x->free_sums(p, x->device_sums);
+  if (x->free_sums) x->free_sums(p, device);
   else free(p);
 }
 
@@ -46,11 +46,8 @@ void exchange_free(exchange *x) {
 
 void exchange_destroy(exchange *x) {
   exchange_free(x);
-  const int dev = x->device_sums;
-  x->device_sums = x->arena_device;
-  for (int k = 0; k < 2; ++k) sums_free(x, x->arena[k]), x->arena[k] = NULL;
-  for (int k = 0; k < x->n_retired; ++k) sums_free(x, x->retired[k]);
-  x->device_sums = dev;
+  for (int k = 0; k < 2; ++k) sums_free(x, x->arena[k], x->arena_device), x->arena[k] = NULL;
+  for (int k = 0; k < x->n_retired; ++k) sums_free(x, x->retired[k], x->arena_device);
   free(x->retired);
   x->retired = NULL;
   x->n_retired = x->retired_cap = 0;
@@ -86,11 +83,10 @@ static int arena_place(exchange *x, backend *b) {
       DR_TRY(retire(x, x->arena[k]));
       x->arena[k] = NULL;
     }
-    const int dev = x->device_sums;
     size_t cap = x->arena_cap ? 2 * x->arena_cap : need;
     if (cap < need) cap = need;
     x->arena_cap = 0;
-    x->arena_device = dev;
+    x->arena_device = x->device_sums;
     for (int k = 0; k < 2; ++k) DR_TRY(sums_alloc(x, b, cap, &x->arena[k]));
     x->arena_cap = cap;
   }

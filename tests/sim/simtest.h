@@ -150,4 +150,29 @@ static inline void init(int *argc, char ***argv) {
   log_set_quiet(1);
 }
 
+/* Gathers every rank's particles (id, x, v, C, F) on rank 0. */
+static inline void gather_particles(const particles *p, int rank, int nranks, particles *all) {
+  int n = (int)p->n, *counts = NULL, *displs = NULL, total = 0;
+  if (rank == 0) counts = calloc((size_t)nranks, sizeof *counts), displs = calloc((size_t)nranks, sizeof *displs);
+  MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    for (int r = 0; r < nranks; ++r) displs[r] = total, total += counts[r];
+    particles_reserve(all, (size_t)total);
+    all->n = (size_t)total;
+  }
+  MPI_Gatherv(p->id, n, MPI_UINT64_T, rank == 0 ? all->id : NULL, counts, displs, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  const int width[] = {3, 3, 9, 9};
+  float *const src[] = {p->x, p->v, p->C, p->F};
+  float *dst[4] = {all->x, all->v, all->C, all->F};
+  for (int f = 0; f < 4; ++f) {
+    for (int r = 0; rank == 0 && r < nranks; ++r)
+      counts[r] = counts[r] / (f ? width[f - 1] : 1) * width[f], displs[r] = displs[r] / (f ? width[f - 1] : 1) * width[f];
+    MPI_Gatherv(src[f], width[f] * n, MPI_FLOAT, rank == 0 ? dst[f] : NULL, counts, displs, MPI_FLOAT, 0,
+                MPI_COMM_WORLD);
+  }
+  free(counts);
+  free(displs);
+}
+
+
 #endif

@@ -14,24 +14,6 @@
  * a cell and of order the velocity. */
 #include "sim/simtest.h"
 
-/* Gathers every rank's particles (id, x, v) on rank 0. */
-static void gather(const particles *p, int rank, int nranks, particles *all) {
-  int n = (int)p->n, *counts = NULL, *displs = NULL, total = 0;
-  if (rank == 0) counts = calloc((size_t)nranks, sizeof *counts), displs = calloc((size_t)nranks, sizeof *displs);
-  MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (rank == 0) {
-    for (int r = 0; r < nranks; ++r) displs[r] = total, total += counts[r];
-    particles_reserve(all, (size_t)total);
-    all->n = (size_t)total;
-  }
-  MPI_Gatherv(p->id, n, MPI_UINT64_T, rank == 0 ? all->id : NULL, counts, displs, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  for (int r = 0; rank == 0 && r < nranks; ++r) counts[r] *= 3, displs[r] *= 3;
-  MPI_Gatherv(p->x, 3 * n, MPI_FLOAT, rank == 0 ? all->x : NULL, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD);
-  MPI_Gatherv(p->v, 3 * n, MPI_FLOAT, rank == 0 ? all->v : NULL, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD);
-  free(counts);
-  free(displs);
-}
-
 static void compare(const char *name, const char *json, int must_migrate) {
   int rank, nranks;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -51,7 +33,7 @@ static void compare(const char *name, const char *json, int must_migrate) {
   for (int f = 1; f <= s.frames; ++f) {
     MUST(sim_advance_frame(W));
     MUST(sim_particles(W, &mine));
-    gather(&mine, rank, nranks, &all);
+    gather_particles(&mine, rank, nranks, &all);
     if (rank != 0) continue;
     MUST(sim_advance_frame(R));
     MUST(sim_particles(R, &ref));
