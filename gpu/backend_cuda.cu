@@ -1582,7 +1582,6 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
   cuda_state *s = (cuda_state *)state;
   if (s->h_codes_cap < s->n_blocks) {
     free(s->h_codes);
-  free(s->xl);
     s->h_codes = (uint64_t *)dr_malloc(sizeof(uint64_t) * (s->n_blocks ? s->n_blocks : 1), "block codes");
     s->h_codes_cap = s->h_codes ? s->n_blocks : 0;
     if (!s->h_codes) return DR_ENOMEM;
