@@ -1494,12 +1494,14 @@ static int upload(cuda_state *s, const particles *p);
  * channels of grid buffer g x 64 nodes, channel-major, then with ASFLIP (g0) the 3 channels of
  * the momentum without the stress impulse. One thread per value. */
 /* An exchange kernel's block index must lie in [0, nb) of the current mapping. One that does not
- * (a stale or corrupted list: issue #8) is not used; the first such index goes to bad[1] (mapped
- * pinned host memory, bad[0] set), and the host turns it into an error after its sync
- * (xbad_check). Always on: one compare per value. */
-__device__ __forceinline__ bool index_ok(int32_t blk, int32_t nb, int *bad) {
+ * (a stale or corrupted list: issue #8) is not used; it goes to bad[1] and bad[0] is set (mapped
+ * pinned host memory, plain stores: no atomics over PCIe; with several bad indices any one is
+ * reported), and the host turns it into an error after its sync (xbad_check). Always on: one
+ * compare per value. */
+__device__ __forceinline__ bool index_ok(int32_t blk, int32_t nb, volatile int *bad) {
   if (blk >= 0 && blk < nb) return true;
-  if (atomicCAS(bad, 0, 1) == 0) bad[1] = blk;
+  bad[1] = blk;
+  bad[0] = 1;
   return false;
 }
 
