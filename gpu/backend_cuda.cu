@@ -311,6 +311,7 @@ __global__ static void k_barrier(step_ctl *c, island_view iv) { island_barrier(c
 typedef struct xlist {
   const int32_t *host; /* exchange_setup's list */
   size_t n, off;       /* its length, and where it starts in xidx */
+  uint64_t mapping;    /* s->rebuilds when it was registered: its indices number that mapping's blocks */
 } xlist;
 
 typedef struct cuda_state {
@@ -357,8 +358,9 @@ typedef struct cuda_state {
   dvec igrid[2];                /* deterministic mode only: [n_blocks][ich][64] int64 fixed-point P2G sums */
   dvec shared;                  /* [n_blocks] uint8: shared with another rank (mark_shared) */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
-  xlist *xl;                    /* the exchange's block lists in xidx (register_indices) */
+  xlist *xl;                    /* the exchange's block lists in xidx (register_indices); owned here */
   int n_xl, xl_cap;
+  int *h_xbad, *d_xbad;         /* [2] mapped pinned: an exchange kernel's out-of-range block index (index_ok) */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
   size_t h_codes_cap;
   size_t table_cap;             /* power of two, at least twice n_blocks */
@@ -1491,52 +1493,67 @@ static int upload(cuda_state *s, const particles *p);
 /* Sums of the listed blocks, block after block, bs floats each (backend.h's block_sums): the 4
  * channels of grid buffer g x 64 nodes, channel-major, then with ASFLIP (g0) the 3 channels of
  * the momentum without the stress impulse. One thread per value. */
-__device__ __forceinline__ float *sum_slot(size_t i, int bs, const int32_t *idx, float *g, float *g0, int32_t *blk) {
-  const size_t k = i / bs;
+/* An exchange kernel's block index must lie in [0, nb) of the current mapping. One that does not
+ * (a stale or corrupted list: issue #8) is not used; it goes to bad[1] and bad[0] is set (mapped
+ * pinned host memory, plain stores: no atomics over PCIe; with several bad indices any one is
+ * reported), and the host turns it into an error after its sync (xbad_check). Always on: one
+ * compare per value. */
+__device__ __forceinline__ bool index_ok(int32_t blk, int32_t nb, volatile int *bad) {
+  if (blk >= 0 && blk < nb) return true;
+  bad[1] = blk;
+  bad[0] = 1;
+  return false;
+}
+
+__device__ __forceinline__ float *sum_slot(size_t i, int bs, int32_t blk, float *g, float *g0) {
   const int ch = (int)(i % bs) / BLOCK_NODES, node = (int)(i % BLOCK_NODES);
-  *blk = idx[k];
-  return ch < 4 ? g + (size_t)*blk * BLOCK_FLOATS + gidx(node, ch)
-                : g0 + (size_t)*blk * OLD_FLOATS + (ch - 4) * BLOCK_NODES + node;
+  return ch < 4 ? g + (size_t)blk * BLOCK_FLOATS + gidx(node, ch)
+                : g0 + (size_t)blk * OLD_FLOATS + (ch - 4) * BLOCK_NODES + node;
 }
 
-__global__ static void k_pack(size_t n, int bs, const int32_t *idx, float *g, float *g0, float *out) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs) return;
-  int32_t blk;
-  out[i] = *sum_slot(i, bs, idx, g, g0, &blk);
-}
-
-/* Adds sums in that layout into the listed blocks; a block with any non-zero sum is touched. */
-__global__ static void k_unpack_add(size_t n, int bs, const int32_t *idx, const float *in, float *g, float *g0,
-                                    uint8_t *touched) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs) return;
-  int32_t blk;
-  const float v = in[i];
-  *sum_slot(i, bs, idx, g, g0, &blk) += v; /* one thread per value: no race */
-  if (v != 0.0f) touched[blk] = 1;         /* every writer stores the same value */
-}
-
-/* Deterministic mode: the int64 sums, laid out as igrid's blocks ([ich][64]) one after another. */
-__global__ static void k_pack_fix(size_t n, int bs, const int32_t *idx, const long long *ig, long long *out) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs) return;
-  out[i] = ig[(size_t)idx[i / bs] * bs + i % bs];
-}
-
-__global__ static void k_unpack_add_fix(size_t n, int bs, const int32_t *idx, const long long *in, long long *ig,
-                                        uint8_t *touched) {
+__global__ static void k_pack(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, float *g, float *g0,
+                              float *out) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n * bs) return;
   const int32_t blk = idx[i / bs];
+  out[i] = index_ok(blk, nb, bad) ? *sum_slot(i, bs, blk, g, g0) : 0.0f;
+}
+
+/* Adds sums in that layout into the listed blocks; a block with any non-zero sum is touched. */
+__global__ static void k_unpack_add(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, const float *in,
+                                    float *g, float *g0, uint8_t *touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs) return;
+  const int32_t blk = idx[i / bs];
+  if (!index_ok(blk, nb, bad)) return;
+  const float v = in[i];
+  *sum_slot(i, bs, blk, g, g0) += v; /* one thread per value: no race */
+  if (v != 0.0f) touched[blk] = 1;   /* every writer stores the same value */
+}
+
+/* Deterministic mode: the int64 sums, laid out as igrid's blocks ([ich][64]) one after another. */
+__global__ static void k_pack_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, const long long *ig,
+                                  long long *out) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs) return;
+  const int32_t blk = idx[i / bs];
+  out[i] = index_ok(blk, nb, bad) ? ig[(size_t)blk * bs + i % bs] : 0;
+}
+
+__global__ static void k_unpack_add_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                        const long long *in, long long *ig, uint8_t *touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs) return;
+  const int32_t blk = idx[i / bs];
+  if (!index_ok(blk, nb, bad)) return;
   const long long v = in[i];
   ig[(size_t)blk * bs + i % bs] += v; /* integers: the result does not depend on the ranks' order */
   if (v != 0) touched[blk] = 1;
 }
 
-__global__ static void k_mark(size_t n, const int32_t *idx, uint8_t *flags) {
+__global__ static void k_mark(size_t n, const int32_t *idx, int32_t nb, int *bad, uint8_t *flags) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) flags[idx[i]] = 1;
+  if (i < n && index_ok(idx[i], nb, bad)) flags[idx[i]] = 1;
 }
 
 /* The exchange's block-index lists stay the same from one rebuild-mapping to the next
@@ -1544,14 +1561,39 @@ __global__ static void k_mark(size_t n, const int32_t *idx, uint8_t *flags) {
  * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
 static int sums_floats(const cuda_state *s) { return BLOCK_FLOATS + (s->asflip ? OLD_FLOATS : 0); }
 
-static const int32_t *device_indices(cuda_state *s, const int32_t *idx, size_t n) {
+/* The registered entry of a list, or NULL. */
+static const xlist *find_indices(const cuda_state *s, const int32_t *idx, size_t n) {
   for (int k = s->n_xl - 1; k >= 0; --k)
-    if (s->xl[k].host == idx && s->xl[k].n == n) return dp<int32_t>(s->xidx) + s->xl[k].off;
+    if (s->xl[k].host == idx && s->xl[k].n == n) return &s->xl[k];
   return NULL;
 }
 
-/* Registers the list (and uploads every registered list again: growing xidx loses its contents). */
-static int register_indices(cuda_state *s, const int32_t *idx, size_t n) {
+static const int32_t *device_indices(cuda_state *s, const int32_t *idx, size_t n) {
+  const xlist *e = find_indices(s, idx, n);
+  return e ? dp<int32_t>(s->xidx) + e->off : NULL;
+}
+
+/* After the sync that follows an exchange kernel: an index that kernel found outside the
+ * mapping's blocks (index_ok) becomes an error naming the call. */
+static int xbad_check(cuda_state *s, const char *call, size_t n) {
+  if (!s->h_xbad[0]) return DR_OK;
+  const int blk = s->h_xbad[1];
+  s->h_xbad[0] = s->h_xbad[1] = 0;
+  return dr_fail(DR_EINTERNAL,
+                 "cuda backend: %s: block index %d of a shared-block list (%zu blocks) is outside the %zu grid blocks "
+                 "of the current mapping (rebuild %llu): a stale or corrupted exchange list (issue #8)",
+                 call, blk, n, s->n_blocks, (unsigned long long)s->rebuilds);
+}
+
+/* Registers the list (and uploads every registered list again: growing xidx loses its contents).
+ * Its indices are checked against the current mapping on the host first (once per list). */
+static int register_indices(cuda_state *s, const int32_t *idx, size_t n, const char *call) {
+  for (size_t k = 0; k < n; ++k)
+    if (idx[k] < 0 || (size_t)idx[k] >= s->n_blocks)
+      return dr_fail(DR_EINTERNAL,
+                     "cuda backend: %s: entry %zu of a shared-block list of %zu is block %d, outside the %zu grid "
+                     "blocks of the current mapping (rebuild %llu): a stale or corrupted exchange list (issue #8)",
+                     call, k, n, (int)idx[k], s->n_blocks, (unsigned long long)s->rebuilds);
   if (s->n_xl == s->xl_cap) {
     const int cap = s->xl_cap ? 2 * s->xl_cap : 16;
     void *q = realloc(s->xl, sizeof *s->xl * (size_t)cap);
@@ -1559,7 +1601,7 @@ static int register_indices(cuda_state *s, const int32_t *idx, size_t n) {
     s->xl = (xlist *)q, s->xl_cap = cap;
   }
   const size_t off = s->n_xl ? s->xl[s->n_xl - 1].off + s->xl[s->n_xl - 1].n : 0;
-  s->xl[s->n_xl++] = (xlist){idx, n, off};
+  s->xl[s->n_xl++] = (xlist){idx, n, off, s->rebuilds};
   DVEC(s->xidx, (off + n) * sizeof(int32_t), "exchange block indices");
   for (int k = 0; k < s->n_xl; ++k)
     if (s->xl[k].n)
@@ -1570,11 +1612,15 @@ static int register_indices(cuda_state *s, const int32_t *idx, size_t n) {
 
 /* The device copy of a list mark_shared did not see (not in the steady state): uploaded now,
  * after the registered ones. */
-static int indices_for(cuda_state *s, const int32_t *idx, size_t n, const int32_t **out) {
-  if (!(*out = device_indices(s, idx, n))) {
-    DR_TRY(register_indices(s, idx, n));
-    *out = device_indices(s, idx, n);
-  }
+static int indices_for(cuda_state *s, const int32_t *idx, size_t n, const int32_t **out, const char *call) {
+  const xlist *e = find_indices(s, idx, n);
+  if (e && e->mapping != s->rebuilds) /* every rebuild-mapping must be followed by exchange_setup */
+    return dr_fail(DR_EINTERNAL,
+                   "cuda backend: %s: a shared-block list registered at rebuild %llu is used after rebuild %llu "
+                   "(%zu grid blocks now): exchange_setup did not follow the rebuild-mapping (issue #8)",
+                   call, (unsigned long long)e->mapping, (unsigned long long)s->rebuilds, s->n_blocks);
+  if (!e) DR_TRY(register_indices(s, idx, n, call));
+  *out = device_indices(s, idx, n);
   return DR_OK;
 }
 
@@ -1582,7 +1628,6 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
   cuda_state *s = (cuda_state *)state;
   if (s->h_codes_cap < s->n_blocks) {
     free(s->h_codes);
-  free(s->xl);
     s->h_codes = (uint64_t *)dr_malloc(sizeof(uint64_t) * (s->n_blocks ? s->n_blocks : 1), "block codes");
     s->h_codes_cap = s->h_codes ? s->n_blocks : 0;
     if (!s->h_codes) return DR_ENOMEM;
@@ -1601,24 +1646,25 @@ static int pack(void *state, const int32_t *idx, size_t n, void *out) {
   if (n == 0) return DR_OK;
   const int bs = sums_floats(s);
   const int32_t *didx;
-  DR_TRY(indices_for(s, idx, n, &didx));
+  DR_TRY(indices_for(s, idx, n, &didx, "pack"));
+  const int32_t nb = (int32_t)s->n_blocks;
   if (s->det) {
     DVEC(s->xbuf, n * bs * sizeof(long long), "exchange buffer");
     k_pack_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        n, bs, didx, dp<long long>(s->igrid[s->par]), dp<long long>(s->xbuf));
+        n, bs, didx, nb, s->d_xbad, dp<long long>(s->igrid[s->par]), dp<long long>(s->xbuf));
     LAUNCHED("k_pack_fix");
     CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * bs * sizeof(long long), cudaMemcpyDefault, s->stream));
     CU(cudaStreamSynchronize(s->stream));
-    return DR_OK;
+    return xbad_check(s, "pack (k_pack_fix)", n);
   }
   DVEC(s->xbuf, n * bs * sizeof(float), "exchange buffer");
   k_pack<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, bs, didx, dp<float>(s->grid[s->par]), grid0_of(s, s->par), dp<float>(s->xbuf));
+      n, bs, didx, nb, s->d_xbad, dp<float>(s->grid[s->par]), grid0_of(s, s->par), dp<float>(s->xbuf));
   LAUNCHED("k_pack");
   /* out: pinned host or device memory (alloc_sums), or pageable memory: the copy kind follows */
   CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * bs * sizeof(float), cudaMemcpyDefault, s->stream));
   CU(cudaStreamSynchronize(s->stream));
-  return DR_OK;
+  return xbad_check(s, "pack (k_pack)", n);
 }
 
 static int unpack_add(void *state, const int32_t *idx, size_t n, const void *in) {
@@ -1626,24 +1672,26 @@ static int unpack_add(void *state, const int32_t *idx, size_t n, const void *in)
   if (n == 0) return DR_OK;
   const int bs = sums_floats(s);
   const int32_t *didx;
-  DR_TRY(indices_for(s, idx, n, &didx));
+  DR_TRY(indices_for(s, idx, n, &didx, "unpack_add"));
+  const int32_t nb = (int32_t)s->n_blocks;
   if (s->det) {
     DVEC(s->xbuf, n * bs * sizeof(long long), "exchange buffer");
     CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * bs * sizeof(long long), cudaMemcpyDefault, s->stream));
     k_unpack_add_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        n, bs, didx, dp<long long>(s->xbuf), dp<long long>(s->igrid[s->par]), dp<uint8_t>(s->touched[s->par]));
+        n, bs, didx, nb, s->d_xbad, dp<long long>(s->xbuf), dp<long long>(s->igrid[s->par]),
+        dp<uint8_t>(s->touched[s->par]));
     LAUNCHED("k_unpack_add_fix");
     CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
-    return DR_OK;
+    return xbad_check(s, "unpack_add (k_unpack_add_fix)", n);
   }
   DVEC(s->xbuf, n * bs * sizeof(float), "exchange buffer");
   CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * bs * sizeof(float), cudaMemcpyDefault, s->stream));
   k_unpack_add<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, bs, didx, dp<float>(s->xbuf), dp<float>(s->grid[s->par]), grid0_of(s, s->par),
+      n, bs, didx, nb, s->d_xbad, dp<float>(s->xbuf), dp<float>(s->grid[s->par]), grid0_of(s, s->par),
       dp<uint8_t>(s->touched[s->par]));
   LAUNCHED("k_unpack_add");
   CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
-  return DR_OK;
+  return xbad_check(s, "unpack_add (k_unpack_add)", n);
 }
 
 /* The rank exchange's buffers: pinned host memory, or device memory for a CUDA-aware MPI. */
@@ -1674,12 +1722,12 @@ static int mark_shared(void *state, const int32_t *idx, size_t n) {
     return DR_OK;
   }
   if (n == 0) return DR_OK;
-  DR_TRY(register_indices(s, idx, n));
-  k_mark<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, device_indices(s, idx, n),
-                                                                         dp<uint8_t>(s->shared));
+  DR_TRY(register_indices(s, idx, n, "mark_shared"));
+  k_mark<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, device_indices(s, idx, n), (int32_t)s->n_blocks, s->d_xbad, dp<uint8_t>(s->shared));
   LAUNCHED("k_mark");
   CU(cudaStreamSynchronize(s->stream));
-  return DR_OK;
+  return xbad_check(s, "mark_shared (k_mark)", n);
 }
 
 static int grid_update_part(void *state, float dt, int part) {
@@ -1922,6 +1970,7 @@ static void destroy(void *state) {
     if (s->ph_ev[k]) cudaEventDestroy(s->ph_ev[k]);
   }
   if (s->h_slot) cudaFreeHost(s->h_slot);
+  if (s->h_xbad) cudaFreeHost(s->h_xbad);
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
   free(s->h_touched);
@@ -1991,6 +2040,9 @@ static int setup(cuda_state *s, const particles *p) {
   }
   CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocDefault));
   memset(s->h_slot, 0, 2 * sizeof(step_ctl));
+  CU(cudaHostAlloc((void **)&s->h_xbad, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+  s->h_xbad[0] = s->h_xbad[1] = 0;
+  CU(cudaHostGetDevicePointer((void **)&s->d_xbad, s->h_xbad, 0));
   DVEC_EXACT(s->d_mats, (size_t)s->prm.n_materials * sizeof(material_params), "materials");
   DVEC_EXACT(s->ctl, sizeof(step_ctl), "step control");
   DVEC_EXACT(s->count, sizeof(int), "counters");

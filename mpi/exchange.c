@@ -215,24 +215,35 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   return err;
 }
 
+/* A pack that fails (a CUDA fault surfacing at its sync, say) must not leave the neighbours
+ * waiting for sums that never come: the messages go out whatever the buffers hold, the failure
+ * is kept for exchange_finish, and the ranks agree on it at the next vote. */
 int exchange_start(exchange *x, backend *b) {
+  x->start_rc = DR_OK;
   if (x->nlinks == 0) return DR_OK;
-  for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->pack(b->state, x->links[k].idx, x->links[k].n, x->links[k].send));
+  for (int k = 0; k < 2 * x->nlinks; ++k) x->req[k] = MPI_REQUEST_NULL;
+  for (int k = 0; k < x->nlinks && x->start_rc == DR_OK; ++k)
+    x->start_rc = b->pack(b->state, x->links[k].idx, x->links[k].n, x->links[k].send);
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
     const int count = (int)(x->block_sums * L->n);
-    DR_MPI(MPI_Irecv(L->recv, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]));
-    DR_MPI(MPI_Isend(L->send, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]));
+    int rc = MPI_Irecv(L->recv, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(L->send, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]);
+    if (rc != MPI_SUCCESS) {
+      if (!x->start_rc) x->start_rc = comm_fail(rc, __FILE__, __LINE__, "MPI_Irecv/MPI_Isend(shared-block sums)");
+      break; /* the requests not posted stay MPI_REQUEST_NULL for exchange_finish's wait */
+    }
     x->bytes_sent += (double)count * (double)x->sum_bytes;
   }
-  return DR_OK;
+  return x->start_rc;
 }
 
 int exchange_finish(exchange *x, backend *b) {
-  if (x->nlinks == 0) return DR_OK;
+  if (x->nlinks == 0) return x->start_rc;
   double t0 = wtime();
   DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, MPI_STATUSES_IGNORE));
   x->wait_seconds += wtime() - t0;
+  if (x->start_rc) return x->start_rc; /* the step is lost: nothing to add to */
   /* in rank order: the same order of additions at every step (fixed-point sums: any order gives
    * the same result, so the number of ranks does not change it either) */
   for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->unpack_add(b->state, x->links[k].idx, x->links[k].n, x->links[k].recv));

@@ -45,15 +45,19 @@ typedef struct exchange {
    * than the live arenas. */
   void **retired;
   int n_retired, retired_cap;
+  int start_rc;           /* exchange_start's pack failure, returned again by exchange_finish */
   double bytes_sent;      /* since the last exchange_take_stats */
   double wait_seconds;
 } exchange;
 
 /* Finds the shared blocks of the backend's current mapping (collective over comm). */
 int exchange_setup(exchange *x, MPI_Comm comm, backend *b);
-/* Sends this rank's sums of the shared blocks and posts the receives (non-blocking). */
+/* Sends this rank's sums of the shared blocks and posts the receives (non-blocking). The
+ * messages are posted even when a pack fails (its error is returned), so that no neighbour waits
+ * for ever: exchange_finish must follow every exchange_start. */
 int exchange_start(exchange *x, backend *b);
-/* Waits for the others' sums and adds them to the shared blocks. */
+/* Waits for the others' sums and adds them to the shared blocks (not after a failed pack:
+ * then it only waits, and returns exchange_start's error). */
 int exchange_finish(exchange *x, backend *b);
 /* Releases the links (not the arenas: a later exchange_setup reuses them). */
 void exchange_free(exchange *x);

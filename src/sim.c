@@ -448,7 +448,7 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
      * at the next vote); the interior blocks are updated while the sums are in flight. */
     int xrc = exchange_start(&S->ex, b);
     if (rc == DR_OK && xrc == DR_OK && b->grid_update_part) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
-    int frc = xrc == DR_OK ? exchange_finish(&S->ex, b) : xrc;
+    int frc = exchange_finish(&S->ex, b); /* also after a failed pack: it waits for the messages it posted */
     if (rc == DR_OK) rc = frc;
     if (rc == DR_OK)
       rc = b->grid_update_part ? b->grid_update_part(b->state, (float)dt, GRID_SHARED) : b->grid_update(b->state, (float)dt);
