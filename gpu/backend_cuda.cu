@@ -2297,6 +2297,10 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
         --np;
       }
       if (stop) break;
+      if (plan->stop && plan->stop(plan->stop_ctx, (uint64_t)launched)) { /* came while draining */
+        asked = 1;
+        break;
+      }
       DR_TRY(island_rebuild(I));
     }
     if (!adaptive && launched == plan->fixed_steps) break;
