@@ -54,14 +54,13 @@ fail() {
   failures=$((failures + 1))
 }
 
-# gpus_env N: the environment for an island of N (the same GPU N times where there are fewer).
+# gpus_env N: the environment for an island of N: DRIFT_DEVICES=0,0,... (the same GPU N times)
+# where there are fewer GPUs, else nothing.
 gpus_env() {
   local n=$1 list=0
   if [ "$n" -gt "$ngpu" ]; then
     for ((i = 1; i < n; ++i)); do list="$list,0"; done
     echo "DRIFT_DEVICES=$list"
-  else
-    echo "DRIFT_NOTHING=1"
   fi
 }
 
@@ -69,7 +68,7 @@ gpus_env() {
 run() {
   local label=$1 want=$2 gpus=$3
   shift 3
-  env "$(gpus_env "$gpus")" timeout 600 "$drift" run scene.json --backend cuda --gpus "$gpus" "$@" >"$label.log" 2>&1
+  env $(gpus_env "$gpus") timeout 600 "$drift" run scene.json --backend cuda --gpus "$gpus" "$@" >"$label.log" 2>&1
   local rc=$?
   if grep -q 'no CUDA device is visible' "$label.log"; then
     echo "no CUDA device: skipped"
@@ -135,7 +134,7 @@ stopped() {
 signalled() {
   local label=$1 gpus=$2 ref=${3:-} pid ms delay rc t0
   F="" K=""
-  env "$(gpus_env "$gpus")" "$drift" run scene.json --backend cuda --gpus "$gpus" --out "$label" >"$label.log" 2>&1 &
+  env $(gpus_env "$gpus") "$drift" run scene.json --backend cuda --gpus "$gpus" --out "$label" >"$label.log" 2>&1 &
   pid=$!
   for _ in $(seq 1200); do
     grep -q "^frame 1/" "$label.log" 2>/dev/null && break
