@@ -2286,6 +2286,7 @@ static int island_take(island *I, int par, frame_report *rep, int *stop) {
   }
   ++rep->steps;
   rep->last_dt = c0->dt;
+  rep->t = c0->t; /* k_begin: t + dt in double, as sim.c sums it */
   float vmax = 0.0f;
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
@@ -2301,11 +2302,18 @@ static int island_take(island *I, int par, frame_report *rep, int *stop) {
 
 /* A whole frame on the device(s): steps queued as graph launches, each on every member (the
  * barriers inside the graphs keep the members together), the flags of a step read STEP_LAG
- * steps later, and every member rebuilding when one must. One GPU is an island of one. */
+ * steps later, and every member rebuilding when one must. One GPU is an island of one.
+ * plan->stop (a signal, sim.c) is asked before every step is queued, i.e. right after the host
+ * has read a step's flags (at most STEP_LAG + 1 steps are in flight): when it says stop, the
+ * queued steps finish and their flags are read as usual, nothing more is queued (not even a
+ * pending rebuild-mapping: the next frame's loop, or a resumed run's new backend, does it), and
+ * rep says how far the frame got, so that sim.c checkpoints at that step's boundary. */
 static int island_advance_frame(void *state, const frame_plan *plan, frame_report *rep) {
   island *I = (island *)state;
   rep->steps = 0;
   rep->last_dt = 0;
+  rep->stopped = 0;
+  rep->t = plan->t0;
   const int adaptive = plan->fixed_steps <= 0;
   const double dt_fixed = adaptive ? 0.0 : plan->dt_fixed;
   size_t nmax = 0;
@@ -2327,9 +2335,13 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
       s->graphs_valid = 0;
     }
   }
-  int pending[2] = {0, 0}, np = 0, stop = 0;
+  int pending[2] = {0, 0}, np = 0, stop = 0, asked = 0;
   long launched = 0;
   for (;;) {
+    if (plan->stop && plan->stop(plan->stop_ctx, (uint64_t)launched)) {
+      asked = 1;
+      break;
+    }
     if (island_wants_rebuild(I)) {
       while (np > 0) {
         DR_TRY(island_take(I, pending[0], rep, &stop));
@@ -2337,6 +2349,10 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
         --np;
       }
       if (stop) break;
+      if (plan->stop && plan->stop(plan->stop_ctx, (uint64_t)launched)) { /* came while draining */
+        asked = 1;
+        break;
+      }
       DR_TRY(island_rebuild(I));
     }
     if (!adaptive && launched == plan->fixed_steps) break;
@@ -2368,6 +2384,11 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     }
   }
   for (int k = 0; k < np; ++k) DR_TRY(island_take(I, pending[k], rep, &stop));
+  if (asked) { /* stopped early, unless the steps in flight ended the frame (k_begin's test) */
+    const int ended = adaptive ? stop || plan->t1 - rep->t <= 1e-9 * (plan->t1 - plan->t0)
+                               : launched == plan->fixed_steps;
+    rep->stopped = !ended;
+  }
   return DR_OK;
 }
 

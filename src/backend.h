@@ -65,11 +65,22 @@ typedef struct frame_plan {
   double cfl_dx;      /* adaptive: cfl * dx (m); dt = cfl_dx / (wave_speed + max |v|), the last two
                        * steps of the frame sharing what is left (as sim.c does step by step) */
   double wave_speed;  /* adaptive: the fastest elastic wave (m/s) */
+  /* Optional (NULL: never): asked before each step is queued, with the frame's steps queued so
+   * far; nonzero stops the frame there: no more steps are queued, those queued finish, and
+   * advance_frame returns DR_OK with rep->stopped set unless the frame ended anyway. sim.c
+   * passes a look at the signal flag (signals.h), so that a signal stops a run within a step on
+   * every backend, however long its frames are. It runs on the host while the device works. */
+  int (*stop)(void *ctx, uint64_t queued);
+  void *stop_ctx;
 } frame_plan;
 
 typedef struct frame_report {
   uint64_t steps;     /* steps completed (on failure: before the failing one) */
   double last_dt;     /* s */
+  int stopped;        /* 1: plan->stop stopped the frame before its end (steps < the frame's) */
+  double t;           /* adaptive steps: the time reached (s), the start of the next step, summed
+                       * step by step exactly as sim.c sums it (t0 + dt + dt ...); t0 if none.
+                       * Fixed steps: sim.c takes t0 + steps * dt_fixed instead, as it does. */
 } frame_report;
 
 typedef struct backend {

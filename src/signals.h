@@ -1,8 +1,9 @@
 /* signals.h - stopping a run cleanly when asked: SIGTERM (scancel, a time limit), SIGINT (Ctrl-C)
  * and SIGUSR1 (what `sbatch --signal` sends before the time limit; see jobs/drift.sbatch). The
  * handler only records the signal (async-signal-safe); the time loop (sim.c) looks at it before
- * every substep, every rank learns at the next step whether any rank got one (it rides on the
- * per-step allreduce), and all write a checkpoint together and exit with DR_ESTOPPED. A second
+ * every substep (the CUDA backend's own frame loop before it queues each step, through
+ * frame_plan.stop of backend.h), every rank learns at the next step whether any rank got one (it
+ * rides on the per-step allreduce), and all write a checkpoint together and exit with DR_ESTOPPED. A second
  * SIGINT ends the process at once, as Ctrl-C twice is expected to. */
 #ifndef DRIFT_SIGNALS_H
 #define DRIFT_SIGNALS_H

@@ -349,17 +349,29 @@ static int parse_test_hook(sim *S) {
   return DR_OK;
 }
 
-/* The tests' hook (DRIFT_TEST_HOOK), before substep st.steps + 1 of this rank. */
-static int test_hook(sim *S) {
-  if (!S->hook.action || S->hook.rank != S->rank || S->st.steps + 1 < S->hook.step) return DR_OK;
+/* The tests' hook (DRIFT_TEST_HOOK), before substep done + 1 of this rank. */
+static int test_hook_at(sim *S, uint64_t done) {
+  if (!S->hook.action || S->hook.rank != S->rank || done + 1 < S->hook.step) return DR_OK;
   const int action = S->hook.action;
   S->hook.action = 0;
   if (action == 1) raise(SIGTERM);
   if (action == 2) _exit(1); /* a rank that dies */
   if (action == 3)           /* a failure the other ranks are not told of */
     return dr_fail(DR_EINTERNAL, "DRIFT_TEST_HOOK: rank %d fails alone before step %llu", S->rank,
-                   (unsigned long long)S->st.steps + 1);
+                   (unsigned long long)done + 1);
   return DR_OK;
+}
+
+/* The tests' hook before substep st.steps + 1. */
+static int test_hook(sim *S) { return test_hook_at(S, S->st.steps); }
+
+/* frame_plan.stop, for a backend that runs a frame's steps itself (cuda): before it queues the
+ * frame's step queued + 1, the tests' signal hook (as before every substep here) and a look at
+ * the signal flag, so that a signal stops the run within a step as on the host's loop. */
+static int frame_stop(void *ctx, uint64_t queued) {
+  sim *S = ctx;
+  if (S->hook.action == 1) (void)test_hook_at(S, S->st.steps + queued); /* it only raises SIGTERM */
+  return signals_pending();
 }
 
 /* Remembers where a stop found the run (the next substep's start) and returns DR_ESTOPPED;
@@ -1005,19 +1017,29 @@ int sim_advance_frame(sim *S) {
   if (S->nranks > 1) {
     rc = advance_frame_ranks(S, t0, t1);
   } else if (S->be.advance_frame && !S->opt.profile && S->step_in_frame == 0 && !S->vmax_pending) {
-    /* The backend runs the frame's steps itself (cuda: without waiting for each step); a signal
-     * is looked at between frames. A frame that starts part-way (a resume) or from the
+    /* The backend runs the frame's steps itself (cuda: without waiting for each step). It asks
+     * frame_stop before queueing each step; on a signal it lets the queued steps finish and
+     * says how far it got, and the run stops there, part-way into the frame, with the state of
+     * that step's end (the time as the loop below sums it, the backend's last speed for the
+     * next dt), as on the host's loop. A frame that starts part-way (a resume) or from the
      * checkpoint's speed runs step by step below. */
     const int sig = signals_pending();
     if (sig) return stop_at(S, sig, t0, 0);
     frame_plan plan = {.t0 = t0, .t1 = t1, .fixed_steps = S->substeps_fixed,
                        .dt_fixed = S->substeps_fixed > 0 ? S->frame_dt / S->substeps_fixed : 0.0,
-                       .cfl_dx = S->sc->cfl * S->sc->dx, .wave_speed = S->wave_speed};
+                       .cfl_dx = S->sc->cfl * S->sc->dx, .wave_speed = S->wave_speed,
+                       .stop = frame_stop, .stop_ctx = S};
     frame_report rep = {0};
     rc = test_hook(S);
     if (rc == DR_OK) rc = S->be.advance_frame(S->be.state, &plan, &rep);
     S->st.steps += rep.steps;
     if (rep.steps) S->st.last_dt = rep.last_dt;
+    if (rc == DR_OK && rep.stopped) {
+      const int k = (int)rep.steps;
+      /* fixed steps: the time from the step count, as advance_frame_host computes it */
+      const double t = S->substeps_fixed > 0 ? t0 + k * plan.dt_fixed : rep.t;
+      rc = stop_at(S, signals_pending(), t, k);
+    }
   } else {
     rc = advance_frame_host(S, t0, t1);
   }
