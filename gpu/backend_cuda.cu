@@ -2016,11 +2016,20 @@ static int upload(cuda_state *s, const particles *p) {
       id[i] = p->id[i];
     }
     for (size_t k = 0; k < s->n_packets; ++k) hdr[k] = make_int2(-1, (int)(n - k * LANES < LANES ? n - k * LANES : LANES));
-    cudaError_t e = cudaMemcpy(s->pk[0].ptr, pk, s->n_packets * PK_FLOATS * sizeof(float), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaMemcpy(s->pid[0].ptr, id, slots * sizeof(uint64_t), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaMemcpy(s->hdr.ptr, hdr, s->n_packets * sizeof(int2), cudaMemcpyHostToDevice);
+    /* On s->stream, which the rebuild-mapping's kernels use next: s->stream is non-blocking, so
+     * a plain cudaMemcpy (the legacy default stream) would not be ordered before them, and a
+     * pageable cudaMemcpy may return before its DMA lands: k_keys could then read headers or
+     * packets that an earlier run left in reused device memory (test_preview's second run in
+     * one process failed at its first step). The synchronisation lets the host buffers go. */
+    cudaError_t e = cudaMemcpyAsync(s->pk[0].ptr, pk, s->n_packets * PK_FLOATS * sizeof(float), cudaMemcpyHostToDevice,
+                                    s->stream);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(s->pid[0].ptr, id, slots * sizeof(uint64_t), cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(s->hdr.ptr, hdr, s->n_packets * sizeof(int2), cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     free(pk), free(id), free(hdr);
-    if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpy(particle upload)", __FILE__, __LINE__);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync(particle upload)", __FILE__, __LINE__);
   }
   s->cur = 0;
   return DR_OK;

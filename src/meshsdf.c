@@ -406,6 +406,5 @@ void levelset_pool_free(levelset_pool *pool) {
 
 float levelset_phi(const levelset_pool *pool, int index, const double x[3]) {
   const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
-  float g[3];
-  return ls_sample(&pool->sets[index], pool->table, pool->bricks, xf, g, 0, NULL);
+  return ls_sample(&pool->sets[index], pool->table, pool->bricks, xf, NULL, 0, NULL); /* phi only */
 }

@@ -202,25 +202,33 @@ DR_HD void collider_pose_at(const collider *c, const collider_key *keys, double 
 /* phi, the outward unit normal nl and the surface velocity vl (m/s; zero for a static mesh) of
  * mesh collider c at pose P at the local point xl: the level set of the frame, or the linear
  * blend of the two frames around the pose's time, and the blend of their stored surface
- * velocities (the interval's per-vertex velocity at each frame's nearest surface point). Where
- * phi is flat (deep inside, |phi| clamped to the band) the normal points away from the mesh's
- * vertex centroid: the shortest way out for a convex shape, and never a NaN. */
+ * velocities (the interval's per-vertex velocity at each frame's nearest surface point). The
+ * normal is the continuous gradient of levelset.h (ls_gradient), computed only where the
+ * collider acts (phi < bp->band; elsewhere nl is (0, 1, 0)). Where phi is flat (deep inside,
+ * |phi| clamped to the band) the normal points away from the mesh's vertex centroid: the
+ * shortest way out for a convex shape, and never a NaN. */
 DR_HD float collider_mesh_eval(const boundary_params *bp, const collider *c, const collider_pose *P, const float xl[3],
                                float nl[3], float vl[3]) {
   const levelset *A = &bp->levelsets[c->geom.levelset + P->frame];
-  float g[3], va[3];
-  const int moving = P->deforming;
-  float phi = ls_sample(A, bp->ls_table, bp->ls_bricks, xl, g, LS_VEL_OUT, moving ? va : NULL);
+  float va[3];
+  const int moving = P->deforming, blend = moving && P->frac > 0.0f;
+  const float s = P->frac;
+  float phi = ls_sample(A, bp->ls_table, bp->ls_bricks, xl, NULL, LS_VEL_OUT, moving ? va : NULL);
   for (int i = 0; i < 3; ++i) vl[i] = moving ? va[i] : 0.0f;
-  if (moving && P->frac > 0.0f) {
-    const float s = P->frac;
-    float gb[3], vb[3];
-    const float pb = ls_sample(A + 1, bp->ls_table, bp->ls_bricks, xl, gb, LS_VEL_IN, vb);
+  if (blend) {
+    float vb[3];
+    const float pb = ls_sample(A + 1, bp->ls_table, bp->ls_bricks, xl, NULL, LS_VEL_IN, vb);
     phi = (1.0f - s) * phi + s * pb;
-    for (int i = 0; i < 3; ++i) {
-      g[i] = (1.0f - s) * g[i] + s * gb[i];
-      vl[i] = (1.0f - s) * vl[i] + s * vb[i];
-    }
+    for (int i = 0; i < 3; ++i) vl[i] = (1.0f - s) * vl[i] + s * vb[i];
+  }
+  nl[0] = 0.0f, nl[1] = 1.0f, nl[2] = 0.0f;
+  if (!(phi < bp->band)) return phi; /* the collider does not act here: no normal needed */
+  float g[3];
+  ls_gradient(A, bp->ls_table, bp->ls_bricks, xl, g);
+  if (blend) {
+    float gb[3];
+    ls_gradient(A + 1, bp->ls_table, bp->ls_bricks, xl, gb);
+    for (int i = 0; i < 3; ++i) g[i] = (1.0f - s) * g[i] + s * gb[i];
   }
   float l = sqrtf(v3_dot(g, g));
   if (!(l > 1e-3f)) {

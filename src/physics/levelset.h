@@ -10,8 +10,13 @@
  * phi = sign * min(distance to the triangles, band): negative inside, |phi| <= band. Beyond the
  * lattice everything reads +band (the lattice has a margin of more than band around the mesh).
  *
- * Between nodes phi is trilinear; its gradient is the gradient of the trilinear interpolant
- * (exact for a plane, continuous in value across cells). The table costs 4 bytes per 64 nodes
+ * Between nodes phi is trilinear. Its gradient (ls_gradient) is the trilinear interpolation of
+ * the nodes' central differences, not the gradient of the trilinear phi: that one jumps across
+ * every cell face, and grid nodes often lie exactly on level-set nodes (h = dx / 2, origins at
+ * round numbers), where the cell that floor() picks follows the last bit of the coordinate. A
+ * CPU and a GPU build (FMA contraction) then took the normal from different cells, up to a
+ * reversed normal at a sharp edge. This gradient is continuous, exact for a plane, and reads 32
+ * nodes instead of 8, so the colliders ask for it only where they act. The table costs 4 bytes per 64 nodes
  * of the mesh's bounding box, the bricks 256 bytes (x channels) each; only the band is stored.
  *
  * Channels: 1 (phi) for a static mesh; 7 for a frame of an animated sequence: phi, then the
@@ -60,41 +65,67 @@ DR_HD void ls_node(const levelset *L, const int32_t *table, const float *bricks,
   for (int c = 1; c < nc; ++c) out[c] = L->vel_mean[c - 1];
 }
 
-/* phi at the point x (m), its gradient grad (unnormalised) and, when vel is not NULL, the
- * velocity channels starting at vch (LS_VEL_OUT or LS_VEL_IN), all trilinear. */
+/* Where x (m) lies on the lattice: the cell's lowest node i0 and the fractions f; 0 when the
+ * cell is off the lattice (or x is NaN), where everything reads +band. */
+DR_HD int ls_cell(const levelset *L, const float x[3], int i0[3], float f[3]) {
+  for (int a = 0; a < 3; ++a) {
+    const float u = (x[a] - L->origin[a]) * L->inv_h;
+    const float fl = floorf(u);
+    if (!(fl >= 0.0f && fl < (float)(L->dims[a] * LS_BRICK - 1))) return 0;
+    i0[a] = (int)fl;
+    f[a] = u - fl;
+  }
+  return 1;
+}
+
+/* The gradient of phi at x (unnormalised; 1 for a distance field): the trilinear interpolation of the
+ * eight corner nodes' central differences (phi[n + e] - phi[n - e]) / 2h. Along axis a, for
+ * each of the cell's four edges in that direction (corners i0 and i0 + 1 along a), that is
+ * ((1 - f) (phi[i0 + 1] - phi[i0 - 1]) + f (phi[i0 + 2] - phi[i0])) / 2h, weighted by the
+ * edge's bilinear weight across. Zero off the lattice. */
+DR_HD void ls_gradient(const levelset *L, const int32_t *table, const float *bricks, const float x[3], float grad[3]) {
+  float f[3];
+  int i0[3];
+  grad[0] = grad[1] = grad[2] = 0.0f;
+  if (!ls_cell(L, x, i0, f)) return;
+  for (int a = 0; a < 3; ++a) {
+    const int b = (a + 1) % 3, c = (a + 2) % 3;
+    float sum = 0.0f;
+    for (int e = 0; e < 4; ++e) {
+      const int db = e & 1, dc = e >> 1;
+      const float w = (db ? f[b] : 1.0f - f[b]) * (dc ? f[c] : 1.0f - f[c]);
+      float n[4]; /* phi at i0 - 1 .. i0 + 2 along a */
+      for (int q = 0; q < 4; ++q) {
+        int id[3];
+        id[a] = i0[a] + q - 1, id[b] = i0[b] + db, id[c] = i0[c] + dc;
+        ls_node(L, table, bricks, id[0], id[1], id[2], &n[q], 1);
+      }
+      sum += w * ((1.0f - f[a]) * (n[2] - n[0]) + f[a] * (n[3] - n[1]));
+    }
+    grad[a] = 0.5f * L->inv_h * sum;
+  }
+}
+
+/* phi at the point x (m) and, when vel is not NULL, the velocity channels starting at vch
+ * (LS_VEL_OUT or LS_VEL_IN), all trilinear; when grad is not NULL, also ls_gradient. */
 DR_HD float ls_sample(const levelset *L, const int32_t *table, const float *bricks, const float x[3], float grad[3],
                       int vch, float vel[3]) {
-  float u[3], f[3];
+  float f[3];
   int i0[3];
   const int nc = vel ? vch + 3 : 1;
-  for (int a = 0; a < 3; ++a) {
-    u[a] = (x[a] - L->origin[a]) * L->inv_h;
-    const float fl = floorf(u[a]);
-    if (!(fl >= 0.0f && fl < (float)(L->dims[a] * LS_BRICK - 1))) { /* off the lattice (or NaN) */
-      grad[0] = grad[1] = grad[2] = 0.0f;
-      if (vel) vel[0] = vel[1] = vel[2] = 0.0f;
-      return L->band;
-    }
-    i0[a] = (int)fl;
-    f[a] = u[a] - fl;
-  }
-  float phi = 0.0f;
-  grad[0] = grad[1] = grad[2] = 0.0f;
+  if (grad) ls_gradient(L, table, bricks, x, grad);
   if (vel) vel[0] = vel[1] = vel[2] = 0.0f;
+  if (!ls_cell(L, x, i0, f)) return L->band;
+  float phi = 0.0f;
   for (int c = 0; c < 8; ++c) {
     const int di = c & 1, dj = (c >> 1) & 1, dk = c >> 2;
     float val[LS_MAX_CHANNELS];
     ls_node(L, table, bricks, i0[0] + di, i0[1] + dj, i0[2] + dk, val, nc);
-    const float wx = di ? f[0] : 1.0f - f[0], wy = dj ? f[1] : 1.0f - f[1], wz = dk ? f[2] : 1.0f - f[2];
-    const float sx = di ? 1.0f : -1.0f, sy = dj ? 1.0f : -1.0f, sz = dk ? 1.0f : -1.0f;
-    phi += wx * wy * wz * val[0];
-    grad[0] += sx * wy * wz * val[0];
-    grad[1] += wx * sy * wz * val[0];
-    grad[2] += wx * wy * sz * val[0];
+    const float w = (di ? f[0] : 1.0f - f[0]) * (dj ? f[1] : 1.0f - f[1]) * (dk ? f[2] : 1.0f - f[2]);
+    phi += w * val[0];
     if (vel)
-      for (int a = 0; a < 3; ++a) vel[a] += wx * wy * wz * val[vch + a];
+      for (int a = 0; a < 3; ++a) vel[a] += w * val[vch + a];
   }
-  for (int a = 0; a < 3; ++a) grad[a] *= L->inv_h;
   return phi;
 }
 

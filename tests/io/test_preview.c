@@ -82,6 +82,7 @@ static int shade_near(double k, double a, double b) {
 static void run_scene(const char *view, const char *color, const char *out, MPI_Comm comm, int expect_rc) {
   char json[4096];
   snprintf(json, sizeof json, SCENE, view, color);
+  dr_clear(); /* a failure of an earlier case must not stand in for this one's message */
   scene s;
   scene_from_text(json, &s);
   CHECK(s.preview == 1 && s.preview_size == 200, "scene: preview %d size %d", s.preview, s.preview_size);

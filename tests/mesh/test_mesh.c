@@ -205,6 +205,41 @@ static void test_icosphere_levelset(void) {
   CHECK(wrong == 0, "%ld wrong signs", wrong);
   CHECK(worst_mesh < 0.1 * dx, "max error %.4f dx against the mesh's distance", worst_mesh / dx);
   CHECK(worst_sphere < 0.1 * dx + sag, "max error %.4f dx against the sphere", worst_sphere / dx);
+  /* The gradient (the colliders' normal) is continuous: on the two sides of a lattice node, a
+   * float step apart across the cells' faces, it agrees (the gradient of the trilinear phi
+   * jumped there by ~h / R, and which cell floor() picked followed the last bit of the point:
+   * a CPU and a GPU build took different normals where grid nodes lie on level-set nodes); and
+   * near the surface it is the sphere's radial direction. */
+  const levelset *L = &pool.sets[idx];
+  double worst_jump = 0, worst_dir = 0;
+  long nodes = 0;
+  for (int i = 0; i < 4 * L->dims[0]; ++i)
+    for (int j = 0; j < 4 * L->dims[1]; ++j)
+      for (int k = 0; k < 4 * L->dims[2]; ++k) {
+        const int id[3] = {i, j, k};
+        float xn[3], lo[3], hi[3], glo[3], ghi[3];
+        double d2 = 0;
+        for (int a = 0; a < 3; ++a) {
+          xn[a] = L->origin[a] + (float)id[a] * L->h;
+          lo[a] = nextafterf(xn[a], -INFINITY), hi[a] = nextafterf(xn[a], INFINITY);
+          d2 += (double)xn[a] * xn[a];
+        }
+        if (fabs(sqrt(d2) - R) > 0.5 * dx) continue;
+        ++nodes;
+        ls_sample(L, pool.table, pool.bricks, lo, glo, 0, NULL);
+        ls_sample(L, pool.table, pool.bricks, hi, ghi, 0, NULL);
+        double gl = 0, dot = 0;
+        for (int a = 0; a < 3; ++a) {
+          worst_jump = fmax(worst_jump, fabs((double)glo[a] - ghi[a]));
+          gl += (double)ghi[a] * ghi[a], dot += ghi[a] * xn[a];
+        }
+        worst_dir = fmax(worst_dir, 1 - dot / sqrt(gl * d2));
+      }
+  printf("icosphere gradient at %ld lattice nodes within 0.5 dx of the sphere: max jump across the node %.3g, max 1 - "
+         "cos(angle to the radius) %.3g\n", nodes, worst_jump, worst_dir);
+  CHECK(nodes > 100 && worst_jump < 1e-3, "the gradient jumps by %.3g across lattice nodes (%ld nodes)", worst_jump,
+        nodes);
+  CHECK(worst_dir < 0.02, "the gradient is %.3g (1 - cos) off the sphere's radius", worst_dir);
   levelset_pool_free(&pool);
   mesh_destroy(&m);
 }
