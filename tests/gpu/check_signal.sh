@@ -3,10 +3,10 @@
 #
 # A signal stops a CUDA run within a step, however long its frames (issue 10, item 3), and the
 # checkpoint it writes continues the run on 1 GPU or on an island of 2 (issue 10, "restart
-# between 1 and 2 GPUs"). SCENE has frames of 1 s of thousands of substeps each
+# between 1 and 2 GPUs"). SCENE has frames of 1/4 s of thousands of substeps each
 # (signal_jelly.json: a stiff elastic cube bouncing, not chaotic). MODE:
 #   adaptive  the scene as it is (adaptive steps);
-#   fixed     fixed steps (time.dt 5e-5: 20,000 per frame, fused G2P2G below 100K particles);
+#   fixed     fixed steps (time.dt 5e-5: 5,000 per frame, fused G2P2G below 100K particles);
 #             and DRIFT_TEST_HOOK=signal:0:STEP on one GPU, which must stop exactly before STEP;
 #   det       deterministic mode (parallel.deterministic): every comparison is bitwise (XTOL =
 #             VTOL = 0) and the resumed runs take exactly the straight run's substeps; and 2
