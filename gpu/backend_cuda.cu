@@ -246,6 +246,9 @@ typedef struct step_ctl {
   unsigned vmax_pub[2];        /* last step's vmax_bits, published for the peers at k_begin */
   unsigned int fix_bad;        /* deterministic mode: a P2G contribution beyond the fixed-point range */
   unsigned long long fix_bad_id; /* ... the smallest id of a particle that brought one; ~0 if none */
+  unsigned bar_stuck;          /* the island barrier this member gave up on (0: none; island_barrier) */
+  int bar_peer;                /* ... the peer (index in the view) it waited for, */
+  unsigned bar_peer_seen;      /* ... and that peer's count when it gave up */
 } step_ctl;
 
 /* Deterministic mode's P2G target (physics/fixed.h): int64 sums and their scales. */
@@ -280,10 +283,15 @@ typedef struct fixp {
  * passed. Fixed steps need no such barrier.
  * The barrier: each member counts its barriers (bar_seq, the same sequence on every member),
  * stores the count in its own device memory with a system-scope fence, and spins until every
- * peer's count (read by P2P) has reached it. One thread per GPU; the host is not involved. */
+ * peer's count (read by P2P) has reached it. One thread per GPU; the host is not involved.
+ * A barrier that waits longer than DRIFT_BARRIER_TIMEOUT seconds (default 120; a step takes
+ * milliseconds) gives up, records where it stood in the step record, and lets the step finish;
+ * the host reads the record with the step's flags and fails the run naming the members and
+ * counts, so a member falling out of step (a bug) ends the job with an explanation, not a hang. */
 #define MAX_GPUS 8
 typedef struct island_view {
   int np;                                   /* peers (members - 1); 0 for one GPU */
+  unsigned long long timeout_ns;            /* a barrier gives up after this long (see above) */
   unsigned *bar;                            /* this member's barrier count */
   const unsigned *peer_bar[MAX_GPUS - 1];
   const step_ctl *peer_ctl[MAX_GPUS - 1];
@@ -294,12 +302,27 @@ typedef struct island_view {
 } island_view;
 
 /* Barrier of the island (see above); one thread calls it. */
+__device__ static inline unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 __device__ static void island_barrier(step_ctl *c, const island_view &iv) {
   const unsigned seq = ++c->bar_seq;
   __threadfence_system(); /* everything this member wrote before is visible to the peers first */
   atomicExch_system(iv.bar, seq);
+  const unsigned long long t0 = global_ns();
   for (int q = 0; q < iv.np; ++q)
-    while ((int)(*(volatile const unsigned *)iv.peer_bar[q] - seq) < 0) __nanosleep(64);
+    for (unsigned spins = 0;; ++spins) {
+      const unsigned seen = *(volatile const unsigned *)iv.peer_bar[q];
+      if ((int)(seen - seq) >= 0) break;
+      __nanosleep(64);
+      if ((spins & 1023u) == 1023u && global_ns() - t0 > iv.timeout_ns) {
+        if (c->bar_stuck == 0) c->bar_stuck = seq, c->bar_peer = q, c->bar_peer_seen = seen;
+        break;
+      }
+    }
   __threadfence_system();
 }
 
@@ -377,6 +400,7 @@ typedef struct cuda_state {
   int graphs_valid;
   int graph_fused;              /* the graphs hold the G2P2G step */
   int primed;                   /* G2P2G: grid[par] already holds the next step's P2G */
+  unsigned long long barrier_timeout_ns; /* island_barrier gives up after this long */
   size_t g2p2g_below;           /* G2P2G for fixed steps and fewer particles than this */
   int par;                      /* the grid buffer the next step uses */
   int last_par;                 /* the buffer of the last completed step (stats) */
@@ -578,10 +602,14 @@ __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
   c->vmax_bits = 0;
 }
 
-__global__ static void k_frame_begin(step_ctl *c, double t0, double t1, int mode, double dt_fixed, double cfl_dx,
-                                     double wave_speed) {
-  c->t = c->t0 = t0;
-  c->k = 0;
+/* A frame's start: its steps are k0, k0 + 1, ... from t_start (k0 > 0: resumed part-way); vmax0
+ * >= 0 replaces the last step's speed for the first dt (frame_plan). */
+__global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int k0, float vmax0, double t1, int mode,
+                                     double dt_fixed, double cfl_dx, double wave_speed) {
+  c->t0 = t0;
+  c->t = t_start;
+  c->k = k0;
+  if (vmax0 >= 0.0f) c->vmax_bits = __float_as_uint(vmax0);
   c->t1 = t1;
   c->frame_dt = t1 - t0;
   c->mode = mode;
@@ -1313,6 +1341,7 @@ static island_view view_of(cuda_state *s, int par) {
   island_view v;
   memset(&v, 0, sizeof v);
   v.np = s->nm - 1;
+  v.timeout_ns = s->barrier_timeout_ns;
   v.bar = dp<unsigned>(s->bar);
   for (int q = 0; q < v.np; ++q) {
     const cuda_state *o = s->peer[q];
@@ -2117,6 +2146,18 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->prm.materials = s->mats;
   s->device = device;
   s->nm = 1;
+  s->barrier_timeout_ns = 120ULL * 1000000000ULL;
+  const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
+  if (bt && *bt) {
+    char *end = NULL;
+    const double sec = strtod(bt, &end);
+    if (end == bt || *end || !(sec > 0.0) || sec > 1e6) {
+      free(s->mats);
+      free(s);
+      return dr_fail(DR_EINPUT, "DRIFT_BARRIER_TIMEOUT='%s': expected seconds, above 0", bt);
+    }
+    s->barrier_timeout_ns = (unsigned long long)(sec * 1e9);
+  }
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
   /* Deterministic mode: no fused G2P2G. Inside one kernel the compiler may contract G2P's and
    * P2G's arithmetic into other FMAs than across two kernels, so the fused path would not be
@@ -2272,6 +2313,16 @@ static int island_wants_rebuild(const island *I) {
   return any;
 }
 
+/* A member's barrier gave up (island_barrier): the members fell out of step. */
+static int fail_barrier(const island *I, int k, const step_ctl *c) {
+  const cuda_state *s = I->m[k];
+  const int peer = c->bar_peer < s->me ? c->bar_peer : c->bar_peer + 1;
+  return dr_fail(DR_EINTERNAL, "cuda island: GPU %d (device %d) waited %.0f s at island barrier %u for GPU %d (device %d), "
+                 "which stood at barrier %u: the island's members fell out of step (a bug in drift; the time limit is "
+                 "DRIFT_BARRIER_TIMEOUT)", k, s->device, s->barrier_timeout_ns * 1e-9, c->bar_stuck, peer,
+                 I->m[peer]->device, c->bar_peer_seen);
+}
+
 /* Reads the flags of a completed step on every member. Returns an error for a bad particle; sets
  * *stop when an adaptive frame has ended. */
 static int island_take(island *I, int par, frame_report *rep, int *stop) {
@@ -2279,6 +2330,8 @@ static int island_take(island *I, int par, frame_report *rep, int *stop) {
     DR_TRY(use(I->m[k]));
     CU(cudaEventSynchronize(I->m[k]->done_ev[par]));
   }
+  for (int k = 0; k < I->nm; ++k)
+    if (I->m[k]->h_slot[par].bar_stuck) return fail_barrier(I, k, &I->m[k]->h_slot[par]);
   for (int k = 0; k < I->nm; ++k) {
     const step_ctl *c = &I->m[k]->h_slot[par];
     if (c->fix_bad) return fail_fix(I->m[k], c->fix_bad_id);
@@ -2322,7 +2375,8 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
   rep->steps = 0;
   rep->last_dt = 0;
   rep->stopped = 0;
-  rep->t = plan->t0;
+  rep->t = plan->t_start;
+  const long todo = plan->fixed_steps - plan->k0; /* fixed steps left in the frame */
   const int adaptive = plan->fixed_steps <= 0;
   const double dt_fixed = adaptive ? 0.0 : plan->dt_fixed;
   size_t nmax = 0;
@@ -2331,8 +2385,8 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
-    k_frame_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), plan->t0, plan->t1,
-                                          adaptive ? DT_ADAPTIVE : DT_FIXED, dt_fixed, plan->cfl_dx,
+    k_frame_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), plan->t0, plan->t_start, plan->k0, plan->vmax0,
+                                          plan->t1, adaptive ? DT_ADAPTIVE : DT_FIXED, dt_fixed, plan->cfl_dx,
                                           plan->wave_speed);
     LAUNCHED("k_frame_begin");
     if (fused != s->graph_fused) {
@@ -2364,7 +2418,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
       }
       DR_TRY(island_rebuild(I));
     }
-    if (!adaptive && launched == plan->fixed_steps) break;
+    if (!adaptive && launched >= todo) break;
     /* after the rebuild of every member: a graph holds its peers' buffers */
     for (int k = 0; k < I->nm; ++k)
       if (!I->m[k]->graphs_valid) {
@@ -2395,7 +2449,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
   for (int k = 0; k < np; ++k) DR_TRY(island_take(I, pending[k], rep, &stop));
   if (asked) { /* stopped early, unless the steps in flight ended the frame (k_begin's test) */
     const int ended = adaptive ? stop || plan->t1 - rep->t <= 1e-9 * (plan->t1 - plan->t0)
-                               : launched == plan->fixed_steps;
+                               : launched >= todo;
     rep->stopped = !ended;
   }
   return DR_OK;
@@ -2420,14 +2474,20 @@ static int island_p2g(void *state, float dt) {
   return DR_OK;
 }
 
+/* Every member's barrier is launched before any member's grid update: where members share a
+ * device (DRIFT_DEVICES=0,0) their streams may share a hardware queue, in which a grid update
+ * queued behind its member's spinning barrier would keep the next member's barrier from
+ * starting (a deadlock the launch order avoids). */
 static int island_grid_update(void *state, float dt) {
   (void)dt;
   island *I = (island *)state;
   for (int k = 0; k < I->nm; ++k) {
-    cuda_state *s = I->m[k];
-    DR_TRY(use(s));
-    DR_TRY(launch_barrier(s, s->par));
-    DR_TRY(launch_grid(s, s->par, GRID_ALL));
+    DR_TRY(use(I->m[k]));
+    DR_TRY(launch_barrier(I->m[k], I->m[k]->par));
+  }
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(launch_grid(I->m[k], I->m[k]->par, GRID_ALL));
   }
   return DR_OK;
 }
@@ -2456,6 +2516,8 @@ static int island_g2p(void *state, float dt) {
     if (s->vmax > vmax) vmax = s->vmax;
     s->need_rebuild |= c->leave != 0;
   }
+  for (int k = 0; k < I->nm; ++k)
+    if (I->m[k]->h_slot[I->m[k]->last_par].bar_stuck) return fail_barrier(I, k, &I->m[k]->h_slot[I->m[k]->last_par]);
   if (fix >= 0) return fail_fix(I->m[fix], I->m[fix]->h_slot[I->m[fix]->last_par].fix_bad_id);
   if (bad >= 0) return fail_bad(I->m[bad], I->m[bad]->h_slot[I->m[bad]->last_par].bad_id);
   I->vmax = vmax;

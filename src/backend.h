@@ -65,6 +65,10 @@ typedef struct frame_plan {
   double cfl_dx;      /* adaptive: cfl * dx (m); dt = cfl_dx / (wave_speed + max |v|), the last two
                        * steps of the frame sharing what is left (as sim.c does step by step) */
   double wave_speed;  /* adaptive: the fastest elastic wave (m/s) */
+  int k0;             /* steps of this frame already taken (a run resumed part-way into the frame) */
+  double t_start;     /* where this call's first step starts (s): t0, or later when k0 > 0 */
+  float vmax0;        /* >= 0: the speed the first step's dt comes from (a checkpoint's, or a source's
+                       * faster particles), as sim.c's own loop takes it; < 0: the backend's last */
   /* Optional (NULL: never): asked before each step is queued, with the frame's steps queued so
    * far; nonzero stops the frame there: no more steps are queued, those queued finish, and
    * advance_frame returns DR_OK with rep->stopped set unless the frame ended anyway. sim.c
@@ -75,12 +79,12 @@ typedef struct frame_plan {
 } frame_plan;
 
 typedef struct frame_report {
-  uint64_t steps;     /* steps completed (on failure: before the failing one) */
+  uint64_t steps;     /* steps completed in this call, after plan->k0 (on failure: before the failing one) */
   double last_dt;     /* s */
   int stopped;        /* 1: plan->stop stopped the frame before its end (steps < the frame's) */
   double t;           /* adaptive steps: the time reached (s), the start of the next step, summed
-                       * step by step exactly as sim.c sums it (t0 + dt + dt ...); t0 if none.
-                       * Fixed steps: sim.c takes t0 + steps * dt_fixed instead, as it does. */
+                       * step by step exactly as sim.c sums it (t_start + dt + dt ...); t_start if
+                       * none. Fixed steps: sim.c takes t0 + (k0 + steps) dt_fixed instead. */
 } frame_report;
 
 typedef struct backend {

@@ -1016,26 +1016,30 @@ int sim_advance_frame(sim *S) {
   int rc;
   if (S->nranks > 1) {
     rc = advance_frame_ranks(S, t0, t1);
-  } else if (S->be.advance_frame && !S->opt.profile && S->step_in_frame == 0 && !S->vmax_pending) {
+  } else if (S->be.advance_frame && !S->opt.profile) {
     /* The backend runs the frame's steps itself (cuda: without waiting for each step). It asks
      * frame_stop before queueing each step; on a signal it lets the queued steps finish and
      * says how far it got, and the run stops there, part-way into the frame, with the state of
      * that step's end (the time as the loop below sums it, the backend's last speed for the
-     * next dt), as on the host's loop. A frame that starts part-way (a resume) or from the
-     * checkpoint's speed runs step by step below. */
+     * next dt), as on the host's loop. A frame resumed part-way starts at its step k0 and time;
+     * a first dt from the checkpoint's speed (or a source's) travels as vmax0. So a resumed run
+     * takes the same path (cuda: the same kernels, G2P2G included) as the run it continues. */
+    const int k0 = S->step_in_frame;
+    const double t_start = k0 > 0 ? S->t_in_frame : t0;
     const int sig = signals_pending();
-    if (sig) return stop_at(S, sig, t0, 0);
+    if (sig) return stop_at(S, sig, t_start, k0);
     frame_plan plan = {.t0 = t0, .t1 = t1, .fixed_steps = S->substeps_fixed,
                        .dt_fixed = S->substeps_fixed > 0 ? S->frame_dt / S->substeps_fixed : 0.0,
                        .cfl_dx = S->sc->cfl * S->sc->dx, .wave_speed = S->wave_speed,
+                       .k0 = k0, .t_start = t_start, .vmax0 = S->vmax_pending ? S->vmax_next : -1.0f,
                        .stop = frame_stop, .stop_ctx = S};
     frame_report rep = {0};
     rc = test_hook(S);
     if (rc == DR_OK) rc = S->be.advance_frame(S->be.state, &plan, &rep);
     S->st.steps += rep.steps;
-    if (rep.steps) S->st.last_dt = rep.last_dt;
+    if (rep.steps) S->st.last_dt = rep.last_dt, S->vmax_pending = 0;
     if (rc == DR_OK && rep.stopped) {
-      const int k = (int)rep.steps;
+      const int k = k0 + (int)rep.steps;
       /* fixed steps: the time from the step count, as advance_frame_host computes it */
       const double t = S->substeps_fixed > 0 ? t0 + k * plan.dt_fixed : rep.t;
       rc = stop_at(S, signals_pending(), t, k);

@@ -52,7 +52,7 @@ static void compare(const char *name, const char *json) {
      * below parallel.g2p2g_below particles per GPU, never in deterministic mode */
     const int fused = s.dt > 0 && !s.deterministic && pb.n < (size_t)s.g2p2g_below;
     double dx = 0, dv = 0, dv2 = 0, vscale = 0, dF = 0, dJp = 0;
-    size_t bad_id = 0, bad_other = 0;
+    size_t bad_id = 0, bad_other = 0, worst_i = 0, worst_j = 0;
     for (size_t k = 0; k < pa.n; ++k) {
       const size_t i = oa[k], j = ob[k];
       bad_id += pa.id[i] != pb.id[j];
@@ -75,6 +75,7 @@ static void compare(const char *name, const char *json) {
       if (fused) constitutive_update_state(&s.materials[pa.material[i]].params, Fa, &jpa, tau);
       for (int q = 0; q < 9; ++q) dF = fmax(dF, fabs((double)Fa[q] - pb.F[9 * j + q]));
       dJp = fmax(dJp, fabs((double)jpa - pb.logjp[j]));
+      if (sqrt(d2) > dv) worst_i = i, worst_j = j;
       dv = fmax(dv, sqrt(d2));
       dv2 += d2;
       vscale = fmax(vscale, sqrt(v2));
@@ -86,6 +87,11 @@ static void compare(const char *name, const char *json) {
            f, sim_get_status(A)->time, (unsigned long long)sim_get_status(A)->steps,
            (unsigned long long)sim_get_status(B)->steps, (unsigned long long)sim_get_status(A)->rebuilds,
            (unsigned long long)sim_get_status(B)->rebuilds, vscale, dx, dx / L, dv, dv / vref, rms, rms / vref, dF, dJp);
+    if (dv > 1e-2 * vref) /* where it happens: the particle with the largest velocity difference */
+      printf("    largest |dv|: id %llu material %d at (%.4f %.4f %.4f) m: cpu v (%.4f %.4f %.4f), cuda v (%.4f %.4f "
+             "%.4f) m/s\n", (unsigned long long)pa.id[worst_i], (int)pa.material[worst_i], pa.x[3 * worst_i],
+             pa.x[3 * worst_i + 1], pa.x[3 * worst_i + 2], pa.v[3 * worst_i], pa.v[3 * worst_i + 1], pa.v[3 * worst_i + 2],
+             pb.v[3 * worst_j], pb.v[3 * worst_j + 1], pb.v[3 * worst_j + 2]);
     CHECK(bad_id == 0, "%s frame %d: %zu ids differ", name, f, bad_id);
     CHECK(bad_other == 0, "%s frame %d: %zu masses/volumes/materials differ", name, f, bad_other);
     CHECK(sim_get_status(A)->steps == sim_get_status(B)->steps, "%s: step counts differ", name);
