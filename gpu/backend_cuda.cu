@@ -368,7 +368,7 @@ typedef struct cuda_state {
 
   dvec temp;                    /* CUB temporary storage: grown when a call needs more, else reused */
   dvec ctl;                     /* step_ctl */
-  dvec count;                   /* int scratch for counts read back at rebuild */
+  dvec count;                   /* rebuild_count: counts read back at rebuild */
   step_ctl *h_slot;             /* [2] pinned: the flags of the last step of each parity */
   cudaEvent_t done_ev[2];       /* recorded after each parity's step */
   cudaEvent_t ph_ev[2];         /* phase timing */
@@ -377,6 +377,11 @@ typedef struct cuda_state {
   int graphs_valid;
   int graph_fused;              /* the graphs hold the G2P2G step */
   int primed;                   /* G2P2G: grid[par] already holds the next step's P2G */
+  /* rebuild-mapping while primed (keep_primed): the old mapping's codes and primed sums, swapped
+   * out of block_code, touched[par], grid[par] / grid0[par] (or igrid[par]) so that nothing is
+   * copied; after the rebuild they are scratch, swapped back in at the next one */
+  dvec old_code, old_touched, old_grid, old_grid0, old_igrid;
+  dvec old_to_new;              /* [old blocks] int32: a touched old block's new index, else -1 */
   size_t g2p2g_below;           /* G2P2G for fixed steps and fewer particles than this */
   int par;                      /* the grid buffer the next step uses */
   int last_par;                 /* the buffer of the last completed step (stats) */
@@ -524,6 +529,69 @@ __global__ static void k_pb_nbr(size_t m, const uint64_t *nbr_codes, const unsig
                                 const int32_t *vals, size_t mask, int32_t *pb_nbr) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i < m) pb_nbr[i] = table_find(keys, vals, mask, nbr_codes[i]);
+}
+
+/* Counts that the rebuild reads back (s->count): CUB's outputs in n; keep_primed's check rides on
+ * the read of the block count. */
+typedef struct rebuild_count {
+  int n;                        /* a CUB reduction's or selection's result */
+  int lost;                     /* k_remap_find: a touched old block is not in the new mapping */
+  unsigned long long lost_code; /* ... its code (any one, when several are) */
+} rebuild_count;
+
+/* G2P2G keeps its primed sums across a rebuild-mapping (keep_primed; the argument that every
+ * touched old block is in the new mapping is there). The new dense index of a touched old block
+ * is its position among the new mapping's sorted unique codes (what k_table_insert stores), found
+ * by binary search; this runs before the host reads the new block count (rc->n, on the device
+ * until then), so that a missing block comes back with that read, without a sync of its own. */
+__global__ static void k_remap_find(size_t n_old, const uint64_t *__restrict__ old_code,
+                                    const uint8_t *__restrict__ old_touched, const uint64_t *__restrict__ code,
+                                    rebuild_count *rc, int32_t *__restrict__ to_new) {
+  const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (b >= n_old) return;
+  int32_t j = -1;
+  if (old_touched[b]) {
+    const uint64_t c = old_code[b];
+    const int n = rc->n;
+    int lo = 0, hi = n; /* the first position whose code is >= c */
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (code[mid] < c) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo < n && code[lo] == c) {
+      j = lo;
+    } else { /* plain stores, every writer stores 1 to lost; any one code is reported */
+      rc->lost_code = c;
+      rc->lost = 1;
+    }
+  }
+  to_new[b] = j;
+}
+
+/* Moves the primed sums of every touched old block to its new index and marks it touched there
+ * (the new buffers are cleared before). One thread per (old block, node); a node's words of a
+ * block are copied whatever the channel layout: the 4 floats nd + 64 k of grid, the 3 of grid0
+ * (ASFLIP), or the ich int64 of igrid (deterministic mode, where P2G writes only those). Distinct
+ * old codes have distinct new indices, so no two threads write one place. */
+__global__ static void k_remap_move(size_t n_old, const int32_t *__restrict__ to_new, const float *__restrict__ old_g,
+                                    float *__restrict__ g, const float *__restrict__ old_g0, float *__restrict__ g0,
+                                    const long long *__restrict__ old_ig, long long *__restrict__ ig, int ich,
+                                    uint8_t *__restrict__ touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_old * BLOCK_NODES) return;
+  const size_t b = i / BLOCK_NODES;
+  const int nd = (int)(i % BLOCK_NODES);
+  const int32_t j = to_new[b];
+  if (j < 0) return; /* untouched: its sums are zeros (k_grid cleared it before the primed P2G) */
+  if (old_g)
+    for (int w = nd; w < BLOCK_FLOATS; w += BLOCK_NODES) g[(size_t)j * BLOCK_FLOATS + w] = old_g[b * BLOCK_FLOATS + w];
+  if (old_g0)
+    for (int w = nd; w < OLD_FLOATS; w += BLOCK_NODES) g0[(size_t)j * OLD_FLOATS + w] = old_g0[b * OLD_FLOATS + w];
+  if (old_ig)
+    for (int ch = 0; ch < ich; ++ch)
+      ig[((size_t)j * ich + ch) * BLOCK_NODES + nd] = old_ig[(b * ich + ch) * BLOCK_NODES + nd];
+  if (nd == 0) touched[j] = 1;
 }
 
 /* ---- the step ----------------------------------------------------------------------------- */
@@ -1166,12 +1234,67 @@ static fixp fix_of(const cuda_state *s, int par) {
   return f;
 }
 
+static void dvec_swap(dvec *a, dvec *b) {
+  const dvec t = *a;
+  *a = *b;
+  *b = t;
+}
+
+/* G2P2G across a rebuild-mapping. While primed, grid[par] holds the next step's P2G, and that
+ * P2G already applied the step's plastic return mapping to the particles' F and logJp; running
+ * P2G again on the new mapping would apply it twice (NACC: hardening twice, since the hardened
+ * p0 moves the yield surface). So the sums are kept: before the rebuild replaces them, the old
+ * block codes, touched[par] and the sums of par (grid and, with ASFLIP, grid0; igrid in
+ * deterministic mode) are swapped into the old_* buffers (no copy; the buffers that come in are
+ * resized and cleared by the rebuild like any other), k_remap_find gives each touched old block
+ * its new index, and after the new mapping is built k_remap_move puts its sums there, in buffer
+ * 0 (the rebuild restarts at parity 0), with buffer 1 cleared and untouched, as a step expects
+ * its next buffer.
+ *
+ * Every touched old block is in the new mapping. A block is touched only where the primed P2G
+ * wrote (the mark goes with the write, p2g_warp; k_grid cleared the buffer's other marks before
+ * it), i.e. at the stencil nodes b..b+2 of some particle's base node b, and that scatter is
+ * complete: the G2P2G zone test [FUSED_LO, FUSED_HI] leaves a cell of slack for the move before
+ * it and one per queued step (the top of this file), so each stencil lay inside the particle's
+ * old physical blocks (a particle faster than DR_RUNAWAY_CELLS, or one whose stencil left them,
+ * is flagged, fail_bad, and the run stops). Nothing moves the particles between that scatter
+ * and this rebuild, which assigns each to the particle block P = (b + 1) >> 2 of the same base
+ * node (k_keys computes b as locate() does), so b - 4P is in [-1, 2] and the stencil in [-1, 4]
+ * from 4P, inside the 3x3x3 physical blocks of P (nodes -4..7 from 4P), all of which the new
+ * mapping holds. k_remap_find checks it anyway: a missing block fails the run (remap_lost). */
+static int keep_primed(cuda_state *s, size_t old_nb) {
+  const int q = s->par;
+  dvec_swap(&s->block_code, &s->old_code);
+  dvec_swap(&s->touched[q], &s->old_touched);
+  if (s->det) { /* P2G wrote only the int sums */
+    dvec_swap(&s->igrid[q], &s->old_igrid);
+  } else {
+    dvec_swap(&s->grid[q], &s->old_grid);
+    if (s->asflip) dvec_swap(&s->grid0[q], &s->old_grid0);
+  }
+  DVEC(s->old_to_new, old_nb * sizeof(int32_t), "grid blocks (G2P2G across a rebuild)");
+  return DR_OK;
+}
+
+static int remap_lost(const cuda_state *s, const rebuild_count *rc) {
+  int c[3];
+  sparse_block_coords(rc->lost_code, c);
+  return dr_fail(DR_EINTERNAL,
+                 "cuda backend: rebuild-mapping %llu under G2P2G: grid block %llu (block coordinates %d %d %d) holds "
+                 "primed P2G sums but is not among the %d blocks of the new mapping, which holds the 3x3x3 physical "
+                 "blocks of every particle's block (keep_primed): a particle scattered outside them",
+                 (unsigned long long)s->rebuilds, rc->lost_code, c[0], c[1], c[2], rc->n);
+}
+
 static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
   cudaStream_t st = s->stream;
   const float3 origin = make_float3(s->origin[0], s->origin[1], s->origin[2]);
   s->graphs_valid = 0;
-  s->primed = 0;
+  const size_t old_nb = s->n_blocks;
+  const int keep = s->primed && n > 0 && old_nb > 0; /* else the frame loop primes again */
+  s->primed = keep;
+  if (keep) DR_TRY(keep_primed(s, old_nb));
   ++s->rebuilds;
   s->need_rebuild = 0;
   if (n == 0) {
@@ -1256,7 +1379,22 @@ static int rebuild_now(cuda_state *s) {
   CUB_RUN(cub::DeviceSelect::Unique(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
                                     dp<int>(s->count), m, st));
   int nb = 0;
-  DR_TRY(read_count(s, s->count.ptr, &nb));
+  if (keep) { /* the new indices of the primed blocks, checked with this read (keep_primed) */
+    rebuild_count *drc = dp<rebuild_count>(s->count);
+    CU(cudaMemsetAsync(&drc->lost, 0, sizeof(rebuild_count) - offsetof(rebuild_count, lost), st));
+    k_remap_find<<<blocks_for(old_nb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        old_nb, dp<uint64_t>(s->old_code), dp<uint8_t>(s->old_touched), dp<uint64_t>(s->block_code), drc,
+        dp<int32_t>(s->old_to_new));
+    LAUNCHED("k_remap_find");
+    rebuild_count rc;
+    CU(cudaMemcpyAsync(&rc, drc, sizeof rc, cudaMemcpyDeviceToHost, st));
+    CU(cudaStreamSynchronize(st));
+    TRACE("count %d (G2P2G: primed blocks %s)", rc.n, rc.lost ? "lost" : "kept");
+    if (rc.lost) return remap_lost(s, &rc);
+    nb = rc.n;
+  } else {
+    DR_TRY(read_count(s, s->count.ptr, &nb));
+  }
   s->n_blocks = (size_t)nb;
   for (int k = 0; k < 2; ++k) {
     DVEC(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
@@ -1273,6 +1411,14 @@ static int rebuild_now(cuda_state *s) {
     }
   }
   s->par = 0;
+  if (keep) { /* the primed sums into buffer 0, buffer 1 left cleared (keep_primed) */
+    k_remap_move<<<blocks_for(old_nb * BLOCK_NODES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        old_nb, dp<int32_t>(s->old_to_new), s->det ? NULL : dp<float>(s->old_grid), dp<float>(s->grid[0]),
+        !s->det && s->asflip ? dp<float>(s->old_grid0) : NULL, s->asflip ? dp<float>(s->grid0[0]) : NULL,
+        s->det ? dp<long long>(s->old_igrid) : NULL,
+        fix_of(s, 0).ig, (int)(int_floats(s) / BLOCK_NODES), dp<uint8_t>(s->touched[0]));
+    LAUNCHED("k_remap_move");
+  }
   if (s->nm > 1) { /* the island: the grid update's output and the peers' block indices (k_tag) */
     DVEC(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
     if (s->asflip) DVEC(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
@@ -1755,8 +1901,9 @@ static int set_particles(void *state, particles *p) {
  * keep their partly filled lanes; k_keys sorts empty lanes last); the caller's rebuild-mapping
  * then sorts everything. Device buffers grow 4x when more than half full (contents kept), so a source
  * emitting frame after frame allocates only now and then; the host staging packets grow only. A
- * G2P2G frame after this starts from an unprimed P2G, as after any rebuild (rebuild_now clears
- * both grid buffers). */
+ * G2P2G frame after this starts from an unprimed P2G: the primed sums (keep_primed) lack the new
+ * particles, and the P2G that adds them runs again over the old ones too, applying their return
+ * mapping a second time (not exact for NACC; a P2G of the new particles alone would be). */
 static int append_particles(cuda_state *s, const particles *p) {
   const size_t m = p->n;
   if (m == 0) return DR_OK;
@@ -1764,6 +1911,7 @@ static int append_particles(cuda_state *s, const particles *p) {
     return dr_fail(DR_EINPUT, "%zu particles on one GPU: the cuda backend holds at most %d per GPU", s->n + m,
                    INT32_MAX / 2);
   CU(cudaStreamSynchronize(s->stream)); /* nothing queued still reads the packets */
+  s->primed = 0;
   const size_t old_packets = s->n_packets, add_packets = (m + LANES - 1) / LANES;
   const size_t packets = old_packets + add_packets, slots = packets * LANES;
   cudaStream_t st = s->stream;
@@ -1924,7 +2072,8 @@ static double held_bytes(const cuda_state *s) {
                        &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
-                       &s->bar};
+                       &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
+                       &s->old_to_new};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -1962,7 +2111,8 @@ static void destroy(void *state) {
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
-                 &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar};
+                 &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
@@ -1986,6 +2136,7 @@ static void destroy(void *state) {
 static int upload(cuda_state *s, const particles *p) {
   const size_t n = p->n;
   s->n = n;
+  s->primed = 0; /* other particles: the sums are not theirs */
   s->n_packets = (n + LANES - 1) / LANES;
   const size_t slots = s->n_packets * LANES;
   DVEC(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
@@ -2054,7 +2205,7 @@ static int setup(cuda_state *s, const particles *p) {
   CU(cudaHostGetDevicePointer((void **)&s->d_xbad, s->h_xbad, 0));
   DVEC_EXACT(s->d_mats, (size_t)s->prm.n_materials * sizeof(material_params), "materials");
   DVEC_EXACT(s->ctl, sizeof(step_ctl), "step control");
-  DVEC_EXACT(s->count, sizeof(int), "counters");
+  DVEC_EXACT(s->count, sizeof(rebuild_count), "counters");
   DVEC_EXACT(s->bar, sizeof(unsigned), "island barrier");
   CU(cudaMemsetAsync(s->bar.ptr, 0, sizeof(unsigned), s->stream));
   CU(cudaMemcpyAsync(s->d_mats.ptr, s->mats, (size_t)s->prm.n_materials * sizeof(material_params),
