@@ -377,6 +377,7 @@ typedef struct cuda_state {
   int graphs_valid;
   int graph_fused;              /* the graphs hold the G2P2G step */
   int primed;                   /* G2P2G: grid[par] already holds the next step's P2G */
+  float primed_dt;              /* ... taken with this dt (its stress impulse -dt V0 (4/dx^2) tau) */
   /* rebuild-mapping while primed (keep_primed): the old mapping's codes and primed sums, swapped
    * out of block_code, touched[par], grid[par] / grid0[par] (or igrid[par]) so that nothing is
    * copied; after the rebuild they are scratch, swapped back in at the next one */
@@ -1478,11 +1479,14 @@ static const float *vel0_of(cuda_state *s, int par) {
   return !s->asflip ? NULL : s->nm > 1 ? dp<float>(s->vel0) : dp<float>(s->grid0[par]);
 }
 
-/* Clears grid buffer par (and its ASFLIP buffer) outside the fused clear of k_grid. */
+/* Clears grid buffer par (and its ASFLIP buffer and touched flags) outside the fused clear of
+ * k_grid. */
 static int clear_grid(cuda_state *s, int par) {
+  if (s->n_blocks == 0) return DR_OK;
   if (s->det) CU(cudaMemsetAsync(s->igrid[par].ptr, 0, s->n_blocks * int_floats(s) * sizeof(long long), s->stream));
   CU(cudaMemsetAsync(s->grid[par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
   if (s->asflip) CU(cudaMemsetAsync(s->grid0[par].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), s->stream));
+  CU(cudaMemsetAsync(s->touched[par].ptr, 0, s->n_blocks, s->stream));
   return DR_OK;
 }
 
@@ -1985,12 +1989,18 @@ static int rebuild(void *state, int force, int *rebuilt) {
 
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
-  if (s->primed) { /* after G2P2G frames: this P2G replaces the primed one */
-    DR_TRY(clear_grid(s, s->par));
-    s->primed = 0;
-  }
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
+  if (s->primed) { /* after G2P2G frames: the last G2P2G (or the rebuild's keep_primed) did this P2G */
+    s->primed = 0;
+    if (dt == s->primed_dt) return DR_OK;
+    /* Another dt: the primed sums hold the stress impulse -dt V0 (4/dx^2) tau of the old dt,
+     * summed with the dt-free mass and APIC momentum, so they cannot be rescaled; P2G runs again.
+     * Not exact: that P2G already applied the return mapping to F and logJp, so it is applied a
+     * second time (NACC hardens twice). Fixed steps keep one dt per run, so a change of dt
+     * between G2P2G frames and this step is not expected. */
+    DR_TRY(clear_grid(s, s->par));
+  }
   return launch_p2g(s, s->par);
 }
 
@@ -2530,6 +2540,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
         DR_TRY(launch_p2g(s, par));
         s->primed = 1;
       }
+      if (fused) s->primed_dt = (float)dt_fixed; /* the priming P2G and every G2P2G take k_begin's dt */
       CU(cudaGraphLaunch(s->graph[par], s->stream));
       CU(cudaEventRecord(s->done_ev[par], s->stream));
       s->par ^= 1;
