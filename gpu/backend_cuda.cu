@@ -1558,8 +1558,9 @@ static int launch_g2p2g(cuda_state *s, int par) {
 }
 
 /* The whole step on grid buffer par, flags copied to h_slot[par]. Fused: the grid update and
- * G2P2G (grid[par] already holds this step's P2G). */
-static int launch_step(cuda_state *s, int par) {
+ * G2P2G (grid[par] already holds this step's P2G). Unfused without with_p2g: grid[par] holds
+ * this step's P2G too (the first step after G2P2G frames, island_advance_frame). */
+static int launch_step(cuda_state *s, int par, int with_p2g) {
   k_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
   LAUNCHED("k_begin");
   if (s->graph_fused) { /* grid[par] holds this step's P2G (the last G2P2G, or the priming P2G) */
@@ -1567,7 +1568,7 @@ static int launch_step(cuda_state *s, int par) {
     DR_TRY(launch_grid(s, par, GRID_ALL));
     DR_TRY(launch_g2p2g(s, par));
   } else {
-    DR_TRY(launch_p2g(s, par));
+    if (with_p2g) DR_TRY(launch_p2g(s, par));
     DR_TRY(launch_barrier(s, par));
     DR_TRY(launch_grid(s, par, GRID_ALL));
     DR_TRY(launch_g2p(s, par));
@@ -1589,7 +1590,7 @@ static int capture_graphs(cuda_state *s) {
   for (int k = 0; k < 2; ++k) {
     cudaGraph_t g = NULL;
     CU(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-    int rc = launch_step(s, k);
+    int rc = launch_step(s, k, 1);
     cudaError_t e = cudaStreamEndCapture(s->stream, &g);
     if (rc) {
       if (g) cudaGraphDestroy(g);
@@ -2496,11 +2497,15 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
                                           adaptive ? DT_ADAPTIVE : DT_FIXED, dt_fixed, plan->cfl_dx,
                                           plan->wave_speed);
     LAUNCHED("k_frame_begin");
+    /* Primed sums (the last G2P2G's P2G of this frame's first step) serve a fused or an
+     * unfused first step alike, if they took this frame's dt. Else P2G runs again, as p2g()
+     * does for another dt, and applies the return mapping a second time: not exact, but fixed
+     * steps keep one dt per run and an adaptive frame never follows a fused one. */
+    if (s->primed && (adaptive || s->primed_dt != (float)dt_fixed)) {
+      DR_TRY(clear_grid(s, s->par));
+      s->primed = 0;
+    }
     if (fused != s->graph_fused) {
-      if (s->primed) {
-        DR_TRY(clear_grid(s, s->par));
-        s->primed = 0;
-      }
       s->graph_fused = fused;
       s->graphs_valid = 0;
     }
@@ -2541,7 +2546,12 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
         s->primed = 1;
       }
       if (fused) s->primed_dt = (float)dt_fixed; /* the priming P2G and every G2P2G take k_begin's dt */
-      CU(cudaGraphLaunch(s->graph[par], s->stream));
+      if (!fused && s->primed) { /* the first step after G2P2G frames: without its P2G, outside the graph */
+        DR_TRY(launch_step(s, par, 0));
+        s->primed = 0;
+      } else {
+        CU(cudaGraphLaunch(s->graph[par], s->stream));
+      }
       CU(cudaEventRecord(s->done_ev[par], s->stream));
       s->par ^= 1;
     }
