@@ -33,6 +33,19 @@
 // their contributions and the first lane of each segment issues one native global float atomic
 // per node and channel. No atomics on shared memory.
 //
+// G2P2G (fixed steps below g2p2g_below particles per GPU; the paper, section 4): the step is
+// k_begin, k_grid, k_g2p2g, whose G2P is followed in the same kernel by the next step's P2G into
+// the other buffer; primed says that grid[par] already holds the P2G of the step about to run (a
+// frame's first step gets a P2G of its own when nothing is primed). That P2G also applied the
+// next step's plastic return mapping to F and logJp in the packets, so the primed sums are never
+// thrown away and recomputed from the projected particles, which would apply the mapping twice
+// (NACC would harden twice, since the hardened p0 moves the yield surface; the CPU backend never
+// fuses): a rebuild-mapping moves them to the new block indices (keep_primed), the
+// phase-by-phase p2g() uses them when its dt is the one they took (primed_dt), and the first
+// unfused step after fused frames skips its P2G (island_advance_frame). P2G runs again over
+// projected particles only where the sums cannot serve: new particles (add_particles), or
+// another dt (not expected: fixed steps keep one dt per run).
+//
 // Deterministic mode (parallel.deterministic, physics/fixed.h): every lane turns its
 // contributions into int64 fixed point *before* the warp's segmented reduction (whose float
 // order would follow the sort), the reduction adds integers, and the segment heads add them with
@@ -274,6 +287,16 @@ typedef struct fixp {
  *    reading P[par] when I clear or refill it. The same holds for P[1 - par], shifted by a step.
  *  - My k_grid writes velocities to vel, never to P[par], so it does not disturb peers reading
  *    P[par] in their own k_grid of the same step; vel is read only by my own G2P.
+ *  - G2P2G: the P2G of step n + 1 into P[1 - par] runs at the end of my step n, after my k_grid
+ *    of step n cleared that buffer and after barrier n, so every peer has finished its k_grid of
+ *    step n - 1, the last reader of P[1 - par] before; peers read it next after barrier n + 1,
+ *    which I reach only after that P2G. The two points above hold as they are.
+ *  - Rebuild-mapping: every member's queued steps have finished before any member rebuilds, and
+ *    island_tag synchronises every member after all have rebuilt, so the primed sums that a
+ *    member's rebuild moves to its new blocks (keep_primed) are complete before any peer's next
+ *    k_grid reads them, and nothing reads the old buffers while they are swapped out. The first
+ *    unfused step after G2P2G frames is launched without its P2G outside the graph, with the
+ *    same barrier and k_grid, so the order above is unchanged.
  * Adaptive steps need the island's largest speed before P2G: k_begin publishes the member's
  * last vmax in vmax_pub[step_seq & 1], passes a barrier and takes the maximum over the peers'
  * slots; a slot is rewritten two steps later, after another barrier that every reader of it has
