@@ -33,6 +33,19 @@
 // their contributions and the first lane of each segment issues one native global float atomic
 // per node and channel. No atomics on shared memory.
 //
+// G2P2G (fixed steps below g2p2g_below particles per GPU; the paper, section 4): the step is
+// k_begin, k_grid, k_g2p2g, whose G2P is followed in the same kernel by the next step's P2G into
+// the other buffer; primed says that grid[par] already holds the P2G of the step about to run (a
+// frame's first step gets a P2G of its own when nothing is primed). That P2G also applied the
+// next step's plastic return mapping to F and logJp in the packets, so the primed sums are never
+// thrown away and recomputed from the projected particles, which would apply the mapping twice
+// (NACC would harden twice, since the hardened p0 moves the yield surface; the CPU backend never
+// fuses): a rebuild-mapping moves them to the new block indices (keep_primed), the
+// phase-by-phase p2g() uses them when its dt is the one they took (primed_dt), and the first
+// unfused step after fused frames skips its P2G (island_advance_frame). P2G runs again over
+// projected particles only where the sums cannot serve: new particles (add_particles), or
+// another dt (not expected: fixed steps keep one dt per run).
+//
 // Deterministic mode (parallel.deterministic, physics/fixed.h): every lane turns its
 // contributions into int64 fixed point *before* the warp's segmented reduction (whose float
 // order would follow the sort), the reduction adds integers, and the segment heads add them with
@@ -277,6 +290,16 @@ typedef struct fixp {
  *    reading P[par] when I clear or refill it. The same holds for P[1 - par], shifted by a step.
  *  - My k_grid writes velocities to vel, never to P[par], so it does not disturb peers reading
  *    P[par] in their own k_grid of the same step; vel is read only by my own G2P.
+ *  - G2P2G: the P2G of step n + 1 into P[1 - par] runs at the end of my step n, after my k_grid
+ *    of step n cleared that buffer and after barrier n, so every peer has finished its k_grid of
+ *    step n - 1, the last reader of P[1 - par] before; peers read it next after barrier n + 1,
+ *    which I reach only after that P2G. The two points above hold as they are.
+ *  - Rebuild-mapping: every member's queued steps have finished before any member rebuilds, and
+ *    island_tag synchronises every member after all have rebuilt, so the primed sums that a
+ *    member's rebuild moves to its new blocks (keep_primed) are complete before any peer's next
+ *    k_grid reads them, and nothing reads the old buffers while they are swapped out. The first
+ *    unfused step after G2P2G frames is launched without its P2G outside the graph, with the
+ *    same barrier and k_grid, so the order above is unchanged.
  * Adaptive steps need the island's largest speed before P2G: k_begin publishes the member's
  * last vmax in vmax_pub[step_seq & 1], passes a barrier and takes the maximum over the peers'
  * slots; a slot is rewritten two steps later, after another barrier that every reader of it has
@@ -391,7 +414,7 @@ typedef struct cuda_state {
 
   dvec temp;                    /* CUB temporary storage: grown when a call needs more, else reused */
   dvec ctl;                     /* step_ctl */
-  dvec count;                   /* int scratch for counts read back at rebuild */
+  dvec count;                   /* rebuild_count: counts read back at rebuild */
   step_ctl *h_slot;             /* [2] pinned: the flags of the last step of each parity */
   cudaEvent_t done_ev[2];       /* recorded after each parity's step */
   cudaEvent_t ph_ev[2];         /* phase timing */
@@ -401,6 +424,12 @@ typedef struct cuda_state {
   int graph_fused;              /* the graphs hold the G2P2G step */
   int primed;                   /* G2P2G: grid[par] already holds the next step's P2G */
   unsigned long long barrier_timeout_ns; /* island_barrier gives up after this long */
+  float primed_dt;              /* ... taken with this dt (its stress impulse -dt V0 (4/dx^2) tau) */
+  /* rebuild-mapping while primed (keep_primed): the old mapping's codes and primed sums, swapped
+   * out of block_code, touched[par], grid[par] / grid0[par] (or igrid[par]) so that nothing is
+   * copied; after the rebuild they are scratch, swapped back in at the next one */
+  dvec old_code, old_touched, old_grid, old_grid0, old_igrid;
+  dvec old_to_new;              /* [old blocks] int32: a touched old block's new index, else -1 */
   size_t g2p2g_below;           /* G2P2G for fixed steps and fewer particles than this */
   int par;                      /* the grid buffer the next step uses */
   int last_par;                 /* the buffer of the last completed step (stats) */
@@ -548,6 +577,69 @@ __global__ static void k_pb_nbr(size_t m, const uint64_t *nbr_codes, const unsig
                                 const int32_t *vals, size_t mask, int32_t *pb_nbr) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i < m) pb_nbr[i] = table_find(keys, vals, mask, nbr_codes[i]);
+}
+
+/* Counts that the rebuild reads back (s->count): CUB's outputs in n; keep_primed's check rides on
+ * the read of the block count. */
+typedef struct rebuild_count {
+  int n;                        /* a CUB reduction's or selection's result */
+  int lost;                     /* k_remap_find: a touched old block is not in the new mapping */
+  unsigned long long lost_code; /* ... its code (any one, when several are) */
+} rebuild_count;
+
+/* G2P2G keeps its primed sums across a rebuild-mapping (keep_primed; the argument that every
+ * touched old block is in the new mapping is there). The new dense index of a touched old block
+ * is its position among the new mapping's sorted unique codes (what k_table_insert stores), found
+ * by binary search; this runs before the host reads the new block count (rc->n, on the device
+ * until then), so that a missing block comes back with that read, without a sync of its own. */
+__global__ static void k_remap_find(size_t n_old, const uint64_t *__restrict__ old_code,
+                                    const uint8_t *__restrict__ old_touched, const uint64_t *__restrict__ code,
+                                    rebuild_count *rc, int32_t *__restrict__ to_new) {
+  const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (b >= n_old) return;
+  int32_t j = -1;
+  if (old_touched[b]) {
+    const uint64_t c = old_code[b];
+    const int n = rc->n;
+    int lo = 0, hi = n; /* the first position whose code is >= c */
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (code[mid] < c) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo < n && code[lo] == c) {
+      j = lo;
+    } else { /* plain stores, every writer stores 1 to lost; any one code is reported */
+      rc->lost_code = c;
+      rc->lost = 1;
+    }
+  }
+  to_new[b] = j;
+}
+
+/* Moves the primed sums of every touched old block to its new index and marks it touched there
+ * (the new buffers are cleared before). One thread per (old block, node); a node's words of a
+ * block are copied whatever the channel layout: the 4 floats nd + 64 k of grid, the 3 of grid0
+ * (ASFLIP), or the ich int64 of igrid (deterministic mode, where P2G writes only those). Distinct
+ * old codes have distinct new indices, so no two threads write one place. */
+__global__ static void k_remap_move(size_t n_old, const int32_t *__restrict__ to_new, const float *__restrict__ old_g,
+                                    float *__restrict__ g, const float *__restrict__ old_g0, float *__restrict__ g0,
+                                    const long long *__restrict__ old_ig, long long *__restrict__ ig, int ich,
+                                    uint8_t *__restrict__ touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_old * BLOCK_NODES) return;
+  const size_t b = i / BLOCK_NODES;
+  const int nd = (int)(i % BLOCK_NODES);
+  const int32_t j = to_new[b];
+  if (j < 0) return; /* untouched: its sums are zeros (k_grid cleared it before the primed P2G) */
+  if (old_g)
+    for (int w = nd; w < BLOCK_FLOATS; w += BLOCK_NODES) g[(size_t)j * BLOCK_FLOATS + w] = old_g[b * BLOCK_FLOATS + w];
+  if (old_g0)
+    for (int w = nd; w < OLD_FLOATS; w += BLOCK_NODES) g0[(size_t)j * OLD_FLOATS + w] = old_g0[b * OLD_FLOATS + w];
+  if (old_ig)
+    for (int ch = 0; ch < ich; ++ch)
+      ig[((size_t)j * ich + ch) * BLOCK_NODES + nd] = old_ig[(b * ich + ch) * BLOCK_NODES + nd];
+  if (nd == 0) touched[j] = 1;
 }
 
 /* ---- the step ----------------------------------------------------------------------------- */
@@ -1194,12 +1286,67 @@ static fixp fix_of(const cuda_state *s, int par) {
   return f;
 }
 
+static void dvec_swap(dvec *a, dvec *b) {
+  const dvec t = *a;
+  *a = *b;
+  *b = t;
+}
+
+/* G2P2G across a rebuild-mapping. While primed, grid[par] holds the next step's P2G, and that
+ * P2G already applied the step's plastic return mapping to the particles' F and logJp; running
+ * P2G again on the new mapping would apply it twice (NACC: hardening twice, since the hardened
+ * p0 moves the yield surface). So the sums are kept: before the rebuild replaces them, the old
+ * block codes, touched[par] and the sums of par (grid and, with ASFLIP, grid0; igrid in
+ * deterministic mode) are swapped into the old_* buffers (no copy; the buffers that come in are
+ * resized and cleared by the rebuild like any other), k_remap_find gives each touched old block
+ * its new index, and after the new mapping is built k_remap_move puts its sums there, in buffer
+ * 0 (the rebuild restarts at parity 0), with buffer 1 cleared and untouched, as a step expects
+ * its next buffer.
+ *
+ * Every touched old block is in the new mapping. A block is touched only where the primed P2G
+ * wrote (the mark goes with the write, p2g_warp; k_grid cleared the buffer's other marks before
+ * it), i.e. at the stencil nodes b..b+2 of some particle's base node b, and that scatter is
+ * complete: the G2P2G zone test [FUSED_LO, FUSED_HI] leaves a cell of slack for the move before
+ * it and one per queued step (the top of this file), so each stencil lay inside the particle's
+ * old physical blocks (a particle faster than DR_RUNAWAY_CELLS, or one whose stencil left them,
+ * is flagged, fail_bad, and the run stops). Nothing moves the particles between that scatter
+ * and this rebuild, which assigns each to the particle block P = (b + 1) >> 2 of the same base
+ * node (k_keys computes b as locate() does), so b - 4P is in [-1, 2] and the stencil in [-1, 4]
+ * from 4P, inside the 3x3x3 physical blocks of P (nodes -4..7 from 4P), all of which the new
+ * mapping holds. k_remap_find checks it anyway: a missing block fails the run (remap_lost). */
+static int keep_primed(cuda_state *s, size_t old_nb) {
+  const int q = s->par;
+  dvec_swap(&s->block_code, &s->old_code);
+  dvec_swap(&s->touched[q], &s->old_touched);
+  if (s->det) { /* P2G wrote only the int sums */
+    dvec_swap(&s->igrid[q], &s->old_igrid);
+  } else {
+    dvec_swap(&s->grid[q], &s->old_grid);
+    if (s->asflip) dvec_swap(&s->grid0[q], &s->old_grid0);
+  }
+  DVEC(s->old_to_new, old_nb * sizeof(int32_t), "grid blocks (G2P2G across a rebuild)");
+  return DR_OK;
+}
+
+static int remap_lost(const cuda_state *s, const rebuild_count *rc) {
+  int c[3];
+  sparse_block_coords(rc->lost_code, c);
+  return dr_fail(DR_EINTERNAL,
+                 "cuda backend: rebuild-mapping %llu under G2P2G: grid block %llu (block coordinates %d %d %d) holds "
+                 "primed P2G sums but is not among the %d blocks of the new mapping, which holds the 3x3x3 physical "
+                 "blocks of every particle's block (keep_primed): a particle scattered outside them",
+                 (unsigned long long)s->rebuilds, rc->lost_code, c[0], c[1], c[2], rc->n);
+}
+
 static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
   cudaStream_t st = s->stream;
   const float3 origin = make_float3(s->origin[0], s->origin[1], s->origin[2]);
   s->graphs_valid = 0;
-  s->primed = 0;
+  const size_t old_nb = s->n_blocks;
+  const int keep = s->primed && n > 0 && old_nb > 0; /* else the frame loop primes again */
+  s->primed = keep;
+  if (keep) DR_TRY(keep_primed(s, old_nb));
   ++s->rebuilds;
   s->need_rebuild = 0;
   if (n == 0) {
@@ -1284,7 +1431,22 @@ static int rebuild_now(cuda_state *s) {
   CUB_RUN(cub::DeviceSelect::Unique(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
                                     dp<int>(s->count), m, st));
   int nb = 0;
-  DR_TRY(read_count(s, s->count.ptr, &nb));
+  if (keep) { /* the new indices of the primed blocks, checked with this read (keep_primed) */
+    rebuild_count *drc = dp<rebuild_count>(s->count);
+    CU(cudaMemsetAsync(&drc->lost, 0, sizeof(rebuild_count) - offsetof(rebuild_count, lost), st));
+    k_remap_find<<<blocks_for(old_nb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        old_nb, dp<uint64_t>(s->old_code), dp<uint8_t>(s->old_touched), dp<uint64_t>(s->block_code), drc,
+        dp<int32_t>(s->old_to_new));
+    LAUNCHED("k_remap_find");
+    rebuild_count rc;
+    CU(cudaMemcpyAsync(&rc, drc, sizeof rc, cudaMemcpyDeviceToHost, st));
+    CU(cudaStreamSynchronize(st));
+    TRACE("count %d (G2P2G: primed blocks %s)", rc.n, rc.lost ? "lost" : "kept");
+    if (rc.lost) return remap_lost(s, &rc);
+    nb = rc.n;
+  } else {
+    DR_TRY(read_count(s, s->count.ptr, &nb));
+  }
   s->n_blocks = (size_t)nb;
   for (int k = 0; k < 2; ++k) {
     DVEC(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
@@ -1301,6 +1463,14 @@ static int rebuild_now(cuda_state *s) {
     }
   }
   s->par = 0;
+  if (keep) { /* the primed sums into buffer 0, buffer 1 left cleared (keep_primed) */
+    k_remap_move<<<blocks_for(old_nb * BLOCK_NODES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        old_nb, dp<int32_t>(s->old_to_new), s->det ? NULL : dp<float>(s->old_grid), dp<float>(s->grid[0]),
+        !s->det && s->asflip ? dp<float>(s->old_grid0) : NULL, s->asflip ? dp<float>(s->grid0[0]) : NULL,
+        s->det ? dp<long long>(s->old_igrid) : NULL,
+        fix_of(s, 0).ig, (int)(int_floats(s) / BLOCK_NODES), dp<uint8_t>(s->touched[0]));
+    LAUNCHED("k_remap_move");
+  }
   if (s->nm > 1) { /* the island: the grid update's output and the peers' block indices (k_tag) */
     DVEC(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
     if (s->asflip) DVEC(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
@@ -1361,11 +1531,14 @@ static const float *vel0_of(cuda_state *s, int par) {
   return !s->asflip ? NULL : s->nm > 1 ? dp<float>(s->vel0) : dp<float>(s->grid0[par]);
 }
 
-/* Clears grid buffer par (and its ASFLIP buffer) outside the fused clear of k_grid. */
+/* Clears grid buffer par (and its ASFLIP buffer and touched flags) outside the fused clear of
+ * k_grid. */
 static int clear_grid(cuda_state *s, int par) {
+  if (s->n_blocks == 0) return DR_OK;
   if (s->det) CU(cudaMemsetAsync(s->igrid[par].ptr, 0, s->n_blocks * int_floats(s) * sizeof(long long), s->stream));
   CU(cudaMemsetAsync(s->grid[par].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), s->stream));
   if (s->asflip) CU(cudaMemsetAsync(s->grid0[par].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), s->stream));
+  CU(cudaMemsetAsync(s->touched[par].ptr, 0, s->n_blocks, s->stream));
   return DR_OK;
 }
 
@@ -1437,8 +1610,9 @@ static int launch_g2p2g(cuda_state *s, int par) {
 }
 
 /* The whole step on grid buffer par, flags copied to h_slot[par]. Fused: the grid update and
- * G2P2G (grid[par] already holds this step's P2G). */
-static int launch_step(cuda_state *s, int par) {
+ * G2P2G (grid[par] already holds this step's P2G). Unfused without with_p2g: grid[par] holds
+ * this step's P2G too (the first step after G2P2G frames, island_advance_frame). */
+static int launch_step(cuda_state *s, int par, int with_p2g) {
   k_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
   LAUNCHED("k_begin");
   if (s->graph_fused) { /* grid[par] holds this step's P2G (the last G2P2G, or the priming P2G) */
@@ -1446,7 +1620,7 @@ static int launch_step(cuda_state *s, int par) {
     DR_TRY(launch_grid(s, par, GRID_ALL));
     DR_TRY(launch_g2p2g(s, par));
   } else {
-    DR_TRY(launch_p2g(s, par));
+    if (with_p2g) DR_TRY(launch_p2g(s, par));
     DR_TRY(launch_barrier(s, par));
     DR_TRY(launch_grid(s, par, GRID_ALL));
     DR_TRY(launch_g2p(s, par));
@@ -1468,7 +1642,7 @@ static int capture_graphs(cuda_state *s) {
   for (int k = 0; k < 2; ++k) {
     cudaGraph_t g = NULL;
     CU(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-    int rc = launch_step(s, k);
+    int rc = launch_step(s, k, 1);
     cudaError_t e = cudaStreamEndCapture(s->stream, &g);
     if (rc) {
       if (g) cudaGraphDestroy(g);
@@ -1784,8 +1958,9 @@ static int set_particles(void *state, particles *p) {
  * keep their partly filled lanes; k_keys sorts empty lanes last); the caller's rebuild-mapping
  * then sorts everything. Device buffers grow 4x when more than half full (contents kept), so a source
  * emitting frame after frame allocates only now and then; the host staging packets grow only. A
- * G2P2G frame after this starts from an unprimed P2G, as after any rebuild (rebuild_now clears
- * both grid buffers). */
+ * G2P2G frame after this starts from an unprimed P2G: the primed sums (keep_primed) lack the new
+ * particles, and the P2G that adds them runs again over the old ones too, applying their return
+ * mapping a second time (not exact for NACC; a P2G of the new particles alone would be). */
 static int append_particles(cuda_state *s, const particles *p) {
   const size_t m = p->n;
   if (m == 0) return DR_OK;
@@ -1793,6 +1968,7 @@ static int append_particles(cuda_state *s, const particles *p) {
     return dr_fail(DR_EINPUT, "%zu particles on one GPU: the cuda backend holds at most %d per GPU", s->n + m,
                    INT32_MAX / 2);
   CU(cudaStreamSynchronize(s->stream)); /* nothing queued still reads the packets */
+  s->primed = 0;
   const size_t old_packets = s->n_packets, add_packets = (m + LANES - 1) / LANES;
   const size_t packets = old_packets + add_packets, slots = packets * LANES;
   cudaStream_t st = s->stream;
@@ -1866,12 +2042,18 @@ static int rebuild(void *state, int force, int *rebuilt) {
 
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
-  if (s->primed) { /* after G2P2G frames: this P2G replaces the primed one */
-    DR_TRY(clear_grid(s, s->par));
-    s->primed = 0;
-  }
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
+  if (s->primed) { /* after G2P2G frames: the last G2P2G (or the rebuild's keep_primed) did this P2G */
+    s->primed = 0;
+    if (dt == s->primed_dt) return DR_OK;
+    /* Another dt: the primed sums hold the stress impulse -dt V0 (4/dx^2) tau of the old dt,
+     * summed with the dt-free mass and APIC momentum, so they cannot be rescaled; P2G runs again.
+     * Not exact: that P2G already applied the return mapping to F and logJp, so it is applied a
+     * second time (NACC hardens twice). Fixed steps keep one dt per run, so a change of dt
+     * between G2P2G frames and this step is not expected. */
+    DR_TRY(clear_grid(s, s->par));
+  }
   return launch_p2g(s, s->par);
 }
 
@@ -1953,7 +2135,8 @@ static double held_bytes(const cuda_state *s) {
                        &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
-                       &s->bar};
+                       &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
+                       &s->old_to_new};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -1991,7 +2174,8 @@ static void destroy(void *state) {
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
-                 &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar};
+                 &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
@@ -2015,6 +2199,7 @@ static void destroy(void *state) {
 static int upload(cuda_state *s, const particles *p) {
   const size_t n = p->n;
   s->n = n;
+  s->primed = 0; /* other particles: the sums are not theirs */
   s->n_packets = (n + LANES - 1) / LANES;
   const size_t slots = s->n_packets * LANES;
   DVEC(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
@@ -2083,7 +2268,7 @@ static int setup(cuda_state *s, const particles *p) {
   CU(cudaHostGetDevicePointer((void **)&s->d_xbad, s->h_xbad, 0));
   DVEC_EXACT(s->d_mats, (size_t)s->prm.n_materials * sizeof(material_params), "materials");
   DVEC_EXACT(s->ctl, sizeof(step_ctl), "step control");
-  DVEC_EXACT(s->count, sizeof(int), "counters");
+  DVEC_EXACT(s->count, sizeof(rebuild_count), "counters");
   DVEC_EXACT(s->bar, sizeof(unsigned), "island barrier");
   CU(cudaMemsetAsync(s->bar.ptr, 0, sizeof(unsigned), s->stream));
   CU(cudaMemcpyAsync(s->d_mats.ptr, s->mats, (size_t)s->prm.n_materials * sizeof(material_params),
@@ -2389,11 +2574,15 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
                                           plan->t1, adaptive ? DT_ADAPTIVE : DT_FIXED, dt_fixed, plan->cfl_dx,
                                           plan->wave_speed);
     LAUNCHED("k_frame_begin");
+    /* Primed sums (the last G2P2G's P2G of this frame's first step) serve a fused or an
+     * unfused first step alike, if they took this frame's dt. Else P2G runs again, as p2g()
+     * does for another dt, and applies the return mapping a second time: not exact, but fixed
+     * steps keep one dt per run and an adaptive frame never follows a fused one. */
+    if (s->primed && (adaptive || s->primed_dt != (float)dt_fixed)) {
+      DR_TRY(clear_grid(s, s->par));
+      s->primed = 0;
+    }
     if (fused != s->graph_fused) {
-      if (s->primed) {
-        DR_TRY(clear_grid(s, s->par));
-        s->primed = 0;
-      }
       s->graph_fused = fused;
       s->graphs_valid = 0;
     }
@@ -2433,7 +2622,21 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
         DR_TRY(launch_p2g(s, par));
         s->primed = 1;
       }
-      CU(cudaGraphLaunch(s->graph[par], s->stream));
+      if (fused) s->primed_dt = (float)dt_fixed; /* the priming P2G and every G2P2G take k_begin's dt */
+      if (!fused && s->primed && I->nm > 1) {
+        /* An island launches only graphs: kernels launched one by one behind a member's
+         * barrier could keep the next member's barrier from starting where members share a
+         * device (island_grid_update). So here P2G runs again: not exact (the return mapping a
+         * second time), and only after an emission moved an island past g2p2g_below. */
+        DR_TRY(clear_grid(s, par));
+        s->primed = 0;
+      }
+      if (!fused && s->primed) { /* the first step after G2P2G frames: without its P2G, outside the graph */
+        DR_TRY(launch_step(s, par, 0));
+        s->primed = 0;
+      } else {
+        CU(cudaGraphLaunch(s->graph[par], s->stream));
+      }
       CU(cudaEventRecord(s->done_ev[par], s->stream));
       s->par ^= 1;
     }

@@ -2,8 +2,8 @@
  *
  * When. A source emits at the start of a frame, before its first substep, on the host (so the
  * same rule holds for every backend and for the CUDA backend's whole-frame and G2P2G paths: a
- * rebuild-mapping follows every emission, and G2P2G starts again from an unprimed P2G after any
- * rebuild). Emission is a pure function of the frame, the scene and, for resampling, where the
+ * rebuild-mapping follows every emission, and G2P2G starts again from an unprimed P2G after an
+ * emission, since the primed sums lack the new particles). Emission is a pure function of the frame, the scene and, for resampling, where the
  * particles stand at that instant:
  *   - mode "rate": N(t) = floor(rate (min(t, end) - start)) particles are born by time t >= start;
  *     at the start t0 of a frame the source brings its count up to min(N(t0), max_particles).
