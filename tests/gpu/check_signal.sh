@@ -90,19 +90,19 @@ substeps() { sed -n "s|^frame $2/[0-9]*  t [0-9.]* s  substeps \([0-9]*\) .*|\1|
 # total LOG: the substeps of the done line.
 total() { sed -n 's/^done: [0-9]* frames, \([0-9]*\) substeps.*/\1/p' "$1"; }
 
-# noise F: "XTOL VTOL" for frame F: the given tolerances, or three times the difference between
-# the two straight runs A and B (1 GPU and an island of 2: float atomics add in another order)
-# where that is larger: the bounce amplifies rounding, so frames after the stop differ by the
-# rounding noise of any two runs, which a resumed run cannot beat (deterministic mode: 0, bitwise).
+# noise OUT: "XTOL VTOL" from compare_frames' output OUT for A against B: the given tolerances,
+# or three times the difference between the two straight runs A and B (1 GPU and an island of
+# 2: float atomics add in another order) where that is larger: the bounce amplifies rounding, so
+# frames after the stop differ by the rounding noise of any two runs, which a resumed run cannot
+# beat (deterministic mode: 0, bitwise). Taken once per frame into TOL (after run B below).
 noise() {
-  local name out dx dv
-  name=$(printf 'frame_%05d.h5' "$1")
-  out=$("$compare" "A/$name" "B/$name" 1e9 1e9)
-  dx=$(sed -n 's/.*max |dx| \([0-9.e+-]*\) m.*/\1/p' <<<"$out")
-  dv=$(sed -n 's/.*= \([0-9.e+-]*\) vmax.*/\1/p' <<<"$out")
+  local dx dv
+  dx=$(sed -n 's/.*max |dx| \([0-9.e+-]*\) m.*/\1/p' <<<"$1")
+  dv=$(sed -n 's/.*= \([0-9.e+-]*\) vmax.*/\1/p' <<<"$1")
   awk -v x="$xtol" -v v="$vtol" -v dx="${dx:-0}" -v dv="${dv:-0}" \
     'BEGIN { if (3 * dx > x) x = 3 * dx; if (3 * dv > v) v = 3 * dv; printf "%g %g", x, v }'
 }
+declare -a TOL
 
 # same LABEL DIR FRAME...: DIR's frames agree with A's (within noise).
 same() {
@@ -110,7 +110,7 @@ same() {
   shift 2
   for f in "$@"; do
     name=$(printf 'frame_%05d.h5' "$f")
-    read -r -a tol <<<"$(noise "$f")"
+    read -r -a tol <<<"${TOL[$f]:-$xtol $vtol}"
     if out=$("$compare" "A/$name" "$dir/$name" "${tol[0]}" "${tol[1]}"); then
       echo "$label: $out"
     else
@@ -194,6 +194,7 @@ for f in $(seq 1 "$frames"); do
   name=$(printf 'frame_%05d.h5' "$f")
   out=$("$compare" "A/$name" "B/$name" 1e9 1e9) || fail "B: $name: $out"
   echo "straight runs on 1 and 2 GPUs: $out"
+  TOL[$f]=$(noise "$out")
   if [ "$mode" = det ]; then
     "$compare" "A/$name" "B/$name" 0 0 >/dev/null || fail "B: $name differs from A's in deterministic mode: $out"
   fi
