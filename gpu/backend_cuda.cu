@@ -370,6 +370,7 @@ typedef struct cuda_state {
   boundary_params bnd;          /* faces (wall nodes below lo / above hi) and colliders, device pointers */
   dvec d_colliders, d_keys;     /* the colliders and their keyframes (boundary.h) */
   dvec d_poses;                 /* [n_colliders] where they are in this step's grid update (k_poses) */
+  bool push;                    /* a slip or separate collider: G2P takes the particle collision step (COL) */
   dvec d_ls, d_ls_table, d_ls_bricks; /* mesh colliders' level sets (levelset.h), every frame, uploaded once */
   double t_next;                /* set_time: start of the next step the host drives phase by phase */
   float dmin[3], dmax[3];       /* the domain as floats (the advection clamp) */
@@ -969,7 +970,8 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
                      s_w[warp], s_sort[warp], fp);
 }
 
-/* Where the colliders are at the step's end (ctl->t_pose), for k_grid: one thread per collider. */
+/* Where the colliders are at the step's end (ctl->t_pose), for k_grid and the particle collision step
+ * of k_g2p / k_g2p2g (physics/boundary.h): one thread per collider. */
 __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params bp, collider_pose *__restrict__ poses) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (ctl->done || k >= bp.n_colliders) return;
@@ -1089,17 +1091,38 @@ __global__ static void k_tag(size_t n_blocks, const uint64_t *__restrict__ codes
   tags[i] = pt.keys[q] ? table_find(pt.keys[q], pt.vals[q], pt.mask[q], codes[b]) : -1;
 }
 
+/* The particle collision step (physics/boundary.h) of one particle. Only the COL variants of
+ * k_g2p and k_g2p2g call it (scenes with colliders; the others compile as before). Out of line,
+ * with C and F stored before the call, CUDA 13 for sm_90 gives k_g2p 80 registers instead of 56
+ * (ASFLIP: 72) and k_g2p2g 96 instead of 80 (ASFLIP: about 128 either way); inlined, every
+ * variant took about 128.
+ * Scenes whose colliders are all sticky skip it too (boundary.h: sticky colliders keep what they
+ * hold). Position and velocity travel by value. */
+struct pushed {
+  float x[3], v[3];
+};
+__device__ __noinline__ static pushed push_particle(const boundary_params *bp, const collider_pose *poses, pushed p,
+                                                    float room) {
+  boundary_push_posed(bp, poses, p.x, p.v, room);
+  return p;
+}
+
 /* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
- * advection clamped to the domain, the inner-free-zone check, largest speed, and the
- * non-finite / runaway check. One warp per packet; flags reduced over the warp first. */
+ * advection clamped to the domain, the particle collision step, the inner-free-zone check,
+ * largest speed, and the non-finite / runaway check. One warp per packet; flags reduced over
+ * the warp first. */
 /* The G2P of one warp's packet p (all 32 lanes call it). */
-template <bool OLD> /* ASFLIP: the velocity before the update from grid0, and the material */
+/* OLD (ASFLIP): the velocity before the update from grid0, and the material. COL: the scene has
+ * a slip or separate collider (cuda_state.push), and particles take the particle collision step
+ * (only these variants pay its registers). */
+template <bool OLD, bool COL>
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
                                          float3 dmin, float3 dmax, float dx, float inv_dx,
                                          const float *__restrict__ grid, int inner_lo, int inner_hi,
-                                         const material_params *__restrict__ mats, const float *__restrict__ grid0) {
+                                         const material_params *__restrict__ mats, const float *__restrict__ grid0,
+                                         const boundary_params &bp, const collider_pose *__restrict__ poses) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -1166,17 +1189,25 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       for (int a = 0; a < 3; ++a) v[a] = vnew[a];
     }
     m3_mul(G, F, Fn);
+    const float detF = m3_det(Fn);
+    for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
+    for (int a = 0; a < 3; ++a) x[a] += dt * vmove[a];
+    if (COL) { /* the particle collision step (physics/boundary.h), poses of k_poses */
+      const float moved = dt * fmaxf(fabsf(vmove[0]), fmaxf(fabsf(vmove[1]), fabsf(vmove[2])));
+      pushed q = {{x[0], x[1], x[2]}, {v[0], v[1], v[2]}};
+      q = push_particle(&bp, poses, q, boundary_push_room(dx, moved));
+      for (int a = 0; a < 3; ++a) x[a] = q.x[a], v[a] = q.v[a];
+    }
     const float lo[3] = {dmin.x, dmin.y, dmin.z}, hi[3] = {dmax.x, dmax.y, dmax.z};
     float sp2 = 0.0f;
     for (int a = 0; a < 3; ++a) {
       sp2 += v[a] * v[a];
       /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
-      x[a] = fminf(fmaxf(x[a] + dt * vmove[a], lo[a]), hi[a]);
+      x[a] = fminf(fmaxf(x[a], lo[a]), hi[a]);
     }
-    for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
     const float runaway = DR_RUNAWAY_CELLS * dx / dt;
-    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(m3_det(Fn)) || sp2 > runaway * runaway) {
+    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(detF) || sp2 > runaway * runaway) {
       flag_bad(ctl, pid[p * LANES + lane]);
     } else {
       speed_bits = __float_as_uint(sqrtf(sp2));
@@ -1196,19 +1227,21 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
 }
 
 /* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
- * advection clamped to the domain, the inner-free-zone check, largest speed, and the
- * non-finite / runaway check. One warp per packet; flags reduced over the warp first. */
-template <bool OLD>
+ * advection clamped to the domain, the particle collision step (COL), the inner-free-zone check,
+ * largest speed, and the non-finite / runaway check. One warp per packet; flags reduced over the
+ * warp first. */
+template <bool OLD, bool COL>
 __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
       float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
-      const material_params *__restrict__ mats, const float *__restrict__ grid0) {
+      const material_params *__restrict__ mats, const float *__restrict__ grid0,
+      const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
-  g2p_warp<OLD>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO, INNER_HI,
-           mats, grid0);
+  g2p_warp<OLD, COL>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO,
+                     INNER_HI, mats, grid0, bp, poses);
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -1217,13 +1250,14 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
  * zone [FUSED_LO, FUSED_HI] leaves that much slack, so every scattered stencil stays inside the
  * physical blocks. The warp's own writes to its packet are visible to its lanes after
  * __syncwarp. */
-template <bool OLD, bool DET>
+template <bool OLD, bool DET, bool COL>
 __global__ static void PARTICLE_BOUNDS
 k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
         const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
         const material_params *__restrict__ mats, float3 origin, float3 dmin, float3 dmax, float dx, float inv_dx,
         const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next,
-        const float *__restrict__ grid0, float *__restrict__ grid0_next, fixp fp) {
+        const float *__restrict__ grid0, float *__restrict__ grid0_next, fixp fp,
+        const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
   __shared__ float s_w[WARPS][9][LANES];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -1231,8 +1265,8 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp<OLD>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO, FUSED_HI, mats,
-           grid0);
+  g2p_warp<OLD, COL>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO,
+                     FUSED_HI, mats, grid0, bp, poses);
   __syncwarp();
   p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
                      grid0_next, s_w[warp], s_sort[warp], fp);
@@ -1585,26 +1619,36 @@ static int launch_grid(cuda_state *s, int par, int part) {
 
 static int launch_g2p(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
-  (s->asflip ? k_g2p<true> : k_g2p<false>)<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+  const bool col = s->push;
+  (s->asflip ? (col ? k_g2p<true, true> : k_g2p<true, false>) : (col ? k_g2p<false, true> : k_g2p<false, false>))
+      <<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
-      s->inv_dx, vel_of(s, par), dp<material_params>(s->d_mats), vel0_of(s, par));
+      s->inv_dx, vel_of(s, par), dp<material_params>(s->d_mats), vel0_of(s, par), s->bnd,
+      dp<collider_pose>(s->d_poses));
   LAUNCHED("k_g2p");
   return DR_OK;
 }
 
+/* The G2P2G variant for the scene: ASFLIP, deterministic sums, colliders. */
+template <bool OLD, bool DET>
+static decltype(&k_g2p2g<OLD, DET, false>) g2p2g_kernel(bool col) {
+  return col ? k_g2p2g<OLD, DET, true> : k_g2p2g<OLD, DET, false>;
+}
+
 static int launch_g2p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
-  (s->asflip ? (s->det ? k_g2p2g<true, true> : k_g2p2g<true, false>)
-             : (s->det ? k_g2p2g<false, true> : k_g2p2g<false, false>))<<<blocks_for(s->n_packets, WARPS), THREADS, 0,
-                                                                          s->stream>>>(
+  const bool col = s->push;
+  (s->asflip ? (s->det ? g2p2g_kernel<true, true>(col) : g2p2g_kernel<true, false>(col))
+             : (s->det ? g2p2g_kernel<false, true>(col) : g2p2g_kernel<false, false>(col)))
+      <<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]),
       make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx, s->inv_dx, vel_of(s, par),
       dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]), vel0_of(s, par), grid0_of(s, 1 - par),
-      fix_of(s, 1 - par));
+      fix_of(s, 1 - par), s->bnd, dp<collider_pose>(s->d_poses));
   LAUNCHED("k_g2p2g");
   return DR_OK;
 }
@@ -2350,6 +2394,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   if (prm->deterministic) s->g2p2g_below = 0;
   s->inv_dx = 1.0f / prm->dx;
   s->bnd = prm->boundary; /* the pointers become device pointers in setup() */
+  for (int k = 0; k < prm->boundary.n_colliders; ++k) s->push |= prm->boundary.colliders[k].type != BOUNDARY_STICKY;
   for (int m = 0; m < prm->n_materials; ++m) s->asflip |= prm->materials[m].transfer == TRANSFER_ASFLIP;
   s->det = prm->deterministic != 0;
   s->bnd.colliders = NULL;

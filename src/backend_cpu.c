@@ -423,6 +423,7 @@ static int g2p(void *state, float dt) {
   float vmax = 0.0f;
   int leave = 0;
   long bad = -1;
+  const boundary_params *bp = &s->prm.boundary; /* colliders at s->poses: the grid update's, the step's end */
 #pragma omp parallel for schedule(static) reduction(max : vmax) reduction(| : leave)
   for (long il = 0; il < (long)p->n; ++il) {
     size_t i = (size_t)il;
@@ -458,13 +459,18 @@ static int g2p(void *state, float dt) {
     transfer_velocity(mat, dt, p->v + 3 * i, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
     m3_mul(G, F, Fn);
     m3_copy(Fn, F);
+    float xa[3];
+    for (int a = 0; a < 3; ++a) xa[a] = x[a] + dt * vmove[a];
+    if (bp->n_colliders > 0) { /* the particle collision step (physics/boundary.h) */
+      const float moved = dt * fmaxf(fabsf(vmove[0]), fmaxf(fabsf(vmove[1]), fabsf(vmove[2])));
+      boundary_push_posed(bp, s->poses, xa, vnew, boundary_push_room(dx, moved));
+    }
     float sp2 = 0.0f;
     for (int a = 0; a < 3; ++a) {
       p->v[3 * i + a] = vnew[a];
       sp2 += vnew[a] * vnew[a];
-      float xa = x[a] + dt * vmove[a];
       /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
-      x[a] = fminf(fmaxf(xa, (float)s->prm.domain_min[a]), (float)s->prm.domain_max[a]);
+      x[a] = fminf(fmaxf(xa[a], (float)s->prm.domain_min[a]), (float)s->prm.domain_max[a]);
     }
     if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(m3_det(F)) || sp2 > runaway * runaway) {
 #pragma omp critical(drift_cpu_bad)

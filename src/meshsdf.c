@@ -296,11 +296,31 @@ int meshsdf_build(levelset_pool *pool, const mesh *m, const double shift[3], dou
    * the brick is farther than band from all its nodes. */
   int all_closed = 1;
   for (int c = 0; c < ncomp; ++c) all_closed &= cclosed[c];
+  /* A union of closed components (overlapping parts, like the crawler's limbs at the joints):
+   * the distance to the nearest triangle is the distance to the union's surface outside, but not
+   * inside, where a part's triangles that lie inside another part are near and the true depth
+   * is not (phi would read about 0 deep inside a joint, and its gradient would point across the
+   * buried face). Inside, phi is -(the depth in the part that x is deepest in): the union's
+   * signed distance min_c phi_c, whose zero set is the union's surface. tcomp: each triangle's
+   * component. */
+  int *tcomp = NULL;
+  if (all_closed && ncomp > 1) {
+    tcomp = dr_malloc(sizeof(int) * (size_t)(nt ? nt : 1), "level-set components");
+    if (!tcomp) {
+      free(p), free(tab), free(dist), free(near), free(near_b), free(coords);
+      free(order), free(cstart), free(cbox), free(cclosed);
+      return DR_ENOMEM;
+    }
+    for (int c = 0; c < ncomp; ++c)
+      for (int t = cstart[c]; t < cstart[c + 1]; ++t) tcomp[order[t]] = c;
+  }
+  const int masked = tcomp && ncomp <= 64; /* the parts that hold a node fit a 64-bit mask */
 #pragma omp parallel for schedule(dynamic, 4)
   for (int32_t id = 0; id < nmarked; ++id) {
     const int64_t e = coords[id];
     const int i = (int)(e % dims[0]), j = (int)((e / dims[0]) % dims[1]), k = (int)(e / ((int64_t)dims[0] * dims[1]));
     double ball[LS_BRICK_NODES][4]; /* computed nodes: x, y, z, radius^2 (signed by their sign) */
+    uint64_t ball_parts[LS_BRICK_NODES]; /* masked: the parts that hold the ball */
     int nball = 0, lfar = 0;
     for (int l = 1; l < LS_BRICK_NODES; ++l)
       if (dist[(size_t)id * LS_BRICK_NODES + (size_t)l] > dist[(size_t)id * LS_BRICK_NODES + (size_t)lfar]) lfar = l;
@@ -310,10 +330,12 @@ int meshsdf_build(levelset_pool *pool, const mesh *m, const double shift[3], dou
                            origin[2] + (4 * k + (l >> 4)) * h};
       const size_t q = (size_t)id * LS_BRICK_NODES + (size_t)l;
       double sign = 0;
+      uint64_t parts = 0; /* masked: bit c set when part c holds x (its own winding number) */
       for (int b = 0; b < nball && all_closed; ++b) {
         const double d0 = x[0] - ball[b][0], d1 = x[1] - ball[b][1], d2 = x[2] - ball[b][2];
         if (d0 * d0 + d1 * d1 + d2 * d2 < 0.999 * fabs(ball[b][3])) {
           sign = ball[b][3] < 0 ? -1.0 : 1.0;
+          parts = ball_parts[b];
           break;
         }
       }
@@ -324,35 +346,84 @@ int meshsdf_build(levelset_pool *pool, const mesh *m, const double shift[3], dou
           if (cclosed[c] && (x[0] < b[0] - h || x[1] < b[1] - h || x[2] < b[2] - h || x[0] > b[3] + h ||
                              x[1] > b[4] + h || x[2] > b[5] + h))
             continue;
+          double wc = 0;
           for (int t = cstart[c]; t < cstart[c + 1]; ++t) {
             const int *tr = m->tri + 3 * order[t];
-            w += solid_angle(x, p + 3 * tr[0], p + 3 * tr[1], p + 3 * tr[2]);
+            const double a = solid_angle(x, p + 3 * tr[0], p + 3 * tr[1], p + 3 * tr[2]);
+            w += a, wc += a;
           }
+          if (masked && fabs(wc) > 2 * PI) parts |= (uint64_t)1 << c;
         }
         sign = fabs(w) > 2 * PI ? -1.0 : 1.0; /* |w / 4 pi| > 1/2 */
         const double r = fmin(dist[q], band);
         if (all_closed && r > 0) {
           for (int a = 0; a < 3; ++a) ball[nball][a] = x[a];
+          ball_parts[nball] = parts;
           ball[nball++][3] = sign * r * r;
         }
       }
+      double d = dist[q];
+      int t = near[q];
+      float bw[3] = {near_b[3 * q], near_b[3 * q + 1], near_b[3 * q + 2]};
+      if (sign < 0 && tcomp) {
+        /* inside the union: unless x lies in its nearest triangle's part alone (then that part's
+         * depth is dist), the deepest of the parts that hold x. Without the mask (more than 64
+         * parts), the parts whose boxes hold x are tested by their own winding numbers. */
+        const int c0 = t >= 0 ? tcomp[t] : -1;
+        int others = 0;
+        if (masked) others = (parts & ~(c0 >= 0 ? (uint64_t)1 << c0 : 0)) != 0;
+        for (int c = 0; c < ncomp && !masked && !others; ++c) {
+          const double *b = cbox + 6 * c;
+          others = c != c0 && x[0] >= b[0] - h && x[1] >= b[1] - h && x[2] >= b[2] - h && x[0] <= b[3] + h &&
+                   x[1] <= b[4] + h && x[2] <= b[5] + h;
+        }
+        double deepest = -1; /* a part's depth counts only if it is deeper (and x inside it) */
+        for (int c = 0; c < ncomp && others && deepest < band; ++c) {
+          if (masked && !((parts >> c) & 1)) continue;
+          /* x inside part c lies at least d_c inside c's box (the ball of radius d_c about x is in
+           * c), and d_c >= dist: a part whose box x is not that deep in cannot hold x deeper */
+          const double *b = cbox + 6 * c;
+          double room = INFINITY;
+          for (int a = 0; a < 3; ++a) room = fmin(room, fmin(x[a] - b[a], b[3 + a] - x[a]));
+          if (room + 1e-9 * h < d || room <= deepest) continue;
+          double dc = INFINITY, bc[3] = {0, 0, 0};
+          int tc = -1;
+          for (int u = cstart[c]; u < cstart[c + 1]; ++u) {
+            const int *tr = m->tri + 3 * order[u];
+            double bary[3];
+            const double du = meshsdf_point_triangle(x, p + 3 * tr[0], p + 3 * tr[1], p + 3 * tr[2], bary);
+            if (du < dc) dc = du, tc = order[u], bc[0] = bary[0], bc[1] = bary[1], bc[2] = bary[2];
+          }
+          if (!(dc > deepest)) continue;
+          if (!masked) {
+            double w = 0;
+            for (int u = cstart[c]; u < cstart[c + 1]; ++u) {
+              const int *tr = m->tri + 3 * order[u];
+              w += solid_angle(x, p + 3 * tr[0], p + 3 * tr[1], p + 3 * tr[2]);
+            }
+            if (!(fabs(w) > 2 * PI)) continue;
+          }
+          deepest = dc, t = tc;
+          for (int a = 0; a < 3; ++a) bw[a] = (float)bc[a];
+        }
+        if (deepest >= 0) d = deepest;
+      }
       float *o = out + q * (size_t)nc;
-      o[0] = (float)(sign * fmin(dist[q], band));
+      o[0] = (float)(sign * fmin(d, band));
       if (nc > 1) {
-        const int t = near[q];
         for (int a = 0; a < 6; ++a) o[1 + a] = 0.0f;
         if (t >= 0)
           for (int c = 0; c < 3; ++c)
             for (int a = 0; a < 3; ++a) {
               const int vi = m->tri[3 * t + c];
-              o[LS_VEL_OUT + a] += near_b[3 * q + c] * (float)vel_out[3 * vi + a];
-              o[LS_VEL_IN + a] += near_b[3 * q + c] * (float)vel_in[3 * vi + a];
+              o[LS_VEL_OUT + a] += bw[c] * (float)vel_out[3 * vi + a];
+              o[LS_VEL_IN + a] += bw[c] * (float)vel_in[3 * vi + a];
             }
       }
     }
   }
 
-  free(order), free(cstart), free(cbox), free(cclosed);
+  free(order), free(cstart), free(cbox), free(cclosed), free(tcomp);
 
   /* 4. bricks beyond the band: outside where a flood fill from the corner brick reaches */
   int64_t *stack = dr_malloc(sizeof(int64_t) * (size_t)nb, "level-set flood fill");

@@ -13,7 +13,13 @@
  *      node (Jacobson et al. 2013: the sum of the triangles' solid angles / 4 pi; inside where
  *      |w| > 1/2, which is robust to small gaps, duplicated faces and either orientation). It
  *      costs one solid angle per band node and triangle (OpenMP over bricks): seconds for
- *      meshes of thousands of triangles at a few hundred cells across;
+ *      meshes of thousands of triangles at a few hundred cells across. A mesh of several closed
+ *      components that overlap (a figure whose limbs overlap at the joints) is their union: a
+ *      node inside holds minus its depth in the component it is deepest in (min over the
+ *      components' signed distances), not its distance to the nearest triangle, which may be
+ *      a face buried in another component (phi about 0 deep inside a joint). Outside, the two
+ *      agree. Components are told apart by shared vertices; a mesh with an open component keeps
+ *      the distance to the nearest triangle everywhere;
  *   4. the bricks beyond the band take their sign by a flood fill of the brick table from the
  *      lattice's corner (outside) through bricks beyond the band: the band bricks enclose the
  *      surface, so what the fill does not reach is inside.

@@ -3,7 +3,8 @@
  * shapes of sdf.h, or triangle meshes as narrow-band level sets of levelset.h, static or animated
  * by a sequence of meshes, all moved by keyframed translations and rotations).
  *
- * Entry points, called for every grid node with mass after v = p/m + g dt:
+ * Entry points, called for every grid node with mass after v = p/m + g dt (and, for particles,
+ * boundary_push_posed below):
  *   boundary_apply_posed(bp, poses, x, v): x the node's position (m), v the node velocity,
  *   changed in place; poses[k] = collider_pose_at(colliders[k], keys, t), computed once per grid
  *   update at the time t where the colliders stand (the backends use the end of the step: the
@@ -25,6 +26,19 @@
  * is added back. The band of half a cell means that a collider of any thickness holds at least
  * one layer of nodes, and that material pressed against a collider rests within about half a
  * cell of its surface (with phi < 0 alone it sinks in by more than half a cell under load).
+ *
+ * Particle collision step (boundary_push_posed, called by G2P after advection, the colliders at
+ * the same poses as the grid update): a particle that ends a step inside a slip or separate
+ * collider (phi < 0 at its position) moves out along the collider's normal by its depth, and its
+ * velocity relative to the collider is projected as for a node. The grid condition alone cannot
+ * keep material out everywhere: it only stops motion into the collider, so a particle that got
+ * in stays in; and in a concave crease (where two parts of a mesh meet: the crawler's knees in
+ * jobs/scenes/crawling_snow.json, issue 9) nodes that slide along one face carry material into
+ * the other part, which ended 1.15 cells deep even with the union's level set right (meshsdf.h).
+ * The move is at most half a cell per step and never makes a particle travel a whole cell along
+ * an axis in one step (boundary_push_room: the free zone's slack), so a particle deeper than
+ * that comes out over several steps. Sticky colliders keep the material they hold (it moves
+ * with them). Only particles inside a collider are touched; scenes without colliders skip it.
  *
  * Collider motion: keyframes (time, translation T, rotation q), sorted by time. Between two keys
  * T is interpolated linearly and q by slerp along the shorter arc (at most 180 degrees between
@@ -199,16 +213,28 @@ DR_HD void collider_pose_at(const collider *c, const collider_key *keys, double 
   for (int i = 0; i < 3; ++i) P->center[i] = c->center[i] + T[i];
 }
 
+/* phi of mesh collider c at pose P at the local point xl, alone (no normal, no velocity): the
+ * same value as collider_mesh_eval's. */
+DR_HD float collider_mesh_phi(const boundary_params *bp, const collider *c, const collider_pose *P, const float xl[3]) {
+  const levelset *A = &bp->levelsets[c->geom.levelset + P->frame];
+  float phi = ls_sample(A, bp->ls_table, bp->ls_bricks, xl, NULL, 0, NULL);
+  if (P->deforming && P->frac > 0.0f) {
+    const float pb = ls_sample(A + 1, bp->ls_table, bp->ls_bricks, xl, NULL, 0, NULL);
+    phi = (1.0f - P->frac) * phi + P->frac * pb;
+  }
+  return phi;
+}
+
 /* phi, the outward unit normal nl and the surface velocity vl (m/s; zero for a static mesh) of
  * mesh collider c at pose P at the local point xl: the level set of the frame, or the linear
  * blend of the two frames around the pose's time, and the blend of their stored surface
  * velocities (the interval's per-vertex velocity at each frame's nearest surface point). The
  * normal is the continuous gradient of levelset.h (ls_gradient), computed only where the
- * collider acts (phi < bp->band; elsewhere nl is (0, 1, 0)). Where phi is flat (deep inside,
- * |phi| clamped to the band) the normal points away from the mesh's vertex centroid: the
- * shortest way out for a convex shape, and never a NaN. */
+ * collider acts (phi < act: bp->band for grid nodes, 0 for particles; elsewhere nl is (0, 1, 0)).
+ * Where phi is flat (deep inside, |phi| clamped to the band) the normal points away from the
+ * mesh's vertex centroid: the shortest way out for a convex shape, and never a NaN. */
 DR_HD float collider_mesh_eval(const boundary_params *bp, const collider *c, const collider_pose *P, const float xl[3],
-                               float nl[3], float vl[3]) {
+                               float act, float nl[3], float vl[3]) {
   const levelset *A = &bp->levelsets[c->geom.levelset + P->frame];
   float va[3];
   const int moving = P->deforming, blend = moving && P->frac > 0.0f;
@@ -222,7 +248,7 @@ DR_HD float collider_mesh_eval(const boundary_params *bp, const collider *c, con
     for (int i = 0; i < 3; ++i) vl[i] = (1.0f - s) * vl[i] + s * vb[i];
   }
   nl[0] = 0.0f, nl[1] = 1.0f, nl[2] = 0.0f;
-  if (!(phi < bp->band)) return phi; /* the collider does not act here: no normal needed */
+  if (!(phi < act)) return phi; /* the collider does not act here: no normal needed */
   float g[3];
   ls_gradient(A, bp->ls_table, bp->ls_bricks, xl, g);
   if (blend) {
@@ -240,15 +266,44 @@ DR_HD float collider_mesh_eval(const boundary_params *bp, const collider *c, con
   return phi;
 }
 
+/* phi of collider c at pose P at the world point x and, where phi < act, its outward unit normal
+ * n and its velocity vc at x (world frame; elsewhere n and vc are not set). The collider's
+ * velocity is its rigid motion (keyframes) plus, for a mesh sequence, the surface's own velocity
+ * turned into the world frame. */
+DR_HD float collider_eval(const boundary_params *bp, const collider *c, const collider_pose *P, const float x[3],
+                          float act, float n[3], float vc[3]) {
+  float r[3], xl[3], nl[3], vl[3] = {0.0f, 0.0f, 0.0f};
+  for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
+  m3_apply_t(P->R, r, xl);
+  const float phi =
+      c->geom.shape == SDF_MESH ? collider_mesh_eval(bp, c, P, xl, act, nl, vl) : sdf_eval(&c->geom, xl, nl);
+  if (!(phi < act)) return phi;
+  m3_apply(P->R, nl, n);
+  float vs[3];
+  v3_cross(P->omega, r, vc);
+  m3_apply(P->R, vl, vs);
+  for (int i = 0; i < 3; ++i) vc[i] += P->vel[i] + vs[i];
+  return phi;
+}
+
+/* phi of collider c at pose P at the world point x, alone (cheap: no normal, no velocity). */
+DR_HD float collider_phi(const boundary_params *bp, const collider *c, const collider_pose *P, const float x[3]) {
+  float r[3], xl[3], nl[3];
+  for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
+  m3_apply_t(P->R, r, xl);
+  return c->geom.shape == SDF_MESH ? collider_mesh_phi(bp, c, P, xl) : sdf_eval(&c->geom, xl, nl);
+}
+
 /* A collider at pose P acting on the node at x with velocity v (in place) when phi(x) < band.
- * Returns 1 when it did. The collider's velocity at the node is its rigid motion (keyframes)
- * plus, for a mesh sequence, the surface's own velocity turned into the world frame. */
+ * Returns 1 when it did. (collider_eval written out: through it, nvcc gave the grid update 98
+ * registers instead of 80.) */
 DR_HD int collider_apply(const boundary_params *bp, const collider *c, const collider_pose *P, const float x[3],
                          float v[3]) {
   float r[3], xl[3], nl[3], n[3], vl[3] = {0.0f, 0.0f, 0.0f};
   for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
   m3_apply_t(P->R, r, xl);
-  const float phi = c->geom.shape == SDF_MESH ? collider_mesh_eval(bp, c, P, xl, nl, vl) : sdf_eval(&c->geom, xl, nl);
+  const float phi =
+      c->geom.shape == SDF_MESH ? collider_mesh_eval(bp, c, P, xl, bp->band, nl, vl) : sdf_eval(&c->geom, xl, nl);
   if (!(phi < bp->band)) return 0;
   m3_apply(P->R, nl, n);
   float vc[3], vs[3];
@@ -256,6 +311,29 @@ DR_HD int collider_apply(const boundary_params *bp, const collider *c, const col
   m3_apply(P->R, vl, vs);
   for (int i = 0; i < 3; ++i) {
     vc[i] += P->vel[i] + vs[i];
+    v[i] -= vc[i];
+  }
+  bc_project(c->type, c->friction, n, v);
+  for (int i = 0; i < 3; ++i) v[i] += vc[i];
+  return 1;
+}
+
+/* The particle collision step (G2P, after advection; see the top of this file): a particle at x
+ * (m) with velocity v inside a slip or separate collider c at pose P (phi(x) < 0) moves out along
+ * the collider's normal by its depth, at most *room (m, which the move uses up), and its
+ * velocity relative to the collider is projected as the collider's type says, as for a grid
+ * node. A sticky collider keeps the material it holds. x and v in place; returns 1 when the
+ * particle was inside. */
+DR_HD int collider_push(const boundary_params *bp, const collider *c, const collider_pose *P, float x[3], float v[3],
+                        float *room) {
+  if (c->type == BOUNDARY_STICKY || !(collider_phi(bp, c, P, x) < 0.0f)) return 0;
+  float n[3] = {0.0f, 1.0f, 0.0f}, vc[3] = {0.0f, 0.0f, 0.0f}; /* (set by collider_eval where phi < 0) */
+  const float phi = collider_eval(bp, c, P, x, 0.0f, n, vc);
+  if (!(phi < 0.0f)) return 0;
+  const float move = fminf(-phi, *room);
+  *room -= move;
+  for (int i = 0; i < 3; ++i) {
+    x[i] += move * n[i];
     v[i] -= vc[i];
   }
   bc_project(c->type, c->friction, n, v);
@@ -278,6 +356,22 @@ DR_HD void boundary_apply_posed(const boundary_params *bp, const collider_pose *
   for (int k = 0; k < bp->n_colliders; ++k) collider_apply(bp, &bp->colliders[k], &poses[k], x, v);
   boundary_apply_faces(bp, x, v);
 }
+
+/* The particle collision step of every collider on the particle at x with velocity v (in place,
+ * after advection; poses at the step's end, as for the grid update). room (m): how far the
+ * colliders may move the particle in all (boundary_push_room). Returns 1 when a collider held
+ * the particle. */
+DR_HD int boundary_push_posed(const boundary_params *bp, const collider_pose *poses, float x[3], float v[3],
+                              float room) {
+  int any = 0;
+  for (int k = 0; k < bp->n_colliders; ++k) any |= collider_push(bp, &bp->colliders[k], &poses[k], x, v, &room);
+  return any;
+}
+
+/* How far the particle collision step may move a particle that advection moved by at most
+ * `moved` (m) along any axis this step: half a cell, and never so far that the particle moves a
+ * whole cell along an axis in one step (the free zone's slack, backend.h's runaway speed). */
+DR_HD float boundary_push_room(float dx, float moved) { return fmaxf(0.0f, fminf(0.5f * dx, 0.99f * dx - moved)); }
 
 /* The same with the poses computed here at time t (the CUDA grid update: one node per thread). */
 DR_HD void boundary_apply(const boundary_params *bp, double t, const float x[3], float v[3]) {

@@ -1,7 +1,8 @@
 /* test_physics_device - the shared physics headers compiled by nvcc and run on the GPU agree with
  * the same headers run on the host: B-spline weights, svd3 and constitutive_update for the
  * three material models, the boundary conditions (moving colliders of every shape and per-face
- * walls, boundary.h) and the APIC/ASFLIP transfer (transfer.h), on a few thousand inputs each. The device build uses -use_fast_math
+ * walls, boundary.h; the particle collision step) and the APIC/ASFLIP transfer (transfer.h), on
+ * a few thousand inputs each. The device build uses -use_fast_math
  * (as the CUDA backend does), so agreement is judged to ~1e-4 of the natural scale of each
  * output, and the device SVD is also checked on its own (reconstruction, rotations, order).
  * Exits 77 (skipped) where no CUDA device is usable. */
@@ -54,6 +55,11 @@ __global__ void k_constitutive(int n, material_params m, float *F, float *tau) {
 __global__ void k_boundary(int n, boundary_params bp, double t, const float *x, float *v) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) boundary_apply(&bp, t, x + 3 * i, v + 3 * i);
+}
+
+__global__ void k_push(int n, boundary_params bp, const collider_pose *poses, float room, float *x, float *v) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) boundary_push_posed(&bp, poses, x + 3 * i, v + 3 * i, room);
 }
 
 __global__ void k_transfer(int n, material_params m, const float *in, float *out) {
@@ -368,6 +374,47 @@ static void test_boundary(void) {
          worst);
   CHECK(used > n / 2 && changed > n / 10, "too few nodes compared (%d) or changed (%d)", used, changed);
   CHECK(worst < 1e-4 * 2, "device boundary conditions differ from the host by %g m/s", worst);
+
+  /* the particle collision step on the same points as particles (the colliders at the poses P):
+   * the slip and separate colliders move the points inside them out and project their velocity */
+  float *xh = (float *)malloc(sizeof(float) * 3 * n), *xd = (float *)malloc(sizeof(float) * 3 * n);
+  const float room = 0.05f;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < 4; ++j) { /* near the inside test: fast math may decide the other way */
+      float r[3], xl[3], nl[3];
+      for (int a = 0; a < 3; ++a) r[a] = x[3 * i + a] - P[j].center[a];
+      m3_apply_t(P[j].R, r, xl);
+      skip[i] |= fabsf(sdf_eval(&c[j].geom, xl, nl)) < 1e-4f;
+    }
+    memcpy(xh + 3 * i, x + 3 * i, 3 * sizeof(float));
+    memcpy(vh + 3 * i, v + 3 * i, 3 * sizeof(float));
+    boundary_push_posed(&bp, P, xh + 3 * i, vh + 3 * i, room);
+  }
+  collider_pose *dP = to_device(P, 4);
+  CUDA_CHECK(cudaMemcpy(dv, v, sizeof(float) * 3 * n, cudaMemcpyHostToDevice));
+  k_push<<<blocks(n), 128>>>(n, dbp, dP, room, dx_, dv);
+  launch_done("k_push");
+  to_host(xd, dx_, 3 * n);
+  to_host(vd, dv, 3 * n);
+  double worst_x = 0, worst_v = 0;
+  int pushed = 0;
+  used = 0;
+  for (int i = 0; i < n; ++i) {
+    if (skip[i]) continue;
+    ++used;
+    pushed += xh[3 * i] != x[3 * i] || xh[3 * i + 1] != x[3 * i + 1] || xh[3 * i + 2] != x[3 * i + 2];
+    for (int a = 0; a < 3; ++a) {
+      worst_x = fmax(worst_x, fabs(xd[3 * i + a] - xh[3 * i + a]));
+      worst_v = fmax(worst_v, fabs(vd[3 * i + a] - vh[3 * i + a]));
+    }
+  }
+  printf("particle collision step: %d particles compared (%d moved out), worst difference %.3g m, %.3g m/s\n", used,
+         pushed, worst_x, worst_v);
+  CHECK(used > n / 2 && pushed > n / 50, "too few particles compared (%d) or moved (%d)", used, pushed);
+  CHECK(worst_x < 1e-5 && worst_v < 2e-4, "device particle collision step differs from the host by %g m, %g m/s",
+        worst_x, worst_v);
+  cudaFree(dP);
+  free(xh), free(xd);
   cudaFree(dc), cudaFree(dk), cudaFree(dx_), cudaFree(dv);
   free(x), free(v), free(vh), free(vd), free(skip);
 }

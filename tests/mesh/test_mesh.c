@@ -6,6 +6,9 @@
  *     icosphere mesh against brute-force distances to its triangles and against the sphere:
  *     the largest error in the band is a small fraction of dx, and the sign is right at every
  *     point sampled (band, deep inside, far outside), rotated and shifted lattices included;
+ *   - two overlapping cubes in one mesh: inside, phi is the depth in the part the point is
+ *     deepest in (the union's min of the parts' signed distances), not the distance to the
+ *     other part's buried faces;
  *   - a mesh body from the cube OBJ holds the same particles (count within 1 %, same mass) as
  *     the box body it equals, and every particle of an icosphere body lies in the sphere. */
 #define _POSIX_C_SOURCE 200809L
@@ -159,6 +162,55 @@ static void test_cube_levelset(void) {
         "phi %g gradient (%g %g %g) on the +x face, expected 0.013 and (1 0 0)", phi, g[0], g[1], g[2]);
   levelset_pool_free(&pool);
   mesh_destroy(&m);
+}
+
+/* Two closed parts in one mesh that overlap (the crawler's limbs at their joints): the cube of
+ * test_cube_levelset and the same cube 0.2 m further along x, [0.5, 0.9]. Inside, phi is the
+ * depth in the part the point is deepest in, min(phi_A, phi_B), not the distance to the nearest
+ * triangle: at x = 0.52, 2 cm from B's buried face at x = 0.5, a point is 18 cm deep in A. */
+static void test_union_levelset(void) {
+  char p[512], err[800];
+  mesh a, b;
+  path_of(p, sizeof p, "cube.obj");
+  if (mesh_read_obj(p, &a, err, sizeof err) || mesh_read_obj(p, &b, err, sizeof err)) {
+    CHECK(0, "%s", err);
+    return;
+  }
+  mesh m = {a.n_verts + b.n_verts, a.n_tris + b.n_tris, malloc(sizeof(double) * 3 * (size_t)(a.n_verts + b.n_verts)),
+            malloc(sizeof(int) * 3 * (size_t)(a.n_tris + b.n_tris))};
+  for (int i = 0; i < a.n_verts; ++i)
+    for (int k = 0; k < 3; ++k) {
+      m.v[3 * i + k] = 0.4 * a.v[3 * i + k] + 0.3 - 0.1 * k;
+      m.v[3 * (a.n_verts + i) + k] = m.v[3 * i + k] + (k == 0 ? 0.2 : 0.0);
+    }
+  for (int t = 0; t < 3 * a.n_tris; ++t) m.tri[t] = a.tri[t], m.tri[3 * a.n_tris + t] = a.tri[t] + a.n_verts;
+  const double loa[3] = {0.3, 0.2, 0.1}, hia[3] = {0.7, 0.6, 0.5}, lob[3] = {0.5, 0.2, 0.1}, hib[3] = {0.9, 0.6, 0.5};
+  const double dx = 0.05, band = 2 * dx, zero[3] = {0, 0, 0};
+  levelset_pool pool = {0};
+  int idx = -1;
+  CHECK(meshsdf_build(&pool, &m, zero, 0.5 * dx, band, NULL, NULL, "two cubes", &idx) == 0, "build: %s", dr_message());
+  check_rng r = {11};
+  double worst = 0;
+  long wrong_sign = 0, n = 0;
+  for (int i = 0; i < 100000; ++i) {
+    double x[3];
+    for (int k = 0; k < 3; ++k) x[k] = loa[k] - 0.15 + (hib[k] - loa[k] + 0.3) * check_rng_unit(&r);
+    const double e = fmin(box_sdf(loa, hia, x), box_sdf(lob, hib, x)), got = levelset_phi(&pool, idx, x);
+    ++n;
+    if (fabs(e) > 1e-6 && (e < 0) != (got < 0)) ++wrong_sign;
+    if (fabs(e) < band - dx) worst = fmax(worst, fabs(got - e));
+  }
+  const double x[3] = {0.52, 0.4, 0.3};
+  const double deep = levelset_phi(&pool, idx, x);
+  printf("two overlapping cubes: %ld points, max |error| %.4f dx in the band, %ld wrong signs; phi %.4f dx 2 cm from "
+         "a buried face, 18 cm deep (expected -2 dx, the band)\n",
+         n, worst / dx, wrong_sign, deep / dx);
+  CHECK(wrong_sign == 0, "%ld points with the wrong sign", wrong_sign);
+  CHECK(worst < 0.2 * dx, "max error %.4f dx in the band", worst / dx);
+  CHECK(fabs(deep + band) < 1e-5, "phi %g m at (0.52, 0.4, 0.3), 18 cm deep in the first cube (expected -%g, the band)",
+        deep, band);
+  levelset_pool_free(&pool);
+  mesh_destroy(&m), mesh_destroy(&a), mesh_destroy(&b);
 }
 
 static void test_icosphere_levelset(void) {
@@ -326,6 +378,7 @@ static void test_bodies(void) {
 int main(void) {
   test_reader();
   test_cube_levelset();
+  test_union_levelset();
   test_icosphere_levelset();
   test_bodies();
   return check_summary("test_mesh");

@@ -11,7 +11,11 @@
  *     derivative (central differences) of where a point of the collider goes;
  *   - collider_apply and boundary_apply: nodes outside a collider untouched, the relative
  *     velocity projected inside, a sticky moving collider imposing its own velocity (rotation
- *     included), and each face of the domain acting with its own type. */
+ *     included), and each face of the domain acting with its own type;
+ *   - the particle collision step (collider_push, boundary_push_posed): a particle outside is
+ *     untouched, one inside a separate or slip collider moves out to the surface along the
+ *     normal (at most by the room it is given, which several colliders share) and takes the
+ *     collider's normal speed; a sticky collider keeps what it holds. */
 #include <math.h>
 #include <string.h>
 
@@ -304,10 +308,74 @@ static void test_apply(void) {
   CHECK(s2[0] == 0 && s2[1] == 0 && s2[2] == 0, "sticky collider over the floor gives (%g %g %g)", s2[0], s2[1], s2[2]);
 }
 
+/* The particle collision step: a separate sphere of radius 0.1 m moving at (1, 0, 0). */
+static void test_push(void) {
+  collider c = {.geom = {.shape = SDF_SPHERE, .r = 0.1f}, .center = {0, 0, 0}, .type = BOUNDARY_SEPARATE, .n_keys = 2};
+  collider_key k[2];
+  memset(k, 0, sizeof k);
+  quat(0, 1, 0, 0, k[0].rotation);
+  quat(0, 1, 0, 0, k[1].rotation);
+  k[1].time = 1;
+  k[1].translation[0] = 1;
+  collider_pose P;
+  collider_pose_at(&c, k, 0.5, &P); /* centre (0.5, 0, 0), velocity (1, 0, 0) */
+  /* outside: untouched, bit for bit */
+  float x[3] = {0.5f, 0.12f, 0}, v[3] = {0.3f, -2, 0.1f}, room = 0.05f;
+  CHECK(collider_push(band_(0.0f), &c, &P, x, v, &room) == 0 && x[0] == 0.5f && x[1] == 0.12f && x[2] == 0 &&
+            v[0] == 0.3f && v[1] == -2 && v[2] == 0.1f && room == 0.05f,
+        "a particle outside is changed");
+  /* 3 cm deep below the top, moving down at 2 m/s: out to the surface, the normal motion into the
+   * sphere removed, the rest kept (no friction) */
+  x[1] = 0.07f;
+  CHECK(collider_push(band_(0.0f), &c, &P, x, v, &room) == 1, "a particle 3 cm inside is not seen");
+  CHECK(fabsf(x[0] - 0.5f) < 1e-6f && fabsf(x[1] - 0.1f) < 1e-6f && x[2] == 0 && fabsf(room - 0.02f) < 1e-6f,
+        "pushed to (%g %g %g), room left %g; expected (0.5 0.1 0) and 0.02", x[0], x[1], x[2], room);
+  CHECK(fabsf(v[0] - 0.3f) < 1e-6f && fabsf(v[1]) < 1e-6f && fabsf(v[2] - 0.1f) < 1e-6f,
+        "velocity (%g %g %g) after the push, expected (0.3 0 0.1)", v[0], v[1], v[2]);
+  /* deeper than the room: moved by the room only, along the normal */
+  float y[3] = {0.5f, 0.05f, 0}, w[3] = {0, 0, 0};
+  room = 0.02f;
+  collider_push(band_(0.0f), &c, &P, y, w, &room);
+  CHECK(fabsf(y[1] - 0.07f) < 1e-6f && room == 0.0f, "a particle 5 cm deep with 2 cm of room went to y = %g (room %g)",
+        y[1], room);
+  /* on the leading side, at rest: it takes the sphere's normal speed, (1, 0, 0) . n = 1 */
+  float z[3] = {0.59f, 0, 0}, u[3] = {0, 0, 0};
+  room = 0.05f;
+  collider_push(band_(0.0f), &c, &P, z, u, &room);
+  CHECK(fabsf(z[0] - 0.6f) < 1e-6f && fabsf(u[0] - 1) < 1e-6f && u[1] == 0 && u[2] == 0,
+        "on the leading side: x %g, velocity (%g %g %g), expected 0.6 and (1 0 0)", z[0], u[0], u[1], u[2]);
+  /* a sticky collider keeps what it holds */
+  c.type = BOUNDARY_STICKY;
+  float s1[3] = {0.5f, 0.07f, 0}, s2[3] = {0, -2, 0};
+  room = 0.05f;
+  CHECK(collider_push(band_(0.0f), &c, &P, s1, s2, &room) == 0 && s1[1] == 0.07f && s2[1] == -2,
+        "a sticky collider pushed a particle out");
+  /* the room: half a cell, less what advection moved along an axis, never a whole cell in all */
+  CHECK(boundary_push_room(0.1f, 0) == 0.05f && fabsf(boundary_push_room(0.1f, 0.07f) - 0.029f) < 1e-6f &&
+            boundary_push_room(0.1f, 0.2f) == 0.0f,
+        "boundary_push_room: %g %g %g", boundary_push_room(0.1f, 0), boundary_push_room(0.1f, 0.07f),
+        boundary_push_room(0.1f, 0.2f));
+  /* boundary_push_posed: the colliders share the room */
+  c.type = BOUNDARY_SLIP;
+  collider two[2] = {c, c};
+  two[1].center[0] = 0.15f; /* a second sphere 15 cm further along x */
+  collider_pose poses[2];
+  for (int i = 0; i < 2; ++i) collider_pose_at(&two[i], k, 0.5, &poses[i]);
+  boundary_params bp;
+  memset(&bp, 0, sizeof bp);
+  bp.n_colliders = 2;
+  bp.colliders = two;
+  float q[3] = {0.575f, 0, 0}, qv[3] = {0, 0, 0}; /* 2.5 cm inside both */
+  CHECK(boundary_push_posed(&bp, poses, q, qv, 0.01f) == 1, "boundary_push_posed did not act");
+  CHECK(fabsf(q[0] - 0.585f) < 1e-6f && q[1] == 0 && q[2] == 0,
+        "two colliders sharing 1 cm of room moved the particle to (%g %g %g), expected (0.585 0 0)", q[0], q[1], q[2]);
+}
+
 int main(void) {
   test_sdf();
   test_wall_types();
   test_motion();
   test_apply();
+  test_push();
   return check_summary("test_boundary");
 }
