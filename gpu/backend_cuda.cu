@@ -18,7 +18,8 @@
 // (P2G marks the blocks it writes) are skipped.
 //
 // One step (k_begin, k_p2g, k_grid, k_g2p) is one CUDA graph launch (one graph per grid-buffer
-// parity, re-instantiated after each rebuild): dt (fixed or adaptive) is computed on the device
+// parity, re-instantiated after each rebuild; an island with parallel.island_barrier "events"
+// launches the kernels directly, see the island below): dt (fixed or adaptive) is computed on the device
 // from the last step's largest speed, and the step's flags (left the free zone, largest speed, a
 // non-finite particle) are copied to pinned host memory. The host reads a step's flags after
 // STEP_LAG more steps are queued. With a lag, G2P flags particles that leave an *inner* zone:
@@ -310,11 +311,70 @@ typedef struct fixp {
  * A barrier that waits longer than DRIFT_BARRIER_TIMEOUT seconds (default 120; a step takes
  * milliseconds) gives up, records where it stood in the step record, and lets the step finish;
  * the host reads the record with the step's flags and fails the run naming the members and
- * counts, so a member falling out of step (a bug) ends the job with an explanation, not a hang. */
+ * counts, so a member falling out of step (a bug) ends the job with an explanation, not a hang.
+ *
+ * The paper's two alternatives, as switches for drift bench (its section "Ablation study on
+ * multiple GPUs"; scene keys parallel.island_barrier and parallel.island_reduce):
+ *
+ * island_barrier "events": at every barrier the host records an event on each member's stream
+ * and makes each member's stream wait for every other member's event (cudaStreamWaitEvent,
+ * m (m - 1) waits; the waits snapshot the events when issued, so one event per member serves
+ * every barrier). Both barriers of a step are host-issued: the adaptive step's vmax exchange
+ * becomes k_publish (the member's last vmax into vmax_pub[step_seq & 1]), a barrier, and k_begin
+ * reading the peers' slots without spinning (iv.spin = 0); the slot argument above holds with the
+ * host's barriers in place of the spin locks. A member's captured graph holds no dependency on
+ * another member's stream (only external event nodes, or one multi-device graph, could carry
+ * one), so in this mode the step's kernels are launched directly, stage by stage over the
+ * members (island_step_events). We chose that over one multi-device graph: the paper measured
+ * the host's latency of cudaStreamWaitEvent per barrier, and a graph would turn the waits into
+ * edges resolved by the driver, without those host calls, i.e. measure something else. The
+ * price is a host launch per kernel instead of one graph launch per step, which the
+ * comparison includes (docs/performance.md).
+ *
+ * island_reduce "p2p_atomics": one P2G buffer per parity and no vel: every shared block has one
+ * owner, the lowest member index that holds it (k_owner, at tagging: tags are symmetric, so all
+ * holders agree). Step n, parity par:
+ *
+ *   k_begin; P2G into P[par] (own copy); k_push: for each block this member touched and another
+ *   member o owns, its P[par] values added into o's P[par] copy by system-scope atomics through
+ *   P2P pointers, and o's touched[par] set; barrier A; k_grid: the blocks this member owns or
+ *   holds alone, updated in place in P[par] as on one GPU (blocks owned elsewhere skipped; the
+ *   clear of P[1 - par] as before); barrier B; k_pull: for each block this member touched and
+ *   another member owns, the owner's updated block (velocities, and grid0 with ASFLIP) copied
+ *   by P2P into its own P[par]; G2P from P[par]. Every member's G2P reads the owner's numbers.
+ *
+ * Why two barriers per step, and no race (the adaptive vmax barrier comes on top, as above):
+ *  - A: the owner reads a block's sum in k_grid(n) only after every pusher's k_push(n), which
+ *    precedes the pusher's arrival at A(n) in stream order: complete sums.
+ *  - B: a non-owner reads the owner's block in k_pull(n) after B(n), which the owner reaches
+ *    after its k_grid(n): no half-updated block. Without B a puller could read momenta not yet
+ *    turned into velocities; dropping B would need the owner to keep its sums and write the
+ *    velocities elsewhere, which is the second buffer this variant does without.
+ *  - Reuse of the owner's P[par]: the owner clears it next in k_grid(n + 1), after A(n + 1),
+ *    which a puller reaches only after its k_pull(n); pushers write it next in step n + 2 after
+ *    B(n + 1), which the owner reaches after k_grid(n + 1), after its own G2P(n). Pushes of step
+ *    n + 1 go to P[1 - par], which the owner cleared (with its touched flags) in k_grid(n),
+ *    before B(n), and which pushers reach after B(n). So B also orders every reuse of a buffer
+ *    after the last peer access of it; the grid-buffer parity removes the need for a third.
+ *  - A non-owner's own copy of a block owned elsewhere is read and written only by itself
+ *    (P2G, k_push reading it, k_pull overwriting it, G2P, the clear), in stream order.
+ *  - Pushes may overlap the owner's own P2G(n) into the same nodes (no barrier between them,
+ *    as in the paper's scheme): both are atomic additions at the owner's memory. On one device
+ *    (DRIFT_DEVICES=0,0) they are that device's atomics; between two devices, island_peers
+ *    demands native P2P atomics (cudaDevP2PAttrNativeAtomicSupported, NVLink), which the
+ *    owner's memory performs like its own. The sums' order varies (float rounding), as with
+ *    double buffering; deterministic mode pushes its int64 sums, so the result stays exact.
+ *  - A host-side clear of a primed P2G buffer (G2P2G frames, clear_grid) is not ordered before
+ *    the peers' next pushes by any barrier; in this mode the host waits for it (island_sync).
+ *  Pushes are scalar system-scope atomics (4 per node, 3 more with ASFLIP, the int64 sums in
+ *  deterministic mode), zeros skipped, once per touched block: the block-level form of the
+ *  paper's scheme, whose P2G wrote each contribution to the owner directly. */
 #define MAX_GPUS 8
 typedef struct island_view {
   int np;                                   /* peers (members - 1); 0 for one GPU */
   unsigned long long timeout_ns;            /* a barrier gives up after this long (see above) */
+  int spin;                                 /* 1: barriers are spin locks (k_begin spins for vmax); 0: events */
+  const int8_t *own;                        /* p2p_atomics: [n_blocks] the owner's peer slot, -1 for this member; else NULL */
   unsigned *bar;                            /* this member's barrier count */
   const unsigned *peer_bar[MAX_GPUS - 1];
   const step_ctl *peer_ctl[MAX_GPUS - 1];
@@ -323,6 +383,14 @@ typedef struct island_view {
   const uint8_t *peer_touched[MAX_GPUS - 1];
   const long long *peer_ig[MAX_GPUS - 1];   /* deterministic mode: the peers' fixed-point sums of par */
 } island_view;
+
+/* p2p_atomics: the peers' buffers of parity par that k_push adds into and k_pull copies from. */
+typedef struct peer_blocks {
+  float *grid[MAX_GPUS - 1];
+  float *grid0[MAX_GPUS - 1];               /* ASFLIP, else NULL */
+  uint8_t *touched[MAX_GPUS - 1];
+  long long *ig[MAX_GPUS - 1];              /* deterministic mode, else NULL */
+} peer_blocks;
 
 /* Barrier of the island (see above); one thread calls it. */
 __device__ static inline unsigned long long global_ns() {
@@ -444,6 +512,10 @@ typedef struct cuda_state {
   dvec tags;                    /* [n_blocks][nm - 1] int32: the peers' indices of each block (k_tag) */
   dvec vel, vel0;               /* [n_blocks][256] / [n_blocks][192] float: k_grid's output, G2P's input */
   dvec bar;                     /* unsigned: this member's barrier count, read by the peers */
+  int events;                   /* parallel.island_barrier "events" on an island: host-issued barriers, no graphs */
+  int atomics;                  /* parallel.island_reduce "p2p_atomics" on an island: no vel, owners (k_owner) */
+  cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
+  dvec own;                     /* p2p_atomics: [n_blocks] int8, the owner's peer slot or -1 (k_owner) */
   float *h_add;                 /* add_particles: host packets of the new particles (grow-only) */
   uint64_t *h_add_id;
   int2 *h_add_hdr;
@@ -653,8 +725,10 @@ __global__ static void k_begin(step_ctl *c, island_view iv) {
   unsigned vmax_bits = c->vmax_bits;
   if (iv.np > 0 && c->mode == DT_ADAPTIVE) { /* the island's largest speed (see the island above) */
     const unsigned slot = c->step_seq++ & 1u;
-    c->vmax_pub[slot] = vmax_bits;
-    island_barrier(c, iv);
+    if (iv.spin) {
+      c->vmax_pub[slot] = vmax_bits;
+      island_barrier(c, iv);
+    } /* events: k_publish stored vmax_bits in this slot before the host's barrier */
     for (int q = 0; q < iv.np; ++q) vmax_bits = max(vmax_bits, *(volatile const unsigned *)&iv.peer_ctl[q]->vmax_pub[slot]);
   }
   if (c->done) return;
@@ -683,6 +757,12 @@ __global__ static void k_begin(step_ctl *c, island_view iv) {
   c->performed = 1;
   c->leave = 0;
   c->vmax_bits = 0;
+}
+
+/* Events barrier, adaptive steps: the member's last vmax for the peers, before the host's barrier
+ * and k_begin (which takes the slot step_seq & 1 and advances step_seq). */
+__global__ static void k_publish(step_ctl *c) {
+  if (c->mode == DT_ADAPTIVE) c->vmax_pub[c->step_seq & 1u] = c->vmax_bits;
 }
 
 /* A fixed step given by the host (the phase-by-phase path of backend.h). */
@@ -1010,6 +1090,10 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
     if (nd == 0) touched_next[blk] = 0;
   }
   if (!touched[blk]) return;
+  /* p2p_atomics: a block another member owns holds only this member's part; k_pull copies the
+   * owner's result, and the owner's copy already holds every part (k_push): no peer sums */
+  if (iv.own && iv.own[blk] >= 0) return;
+  const int peers = iv.own ? 0 : iv.np;
   float *gd = g + blk * BLOCK_FLOATS;
   float sum[4], sum0[3] = {0.0f, 0.0f, 0.0f};
   if (DET) {
@@ -1019,7 +1103,7 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
     long long acc[7];
     const long long *ib = ig + blk * ich * BLOCK_NODES + nd;
     for (int ch = 0; ch < ich; ++ch) acc[ch] = ib[ch * BLOCK_NODES];
-    for (int q = 0; q < iv.np; ++q) {
+    for (int q = 0; q < peers; ++q) {
       const int32_t t = tags[blk * iv.np + q];
       if (t < 0 || !iv.peer_touched[q][t]) continue;
       const long long *pb = iv.peer_ig[q] + (size_t)t * ich * BLOCK_NODES + nd;
@@ -1035,7 +1119,7 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
     if (g0)
       for (int a = 0; a < 3; ++a) sum0[a] = g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd];
     /* island: the peers' copies of this block (P2P), where they touched it this step */
-    for (int q = 0; q < iv.np; ++q) {
+    for (int q = 0; q < peers; ++q) {
       const int32_t t = tags[blk * iv.np + q];
       if (t < 0 || !iv.peer_touched[q][t]) continue;
       const float *pg = iv.peer_grid[q] + (size_t)t * BLOCK_FLOATS;
@@ -1044,7 +1128,7 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
         for (int a = 0; a < 3; ++a) sum0[a] += iv.peer_grid0[q][(size_t)t * OLD_FLOATS + a * BLOCK_NODES + nd];
     }
   }
-  /* one GPU: velocities in place; island: to vel, since peers read P[par] (see the island).
+  /* one GPU and p2p_atomics: velocities in place; island: to vel, since peers read P[par] (see the island).
    * DET: the float buffers hold no sums (P2G writes only ig), so every channel is written. */
   float *out = vel ? vel + blk * BLOCK_FLOATS : gd;
   float *out0 = vel0 ? vel0 : g0;
@@ -1105,6 +1189,87 @@ __device__ __noinline__ static pushed push_particle(const boundary_params *bp, c
                                                     float room) {
   boundary_push_posed(bp, poses, p.x, p.v, room);
   return p;
+}
+
+/* p2p_atomics, after k_tag: each block's owner, the lowest member index holding it, as this
+ * member's peer slot (the peers below this member, me of them, come first in slot order), or -1
+ * when this member is the lowest. */
+__global__ static void k_owner(size_t n_blocks, int np, int me, const int32_t *__restrict__ tags,
+                               int8_t *__restrict__ own) {
+  const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (b >= n_blocks) return;
+  int o = -1;
+  for (int q = 0; q < me && q < np; ++q)
+    if (tags[b * np + q] >= 0) {
+      o = q;
+      break;
+    }
+  own[b] = (int8_t)o;
+}
+
+/* p2p_atomics (see the island): this member's part of each block it touched and another member
+ * owns, added into the owner's copy of grid buffer par (system-scope atomics through P2P
+ * pointers; zeros skipped), and the owner's touched flag set. DET: the int64 sums (ich channels;
+ * the float buffers hold no P2G sums). One thread per node. */
+template <bool DET>
+__global__ static void k_push(const step_ctl *__restrict__ ctl, size_t n_blocks, const uint8_t *__restrict__ touched,
+                              const int8_t *__restrict__ own, const int32_t *__restrict__ tags, int np,
+                              const float *__restrict__ g, const float *__restrict__ g0,
+                              const long long *__restrict__ ig, int ich, peer_blocks pb) {
+  if (ctl->done) return;
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_blocks * BLOCK_NODES) return;
+  const size_t blk = i / BLOCK_NODES;
+  const int nd = (int)(i % BLOCK_NODES);
+  const int q = own[blk];
+  if (q < 0 || !touched[blk]) return;
+  const size_t t = (size_t)tags[blk * np + q]; /* >= 0: the owner holds the block (k_owner) */
+  if (DET) {
+    unsigned long long *dst = reinterpret_cast<unsigned long long *>(pb.ig[q]) + t * ich * BLOCK_NODES + nd;
+    for (int ch = 0; ch < ich; ++ch) {
+      const long long v = ig[(blk * ich + ch) * BLOCK_NODES + nd];
+      if (v != 0) atomicAdd_system(dst + ch * BLOCK_NODES, (unsigned long long)v); /* two's complement */
+    }
+  } else {
+    float *dst = pb.grid[q] + t * BLOCK_FLOATS;
+    for (int ch = 0; ch < 4; ++ch) {
+      const float v = g[blk * BLOCK_FLOATS + gidx(nd, ch)];
+      if (v != 0.0f) atomicAdd_system(dst + gidx(nd, ch), v);
+    }
+    if (g0)
+      for (int a = 0; a < 3; ++a) {
+        const float v = g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd];
+        if (v != 0.0f) atomicAdd_system(pb.grid0[q] + t * OLD_FLOATS + a * BLOCK_NODES + nd, v);
+      }
+  }
+  if (nd == 0) pb.touched[q][t] = 1; /* the owner's P2G may store the same 1 */
+  __threadfence_system(); /* the additions are performed before the barrier that follows this kernel */
+}
+
+/* p2p_atomics, after the barrier that follows the owners' grid update: each block this member
+ * touched and another member owns, copied from the owner (P2P reads) over this member's part, so
+ * that G2P reads the owner's velocities (and, with ASFLIP, grid0's). One thread per node. */
+__global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks, const uint8_t *__restrict__ touched,
+                              const int8_t *__restrict__ own, const int32_t *__restrict__ tags, int np,
+                              float *__restrict__ g, float *__restrict__ g0, peer_blocks pb) {
+  if (ctl->done) return;
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_blocks * BLOCK_NODES) return;
+  const size_t blk = i / BLOCK_NODES;
+  const int nd = (int)(i % BLOCK_NODES);
+  const int q = own[blk];
+  if (q < 0 || !touched[blk]) return;
+  const size_t t = (size_t)tags[blk * np + q];
+  const float *src = pb.grid[q] + t * BLOCK_FLOATS;
+  float *dst = g + blk * BLOCK_FLOATS;
+#if GRID_VEC4
+  *reinterpret_cast<float4 *>(dst + gidx(nd, 0)) = *reinterpret_cast<const float4 *>(src + gidx(nd, 0));
+#else
+  for (int ch = 0; ch < 4; ++ch) dst[gidx(nd, ch)] = src[gidx(nd, ch)];
+#endif
+  if (g0)
+    for (int a = 0; a < 3; ++a)
+      g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd] = pb.grid0[q][t * OLD_FLOATS + a * BLOCK_NODES + nd];
 }
 
 /* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
@@ -1505,9 +1670,13 @@ static int rebuild_now(cuda_state *s) {
         fix_of(s, 0).ig, (int)(int_floats(s) / BLOCK_NODES), dp<uint8_t>(s->touched[0]));
     LAUNCHED("k_remap_move");
   }
-  if (s->nm > 1) { /* the island: the grid update's output and the peers' block indices (k_tag) */
-    DVEC(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
-    if (s->asflip) DVEC(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
+  if (s->nm > 1) { /* the island: the grid update's output (or the owners) and the peers' block indices (k_tag) */
+    if (s->atomics) {
+      DVEC(s->own, s->n_blocks, "grid blocks (island owners)");
+    } else {
+      DVEC(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
+      if (s->asflip) DVEC(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
+    }
     DVEC(s->tags, s->n_blocks * (size_t)(s->nm - 1) * sizeof(int32_t), "grid blocks (island tags)");
   }
   DVEC(s->shared, s->n_blocks, "grid blocks");
@@ -1546,6 +1715,8 @@ static island_view view_of(cuda_state *s, int par) {
   memset(&v, 0, sizeof v);
   v.np = s->nm - 1;
   v.timeout_ns = s->barrier_timeout_ns;
+  v.spin = !s->events;
+  v.own = s->atomics ? dp<int8_t>(s->own) : NULL;
   v.bar = dp<unsigned>(s->bar);
   for (int q = 0; q < v.np; ++q) {
     const cuda_state *o = s->peer[q];
@@ -1559,10 +1730,27 @@ static island_view view_of(cuda_state *s, int par) {
   return v;
 }
 
-/* Where G2P reads the grid velocities: in place on one GPU, vel on an island. */
-static const float *vel_of(cuda_state *s, int par) { return s->nm > 1 ? dp<float>(s->vel) : dp<float>(s->grid[par]); }
+/* p2p_atomics: the peers' buffers of parity par (k_push, k_pull). */
+static peer_blocks peers_of(cuda_state *s, int par) {
+  peer_blocks b;
+  memset(&b, 0, sizeof b);
+  for (int q = 0; q < s->nm - 1; ++q) {
+    const cuda_state *o = s->peer[q];
+    b.grid[q] = dp<float>(o->grid[par]);
+    b.grid0[q] = o->asflip ? dp<float>(o->grid0[par]) : NULL;
+    b.touched[q] = dp<uint8_t>(o->touched[par]);
+    b.ig[q] = o->det ? dp<long long>(o->igrid[par]) : NULL;
+  }
+  return b;
+}
+
+/* The grid update writes to vel (an island reduced by double buffering), else in place. */
+static int separate_vel(const cuda_state *s) { return s->nm > 1 && !s->atomics; }
+
+/* Where G2P reads the grid velocities. */
+static const float *vel_of(cuda_state *s, int par) { return separate_vel(s) ? dp<float>(s->vel) : dp<float>(s->grid[par]); }
 static const float *vel0_of(cuda_state *s, int par) {
-  return !s->asflip ? NULL : s->nm > 1 ? dp<float>(s->vel0) : dp<float>(s->grid0[par]);
+  return !s->asflip ? NULL : separate_vel(s) ? dp<float>(s->vel0) : dp<float>(s->grid0[par]);
 }
 
 /* Clears grid buffer par (and its ASFLIP buffer and touched flags) outside the fused clear of
@@ -1610,8 +1798,8 @@ static int launch_grid(cuda_state *s, int par, int part) {
       dp<uint64_t>(s->block_code),
       dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
       dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part, grid0_of(s, par), s->det ? NULL : grid0_of(s, 1 - par),
-      dp<int32_t>(s->tags), view_of(s, par), s->nm > 1 ? dp<float>(s->vel) : NULL,
-      s->nm > 1 && s->asflip ? dp<float>(s->vel0) : NULL, fix_of(s, par).ig, fix_of(s, 1 - par).ig,
+      dp<int32_t>(s->tags), view_of(s, par), separate_vel(s) ? dp<float>(s->vel) : NULL,
+      separate_vel(s) && s->asflip ? dp<float>(s->vel0) : NULL, fix_of(s, par).ig, fix_of(s, 1 - par).ig,
       1.0 / (double)s->prm.fix_scale[0], 1.0 / (double)s->prm.fix_scale[1]);
   LAUNCHED("k_grid");
   return DR_OK;
@@ -1653,24 +1841,56 @@ static int launch_g2p2g(cuda_state *s, int par) {
   return DR_OK;
 }
 
-/* The whole step on grid buffer par, flags copied to h_slot[par]. Fused: the grid update and
- * G2P2G (grid[par] already holds this step's P2G). Unfused without with_p2g: grid[par] holds
- * this step's P2G too (the first step after G2P2G frames, island_advance_frame). */
-static int launch_step(cuda_state *s, int par, int with_p2g) {
+/* p2p_atomics: this member's parts of blocks owned by peers, into the owners' copies (k_push). */
+static int launch_push(cuda_state *s, int par) {
+  if (!s->atomics || s->n_blocks == 0) return DR_OK;
+  const size_t n = s->n_blocks * BLOCK_NODES;
+  (s->det ? k_push<true> : k_push<false>)<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      dp<step_ctl>(s->ctl), s->n_blocks, dp<uint8_t>(s->touched[par]), dp<int8_t>(s->own), dp<int32_t>(s->tags),
+      s->nm - 1, dp<float>(s->grid[par]), s->det ? NULL : grid0_of(s, par), fix_of(s, par).ig,
+      (int)(int_floats(s) / BLOCK_NODES), peers_of(s, par));
+  LAUNCHED("k_push");
+  return DR_OK;
+}
+
+/* p2p_atomics: the owners' updated blocks over this member's parts (k_pull). */
+static int launch_pull(cuda_state *s, int par) {
+  if (!s->atomics || s->n_blocks == 0) return DR_OK;
+  const size_t n = s->n_blocks * BLOCK_NODES;
+  k_pull<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      dp<step_ctl>(s->ctl), s->n_blocks, dp<uint8_t>(s->touched[par]), dp<int8_t>(s->own), dp<int32_t>(s->tags),
+      s->nm - 1, dp<float>(s->grid[par]), grid0_of(s, par), peers_of(s, par));
+  LAUNCHED("k_pull");
+  return DR_OK;
+}
+
+/* A step on grid buffer par in three stages, split where the island's barriers go:
+ *   head (k_begin, P2G unless fused, k_push) | barrier | grid update | [p2p_atomics: barrier] |
+ *   tail (k_pull, G2P or G2P2G, the flags copied to h_slot[par]).
+ * Fused: grid[par] already holds this step's P2G (the last G2P2G, or the priming P2G). Unfused
+ * without with_p2g: grid[par] holds this step's P2G too (the first step after G2P2G frames,
+ * island_advance_frame). */
+static int launch_head(cuda_state *s, int par, int with_p2g) {
   k_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
   LAUNCHED("k_begin");
-  if (s->graph_fused) { /* grid[par] holds this step's P2G (the last G2P2G, or the priming P2G) */
-    DR_TRY(launch_barrier(s, par));
-    DR_TRY(launch_grid(s, par, GRID_ALL));
-    DR_TRY(launch_g2p2g(s, par));
-  } else {
-    if (with_p2g) DR_TRY(launch_p2g(s, par));
-    DR_TRY(launch_barrier(s, par));
-    DR_TRY(launch_grid(s, par, GRID_ALL));
-    DR_TRY(launch_g2p(s, par));
-  }
+  if (!s->graph_fused && with_p2g) DR_TRY(launch_p2g(s, par));
+  return launch_push(s, par);
+}
+
+static int launch_tail(cuda_state *s, int par) {
+  DR_TRY(launch_pull(s, par));
+  DR_TRY(s->graph_fused ? launch_g2p2g(s, par) : launch_g2p(s, par));
   CU(cudaMemcpyAsync(&s->h_slot[par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
   return DR_OK;
+}
+
+/* The whole step on one member with spin-lock barriers (what a graph captures). */
+static int launch_step(cuda_state *s, int par, int with_p2g) {
+  DR_TRY(launch_head(s, par, with_p2g));
+  DR_TRY(launch_barrier(s, par));
+  DR_TRY(launch_grid(s, par, GRID_ALL));
+  if (s->atomics) DR_TRY(launch_barrier(s, par));
+  return launch_tail(s, par);
 }
 
 static void drop_graphs(cuda_state *s) {
@@ -2180,7 +2400,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new};
+                       &s->old_to_new, &s->own};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -2219,13 +2439,14 @@ static void destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new};
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
     if (s->done_ev[k]) cudaEventDestroy(s->done_ev[k]);
     if (s->ph_ev[k]) cudaEventDestroy(s->ph_ev[k]);
   }
+  if (s->bar_ev) cudaEventDestroy(s->bar_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
   if (s->stream) cudaStreamDestroy(s->stream);
@@ -2305,6 +2526,7 @@ static int setup(cuda_state *s, const particles *p) {
     CU(cudaEventCreateWithFlags(&s->done_ev[k], cudaEventDisableTiming));
     CU(cudaEventCreate(&s->ph_ev[k]));
   }
+  CU(cudaEventCreateWithFlags(&s->bar_ev, cudaEventDisableTiming)); /* island_barrier "events" */
   CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocDefault));
   memset(s->h_slot, 0, 2 * sizeof(step_ctl));
   CU(cudaHostAlloc((void **)&s->h_xbad, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
@@ -2477,8 +2699,9 @@ static int island_devices(const sim_params *prm, int *dev, int *n) {
   return DR_OK;
 }
 
-/* Peer access between every two distinct devices of the island, or a clear error. */
-static int island_peers(const int *dev, int n) {
+/* Peer access between every two distinct devices of the island, or a clear error; with
+ * p2p_atomics also native atomics over their link (see the island). */
+static int island_peers(const int *dev, int n, int atomics) {
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j) {
       if (dev[i] == dev[j]) continue;
@@ -2488,6 +2711,13 @@ static int island_peers(const int *dev, int n) {
         return dr_fail(DR_EINPUT, "GPUs %d and %d of the island cannot reach each other (no peer access between "
                        "them): choose GPUs of one NVLink island with CUDA_VISIBLE_DEVICES or use fewer "
                        "(parallel.gpus_per_rank)", dev[i], dev[j]);
+      if (atomics) {
+        int native = 0;
+        CU(cudaDeviceGetP2PAttribute(&native, cudaDevP2PAttrNativeAtomicSupported, dev[i], dev[j]));
+        if (!native)
+          return dr_fail(DR_EINPUT, "parallel.island_reduce \"p2p_atomics\": GPUs %d and %d have no native atomics "
+                         "over their link (PCIe?): use \"double_buffer\" or GPUs of one NVLink island", dev[i], dev[j]);
+      }
       CU(cudaSetDevice(dev[i]));
       const cudaError_t e = cudaDeviceEnablePeerAccess(dev[j], 0);
       if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
@@ -2525,6 +2755,11 @@ static int island_tag(island *I) {
     k_tag<<<blocks_for(s->n_blocks * pt.np, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
         s->n_blocks, dp<uint64_t>(s->block_code), pt, dp<int32_t>(s->tags));
     LAUNCHED("k_tag");
+    if (s->atomics) {
+      k_owner<<<blocks_for(s->n_blocks, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+          s->n_blocks, pt.np, s->me, dp<int32_t>(s->tags), dp<int8_t>(s->own));
+      LAUNCHED("k_owner");
+    }
   }
   return island_sync(I);
 }
@@ -2551,6 +2786,64 @@ static int fail_barrier(const island *I, int k, const step_ctl *c) {
                  "which stood at barrier %u: the island's members fell out of step (a bug in drift; the time limit is "
                  "DRIFT_BARRIER_TIMEOUT)", k, s->device, s->barrier_timeout_ns * 1e-9, c->bar_stuck, peer,
                  I->m[peer]->device, c->bar_peer_seen);
+}
+
+/* The island_barrier "events" barrier (see the island): every member records its event, then
+ * every member's stream waits for every other member's. Issued by the host, waits on nothing. */
+static int island_event_barrier(island *I) {
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    CU(cudaEventRecord(I->m[k]->bar_ev, I->m[k]->stream));
+  }
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    for (int j = 0; j < I->nm; ++j)
+      if (j != k) CU(cudaStreamWaitEvent(I->m[k]->stream, I->m[j]->bar_ev, 0));
+  }
+  return DR_OK;
+}
+
+/* One barrier of every member (the phase-by-phase path): spin kernels, or the host's events. */
+static int island_barrier_all(island *I) {
+  if (I->nm == 1) return DR_OK;
+  if (I->m[0]->events) return island_event_barrier(I);
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(launch_barrier(I->m[k], I->m[k]->par));
+  }
+  return DR_OK;
+}
+
+/* island_barrier "events": one step on grid buffer par on every member, the kernels launched
+ * directly stage by stage (launch_step's stages), the host's barriers in between; adaptive
+ * steps first exchange the last vmax (k_publish, barrier, then k_begin reads the peers'). */
+static int island_step_events(island *I, int par, int adaptive) {
+  if (adaptive) {
+    for (int k = 0; k < I->nm; ++k) {
+      DR_TRY(use(I->m[k]));
+      k_publish<<<1, 1, 0, I->m[k]->stream>>>(dp<step_ctl>(I->m[k]->ctl));
+      LAUNCHED("k_publish");
+    }
+    DR_TRY(island_event_barrier(I));
+  }
+  for (int k = 0; k < I->nm; ++k) {
+    cuda_state *s = I->m[k];
+    const int reuse = !s->graph_fused && s->primed; /* the first step after G2P2G frames (one GPU) */
+    DR_TRY(use(s));
+    DR_TRY(launch_head(s, par, !reuse));
+    if (reuse) s->primed = 0;
+  }
+  DR_TRY(island_event_barrier(I));
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(launch_grid(I->m[k], par, GRID_ALL));
+  }
+  if (I->m[0]->atomics) DR_TRY(island_event_barrier(I));
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(launch_tail(I->m[k], par));
+  }
+  return DR_OK;
 }
 
 /* Reads the flags of a completed step on every member. Returns an error for a bad particle; sets
@@ -2612,6 +2905,8 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
   size_t nmax = 0;
   for (int k = 0; k < I->nm; ++k) nmax = I->m[k]->n > nmax ? I->m[k]->n : nmax;
   const int fused = !adaptive && nmax < I->m[0]->g2p2g_below; /* the same choice on every member */
+  const int events = I->m[0]->events;
+  int cleared = 0;
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
@@ -2626,12 +2921,25 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     if (s->primed && (adaptive || s->primed_dt != (float)dt_fixed)) {
       DR_TRY(clear_grid(s, s->par));
       s->primed = 0;
+      cleared = 1;
     }
     if (fused != s->graph_fused) {
+      if (!fused && s->primed && I->nm > 1) {
+        /* An island with spin-lock barriers launches only graphs: kernels launched one by one
+         * behind a member's barrier could keep the next member's barrier from starting where
+         * members share a device (island_grid_update). So P2G runs again: not exact (the return
+         * mapping a second time), and only after an emission moved an island past g2p2g_below.
+         * The events barrier shares the choice, which keeps the two modes comparable. */
+        DR_TRY(clear_grid(s, s->par));
+        s->primed = 0;
+        cleared = 1;
+      }
       s->graph_fused = fused;
       s->graphs_valid = 0;
     }
   }
+  /* p2p_atomics: no barrier orders that clear before the peers' next pushes (see the island) */
+  if (cleared && I->m[0]->atomics) DR_TRY(island_sync(I));
   int pending[2] = {0, 0}, np = 0, stop = 0, asked = 0;
   long launched = 0;
   for (;;) {
@@ -2653,8 +2961,8 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
       DR_TRY(island_rebuild(I));
     }
     if (!adaptive && launched >= todo) break;
-    /* after the rebuild of every member: a graph holds its peers' buffers */
-    for (int k = 0; k < I->nm; ++k)
+    /* after the rebuild of every member: a graph holds its peers' buffers (events: no graphs) */
+    for (int k = 0; k < I->nm && !events; ++k)
       if (!I->m[k]->graphs_valid) {
         DR_TRY(use(I->m[k]));
         DR_TRY(capture_graphs(I->m[k]));
@@ -2662,21 +2970,20 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     const int par = I->m[0]->par;
     for (int k = 0; k < I->nm; ++k) {
       cuda_state *s = I->m[k];
-      DR_TRY(use(s));
       if (fused && !s->primed) {
+        DR_TRY(use(s));
         DR_TRY(launch_p2g(s, par));
         s->primed = 1;
       }
       if (fused) s->primed_dt = (float)dt_fixed; /* the priming P2G and every G2P2G take k_begin's dt */
-      if (!fused && s->primed && I->nm > 1) {
-        /* An island launches only graphs: kernels launched one by one behind a member's
-         * barrier could keep the next member's barrier from starting where members share a
-         * device (island_grid_update). So here P2G runs again: not exact (the return mapping a
-         * second time), and only after an emission moved an island past g2p2g_below. */
-        DR_TRY(clear_grid(s, par));
-        s->primed = 0;
-      }
-      if (!fused && s->primed) { /* the first step after G2P2G frames: without its P2G, outside the graph */
+    }
+    if (events) DR_TRY(island_step_events(I, par, adaptive));
+    for (int k = 0; k < I->nm; ++k) {
+      cuda_state *s = I->m[k];
+      DR_TRY(use(s));
+      if (events) {
+        /* launched by island_step_events */
+      } else if (!fused && s->primed) { /* the first step after G2P2G frames (one GPU): without its P2G, outside the graph */
         DR_TRY(launch_step(s, par, 0));
         s->primed = 0;
       } else {
@@ -2715,6 +3022,17 @@ static int island_rebuild_phase(void *state, int force, int *rebuilt) {
 
 static int island_p2g(void *state, float dt) {
   island *I = (island *)state;
+  if (I->nm > 1 && I->m[0]->atomics) { /* a primed P2G p2g() would drop is dropped before any peer can push (see the island) */
+    int cleared = 0;
+    for (int k = 0; k < I->nm; ++k)
+      if (I->m[k]->primed && I->m[k]->primed_dt != dt) {
+        DR_TRY(use(I->m[k]));
+        DR_TRY(clear_grid(I->m[k], I->m[k]->par));
+        I->m[k]->primed = 0;
+        cleared = 1;
+      }
+    if (cleared) DR_TRY(island_sync(I));
+  }
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
     DR_TRY(p2g(I->m[k], dt));
@@ -2722,20 +3040,28 @@ static int island_p2g(void *state, float dt) {
   return DR_OK;
 }
 
-/* Every member's barrier is launched before any member's grid update: where members share a
- * device (DRIFT_DEVICES=0,0) their streams may share a hardware queue, in which a grid update
- * queued behind its member's spinning barrier would keep the next member's barrier from
- * starting (a deadlock the launch order avoids). */
+/* The stages of launch_step between P2G and G2P, member by member between the barriers. Every
+ * member's barrier is launched before any member's grid update (island_barrier_all): where
+ * members share a device (DRIFT_DEVICES=0,0) their streams may share a hardware queue, in which
+ * a grid update queued behind its member's spinning barrier would keep the next member's barrier
+ * from starting (a deadlock the launch order avoids). */
 static int island_grid_update(void *state, float dt) {
   (void)dt;
   island *I = (island *)state;
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
-    DR_TRY(launch_barrier(I->m[k], I->m[k]->par));
+    DR_TRY(launch_push(I->m[k], I->m[k]->par));
   }
+  DR_TRY(island_barrier_all(I));
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
     DR_TRY(launch_grid(I->m[k], I->m[k]->par, GRID_ALL));
+  }
+  if (!I->m[0]->atomics) return DR_OK;
+  DR_TRY(island_barrier_all(I));
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(launch_pull(I->m[k], I->m[k]->par));
   }
   return DR_OK;
 }
@@ -2918,7 +3244,7 @@ static int island_add_particles(void *state, const particles *p) {
 }
 
 static int island_create(const sim_params *prm, const int *dev, int nm, particles *p, backend *out) {
-  DR_TRY(island_peers(dev, nm));
+  DR_TRY(island_peers(dev, nm, prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS));
   island *I = (island *)dr_calloc(1, sizeof *I, "cuda island");
   if (!I) return DR_ENOMEM;
   I->nm = nm;
@@ -2931,6 +3257,8 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
     cuda_state *s = I->m[k];
     s->nm = nm;
     s->me = k;
+    s->events = prm->island_barrier == ISLAND_BARRIER_EVENTS;
+    s->atomics = prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS;
     for (int q = 0, j = 0; j < nm; ++j)
       if (j != k) s->peer[q++] = I->m[j];
   }
@@ -2967,7 +3295,9 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
     if (len >= (int)sizeof line) len = (int)sizeof line - 1;
   }
   log_info("cuda island: %d GPUs (%s), %s; particles split along %c, %zu grid blocks on GPU 0, %.1f MiB of device "
-           "memory in all", nm, I->m[0]->device_name, line, "xyz"[I->axis], I->m[0]->n_blocks, held / 1048576.0);
+           "memory in all; barrier %s, reduction %s", nm, I->m[0]->device_name, line, "xyz"[I->axis],
+           I->m[0]->n_blocks, held / 1048576.0, scene_island_barrier_names[I->m[0]->events],
+           scene_island_reduce_names[I->m[0]->atomics]);
   return DR_OK;
 }
 

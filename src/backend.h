@@ -32,6 +32,8 @@ typedef struct sim_params {
   long g2p2g_below;                    /* cuda: fused G2P2G (fixed steps) below this many particles per GPU */
   int deterministic;                   /* 1: P2G sums in 64-bit fixed point (physics/fixed.h) */
   float fix_scale[2];                  /* deterministic: units per kg (mass) and per kg m/s (momentum) */
+  int island_barrier;                  /* cuda, several GPUs: enum island_barrier_kind (scene.h) */
+  int island_reduce;                   /* cuda, several GPUs: enum island_reduce_kind (scene.h) */
 } sim_params;
 
 /* A particle that moves more than this many cells in one step has broken the CFL condition

@@ -9,7 +9,10 @@
  * section "Sand Blocks").
  * --deterministic runs every case twice, in the default float mode and in deterministic mode
  * (parallel.deterministic: fixed-point P2G sums), and reports the cost of the latter as the
- * ratio of the times per frame. */
+ * ratio of the times per frame.
+ * --island-barrier and --island-reduce choose the island's variants (parallel.island_barrier,
+ * parallel.island_reduce: the paper's multi-GPU ablations); the column "island" (CSV:
+ * island_barrier, island_reduce) says which ran, on runs of several GPUs. */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
 
@@ -56,6 +59,7 @@ typedef struct bench_args {
   int profile_frames;  /* frames of the profiled run; 0: no phase shares */
   int gpus[8], n_gpus; /* --gpus LIST: each case on each of these GPU counts (cuda); none: the scene's */
   int deterministic;   /* 1: every case in float and in deterministic mode */
+  int island[2];       /* --island-barrier, --island-reduce (enum island_*_kind), or -1: the scene's */
 } bench_args;
 
 typedef struct bench_result {
@@ -74,6 +78,9 @@ typedef struct bench_result {
   double phase_pct[PHASE_COUNT];
   int det;               /* ran in deterministic mode */
   double cost;           /* deterministic, after the float run of the case: time per frame over the float one; else 0 */
+  int devices;           /* GPUs the run used (sim_gpus; 0 on the cpu backend) */
+  int island_barrier;    /* enum island_barrier_kind, enum island_reduce_kind: the variants (several GPUs) */
+  int island_reduce;
 } bench_result;
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, const char *what, int *out) {
@@ -85,13 +92,14 @@ static int parse_int(const char *flag, const char *v, long lo, long hi, const ch
 }
 
 static int parse_args(int argc, char **argv, bench_args *a) {
-  *a = (bench_args){.backend = -1, .profile_frames = 2};
+  *a = (bench_args){.backend = -1, .profile_frames = 2, .island = {-1, -1}};
   a->scenes = calloc((size_t)argc, sizeof *a->scenes);
   if (!a->scenes) return dr_fail(DR_ENOMEM, "out of host memory");
   for (int i = 2; i < argc; ++i) {
     const char *f = argv[i];
     int has_value = !strcmp(f, "--frames") || !strcmp(f, "--backend") || !strcmp(f, "--csv") ||
-                    !strcmp(f, "--profile-frames") || !strcmp(f, "--gpus");
+                    !strcmp(f, "--profile-frames") || !strcmp(f, "--gpus") || !strcmp(f, "--island-barrier") ||
+                    !strcmp(f, "--island-reduce");
     if (has_value && i + 1 >= argc) return dr_fail(DR_EINPUT, "%s needs a value (see drift --help)", f);
     if (!strcmp(f, "--frames")) {
       DR_TRY(parse_int(f, argv[++i], 1, 100000000, "a whole number of frames >= 1", &a->frames));
@@ -113,6 +121,12 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         a->gpus[a->n_gpus++] = (int)g;
         c = *end ? end + 1 : end;
       }
+    } else if (!strcmp(f, "--island-barrier") || !strcmp(f, "--island-reduce")) {
+      const int k = !strcmp(f, "--island-reduce");
+      const char *const *names = k ? scene_island_reduce_names : scene_island_barrier_names;
+      const char *v = argv[++i];
+      a->island[k] = scene_name_index(names, 2, v);
+      if (a->island[k] < 0) return dr_fail(DR_EINPUT, "%s: '%s' is not one of %s, %s", f, v, names[0], names[1]);
     } else if (!strcmp(f, "--deterministic")) {
       a->deterministic = 1;
     } else if (!strcmp(f, "--csv")) {
@@ -173,11 +187,14 @@ static int run_case(const scene *s, const bench_args *a, bench_result *r) {
   DR_TRY(sim_create(s, &opt, MPI_COMM_WORLD, &S));
   const sim_status *st = sim_get_status(S);
   snprintf(r->backend, sizeof r->backend, "%s", sim_backend_name(S));
-  describe_device(r->backend, sim_gpus(S), r->device, sizeof r->device);
+  r->devices = sim_gpus(S);
+  describe_device(r->backend, r->devices, r->device, sizeof r->device);
   r->particles = st->particles;
   r->frames = st->frames;
-  log_info("bench %s: %llu particles, %s backend on %s, %d frames", r->name, (unsigned long long)r->particles,
-           r->backend, r->device, r->frames);
+  log_info("bench %s: %llu particles, %s backend on %s, %d frames%s%s%s%s", r->name, (unsigned long long)r->particles,
+           r->backend, r->device, r->frames, r->devices > 1 ? "; island barrier " : "",
+           r->devices > 1 ? scene_island_barrier_names[r->island_barrier] : "", r->devices > 1 ? ", reduction " : "",
+           r->devices > 1 ? scene_island_reduce_names[r->island_reduce] : "");
   /* Counted from the status that sim_create leaves. It reports no rebuild today, so the first
    * mapping, which the backend builds inside sim_create, is counted: one per case at most. */
   uint64_t steps0 = st->steps, rebuilds0 = st->rebuilds;
@@ -227,12 +244,20 @@ static double paper_fps_of(const bench_result *r) {
 
 #define DEVICE_WIDTH 24
 
+/* The island's variants, "barrier/reduction" (e.g. "spin/double_buffer"), or "-" on one GPU or the cpu. */
+static void island_label(const bench_result *r, char *out, size_t len) {
+  if (r->devices > 1)
+    snprintf(out, len, "%s/%s", scene_island_barrier_names[r->island_barrier], scene_island_reduce_names[r->island_reduce]);
+  else
+    snprintf(out, len, "-");
+}
+
 static void print_header(void) {
   printf("%-20s %-7s %-*s %10s %6s %10s %8s %6s %16s %8s %14s %13s %6s", "case", "backend", DEVICE_WIDTH, "device",
          "particles", "frames", "ms/frame", "fps", "paper", "particle-steps/s", "steps/s", "rebuilds/frame",
          "steps/rebuild", "eff%");
   for (int p = 0; p < PHASE_COUNT; ++p) printf(" %7s%%", phase_names[p]);
-  printf(" %-6s %6s\n", "mode", "cost");
+  printf(" %-6s %6s %s\n", "mode", "cost", "island");
   fflush(stdout);
 }
 
@@ -251,8 +276,11 @@ static void print_row(const bench_result *r) {
     else printf(" %8s", "-");
   }
   printf(" %-6s", r->det ? "det" : "float");
-  if (r->cost > 0) printf(" %5.2fx\n", r->cost);
-  else printf(" %6s\n", "-");
+  if (r->cost > 0) printf(" %5.2fx", r->cost);
+  else printf(" %6s", "-");
+  char island[64];
+  island_label(r, island, sizeof island);
+  printf(" %s\n", island);
   fflush(stdout);
 }
 
@@ -275,7 +303,7 @@ static void csv_header(FILE *f) {
         "rebuilds_per_frame,efficiency",
         f);
   for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_pct", phase_names[p]);
-  fputs(",mode,deterministic_cost,fps,steps_per_rebuild,paper_fps\n", f);
+  fputs(",mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce\n", f);
 }
 
 static void csv_row(FILE *f, const bench_result *r) {
@@ -301,7 +329,11 @@ static void csv_row(FILE *f, const bench_result *r) {
   if (r->rebuilds > 0) fprintf(f, "%.6g", steps_per_rebuild(r));
   fputc(',', f);
   if (paper_fps_of(r) > 0) fprintf(f, "%.1f", paper_fps_of(r));
-  fputc('\n', f);
+  /* the island's variants: empty on one GPU or the cpu, where neither runs */
+  if (r->devices > 1)
+    fprintf(f, ",%s,%s\n", scene_island_barrier_names[r->island_barrier], scene_island_reduce_names[r->island_reduce]);
+  else
+    fputs(",,\n", f);
 }
 
 /* The CSV is written under FILE.tmp and renamed once every case has run, so FILE never holds a
@@ -365,8 +397,11 @@ int bench_main(int argc, char **argv) {
       for (int mode = a.deterministic ? 0 : -1; !rc && mode <= (a.deterministic ? 1 : -1); ++mode) {
         scene sc = scenes[i];
         if (mode >= 0) sc.deterministic = mode;
+        if (a.island[0] >= 0) sc.island_barrier = a.island[0];
+        if (a.island[1] >= 0) sc.island_reduce = a.island[1];
         bench_result r = {.path = a.scenes[i], .gpus = a.n_gpus > 0 ? a.gpus[g] : 0, .efficiency = -1,
-                          .det = sc.deterministic};
+                          .det = sc.deterministic, .island_barrier = sc.island_barrier,
+                          .island_reduce = sc.island_reduce};
         case_name(a.scenes[i], r.name, sizeof r.name);
         rc = run_case(&sc, &a, &r);
         if (rc) break;

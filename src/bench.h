@@ -5,7 +5,8 @@
 #define DRIFT_BENCH_H
 
 /* drift bench [SCENE.json ...] [--frames N] [--backend auto|cpu|cuda] [--csv FILE]
- * [--profile-frames K] [--deterministic]; argv[1] is "bench". --deterministic: every case in
+ * [--profile-frames K] [--gpus LIST] [--deterministic] [--island-barrier B] [--island-reduce R];
+ * argv[1] is "bench". --deterministic: every case in
  * float and in deterministic mode (parallel.deterministic), with the cost of the latter. Needs MPI initialised. Prints the table on stdout
  * (rank 0); on failure records the message (error.h) and returns its code. */
 int bench_main(int argc, char **argv);

@@ -20,10 +20,11 @@
 
 static const char *usage =
     "usage: drift run SCENE.json [--out DIR] [--frames N] [--backend auto|cpu|cuda] [--gpus N] [--quiet]\n"
-    "                 [--resume [FILE|DIR]] [--force]\n"
+    "                 [--resume [FILE|DIR]] [--force] [--island-barrier B] [--island-reduce R]\n"
     "       drift check SCENE.json\n"
     "       drift bench [SCENE.json ...] [--frames N] [--backend auto|cpu|cuda] [--csv FILE]\n"
     "                   [--profile-frames K] [--gpus LIST] [--deterministic]\n"
+    "                   [--island-barrier B] [--island-reduce R]\n"
     "       drift --help | --version\n"
     "\n"
     "  run     simulate the scene; writes DIR/frame_NNNNN.h5 and DIR/frames.xdmf (open it in\n"
@@ -40,6 +41,12 @@ static const char *usage =
     "  --gpus N         cuda: GPUs per rank (the island), instead of parallel.gpus_per_rank;\n"
     "                   bench: a list (--gpus 1,2,4) runs every case on each count and reports\n"
     "                   the multi-GPU efficiency t1 / (n tn)\n"
+    "  --island-barrier B\n"
+    "                   cuda, several GPUs: spin (spin lock on the GPUs, the default) or events\n"
+    "                   (cudaStreamWaitEvent issued by the host), instead of parallel.island_barrier\n"
+    "  --island-reduce R\n"
+    "                   cuda, several GPUs: double_buffer (P2P reads, the default) or p2p_atomics\n"
+    "                   (one owner per shared block, P2P atomics), instead of parallel.island_reduce\n"
     "  --quiet          no progress lines\n"
     "  --resume [FILE|DIR]\n"
     "                   continue from a checkpoint: FILE, or the newest whole\n"
@@ -239,13 +246,24 @@ static int parse_backend(const char *v, int *out) {
 }
 
 /* drift run's arguments. */
-static int parse_run_args(int argc, char **argv, const char **scene_path, sim_options *opt_out, int *quiet_out) {
+/* --island-barrier and --island-reduce: the value's index among names (enum island_*_kind). */
+static int parse_island(const char *flag, const char *v, const char *const *names, int *out) {
+  *out = scene_name_index(names, 2, v);
+  if (*out < 0) return dr_fail(DR_EINPUT, "%s: '%s' is not one of %s, %s", flag, v, names[0], names[1]);
+  return DR_OK;
+}
+
+/* drift run's arguments. island[0], island[1]: --island-barrier and --island-reduce, or -1 (the scene's). */
+static int parse_run_args(int argc, char **argv, const char **scene_path, sim_options *opt_out, int *quiet_out,
+                          int island[2]) {
   const char *path = NULL;
   sim_options opt = {.backend = -1, .write_output = 1};
   int quiet = 0;
+  island[0] = island[1] = -1;
   for (int i = 2; i < argc; ++i) {
     const char *a = argv[i];
-    int has_value = !strcmp(a, "--out") || !strcmp(a, "--frames") || !strcmp(a, "--backend") || !strcmp(a, "--gpus");
+    int has_value = !strcmp(a, "--out") || !strcmp(a, "--frames") || !strcmp(a, "--backend") || !strcmp(a, "--gpus") ||
+                    !strcmp(a, "--island-barrier") || !strcmp(a, "--island-reduce");
     if (has_value && i + 1 >= argc) return dr_fail(DR_EINPUT, "%s needs a value (see drift --help)", a);
     if (!strcmp(a, "--out")) {
       opt.out_dir = argv[++i];
@@ -263,6 +281,10 @@ static int parse_run_args(int argc, char **argv, const char **scene_path, sim_op
       long g = strtol(argv[++i], &end, 10);
       if (*end || g < 1 || g > 8) return dr_fail(DR_EINPUT, "--gpus: '%s' is not a number of GPUs from 1 to 8", argv[i]);
       opt.gpus = (int)g;
+    } else if (!strcmp(a, "--island-barrier")) {
+      DR_TRY(parse_island(a, argv[++i], scene_island_barrier_names, &island[0]));
+    } else if (!strcmp(a, "--island-reduce")) {
+      DR_TRY(parse_island(a, argv[++i], scene_island_reduce_names, &island[1]));
     } else if (!strcmp(a, "--quiet")) {
       quiet = 1;
     } else if (!strcmp(a, "--resume") || !strncmp(a, "--resume=", 9)) {
@@ -293,12 +315,16 @@ static int cmd_run(int argc, char **argv) {
   sim_options opt;
   int quiet = 0;
   scene s;
-  int rc = parse_run_args(argc, argv, &path, &opt, &quiet);
+  int island[2];
+  int rc = parse_run_args(argc, argv, &path, &opt, &quiet, island);
   if (!rc) rc = scene_load(path, &s);
   if (rc) {
     dr_mark_agreed(); /* every rank reads the same arguments and the same file */
     return rc;
   }
+  /* the command line's island variants replace the scene's keys (they change no result beyond rounding) */
+  if (island[0] >= 0) s.island_barrier = island[0];
+  if (island[1] >= 0) s.island_reduce = island[1];
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   log_set_rank(rank);

@@ -1411,9 +1411,18 @@ static int parse_output(const ctx *c, const cJSON *root, scene *s) {
   return 0;
 }
 
+const char *const scene_island_barrier_names[2] = {"spin", "events"};
+const char *const scene_island_reduce_names[2] = {"double_buffer", "p2p_atomics"};
+
+int scene_name_index(const char *const *names, int n, const char *name) {
+  for (int i = 0; i < n; ++i)
+    if (strcmp(name, names[i]) == 0) return i;
+  return -1;
+}
+
 static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"backend",    "gpus_per_rank", "g2p2g_below", "balance_threshold",
-                                     "balance_by", "deterministic"};
+  static const char *const keys[] = {"backend",    "gpus_per_rank", "g2p2g_below",    "balance_threshold",
+                                     "balance_by", "deterministic", "island_barrier", "island_reduce"};
   static const char *const balance_by[] = {"particles", "time"};
   static const char *const backends[] = {"auto", "cpu", "cuda"};
   const cJSON *p;
@@ -1423,16 +1432,22 @@ static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   s->balance_threshold = 0.2;
   s->balance_by = BALANCE_PARTICLES;
   s->deterministic = 0;
+  s->island_barrier = ISLAND_BARRIER_SPIN;
+  s->island_reduce = ISLAND_REDUCE_DOUBLE_BUFFER;
   DR_TRY(get_section(c, root, "parallel", 0, "", &p));
   if (!p) return 0;
   DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold, balance_by, "
-                                       "deterministic"));
-  DR_TRY(check_keys(c, p, "parallel", keys, 6, NULL, 0, NULL));
+                                       "deterministic, island_barrier, island_reduce"));
+  DR_TRY(check_keys(c, p, "parallel", keys, 8, NULL, 0, NULL));
   DR_TRY(get_bool(c, p, "parallel", "deterministic", 0, &s->deterministic));
   DR_TRY(get_enum(c, p, "parallel", "balance_by", BALANCE_PARTICLES, balance_by, 2, &s->balance_by));
   DR_TRY(get_real(c, p, "parallel", "balance_threshold", 0, 0.2, (range){0, INFINITY, 0, 0, ""},
                   &s->balance_threshold));
   DR_TRY(get_enum(c, p, "parallel", "backend", BACKEND_AUTO, backends, 3, &s->backend));
+  DR_TRY(get_enum(c, p, "parallel", "island_barrier", ISLAND_BARRIER_SPIN, scene_island_barrier_names, 2,
+                  &s->island_barrier));
+  DR_TRY(get_enum(c, p, "parallel", "island_reduce", ISLAND_REDUCE_DOUBLE_BUFFER, scene_island_reduce_names, 2,
+                  &s->island_reduce));
   DR_TRY(get_int32(c, p, "parallel", "g2p2g_below", 0, 100000, 0, INT_MAX, &s->g2p2g_below));
   return get_int32(c, p, "parallel", "gpus_per_rank", 0, 0, 0, 8, &s->gpus_per_rank); /* an island has at most 8 GPUs */
 }

@@ -95,6 +95,15 @@ typedef struct scene_collider {
 } scene_collider;
 
 enum balance_kind { BALANCE_PARTICLES = 0, BALANCE_TIME = 1 };
+/* The island's barrier and reduction (cuda, several GPUs per rank): the paper's scheme (the
+ * defaults) or the alternative its ablations measured (section "Ablation study on multiple GPUs") */
+enum island_barrier_kind { ISLAND_BARRIER_SPIN = 0, ISLAND_BARRIER_EVENTS = 1 };
+enum island_reduce_kind { ISLAND_REDUCE_DOUBLE_BUFFER = 0, ISLAND_REDUCE_P2P_ATOMICS = 1 };
+/* Their names in scene files and on the command line, by enum value. */
+extern const char *const scene_island_barrier_names[2]; /* "spin", "events" */
+extern const char *const scene_island_reduce_names[2];  /* "double_buffer", "p2p_atomics" */
+/* The index of name among names[0..n), or -1 (for the command line's choices of these). */
+int scene_name_index(const char *const *names, int n, const char *name);
 
 typedef struct scene {
   char path[4096];       /* the file it came from, for messages */
@@ -129,6 +138,8 @@ typedef struct scene {
   levelset_pool *body_levelsets;     /* mesh bodies' level sets (owned) */
   int deterministic;     /* 1: P2G sums in 64-bit fixed point (physics/fixed.h), bitwise identical results
                           * whatever the threads, GPUs and ranks; default 0 */
+  int island_barrier;    /* enum island_barrier_kind, default spin */
+  int island_reduce;     /* enum island_reduce_kind, default double_buffer */
   char *text;            /* the file's bytes, NUL-terminated (owned; checkpoints store them) */
   size_t text_len;
   uint64_t hash;         /* scene_hash_bytes of text: a checkpoint names the scene it came from */

@@ -4,7 +4,8 @@
 #   check_bench.sh DRIFT_EXE SCENE_A PARTICLES_A SCENE_B PARTICLES_B
 #
 # (--deterministic: also float and deterministic rows of one scene with the cost of the latter;
-# the last CSV columns fps, steps_per_rebuild and paper_fps, the latter for a case named fountain.)
+# the last CSV columns fps, steps_per_rebuild and paper_fps, the latter for a case named fountain;
+# island_barrier and island_reduce, empty on the cpu, and --island-barrier/--island-reduce errors.)
 # Benchmarks the two small scenes for 2 frames with --csv: exit status 0, one table row per
 # scene on stdout, and a CSV with the header and one row per scene, in order, with the right
 # backend, frames and particle count (and no FILE.tmp left behind). Then the errors: a bad flag,
@@ -55,7 +56,7 @@ if [ ! -f "$csv" ]; then
   fail "bench: $csv was not written"
 else
   [ ! -e "$csv.tmp" ] || fail "bench: $csv.tmp was left behind"
-  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps$' ||
+  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce$' ||
     fail "bench: CSV header is $(head -n 1 "$csv")"
   [ "$(wc -l <"$csv")" -eq 3 ] || fail "bench: CSV has $(wc -l <"$csv") lines, expected a header and 2 rows"
   # Row: case, scene, backend, device, particles, frames, steps (36 a frame), then numbers; the
@@ -64,7 +65,7 @@ else
   awk -F, -v a="$name_a" -v na="$count_a" -v b="$name_b" -v nb="$count_b" '
     function tail_ok() {
       spr = $12 > 0 ? ($21 * $12 * $6 / $7 - 1)^2 < 1e-6 : $21 == ""
-      return NF == 22 && $20 > 0 && ($20 * $9 / 1000 - 1)^2 < 1e-6 && spr && $22 == ""
+      return NF == 24 && $20 > 0 && ($20 * $9 / 1000 - 1)^2 < 1e-6 && spr && $22 == "" && $23 == "" && $24 == ""
     }
     NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && $18 == "float" && $19 == "" && tail_ok() }
     NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && $18 == "float" && $19 == "" && tail_ok() }
@@ -77,8 +78,8 @@ dcsv="$tmp/det.csv"
 "$drift" bench "$scene_a" --backend cpu --frames 1 --profile-frames 0 --deterministic --csv "$dcsv" \
   >"$tmp/det.stdout" 2>"$tmp/det.stderr" || fail "bench --deterministic: exit status $?: $(cat "$tmp/det.stderr")"
 cat "$tmp/det.stdout"
-grep -Eq ' float +- *$' "$tmp/det.stdout" || fail "bench --deterministic: no float row in the table"
-grep -Eq ' det +[0-9.]+x$' "$tmp/det.stdout" || fail "bench --deterministic: no deterministic row with its cost in the table"
+grep -Eq ' float +- +-$' "$tmp/det.stdout" || fail "bench --deterministic: no float row in the table"
+grep -Eq ' det +[0-9.]+x +-$' "$tmp/det.stdout" || fail "bench --deterministic: no deterministic row with its cost in the table"
 awk -F, -v a="$name_a" -v na="$count_a" '
   NR == 2 { ok1 = $1 == a && $5 == na && $18 == "float" && $19 == "" }
   NR == 3 { ok2 = $1 == a && $5 == na && $18 == "deterministic" && $19 > 0 && $19 == $19 + 0 }
@@ -118,9 +119,13 @@ expect_error "missing value" 2 "--csv needs a value" bench "$scene_a" --csv
 expect_error "bad backend" 2 "--backend: 'opencl' is not one of auto, cpu, cuda" bench "$scene_a" --backend opencl
 expect_error "bad frames" 2 "--frames: '0' is not" bench "$scene_a" --frames 0
 expect_error "bad profile frames" 2 "--profile-frames: 'x' is not" bench "$scene_a" --profile-frames x
+expect_error "bad island barrier" 2 "--island-barrier: 'mutex' is not one of spin, events" bench "$scene_a" --island-barrier mutex
+expect_error "bad island reduction" 2 "--island-reduce: 'x' is not one of double_buffer, p2p_atomics" bench "$scene_a" --island-reduce x
 expect_error "bad gpu list" 2 "--gpus: '1,,2' is not a comma-separated list" bench "$scene_a" --gpus 1,,2
 expect_error "too many gpus" 2 "--gpus: '16' is not a comma-separated list of GPU counts from 1 to 8" bench "$scene_a" --gpus 16
 expect_error "run: bad gpus" 2 "--gpus: '0' is not a number of GPUs from 1 to 8" run "$scene_a" --gpus 0
+expect_error "run: bad island barrier" 2 "--island-barrier: 'x' is not one of spin, events" run "$scene_a" --island-barrier x
+expect_error "run: island reduction without value" 2 "--island-reduce needs a value" run "$scene_a" --island-reduce
 expect_error "missing scene" 2 "$missing: cannot read" bench "$missing" --backend cpu
 expect_error "missing scene after a good one" 2 "$missing: cannot read" bench "$scene_a" "$missing" --backend cpu
 expect_error "default scenes, unwritable csv" 3 "cannot write $tmp/no/such/folder/out.csv.tmp" \
