@@ -106,6 +106,25 @@ DR_HD void ls_gradient(const levelset *L, const int32_t *table, const float *bri
   }
 }
 
+/* 1 when every brick that the trilinear cell at x touches lies beyond the band outside (or off
+ * the lattice), where ls_sample's phi is +band up to rounding: a particle there is not inside.
+ * One table entry per brick (usually one or two) instead of the eight corners' entries and
+ * values, which is what the particle collision step asks of most particles. */
+DR_HD int ls_far_outside(const levelset *L, const int32_t *table, const float x[3]) {
+  float f[3];
+  int i0[3];
+  if (!ls_cell(L, x, i0, f)) return 1;
+  const int b0[3] = {i0[0] >> 2, i0[1] >> 2, i0[2] >> 2};
+  const int b1[3] = {(i0[0] + 1) >> 2, (i0[1] + 1) >> 2, (i0[2] + 1) >> 2};
+  for (int bk = b0[2]; bk <= b1[2]; ++bk)
+    for (int bj = b0[1]; bj <= b1[1]; ++bj)
+      for (int bi = b0[0]; bi <= b1[0]; ++bi)
+        if (bi < L->dims[0] && bj < L->dims[1] && bk < L->dims[2] &&
+            table[L->table0 + ((int64_t)bk * L->dims[1] + bj) * L->dims[0] + bi] != LS_OUTSIDE)
+          return 0;
+  return 1;
+}
+
 /* phi at the point x (m) and, when vel is not NULL, the velocity channels starting at vch
  * (LS_VEL_OUT or LS_VEL_IN), all trilinear; when grad is not NULL, also ls_gradient. */
 DR_HD float ls_sample(const levelset *L, const int32_t *table, const float *bricks, const float x[3], float grad[3],

@@ -292,6 +292,25 @@ static void test_icosphere_levelset(void) {
   CHECK(nodes > 100 && worst_jump < 1e-3, "the gradient jumps by %.3g across lattice nodes (%ld nodes)", worst_jump,
         nodes);
   CHECK(worst_dir < 0.02, "the gradient is %.3g (1 - cos) off the sphere's radius", worst_dir);
+  /* ls_far_outside (the particle collision step's shortcut) says "outside" only where the eight
+   * corners all read +band, i.e. where ls_sample gives +band up to rounding; and it does say so
+   * for most points of the box around the sphere beyond the band. */
+  long far = 0, far_beyond = 0, beyond = 0, far_wrong = 0;
+  for (int i = 0; i < 40000; ++i) {
+    float xl[3];
+    double d2 = 0;
+    for (int a = 0; a < 3; ++a) xl[a] = (float)(-0.6 + 1.2 * check_rng_unit(&r)), d2 += (double)xl[a] * xl[a];
+    const int f = ls_far_outside(L, pool.table, xl);
+    const float phi = ls_sample(L, pool.table, pool.bricks, xl, NULL, 0, NULL);
+    far += f;
+    if (f && !(fabsf(phi - L->band) <= 1e-6f * L->band)) ++far_wrong;
+    if (sqrt(d2) > R + 3 * band) ++beyond, far_beyond += f;
+  }
+  printf("ls_far_outside: %ld of 40000 points far outside, %ld of the %ld beyond R + 3 band; %ld where phi is not +band\n",
+         far, far_beyond, beyond, far_wrong);
+  CHECK(far_wrong == 0, "ls_far_outside said outside at %ld points where phi is not +band", far_wrong);
+  CHECK(far_beyond == beyond && beyond > 1000, "ls_far_outside missed %ld of %ld points far from the sphere",
+        beyond - far_beyond, beyond);
   levelset_pool_free(&pool);
   mesh_destroy(&m);
 }
