@@ -439,7 +439,6 @@ typedef struct cuda_state {
   dvec d_colliders, d_keys;     /* the colliders and their keyframes (boundary.h) */
   dvec d_poses;                 /* [n_colliders] where they are in this step's grid update (k_poses) */
   bool push;                    /* a slip or separate collider: particles take the particle collision step */
-  dvec moved;                   /* push: [n_packets * 32] each particle's advection this step (k_g2p to k_collide) */
   dvec d_ls, d_ls_table, d_ls_bricks; /* mesh colliders' level sets (levelset.h), every frame, uploaded once */
   double t_next;                /* set_time: start of the next step the host drives phase by phase */
   float dmin[3], dmax[3];       /* the domain as floats (the advection clamp) */
@@ -1176,10 +1175,10 @@ __global__ static void k_tag(size_t n_blocks, const uint64_t *__restrict__ codes
   tags[i] = pt.keys[q] ? table_find(pt.keys[q], pt.vals[q], pt.mask[q], codes[b]) : -1;
 }
 
-/* The particle collision step (physics/boundary.h) of one particle, for k_g2p2g's COL variants
- * (scenes with a slip or separate collider; k_g2p leaves it to k_collide). Out of line, with C
- * and F stored before the call, CUDA 13 for sm_90 gives k_g2p2g 96 registers instead of 80
- * (ASFLIP: about 128 either way); inlined, every variant took about 128.
+/* The particle collision step (physics/boundary.h) of one particle. Only the COL variants of
+ * k_g2p and k_g2p2g call it (scenes with a slip or separate collider). Out of line, CUDA 13 for
+ * sm_90 gives k_g2p 80 registers (ASFLIP: 80; without it 56 and 72) and k_g2p2g 96 instead of
+ * 80 (ASFLIP: about 128 either way); inlined, every variant took about 128.
  * Scenes whose colliders are all sticky skip it too (boundary.h: sticky colliders keep what they
  * hold). Position and velocity travel by value. */
 struct pushed {
@@ -1277,22 +1276,17 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
  * largest speed, and the non-finite / runaway check. One warp per packet; flags reduced over
  * the warp first. */
 /* The G2P of one warp's packet p (all 32 lanes call it). */
-/* OLD (ASFLIP): the velocity before the update from grid0, and the material. COL: how particles
- * take the particle collision step of a scene with a slip or separate collider (cuda_state.push):
- * COL_NONE, no such collider; COL_INLINE, here (G2P2G: only these variants pay its registers);
- * COL_SPLIT, in k_collide after this kernel, so G2P stores x unclamped, v and how far the particle
- * moved (moved[]), and leaves the clamp, the speed, the free-zone check and the runaway check to
- * k_collide, which does them after the collision step as here. */
-enum { COL_NONE = 0, COL_INLINE = 1, COL_SPLIT = 2 };
-template <bool OLD, int COL>
+/* OLD (ASFLIP): the velocity before the update from grid0, and the material. COL: the scene has
+ * a slip or separate collider (cuda_state.push), and particles take the particle collision step
+ * (only these variants pay its registers). */
+template <bool OLD, bool COL>
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
                                          float3 dmin, float3 dmax, float dx, float inv_dx,
                                          const float *__restrict__ grid, int inner_lo, int inner_hi,
                                          const material_params *__restrict__ mats, const float *__restrict__ grid0,
-                                         const boundary_params &bp, const collider_pose *__restrict__ poses,
-                                         float *__restrict__ moved) {
+                                         const boundary_params &bp, const collider_pose *__restrict__ poses) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -1362,12 +1356,8 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
     const float detF = m3_det(Fn);
     for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) x[a] += dt * vmove[a];
-    if (COL == COL_SPLIT) {
-      for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
-      moved[p * LANES + lane] = dt * fmaxf(fabsf(vmove[0]), fmaxf(fabsf(vmove[1]), fabsf(vmove[2])));
-      if (!isfinite(detF)) flag_bad(ctl, pid[p * LANES + lane]);
-    } else {
-      if (COL == COL_INLINE) { /* the particle collision step (physics/boundary.h), poses of k_poses */
+    {
+      if (COL) { /* the particle collision step (physics/boundary.h), poses of k_poses */
         const float mv = dt * fmaxf(fabsf(vmove[0]), fmaxf(fabsf(vmove[1]), fabsf(vmove[2])));
         pushed q = {{x[0], x[1], x[2]}, {v[0], v[1], v[2]}};
         q = push_particle(&bp, poses, q, boundary_push_room(dx, mv));
@@ -1394,7 +1384,6 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       }
     }
   }
-  if (COL == COL_SPLIT) return; /* every lane: k_collide reduces the flags */
   speed_bits = __reduce_max_sync(FULL, speed_bits);
   leave = __any_sync(FULL, leave);
   if (lane == 0) {
@@ -1404,77 +1393,23 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
 }
 
 /* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
- * advection clamped to the domain, the inner-free-zone check, largest speed, and the non-finite /
- * runaway check. One warp per packet; flags reduced over the warp first. SPLIT (a slip or
- * separate collider): the particle collision step and everything after it in k_collide, a second
- * kernel that reads 28 bytes a particle. Taken inside G2P, its level-set lookups cost registers
- * that every particle pays (k_g2p 56 -> 80), and G2P took 31% of Crawling in Snow instead of 25%
- * (docs/performance.md). */
-template <bool OLD, bool SPLIT>
+ * advection clamped to the domain, the particle collision step (COL), the inner-free-zone check,
+ * largest speed, and the non-finite / runaway check. One warp per packet; flags reduced over the
+ * warp first. (Measured in Crawling in Snow with ncu: the COL variant, 80 registers, 157 us a
+ * step; the collision step in a kernel of its own after G2P, 104 + 67 us; G2P without it, 56
+ * registers, 110 us. docs/performance.md.) */
+template <bool OLD, bool COL>
 __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
       float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
       const material_params *__restrict__ mats, const float *__restrict__ grid0,
-      const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, float *__restrict__ moved) {
+      const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
-  g2p_warp<OLD, SPLIT ? COL_SPLIT : COL_NONE>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
-                                              inv_dx, grid, INNER_LO, INNER_HI, mats, grid0, bp, poses, moved);
-}
-
-/* The end of a split G2P (k_g2p SPLIT), one thread per particle slot, a warp per packet: the
- * particle collision step (physics/boundary.h; room from how far advection moved the particle),
- * the clamp to the domain, the non-finite / runaway check, the largest speed and the
- * inner-free-zone check, in the order and with the numbers of an unsplit G2P. */
-__global__ static void k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr,
-                                 const int32_t *__restrict__ pb_coord, float *__restrict__ pk,
-                                 const uint64_t *__restrict__ pid, const float *__restrict__ moved, float3 origin,
-                                 float3 dmin, float3 dmax, float dx, float inv_dx,
-                                 const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
-  if (ctl->done) return;
-  const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-  if (p >= n_packets) return;
-  const int lane = threadIdx.x & 31;
-  const int2 h = hdr[p];
-  unsigned speed_bits = 0, leave = 0;
-  if (lane < h.y) {
-    const float dt = ctl->dt;
-    float *base = pk + p * PK_FLOATS + lane;
-    float x[3], v[3];
-    for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES], v[a] = base[(A_V + a) * LANES];
-    const int held = boundary_push_posed(&bp, poses, x, v, boundary_push_room(dx, moved[p * LANES + lane]));
-    const float lo[3] = {dmin.x, dmin.y, dmin.z}, hi[3] = {dmax.x, dmax.y, dmax.z};
-    float sp2 = 0.0f;
-    int clamped = 0;
-    for (int a = 0; a < 3; ++a) {
-      sp2 += v[a] * v[a];
-      const float c = fminf(fmaxf(x[a], lo[a]), hi[a]); /* the safety net of g2p_warp */
-      clamped |= c != x[a];
-      x[a] = c;
-    }
-    if (held || clamped)
-      for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
-    const float runaway = DR_RUNAWAY_CELLS * dx / dt;
-    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || sp2 > runaway * runaway) {
-      flag_bad(ctl, pid[p * LANES + lane]);
-    } else {
-      speed_bits = __float_as_uint(sqrtf(sp2));
-      const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
-      const float o[3] = {origin.x, origin.y, origin.z};
-      for (int a = 0; a < 3; ++a) {
-        const int off = bspline_base((x[a] - o[a]) * inv_dx) - BLOCK_EDGE * P[a];
-        leave |= off < INNER_LO || off > INNER_HI;
-      }
-    }
-  }
-  speed_bits = __reduce_max_sync(FULL, speed_bits);
-  leave = __any_sync(FULL, leave);
-  if (lane == 0) {
-    if (speed_bits) atomicMax(&ctl->vmax_bits, speed_bits);
-    if (leave) atomicOr(&ctl->leave, 1u);
-  }
+  g2p_warp<OLD, COL>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO,
+                     INNER_HI, mats, grid0, bp, poses);
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -1498,8 +1433,8 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
-                                             inv_dx, grid, FUSED_LO, FUSED_HI, mats, grid0, bp, poses, NULL);
+  g2p_warp<OLD, COL>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO,
+                     FUSED_HI, mats, grid0, bp, poses);
   __syncwarp();
   p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
                      grid0_next, s_w[warp], s_sort[warp], fp);
@@ -1673,7 +1608,6 @@ static int rebuild_now(cuda_state *s) {
   const int nxt = 1 - s->cur;
   DVEC(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
   DVEC(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
-  if (s->push) DVEC(s->moved, (size_t)n_packets * LANES * sizeof(float), "particle advection (collision step)");
   k_scatter<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
@@ -1883,15 +1817,8 @@ static int launch_g2p(cuda_state *s, int par) {
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
       s->inv_dx, vel_of(s, par), dp<material_params>(s->d_mats), vel0_of(s, par), s->bnd,
-      dp<collider_pose>(s->d_poses), col ? dp<float>(s->moved) : NULL);
+      dp<collider_pose>(s->d_poses));
   LAUNCHED("k_g2p");
-  if (!col) return DR_OK;
-  k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
-      dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<float>(s->pk[s->cur]),
-      dp<uint64_t>(s->pid[s->cur]), dp<float>(s->moved), make_float3(s->origin[0], s->origin[1], s->origin[2]),
-      make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
-      s->inv_dx, s->bnd, dp<collider_pose>(s->d_poses));
-  LAUNCHED("k_collide");
   return DR_OK;
 }
 
@@ -2476,7 +2403,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own, &s->moved};
+                       &s->old_to_new, &s->own};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -2515,7 +2442,7 @@ static void destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->moved};
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
