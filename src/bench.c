@@ -122,11 +122,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         c = *end ? end + 1 : end;
       }
     } else if (!strcmp(f, "--island-barrier") || !strcmp(f, "--island-reduce")) {
-      const int k = !strcmp(f, "--island-reduce");
-      const char *const *names = k ? scene_island_reduce_names : scene_island_barrier_names;
-      const char *v = argv[++i];
-      a->island[k] = scene_name_index(names, 2, v);
-      if (a->island[k] < 0) return dr_fail(DR_EINPUT, "%s: '%s' is not one of %s, %s", f, v, names[0], names[1]);
+      DR_TRY(scene_island_flag(f, argv[++i], a->island));
     } else if (!strcmp(f, "--deterministic")) {
       a->deterministic = 1;
     } else if (!strcmp(f, "--csv")) {
@@ -397,8 +393,7 @@ int bench_main(int argc, char **argv) {
       for (int mode = a.deterministic ? 0 : -1; !rc && mode <= (a.deterministic ? 1 : -1); ++mode) {
         scene sc = scenes[i];
         if (mode >= 0) sc.deterministic = mode;
-        if (a.island[0] >= 0) sc.island_barrier = a.island[0];
-        if (a.island[1] >= 0) sc.island_reduce = a.island[1];
+        scene_set_island(&sc, a.island);
         bench_result r = {.path = a.scenes[i], .gpus = a.n_gpus > 0 ? a.gpus[g] : 0, .efficiency = -1,
                           .det = sc.deterministic, .island_barrier = sc.island_barrier,
                           .island_reduce = sc.island_reduce};

@@ -246,13 +246,6 @@ static int parse_backend(const char *v, int *out) {
 }
 
 /* drift run's arguments. */
-/* --island-barrier and --island-reduce: the value's index among names (enum island_*_kind). */
-static int parse_island(const char *flag, const char *v, const char *const *names, int *out) {
-  *out = scene_name_index(names, 2, v);
-  if (*out < 0) return dr_fail(DR_EINPUT, "%s: '%s' is not one of %s, %s", flag, v, names[0], names[1]);
-  return DR_OK;
-}
-
 /* drift run's arguments. island[0], island[1]: --island-barrier and --island-reduce, or -1 (the scene's). */
 static int parse_run_args(int argc, char **argv, const char **scene_path, sim_options *opt_out, int *quiet_out,
                           int island[2]) {
@@ -281,10 +274,8 @@ static int parse_run_args(int argc, char **argv, const char **scene_path, sim_op
       long g = strtol(argv[++i], &end, 10);
       if (*end || g < 1 || g > 8) return dr_fail(DR_EINPUT, "--gpus: '%s' is not a number of GPUs from 1 to 8", argv[i]);
       opt.gpus = (int)g;
-    } else if (!strcmp(a, "--island-barrier")) {
-      DR_TRY(parse_island(a, argv[++i], scene_island_barrier_names, &island[0]));
-    } else if (!strcmp(a, "--island-reduce")) {
-      DR_TRY(parse_island(a, argv[++i], scene_island_reduce_names, &island[1]));
+    } else if (!strcmp(a, "--island-barrier") || !strcmp(a, "--island-reduce")) {
+      DR_TRY(scene_island_flag(a, argv[++i], island));
     } else if (!strcmp(a, "--quiet")) {
       quiet = 1;
     } else if (!strcmp(a, "--resume") || !strncmp(a, "--resume=", 9)) {
@@ -323,8 +314,7 @@ static int cmd_run(int argc, char **argv) {
     return rc;
   }
   /* the command line's island variants replace the scene's keys (they change no result beyond rounding) */
-  if (island[0] >= 0) s.island_barrier = island[0];
-  if (island[1] >= 0) s.island_reduce = island[1];
+  scene_set_island(&s, island);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   log_set_rank(rank);

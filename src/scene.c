@@ -1414,10 +1414,24 @@ static int parse_output(const ctx *c, const cJSON *root, scene *s) {
 const char *const scene_island_barrier_names[2] = {"spin", "events"};
 const char *const scene_island_reduce_names[2] = {"double_buffer", "p2p_atomics"};
 
-int scene_name_index(const char *const *names, int n, const char *name) {
+/* The index of name among names[0..n), or -1. */
+static int scene_name_index(const char *const *names, int n, const char *name) {
   for (int i = 0; i < n; ++i)
     if (strcmp(name, names[i]) == 0) return i;
   return -1;
+}
+
+int scene_island_flag(const char *flag, const char *value, int island[2]) {
+  const int k = strcmp(flag, "--island-reduce") == 0;
+  const char *const *names = k ? scene_island_reduce_names : scene_island_barrier_names;
+  island[k] = scene_name_index(names, 2, value);
+  if (island[k] < 0) return dr_fail(DR_EINPUT, "%s: '%s' is not one of %s, %s", flag, value, names[0], names[1]);
+  return DR_OK;
+}
+
+void scene_set_island(scene *s, const int island[2]) {
+  if (island[0] >= 0) s->island_barrier = island[0];
+  if (island[1] >= 0) s->island_reduce = island[1];
 }
 
 static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {

@@ -102,8 +102,9 @@ enum island_reduce_kind { ISLAND_REDUCE_DOUBLE_BUFFER = 0, ISLAND_REDUCE_P2P_ATO
 /* Their names in scene files and on the command line, by enum value. */
 extern const char *const scene_island_barrier_names[2]; /* "spin", "events" */
 extern const char *const scene_island_reduce_names[2];  /* "double_buffer", "p2p_atomics" */
-/* The index of name among names[0..n), or -1 (for the command line's choices of these). */
-int scene_name_index(const char *const *names, int n, const char *name);
+/* drift run's and drift bench's --island-barrier / --island-reduce (flag) with its value: the
+ * value's index into island[0] / island[1]; an unknown value fails naming the flag. */
+int scene_island_flag(const char *flag, const char *value, int island[2]);
 
 typedef struct scene {
   char path[4096];       /* the file it came from, for messages */
@@ -144,6 +145,10 @@ typedef struct scene {
   size_t text_len;
   uint64_t hash;         /* scene_hash_bytes of text: a checkpoint names the scene it came from */
 } scene;
+
+/* The command line's island variants (scene_island_flag; -1: the scene's key stays) over the
+ * scene's parallel.island_barrier and parallel.island_reduce. */
+void scene_set_island(scene *s, const int island[2]);
 
 /* Reads and validates path; on success *out owns its arrays (free with scene_destroy). */
 int scene_load(const char *path, scene *out);

@@ -49,12 +49,16 @@ typedef struct levelset {
   float vel_mean[6];    /* sequences: mean vertex velocity out, in (the value off the band) */
 } levelset;
 
+/* The table entry of brick (bi, bj, bk): its index in the pool's bricks, LS_OUTSIDE or
+ * LS_INSIDE; LS_OUTSIDE off the lattice. */
+DR_HD int ls_entry(const levelset *L, const int32_t *table, int bi, int bj, int bk) {
+  if (bi < 0 || bj < 0 || bk < 0 || bi >= L->dims[0] || bj >= L->dims[1] || bk >= L->dims[2]) return LS_OUTSIDE;
+  return table[L->table0 + ((int64_t)bk * L->dims[1] + bj) * L->dims[0] + bi];
+}
+
 /* The values of node (i, j, k) (channels 0 .. nc - 1) into out. */
 DR_HD void ls_node(const levelset *L, const int32_t *table, const float *bricks, int i, int j, int k, float *out, int nc) {
-  int e = LS_OUTSIDE;
-  const int bi = i >> 2, bj = j >> 2, bk = k >> 2;
-  if (i >= 0 && j >= 0 && k >= 0 && bi < L->dims[0] && bj < L->dims[1] && bk < L->dims[2])
-    e = table[L->table0 + ((int64_t)bk * L->dims[1] + bj) * L->dims[0] + bi];
+  const int e = ls_entry(L, table, i >> 2, j >> 2, k >> 2);
   if (e >= 0) {
     const int local = ((k & 3) * LS_BRICK + (j & 3)) * LS_BRICK + (i & 3);
     const float *p = bricks + L->brick0 + ((int64_t)e * LS_BRICK_NODES + local) * L->channels;
@@ -119,9 +123,7 @@ DR_HD int ls_far_outside(const levelset *L, const int32_t *table, const float x[
   for (int bk = b0[2]; bk <= b1[2]; ++bk)
     for (int bj = b0[1]; bj <= b1[1]; ++bj)
       for (int bi = b0[0]; bi <= b1[0]; ++bi)
-        if (bi < L->dims[0] && bj < L->dims[1] && bk < L->dims[2] &&
-            table[L->table0 + ((int64_t)bk * L->dims[1] + bj) * L->dims[0] + bi] != LS_OUTSIDE)
-          return 0;
+        if (ls_entry(L, table, bi, bj, bk) != LS_OUTSIDE) return 0;
   return 1;
 }
 
