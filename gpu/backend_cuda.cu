@@ -1339,11 +1339,10 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
   unsigned speed_bits = 0, leave = 0;
   if (ok) {
     const float k = 4.0f * inv_dx * inv_dx;
-    float F[9], G[9], Fn[9], C[9];
+    float F[9], Fn[9], C[9];
     for (int q = 0; q < 9; ++q) {
-      F[q] = base[(A_F + q) * LANES];
+      F[q] = Fn[q] = base[(A_F + q) * LANES];
       C[q] = k * B[q];
-      G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
     }
     /* APIC moves with v; ASFLIP keeps vnew and moves with vmove (physics/transfer.h) */
     float vmove[3] = {v[0], v[1], v[2]};
@@ -1353,7 +1352,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       transfer_velocity(&mat, dt, vp, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
       for (int a = 0; a < 3; ++a) v[a] = vnew[a];
     }
-    m3_mul(G, F, Fn);
+    constitutive_advance_F(&mat, dt, C, Fn); /* F before the update stays in F for transfer_velocity */
     const float detF = m3_det(Fn);
     for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) x[a] += dt * vmove[a];
