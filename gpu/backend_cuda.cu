@@ -468,6 +468,7 @@ typedef struct cuda_state {
   dvec grid0[2];                /* ASFLIP only (else unallocated): [n_blocks][192] float beside grid[k]: P2G's
                                  * momentum without the stress impulse, then the velocity before the update */
   int asflip;                   /* a material uses ASFLIP (physics/transfer.h) */
+  int g2p_mat;                  /* G2P reads the material: ASFLIP or a weakly compressible one */
   dvec touched[2];              /* [n_blocks] uint8 */
   int det;                      /* deterministic mode (prm.deterministic) */
   dvec igrid[2];                /* deterministic mode only: [n_blocks][ich][64] int64 fixed-point P2G sums */
@@ -1276,7 +1277,7 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
  * largest speed, and the non-finite / runaway check. One warp per packet; flags reduced over
  * the warp first. */
 /* The G2P of one warp's packet p (all 32 lanes call it). */
-/* OLD (ASFLIP): the velocity before the update from grid0, and the material. COL: the scene has
+/* OLD (ASFLIP): the velocity before the update from grid0 (g2p_mats is then never NULL). COL: the scene has
  * a slip or separate collider (cuda_state.push), and particles take the particle collision step
  * (only these variants pay its registers). */
 template <bool OLD, bool COL>
@@ -1285,8 +1286,9 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
                                          float3 dmin, float3 dmax, float dx, float inv_dx,
                                          const float *__restrict__ grid, int inner_lo, int inner_hi,
-                                         const material_params *__restrict__ mats, const float *__restrict__ grid0,
-                                         const boundary_params &bp, const collider_pose *__restrict__ poses) {
+                                         const material_params *__restrict__ g2p_mats,
+                                         const float *__restrict__ grid0, const boundary_params &bp,
+                                         const collider_pose *__restrict__ poses) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -1307,9 +1309,12 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
     bspline_weights(fx[a], w[a], dw);
   }
   float v[3] = {0, 0, 0}, B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, vold[3] = {0, 0, 0};
-  material_params mat; /* read only where a material uses ASFLIP (grid0): APIC scenes skip the load */
+  /* The material, read only where G2P needs it (g2p_mats not NULL: a material uses ASFLIP or is
+   * weakly compressible): other scenes skip the load and advance F <- (I + dt C) F. */
+  material_params mat;
   mat.transfer = TRANSFER_APIC;
-  if (ok && OLD) mat = mats[__float_as_int(base[A_MAT * LANES])];
+  mat.model = -1;
+  if (ok && g2p_mats) mat = g2p_mats[__float_as_int(base[A_MAT * LANES])];
   const int flip = mat.transfer == TRANSFER_ASFLIP;
   for (int ei = 0; ei < 3; ++ei)
     for (int ej = 0; ej < 3; ++ej)
@@ -1338,11 +1343,10 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
   unsigned speed_bits = 0, leave = 0;
   if (ok) {
     const float k = 4.0f * inv_dx * inv_dx;
-    float F[9], G[9], Fn[9], C[9];
+    float F[9], Fn[9], C[9];
     for (int q = 0; q < 9; ++q) {
-      F[q] = base[(A_F + q) * LANES];
+      F[q] = Fn[q] = base[(A_F + q) * LANES];
       C[q] = k * B[q];
-      G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
     }
     /* APIC moves with v; ASFLIP keeps vnew and moves with vmove (physics/transfer.h) */
     float vmove[3] = {v[0], v[1], v[2]};
@@ -1352,7 +1356,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       transfer_velocity(&mat, dt, vp, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
       for (int a = 0; a < 3; ++a) v[a] = vnew[a];
     }
-    m3_mul(G, F, Fn);
+    constitutive_advance_F(&mat, dt, C, Fn); /* F before the update stays in F for transfer_velocity */
     const float detF = m3_det(Fn);
     for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) x[a] += dt * vmove[a];
@@ -1403,13 +1407,13 @@ __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
       float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
-      const material_params *__restrict__ mats, const float *__restrict__ grid0,
+      const material_params *__restrict__ g2p_mats, const float *__restrict__ grid0,
       const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
   g2p_warp<OLD, COL>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO,
-                     INNER_HI, mats, grid0, bp, poses);
+                     INNER_HI, g2p_mats, grid0, bp, poses);
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -1425,7 +1429,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
         const material_params *__restrict__ mats, float3 origin, float3 dmin, float3 dmax, float dx, float inv_dx,
         const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next,
         const float *__restrict__ grid0, float *__restrict__ grid0_next, fixp fp,
-        const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
+        const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int g2p_mat) {
   __shared__ float s_w[WARPS][9][LANES];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -1434,7 +1438,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   if (p >= n_packets) return;
   const float dt = ctl->dt;
   g2p_warp<OLD, COL>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO,
-                     FUSED_HI, mats, grid0, bp, poses);
+                     FUSED_HI, g2p_mat ? mats : nullptr, grid0, bp, poses);
   __syncwarp();
   p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
                      grid0_next, s_w[warp], s_sort[warp], fp);
@@ -1816,7 +1820,7 @@ static int launch_g2p(cuda_state *s, int par) {
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
-      s->inv_dx, vel_of(s, par), dp<material_params>(s->d_mats), vel0_of(s, par), s->bnd,
+      s->inv_dx, vel_of(s, par), s->g2p_mat ? dp<material_params>(s->d_mats) : nullptr, vel0_of(s, par), s->bnd,
       dp<collider_pose>(s->d_poses));
   LAUNCHED("k_g2p");
   return DR_OK;
@@ -1839,7 +1843,7 @@ static int launch_g2p2g(cuda_state *s, int par) {
       make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]),
       make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx, s->inv_dx, vel_of(s, par),
       dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]), vel0_of(s, par), grid0_of(s, 1 - par),
-      fix_of(s, 1 - par), s->bnd, dp<collider_pose>(s->d_poses));
+      fix_of(s, 1 - par), s->bnd, dp<collider_pose>(s->d_poses), s->g2p_mat);
   LAUNCHED("k_g2p2g");
   return DR_OK;
 }
@@ -2620,7 +2624,11 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->inv_dx = 1.0f / prm->dx;
   s->bnd = prm->boundary; /* the pointers become device pointers in setup() */
   for (int k = 0; k < prm->boundary.n_colliders; ++k) s->push |= prm->boundary.colliders[k].type != BOUNDARY_STICKY;
-  for (int m = 0; m < prm->n_materials; ++m) s->asflip |= prm->materials[m].transfer == TRANSFER_ASFLIP;
+  for (int m = 0; m < prm->n_materials; ++m) {
+    s->asflip |= prm->materials[m].transfer == TRANSFER_ASFLIP;
+    s->g2p_mat |= prm->materials[m].transfer == TRANSFER_ASFLIP ||
+                  prm->materials[m].model == MODEL_WEAKLY_COMPRESSIBLE;
+  }
   s->det = prm->deterministic != 0;
   s->bnd.colliders = NULL;
   s->bnd.keys = NULL;

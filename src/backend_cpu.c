@@ -451,14 +451,10 @@ static int g2p(void *state, float dt) {
             for (int a = 0; a < 3; ++a) vold[a] += w * g[(a + 4) * BLOCK_NODES + nd];
         }
     float *x = p->x + 3 * i, *F = p->F + 9 * i, *C = p->C + 9 * i;
-    float G[9], Fn[9], vnew[3], vmove[3];
-    for (int q = 0; q < 9; ++q) {
-      C[q] = k * B[q];
-      G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
-    }
+    float vnew[3], vmove[3];
+    for (int q = 0; q < 9; ++q) C[q] = k * B[q];
     transfer_velocity(mat, dt, p->v + 3 * i, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
-    m3_mul(G, F, Fn);
-    m3_copy(Fn, F);
+    constitutive_advance_F(mat, dt, C, F);
     float xa[3];
     for (int a = 0; a < 3; ++a) xa[a] = x[a] + dt * vmove[a];
     if (bp->n_colliders > 0) { /* the particle collision step (physics/boundary.h) */

@@ -48,11 +48,26 @@
  *     (tr log |s| >= 0) projects to the cone tip: s = (1, 1, +-1), F becomes U V^T (a rotation,
  *     or a reflection for inverted F) and tau = 0. friction_angle 0 (alpha = 0) gives a
  *     zero-yield von Mises material: the deviatoric strain is removed at every update.
- *   - Weakly compressible: J is clamped to [DR_WC_J_MIN, DR_WC_J_MAX] = [0.1, 10] before use
+ *   - Weakly compressible: J is clamped to [DR_WC_J_MIN, DR_WC_J_MAX] = [0.1, 1] before use
  *     (a negative or zero J from an inverted/degenerate particle counts as J_MIN), and F is
  *     reset to cbrt(J) I, so det F keeps the (clamped) volume history and shear is forgotten.
- *     Beyond 10x compression a weakly compressible fluid has long since blown up the time step;
- *     the clamp only keeps J^-gamma finite. The energy uses the same clamp.
+ *     The upper bound 1 means the liquid carries no tension: material that expands (a free
+ *     surface opening up, spray breaking off) goes back to its rest volume at zero pressure
+ *     instead of pulling back with p = K (J^-gamma - 1) < 0, as the claymore-based reference
+ *     kernels of the paper's benchmarks do (JFluid: J clamped to [0.1, 1]). Tension made every
+ *     particle that flies alone (or in a small clump, with no neighbours on its nodes) a stiff
+ *     oscillator of its own volume, the affine mode that APIC keeps for a lone particle: frequency
+ *     sqrt(12) c / dx with quadratic B-splines, stable only for c dt / dx < 1/sqrt(3) in theory
+ *     and, with gamma 7's stiffening under compression, growing from a few per cent of J at the
+ *     adaptive steps' c dt / dx ~ 0.5 until one step threw it to J < 0 (the Fountain benchmark's
+ *     runaway particles, tests/sim/test_spray.c). Without tension the lone particle just expands
+ *     to J = 1 and stays there. The lower bound: beyond 10x compression a weakly compressible
+ *     fluid has long since blown up the time step; it only keeps J^-gamma finite. The energy
+ *     uses the same clamp (so psi = 0 and p = 0 for J >= 1: psi is C1, not C2, at J = 1).
+ *   - Weakly compressible, G2P (constitutive_advance_F): only J is advanced, J <- J (1 + dt tr C)
+ *     with F <- cbrt(J) I, not F <- (I + dt C) F, whose determinant adds dt^2 times the sum of
+ *     C's principal 2x2 minors: for a spinning particle (skew C, |C| ~ 200 /s at a step of
+ *     4e-4 s in the Fountain's spray) a spurious ~0.4 % volume gain per step.
  *   - NACC: like Drucker-Prager it works on |s| (an inverted F is treated as its mirror image,
  *     signs kept), |s| clamped below at DR_DP_MIN_STRETCH.
  *   - Unknown model numbers leave F alone and give tau = 0, energy 0, wave speed 0. */
@@ -70,7 +85,7 @@
 #define DR_WC_J_MIN 0.1f
 #endif
 #ifndef DR_WC_J_MAX
-#define DR_WC_J_MAX 10.0f
+#define DR_WC_J_MAX 1.0f
 #endif
 
 /* out = U diag(d) U^T (symmetric by construction) */
@@ -176,6 +191,23 @@ DR_HD void constitutive_weakly_compressible_(const material_params *m, float F[9
     F[i] = diag ? c : 0.0f;
     tau[i] = diag ? kt : 0.0f;
   }
+}
+
+/* ---- the deformation update of G2P ---- */
+
+/* F after a step dt with the particle's new affine velocity C (1/s), in place:
+ * F <- (I + dt C) F, except for the weakly compressible fluid, which keeps J alone:
+ * J <- det(F) (1 + dt tr C), F <- cbrt(J) I (see the top). Shared by both backends' G2P. */
+DR_HD void constitutive_advance_F(const material_params *m, float dt, const float C[9], float F[9]) {
+  if (m->model == MODEL_WEAKLY_COMPRESSIBLE) {
+    const float c = cbrtf(m3_det(F) * (1.0f + dt * m3_trace(C)));
+    for (int i = 0; i < 9; ++i) F[i] = (i % 4 == 0) ? c : 0.0f;
+    return;
+  }
+  float G[9], Fn[9];
+  for (int q = 0; q < 9; ++q) G[q] = (q % 4 == 0 ? 1.0f : 0.0f) + dt * C[q];
+  m3_mul(G, F, Fn);
+  m3_copy(Fn, F);
 }
 
 /* ---- NACC snow (Wolper et al. 2019) ---- */
