@@ -16,8 +16,9 @@
 # 2 (DRIFT_DEVICES=0,0 where there is one GPU: the island's code on one device, as
 # check_island.sh does): starts the run, waits for frame 1's progress line, sends SIGTERM a quarter
 # of a frame later, and checks exit status 9, one "stopped by SIGTERM at frame F + K
-# step(s)" line with 0 < K < 75% of frame F + 1's substeps (stopped within a step, well before
-# the frame's end, not between frames), the checkpoint written with step_in_frame K and no
+# step(s)" line with 0 < K < frame F + 1's substeps (stopped within a step, before the frame's
+# end, not between frames; how far into the frame depends on how fast the GPU runs while the
+# signal is on its way, which other tests sharing it change), the checkpoint written with step_in_frame K and no
 # frame F + 1; then resumes it on 1 GPU and on 2 (1 -> 1, 1 -> 2, 2 -> 1) and compares frames
 # F + 1 and the last with A's by particle id (COMPARE_FRAMES: positions within XTOL m,
 # velocities within VTOL of the largest speed, or within three times the difference between two
@@ -135,7 +136,7 @@ stopped() {
   n=$(substeps A.log $((F + 1)))
   echo "$label: stopped $K of $n substeps into frame $((F + 1))"
   [ "$K" -gt 0 ] || fail "$label: stopped between frames (0 steps into frame $((F + 1))), not within the frame"
-  [ -n "$n" ] && [ $((100 * K)) -lt $((75 * n)) ] || fail "$label: stopped $K steps into frame $((F + 1)) of $n: not well before its end"
+  [ -n "$n" ] && [ "$K" -lt "$n" ] || fail "$label: stopped $K steps into frame $((F + 1)) of $n: not before its end"
   ck=$(printf '%s/checkpoint_%05d.h5' "$dir" "$F")
   [ -f "$ck" ] || fail "$label: no $ck"
   if command -v h5dump >/dev/null && [ -f "$ck" ]; then
