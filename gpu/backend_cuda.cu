@@ -263,6 +263,8 @@ typedef struct step_ctl {
   unsigned bar_stuck;          /* the island barrier this member gave up on (0: none; island_barrier) */
   int bar_peer;                /* ... the peer (index in the view) it waited for, */
   unsigned bar_peer_seen;      /* ... and that peer's count when it gave up */
+  int projected;               /* the next P2G leaves out the return mapping (set_projected: a run resumed
+                                * from a checkpoint written after G2P2G steps); k_grid clears it */
 } step_ctl;
 
 /* Deterministic mode's P2G target (physics/fixed.h): int64 sums and their scales. */
@@ -766,6 +768,9 @@ __global__ static void k_publish(step_ctl *c) {
   if (c->mode == DT_ADAPTIVE) c->vmax_pub[c->step_seq & 1u] = c->vmax_bits;
 }
 
+/* set_projected: the next P2G leaves out the return mapping (step_ctl.projected). */
+__global__ static void k_set_projected(step_ctl *c) { c->projected = 1; }
+
 /* A fixed step given by the host (the phase-by-phase path of backend.h). */
 __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
   c->t = c->t_pose = t_end; /* as k_begin leaves it: the colliders stand where they are at the step's end */
@@ -854,7 +859,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const material_params *__restrict__ mats, float3 origin, float dx,
                                          float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
                                          float *__restrict__ grid0, float (*s_w)[LANES], unsigned *s_sort,
-                                         fixp fp) {
+                                         fixp fp, int plastic) {
   const int lane = threadIdx.x & 31;
   int fix_bad = 0; /* DET: a contribution of this lane's particle out of range */
   const int2 h = hdr[p];
@@ -888,7 +893,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
     const material_params mat = mats[__float_as_int(base[A_MAT * LANES + src])];
     const int kept = mat.model == MODEL_NACC; /* the plastic state logJp: only NACC reads and writes it */
     float logjp = kept ? base[A_JP * LANES + src] : 0.0f;
-    constitutive_update_state(&mat, F, &logjp, tau);
+    constitutive_apply(&mat, F, &logjp, tau, plastic);
     for (int q = 0; q < 9; ++q) base[(A_F + q) * LANES + src] = F[q];
     if (kept) base[A_JP * LANES + src] = logjp;
     m = base[A_M * LANES + src];
@@ -1048,7 +1053,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return; /* the whole warp */
   p2g_warp<OLD, DET>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
-                     s_w[warp], s_sort[warp], fp);
+                     s_w[warp], s_sort[warp], fp, !ctl->projected);
 }
 
 /* Where the colliders are at the step's end (ctl->t_pose), for k_grid and the particle collision step
@@ -1063,7 +1068,7 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
  * fused with clearing the other buffer where the step before touched it. One thread per node. */
 template <bool DET>
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
-k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
+k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
        const collider_pose *__restrict__ poses,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
        uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
@@ -1071,6 +1076,7 @@ k_grid(const step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origi
        island_view iv, float *__restrict__ vel, float *__restrict__ vel0, const long long *__restrict__ ig,
        long long *__restrict__ ig_next, double inv_sm, double inv_sp) {
   if (ctl->done) return; /* uniform over the CUDA block */
+  if (blockIdx.x == 0 && threadIdx.x == 0 && ctl->projected) ctl->projected = 0; /* the P2G before took it */
   const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
   const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
   /* part (enum grid_part): blocks shared with other ranks, the others, or all */
@@ -1207,6 +1213,22 @@ __global__ static void k_owner(size_t n_blocks, int np, int me, const int32_t *_
   own[b] = (int8_t)o;
 }
 
+/* k_push and k_pull, one thread per node: this thread's node nd of block blk, where another
+ * member q owns the block (own) and this member touched it, and t the block's index on q (its
+ * tag, >= 0 since the owner holds the block: k_owner). 0: nothing to move for this thread. */
+__device__ __forceinline__ int peer_node(size_t n_blocks, const uint8_t *__restrict__ touched,
+                                         const int8_t *__restrict__ own, const int32_t *__restrict__ tags, int np,
+                                         size_t *blk, int *nd, int *q, size_t *t) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_blocks * BLOCK_NODES) return 0;
+  *blk = i / BLOCK_NODES;
+  *nd = (int)(i % BLOCK_NODES);
+  *q = own[*blk];
+  if (*q < 0 || !touched[*blk]) return 0;
+  *t = (size_t)tags[*blk * np + *q];
+  return 1;
+}
+
 /* p2p_atomics (see the island): this member's part of each block it touched and another member
  * owns, added into the owner's copy of grid buffer par (system-scope atomics through P2P
  * pointers; zeros skipped), and the owner's touched flag set. DET: the int64 sums (ich channels;
@@ -1217,13 +1239,9 @@ __global__ static void k_push(const step_ctl *__restrict__ ctl, size_t n_blocks,
                               const float *__restrict__ g, const float *__restrict__ g0,
                               const long long *__restrict__ ig, int ich, peer_blocks pb) {
   if (ctl->done) return;
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n_blocks * BLOCK_NODES) return;
-  const size_t blk = i / BLOCK_NODES;
-  const int nd = (int)(i % BLOCK_NODES);
-  const int q = own[blk];
-  if (q < 0 || !touched[blk]) return;
-  const size_t t = (size_t)tags[blk * np + q]; /* >= 0: the owner holds the block (k_owner) */
+  size_t blk, t;
+  int nd, q;
+  if (!peer_node(n_blocks, touched, own, tags, np, &blk, &nd, &q, &t)) return;
   if (DET) {
     unsigned long long *dst = reinterpret_cast<unsigned long long *>(pb.ig[q]) + t * ich * BLOCK_NODES + nd;
     for (int ch = 0; ch < ich; ++ch) {
@@ -1253,13 +1271,9 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
                               const int8_t *__restrict__ own, const int32_t *__restrict__ tags, int np,
                               float *__restrict__ g, float *__restrict__ g0, peer_blocks pb) {
   if (ctl->done) return;
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n_blocks * BLOCK_NODES) return;
-  const size_t blk = i / BLOCK_NODES;
-  const int nd = (int)(i % BLOCK_NODES);
-  const int q = own[blk];
-  if (q < 0 || !touched[blk]) return;
-  const size_t t = (size_t)tags[blk * np + q];
+  size_t blk, t;
+  int nd, q;
+  if (!peer_node(n_blocks, touched, own, tags, np, &blk, &nd, &q, &t)) return;
   const float *src = pb.grid[q] + t * BLOCK_FLOATS;
   float *dst = g + blk * BLOCK_FLOATS;
 #if GRID_VEC4
@@ -1272,15 +1286,17 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
       g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd] = pb.grid0[q][t * OLD_FLOATS + a * BLOCK_NODES + nd];
 }
 
-/* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
- * advection clamped to the domain, the particle collision step, the inner-free-zone check,
- * largest speed, and the non-finite / runaway check. One warp per packet; flags reduced over
- * the warp first. */
-/* The G2P of one warp's packet p (all 32 lanes call it). */
-/* OLD (ASFLIP): the velocity before the update from grid0 (g2p_mats is then never NULL). COL: the scene has
- * a slip or separate collider (cuda_state.push), and particles take the particle collision step
- * (only these variants pay its registers). */
-template <bool OLD, bool COL>
+/* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, the deformation
+ * update (constitutive_advance_F), advection clamped to the domain, the particle collision step,
+ * the inner-free-zone check, largest speed, and the non-finite / runaway check. One warp per
+ * packet; flags reduced over the warp first.
+ * The G2P of one warp's packet p (all 32 lanes call it). OLD (ASFLIP): the velocity before the
+ * update from grid0 (g2p_mats is then never NULL). MAT: G2P may read the material, where
+ * g2p_mats is not NULL (false: the load and the fluid's branch of constitutive_advance_F are
+ * compiled out: k_g2p without colliders 56 registers instead of 63, CUDA 13, sm_90). COL: the
+ * scene has a slip or separate collider (cuda_state.push), and particles take the particle
+ * collision step (only these variants pay its registers). */
+template <bool OLD, bool COL, bool MAT>
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -1314,8 +1330,8 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
   material_params mat;
   mat.transfer = TRANSFER_APIC;
   mat.model = -1;
-  if (ok && g2p_mats) mat = g2p_mats[__float_as_int(base[A_MAT * LANES])];
-  const int flip = mat.transfer == TRANSFER_ASFLIP;
+  if (MAT && ok && g2p_mats) mat = g2p_mats[__float_as_int(base[A_MAT * LANES])];
+  const int flip = OLD && mat.transfer == TRANSFER_ASFLIP; /* OLD: APIC variants compile no ASFLIP */
   for (int ei = 0; ei < 3; ++ei)
     for (int ej = 0; ej < 3; ++ej)
       for (int ek = 0; ek < 3; ++ek) {
@@ -1402,7 +1418,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
  * warp first. (Measured in Crawling in Snow with ncu: the COL variant, 80 registers, 157 us a
  * step; the collision step in a kernel of its own after G2P, 104 + 67 us; G2P without it, 56
  * registers, 110 us. docs/performance.md.) */
-template <bool OLD, bool COL>
+template <bool OLD, bool COL, bool MAT>
 __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -1412,7 +1428,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
-  g2p_warp<OLD, COL>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO,
+  g2p_warp<OLD, COL, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO,
                      INNER_HI, g2p_mats, grid0, bp, poses);
 }
 
@@ -1437,11 +1453,11 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp<OLD, COL>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO,
+  g2p_warp<OLD, COL, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO,
                      FUSED_HI, g2p_mat ? mats : nullptr, grid0, bp, poses);
   __syncwarp();
   p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
-                     grid0_next, s_w[warp], s_sort[warp], fp);
+                     grid0_next, s_w[warp], s_sort[warp], fp, 1);
 }
 
 /* Material of the particle with the given id (for the message about a bad particle). */
@@ -1815,7 +1831,9 @@ static int launch_grid(cuda_state *s, int par, int part) {
 static int launch_g2p(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
   const bool col = s->push;
-  (s->asflip ? (col ? k_g2p<true, true> : k_g2p<true, false>) : (col ? k_g2p<false, true> : k_g2p<false, false>))
+  (s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
+   : s->g2p_mat ? (col ? k_g2p<false, true, true> : k_g2p<false, false, true>)
+                : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>))
       <<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
@@ -2350,6 +2368,17 @@ static int max_speed(void *state, float *vmax) {
 }
 
 /* ---- the rest of the interface ------------------------------------------------------------ */
+
+/* backend.projected: the packets hold the return mapping of the primed P2G (G2P2G). */
+static int projected(void *state) { return ((cuda_state *)state)->primed; }
+
+/* backend.set_projected, in stream order before the next P2G. */
+static int set_projected(void *state) {
+  cuda_state *s = (cuda_state *)state;
+  k_set_projected<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl));
+  LAUNCHED("k_set_projected");
+  return DR_OK;
+}
 
 static int download(void *state, particles *out) {
   cuda_state *s = (cuda_state *)state;
@@ -3158,6 +3187,23 @@ static int island_download(void *state, particles *out) {
   return rc;
 }
 
+/* Every member primes together (G2P2G is chosen for the whole island). */
+static int island_projected(void *state) {
+  island *I = (island *)state;
+  int any = 0;
+  for (int k = 0; k < I->nm; ++k) any |= I->m[k]->primed;
+  return any;
+}
+
+static int island_set_projected(void *state) {
+  island *I = (island *)state;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(set_projected(I->m[k]));
+  }
+  return DR_OK;
+}
+
 static int island_stats(void *state, backend_stats *out) {
   island *I = (island *)state;
   memset(out, 0, sizeof *out);
@@ -3293,6 +3339,8 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->advance_frame = island_advance_frame;
   out->max_speed = island_max_speed;
   out->download = island_download;
+  out->projected = island_projected;
+  out->set_projected = island_set_projected;
   out->stats = island_stats;
   out->destroy = island_destroy;
   out->add_particles = island_add_particles;
@@ -3341,6 +3389,8 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->advance_frame = advance_frame;
   out->max_speed = max_speed;
   out->download = download;
+  out->projected = projected;
+  out->set_projected = set_projected;
   out->stats = stats;
   out->destroy = destroy;
   /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */

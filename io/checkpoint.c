@@ -71,7 +71,8 @@ typedef struct sattr {
 static const sattr STATE[] = {SATTR_(frame, K_I32),    SATTR_(step_in_frame, K_I32), SATTR_(time, K_F64),
                               SATTR_(steps, K_U64),    SATTR_(rebuilds, K_U64),      SATTR_(last_dt, K_F64),
                               SATTR_(vmax, K_F64),     SATTR_(scene_hash, K_U64),    SATTR_(n_particles, K_U64),
-                              SATTR_(ranks, K_I32),    SATTR_(emit_frame, K_I32),    SATTR_(n_sources, K_I32)};
+                              SATTR_(ranks, K_I32),    SATTR_(emit_frame, K_I32),    SATTR_(n_sources, K_I32),
+                              SATTR_(projected, K_I32)};
 #undef SATTR_
 enum { N_STATE = sizeof STATE / sizeof STATE[0] };
 
@@ -435,6 +436,7 @@ static int read_state(hid_t file, ckpt_state *out, uint64_t *particle_sum, uint6
   DR_TRY(read_attr(file, "particle_sum", H5T_NATIVE_UINT64, particle_sum, path));
   *state_hash_out = hash;
   if (out->n_sources < 0) BAD("damaged (%d particle sources)", out->n_sources);
+  if (out->projected != 0 && out->projected != 1) BAD("damaged (projected %d)", out->projected);
   if (out->frame < 0 || out->step_in_frame < 0 || out->ranks < 1 || !(out->time >= 0))
     BAD("damaged (frame %d, step %d of the next frame, time %g, %d ranks)", out->frame, out->step_in_frame, out->time,
         out->ranks);

@@ -11,7 +11,7 @@
  *   /sources          uint64 [n_sources]: particles each particle source has emitted (emit.h)
  *   root attributes:  the fields of ckpt_state (format, frame, step_in_frame, time, steps,
  *                     rebuilds, last_dt, vmax, scene_hash, n_particles, ranks, emit_frame,
- *                     n_sources), then state_hash (FNV-1a of those values and /sources), particle_sum (the sum over rows of a
+ *                     n_sources, projected), then state_hash (FNV-1a of those values and /sources), particle_sum (the sum over rows of a
  *                     hash of the row's index and bytes), drift_version and scene_path (strings).
  * The file is written as DIR/.checkpoint_NNNNN.h5.tmp with checksummed HDF5 metadata (the 1.8
  * format) and renamed when complete. Reading checks the metadata checksums (HDF5), the shapes,
@@ -26,7 +26,7 @@
 
 #include "particles.h"
 
-#define CKPT_FORMAT 2 /* raised when the layout changes; older files are refused (2: particle sources) */
+#define CKPT_FORMAT 3 /* raised when the layout changes; older files are refused (2: particle sources; 3: projected) */
 
 /* The run's state beside the particles. */
 typedef struct ckpt_state {
@@ -45,6 +45,9 @@ typedef struct ckpt_state {
   int n_sources;        /* particle sources (bodies with emit) */
   uint64_t *emitted;    /* [n_sources] particles each source has emitted; ckpt_write borrows it, ckpt_read
                          * allocates it (free it; NULL when n_sources is 0 or on failure) */
+  int projected;        /* 1: F and logJp already hold the return mapping of the next step's P2G (the
+                         * CUDA backend after fused G2P2G steps, backend.projected): the resumed run's
+                         * first P2G leaves it out (backend.set_projected) */
 } ckpt_state;
 
 /* The scene a checkpoint comes from: its bytes and the path they were read from. */

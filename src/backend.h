@@ -149,6 +149,15 @@ typedef struct backend {
    * the particles of p (left unchanged) and rebuilds the mapping, for particle sources
    * (emit.h). Storage grows only when it is too small (cuda: 4x when more than half full). */
   int (*add_particles)(void *state, const particles *p);
+  /* Optional (NULL: never): 1 when the particles' F and logJp, as download copies them, already
+   * hold the return mapping of the next step's P2G (cuda: after fused G2P2G steps, whose P2G of
+   * the next step is done and kept). A checkpoint records it (ckpt_state.projected), so that the
+   * run resumed from it does not apply the mapping a second time. */
+  int (*projected)(void *state);
+  /* The particles given last (create, set_particles) already hold the next step's return
+   * mapping: the next P2G computes their stress without applying it (constitutive_apply with
+   * plastic 0); the steps after it apply it as usual. */
+  int (*set_projected)(void *state);
   int (*stats)(void *state, backend_stats *out);
   void (*destroy)(void *state);
 } backend;

@@ -67,6 +67,7 @@ typedef struct cpu_state {
   float *grid;         /* [n_blocks][channels][64] */
   int64_t *igrid;      /* deterministic mode only: [n_blocks][channels][64] fixed-point P2G sums */
   int det;             /* deterministic mode (prm.deterministic) */
+  int projected;       /* the next P2G leaves out the return mapping (set_projected) */
   double inv_scale[2]; /* 1 / prm.fix_scale */
   uint8_t *touched;    /* [n_blocks] */
   uint8_t *shared;     /* [n_blocks] shared with another rank (mark_shared) */
@@ -288,7 +289,7 @@ static int p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_
   const particles *p = &s->p;
   float *F = p->F + 9 * i;
   float tau[9];
-  constitutive_update_state(&s->mats[p->material[i]], F, p->logjp + i, tau);
+  constitutive_apply(&s->mats[p->material[i]], F, p->logjp + i, tau, !s->projected);
   const float m = p->mass[i];
   const float *v = p->v + 3 * i, *C = p->C + 9 * i;
   /* MLS-MPM (Hu et al. 2018): the stress enters as -dt V0 (4/dx^2) tau next to APIC's m C. */
@@ -350,6 +351,7 @@ static int p2g(void *state, float dt) {
         }
     }
   }
+  s->projected = 0; /* this P2G was the one that set_projected meant */
   if (bad >= 0) {
     const particles *p = &s->p;
     return dr_fail(DR_EPHYSICS,
@@ -582,6 +584,11 @@ static int set_time(void *state, double t) {
 
 static int wants_rebuild(void *state) { return ((cpu_state *)state)->need_rebuild; }
 
+static int set_projected(void *state) {
+  ((cpu_state *)state)->projected = 1;
+  return DR_OK;
+}
+
 static int set_particles(void *state, particles *p) {
   cpu_state *s = state;
   particles_free(&s->p);
@@ -660,7 +667,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
                    .set_particles = set_particles, .add_particles = add_particles, .set_time = set_time,
-                   .block_sums = (int)s->bf, .sums_int64 = s->det};
+                   .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);
   if (rc) {

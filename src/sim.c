@@ -75,6 +75,7 @@ struct sim {
   float vmax_next;      /* m/s */
   uint64_t rebuilds_base; /* rebuild-mappings before the backend was created (a resume) */
   int resumed;          /* the run continues from a checkpoint */
+  int resume_projected; /* ... and its particles already hold the next return mapping (ckpt_state.projected) */
   char resumed_from[4096];
   int stop_signal;      /* the signal that stopped the run (any rank's), 0 while running */
   emit_state em;        /* particle sources (emit.h): counts and the last frame emitted */
@@ -498,11 +499,15 @@ static int write_checkpoint(sim *S) {
   if (rc == DR_OK) rc = comm_agree(S->comm, step_speed(S, &vmax));
   DR_TRY(rc);
   DR_MPI(MPI_Allreduce(&vmax, &vall, 1, MPI_FLOAT, MPI_MAX, S->comm));
+  /* G2P2G already applied the next step's return mapping (one rank only: several ranks step
+   * phase by phase, never fused, so every rank says 0 there) */
+  int mine = S->be.projected ? S->be.projected(S->be.state) : 0, projected = 0;
+  DR_MPI(MPI_Allreduce(&mine, &projected, 1, MPI_INT, MPI_MAX, S->comm));
   S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
   const ckpt_state st = {.frame = S->st.frame, .step_in_frame = S->step_in_frame, .time = S->t_in_frame,
                          .steps = S->st.steps, .rebuilds = S->st.rebuilds, .last_dt = S->st.last_dt, .vmax = vall,
                          .scene_hash = S->sc->hash, .emit_frame = S->em.frame_done, .n_sources = S->em.n,
-                         .emitted = S->em.emitted};
+                         .emitted = S->em.emitted, .projected = projected};
   const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
   DR_TRY(ckpt_write(S->comm, S->out_dir, &st, &sc, &S->host, S->sc->checkpoint_keep));
   char path[4096];
@@ -593,6 +598,7 @@ static int resume_from_checkpoint(sim *S, particles *p) {
   S->st.rebuilds = st.rebuilds;
   S->t_in_frame = st.time;
   S->step_in_frame = st.step_in_frame;
+  S->resume_projected = st.projected;
   S->vmax_pending = 1;
   S->vmax_next = (float)st.vmax;
   log_info("resuming from %s: frame %d%s, t %.4f s, %llu steps, %llu particles (written by %d rank%s, read by %d)",
@@ -783,6 +789,8 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
                                                               : S->be.alloc_sums ? "pinned host memory"
                                                                                  : "host memory");
   }
+  /* a checkpoint written after fused G2P2G steps: its particles hold the next return mapping */
+  if (rc == DR_OK && S->resume_projected) rc = comm_agree(comm, S->be.set_projected(S->be.state));
   if (rc) goto fail;
   /* the rebuild counter goes on from the checkpoint's */
   backend_stats bs;

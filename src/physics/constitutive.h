@@ -8,6 +8,8 @@
  *   tau = P F^T = J sigma (symmetric) of the updated F. (MLS-MPM: the particle's grid force
  *   contribution is -V0 * tau * (x_i - x_p) * 4/dx^2 * w.) constitutive_update(m, F, tau) is the
  *   same for a particle whose plastic state is not kept (NACC then starts from nacc_logjp0).
+ *   constitutive_apply(m, F, logjp, tau, plastic) is constitutive_update_state with the return
+ *   mapping left out where plastic is 0 (a state that already holds it).
  *
  * Models:
  *   MODEL_FIXED_COROTATED      Stomakhin et al. 2012 ("Energetically consistent invertible
@@ -161,11 +163,11 @@ DR_HD void constitutive_hencky_tau_(const material_params *m, const float U[9], 
   constitutive_udut_(U, d, tau);
 }
 
-DR_HD void constitutive_drucker_prager_(const material_params *m, float F[9], float tau[9]) {
+DR_HD void constitutive_drucker_prager_(const material_params *m, float F[9], float tau[9], int plastic) {
   float U[9], V[9], s[3];
   svd3(F, U, s, V);
   const float s0 = s[0], s1 = s[1], s2 = s[2];
-  constitutive_dp_project_(m, s);
+  if (plastic) constitutive_dp_project_(m, s);
   if (s[0] != s0 || s[1] != s1 || s[2] != s2) m3_udvt(U, s, V, F);
   constitutive_hencky_tau_(m, U, s, tau);
 }
@@ -283,11 +285,11 @@ DR_HD void constitutive_nacc_project_(const material_params *m, float s[3], floa
 }
 
 /* tau = U diag(mu J^-2/3 dev(|s|^2) + K/2 (J^2 - 1)) U^T of the (projected) stretches. */
-DR_HD void constitutive_nacc_(const material_params *m, float F[9], float *logjp, float tau[9]) {
+DR_HD void constitutive_nacc_(const material_params *m, float F[9], float *logjp, float tau[9], int plastic) {
   float U[9], V[9], s[3];
   svd3(F, U, s, V);
   const float s0 = s[0], s1 = s[1], s2 = s[2];
-  constitutive_nacc_project_(m, s, logjp);
+  if (plastic) constitutive_nacc_project_(m, s, logjp);
   if (s[0] != s0 || s[1] != s1 || s[2] != s2) m3_udvt(U, s, V, F);
   float a[3], p, dev[3], d[3];
   for (int i = 0; i < 3; ++i) a[i] = fmaxf(fabsf(s[i]), DR_DP_MIN_STRETCH);
@@ -299,25 +301,36 @@ DR_HD void constitutive_nacc_(const material_params *m, float F[9], float *logjp
 /* ---- public entry points ---- */
 
 /* Plasticity on F and the plastic state logjp (in place), then the Kirchhoff stress
- * tau = P F^T of the updated F. */
-DR_HD void constitutive_update_state(const material_params *m, float F[9], float *logjp, float tau[9]) {
+ * tau = P F^T of the updated F. plastic 0: the state already holds this step's return mapping
+ * (a run resumed from a checkpoint written after fused G2P2G steps, whose P2G of the next step
+ * had applied it: ckpt_state.projected), so only the stress is computed; F and logjp stay as
+ * they are (Drucker-Prager and NACC; the other models have no return mapping: the fluid's clamp
+ * of J and reset of F give the same F again). Applying NACC's mapping twice is not a no-op:
+ * on the tension side the first one softens (p0 shrinks) and leaves the state outside the
+ * smaller surface. */
+DR_HD void constitutive_apply(const material_params *m, float F[9], float *logjp, float tau[9], int plastic) {
   switch (m->model) {
   case MODEL_FIXED_COROTATED:
     constitutive_fixed_corotated_(m, F, tau);
     break;
   case MODEL_DRUCKER_PRAGER:
-    constitutive_drucker_prager_(m, F, tau);
+    constitutive_drucker_prager_(m, F, tau, plastic);
     break;
   case MODEL_WEAKLY_COMPRESSIBLE:
     constitutive_weakly_compressible_(m, F, tau);
     break;
   case MODEL_NACC:
-    constitutive_nacc_(m, F, logjp, tau);
+    constitutive_nacc_(m, F, logjp, tau, plastic);
     break;
   default:
     for (int i = 0; i < 9; ++i) tau[i] = 0.0f;
     break;
   }
+}
+
+/* The return mapping and the stress (constitutive_apply with plastic 1): what P2G does. */
+DR_HD void constitutive_update_state(const material_params *m, float F[9], float *logjp, float tau[9]) {
+  constitutive_apply(m, F, logjp, tau, 1);
 }
 
 /* The same without a kept plastic state (NACC starts from nacc_logjp0 and forgets its change). */

@@ -50,7 +50,8 @@ static const char SCENE[] = "{ \"a scene\": \"its bytes\" }\n";
 
 static ckpt_state state_of(int frame) {
   return (ckpt_state){.frame = frame, .step_in_frame = frame % 3, .time = 0.04 * frame + 1e-3, .steps = 1000u + (uint64_t)frame,
-                      .rebuilds = 17, .last_dt = 1.25e-4, .vmax = 2.5 + frame, .scene_hash = 0x0123456789abcdefULL};
+                      .rebuilds = 17, .last_dt = 1.25e-4, .vmax = 2.5 + frame, .scene_hash = 0x0123456789abcdefULL,
+                      .projected = frame % 2};
 }
 
 static const size_t COUNTS[3] = {37, 0, 58}; /* rank r writes COUNTS[r] */
@@ -83,7 +84,8 @@ static void check_read(MPI_Comm comm, const char *path, int frame) {
   if (rc) return;
   const ckpt_state want = state_of(frame);
   CHECK(st.frame == frame && st.step_in_frame == want.step_in_frame && st.time == want.time && st.steps == want.steps &&
-            st.rebuilds == want.rebuilds && st.last_dt == want.last_dt && st.vmax == want.vmax,
+            st.rebuilds == want.rebuilds && st.last_dt == want.last_dt && st.vmax == want.vmax &&
+            st.projected == want.projected,
         "%s: the state read back differs", path);
   CHECK(st.n_particles == 95 && st.ranks == 3, "%s: %llu particles from %d ranks, want 95 from 3", path,
         (unsigned long long)st.n_particles, st.ranks);
