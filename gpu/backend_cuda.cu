@@ -45,7 +45,10 @@
 // phase-by-phase p2g() uses them when its dt is the one they took (primed_dt), and the first
 // unfused step after fused frames skips its P2G (island_advance_frame). P2G runs again over
 // projected particles only where the sums cannot serve: new particles (add_particles), or
-// another dt (not expected: fixed steps keep one dt per run).
+// another dt (not expected: fixed steps keep one dt per run). A checkpoint written while primed
+// says so (backend.projected, ckpt_state.projected), and the run resumed from it takes its first
+// P2G without the mapping (set_projected: step_ctl.projected, which k_p2g reads and k_grid
+// clears).
 //
 // Deterministic mode (parallel.deterministic, physics/fixed.h): every lane turns its
 // contributions into int64 fixed point *before* the warp's segmented reduction (whose float
