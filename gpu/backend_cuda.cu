@@ -2691,12 +2691,34 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
 
 /* ---- the island on the host --------------------------------------------------------------- */
 
+/* The rank exchange on an island (island_blocks .. island_unpack_add): one list of exchange_setup
+ * (the rank-level block indices it shares with one other rank), as each member sees it. */
+typedef struct island_xlist {
+  const int32_t *host;            /* exchange_setup's list (rank-level indices), and its length */
+  size_t n;
+  int32_t *idx[MAX_GPUS];         /* member k's block indices of the listed blocks it holds, */
+  size_t *pos[MAX_GPUS];          /* ... their positions in the list, */
+  size_t cnt[MAX_GPUS];           /* ... and how many */
+  int32_t *own_idx[MAX_GPUS];     /* the same for the blocks member k owns (the lowest member holding */
+  size_t *own_pos[MAX_GPUS];      /* a block): unpack_add adds the other ranks' sums there only, and */
+  size_t own_cnt[MAX_GPUS];       /* the island's reduction brings them to every member */
+} island_xlist;
+
 typedef struct island {
   int nm;                   /* members (GPUs) */
   cuda_state *m[MAX_GPUS];
   int axis;                 /* the static split: along this axis, */
   double cut[MAX_GPUS - 1]; /* member k holds particles between cut[k - 1] and cut[k] at the start */
   float vmax;
+  /* several ranks (island_blocks): the union of the members' blocks, sorted, and where each is on
+   * every member (its block index there, or -1) */
+  uint64_t *codes;
+  int32_t *where[MAX_GPUS];
+  size_t n_codes, cap_codes;
+  island_xlist *xl;         /* mark_shared's lists since the last exchange_setup */
+  int n_xl, cap_xl;
+  void *xbuf;               /* host staging of one member's sums (pack, unpack_add) */
+  size_t xbuf_bytes;
 } island;
 
 /* Makes s's device current before launching on it (one GPU: it already is, since setup). */
@@ -3223,10 +3245,26 @@ static int island_stats(void *state, backend_stats *out) {
   return DR_OK;
 }
 
+static void island_xl_free(island *I) {
+  for (int j = 0; j < I->n_xl; ++j)
+    for (int k = 0; k < I->nm; ++k) {
+      free(I->xl[j].idx[k]);
+      free(I->xl[j].pos[k]);
+      free(I->xl[j].own_idx[k]);
+      free(I->xl[j].own_pos[k]);
+    }
+  I->n_xl = 0;
+}
+
 static void island_destroy(void *state) {
   island *I = (island *)state;
   if (!I) return;
   for (int k = 0; k < I->nm; ++k) destroy(I->m[k]);
+  island_xl_free(I);
+  free(I->xl);
+  free(I->codes);
+  for (int k = 0; k < I->nm; ++k) free(I->where[k]);
+  free(I->xbuf);
   free(I);
 }
 
@@ -3303,6 +3341,189 @@ static int island_add_particles(void *state, const particles *p) {
   return island_rebuild(I);
 }
 
+/* ---- several ranks, each driving an island (mpi/exchange.c through backend.h) ----------------
+ * The rank's grid blocks are the union of its members' (island_blocks). For a block shared with
+ * another rank, pack sends the sum of the members' P2G sums of it (each member packs the blocks
+ * it holds; the host adds them in member order, so that deterministic mode's int64 sums stay
+ * exact and the float sums do not depend on timing), and unpack_add adds what the other ranks
+ * sent into its owner's sums only (the lowest member holding it, as k_owner): the island's own
+ * reduction in the grid update then brings the whole to every member holding the block
+ * (double_buffer: each member's k_grid adds its peers' sums; p2p_atomics: k_push into the
+ * owner's). There is no grid_update_part: sim.c updates the whole grid once the other ranks' sums
+ * are in, so the island does not overlap its interior blocks with the messages. */
+
+static int island_blocks(void *state, const uint64_t **codes, size_t *n) {
+  island *I = (island *)state;
+  const uint64_t *mc[MAX_GPUS];
+  size_t mn[MAX_GPUS], at[MAX_GPUS], total = 0;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(blocks(I->m[k], &mc[k], &mn[k]));
+    total += mn[k];
+    at[k] = 0;
+  }
+  if (I->cap_codes < total || !I->codes) {
+    const size_t cap = total ? total : 1;
+    free(I->codes);
+    I->codes = (uint64_t *)dr_malloc(cap * sizeof(uint64_t), "island block codes");
+    for (int k = 0; k < I->nm; ++k) {
+      free(I->where[k]);
+      I->where[k] = (int32_t *)dr_malloc(cap * sizeof(int32_t), "island block codes");
+      if (!I->where[k]) I->codes = (free(I->codes), (uint64_t *)NULL);
+    }
+    I->cap_codes = I->codes ? cap : 0;
+    if (!I->codes) return DR_ENOMEM;
+  }
+  I->n_codes = 0;
+  for (;;) { /* merge the members' sorted lists */
+    uint64_t c = 0;
+    int any = 0;
+    for (int k = 0; k < I->nm; ++k)
+      if (at[k] < mn[k] && (!any || mc[k][at[k]] < c)) c = mc[k][at[k]], any = 1;
+    if (!any) break;
+    const size_t u = I->n_codes++;
+    I->codes[u] = c;
+    for (int k = 0; k < I->nm; ++k) I->where[k][u] = at[k] < mn[k] && mc[k][at[k]] == c ? (int32_t)at[k]++ : -1;
+  }
+  *codes = I->codes;
+  *n = I->n_codes;
+  return DR_OK;
+}
+
+static const island_xlist *island_find(const island *I, const int32_t *idx, size_t n, const char *call) {
+  for (int j = I->n_xl - 1; j >= 0; --j)
+    if (I->xl[j].host == idx && I->xl[j].n == n) return &I->xl[j];
+  dr_fail(DR_EINTERNAL, "cuda island: %s: a shared-block list of %zu blocks that mark_shared did not see (issue #8)",
+          call, n);
+  return NULL;
+}
+
+static int island_mark_shared(void *state, const int32_t *idx, size_t n) {
+  island *I = (island *)state;
+  if (!idx) { /* a new exchange_setup */
+    island_xl_free(I);
+    for (int k = 0; k < I->nm; ++k) {
+      DR_TRY(use(I->m[k]));
+      DR_TRY(mark_shared(I->m[k], NULL, 0));
+    }
+    return DR_OK;
+  }
+  if (I->n_xl == I->cap_xl) {
+    const int cap = I->cap_xl ? 2 * I->cap_xl : 8;
+    island_xlist *xl = (island_xlist *)realloc(I->xl, (size_t)cap * sizeof *xl);
+    if (!xl) return dr_fail(DR_ENOMEM, "out of host memory for the island's shared-block lists");
+    I->xl = xl;
+    I->cap_xl = cap;
+  }
+  island_xlist *e = &I->xl[I->n_xl++];
+  memset(e, 0, sizeof *e);
+  e->host = idx;
+  e->n = n;
+  const size_t m = n ? n : 1;
+  for (int k = 0; k < I->nm; ++k) {
+    e->idx[k] = (int32_t *)dr_malloc(m * sizeof(int32_t), "island shared-block lists");
+    e->pos[k] = (size_t *)dr_malloc(m * sizeof(size_t), "island shared-block lists");
+    e->own_idx[k] = (int32_t *)dr_malloc(m * sizeof(int32_t), "island shared-block lists");
+    e->own_pos[k] = (size_t *)dr_malloc(m * sizeof(size_t), "island shared-block lists");
+    if (!e->idx[k] || !e->pos[k] || !e->own_idx[k] || !e->own_pos[k]) return DR_ENOMEM;
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const int32_t u = idx[j];
+    if (u < 0 || (size_t)u >= I->n_codes)
+      return dr_fail(DR_EINTERNAL, "cuda island: mark_shared: block %d of a list is not among the rank's %zu blocks",
+                     (int)u, I->n_codes);
+    int owner = -1;
+    for (int k = 0; k < I->nm; ++k) {
+      const int32_t w = I->where[k][u];
+      if (w < 0) continue;
+      e->idx[k][e->cnt[k]] = w;
+      e->pos[k][e->cnt[k]++] = j;
+      if (owner < 0) owner = k;
+    }
+    e->own_idx[owner][e->own_cnt[owner]] = I->where[owner][u];
+    e->own_pos[owner][e->own_cnt[owner]++] = j;
+  }
+  for (int k = 0; k < I->nm; ++k) { /* both lists registered now (the device copies pack and unpack_add use) */
+    DR_TRY(use(I->m[k]));
+    DR_TRY(mark_shared(I->m[k], e->idx[k], e->cnt[k]));
+    DR_TRY(mark_shared(I->m[k], e->own_idx[k], e->own_cnt[k]));
+  }
+  return DR_OK;
+}
+
+static int island_staging(island *I, size_t bytes) {
+  if (I->xbuf_bytes >= bytes && I->xbuf) return DR_OK;
+  free(I->xbuf);
+  I->xbuf = dr_malloc(bytes ? bytes : 1, "island exchange staging");
+  I->xbuf_bytes = I->xbuf ? bytes : 0;
+  return I->xbuf ? DR_OK : DR_ENOMEM;
+}
+
+static int island_pack(void *state, const int32_t *idx, size_t n, void *out) {
+  island *I = (island *)state;
+  const island_xlist *e = island_find(I, idx, n, "pack");
+  if (!e) return DR_EINTERNAL;
+  const size_t bs = (size_t)sums_floats(I->m[0]), esz = I->m[0]->det ? sizeof(long long) : sizeof(float);
+  memset(out, 0, n * bs * esz);
+  DR_TRY(island_staging(I, n * bs * esz));
+  for (int k = 0; k < I->nm; ++k) {
+    if (e->cnt[k] == 0) continue;
+    DR_TRY(use(I->m[k]));
+    DR_TRY(pack(I->m[k], e->idx[k], e->cnt[k], I->xbuf));
+    for (size_t t = 0; t < e->cnt[k]; ++t) {
+      const size_t at = e->pos[k][t] * bs;
+      if (I->m[0]->det) {
+        long long *o = (long long *)out + at;
+        const long long *v = (const long long *)I->xbuf + t * bs;
+        for (size_t c = 0; c < bs; ++c) o[c] = (long long)((unsigned long long)o[c] + (unsigned long long)v[c]);
+      } else {
+        float *o = (float *)out + at;
+        const float *v = (const float *)I->xbuf + t * bs;
+        for (size_t c = 0; c < bs; ++c) o[c] += v[c];
+      }
+    }
+  }
+  return DR_OK;
+}
+
+static int island_unpack_add(void *state, const int32_t *idx, size_t n, const void *in) {
+  island *I = (island *)state;
+  const island_xlist *e = island_find(I, idx, n, "unpack_add");
+  if (!e) return DR_EINTERNAL;
+  const size_t row = (size_t)sums_floats(I->m[0]) * (I->m[0]->det ? sizeof(long long) : sizeof(float));
+  DR_TRY(island_staging(I, n * row));
+  for (int k = 0; k < I->nm; ++k) {
+    if (e->own_cnt[k] == 0) continue;
+    for (size_t t = 0; t < e->own_cnt[k]; ++t)
+      memcpy((char *)I->xbuf + t * row, (const char *)in + e->own_pos[k][t] * row, row);
+    DR_TRY(use(I->m[k]));
+    DR_TRY(unpack_add(I->m[k], e->own_idx[k], e->own_cnt[k], I->xbuf));
+  }
+  return DR_OK;
+}
+
+static int island_wants_rebuild_be(void *state) { return island_wants_rebuild((const island *)state); }
+
+/* Particles that migrated between ranks or a rebalance (sim.c, at a rebuild-mapping): split
+ * again along the island's axis, as at the start, and every member rebuilt. */
+static int island_set_particles(void *state, particles *p) {
+  island *I = (island *)state;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    CU(cudaStreamSynchronize(I->m[k]->stream)); /* nothing queued still reads the packets */
+  }
+  particles parts[MAX_GPUS];
+  memset(parts, 0, sizeof parts);
+  int rc = island_split(I, p, parts);
+  for (int k = 0; k < I->nm && rc == DR_OK; ++k) {
+    if ((rc = use(I->m[k])) == DR_OK) rc = set_particles(I->m[k], &parts[k]); /* takes parts[k] over */
+  }
+  for (int k = 0; k < I->nm; ++k) particles_free(&parts[k]);
+  DR_TRY(rc);
+  particles_free(p);
+  return island_tag(I);
+}
+
 static int island_create(const sim_params *prm, const int *dev, int nm, particles *p, backend *out) {
   DR_TRY(island_peers(dev, nm, prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS));
   island *I = (island *)dr_calloc(1, sizeof *I, "cuda island");
@@ -3347,7 +3568,15 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->stats = island_stats;
   out->destroy = island_destroy;
   out->add_particles = island_add_particles;
-  /* several ranks with an island: not yet (set_particles NULL makes sim.c say so) */
+  /* several ranks, each with its island */
+  out->blocks = island_blocks;
+  out->pack = island_pack;
+  out->unpack_add = island_unpack_add;
+  out->mark_shared = island_mark_shared;
+  out->wants_rebuild = island_wants_rebuild_be;
+  out->set_particles = island_set_particles;
+  out->block_sums = sums_floats(I->m[0]);
+  out->sums_int64 = I->m[0]->det;
   size_t held = 0;
   char line[512];
   int len = 0;
