@@ -28,8 +28,16 @@ static void compare(const char *name, const char *json, int must_migrate) {
   for (int a = 0; a < 3; ++a) L = fmax(L, s.domain_max[a] - s.domain_min[a]);
   particles mine = {0}, all = {0}, ref = {0};
   double worst_x = 0, worst_v = 0;
-  if (rank == 0) printf("%s on %d ranks: %llu particles, %d frames\n", name, nranks,
+  if (rank == 0) printf("%s on %d ranks of %d GPU(s): %llu particles, %d frames\n", name, nranks, sim_gpus(W),
                         (unsigned long long)sim_get_status(W)->particles, s.frames);
+  /* DRIFT_DEVICES lists the island every rank drives (test_ranks_2_island): it must be that one */
+  const char *devs = getenv("DRIFT_DEVICES");
+  if (devs && *devs && test_backend_ == BACKEND_CUDA) {
+    int want = 1;
+    for (const char *c = devs; *c; ++c) want += *c == ',';
+    CHECK(sim_gpus(W) == want && (rank != 0 || sim_gpus(R) == want), "%s: %d GPU(s) per rank, DRIFT_DEVICES=%s", name,
+          sim_gpus(W), devs);
+  }
   for (int f = 1; f <= s.frames; ++f) {
     MUST(sim_advance_frame(W));
     MUST(sim_particles(W, &mine));
