@@ -72,6 +72,12 @@ static void compare(const char *name, const char *json, int must_migrate) {
     free(oa);
     free(orf);
   }
+  /* Islands (DRIFT_DEVICES lists several GPUs): every member of both runs adds its P2G sums
+   * with float atomics in an order of its own, and sums its peers' copies, so the dam break's
+   * splash at frame 10 ends 0.6-1.1e-5 L apart over three runs of the same binary (H100, 2 ranks x
+   * 2 against 1 x 2), against 4.4e-6 with one GPU per rank; a missing block or particle is a
+   * cell (2.5e-2 L) off. */
+  const double xtol = test_backend_ == BACKEND_CUDA && devs && strchr(devs, ',') ? 3e-5 : 1e-5;
   if (rank == 0) {
     const sim_status *st = sim_get_status(W);
     printf("%s: worst max|dx| %.3g L, max|dv| %.3g vmax; %llu particles migrated, cuts moved %llu times, "
@@ -83,7 +89,7 @@ static void compare(const char *name, const char *json, int must_migrate) {
       CHECK(st->migrated > 0, "%s: no particle migrated", name);
       CHECK(st->rebalances > 0, "%s: the cuts never moved", name);
     }
-    CHECK(worst_x <= 1e-5, "%s: positions differ by %.3g of the domain size (tolerance 1e-5)", name, worst_x);
+    CHECK(worst_x <= xtol, "%s: positions differ by %.3g of the domain size (tolerance %g)", name, worst_x, xtol);
     CHECK(worst_v <= 1e-3, "%s: velocities differ by %.3g of the largest speed (tolerance 1e-3)", name, worst_v);
   }
   particles_free(&mine), particles_free(&all), particles_free(&ref);
