@@ -91,6 +91,29 @@ static void compare(const particles *a, const particles *b, double *dx, double *
   free(ib);
 }
 
+/* The runs told (B) and not told (C) against the uninterrupted one (A): B follows A to
+ * rounding, C does not, and C's difference is large enough that B's check can fail. */
+static void judge(const char *what, const particles *pa, const particles *pb, const particles *pc) {
+  double bx, bj, cx, cj;
+  compare(pa, pb, &bx, &bj);
+  compare(pa, pc, &cx, &cj);
+  printf("  %s: after %d more steps, told: max |dx| %.3g m, |dlogJp| %.3g; not told (the mapping twice): %.3g m, "
+         "%.3g\n", what, STEPS_M, bx, bj, cx, cj);
+  CHECK(cj > 1e-3, "%s: applying the mapping twice changed logJp by %g only: the case cannot tell", what, cj);
+  CHECK(bj <= 1e-4 && bj * 100 <= cj, "%s: told: logJp differs by %g (the mapping twice: %g)", what, bj, cj);
+  CHECK(bx <= 1e-6 && bx * 20 <= cx, "%s: told: x differs by %g m (the mapping twice: %g m)", what, bx, cx);
+}
+
+static int backend_kind(void) { return test_backend_ >= 0 ? test_backend_ : BACKEND_CPU; }
+
+/* A backend of this test's kind holding a copy of p. */
+static void start_from(const particles *p, const sim_params *prm, backend *b) {
+  particles copy = {0};
+  for (size_t i = 0; i < p->n; ++i) MUST(particles_push_copy(&copy, p, i));
+  MUST(backend_create(backend_kind(), prm, &copy, b));
+  particles_free(&copy);
+}
+
 /* Particles whose logJp moved in the last step (yielding): the mapping was at work. */
 static size_t yielding(const particles *before, const particles *after) {
   size_t *ia = order_by_id(before), *ib = order_by_id(after), n = 0;
@@ -100,13 +123,11 @@ static size_t yielding(const particles *before, const particles *after) {
   return n;
 }
 
-static int backend_kind(void) { return test_backend_ >= 0 ? test_backend_ : BACKEND_CPU; }
-
 /* The phase-by-phase steps of backend.h (both backends). */
 static void phases(void) {
   const material_params m = snow();
   const sim_params prm = params(&m);
-  particles p0 = {0}, mid = {0}, before = {0}, pa = {0}, pb = {0}, pc = {0}, copy = {0};
+  particles p0 = {0}, mid = {0}, before = {0}, pa = {0}, pb = {0}, pc = {0};
   cube(&m, &p0);
   backend A, B, C;
   MUST(backend_create(backend_kind(), &prm, &p0, &A));
@@ -121,34 +142,24 @@ static void phases(void) {
   for (int s = 1; s < STEPS_M; ++s) step(&A, 1);
   MUST(A.download(A.state, &pa));
 
-  for (size_t i = 0; i < mid.n; ++i) MUST(particles_push_copy(&copy, &mid, i));
-  MUST(backend_create(backend_kind(), &prm, &copy, &B));
+  start_from(&mid, &prm, &B);
   CHECK(B.set_projected != NULL, "the %s backend has no set_projected", B.name);
   if (B.set_projected) MUST(B.set_projected(B.state));
   for (int s = 0; s < STEPS_M; ++s) step(&B, 1);
   MUST(B.download(B.state, &pb));
 
-  for (size_t i = 0; i < mid.n; ++i) MUST(particles_push_copy(&copy, &mid, i));
-  MUST(backend_create(backend_kind(), &prm, &copy, &C));
+  start_from(&mid, &prm, &C);
   for (int s = 0; s < STEPS_M; ++s) step(&C, 1);
   MUST(C.download(C.state, &pc));
 
-  double bx, bj, cx, cj;
-  compare(&pa, &pb, &bx, &bj);
-  compare(&pa, &pc, &cx, &cj);
-  printf("  phases (%s): %zu of %zu particles yield at step %d; after %d more steps, told: max |dx| %.3g m, "
-         "|dlogJp| %.3g; not told (the mapping twice): %.3g m, %.3g\n",
-         A.name, n_yield, mid.n, STEPS_K + 1, STEPS_M, bx, bj, cx, cj);
+  printf("  phases (%s): %zu of %zu particles yield at step %d\n", A.name, n_yield, mid.n, STEPS_K + 1);
   CHECK(n_yield > mid.n / 2, "only %zu of %zu particles yield: the case does not test the mapping", n_yield, mid.n);
-  CHECK(cj > 1e-3, "applying the mapping twice changed logJp by %g only: the case cannot tell", cj);
-  CHECK(bj <= 1e-4 && bj * 100 <= cj, "told: logJp differs by %g (the mapping twice: %g)", bj, cj);
-  CHECK(bx <= 1e-6 && bx * 20 <= cx, "told: x differs by %g m (the mapping twice: %g m)", bx, cx);
+  judge("phases", &pa, &pb, &pc);
   particles_free(&mid);
   particles_free(&before);
   particles_free(&pa);
   particles_free(&pb);
   particles_free(&pc);
-  particles_free(&copy);
   backend_destroy(&A);
   backend_destroy(&B);
   backend_destroy(&C);
@@ -172,7 +183,7 @@ static void frame(backend *b, int f, int n) {
 static void frames(void) {
   const material_params m = snow();
   const sim_params prm = params(&m);
-  particles p0 = {0}, mid = {0}, pa = {0}, pb = {0}, pc = {0}, copy = {0};
+  particles p0 = {0}, mid = {0}, pa = {0}, pb = {0}, pc = {0};
   cube(&m, &p0);
   backend A, B, C;
   MUST(backend_create(backend_kind(), &prm, &p0, &A));
@@ -187,31 +198,21 @@ static void frames(void) {
   frame(&A, 1, STEPS_M);
   MUST(A.download(A.state, &pa));
 
-  for (size_t i = 0; i < mid.n; ++i) MUST(particles_push_copy(&copy, &mid, i));
-  MUST(backend_create(backend_kind(), &prm, &copy, &B));
+  start_from(&mid, &prm, &B);
   CHECK(B.projected(B.state) == 0, "a backend given particles says projected %d", B.projected(B.state));
   MUST(B.set_projected(B.state));
   frame(&B, 1, STEPS_M);
   MUST(B.download(B.state, &pb));
 
-  for (size_t i = 0; i < mid.n; ++i) MUST(particles_push_copy(&copy, &mid, i));
-  MUST(backend_create(backend_kind(), &prm, &copy, &C));
+  start_from(&mid, &prm, &C);
   frame(&C, 1, STEPS_M);
   MUST(C.download(C.state, &pc));
 
-  double bx, bj, cx, cj;
-  compare(&pa, &pb, &bx, &bj);
-  compare(&pa, &pc, &cx, &cj);
-  printf("  frames (%s, fused G2P2G): after %d more steps, told: max |dx| %.3g m, |dlogJp| %.3g; not told: %.3g m, "
-         "%.3g\n", A.name, STEPS_M, bx, bj, cx, cj);
-  CHECK(cj > 1e-3, "applying the mapping twice changed logJp by %g only: the case cannot tell", cj);
-  CHECK(bj <= 1e-4 && bj * 100 <= cj, "told: logJp differs by %g (the mapping twice: %g)", bj, cj);
-  CHECK(bx <= 1e-6 && bx * 20 <= cx, "told: x differs by %g m (the mapping twice: %g m)", bx, cx);
+  judge("frames (fused G2P2G)", &pa, &pb, &pc);
   particles_free(&mid);
   particles_free(&pa);
   particles_free(&pb);
   particles_free(&pc);
-  particles_free(&copy);
   backend_destroy(&A);
   backend_destroy(&B);
   backend_destroy(&C);
