@@ -64,6 +64,7 @@
 
 #include <cub/cub.cuh>
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -444,6 +445,10 @@ typedef struct cuda_state {
   dvec d_colliders, d_keys;     /* the colliders and their keyframes (boundary.h) */
   dvec d_poses;                 /* [n_colliders] where they are in this step's grid update (k_poses) */
   bool push;                    /* a slip or separate collider: particles take the particle collision step */
+  dvec d_colbox;                /* [n_colliders] col_box: where each collider can hold a particle, in its own frame */
+  dvec d_wbox;                  /* [n_colliders] col_box: the same in the world at the step's end, widened (k_poses) */
+  dvec push_mask;               /* [n_packets] lanes that G2P left to k_collide (k_g2p's COL variant) */
+  dvec push_room;               /* [slots] how far k_collide may move each of those particles */
   dvec d_ls, d_ls_table, d_ls_bricks; /* mesh colliders' level sets (levelset.h), every frame, uploaded once */
   double t_next;                /* set_time: start of the next step the host drives phase by phase */
   float dmin[3], dmax[3];       /* the domain as floats (the advection clamp) */
@@ -1059,12 +1064,84 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
                      s_w[warp], s_sort[warp], fp, !ctl->projected);
 }
 
+/* Where a collider can hold a particle (phi < 0, physics/boundary.h: collider_push), as an
+ * axis-aligned box: in the collider's own frame (col_box_local, on the host, once) and in the
+ * world at the step's pose, widened by a margin (k_poses). G2P tests its particles against these
+ * boxes and leaves the few inside one to k_collide, so that G2P itself carries none of the
+ * collision step's registers (docs/performance.md). An empty box (lo > hi) holds nothing (a
+ * sticky collider: it keeps what it holds); an unbounded one (a plane) holds everything. */
+typedef struct col_box {
+  float lo[3], hi[3];
+} col_box;
+
+static col_box col_box_local(const collider *c) {
+  col_box b;
+  float e = 0.0f;
+  int all = 0;
+  switch (c->geom.shape) {
+  case SDF_SPHERE: e = c->geom.r; break;
+  case SDF_CYLINDER: e = sqrtf(c->geom.r * c->geom.r + c->geom.half_height * c->geom.half_height); break;
+  case SDF_BOX: break;
+  case SDF_MESH: break; /* k_poses: the lattices of the frames at the pose (mesh_box) */
+  default: all = 1; break; /* a plane: a half-space */
+  }
+  for (int i = 0; i < 3; ++i) {
+    b.lo[i] = all ? -FLT_MAX : c->geom.shape == SDF_BOX ? -c->geom.half[i] : -e;
+    b.hi[i] = all ? FLT_MAX : c->geom.shape == SDF_BOX ? c->geom.half[i] : e;
+  }
+  if (c->type == BOUNDARY_STICKY)
+    for (int i = 0; i < 3; ++i) b.lo[i] = FLT_MAX, b.hi[i] = -FLT_MAX;
+  return b;
+}
+
+/* A mesh collider's box at pose P: the lattice of the frame (and of the next one where the pose
+ * blends two): off its lattice a level set is +band (levelset.h). Of one frame or two, not of
+ * the whole sequence: an animated figure sweeps much more than it covers at any time. */
+__device__ static void mesh_box(const boundary_params &bp, const collider *c, const collider_pose &P, col_box *b) {
+  for (int i = 0; i < 3; ++i) b->lo[i] = FLT_MAX, b->hi[i] = -FLT_MAX;
+  const int last = P.deforming && P.frac > 0.0f ? 1 : 0;
+  for (int f = 0; f <= last; ++f) {
+    const levelset &L = bp.levelsets[c->geom.levelset + P.frame + f];
+    for (int i = 0; i < 3; ++i) {
+      b->lo[i] = fminf(b->lo[i], L.origin[i]);
+      b->hi[i] = fmaxf(b->hi[i], L.origin[i] + (float)(L.dims[i] * LS_BRICK) * L.h);
+    }
+  }
+}
+
 /* Where the colliders are at the step's end (ctl->t_pose), for k_grid and the particle collision step
- * of k_g2p / k_g2p2g (physics/boundary.h): one thread per collider. */
-__global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params bp, collider_pose *__restrict__ poses) {
+ * of k_g2p / k_collide / k_g2p2g (physics/boundary.h): one thread per collider. With box (k_g2p's
+ * COL variant), also the world box of each collider at that pose, widened by margin (m). */
+__global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params bp, collider_pose *__restrict__ poses,
+                               const col_box *__restrict__ box, col_box *__restrict__ wbox, float margin) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (ctl->done || k >= bp.n_colliders) return;
-  collider_pose_at(&bp.colliders[k], bp.keys, ctl->t_pose, &poses[k]);
+  collider_pose P;
+  collider_pose_at(&bp.colliders[k], bp.keys, ctl->t_pose, &P);
+  poses[k] = P;
+  if (!box) return;
+  col_box b = box[k];
+  if (bp.colliders[k].geom.shape == SDF_MESH && !(b.lo[0] > b.hi[0])) mesh_box(bp, &bp.colliders[k], P, &b);
+  col_box w;
+  int empty = 0, all = 0;
+  for (int i = 0; i < 3; ++i) {
+    empty |= b.lo[i] > b.hi[i];
+    all |= !(b.hi[i] - b.lo[i] < 1e30f);
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (empty || all) {
+      w.lo[i] = empty ? FLT_MAX : -FLT_MAX;
+      w.hi[i] = empty ? -FLT_MAX : FLT_MAX;
+      continue;
+    }
+    float c = P.center[i], h = margin;
+    for (int j = 0; j < 3; ++j) {
+      c += P.R[3 * i + j] * 0.5f * (b.lo[j] + b.hi[j]);
+      h += fabsf(P.R[3 * i + j]) * 0.5f * (b.hi[j] - b.lo[j]);
+    }
+    w.lo[i] = c - h, w.hi[i] = c + h;
+  }
+  wbox[k] = w;
 }
 
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
@@ -1297,9 +1374,25 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
  * update from grid0 (g2p_mats is then never NULL). MAT: G2P may read the material, where
  * g2p_mats is not NULL (false: the load and the fluid's branch of constitutive_advance_F are
  * compiled out: k_g2p without colliders 56 registers instead of 63, CUDA 13, sm_90). COL: the
- * scene has a slip or separate collider (cuda_state.push), and particles take the particle
- * collision step (only these variants pay its registers). */
-template <bool OLD, bool COL, bool MAT>
+ * scene has a slip or separate collider (cuda_state.push): COL_INLINE (k_g2p2g) takes the
+ * particle collision step here; COL_DEFER (k_g2p) only tests each particle against the
+ * colliders' world boxes (wbox, k_poses) and leaves those inside one to k_collide, which pushes
+ * them and ends their G2P as here (push_mask: the lanes left; push_room: how far each may
+ * move). So k_g2p keeps the registers of a G2P without colliders, and the
+ * collision step's code runs only for particles near a collider. */
+enum { COL_NONE = 0, COL_INLINE = 1, COL_DEFER = 2 };
+
+/* The warp's flags: its largest speed and whether a particle left the inner free zone. */
+__device__ __forceinline__ void warp_flags(step_ctl *ctl, unsigned speed_bits, unsigned leave) {
+  speed_bits = __reduce_max_sync(FULL, speed_bits);
+  leave = __any_sync(FULL, leave);
+  if ((threadIdx.x & 31) == 0) {
+    if (speed_bits) atomicMax(&ctl->vmax_bits, speed_bits);
+    if (leave) atomicOr(&ctl->leave, 1u);
+  }
+}
+
+template <bool OLD, int COL, bool MAT>
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -1307,7 +1400,8 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const float *__restrict__ grid, int inner_lo, int inner_hi,
                                          const material_params *__restrict__ g2p_mats,
                                          const float *__restrict__ grid0, const boundary_params &bp,
-                                         const collider_pose *__restrict__ poses) {
+                                         const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
+                                         unsigned *__restrict__ push_mask, float *__restrict__ push_room) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -1360,6 +1454,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
           for (int a = 0; a < 3; ++a) vold[a] += wt * grid0[(size_t)blk * OLD_FLOATS + a * BLOCK_NODES + node];
       }
   unsigned speed_bits = 0, leave = 0;
+  int defer = 0; /* COL_DEFER: inside a collider's box, left to k_collide */
   if (ok) {
     const float k = 4.0f * inv_dx * inv_dx;
     float F[9], Fn[9], C[9];
@@ -1379,18 +1474,27 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
     const float detF = m3_det(Fn);
     for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) x[a] += dt * vmove[a];
-    {
-      if (COL) { /* the particle collision step (physics/boundary.h), poses of k_poses */
-        const float mv = dt * fmaxf(fabsf(vmove[0]), fmaxf(fabsf(vmove[1]), fabsf(vmove[2])));
-        pushed q = {{x[0], x[1], x[2]}, {v[0], v[1], v[2]}};
-        q = push_particle(&bp, poses, q, boundary_push_room(dx, mv));
-        for (int a = 0; a < 3; ++a) x[a] = q.x[a], v[a] = q.v[a];
+    const float moved = dt * fmaxf(fabsf(vmove[0]), fmaxf(fabsf(vmove[1]), fabsf(vmove[2])));
+    if (COL == COL_INLINE) { /* the particle collision step (physics/boundary.h), poses of k_poses */
+      pushed q = {{x[0], x[1], x[2]}, {v[0], v[1], v[2]}};
+      q = push_particle(&bp, poses, q, boundary_push_room(dx, moved));
+      for (int a = 0; a < 3; ++a) x[a] = q.x[a], v[a] = q.v[a];
+    }
+    if (COL == COL_DEFER)
+      for (int c = 0; c < bp.n_colliders; ++c) {
+        const col_box b = wbox[c];
+        defer |= x[0] >= b.lo[0] && x[0] <= b.hi[0] && x[1] >= b.lo[1] && x[1] <= b.hi[1] && x[2] >= b.lo[2] &&
+                 x[2] <= b.hi[2];
       }
+    if (defer) { /* k_collide pushes it and finishes it; a non-finite F is flagged here */
+      for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
+      push_room[p * LANES + lane] = boundary_push_room(dx, moved);
+      if (!isfinite(detF)) flag_bad(ctl, pid[p * LANES + lane]);
+    } else { /* (k_collide ends its particles with the same lines) */
       const float lo[3] = {dmin.x, dmin.y, dmin.z}, hi[3] = {dmax.x, dmax.y, dmax.z};
       float sp2 = 0.0f;
       for (int a = 0; a < 3; ++a) {
         sp2 += v[a] * v[a];
-        /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
         x[a] = fminf(fmaxf(x[a], lo[a]), hi[a]);
       }
       for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
@@ -1407,32 +1511,78 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       }
     }
   }
-  speed_bits = __reduce_max_sync(FULL, speed_bits);
-  leave = __any_sync(FULL, leave);
-  if (lane == 0) {
-    if (speed_bits) atomicMax(&ctl->vmax_bits, speed_bits);
-    if (leave) atomicOr(&ctl->leave, 1u);
+  if (COL == COL_DEFER) {
+    const unsigned mask = __ballot_sync(FULL, defer);
+    if (lane == 0) push_mask[p] = mask;
   }
+  warp_flags(ctl, speed_bits, leave);
+}
+
+/* The particle collision step of the particles k_g2p left (push_mask), then the rest of their
+ * G2P (as g2p_warp ends it). One warp per packet; a packet with no such lane returns at once. */
+__global__ static void PARTICLE_BOUNDS
+k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
+          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
+          float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
+          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
+  if (ctl->done) return;
+  const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (p >= n_packets) return;
+  const unsigned mask = push_mask[p];
+  if (!mask) return; /* the whole warp */
+  const int lane = threadIdx.x & 31;
+  unsigned speed_bits = 0, leave = 0;
+  if ((mask >> lane) & 1u) {
+    const int2 h = hdr[p];
+    const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
+    float *base = pk + p * PK_FLOATS + lane;
+    float x[3], v[3];
+    for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES], v[a] = base[(A_V + a) * LANES];
+    boundary_push_posed(&bp, poses, x, v, push_room[p * LANES + lane]);
+    /* the end of g2p_warp, as there (a function shared by both gave k_g2p 71 registers, not 56) */
+    const float lo[3] = {dmin.x, dmin.y, dmin.z}, hi[3] = {dmax.x, dmax.y, dmax.z};
+    float sp2 = 0.0f;
+    for (int a = 0; a < 3; ++a) {
+      sp2 += v[a] * v[a];
+      x[a] = fminf(fmaxf(x[a], lo[a]), hi[a]);
+    }
+    for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
+    const float runaway = DR_RUNAWAY_CELLS * dx / ctl->dt;
+    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || sp2 > runaway * runaway) {
+      flag_bad(ctl, pid[p * LANES + lane]);
+    } else {
+      speed_bits = __float_as_uint(sqrtf(sp2));
+      for (int a = 0; a < 3; ++a) {
+        const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
+        const int off = b - BLOCK_EDGE * P[a];
+        leave |= off < INNER_LO || off > INNER_HI;
+      }
+    }
+  }
+  warp_flags(ctl, speed_bits, leave);
 }
 
 /* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
- * advection clamped to the domain, the particle collision step (COL), the inner-free-zone check,
- * largest speed, and the non-finite / runaway check. One warp per packet; flags reduced over the
- * warp first. (Measured in Crawling in Snow with ncu: the COL variant, 80 registers, 157 us a
- * step; the collision step in a kernel of its own after G2P, 104 + 67 us; G2P without it, 56
- * registers, 110 us. docs/performance.md.) */
+ * advection clamped to the domain, the inner-free-zone check, largest speed, and the non-finite /
+ * runaway check. One warp per packet; flags reduced over the warp first. COL: particles inside a
+ * collider's world box are left to k_collide (the particle collision step), which k_g2p's launch
+ * queues after it. (CUDA 13, sm_90: every COL variant now has the registers of its variant
+ * without colliders, 56 / 63 / 72, where the collision step inline took 80. Crawling in Snow
+ * moved within its run-to-run noise: docs/performance.md.) */
 template <bool OLD, bool COL, bool MAT>
 __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
       float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
       const material_params *__restrict__ g2p_mats, const float *__restrict__ grid0,
-      const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
+      const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses,
+      const col_box *__restrict__ wbox, unsigned *__restrict__ push_mask, float *__restrict__ push_room) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
-  g2p_warp<OLD, COL, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, INNER_LO,
-                     INNER_HI, g2p_mats, grid0, bp, poses);
+  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
+                                                 inv_dx, grid, INNER_LO, INNER_HI, g2p_mats, grid0, bp, poses, wbox,
+                                                 push_mask, push_room);
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -1456,8 +1606,9 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp<OLD, COL, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx, inv_dx, grid, FUSED_LO,
-                     FUSED_HI, g2p_mat ? mats : nullptr, grid0, bp, poses);
+  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
+                                                   inv_dx, grid, FUSED_LO, FUSED_HI, g2p_mat ? mats : nullptr, grid0,
+                                                   bp, poses, nullptr, nullptr, nullptr);
   __syncwarp();
   p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
                      grid0_next, s_w[warp], s_sort[warp], fp, 1);
@@ -1494,6 +1645,15 @@ static int trace_on = -1;
     if (trace_on < 0) trace_on = getenv("DRIFT_TRACE") != NULL;                                    \
     if (trace_on) fprintf(stderr, "trace: " __VA_ARGS__), fputc('\n', stderr);                     \
   } while (0)
+
+/* The buffers through which k_g2p leaves particles to k_collide, for n_packets packets (only in
+ * scenes with a slip or separate collider). */
+static int push_buffers(cuda_state *s, size_t n_packets) {
+  if (!s->push) return DR_OK;
+  DVEC(s->push_mask, n_packets * sizeof(unsigned), "particle collision step");
+  DVEC(s->push_room, n_packets * LANES * sizeof(float), "particle collision step");
+  return DR_OK;
+}
 
 static int read_count(cuda_state *s, const void *dev, int *out) {
   CU(cudaMemcpyAsync(out, dev, sizeof *out, cudaMemcpyDeviceToHost, s->stream));
@@ -1638,6 +1798,7 @@ static int rebuild_now(cuda_state *s) {
   s->cur = nxt;
   s->n_packets = (size_t)n_packets;
   DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
+  DR_TRY(push_buffers(s, s->n_packets));
   k_headers<<<blocks_for(s->n_pb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), dp<int2>(s->hdr));
   LAUNCHED("k_headers");
@@ -1813,8 +1974,10 @@ static int launch_p2g(cuda_state *s, int par) {
 static int launch_grid(cuda_state *s, int par, int part) {
   if (s->n_blocks == 0) return DR_OK;
   if (s->bnd.n_colliders > 0) {
-    k_poses<<<blocks_for((size_t)s->bnd.n_colliders, 64), 64, 0, s->stream>>>(dp<step_ctl>(s->ctl), s->bnd,
-                                                                             dp<collider_pose>(s->d_poses));
+    const bool boxes = s->push; /* for k_g2p's COL variant (k_g2p2g pushes inline and ignores them) */
+    k_poses<<<blocks_for((size_t)s->bnd.n_colliders, 64), 64, 0, s->stream>>>(
+        dp<step_ctl>(s->ctl), s->bnd, dp<collider_pose>(s->d_poses), boxes ? dp<col_box>(s->d_colbox) : nullptr,
+        boxes ? dp<col_box>(s->d_wbox) : nullptr, s->prm.dx);
     LAUNCHED("k_poses");
   }
   (s->det ? k_grid<true> : k_grid<false>)<<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA),
@@ -1842,8 +2005,16 @@ static int launch_g2p(cuda_state *s, int par) {
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
       s->inv_dx, vel_of(s, par), s->g2p_mat ? dp<material_params>(s->d_mats) : nullptr, vel0_of(s, par), s->bnd,
-      dp<collider_pose>(s->d_poses));
+      dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room));
   LAUNCHED("k_g2p");
+  if (col) {
+    k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+        dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<float>(s->pk[s->cur]),
+        dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
+        make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
+        s->inv_dx, dp<unsigned>(s->push_mask), dp<float>(s->push_room), s->bnd, dp<collider_pose>(s->d_poses));
+    LAUNCHED("k_collide");
+  }
   return DR_OK;
 }
 
@@ -2268,6 +2439,7 @@ static int append_particles(cuda_state *s, const particles *p) {
             "particle packets");
   DVEC_KEEP(s->pid[s->cur], slots * sizeof(uint64_t), old_packets * LANES * sizeof(uint64_t), st, "particle ids");
   DVEC_KEEP(s->hdr, packets * sizeof(int2), old_packets * sizeof(int2), st, "packet headers");
+  DR_TRY(push_buffers(s, packets));
   for (int k = 0; k < 2; ++k) {
     DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
     DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
@@ -2439,7 +2611,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own};
+                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -2478,7 +2650,7 @@ static void destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own};
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
@@ -2509,6 +2681,7 @@ static int upload(cuda_state *s, const particles *p) {
   DVEC(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
   DVEC(s->pid[0], slots * sizeof(uint64_t), "particle ids");
   DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
+  DR_TRY(push_buffers(s, s->n_packets));
   for (int k = 0; k < 2; ++k) {
     DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
     DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
@@ -2589,6 +2762,17 @@ static int setup(cuda_state *s, const particles *p) {
   DVEC_EXACT(s->d_colliders, (size_t)(hb->n_colliders + 1) * sizeof(collider), "colliders");
   DVEC_EXACT(s->d_keys, (size_t)(hb->n_keys + 1) * sizeof(collider_key), "collider keyframes");
   DVEC_EXACT(s->d_poses, (size_t)(hb->n_colliders + 1) * sizeof(collider_pose), "collider poses");
+  DVEC_EXACT(s->d_wbox, (size_t)(hb->n_colliders + 1) * sizeof(col_box), "collider boxes");
+  DVEC_EXACT(s->d_colbox, (size_t)(hb->n_colliders + 1) * sizeof(col_box), "collider boxes");
+  if (hb->n_colliders > 0) { /* pageable: the copy has finished when cudaMemcpy returns */
+    col_box *cb = (col_box *)malloc((size_t)hb->n_colliders * sizeof(col_box));
+    if (!cb) return dr_fail(DR_ENOMEM, "collider boxes: out of host memory");
+    for (int k = 0; k < hb->n_colliders; ++k) cb[k] = col_box_local(&hb->colliders[k]);
+    const cudaError_t e = cudaMemcpy(s->d_colbox.ptr, cb, (size_t)hb->n_colliders * sizeof(col_box),
+                                     cudaMemcpyHostToDevice);
+    free(cb);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpy(collider boxes)", __FILE__, __LINE__);
+  }
   if (hb->n_colliders > 0)
     CU(cudaMemcpyAsync(s->d_colliders.ptr, hb->colliders, (size_t)hb->n_colliders * sizeof(collider),
                        cudaMemcpyHostToDevice, s->stream));
