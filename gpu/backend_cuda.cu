@@ -1068,11 +1068,20 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
  * axis-aligned box: in the collider's own frame (col_box_local, on the host, once) and in the
  * world at the step's pose, widened by a margin (k_poses). G2P tests its particles against these
  * boxes and leaves the few inside one to k_collide, so that G2P itself carries none of the
- * collision step's registers (docs/performance.md). An empty box (lo > hi) holds nothing (a
- * sticky collider: it keeps what it holds); an unbounded one (a plane) holds everything. */
+ * collision step's registers; the grid update evaluates a collider only at the nodes inside its
+ * box (docs/performance.md). A collider acts on a node where phi < half a cell (a mesh's lattice
+ * holds phi up to two cells, and off it phi is that band), on a particle where phi < 0 and then
+ * moves it by at most half a cell (boundary.h), so a margin of a cell covers both. An empty box
+ * (lo > hi) holds nothing (a sticky collider's box for particles: it keeps what it holds); an
+ * unbounded one (a plane) holds everything. */
 typedef struct col_box {
   float lo[3], hi[3];
 } col_box;
+
+__device__ __forceinline__ bool in_box(const col_box &b, const float x[3]) {
+  return x[0] >= b.lo[0] && x[0] <= b.hi[0] && x[1] >= b.lo[1] && x[1] <= b.hi[1] && x[2] >= b.lo[2] &&
+         x[2] <= b.hi[2];
+}
 
 static col_box col_box_local(const collider *c) {
   col_box b;
@@ -1089,8 +1098,6 @@ static col_box col_box_local(const collider *c) {
     b.lo[i] = all ? -FLT_MAX : c->geom.shape == SDF_BOX ? -c->geom.half[i] : -e;
     b.hi[i] = all ? FLT_MAX : c->geom.shape == SDF_BOX ? c->geom.half[i] : e;
   }
-  if (c->type == BOUNDARY_STICKY)
-    for (int i = 0; i < 3; ++i) b.lo[i] = FLT_MAX, b.hi[i] = -FLT_MAX;
   return b;
 }
 
@@ -1110,8 +1117,9 @@ __device__ static void mesh_box(const boundary_params &bp, const collider *c, co
 }
 
 /* Where the colliders are at the step's end (ctl->t_pose), for k_grid and the particle collision step
- * of k_g2p / k_collide / k_g2p2g (physics/boundary.h): one thread per collider. With box (k_g2p's
- * COL variant), also the world box of each collider at that pose, widened by margin (m). */
+ * of k_g2p / k_collide / k_g2p2g (physics/boundary.h): one thread per collider. Also the world box
+ * of each collider at that pose, widened by margin (m): wbox[k] for the grid update, and
+ * wbox[n_colliders + k] for the particle collision step (empty for a sticky collider). */
 __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params bp, collider_pose *__restrict__ poses,
                                const col_box *__restrict__ box, col_box *__restrict__ wbox, float margin) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
@@ -1119,7 +1127,6 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
   collider_pose P;
   collider_pose_at(&bp.colliders[k], bp.keys, ctl->t_pose, &P);
   poses[k] = P;
-  if (!box) return;
   col_box b = box[k];
   if (bp.colliders[k].geom.shape == SDF_MESH && !(b.lo[0] > b.hi[0])) mesh_box(bp, &bp.colliders[k], P, &b);
   col_box w;
@@ -1142,6 +1149,9 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
     w.lo[i] = c - h, w.hi[i] = c + h;
   }
   wbox[k] = w;
+  if (bp.colliders[k].type == BOUNDARY_STICKY)
+    for (int i = 0; i < 3; ++i) w.lo[i] = FLT_MAX, w.hi[i] = -FLT_MAX;
+  wbox[bp.n_colliders + k] = w;
 }
 
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
@@ -1149,7 +1159,7 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
 template <bool DET>
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
 k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
-       const collider_pose *__restrict__ poses,
+       const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
        uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
        int part, float *__restrict__ g0, float *__restrict__ g0_next, const int32_t *__restrict__ tags,
@@ -1239,7 +1249,10 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
   const int idx[3] = {4 * c[0] + nd / 16, 4 * c[1] + (nd / 4) % 4, 4 * c[2] + nd % 4};
   float xn[3];
   for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
-  boundary_apply_posed(&bp, poses, xn, v); /* poses at ctl->t_pose, the step's end (k_poses) */
+  /* boundary_apply_posed, each collider only inside its box; poses at ctl->t_pose, the step's end (k_poses) */
+  for (int k = 0; k < bp.n_colliders; ++k)
+    if (in_box(wbox[k], xn)) collider_apply(&bp, &bp.colliders[k], &poses[k], xn, v);
+  boundary_apply_faces(&bp, xn, v);
   if (vel || DET) out[gidx(nd, 0)] = m;
   for (int a = 0; a < 3; ++a) out[gidx(nd, a + 1)] = v[a];
 }
@@ -1481,11 +1494,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       for (int a = 0; a < 3; ++a) x[a] = q.x[a], v[a] = q.v[a];
     }
     if (COL == COL_DEFER)
-      for (int c = 0; c < bp.n_colliders; ++c) {
-        const col_box b = wbox[c];
-        defer |= x[0] >= b.lo[0] && x[0] <= b.hi[0] && x[1] >= b.lo[1] && x[1] <= b.hi[1] && x[2] >= b.lo[2] &&
-                 x[2] <= b.hi[2];
-      }
+      for (int c = 0; c < bp.n_colliders; ++c) defer |= in_box(wbox[bp.n_colliders + c], x);
     if (defer) { /* k_collide pushes it and finishes it; a non-finite F is flagged here */
       for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
       push_room[p * LANES + lane] = boundary_push_room(dx, moved);
@@ -1974,17 +1983,16 @@ static int launch_p2g(cuda_state *s, int par) {
 static int launch_grid(cuda_state *s, int par, int part) {
   if (s->n_blocks == 0) return DR_OK;
   if (s->bnd.n_colliders > 0) {
-    const bool boxes = s->push; /* for k_g2p's COL variant (k_g2p2g pushes inline and ignores them) */
     k_poses<<<blocks_for((size_t)s->bnd.n_colliders, 64), 64, 0, s->stream>>>(
-        dp<step_ctl>(s->ctl), s->bnd, dp<collider_pose>(s->d_poses), boxes ? dp<col_box>(s->d_colbox) : nullptr,
-        boxes ? dp<col_box>(s->d_wbox) : nullptr, s->prm.dx);
+        dp<step_ctl>(s->ctl), s->bnd, dp<collider_pose>(s->d_poses), dp<col_box>(s->d_colbox),
+        dp<col_box>(s->d_wbox), s->prm.dx);
     LAUNCHED("k_poses");
   }
   (s->det ? k_grid<true> : k_grid<false>)<<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA),
                                             GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<collider_pose>(s->d_poses),
-      dp<uint64_t>(s->block_code),
+      dp<col_box>(s->d_wbox), dp<uint64_t>(s->block_code),
       dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
       dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part, grid0_of(s, par), s->det ? NULL : grid0_of(s, 1 - par),
       dp<int32_t>(s->tags), view_of(s, par), separate_vel(s) ? dp<float>(s->vel) : NULL,
@@ -2762,7 +2770,7 @@ static int setup(cuda_state *s, const particles *p) {
   DVEC_EXACT(s->d_colliders, (size_t)(hb->n_colliders + 1) * sizeof(collider), "colliders");
   DVEC_EXACT(s->d_keys, (size_t)(hb->n_keys + 1) * sizeof(collider_key), "collider keyframes");
   DVEC_EXACT(s->d_poses, (size_t)(hb->n_colliders + 1) * sizeof(collider_pose), "collider poses");
-  DVEC_EXACT(s->d_wbox, (size_t)(hb->n_colliders + 1) * sizeof(col_box), "collider boxes");
+  DVEC_EXACT(s->d_wbox, (size_t)(2 * hb->n_colliders + 1) * sizeof(col_box), "collider boxes");
   DVEC_EXACT(s->d_colbox, (size_t)(hb->n_colliders + 1) * sizeof(col_box), "collider boxes");
   if (hb->n_colliders > 0) { /* pageable: the copy has finished when cudaMemcpy returns */
     col_box *cb = (col_box *)malloc((size_t)hb->n_colliders * sizeof(col_box));
