@@ -57,6 +57,7 @@ typedef struct bench_args {
   int backend;         /* enum backend_kind, or -1: the scene's parallel.backend */
   const char *csv;     /* NULL: no CSV */
   int profile_frames;  /* frames of the profiled run; 0: no phase shares */
+  int profile_from;    /* frames the profiled run simulates unprofiled before them (--profile-from) */
   int gpus[8], n_gpus; /* --gpus LIST: each case on each of these GPU counts (cuda); none: the scene's */
   int deterministic;   /* 1: every case in float and in deterministic mode */
   int island[2];       /* --island-barrier, --island-reduce (enum island_*_kind), or -1: the scene's */
@@ -76,6 +77,8 @@ typedef struct bench_result {
   double seconds;        /* wall time of all frames */
   int have_phases;       /* 0 when not profiled, or the backend reported no phase times */
   double phase_pct[PHASE_COUNT];
+  double phase_us[PHASE_COUNT]; /* wall time of each phase per profiled step (us, phases waited for) */
+  int profile_from;      /* frames before the profiled ones (--profile-from) */
   int det;               /* ran in deterministic mode */
   double cost;           /* deterministic, after the float run of the case: time per frame over the float one; else 0 */
   int devices;           /* GPUs the run used (sim_gpus; 0 on the cpu backend) */
@@ -98,13 +101,16 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   for (int i = 2; i < argc; ++i) {
     const char *f = argv[i];
     int has_value = !strcmp(f, "--frames") || !strcmp(f, "--backend") || !strcmp(f, "--csv") ||
-                    !strcmp(f, "--profile-frames") || !strcmp(f, "--gpus") || !strcmp(f, "--island-barrier") ||
+                    !strcmp(f, "--profile-frames") || !strcmp(f, "--profile-from") || !strcmp(f, "--gpus") ||
+                    !strcmp(f, "--island-barrier") ||
                     !strcmp(f, "--island-reduce");
     if (has_value && i + 1 >= argc) return dr_fail(DR_EINPUT, "%s needs a value (see drift --help)", f);
     if (!strcmp(f, "--frames")) {
       DR_TRY(parse_int(f, argv[++i], 1, 100000000, "a whole number of frames >= 1", &a->frames));
     } else if (!strcmp(f, "--profile-frames")) {
       DR_TRY(parse_int(f, argv[++i], 0, 100000000, "a whole number of frames >= 0", &a->profile_frames));
+    } else if (!strcmp(f, "--profile-from")) {
+      DR_TRY(parse_int(f, argv[++i], 0, 100000000, "a whole number of frames >= 0", &a->profile_from));
     } else if (!strcmp(f, "--backend")) {
       const char *v = argv[++i];
       if (!strcmp(v, "auto")) a->backend = BACKEND_AUTO;
@@ -134,6 +140,9 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       a->scenes[a->n_scenes++] = f;
     }
   }
+  if (a->profile_from > 0 && a->profile_frames == 0)
+    return dr_fail(DR_EINPUT, "--profile-from %d: there is no profiled run to start late (--profile-frames is 0)",
+                   a->profile_from);
   return DR_OK;
 }
 
@@ -158,12 +167,12 @@ static void describe_device(const char *backend_name, int gpus, char *out, size_
   else snprintf(out, len, "%s", n > 0 && name[0] ? name : "unknown GPU");
 }
 
-/* Runs frames 1..frames of S; a failure names the case, the frame and the step. particle_steps
+/* Runs the next n frames of S; a failure names the case, the frame and the step. particle_steps
  * (may be NULL) adds up the particles of every step: sources emit only at frame starts, so each
  * step of a frame moves the count the frame ends with. */
-static int run_frames(sim *S, const char *name, double *particle_steps) {
+static int run_frames(sim *S, const char *name, int n, double *particle_steps) {
   const sim_status *st = sim_get_status(S);
-  for (int f = 1; f <= st->frames; ++f) {
+  for (int f = st->frame + 1, last = st->frame + n; f <= last; ++f) {
     const uint64_t steps0 = st->steps;
     int rc = sim_advance_frame(S);
     if (particle_steps) *particle_steps += (double)(st->steps - steps0) * (double)st->particles;
@@ -195,7 +204,7 @@ static int run_case(const scene *s, const bench_args *a, bench_result *r) {
    * mapping, which the backend builds inside sim_create, is counted: one per case at most. */
   uint64_t steps0 = st->steps, rebuilds0 = st->rebuilds;
   double t0 = MPI_Wtime();
-  int rc = run_frames(S, r->name, &r->particle_steps);
+  int rc = run_frames(S, r->name, st->frames, &r->particle_steps);
   r->seconds = MPI_Wtime() - t0;
   r->particles = st->particles;
   r->steps = st->steps - steps0;
@@ -204,15 +213,28 @@ static int run_case(const scene *s, const bench_args *a, bench_result *r) {
   DR_TRY(rc);
 
   if (a->profile_frames > 0) {
-    opt.frames = a->profile_frames;
-    opt.profile = 1;
+    /* --profile-from F: the first F frames run as in the timed run (fused frames on the device,
+     * nothing waited for), so that the profiled frames are those of a late stage of the scene */
+    opt.frames = a->profile_from + a->profile_frames;
+    opt.profile = a->profile_from == 0;
     DR_TRY(sim_create(s, &opt, MPI_COMM_WORLD, &S));
-    rc = run_frames(S, r->name, NULL);
     st = sim_get_status(S);
+    rc = run_frames(S, r->name, a->profile_from, NULL);
+    sim_set_profile(S, 1);
+    const uint64_t steps0 = st->steps;
+    if (!rc) rc = run_frames(S, r->name, a->profile_frames, NULL);
     double sum = 0;
     for (int p = 0; p < PHASE_COUNT; ++p) sum += st->phase_seconds[p];
-    r->have_phases = !rc && sum > 0;
-    for (int p = 0; p < PHASE_COUNT && r->have_phases; ++p) r->phase_pct[p] = 100.0 * st->phase_seconds[p] / sum;
+    r->have_phases = !rc && sum > 0 && st->steps > steps0;
+    for (int p = 0; p < PHASE_COUNT && r->have_phases; ++p) {
+      r->phase_pct[p] = 100.0 * st->phase_seconds[p] / sum;
+      r->phase_us[p] = 1e6 * st->phase_seconds[p] / (double)(st->steps - steps0);
+    }
+    r->profile_from = a->profile_from;
+    if (r->have_phases)
+      log_info("bench %s: profiled frames %d-%d, per step: %s %.1f us, %s %.1f us, %s %.1f us, %s %.1f us", r->name,
+               a->profile_from + 1, a->profile_from + a->profile_frames, phase_names[0], r->phase_us[0],
+               phase_names[1], r->phase_us[1], phase_names[2], r->phase_us[2], phase_names[3], r->phase_us[3]);
     sim_destroy(&S);
     DR_TRY(rc);
   }
@@ -299,7 +321,9 @@ static void csv_header(FILE *f) {
         "rebuilds_per_frame,efficiency",
         f);
   for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_pct", phase_names[p]);
-  fputs(",mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce\n", f);
+  fputs(",mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce,profile_from", f);
+  for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_us", phase_names[p]);
+  fputc('\n', f);
 }
 
 static void csv_row(FILE *f, const bench_result *r) {
@@ -327,9 +351,17 @@ static void csv_row(FILE *f, const bench_result *r) {
   if (paper_fps_of(r) > 0) fprintf(f, "%.1f", paper_fps_of(r));
   /* the island's variants: empty on one GPU or the cpu, where neither runs */
   if (r->devices > 1)
-    fprintf(f, ",%s,%s\n", scene_island_barrier_names[r->island_barrier], scene_island_reduce_names[r->island_reduce]);
+    fprintf(f, ",%s,%s", scene_island_barrier_names[r->island_barrier], scene_island_reduce_names[r->island_reduce]);
   else
-    fputs(",,\n", f);
+    fputs(",,", f);
+  /* the profiled run: its first profiled frame - 1, and each phase's time per step */
+  if (r->have_phases) fprintf(f, ",%d", r->profile_from);
+  else fputc(',', f);
+  for (int p = 0; p < PHASE_COUNT; ++p) {
+    if (r->have_phases) fprintf(f, ",%.2f", r->phase_us[p]);
+    else fputc(',', f);
+  }
+  fputc('\n', f);
 }
 
 /* The CSV is written under FILE.tmp and renamed once every case has run, so FILE never holds a

@@ -1146,6 +1146,8 @@ int sim_run(sim *S) {
 
 int sim_particles(sim *S, particles *out) { return S->be.download(S->be.state, out); }
 const sim_status *sim_get_status(const sim *S) { return &S->st; }
+
+void sim_set_profile(sim *S, int on) { S->opt.profile = on != 0; }
 const char *sim_backend_name(const sim *S) { return S->be.name; }
 
 int sim_gpus(const sim *S) { return S->be.n_devices; }

@@ -59,6 +59,9 @@ int sim_run(sim *S);
 /* This rank's particles (out is resized; allocates). */
 int sim_particles(sim *S, particles *out);
 const sim_status *sim_get_status(const sim *S);
+/* Turns sim_options.profile on or off from the next frame on (drift bench --profile-from: the
+ * frames before the profiled ones run as a run does, without waiting for each phase). */
+void sim_set_profile(sim *S, int on);
 const char *sim_backend_name(const sim *S);
 /* GPUs this rank drives (0 for the cpu backend). */
 int sim_gpus(const sim *S);

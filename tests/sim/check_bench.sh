@@ -56,16 +56,21 @@ if [ ! -f "$csv" ]; then
   fail "bench: $csv was not written"
 else
   [ ! -e "$csv.tmp" ] || fail "bench: $csv.tmp was left behind"
-  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce$' ||
+  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce,profile_from,rebuild_us,p2g_us,grid_us,g2p_us$' ||
     fail "bench: CSV header is $(head -n 1 "$csv")"
   [ "$(wc -l <"$csv")" -eq 3 ] || fail "bench: CSV has $(wc -l <"$csv") lines, expected a header and 2 rows"
   # Row: case, scene, backend, device, particles, frames, steps (36 a frame), then numbers; the
   # last three: fps = 1000 / ms_per_frame (rounding), steps per rebuild-mapping = steps /
-  # (rebuilds_per_frame x frames; empty without a rebuild), and the paper's fps, empty for these cases.
+  # (rebuilds_per_frame x frames; empty without a rebuild), and the paper's fps, empty for these cases;
+  # then the profiled run: its start (0 frames before it) and each phase's us per step, whose
+  # shares are the *_pct columns (to their rounding).
   awk -F, -v a="$name_a" -v na="$count_a" -v b="$name_b" -v nb="$count_b" '
     function tail_ok() {
       spr = $12 > 0 ? ($21 * $12 * $6 / $7 - 1)^2 < 1e-6 : $21 == ""
-      return NF == 24 && $20 > 0 && ($20 * $9 / 1000 - 1)^2 < 1e-6 && spr && $22 == "" && $23 == "" && $24 == ""
+      us = $26 + $27 + $28 + $29
+      shares = us > 0 && ($27 / us * 100 - $15)^2 < 0.02 && ($29 / us * 100 - $17)^2 < 0.02
+      return NF == 29 && $20 > 0 && ($20 * $9 / 1000 - 1)^2 < 1e-6 && spr && $22 == "" && $23 == "" && $24 == "" &&
+             $25 == "0" && $27 > 0 && $29 > 0 && shares
     }
     NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && $18 == "float" && $19 == "" && tail_ok() }
     NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && $18 == "float" && $19 == "" && tail_ok() }
@@ -84,6 +89,19 @@ awk -F, -v a="$name_a" -v na="$count_a" '
   NR == 2 { ok1 = $1 == a && $5 == na && $18 == "float" && $19 == "" }
   NR == 3 { ok2 = $1 == a && $5 == na && $18 == "deterministic" && $19 > 0 && $19 == $19 + 0 }
   END { exit !(ok1 && ok2 && NR == 3) }' "$dcsv" || fail "bench --deterministic: CSV is not a float row and a deterministic row with its cost: $(cat "$dcsv")"
+
+# --profile-from: the profiled run simulates frame 1 unprofiled and profiles frame 2; its CSV says
+# so (profile_from 1) and has the phase times, and the log names the frames.
+fcsv="$tmp/from.csv"
+"$drift" bench "$scene_a" --backend cpu --frames 1 --profile-frames 1 --profile-from 1 --csv "$fcsv" \
+  >"$tmp/from.stdout" 2>"$tmp/from.stderr" || fail "bench --profile-from: exit status $?: $(cat "$tmp/from.stderr")"
+grep -q "bench $name_a: profiled frames 2-2, per step: rebuild" "$tmp/from.stderr" ||
+  fail "bench --profile-from 1: the log does not name the profiled frames 2-2: $(cat "$tmp/from.stderr")"
+awk -F, 'NR == 2 { ok = NF == 29 && $25 == "1" && $27 > 0 && $29 > 0 && $15 > 0 } END { exit !(ok && NR == 2) }' "$fcsv" ||
+  fail "bench --profile-from 1: CSV row has no profile_from 1 with phase times: $(cat "$fcsv")"
+# without profiling, the profiled run's columns stay empty
+awk -F, 'NR == 2 { ok = NF == 29 && $25 == "" && $26 == "" && $29 == "" } END { exit !ok }' "$dcsv" ||
+  fail "bench --profile-frames 0: CSV row has profiled-run columns: $(sed -n 2p "$dcsv")"
 
 # The paper's own fps beside drift's for the cases it reports so (by case name): a scene named
 # fountain.json shows 55.9 in the table's "paper" column and the CSV's paper_fps.
@@ -119,6 +137,9 @@ expect_error "missing value" 2 "--csv needs a value" bench "$scene_a" --csv
 expect_error "bad backend" 2 "--backend: 'opencl' is not one of auto, cpu, cuda" bench "$scene_a" --backend opencl
 expect_error "bad frames" 2 "--frames: '0' is not" bench "$scene_a" --frames 0
 expect_error "bad profile frames" 2 "--profile-frames: 'x' is not" bench "$scene_a" --profile-frames x
+expect_error "bad profile start" 2 "--profile-from: '-1' is not" bench "$scene_a" --profile-from -1
+expect_error "profile start, nothing profiled" 2 "--profile-from 3: there is no profiled run" bench "$scene_a" \
+  --profile-from 3 --profile-frames 0
 expect_error "bad island barrier" 2 "--island-barrier: 'mutex' is not one of spin, events" bench "$scene_a" --island-barrier mutex
 expect_error "bad island reduction" 2 "--island-reduce: 'x' is not one of double_buffer, p2p_atomics" bench "$scene_a" --island-reduce x
 expect_error "bad gpu list" 2 "--gpus: '1,,2' is not a comma-separated list" bench "$scene_a" --gpus 1,,2
