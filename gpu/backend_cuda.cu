@@ -856,6 +856,91 @@ __device__ static inline int warp_sort(unsigned *key, unsigned *scratch) {
   return (int)(v & 31u);
 }
 
+/* Steps 1-2 of P2G, shared by its two reductions (p2g_warp, p2g_gather): this lane's cell in the
+ * free zone and the warp's lanes sorted by it (src: the lane whose particle this lane takes, key
+ * its cell, KEY_NONE for none), then that particle's plasticity and stress, its affine momentum
+ * matrix A (APIC's m C with the stress impulse -dt V0 (4/dx^2) tau), m, m v, and where it lies
+ * (d: its base node's offset in the free zone, fx: x/dx - base). OLD (ASFLIP): mC, the affine
+ * momentum without the stress, too. A lane with no particle leaves everything zero. */
+struct p2g_lane {
+  unsigned key;
+  int src, valid;
+  float m, mv[3], A[9], mC[9], fx[3];
+  int d[3];
+};
+
+template <bool OLD>
+__device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, const int2 h, const int P[3],
+                                             float *__restrict__ base, const uint64_t *__restrict__ pid,
+                                             const material_params *__restrict__ mats, float3 origin, float inv_dx,
+                                             unsigned *s_sort, int plastic, p2g_lane &L) {
+  const int lane = threadIdx.x & 31;
+  /* 1. This lane's cell in the free zone; sort the warp's lanes by it. */
+  unsigned key = KEY_NONE;
+  if (lane < h.y) {
+    const float x[3] = {base[(A_X + 0) * LANES + lane], base[(A_X + 1) * LANES + lane],
+                        base[(A_X + 2) * LANES + lane]};
+    int d[3];
+    float fx[3];
+    if (locate(x, origin, inv_dx, P, d, fx)) key = (unsigned)((d[0] * ZONE + d[1]) * ZONE + d[2]);
+    else flag_bad(ctl, pid[p * LANES + lane]);
+  }
+  const unsigned prev_key = __shfl_up_sync(FULL, key, 1);
+  int src = lane;
+  if (!__all_sync(FULL, lane == 0 || prev_key <= key)) src = warp_sort(&key, s_sort);
+  L.key = key;
+  L.src = src;
+  L.valid = key != KEY_NONE;
+
+  /* 2. The particle: plasticity and stress, then the affine momentum matrix A. */
+  L.m = 0.0f;
+  for (int q = 0; q < 9; ++q) L.A[q] = 0.0f, L.mC[q] = 0.0f;
+  for (int a = 0; a < 3; ++a) L.mv[a] = 0.0f, L.fx[a] = 1.0f, L.d[a] = 0;
+  if (L.valid) {
+    float x[3], F[9], tau[9];
+    for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + src];
+    for (int q = 0; q < 9; ++q) F[q] = base[(A_F + q) * LANES + src];
+    const material_params mat = mats[__float_as_int(base[A_MAT * LANES + src])];
+    const int kept = mat.model == MODEL_NACC; /* the plastic state logJp: only NACC reads and writes it */
+    float logjp = kept ? base[A_JP * LANES + src] : 0.0f;
+    constitutive_apply(&mat, F, &logjp, tau, plastic);
+    for (int q = 0; q < 9; ++q) base[(A_F + q) * LANES + src] = F[q];
+    if (kept) base[A_JP * LANES + src] = logjp;
+    L.m = base[A_M * LANES + src];
+    const float k = -dt * base[A_VOL * LANES + src] * 4.0f * inv_dx * inv_dx;
+    for (int q = 0; q < 9; ++q) L.A[q] = k * tau[q] + L.m * base[(A_C + q) * LANES + src];
+    if (OLD)
+      for (int q = 0; q < 9; ++q) L.mC[q] = L.m * base[(A_C + q) * LANES + src];
+    for (int a = 0; a < 3; ++a) L.mv[a] = L.m * base[(A_V + a) * LANES + src];
+    locate(x, origin, inv_dx, P, L.d, L.fx);
+  }
+}
+
+/* A cell's sums at one node of physical block blk with one native global atomic per node (a
+ * float4: mass and momentum), and for ASFLIP (OLD) the momentum without the stress impulse into
+ * grid0; mark: this is the block's lowest stencil node on every axis, which marks it touched. */
+template <bool OLD>
+__device__ __forceinline__ void p2g_add_node(float *__restrict__ grid, float *__restrict__ grid0,
+                                             uint8_t *__restrict__ touched, int blk, int node, float v0, float v1,
+                                             float v2, float v3, float o0, float o1, float o2, bool mark) {
+  float *gb = grid + (size_t)blk * BLOCK_FLOATS;
+#if GRID_VEC4
+  atomicAdd(reinterpret_cast<float4 *>(gb + gidx(node, 0)), make_float4(v0, v1, v2, v3));
+#else
+  atomicAdd(gb + gidx(node, 0), v0);
+  atomicAdd(gb + gidx(node, 1), v1);
+  atomicAdd(gb + gidx(node, 2), v2);
+  atomicAdd(gb + gidx(node, 3), v3);
+#endif
+  if (OLD) {
+    float *ob = grid0 + (size_t)blk * OLD_FLOATS + node;
+    atomicAdd(ob, o0);
+    atomicAdd(ob + BLOCK_NODES, o1);
+    atomicAdd(ob + 2 * BLOCK_NODES, o2);
+  }
+  if (mark) touched[blk] = 1;
+}
+
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
 /* The P2G of one warp's packet p (all 32 lanes call it). OLD (ASFLIP): the momentum without the
@@ -875,42 +960,14 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
   const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
   float *base = pk + p * PK_FLOATS;
 
-  /* 1. This lane's cell in the free zone; sort the warp's lanes by it. */
-  unsigned key = KEY_NONE;
-  if (lane < h.y) {
-    const float x[3] = {base[(A_X + 0) * LANES + lane], base[(A_X + 1) * LANES + lane],
-                        base[(A_X + 2) * LANES + lane]};
-    int d[3];
-    float fx[3];
-    if (locate(x, origin, inv_dx, P, d, fx)) key = (unsigned)((d[0] * ZONE + d[1]) * ZONE + d[2]);
-    else flag_bad(ctl, pid[p * LANES + lane]);
-  }
-  const unsigned prev_key = __shfl_up_sync(FULL, key, 1);
-  int src = lane;
-  if (!__all_sync(FULL, lane == 0 || prev_key <= key)) src = warp_sort(&key, s_sort);
-  const int valid = key != KEY_NONE;
-
-  /* 2. The particle: plasticity and stress, then the affine momentum matrix A. */
-  float m = 0.0f, mv[3] = {0, 0, 0}, A[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, fx[3] = {1, 1, 1};
-  float mC[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}; /* ASFLIP (grid0): the affine momentum without the stress */
-  int d[3] = {0, 0, 0};
+  p2g_lane L;
+  p2g_particle<OLD>(ctl, dt, p, h, P, base, pid, mats, origin, inv_dx, s_sort, plastic, L);
+  const unsigned key = L.key;
+  const int src = L.src, valid = L.valid;
+  const float m = L.m;
+  const float *mv = L.mv, *A = L.A, *mC = L.mC, *fx = L.fx;
+  const int *d = L.d;
   if (valid) {
-    float x[3], F[9], tau[9];
-    for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + src];
-    for (int q = 0; q < 9; ++q) F[q] = base[(A_F + q) * LANES + src];
-    const material_params mat = mats[__float_as_int(base[A_MAT * LANES + src])];
-    const int kept = mat.model == MODEL_NACC; /* the plastic state logJp: only NACC reads and writes it */
-    float logjp = kept ? base[A_JP * LANES + src] : 0.0f;
-    constitutive_apply(&mat, F, &logjp, tau, plastic);
-    for (int q = 0; q < 9; ++q) base[(A_F + q) * LANES + src] = F[q];
-    if (kept) base[A_JP * LANES + src] = logjp;
-    m = base[A_M * LANES + src];
-    const float k = -dt * base[A_VOL * LANES + src] * 4.0f * inv_dx * inv_dx;
-    for (int q = 0; q < 9; ++q) A[q] = k * tau[q] + m * base[(A_C + q) * LANES + src];
-    if (OLD)
-      for (int q = 0; q < 9; ++q) mC[q] = m * base[(A_C + q) * LANES + src];
-    for (int a = 0; a < 3; ++a) mv[a] = m * base[(A_V + a) * LANES + src];
-    locate(x, origin, inv_dx, P, d, fx);
     for (int a = 0; a < 3; ++a) {
       float w[3], dw[3];
       bspline_weights(fx[a], w, dw);
@@ -1016,26 +1073,9 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
           const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
           const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
           const int blk = __shfl_sync(FULL, my_nbr, nb);
-          if (is_head && valid) {
-            float *gb = g + (size_t)blk * BLOCK_FLOATS;
-#if GRID_VEC4
-            atomicAdd(reinterpret_cast<float4 *>(gb + gidx(node, 0)), make_float4(v0, v1, v2, v3));
-#else
-            atomicAdd(gb + gidx(node, 0), v0);
-            atomicAdd(gb + gidx(node, 1), v1);
-            atomicAdd(gb + gidx(node, 2), v2);
-            atomicAdd(gb + gidx(node, 3), v3);
-#endif
-            if (OLD) {
-              float *ob = grid0 + (size_t)blk * OLD_FLOATS + node;
-              atomicAdd(ob, o0);
-              atomicAdd(ob + BLOCK_NODES, o1);
-              atomicAdd(ob + 2 * BLOCK_NODES, o2);
-            }
-            /* one mark per block: the lowest stencil node of the block on every axis */
-            if ((ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0))
-              touched[blk] = 1;
-          }
+          if (is_head && valid)
+            p2g_add_node<OLD>(g, grid0, touched, blk, node, v0, v1, v2, v3, o0, o1, o2,
+                              (ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0));
         }
       }
     }
@@ -1046,6 +1086,133 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
   }
 }
 
+/* P2G's other reduction, built with -DDRIFT_P2G_GATHER=1 (float sums; deterministic mode keeps
+ * p2g_warp's). p2g_warp reduces each of the 27 stencil nodes over the lanes of a cell with a
+ * chain of shuffles (3-4 rounds of 4 for the 5-8 lanes of a cell in Sand Blocks: most of P2G's
+ * instructions and its largest stall, docs/performance.md). Here the warp's lanes first store
+ * their particles, in cell order, as records in shared memory: m, b = m v - dx A fx, dx A (the
+ * affine momentum, so that a node at stencil offset e gets w (m, b + dx A e)) and the 9 B-spline
+ * weights. Then lane n < 27 takes stencil node n = (ei, ej, ek) of every cell and walks the
+ * records in order, adding w (m, b + dx A e) in registers; where a cell's run of records ends it
+ * issues that node's one global atomic and starts again. Every lane reads the same record at the
+ * same time (a broadcast; its 3 weights lie in 3 banks), the walk has no shuffle and no
+ * dependence between records, and it issues the same atomics as p2g_warp: one per node and cell.
+ * Lanes 27-31 walk idle. Not yet measured on a GPU (docs/performance.md says how to). */
+#ifndef DRIFT_P2G_GATHER
+#define DRIFT_P2G_GATHER 0
+#endif
+/* Floats per record and where its weights start: m, b[3], dx A[9] (row-major), then for ASFLIP
+ * bo[3] = m v - dx mC fx and dx mC[9], padded so that the float4 loads stay aligned. */
+#define GREC_FLOATS(OLD) ((OLD) ? 36 : 24)
+#define GREC_W(OLD) ((OLD) ? 25 : 13)
+
+template <bool OLD>
+__device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
+                                           const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
+                                           float *__restrict__ pk, const uint64_t *__restrict__ pid,
+                                           const material_params *__restrict__ mats, float3 origin, float dx,
+                                           float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
+                                           float *__restrict__ grid0, float *s_rec, unsigned *s_sort, int plastic) {
+  constexpr int R = GREC_FLOATS(OLD), WO = GREC_W(OLD);
+  const int lane = threadIdx.x & 31;
+  const int2 h = hdr[p];
+  const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
+  const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
+  p2g_lane L;
+  p2g_particle<OLD>(ctl, dt, p, h, P, pk + p * PK_FLOATS, pid, mats, origin, inv_dx, s_sort, plastic, L);
+
+  /* 3. This lane's record at its place in cell order (lane = sorted position). */
+  if (L.valid) {
+    float *r = s_rec + lane * R;
+    float b[3], bo[3] = {0.0f, 0.0f, 0.0f}, Ad[9], Cd[9];
+    for (int k = 0; k < 3; ++k) {
+      b[k] = L.mv[k] - dx * (L.A[3 * k] * L.fx[0] + L.A[3 * k + 1] * L.fx[1] + L.A[3 * k + 2] * L.fx[2]);
+      if (OLD) bo[k] = L.mv[k] - dx * (L.mC[3 * k] * L.fx[0] + L.mC[3 * k + 1] * L.fx[1] + L.mC[3 * k + 2] * L.fx[2]);
+    }
+    for (int q = 0; q < 9; ++q) Ad[q] = dx * L.A[q], Cd[q] = dx * L.mC[q];
+    *reinterpret_cast<float4 *>(r) = make_float4(L.m, b[0], b[1], b[2]);
+    *reinterpret_cast<float4 *>(r + 4) = make_float4(Ad[0], Ad[1], Ad[2], Ad[3]);
+    *reinterpret_cast<float4 *>(r + 8) = make_float4(Ad[4], Ad[5], Ad[6], Ad[7]);
+    if (OLD) {
+      *reinterpret_cast<float4 *>(r + 12) = make_float4(Ad[8], bo[0], bo[1], bo[2]);
+      *reinterpret_cast<float4 *>(r + 16) = make_float4(Cd[0], Cd[1], Cd[2], Cd[3]);
+      *reinterpret_cast<float4 *>(r + 20) = make_float4(Cd[4], Cd[5], Cd[6], Cd[7]);
+      r[24] = Cd[8];
+    } else {
+      r[12] = Ad[8];
+    }
+    for (int a = 0; a < 3; ++a) {
+      float w[3], dw[3];
+      bspline_weights(L.fx[a], w, dw);
+      for (int e = 0; e < 3; ++e) r[WO + 3 * a + e] = w[e];
+    }
+  }
+  __syncwarp();
+
+  /* 4. The walk. Valid lanes come first (KEY_NONE sorts last); a record ends its cell's run
+   * where the next lane starts another cell or holds no particle. */
+  const unsigned valid = __ballot_sync(FULL, L.valid);
+  const int n = __popc(valid);
+  const unsigned key_before = __shfl_up_sync(FULL, L.key, 1);
+  const unsigned heads = __ballot_sync(FULL, lane == 0 || key_before != L.key);
+  const unsigned ends = ((heads >> 1) | 0x80000000u) & valid;
+  const int ei = lane < 27 ? lane / 9 : 0, ej = lane < 27 ? lane / 3 % 3 : 0, ek = lane < 27 ? lane % 3 : 0;
+  const float e0 = (float)ei, e1 = (float)ej, e2 = (float)ek;
+  const float *wx = s_rec + WO + ei, *wy = s_rec + WO + 3 + ej, *wz = s_rec + WO + 6 + ek;
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, u0 = 0.0f, u1 = 0.0f, u2 = 0.0f;
+#pragma unroll 4
+  for (int i = 0; i < n; ++i) {
+    const float *r = s_rec + i * R;
+    const float4 q0 = *reinterpret_cast<const float4 *>(r);
+    const float4 q1 = *reinterpret_cast<const float4 *>(r + 4);
+    const float4 q2 = *reinterpret_cast<const float4 *>(r + 8);
+    const float4 q3 = OLD ? *reinterpret_cast<const float4 *>(r + 12) : make_float4(r[12], 0.0f, 0.0f, 0.0f);
+    const float w = wx[i * R] * wy[i * R] * wz[i * R];
+    s0 += w * q0.x;
+    s1 += w * (q0.y + q1.x * e0 + q1.y * e1 + q1.z * e2);
+    s2 += w * (q0.z + q1.w * e0 + q2.x * e1 + q2.y * e2);
+    s3 += w * (q0.w + q2.z * e0 + q2.w * e1 + q3.x * e2);
+    if (OLD) {
+      const float4 q4 = *reinterpret_cast<const float4 *>(r + 16);
+      const float4 q5 = *reinterpret_cast<const float4 *>(r + 20);
+      const float c8 = r[24];
+      u0 += w * (q3.y + q4.x * e0 + q4.y * e1 + q4.z * e2);
+      u1 += w * (q3.z + q4.w * e0 + q5.x * e1 + q5.y * e2);
+      u2 += w * (q3.w + q5.z * e0 + q5.w * e1 + c8 * e2);
+    }
+    if ((ends >> i) & 1u) { /* uniform over the warp: the cell's run ends, one atomic per node */
+      const unsigned k = __shfl_sync(FULL, L.key, i);
+      const int t0 = (int)(k / (ZONE * ZONE)) + ei, t1 = (int)(k / ZONE % ZONE) + ej, t2 = (int)(k % ZONE) + ek;
+      const int nb = ((t0 >> 2) * 3 + (t1 >> 2)) * 3 + (t2 >> 2); /* as node_of */
+      const int node = sparse_node_in_block(t0 & 3, t1 & 3, t2 & 3);
+      const int blk = __shfl_sync(FULL, my_nbr, nb);
+      if (lane < 27)
+        p2g_add_node<OLD>(grid, grid0, touched, blk, node, s0, s1, s2, s3, u0, u1, u2,
+                          (ei == 0 || (t0 & 3) == 0) && (ej == 0 || (t1 & 3) == 0) && (ek == 0 || (t2 & 3) == 0));
+      s0 = s1 = s2 = s3 = u0 = u1 = u2 = 0.0f;
+    }
+  }
+}
+
+/* The P2G of a warp's packet by the reduction the build chose; s_p2g: P2G_SMEM floats of the
+ * warp's shared memory (p2g_warp's weights, or p2g_gather's records). */
+#define P2G_SMEM(OLD, DET) (DRIFT_P2G_GATHER && !(DET) ? GREC_FLOATS(OLD) * LANES : 9 * LANES)
+template <bool OLD, bool DET>
+__device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
+                                        const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
+                                        float *__restrict__ pk, const uint64_t *__restrict__ pid,
+                                        const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx,
+                                        float *__restrict__ grid, uint8_t *__restrict__ touched,
+                                        float *__restrict__ grid0, float *s_p2g, unsigned *s_sort, fixp fp,
+                                        int plastic) {
+  if (DRIFT_P2G_GATHER && !DET)
+    p2g_gather<OLD>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_p2g,
+                    s_sort, plastic);
+  else
+    p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
+                       reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, plastic);
+}
+
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
 template <bool OLD, bool DET>
@@ -1054,14 +1221,14 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
       uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp) {
-  __shared__ float s_w[WARPS][9][LANES]; /* B-spline weights: w[axis][offset] per lane */
+  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   const int warp = threadIdx.x >> 5;
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return; /* the whole warp */
-  p2g_warp<OLD, DET>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
-                     s_w[warp], s_sort[warp], fp, !ctl->projected);
+  p2g_any<OLD, DET>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
+                    s_p2g[warp], s_sort[warp], fp, !ctl->projected);
 }
 
 /* Where a collider can hold a particle (phi < 0, physics/boundary.h: collider_push), as an
@@ -1608,7 +1775,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
         const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next,
         const float *__restrict__ grid0, float *__restrict__ grid0_next, fixp fp,
         const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int g2p_mat) {
-  __shared__ float s_w[WARPS][9][LANES];
+  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   const int warp = threadIdx.x >> 5;
@@ -1619,8 +1786,8 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
                                                    inv_dx, grid, FUSED_LO, FUSED_HI, g2p_mat ? mats : nullptr, grid0,
                                                    bp, poses, nullptr, nullptr, nullptr);
   __syncwarp();
-  p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
-                     grid0_next, s_w[warp], s_sort[warp], fp, 1);
+  p2g_any<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
+                    grid0_next, s_p2g[warp], s_sort[warp], fp, 1);
 }
 
 /* Material of the particle with the given id (for the message about a bad particle). */
