@@ -22,36 +22,20 @@
 set -uo pipefail
 flags=${1:?usage: device_ab.sh "B_CUDA_FLAGS" [drift bench arguments ...]}
 shift
-root=$(cd "$(dirname "$0")/.." && pwd)
-deps=$(cd "$root" && realpath -m "${DEPS:-.device}")
 tests=${TESTS-test_cuda_vs_cpu}
 rounds=${ROUNDS:-2}
-out=${OUT:-$root/ab-out}
-mkdir -p "$out"
+# shellcheck source=tools/device_env.sh
+. "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
 
-for d in phdf5 cjson; do
-  if [ ! -d "$deps/$d" ]; then
-    echo "device_ab: $deps/$d missing: run tools/pack-device-deps.sh on a development machine and carry it" >&2
-    exit 1
-  fi
-done
-export LD_LIBRARY_PATH="$deps/phdf5/lib:$deps/cjson/lib:$deps/png/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-build() { # build DIR CUDA_FLAGS
-  cmake -S "$root" -B "$1" -DCMAKE_BUILD_TYPE=Release -DHDF5_ROOT="$deps/phdf5" -DCJSON_ROOT="$deps/cjson" \
-    -DPNG_ROOT="$deps/png" -DZLIB_ROOT="$deps/png" "-DCMAKE_CUDA_FLAGS=$2" >"$out/$(basename "$1").cmake.log" 2>&1 &&
-    cmake --build "$1" -j "$(($(nproc) / 2 > 1 ? $(nproc) / 2 : 1))" >"$out/$(basename "$1").build.log" 2>&1
-}
 t0=$SECONDS
-build "$root/build-a" "" &
+device_build "$root/build-a" "" &
 pa=$!
-build "$root/build-b" "$flags" &
+device_build "$root/build-b" "$flags" &
 pb=$!
 ok=1
-wait $pa || { echo "device_ab: build A failed (log: $out/build-a.*.log)" >&2; tail -20 "$out/build-a.build.log" >&2; ok=0; }
-wait $pb || { echo "device_ab: build B ($flags) failed (log: $out/build-b.*.log)" >&2; tail -20 "$out/build-b.build.log" >&2; ok=0; }
+wait $pa || ok=0
+wait $pb || ok=0
 [ $ok = 1 ] || exit 1
 echo "device_ab: both builds in $((SECONDS - t0)) s"
 

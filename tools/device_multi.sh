@@ -1,0 +1,108 @@
+#!/bin/bash
+# The measurements that need several GPUs of one host (issues #4, #8, #10), on a machine of the
+# device tool's kinds nvidia-h100-x2 / nvidia-h200-x2 (or x4), in as few calls as fit the tool's
+# 10 minutes a call. Each step writes its logs under $OUT; a summary is printed last.
+#
+#   here:        tools/pack-device-deps.sh .device                      (carried as .device)
+#   on the GPU:  tools/device_multi.sh build tests        (first call: about 6-8 minutes)
+#                tools/device_multi.sh build island ranks  (second call; the build is kept)
+#
+# Steps, in the order given:
+#   build   a Release build in build-multi (kept between calls on a warm machine; rebuilt only
+#           where the tree changed); the GPUs and their links (nvidia-smi) into gpus.txt.
+#   tests   `ctest -L gpu`: with 2 GPUs present the island's tests (check_island.sh), the
+#           restarts between 1 and 2 GPUs (check_signal.sh) and the ranks' tests run on distinct
+#           GPUs instead of one GPU standing in for several.
+#   island  `drift bench --gpus 1,G` on the Sand Blocks family (the multi-GPU efficiency
+#           e = t1 / (n tn), issue #4), then the paper's two alternatives (--island-barrier
+#           events, --island-reduce p2p_atomics) on l = 12 and l = 46.
+#   ranks   issue #8 on one host: the dam break on 2 ranks x 1 GPU against 1 rank x 2 GPUs
+#           (compare_frames by particle id at the last frame), the same Sand Blocks l = 46 timed
+#           both ways, and weak scaling from 1 to 2 ranks of 1 GPU (jobs/bench/weak_1.json,
+#           weak_2.json: 3.1M particles per GPU).
+# env: FRAMES (bench frames; default each scene's own), DEPS and OUT (tools/device_env.sh).
+set -uo pipefail
+[ $# -gt 0 ] || { sed -n 2,26p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+# shellcheck source=tools/device_env.sh
+. "$(dirname "$0")/device_env.sh"
+cd "$root" || exit 1
+b=$root/build-multi
+drift=$b/drift
+frames=()
+[ -n "${FRAMES:-}" ] && frames=(--frames "$FRAMES")
+summary=()
+note() { summary+=("$*"); echo "device_multi: $*"; }
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+G=$((ngpu >= 4 ? 4 : ngpu))
+
+for step in "$@"; do
+  t0=$SECONDS
+  case "$step" in
+    build)
+      device_build "$b" "" || exit 1
+      { nvidia-smi -L; nvidia-smi topo -m; } >"$out/gpus.txt" 2>&1
+      note "build: $((SECONDS - t0)) s; $ngpu GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | xargs)"
+      ;;
+    tests)
+      ctest --test-dir "$b" -L gpu -j 2 --output-on-failure >"$out/tests.log" 2>&1
+      note "tests: $(grep -E '% tests passed' "$out/tests.log" | tail -1) in $((SECONDS - t0)) s"
+      grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|Not Run)' "$out/tests.log" | while read -r l; do note "  failed: $l"; done
+      ;;
+    island)
+      [ "$ngpu" -ge 2 ] || { note "island: skipped, $ngpu GPU(s)"; continue; }
+      "$drift" bench --backend cuda --gpus "1,$G" "${frames[@]}" --profile-frames 0 --csv "$out/island.csv" \
+        >"$out/island.log" 2>&1 || note "island: drift bench failed: $(tail -1 "$out/island.log")"
+      for alt in "--island-barrier events" "--island-reduce p2p_atomics"; do
+        tag=$(echo "$alt" | awk '{print $2}')
+        # shellcheck disable=SC2086
+        "$drift" bench jobs/bench/sand_blocks_l12.json jobs/bench/sand_blocks_l46.json --backend cuda --gpus "1,$G" \
+          $alt "${frames[@]}" --profile-frames 0 --csv "$out/island_$tag.csv" >"$out/island_$tag.log" 2>&1 ||
+          note "island $alt: drift bench failed: $(tail -1 "$out/island_$tag.log")"
+      done
+      note "island: $((SECONDS - t0)) s"
+      ;;
+    ranks)
+      [ "$ngpu" -ge 2 ] || { note "ranks: skipped, $ngpu GPU(s)"; continue; }
+      rm -rf "$out/r2x1" "$out/r1x2"
+      mpirun -n 2 --oversubscribe "$drift" run jobs/scenes/dam_break.json --backend cuda --gpus 1 --frames 4 --quiet \
+        --out "$out/r2x1" >"$out/ranks_run.log" 2>&1 &&
+        "$drift" run jobs/scenes/dam_break.json --backend cuda --gpus 2 --frames 4 --quiet --out "$out/r1x2" \
+          >>"$out/ranks_run.log" 2>&1 &&
+        note "ranks: 2 x 1 against 1 x 2, $("$b/tests/sim/compare_frames" "$out/r2x1/frame_00004.h5" \
+          "$out/r1x2/frame_00004.h5" 1e-3 2e-2 | tail -1)" ||
+        note "ranks: the dam break runs failed: $(tail -2 "$out/ranks_run.log" | xargs)"
+      "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda --gpus 2 "${frames[@]}" --profile-frames 0 \
+        --csv "$out/ranks_1x2.csv" >"$out/ranks_1x2.log" 2>&1
+      mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda --gpus 1 \
+        "${frames[@]}" --profile-frames 0 --csv "$out/ranks_2x1.csv" >"$out/ranks_2x1.log" 2>&1
+      mpirun -n 1 "$drift" bench jobs/bench/weak_1.json --backend cuda --gpus 1 "${frames[@]}" --profile-frames 0 \
+        --csv "$out/weak_1.csv" >"$out/weak_1.log" 2>&1
+      mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 "${frames[@]}" \
+        --profile-frames 0 --csv "$out/weak_2.csv" >"$out/weak_2.log" 2>&1
+      note "ranks: $((SECONDS - t0)) s"
+      ;;
+    *)
+      echo "device_multi: unknown step '$step' (build, tests, island, ranks)" >&2
+      exit 2
+      ;;
+  esac
+done
+
+# The benchmarks' rows, from their CSVs (columns by name).
+python3 - "$out" <<'EOF'
+import csv, glob, os, sys
+rows = []
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.csv"))):
+    for r in csv.DictReader(open(path)):
+        rows.append((os.path.basename(path)[:-4], r))
+if rows:
+    print(f"{'run':<24}{'case':<22}{'gpus':>5}{'ms/frame':>10}{'particle-steps/s':>18}{'e':>7}  island")
+for run, r in rows:
+    e = f"{100 * float(r['efficiency']):.1f}%" if r.get("efficiency") else "-"
+    isl = "/".join(x for x in (r.get("island_barrier", ""), r.get("island_reduce", "")) if x) or "-"
+    d = r.get("device", "")
+    gpus = d.split(" x ")[0] if " x " in d else "1"  # "2 x NVIDIA H100 ..." on an island
+    print(f"{run:<24}{r['case']:<22}{gpus!s:>5}{float(r['ms_per_frame']):>10.2f}"
+          f"{float(r['particle_steps_per_s']):>18.4g}{e:>7}  {isl}")
+EOF
+for l in "${summary[@]}"; do echo "$l"; done
