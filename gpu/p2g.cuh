@@ -1,0 +1,491 @@
+// p2g.cuh - the packet layout, the step's control record, and the P2G of one warp's packet (both
+// reductions: p2g_warp's shuffles, p2g_gather's records; p2g_any picks the build's). Included by
+// backend_cuda.cu (nvcc) and, with the CUDA built-ins emulated warp by warp on the host, by
+// tests/gpu/test_p2g_warp.cc, which checks both reductions where there is no GPU
+// (backend_cuda.cu's header comment describes the pipeline).
+#ifndef DRIFT_GPU_P2G_CUH
+#define DRIFT_GPU_P2G_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "physics/bspline.h"
+#include "physics/constitutive.h"
+#include "physics/fixed.h"
+#include "physics/sparse.h"
+
+/* ---- layout ------------------------------------------------------------------------------- */
+
+enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, A_JP = 27, PK_ATTRS = 28 };
+#define LANES 32
+#define PK_FLOATS (PK_ATTRS * LANES)
+#define BLOCK_FLOATS (4 * BLOCK_NODES)
+#define OLD_FLOATS (3 * BLOCK_NODES) /* ASFLIP: grid0[blk * OLD_FLOATS + channel * 64 + node] */
+#define ZONE 10                       /* free-zone cells per axis: FREE_ZONE_HI - FREE_ZONE_LO + 1 */
+#define KEY_NONE 1023u                /* an invalid or lost lane's cell key: sorts last */
+#define FULL 0xffffffffu
+
+/* Grid node layout inside a block of 256 floats. GRID_VEC4 1: the 4 channels of a node side by
+ * side (16 bytes), so that P2G adds a node's mass and momentum with one vector atomic (float4
+ * atomicAdd on global memory, compute capability 9.x) and G2P reads them with one load.
+ * GRID_VEC4 0: two 32-wide packets of nodes, channel-major inside a packet. */
+#ifndef GRID_VEC4
+#define GRID_VEC4 1
+#endif
+#if GRID_VEC4 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "GRID_VEC4 needs float4 atomicAdd (compute capability 9.0 or later); build with -DGRID_VEC4=0"
+#endif
+#if GRID_VEC4
+__device__ __forceinline__ int gidx(int node, int ch) { return node * 4 + ch; }
+#else
+__device__ __forceinline__ int gidx(int node, int ch) { return (node >> 5) * 128 + ch * 32 + (node & 31); }
+#endif
+/* ---- the step's control record ------------------------------------------------------------ */
+
+enum { DT_FIXED = 0, DT_ADAPTIVE = 1 };
+
+/* Lives in device memory; k_begin sets dt, the kernels read it, G2P writes the flags, and a
+ * copy goes to pinned host memory after every step. */
+typedef struct step_ctl {
+  double t, t1, frame_dt;      /* time (the start of the next step), end of the frame, frame length (s) */
+  double t0;                   /* the frame's start */
+  double t_pose;               /* the step's end, where the colliders stand (k_poses) */
+  double cfl_dx, wave_speed;   /* adaptive step: dt = cfl dx / (c + vmax) */
+  double dt_fixed;             /* fixed step (sim.c's double; each step takes it as a float) */
+  int k;                       /* steps begun in this frame */
+  float dt;                    /* this step's dt */
+  int mode;                    /* DT_FIXED or DT_ADAPTIVE */
+  int done;                    /* the frame is complete: the step's kernels return at once */
+  int performed;               /* this step did work (0 for a step queued after the frame ended) */
+  unsigned int leave;          /* a particle left its inner free zone in this step */
+  unsigned int vmax_bits;      /* largest speed of this step (float bits; non-negative floats order as uints) */
+  int bad_material;
+  unsigned long long bad_id;   /* smallest id of a non-finite, runaway or lost particle; ~0 if none */
+  /* the island (several GPUs): */
+  unsigned bar_seq;            /* barriers this member has passed (the same on every member) */
+  unsigned step_seq;           /* adaptive steps begun (k_begin) */
+  unsigned vmax_pub[2];        /* last step's vmax_bits, published for the peers at k_begin */
+  unsigned int fix_bad;        /* deterministic mode: a P2G contribution beyond the fixed-point range */
+  unsigned long long fix_bad_id; /* ... the smallest id of a particle that brought one; ~0 if none */
+  unsigned bar_stuck;          /* the island barrier this member gave up on (0: none; island_barrier) */
+  int bar_peer;                /* ... the peer (index in the view) it waited for, */
+  unsigned bar_peer_seen;      /* ... and that peer's count when it gave up */
+  int projected;               /* the next P2G leaves out the return mapping (set_projected: a run resumed
+                                * from a checkpoint written after G2P2G steps); k_grid clears it */
+} step_ctl;
+
+/* Deterministic mode's P2G target (physics/fixed.h): int64 sums and their scales. */
+typedef struct fixp {
+  long long *ig;   /* [n_blocks][ich][64], ich = 4, or 7 with ASFLIP */
+  float sm, sp;    /* units per kg, per kg m/s */
+} fixp;
+
+/* ---- the P2G of one warp's packet --------------------------------------------------------- */
+
+/* Stencil of one particle relative to its particle block P: per axis the base node's offset in
+ * the free zone (0..9, i.e. b - 4P + 4) and fx = x/dx - b. Returns 0 for a particle outside the
+ * free zone (lost: only after a runaway step, which fails the run). */
+__device__ static inline int locate(const float x[3], float3 origin, float inv_dx, const int P[3], int d[3],
+                                    float fx[3]) {
+  const float o[3] = {origin.x, origin.y, origin.z};
+  int ok = 1;
+  for (int a = 0; a < 3; ++a) {
+    const float xg = (x[a] - o[a]) * inv_dx;
+    const int b = bspline_base(xg);
+    fx[a] = xg - (float)b;
+    d[a] = b - BLOCK_EDGE * P[a] - FREE_ZONE_LO;
+    ok &= d[a] >= 0 && d[a] < ZONE;
+  }
+  return ok;
+}
+
+/* Where stencil node (d + e) of a free-zone offset d lives: the physical block among the 27 and
+ * the node inside it. d + e - 4 + 4P is the node index; the block offset from P is
+ * ((d + e) >> 2) - 1 and the node inside it (d + e) & 3, since 4P is a multiple of 4. */
+__device__ static inline void node_of(const int d[3], int ei, int ej, int ek, int *nbr, int *node) {
+  const int a = d[0] + ei, b = d[1] + ej, c = d[2] + ek;
+  *nbr = ((a >> 2) * 3 + (b >> 2)) * 3 + (c >> 2); /* = sparse_neighbor((a>>2)-1, (b>>2)-1, (c>>2)-1) */
+  *node = sparse_node_in_block(a & 3, b & 3, c & 3);
+}
+
+__device__ static inline void flag_bad(step_ctl *c, unsigned long long id) { atomicMin(&c->bad_id, id); }
+
+/* Stable split radix sort of the warp's 10-bit keys, on the bits that differ between lanes.
+ * Returns the lane whose particle this lane processes; *key becomes that particle's key. */
+__device__ static inline int warp_sort(unsigned *key, unsigned *scratch) {
+  const int lane = threadIdx.x & 31;
+  const unsigned varying = __reduce_or_sync(FULL, *key) ^ __reduce_and_sync(FULL, *key);
+  unsigned v = (*key << 5) | (unsigned)lane;
+  const unsigned below = (1u << lane) - 1u;
+  for (int bit = 0; bit < 10; ++bit) {
+    if (!((varying >> bit) & 1u)) continue; /* uniform across the warp */
+    const unsigned b = (v >> (5 + bit)) & 1u;
+    const unsigned ones = __ballot_sync(FULL, b);
+    const int dest = b ? (32 - __popc(ones)) + __popc(ones & below) : __popc(~ones & below);
+    scratch[dest] = v;
+    __syncwarp();
+    v = scratch[lane];
+    __syncwarp();
+  }
+  *key = v >> 5;
+  return (int)(v & 31u);
+}
+
+/* Steps 1-2 of P2G, shared by its two reductions (p2g_warp, p2g_gather): this lane's cell in the
+ * free zone and the warp's lanes sorted by it (src: the lane whose particle this lane takes, key
+ * its cell, KEY_NONE for none), then that particle's plasticity and stress, its affine momentum
+ * matrix A (APIC's m C with the stress impulse -dt V0 (4/dx^2) tau), m, m v, and where it lies
+ * (d: its base node's offset in the free zone, fx: x/dx - base). OLD (ASFLIP): mC, the affine
+ * momentum without the stress, too. A lane with no particle leaves everything zero. */
+struct p2g_lane {
+  unsigned key;
+  int src, valid;
+  float m, mv[3], A[9], mC[9], fx[3];
+  int d[3];
+};
+
+template <bool OLD>
+__device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, const int2 h, const int P[3],
+                                             float *__restrict__ base, const uint64_t *__restrict__ pid,
+                                             const material_params *__restrict__ mats, float3 origin, float inv_dx,
+                                             unsigned *s_sort, int plastic, p2g_lane &L) {
+  const int lane = threadIdx.x & 31;
+  /* 1. This lane's cell in the free zone; sort the warp's lanes by it. */
+  unsigned key = KEY_NONE;
+  if (lane < h.y) {
+    const float x[3] = {base[(A_X + 0) * LANES + lane], base[(A_X + 1) * LANES + lane],
+                        base[(A_X + 2) * LANES + lane]};
+    int d[3];
+    float fx[3];
+    if (locate(x, origin, inv_dx, P, d, fx)) key = (unsigned)((d[0] * ZONE + d[1]) * ZONE + d[2]);
+    else flag_bad(ctl, pid[p * LANES + lane]);
+  }
+  const unsigned prev_key = __shfl_up_sync(FULL, key, 1);
+  int src = lane;
+  if (!__all_sync(FULL, lane == 0 || prev_key <= key)) src = warp_sort(&key, s_sort);
+  L.key = key;
+  L.src = src;
+  L.valid = key != KEY_NONE;
+
+  /* 2. The particle: plasticity and stress, then the affine momentum matrix A. */
+  L.m = 0.0f;
+  for (int q = 0; q < 9; ++q) L.A[q] = 0.0f, L.mC[q] = 0.0f;
+  for (int a = 0; a < 3; ++a) L.mv[a] = 0.0f, L.fx[a] = 1.0f, L.d[a] = 0;
+  if (L.valid) {
+    float x[3], F[9], tau[9];
+    for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + src];
+    for (int q = 0; q < 9; ++q) F[q] = base[(A_F + q) * LANES + src];
+    const material_params mat = mats[__float_as_int(base[A_MAT * LANES + src])];
+    const int kept = mat.model == MODEL_NACC; /* the plastic state logJp: only NACC reads and writes it */
+    float logjp = kept ? base[A_JP * LANES + src] : 0.0f;
+    constitutive_apply(&mat, F, &logjp, tau, plastic);
+    for (int q = 0; q < 9; ++q) base[(A_F + q) * LANES + src] = F[q];
+    if (kept) base[A_JP * LANES + src] = logjp;
+    L.m = base[A_M * LANES + src];
+    const float k = -dt * base[A_VOL * LANES + src] * 4.0f * inv_dx * inv_dx;
+    for (int q = 0; q < 9; ++q) L.A[q] = k * tau[q] + L.m * base[(A_C + q) * LANES + src];
+    if (OLD)
+      for (int q = 0; q < 9; ++q) L.mC[q] = L.m * base[(A_C + q) * LANES + src];
+    for (int a = 0; a < 3; ++a) L.mv[a] = L.m * base[(A_V + a) * LANES + src];
+    locate(x, origin, inv_dx, P, L.d, L.fx);
+  }
+}
+
+/* A cell's sums at one node of physical block blk with one native global atomic per node (a
+ * float4: mass and momentum), and for ASFLIP (OLD) the momentum without the stress impulse into
+ * grid0; mark: this is the block's lowest stencil node on every axis, which marks it touched. */
+template <bool OLD>
+__device__ __forceinline__ void p2g_add_node(float *__restrict__ grid, float *__restrict__ grid0,
+                                             uint8_t *__restrict__ touched, int blk, int node, float v0, float v1,
+                                             float v2, float v3, float o0, float o1, float o2, bool mark) {
+  float *gb = grid + (size_t)blk * BLOCK_FLOATS;
+#if GRID_VEC4
+  atomicAdd(reinterpret_cast<float4 *>(gb + gidx(node, 0)), make_float4(v0, v1, v2, v3));
+#else
+  atomicAdd(gb + gidx(node, 0), v0);
+  atomicAdd(gb + gidx(node, 1), v1);
+  atomicAdd(gb + gidx(node, 2), v2);
+  atomicAdd(gb + gidx(node, 3), v3);
+#endif
+  if (OLD) {
+    float *ob = grid0 + (size_t)blk * OLD_FLOATS + node;
+    atomicAdd(ob, o0);
+    atomicAdd(ob + BLOCK_NODES, o1);
+    atomicAdd(ob + 2 * BLOCK_NODES, o2);
+  }
+  if (mark) touched[blk] = 1;
+}
+
+/* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
+ * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
+/* The P2G of one warp's packet p (all 32 lanes call it). OLD (ASFLIP): the momentum without the
+ * stress impulse into grid0 too. DET: fixed-point sums into fp.ig instead of float sums. */
+template <bool OLD, bool DET>
+__device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
+                                         const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
+                                         float *__restrict__ pk, const uint64_t *__restrict__ pid,
+                                         const material_params *__restrict__ mats, float3 origin, float dx,
+                                         float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
+                                         float *__restrict__ grid0, float (*s_w)[LANES], unsigned *s_sort,
+                                         fixp fp, int plastic) {
+  const int lane = threadIdx.x & 31;
+  int fix_bad = 0; /* DET: a contribution of this lane's particle out of range */
+  const int2 h = hdr[p];
+  const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
+  const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
+  float *base = pk + p * PK_FLOATS;
+
+  p2g_lane L;
+  p2g_particle<OLD>(ctl, dt, p, h, P, base, pid, mats, origin, inv_dx, s_sort, plastic, L);
+  const unsigned key = L.key;
+  const int src = L.src, valid = L.valid;
+  const float m = L.m;
+  const float *mv = L.mv, *A = L.A, *mC = L.mC, *fx = L.fx;
+  const int *d = L.d;
+  if (valid) {
+    for (int a = 0; a < 3; ++a) {
+      float w[3], dw[3];
+      bspline_weights(fx[a], w, dw);
+      for (int e = 0; e < 3; ++e) s_w[3 * a + e][lane] = w[e];
+    }
+  } else {
+    for (int q = 0; q < 9; ++q) s_w[q][lane] = 0.0f;
+  }
+  __syncwarp();
+
+  /* 3. Segments of equal cells; lane + s < seg_end keeps a sum inside its segment. */
+  const unsigned key_before = __shfl_up_sync(FULL, key, 1); /* every lane shuffles: not inside || */
+  const unsigned heads = __ballot_sync(FULL, lane == 0 || key_before != key);
+  const unsigned above = heads & ~((2u << lane) - 1u);
+  const int seg_end = above ? __ffs((int)above) - 1 : 32;
+  const int is_head = (heads >> lane) & 1u;
+  const int longest = __reduce_max_sync(FULL, is_head ? seg_end - lane : 0);
+  float *g = grid;
+
+  /* Per axis and stencil offset e: the offset from the particle (x_i - x_p) and where the node
+   * lies (block offset from P, node inside the block), computed once instead of per node. */
+  float r[3][3];
+  int bo[3][3], no[3][3];
+#pragma unroll
+  for (int a = 0; a < 3; ++a)
+#pragma unroll
+    for (int e = 0; e < 3; ++e) {
+      const int t = d[a] + e; /* 0..11: free-zone offset of the node */
+      r[a][e] = ((float)e - fx[a]) * dx;
+      bo[a][e] = t >> 2;
+      no[a][e] = t & 3;
+    }
+#pragma unroll
+  for (int ei = 0; ei < 3; ++ei) {
+    const float wi = s_w[ei][lane];
+    const float pi1 = mv[0] + A[0] * r[0][ei], pi2 = mv[1] + A[3] * r[0][ei], pi3 = mv[2] + A[6] * r[0][ei];
+#pragma unroll
+    for (int ej = 0; ej < 3; ++ej) {
+      const float wij = wi * s_w[3 + ej][lane];
+      const float pj1 = pi1 + A[1] * r[1][ej], pj2 = pi2 + A[4] * r[1][ej], pj3 = pi3 + A[7] * r[1][ej];
+#pragma unroll
+      for (int ek = 0; ek < 3; ++ek) {
+        const float w = wij * s_w[6 + ek][lane];
+        float v0 = w * m;
+        float v1 = w * (pj1 + A[2] * r[2][ek]);
+        float v2 = w * (pj2 + A[5] * r[2][ek]);
+        float v3 = w * (pj3 + A[8] * r[2][ek]);
+        float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f;
+        if (OLD) { /* uniform over the warp */
+          const float r0 = r[0][ei], r1 = r[1][ej], r2 = r[2][ek];
+          o0 = w * (mv[0] + mC[0] * r0 + mC[1] * r1 + mC[2] * r2);
+          o1 = w * (mv[1] + mC[3] * r0 + mC[4] * r1 + mC[5] * r2);
+          o2 = w * (mv[2] + mC[6] * r0 + mC[7] * r1 + mC[8] * r2);
+        }
+        if (DET) { /* each lane's contributions as integers first: the sums do not depend on the order */
+          long long i0 = fix_to(v0, fp.sm, &fix_bad), i1 = fix_to(v1, fp.sp, &fix_bad);
+          long long i2 = fix_to(v2, fp.sp, &fix_bad), i3 = fix_to(v3, fp.sp, &fix_bad);
+          long long j0 = 0, j1 = 0, j2 = 0;
+          if (OLD) {
+            j0 = fix_to(o0, fp.sp, &fix_bad), j1 = fix_to(o1, fp.sp, &fix_bad), j2 = fix_to(o2, fp.sp, &fix_bad);
+          }
+          for (int s = 1; s < longest; s <<= 1) {
+            const long long t0 = __shfl_down_sync(FULL, i0, s), t1 = __shfl_down_sync(FULL, i1, s);
+            const long long t2 = __shfl_down_sync(FULL, i2, s), t3 = __shfl_down_sync(FULL, i3, s);
+            if (lane + s < seg_end) i0 += t0, i1 += t1, i2 += t2, i3 += t3;
+            if (OLD) {
+              const long long u0 = __shfl_down_sync(FULL, j0, s), u1 = __shfl_down_sync(FULL, j1, s);
+              const long long u2 = __shfl_down_sync(FULL, j2, s);
+              if (lane + s < seg_end) j0 += u0, j1 += u1, j2 += u2;
+            }
+          }
+          const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
+          const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
+          const int blk = __shfl_sync(FULL, my_nbr, nb);
+          if (is_head && valid) {
+            /* two's complement: adding the unsigned bit patterns adds the signed values */
+            unsigned long long *ib =
+                reinterpret_cast<unsigned long long *>(fp.ig + (size_t)blk * (OLD ? 7 : 4) * BLOCK_NODES + node);
+            atomicAdd(ib, (unsigned long long)i0);
+            atomicAdd(ib + BLOCK_NODES, (unsigned long long)i1);
+            atomicAdd(ib + 2 * BLOCK_NODES, (unsigned long long)i2);
+            atomicAdd(ib + 3 * BLOCK_NODES, (unsigned long long)i3);
+            if (OLD) {
+              atomicAdd(ib + 4 * BLOCK_NODES, (unsigned long long)j0);
+              atomicAdd(ib + 5 * BLOCK_NODES, (unsigned long long)j1);
+              atomicAdd(ib + 6 * BLOCK_NODES, (unsigned long long)j2);
+            }
+            if ((ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0))
+              touched[blk] = 1;
+          }
+        } else {
+          for (int s = 1; s < longest; s <<= 1) {
+            const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
+            const float t2 = __shfl_down_sync(FULL, v2, s), t3 = __shfl_down_sync(FULL, v3, s);
+            if (lane + s < seg_end) v0 += t0, v1 += t1, v2 += t2, v3 += t3;
+            if (OLD) {
+              const float u0 = __shfl_down_sync(FULL, o0, s), u1 = __shfl_down_sync(FULL, o1, s);
+              const float u2 = __shfl_down_sync(FULL, o2, s);
+              if (lane + s < seg_end) o0 += u0, o1 += u1, o2 += u2;
+            }
+          }
+          /* the physical block among the 27 (= sparse_neighbor(bo - 1)) and the node inside it */
+          const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
+          const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
+          const int blk = __shfl_sync(FULL, my_nbr, nb);
+          if (is_head && valid)
+            p2g_add_node<OLD>(g, grid0, touched, blk, node, v0, v1, v2, v3, o0, o1, o2,
+                              (ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0));
+        }
+      }
+    }
+  }
+  if (DET && fix_bad) { /* only a valid lane can bring a non-zero, hence a bad, contribution */
+    atomicOr(&ctl->fix_bad, 1u);
+    atomicMin(&ctl->fix_bad_id, (unsigned long long)pid[p * LANES + src]);
+  }
+}
+
+/* P2G's other reduction, built with -DDRIFT_P2G_GATHER=1 (float sums; deterministic mode keeps
+ * p2g_warp's). p2g_warp reduces each of the 27 stencil nodes over the lanes of a cell with a
+ * chain of shuffles (3-4 rounds of 4 for the 5-8 lanes of a cell in Sand Blocks: most of P2G's
+ * instructions and its largest stall, docs/performance.md). Here the warp's lanes first store
+ * their particles, in cell order, as records in shared memory: m, b = m v - dx A fx, dx A (the
+ * affine momentum, so that a node at stencil offset e gets w (m, b + dx A e)) and the 9 B-spline
+ * weights. Then lane n < 27 takes stencil node n = (ei, ej, ek) of every cell and walks the
+ * records in order, adding w (m, b + dx A e) in registers; where a cell's run of records ends it
+ * issues that node's one global atomic and starts again. Every lane reads the same record at the
+ * same time (a broadcast; its 3 weights lie in 3 banks), the walk has no shuffle and no
+ * dependence between records, and it issues the same atomics as p2g_warp: one per node and cell.
+ * Lanes 27-31 walk idle. Not yet measured on a GPU (docs/performance.md says how to). */
+#ifndef DRIFT_P2G_GATHER
+#define DRIFT_P2G_GATHER 0
+#endif
+/* Floats per record and where its weights start: m, b[3], dx A[9] (row-major), then for ASFLIP
+ * bo[3] = m v - dx mC fx and dx mC[9], padded so that the float4 loads stay aligned. */
+#define GREC_FLOATS(OLD) ((OLD) ? 36 : 24)
+#define GREC_W(OLD) ((OLD) ? 25 : 13)
+
+template <bool OLD>
+__device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
+                                           const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
+                                           float *__restrict__ pk, const uint64_t *__restrict__ pid,
+                                           const material_params *__restrict__ mats, float3 origin, float dx,
+                                           float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
+                                           float *__restrict__ grid0, float *s_rec, unsigned *s_sort, int plastic) {
+  constexpr int R = GREC_FLOATS(OLD), WO = GREC_W(OLD);
+  const int lane = threadIdx.x & 31;
+  const int2 h = hdr[p];
+  const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
+  const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
+  p2g_lane L;
+  p2g_particle<OLD>(ctl, dt, p, h, P, pk + p * PK_FLOATS, pid, mats, origin, inv_dx, s_sort, plastic, L);
+
+  /* 3. This lane's record at its place in cell order (lane = sorted position). */
+  if (L.valid) {
+    float *r = s_rec + lane * R;
+    float b[3], bo[3] = {0.0f, 0.0f, 0.0f}, Ad[9], Cd[9];
+    for (int k = 0; k < 3; ++k) {
+      b[k] = L.mv[k] - dx * (L.A[3 * k] * L.fx[0] + L.A[3 * k + 1] * L.fx[1] + L.A[3 * k + 2] * L.fx[2]);
+      if (OLD) bo[k] = L.mv[k] - dx * (L.mC[3 * k] * L.fx[0] + L.mC[3 * k + 1] * L.fx[1] + L.mC[3 * k + 2] * L.fx[2]);
+    }
+    for (int q = 0; q < 9; ++q) Ad[q] = dx * L.A[q], Cd[q] = dx * L.mC[q];
+    *reinterpret_cast<float4 *>(r) = make_float4(L.m, b[0], b[1], b[2]);
+    *reinterpret_cast<float4 *>(r + 4) = make_float4(Ad[0], Ad[1], Ad[2], Ad[3]);
+    *reinterpret_cast<float4 *>(r + 8) = make_float4(Ad[4], Ad[5], Ad[6], Ad[7]);
+    if (OLD) {
+      *reinterpret_cast<float4 *>(r + 12) = make_float4(Ad[8], bo[0], bo[1], bo[2]);
+      *reinterpret_cast<float4 *>(r + 16) = make_float4(Cd[0], Cd[1], Cd[2], Cd[3]);
+      *reinterpret_cast<float4 *>(r + 20) = make_float4(Cd[4], Cd[5], Cd[6], Cd[7]);
+      r[24] = Cd[8];
+    } else {
+      r[12] = Ad[8];
+    }
+    for (int a = 0; a < 3; ++a) {
+      float w[3], dw[3];
+      bspline_weights(L.fx[a], w, dw);
+      for (int e = 0; e < 3; ++e) r[WO + 3 * a + e] = w[e];
+    }
+  }
+  __syncwarp();
+
+  /* 4. The walk. Valid lanes come first (KEY_NONE sorts last); a record ends its cell's run
+   * where the next lane starts another cell or holds no particle. */
+  const unsigned valid = __ballot_sync(FULL, L.valid);
+  const int n = __popc(valid);
+  const unsigned key_before = __shfl_up_sync(FULL, L.key, 1);
+  const unsigned heads = __ballot_sync(FULL, lane == 0 || key_before != L.key);
+  const unsigned ends = ((heads >> 1) | 0x80000000u) & valid;
+  const int ei = lane < 27 ? lane / 9 : 0, ej = lane < 27 ? lane / 3 % 3 : 0, ek = lane < 27 ? lane % 3 : 0;
+  const float e0 = (float)ei, e1 = (float)ej, e2 = (float)ek;
+  const float *wx = s_rec + WO + ei, *wy = s_rec + WO + 3 + ej, *wz = s_rec + WO + 6 + ek;
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, u0 = 0.0f, u1 = 0.0f, u2 = 0.0f;
+#pragma unroll 4
+  for (int i = 0; i < n; ++i) {
+    const float *r = s_rec + i * R;
+    const float4 q0 = *reinterpret_cast<const float4 *>(r);
+    const float4 q1 = *reinterpret_cast<const float4 *>(r + 4);
+    const float4 q2 = *reinterpret_cast<const float4 *>(r + 8);
+    const float4 q3 = OLD ? *reinterpret_cast<const float4 *>(r + 12) : make_float4(r[12], 0.0f, 0.0f, 0.0f);
+    const float w = wx[i * R] * wy[i * R] * wz[i * R];
+    s0 += w * q0.x;
+    s1 += w * (q0.y + q1.x * e0 + q1.y * e1 + q1.z * e2);
+    s2 += w * (q0.z + q1.w * e0 + q2.x * e1 + q2.y * e2);
+    s3 += w * (q0.w + q2.z * e0 + q2.w * e1 + q3.x * e2);
+    if (OLD) {
+      const float4 q4 = *reinterpret_cast<const float4 *>(r + 16);
+      const float4 q5 = *reinterpret_cast<const float4 *>(r + 20);
+      const float c8 = r[24];
+      u0 += w * (q3.y + q4.x * e0 + q4.y * e1 + q4.z * e2);
+      u1 += w * (q3.z + q4.w * e0 + q5.x * e1 + q5.y * e2);
+      u2 += w * (q3.w + q5.z * e0 + q5.w * e1 + c8 * e2);
+    }
+    if ((ends >> i) & 1u) { /* uniform over the warp: the cell's run ends, one atomic per node */
+      const unsigned k = __shfl_sync(FULL, L.key, i);
+      const int t0 = (int)(k / (ZONE * ZONE)) + ei, t1 = (int)(k / ZONE % ZONE) + ej, t2 = (int)(k % ZONE) + ek;
+      const int nb = ((t0 >> 2) * 3 + (t1 >> 2)) * 3 + (t2 >> 2); /* as node_of */
+      const int node = sparse_node_in_block(t0 & 3, t1 & 3, t2 & 3);
+      const int blk = __shfl_sync(FULL, my_nbr, nb);
+      if (lane < 27)
+        p2g_add_node<OLD>(grid, grid0, touched, blk, node, s0, s1, s2, s3, u0, u1, u2,
+                          (ei == 0 || (t0 & 3) == 0) && (ej == 0 || (t1 & 3) == 0) && (ek == 0 || (t2 & 3) == 0));
+      s0 = s1 = s2 = s3 = u0 = u1 = u2 = 0.0f;
+    }
+  }
+}
+
+/* The P2G of a warp's packet by the reduction the build chose; s_p2g: P2G_SMEM floats of the
+ * warp's shared memory (p2g_warp's weights, or p2g_gather's records). */
+#define P2G_SMEM(OLD, DET) (DRIFT_P2G_GATHER && !(DET) ? GREC_FLOATS(OLD) * LANES : 9 * LANES)
+template <bool OLD, bool DET>
+__device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
+                                        const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
+                                        float *__restrict__ pk, const uint64_t *__restrict__ pid,
+                                        const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx,
+                                        float *__restrict__ grid, uint8_t *__restrict__ touched,
+                                        float *__restrict__ grid0, float *s_p2g, unsigned *s_sort, fixp fp,
+                                        int plastic) {
+  if (DRIFT_P2G_GATHER && !DET)
+    p2g_gather<OLD>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_p2g,
+                    s_sort, plastic);
+  else
+    p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
+                       reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, plastic);
+}
+
+#endif
