@@ -216,6 +216,27 @@ __device__ __forceinline__ void p2g_add_node(float *__restrict__ grid, float *__
   if (mark) touched[blk] = 1;
 }
 
+/* The same in deterministic mode: a cell's fixed-point sums at one node with 64-bit integer
+ * atomics into fp.ig ([blk][4 or 7 channels][64 nodes]). */
+template <bool OLD>
+__device__ __forceinline__ void p2g_add_node_fix(fixp fp, uint8_t *__restrict__ touched, int blk, int node,
+                                                 long long i0, long long i1, long long i2, long long i3, long long j0,
+                                                 long long j1, long long j2, bool mark) {
+  /* two's complement: adding the unsigned bit patterns adds the signed values */
+  unsigned long long *ib =
+      reinterpret_cast<unsigned long long *>(fp.ig + (size_t)blk * (OLD ? 7 : 4) * BLOCK_NODES + node);
+  atomicAdd(ib, (unsigned long long)i0);
+  atomicAdd(ib + BLOCK_NODES, (unsigned long long)i1);
+  atomicAdd(ib + 2 * BLOCK_NODES, (unsigned long long)i2);
+  atomicAdd(ib + 3 * BLOCK_NODES, (unsigned long long)i3);
+  if (OLD) {
+    atomicAdd(ib + 4 * BLOCK_NODES, (unsigned long long)j0);
+    atomicAdd(ib + 5 * BLOCK_NODES, (unsigned long long)j1);
+    atomicAdd(ib + 6 * BLOCK_NODES, (unsigned long long)j2);
+  }
+  if (mark) touched[blk] = 1;
+}
+
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
 /* The P2G of one warp's packet p (all 32 lanes call it). OLD (ASFLIP): the momentum without the
@@ -317,22 +338,9 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
           const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
           const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
           const int blk = __shfl_sync(FULL, my_nbr, nb);
-          if (is_head && valid) {
-            /* two's complement: adding the unsigned bit patterns adds the signed values */
-            unsigned long long *ib =
-                reinterpret_cast<unsigned long long *>(fp.ig + (size_t)blk * (OLD ? 7 : 4) * BLOCK_NODES + node);
-            atomicAdd(ib, (unsigned long long)i0);
-            atomicAdd(ib + BLOCK_NODES, (unsigned long long)i1);
-            atomicAdd(ib + 2 * BLOCK_NODES, (unsigned long long)i2);
-            atomicAdd(ib + 3 * BLOCK_NODES, (unsigned long long)i3);
-            if (OLD) {
-              atomicAdd(ib + 4 * BLOCK_NODES, (unsigned long long)j0);
-              atomicAdd(ib + 5 * BLOCK_NODES, (unsigned long long)j1);
-              atomicAdd(ib + 6 * BLOCK_NODES, (unsigned long long)j2);
-            }
-            if ((ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0))
-              touched[blk] = 1;
-          }
+          if (is_head && valid)
+            p2g_add_node_fix<OLD>(fp, touched, blk, node, i0, i1, i2, i3, j0, j1, j2,
+                                  (ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0));
         } else {
           for (int s = 1; s < longest; s <<= 1) {
             const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
@@ -380,14 +388,16 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
  * bo[3] = m v - dx mC fx and dx mC[9], padded so that the float4 loads stay aligned. */
 #define GREC_FLOATS(OLD) ((OLD) ? 36 : 24)
 #define GREC_W(OLD) ((OLD) ? 25 : 13)
+#define GREC_SRC(OLD) ((OLD) ? 34 : 22) /* deterministic mode: the record's lane in the packet */
 
-template <bool OLD>
+template <bool OLD, bool DET>
 __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                            const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                            float *__restrict__ pk, const uint64_t *__restrict__ pid,
                                            const material_params *__restrict__ mats, float3 origin, float dx,
                                            float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
-                                           float *__restrict__ grid0, float *s_rec, unsigned *s_sort, int plastic) {
+                                           float *__restrict__ grid0, float *s_rec, unsigned *s_sort, fixp fp,
+                                           int plastic) {
   constexpr int R = GREC_FLOATS(OLD), WO = GREC_W(OLD);
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
@@ -421,6 +431,7 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
       bspline_weights(L.fx[a], w, dw);
       for (int e = 0; e < 3; ++e) r[WO + 3 * a + e] = w[e];
     }
+    if (DET) r[GREC_SRC(OLD)] = __int_as_float(L.src); /* whose contribution was out of range */
   }
   __syncwarp();
 
@@ -435,6 +446,8 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
   const float e0 = (float)ei, e1 = (float)ej, e2 = (float)ek;
   const float *wx = s_rec + WO + ei, *wy = s_rec + WO + 3 + ej, *wz = s_rec + WO + 6 + ek;
   float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, u0 = 0.0f, u1 = 0.0f, u2 = 0.0f;
+  long long i0 = 0, i1 = 0, i2 = 0, i3 = 0, j0 = 0, j1 = 0, j2 = 0; /* DET */
+  unsigned long long fix_bad_id = ~0ULL; /* DET: the smallest id of a record out of range */
 #pragma unroll 4
   for (int i = 0; i < n; ++i) {
     const float *r = s_rec + i * R;
@@ -443,17 +456,31 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
     const float4 q2 = *reinterpret_cast<const float4 *>(r + 8);
     const float4 q3 = OLD ? *reinterpret_cast<const float4 *>(r + 12) : make_float4(r[12], 0.0f, 0.0f, 0.0f);
     const float w = wx[i * R] * wy[i * R] * wz[i * R];
-    s0 += w * q0.x;
-    s1 += w * (q0.y + q1.x * e0 + q1.y * e1 + q1.z * e2);
-    s2 += w * (q0.z + q1.w * e0 + q2.x * e1 + q2.y * e2);
-    s3 += w * (q0.w + q2.z * e0 + q2.w * e1 + q3.x * e2);
+    const float v0 = w * q0.x;
+    const float v1 = w * (q0.y + q1.x * e0 + q1.y * e1 + q1.z * e2);
+    const float v2 = w * (q0.z + q1.w * e0 + q2.x * e1 + q2.y * e2);
+    const float v3 = w * (q0.w + q2.z * e0 + q2.w * e1 + q3.x * e2);
+    float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f;
     if (OLD) {
       const float4 q4 = *reinterpret_cast<const float4 *>(r + 16);
       const float4 q5 = *reinterpret_cast<const float4 *>(r + 20);
       const float c8 = r[24];
-      u0 += w * (q3.y + q4.x * e0 + q4.y * e1 + q4.z * e2);
-      u1 += w * (q3.z + q4.w * e0 + q5.x * e1 + q5.y * e2);
-      u2 += w * (q3.w + q5.z * e0 + q5.w * e1 + c8 * e2);
+      o0 = w * (q3.y + q4.x * e0 + q4.y * e1 + q4.z * e2);
+      o1 = w * (q3.z + q4.w * e0 + q5.x * e1 + q5.y * e2);
+      o2 = w * (q3.w + q5.z * e0 + q5.w * e1 + c8 * e2);
+    }
+    if (DET) { /* each contribution as an integer first: the sums do not depend on the order */
+      int bad = 0;
+      i0 += fix_to(v0, fp.sm, &bad), i1 += fix_to(v1, fp.sp, &bad);
+      i2 += fix_to(v2, fp.sp, &bad), i3 += fix_to(v3, fp.sp, &bad);
+      if (OLD) j0 += fix_to(o0, fp.sp, &bad), j1 += fix_to(o1, fp.sp, &bad), j2 += fix_to(o2, fp.sp, &bad);
+      if (bad && lane < 27) { /* rare: the run stops */
+        const unsigned long long id = pid[p * LANES + __float_as_int(r[GREC_SRC(OLD)])];
+        fix_bad_id = id < fix_bad_id ? id : fix_bad_id;
+      }
+    } else {
+      s0 += v0, s1 += v1, s2 += v2, s3 += v3;
+      if (OLD) u0 += o0, u1 += o1, u2 += o2;
     }
     if ((ends >> i) & 1u) { /* uniform over the warp: the cell's run ends, one atomic per node */
       const unsigned k = __shfl_sync(FULL, L.key, i);
@@ -461,17 +488,25 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
       const int nb = ((t0 >> 2) * 3 + (t1 >> 2)) * 3 + (t2 >> 2); /* as node_of */
       const int node = sparse_node_in_block(t0 & 3, t1 & 3, t2 & 3);
       const int blk = __shfl_sync(FULL, my_nbr, nb);
-      if (lane < 27)
-        p2g_add_node<OLD>(grid, grid0, touched, blk, node, s0, s1, s2, s3, u0, u1, u2,
-                          (ei == 0 || (t0 & 3) == 0) && (ej == 0 || (t1 & 3) == 0) && (ek == 0 || (t2 & 3) == 0));
+      const bool mark = (ei == 0 || (t0 & 3) == 0) && (ej == 0 || (t1 & 3) == 0) && (ek == 0 || (t2 & 3) == 0);
+      if (lane < 27 && DET) {
+        p2g_add_node_fix<OLD>(fp, touched, blk, node, i0, i1, i2, i3, j0, j1, j2, mark);
+      } else if (lane < 27) {
+        p2g_add_node<OLD>(grid, grid0, touched, blk, node, s0, s1, s2, s3, u0, u1, u2, mark);
+      }
       s0 = s1 = s2 = s3 = u0 = u1 = u2 = 0.0f;
+      i0 = i1 = i2 = i3 = j0 = j1 = j2 = 0;
     }
+  }
+  if (DET && fix_bad_id != ~0ULL) {
+    atomicOr(&ctl->fix_bad, 1u);
+    atomicMin(&ctl->fix_bad_id, fix_bad_id);
   }
 }
 
 /* The P2G of a warp's packet by the reduction the build chose; s_p2g: P2G_SMEM floats of the
  * warp's shared memory (p2g_warp's weights, or p2g_gather's records). */
-#define P2G_SMEM(OLD, DET) (DRIFT_P2G_GATHER && !(DET) ? GREC_FLOATS(OLD) * LANES : 9 * LANES)
+#define P2G_SMEM(OLD, DET) (DRIFT_P2G_GATHER ? GREC_FLOATS(OLD) * LANES : 9 * LANES)
 template <bool OLD, bool DET>
 __device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                         const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
@@ -480,9 +515,9 @@ __device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const
                                         float *__restrict__ grid, uint8_t *__restrict__ touched,
                                         float *__restrict__ grid0, float *s_p2g, unsigned *s_sort, fixp fp,
                                         int plastic) {
-  if (DRIFT_P2G_GATHER && !DET)
-    p2g_gather<OLD>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_p2g,
-                    s_sort, plastic);
+  if (DRIFT_P2G_GATHER)
+    p2g_gather<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
+                         s_p2g, s_sort, fp, plastic);
   else
     p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
                        reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, plastic);

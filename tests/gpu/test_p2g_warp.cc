@@ -34,6 +34,7 @@ struct packet {
   std::vector<uint64_t> id;       /* LANES */
   std::vector<int> base;          /* 3 per lane: the base node, global node coordinates */
   int lost = -1;                  /* a lane whose particle lies outside the free zone */
+  std::vector<int> hot;           /* lanes moving beyond deterministic mode's range */
 };
 
 /* The quadratic B-spline of t = (x_p - x_i) / dx. */
@@ -44,7 +45,8 @@ double bspline(double t) {
 
 /* A packet of particles in the given free-zone cells (one per lane; -1: no particle), lanes in
  * the order given. */
-packet make_packet(const char *name, check_rng *rng, const std::vector<std::array<int, 3>> &cells, int lost_lane) {
+packet make_packet(const char *name, check_rng *rng, const std::vector<std::array<int, 3>> &cells, int lost_lane,
+                   std::vector<int> hot = {}) {
   packet P;
   P.name = name;
   P.pk.assign(PK_FLOATS, 0.0f);
@@ -52,6 +54,7 @@ packet make_packet(const char *name, check_rng *rng, const std::vector<std::arra
   P.base.assign(3 * LANES, 0);
   P.valid = (int)cells.size();
   P.lost = lost_lane;
+  P.hot = hot;
   for (int l = 0; l < P.valid; ++l) {
     float *q = P.pk.data() + l;
     const float o[3] = {ORIGIN.x, ORIGIN.y, ORIGIN.z};
@@ -71,8 +74,11 @@ packet make_packet(const char *name, check_rng *rng, const std::vector<std::arra
     const int mat = l % 3;
     std::memcpy(&q[A_MAT * LANES], &mat, sizeof mat);
     q[A_JP * LANES] = mat == 2 ? -0.02f : 0.0f;
-    P.id[l] = 1000 + (uint64_t)l * 7;
+    P.id[l] = 1000 + (uint64_t)((l * 11) % 32) * 7; /* not in lane order */
   }
+  /* the first beyond range at every node of its stencil (so that a reduction that kept the first
+   * bad record it met would name it), the others only near their centre */
+  for (size_t k = 0; k < hot.size(); ++k) P.pk[A_V * LANES + hot[k]] = k == 0 ? 1e14f : 1e6f;
   return P;
 }
 
@@ -144,8 +150,8 @@ sums reference(const packet &P, const material_params *mats, const int *nbr) {
   return R;
 }
 
-enum variant { SHUFFLE, GATHER, FIXED };
-const char *variant_name[] = {"p2g_warp", "p2g_gather", "p2g_warp (deterministic)"};
+enum variant { SHUFFLE, GATHER, FIXED, GATHER_FIXED };
+const char *variant_name[] = {"p2g_warp", "p2g_gather", "p2g_warp (deterministic)", "p2g_gather (deterministic)"};
 
 /* Runs one reduction over the packet; returns the grid as doubles, in the reference's layout. */
 template <bool OLD>
@@ -168,8 +174,11 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
   ctl->fix_bad_id = ~0ULL;
   emu_run_warp([&](int) {
     if (var == GATHER)
-      p2g_gather<OLD>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
-                      touched.data(), grid0.data(), s_p2g, s_sort, 1);
+      p2g_gather<OLD, false>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
+                             touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
+    else if (var == GATHER_FIXED)
+      p2g_gather<OLD, true>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
+                            touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
     else if (var == SHUFFLE)
       p2g_warp<OLD, false>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
                            touched.data(), grid0.data(), reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, 1);
@@ -177,6 +186,7 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
       p2g_warp<OLD, true>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
                           touched.data(), grid0.data(), reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, 1);
   });
+  const bool fixed = var == FIXED || var == GATHER_FIXED;
   S.g.assign((size_t)NBLK * BLOCK_NODES * 4, 0.0);
   S.g0.assign((size_t)NBLK * BLOCK_NODES * 3, 0.0);
   S.touched.assign(touched.begin(), touched.end());
@@ -184,12 +194,12 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
     for (int n = 0; n < BLOCK_NODES; ++n) {
       for (int c = 0; c < 4; ++c)
         S.g[((size_t)b * BLOCK_NODES + n) * 4 + c] =
-            var == FIXED ? (double)ig[((size_t)b * ich + c) * BLOCK_NODES + n] / scale[c == 0 ? 0 : 1]
+            fixed ? (double)ig[((size_t)b * ich + c) * BLOCK_NODES + n] / scale[c == 0 ? 0 : 1]
                          : grid[(size_t)b * BLOCK_FLOATS + gidx(n, c)];
       if (OLD)
         for (int c = 0; c < 3; ++c)
           S.g0[((size_t)b * BLOCK_NODES + n) * 3 + c] =
-              var == FIXED ? (double)ig[((size_t)b * ich + 4 + c) * BLOCK_NODES + n] / scale[1]
+              fixed ? (double)ig[((size_t)b * ich + 4 + c) * BLOCK_NODES + n] / scale[1]
                            : grid0[(size_t)b * OLD_FLOATS + c * BLOCK_NODES + n];
     }
   for (size_t i = 0; i < S.g.size(); i += 4) {
@@ -208,11 +218,19 @@ double channel_max(const std::vector<double> &g, int nc, int c) {
 
 template <bool OLD> void check_packet(const packet &P, const material_params *mats, const int *nbr) {
   const sums R = reference(P, mats, nbr);
-  for (variant var : {SHUFFLE, GATHER, FIXED}) {
+  for (variant var : {SHUFFLE, GATHER, FIXED, GATHER_FIXED}) {
     step_ctl ctl;
     const sums S = run<OLD>(P, var, mats, nbr, &ctl);
     const char *v = variant_name[var];
     const char *t = OLD ? "ASFLIP" : "APIC";
+    const bool fixed = var == FIXED || var == GATHER_FIXED;
+    if (fixed && !P.hot.empty()) { /* out of range: the run stops, naming the smallest id */
+      unsigned long long want = ~0ULL;
+      for (int l : P.hot) want = std::min<unsigned long long>(want, P.id[l]);
+      CHECK(ctl.fix_bad == 1 && ctl.fix_bad_id == want, "%s, %s, %s: fix_bad %u, fix_bad_id %llu, expected 1, %llu",
+            P.name, v, t, ctl.fix_bad, ctl.fix_bad_id, want);
+      continue;
+    }
     /* every node, every channel, against the definitions (float sums of at most 32 terms) */
     int worst_c = 0;
     double worst = 0;
@@ -294,6 +312,8 @@ int main() {
     std::vector<std::array<int, 3>> cells;
     for (int k = 0; k < 20; ++k) cells.push_back(k % 2 ? c0 : c2);
     packets.push_back(make_packet("20 lanes, one outside the free zone", &rng, cells, 13));
+    /* lane 17 (cell c0, walked first; id 1189) everywhere, lane 4 (c2; id 1084) near its centre */
+    packets.push_back(make_packet("20 lanes, two beyond the fixed-point range", &rng, cells, -1, {17, 4}));
   }
   for (const packet &P : packets) {
     check_packet<false>(P, mats, nbr);
