@@ -369,8 +369,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
   }
 }
 
-/* P2G's other reduction, built with -DDRIFT_P2G_GATHER=1 (float sums; deterministic mode keeps
- * p2g_warp's). p2g_warp reduces each of the 27 stencil nodes over the lanes of a cell with a
+/* P2G's other reduction, built with -DDRIFT_P2G_GATHER=1. p2g_warp reduces each of the 27 stencil nodes over the lanes of a cell with a
  * chain of shuffles (3-4 rounds of 4 for the 5-8 lanes of a cell in Sand Blocks: most of P2G's
  * instructions and its largest stall, docs/performance.md). Here the warp's lanes first store
  * their particles, in cell order, as records in shared memory: m, b = m v - dx A fx, dx A (the
@@ -380,7 +379,9 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
  * issues that node's one global atomic and starts again. Every lane reads the same record at the
  * same time (a broadcast; its 3 weights lie in 3 banks), the walk has no shuffle and no
  * dependence between records, and it issues the same atomics as p2g_warp: one per node and cell.
- * Lanes 27-31 walk idle. Not yet measured on a GPU (docs/performance.md says how to). */
+ * Lanes 27-31 walk idle. DET: each record's contribution becomes an integer (fix_to) before the
+ * lane adds it, as in p2g_warp, so the sums do not depend on the order. Tested on the host
+ * (tests/gpu/test_p2g_warp.cc); not yet measured on a GPU (docs/performance.md says how to). */
 #ifndef DRIFT_P2G_GATHER
 #define DRIFT_P2G_GATHER 0
 #endif
