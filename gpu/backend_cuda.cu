@@ -3025,6 +3025,29 @@ static int island_grid_update(void *state, float dt) {
   return DR_OK;
 }
 
+/* The grid update of the blocks not shared with other ranks (GRID_INTERIOR, while their sums are
+ * in flight: sim.c's advance_frame_ranks) or shared with them (GRID_SHARED, once unpack_add has
+ * added the other ranks' sums into each block's owner member). Every member holding a block shared
+ * with another rank marked it (island_mark_shared), so the interior pass leaves it on every member.
+ * Each pass starts with a barrier of all members: the first orders every member's P2G before its
+ * peers read it (as island_grid_update's), the second orders the owner's unpack_add (queued on the
+ * owner's stream before this call) before the other members read the owner's sums. A block's
+ * reduction reads only P2G buffers, which neither pass writes (the velocities go to the separate
+ * buffer and each pass clears only its own blocks of the other parity), so the two passes are the
+ * whole update of island_grid_update split by blocks, with one barrier more. p2p_atomics pushes
+ * into the owners before its barrier and pulls after a second one: it is not split, and the whole
+ * update runs at GRID_SHARED. */
+static int island_grid_update_part(void *state, float dt, int part) {
+  island *I = (island *)state;
+  if (I->m[0]->atomics || part == GRID_ALL) return part == GRID_INTERIOR ? DR_OK : island_grid_update(state, dt);
+  DR_TRY(island_barrier_all(I));
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(launch_grid(I->m[k], I->m[k]->par, part));
+  }
+  return DR_OK;
+}
+
 static int island_g2p(void *state, float dt) {
   (void)dt;
   island *I = (island *)state;
@@ -3243,8 +3266,9 @@ static int island_add_particles(void *state, const particles *p) {
  * sent into its owner's sums only (the lowest member holding it, as k_owner): the island's own
  * reduction in the grid update then brings the whole to every member holding the block
  * (double_buffer: each member's k_grid adds its peers' sums; p2p_atomics: k_push into the
- * owner's). There is no grid_update_part: sim.c updates the whole grid once the other ranks' sums
- * are in, so the island does not overlap its interior blocks with the messages. */
+ * owner's). island_grid_update_part updates the blocks not shared with other ranks while their
+ * sums are in flight, and the shared ones once they are in (not with p2p_atomics: there the whole
+ * update waits for the sums). */
 
 static int island_blocks(void *state, const uint64_t **codes, size_t *n) {
   island *I = (island *)state;
@@ -3467,6 +3491,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->pack = island_pack;
   out->unpack_add = island_unpack_add;
   out->mark_shared = island_mark_shared;
+  out->grid_update_part = island_grid_update_part;
   out->wants_rebuild = island_wants_rebuild_be;
   out->set_particles = island_set_particles;
   out->block_sums = sums_floats(I->m[0]);
