@@ -5,7 +5,8 @@
 #
 #   here:        tools/pack-device-deps.sh .device                      (carried as .device)
 #   on the GPU:  tools/device_multi.sh build tests        (first call: about 6-8 minutes)
-#                tools/device_multi.sh build island ranks  (second call; the build is kept)
+#                FRAMES=30 tools/device_multi.sh build island ranks
+#                                                    (second call; the build is kept on a warm machine)
 #
 # Steps, in the order given:
 #   build   a Release build in build-multi (kept between calls on a warm machine; rebuilt only
@@ -22,7 +23,7 @@
 #           weak_2.json: 3.1M particles per GPU).
 # env: FRAMES (bench frames; default each scene's own), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
-[ $# -gt 0 ] || { sed -n 2,26p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,27p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
