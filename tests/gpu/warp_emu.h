@@ -7,19 +7,28 @@
 // wait again. That is the semantics of converged warp code (every lane reaches every built-in in
 // the same order), which is the only kind p2g.cuh writes (its comments say where the control
 // flow is uniform over the warp); a lane that skipped a built-in would leave the others waiting,
-// so a divergent built-in shows as a hang of the test (ctest's timeout), not as a silent pass.
+// so a divergent built-in stops the test after EMU_STUCK_SECONDS with a message naming the
+// rendezvous, not a silent pass.
 // Atomics are std::atomic_ref operations; __shared__ memory is ordinary memory that the test
 // passes in, ordered by the rendezvous as __syncwarp orders it on the GPU.
 #ifndef DRIFT_TESTS_GPU_WARP_EMU_H
 #define DRIFT_TESTS_GPU_WARP_EMU_H
 
 #include <atomic>
-#include <barrier>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <type_traits>
+
+#ifndef EMU_STUCK_SECONDS
+#define EMU_STUCK_SECONDS 60
+#endif
 
 #define __device__
 #define __host__
@@ -44,8 +53,32 @@ struct emu_dim {
 };
 inline thread_local emu_dim threadIdx = {0, 0, 0};
 
+/* The 32 lanes meeting: the last to arrive wakes the others. One that waits EMU_STUCK_SECONDS
+ * reports a divergent built-in and aborts. */
+struct emu_meeting {
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0;
+  long long generation = 0;
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(m);
+    const long long g = generation;
+    if (++arrived == 32) {
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+      return;
+    }
+    if (!cv.wait_for(lock, std::chrono::seconds(EMU_STUCK_SECONDS), [&] { return generation != g; })) {
+      std::fprintf(stderr, "warp_emu: %d of 32 lanes at rendezvous %lld after %d s: a warp built-in that not every "
+                   "lane reached (divergent control flow)\n", arrived, g, EMU_STUCK_SECONDS);
+      std::abort();
+    }
+  }
+};
+
 struct emu_warp {
-  std::barrier<> meet{32};
+  emu_meeting meet;
   uint64_t slot[32];
   long long rendezvous = 0; /* built-ins met (counted by lane 0) */
 };
