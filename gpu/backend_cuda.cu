@@ -3039,7 +3039,7 @@ static int island_grid_update(void *state, float dt) {
  * update runs at GRID_SHARED. */
 static int island_grid_update_part(void *state, float dt, int part) {
   island *I = (island *)state;
-  if (I->m[0]->atomics || part == GRID_ALL) return part == GRID_INTERIOR ? DR_OK : island_grid_update(state, dt);
+  if (I->m[0]->atomics) return part == GRID_INTERIOR ? DR_OK : island_grid_update(state, dt);
   DR_TRY(island_barrier_all(I));
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));

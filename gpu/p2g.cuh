@@ -485,11 +485,12 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
     }
     if ((ends >> i) & 1u) { /* uniform over the warp: the cell's run ends, one atomic per node */
       const unsigned k = __shfl_sync(FULL, L.key, i);
-      const int t0 = (int)(k / (ZONE * ZONE)) + ei, t1 = (int)(k / ZONE % ZONE) + ej, t2 = (int)(k % ZONE) + ek;
-      const int nb = ((t0 >> 2) * 3 + (t1 >> 2)) * 3 + (t2 >> 2); /* as node_of */
-      const int node = sparse_node_in_block(t0 & 3, t1 & 3, t2 & 3);
+      const int d[3] = {(int)(k / (ZONE * ZONE)), (int)(k / ZONE % ZONE), (int)(k % ZONE)}; /* the cell's offset */
+      int nb, node;
+      node_of(d, ei, ej, ek, &nb, &node);
       const int blk = __shfl_sync(FULL, my_nbr, nb);
-      const bool mark = (ei == 0 || (t0 & 3) == 0) && (ej == 0 || (t1 & 3) == 0) && (ek == 0 || (t2 & 3) == 0);
+      /* one mark per block: the lowest stencil node of the block on every axis */
+      const bool mark = (ei == 0 || node >> 4 == 0) && (ej == 0 || (node >> 2 & 3) == 0) && (ek == 0 || (node & 3) == 0);
       if (lane < 27 && DET) {
         p2g_add_node_fix<OLD>(fp, touched, blk, node, i0, i1, i2, i3, j0, j1, j2, mark);
       } else if (lane < 27) {

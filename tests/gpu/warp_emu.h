@@ -123,31 +123,23 @@ static inline unsigned __ballot_sync(unsigned, int pred) {
   return b;
 }
 static inline int __all_sync(unsigned m, int pred) { return __ballot_sync(m, pred) == 0xffffffffu; }
-static inline unsigned __reduce_or_sync(unsigned, unsigned v) {
-  unsigned all[32], r = 0;
+/* Every lane's v combined by op, in lane order. */
+template <class T, class Op> static inline T emu_reduce(T v, Op op) {
+  T all[32];
   emu_gather(v, all);
-  for (int l = 0; l < 32; ++l) r |= all[l];
+  T r = all[0];
+  for (int l = 1; l < 32; ++l) r = op(r, all[l]);
   return r;
+}
+static inline unsigned __reduce_or_sync(unsigned, unsigned v) {
+  return emu_reduce(v, [](unsigned a, unsigned b) { return a | b; });
 }
 static inline unsigned __reduce_and_sync(unsigned, unsigned v) {
-  unsigned all[32], r = ~0u;
-  emu_gather(v, all);
-  for (int l = 0; l < 32; ++l) r &= all[l];
-  return r;
+  return emu_reduce(v, [](unsigned a, unsigned b) { return a & b; });
 }
-static inline int __reduce_max_sync(unsigned, int v) {
-  int all[32], r;
-  emu_gather(v, all);
-  r = all[0];
-  for (int l = 1; l < 32; ++l) r = all[l] > r ? all[l] : r;
-  return r;
-}
-static inline unsigned __reduce_max_sync(unsigned, unsigned v) {
-  unsigned all[32], r;
-  emu_gather(v, all);
-  r = all[0];
-  for (int l = 1; l < 32; ++l) r = all[l] > r ? all[l] : r;
-  return r;
+template <class T> static inline T __reduce_max_sync(unsigned, T v) {
+  static_assert(std::is_same_v<T, int> || std::is_same_v<T, unsigned>, "CUDA's __reduce_max_sync takes int or unsigned");
+  return emu_reduce(v, [](T a, T b) { return a > b ? a : b; });
 }
 static inline void __syncwarp(unsigned = 0xffffffffu) {
   int all[32];
