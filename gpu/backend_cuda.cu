@@ -67,10 +67,12 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "backend.h"
@@ -1808,10 +1810,17 @@ static void drop_graphs(cuda_state *s) {
   s->graphs_valid = 0;
 }
 
+/* A switch of the environment read once per process (A/B measurements of host-side choices):
+ * NAME=0 turns it off, NAME=1 on, unset leaves dflt. */
+static int env_flag(const char *name, int dflt) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) != 0 : dflt;
+}
+
 /* Captures the step of each parity as a CUDA graph (after every rebuild: sizes and buffers
  * change with the mapping). */
 static int capture_graphs(cuda_state *s) {
-  drop_graphs(s);
+  s->graphs_valid = 0;
   for (int k = 0; k < 2; ++k) {
     cudaGraph_t g = NULL;
     CU(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
@@ -1822,6 +1831,19 @@ static int capture_graphs(cuda_state *s) {
       return rc;
     }
     if (e != cudaSuccess) return cuda_fail(e, "cudaStreamEndCapture(s->stream, &g)", __FILE__, __LINE__);
+    /* The same kernels with new sizes and buffers (a rebuild-mapping): updating the executable
+     * graph in place costs far less than instantiating it again. Where the update is refused (the
+     * graph's shape changed: fused and unfused steps, say), it is instantiated anew. */
+    if (s->graph[k] && env_flag("DRIFT_GRAPH_UPDATE", 1)) {
+      cudaGraphExecUpdateResultInfo info;
+      if (cudaGraphExecUpdate(s->graph[k], g, &info) == cudaSuccess) {
+        cudaGraphDestroy(g);
+        continue;
+      }
+      (void)cudaGetLastError(); /* the refusal is not an error of the next launch */
+      cudaGraphExecDestroy(s->graph[k]);
+      s->graph[k] = NULL;
+    }
     e = cudaGraphInstantiate(&s->graph[k], g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) return cuda_fail(e, "cudaGraphInstantiate(&s->graph[k], g, 0)", __FILE__, __LINE__);
@@ -2598,8 +2620,44 @@ typedef struct island_xlist {
   size_t own_cnt[MAX_GPUS];       /* the island's reduction brings them to every member */
 } island_xlist;
 
+/* The island's host threads. Host work of the members runs one thread per member (member 0's on
+ * the caller's thread), so that the island pays one member's host time instead of the sum:
+ *  - the rebuild-mapping (three reads of a count, each a synchronisation of the member's stream,
+ *    between short kernels) and the capture of the member's step graphs;
+ *  - every step: the launch of the member's step graph, and the wait for the step whose flags
+ *    the host reads next (island_advance_frame).
+ * A job touches its own member's state only; what needs the peers (the tags, the merge of the
+ * flags) runs on the caller's thread after island_each has seen every job end. A thread waits
+ * for the next job spinning for CREW_SPIN_NS (the next step's launch comes within a step), then
+ * on a condition variable (between frames). DRIFT_ISLAND_THREADS=0 runs the members' jobs one
+ * after another on the caller's thread instead. */
+#define CREW_SPIN_NS 2000000
+struct island;
+typedef int (*member_job)(struct island *I, int k);
+typedef struct crew_seat {
+  struct island *I;
+  int k;
+} crew_seat;
+typedef struct crew {
+  int started;            /* threads running, for members 1 .. started (-1: none, the mutex exists) */
+  pthread_t th[MAX_GPUS];
+  crew_seat seat[MAX_GPUS];
+  pthread_mutex_t mu;
+  pthread_cond_t go;
+  unsigned gen;           /* job number (atomic): a thread runs each job once */
+  int busy;               /* threads still working on the job (atomic) */
+  int quit;
+  member_job job;
+  int rc[MAX_GPUS];
+  char msg[MAX_GPUS][1024]; /* a thread's error message (error.c keeps one per thread) */
+  /* the step job's arguments (island_advance_frame) */
+  int par, take, fused;
+  double dt_fixed;
+} crew;
+
 typedef struct island {
   int nm;                   /* members (GPUs) */
+  crew crew;
   cuda_state *m[MAX_GPUS];
   int axis;                 /* the static split: along this axis, */
   double cut[MAX_GPUS - 1]; /* member k holds particles between cut[k - 1] and cut[k] at the start */
@@ -2620,6 +2678,50 @@ static int use(const cuda_state *s) {
   if (s->nm > 1) CU(cudaSetDevice(s->device));
   return DR_OK;
 }
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static void *crew_main(void *arg) {
+  const crew_seat *seat = (const crew_seat *)arg;
+  struct island *I = seat->I;
+  crew *c = &I->crew;
+  unsigned seen = 0;
+  for (;;) {
+    /* the next job: spin a while, then sleep (the dispatch bumps gen under the mutex) */
+    const double t0 = now_ns();
+    int n = 0;
+    while (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) == seen && !__atomic_load_n(&c->quit, __ATOMIC_ACQUIRE))
+      if ((++n & 1023) == 0 && now_ns() - t0 > CREW_SPIN_NS) {
+        pthread_mutex_lock(&c->mu);
+        while (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) == seen && !c->quit) pthread_cond_wait(&c->go, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        break;
+      }
+    if (__atomic_load_n(&c->quit, __ATOMIC_ACQUIRE)) break;
+    seen = __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
+    int rc = use(I->m[seat->k]);
+    if (rc == DR_OK) rc = c->job(I, seat->k);
+    if (rc != DR_OK) {
+      snprintf(c->msg[seat->k], sizeof c->msg[seat->k], "%s", dr_message());
+      dr_clear();
+    }
+    c->rc[seat->k] = rc;
+    __atomic_sub_fetch(&c->busy, 1, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+
+/* Starts the threads of members 1 .. nm - 1 (none for one GPU, or with DRIFT_ISLAND_THREADS=0). */
+static int crew_start(struct island *I);
+static void crew_stop(struct island *I);
+
+/* Runs job on every member, each on its thread, and returns the first member's error in member
+ * order, with that thread's message. */
+static int island_each(struct island *I, member_job job);
 
 /* Which devices this rank drives: DRIFT_DEVICES (a list, for tests: the same device may appear
  * twice, so that the island's code runs on one GPU), else parallel.gpus_per_rank GPUs (0: the
@@ -2685,6 +2787,70 @@ static int island_peers(const int *dev, int n, int atomics) {
   return DR_OK;
 }
 
+static int crew_start(island *I) {
+  crew *c = &I->crew;
+  if (I->nm < 2 || !env_flag("DRIFT_ISLAND_THREADS", 1)) return DR_OK;
+  int e = pthread_mutex_init(&c->mu, NULL);
+  if (e == 0) {
+    e = pthread_cond_init(&c->go, NULL);
+    if (e) pthread_mutex_destroy(&c->mu);
+  }
+  if (e) return dr_fail(DR_ENOMEM, "cuda island: pthread_mutex_init/pthread_cond_init failed: %s", strerror(e));
+  c->started = -1;
+  for (int k = 1; k < I->nm; ++k) {
+    c->seat[k].I = I;
+    c->seat[k].k = k;
+    e = pthread_create(&c->th[k], NULL, crew_main, &c->seat[k]);
+    if (e) {
+      crew_stop(I);
+      return dr_fail(DR_ENOMEM, "cuda island: pthread_create for GPU %d's host thread failed: %s", k, strerror(e));
+    }
+    c->started = k;
+  }
+  return DR_OK;
+}
+
+static void crew_stop(island *I) {
+  crew *c = &I->crew;
+  if (c->started == 0) return;
+  pthread_mutex_lock(&c->mu);
+  __atomic_store_n(&c->quit, 1, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&c->go);
+  pthread_mutex_unlock(&c->mu);
+  for (int k = 1; k <= c->started; ++k) pthread_join(c->th[k], NULL);
+  pthread_cond_destroy(&c->go);
+  pthread_mutex_destroy(&c->mu);
+  c->started = 0;
+}
+
+static int island_each(island *I, member_job job) {
+  crew *c = &I->crew;
+  if (c->started != I->nm - 1 || I->nm < 2) {
+    for (int k = 0; k < I->nm; ++k) {
+      DR_TRY(use(I->m[k]));
+      DR_TRY(job(I, k));
+    }
+    return DR_OK;
+  }
+  c->job = job;
+  __atomic_store_n(&c->busy, I->nm - 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&c->mu);
+  __atomic_add_fetch(&c->gen, 1, __ATOMIC_RELEASE); /* publishes job, busy and the step's arguments */
+  pthread_cond_broadcast(&c->go);
+  pthread_mutex_unlock(&c->mu);
+  int rc = use(I->m[0]);
+  if (rc == DR_OK) rc = job(I, 0);
+  while (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE) > 0) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  if (rc != DR_OK) return rc;
+  for (int k = 1; k < I->nm; ++k)
+    if (c->rc[k] != DR_OK) return dr_fail(c->rc[k], "%s", c->msg[k]);
+  return DR_OK;
+}
+
 static int island_sync(island *I) {
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
@@ -2723,11 +2889,11 @@ static int island_tag(island *I) {
   return island_sync(I);
 }
 
+static int job_rebuild(island *I, int k) { return rebuild_now(I->m[k]); }
+static int job_capture(island *I, int k) { return I->m[k]->graphs_valid ? DR_OK : capture_graphs(I->m[k]); }
+
 static int island_rebuild(island *I) {
-  for (int k = 0; k < I->nm; ++k) {
-    DR_TRY(use(I->m[k]));
-    DR_TRY(rebuild_now(I->m[k]));
-  }
+  DR_TRY(island_each(I, job_rebuild));
   return island_tag(I);
 }
 
@@ -2807,8 +2973,8 @@ static int island_step_events(island *I, int par, int adaptive) {
 
 /* Reads the flags of a completed step on every member. Returns an error for a bad particle; sets
  * *stop when an adaptive frame has ended. */
-static int island_take(island *I, int par, frame_report *rep, int *stop) {
-  for (int k = 0; k < I->nm; ++k) {
+static int island_take(island *I, int par, frame_report *rep, int *stop, int synced) {
+  for (int k = 0; k < I->nm && !synced; ++k) {
     DR_TRY(use(I->m[k]));
     CU(cudaEventSynchronize(I->m[k]->done_ev[par]));
   }
@@ -2841,6 +3007,31 @@ static int island_take(island *I, int par, frame_report *rep, int *stop) {
     s->need_rebuild |= c->leave != 0;
   }
   I->vmax = vmax;
+  return DR_OK;
+}
+
+/* One step of member k (the crew's arguments: grid buffer par, fused or not, the fixed dt): the
+ * priming P2G where G2P2G frames begin, the step (its graph, or the first unfused step after
+ * G2P2G frames without its P2G, outside the graph), the step's event; then, where take >= 0,
+ * the wait for step take's event, so that the caller reads its flags at once. */
+static int job_step(island *I, int k) {
+  const crew *c = &I->crew;
+  cuda_state *s = I->m[k];
+  const int par = c->par;
+  if (c->fused && !s->primed) {
+    DR_TRY(launch_p2g(s, par));
+    s->primed = 1;
+  }
+  if (c->fused) s->primed_dt = (float)c->dt_fixed; /* the priming P2G and every G2P2G take k_begin's dt */
+  if (!c->fused && s->primed) {
+    DR_TRY(launch_step(s, par, 0));
+    s->primed = 0;
+  } else {
+    CU(cudaGraphLaunch(s->graph[par], s->stream));
+  }
+  CU(cudaEventRecord(s->done_ev[par], s->stream));
+  s->par ^= 1;
+  if (c->take >= 0) CU(cudaEventSynchronize(s->done_ev[c->take]));
   return DR_OK;
 }
 
@@ -2908,7 +3099,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     }
     if (island_wants_rebuild(I)) {
       while (np > 0) {
-        DR_TRY(island_take(I, pending[0], rep, &stop));
+        DR_TRY(island_take(I, pending[0], rep, &stop, 0));
         pending[0] = pending[1];
         --np;
       }
@@ -2921,46 +3112,48 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     }
     if (!adaptive && launched >= todo) break;
     /* after the rebuild of every member: a graph holds its peers' buffers (events: no graphs) */
-    for (int k = 0; k < I->nm && !events; ++k)
-      if (!I->m[k]->graphs_valid) {
-        DR_TRY(use(I->m[k]));
-        DR_TRY(capture_graphs(I->m[k]));
-      }
-    const int par = I->m[0]->par;
-    for (int k = 0; k < I->nm; ++k) {
-      cuda_state *s = I->m[k];
-      if (fused && !s->primed) {
-        DR_TRY(use(s));
-        DR_TRY(launch_p2g(s, par));
-        s->primed = 1;
-      }
-      if (fused) s->primed_dt = (float)dt_fixed; /* the priming P2G and every G2P2G take k_begin's dt */
+    if (!events) {
+      int stale = 0;
+      for (int k = 0; k < I->nm; ++k) stale |= !I->m[k]->graphs_valid;
+      if (stale) DR_TRY(island_each(I, job_capture));
     }
-    if (events) DR_TRY(island_step_events(I, par, adaptive));
-    for (int k = 0; k < I->nm; ++k) {
-      cuda_state *s = I->m[k];
-      DR_TRY(use(s));
-      if (events) {
-        /* launched by island_step_events */
-      } else if (!fused && s->primed) { /* the first step after G2P2G frames (one GPU): without its P2G, outside the graph */
-        DR_TRY(launch_step(s, par, 0));
-        s->primed = 0;
-      } else {
-        CU(cudaGraphLaunch(s->graph[par], s->stream));
+    const int par = I->m[0]->par;
+    const int take = np == STEP_LAG ? (np ? pending[0] : par) : -1; /* the step read once this one is queued */
+    if (events) {
+      for (int k = 0; k < I->nm; ++k) {
+        cuda_state *s = I->m[k];
+        if (fused && !s->primed) {
+          DR_TRY(use(s));
+          DR_TRY(launch_p2g(s, par));
+          s->primed = 1;
+        }
+        if (fused) s->primed_dt = (float)dt_fixed;
       }
-      CU(cudaEventRecord(s->done_ev[par], s->stream));
-      s->par ^= 1;
+      DR_TRY(island_step_events(I, par, adaptive));
+      for (int k = 0; k < I->nm; ++k) {
+        cuda_state *s = I->m[k];
+        DR_TRY(use(s));
+        CU(cudaEventRecord(s->done_ev[par], s->stream));
+        s->par ^= 1;
+      }
+    } else {
+      crew *c = &I->crew;
+      c->par = par;
+      c->take = take;
+      c->fused = fused;
+      c->dt_fixed = dt_fixed;
+      DR_TRY(island_each(I, job_step));
     }
     ++launched;
     pending[np++] = par;
     if (np == STEP_LAG + 1) {
-      DR_TRY(island_take(I, pending[0], rep, &stop));
+      DR_TRY(island_take(I, pending[0], rep, &stop, !events));
       pending[0] = pending[1];
       np = STEP_LAG;
       if (stop) break;
     }
   }
-  for (int k = 0; k < np; ++k) DR_TRY(island_take(I, pending[k], rep, &stop));
+  for (int k = 0; k < np; ++k) DR_TRY(island_take(I, pending[k], rep, &stop, 0));
   if (asked) { /* stopped early, unless the steps in flight ended the frame (k_begin's test) */
     const int ended = adaptive ? stop || plan->t1 - rep->t <= 1e-9 * (plan->t1 - plan->t0)
                                : launched >= todo;
@@ -3176,6 +3369,7 @@ static void island_xl_free(island *I) {
 static void island_destroy(void *state) {
   island *I = (island *)state;
   if (!I) return;
+  crew_stop(I);
   for (int k = 0; k < I->nm; ++k) destroy(I->m[k]);
   island_xl_free(I);
   free(I->xl);
@@ -3463,6 +3657,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   }
   for (int k = 0; k < nm && rc == DR_OK; ++k) rc = setup(I->m[k], &parts[k]);
   if (rc == DR_OK) rc = island_tag(I);
+  if (rc == DR_OK) rc = crew_start(I);
   for (int k = 0; k < nm; ++k) particles_free(&parts[k]);
   if (rc) {
     island_destroy(I);

@@ -35,6 +35,11 @@ summary=()
 note() { summary+=("$*"); echo "device_multi: $*"; }
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 G=$((ngpu >= 4 ? 4 : ngpu))
+glist=1,$G
+[ "$G" -ge 4 ] && glist=1,2,$G
+# Every step runs under a limit of its own (seconds), so that a hang (a barrier that never opens on
+# real GPUs, say) leaves the other steps their time and the logs come back.
+lim() { timeout -k 10 "$1" "${@:2}"; }
 
 for step in "$@"; do
   t0=$SECONDS
@@ -45,18 +50,19 @@ for step in "$@"; do
       note "build: $((SECONDS - t0)) s; $ngpu GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | xargs)"
       ;;
     tests)
-      ctest --test-dir "$b" -L gpu -j 2 --output-on-failure >"$out/tests.log" 2>&1
+      lim "${TESTS_LIMIT:-420}" ctest --test-dir "$b" -L gpu -j "${JOBS:-4}" --output-on-failure >"$out/tests.log" 2>&1 ||
+        note "tests: ctest ended with status $? (124: past TESTS_LIMIT)"
       note "tests: $(grep -E '% tests passed' "$out/tests.log" | tail -1) in $((SECONDS - t0)) s"
       grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|Not Run)' "$out/tests.log" | while read -r l; do note "  failed: $l"; done
       ;;
     island)
       [ "$ngpu" -ge 2 ] || { note "island: skipped, $ngpu GPU(s)"; continue; }
-      "$drift" bench --backend cuda --gpus "1,$G" "${frames[@]}" --profile-frames 0 --csv "$out/island.csv" \
+      lim "${BENCH_LIMIT:-240}" "$drift" bench --backend cuda --gpus "$glist" "${frames[@]}" --profile-frames 0 --csv "$out/island.csv" \
         >"$out/island.log" 2>&1 || note "island: drift bench failed: $(tail -1 "$out/island.log")"
       for alt in "--island-barrier events" "--island-reduce p2p_atomics"; do
         tag=$(echo "$alt" | awk '{print $2}')
         # shellcheck disable=SC2086
-        "$drift" bench jobs/bench/sand_blocks_l12.json jobs/bench/sand_blocks_l46.json --backend cuda --gpus "1,$G" \
+        lim "${BENCH_LIMIT:-240}" "$drift" bench jobs/bench/sand_blocks_l12.json jobs/bench/sand_blocks_l46.json --backend cuda --gpus "1,$G" \
           $alt "${frames[@]}" --profile-frames 0 --csv "$out/island_$tag.csv" >"$out/island_$tag.log" 2>&1 ||
           note "island $alt: drift bench failed: $(tail -1 "$out/island_$tag.log")"
       done
@@ -65,20 +71,20 @@ for step in "$@"; do
     ranks)
       [ "$ngpu" -ge 2 ] || { note "ranks: skipped, $ngpu GPU(s)"; continue; }
       rm -rf "$out/r2x1" "$out/r1x2"
-      mpirun -n 2 --oversubscribe "$drift" run jobs/scenes/dam_break.json --backend cuda --gpus 1 --frames 4 --quiet \
+      lim 150 mpirun -n 2 --oversubscribe "$drift" run jobs/scenes/dam_break.json --backend cuda --gpus 1 --frames 4 --quiet \
         --out "$out/r2x1" >"$out/ranks_run.log" 2>&1 &&
-        "$drift" run jobs/scenes/dam_break.json --backend cuda --gpus 2 --frames 4 --quiet --out "$out/r1x2" \
+        lim 150 "$drift" run jobs/scenes/dam_break.json --backend cuda --gpus 2 --frames 4 --quiet --out "$out/r1x2" \
           >>"$out/ranks_run.log" 2>&1 &&
         note "ranks: 2 x 1 against 1 x 2, $("$b/tests/sim/compare_frames" "$out/r2x1/frame_00004.h5" \
           "$out/r1x2/frame_00004.h5" 1e-3 2e-2 | tail -1)" ||
         note "ranks: the dam break runs failed: $(tail -2 "$out/ranks_run.log" | xargs)"
-      "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda --gpus 2 "${frames[@]}" --profile-frames 0 \
+      lim 150 "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda --gpus 2 "${frames[@]}" --profile-frames 0 \
         --csv "$out/ranks_1x2.csv" >"$out/ranks_1x2.log" 2>&1
-      mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda --gpus 1 \
+      lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda --gpus 1 \
         "${frames[@]}" --profile-frames 0 --csv "$out/ranks_2x1.csv" >"$out/ranks_2x1.log" 2>&1
-      mpirun -n 1 "$drift" bench jobs/bench/weak_1.json --backend cuda --gpus 1 "${frames[@]}" --profile-frames 0 \
+      lim 150 mpirun -n 1 "$drift" bench jobs/bench/weak_1.json --backend cuda --gpus 1 "${frames[@]}" --profile-frames 0 \
         --csv "$out/weak_1.csv" >"$out/weak_1.log" 2>&1
-      mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 "${frames[@]}" \
+      lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 "${frames[@]}" \
         --profile-frames 0 --csv "$out/weak_2.csv" >"$out/weak_2.log" 2>&1
       note "ranks: $((SECONDS - t0)) s"
       ;;

@@ -41,11 +41,17 @@ int main(int argc, char **argv) {
     CHECK(spread < 1e-4, "velocity spread %g", spread);
   }
   CHECK(sim_get_status(S)->steps == 500, "%llu substeps, expected 500", (unsigned long long)sim_get_status(S)->steps);
-  for (size_t i = 0; i < p.n; ++i)
-    if (p.owner[i] != 0) {
-      CHECK(0, "particle %zu has owner %d, expected 0 (rank 0, device 0)", i, p.owner[i]);
+  /* One rank: owner = device, 0 .. G-1 (the island's GPUs: all visible ones by default), each used. */
+  const int gpus = sim_gpus(S);
+  int used[256] = {0};
+  for (size_t i = 0; i < p.n; ++i) {
+    if (p.owner[i] < 0 || p.owner[i] >= (gpus > 0 ? gpus : 1)) {
+      CHECK(0, "particle %zu has owner %d, expected rank 0 and a device below %d", i, p.owner[i], gpus);
       break;
     }
+    used[p.owner[i]] = 1;
+  }
+  for (int d = 0; d < gpus; ++d) CHECK(used[d], "no particle on device %d of %d", d, gpus);
   particles_free(&p);
   sim_destroy(&S);
   scene_destroy(&s);
