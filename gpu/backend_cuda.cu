@@ -406,6 +406,9 @@ typedef struct cuda_state {
   dvec d_mats;
 
   dvec keys[2], vals[2];        /* [slots] sort keys and slot indices */
+  dvec gone;                    /* [n_gone] slots whose particles emigrate took (dropped by the next rebuild) */
+  size_t n_gone;                /* slots gone covers (0: none) */
+  dvec xpk, xid;                /* emigrate: the leaving particles' packets and ids */
   dvec pblock;                  /* [n] particle block of each sorted particle (an inclusive scan first) */
   dvec head;                    /* [n] 1 where a particle block starts */
   size_t n_pb;
@@ -520,13 +523,13 @@ __device__ static inline int32_t table_find(const unsigned long long *keys, cons
 /* Keys of every slot: particle block code (high bits) and cell inside it (low 6 bits); slots
  * beyond a packet's valid lanes get ~0 and sort last. */
 __global__ static void k_keys(size_t n_slots, const float *pk, const int2 *hdr, float3 origin, float inv_dx,
-                              uint64_t *keys, uint32_t *vals) {
+                              const uint8_t *gone, size_t n_gone, uint64_t *keys, uint32_t *vals) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n_slots) return;
   const size_t p = i / LANES;
   const int lane = (int)(i % LANES);
   vals[i] = (uint32_t)i;
-  if (lane >= hdr[p].y) {
+  if (lane >= hdr[p].y || (i < n_gone && gone[i])) {
     keys[i] = ~0ULL;
     return;
   }
@@ -537,6 +540,40 @@ __global__ static void k_keys(size_t n_slots, const float *pk, const int2 *hdr, 
   const uint64_t code = sparse_block_code(sparse_particle_block(b0), sparse_particle_block(b1), sparse_particle_block(b2));
   keys[i] = (code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b0), sparse_cell_in_particle_block(b1),
                                                          sparse_cell_in_particle_block(b2));
+}
+
+/* emigrate: flag[i] = 1 where slot i holds a particle whose particle block (as sim.c's
+ * particle_block computes it) lies outside [lo, hi) on some axis. */
+__global__ static void k_leave(size_t n_slots, const float *pk, const int2 *hdr, float3 origin, float inv_dx, int3 lo,
+                               int3 hi, uint32_t *flag) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_slots) return;
+  const size_t p = i / LANES;
+  const int lane = (int)(i % LANES);
+  uint32_t out = 0;
+  if (lane < hdr[p].y) {
+    const float *q = pk + p * PK_FLOATS + lane;
+    const int b0 = bspline_base((q[(A_X + 0) * LANES] - origin.x) * inv_dx) >> 2;
+    const int b1 = bspline_base((q[(A_X + 1) * LANES] - origin.y) * inv_dx) >> 2;
+    const int b2 = bspline_base((q[(A_X + 2) * LANES] - origin.z) * inv_dx) >> 2;
+    out = b0 < lo.x || b0 >= hi.x || b1 < lo.y || b1 >= hi.y || b2 < lo.z || b2 >= hi.z;
+  }
+  flag[i] = out;
+}
+
+/* emigrate: the flagged particles, in slot order (upto: the inclusive scan of the flags), into
+ * dense packets xpk / xid, and their slots marked gone. */
+__global__ static void k_leave_gather(size_t n_slots, const uint32_t *flag, const uint32_t *upto, const float *pk,
+                                      const uint64_t *pid, float *xpk, uint64_t *xid, uint8_t *gone) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_slots) return;
+  gone[i] = (uint8_t)flag[i];
+  if (!flag[i]) return;
+  const size_t j = upto[i] - 1;
+  const float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
+  float *d = xpk + (j / LANES) * PK_FLOATS + j % LANES;
+  for (int a = 0; a < PK_ATTRS; ++a) d[a * LANES] = q[a * LANES];
+  xid[j] = pid[i];
 }
 
 __device__ static inline int is_head(size_t i, const uint64_t *keys) {
@@ -1457,9 +1494,10 @@ static int rebuild_now(cuda_state *s) {
 
   /* 1. Keys of every slot and a stable radix sort: valid particles first, by block and cell. */
   k_keys<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint64_t>(s->keys[0]),
-      dp<uint32_t>(s->vals[0]));
+      n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint8_t>(s->gone), s->n_gone,
+      dp<uint64_t>(s->keys[0]), dp<uint32_t>(s->vals[0]));
   LAUNCHED("k_keys");
+  s->n_gone = 0; /* the sort drops them: they are the slots past the n valid particles */
   CUB_RUN(cub::DeviceRadixSort::SortPairs(temp_ptr, temp_bytes, dp<uint64_t>(s->keys[0]), dp<uint64_t>(s->keys[1]),
                                           dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]), ns, 0, end_bit, st));
   const uint64_t *keys = dp<uint64_t>(s->keys[1]);
@@ -2287,6 +2325,80 @@ static int set_projected(void *state) {
   return DR_OK;
 }
 
+/* Packets copied to the host into out's particles [at, at + count): the valid lanes of each packet
+ * (hdr[p].y; all lanes where hdr is NULL), in order. Returns how many it wrote. */
+static size_t unpack_host(const cuda_state *s, const float *pk, const uint64_t *id, const int2 *hdr, size_t np,
+                          size_t count, particles *out, size_t at) {
+  const int32_t owner = s->prm.rank * 256 + s->me; /* the GPU's index in the rank's island */
+  size_t i = 0;
+  for (size_t p = 0; p < np; ++p)
+    for (int l = 0; l < (hdr ? hdr[p].y : LANES) && i < count; ++l, ++i) {
+      const float *q = pk + p * PK_FLOATS + l;
+      const size_t o = at + i;
+      for (int a = 0; a < 3; ++a) out->x[3 * o + a] = q[(A_X + a) * LANES], out->v[3 * o + a] = q[(A_V + a) * LANES];
+      for (int a = 0; a < 9; ++a) out->C[9 * o + a] = q[(A_C + a) * LANES], out->F[9 * o + a] = q[(A_F + a) * LANES];
+      out->mass[o] = q[A_M * LANES];
+      out->vol0[o] = q[A_VOL * LANES];
+      out->logjp[o] = q[A_JP * LANES];
+      memcpy(&out->material[o], &q[A_MAT * LANES], sizeof(int32_t));
+      out->id[o] = id[p * LANES + l];
+      out->owner[o] = owner;
+    }
+  return i;
+}
+
+/* backend.h's emigrate: the particles whose block lies outside [lo, hi) leave the device. Only
+ * they cross to the host (k_leave flags them, a scan numbers them in slot order, k_leave_gather
+ * packs them); their slots are marked gone, and the caller's next rebuild-mapping (add_particles
+ * or rebuild) sorts them out of the mapping. Until then the device holds no step's sums for them:
+ * primed G2P2G sums are dropped (the next frame primes again). */
+static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
+  cuda_state *s = (cuda_state *)state;
+  if (s->n == 0) return DR_OK;
+  cudaStream_t st = s->stream;
+  const size_t n_slots = s->n_packets * LANES;
+  uint32_t *flag = dp<uint32_t>(s->vals[0]), *upto = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= n_slots */
+  k_leave<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), make_float3(s->origin[0], s->origin[1], s->origin[2]),
+      s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), flag);
+  LAUNCHED("k_leave");
+  CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, flag, upto, (int)n_slots, st));
+  int m = 0;
+  DR_TRY(read_count(s, upto + n_slots - 1, &m));
+  if (m == 0) return DR_OK;
+  const size_t mp = ((size_t)m + LANES - 1) / LANES;
+  DVEC(s->xpk, mp * PK_FLOATS * sizeof(float), "emigrating particles");
+  DVEC(s->xid, mp * LANES * sizeof(uint64_t), "emigrating particles");
+  DVEC(s->gone, n_slots, "emigrating particles");
+  k_leave_gather<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      n_slots, flag, upto, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->xpk),
+      dp<uint64_t>(s->xid), dp<uint8_t>(s->gone));
+  LAUNCHED("k_leave_gather");
+  float *pk = (float *)dr_malloc(mp * PK_FLOATS * sizeof(float), "emigrating particles");
+  uint64_t *id = (uint64_t *)dr_malloc(mp * LANES * sizeof(uint64_t), "emigrating particles");
+  int rc = pk && id ? particles_reserve(out, out->n + (size_t)m) : DR_ENOMEM;
+  cudaError_t e = cudaSuccess;
+  if (rc == DR_OK && (e = cudaMemcpyAsync(pk, s->xpk.ptr, mp * PK_FLOATS * sizeof(float), cudaMemcpyDeviceToHost, st)) != cudaSuccess)
+    rc = cuda_fail(e, "cudaMemcpyAsync(pk, s->xpk.ptr)", __FILE__, __LINE__);
+  if (rc == DR_OK && (e = cudaMemcpyAsync(id, s->xid.ptr, (size_t)m * sizeof(uint64_t), cudaMemcpyDeviceToHost, st)) != cudaSuccess)
+    rc = cuda_fail(e, "cudaMemcpyAsync(id, s->xid.ptr)", __FILE__, __LINE__);
+  if (rc == DR_OK && (e = cudaStreamSynchronize(st)) != cudaSuccess)
+    rc = cuda_fail(e, "cudaStreamSynchronize(st)", __FILE__, __LINE__);
+  if (rc == DR_OK) {
+    out->n += unpack_host(s, pk, id, NULL, mp, (size_t)m, out, out->n);
+    s->n -= (size_t)m;
+    s->n_gone = n_slots;
+    TRACE("emigrate: %d particles leave device %d", m, s->device);
+  }
+  free(pk);
+  free(id);
+  if (rc == DR_OK && s->primed) {
+    DR_TRY(clear_grid(s, s->par));
+    s->primed = 0;
+  }
+  return rc;
+}
+
 static int download(void *state, particles *out) {
   cuda_state *s = (cuda_state *)state;
   DR_TRY(particles_reserve(out, s->n));
@@ -2312,20 +2424,7 @@ static int download(void *state, particles *out) {
     if (e != cudaSuccess) rc = cuda_fail(e, "cudaStreamSynchronize(s->stream)", __FILE__, __LINE__);
   }
   if (!rc) {
-    const int32_t owner = s->prm.rank * 256 + s->me; /* the GPU's index in the rank's island */
-    size_t i = 0;
-    for (size_t p = 0; p < np; ++p)
-      for (int l = 0; l < hdr[p].y && i < s->n; ++l, ++i) {
-        const float *q = pk + p * PK_FLOATS + l;
-        for (int a = 0; a < 3; ++a) out->x[3 * i + a] = q[(A_X + a) * LANES], out->v[3 * i + a] = q[(A_V + a) * LANES];
-        for (int a = 0; a < 9; ++a) out->C[9 * i + a] = q[(A_C + a) * LANES], out->F[9 * i + a] = q[(A_F + a) * LANES];
-        out->mass[i] = q[A_M * LANES];
-        out->vol0[i] = q[A_VOL * LANES];
-        out->logjp[i] = q[A_JP * LANES];
-        memcpy(&out->material[i], &q[A_MAT * LANES], sizeof(int32_t));
-        out->id[i] = id[p * LANES + l];
-        out->owner[i] = owner;
-      }
+    const size_t i = unpack_host(s, pk, id, hdr, np, s->n, out, 0);
     if (i != s->n) rc = dr_fail(DR_EINTERNAL, "cuda backend: %zu particles in the packets, %zu expected", i, s->n);
   }
   free(pk);
@@ -2343,7 +2442,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room};
+                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -2382,7 +2481,7 @@ static void destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room};
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
@@ -3614,6 +3713,15 @@ static int island_unpack_add(void *state, const int32_t *idx, size_t n, const vo
   return DR_OK;
 }
 
+static int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
+  island *I = (island *)state;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(emigrate(I->m[k], lo, hi, out));
+  }
+  return DR_OK;
+}
+
 static int island_wants_rebuild_be(void *state) { return island_wants_rebuild((const island *)state); }
 
 /* Particles that migrated between ranks or a rebalance (sim.c, at a rebuild-mapping): split
@@ -3689,6 +3797,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->grid_update_part = island_grid_update_part;
   out->wants_rebuild = island_wants_rebuild_be;
   out->set_particles = island_set_particles;
+  out->emigrate = island_emigrate;
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
   size_t held = 0;
@@ -3748,6 +3857,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->wants_rebuild = wants_rebuild;
   out->set_particles = set_particles;
   out->add_particles = add_particles;
+  out->emigrate = emigrate;
   out->block_sums = sums_floats(s); /* = int_floats(s) */
   out->sums_int64 = s->det;
   out->alloc_sums = alloc_sums;

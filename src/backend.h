@@ -149,6 +149,12 @@ typedef struct backend {
    * the particles of p (left unchanged) and rebuilds the mapping, for particle sources
    * (emit.h). Storage grows only when it is too small (cuda: 4x when more than half full). */
   int (*add_particles)(void *state, const particles *p);
+  /* Optional (NULL: sim.c downloads every particle at a rebuild-mapping of several ranks):
+   * removes the particles whose particle block (sim.c's particle_block) lies outside [lo, hi)
+   * on some axis and appends them to out (grown as needed), in an order that depends only on
+   * how the backend holds them. The caller then adds the particles it received (add_particles)
+   * or forces a rebuild-mapping, which drops the removed ones from the mapping. */
+  int (*emigrate)(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
   /* Optional (NULL: never): 1 when the particles' F and logJp, as download copies them, already
    * hold the return mapping of the next step's P2G (cuda: after fused G2P2G steps, whose P2G of
    * the next step is done and kept). A checkpoint records it (ckpt_state.projected), so that the

@@ -615,6 +615,33 @@ static int add_particles(void *state, const particles *p) {
   return rebuild(s, 1, &rebuilt);
 }
 
+/* backend.h's emigrate: the leaving particles are appended to out in index order, the others
+ * close ranks in theirs; the caller's rebuild-mapping sorts what is left. */
+static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
+  cpu_state *s = state;
+  size_t keep = 0;
+  for (size_t i = 0; i < s->p.n; ++i) {
+    int leave = 0;
+    for (int a = 0; a < 3; ++a) {
+      const int32_t b = bspline_base((s->p.x[3 * i + a] - s->origin[a]) * s->inv_dx) >> 2;
+      leave |= b < lo[a] || b >= hi[a];
+    }
+    if (leave) {
+      DR_TRY(particles_push_copy(out, &s->p, i));
+      out->owner[out->n - 1] = s->prm.rank * 256;
+      continue;
+    }
+    if (keep != i)
+      for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+        const size_t b = particle_attrs[a].bytes;
+        memcpy((char *)particles_attr(&s->p, a) + b * keep, (char *)particles_attr(&s->p, a) + b * i, b);
+      }
+    ++keep;
+  }
+  s->p.n = keep;
+  return DR_OK;
+}
+
 static void destroy(void *state) {
   cpu_state *s = state;
   if (!s) return;
@@ -666,7 +693,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
-                   .set_particles = set_particles, .add_particles = add_particles, .set_time = set_time,
+                   .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .set_time = set_time,
                    .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);

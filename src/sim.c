@@ -263,23 +263,43 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
  * the rank that owns their position, and hands the backend its new particle set. */
 static int redistribute(sim *S) {
   particles p = {0}, q = {0};
-  int rc = S->be.download(S->be.state, &p);
-  rc = comm_agree(S->comm, rc);
-  if (rc) {
-    particles_free(&p);
-    return rc;
-  }
   /* the load: particles, or compute time since the last rebuild-mapping (balance_by) */
+  backend_stats bs = {0};
+  int rc = comm_agree(S->comm, S->be.stats(S->be.state, &bs));
+  if (rc) return rc;
   const int by_time = S->sc->balance_by == BALANCE_TIME;
-  const double my_seconds = S->compute_seconds;
-  double load[2] = {by_time ? my_seconds : (double)p.n, (double)p.n}, lmax[2], lsum[2];
+  const double my_seconds = S->compute_seconds, my_n = (double)bs.n_particles;
+  double load[2] = {by_time ? my_seconds : my_n, my_n}, lmax[2], lsum[2];
   DR_MPI(MPI_Allreduce(load, lmax, 2, MPI_DOUBLE, MPI_MAX, S->comm));
   DR_MPI(MPI_Allreduce(load, lsum, 2, MPI_DOUBLE, MPI_SUM, S->comm));
   S->compute_seconds = 0;
   const double mean = lsum[0] / S->nranks, imbalance = mean > 0 ? lmax[0] / mean - 1.0 : 0.0;
   const uint64_t nmax = (uint64_t)lmax[1];
+  const int cuts_move = imbalance > S->balance;
+  if (S->be.emigrate && !cuts_move) {
+    /* The cuts stay: only the particles that left the box by more than a block leave the
+     * backend (on a GPU only they cross to the host), and only what arrives goes in. */
+    const int32_t *box = S->dec.box[S->rank];
+    const int32_t lo[3] = {box[0] - 1, box[1] - 1, box[2] - 1}, hi[3] = {box[3] + 1, box[4] + 1, box[5] + 1};
+    rc = comm_agree(S->comm, S->be.emigrate(S->be.state, lo, hi, &p));
+    if (rc == DR_OK) rc = migrate(S, &p, 1, &q);
+    particles_free(&p);
+    if (rc == DR_OK) {
+      int rebuilt = 0;
+      rc = q.n > 0 ? S->be.add_particles(S->be.state, &q) : S->be.rebuild(S->be.state, 1, &rebuilt);
+    }
+    particles_free(&q);
+    rc = comm_agree(S->comm, rc);
+    if (rc == DR_OK) rc = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, &S->be));
+    return rc;
+  }
+  rc = comm_agree(S->comm, S->be.download(S->be.state, &p));
+  if (rc) {
+    particles_free(&p);
+    return rc;
+  }
   int margin = 1;
-  if (imbalance > S->balance) {
+  if (cuts_move) {
     /* weights: 1 per particle, or this rank's cost per particle relative to the mean (x1000) */
     uint64_t weight = 1;
     if (by_time && p.n > 0 && lsum[0] > 0) {
