@@ -1388,13 +1388,8 @@ __global__ static void k_find_material(size_t n_slots, const uint64_t *pid, cons
     CU(call_with_temp);                                                                            \
   } while (0)
 
-/* DRIFT_TRACE=1 in the environment: one line per host-side event of the step loop. */
-static int trace_on = -1;
-#define TRACE(...)                                                                                 \
-  do {                                                                                             \
-    if (trace_on < 0) trace_on = getenv("DRIFT_TRACE") != NULL;                                    \
-    if (trace_on) fprintf(stderr, "trace: " __VA_ARGS__), fputc('\n', stderr);                     \
-  } while (0)
+/* DRIFT_TRACE=1 in the environment: one line per host-side event (log.h). */
+#define TRACE(...) log_trace(__VA_ARGS__)
 
 /* The buffers through which k_g2p leaves particles to k_collide, for n_packets packets (only in
  * scenes with a slip or separate collider). */
@@ -2992,8 +2987,12 @@ static int job_rebuild(island *I, int k) { return rebuild_now(I->m[k]); }
 static int job_capture(island *I, int k) { return I->m[k]->graphs_valid ? DR_OK : capture_graphs(I->m[k]); }
 
 static int island_rebuild(island *I) {
+  log_trace("island: rebuild-mapping of %d GPUs", I->nm);
   DR_TRY(island_each(I, job_rebuild));
-  return island_tag(I);
+  log_trace("island: rebuilt, tagging");
+  DR_TRY(island_tag(I));
+  log_trace("island: tagged");
+  return DR_OK;
 }
 
 static int island_wants_rebuild(const island *I) {
@@ -3214,7 +3213,11 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     if (!events) {
       int stale = 0;
       for (int k = 0; k < I->nm; ++k) stale |= !I->m[k]->graphs_valid;
-      if (stale) DR_TRY(island_each(I, job_capture));
+      if (stale) {
+        log_trace("island: capturing graphs");
+        DR_TRY(island_each(I, job_capture));
+        log_trace("island: captured");
+      }
     }
     const int par = I->m[0]->par;
     const int take = np == STEP_LAG ? (np ? pending[0] : par) : -1; /* the step read once this one is queued */

@@ -1,8 +1,11 @@
 /* log.c - see log.h. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 
 static int rank_, quiet_;
 
@@ -17,4 +20,28 @@ void log_info(const char *fmt, ...) {
   va_end(ap);
   fputc('\n', stderr);
   fflush(stderr);
+}
+
+static int trace_ = -1;
+static double trace_t0_ = -1.0;
+
+int log_tracing(void) {
+  if (trace_ < 0) trace_ = getenv("DRIFT_TRACE") != NULL;
+  return trace_;
+}
+
+void log_trace(const char *fmt, ...) {
+  if (!log_tracing()) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const double ms = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+  if (trace_t0_ < 0) trace_t0_ = ms;
+  char line[512];
+  int k = snprintf(line, sizeof line, "trace %10.3f ms r%d: ", ms - trace_t0_, rank_);
+  if (k < 0 || k >= (int)sizeof line) k = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + k, sizeof line - (size_t)k, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s\n", line); /* one call: lines of threads and ranks do not interleave */
 }

@@ -281,16 +281,21 @@ static int redistribute(sim *S) {
      * backend (on a GPU only they cross to the host), and only what arrives goes in. */
     const int32_t *box = S->dec.box[S->rank];
     const int32_t lo[3] = {box[0] - 1, box[1] - 1, box[2] - 1}, hi[3] = {box[3] + 1, box[4] + 1, box[5] + 1};
+    log_trace("redistribute: load agreed");
     rc = comm_agree(S->comm, S->be.emigrate(S->be.state, lo, hi, &p));
+    log_trace("redistribute: %zu particles emigrate", p.n);
     if (rc == DR_OK) rc = migrate(S, &p, 1, &q);
+    log_trace("redistribute: %zu particles arrive", q.n);
     particles_free(&p);
     if (rc == DR_OK) {
       int rebuilt = 0;
       rc = q.n > 0 ? S->be.add_particles(S->be.state, &q) : S->be.rebuild(S->be.state, 1, &rebuilt);
     }
+    log_trace("redistribute: rebuilt");
     particles_free(&q);
     rc = comm_agree(S->comm, rc);
     if (rc == DR_OK) rc = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, &S->be));
+    log_trace("redistribute: exchange set up (%zu shared blocks)", S->ex.n_shared);
     return rc;
   }
   rc = comm_agree(S->comm, S->be.download(S->be.state, &p));
@@ -475,8 +480,10 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     S->st.phase_seconds[PHASE_REBUILD] += S->opt.profile ? now() - ph : 0;
     double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds, c0 = MPI_Wtime();
     ph = now();
+    log_trace("step %d: p2g", k);
     rc = b->p2g(b->state, (float)dt);
     if (S->opt.profile) S->st.phase_seconds[PHASE_P2G] += now() - ph, ph = now();
+    log_trace("step %d: exchange", k);
     /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
      * at the next vote); the interior blocks are updated while the sums are in flight. */
     int xrc = exchange_start(&S->ex, b);
@@ -486,7 +493,9 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     if (rc == DR_OK)
       rc = b->grid_update_part ? b->grid_update_part(b->state, (float)dt, GRID_SHARED) : b->grid_update(b->state, (float)dt);
     if (S->opt.profile) S->st.phase_seconds[PHASE_GRID] += now() - ph, ph = now(); /* the exchange included */
+    log_trace("step %d: g2p", k);
     if (rc == DR_OK) rc = b->g2p(b->state, (float)dt);
+    log_trace("step %d: vote", k);
     const double c1 = MPI_Wtime();
     if (S->opt.profile) S->st.phase_seconds[PHASE_G2P] += now() - ph;
     /* The next step's vote goes out now; the bookkeeping below overlaps it. */
