@@ -29,6 +29,9 @@ rounds=${ROUNDS:-2}
 cd "$root" || exit 1
 
 t0=$SECONDS
+if [ -n "${AB_BUILT:-}" ] && [ -x "$root/build-a/drift" ] && [ -x "$root/build-b/drift" ]; then
+  echo "device_ab: AB_BUILT: using build-a and build-b as they are"
+else
 device_build "$root/build-a" "" &
 pa=$!
 device_build "$root/build-b" "$flags" &
@@ -38,6 +41,7 @@ wait $pa || ok=0
 wait $pb || ok=0
 [ $ok = 1 ] || exit 1
 echo "device_ab: both builds in $((SECONDS - t0)) s"
+fi
 
 if [ -n "$tests" ]; then
   t0=$SECONDS

@@ -14,13 +14,14 @@
 #   tests   `ctest -L gpu`: with 2 GPUs present the island's tests (check_island.sh), the
 #           restarts between 1 and 2 GPUs (check_signal.sh) and the ranks' tests run on distinct
 #           GPUs instead of one GPU standing in for several.
-#   island  `drift bench --gpus 1,G` on the Sand Blocks family (the multi-GPU efficiency
+#   island  `drift bench --gpus 1,2,G` on the Sand Blocks family (the multi-GPU efficiency
 #           e = t1 / (n tn), issue #4), then the paper's two alternatives (--island-barrier
-#           events, --island-reduce p2p_atomics) on l = 12 and l = 46.
+#           events, --island-reduce p2p_atomics) on l = 12 and 16 x l = 46 on G GPUs, and the
+#           largest case with CUDA_MODULE_LOADING=EAGER.
 #   ranks   issue #8 on one host: the dam break on 2 ranks x 1 GPU against 1 rank x 2 GPUs
 #           (compare_frames by particle id at the last frame), the same Sand Blocks l = 46 timed
 #           both ways, and weak scaling from 1 to 2 ranks of 1 GPU (jobs/bench/weak_1.json,
-#           weak_2.json: 3.1M particles per GPU).
+#           weak_2.json, weak_4.json where there are 4 GPUs: 3.1M particles per GPU).
 # env: FRAMES (bench frames; default each scene's own), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
 [ $# -gt 0 ] || { sed -n 2,27p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -59,13 +60,19 @@ for step in "$@"; do
       [ "$ngpu" -ge 2 ] || { note "island: skipped, $ngpu GPU(s)"; continue; }
       lim "${BENCH_LIMIT:-240}" "$drift" bench --backend cuda --gpus "$glist" "${frames[@]}" --profile-frames 0 --csv "$out/island.csv" \
         >"$out/island.log" 2>&1 || note "island: drift bench failed: $(tail -1 "$out/island.log")"
+      # the paper's two alternatives on the smallest and the largest case, on G GPUs (their 1-GPU
+      # times are the rows above)
       for alt in "--island-barrier events" "--island-reduce p2p_atomics"; do
         tag=$(echo "$alt" | awk '{print $2}')
         # shellcheck disable=SC2086
-        lim "${BENCH_LIMIT:-240}" "$drift" bench jobs/bench/sand_blocks_l12.json jobs/bench/sand_blocks_l46.json --backend cuda --gpus "1,$G" \
-          $alt "${frames[@]}" --profile-frames 0 --csv "$out/island_$tag.csv" >"$out/island_$tag.log" 2>&1 ||
+        lim "${BENCH_LIMIT:-240}" "$drift" bench jobs/bench/sand_blocks_l12.json jobs/bench/sand_blocks_l46x16.json --backend cuda \
+          --gpus "$G" $alt "${frames[@]}" --profile-frames 0 --csv "$out/island_$tag.csv" >"$out/island_$tag.log" 2>&1 ||
           note "island $alt: drift bench failed: $(tail -1 "$out/island_$tag.log")"
       done
+      # every kernel loaded when the GPUs are set up, not at its first launch (CUDA's lazy loading)
+      CUDA_MODULE_LOADING=EAGER lim "${BENCH_LIMIT:-240}" "$drift" bench jobs/bench/sand_blocks_l46x16.json --backend cuda \
+        --gpus "$G" "${frames[@]}" --profile-frames 0 --csv "$out/island_eager.csv" >"$out/island_eager.log" 2>&1 ||
+        note "island eager: drift bench failed: $(tail -1 "$out/island_eager.log")"
       note "island: $((SECONDS - t0)) s"
       ;;
     ranks)
@@ -86,6 +93,8 @@ for step in "$@"; do
         --csv "$out/weak_1.csv" >"$out/weak_1.log" 2>&1
       lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 "${frames[@]}" \
         --profile-frames 0 --csv "$out/weak_2.csv" >"$out/weak_2.log" 2>&1
+      [ "$ngpu" -ge 4 ] && lim 150 mpirun -n 4 --oversubscribe "$drift" bench jobs/bench/weak_4.json --backend cuda --gpus 1 \
+        "${frames[@]}" --profile-frames 0 --csv "$out/weak_4.csv" >"$out/weak_4.log" 2>&1
       note "ranks: $((SECONDS - t0)) s"
       ;;
     *)
