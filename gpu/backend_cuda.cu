@@ -1482,6 +1482,7 @@ static int rebuild_now(cuda_state *s) {
   s->need_rebuild = 0;
   if (n == 0) {
     s->n_pb = s->n_blocks = s->n_packets = 0;
+    s->n_gone = 0; /* emigrate took every particle: the slots it marked are gone with the packets */
     return DR_OK;
   }
   const size_t n_slots = s->n_packets * LANES;

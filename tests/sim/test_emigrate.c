@@ -1,0 +1,199 @@
+/* test_emigrate - backend.h's emigrate, the particles that leave a rank at a rebuild-mapping
+ * (sim.c's redistribute), on the backend of argv[1] (cpu, or cuda: exit 77 without a GPU).
+ *
+ * A block of elastic material, thrown sideways and falling, steps a while (so that the
+ * backend's own order of its particles is not the order they were given in); then a box of
+ * particle blocks that cuts through it is applied. Expected, from a download taken just before
+ * and sim.c's rule for a particle's block (bspline_base((x - origin) / dx) >> 2, in float, with
+ * origin = domain_min - GRID_PAD dx):
+ *   - emigrate returns exactly the particles whose block lies outside the box, each with every
+ *     attribute bitwise as the download had it (id, x, v, C, F, mass, volume, logJp, material);
+ *   - after the rebuild-mapping the caller forces, the backend holds exactly the others,
+ *     bitwise unchanged;
+ *   - given back with add_particles, and stepped on, the set matches a backend that never let them
+ *     go, bitwise: both run in deterministic mode, whose fixed-point sums do not depend on the
+ *     order of the particles;
+ *   - a box holding every particle lets none go (and changes nothing); a box holding none lets
+ *     every particle go and leaves the backend empty, and it takes them all back. */
+#include "simtest.h"
+
+#include "backend.h"
+#include "physics/bspline.h"
+#include "physics/fixed.h"
+#include "physics/sparse.h"
+
+#define DX 0.02f
+#define DT 2e-4f
+
+static int backend_kind(void) { return test_backend_ >= 0 ? test_backend_ : BACKEND_CPU; }
+
+static material_params jelly(void) {
+  material_params m;
+  memset(&m, 0, sizeof m);
+  material_from_user(&m, MODEL_FIXED_COROTATED, 1000.0f, 2e5f, 0.3f, 0.0f, 0.0f, 0.0f);
+  return m;
+}
+
+static sim_params params(const material_params *m) {
+  static const char *names[1] = {"jelly"};
+  sim_params prm;
+  memset(&prm, 0, sizeof prm);
+  for (int a = 0; a < 3; ++a) prm.domain_min[a] = 0, prm.domain_max[a] = 1.0;
+  prm.dx = DX;
+  prm.gravity[1] = -9.81f;
+  for (int f = 0; f < DR_FACES; ++f) prm.boundary.type[f] = BOUNDARY_SLIP;
+  prm.n_materials = 1;
+  prm.materials = m;
+  prm.material_names = names;
+  prm.g2p2g_below = 100000;
+  prm.deterministic = 1;
+  fix_scales(m->density * (0.5 * DX) * (0.5 * DX) * (0.5 * DX), 10.0, prm.fix_scale);
+  return prm;
+}
+
+/* A 16 x 10 x 12-cell block at 8 particles per cell, thrown along +x. */
+static void block(const material_params *m, particles *p) {
+  const float h = 0.5f * DX, vol = h * h * h;
+  uint64_t id = 0;
+  for (int i = 0; i < 32; ++i)
+    for (int j = 0; j < 20; ++j)
+      for (int k = 0; k < 24; ++k) {
+        const float x[3] = {0.3f + h * (i + 0.5f), 0.4f + h * (j + 0.5f), 0.35f + h * (k + 0.5f)};
+        const float v[3] = {2.0f, 0.5f, -0.3f};
+        MUST(particles_push(p, x, v, m->density * vol, vol, id++, 0));
+      }
+}
+
+static void step(backend *b) {
+  int rebuilt;
+  MUST(b->rebuild(b->state, 0, &rebuilt));
+  MUST(b->p2g(b->state, DT));
+  MUST(b->grid_update(b->state, DT));
+  MUST(b->g2p(b->state, DT));
+}
+
+static void block_of(const sim_params *prm, const float x[3], int32_t blk[3]) {
+  const float inv_dx = 1.0f / (float)prm->dx;
+  for (int a = 0; a < 3; ++a) {
+    const float origin = (float)(prm->domain_min[a] - GRID_PAD * prm->dx);
+    blk[a] = bspline_base((x[a] - origin) * inv_dx) >> 2;
+  }
+}
+
+static int outside(const sim_params *prm, const particles *p, size_t i, const int32_t lo[3], const int32_t hi[3]) {
+  int32_t b[3];
+  block_of(prm, p->x + 3 * i, b);
+  return b[0] < lo[0] || b[0] >= hi[0] || b[1] < lo[1] || b[1] >= hi[1] || b[2] < lo[2] || b[2] >= hi[2];
+}
+
+/* Every attribute but owner (the device that computed it) bitwise equal, particle i of a and j of b. */
+static int same_state(const particles *a, size_t i, const particles *b, size_t j) {
+  return a->id[i] == b->id[j] && !memcmp(a->x + 3 * i, b->x + 3 * j, 3 * sizeof(float)) &&
+         !memcmp(a->v + 3 * i, b->v + 3 * j, 3 * sizeof(float)) && !memcmp(a->C + 9 * i, b->C + 9 * j, 9 * sizeof(float)) &&
+         !memcmp(a->F + 9 * i, b->F + 9 * j, 9 * sizeof(float)) && !memcmp(&a->mass[i], &b->mass[j], sizeof(float)) &&
+         !memcmp(&a->vol0[i], &b->vol0[j], sizeof(float)) && !memcmp(&a->logjp[i], &b->logjp[j], sizeof(float)) &&
+         a->material[i] == b->material[j];
+}
+
+/* b holds exactly the particles of a (those outside [lo, hi) where want_outside, those inside
+ * where not; all of them where lo is NULL), bitwise by id. Returns the mismatches. */
+static size_t compare_subset(const char *what, const sim_params *prm, const particles *a, const int32_t *lo,
+                             const int32_t *hi, int want_outside, const particles *b) {
+  size_t *ia = order_by_id(a), *ib = order_by_id(b), bad = 0, j = 0, expected = 0;
+  for (size_t q = 0; q < a->n; ++q) {
+    const size_t i = ia[q];
+    if (lo && outside(prm, a, i, lo, hi) != want_outside) continue;
+    ++expected;
+    if (j >= b->n || !same_state(a, i, b, ib[j])) {
+      if (bad++ < 3)
+        fprintf(stderr, "  %s: particle %llu: %s\n", what, (unsigned long long)a->id[i],
+                j >= b->n ? "missing" : b->id[ib[j]] != a->id[i] ? "another id in its place" : "its state changed");
+    }
+    ++j;
+  }
+  CHECK(b->n == expected, "%s: %zu particles, expected %zu", what, b->n, expected);
+  CHECK(bad == 0, "%s: %zu particles differ from the expectation", what, bad);
+  free(ia);
+  free(ib);
+  return bad;
+}
+
+int main(int argc, char **argv) {
+  choose_backend(argc, argv);
+  init(&argc, &argv);
+  const material_params m = jelly();
+  const sim_params prm = params(&m);
+  particles p0 = {0}, copy = {0}, before = {0}, out = {0}, kept = {0}, a = {0}, b = {0};
+  block(&m, &p0);
+  for (size_t i = 0; i < p0.n; ++i) MUST(particles_push_copy(&copy, &p0, i));
+  backend A, R; /* A lets particles go and takes them back; R, the reference, never does */
+  MUST(backend_create(backend_kind(), &prm, &p0, &A));
+  MUST(backend_create(backend_kind(), &prm, &copy, &R));
+  CHECK(A.emigrate != NULL, "the %s backend has no emigrate", A.name);
+  if (!A.emigrate) return finish("test_emigrate");
+  for (int s = 0; s < 30; ++s) step(&A), step(&R);
+
+  /* a box of blocks that cuts the block along x and z */
+  MUST(A.download(A.state, &before));
+  int32_t lo[3] = {INT32_MAX, INT32_MAX, INT32_MAX}, hi[3] = {INT32_MIN, INT32_MIN, INT32_MIN};
+  for (size_t i = 0; i < before.n; ++i) {
+    int32_t bl[3];
+    block_of(&prm, before.x + 3 * i, bl);
+    for (int a3 = 0; a3 < 3; ++a3) {
+      if (bl[a3] < lo[a3]) lo[a3] = bl[a3];
+      if (bl[a3] + 1 > hi[a3]) hi[a3] = bl[a3] + 1;
+    }
+  }
+  const int32_t all_lo[3] = {lo[0], lo[1], lo[2]}, all_hi[3] = {hi[0], hi[1], hi[2]};
+  const int32_t cut_lo[3] = {lo[0], lo[1], (lo[2] + hi[2]) / 2}, cut_hi[3] = {(lo[0] + hi[0]) / 2 + 1, hi[1], hi[2]};
+  size_t leaving = 0;
+  for (size_t i = 0; i < before.n; ++i) leaving += (size_t)outside(&prm, &before, i, cut_lo, cut_hi);
+  printf("%s backend: %zu particles; box x [%d, %d) y [%d, %d) z [%d, %d) of blocks: %zu outside\n", A.name, before.n,
+         cut_lo[0], cut_hi[0], cut_lo[1], cut_hi[1], cut_lo[2], cut_hi[2], leaving);
+  CHECK(leaving > before.n / 10 && leaving < before.n * 9 / 10, "the cut lets %zu of %zu go: it tests little", leaving,
+        before.n);
+
+  /* a box holding every particle: none leaves, and nothing changes */
+  MUST(A.emigrate(A.state, all_lo, all_hi, &out));
+  CHECK(out.n == 0, "a box around every particle: %zu emigrated", out.n);
+  int rebuilt;
+  MUST(A.rebuild(A.state, 1, &rebuilt));
+  MUST(A.download(A.state, &kept));
+  compare_subset("nobody leaves", &prm, &before, NULL, NULL, 0, &kept);
+
+  /* the cut: exactly the particles outside, bitwise; the rest stays, bitwise */
+  MUST(A.emigrate(A.state, cut_lo, cut_hi, &out));
+  compare_subset("emigrated", &prm, &before, cut_lo, cut_hi, 1, &out);
+  MUST(A.rebuild(A.state, 1, &rebuilt));
+  MUST(A.download(A.state, &kept));
+  compare_subset("stayed", &prm, &before, cut_lo, cut_hi, 0, &kept);
+
+  /* back in, and on: bitwise the reference's (deterministic sums) */
+  MUST(A.add_particles(A.state, &out));
+  for (int s = 0; s < 20; ++s) step(&A), step(&R);
+  MUST(A.download(A.state, &a));
+  MUST(R.download(R.state, &b));
+  compare_subset("given back, 20 steps on", &prm, &b, NULL, NULL, 0, &a);
+
+  /* a box far from every particle: all leave, the backend steps empty, then takes them back */
+  const int32_t far_lo[3] = {all_hi[0] + 8, all_hi[1] + 8, all_hi[2] + 8};
+  const int32_t far_hi[3] = {far_lo[0] + 1, far_lo[1] + 1, far_lo[2] + 1};
+  out.n = 0;
+  MUST(A.emigrate(A.state, far_lo, far_hi, &out));
+  CHECK(out.n == a.n, "a box away from the material: %zu of %zu emigrated", out.n, a.n);
+  MUST(A.rebuild(A.state, 1, &rebuilt));
+  backend_stats st;
+  MUST(A.stats(A.state, &st));
+  CHECK(st.n_particles == 0, "after every particle left, the backend holds %llu", (unsigned long long)st.n_particles);
+  MUST(A.add_particles(A.state, &out));
+  for (int s = 0; s < 5; ++s) step(&A), step(&R);
+  MUST(A.download(A.state, &a));
+  MUST(R.download(R.state, &b));
+  compare_subset("all given back, 5 steps on", &prm, &b, NULL, NULL, 0, &a);
+
+  particles_free(&before), particles_free(&out), particles_free(&kept), particles_free(&a), particles_free(&b);
+  particles_free(&copy);
+  backend_destroy(&A);
+  backend_destroy(&R);
+  return finish("test_emigrate");
+}
