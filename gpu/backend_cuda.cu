@@ -2504,6 +2504,7 @@ static int upload(cuda_state *s, const particles *p) {
   const size_t n = p->n;
   s->n = n;
   s->primed = 0; /* other particles: the sums are not theirs */
+  s->n_gone = 0; /* and no slot of theirs was emigrate's */
   s->n_packets = (n + LANES - 1) / LANES;
   const size_t slots = s->n_packets * LANES;
   DVEC(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
