@@ -430,6 +430,10 @@ typedef struct cuda_state {
   int det;                      /* deterministic mode (prm.deterministic) */
   dvec igrid[2];                /* deterministic mode only: [n_blocks][ich][64] int64 fixed-point P2G sums */
   dvec shared;                  /* [n_blocks] uint8: shared with another rank (mark_shared) */
+  dvec pk_order;                /* [n_packets] int32 (p2g_part): boundary packets first, then the rest */
+  size_t n_boundary;            /* ... how many are boundary packets */
+  int order_stale;              /* pk_order is not this mapping's and marks' (rebuild, mark_shared) */
+  int part_skip;                /* p2g_part: the boundary call found the step's P2G primed, whole */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
   xlist *xl;                    /* the exchange's block lists in xidx (register_indices); owned here */
   int n_xl, xl_cap;
@@ -575,6 +579,19 @@ __global__ static void k_leave_gather(size_t n_slots, const uint32_t *flag, cons
   float *d = xpk + (j / LANES) * PK_FLOATS + j % LANES;
   for (int a = 0; a < PK_ATTRS; ++a) d[a * LANES] = q[a * LANES];
   xid[j] = pid[i];
+}
+
+/* p2g_part: flag[p] = 1 where packet p's particle block has a block shared with another rank
+ * among its 27 physical blocks (its particles' stencils lie in them); iota[p] = p. */
+__global__ static void k_pk_boundary(size_t n_packets, const int2 *hdr, const int32_t *pb_nbr, const uint8_t *shared,
+                                     uint8_t *flag, int32_t *iota) {
+  const size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (p >= n_packets) return;
+  const int32_t *nb = pb_nbr + 27 * (size_t)hdr[p].x;
+  uint8_t f = 0;
+  for (int j = 0; j < 27; ++j) f |= nb[j] >= 0 && shared[nb[j]];
+  flag[p] = f;
+  iota[p] = (int32_t)p;
 }
 
 __device__ static inline int is_head(size_t i, const uint64_t *keys) {
@@ -795,13 +812,14 @@ __global__ static void PARTICLE_BOUNDS
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   const int warp = threadIdx.x >> 5;
-  const size_t p = (size_t)blockIdx.x * WARPS + warp;
-  if (p >= n_packets) return; /* the whole warp */
+  const size_t i = (size_t)blockIdx.x * WARPS + warp;
+  if (i >= n_packets) return; /* the whole warp */
+  const size_t p = order ? (size_t)order[i] : i; /* p2g_part: n_packets packets of the list order */
   p2g_any<OLD, DET>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
                     s_p2g[warp], s_sort[warp], fp, !ctl->projected);
 }
@@ -1480,6 +1498,7 @@ static int rebuild_now(cuda_state *s) {
   if (keep) DR_TRY(keep_primed(s, old_nb));
   ++s->rebuilds;
   s->need_rebuild = 0;
+  s->order_stale = 1;
   if (n == 0) {
     s->n_pb = s->n_blocks = s->n_packets = 0;
     s->n_gone = 0; /* emigrate took every particle: the slots it marked are gone with the packets */
@@ -1707,17 +1726,20 @@ static int launch_barrier(cuda_state *s, int par) {
   return DR_OK;
 }
 
-static int launch_p2g(cuda_state *s, int par) {
-  if (s->n_packets == 0) return DR_OK;
+/* P2G of every packet, or (order non-NULL) of the n packets listed at order. */
+static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n) {
+  if (n == 0) return DR_OK;
   (s->asflip ? (s->det ? k_p2g<true, true> : k_p2g<true, false>) : (s->det ? k_p2g<false, true> : k_p2g<false, false>))
-      <<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
-      dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
+      <<<blocks_for(n, WARPS), THREADS, 0, s->stream>>>(
+      dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par));
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order);
   LAUNCHED("k_p2g");
   return DR_OK;
 }
+
+static int launch_p2g(cuda_state *s, int par) { return launch_p2g_of(s, par, NULL, s->n_packets); }
 
 static int launch_grid(cuda_state *s, int par, int part) {
   if (s->n_blocks == 0) return DR_OK;
@@ -2149,6 +2171,7 @@ static void free_sums(void *ptr, int device) {
 
 static int mark_shared(void *state, const int32_t *idx, size_t n) {
   cuda_state *s = (cuda_state *)state;
+  s->order_stale = 1;
   if (!idx) { /* a new exchange_setup: the lists given before are freed (their host addresses may come back) */
     s->n_xl = 0;
     if (s->n_blocks) CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, s->stream));
@@ -2286,6 +2309,55 @@ static int p2g(void *state, float dt) {
     DR_TRY(clear_grid(s, s->par));
   }
   return launch_p2g(s, s->par);
+}
+
+/* p2g_part's order: the boundary packets (k_pk_boundary) first, the others after them (in
+ * reverse order: cub's partition), computed once per mapping and marks (one read of the count). */
+static int boundary_order(cuda_state *s) {
+  if (!s->order_stale) return DR_OK;
+  cudaStream_t st = s->stream;
+  const size_t n = s->n_packets;
+  s->n_boundary = 0;
+  if (n > 0) {
+    DVEC(s->pk_order, n * sizeof(int32_t), "packet order (p2g_part)");
+    uint8_t *flag = dp<uint8_t>(s->keys[0]); /* the sort's scratch (>= n_packets * LANES * 8 bytes) */
+    int32_t *iota = dp<int32_t>(s->vals[0]);
+    k_pk_boundary<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n, dp<int2>(s->hdr), dp<int32_t>(s->pb_nbr), dp<uint8_t>(s->shared), flag, iota);
+    LAUNCHED("k_pk_boundary");
+    CUB_RUN(cub::DevicePartition::Flagged(temp_ptr, temp_bytes, iota, flag, dp<int32_t>(s->pk_order),
+                                          dp<int>(s->count), (int)n, st));
+    int nb = 0;
+    DR_TRY(read_count(s, s->count.ptr, &nb));
+    s->n_boundary = (size_t)nb;
+    TRACE("p2g_part: %d of %zu packets on device %d reach shared blocks", nb, n, s->device);
+  }
+  s->order_stale = 0;
+  return DR_OK;
+}
+
+/* backend.h's p2g_part (ranks: sim.c sends the boundary's sums while the interior scatters). The
+ * boundary call does what p2g does before its P2G (the step's dt, primed sums), then scatters the
+ * boundary packets; the interior call scatters the rest, on the same stream. */
+static int p2g_part(void *state, float dt, int part) {
+  cuda_state *s = (cuda_state *)state;
+  if (part == P2G_INTERIOR) {
+    if (s->part_skip) return DR_OK;
+    return launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary);
+  }
+  s->part_skip = 0;
+  k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
+  LAUNCHED("k_begin_fixed");
+  if (s->primed) { /* as in p2g() */
+    s->primed = 0;
+    if (dt == s->primed_dt) {
+      s->part_skip = 1;
+      return DR_OK;
+    }
+    DR_TRY(clear_grid(s, s->par));
+  }
+  DR_TRY(boundary_order(s));
+  return launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order), s->n_boundary);
 }
 
 static int grid_update(void *state, float dt) {
@@ -2439,7 +2511,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid};
+                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -2478,7 +2550,7 @@ static void destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid};
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
@@ -3297,6 +3369,28 @@ static int island_p2g(void *state, float dt) {
   return DR_OK;
 }
 
+/* backend.h's p2g_part on the island: each member's (its boundary: blocks it shares with other
+ * ranks, island_mark_shared); the boundary call first does island_p2g's care of primed sums. */
+static int island_p2g_part(void *state, float dt, int part) {
+  island *I = (island *)state;
+  if (part == P2G_BOUNDARY && I->nm > 1 && I->m[0]->atomics) {
+    int cleared = 0;
+    for (int k = 0; k < I->nm; ++k)
+      if (I->m[k]->primed && I->m[k]->primed_dt != dt) {
+        DR_TRY(use(I->m[k]));
+        DR_TRY(clear_grid(I->m[k], I->m[k]->par));
+        I->m[k]->primed = 0;
+        cleared = 1;
+      }
+    if (cleared) DR_TRY(island_sync(I));
+  }
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(p2g_part(I->m[k], dt, part));
+  }
+  return DR_OK;
+}
+
 /* The stages of launch_step between P2G and G2P, member by member between the barriers. Every
  * member's barrier is launched before any member's grid update (island_barrier_all): where
  * members share a device (DRIFT_DEVICES=0,0) their streams may share a hardware queue, in which
@@ -3804,6 +3898,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->wants_rebuild = island_wants_rebuild_be;
   out->set_particles = island_set_particles;
   out->emigrate = island_emigrate;
+  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* not yet measured on GPUs */
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
   size_t held = 0;
@@ -3864,6 +3959,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->set_particles = set_particles;
   out->add_particles = add_particles;
   out->emigrate = emigrate;
+  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? p2g_part : NULL; /* not yet measured on GPUs */
   out->block_sums = sums_floats(s); /* = int_floats(s) */
   out->sums_int64 = s->det;
   out->alloc_sums = alloc_sums;

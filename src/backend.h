@@ -57,6 +57,8 @@ typedef struct backend_stats {
 } backend_stats;
 
 enum grid_part { GRID_INTERIOR = 1, GRID_SHARED = 2, GRID_ALL = 3 };
+/* p2g_part: the particles whose stencils may reach a block shared with another rank, or the others. */
+enum p2g_part { P2G_BOUNDARY = 1, P2G_INTERIOR = 2 };
 
 /* A frame's substeps, for backends that run them without the host choosing each step. */
 typedef struct frame_plan {
@@ -102,6 +104,11 @@ typedef struct backend {
   int (*rebuild)(void *state, int force, int *rebuilt);
   /* Particle to grid with plasticity, stress and forces fused in (clears the grid first). */
   int (*p2g)(void *state, float dt);
+  /* Optional (NULL: p2g only): p2g in two calls, P2G_BOUNDARY then P2G_INTERIOR, which together
+   * are p2g. The boundary holds every particle whose stencil may reach a block that mark_shared
+   * marked (a superset is allowed: the cpu backend scatters everything there); sim.c packs and
+   * sends the shared blocks' sums after it and scatters the interior while they travel. */
+  int (*p2g_part)(void *state, float dt, int part);
   /* Nodal velocities from momenta, gravity, wall conditions; untouched blocks skipped. */
   int (*grid_update)(void *state, float dt);
   /* Grid to particle, deformation update, advection, free-zone check. A non-finite state or a

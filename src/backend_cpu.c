@@ -615,6 +615,10 @@ static int add_particles(void *state, const particles *p) {
   return rebuild(s, 1, &rebuilt);
 }
 
+/* backend.h's p2g_part: the CPU backend runs its phases to completion, so nothing would overlap
+ * the exchange; the boundary part is the whole P2G and the interior part is empty. */
+static int p2g_part(void *state, float dt, int part) { return part == P2G_BOUNDARY ? p2g(state, dt) : DR_OK; }
+
 /* backend.h's emigrate: the leaving particles are appended to out in index order, the others
  * close ranks in theirs; the caller's rebuild-mapping sorts what is left. */
 static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
@@ -693,7 +697,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
-                   .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .set_time = set_time,
+                   .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .p2g_part = p2g_part, .set_time = set_time,
                    .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);

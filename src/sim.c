@@ -480,13 +480,18 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     S->st.phase_seconds[PHASE_REBUILD] += S->opt.profile ? now() - ph : 0;
     double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds, c0 = MPI_Wtime();
     ph = now();
-    log_trace("step %d: p2g", k);
-    rc = b->p2g(b->state, (float)dt);
+    /* With p2g_part (and blocks shared with another rank), only the particles whose stencils
+     * may reach shared blocks scatter before the sums are packed and sent; the others scatter
+     * while the messages travel (the profile's P2G phase then holds the boundary part only). */
+    const int split = b->p2g_part && S->ex.nlinks > 0;
+    log_trace("step %d: p2g%s", k, split ? " (boundary)" : "");
+    rc = split ? b->p2g_part(b->state, (float)dt, P2G_BOUNDARY) : b->p2g(b->state, (float)dt);
     if (S->opt.profile) S->st.phase_seconds[PHASE_P2G] += now() - ph, ph = now();
     log_trace("step %d: exchange", k);
     /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
      * at the next vote); the interior blocks are updated while the sums are in flight. */
     int xrc = exchange_start(&S->ex, b);
+    if (split && rc == DR_OK) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
     if (rc == DR_OK && xrc == DR_OK && b->grid_update_part) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
     int frc = exchange_finish(&S->ex, b); /* also after a failed pack: it waits for the messages it posted */
     if (rc == DR_OK) rc = frc;

@@ -77,3 +77,4 @@ for r in range(1, rounds + 1):
                   f"{float(row['particle_steps_per_s']):>18.4g}{float(row['steps_per_s']):>10.0f}{float(row['fps']):>8.1f}")
 print(f"a: the tree as it is; b: CMAKE_CUDA_FLAGS={flags}")
 EOF
+pack_out

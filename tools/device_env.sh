@@ -26,3 +26,13 @@ device_build() {
     cmake --build "$1" -j "$(($(nproc) / 2 > 1 ? $(nproc) / 2 : 1))" >"$out/$name.build.log" 2>&1 ||
     { echo "$(basename "$0"): build of $name failed (logs: $out/$name.*.log):" >&2; tail -20 "$out/$name.build.log" >&2; return 1; }
 }
+
+# pack_out: everything under $out (frames excepted) into $out/logs.tgz, the other files removed,
+# where OUT is set (the device tool returns at most 8 files); PACK=0 keeps them as they are.
+pack_out() {
+  [ -n "${OUT:-}" ] && [ "${PACK:-1}" = 1 ] || return 0
+  local tmp
+  tmp=$(mktemp /tmp/logs.XXXXXX.tgz) || return 0
+  tar czf "$tmp" -C "$out" --exclude='*.h5' --exclude=logs.tgz . && find "$out" -mindepth 1 -delete &&
+    mv "$tmp" "$out/logs.tgz"
+}

@@ -122,3 +122,4 @@ for run, r in rows:
           f"{float(r['particle_steps_per_s']):>18.4g}{e:>7}  {isl}")
 EOF
 for l in "${summary[@]}"; do echo "$l"; done
+pack_out
