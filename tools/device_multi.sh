@@ -21,7 +21,8 @@
 #   ranks   issue #8 on one host: the dam break on 2 ranks x 1 GPU against 1 rank x 2 GPUs
 #           (compare_frames by particle id at the last frame), the same Sand Blocks l = 46 timed
 #           both ways, and weak scaling from 1 to 2 ranks of 1 GPU (jobs/bench/weak_1.json,
-#           weak_2.json, weak_4.json where there are 4 GPUs: 3.1M particles per GPU).
+#           weak_2.json, weak_4.json where there are 4 GPUs: 3.1M particles per GPU), and the
+#           2-rank runs again with DRIFT_SPLIT_P2G=1 (p2g_part).
 # env: FRAMES (bench frames; default each scene's own), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
 [ $# -gt 0 ] || { sed -n 2,27p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -95,6 +96,11 @@ for step in "$@"; do
         --profile-frames 0 --csv "$out/weak_2.csv" >"$out/weak_2.log" 2>&1
       [ "$ngpu" -ge 4 ] && lim 150 mpirun -n 4 --oversubscribe "$drift" bench jobs/bench/weak_4.json --backend cuda --gpus 1 \
         "${frames[@]}" --profile-frames 0 --csv "$out/weak_4.csv" >"$out/weak_4.log" 2>&1
+      # the same with p2g_part (the interior's P2G while the shared sums travel)
+      DRIFT_SPLIT_P2G=1 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda \
+        --gpus 1 "${frames[@]}" --profile-frames 0 --csv "$out/ranks_2x1_split.csv" >"$out/ranks_2x1_split.log" 2>&1
+      DRIFT_SPLIT_P2G=1 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 \
+        "${frames[@]}" --profile-frames 0 --csv "$out/weak_2_split.csv" >"$out/weak_2_split.log" 2>&1
       note "ranks: $((SECONDS - t0)) s"
       ;;
     *)
