@@ -3349,19 +3349,23 @@ static int island_rebuild_phase(void *state, int force, int *rebuilt) {
   return DR_OK;
 }
 
+/* p2p_atomics: a primed P2G that p2g() would drop is dropped before any peer can push (see the island). */
+static int island_drop_primed(island *I, float dt) {
+  if (I->nm == 1 || !I->m[0]->atomics) return DR_OK;
+  int cleared = 0;
+  for (int k = 0; k < I->nm; ++k)
+    if (I->m[k]->primed && I->m[k]->primed_dt != dt) {
+      DR_TRY(use(I->m[k]));
+      DR_TRY(clear_grid(I->m[k], I->m[k]->par));
+      I->m[k]->primed = 0;
+      cleared = 1;
+    }
+  return cleared ? island_sync(I) : DR_OK;
+}
+
 static int island_p2g(void *state, float dt) {
   island *I = (island *)state;
-  if (I->nm > 1 && I->m[0]->atomics) { /* a primed P2G p2g() would drop is dropped before any peer can push (see the island) */
-    int cleared = 0;
-    for (int k = 0; k < I->nm; ++k)
-      if (I->m[k]->primed && I->m[k]->primed_dt != dt) {
-        DR_TRY(use(I->m[k]));
-        DR_TRY(clear_grid(I->m[k], I->m[k]->par));
-        I->m[k]->primed = 0;
-        cleared = 1;
-      }
-    if (cleared) DR_TRY(island_sync(I));
-  }
+  DR_TRY(island_drop_primed(I, dt));
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
     DR_TRY(p2g(I->m[k], dt));
@@ -3373,17 +3377,7 @@ static int island_p2g(void *state, float dt) {
  * ranks, island_mark_shared); the boundary call first does island_p2g's care of primed sums. */
 static int island_p2g_part(void *state, float dt, int part) {
   island *I = (island *)state;
-  if (part == P2G_BOUNDARY && I->nm > 1 && I->m[0]->atomics) {
-    int cleared = 0;
-    for (int k = 0; k < I->nm; ++k)
-      if (I->m[k]->primed && I->m[k]->primed_dt != dt) {
-        DR_TRY(use(I->m[k]));
-        DR_TRY(clear_grid(I->m[k], I->m[k]->par));
-        I->m[k]->primed = 0;
-        cleared = 1;
-      }
-    if (cleared) DR_TRY(island_sync(I));
-  }
+  if (part == P2G_BOUNDARY) DR_TRY(island_drop_primed(I, dt));
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
     DR_TRY(p2g_part(I->m[k], dt, part));
