@@ -2214,6 +2214,20 @@ static int set_particles(void *state, particles *p) {
  * G2P2G frame after this starts from an unprimed P2G: the primed sums (keep_primed) lack the new
  * particles, and the P2G that adds them runs again over the old ones too, applying their return
  * mapping a second time (not exact for NACC; a P2G of the new particles alone would be). */
+/* The host's staging packets (h_add, h_add_id, h_add_hdr) for at least n packets: grown 2x,
+ * kept between calls (particles added, and those that emigrate). */
+static int host_packets(cuda_state *s, size_t n) {
+  if (n <= s->h_add_cap) return DR_OK;
+  free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
+  size_t cap = s->h_add_cap ? s->h_add_cap : 64;
+  while (cap < n) cap *= 2;
+  s->h_add = (float *)dr_malloc(cap * PK_FLOATS * sizeof(float), "particle staging");
+  s->h_add_id = (uint64_t *)dr_malloc(cap * LANES * sizeof(uint64_t), "particle staging");
+  s->h_add_hdr = (int2 *)dr_malloc(cap * sizeof(int2), "particle staging");
+  s->h_add_cap = s->h_add && s->h_add_id && s->h_add_hdr ? cap : 0;
+  return s->h_add_cap ? DR_OK : DR_ENOMEM;
+}
+
 static int append_particles(cuda_state *s, const particles *p) {
   const size_t m = p->n;
   if (m == 0) return DR_OK;
@@ -2236,16 +2250,7 @@ static int append_particles(cuda_state *s, const particles *p) {
   }
   DVEC(s->pblock, (s->n + m) * sizeof(int32_t), "particle block indices");
   DVEC(s->head, (s->n + m) * sizeof(int32_t), "particle block indices");
-  if (add_packets > s->h_add_cap) {
-    free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
-    size_t cap = s->h_add_cap ? s->h_add_cap : 64;
-    while (cap < add_packets) cap *= 2;
-    s->h_add = (float *)dr_malloc(cap * PK_FLOATS * sizeof(float), "particle upload");
-    s->h_add_id = (uint64_t *)dr_malloc(cap * LANES * sizeof(uint64_t), "particle upload");
-    s->h_add_hdr = (int2 *)dr_malloc(cap * sizeof(int2), "particle upload");
-    s->h_add_cap = s->h_add && s->h_add_id && s->h_add_hdr ? cap : 0;
-    if (!s->h_add_cap) return DR_ENOMEM;
-  }
+  DR_TRY(host_packets(s, add_packets));
   float *pk = s->h_add;
   uint64_t *id = s->h_add_id;
   memset(pk, 0, add_packets * PK_FLOATS * sizeof(float));
@@ -2443,29 +2448,20 @@ static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], parti
       n_slots, flag, upto, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->xpk),
       dp<uint64_t>(s->xid), dp<uint8_t>(s->gone));
   LAUNCHED("k_leave_gather");
-  float *pk = (float *)dr_malloc(mp * PK_FLOATS * sizeof(float), "emigrating particles");
-  uint64_t *id = (uint64_t *)dr_malloc(mp * LANES * sizeof(uint64_t), "emigrating particles");
-  int rc = pk && id ? particles_reserve(out, out->n + (size_t)m) : DR_ENOMEM;
-  cudaError_t e = cudaSuccess;
-  if (rc == DR_OK && (e = cudaMemcpyAsync(pk, s->xpk.ptr, mp * PK_FLOATS * sizeof(float), cudaMemcpyDeviceToHost, st)) != cudaSuccess)
-    rc = cuda_fail(e, "cudaMemcpyAsync(pk, s->xpk.ptr)", __FILE__, __LINE__);
-  if (rc == DR_OK && (e = cudaMemcpyAsync(id, s->xid.ptr, (size_t)m * sizeof(uint64_t), cudaMemcpyDeviceToHost, st)) != cudaSuccess)
-    rc = cuda_fail(e, "cudaMemcpyAsync(id, s->xid.ptr)", __FILE__, __LINE__);
-  if (rc == DR_OK && (e = cudaStreamSynchronize(st)) != cudaSuccess)
-    rc = cuda_fail(e, "cudaStreamSynchronize(st)", __FILE__, __LINE__);
-  if (rc == DR_OK) {
-    out->n += unpack_host(s, pk, id, NULL, mp, (size_t)m, out, out->n);
-    s->n -= (size_t)m;
-    s->n_gone = n_slots;
-    TRACE("emigrate: %d particles leave device %d", m, s->device);
-  }
-  free(pk);
-  free(id);
-  if (rc == DR_OK && s->primed) {
+  DR_TRY(host_packets(s, mp));
+  DR_TRY(particles_reserve(out, out->n + (size_t)m));
+  CU(cudaMemcpyAsync(s->h_add, s->xpk.ptr, mp * PK_FLOATS * sizeof(float), cudaMemcpyDeviceToHost, st));
+  CU(cudaMemcpyAsync(s->h_add_id, s->xid.ptr, (size_t)m * sizeof(uint64_t), cudaMemcpyDeviceToHost, st));
+  CU(cudaStreamSynchronize(st));
+  out->n += unpack_host(s, s->h_add, s->h_add_id, NULL, mp, (size_t)m, out, out->n);
+  s->n -= (size_t)m;
+  s->n_gone = n_slots;
+  TRACE("emigrate: %d particles leave device %d", m, s->device);
+  if (s->primed) {
     DR_TRY(clear_grid(s, s->par));
     s->primed = 0;
   }
-  return rc;
+  return DR_OK;
 }
 
 static int download(void *state, particles *out) {
