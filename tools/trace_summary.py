@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Sums a DRIFT_TRACE=1 log (log.h's log_trace lines) by event, per rank.
+
+    DRIFT_TRACE=1 mpirun -n 2 build/drift bench SCENE --backend cuda --gpus 1 2> trace.log
+    tools/trace_summary.py trace.log
+
+A trace line is "trace   T ms rR: MESSAGE". The time from one line of a rank to its next line is
+charged to the first line's event: its message with the numbers taken out ("step 12: p2g"
+becomes "step #: p2g"), so that the table says, per rank, how long the host spent from each kind
+of event to the next one, how often, and the share of the rank's traced time. Lines of host
+threads other than the rank's own (the island's) interleave with it; their events count like any
+other, so read their rows as "time until the next event of any thread".
+"""
+import re
+import sys
+from collections import defaultdict
+
+LINE = re.compile(r"^trace\s+([0-9.]+) ms r(\d+): (.*)$")
+
+
+def event_of(message):
+    return re.sub(r"\b\d+(\.\d+)?(e[+-]?\d+)?\b", "#", message).strip()
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    last = {}  # rank -> (time, event)
+    total = defaultdict(lambda: defaultdict(float))
+    count = defaultdict(lambda: defaultdict(int))
+    with open(argv[1], errors="replace") as f:
+        for line in f:
+            m = LINE.match(line)
+            if not m:
+                continue
+            t, rank, event = float(m.group(1)), int(m.group(2)), event_of(m.group(3))
+            if rank in last:
+                t0, e0 = last[rank]
+                total[rank][e0] += t - t0
+                count[rank][e0] += 1
+            last[rank] = (t, event)
+    if not total:
+        print(f"{argv[1]}: no trace lines (run with DRIFT_TRACE=1)", file=sys.stderr)
+        return 1
+    for rank in sorted(total):
+        span = sum(total[rank].values())
+        print(f"rank {rank}: {span:.1f} ms traced")
+        print(f"  {'ms':>10} {'share':>7} {'count':>7} {'ms each':>9}  event (until the next)")
+        for event, ms in sorted(total[rank].items(), key=lambda kv: -kv[1])[:25]:
+            n = count[rank][event]
+            print(f"  {ms:10.2f} {100 * ms / span:6.1f}% {n:7d} {ms / n:9.3f}  {event}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
