@@ -81,6 +81,9 @@ struct sim {
   emit_state em;        /* particle sources (emit.h): counts and the last frame emitted */
   particles emitted;    /* this rank's particles of an emission round (reused) */
   particles appended;   /* download + append when the backend has no add_particles (reused) */
+  particles leaving, arriving; /* redistribute with emigrate: the particles that move (reused) */
+  unsigned char *mig_buf[2];   /* migrate's send and receive records (reused, grown 2x) */
+  size_t mig_cap[2];
   struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (README, "Tests") */
     int action;         /* 0 none, 1 raise SIGTERM, 2 exit, 3 fail alone */
     int rank;
@@ -194,6 +197,17 @@ static int rebalance(sim *S, const particles *p, uint64_t weight) {
   return rc;
 }
 
+/* migrate's record buffer k (0: send, 1: receive) of at least bytes, kept between calls. */
+static int mig_reserve(sim *S, int k, size_t bytes) {
+  if (bytes <= S->mig_cap[k] && S->mig_buf[k]) return DR_OK;
+  size_t cap = S->mig_cap[k] ? 2 * S->mig_cap[k] : 4096;
+  while (cap < bytes) cap *= 2;
+  unsigned char *q = realloc(S->mig_buf[k], cap);
+  if (!q) return dr_fail(DR_ENOMEM, "out of host memory for migration (%zu bytes of particle records)", cap);
+  S->mig_buf[k] = q, S->mig_cap[k] = cap;
+  return DR_OK;
+}
+
 /* Sends the particles of p whose block lies outside this rank's box by more than margin
  * blocks to the rank that owns their position, whole (every attribute, particles.h), and
  * fills q (empty on entry) with the particles this rank keeps and those it receives. p is left
@@ -235,8 +249,9 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
   if (rc == DR_OK && (stot > INT_MAX || rtot > INT_MAX))
     rc = dr_fail(DR_EINTERNAL, "migration: %zu particles to send and %zu to receive on rank %d exceed MPI's int counts",
                  stot, rtot, S->rank);
-  if (rc == DR_OK && (!(sbuf = malloc(rec * (stot ? stot : 1))) || !(rbuf = malloc(rec * (rtot ? rtot : 1)))))
-    rc = dr_fail(DR_ENOMEM, "out of host memory for migration (%zu particles)", stot + rtot);
+  if (rc == DR_OK) rc = mig_reserve(S, 0, rec * stot);
+  if (rc == DR_OK) rc = mig_reserve(S, 1, rec * rtot);
+  if (rc == DR_OK) sbuf = S->mig_buf[0], rbuf = S->mig_buf[1];
   if (rc == DR_OK) rc = particles_reserve(q, p->n - stot + rtot);
   for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
     if (dest[i] == S->rank) {
@@ -254,7 +269,7 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
   for (size_t k = 0; rc == DR_OK && k < rtot; ++k) rc = particles_push_record(q, rbuf + rec * k);
   S->fs.migrated += stot;
   if (rec_type != MPI_DATATYPE_NULL) MPI_Type_free(&rec_type);
-  free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(fill), free(sbuf), free(rbuf);
+  free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(fill);
   return comm_agree(S->comm, rc);
 }
 
@@ -281,18 +296,18 @@ static int redistribute(sim *S) {
      * backend (on a GPU only they cross to the host), and only what arrives goes in. */
     const int32_t *box = S->dec.box[S->rank];
     const int32_t lo[3] = {box[0] - 1, box[1] - 1, box[2] - 1}, hi[3] = {box[3] + 1, box[4] + 1, box[5] + 1};
+    particles *out = &S->leaving, *in = &S->arriving;
+    out->n = in->n = 0;
     log_trace("redistribute: load agreed");
-    rc = comm_agree(S->comm, S->be.emigrate(S->be.state, lo, hi, &p));
-    log_trace("redistribute: %zu particles emigrate", p.n);
-    if (rc == DR_OK) rc = migrate(S, &p, 1, &q);
-    log_trace("redistribute: %zu particles arrive", q.n);
-    particles_free(&p);
+    rc = comm_agree(S->comm, S->be.emigrate(S->be.state, lo, hi, out));
+    log_trace("redistribute: %zu particles emigrate", out->n);
+    if (rc == DR_OK) rc = migrate(S, out, 1, in);
+    log_trace("redistribute: %zu particles arrive", in->n);
     if (rc == DR_OK) {
       int rebuilt = 0;
-      rc = q.n > 0 ? S->be.add_particles(S->be.state, &q) : S->be.rebuild(S->be.state, 1, &rebuilt);
+      rc = in->n > 0 ? S->be.add_particles(S->be.state, in) : S->be.rebuild(S->be.state, 1, &rebuilt);
     }
     log_trace("redistribute: rebuilt");
-    particles_free(&q);
     rc = comm_agree(S->comm, rc);
     if (rc == DR_OK) rc = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, &S->be));
     log_trace("redistribute: exchange set up (%zu shared blocks)", S->ex.n_shared);
@@ -1196,6 +1211,9 @@ void sim_destroy(sim **Sp) {
   particles_free(&S->emitted);
   particles_free(&S->appended);
   particles_free(&S->host);
+  particles_free(&S->leaving);
+  particles_free(&S->arriving);
+  free(S->mig_buf[0]), free(S->mig_buf[1]);
   free(S->written);
   free(S->mats);
   free(S->mat_names);
