@@ -98,6 +98,7 @@ extern "C" {
 #define DRIFT_WARPS 4
 #endif
 #define WARPS DRIFT_WARPS /* warps per CUDA block in the particle kernels (the paper's choice; docs/performance.md) */
+enum { SKEW_PRE = 1, SKEW_POST = 2 }; /* DRIFT_ISLAND_SKEW (launch_skew) */
 #define THREADS (WARPS * LANES)
 #define SIMPLE_THREADS 256            /* one-thread-per-item kernels of the rebuild */
 #ifndef GRID_BLOCKS_PER_CTA
@@ -455,6 +456,8 @@ typedef struct cuda_state {
   int graph_fused;              /* the graphs hold the G2P2G step */
   int primed;                   /* G2P2G: grid[par] already holds the next step's P2G */
   unsigned long long barrier_timeout_ns; /* island_barrier gives up after this long */
+  int skew_member, skew_where;  /* DRIFT_ISLAND_SKEW (a test hook): member, SKEW_PRE / SKEW_POST (0: none) */
+  unsigned long long skew_ns;   /* ... and the delay it adds to that member's every step */
   float primed_dt;              /* ... taken with this dt (its stress impulse -dt V0 (4/dx^2) tau) */
   /* rebuild-mapping while primed (keep_primed): the old mapping's codes and primed sums, swapped
    * out of block_code, touched[par], grid[par] / grid0[par] (or igrid[par]) so that nothing is
@@ -1852,10 +1855,33 @@ static int launch_tail(cuda_state *s, int par) {
   return DR_OK;
 }
 
+/* DRIFT_ISLAND_SKEW=MEMBER:pre|post:US, a test hook for the island's race-freedom under uneven
+ * load (tests/gpu): that member's every step waits US microseconds on its GPU, before its barrier
+ * (pre: it arrives late, the others wait) or after it (post: it reads its peers' sums late, while
+ * they run on through their grid update, G2P and the next P2G into the other buffer, which the
+ * double buffering must keep apart from what it still reads). One GPU ignores it. */
+__global__ static void k_delay(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+static int launch_skew(cuda_state *s, int where) {
+  if (s->skew_where != where || s->nm < 2 || s->me != s->skew_member) return DR_OK;
+  k_delay<<<1, 1, 0, s->stream>>>(s->skew_ns);
+  LAUNCHED("k_delay");
+  return DR_OK;
+}
+
 /* The whole step on one member with spin-lock barriers (what a graph captures). */
 static int launch_step(cuda_state *s, int par, int with_p2g) {
   DR_TRY(launch_head(s, par, with_p2g));
+  DR_TRY(launch_skew(s, SKEW_PRE));
   DR_TRY(launch_barrier(s, par));
+  DR_TRY(launch_skew(s, SKEW_POST));
   DR_TRY(launch_grid(s, par, GRID_ALL));
   if (s->atomics) DR_TRY(launch_barrier(s, par));
   return launch_tail(s, par);
@@ -2728,6 +2754,21 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
       return dr_fail(DR_EINPUT, "DRIFT_BARRIER_TIMEOUT='%s': expected seconds, above 0", bt);
     }
     s->barrier_timeout_ns = (unsigned long long)(sec * 1e9);
+  }
+  const char *sk = getenv("DRIFT_ISLAND_SKEW");
+  if (sk && *sk) {
+    char where[8] = "";
+    double us = 0.0;
+    int member = -1, used = 0;
+    if (sscanf(sk, "%d:%7[a-z]:%lf%n", &member, where, &us, &used) != 3 || sk[used] || member < 0 ||
+        (strcmp(where, "pre") && strcmp(where, "post")) || !(us > 0.0) || us > 1e6) {
+      free(s->mats);
+      free(s);
+      return dr_fail(DR_EINPUT, "DRIFT_ISLAND_SKEW='%s': expected MEMBER:pre|post:MICROSECONDS (a test hook)", sk);
+    }
+    s->skew_member = member;
+    s->skew_where = strcmp(where, "pre") ? SKEW_POST : SKEW_PRE;
+    s->skew_ns = (unsigned long long)(us * 1e3);
   }
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
   /* Deterministic mode: no fused G2P2G. Inside one kernel the compiler may contract G2P's and
