@@ -4,9 +4,11 @@
 # 10 minutes a call. Each step writes its logs under $OUT; a summary is printed last.
 #
 #   here:        tools/pack-device-deps.sh .device                      (carried as .device)
-#   on the GPU:  tools/device_multi.sh build tests        (first call: about 6-8 minutes)
-#                FRAMES=30 tools/device_multi.sh build island ranks
-#                                                    (second call; the build is kept on a warm machine)
+#   on the GPU:  tools/device_multi.sh build tests        (first call: about 5 minutes on 4 x H200)
+#                tools/device_multi.sh build island scenes ranks
+#                                   (second call, about 5 minutes; the build is kept on a warm machine)
+# Under the device tool ($OUT set) every log and CSV ends up in $OUT/logs.tgz (the tool returns 8
+# files at most); PACK=0 leaves them as they are.
 #
 # Steps, in the order given:
 #   build   a Release build in build-multi (kept between calls on a warm machine; rebuilt only
@@ -18,6 +20,7 @@
 #           e = t1 / (n tn), issue #4), then the paper's two alternatives (--island-barrier
 #           events, --island-reduce p2p_atomics) on l = 12 and 16 x l = 46 on G GPUs, and the
 #           largest case with CUDA_MODULE_LOADING=EAGER.
+#   scenes  issue #9: Fountain and Crawling in Snow (both steps) on 1, 2 and G GPUs.
 #   ranks   issue #8 on one host: the dam break on 2 ranks x 1 GPU against 1 rank x 2 GPUs
 #           (compare_frames by particle id at the last frame), the same Sand Blocks l = 46 timed
 #           both ways, and weak scaling from 1 to 2 ranks of 1 GPU (jobs/bench/weak_1.json,
@@ -25,7 +28,7 @@
 #           2-rank runs again with DRIFT_SPLIT_P2G=1 (p2g_part).
 # env: FRAMES (bench frames; default each scene's own), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
-[ $# -gt 0 ] || { sed -n 2,27p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,31p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
@@ -76,6 +79,13 @@ for step in "$@"; do
         note "island eager: drift bench failed: $(tail -1 "$out/island_eager.log")"
       note "island: $((SECONDS - t0)) s"
       ;;
+    scenes)
+      # issue #9: the paper's other two scenes on 1, 2 and G GPUs (fps of 1/60 s frames, steps per rebuild-mapping)
+      lim "${BENCH_LIMIT:-240}" "$drift" bench jobs/bench/fountain.json jobs/bench/crawling_snow.json \
+        jobs/bench/crawling_snow_paper_dt.json --backend cuda --gpus "$glist" "${frames[@]}" --profile-frames 0 \
+        --csv "$out/scenes.csv" >"$out/scenes.log" 2>&1 || note "scenes: drift bench failed: $(tail -1 "$out/scenes.log")"
+      note "scenes: $((SECONDS - t0)) s"
+      ;;
     ranks)
       [ "$ngpu" -ge 2 ] || { note "ranks: skipped, $ngpu GPU(s)"; continue; }
       rm -rf "$out/r2x1" "$out/r1x2"
@@ -104,7 +114,7 @@ for step in "$@"; do
       note "ranks: $((SECONDS - t0)) s"
       ;;
     *)
-      echo "device_multi: unknown step '$step' (build, tests, island, ranks)" >&2
+      echo "device_multi: unknown step '$step' (build, tests, island, scenes, ranks)" >&2
       exit 2
       ;;
   esac
