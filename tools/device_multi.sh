@@ -28,7 +28,7 @@
 #           2-rank runs again with DRIFT_SPLIT_P2G=1 (p2g_part).
 # env: FRAMES (bench frames; default each scene's own), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
-[ $# -gt 0 ] || { sed -n 2,31p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,29p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
