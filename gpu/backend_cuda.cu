@@ -553,13 +553,13 @@ __global__ static void k_keys(size_t n_slots, const float *pk, const int2 *hdr, 
 /* emigrate: flag[i] = 1 where slot i holds a particle whose particle block (as sim.c's
  * particle_block computes it) lies outside [lo, hi) on some axis. */
 __global__ static void k_leave(size_t n_slots, const float *pk, const int2 *hdr, float3 origin, float inv_dx, int3 lo,
-                               int3 hi, uint32_t *flag) {
+                               int3 hi, const uint8_t *gone, size_t n_gone, uint32_t *flag) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n_slots) return;
   const size_t p = i / LANES;
   const int lane = (int)(i % LANES);
   uint32_t out = 0;
-  if (lane < hdr[p].y) {
+  if (lane < hdr[p].y && !(i < n_gone && gone[i])) { /* (a particle an earlier emigrate took is gone) */
     const float *q = pk + p * PK_FLOATS + lane;
     const int b0 = bspline_base((q[(A_X + 0) * LANES] - origin.x) * inv_dx) >> 2;
     const int b1 = bspline_base((q[(A_X + 1) * LANES] - origin.y) * inv_dx) >> 2;
@@ -575,8 +575,8 @@ __global__ static void k_leave_gather(size_t n_slots, const uint32_t *flag, cons
                                       const uint64_t *pid, float *xpk, uint64_t *xid, uint8_t *gone) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n_slots) return;
-  gone[i] = (uint8_t)flag[i];
   if (!flag[i]) return;
+  gone[i] = 1;
   const size_t j = upto[i] - 1;
   const float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
   float *d = xpk + (j / LANES) * PK_FLOATS + j % LANES;
@@ -2460,16 +2460,22 @@ static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], parti
   uint32_t *flag = dp<uint32_t>(s->vals[0]), *upto = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= n_slots */
   k_leave<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), make_float3(s->origin[0], s->origin[1], s->origin[2]),
-      s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), flag);
+      s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone, flag);
   LAUNCHED("k_leave");
   CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, flag, upto, (int)n_slots, st));
   int m = 0;
   DR_TRY(read_count(s, upto + n_slots - 1, &m));
   if (m == 0) return DR_OK;
+  if (s->n_gone != 0 && s->n_gone != n_slots)
+    return dr_fail(DR_EINTERNAL, "cuda backend: emigrate: particles were added after an emigrate without a "
+                   "rebuild-mapping between them (%zu marked slots, %zu slots)", s->n_gone, n_slots);
   const size_t mp = ((size_t)m + LANES - 1) / LANES;
   DVEC(s->xpk, mp * PK_FLOATS * sizeof(float), "emigrating particles");
   DVEC(s->xid, mp * LANES * sizeof(uint64_t), "emigrating particles");
-  DVEC(s->gone, n_slots, "emigrating particles");
+  if (s->n_gone == 0) { /* the first emigrate since the last rebuild-mapping; a second one adds to its marks */
+    DVEC(s->gone, n_slots, "emigrating particles");
+    CU(cudaMemsetAsync(s->gone.ptr, 0, n_slots, st));
+  }
   k_leave_gather<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n_slots, flag, upto, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->xpk),
       dp<uint64_t>(s->xid), dp<uint8_t>(s->gone));
