@@ -1177,7 +1177,8 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const material_params *__restrict__ g2p_mats,
                                          const float *__restrict__ grid0, const boundary_params &bp,
                                          const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
-                                         unsigned *__restrict__ push_mask, float *__restrict__ push_room) {
+                                         unsigned *__restrict__ push_mask, float *__restrict__ push_room,
+                                         float4 *tile) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -1205,30 +1206,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
   mat.model = -1;
   if (MAT && ok && g2p_mats) mat = g2p_mats[__float_as_int(base[A_MAT * LANES])];
   const int flip = OLD && mat.transfer == TRANSFER_ASFLIP; /* OLD: APIC variants compile no ASFLIP */
-  for (int ei = 0; ei < 3; ++ei)
-    for (int ej = 0; ej < 3; ++ej)
-      for (int ek = 0; ek < 3; ++ek) {
-        int nb, node;
-        node_of(d, ei, ej, ek, &nb, &node);
-        const int blk = __shfl_sync(FULL, my_nbr, nb);
-        if (!ok) continue;
-        const float wt = w[0][ei] * w[1][ej] * w[2][ek];
-        const float r[3] = {((float)ei - fx[0]) * dx, ((float)ej - fx[1]) * dx, ((float)ek - fx[2]) * dx};
-        const float *gb = grid + (size_t)blk * BLOCK_FLOATS;
-#if GRID_VEC4
-        const float4 gn = *reinterpret_cast<const float4 *>(gb + gidx(node, 0));
-        const float gv[3] = {gn.y, gn.z, gn.w};
-#else
-        const float gv[3] = {gb[gidx(node, 1)], gb[gidx(node, 2)], gb[gidx(node, 3)]};
-#endif
-        for (int a = 0; a < 3; ++a) {
-          const float vi = wt * gv[a];
-          v[a] += vi;
-          for (int e = 0; e < 3; ++e) B[3 * a + e] += vi * r[e];
-        }
-        if (flip)
-          for (int a = 0; a < 3; ++a) vold[a] += wt * grid0[(size_t)blk * OLD_FLOATS + a * BLOCK_NODES + node];
-      }
+  (void)g2p_nodes<OLD>(ok, d, fx, w, dx, my_nbr, grid, grid0, flip, v, B, vold, tile); /* gpu/p2g.cuh */
   unsigned speed_bits = 0, leave = 0;
   int defer = 0; /* COL_DEFER: inside a collider's box, left to k_collide */
   if (ok) {
@@ -1349,12 +1327,14 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       const material_params *__restrict__ g2p_mats, const float *__restrict__ grid0,
       const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses,
       const col_box *__restrict__ wbox, unsigned *__restrict__ push_mask, float *__restrict__ push_room) {
+  __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
-  const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+  const int warp = threadIdx.x >> 5;
+  const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                  inv_dx, grid, INNER_LO, INNER_HI, g2p_mats, grid0, bp, poses, wbox,
-                                                 push_mask, push_room);
+                                                 push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -1373,6 +1353,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
         const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int g2p_mat) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
+  __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
   const int warp = threadIdx.x >> 5;
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
@@ -1380,7 +1361,8 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const float dt = ctl->dt;
   g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                    inv_dx, grid, FUSED_LO, FUSED_HI, g2p_mat ? mats : nullptr, grid0,
-                                                   bp, poses, nullptr, nullptr, nullptr);
+                                                   bp, poses, nullptr, nullptr, nullptr,
+                                                   G2P_TILE_OF(OLD, s_tile[warp]));
   __syncwarp();
   p2g_any<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
                     grid0_next, s_p2g[warp], s_sort[warp], fp, 1);

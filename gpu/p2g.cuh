@@ -528,4 +528,124 @@ __device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const
                        reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, plastic);
 }
 
+
+/* ---- G2P: the stencil nodes of one warp's particles ----------------------------------------- */
+
+/* G2P's gather for one lane's particle (ok: it has one; d, fx: locate's; w: its B-spline
+ * weights): v = sum_i w_i v_i and B = sum_i w_i v_i (x_i - x_p)^T over its 27 stencil nodes, and
+ * with ASFLIP (flip) vold = sum_i w_i v0_i. Each node is read from the grid, its block through
+ * lane nb's my_nbr (the packet's 27 physical blocks, one per lane). Every lane of the warp calls
+ * it (the shuffles). */
+template <bool OLD>
+__device__ __forceinline__ void g2p_nodes_direct(int ok, const int d[3], const float fx[3], const float w[3][3],
+                                                 float dx, int my_nbr, const float *__restrict__ grid,
+                                                 const float *__restrict__ grid0, int flip, float v[3], float B[9],
+                                                 float vold[3]) {
+  for (int ei = 0; ei < 3; ++ei)
+    for (int ej = 0; ej < 3; ++ej)
+      for (int ek = 0; ek < 3; ++ek) {
+        int nb, node;
+        node_of(d, ei, ej, ek, &nb, &node);
+        const int blk = __shfl_sync(FULL, my_nbr, nb);
+        if (!ok) continue;
+        const float wt = w[0][ei] * w[1][ej] * w[2][ek];
+        const float r[3] = {((float)ei - fx[0]) * dx, ((float)ej - fx[1]) * dx, ((float)ek - fx[2]) * dx};
+        const float *gb = grid + (size_t)blk * BLOCK_FLOATS;
+#if GRID_VEC4
+        const float4 gn = *reinterpret_cast<const float4 *>(gb + gidx(node, 0));
+        const float gv[3] = {gn.y, gn.z, gn.w};
+#else
+        const float gv[3] = {gb[gidx(node, 1)], gb[gidx(node, 2)], gb[gidx(node, 3)]};
+#endif
+        for (int a = 0; a < 3; ++a) {
+          const float vi = wt * gv[a];
+          v[a] += vi;
+          for (int e = 0; e < 3; ++e) B[3 * a + e] += vi * r[e];
+        }
+        if (OLD && flip)
+          for (int a = 0; a < 3; ++a) vold[a] += wt * grid0[(size_t)blk * OLD_FLOATS + a * BLOCK_NODES + node];
+      }
+}
+
+/* The same gather through a tile in shared memory (-DDRIFT_G2P_TILE=1; off until measured on a
+ * GPU). The warp's particles sit in a few cells of one particle block, so their stencils
+ * overlap: the union of the stencils is the box [lo, hi + 2] of the lanes' offsets d (a warp
+ * minimum and maximum per axis), 6 x 6 x 6 nodes right after a rebuild-mapping. The warp loads
+ * that box once into the tile (a node per lane and round, its block through lane nb's my_nbr),
+ * and each lane then reads its 27 nodes from the tile, with no block lookup, shuffle or global
+ * load per node: the per-node work of g2p_nodes_direct but the weights and sums. The sums are
+ * those of g2p_nodes_direct bit for bit (the same values added in the same order). A box larger
+ * than G2P_TILE_NODES (particles spread by a long time since the rebuild-mapping), ASFLIP (its
+ * old velocities would double the tile) and tile NULL take g2p_nodes_direct. Returns whether the
+ * tile served. Every lane of the warp calls it; the control flow is uniform over the warp (the
+ * box is the warp's). */
+#ifndef DRIFT_G2P_TILE
+#define DRIFT_G2P_TILE 0
+#endif
+#define G2P_TILE_NODES 216 /* float4 each: 3,456 bytes a warp */
+/* A kernel's tile per warp (one float4 where the build or the variant takes no tile), and the
+ * pointer g2p_nodes gets (NULL: no tile). */
+#define G2P_TILE_FLOAT4S(OLD) (DRIFT_G2P_TILE && !(OLD) ? G2P_TILE_NODES : 1)
+#define G2P_TILE_OF(OLD, t) (DRIFT_G2P_TILE && !(OLD) ? (t) : (float4 *)0)
+__device__ __forceinline__ int g2p_nodes_tiled(int ok, const int d[3], const float fx[3], const float w[3][3],
+                                               float dx, int my_nbr, const float *__restrict__ grid, float v[3],
+                                               float B[9], float4 *tile) {
+  int lo[3], n[3];
+  for (int a = 0; a < 3; ++a) {
+    lo[a] = (int)__reduce_min_sync(FULL, (unsigned)(ok ? d[a] : ZONE));
+    n[a] = (int)__reduce_max_sync(FULL, (unsigned)(ok ? d[a] : 0)) - lo[a] + 3;
+  }
+  const int total = n[0] > 0 && n[1] > 0 && n[2] > 0 ? n[0] * n[1] * n[2] : 0; /* 0: no lane has a particle */
+  if (total > G2P_TILE_NODES) {
+    g2p_nodes_direct<false>(ok, d, fx, w, dx, my_nbr, grid, nullptr, 0, v, B, nullptr);
+    return 0;
+  }
+  const int lane = threadIdx.x & 31;
+  for (int base = 0; base < total; base += LANES) { /* every lane goes round as often: the shuffle */
+    const int t = base + lane, in = t < total, u = in ? t : 0;
+    const int c[3] = {lo[0] + u / (n[1] * n[2]), lo[1] + u / n[2] % n[1], lo[2] + u % n[2]};
+    int nb, node;
+    node_of(c, 0, 0, 0, &nb, &node);
+    const int blk = __shfl_sync(FULL, my_nbr, nb);
+    if (in) {
+      const float *gb = grid + (size_t)blk * BLOCK_FLOATS;
+#if GRID_VEC4
+      tile[t] = *reinterpret_cast<const float4 *>(gb + gidx(node, 0));
+#else
+      tile[t] = make_float4(gb[gidx(node, 0)], gb[gidx(node, 1)], gb[gidx(node, 2)], gb[gidx(node, 3)]);
+#endif
+    }
+  }
+  __syncwarp();
+  if (ok) {
+    const int s1 = n[2], s0 = n[1] * n[2];
+    const int t0 = (d[0] - lo[0]) * s0 + (d[1] - lo[1]) * s1 + (d[2] - lo[2]);
+    for (int ei = 0; ei < 3; ++ei)
+      for (int ej = 0; ej < 3; ++ej)
+        for (int ek = 0; ek < 3; ++ek) {
+          const float wt = w[0][ei] * w[1][ej] * w[2][ek];
+          const float r[3] = {((float)ei - fx[0]) * dx, ((float)ej - fx[1]) * dx, ((float)ek - fx[2]) * dx};
+          const float4 gn = tile[t0 + ei * s0 + ej * s1 + ek];
+          const float gv[3] = {gn.y, gn.z, gn.w};
+          for (int a = 0; a < 3; ++a) {
+            const float vi = wt * gv[a];
+            v[a] += vi;
+            for (int e = 0; e < 3; ++e) B[3 * a + e] += vi * r[e];
+          }
+        }
+  }
+  __syncwarp(); /* the tile is free for the warp's next use */
+  return 1;
+}
+
+template <bool OLD>
+__device__ __forceinline__ int g2p_nodes(int ok, const int d[3], const float fx[3], const float w[3][3], float dx,
+                                         int my_nbr, const float *__restrict__ grid, const float *__restrict__ grid0,
+                                         int flip, float v[3], float B[9], float vold[3], float4 *tile) {
+  if constexpr (!OLD)
+    if (tile) return g2p_nodes_tiled(ok, d, fx, w, dx, my_nbr, grid, v, B, tile);
+  g2p_nodes_direct<OLD>(ok, d, fx, w, dx, my_nbr, grid, grid0, flip, v, B, vold);
+  return 0;
+}
+
 #endif

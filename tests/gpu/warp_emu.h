@@ -137,6 +137,10 @@ static inline unsigned __reduce_or_sync(unsigned, unsigned v) {
 static inline unsigned __reduce_and_sync(unsigned, unsigned v) {
   return emu_reduce(v, [](unsigned a, unsigned b) { return a & b; });
 }
+template <class T> static inline T __reduce_min_sync(unsigned, T v) {
+  static_assert(std::is_same_v<T, int> || std::is_same_v<T, unsigned>, "CUDA's __reduce_min_sync takes int or unsigned");
+  return emu_reduce(v, [](T a, T b) { return a < b ? a : b; });
+}
 template <class T> static inline T __reduce_max_sync(unsigned, T v) {
   static_assert(std::is_same_v<T, int> || std::is_same_v<T, unsigned>, "CUDA's __reduce_max_sync takes int or unsigned");
   return emu_reduce(v, [](T a, T b) { return a > b ? a : b; });
