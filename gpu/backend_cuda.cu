@@ -2879,6 +2879,13 @@ static double now_ns(void) {
   return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
+/* A spinning thread's pause (x86: lets the core's other hardware thread run). */
+static inline void crew_pause(void) {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
 static void *crew_main(void *arg) {
   const crew_seat *seat = (const crew_seat *)arg;
   struct island *I = seat->I;
@@ -2888,13 +2895,15 @@ static void *crew_main(void *arg) {
     /* the next job: spin a while, then sleep (the dispatch bumps gen under the mutex) */
     const double t0 = now_ns();
     int n = 0;
-    while (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) == seen && !__atomic_load_n(&c->quit, __ATOMIC_ACQUIRE))
+    while (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) == seen && !__atomic_load_n(&c->quit, __ATOMIC_ACQUIRE)) {
+      crew_pause();
       if ((++n & 1023) == 0 && now_ns() - t0 > CREW_SPIN_NS) {
         pthread_mutex_lock(&c->mu);
         while (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) == seen && !c->quit) pthread_cond_wait(&c->go, &c->mu);
         pthread_mutex_unlock(&c->mu);
         break;
       }
+    }
     if (__atomic_load_n(&c->quit, __ATOMIC_ACQUIRE)) break;
     seen = __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
     int rc = use(I->m[seat->k]);
@@ -3034,11 +3043,7 @@ static int island_each(island *I, member_job job) {
   pthread_mutex_unlock(&c->mu);
   int rc = use(I->m[0]);
   if (rc == DR_OK) rc = job(I, 0);
-  while (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE) > 0) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
+  while (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE) > 0) crew_pause();
   if (rc != DR_OK) return rc;
   for (int k = 1; k < I->nm; ++k)
     if (c->rc[k] != DR_OK) return dr_fail(c->rc[k], "%s", c->msg[k]);
