@@ -3221,6 +3221,7 @@ static int job_step(island *I, int k) {
   const crew *c = &I->crew;
   cuda_state *s = I->m[k];
   const int par = c->par;
+  if (k == 0) TRACE("island step: launch"); /* GPU 0's host thread: launch, wait, and the gaps between steps */
   if (c->fused && !s->primed) {
     DR_TRY(launch_p2g(s, par));
     s->primed = 1;
@@ -3234,7 +3235,9 @@ static int job_step(island *I, int k) {
   }
   CU(cudaEventRecord(s->done_ev[par], s->stream));
   s->par ^= 1;
+  if (k == 0) TRACE("island step: wait for the step before");
   if (c->take >= 0) CU(cudaEventSynchronize(s->done_ev[c->take]));
+  if (k == 0) TRACE("island step: host bookkeeping");
   return DR_OK;
 }
 
