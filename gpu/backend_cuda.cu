@@ -1875,8 +1875,9 @@ static void drop_graphs(cuda_state *s) {
   s->graphs_valid = 0;
 }
 
-/* A switch of the environment read once per process (A/B measurements of host-side choices):
- * NAME=0 turns it off, NAME=1 on, unset leaves dflt. */
+/* A switch of the environment for A/B measurements of host-side choices, read where it is used
+ * (at setup or at a rebuild-mapping, never per step): NAME=0 turns it off, NAME=1 on, unset
+ * leaves dflt. */
 static int env_flag(const char *name, int dflt) {
   const char *v = getenv(name);
   return v && *v ? atoi(v) != 0 : dflt;

@@ -625,11 +625,9 @@ static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], parti
   cpu_state *s = state;
   size_t keep = 0;
   for (size_t i = 0; i < s->p.n; ++i) {
-    int leave = 0;
-    for (int a = 0; a < 3; ++a) {
-      const int32_t b = bspline_base((s->p.x[3 * i + a] - s->origin[a]) * s->inv_dx) >> 2;
-      leave |= b < lo[a] || b >= hi[a];
-    }
+    int b[3], leave = 0;
+    base_node(s, s->p.x + 3 * i, b);
+    for (int a = 0; a < 3; ++a) leave |= (b[a] >> 2) < lo[a] || (b[a] >> 2) >= hi[a];
     if (leave) {
       DR_TRY(particles_push_copy(out, &s->p, i));
       out->owner[out->n - 1] = s->prm.rank * 256;

@@ -25,7 +25,7 @@ void log_info(const char *fmt, ...) {
 static int trace_ = -1;
 static double trace_t0_ = -1.0;
 
-int log_tracing(void) {
+static int log_tracing(void) {
   if (trace_ < 0) trace_ = getenv("DRIFT_TRACE") != NULL;
   return trace_;
 }
