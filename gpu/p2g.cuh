@@ -567,8 +567,10 @@ __device__ __forceinline__ void g2p_nodes_direct(int ok, const int d[3], const f
       }
 }
 
-/* The same gather through a tile in shared memory (-DDRIFT_G2P_TILE=1; off until measured on a
- * GPU). The warp's particles sit in a few cells of one particle block, so their stencils
+/* The same gather through a tile in shared memory: G2P's default since the session of 2026-11-27
+ * (-DDRIFT_G2P_TILE=0 builds the direct gather). On one H100, A/B of two rounds, 60 frames:
+ * Crawling in Snow at the paper's step +2.5% (58.1 to 59.6 fps), Sand Blocks l = 46 +1.9%, l = 23
+ * +2%, 16 x l = 46 +1.1%, l = 12 and the Fountain within noise (docs/performance.md). The warp's particles sit in a few cells of one particle block, so their stencils
  * overlap: the union of the stencils is the box [lo, hi + 2] of the lanes' offsets d (a warp
  * minimum and maximum per axis), 6 x 6 x 6 nodes right after a rebuild-mapping. The warp loads
  * that box once into the tile (a node per lane and round, its block through lane nb's my_nbr),
@@ -580,7 +582,7 @@ __device__ __forceinline__ void g2p_nodes_direct(int ok, const int d[3], const f
  * tile served. Every lane of the warp calls it; the control flow is uniform over the warp (the
  * box is the warp's). */
 #ifndef DRIFT_G2P_TILE
-#define DRIFT_G2P_TILE 0
+#define DRIFT_G2P_TILE 1
 #endif
 #define G2P_TILE_NODES 216 /* float4 each: 3,456 bytes a warp */
 /* A kernel's tile per warp (one float4 where the build or the variant takes no tile), and the

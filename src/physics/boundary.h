@@ -300,6 +300,19 @@ DR_HD float collider_phi(const boundary_params *bp, const collider *c, const col
   return c->geom.shape == SDF_MESH ? collider_mesh_phi(bp, c, P, xl) : sdf_eval(&c->geom, xl, nl);
 }
 
+/* 1 when mesh collider c at pose P cannot act on a node at the local point xl: every brick
+ * around xl, in the frame (and the next one where the pose blends two), lies beyond the band
+ * outside, where phi reads that level set's band, which is wider than the grid's act distance
+ * bp->band (scene.c: 2 cells against half a cell). collider_mesh_eval would return a phi of at
+ * least bp->band there after sampling 8 corners of up to 7 channels in each frame; this reads one
+ * or two table entries a frame. Most nodes of the mesh's box are such nodes. */
+DR_HD int collider_mesh_idle(const boundary_params *bp, const collider *c, const collider_pose *P, const float xl[3]) {
+  const levelset *A = &bp->levelsets[c->geom.levelset + P->frame];
+  if (!(A->band > bp->band) || !ls_far_outside(A, bp->ls_table, xl)) return 0;
+  if (!(P->deforming && P->frac > 0.0f)) return 1;
+  return A[1].band > bp->band && ls_far_outside(A + 1, bp->ls_table, xl);
+}
+
 /* A collider at pose P acting on the node at x with velocity v (in place) when phi(x) < band.
  * Returns 1 when it did. (collider_eval written out: through it, nvcc gave the grid update 98
  * registers instead of 80.) */
@@ -308,6 +321,7 @@ DR_HD int collider_apply(const boundary_params *bp, const collider *c, const col
   float r[3], xl[3], nl[3], n[3], vl[3] = {0.0f, 0.0f, 0.0f};
   for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
   m3_apply_t(P->R, r, xl);
+  if (c->geom.shape == SDF_MESH && collider_mesh_idle(bp, c, P, xl)) return 0;
   const float phi =
       c->geom.shape == SDF_MESH ? collider_mesh_eval(bp, c, P, xl, bp->band, nl, vl) : sdf_eval(&c->geom, xl, nl);
   if (!(phi < bp->band)) return 0;

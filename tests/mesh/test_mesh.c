@@ -6,6 +6,8 @@
  *     icosphere mesh against brute-force distances to its triangles and against the sphere:
  *     the largest error in the band is a small fraction of dx, and the sign is right at every
  *     point sampled (band, deep inside, far outside), rotated and shifted lattices included;
+ *   - collider_apply's shortcut for mesh nodes far outside the band gives the full evaluation's
+ *     result at every node, on an animated, keyframed icosphere sequence, and skips most nodes;
  *   - two overlapping cubes in one mesh: inside, phi is the depth in the part the point is
  *     deepest in (the union's min of the parts' signed distances), not the distance to the
  *     other part's buried faces;
@@ -315,6 +317,89 @@ static void test_icosphere_levelset(void) {
   mesh_destroy(&m);
 }
 
+/* collider_apply's shortcut for mesh nodes far outside (collider_mesh_idle): wherever it skips a
+ * node, the full evaluation (collider_eval: phi, normal and velocity of the blended frames) would
+ * not have acted either, and where it does not skip, the result is the full one's. An icosphere
+ * sequence of two frames (the second moved 6 cells along x, per-vertex velocities on), turned and
+ * moved by keyframes, at a time before the sequence (frame 0 alone), between its frames (blend)
+ * and after it (frame 1 alone), at random nodes around it; then with the grid's act distance
+ * set to the level set's band, where the shortcut must never fire. */
+static void test_mesh_collider_idle(void) {
+  char p[512], err[800];
+  mesh m;
+  path_of(p, sizeof p, "icosphere.obj");
+  if (mesh_read_obj(p, &m, err, sizeof err)) {
+    CHECK(0, "%s", err);
+    return;
+  }
+  const double R = 0.3, dx = 0.04, band = 2 * dx, c[3] = {0.1, -0.2, 0.05}, step = 0.24, V = step * 4;
+  for (int i = 0; i < 3 * m.n_verts; ++i) m.v[i] = R * m.v[i] + c[i % 3];
+  double *vel = malloc(sizeof(double) * 3 * (size_t)m.n_verts);
+  for (int i = 0; i < 3 * m.n_verts; ++i) vel[i] = i % 3 == 0 ? V : 0.0;
+  levelset_pool pool = {0};
+  int i0 = -1, i1 = -1;
+  CHECK(meshsdf_build(&pool, &m, c, 0.5 * dx, band, vel, vel, "frame 0", &i0) == 0, "build: %s", dr_message());
+  for (int i = 0; i < m.n_verts; ++i) m.v[3 * i] += step;
+  CHECK(meshsdf_build(&pool, &m, c, 0.5 * dx, band, vel, vel, "frame 1", &i1) == 0 && i1 == i0 + 1, "build: %s",
+        dr_message());
+  const double half = 3.14159265358979323846 / 12; /* a turn of 30 degrees about y */
+  const float s30 = (float)sin(half), c30 = (float)cos(half);
+  collider_key keys[2] = {{0.0, {0, 0, 0}, {1, 0, 0, 0}}, {0.5, {0.05f, 0.02f, 0}, {c30, 0, s30, 0}}};
+  collider col = {0};
+  col.geom.shape = SDF_MESH, col.geom.levelset = i0;
+  for (int a = 0; a < 3; ++a) col.center[a] = (float)c[a];
+  col.type = BOUNDARY_SEPARATE, col.friction = 0.3f, col.key0 = 0, col.n_keys = 2, col.n_frames = 2, col.fps = 4;
+  boundary_params bp = {0};
+  bp.band = 0.5f * (float)dx;
+  bp.n_colliders = 1, bp.colliders = &col, bp.n_keys = 2, bp.keys = keys;
+  bp.n_levelsets = pool.n, bp.levelsets = pool.sets, bp.ls_table = pool.table, bp.ls_bricks = pool.bricks;
+  bp.ls_table_n = pool.table_n, bp.ls_bricks_n = pool.bricks_n;
+  const double times[3] = {0.0, 0.2, 0.4}; /* frame 0; 0.8 of the way to frame 1; past the sequence */
+  check_rng r = {7};
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) bp.band = pool.sets[i0].band; /* the act distance reaches the band: no shortcut */
+    for (int ti = 0; ti < 3; ++ti) {
+      collider_pose P;
+      collider_pose_at(&col, keys, times[ti], &P);
+      long idle = 0, acted = 0, wrong = 0;
+      for (int i = 0; i < 40000; ++i) {
+        float x[3], v[3], w[3], xl[3], rr[3], n[3], vc[3];
+        for (int a = 0; a < 3; ++a) {
+          x[a] = (float)(c[a] + check_rng_range(&r, -0.55, 0.55));
+          v[a] = w[a] = (float)check_rng_range(&r, -1, 1);
+          rr[a] = x[a] - P.center[a];
+        }
+        m3_apply_t(P.R, rr, xl);
+        idle += collider_mesh_idle(&bp, &col, &P, xl);
+        const int got = collider_apply(&bp, &col, &P, x, v);
+        const float phi = collider_eval(&bp, &col, &P, x, bp.band, n, vc);
+        const int act = phi < bp.band;
+        if (act) {
+          for (int a = 0; a < 3; ++a) w[a] -= vc[a];
+          bc_project(col.type, col.friction, n, w);
+          for (int a = 0; a < 3; ++a) w[a] += vc[a];
+        }
+        acted += got;
+        int bad = got != act;
+        for (int a = 0; a < 3; ++a) bad |= !(fabsf(v[a] - w[a]) <= 1e-6f * (1.0f + fabsf(w[a])));
+        wrong += bad;
+      }
+      printf("mesh collider shortcut (act distance %.2f dx, t = %.2f s, frame %d, blend %.2f): %ld of 40000 nodes "
+             "skipped, %ld acted on, %ld differ from the full evaluation\n",
+             bp.band / dx, times[ti], P.frame, P.deforming ? P.frac : 0.0f, idle, acted, wrong);
+      CHECK(wrong == 0, "t = %.2f s: %ld nodes differ from the full evaluation", times[ti], wrong);
+      CHECK(acted > 500, "t = %.2f s: only %ld nodes acted on", times[ti], acted);
+      if (pass == 0)
+        CHECK(idle > 10000, "t = %.2f s: the shortcut skipped only %ld of 40000 nodes", times[ti], idle);
+      else
+        CHECK(idle == 0, "t = %.2f s: the shortcut skipped %ld nodes with the act distance at the band", times[ti], idle);
+    }
+  }
+  free(vel);
+  levelset_pool_free(&pool);
+  mesh_destroy(&m);
+}
+
 /* A scene with one body (json) loaded from a temporary file. */
 static int load_scene(const char *body, scene *s) {
   char json[2048];
@@ -399,6 +484,7 @@ int main(void) {
   test_cube_levelset();
   test_union_levelset();
   test_icosphere_levelset();
+  test_mesh_collider_idle();
   test_bodies();
   return check_summary("test_mesh");
 }
