@@ -918,8 +918,10 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
 }
 
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
- * fused with clearing the other buffer where the step before touched it. One thread per node. */
-template <bool DET>
+ * fused with clearing the other buffer where the step before touched it. One thread per node.
+ * COL: the scene has colliders. The collider code (a mesh's level-set stencils: 110 registers
+ * against 64) is compiled only into the kernel of scenes that have them. */
+template <bool DET, bool COL>
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
 k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
        const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
@@ -1013,8 +1015,9 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
   float xn[3];
   for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
   /* boundary_apply_posed, each collider only inside its box; poses at ctl->t_pose, the step's end (k_poses) */
-  for (int k = 0; k < bp.n_colliders; ++k)
-    if (in_box(wbox[k], xn)) collider_apply(&bp, &bp.colliders[k], &poses[k], xn, v);
+  if (COL)
+    for (int k = 0; k < bp.n_colliders; ++k)
+      if (in_box(wbox[k], xn)) collider_apply(&bp, &bp.colliders[k], &poses[k], xn, v);
   boundary_apply_faces(&bp, xn, v);
   if (vel || DET) out[gidx(nd, 0)] = m;
   for (int a = 0; a < 3; ++a) out[gidx(nd, a + 1)] = v[a];
@@ -1734,7 +1737,9 @@ static int launch_grid(cuda_state *s, int par, int part) {
         dp<col_box>(s->d_wbox), s->prm.dx);
     LAUNCHED("k_poses");
   }
-  (s->det ? k_grid<true> : k_grid<false>)<<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA),
+  const bool col = s->bnd.n_colliders > 0;
+  (s->det ? (col ? k_grid<true, true> : k_grid<true, false>) : (col ? k_grid<false, true> : k_grid<false, false>))
+      <<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA),
                                             GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<collider_pose>(s->d_poses),
