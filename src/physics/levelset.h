@@ -56,27 +56,17 @@ DR_HD int ls_entry(const levelset *L, const int32_t *table, int bi, int bj, int 
   return table[L->table0 + ((int64_t)bk * L->dims[1] + bj) * L->dims[0] + bi];
 }
 
-/* Where node (i, j, k) keeps its values: *e its brick's table entry (ls_entry) and *local its
- * place in the brick. The first half of ls_node, so that a stencil's table reads can be issued
- * together before any of its value reads (ls_gradient, ls_sample: a grid node that a mesh
- * collider acts on reads up to 96 nodes, and one read waiting for the last kept every warp of
- * a grid update with such nodes tens of microseconds longer than the others). */
-DR_HD void ls_where(const levelset *L, const int32_t *table, int i, int j, int k, int *e, int *local) {
-  *e = ls_entry(L, table, i >> 2, j >> 2, k >> 2);
-  *local = ((k & 3) * LS_BRICK + (j & 3)) * LS_BRICK + (i & 3);
-}
-
-/* Channel c of the node that ls_where placed at (e, local). */
-DR_HD float ls_value(const levelset *L, const float *bricks, int e, int local, int c) {
-  if (e >= 0) return bricks[L->brick0 + ((int64_t)e * LS_BRICK_NODES + local) * L->channels + c];
-  return c == 0 ? (e == LS_INSIDE ? -L->band : L->band) : L->vel_mean[c - 1];
-}
-
 /* The values of node (i, j, k) (channels 0 .. nc - 1) into out. */
 DR_HD void ls_node(const levelset *L, const int32_t *table, const float *bricks, int i, int j, int k, float *out, int nc) {
-  int e, local;
-  ls_where(L, table, i, j, k, &e, &local);
-  for (int c = 0; c < nc; ++c) out[c] = ls_value(L, bricks, e, local, c);
+  const int e = ls_entry(L, table, i >> 2, j >> 2, k >> 2);
+  if (e >= 0) {
+    const int local = ((k & 3) * LS_BRICK + (j & 3)) * LS_BRICK + (i & 3);
+    const float *p = bricks + L->brick0 + ((int64_t)e * LS_BRICK_NODES + local) * L->channels;
+    for (int c = 0; c < nc; ++c) out[c] = p[c];
+    return;
+  }
+  out[0] = e == LS_INSIDE ? -L->band : L->band;
+  for (int c = 1; c < nc; ++c) out[c] = L->vel_mean[c - 1];
 }
 
 /* Where x (m) lies on the lattice: the cell's lowest node i0 and the fractions f; 0 when the
@@ -104,22 +94,17 @@ DR_HD void ls_gradient(const levelset *L, const int32_t *table, const float *bri
   if (!ls_cell(L, x, i0, f)) return;
   for (int a = 0; a < 3; ++a) {
     const int b = (a + 1) % 3, c = (a + 2) % 3;
-    /* the 16 nodes of this axis: where they are (table reads), then their phi (value reads) */
-    int ent[16], loc[16];
-    float n[16]; /* n[4 e + q]: edge e, phi at i0 - 1 .. i0 + 2 along a */
-    for (int m = 0; m < 16; ++m) {
-      const int e = m >> 2, q = m & 3;
-      int id[3];
-      id[a] = i0[a] + q - 1, id[b] = i0[b] + (e & 1), id[c] = i0[c] + (e >> 1);
-      ls_where(L, table, id[0], id[1], id[2], &ent[m], &loc[m]);
-    }
-    for (int m = 0; m < 16; ++m) n[m] = ls_value(L, bricks, ent[m], loc[m], 0);
     float sum = 0.0f;
     for (int e = 0; e < 4; ++e) {
       const int db = e & 1, dc = e >> 1;
       const float w = (db ? f[b] : 1.0f - f[b]) * (dc ? f[c] : 1.0f - f[c]);
-      const float *r = n + 4 * e;
-      sum += w * ((1.0f - f[a]) * (r[2] - r[0]) + f[a] * (r[3] - r[1]));
+      float n[4]; /* phi at i0 - 1 .. i0 + 2 along a */
+      for (int q = 0; q < 4; ++q) {
+        int id[3];
+        id[a] = i0[a] + q - 1, id[b] = i0[b] + db, id[c] = i0[c] + dc;
+        ls_node(L, table, bricks, id[0], id[1], id[2], &n[q], 1);
+      }
+      sum += w * ((1.0f - f[a]) * (n[2] - n[0]) + f[a] * (n[3] - n[1]));
     }
     grad[a] = 0.5f * L->inv_h * sum;
   }
@@ -148,18 +133,19 @@ DR_HD float ls_sample(const levelset *L, const int32_t *table, const float *bric
                       int vch, float vel[3]) {
   float f[3];
   int i0[3];
+  const int nc = vel ? vch + 3 : 1;
   if (grad) ls_gradient(L, table, bricks, x, grad);
   if (vel) vel[0] = vel[1] = vel[2] = 0.0f;
   if (!ls_cell(L, x, i0, f)) return L->band;
-  int ent[8], loc[8]; /* the eight corners: where they are, then their values (see ls_where) */
-  for (int c = 0; c < 8; ++c) ls_where(L, table, i0[0] + (c & 1), i0[1] + ((c >> 1) & 1), i0[2] + (c >> 2), &ent[c], &loc[c]);
   float phi = 0.0f;
   for (int c = 0; c < 8; ++c) {
     const int di = c & 1, dj = (c >> 1) & 1, dk = c >> 2;
+    float val[LS_MAX_CHANNELS];
+    ls_node(L, table, bricks, i0[0] + di, i0[1] + dj, i0[2] + dk, val, nc);
     const float w = (di ? f[0] : 1.0f - f[0]) * (dj ? f[1] : 1.0f - f[1]) * (dk ? f[2] : 1.0f - f[2]);
-    phi += w * ls_value(L, bricks, ent[c], loc[c], 0);
+    phi += w * val[0];
     if (vel)
-      for (int a = 0; a < 3; ++a) vel[a] += w * ls_value(L, bricks, ent[c], loc[c], vch + a);
+      for (int a = 0; a < 3; ++a) vel[a] += w * val[vch + a];
   }
   return phi;
 }
