@@ -26,9 +26,12 @@
 #           both ways, and weak scaling from 1 to 2 ranks of 1 GPU (jobs/bench/weak_1.json,
 #           weak_2.json, weak_4.json where there are 4 GPUs: 3.1M particles per GPU), and the
 #           2-rank runs again with DRIFT_SPLIT_P2G=1 (p2g_part).
-# env: FRAMES (bench frames; default each scene's own), DEPS and OUT (tools/device_env.sh).
+#   trace   DRIFT_TRACE=1 runs of l = 12 on G GPUs and of weak_2 (2 ranks), each summed by
+#           tools/trace_summary.py (trace_*.summary.txt).
+# env: FRAMES (bench frames; default each scene's own), ISLAND_ALTS (0: island without the alternatives),
+#      TESTS_LIMIT, BENCH_LIMIT (seconds), JOBS (ctest -j), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
-[ $# -gt 0 ] || { sed -n 2,29p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,32p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
@@ -65,7 +68,8 @@ for step in "$@"; do
       lim "${BENCH_LIMIT:-240}" "$drift" bench --backend cuda --gpus "$glist" "${frames[@]}" --profile-frames 0 --csv "$out/island.csv" \
         >"$out/island.log" 2>&1 || note "island: drift bench failed: $(tail -1 "$out/island.log")"
       # the paper's two alternatives on the smallest and the largest case, on G GPUs (their 1-GPU
-      # times are the rows above)
+      # times are the rows above); ISLAND_ALTS=0 skips them and the eager run
+      [ "${ISLAND_ALTS:-1}" = 1 ] || { note "island: $((SECONDS - t0)) s (ISLAND_ALTS=0)"; continue; }
       for alt in "--island-barrier events" "--island-reduce p2p_atomics"; do
         tag=$(echo "$alt" | awk '{print $2}')
         # shellcheck disable=SC2086
@@ -113,8 +117,19 @@ for step in "$@"; do
         "${frames[@]}" --profile-frames 0 --csv "$out/weak_2_split.csv" >"$out/weak_2_split.log" 2>&1
       note "ranks: $((SECONDS - t0)) s"
       ;;
+    trace)
+      # DRIFT_TRACE=1 (log.h) of the cases whose efficiency is furthest from the targets: l = 12 on
+      # G GPUs, and weak scaling's 2 ranks; each log summed by tools/trace_summary.py
+      [ "$ngpu" -ge 2 ] || { note "trace: skipped, $ngpu GPU(s)"; continue; }
+      DRIFT_TRACE=1 lim 120 "$drift" bench jobs/bench/sand_blocks_l12.json --backend cuda --gpus "$G" --frames 10 \
+        --profile-frames 0 >"$out/trace_l12_g$G.out" 2>"$out/trace_l12_g$G.log"
+      DRIFT_TRACE=1 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 \
+        --frames 10 --profile-frames 0 >"$out/trace_weak_2.out" 2>"$out/trace_weak_2.log"
+      for l in "$out"/trace_*.log; do python3 "$root/tools/trace_summary.py" "$l" >"${l%.log}.summary.txt" 2>&1; done
+      note "trace: $((SECONDS - t0)) s"
+      ;;
     *)
-      echo "device_multi: unknown step '$step' (build, tests, island, scenes, ranks)" >&2
+      echo "device_multi: unknown step '$step' (build, tests, island, scenes, ranks, trace)" >&2
       exit 2
       ;;
   esac
