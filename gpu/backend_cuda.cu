@@ -918,11 +918,16 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
 }
 
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
- * fused with clearing the other buffer where the step before touched it. One thread per node.
- * COL: the scene has colliders. The collider code (a mesh's level-set stencils: 110 registers
- * against 64) is compiled only into the kernel of scenes that have them. */
+ * fused with clearing the other buffer where the step before touched it. One thread per node;
+ * a node's channels read and written as one vector (node_load, node_store).
+ * COL: the scene has colliders. The collider code (a mesh's level-set stencils) is compiled only
+ * into the kernel of scenes that have them: 32 registers without (CUDA 13, sm_90), with them 80,
+ * capped at 64 by GRID_MIN_CTAS (a few bytes spilled on the collider path). */
+#ifndef GRID_MIN_CTAS
+#define GRID_MIN_CTAS 4 /* CUDA blocks of k_grid an SM must hold at once */
+#endif
 template <bool DET, bool COL>
-__global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES)
+__global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES, GRID_MIN_CTAS)
 k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
        const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
        const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
@@ -944,8 +949,7 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
     if (DET) { /* P2G writes only the int sums; the float grid is rewritten below where touched */
       for (int ch = 0; ch < ich; ++ch) ig_next[(blk * ich + ch) * BLOCK_NODES + nd] = 0;
     } else {
-      float *gn = g_next + blk * BLOCK_FLOATS;
-      for (int ch = 0; ch < 4; ++ch) gn[gidx(nd, ch)] = 0.0f;
+      node_store(g_next + blk * BLOCK_FLOATS, nd, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
       if (g0_next)
         for (int ch = 0; ch < 3; ++ch) g0_next[blk * OLD_FLOATS + ch * BLOCK_NODES + nd] = 0.0f;
     }
@@ -977,15 +981,16 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
     if (g0)
       for (int a = 0; a < 3; ++a) sum0[a] = empty ? 0.0f : fix_from(acc[4 + a], inv_sp);
   } else {
-    for (int ch = 0; ch < 4; ++ch) sum[ch] = gd[gidx(nd, ch)];
+    const float4 own = node_load(gd, nd);
+    sum[0] = own.x, sum[1] = own.y, sum[2] = own.z, sum[3] = own.w;
     if (g0)
       for (int a = 0; a < 3; ++a) sum0[a] = g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd];
     /* island: the peers' copies of this block (P2P), where they touched it this step */
     for (int q = 0; q < peers; ++q) {
       const int32_t t = tags[blk * iv.np + q];
       if (t < 0 || !iv.peer_touched[q][t]) continue;
-      const float *pg = iv.peer_grid[q] + (size_t)t * BLOCK_FLOATS;
-      for (int ch = 0; ch < 4; ++ch) sum[ch] += pg[gidx(nd, ch)];
+      const float4 pv = node_load(iv.peer_grid[q] + (size_t)t * BLOCK_FLOATS, nd);
+      sum[0] += pv.x, sum[1] += pv.y, sum[2] += pv.z, sum[3] += pv.w;
       if (g0)
         for (int a = 0; a < 3; ++a) sum0[a] += iv.peer_grid0[q][(size_t)t * OLD_FLOATS + a * BLOCK_NODES + nd];
     }
@@ -996,8 +1001,7 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
   float *out0 = vel0 ? vel0 : g0;
   const float m = sum[0];
   if (m <= 0.0f) {
-    if (vel || DET)
-      for (int ch = 0; ch < 4; ++ch) out[gidx(nd, ch)] = 0.0f;
+    if (vel || DET) node_store(out, nd, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
     if (vel0 || (DET && g0))
       for (int a = 0; a < 3; ++a) out0[blk * OLD_FLOATS + a * BLOCK_NODES + nd] = 0.0f;
     return;
@@ -1019,8 +1023,7 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
     for (int k = 0; k < bp.n_colliders; ++k)
       if (in_box(wbox[k], xn)) collider_apply(&bp, &bp.colliders[k], &poses[k], xn, v);
   boundary_apply_faces(&bp, xn, v);
-  if (vel || DET) out[gidx(nd, 0)] = m;
-  for (int a = 0; a < 3; ++a) out[gidx(nd, a + 1)] = v[a];
+  node_store(out, nd, make_float4(m, v[0], v[1], v[2])); /* in place (one GPU), m is the mass read */
 }
 
 /* Island tagging, at rebuild-mapping: for each of this member's blocks and each peer, the
