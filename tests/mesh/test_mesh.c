@@ -35,6 +35,15 @@
 
 static void path_of(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", MESH_DIR, name); }
 
+/* Reads the test mesh NAME (MESH_DIR) into *m; 0, or 1 after a failed check naming the cause. */
+static int read_test_mesh(const char *name, mesh *m) {
+  char p[512], err[800];
+  path_of(p, sizeof p, name);
+  if (mesh_read_obj(p, m, err, sizeof err) == 0) return 0;
+  CHECK(0, "%s", err);
+  return 1;
+}
+
 /* Writes text to a temporary .obj file; returns its path (static buffer). */
 static const char *temp_obj(const char *text) {
   static char path[64];
@@ -120,13 +129,8 @@ static double mesh_dist(const mesh *m, const double x[3]) {
 }
 
 static void test_cube_levelset(void) {
-  char p[512], err[800];
   mesh m;
-  path_of(p, sizeof p, "cube.obj");
-  if (mesh_read_obj(p, &m, err, sizeof err)) {
-    CHECK(0, "%s", err);
-    return;
-  }
+  if (read_test_mesh("cube.obj", &m)) return;
   /* shifted and scaled: the cube [0.3, 0.7] x [0.2, 0.6] x [0.1, 0.5] (a side of 0.4 m), dx 0.05 */
   for (int i = 0; i < m.n_verts; ++i)
     for (int a = 0; a < 3; ++a) m.v[3 * i + a] = 0.4 * m.v[3 * i + a] + 0.3 - 0.1 * a;
@@ -216,13 +220,8 @@ static void test_union_levelset(void) {
 }
 
 static void test_icosphere_levelset(void) {
-  char p[512], err[800];
   mesh m;
-  path_of(p, sizeof p, "icosphere.obj");
-  if (mesh_read_obj(p, &m, err, sizeof err)) {
-    CHECK(0, "%s", err);
-    return;
-  }
+  if (read_test_mesh("icosphere.obj", &m)) return;
   const double R = 0.3, dx = 0.04, band = 2 * dx, c[3] = {0.1, -0.2, 0.05};
   for (int i = 0; i < 3 * m.n_verts; ++i) m.v[i] = R * m.v[i] + c[i % 3];
   /* the faces' sag below the sphere: the icosphere lies between R cos(edge angle) and R */
@@ -325,13 +324,8 @@ static void test_icosphere_levelset(void) {
  * and after it (frame 1 alone), at random nodes around it; then with the grid's act distance
  * set to the level set's band, where the shortcut must never fire. */
 static void test_mesh_collider_idle(void) {
-  char p[512], err[800];
   mesh m;
-  path_of(p, sizeof p, "icosphere.obj");
-  if (mesh_read_obj(p, &m, err, sizeof err)) {
-    CHECK(0, "%s", err);
-    return;
-  }
+  if (read_test_mesh("icosphere.obj", &m)) return;
   const double R = 0.3, dx = 0.04, band = 2 * dx, c[3] = {0.1, -0.2, 0.05}, step = 0.24, V = step * 4;
   for (int i = 0; i < 3 * m.n_verts; ++i) m.v[i] = R * m.v[i] + c[i % 3];
   double *vel = malloc(sizeof(double) * 3 * (size_t)m.n_verts);
