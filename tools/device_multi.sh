@@ -26,8 +26,9 @@
 #           both ways, and weak scaling from 1 to 2 ranks of 1 GPU (jobs/bench/weak_1.json,
 #           weak_2.json, weak_4.json where there are 4 GPUs: 3.1M particles per GPU), and the
 #           2-rank runs again with DRIFT_SPLIT_P2G=1 (p2g_part).
-#   trace   DRIFT_TRACE=1 runs of l = 12 on G GPUs and of weak_2 (2 ranks), each summed by
-#           tools/trace_summary.py (trace_*.summary.txt).
+#   trace   DRIFT_TRACE=1 runs of l = 12 on G GPUs (10 frames) and of weak_2 (2 ranks, 60 frames),
+#           each summed by tools/trace_summary.py, whole (trace_*.summary.txt) and over its last
+#           third (trace_*.last_third.txt).
 # env: FRAMES (bench frames; default each scene's own), ISLAND_ALTS (0: island without the alternatives),
 #      TESTS_LIMIT, BENCH_LIMIT (seconds), JOBS (ctest -j), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
@@ -123,9 +124,14 @@ for step in "$@"; do
       [ "$ngpu" -ge 2 ] || { note "trace: skipped, $ngpu GPU(s)"; continue; }
       DRIFT_TRACE=1 lim 120 "$drift" bench jobs/bench/sand_blocks_l12.json --backend cuda --gpus "$G" --frames 10 \
         --profile-frames 0 >"$out/trace_l12_g$G.out" 2>"$out/trace_l12_g$G.log"
+      # weak_2 whole (its first 10 frames step as fast as one rank; the loss is later, where the
+      # sand reaches the cut), summed whole and over its last third
       DRIFT_TRACE=1 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 \
-        --frames 10 --profile-frames 0 >"$out/trace_weak_2.out" 2>"$out/trace_weak_2.log"
-      for l in "$out"/trace_*.log; do python3 "$root/tools/trace_summary.py" "$l" >"${l%.log}.summary.txt" 2>&1; done
+        --profile-frames 0 >"$out/trace_weak_2.out" 2>"$out/trace_weak_2.log"
+      for l in "$out"/trace_*.log; do
+        python3 "$root/tools/trace_summary.py" "$l" >"${l%.log}.summary.txt" 2>&1
+        python3 "$root/tools/trace_summary.py" --tail 0.33 "$l" >"${l%.log}.last_third.txt" 2>&1
+      done
       note "trace: $((SECONDS - t0)) s"
       ;;
     *)

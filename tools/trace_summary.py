@@ -3,6 +3,7 @@
 
     DRIFT_TRACE=1 mpirun -n 2 build/drift bench SCENE --backend cuda --gpus 1 2> trace.log
     tools/trace_summary.py trace.log
+    tools/trace_summary.py --tail 0.33 trace.log    (only each rank's last third of its traced time)
 
 A trace line is "trace   T ms rR: MESSAGE". The time from one line of a rank to its next line is
 charged to the first line's event: its message with the numbers taken out ("step 12: p2g"
@@ -11,6 +12,7 @@ of event to the next one, how often, and the share of the rank's traced time. Li
 threads other than the rank's own (the island's) interleave with it; their events count like any
 other, so read their rows as "time until the next event of any thread".
 """
+import argparse
 import re
 import sys
 from collections import defaultdict
@@ -23,29 +25,42 @@ def event_of(message):
 
 
 def main(argv):
-    if len(argv) != 2:
-        print(__doc__.strip(), file=sys.stderr)
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("log")
+    ap.add_argument("--tail", type=float, default=1.0,
+                    help="sum only the intervals that start in the last TAIL of each rank's traced time (0 < TAIL <= 1): "
+                         "the late frames, where a scene's load has changed")
+    args = ap.parse_args(argv[1:])
+    if not 0 < args.tail <= 1:
+        print(f"--tail {args.tail}: expected 0 < TAIL <= 1", file=sys.stderr)
         return 2
+    lines = []
+    with open(args.log, errors="replace") as f:
+        for line in f:
+            m = LINE.match(line)
+            if m:
+                lines.append((float(m.group(1)), int(m.group(2)), event_of(m.group(3))))
+    span_of = {}
+    for t, rank, _ in lines:
+        lo, hi = span_of.get(rank, (t, t))
+        span_of[rank] = (min(lo, t), max(hi, t))
+    start = {r: hi - args.tail * (hi - lo) for r, (lo, hi) in span_of.items()}
     last = {}  # rank -> (time, event)
     total = defaultdict(lambda: defaultdict(float))
     count = defaultdict(lambda: defaultdict(int))
-    with open(argv[1], errors="replace") as f:
-        for line in f:
-            m = LINE.match(line)
-            if not m:
-                continue
-            t, rank, event = float(m.group(1)), int(m.group(2)), event_of(m.group(3))
-            if rank in last:
-                t0, e0 = last[rank]
+    for t, rank, event in lines:
+        if rank in last:
+            t0, e0 = last[rank]
+            if t0 >= start[rank]:
                 total[rank][e0] += t - t0
                 count[rank][e0] += 1
-            last[rank] = (t, event)
+        last[rank] = (t, event)
     if not total:
-        print(f"{argv[1]}: no trace lines (run with DRIFT_TRACE=1)", file=sys.stderr)
+        print(f"{args.log}: no trace lines (run with DRIFT_TRACE=1)", file=sys.stderr)
         return 1
     for rank in sorted(total):
         span = sum(total[rank].values())
-        print(f"rank {rank}: {span:.1f} ms traced")
+        print(f"rank {rank}: {span:.1f} ms traced" + (f" (the last {100 * args.tail:.0f}%)" if args.tail < 1 else ""))
         print(f"  {'ms':>10} {'share':>7} {'count':>7} {'ms each':>9}  event (until the next)")
         for event, ms in sorted(total[rank].items(), key=lambda kv: -kv[1])[:25]:
             n = count[rank][event]
