@@ -11,8 +11,10 @@
 // Grid. Blocks of 4x4x4 nodes with 64-bit Morton codes (physics/sparse.h), a device hash table
 // from code to dense index, the 3x3x3 physical blocks of every particle block (its free zone is
 // (10 dx)^3, so rebuild-mapping is rare). A block holds 4 channels (mass, momentum, which the
-// grid update turns into velocity in place) of 64 nodes as two 32-wide packets:
-// grid[blk * 256 + (node >> 5) * 128 + channel * 32 + (node & 31)].
+// grid update turns into velocity in place) of 64 nodes, a node's 4 side by side:
+// grid[blk * 256 + node * 4 + channel] (GRID_VEC4, gpu/p2g.cuh: one vector atomic per node in
+// P2G, one vector load or store per node in the grid update and G2P; -DGRID_VEC4=0 keeps the
+// two 32-wide packets of nodes, grid[blk * 256 + (node >> 5) * 128 + channel * 32 + (node & 31)]).
 // Two grid buffers alternate step by step: the grid update of buffer c clears buffer 1 - c (the
 // next P2G's target) in the same pass, only where that buffer was touched. Untouched blocks
 // (P2G marks the blocks it writes) are skipped.
@@ -35,6 +37,11 @@
 // per node and channel. No atomics on shared memory. That is p2g_warp (-DDRIFT_P2G_GATHER=0); the
 // default, p2g_gather, sums a cell's lanes without shuffles, from records in shared memory, and
 // issues the same atomics (gpu/p2g.cuh says how; 8-14% faster on Sand Blocks l = 46).
+//
+// G2P. One thread per particle. The warp first loads the box of its lanes' stencils (6^3 nodes
+// right after a rebuild-mapping) into shared memory once, then each lane reads its 27 nodes there
+// (g2p_nodes, gpu/p2g.cuh; -DDRIFT_G2P_TILE=0 reads each node from the grid; 1-2.5% faster on
+// one H100). Particles inside a collider's box are left to k_collide (the particle collision step).
 //
 // G2P2G (fixed steps below g2p2g_below particles per GPU; the paper, section 4): the step is
 // k_begin, k_grid, k_g2p2g, whose G2P is followed in the same kernel by the next step's P2G into
