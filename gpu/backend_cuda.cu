@@ -932,8 +932,8 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
  * fused with clearing the other buffer where the step before touched it. One thread per node;
  * a node's channels read and written as one vector (node_load, node_store).
  * COL: the scene has colliders. The collider code (a mesh's level-set stencils) is compiled only
- * into the kernel of scenes that have them: 32 registers without (CUDA 13, sm_90), with them 80,
- * capped at 64 by GRID_MIN_CTAS (a few bytes spilled on the collider path). */
+ * into the kernel of scenes that have them: 40 registers without (CUDA 13, sm_90), with them 80,
+ * capped at 64 by GRID_MIN_CTAS (56 bytes spilled, on the collider path). */
 #ifndef GRID_MIN_CTAS
 #define GRID_MIN_CTAS 4 /* CUDA blocks of k_grid an SM must hold at once */
 #endif
@@ -1178,8 +1178,9 @@ enum { COL_NONE = 0, COL_INLINE = 1, COL_DEFER = 2 };
 /* -DDRIFT_COLLIDE_LIST=1 (off until measured on a GPU): k_g2p also lists the packets it leaves
  * lanes of to k_collide (after the masks in push_mask, counted in ctl->n_push), and k_collide
  * walks that list with a grid of a few CUDA blocks per multiprocessor instead of one warp per
- * packet: Crawling in Snow leaves lanes of a few thousand of its 41,694 packets, and ncu
- * measured k_collide at 46.6 us a step (H100). The list's order varies from run to run; each
+ * packet: only the packets near a collider leave lanes (Crawling in Snow: those near the figure,
+ * of its 41,694), and ncu measured k_collide at 46.6 us a step there (H100, the default launch;
+ * how many packets the list would hold is not measured yet). The list's order varies from run to run; each
  * packet's particles are pushed alone, so the result does not. */
 #ifndef DRIFT_COLLIDE_LIST
 #define DRIFT_COLLIDE_LIST 0
