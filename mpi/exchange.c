@@ -38,8 +38,10 @@ void exchange_free(exchange *x) {
   for (int k = 0; k < x->nlinks; ++k) free(x->links[k].idx);
   free(x->links);
   free(x->req);
+  free(x->status);
   x->links = NULL;
   x->req = NULL;
+  x->status = NULL;
   x->nlinks = 0;
   x->n_shared = 0;
 }
@@ -70,7 +72,7 @@ static int retire(exchange *x, void *p) {
 #define ARENA_ALIGN 256 /* bytes: each link's buffer starts on a boundary a GPU copy likes */
 
 static size_t link_bytes(const exchange *x, const rank_link *L) {
-  const size_t b = x->sum_bytes * x->block_sums * L->n;
+  const size_t b = (x->sparse ? SPARSE_MASK_BYTES(L->n) : 0) + x->sum_bytes * x->block_sums * L->n;
   return (b + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 
@@ -108,6 +110,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   x->block_sums = b->block_sums > 0 ? (size_t)b->block_sums : BLOCK_SUMS;
   x->sum_bytes = b->sums_int64 ? sizeof(int64_t) : sizeof(float);
   x->sum_type = b->sums_int64 ? MPI_INT64_T : MPI_FLOAT;
+  const char *sparse = getenv("DRIFT_SPARSE_EXCHANGE");
+  x->sparse = b->pack_sparse && b->unpack_add_sparse && !(sparse && strcmp(sparse, "0") == 0);
   int rank, nranks;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
@@ -153,7 +157,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   MPI_Request *req = malloc(sizeof *req * 2 * (size_t)(nn ? nn : 1));
   x->links = calloc((size_t)(nn ? nn : 1), sizeof *x->links);
   x->req = malloc(sizeof *x->req * 2 * (size_t)(nn ? nn : 1));
-  if (!their_n || !their || !req || !x->links || !x->req) {
+  x->status = malloc(sizeof *x->status * 2 * (size_t)(nn ? nn : 1));
+  if (!their_n || !their || !req || !x->links || !x->req || !x->status) {
     free(their_n), free(their), free(req), free(nbr);
     return dr_fail(DR_ENOMEM, "out of host memory for the rank links");
   }
@@ -222,18 +227,37 @@ int exchange_start(exchange *x, backend *b) {
   x->start_rc = DR_OK;
   if (x->nlinks == 0) return DR_OK;
   for (int k = 0; k < 2 * x->nlinks; ++k) x->req[k] = MPI_REQUEST_NULL;
-  for (int k = 0; k < x->nlinks && x->start_rc == DR_OK; ++k)
-    x->start_rc = b->pack(b->state, x->links[k].idx, x->links[k].n, x->links[k].send);
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
-    const int count = (int)(x->block_sums * L->n);
-    int rc = MPI_Irecv(L->recv, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]);
-    if (rc == MPI_SUCCESS) rc = MPI_Isend(L->send, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]);
+    L->send_bytes = 0;
+    if (x->start_rc != DR_OK) continue;
+    if (x->sparse) {
+      x->start_rc = b->pack_sparse(b->state, L->idx, L->n, L->send, &L->send_bytes);
+    } else {
+      x->start_rc = b->pack(b->state, L->idx, L->n, L->send);
+      L->send_bytes = x->sum_bytes * x->block_sums * L->n;
+    }
+  }
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    int rc;
+    if (x->sparse) {
+      /* after a failed pack, an empty mask: the neighbour adds nothing and the step is lost */
+      if (x->start_rc != DR_OK) memset(L->send, 0, SPARSE_MASK_BYTES(L->n)), L->send_bytes = SPARSE_MASK_BYTES(L->n);
+      rc = MPI_Irecv(L->recv, (int)link_bytes(x, L), MPI_BYTE, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]);
+      if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(L->send, (int)L->send_bytes, MPI_BYTE, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]);
+    } else {
+      const int count = (int)(x->block_sums * L->n);
+      L->send_bytes = (size_t)count * x->sum_bytes;
+      rc = MPI_Irecv(L->recv, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]);
+      if (rc == MPI_SUCCESS) rc = MPI_Isend(L->send, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]);
+    }
     if (rc != MPI_SUCCESS) {
       if (!x->start_rc) x->start_rc = comm_fail(rc, __FILE__, __LINE__, "MPI_Irecv/MPI_Isend(shared-block sums)");
       break; /* the requests not posted stay MPI_REQUEST_NULL for exchange_finish's wait */
     }
-    x->bytes_sent += (double)count * (double)x->sum_bytes;
+    x->bytes_sent += (double)L->send_bytes;
   }
   return x->start_rc;
 }
@@ -241,11 +265,20 @@ int exchange_start(exchange *x, backend *b) {
 int exchange_finish(exchange *x, backend *b) {
   if (x->nlinks == 0) return x->start_rc;
   double t0 = wtime();
-  DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, MPI_STATUSES_IGNORE));
+  DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, x->status));
   x->wait_seconds += wtime() - t0;
   if (x->start_rc) return x->start_rc; /* the step is lost: nothing to add to */
   /* in rank order: the same order of additions at every step (fixed-point sums: any order gives
    * the same result, so the number of ranks does not change it either) */
-  for (int k = 0; k < x->nlinks; ++k) DR_TRY(b->unpack_add(b->state, x->links[k].idx, x->links[k].n, x->links[k].recv));
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    if (!x->sparse) {
+      DR_TRY(b->unpack_add(b->state, L->idx, L->n, L->recv));
+      continue;
+    }
+    int got = 0;
+    DR_MPI(MPI_Get_count(&x->status[2 * k], MPI_BYTE, &got));
+    DR_TRY(b->unpack_add_sparse(b->state, L->idx, L->n, L->recv, (size_t)got));
+  }
   return DR_OK;
 }

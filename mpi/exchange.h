@@ -18,7 +18,9 @@ typedef struct rank_link {
   int rank;
   size_t n;          /* blocks shared with that rank */
   int32_t *idx;      /* their dense indices in this rank's mapping, in code order */
-  void *send, *recv; /* block_sums values per block: floats, or int64 (sums_int64); inside the arenas */
+  void *send, *recv; /* block_sums values per block: floats, or int64 (sums_int64); inside the arenas.
+                      * Sparse: a mask of the blocks that travel, then their values (backend.h) */
+  size_t send_bytes; /* what this step's message holds */
 } rank_link;
 
 typedef struct exchange {
@@ -30,6 +32,14 @@ typedef struct exchange {
   size_t sum_bytes;       /* bytes per value: 4 (float) or 8 (int64 fixed point, deterministic mode) */
   MPI_Datatype sum_type;  /* MPI_FLOAT or MPI_INT64_T */
   MPI_Request *req;
+  MPI_Status *status;     /* the requests' (a sparse message's length) */
+  /* Sparse exchange (the default where the backend has pack_sparse; DRIFT_SPARSE_EXCHANGE=0 turns
+   * it off): a rank sends only the shared blocks its P2G touched this step, behind a mask of one
+   * bit per shared block, and a receive takes up to all of them. Where a rank's particles come
+   * near the cut, the blocks mapped on both sides include a band that one side maps but does not
+   * reach: on the CPU backend, Sand Blocks spreading across the cut of two ranks touched 37-49%
+   * of the shared blocks it sent each step (jobs/bench/weak_2.json at 4 dx, docs/performance.md). */
+  int sparse;
   int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */
   void (*free_sums)(void *ptr, int device); /* the backend's, or NULL for free() */
   /* Every link's send and recv buffers lie in two arenas that only grow (2x), kept from one

@@ -43,6 +43,10 @@ typedef struct sim_params {
  * meaningless values, and whether a NaN shows up first depends on rounding. */
 #define DR_RUNAWAY_CELLS 1.0f
 
+/* Bytes of the sparse exchange's mask of n blocks (backend.pack_sparse): whole 64-bit words, so
+ * that the sums after it stay aligned for int64. */
+#define SPARSE_MASK_BYTES(n) ((((size_t)(n) + 63) / 64) * 8)
+
 /* The message of backend.h's g2p failure for a bad particle: its id, its body (from the id,
  * particles.h) and its material (m: index into materials). Records it with dr_fail and returns
  * DR_EPHYSICS. Both backends report through it, so that the message reads the same. */
@@ -136,6 +140,14 @@ typedef struct backend {
   int (*pack)(void *state, const int32_t *idx, size_t n, void *out);
   /* Adds sums laid out as pack's into the listed blocks (they count as touched). */
   int (*unpack_add)(void *state, const int32_t *idx, size_t n, const void *in);
+  /* Optional (NULL: every shared block travels, as pack writes it): pack and unpack_add for the
+   * sparse exchange (mpi/exchange.h), where only the blocks this rank's P2G touched this step
+   * travel. pack_sparse writes a mask of SPARSE_MASK_BYTES(n) bytes (bit k of 64-bit word k / 64:
+   * block idx[k] was touched), then the touched blocks' sums as pack lays them out, and says how
+   * many bytes that is. unpack_add_sparse adds such a message (bytes long, from another rank) to
+   * the listed blocks; a message whose length does not match its mask is an error. */
+  int (*pack_sparse)(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes);
+  int (*unpack_add_sparse)(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes);
   /* Marks blocks as shared with other ranks (until the next rebuild-mapping), for
    * grid_update_part. idx NULL: a new exchange_setup begins; the marks and the lists given before
    * are dropped (their memory is freed; the lists given after stay alive until the next one). */

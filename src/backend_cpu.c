@@ -567,6 +567,42 @@ static int unpack_add(void *state, const int32_t *idx, size_t n, const void *vin
   return DR_OK;
 }
 
+/* The sparse exchange (backend.h): the mask of the listed blocks this rank's P2G touched, then
+ * their sums as pack lays them out. */
+static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
+  cpu_state *s = state;
+  const size_t vb = s->bf * (s->det ? sizeof(int64_t) : sizeof(float)), head = SPARSE_MASK_BYTES(n);
+  uint64_t *mask = out;
+  char *q = (char *)out + head;
+  memset(mask, 0, head);
+  size_t m = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (!s->touched[idx[k]]) continue;
+    mask[k / 64] |= 1ull << (k % 64);
+    DR_TRY(pack(state, idx + k, 1, q + m * vb));
+    ++m;
+  }
+  *bytes = head + m * vb;
+  return DR_OK;
+}
+
+static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
+  cpu_state *s = state;
+  const size_t vb = s->bf * (s->det ? sizeof(int64_t) : sizeof(float)), head = SPARSE_MASK_BYTES(n);
+  const uint64_t *mask = in;
+  size_t marked = 0;
+  if (bytes >= head)
+    for (size_t w = 0; w < head / 8; ++w) marked += (size_t)__builtin_popcountll(mask[w]);
+  if (bytes < head || bytes != head + marked * vb || (n % 64 && (mask[n / 64] >> (n % 64)) != 0))
+    return dr_fail(DR_EINTERNAL, "rank exchange: a message of %zu bytes for %zu shared blocks does not match its mask "
+                   "(%zu blocks marked, %zu bytes each)", bytes, n, marked, vb);
+  const char *q = (const char *)in + head;
+  size_t m = 0;
+  for (size_t k = 0; k < n; ++k)
+    if ((mask[k / 64] >> (k % 64)) & 1u) DR_TRY(unpack_add(state, idx + k, 1, q + vb * m++));
+  return DR_OK;
+}
+
 static int mark_shared(void *state, const int32_t *idx, size_t n) {
   cpu_state *s = state;
   if (!idx) { /* a new exchange_setup */
@@ -693,7 +729,8 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   memset(p, 0, sizeof *p);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
-                   .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .wants_rebuild = wants_rebuild,
+                   .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .pack_sparse = pack_sparse,
+                   .unpack_add_sparse = unpack_add_sparse, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
                    .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .p2g_part = p2g_part, .set_time = set_time,
                    .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};

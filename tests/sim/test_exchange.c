@@ -1,7 +1,10 @@
 /* test_exchange.c - the rank exchange (mpi/exchange.c) on two ranks with a fake backend: the
  * sums of the shared blocks cross, and a pack that fails on one rank (as a CUDA fault surfacing at
  * pack's sync does, issue #8) leaves no neighbour waiting: exchange_start still posts the
- * messages, both exchange_finish calls return, and the failing rank gets its error back. */
+ * messages, both exchange_finish calls return, and the failing rank gets its error back. Then the
+ * same with the sparse exchange (a backend with pack_sparse): only the blocks a rank marks
+ * travel, the receiver is handed the message's exact length, bytes_sent counts what was sent, and
+ * after a failed pack the neighbour receives an empty mask and adds nothing. */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +20,35 @@ typedef struct fake {
   int fail_pack;     /* pack fails (and writes nothing) */
   float got[NB];     /* what unpack_add added, by block index */
   uint64_t codes[NB];
+  size_t got_bytes;  /* the length unpack_add_sparse was handed */
 } fake;
+
+/* sparse: rank r touches the blocks i with (i + r) % 3 != 0 */
+static int touches(int rank, int i) { return (i + rank) % 3 != 0; }
+
+static int f_pack_sparse(void *st, const int32_t *idx, size_t n, void *out, size_t *bytes) {
+  fake *f = st;
+  if (f->fail_pack) return dr_fail(DR_ECUDA, "fake pack failure on rank %d", f->rank);
+  uint64_t *mask = out;
+  float *v = (float *)((char *)out + SPARSE_MASK_BYTES(n));
+  size_t m = 0;
+  memset(mask, 0, SPARSE_MASK_BYTES(n));
+  for (size_t k = 0; k < n; ++k)
+    if (touches(f->rank, idx[k])) mask[k / 64] |= 1ull << (k % 64), v[m++] = (float)(100 * (f->rank + 1) + idx[k]);
+  *bytes = SPARSE_MASK_BYTES(n) + m * sizeof(float);
+  return DR_OK;
+}
+
+static int f_unpack_add_sparse(void *st, const int32_t *idx, size_t n, const void *in, size_t bytes) {
+  fake *f = st;
+  const uint64_t *mask = in;
+  const float *v = (const float *)((const char *)in + SPARSE_MASK_BYTES(n));
+  f->got_bytes = bytes;
+  size_t m = 0;
+  for (size_t k = 0; k < n; ++k)
+    if ((mask[k / 64] >> (k % 64)) & 1u) f->got[idx[k]] += v[m++];
+  return bytes == SPARSE_MASK_BYTES(n) + m * sizeof(float) ? DR_OK : dr_fail(DR_EINTERNAL, "fake: bad length");
+}
 
 static int f_blocks(void *st, const uint64_t **codes, size_t *n) {
   fake *f = st;
@@ -95,6 +126,46 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: the step after a failed pack: start %d, finish %d, got %g\n", rank, rs, rf, f.got[NB - 1]);
     bad = 1;
   }
+  /* 4. sparse: each rank adds the other's marked blocks only, and is handed the message's length */
+  b.pack_sparse = f_pack_sparse;
+  b.unpack_add_sparse = f_unpack_add_sparse;
+  if (exchange_setup(&x, MPI_COMM_WORLD, &b) != DR_OK || !x.sparse) {
+    fprintf(stderr, "rank %d: sparse exchange_setup: %s (sparse %d)\n", rank, dr_message(), x.sparse);
+    bad = 1;
+  }
+  size_t mine = 0, theirs = 0;
+  for (int i = 0; i < NB; ++i) mine += touches(rank, i), theirs += touches(1 - rank, i);
+  memset(f.got, 0, sizeof f.got);
+  const double sent0 = x.bytes_sent;
+  rs = exchange_start(&x, &b);
+  rf = exchange_finish(&x, &b);
+  if (rs || rf || f.got_bytes != SPARSE_MASK_BYTES(NB) + theirs * sizeof(float) ||
+      x.bytes_sent - sent0 != (double)(SPARSE_MASK_BYTES(NB) + mine * sizeof(float))) {
+    fprintf(stderr, "rank %d: sparse step: start %d, finish %d, handed %zu bytes, sent %g\n", rank, rs, rf, f.got_bytes,
+            x.bytes_sent - sent0);
+    bad = 1;
+  }
+  for (int i = 0; i < NB; ++i) {
+    const float want = touches(1 - rank, i) ? (float)(100 * (2 - rank) + i) : 0.0f;
+    if (f.got[i] != want) fprintf(stderr, "rank %d: sparse: block %d got %g, expected %g\n", rank, i, f.got[i], want), bad = 1;
+  }
+  /* 5. sparse, pack fails on rank 1: rank 0 is handed an empty mask and adds nothing */
+  f.fail_pack = rank == 1;
+  memset(f.got, 0, sizeof f.got);
+  f.got_bytes = 0;
+  rs = exchange_start(&x, &b);
+  rf = exchange_finish(&x, &b);
+  if (rank == 1 && (rs != DR_ECUDA || rf != DR_ECUDA)) fprintf(stderr, "rank 1: sparse failed pack: %d %d\n", rs, rf), bad = 1;
+  if (rank == 0) {
+    float sum = 0;
+    for (int i = 0; i < NB; ++i) sum += f.got[i];
+    if (rs || rf || f.got_bytes != SPARSE_MASK_BYTES(NB) || sum != 0.0f) {
+      fprintf(stderr, "rank 0: after rank 1's failed sparse pack: start %d, finish %d, handed %zu bytes, added %g\n", rs,
+              rf, f.got_bytes, sum);
+      bad = 1;
+    }
+  }
+  f.fail_pack = 0;
   exchange_destroy(&x);
   int any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
