@@ -16,6 +16,8 @@
 # env: DEPS   what pack-device-deps.sh packed (default .device)
 #      TESTS  ctest -R regex run on B (default test_cuda_vs_cpu; empty: no tests)
 #      ROUNDS runs of each build (default 2)
+#      RUNNER what runs drift bench (default nothing: drift itself; "mpirun -n 2 --oversubscribe" for
+#             ranks: drift bench writes the CSV on rank 0)
 #      OUT    folder for the build and test logs and the CSVs (default: the device tool's $OUT,
 #             else ./ab-out)
 # Exit status: 0, or 1 when a build or B's tests fail (then nothing is benchmarked).
@@ -56,7 +58,8 @@ fi
 
 for r in $(seq 1 "$rounds"); do
   for v in a b; do
-    "$root/build-$v/drift" bench "$@" --csv "$out/bench-$v-$r.csv" >"$out/bench-$v-$r.log" 2>&1 ||
+    # shellcheck disable=SC2086
+    ${RUNNER:-} "$root/build-$v/drift" bench "$@" --csv "$out/bench-$v-$r.csv" >"$out/bench-$v-$r.log" 2>&1 ||
       { echo "device_ab: bench on build $v (round $r) failed: $(tail -1 "$out/bench-$v-$r.log")" >&2; }
   done
 done
