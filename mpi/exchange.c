@@ -111,7 +111,9 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   x->sum_bytes = b->sums_int64 ? sizeof(int64_t) : sizeof(float);
   x->sum_type = b->sums_int64 ? MPI_INT64_T : MPI_FLOAT;
   const char *sparse = getenv("DRIFT_SPARSE_EXCHANGE");
-  x->sparse = b->pack_sparse && b->unpack_add_sparse && !(sparse && strcmp(sparse, "0") == 0);
+  int mine = b->pack_sparse && b->unpack_add_sparse && !(sparse && strcmp(sparse, "0") == 0);
+  /* every rank the same way (an environment that differs between ranks must not mix the layouts) */
+  DR_MPI(MPI_Allreduce(&mine, &x->sparse, 1, MPI_INT, MPI_MIN, comm));
   int rank, nranks;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));

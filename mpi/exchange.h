@@ -33,8 +33,8 @@ typedef struct exchange {
   MPI_Datatype sum_type;  /* MPI_FLOAT or MPI_INT64_T */
   MPI_Request *req;
   MPI_Status *status;     /* the requests' (a sparse message's length) */
-  /* Sparse exchange (the default where the backend has pack_sparse; DRIFT_SPARSE_EXCHANGE=0 turns
-   * it off): a rank sends only the shared blocks its P2G touched this step, behind a mask of one
+  /* Sparse exchange (the default where the backend has pack_sparse; DRIFT_SPARSE_EXCHANGE=0 on any
+   * rank turns it off on all, agreed at exchange_setup): a rank sends only the shared blocks its P2G touched this step, behind a mask of one
    * bit per shared block, and a receive takes up to all of them. Where a rank's particles come
    * near the cut, the blocks mapped on both sides include a band that one side maps but does not
    * reach: on the CPU backend, Sand Blocks spreading across the cut of two ranks touched 37-49%
