@@ -445,6 +445,9 @@ typedef struct cuda_state {
   int order_stale;              /* pk_order is not this mapping's and marks' (rebuild, mark_shared) */
   int part_skip;                /* p2g_part: the boundary call found the step's P2G primed, whole */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
+  dvec xflag;                   /* the sparse exchange: a flag and a position per shared block */
+  unsigned long long *h_mask;   /* ... and a received mask on the host */
+  size_t h_mask_cap;
   xlist *xl;                    /* the exchange's block lists in xidx (register_indices); owned here */
   int n_xl, xl_cap;
   int *h_xbad, *d_xbad;         /* [2] mapped pinned: an exchange kernel's out-of-range block index (index_ok) */
@@ -2078,6 +2081,77 @@ __global__ static void k_mark(size_t n, const int32_t *idx, int32_t nb, int *bad
   if (i < n && index_ok(idx[i], nb, bad)) flags[idx[i]] = 1;
 }
 
+/* The sparse exchange (backend.h's pack_sparse; DRIFT_CUDA_SPARSE): flag[k] = 1 where block idx[k]
+ * was touched by this step's P2G. */
+__global__ static void k_sparse_flags(size_t n, const int32_t *idx, int32_t nb, int *bad, const uint8_t *touched,
+                                      uint32_t *flag) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) flag[i] = index_ok(idx[i], nb, bad) && touched[idx[i]] ? 1u : 0u;
+}
+
+/* The message's mask: 64-bit word w holds flag[64 w .. 64 w + 63]. */
+__global__ static void k_sparse_mask(size_t n, const uint32_t *flag, unsigned long long *mask) {
+  const size_t w = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (w >= (n + 63) / 64) return;
+  unsigned long long m = 0;
+  for (size_t b = 0; b < 64 && 64 * w + b < n; ++b) m |= (unsigned long long)(flag[64 * w + b] & 1u) << b;
+  mask[w] = m;
+}
+
+/* A received mask back into flags. */
+__global__ static void k_sparse_unmask(size_t n, const unsigned long long *mask, uint32_t *flag) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) flag[i] = (uint32_t)((mask[i / 64] >> (i % 64)) & 1ull);
+}
+
+/* How many blocks the flags mark (pos: their exclusive scan). */
+__global__ static void k_sparse_total(size_t n, const uint32_t *flag, const uint32_t *pos, int *total) {
+  *total = n ? (int)(pos[n - 1] + flag[n - 1]) : 0;
+}
+
+/* The marked blocks' sums, block pos[k] of the message's values (k_pack's layout otherwise). */
+__global__ static void k_pack_sparse(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, const uint32_t *flag,
+                                     const uint32_t *pos, float *g, float *g0, float *out) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs || !flag[i / bs]) return;
+  const int32_t blk = idx[i / bs];
+  out[(size_t)pos[i / bs] * bs + i % bs] = index_ok(blk, nb, bad) ? *sum_slot(i, bs, blk, g, g0) : 0.0f;
+}
+
+__global__ static void k_pack_sparse_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                         const uint32_t *flag, const uint32_t *pos, const long long *ig,
+                                         long long *out) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs || !flag[i / bs]) return;
+  const int32_t blk = idx[i / bs];
+  out[(size_t)pos[i / bs] * bs + i % bs] = index_ok(blk, nb, bad) ? ig[(size_t)blk * bs + i % bs] : 0;
+}
+
+/* Adds the marked blocks' sums of a message (k_unpack_add's rule for touched). */
+__global__ static void k_unpack_add_sparse(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                           const uint32_t *flag, const uint32_t *pos, const float *in, float *g,
+                                           float *g0, uint8_t *touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs || !flag[i / bs]) return;
+  const int32_t blk = idx[i / bs];
+  if (!index_ok(blk, nb, bad)) return;
+  const float v = in[(size_t)pos[i / bs] * bs + i % bs];
+  *sum_slot(i, bs, blk, g, g0) += v;
+  if (v != 0.0f) touched[blk] = 1;
+}
+
+__global__ static void k_unpack_add_sparse_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                               const uint32_t *flag, const uint32_t *pos, const long long *in,
+                                               long long *ig, uint8_t *touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs || !flag[i / bs]) return;
+  const int32_t blk = idx[i / bs];
+  if (!index_ok(blk, nb, bad)) return;
+  const long long v = in[(size_t)pos[i / bs] * bs + i % bs];
+  ig[(size_t)blk * bs + i % bs] += v;
+  if (v != 0) touched[blk] = 1;
+}
+
 /* The exchange's block-index lists stay the same from one rebuild-mapping to the next
  * (exchange_setup hands each link's list to mark_shared once), so they are uploaded there, once,
  * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
@@ -2214,6 +2288,105 @@ static int unpack_add(void *state, const int32_t *idx, size_t n, const void *in)
   LAUNCHED("k_unpack_add");
   CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
   return xbad_check(s, "unpack_add (k_unpack_add)", n);
+}
+
+/* The sparse exchange (backend.h; registered only in a build with -DDRIFT_CUDA_SPARSE=1 until it
+ * has run on GPUs): the listed blocks this step's P2G touched are flagged, numbered by a scan and
+ * packed on the device behind their mask, and only that much crosses to out. */
+#ifndef DRIFT_CUDA_SPARSE
+#define DRIFT_CUDA_SPARSE 0
+#endif
+static int sparse_scratch(cuda_state *s, size_t n, size_t bytes, uint32_t **flag, uint32_t **pos, char **msg) {
+  DVEC(s->xflag, 2 * n * sizeof(uint32_t), "exchange flags");
+  DVEC(s->xbuf, bytes, "exchange buffer");
+  *flag = dp<uint32_t>(s->xflag), *pos = *flag + n, *msg = dp<char>(s->xbuf);
+  return DR_OK;
+}
+
+static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t head = SPARSE_MASK_BYTES(n);
+  *bytes = head;
+  if (n == 0) return DR_OK;
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse"));
+  const int32_t nb = (int32_t)s->n_blocks;
+  uint32_t *flag, *pos;
+  char *msg;
+  DR_TRY(sparse_scratch(s, n, head + n * bs * esz, &flag, &pos, &msg));
+  k_sparse_flags<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), flag);
+  LAUNCHED("k_sparse_flags");
+  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, flag, pos, (int)n, s->stream));
+  k_sparse_mask<<<blocks_for((n + 63) / 64, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, flag, reinterpret_cast<unsigned long long *>(msg));
+  LAUNCHED("k_sparse_mask");
+  k_sparse_total<<<1, 1, 0, s->stream>>>(n, flag, pos, dp<int>(s->count));
+  LAUNCHED("k_sparse_total");
+  if (s->det)
+    k_pack_sparse_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, flag, pos, dp<long long>(s->igrid[s->par]),
+        reinterpret_cast<long long *>(msg + head));
+  else
+    k_pack_sparse<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, flag, pos, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
+        reinterpret_cast<float *>(msg + head));
+  LAUNCHED("k_pack_sparse");
+  int total = 0;
+  DR_TRY(read_count(s, s->count.ptr, &total));
+  *bytes = head + (size_t)total * bs * esz;
+  CU(cudaMemcpyAsync(out, msg, *bytes, cudaMemcpyDefault, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  return xbad_check(s, "pack_sparse", n);
+}
+
+static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t head = SPARSE_MASK_BYTES(n);
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float), vb = (size_t)bs * esz;
+  /* the mask on the host (in is pinned host memory, or device memory for a CUDA-aware MPI) */
+  size_t marked = 0;
+  int beyond = 0;
+  if (bytes >= head && head > 0) {
+    if (s->h_mask_cap < head) {
+      free(s->h_mask);
+      s->h_mask = (unsigned long long *)malloc(head);
+      s->h_mask_cap = s->h_mask ? head : 0;
+      if (!s->h_mask) return dr_fail(DR_ENOMEM, "out of host memory for a sparse exchange mask (%zu bytes)", head);
+    }
+    CU(cudaMemcpy(s->h_mask, in, head, cudaMemcpyDefault));
+    for (size_t w = 0; w < head / 8; ++w) marked += (size_t)__builtin_popcountll(s->h_mask[w]);
+    beyond = n % 64 && (s->h_mask[n / 64] >> (n % 64)) != 0;
+  }
+  if (bytes < head || bytes != head + marked * vb || beyond)
+    return dr_fail(DR_EINTERNAL, "rank exchange: a message of %zu bytes for %zu shared blocks does not match its mask "
+                   "(%zu blocks marked, %zu bytes each)", bytes, n, marked, vb);
+  if (marked == 0) return DR_OK;
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx, "unpack_add_sparse"));
+  const int32_t nb = (int32_t)s->n_blocks;
+  uint32_t *flag, *pos;
+  char *msg;
+  DR_TRY(sparse_scratch(s, n, bytes, &flag, &pos, &msg));
+  CU(cudaMemcpyAsync(msg, in, bytes, cudaMemcpyDefault, s->stream));
+  k_sparse_unmask<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, reinterpret_cast<const unsigned long long *>(msg), flag);
+  LAUNCHED("k_sparse_unmask");
+  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, flag, pos, (int)n, s->stream));
+  if (s->det)
+    k_unpack_add_sparse_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, flag, pos, reinterpret_cast<const long long *>(msg + head),
+        dp<long long>(s->igrid[s->par]), dp<uint8_t>(s->touched[s->par]));
+  else
+    k_unpack_add_sparse<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, flag, pos, reinterpret_cast<const float *>(msg + head), dp<float>(s->grid[s->par]),
+        grid0_of(s, s->par), dp<uint8_t>(s->touched[s->par]));
+  LAUNCHED("k_unpack_add_sparse");
+  CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
+  return xbad_check(s, "unpack_add_sparse", n);
 }
 
 /* The rank exchange's buffers: pinned host memory, or device memory for a CUDA-aware MPI. */
@@ -2577,7 +2750,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
+                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
                        &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order};
@@ -2617,7 +2790,7 @@ static void destroy(void *state) {
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
-                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
+                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
                  &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order};
   if (s->stream) cudaSetDevice(s->device);
@@ -2634,6 +2807,7 @@ static void destroy(void *state) {
   free(s->h_touched);
   free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
   free(s->h_codes);
+  free(s->h_mask);
   free(s->xl);
   free(s->mats);
   free(s);
@@ -4040,6 +4214,8 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->blocks = blocks;
   out->pack = pack;
   out->unpack_add = unpack_add;
+  out->pack_sparse = DRIFT_CUDA_SPARSE ? pack_sparse : NULL; /* not yet run on GPUs */
+  out->unpack_add_sparse = DRIFT_CUDA_SPARSE ? unpack_add_sparse : NULL;
   out->mark_shared = mark_shared;
   out->grid_update_part = grid_update_part;
   out->wants_rebuild = wants_rebuild;
