@@ -39,6 +39,8 @@ void exchange_free(exchange *x) {
   free(x->links);
   free(x->req);
   free(x->status);
+  free(x->zero_mask);
+  x->zero_mask = NULL;
   x->links = NULL;
   x->req = NULL;
   x->status = NULL;
@@ -212,6 +214,12 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
     ++x->nlinks; /* from here exchange_free releases the link */
   }
   if (!err) err = arena_place(x, b);
+  if (!err && x->sparse) { /* the empty mask a failed pack sends */
+    size_t most = 0;
+    for (int k = 0; k < x->nlinks; ++k) most = SPARSE_MASK_BYTES(x->links[k].n) > most ? SPARSE_MASK_BYTES(x->links[k].n) : most;
+    x->zero_mask = calloc(most ? most : 1, 1);
+    if (!x->zero_mask) err = dr_fail(DR_ENOMEM, "out of host memory for the exchange's empty mask (%zu bytes)", most);
+  }
   for (size_t i = 0; shared && i < n; ++i) x->n_shared += shared[i];
   if (!err && b->mark_shared) err = b->mark_shared(b->state, NULL, 0);
   for (int k = 0; k < x->nlinks && !err && b->mark_shared; ++k)
@@ -244,11 +252,13 @@ int exchange_start(exchange *x, backend *b) {
     rank_link *L = &x->links[k];
     int rc;
     if (x->sparse) {
-      /* after a failed pack, an empty mask: the neighbour adds nothing and the step is lost */
-      if (x->start_rc != DR_OK) memset(L->send, 0, SPARSE_MASK_BYTES(L->n)), L->send_bytes = SPARSE_MASK_BYTES(L->n);
+      /* after a failed pack, an empty mask (host memory, whatever the buffers are): the neighbour
+       * adds nothing, and the ranks agree at the next vote that the step is lost */
+      const void *msg = L->send;
+      if (x->start_rc != DR_OK) msg = x->zero_mask, L->send_bytes = SPARSE_MASK_BYTES(L->n);
       rc = MPI_Irecv(L->recv, (int)link_bytes(x, L), MPI_BYTE, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]);
       if (rc == MPI_SUCCESS)
-        rc = MPI_Isend(L->send, (int)L->send_bytes, MPI_BYTE, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]);
+        rc = MPI_Isend(msg, (int)L->send_bytes, MPI_BYTE, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]);
     } else {
       const int count = (int)(x->block_sums * L->n);
       L->send_bytes = (size_t)count * x->sum_bytes;

@@ -40,6 +40,7 @@ typedef struct exchange {
    * reach: on the CPU backend, Sand Blocks spreading across the cut of two ranks touched 37-49%
    * of the shared blocks it sent each step (jobs/bench/weak_2.json at 4 dx, docs/performance.md). */
   int sparse;
+  void *zero_mask;        /* host memory: the empty mask sent after a failed pack */
   int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */
   void (*free_sums)(void *ptr, int device); /* the backend's, or NULL for free() */
   /* Every link's send and recv buffers lie in two arenas that only grow (2x), kept from one
