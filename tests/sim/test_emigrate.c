@@ -19,60 +19,12 @@
  *     every particle go and leaves the backend empty, and it takes them all back. */
 #include "simtest.h"
 
-#include "backend.h"
+#include "jelly_block.h"
+
 #include "physics/bspline.h"
-#include "physics/fixed.h"
 #include "physics/sparse.h"
 
-#define DX 0.02f
-#define DT 2e-4f
-
 static int backend_kind(void) { return test_backend_ >= 0 ? test_backend_ : BACKEND_CPU; }
-
-static material_params jelly(void) {
-  material_params m;
-  memset(&m, 0, sizeof m);
-  material_from_user(&m, MODEL_FIXED_COROTATED, 1000.0f, 2e5f, 0.3f, 0.0f, 0.0f, 0.0f);
-  return m;
-}
-
-static sim_params params(const material_params *m) {
-  static const char *names[1] = {"jelly"};
-  sim_params prm;
-  memset(&prm, 0, sizeof prm);
-  for (int a = 0; a < 3; ++a) prm.domain_min[a] = 0, prm.domain_max[a] = 1.0;
-  prm.dx = DX;
-  prm.gravity[1] = -9.81f;
-  for (int f = 0; f < DR_FACES; ++f) prm.boundary.type[f] = BOUNDARY_SLIP;
-  prm.n_materials = 1;
-  prm.materials = m;
-  prm.material_names = names;
-  prm.g2p2g_below = 100000;
-  prm.deterministic = 1;
-  fix_scales(m->density * (0.5 * DX) * (0.5 * DX) * (0.5 * DX), 10.0, prm.fix_scale);
-  return prm;
-}
-
-/* A 16 x 10 x 12-cell block at 8 particles per cell, thrown along +x. */
-static void block(const material_params *m, particles *p) {
-  const float h = 0.5f * DX, vol = h * h * h;
-  uint64_t id = 0;
-  for (int i = 0; i < 32; ++i)
-    for (int j = 0; j < 20; ++j)
-      for (int k = 0; k < 24; ++k) {
-        const float x[3] = {0.3f + h * (i + 0.5f), 0.4f + h * (j + 0.5f), 0.35f + h * (k + 0.5f)};
-        const float v[3] = {2.0f, 0.5f, -0.3f};
-        MUST(particles_push(p, x, v, m->density * vol, vol, id++, 0));
-      }
-}
-
-static void step(backend *b) {
-  int rebuilt;
-  MUST(b->rebuild(b->state, 0, &rebuilt));
-  MUST(b->p2g(b->state, DT));
-  MUST(b->grid_update(b->state, DT));
-  MUST(b->g2p(b->state, DT));
-}
 
 static void block_of(const sim_params *prm, const float x[3], int32_t blk[3]) {
   const float inv_dx = 1.0f / (float)prm->dx;
@@ -124,7 +76,7 @@ int main(int argc, char **argv) {
   choose_backend(argc, argv);
   init(&argc, &argv);
   const material_params m = jelly();
-  const sim_params prm = params(&m);
+  const sim_params prm = params(&m, 1);
   particles p0 = {0}, copy = {0}, before = {0}, out = {0}, kept = {0}, a = {0}, b = {0};
   block(&m, &p0);
   for (size_t i = 0; i < p0.n; ++i) MUST(particles_push_copy(&copy, &p0, i));
