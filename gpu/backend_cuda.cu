@@ -399,7 +399,9 @@ typedef struct cuda_state {
   bool push;                    /* a slip or separate collider: particles take the particle collision step */
   dvec d_colbox;                /* [n_colliders] col_box: where each collider can hold a particle, in its own frame */
   dvec d_wbox;                  /* [n_colliders] col_box: the same in the world at the step's end, widened (k_poses) */
-  dvec push_mask;               /* [n_packets] lanes that G2P left to k_collide (k_g2p's COL variant) */
+  dvec push_mask;               /* [2 n_packets] lanes that G2P left to k_collide (k_g2p's COL variant), then
+                                 * the list of packets with such lanes (DRIFT_COLLIDE_LIST) */
+  int sms;                      /* the device's multiprocessors */
   dvec push_room;               /* [slots] how far k_collide may move each of those particles */
   dvec d_ls, d_ls_table, d_ls_bricks; /* mesh colliders' level sets (levelset.h), every frame, uploaded once */
   double t_next;                /* set_time: start of the next step the host drives phase by phase */
@@ -443,6 +445,9 @@ typedef struct cuda_state {
   int order_stale;              /* pk_order is not this mapping's and marks' (rebuild, mark_shared) */
   int part_skip;                /* p2g_part: the boundary call found the step's P2G primed, whole */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
+  dvec xflag;                   /* the sparse exchange: a flag and a position per shared block */
+  unsigned long long *h_mask;   /* ... and a received mask on the host */
+  size_t h_mask_cap;
   xlist *xl;                    /* the exchange's block lists in xidx (register_indices); owned here */
   int n_xl, xl_cap;
   int *h_xbad, *d_xbad;         /* [2] mapped pinned: an exchange kernel's out-of-range block index (index_ok) */
@@ -776,6 +781,7 @@ __global__ static void k_begin(step_ctl *c, island_view iv) {
   c->performed = 1;
   c->leave = 0;
   c->vmax_bits = 0;
+  c->n_push = 0;
 }
 
 /* Events barrier, adaptive steps: the member's last vmax for the peers, before the host's barrier
@@ -795,6 +801,7 @@ __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
   c->dt = dt;
   c->leave = 0;
   c->vmax_bits = 0;
+  c->n_push = 0;
 }
 
 /* A frame's start: its steps are k0, k0 + 1, ... from t_start (k0 > 0: resumed part-way); vmax0
@@ -1171,6 +1178,17 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
  * collision step's code runs only for particles near a collider. */
 enum { COL_NONE = 0, COL_INLINE = 1, COL_DEFER = 2 };
 
+/* -DDRIFT_COLLIDE_LIST=1 (off until measured on a GPU): k_g2p also lists the packets it leaves
+ * lanes of to k_collide (after the masks in push_mask, counted in ctl->n_push), and k_collide
+ * walks that list with a grid of a few CUDA blocks per multiprocessor instead of one warp per
+ * packet: only the packets near a collider leave lanes (Crawling in Snow: those near the figure,
+ * of its 41,694), and ncu measured k_collide at 46.6 us a step there (H100, the default launch;
+ * how many packets the list would hold is not measured yet). The list's order varies from run to run; each
+ * packet's particles are pushed alone, so the result does not. */
+#ifndef DRIFT_COLLIDE_LIST
+#define DRIFT_COLLIDE_LIST 0
+#endif
+
 /* The warp's flags: its largest speed and whether a particle left the inner free zone. */
 __device__ __forceinline__ void warp_flags(step_ctl *ctl, unsigned speed_bits, unsigned leave) {
   speed_bits = __reduce_max_sync(FULL, speed_bits);
@@ -1191,7 +1209,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const float *__restrict__ grid0, const boundary_params &bp,
                                          const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
                                          unsigned *__restrict__ push_mask, float *__restrict__ push_room,
-                                         float4 *tile) {
+                                         unsigned *__restrict__ push_list, float4 *tile) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -1276,23 +1294,22 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
   }
   if (COL == COL_DEFER) {
     const unsigned mask = __ballot_sync(FULL, defer);
-    if (lane == 0) push_mask[p] = mask;
+    if (lane == 0) {
+      push_mask[p] = mask;
+      if (DRIFT_COLLIDE_LIST && mask) push_list[atomicAdd(&ctl->n_push, 1u)] = (unsigned)p;
+    }
   }
   warp_flags(ctl, speed_bits, leave);
 }
 
 /* The particle collision step of the particles k_g2p left (push_mask), then the rest of their
- * G2P (as g2p_warp ends it). One warp per packet; a packet with no such lane returns at once. */
-__global__ static void PARTICLE_BOUNDS
-k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
-          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
-          float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
-          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
-  if (ctl->done) return;
-  const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-  if (p >= n_packets) return;
-  const unsigned mask = push_mask[p];
-  if (!mask) return; /* the whole warp */
+ * G2P (as g2p_warp ends it), for packet p (every lane of the warp calls it). */
+__device__ __forceinline__ void collide_packet(step_ctl *ctl, size_t p, unsigned mask, const int2 *__restrict__ hdr,
+                                               const int32_t *__restrict__ pb_coord, float *__restrict__ pk,
+                                               const uint64_t *__restrict__ pid, float3 origin, float3 dmin,
+                                               float3 dmax, float dx, float inv_dx,
+                                               const float *__restrict__ push_room, const boundary_params &bp,
+                                               const collider_pose *__restrict__ poses) {
   const int lane = threadIdx.x & 31;
   unsigned speed_bits = 0, leave = 0;
   if ((mask >> lane) & 1u) {
@@ -1325,6 +1342,33 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
   warp_flags(ctl, speed_bits, leave);
 }
 
+/* k_collide: collide_packet for every packet with lanes left. By default one warp per packet,
+ * most of which find no lane and return at once. With DRIFT_COLLIDE_LIST (see above) a grid of
+ * COLLIDE_CTAS_PER_SM CUDA blocks per multiprocessor walks k_g2p's list instead. */
+#define COLLIDE_CTAS_PER_SM 8
+__global__ static void PARTICLE_BOUNDS
+k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
+          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
+          float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
+          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
+  if (ctl->done) return;
+  const size_t w = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (DRIFT_COLLIDE_LIST) {
+    const unsigned *list = push_mask + n_packets;
+    const size_t n = ctl->n_push, stride = (size_t)gridDim.x * WARPS;
+    for (size_t i = w; i < n; i += stride) {
+      const size_t p = list[i];
+      collide_packet(ctl, p, push_mask[p], hdr, pb_coord, pk, pid, origin, dmin, dmax, dx, inv_dx, push_room, bp,
+                     poses);
+    }
+    return;
+  }
+  if (w >= n_packets) return;
+  const unsigned mask = push_mask[w];
+  if (!mask) return; /* the whole warp */
+  collide_packet(ctl, w, mask, hdr, pb_coord, pk, pid, origin, dmin, dmax, dx, inv_dx, push_room, bp, poses);
+}
+
 /* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
  * advection clamped to the domain, the inner-free-zone check, largest speed, and the non-finite /
  * runaway check. One warp per packet; flags reduced over the warp first. COL: particles inside a
@@ -1347,7 +1391,8 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   if (p >= n_packets) return;
   g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                  inv_dx, grid, INNER_LO, INNER_HI, g2p_mats, grid0, bp, poses, wbox,
-                                                 push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
+                                                 push_mask, push_room, push_mask + n_packets,
+                                                 G2P_TILE_OF(OLD, s_tile[warp]));
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -1374,7 +1419,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const float dt = ctl->dt;
   g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                    inv_dx, grid, FUSED_LO, FUSED_HI, g2p_mat ? mats : nullptr, grid0,
-                                                   bp, poses, nullptr, nullptr, nullptr,
+                                                   bp, poses, nullptr, nullptr, nullptr, nullptr,
                                                    G2P_TILE_OF(OLD, s_tile[warp]));
   __syncwarp();
   p2g_any<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
@@ -1412,7 +1457,7 @@ __global__ static void k_find_material(size_t n_slots, const uint64_t *pid, cons
  * scenes with a slip or separate collider). */
 static int push_buffers(cuda_state *s, size_t n_packets) {
   if (!s->push) return DR_OK;
-  DVEC(s->push_mask, n_packets * sizeof(unsigned), "particle collision step");
+  DVEC(s->push_mask, 2 * n_packets * sizeof(unsigned), "particle collision step");
   DVEC(s->push_room, n_packets * LANES * sizeof(float), "particle collision step");
   return DR_OK;
 }
@@ -1777,7 +1822,8 @@ static int launch_g2p(cuda_state *s, int par) {
       dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room));
   LAUNCHED("k_g2p");
   if (col) {
-    k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+    const unsigned ctas = blocks_for(s->n_packets, WARPS), cap = COLLIDE_CTAS_PER_SM * (unsigned)s->sms;
+    k_collide<<<DRIFT_COLLIDE_LIST && ctas > cap ? cap : ctas, THREADS, 0, s->stream>>>(
         dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<float>(s->pk[s->cur]),
         dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
@@ -2035,6 +2081,77 @@ __global__ static void k_mark(size_t n, const int32_t *idx, int32_t nb, int *bad
   if (i < n && index_ok(idx[i], nb, bad)) flags[idx[i]] = 1;
 }
 
+/* The sparse exchange (backend.h's pack_sparse; DRIFT_CUDA_SPARSE): flag[k] = 1 where block idx[k]
+ * was touched by this step's P2G. */
+__global__ static void k_sparse_flags(size_t n, const int32_t *idx, int32_t nb, int *bad, const uint8_t *touched,
+                                      uint32_t *flag) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) flag[i] = index_ok(idx[i], nb, bad) && touched[idx[i]] ? 1u : 0u;
+}
+
+/* The message's mask: 64-bit word w holds flag[64 w .. 64 w + 63]. */
+__global__ static void k_sparse_mask(size_t n, const uint32_t *flag, unsigned long long *mask) {
+  const size_t w = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (w >= (n + 63) / 64) return;
+  unsigned long long m = 0;
+  for (size_t b = 0; b < 64 && 64 * w + b < n; ++b) m |= (unsigned long long)(flag[64 * w + b] & 1u) << b;
+  mask[w] = m;
+}
+
+/* A received mask back into flags. */
+__global__ static void k_sparse_unmask(size_t n, const unsigned long long *mask, uint32_t *flag) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) flag[i] = (uint32_t)((mask[i / 64] >> (i % 64)) & 1ull);
+}
+
+/* How many blocks the flags mark (pos: their exclusive scan). */
+__global__ static void k_sparse_total(size_t n, const uint32_t *flag, const uint32_t *pos, int *total) {
+  *total = n ? (int)(pos[n - 1] + flag[n - 1]) : 0;
+}
+
+/* The marked blocks' sums, block pos[k] of the message's values (k_pack's layout otherwise). */
+__global__ static void k_pack_sparse(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, const uint32_t *flag,
+                                     const uint32_t *pos, float *g, float *g0, float *out) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs || !flag[i / bs]) return;
+  const int32_t blk = idx[i / bs];
+  out[(size_t)pos[i / bs] * bs + i % bs] = index_ok(blk, nb, bad) ? *sum_slot(i, bs, blk, g, g0) : 0.0f;
+}
+
+__global__ static void k_pack_sparse_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                         const uint32_t *flag, const uint32_t *pos, const long long *ig,
+                                         long long *out) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs || !flag[i / bs]) return;
+  const int32_t blk = idx[i / bs];
+  out[(size_t)pos[i / bs] * bs + i % bs] = index_ok(blk, nb, bad) ? ig[(size_t)blk * bs + i % bs] : 0;
+}
+
+/* Adds the marked blocks' sums of a message (k_unpack_add's rule for touched). */
+__global__ static void k_unpack_add_sparse(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                           const uint32_t *flag, const uint32_t *pos, const float *in, float *g,
+                                           float *g0, uint8_t *touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs || !flag[i / bs]) return;
+  const int32_t blk = idx[i / bs];
+  if (!index_ok(blk, nb, bad)) return;
+  const float v = in[(size_t)pos[i / bs] * bs + i % bs];
+  *sum_slot(i, bs, blk, g, g0) += v;
+  if (v != 0.0f) touched[blk] = 1;
+}
+
+__global__ static void k_unpack_add_sparse_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                               const uint32_t *flag, const uint32_t *pos, const long long *in,
+                                               long long *ig, uint8_t *touched) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n * bs || !flag[i / bs]) return;
+  const int32_t blk = idx[i / bs];
+  if (!index_ok(blk, nb, bad)) return;
+  const long long v = in[(size_t)pos[i / bs] * bs + i % bs];
+  ig[(size_t)blk * bs + i % bs] += v;
+  if (v != 0) touched[blk] = 1;
+}
+
 /* The exchange's block-index lists stay the same from one rebuild-mapping to the next
  * (exchange_setup hands each link's list to mark_shared once), so they are uploaded there, once,
  * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
@@ -2171,6 +2288,105 @@ static int unpack_add(void *state, const int32_t *idx, size_t n, const void *in)
   LAUNCHED("k_unpack_add");
   CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
   return xbad_check(s, "unpack_add (k_unpack_add)", n);
+}
+
+/* The sparse exchange (backend.h; registered only in a build with -DDRIFT_CUDA_SPARSE=1 until it
+ * has run on GPUs): the listed blocks this step's P2G touched are flagged, numbered by a scan and
+ * packed on the device behind their mask, and only that much crosses to out. */
+#ifndef DRIFT_CUDA_SPARSE
+#define DRIFT_CUDA_SPARSE 0
+#endif
+static int sparse_scratch(cuda_state *s, size_t n, size_t bytes, uint32_t **flag, uint32_t **pos, char **msg) {
+  DVEC(s->xflag, 2 * n * sizeof(uint32_t), "exchange flags");
+  DVEC(s->xbuf, bytes, "exchange buffer");
+  *flag = dp<uint32_t>(s->xflag), *pos = *flag + n, *msg = dp<char>(s->xbuf);
+  return DR_OK;
+}
+
+static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t head = SPARSE_MASK_BYTES(n);
+  *bytes = head;
+  if (n == 0) return DR_OK;
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse"));
+  const int32_t nb = (int32_t)s->n_blocks;
+  uint32_t *flag, *pos;
+  char *msg;
+  DR_TRY(sparse_scratch(s, n, head + n * bs * esz, &flag, &pos, &msg));
+  k_sparse_flags<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), flag);
+  LAUNCHED("k_sparse_flags");
+  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, flag, pos, (int)n, s->stream));
+  k_sparse_mask<<<blocks_for((n + 63) / 64, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, flag, reinterpret_cast<unsigned long long *>(msg));
+  LAUNCHED("k_sparse_mask");
+  k_sparse_total<<<1, 1, 0, s->stream>>>(n, flag, pos, dp<int>(s->count));
+  LAUNCHED("k_sparse_total");
+  if (s->det)
+    k_pack_sparse_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, flag, pos, dp<long long>(s->igrid[s->par]),
+        reinterpret_cast<long long *>(msg + head));
+  else
+    k_pack_sparse<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, flag, pos, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
+        reinterpret_cast<float *>(msg + head));
+  LAUNCHED("k_pack_sparse");
+  int total = 0;
+  DR_TRY(read_count(s, s->count.ptr, &total));
+  *bytes = head + (size_t)total * bs * esz;
+  CU(cudaMemcpyAsync(out, msg, *bytes, cudaMemcpyDefault, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  return xbad_check(s, "pack_sparse", n);
+}
+
+static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t head = SPARSE_MASK_BYTES(n);
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float), vb = (size_t)bs * esz;
+  /* the mask on the host (in is pinned host memory, or device memory for a CUDA-aware MPI) */
+  size_t marked = 0;
+  int beyond = 0;
+  if (bytes >= head && head > 0) {
+    if (s->h_mask_cap < head) {
+      free(s->h_mask);
+      s->h_mask = (unsigned long long *)malloc(head);
+      s->h_mask_cap = s->h_mask ? head : 0;
+      if (!s->h_mask) return dr_fail(DR_ENOMEM, "out of host memory for a sparse exchange mask (%zu bytes)", head);
+    }
+    CU(cudaMemcpy(s->h_mask, in, head, cudaMemcpyDefault));
+    for (size_t w = 0; w < head / 8; ++w) marked += (size_t)__builtin_popcountll(s->h_mask[w]);
+    beyond = n % 64 && (s->h_mask[n / 64] >> (n % 64)) != 0;
+  }
+  if (bytes < head || bytes != head + marked * vb || beyond)
+    return dr_fail(DR_EINTERNAL, "rank exchange: a message of %zu bytes for %zu shared blocks does not match its mask "
+                   "(%zu blocks marked, %zu bytes each)", bytes, n, marked, vb);
+  if (marked == 0) return DR_OK;
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx, "unpack_add_sparse"));
+  const int32_t nb = (int32_t)s->n_blocks;
+  uint32_t *flag, *pos;
+  char *msg;
+  DR_TRY(sparse_scratch(s, n, bytes, &flag, &pos, &msg));
+  CU(cudaMemcpyAsync(msg, in, bytes, cudaMemcpyDefault, s->stream));
+  k_sparse_unmask<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, reinterpret_cast<const unsigned long long *>(msg), flag);
+  LAUNCHED("k_sparse_unmask");
+  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, flag, pos, (int)n, s->stream));
+  if (s->det)
+    k_unpack_add_sparse_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, flag, pos, reinterpret_cast<const long long *>(msg + head),
+        dp<long long>(s->igrid[s->par]), dp<uint8_t>(s->touched[s->par]));
+  else
+    k_unpack_add_sparse<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, flag, pos, reinterpret_cast<const float *>(msg + head), dp<float>(s->grid[s->par]),
+        grid0_of(s, s->par), dp<uint8_t>(s->touched[s->par]));
+  LAUNCHED("k_unpack_add_sparse");
+  CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
+  return xbad_check(s, "unpack_add_sparse", n);
 }
 
 /* The rank exchange's buffers: pinned host memory, or device memory for a CUDA-aware MPI. */
@@ -2534,7 +2750,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->d_colliders,
+                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
                        &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order};
@@ -2574,7 +2790,7 @@ static void destroy(void *state) {
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
-                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->d_colliders, &s->d_keys, &s->d_poses,
+                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
                  &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order};
   if (s->stream) cudaSetDevice(s->device);
@@ -2591,6 +2807,7 @@ static void destroy(void *state) {
   free(s->h_touched);
   free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
   free(s->h_codes);
+  free(s->h_mask);
   free(s->xl);
   free(s->mats);
   free(s);
@@ -2660,6 +2877,7 @@ static int setup(cuda_state *s, const particles *p) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
+  s->sms = prop.multiProcessorCount;
   CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   for (int k = 0; k < 2; ++k) {
     CU(cudaEventCreateWithFlags(&s->done_ev[k], cudaEventDisableTiming));
@@ -3996,6 +4214,8 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->blocks = blocks;
   out->pack = pack;
   out->unpack_add = unpack_add;
+  out->pack_sparse = DRIFT_CUDA_SPARSE ? pack_sparse : NULL; /* not yet run on GPUs */
+  out->unpack_add_sparse = DRIFT_CUDA_SPARSE ? unpack_add_sparse : NULL;
   out->mark_shared = mark_shared;
   out->grid_update_part = grid_update_part;
   out->wants_rebuild = wants_rebuild;
