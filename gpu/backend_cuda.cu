@@ -399,9 +399,7 @@ typedef struct cuda_state {
   bool push;                    /* a slip or separate collider: particles take the particle collision step */
   dvec d_colbox;                /* [n_colliders] col_box: where each collider can hold a particle, in its own frame */
   dvec d_wbox;                  /* [n_colliders] col_box: the same in the world at the step's end, widened (k_poses) */
-  dvec push_mask;               /* [2 n_packets] lanes that G2P left to k_collide (k_g2p's COL variant), then
-                                 * the list of packets with such lanes (DRIFT_COLLIDE_LIST) */
-  int sms;                      /* the device's multiprocessors */
+  dvec push_mask;               /* [n_packets] lanes that G2P left to k_collide (k_g2p's COL variant) */
   dvec push_room;               /* [slots] how far k_collide may move each of those particles */
   dvec d_ls, d_ls_table, d_ls_bricks; /* mesh colliders' level sets (levelset.h), every frame, uploaded once */
   double t_next;                /* set_time: start of the next step the host drives phase by phase */
@@ -781,7 +779,6 @@ __global__ static void k_begin(step_ctl *c, island_view iv) {
   c->performed = 1;
   c->leave = 0;
   c->vmax_bits = 0;
-  c->n_push = 0;
 }
 
 /* Events barrier, adaptive steps: the member's last vmax for the peers, before the host's barrier
@@ -801,7 +798,6 @@ __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
   c->dt = dt;
   c->leave = 0;
   c->vmax_bits = 0;
-  c->n_push = 0;
 }
 
 /* A frame's start: its steps are k0, k0 + 1, ... from t_start (k0 > 0: resumed part-way); vmax0
@@ -1178,17 +1174,6 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
  * collision step's code runs only for particles near a collider. */
 enum { COL_NONE = 0, COL_INLINE = 1, COL_DEFER = 2 };
 
-/* -DDRIFT_COLLIDE_LIST=1 (off until measured on a GPU): k_g2p also lists the packets it leaves
- * lanes of to k_collide (after the masks in push_mask, counted in ctl->n_push), and k_collide
- * walks that list with a grid of a few CUDA blocks per multiprocessor instead of one warp per
- * packet: only the packets near a collider leave lanes (Crawling in Snow: those near the figure,
- * of its 41,694), and ncu measured k_collide at 46.6 us a step there (H100, the default launch;
- * how many packets the list would hold is not measured yet). The list's order varies from run to run; each
- * packet's particles are pushed alone, so the result does not. */
-#ifndef DRIFT_COLLIDE_LIST
-#define DRIFT_COLLIDE_LIST 0
-#endif
-
 /* The warp's flags: its largest speed and whether a particle left the inner free zone. */
 __device__ __forceinline__ void warp_flags(step_ctl *ctl, unsigned speed_bits, unsigned leave) {
   speed_bits = __reduce_max_sync(FULL, speed_bits);
@@ -1209,7 +1194,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const float *__restrict__ grid0, const boundary_params &bp,
                                          const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
                                          unsigned *__restrict__ push_mask, float *__restrict__ push_room,
-                                         unsigned *__restrict__ push_list, float4 *tile) {
+                                         float4 *tile) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -1294,22 +1279,23 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
   }
   if (COL == COL_DEFER) {
     const unsigned mask = __ballot_sync(FULL, defer);
-    if (lane == 0) {
-      push_mask[p] = mask;
-      if (DRIFT_COLLIDE_LIST && mask) push_list[atomicAdd(&ctl->n_push, 1u)] = (unsigned)p;
-    }
+    if (lane == 0) push_mask[p] = mask;
   }
   warp_flags(ctl, speed_bits, leave);
 }
 
 /* The particle collision step of the particles k_g2p left (push_mask), then the rest of their
- * G2P (as g2p_warp ends it), for packet p (every lane of the warp calls it). */
-__device__ __forceinline__ void collide_packet(step_ctl *ctl, size_t p, unsigned mask, const int2 *__restrict__ hdr,
-                                               const int32_t *__restrict__ pb_coord, float *__restrict__ pk,
-                                               const uint64_t *__restrict__ pid, float3 origin, float3 dmin,
-                                               float3 dmax, float dx, float inv_dx,
-                                               const float *__restrict__ push_room, const boundary_params &bp,
-                                               const collider_pose *__restrict__ poses) {
+ * G2P (as g2p_warp ends it). One warp per packet; a packet with no such lane returns at once. */
+__global__ static void PARTICLE_BOUNDS
+k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
+          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
+          float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
+          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
+  if (ctl->done) return;
+  const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (p >= n_packets) return;
+  const unsigned mask = push_mask[p];
+  if (!mask) return; /* the whole warp */
   const int lane = threadIdx.x & 31;
   unsigned speed_bits = 0, leave = 0;
   if ((mask >> lane) & 1u) {
@@ -1342,33 +1328,6 @@ __device__ __forceinline__ void collide_packet(step_ctl *ctl, size_t p, unsigned
   warp_flags(ctl, speed_bits, leave);
 }
 
-/* k_collide: collide_packet for every packet with lanes left. By default one warp per packet,
- * most of which find no lane and return at once. With DRIFT_COLLIDE_LIST (see above) a grid of
- * COLLIDE_CTAS_PER_SM CUDA blocks per multiprocessor walks k_g2p's list instead. */
-#define COLLIDE_CTAS_PER_SM 8
-__global__ static void PARTICLE_BOUNDS
-k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
-          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
-          float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
-          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
-  if (ctl->done) return;
-  const size_t w = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-  if (DRIFT_COLLIDE_LIST) {
-    const unsigned *list = push_mask + n_packets;
-    const size_t n = ctl->n_push, stride = (size_t)gridDim.x * WARPS;
-    for (size_t i = w; i < n; i += stride) {
-      const size_t p = list[i];
-      collide_packet(ctl, p, push_mask[p], hdr, pb_coord, pk, pid, origin, dmin, dmax, dx, inv_dx, push_room, bp,
-                     poses);
-    }
-    return;
-  }
-  if (w >= n_packets) return;
-  const unsigned mask = push_mask[w];
-  if (!mask) return; /* the whole warp */
-  collide_packet(ctl, w, mask, hdr, pb_coord, pk, pid, origin, dmin, dmax, dx, inv_dx, push_room, bp, poses);
-}
-
 /* G2P: APIC velocity and affine matrix C = (4/dx^2) sum w v (x_i - x_p)^T, F <- (I + dt C) F,
  * advection clamped to the domain, the inner-free-zone check, largest speed, and the non-finite /
  * runaway check. One warp per packet; flags reduced over the warp first. COL: particles inside a
@@ -1391,8 +1350,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   if (p >= n_packets) return;
   g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                  inv_dx, grid, INNER_LO, INNER_HI, g2p_mats, grid0, bp, poses, wbox,
-                                                 push_mask, push_room, push_mask + n_packets,
-                                                 G2P_TILE_OF(OLD, s_tile[warp]));
+                                                 push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -1419,7 +1377,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const float dt = ctl->dt;
   g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                    inv_dx, grid, FUSED_LO, FUSED_HI, g2p_mat ? mats : nullptr, grid0,
-                                                   bp, poses, nullptr, nullptr, nullptr, nullptr,
+                                                   bp, poses, nullptr, nullptr, nullptr,
                                                    G2P_TILE_OF(OLD, s_tile[warp]));
   __syncwarp();
   p2g_any<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
@@ -1457,7 +1415,7 @@ __global__ static void k_find_material(size_t n_slots, const uint64_t *pid, cons
  * scenes with a slip or separate collider). */
 static int push_buffers(cuda_state *s, size_t n_packets) {
   if (!s->push) return DR_OK;
-  DVEC(s->push_mask, 2 * n_packets * sizeof(unsigned), "particle collision step");
+  DVEC(s->push_mask, n_packets * sizeof(unsigned), "particle collision step");
   DVEC(s->push_room, n_packets * LANES * sizeof(float), "particle collision step");
   return DR_OK;
 }
@@ -1822,8 +1780,7 @@ static int launch_g2p(cuda_state *s, int par) {
       dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room));
   LAUNCHED("k_g2p");
   if (col) {
-    const unsigned ctas = blocks_for(s->n_packets, WARPS), cap = COLLIDE_CTAS_PER_SM * (unsigned)s->sms;
-    k_collide<<<DRIFT_COLLIDE_LIST && ctas > cap ? cap : ctas, THREADS, 0, s->stream>>>(
+    k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
         dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<float>(s->pk[s->cur]),
         dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
@@ -2877,7 +2834,6 @@ static int setup(cuda_state *s, const particles *p) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
-  s->sms = prop.multiProcessorCount;
   CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   for (int k = 0; k < 2; ++k) {
     CU(cudaEventCreateWithFlags(&s->done_ev[k], cudaEventDisableTiming));

@@ -76,7 +76,6 @@ typedef struct step_ctl {
   int performed;               /* this step did work (0 for a step queued after the frame ended) */
   unsigned int leave;          /* a particle left its inner free zone in this step */
   unsigned int vmax_bits;      /* largest speed of this step (float bits; non-negative floats order as uints) */
-  unsigned int n_push;         /* packets k_g2p listed for k_collide this step (DRIFT_COLLIDE_LIST) */
   int bad_material;
   unsigned long long bad_id;   /* smallest id of a non-finite, runaway or lost particle; ~0 if none */
   /* the island (several GPUs): */
