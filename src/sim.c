@@ -275,7 +275,10 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
 
 /* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven, then sends
  * particles that left this rank's box by more than a block (by any amount after new cuts) to
- * the rank that owns their position, and hands the backend its new particle set. */
+ * the rank that owns their position, and hands the backend its new particle set. A backend
+ * with emigrate keeps the particles that stay where they are (on a GPU they never cross to the
+ * host) and takes in only those that arrive; when the cuts move, the host sees every particle
+ * once, for the histogram the new cuts come from, and then only the movers. */
 static int redistribute(sim *S) {
   particles p = {0}, q = {0};
   /* the load: particles, or compute time since the last rebuild-mapping (balance_by) */
@@ -291,60 +294,61 @@ static int redistribute(sim *S) {
   const double mean = lsum[0] / S->nranks, imbalance = mean > 0 ? lmax[0] / mean - 1.0 : 0.0;
   const uint64_t nmax = (uint64_t)lmax[1];
   const int cuts_move = imbalance > S->balance;
-  if (S->be.emigrate && !cuts_move) {
-    /* The cuts stay: only the particles that left the box by more than a block leave the
-     * backend (on a GPU only they cross to the host), and only what arrives goes in. */
-    const int32_t *box = S->dec.box[S->rank];
-    const int32_t lo[3] = {box[0] - 1, box[1] - 1, box[2] - 1}, hi[3] = {box[3] + 1, box[4] + 1, box[5] + 1};
-    particles *out = &S->leaving, *in = &S->arriving;
-    out->n = in->n = 0;
-    log_trace("redistribute: load agreed");
-    rc = comm_agree(S->comm, S->be.emigrate(S->be.state, lo, hi, out));
-    log_trace("redistribute: %zu particles emigrate", out->n);
-    if (rc == DR_OK) rc = migrate(S, out, 1, in);
-    log_trace("redistribute: %zu particles arrive", in->n);
-    if (rc == DR_OK) {
-      int rebuilt = 0;
-      rc = in->n > 0 ? S->be.add_particles(S->be.state, in) : S->be.rebuild(S->be.state, 1, &rebuilt);
-    }
-    log_trace("redistribute: rebuilt");
-    rc = comm_agree(S->comm, rc);
-    if (rc == DR_OK) rc = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, &S->be));
-    log_trace("redistribute: exchange set up (%zu shared blocks)", S->ex.n_shared);
-    return rc;
-  }
-  rc = comm_agree(S->comm, S->be.download(S->be.state, &p));
-  if (rc) {
-    particles_free(&p);
-    return rc;
-  }
-  int margin = 1;
+  log_trace("redistribute: load agreed");
+  int margin = 1, have_p = 0;
   if (cuts_move) {
+    rc = comm_agree(S->comm, S->be.download(S->be.state, &p));
+    log_trace("redistribute: %zu particles downloaded for the load balance", p.n);
     /* weights: 1 per particle, or this rank's cost per particle relative to the mean (x1000) */
     uint64_t weight = 1;
-    if (by_time && p.n > 0 && lsum[0] > 0) {
+    if (rc == DR_OK && by_time && p.n > 0 && lsum[0] > 0) {
       const double cost = my_seconds / (double)p.n, mean_cost = lsum[0] / lsum[1];
       weight = (uint64_t)(1000.0 * cost / mean_cost + 0.5);
       if (weight < 1) weight = 1;
     }
-    rc = comm_agree(S->comm, rebalance(S, &p, weight));
+    if (rc == DR_OK) rc = comm_agree(S->comm, rebalance(S, &p, weight));
+    log_trace("redistribute: cuts computed");
     if (rc) {
       particles_free(&p);
       return rc;
     }
     margin = 0;
+    have_p = 1;
     S->fs.rebalanced = 1;
     log_info("load balance: the largest %s is %.0f%% above the mean (threshold %.0f%%; largest rank %llu "
              "particles): cuts moved",
              by_time ? "compute time" : "particle count", 100.0 * imbalance, 100.0 * S->balance,
              (unsigned long long)nmax);
   }
-  rc = migrate(S, &p, margin, &q);
-  particles_free(&p);
-  if (rc == DR_OK) rc = S->be.set_particles(S->be.state, &q);
-  particles_free(&q);
+  if (S->be.emigrate) {
+    /* Only the particles whose block lies outside the box by more than margin blocks leave the
+     * backend, and only what arrives goes in. */
+    particles_free(&p);
+    const int32_t *box = S->dec.box[S->rank];
+    const int32_t lo[3] = {box[0] - margin, box[1] - margin, box[2] - margin},
+                  hi[3] = {box[3] + margin, box[4] + margin, box[5] + margin};
+    particles *out = &S->leaving, *in = &S->arriving;
+    out->n = in->n = 0;
+    rc = comm_agree(S->comm, S->be.emigrate(S->be.state, lo, hi, out));
+    log_trace("redistribute: %zu particles emigrate", out->n);
+    if (rc == DR_OK) rc = migrate(S, out, margin, in);
+    log_trace("redistribute: %zu particles arrive", in->n);
+    if (rc == DR_OK) {
+      int rebuilt = 0;
+      rc = in->n > 0 ? S->be.add_particles(S->be.state, in) : S->be.rebuild(S->be.state, 1, &rebuilt);
+    }
+    log_trace("redistribute: rebuilt");
+  } else {
+    if (!have_p) rc = comm_agree(S->comm, S->be.download(S->be.state, &p));
+    if (rc == DR_OK) rc = migrate(S, &p, margin, &q);
+    particles_free(&p);
+    if (rc == DR_OK) rc = S->be.set_particles(S->be.state, &q);
+    particles_free(&q);
+    log_trace("redistribute: particles set");
+  }
   rc = comm_agree(S->comm, rc);
   if (rc == DR_OK) rc = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, &S->be));
+  log_trace("redistribute: exchange set up (%zu shared blocks)", S->ex.n_shared);
   return rc;
 }
 
