@@ -2703,6 +2703,34 @@ static int download(void *state, particles *out) {
   return rc;
 }
 
+/* backend.h's particle_blocks: the mapping's particle blocks (pb_coord) and their counts
+ * (pb_start's differences), copied to the host; the particles stay on the device. */
+static int particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx) {
+  cuda_state *s = (cuda_state *)state;
+  if (s->n == 0 || s->n_pb == 0) return DR_OK;
+  const size_t npb = s->n_pb;
+  int32_t *coord = (int32_t *)dr_malloc(3 * npb * sizeof(int32_t), "particle block counts");
+  int32_t *start = (int32_t *)dr_malloc((npb + 1) * sizeof(int32_t), "particle block counts");
+  int rc = coord && start ? DR_OK : DR_ENOMEM;
+  cudaError_t e = cudaSuccess;
+  if (!rc && (e = cudaMemcpyAsync(coord, s->pb_coord.ptr, 3 * npb * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                  s->stream)) != cudaSuccess)
+    rc = cuda_fail(e, "cudaMemcpyAsync(particle block coordinates)", __FILE__, __LINE__);
+  if (!rc && (e = cudaMemcpyAsync(start, s->pb_start.ptr, (npb + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                  s->stream)) != cudaSuccess)
+    rc = cuda_fail(e, "cudaMemcpyAsync(particle block starts)", __FILE__, __LINE__);
+  if (!rc && (e = cudaStreamSynchronize(s->stream)) != cudaSuccess)
+    rc = cuda_fail(e, "cudaStreamSynchronize(s->stream)", __FILE__, __LINE__);
+  for (size_t q = 0; rc == DR_OK && q < npb; ++q) {
+    const int32_t count = start[q + 1] - start[q];
+    if (count < 0) rc = dr_fail(DR_EINTERNAL, "cuda backend: particle block %zu holds %d particles", q, (int)count);
+    else if (count > 0) rc = add(ctx, coord + 3 * q, (uint64_t)count);
+  }
+  free(coord);
+  free(start);
+  return rc;
+}
+
 static double held_bytes(const cuda_state *s) {
   double b = 0;
   const dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
@@ -4041,6 +4069,16 @@ static int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3]
   return DR_OK;
 }
 
+static int island_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count),
+                                  void *ctx) {
+  island *I = (island *)state;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(particle_blocks(I->m[k], add, ctx));
+  }
+  return DR_OK;
+}
+
 static int island_wants_rebuild_be(void *state) { return island_wants_rebuild((const island *)state); }
 
 /* Particles that migrated between ranks or a rebalance (sim.c, at a rebuild-mapping): split
@@ -4117,6 +4155,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->wants_rebuild = island_wants_rebuild_be;
   out->set_particles = island_set_particles;
   out->emigrate = island_emigrate;
+  out->particle_blocks = island_particle_blocks;
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* not yet measured on GPUs */
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
@@ -4180,6 +4219,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->set_particles = set_particles;
   out->add_particles = add_particles;
   out->emigrate = emigrate;
+  out->particle_blocks = particle_blocks;
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? p2g_part : NULL; /* not yet measured on GPUs */
   out->block_sums = sums_floats(s); /* = int_floats(s) */
   out->sums_int64 = s->det;

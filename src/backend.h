@@ -174,6 +174,14 @@ typedef struct backend {
    * how the backend holds them. The caller then adds the particles it received (add_particles)
    * or forces a rebuild-mapping, which drops the removed ones from the mapping. */
   int (*emigrate)(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
+  /* Optional (NULL: sim.c downloads every particle to count them): for the load balance, calls
+   * add(ctx, blk, count) for every particle block of the current mapping with the number of
+   * particles the mapping put in it (an add that fails ends the walk with its status). An
+   * estimate, within a block of sim.c's particle_block: the mapping's blocks may be shifted by a
+   * cell (sparse_particle_block), and particles that moved since the last rebuild-mapping (within
+   * their free zone) count where they were. On a GPU only the mapping's per-block figures cross
+   * to the host, not the particles. */
+  int (*particle_blocks)(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx);
   /* Optional (NULL: never): 1 when the particles' F and logJp, as download copies them, already
    * hold the return mapping of the next step's P2G (cuda: after fused G2P2G steps, whose P2G of
    * the next step is done and kept). A checkpoint records it (ckpt_state.projected), so that the

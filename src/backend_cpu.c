@@ -680,6 +680,14 @@ static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], parti
   return DR_OK;
 }
 
+/* backend.h's particle_blocks: the mapping's particle blocks and their counts. */
+static int particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx) {
+  cpu_state *s = state;
+  for (size_t q = 0; q < s->n_pb; ++q)
+    if (s->pb_start[q + 1] > s->pb_start[q]) DR_TRY(add(ctx, s->pb_coord + 3 * q, s->pb_start[q + 1] - s->pb_start[q]));
+  return DR_OK;
+}
+
 static void destroy(void *state) {
   cpu_state *s = state;
   if (!s) return;
@@ -732,7 +740,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .pack_sparse = pack_sparse,
                    .unpack_add_sparse = unpack_add_sparse, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
-                   .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .p2g_part = p2g_part, .set_time = set_time,
+                   .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .particle_blocks = particle_blocks, .p2g_part = p2g_part, .set_time = set_time,
                    .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);

@@ -157,23 +157,51 @@ static int initial_decomposition(sim *S) {
   return rc;
 }
 
-/* New cuts from the particles as they are now: local histograms, gathered on every rank. */
-static int rebalance(sim *S, const particles *p, uint64_t weight) {
-  block_hist h = {0};
+/* The load balance's histogram: per particle block, its particles times weight. */
+typedef struct load_hist {
+  block_hist *h;
+  uint64_t weight;
+} load_hist;
+
+static int load_add(void *ctx, const int32_t blk[3], uint64_t count) {
+  load_hist *L = ctx;
+  return hist_add(L->h, sparse_block_code(blk[0], blk[1], blk[2]), count * L->weight);
+}
+
+/* The particles of p per particle block, times weight, into h. */
+static int particles_load(const sim *S, const particles *p, uint64_t weight, block_hist *h) {
+  load_hist L = {h, weight};
   for (size_t i = 0; i < p->n; ++i) {
     int32_t blk[3];
     particle_block(S, p->x + 3 * i, blk);
-    DR_TRY(hist_add(&h, sparse_block_code(blk[0], blk[1], blk[2]), weight));
+    DR_TRY(load_add(&L, blk, 1));
   }
+  return DR_OK;
+}
+
+/* This rank's load per particle block into h: from the backend's mapping where it can say
+ * (particle_blocks), else from the particles of p (downloaded here when *have_p is 0). */
+static int local_load(sim *S, uint64_t weight, block_hist *h, particles *p, int *have_p) {
+  load_hist L = {h, weight};
+  if (S->be.particle_blocks) return S->be.particle_blocks(S->be.state, load_add, &L);
+  if (!*have_p) {
+    DR_TRY(S->be.download(S->be.state, p));
+    *have_p = 1;
+  }
+  return particles_load(S, p, weight, h);
+}
+
+/* New cuts from the ranks' local histograms (local_load), gathered on every rank; h is freed. */
+static int rebalance(sim *S, block_hist *h) {
   /* pack (code, count) pairs of this rank; gather everyone's */
-  int n = (int)h.n, rc = DR_OK;
+  int n = (int)h->n, rc = DR_OK;
   uint64_t *mine = malloc(sizeof *mine * 2 * (size_t)(n ? n : 1));
   int *counts = malloc(sizeof *counts * (size_t)S->nranks), *displs = malloc(sizeof *displs * (size_t)S->nranks);
   uint64_t *all = NULL;
   if (!mine || !counts || !displs) rc = dr_fail(DR_ENOMEM, "out of host memory for the load balance");
-  for (size_t i = 0, k = 0; rc == DR_OK && i < h.cap; ++i)
-    if (h.code[i] != UINT64_MAX) mine[2 * k] = h.code[i], mine[2 * k + 1] = h.count[i], ++k;
-  hist_free(&h);
+  for (size_t i = 0, k = 0; rc == DR_OK && i < h->cap; ++i)
+    if (h->code[i] != UINT64_MAX) mine[2 * k] = h->code[i], mine[2 * k + 1] = h->count[i], ++k;
+  hist_free(h);
   int n2 = 2 * n;
   if (rc == DR_OK) {
     int e = MPI_Allgather(&n2, 1, MPI_INT, counts, 1, MPI_INT, S->comm);
@@ -187,12 +215,12 @@ static int rebalance(sim *S, const particles *p, uint64_t weight) {
     int e = MPI_Allgatherv(mine, n2, MPI_UINT64_T, all, counts, displs, MPI_UINT64_T, S->comm);
     if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allgatherv(histograms)");
   }
-  for (size_t k = 0; rc == DR_OK && k < total; k += 2) rc = hist_add(&h, all[k], all[k + 1]);
+  for (size_t k = 0; rc == DR_OK && k < total; k += 2) rc = hist_add(h, all[k], all[k + 1]);
   if (rc == DR_OK) {
     decomp_free(&S->dec);
-    rc = decomp_rcb(&h, S->nranks, &S->dec);
+    rc = decomp_rcb(h, S->nranks, &S->dec);
   }
-  hist_free(&h);
+  hist_free(h);
   free(mine), free(counts), free(displs), free(all);
   return rc;
 }
@@ -297,23 +325,24 @@ static int redistribute(sim *S) {
   log_trace("redistribute: load agreed");
   int margin = 1, have_p = 0;
   if (cuts_move) {
-    rc = comm_agree(S->comm, S->be.download(S->be.state, &p));
-    log_trace("redistribute: %zu particles downloaded for the load balance", p.n);
     /* weights: 1 per particle, or this rank's cost per particle relative to the mean (x1000) */
     uint64_t weight = 1;
-    if (rc == DR_OK && by_time && p.n > 0 && lsum[0] > 0) {
-      const double cost = my_seconds / (double)p.n, mean_cost = lsum[0] / lsum[1];
+    if (by_time && my_n > 0 && lsum[0] > 0) {
+      const double cost = my_seconds / my_n, mean_cost = lsum[0] / lsum[1];
       weight = (uint64_t)(1000.0 * cost / mean_cost + 0.5);
       if (weight < 1) weight = 1;
     }
-    if (rc == DR_OK) rc = comm_agree(S->comm, rebalance(S, &p, weight));
+    block_hist h = {0};
+    rc = comm_agree(S->comm, local_load(S, weight, &h, &p, &have_p));
+    log_trace("redistribute: load counted");
+    if (rc == DR_OK) rc = comm_agree(S->comm, rebalance(S, &h));
+    hist_free(&h);
     log_trace("redistribute: cuts computed");
     if (rc) {
       particles_free(&p);
       return rc;
     }
     margin = 0;
-    have_p = 1;
     S->fs.rebalanced = 1;
     log_info("load balance: the largest %s is %.0f%% above the mean (threshold %.0f%%; largest rank %llu "
              "particles): cuts moved",
@@ -623,7 +652,10 @@ static int resume_from_checkpoint(sim *S, particles *p) {
   }
   rc = comm_agree(S->comm, rc);
   if (rc == DR_OK && S->nranks > 1) {
-    rc = comm_agree(S->comm, rebalance(S, &slice, 1));
+    block_hist h = {0};
+    rc = comm_agree(S->comm, particles_load(S, &slice, 1, &h));
+    if (rc == DR_OK) rc = comm_agree(S->comm, rebalance(S, &h));
+    hist_free(&h);
     if (rc == DR_OK) rc = migrate(S, &slice, 0, p);
     S->fs.migrated = 0; /* reading is not migration */
     particles_free(&slice);
