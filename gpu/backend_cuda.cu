@@ -4156,7 +4156,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->set_particles = island_set_particles;
   out->emigrate = island_emigrate;
   out->particle_blocks = island_particle_blocks;
-  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* not yet measured on GPUs */
+  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* islands: not yet measured, off */
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
   size_t held = 0;
@@ -4220,7 +4220,9 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->add_particles = add_particles;
   out->emigrate = emigrate;
   out->particle_blocks = particle_blocks;
-  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? p2g_part : NULL; /* not yet measured on GPUs */
+  /* p2g_part on by default (DRIFT_SPLIT_P2G=0: off): 2 x H200, 2 ranks x 1 GPU, Sand Blocks l = 46
+   * 38.1-40.2 ms a frame against 45.7-46.0, weak_2 58.9-60.6 against 63.6-64.4 (docs/performance.md) */
+  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 1) ? p2g_part : NULL;
   out->block_sums = sums_floats(s); /* = int_floats(s) */
   out->sums_int64 = s->det;
   out->alloc_sums = alloc_sums;
