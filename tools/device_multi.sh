@@ -25,7 +25,8 @@
 #           (compare_frames by particle id at the last frame), the same Sand Blocks l = 46 timed
 #           both ways, and weak scaling from 1 to 2 ranks of 1 GPU (jobs/bench/weak_1.json,
 #           weak_2.json, weak_4.json where there are 4 GPUs: 3.1M particles per GPU), and the
-#           2-rank runs again with DRIFT_SPLIT_P2G=1 (p2g_part).
+#           2-rank runs again with DRIFT_SPLIT_P2G=0 (the whole P2G before the exchange; p2g_part
+#           is the default).
 #   trace   DRIFT_TRACE=1 runs of l = 12 on G GPUs (10 frames) and of weak_2 (2 ranks, 60 frames),
 #           each summed by tools/trace_summary.py, whole (trace_*.summary.txt) and over its last
 #           third (trace_*.last_third.txt).
@@ -112,10 +113,10 @@ for step in "$@"; do
       [ "$ngpu" -ge 4 ] && lim 150 mpirun -n 4 --oversubscribe "$drift" bench jobs/bench/weak_4.json --backend cuda --gpus 1 \
         "${frames[@]}" --profile-frames 0 --csv "$out/weak_4.csv" >"$out/weak_4.log" 2>&1
       # the same with p2g_part (the interior's P2G while the shared sums travel)
-      DRIFT_SPLIT_P2G=1 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda \
-        --gpus 1 "${frames[@]}" --profile-frames 0 --csv "$out/ranks_2x1_split.csv" >"$out/ranks_2x1_split.log" 2>&1
-      DRIFT_SPLIT_P2G=1 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 \
-        "${frames[@]}" --profile-frames 0 --csv "$out/weak_2_split.csv" >"$out/weak_2_split.log" 2>&1
+      DRIFT_SPLIT_P2G=0 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda \
+        --gpus 1 "${frames[@]}" --profile-frames 0 --csv "$out/ranks_2x1_whole.csv" >"$out/ranks_2x1_whole.log" 2>&1
+      DRIFT_SPLIT_P2G=0 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 \
+        "${frames[@]}" --profile-frames 0 --csv "$out/weak_2_whole.csv" >"$out/weak_2_whole.log" 2>&1
       note "ranks: $((SECONDS - t0)) s"
       ;;
     trace)
