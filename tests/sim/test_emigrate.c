@@ -16,7 +16,11 @@
  *     go, bitwise: both run in deterministic mode, whose fixed-point sums do not depend on the
  *     order of the particles;
  *   - a box holding every particle lets none go (and changes nothing); a box holding none lets
- *     every particle go and leaves the backend empty, and it takes them all back. */
+ *     every particle go and leaves the backend empty, and it takes them all back;
+ *   - particle_blocks (the load balance's counts) right after a rebuild-mapping: exactly the
+ *     particle blocks of the downloaded particles (sparse_particle_block of each one's base node)
+ *     with their counts, every block once; none for an empty backend; an add that fails ends the
+ *     walk with its status. */
 #include "simtest.h"
 
 #include "jelly_block.h"
@@ -72,6 +76,71 @@ static size_t compare_subset(const char *what, const sim_params *prm, const part
   return bad;
 }
 
+/* particle_blocks' pairs, as (block code, count), in the order given. */
+typedef struct pairs {
+  uint64_t (*v)[2];
+  size_t n, cap;
+} pairs;
+
+static int add_pair(void *ctx, const int32_t blk[3], uint64_t count) {
+  pairs *P = ctx;
+  if (P->n == P->cap) {
+    P->cap = P->cap ? 2 * P->cap : 256;
+    P->v = realloc(P->v, P->cap * sizeof *P->v);
+    if (!P->v) return DR_ENOMEM;
+  }
+  P->v[P->n][0] = sparse_block_code(blk[0], blk[1], blk[2]);
+  P->v[P->n][1] = count;
+  ++P->n;
+  return DR_OK;
+}
+
+static int fail_second(void *ctx, const int32_t blk[3], uint64_t count) {
+  (void)blk, (void)count;
+  return ++*(int *)ctx >= 2 ? DR_EINTERNAL : DR_OK;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* particle_blocks of b against the blocks of its particles (downloaded), right after a
+ * rebuild-mapping: the same (code, count) pairs, each block once. */
+static void check_particle_blocks(const char *what, const sim_params *prm, backend *b) {
+  particles p = {0};
+  MUST(b->download(b->state, &p));
+  uint64_t *code = malloc((p.n ? p.n : 1) * sizeof *code);
+  MUST(code ? DR_OK : DR_ENOMEM);
+  const float inv_dx = 1.0f / (float)prm->dx;
+  for (size_t i = 0; i < p.n; ++i) {
+    int32_t c[3];
+    for (int a = 0; a < 3; ++a) {
+      const float origin = (float)(prm->domain_min[a] - GRID_PAD * prm->dx);
+      c[a] = sparse_particle_block(bspline_base((p.x[3 * i + a] - origin) * inv_dx));
+    }
+    code[i] = sparse_block_code(c[0], c[1], c[2]);
+  }
+  qsort(code, p.n, sizeof *code, cmp_u64);
+  pairs got = {0};
+  MUST(b->particle_blocks(b->state, add_pair, &got));
+  qsort(got.v, got.n, sizeof *got.v, cmp_u64); /* by code (the first of each pair) */
+  size_t k = 0, bad = 0, sum = 0;
+  for (size_t i = 0; i < p.n; ++k) {
+    size_t j = i;
+    while (j < p.n && code[j] == code[i]) ++j;
+    if (k >= got.n || got.v[k][0] != code[i] || got.v[k][1] != j - i) ++bad;
+    i = j;
+  }
+  for (size_t q = 0; q < got.n; ++q) sum += got.v[q][1];
+  printf("%s: %zu particle blocks from the backend, %zu from the particles, %zu particles counted of %zu\n", what,
+         got.n, k, sum, p.n);
+  CHECK(got.n == k && bad == 0 && sum == p.n, "%s: particle_blocks gives %zu blocks (%zu particles), the particles "
+        "fill %zu; %zu differ", what, got.n, sum, k, bad);
+  free(got.v), free(code);
+  particles_free(&p);
+}
+
 int main(int argc, char **argv) {
   choose_backend(argc, argv);
   init(&argc, &argv);
@@ -107,10 +176,20 @@ int main(int argc, char **argv) {
   CHECK(leaving > before.n / 10 && leaving < before.n * 9 / 10, "the cut lets %zu of %zu go: it tests little", leaving,
         before.n);
 
+  /* the load balance's counts, on a fresh mapping; an add that fails ends the walk */
+  CHECK(A.particle_blocks != NULL, "the %s backend has no particle_blocks", A.name);
+  int rebuilt;
+  MUST(A.rebuild(A.state, 1, &rebuilt));
+  if (A.particle_blocks) {
+    check_particle_blocks("particle_blocks", &prm, &A);
+    int calls = 0;
+    CHECK(A.particle_blocks(A.state, fail_second, &calls) == DR_EINTERNAL && calls == 2,
+          "particle_blocks went on after its add failed (%d calls)", calls);
+  }
+
   /* a box holding every particle: none leaves, and nothing changes */
   MUST(A.emigrate(A.state, all_lo, all_hi, &out));
   CHECK(out.n == 0, "a box around every particle: %zu emigrated", out.n);
-  int rebuilt;
   MUST(A.rebuild(A.state, 1, &rebuilt));
   MUST(A.download(A.state, &kept));
   compare_subset("nobody leaves", &prm, &before, NULL, NULL, 0, &kept);
@@ -129,6 +208,7 @@ int main(int argc, char **argv) {
   MUST(A.rebuild(A.state, 1, &rebuilt));
   MUST(A.download(A.state, &kept));
   compare_subset("stayed", &prm, &before, cut_lo, cut_hi, 0, &kept);
+  if (A.particle_blocks) check_particle_blocks("particle_blocks after the cut", &prm, &A);
 
   /* back in, and on: bitwise the reference's (deterministic sums) */
   MUST(A.add_particles(A.state, &out));
@@ -147,6 +227,12 @@ int main(int argc, char **argv) {
   backend_stats st;
   MUST(A.stats(A.state, &st));
   CHECK(st.n_particles == 0, "after every particle left, the backend holds %llu", (unsigned long long)st.n_particles);
+  if (A.particle_blocks) {
+    pairs none = {0};
+    MUST(A.particle_blocks(A.state, add_pair, &none));
+    CHECK(none.n == 0, "an empty backend: particle_blocks gives %zu blocks", none.n);
+    free(none.v);
+  }
   MUST(A.add_particles(A.state, &out));
   for (int s = 0; s < 5; ++s) step(&A), step(&R);
   MUST(A.download(A.state, &a));
