@@ -81,7 +81,7 @@ struct sim {
   emit_state em;        /* particle sources (emit.h): counts and the last frame emitted */
   particles emitted;    /* this rank's particles of an emission round (reused) */
   particles appended;   /* download + append when the backend has no add_particles (reused) */
-  particles leaving, arriving; /* redistribute with emigrate: the particles that move (reused) */
+  particles leaving, arriving; /* redistribute: the particles that move (reused) */
   unsigned char *mig_buf[2];   /* migrate's send and receive records (reused, grown 2x) */
   size_t mig_cap[2];
   struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (README, "Tests") */
@@ -179,19 +179,8 @@ static int particles_load(const sim *S, const particles *p, uint64_t weight, blo
   return DR_OK;
 }
 
-/* This rank's load per particle block into h: from the backend's mapping where it can say
- * (particle_blocks), else from the particles of p (downloaded here when *have_p is 0). */
-static int local_load(sim *S, uint64_t weight, block_hist *h, particles *p, int *have_p) {
-  load_hist L = {h, weight};
-  if (S->be.particle_blocks) return S->be.particle_blocks(S->be.state, load_add, &L);
-  if (!*have_p) {
-    DR_TRY(S->be.download(S->be.state, p));
-    *have_p = 1;
-  }
-  return particles_load(S, p, weight, h);
-}
-
-/* New cuts from the ranks' local histograms (local_load), gathered on every rank; h is freed. */
+/* New cuts from the ranks' local histograms (particle_blocks or particles_load), gathered on
+ * every rank; h is freed. */
 static int rebalance(sim *S, block_hist *h) {
   /* pack (code, count) pairs of this rank; gather everyone's */
   int n = (int)h->n, rc = DR_OK;
@@ -301,14 +290,12 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
   return comm_agree(S->comm, rc);
 }
 
-/* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven, then sends
- * particles that left this rank's box by more than a block (by any amount after new cuts) to
- * the rank that owns their position, and hands the backend its new particle set. A backend
- * with emigrate keeps the particles that stay where they are (on a GPU they never cross to the
- * host) and takes in only those that arrive; when the cuts move, the host sees every particle
- * once, for the histogram the new cuts come from, and then only the movers. */
+/* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven (from the
+ * backend's per-block counts, particle_blocks), then sends the particles that left this rank's
+ * box by more than a block (by any amount after new cuts) to the rank that owns their position
+ * (emigrate, migrate), and hands the backend those that arrive: the particles that stay never
+ * leave the backend (on a GPU they never cross to the host). */
 static int redistribute(sim *S) {
-  particles p = {0}, q = {0};
   /* the load: particles, or compute time since the last rebuild-mapping (balance_by) */
   backend_stats bs = {0};
   int rc = comm_agree(S->comm, S->be.stats(S->be.state, &bs));
@@ -323,7 +310,7 @@ static int redistribute(sim *S) {
   const uint64_t nmax = (uint64_t)lmax[1];
   const int cuts_move = imbalance > S->balance;
   log_trace("redistribute: load agreed");
-  int margin = 1, have_p = 0;
+  int margin = 1;
   if (cuts_move) {
     /* weights: 1 per particle, or this rank's cost per particle relative to the mean (x1000) */
     uint64_t weight = 1;
@@ -333,15 +320,13 @@ static int redistribute(sim *S) {
       if (weight < 1) weight = 1;
     }
     block_hist h = {0};
-    rc = comm_agree(S->comm, local_load(S, weight, &h, &p, &have_p));
+    load_hist L = {&h, weight};
+    rc = comm_agree(S->comm, S->be.particle_blocks(S->be.state, load_add, &L));
     log_trace("redistribute: load counted");
     if (rc == DR_OK) rc = comm_agree(S->comm, rebalance(S, &h));
     hist_free(&h);
     log_trace("redistribute: cuts computed");
-    if (rc) {
-      particles_free(&p);
-      return rc;
-    }
+    if (rc) return rc;
     margin = 0;
     S->fs.rebalanced = 1;
     log_info("load balance: the largest %s is %.0f%% above the mean (threshold %.0f%%; largest rank %llu "
@@ -349,32 +334,20 @@ static int redistribute(sim *S) {
              by_time ? "compute time" : "particle count", 100.0 * imbalance, 100.0 * S->balance,
              (unsigned long long)nmax);
   }
-  if (S->be.emigrate) {
-    /* Only the particles whose block lies outside the box by more than margin blocks leave the
-     * backend, and only what arrives goes in. */
-    particles_free(&p);
-    const int32_t *box = S->dec.box[S->rank];
-    const int32_t lo[3] = {box[0] - margin, box[1] - margin, box[2] - margin},
-                  hi[3] = {box[3] + margin, box[4] + margin, box[5] + margin};
-    particles *out = &S->leaving, *in = &S->arriving;
-    out->n = in->n = 0;
-    rc = comm_agree(S->comm, S->be.emigrate(S->be.state, lo, hi, out));
-    log_trace("redistribute: %zu particles emigrate", out->n);
-    if (rc == DR_OK) rc = migrate(S, out, margin, in);
-    log_trace("redistribute: %zu particles arrive", in->n);
-    if (rc == DR_OK) {
-      int rebuilt = 0;
-      rc = in->n > 0 ? S->be.add_particles(S->be.state, in) : S->be.rebuild(S->be.state, 1, &rebuilt);
-    }
-    log_trace("redistribute: rebuilt");
-  } else {
-    if (!have_p) rc = comm_agree(S->comm, S->be.download(S->be.state, &p));
-    if (rc == DR_OK) rc = migrate(S, &p, margin, &q);
-    particles_free(&p);
-    if (rc == DR_OK) rc = S->be.set_particles(S->be.state, &q);
-    particles_free(&q);
-    log_trace("redistribute: particles set");
+  const int32_t *box = S->dec.box[S->rank];
+  const int32_t lo[3] = {box[0] - margin, box[1] - margin, box[2] - margin},
+                hi[3] = {box[3] + margin, box[4] + margin, box[5] + margin};
+  particles *out = &S->leaving, *in = &S->arriving;
+  out->n = in->n = 0;
+  rc = comm_agree(S->comm, S->be.emigrate(S->be.state, lo, hi, out));
+  log_trace("redistribute: %zu particles emigrate", out->n);
+  if (rc == DR_OK) rc = migrate(S, out, margin, in);
+  log_trace("redistribute: %zu particles arrive", in->n);
+  if (rc == DR_OK) {
+    int rebuilt = 0;
+    rc = in->n > 0 ? S->be.add_particles(S->be.state, in) : S->be.rebuild(S->be.state, 1, &rebuilt);
   }
+  log_trace("redistribute: rebuilt");
   rc = comm_agree(S->comm, rc);
   if (rc == DR_OK) rc = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, &S->be));
   log_trace("redistribute: exchange set up (%zu shared blocks)", S->ex.n_shared);
@@ -862,9 +835,10 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   particles_free(&p);
   if (S->nranks > 1) {
     rc = comm_agree(comm, rc);
-    if (rc == DR_OK && !S->be.set_particles)
-      rc = dr_fail(DR_EINPUT, "the %s backend does not run on several ranks with several GPUs per rank yet (%d "
-                   "ranks): use one GPU per rank (--gpus 1 or parallel.gpus_per_rank 1), --backend cpu, or one rank",
+    /* what redistribute and the exchange need of a backend (every backend has it today) */
+    if (rc == DR_OK && !(S->be.set_particles && S->be.emigrate && S->be.particle_blocks && S->be.add_particles &&
+                         S->be.blocks && S->be.pack && S->be.unpack_add))
+      rc = dr_fail(DR_EINPUT, "the %s backend does not run on several ranks (%d ranks): use --backend cpu, or one rank",
                    S->be.name, S->nranks);
     rc = comm_agree(comm, rc);
     if (rc == DR_OK) rc = exchange_setup(&S->ex, comm, &S->be);
