@@ -27,13 +27,14 @@
 #           weak_2.json, weak_4.json where there are 4 GPUs: 3.1M particles per GPU), and the
 #           2-rank runs again with DRIFT_SPLIT_P2G=0 (the whole P2G before the exchange; p2g_part
 #           is the default).
-#   trace   DRIFT_TRACE=1 runs of l = 12 on G GPUs (10 frames) and of weak_2 (2 ranks, 60 frames),
+#   trace   DRIFT_TRACE=1 runs of l = 12 on G GPUs (10 frames), of 16 x l = 46 on 1 and G GPUs and
+#           of weak_2 (2 ranks, 60 frames),
 #           each summed by tools/trace_summary.py, whole (trace_*.summary.txt) and over its last
 #           third (trace_*.last_third.txt).
 # env: FRAMES (bench frames; default each scene's own), ISLAND_ALTS (0: island without the alternatives),
 #      TESTS_LIMIT, BENCH_LIMIT (seconds), JOBS (ctest -j), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
-[ $# -gt 0 ] || { sed -n 2,32p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,33p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
@@ -125,6 +126,14 @@ for step in "$@"; do
       [ "$ngpu" -ge 2 ] || { note "trace: skipped, $ngpu GPU(s)"; continue; }
       DRIFT_TRACE=1 lim 120 "$drift" bench jobs/bench/sand_blocks_l12.json --backend cuda --gpus "$G" --frames 10 \
         --profile-frames 0 >"$out/trace_l12_g$G.out" 2>"$out/trace_l12_g$G.log"
+      # 16 x l = 46 (12.5M particles) on G GPUs and on 1: the island's large case, whose loss
+      # against 1 GPU is in its rebuild-mappings and reductions (TRACE_L46X16=0 skips it)
+      if [ "${TRACE_L46X16:-1}" = 1 ]; then
+        for g in 1 "$G"; do
+          DRIFT_TRACE=1 lim 120 "$drift" bench jobs/bench/sand_blocks_l46x16.json --backend cuda --gpus "$g" \
+            "${frames[@]}" --profile-frames 0 >"$out/trace_l46x16_g$g.out" 2>"$out/trace_l46x16_g$g.log"
+        done
+      fi
       # weak_2 whole (its first 10 frames step as fast as one rank; the loss is later, where the
       # sand reaches the cut), summed whole and over its last third
       DRIFT_TRACE=1 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 \
