@@ -34,7 +34,7 @@
 # env: FRAMES (bench frames; default each scene's own), ISLAND_ALTS (0: island without the alternatives),
 #      TESTS_LIMIT, BENCH_LIMIT (seconds), JOBS (ctest -j), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
-[ $# -gt 0 ] || { sed -n 2,33p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,35p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
