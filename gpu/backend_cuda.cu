@@ -992,13 +992,16 @@ __global__ static void k_cc_place(size_t n_blocks, const uint32_t *__restrict__ 
 }
 
 /* Every slot's 64 nodes' samples, for the cached colliders k_poses flagged (a grid-stride loop:
- * a step without a refill costs one flag read per thread). */
+ * a step without a refill returns after reading the flags). */
 __global__ static void k_cc_fill(const step_ctl *__restrict__ ctl, size_t total, const int2 *__restrict__ blocks,
-                                 const int *__restrict__ cc_state, cc_cols cols,
+                                 int n_cc, const int *__restrict__ cc_state, cc_cols cols,
                                  const uint64_t *__restrict__ block_code, float3 origin, float dx,
                                  const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses,
                                  mesh_samples *__restrict__ vals) {
   if (ctl->done) return;
+  int any = 0;
+  for (int q = 0; q < n_cc; ++q) any |= cc_state[2 * q + 1];
+  if (!any) return; /* the usual step: no collider changed frame */
   const size_t n = total * BLOCK_NODES, stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {
     const int2 b = blocks[i / BLOCK_NODES];
@@ -1890,7 +1893,7 @@ static int launch_grid(cuda_state *s, int par, int part) {
       const size_t want = blocks_for(s->cc_total * BLOCK_NODES, SIMPLE_THREADS);
       const unsigned ctas = (unsigned)(want < (size_t)CC_FILL_CTAS ? want : (size_t)CC_FILL_CTAS);
       k_cc_fill<<<ctas, SIMPLE_THREADS, 0, s->stream>>>(
-          dp<step_ctl>(s->ctl), s->cc_total, dp<int2>(s->cc_blocks), dp<int>(s->cc_state), s->cc_col,
+          dp<step_ctl>(s->ctl), s->cc_total, dp<int2>(s->cc_blocks), s->n_cc, dp<int>(s->cc_state), s->cc_col,
           dp<uint64_t>(s->block_code), make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->bnd,
           dp<collider_pose>(s->d_poses), dp<mesh_samples>(s->cc_vals));
       LAUNCHED("k_cc_fill");
