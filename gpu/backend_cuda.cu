@@ -386,6 +386,17 @@ typedef struct xlist {
   uint64_t mapping;    /* s->rebuilds when it was registered: its indices number that mapping's blocks */
 } xlist;
 
+typedef struct col_box {
+  float lo[3], hi[3];
+} col_box;
+
+/* The collider cache: at most COLCACHE_MAX mesh colliders of a scene keep their samples. */
+#define COLCACHE_MAX 4
+#define CC_FILL_CTAS 1024 /* k_cc_fill's grid (grid-stride): enough for a refill, cheap without one */
+typedef struct cc_cols {
+  int k[COLCACHE_MAX];
+} cc_cols;
+
 typedef struct cuda_state {
   sim_params prm;
   material_params *mats; /* host copy, borrowed by prm.materials */
@@ -398,6 +409,18 @@ typedef struct cuda_state {
   dvec d_poses;                 /* [n_colliders] where they are in this step's grid update (k_poses) */
   bool push;                    /* a slip or separate collider: particles take the particle collision step */
   dvec d_colbox;                /* [n_colliders] col_box: where each collider can hold a particle, in its own frame */
+  /* The collider cache (COLCACHE below): mesh colliders without keyframes keep, per grid node
+   * near them, their level-set samples (mesh_samples) while their frame stays. */
+  int n_cc;                     /* cached colliders (0: none, or DRIFT_COLLIDER_CACHE=0) */
+  cc_cols cc_col;               /* their collider indices */
+  col_box cc_box[COLCACHE_MAX]; /* where each can act, in the world, over all its frames */
+  size_t cc_total;              /* grid blocks with samples, over every cached collider */
+  dvec cc_index;                /* [n_colliders] int: the collider's cache q, or -1 */
+  dvec cc_state;                /* [2 n_cc] int: the frame key the samples are of (-1: none), refill now */
+  dvec cc_slot;                 /* [n_cc n_blocks] int32: block's samples (slot), or -1 */
+  dvec cc_blocks;               /* [cc_total] int2: (block, q) of each slot */
+  dvec cc_vals;                 /* [cc_total x 64] mesh_samples */
+  dvec cc_scratch;              /* [2 n_blocks] uint32: flags and their scan, at rebuild-mapping */
   dvec d_wbox;                  /* [n_colliders] col_box: the same in the world at the step's end, widened (k_poses) */
   dvec push_mask;               /* [n_packets] lanes that G2P left to k_collide (k_g2p's COL variant) */
   dvec push_room;               /* [slots] how far k_collide may move each of those particles */
@@ -847,10 +870,6 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
  * moves it by at most half a cell (boundary.h), so a margin of a cell covers both. An empty box
  * (lo > hi) holds nothing (a sticky collider's box for particles: it keeps what it holds); an
  * unbounded one (a plane) holds everything. */
-typedef struct col_box {
-  float lo[3], hi[3];
-} col_box;
-
 __device__ __forceinline__ bool in_box(const col_box &b, const float x[3]) {
   return x[0] >= b.lo[0] && x[0] <= b.hi[0] && x[1] >= b.lo[1] && x[1] <= b.hi[1] && x[2] >= b.lo[2] &&
          x[2] <= b.hi[2];
@@ -894,12 +913,21 @@ __device__ static void mesh_box(const boundary_params &bp, const collider *c, co
  * of each collider at that pose, widened by margin (m): wbox[k] for the grid update, and
  * wbox[n_colliders + k] for the particle collision step (empty for a sticky collider). */
 __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params bp, collider_pose *__restrict__ poses,
-                               const col_box *__restrict__ box, col_box *__restrict__ wbox, float margin) {
+                               const col_box *__restrict__ box, col_box *__restrict__ wbox, float margin,
+                               const int *__restrict__ cc_index, int *__restrict__ cc_state) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (ctl->done || k >= bp.n_colliders) return;
   collider_pose P;
   collider_pose_at(&bp.colliders[k], bp.keys, ctl->t_pose, &P);
   poses[k] = P;
+  /* the collider cache: samples of another frame (or none since the rebuild-mapping) are taken
+   * anew by k_cc_fill, right after; the pose of a cached collider never changes (no keys) */
+  const int q = cc_index ? cc_index[k] : -1;
+  if (q >= 0) {
+    const int key = 2 * P.frame + (P.deforming ? 1 : 0), need = cc_state[2 * q] != key;
+    cc_state[2 * q + 1] = need;
+    if (need) cc_state[2 * q] = key;
+  }
   col_box b = box[k];
   if (bp.colliders[k].geom.shape == SDF_MESH && !(b.lo[0] > b.hi[0])) mesh_box(bp, &bp.colliders[k], P, &b);
   col_box w;
@@ -927,6 +955,74 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
   wbox[bp.n_colliders + k] = w;
 }
 
+/* The collider cache (DRIFT_COLLIDER_CACHE, on unless 0): a mesh collider without keyframes
+ * stands still, so a grid node's local point in it stays until the next rebuild-mapping, and
+ * its level-set samples (collider_mesh_samples: phi, surface velocity and gradient of the frame
+ * and of the next one) change only when the frame does (Crawling in Snow: every 62 steps at the
+ * paper's step). The grid update blends them by the step's frac (collider_apply_cached, the same
+ * arithmetic as collider_apply) instead of sampling two frames' lattices at each node near the
+ * figure, the latency-bound part of its step (docs/performance.md). Slots: the grid blocks
+ * within the union of the collider's lattices over its frames (cc_box), numbered at each
+ * rebuild-mapping (k_cc_flag, a scan, k_cc_place); k_poses flags a refill when the frame
+ * changes or after a rebuild-mapping (cc_state), and k_cc_fill refills every slot then. A node
+ * outside the slots, or a collider with keys, takes collider_apply as before. */
+__global__ static void k_cc_flag(size_t n_blocks, const uint64_t *__restrict__ block_code, float3 origin, float dx,
+                                 col_box box, uint32_t *__restrict__ flag) {
+  const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (b >= n_blocks) return;
+  int c[3];
+  sparse_block_coords(block_code[b], c);
+  const float o[3] = {origin.x, origin.y, origin.z};
+  int hit = 1;
+  for (int a = 0; a < 3; ++a) {
+    const float lo = o[a] + (float)(4 * c[a]) * dx, hi = o[a] + (float)(4 * c[a] + 3) * dx;
+    hit &= hi >= box.lo[a] && lo <= box.hi[a];
+  }
+  flag[b] = (uint32_t)hit;
+}
+
+/* Slots base + scan - 1 of the flagged blocks, for cached collider q (scan: inclusive). */
+__global__ static void k_cc_place(size_t n_blocks, const uint32_t *__restrict__ flag, const uint32_t *__restrict__ scan,
+                                  int base, int q, int32_t *__restrict__ slot, int2 *__restrict__ blocks) {
+  const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (b >= n_blocks) return;
+  const int32_t k = flag[b] ? base + (int32_t)scan[b] - 1 : -1;
+  slot[(size_t)q * n_blocks + b] = k;
+  if (k >= 0) blocks[k] = make_int2((int)b, q);
+}
+
+/* Every slot's 64 nodes' samples, for the cached colliders k_poses flagged (a grid-stride loop:
+ * a step without a refill returns after reading the flags). */
+__global__ static void k_cc_fill(const step_ctl *__restrict__ ctl, size_t total, const int2 *__restrict__ blocks,
+                                 int n_cc, const int *__restrict__ cc_state, cc_cols cols,
+                                 const uint64_t *__restrict__ block_code, float3 origin, float dx,
+                                 const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses,
+                                 mesh_samples *__restrict__ vals) {
+  if (ctl->done) return;
+  int any = 0;
+  for (int q = 0; q < n_cc; ++q) any |= cc_state[2 * q + 1];
+  if (!any) return; /* the usual step: no collider changed frame */
+  const size_t n = total * BLOCK_NODES, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int2 b = blocks[i / BLOCK_NODES];
+    if (!cc_state[2 * b.y + 1]) continue;
+    const int nd = (int)(i % BLOCK_NODES), k = cols.k[b.y];
+    int c[3];
+    sparse_block_coords(block_code[b.x], c);
+    /* the node as k_grid places it, and its local point as collider_apply finds it */
+    const int idx[3] = {4 * c[0] + nd / 16, 4 * c[1] + (nd / 4) % 4, 4 * c[2] + nd % 4};
+    const float o[3] = {origin.x, origin.y, origin.z};
+    float xn[3], r[3], xl[3];
+    for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
+    const collider_pose P = poses[k];
+    for (int a = 0; a < 3; ++a) r[a] = xn[a] - P.center[a];
+    m3_apply_t(P.R, r, xl);
+    mesh_samples m;
+    collider_mesh_samples(&bp, &bp.colliders[k], &P, xl, &m);
+    vals[i] = m;
+  }
+}
+
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
  * fused with clearing the other buffer where the step before touched it. One thread per node;
  * a node's channels read and written as one vector (node_load, node_store).
@@ -944,7 +1040,8 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
        uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
        int part, float *__restrict__ g0, float *__restrict__ g0_next, const int32_t *__restrict__ tags,
        island_view iv, float *__restrict__ vel, float *__restrict__ vel0, const long long *__restrict__ ig,
-       long long *__restrict__ ig_next, double inv_sm, double inv_sp) {
+       long long *__restrict__ ig_next, double inv_sm, double inv_sp, const int *__restrict__ cc_index,
+       const int32_t *__restrict__ cc_slot, const mesh_samples *__restrict__ cc_vals) {
   if (ctl->done) return; /* uniform over the CUDA block */
   if (blockIdx.x == 0 && threadIdx.x == 0 && ctl->projected) ctl->projected = 0; /* the P2G before took it */
   const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
@@ -1030,8 +1127,13 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
   for (int a = 0; a < 3; ++a) xn[a] = o[a] + (float)idx[a] * dx;
   /* boundary_apply_posed, each collider only inside its box; poses at ctl->t_pose, the step's end (k_poses) */
   if (COL)
-    for (int k = 0; k < bp.n_colliders; ++k)
-      if (in_box(wbox[k], xn)) collider_apply(&bp, &bp.colliders[k], &poses[k], xn, v);
+    for (int k = 0; k < bp.n_colliders; ++k) {
+      if (!in_box(wbox[k], xn)) continue;
+      const int q = cc_index ? cc_index[k] : -1;
+      const int32_t slot = q >= 0 ? cc_slot[(size_t)q * n_blocks + blk] : -1;
+      if (slot >= 0) collider_apply_cached(&bp, &bp.colliders[k], &poses[k], xn, &cc_vals[(size_t)slot * BLOCK_NODES + nd], v);
+      else collider_apply(&bp, &bp.colliders[k], &poses[k], xn, v);
+    }
   boundary_apply_faces(&bp, xn, v);
   node_store(out, nd, make_float4(m, v[0], v[1], v[2])); /* in place (one GPU), m is the mass read */
 }
@@ -1488,6 +1590,42 @@ static int remap_lost(const cuda_state *s, const rebuild_count *rc) {
                  (unsigned long long)s->rebuilds, rc->lost_code, c[0], c[1], c[2], rc->n);
 }
 
+/* The collider cache's slots for the new mapping (see k_cc_flag): the blocks within each cached
+ * collider's box, numbered; their samples are taken at the next grid update (cc_state: none). */
+static int cc_slots(cuda_state *s) {
+  s->cc_total = 0;
+  if (s->n_cc == 0 || s->n_blocks == 0) return DR_OK;
+  cudaStream_t st = s->stream;
+  const size_t nb = s->n_blocks;
+  DVEC(s->cc_slot, (size_t)s->n_cc * nb * sizeof(int32_t), "collider cache");
+  DVEC(s->cc_scratch, 2 * (size_t)s->n_cc * nb * sizeof(uint32_t), "collider cache");
+  int count[COLCACHE_MAX];
+  for (int q = 0; q < s->n_cc; ++q) {
+    uint32_t *flag = dp<uint32_t>(s->cc_scratch) + 2 * (size_t)q * nb, *scan = flag + nb;
+    k_cc_flag<<<blocks_for(nb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        nb, dp<uint64_t>(s->block_code), make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx,
+        s->cc_box[q], flag);
+    LAUNCHED("k_cc_flag");
+    CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, flag, scan, (int)nb, st));
+    DR_TRY(read_count(s, scan + nb - 1, &count[q]));
+    s->cc_total += (size_t)count[q];
+  }
+  if (s->cc_total == 0) return DR_OK;
+  DVEC(s->cc_blocks, s->cc_total * sizeof(int2), "collider cache");
+  DVEC(s->cc_vals, s->cc_total * BLOCK_NODES * sizeof(mesh_samples), "collider cache");
+  int base = 0;
+  for (int q = 0; q < s->n_cc; ++q) {
+    const uint32_t *flag = dp<uint32_t>(s->cc_scratch) + 2 * (size_t)q * nb, *scan = flag + nb;
+    k_cc_place<<<blocks_for(nb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(nb, flag, scan, base, q,
+                                                                          dp<int32_t>(s->cc_slot), dp<int2>(s->cc_blocks));
+    LAUNCHED("k_cc_place");
+    base += count[q];
+  }
+  CU(cudaMemsetAsync(s->cc_state.ptr, 0xff, 2 * (size_t)s->n_cc * sizeof(int), st)); /* no samples yet */
+  TRACE("collider cache: %zu grid blocks of %zu", s->cc_total, nb);
+  return DR_OK;
+}
+
 static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
   cudaStream_t st = s->stream;
@@ -1503,6 +1641,7 @@ static int rebuild_now(cuda_state *s) {
   if (n == 0) {
     s->n_pb = s->n_blocks = s->n_packets = 0;
     s->n_gone = 0; /* emigrate took every particle: the slots it marked are gone with the packets */
+    s->cc_total = 0;
     return DR_OK;
   }
   const size_t n_slots = s->n_packets * LANES;
@@ -1655,7 +1794,7 @@ static int rebuild_now(cuda_state *s) {
       (size_t)m, dp<uint64_t>(s->nbr_codes[0]), dp<unsigned long long>(s->table_keys), dp<int32_t>(s->table_vals),
       mask, dp<int32_t>(s->pb_nbr));
   LAUNCHED("k_pb_nbr");
-  return DR_OK;
+  return cc_slots(s);
 }
 
 /* ---- launching a step --------------------------------------------------------------------- */
@@ -1745,10 +1884,20 @@ static int launch_p2g(cuda_state *s, int par) { return launch_p2g_of(s, par, NUL
 static int launch_grid(cuda_state *s, int par, int part) {
   if (s->n_blocks == 0) return DR_OK;
   if (s->bnd.n_colliders > 0) {
+    const bool cc = s->n_cc > 0 && s->cc_total > 0;
     k_poses<<<blocks_for((size_t)s->bnd.n_colliders, 64), 64, 0, s->stream>>>(
         dp<step_ctl>(s->ctl), s->bnd, dp<collider_pose>(s->d_poses), dp<col_box>(s->d_colbox),
-        dp<col_box>(s->d_wbox), s->prm.dx);
+        dp<col_box>(s->d_wbox), s->prm.dx, cc ? dp<int>(s->cc_index) : NULL, cc ? dp<int>(s->cc_state) : NULL);
     LAUNCHED("k_poses");
+    if (cc) {
+      const size_t want = blocks_for(s->cc_total * BLOCK_NODES, SIMPLE_THREADS);
+      const unsigned ctas = (unsigned)(want < (size_t)CC_FILL_CTAS ? want : (size_t)CC_FILL_CTAS);
+      k_cc_fill<<<ctas, SIMPLE_THREADS, 0, s->stream>>>(
+          dp<step_ctl>(s->ctl), s->cc_total, dp<int2>(s->cc_blocks), s->n_cc, dp<int>(s->cc_state), s->cc_col,
+          dp<uint64_t>(s->block_code), make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->bnd,
+          dp<collider_pose>(s->d_poses), dp<mesh_samples>(s->cc_vals));
+      LAUNCHED("k_cc_fill");
+    }
   }
   const bool col = s->bnd.n_colliders > 0;
   (s->det ? (col ? k_grid<true, true> : k_grid<true, false>) : (col ? k_grid<false, true> : k_grid<false, false>))
@@ -1761,7 +1910,9 @@ static int launch_grid(cuda_state *s, int par, int part) {
       dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part, grid0_of(s, par), s->det ? NULL : grid0_of(s, 1 - par),
       dp<int32_t>(s->tags), view_of(s, par), separate_vel(s) ? dp<float>(s->vel) : NULL,
       separate_vel(s) && s->asflip ? dp<float>(s->vel0) : NULL, fix_of(s, par).ig, fix_of(s, 1 - par).ig,
-      1.0 / (double)s->prm.fix_scale[0], 1.0 / (double)s->prm.fix_scale[1]);
+      1.0 / (double)s->prm.fix_scale[0], 1.0 / (double)s->prm.fix_scale[1],
+      s->n_cc > 0 && s->cc_total > 0 ? dp<int>(s->cc_index) : NULL, dp<int32_t>(s->cc_slot),
+      dp<mesh_samples>(s->cc_vals));
   LAUNCHED("k_grid");
   return DR_OK;
 }
@@ -2740,7 +2891,8 @@ static double held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order};
+                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order,
+                       &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
 }
@@ -2779,7 +2931,8 @@ static void destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order};
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order,
+                       &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int k = 0; k < 2; ++k) {
@@ -2929,6 +3082,53 @@ static int setup(cuda_state *s, const particles *p) {
     s->bnd.levelsets = dp<levelset>(s->d_ls);
     s->bnd.ls_table = dp<int32_t>(s->d_ls_table);
     s->bnd.ls_bricks = dp<float>(s->d_ls_bricks);
+  }
+  /* the collider cache (k_cc_fill): mesh colliders without keyframes, unless
+   * DRIFT_COLLIDER_CACHE=0; each one's box: its frames' lattices, placed by its (constant) pose,
+   * widened by a cell */
+  s->n_cc = 0;
+  if (hb->n_colliders > 0 && env_flag("DRIFT_COLLIDER_CACHE", 1)) {
+    int idx[64];
+    int *index = hb->n_colliders <= 64 ? idx : (int *)malloc((size_t)hb->n_colliders * sizeof(int));
+    if (!index) return dr_fail(DR_ENOMEM, "collider cache: out of host memory");
+    for (int k = 0; k < hb->n_colliders; ++k) {
+      const collider *c = &hb->colliders[k];
+      index[k] = -1;
+      if (c->geom.shape != SDF_MESH || c->n_keys != 0 || s->n_cc == COLCACHE_MAX) continue;
+      const int q = s->n_cc++;
+      index[k] = q;
+      s->cc_col.k[q] = k;
+      collider_pose P;
+      collider_pose_at(c, hb->keys, 0.0, &P);
+      col_box w;
+      for (int a = 0; a < 3; ++a) w.lo[a] = FLT_MAX, w.hi[a] = -FLT_MAX;
+      for (int f = 0; f < (c->n_frames > 0 ? c->n_frames : 1); ++f) {
+        const levelset *L = &hb->levelsets[c->geom.levelset + f];
+        for (int corner = 0; corner < 8; ++corner) {
+          float xl[3], x[3];
+          for (int a = 0; a < 3; ++a)
+            xl[a] = L->origin[a] + ((corner >> a) & 1 ? (float)(L->dims[a] * LS_BRICK - 1) * L->h : 0.0f);
+          m3_apply(P.R, xl, x);
+          for (int a = 0; a < 3; ++a) {
+            x[a] += P.center[a];
+            w.lo[a] = fminf(w.lo[a], x[a] - (float)s->prm.dx);
+            w.hi[a] = fmaxf(w.hi[a], x[a] + (float)s->prm.dx);
+          }
+        }
+      }
+      s->cc_box[q] = w;
+    }
+    if (s->n_cc > 0) {
+      DVEC_EXACT(s->cc_index, (size_t)hb->n_colliders * sizeof(int), "collider cache");
+      DVEC_EXACT(s->cc_state, 2 * (size_t)s->n_cc * sizeof(int), "collider cache");
+      const cudaError_t e = cudaMemcpy(s->cc_index.ptr, index, (size_t)hb->n_colliders * sizeof(int),
+                                       cudaMemcpyHostToDevice); /* pageable: done when it returns */
+      if (index != idx) free(index);
+      if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpy(collider cache index)", __FILE__, __LINE__);
+      CU(cudaMemsetAsync(s->cc_state.ptr, 0xff, 2 * (size_t)s->n_cc * sizeof(int), s->stream));
+    } else if (index != idx) {
+      free(index);
+    }
   }
   DR_TRY(upload(s, p));
   DR_TRY(rebuild_now(s));

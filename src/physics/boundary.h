@@ -231,6 +231,19 @@ DR_HD float collider_mesh_phi(const boundary_params *bp, const collider *c, cons
   return phi;
 }
 
+/* The outward unit normal nl from the level set's gradient g (in place) at the local point xl of
+ * frame A: where phi is flat (deep inside, |phi| clamped to the band) it points away from the
+ * mesh's vertex centroid, the shortest way out for a convex shape, and never a NaN. */
+DR_HD void mesh_normal(const levelset *A, float g[3], const float xl[3], float nl[3]) {
+  float l = sqrtf(v3_dot(g, g));
+  if (!(l > 1e-3f)) {
+    for (int i = 0; i < 3; ++i) g[i] = xl[i] - A->centroid[i];
+    l = sqrtf(v3_dot(g, g));
+    if (!(l > 0.0f)) g[0] = 0.0f, g[1] = 1.0f, g[2] = 0.0f, l = 1.0f;
+  }
+  for (int i = 0; i < 3; ++i) nl[i] = g[i] / l;
+}
+
 /* phi, the outward unit normal nl and the surface velocity vl (m/s; zero for a static mesh) of
  * mesh collider c at pose P at the local point xl: the level set of the frame, or the linear
  * blend of the two frames around the pose's time, and the blend of their stored surface
@@ -262,13 +275,7 @@ DR_HD float collider_mesh_eval(const boundary_params *bp, const collider *c, con
     ls_gradient(A + 1, bp->ls_table, bp->ls_bricks, xl, gb);
     for (int i = 0; i < 3; ++i) g[i] = (1.0f - s) * g[i] + s * gb[i];
   }
-  float l = sqrtf(v3_dot(g, g));
-  if (!(l > 1e-3f)) {
-    for (int i = 0; i < 3; ++i) g[i] = xl[i] - A->centroid[i];
-    l = sqrtf(v3_dot(g, g));
-    if (!(l > 0.0f)) g[0] = 0.0f, g[1] = 1.0f, g[2] = 0.0f, l = 1.0f;
-  }
-  for (int i = 0; i < 3; ++i) nl[i] = g[i] / l;
+  mesh_normal(A, g, xl, nl);
   return phi;
 }
 
@@ -313,20 +320,13 @@ DR_HD int collider_mesh_idle(const boundary_params *bp, const collider *c, const
   return A[1].band > bp->band && ls_far_outside(A + 1, bp->ls_table, xl);
 }
 
-/* A collider at pose P acting on the node at x with velocity v (in place) when phi(x) < band.
- * Returns 1 when it did. (collider_eval written out: through it, nvcc gave the grid update 98
- * registers instead of 80.) */
-DR_HD int collider_apply(const boundary_params *bp, const collider *c, const collider_pose *P, const float x[3],
-                         float v[3]) {
-  float r[3], xl[3], nl[3], n[3], vl[3] = {0.0f, 0.0f, 0.0f};
-  for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
-  m3_apply_t(P->R, r, xl);
-  if (c->geom.shape == SDF_MESH && collider_mesh_idle(bp, c, P, xl)) return 0;
-  const float phi =
-      c->geom.shape == SDF_MESH ? collider_mesh_eval(bp, c, P, xl, bp->band, nl, vl) : sdf_eval(&c->geom, xl, nl);
-  if (!(phi < bp->band)) return 0;
+/* A collider at pose P acting on a node at r from its centre (world frame) with velocity v (in
+ * place): the local normal nl and surface velocity vl turned into the world, the collider's
+ * velocity there taken out, the projection of its type, and put back. */
+DR_HD void collider_act(const collider *c, const collider_pose *P, const float r[3], const float nl[3],
+                        const float vl[3], float v[3]) {
+  float n[3], vc[3], vs[3];
   m3_apply(P->R, nl, n);
-  float vc[3], vs[3];
   v3_cross(P->omega, r, vc);
   m3_apply(P->R, vl, vs);
   for (int i = 0; i < 3; ++i) {
@@ -335,6 +335,75 @@ DR_HD int collider_apply(const boundary_params *bp, const collider *c, const col
   }
   bc_project(c->type, c->friction, n, v);
   for (int i = 0; i < 3; ++i) v[i] += vc[i];
+}
+
+/* A collider at pose P acting on the node at x with velocity v (in place) when phi(x) < band.
+ * Returns 1 when it did. (collider_eval written out: through it, nvcc gave the grid update 98
+ * registers instead of 80.) */
+DR_HD int collider_apply(const boundary_params *bp, const collider *c, const collider_pose *P, const float x[3],
+                         float v[3]) {
+  float r[3], xl[3], nl[3], vl[3] = {0.0f, 0.0f, 0.0f};
+  for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
+  m3_apply_t(P->R, r, xl);
+  if (c->geom.shape == SDF_MESH && collider_mesh_idle(bp, c, P, xl)) return 0;
+  const float phi =
+      c->geom.shape == SDF_MESH ? collider_mesh_eval(bp, c, P, xl, bp->band, nl, vl) : sdf_eval(&c->geom, xl, nl);
+  if (!(phi < bp->band)) return 0;
+  collider_act(c, P, r, nl, vl, v);
+  return 1;
+}
+
+/* A mesh collider's level-set samples at one local point, of the frame (k = 0) and of the next
+ * one (k = 1): phi, the surface velocity (LS_VEL_OUT of the frame, LS_VEL_IN of the next) and
+ * ls_gradient. collider_mesh_eval reads the same; a backend may keep them per grid node for as
+ * long as the collider's pose and frame stay (the CUDA grid update does, for colliders without
+ * keyframes), and collider_apply_cached then gives collider_apply's result from them. */
+typedef struct mesh_samples {
+  float phi[2], vel[2][3], grad[2][3];
+} mesh_samples;
+
+/* The samples of mesh collider c at pose P (its frame and whether it deforms; not its frac, which
+ * collider_apply_cached blends with) at the local point xl. The next frame's are zero where the
+ * pose cannot blend (a static mesh, or the last frame). */
+DR_HD void collider_mesh_samples(const boundary_params *bp, const collider *c, const collider_pose *P,
+                                 const float xl[3], mesh_samples *m) {
+  const levelset *A = &bp->levelsets[c->geom.levelset + P->frame];
+  const int moving = P->deforming, two = moving && P->frame + 1 < c->n_frames;
+  for (int k = 0; k < 2; ++k) {
+    m->phi[k] = 0.0f;
+    for (int i = 0; i < 3; ++i) m->vel[k][i] = m->grad[k][i] = 0.0f;
+  }
+  m->phi[0] = ls_sample(A, bp->ls_table, bp->ls_bricks, xl, NULL, LS_VEL_OUT, moving ? m->vel[0] : NULL);
+  ls_gradient(A, bp->ls_table, bp->ls_bricks, xl, m->grad[0]);
+  if (two) {
+    m->phi[1] = ls_sample(A + 1, bp->ls_table, bp->ls_bricks, xl, NULL, LS_VEL_IN, m->vel[1]);
+    ls_gradient(A + 1, bp->ls_table, bp->ls_bricks, xl, m->grad[1]);
+  }
+}
+
+/* collider_apply for mesh collider c at pose P on the node at x, from its samples m (taken at the
+ * same local point, the same frame and whether it deforms): collider_mesh_eval's blend of the
+ * two frames by P's frac, the same arithmetic, so the same result. */
+DR_HD int collider_apply_cached(const boundary_params *bp, const collider *c, const collider_pose *P, const float x[3],
+                                const mesh_samples *m, float v[3]) {
+  float r[3], xl[3];
+  for (int i = 0; i < 3; ++i) r[i] = x[i] - P->center[i];
+  m3_apply_t(P->R, r, xl);
+  const int moving = P->deforming, blend = moving && P->frac > 0.0f;
+  const float s = P->frac;
+  float phi = m->phi[0], vl[3];
+  for (int i = 0; i < 3; ++i) vl[i] = moving ? m->vel[0][i] : 0.0f;
+  if (blend) {
+    phi = (1.0f - s) * phi + s * m->phi[1];
+    for (int i = 0; i < 3; ++i) vl[i] = (1.0f - s) * vl[i] + s * m->vel[1][i];
+  }
+  if (!(phi < bp->band)) return 0;
+  float g[3], nl[3];
+  for (int i = 0; i < 3; ++i) g[i] = m->grad[0][i];
+  if (blend)
+    for (int i = 0; i < 3; ++i) g[i] = (1.0f - s) * g[i] + s * m->grad[1][i];
+  mesh_normal(&bp->levelsets[c->geom.levelset + P->frame], g, xl, nl);
+  collider_act(c, P, r, nl, vl, v);
   return 1;
 }
 

@@ -355,12 +355,12 @@ static void test_mesh_collider_idle(void) {
     for (int ti = 0; ti < 3; ++ti) {
       collider_pose P;
       collider_pose_at(&col, keys, times[ti], &P);
-      long idle = 0, acted = 0, wrong = 0;
+      long idle = 0, acted = 0, wrong = 0, cached_wrong = 0;
       for (int i = 0; i < 40000; ++i) {
-        float x[3], v[3], w[3], xl[3], rr[3], n[3], vc[3];
+        float x[3], v[3], w[3], w0[3], xl[3], rr[3], n[3], vc[3];
         for (int a = 0; a < 3; ++a) {
           x[a] = (float)(c[a] + check_rng_range(&r, -0.55, 0.55));
-          v[a] = w[a] = (float)check_rng_range(&r, -1, 1);
+          v[a] = w[a] = w0[a] = (float)check_rng_range(&r, -1, 1);
           rr[a] = x[a] - P.center[a];
         }
         m3_apply_t(P.R, rr, xl);
@@ -373,6 +373,12 @@ static void test_mesh_collider_idle(void) {
           bc_project(col.type, col.friction, n, w);
           for (int a = 0; a < 3; ++a) w[a] += vc[a];
         }
+        /* the same from the samples a backend may keep per node (collider_apply_cached) */
+        mesh_samples ms;
+        collider_mesh_samples(&bp, &col, &P, xl, &ms);
+        float u[3] = {w0[0], w0[1], w0[2]};
+        const int got_c = collider_apply_cached(&bp, &col, &P, x, &ms, u);
+        cached_wrong += got_c != got || memcmp(u, v, sizeof u) != 0;
         acted += got;
         int bad = got != act;
         for (int a = 0; a < 3; ++a) bad |= !(fabsf(v[a] - w[a]) <= 1e-6f * (1.0f + fabsf(w[a])));
@@ -382,6 +388,8 @@ static void test_mesh_collider_idle(void) {
              "skipped, %ld acted on, %ld differ from the full evaluation\n",
              bp.band / dx, times[ti], P.frame, P.deforming ? P.frac : 0.0f, idle, acted, wrong);
       CHECK(wrong == 0, "t = %.2f s: %ld nodes differ from the full evaluation", times[ti], wrong);
+      CHECK(cached_wrong == 0, "t = %.2f s: %ld nodes differ between collider_apply and collider_apply_cached", times[ti],
+            cached_wrong);
       CHECK(acted > 500, "t = %.2f s: only %ld nodes acted on", times[ti], acted);
       if (pass == 0)
         CHECK(idle > 10000, "t = %.2f s: the shortcut skipped only %ld of 40000 nodes", times[ti], idle);
