@@ -16,6 +16,10 @@
 # env: DEPS   what pack-device-deps.sh packed (default .device)
 #      TESTS  ctest -R regex run on B (default test_cuda_vs_cpu; empty: no tests)
 #      ROUNDS runs of each build (default 2)
+#      BASE   a folder holding another tree (git archive COMMIT | tar -x -C .abbase, carried): A is built
+#             from it instead of this tree, so that B (this tree, flags may be "") is measured against
+#             a commit
+#      C_ENV  a third variant c: B's build run with this environment (e.g. "DRIFT_COLLIDER_CACHE=0")
 #      RUNNER what runs drift bench (default nothing: drift itself; "mpirun -n 2 --oversubscribe" for
 #             ranks: drift bench writes the CSV on rank 0)
 #      OUT    folder for the build and test logs and the CSVs (default: the device tool's $OUT,
@@ -34,7 +38,7 @@ t0=$SECONDS
 if [ -n "${AB_BUILT:-}" ] && [ -x "$root/build-a/drift" ] && [ -x "$root/build-b/drift" ]; then
   echo "device_ab: AB_BUILT: using build-a and build-b as they are"
 else
-device_build "$root/build-a" "" &
+SRC=${BASE:+$root/$BASE} device_build "$root/build-a" "" &
 pa=$!
 device_build "$root/build-b" "$flags" &
 pb=$!
@@ -56,21 +60,25 @@ if [ -n "$tests" ]; then
   grep -Ei "worst|max \|" "$out/tests-b.log" | head -40 >"$out/tests-b.figures.txt"
 fi
 
+variants="a b"
+[ -n "${C_ENV:-}" ] && variants="a b c"
 for r in $(seq 1 "$rounds"); do
-  for v in a b; do
+  for v in $variants; do
+    bv=$v venv=()
+    [ "$v" = c ] && { bv=b; read -ra venv <<<"$C_ENV"; }
     # shellcheck disable=SC2086
-    ${RUNNER:-} "$root/build-$v/drift" bench "$@" --csv "$out/bench-$v-$r.csv" >"$out/bench-$v-$r.log" 2>&1 ||
+    env "${venv[@]}" ${RUNNER:-} "$root/build-$bv/drift" bench "$@" --csv "$out/bench-$v-$r.csv" >"$out/bench-$v-$r.log" 2>&1 ||
       { echo "device_ab: bench on build $v (round $r) failed: $(tail -1 "$out/bench-$v-$r.log")" >&2; }
   done
 done
 
 # One line per run and scene, from the CSVs (columns by name).
-python3 - "$out" "$rounds" "$flags" <<'EOF'
+python3 - "$out" "$rounds" "$flags" "${BASE:-}" "${C_ENV:-}" <<'EOF'
 import csv, os, sys
-out, rounds, flags = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, rounds, flags, base, cenv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 print(f"{'build':<6}{'round':>6}  {'case':<24}{'ms/frame':>10}{'particle-steps/s':>18}{'steps/s':>10}{'fps':>8}")
 for r in range(1, rounds + 1):
-    for v in "ab":
+    for v in "abc" if cenv else "ab":
         path = os.path.join(out, f"bench-{v}-{r}.csv")
         if not os.path.exists(path):
             print(f"{v:<6}{r:>6}  (no CSV)")
@@ -78,6 +86,7 @@ for r in range(1, rounds + 1):
         for row in csv.DictReader(open(path)):
             print(f"{v:<6}{r:>6}  {row['case']:<24}{float(row['ms_per_frame']):>10.3f}"
                   f"{float(row['particle_steps_per_s']):>18.4g}{float(row['steps_per_s']):>10.0f}{float(row['fps']):>8.1f}")
-print(f"a: the tree as it is; b: CMAKE_CUDA_FLAGS={flags}")
+print(f"a: {'the tree in ' + base if base else 'the tree as it is'}; b: this tree, CMAKE_CUDA_FLAGS={flags}"
+      + (f"; c: b run with {cenv}" if cenv else ""))
 EOF
 pack_out
