@@ -26,7 +26,7 @@
 #             else ./ab-out)
 # Exit status: 0, or 1 when a build or B's tests fail (then nothing is benchmarked).
 set -uo pipefail
-flags=${1:?usage: device_ab.sh "B_CUDA_FLAGS" [drift bench arguments ...]}
+flags=${1?usage: device_ab.sh "B_CUDA_FLAGS" [drift bench arguments ...]}
 shift
 tests=${TESTS-test_cuda_vs_cpu}
 rounds=${ROUNDS:-2}
