@@ -254,9 +254,10 @@ template <typename T> static T *dp(const dvec &v) { return (T *)v.ptr; }
  *    step n - 1, the last reader of P[1 - par] before; peers read it next after barrier n + 1,
  *    which I reach only after that P2G. The two points above hold as they are.
  *  - Rebuild-mapping: every member's queued steps have finished before any member rebuilds, and
- *    island_tag synchronises every member after all have rebuilt, so the primed sums that a
- *    member's rebuild moves to its new blocks (keep_primed) are complete before any peer's next
- *    k_grid reads them, and nothing reads the old buffers while they are swapped out. The first
+ *    each member's rebuild has completed on its GPU (job_rebuild waits for its stream) before
+ *    any member tags, so the hash tables the peers' k_tag reads and the primed sums that a
+ *    member's rebuild moves to its new blocks (keep_primed) are complete before any peer reads
+ *    them, and nothing reads the old buffers while they are swapped out. The first
  *    unfused step after G2P2G frames is launched without its P2G outside the graph, with the
  *    same barrier and k_grid, so the order above is unchanged.
  * Adaptive steps need the island's largest speed before P2G: k_begin publishes the member's
@@ -412,6 +413,7 @@ typedef struct cuda_state {
   /* The collider cache (COLCACHE below): mesh colliders without keyframes keep, per grid node
    * near them, their level-set samples (mesh_samples) while their frame stays. */
   int n_cc;                     /* cached colliders (0: none, or DRIFT_COLLIDER_CACHE=0) */
+  int cc_every;                 /* DRIFT_COLLIDER_CACHE=2: refill at every step (the test of staleness) */
   cc_cols cc_col;               /* their collider indices */
   col_box cc_box[COLCACHE_MAX]; /* where each can act, in the world, over all its frames */
   size_t cc_total;              /* grid blocks with samples, over every cached collider */
@@ -914,17 +916,19 @@ __device__ static void mesh_box(const boundary_params &bp, const collider *c, co
  * wbox[n_colliders + k] for the particle collision step (empty for a sticky collider). */
 __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params bp, collider_pose *__restrict__ poses,
                                const col_box *__restrict__ box, col_box *__restrict__ wbox, float margin,
-                               const int *__restrict__ cc_index, int *__restrict__ cc_state) {
+                               const int *__restrict__ cc_index, int *__restrict__ cc_state, int cc_every) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (ctl->done || k >= bp.n_colliders) return;
   collider_pose P;
   collider_pose_at(&bp.colliders[k], bp.keys, ctl->t_pose, &P);
   poses[k] = P;
   /* the collider cache: samples of another frame (or none since the rebuild-mapping) are taken
-   * anew by k_cc_fill, right after; the pose of a cached collider never changes (no keys) */
+   * anew by k_cc_fill, right after; the pose of a cached collider never changes (no keys).
+   * cc_every (DRIFT_COLLIDER_CACHE=2) refills at every step: the same arithmetic on samples that
+   * cannot be stale, against which tests check that a refill is never missed */
   const int q = cc_index ? cc_index[k] : -1;
   if (q >= 0) {
-    const int key = 2 * P.frame + (P.deforming ? 1 : 0), need = cc_state[2 * q] != key;
+    const int key = 2 * P.frame + (P.deforming ? 1 : 0), need = cc_every || cc_state[2 * q] != key;
     cc_state[2 * q + 1] = need;
     if (need) cc_state[2 * q] = key;
   }
@@ -955,7 +959,7 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
   wbox[bp.n_colliders + k] = w;
 }
 
-/* The collider cache (DRIFT_COLLIDER_CACHE, on unless 0): a mesh collider without keyframes
+/* The collider cache (DRIFT_COLLIDER_CACHE: on unless 0; 2 refills at every step): a mesh collider without keyframes
  * stands still, so a grid node's local point in it stays until the next rebuild-mapping, and
  * its level-set samples (collider_mesh_samples: phi, surface velocity and gradient of the frame
  * and of the next one) change only when the frame does (Crawling in Snow: every 62 steps at the
@@ -1887,7 +1891,8 @@ static int launch_grid(cuda_state *s, int par, int part) {
     const bool cc = s->n_cc > 0 && s->cc_total > 0;
     k_poses<<<blocks_for((size_t)s->bnd.n_colliders, 64), 64, 0, s->stream>>>(
         dp<step_ctl>(s->ctl), s->bnd, dp<collider_pose>(s->d_poses), dp<col_box>(s->d_colbox),
-        dp<col_box>(s->d_wbox), s->prm.dx, cc ? dp<int>(s->cc_index) : NULL, cc ? dp<int>(s->cc_state) : NULL);
+        dp<col_box>(s->d_wbox), s->prm.dx, cc ? dp<int>(s->cc_index) : NULL, cc ? dp<int>(s->cc_state) : NULL,
+        s->cc_every);
     LAUNCHED("k_poses");
     if (cc) {
       const size_t want = blocks_for(s->cc_total * BLOCK_NODES, SIMPLE_THREADS);
@@ -3087,6 +3092,10 @@ static int setup(cuda_state *s, const particles *p) {
    * DRIFT_COLLIDER_CACHE=0; each one's box: its frames' lattices, placed by its (constant) pose,
    * widened by a cell */
   s->n_cc = 0;
+  {
+    const char *e = getenv("DRIFT_COLLIDER_CACHE");
+    s->cc_every = e && atoi(e) == 2;
+  }
   if (hb->n_colliders > 0 && env_flag("DRIFT_COLLIDER_CACHE", 1)) {
     int idx[64];
     int *index = hb->n_colliders <= 64 ? idx : (int *)malloc((size_t)hb->n_colliders * sizeof(int));
@@ -3267,6 +3276,7 @@ typedef struct crew {
   /* the step job's arguments (island_advance_frame) */
   int par, take, fused;
   double dt_fixed;
+  int capture; /* island_rebuild's: capture the member's graphs after tagging */
 } crew;
 
 typedef struct island {
@@ -3478,47 +3488,77 @@ static int island_sync(island *I) {
   return DR_OK;
 }
 
-/* Tagging (after every member's rebuild-mapping; the host's synchronisation is the barrier):
- * each member looks its blocks up in its peers' hash tables by P2P. */
+/* Tagging (after every member's rebuild-mapping, complete on every GPU): member k looks its
+ * blocks up in its peers' hash tables by P2P. Only k's own kernels read its tags, after these
+ * launches in its stream. */
+static int tag_member(island *I, int k) {
+  cuda_state *s = I->m[k];
+  peer_tables pt;
+  memset(&pt, 0, sizeof pt);
+  pt.np = s->nm - 1;
+  for (int q = 0; q < pt.np; ++q) {
+    const cuda_state *o = s->peer[q];
+    pt.keys[q] = o->n_blocks ? dp<unsigned long long>(o->table_keys) : NULL;
+    pt.vals[q] = dp<int32_t>(o->table_vals);
+    pt.mask[q] = o->table_cap ? o->table_cap - 1 : 0;
+  }
+  if (s->n_blocks == 0) return DR_OK;
+  DR_TRY(use(s));
+  k_tag<<<blocks_for(s->n_blocks * pt.np, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      s->n_blocks, dp<uint64_t>(s->block_code), pt, dp<int32_t>(s->tags));
+  LAUNCHED("k_tag");
+  if (s->atomics) {
+    k_owner<<<blocks_for(s->n_blocks, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        s->n_blocks, pt.np, s->me, dp<int32_t>(s->tags), dp<int8_t>(s->own));
+    LAUNCHED("k_owner");
+  }
+  return DR_OK;
+}
+
+/* Tagging where the members' set-up left work queued (island_create, set_particles): every
+ * member synchronised first, and after, as those callers expect. */
 static int island_tag(island *I) {
   if (I->nm == 1) return DR_OK;
   DR_TRY(island_sync(I));
-  for (int k = 0; k < I->nm; ++k) {
-    cuda_state *s = I->m[k];
-    peer_tables pt;
-    memset(&pt, 0, sizeof pt);
-    pt.np = s->nm - 1;
-    for (int q = 0; q < pt.np; ++q) {
-      const cuda_state *o = s->peer[q];
-      pt.keys[q] = o->n_blocks ? dp<unsigned long long>(o->table_keys) : NULL;
-      pt.vals[q] = dp<int32_t>(o->table_vals);
-      pt.mask[q] = o->table_cap ? o->table_cap - 1 : 0;
-    }
-    if (s->n_blocks == 0) continue;
-    DR_TRY(use(s));
-    k_tag<<<blocks_for(s->n_blocks * pt.np, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        s->n_blocks, dp<uint64_t>(s->block_code), pt, dp<int32_t>(s->tags));
-    LAUNCHED("k_tag");
-    if (s->atomics) {
-      k_owner<<<blocks_for(s->n_blocks, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-          s->n_blocks, pt.np, s->me, dp<int32_t>(s->tags), dp<int8_t>(s->own));
-      LAUNCHED("k_owner");
-    }
-  }
+  for (int k = 0; k < I->nm; ++k) DR_TRY(tag_member(I, k));
   return island_sync(I);
 }
 
-static int job_rebuild(island *I, int k) { return rebuild_now(I->m[k]); }
+/* A member's rebuild-mapping, waited for on its own thread where it has peers: when island_each
+ * returns, every member's tables, blocks and moved primed sums (keep_primed) are complete, which
+ * is what the peers' tagging and their next k_grid read. */
+static int job_rebuild(island *I, int k) {
+  cuda_state *s = I->m[k];
+  DR_TRY(rebuild_now(s));
+  if (I->nm > 1) CU(cudaStreamSynchronize(s->stream));
+  return DR_OK;
+}
+
+/* Then, on the same threads: the member's tags, and its graphs where the frame loop asks
+ * (crew.capture; the stream order puts k_tag before the first graph launch). No second
+ * synchronisation: nothing but the member's own kernels reads its tags. */
+static int job_tag(island *I, int k) {
+  if (I->nm > 1) DR_TRY(tag_member(I, k));
+  if (I->crew.capture && !I->m[k]->events && !I->m[k]->graphs_valid) DR_TRY(capture_graphs(I->m[k]));
+  return DR_OK;
+}
+
 static int job_capture(island *I, int k) { return I->m[k]->graphs_valid ? DR_OK : capture_graphs(I->m[k]); }
 
-static int island_rebuild(island *I) {
+/* Every member's rebuild-mapping and tagging (capture: and its graphs, for the frame loop). */
+static int island_rebuild_for(island *I, int capture) {
   log_trace("island: rebuild-mapping of %d GPUs", I->nm);
   DR_TRY(island_each(I, job_rebuild));
-  log_trace("island: rebuilt, tagging");
-  DR_TRY(island_tag(I));
+  log_trace("island: rebuilt, tagging%s", capture ? " and capturing" : "");
+  I->crew.capture = capture;
+  const int rc = island_each(I, job_tag);
+  I->crew.capture = 0;
+  DR_TRY(rc);
   log_trace("island: tagged");
   return DR_OK;
 }
+
+static int island_rebuild(island *I) { return island_rebuild_for(I, 0); }
 
 static int island_wants_rebuild(const island *I) {
   int any = 0;
@@ -3734,7 +3774,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
         asked = 1;
         break;
       }
-      DR_TRY(island_rebuild(I));
+      DR_TRY(island_rebuild_for(I, !events));
     }
     if (!adaptive && launched >= todo) break;
     /* after the rebuild of every member: a graph holds its peers' buffers (events: no graphs) */

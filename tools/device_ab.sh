@@ -14,7 +14,8 @@
 #                          jobs/bench/sand_blocks_l12.json --frames 30 --profile-frames 0
 #
 # env: DEPS   what pack-device-deps.sh packed (default .device)
-#      TESTS  ctest -R regex run on B (default test_cuda_vs_cpu; empty: no tests)
+#      TESTS  ctest -R regex run on B (default test_cuda_vs_cpu; "-L LABEL": by label; empty: no tests)
+#      JOBS   ctest -j (default 2)
 #      ROUNDS runs of each build (default 2)
 #      BASE   a folder holding another tree (git archive COMMIT | tar -x -C .abbase, carried): A is built
 #             from it instead of this tree, so that B (this tree, flags may be "") is measured against
@@ -51,7 +52,9 @@ fi
 
 if [ -n "$tests" ]; then
   t0=$SECONDS
-  if ! ctest --test-dir "$root/build-b" -R "$tests" --output-on-failure -j 2 >"$out/tests-b.log" 2>&1; then
+  sel=(-R "$tests")
+  [ "${tests#-L }" != "$tests" ] && sel=(-L "${tests#-L }") # TESTS="-L gpu": by label
+  if ! ctest --test-dir "$root/build-b" "${sel[@]}" --output-on-failure -j "${JOBS:-2}" >"$out/tests-b.log" 2>&1; then
     echo "device_ab: B's tests ($tests) failed:" >&2
     grep -E "tests passed|Failed|\*\*\*" "$out/tests-b.log" >&2
     exit 1
