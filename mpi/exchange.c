@@ -6,10 +6,10 @@
 
 #include "comm.h"
 #include "error.h"
+#include "log.h"
 #include "physics/sparse.h"
 
 #define BLOCK_SUMS (4 * BLOCK_NODES) /* mass and momentum of 64 nodes, unless the backend says more */
-#define TAG_COUNT 101
 #define TAG_CODES 102
 #define TAG_SUMS 103
 
@@ -56,6 +56,7 @@ void exchange_destroy(exchange *x) {
   x->retired = NULL;
   x->n_retired = x->retired_cap = 0;
   x->arena_cap = 0;
+  x->sparse_agreed = 0;
 }
 
 /* Keeps an outgrown arena until exchange_destroy (see exchange.h). */
@@ -112,16 +113,23 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   x->block_sums = b->block_sums > 0 ? (size_t)b->block_sums : BLOCK_SUMS;
   x->sum_bytes = b->sums_int64 ? sizeof(int64_t) : sizeof(float);
   x->sum_type = b->sums_int64 ? MPI_INT64_T : MPI_FLOAT;
-  const char *sparse = getenv("DRIFT_SPARSE_EXCHANGE");
-  int mine = b->pack_sparse && b->unpack_add_sparse && !(sparse && strcmp(sparse, "0") == 0);
-  /* every rank the same way (an environment that differs between ranks must not mix the layouts) */
-  DR_MPI(MPI_Allreduce(&mine, &x->sparse, 1, MPI_INT, MPI_MIN, comm));
+  /* agreed once a run (the environment stays), and again only where the backend's calls change
+   * (a test's backend; every rank changes it at the same setup) */
+  const int can = 1 + (b->pack_sparse && b->unpack_add_sparse);
+  if (x->sparse_agreed != can) {
+    const char *sparse = getenv("DRIFT_SPARSE_EXCHANGE");
+    int mine = can == 2 && !(sparse && strcmp(sparse, "0") == 0);
+    /* every rank the same way (an environment that differs between ranks must not mix the layouts) */
+    DR_MPI(MPI_Allreduce(&mine, &x->sparse, 1, MPI_INT, MPI_MIN, comm));
+    x->sparse_agreed = can;
+  }
   int rank, nranks;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
   const uint64_t *codes;
   size_t n;
   DR_TRY(b->blocks(b->state, &codes, &n));
+  log_trace("exchange setup: %zu block codes on the host", n);
   /* 1. bounding boxes of the blocks, one allgather */
   int32_t box[6] = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MIN, INT32_MIN, INT32_MIN};
   for (size_t i = 0; i < n; ++i) {
@@ -139,6 +147,7 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
     free(boxes);
     return comm_fail(rc, __FILE__, __LINE__, "MPI_Allgather(box)");
   }
+  log_trace("exchange setup: boxes gathered");
   /* 2. neighbours: boxes within one block (the relation is symmetric, so both sides agree) */
   int *nbr = malloc(sizeof *nbr * (size_t)nranks);
   int nn = 0;
@@ -154,37 +163,64 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
     for (int a = 0; a < 3; ++a) near &= o[a] <= box[3 + a] + 1 && box[a] <= o[3 + a] + 1;
     if (near) nbr[nn++] = r;
   }
-  free(boxes);
-  /* 3. swap code lists with the neighbours and intersect */
+  /* 3. swap code lists with the neighbours and intersect. A block both ranks map lies in both
+   * boxes, so each rank sends a neighbour only its codes inside that neighbour's box (still
+   * sorted): a slab along the cut instead of the whole mapping. One message each way, its length
+   * taken by a matched probe. */
   uint64_t *their_n = calloc((size_t)(nn ? nn : 1), sizeof *their_n);
   uint64_t **their = calloc((size_t)(nn ? nn : 1), sizeof *their);
-  MPI_Request *req = malloc(sizeof *req * 2 * (size_t)(nn ? nn : 1));
+  uint64_t **mine = calloc((size_t)(nn ? nn : 1), sizeof *mine);
+  MPI_Request *req = malloc(sizeof *req * (size_t)(nn ? nn : 1));
   x->links = calloc((size_t)(nn ? nn : 1), sizeof *x->links);
   x->req = malloc(sizeof *x->req * 2 * (size_t)(nn ? nn : 1));
   x->status = malloc(sizeof *x->status * 2 * (size_t)(nn ? nn : 1));
-  if (!their_n || !their || !req || !x->links || !x->req || !x->status) {
-    free(their_n), free(their), free(req), free(nbr);
+  if (!their_n || !their || !mine || !req || !x->links || !x->req || !x->status) {
+    free(their_n), free(their), free(mine), free(req), free(nbr), free(boxes);
     return dr_fail(DR_ENOMEM, "out of host memory for the rank links");
   }
-  uint64_t my_n = n;
   rc = MPI_SUCCESS;
+  int posted = 0;
   for (int k = 0; k < nn && rc == MPI_SUCCESS; ++k) {
-    rc = MPI_Irecv(&their_n[k], 1, MPI_UINT64_T, nbr[k], TAG_COUNT, comm, &req[2 * k]);
-    if (rc == MPI_SUCCESS) rc = MPI_Isend(&my_n, 1, MPI_UINT64_T, nbr[k], TAG_COUNT, comm, &req[2 * k + 1]);
-  }
-  if (rc == MPI_SUCCESS && nn) rc = MPI_Waitall(2 * nn, req, MPI_STATUSES_IGNORE);
-  for (int k = 0; k < nn && rc == MPI_SUCCESS; ++k) {
-    their[k] = malloc(sizeof **their * (size_t)(their_n[k] ? their_n[k] : 1));
-    if (!their[k]) {
+    const int32_t *o = boxes + 6 * nbr[k];
+    size_t m = 0;
+    mine[k] = malloc(sizeof **mine * (n ? n : 1));
+    if (!mine[k]) {
       rc = -1;
       break;
     }
-    rc = MPI_Irecv(their[k], (int)their_n[k], MPI_UINT64_T, nbr[k], TAG_CODES, comm, &req[2 * k]);
-    if (rc == MPI_SUCCESS) rc = MPI_Isend(codes, (int)n, MPI_UINT64_T, nbr[k], TAG_CODES, comm, &req[2 * k + 1]);
+    for (size_t i = 0; i < n; ++i) {
+      int c[3];
+      sparse_block_coords(codes[i], c);
+      if (c[0] >= o[0] && c[0] <= o[3] && c[1] >= o[1] && c[1] <= o[4] && c[2] >= o[2] && c[2] <= o[5])
+        mine[k][m++] = codes[i];
+    }
+    rc = MPI_Isend(mine[k], (int)m, MPI_UINT64_T, nbr[k], TAG_CODES, comm, &req[k]);
+    if (rc == MPI_SUCCESS) ++posted;
   }
-  if (rc == MPI_SUCCESS && nn) rc = MPI_Waitall(2 * nn, req, MPI_STATUSES_IGNORE);
+  free(boxes);
+  for (int k = 0; k < nn && rc == MPI_SUCCESS; ++k) {
+    MPI_Message msg;
+    MPI_Status st;
+    int count = 0;
+    rc = MPI_Mprobe(nbr[k], TAG_CODES, comm, &msg, &st);
+    if (rc == MPI_SUCCESS) rc = MPI_Get_count(&st, MPI_UINT64_T, &count);
+    if (rc != MPI_SUCCESS) break;
+    their_n[k] = (uint64_t)count;
+    their[k] = malloc(sizeof **their * (size_t)(count ? count : 1));
+    if (!their[k]) { /* the message is matched: take it, then fail */
+      uint64_t sink;
+      MPI_Mrecv(&sink, 0, MPI_UINT64_T, &msg, MPI_STATUS_IGNORE);
+      rc = -1;
+      break;
+    }
+    rc = MPI_Mrecv(their[k], count, MPI_UINT64_T, &msg, MPI_STATUS_IGNORE);
+  }
+  /* the sends complete whatever happened above (their buffers are freed below) */
+  const int wrc = posted ? MPI_Waitall(posted, req, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+  if (rc == MPI_SUCCESS) rc = wrc;
+  log_trace("exchange setup: block lists swapped with %d neighbours", nn);
   int err = DR_OK;
-  if (rc == -1) err = dr_fail(DR_ENOMEM, "out of host memory for a neighbour's block list");
+  if (rc == -1) err = dr_fail(DR_ENOMEM, "out of host memory for the block lists swapped with a neighbour");
   else if (rc != MPI_SUCCESS) err = comm_fail(rc, __FILE__, __LINE__, "MPI exchange of block lists");
   uint8_t *shared = err ? NULL : calloc(n ? n : 1, 1);
   if (!err && !shared) err = dr_fail(DR_ENOMEM, "out of host memory for the shared-block flags");
@@ -225,8 +261,9 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   for (int k = 0; k < x->nlinks && !err && b->mark_shared; ++k)
     err = b->mark_shared(b->state, x->links[k].idx, x->links[k].n);
   free(shared);
-  for (int k = 0; k < nn; ++k) free(their[k]);
-  free(their), free(their_n), free(req), free(nbr);
+  for (int k = 0; k < nn; ++k) free(their[k]), free(mine[k]);
+  free(their), free(mine), free(their_n), free(req), free(nbr);
+  log_trace("exchange setup: %zu shared blocks marked", x->n_shared);
   return err;
 }
 

@@ -40,6 +40,7 @@ typedef struct exchange {
    * reach: on the CPU backend, Sand Blocks spreading across the cut of two ranks touched 37-49%
    * of the shared blocks it sent each step (jobs/bench/weak_2.json at 4 dx, docs/performance.md). */
   int sparse;
+  int sparse_agreed;      /* 0, or what sparse was agreed for: 1 + whether the backend can pack sparse */
   void *zero_mask;        /* host memory: the empty mask sent after a failed pack */
   int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */
   void (*free_sums)(void *ptr, int device); /* the backend's, or NULL for free() */
