@@ -443,6 +443,9 @@ typedef struct cuda_state {
   dvec gone;                    /* [n_gone] slots whose particles emigrate took (dropped by the next rebuild) */
   size_t n_gone;                /* slots gone covers (0: none) */
   dvec xpk, xid;                /* emigrate: the leaving particles' packets and ids */
+  dvec xrec;                    /* emigrate_records, add_records: particle records on the device */
+  uint32_t *h_rec;              /* emigrate_records: the records on the host (pinned, grow-only) */
+  size_t h_rec_cap;             /* bytes */
   dvec pblock;                  /* [n] particle block of each sorted particle (an inclusive scan first) */
   dvec head;                    /* [n] 1 where a particle block starts */
   size_t n_pb;
@@ -617,6 +620,65 @@ __global__ static void k_leave_gather(size_t n_slots, const uint32_t *flag, cons
   float *d = xpk + (j / LANES) * PK_FLOATS + j % LANES;
   for (int a = 0; a < PK_ATTRS; ++a) d[a * LANES] = q[a * LANES];
   xid[j] = pid[i];
+}
+
+/* Particle records (particles.h: particles_pack's layout, what travels between ranks) as 32-bit
+ * words: where each attribute starts, from the same list, so that the offsets follow it. */
+#define REC_WORDS_(field, type, k, what) REC_##field, REC_##field##_last_ = REC_##field + (int)(sizeof(type) * (k) / 4) - 1,
+enum { PARTICLE_ATTRIBUTES(REC_WORDS_) REC_WORDS };
+#undef REC_WORDS_
+static_assert(REC_WORDS == 31 && REC_x == 0 && REC_id == 27 && REC_owner == 30,
+              "particles.h's attributes changed: k_leave_records and k_records_in carry each one by name");
+
+/* emigrate_records: the flagged particles as records, in slot order (upto: the inclusive scan of
+ * the flags), and their slots marked gone. owner: this GPU's rank * 256 + its index. */
+__global__ static void k_leave_records(size_t n_slots, const uint32_t *flag, const uint32_t *upto, const float *pk,
+                                       const uint64_t *pid, int32_t owner, uint32_t *rec, uint8_t *gone) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_slots || !flag[i]) return;
+  gone[i] = 1;
+  const float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
+  uint32_t *r = rec + (size_t)(upto[i] - 1) * REC_WORDS;
+  for (int a = 0; a < 3; ++a)
+    r[REC_x + a] = __float_as_uint(q[(A_X + a) * LANES]), r[REC_v + a] = __float_as_uint(q[(A_V + a) * LANES]);
+  for (int a = 0; a < 9; ++a)
+    r[REC_C + a] = __float_as_uint(q[(A_C + a) * LANES]), r[REC_F + a] = __float_as_uint(q[(A_F + a) * LANES]);
+  r[REC_mass] = __float_as_uint(q[A_M * LANES]);
+  r[REC_vol0] = __float_as_uint(q[A_VOL * LANES]);
+  r[REC_logjp] = __float_as_uint(q[A_JP * LANES]);
+  const uint64_t id = pid[i]; /* little-endian, as particles_pack's memcpy leaves it */
+  r[REC_id] = (uint32_t)id;
+  r[REC_id + 1] = (uint32_t)(id >> 32);
+  r[REC_material] = __float_as_uint(q[A_MAT * LANES]); /* the int's bits, as the packets hold them */
+  r[REC_owner] = (uint32_t)owner;
+}
+
+/* add_records: m records into add_packets new packets (pk, pid and hdr point at the first new
+ * one), one thread per slot; the last packet's empty lanes zeroed, as append_particles leaves
+ * them. A record's owner is not kept (download sets it). */
+__global__ static void k_records_in(size_t m, size_t add_packets, const uint32_t *rec, float *pk, uint64_t *pid,
+                                    int2 *hdr) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= add_packets * LANES) return;
+  const size_t p = i / LANES;
+  const int lane = (int)(i % LANES);
+  float *q = pk + p * PK_FLOATS + lane;
+  if (lane == 0) hdr[p] = make_int2(-1, (int)(m - p * LANES < (size_t)LANES ? m - p * LANES : LANES));
+  if (i >= m) {
+    for (int a = 0; a < PK_ATTRS; ++a) q[a * LANES] = 0.0f;
+    pid[i] = 0;
+    return;
+  }
+  const uint32_t *r = rec + i * REC_WORDS;
+  for (int a = 0; a < 3; ++a)
+    q[(A_X + a) * LANES] = __uint_as_float(r[REC_x + a]), q[(A_V + a) * LANES] = __uint_as_float(r[REC_v + a]);
+  for (int a = 0; a < 9; ++a)
+    q[(A_C + a) * LANES] = __uint_as_float(r[REC_C + a]), q[(A_F + a) * LANES] = __uint_as_float(r[REC_F + a]);
+  q[A_M * LANES] = __uint_as_float(r[REC_mass]);
+  q[A_VOL * LANES] = __uint_as_float(r[REC_vol0]);
+  q[A_JP * LANES] = __uint_as_float(r[REC_logjp]);
+  q[A_MAT * LANES] = __uint_as_float(r[REC_material]);
+  pid[i] = (uint64_t)r[REC_id] | (uint64_t)r[REC_id + 1] << 32;
 }
 
 /* p2g_part: flag[p] = 1 where packet p's particle block has a block shared with another rank
@@ -2583,9 +2645,9 @@ static int host_packets(cuda_state *s, size_t n) {
   return s->h_add_cap ? DR_OK : DR_ENOMEM;
 }
 
-static int append_particles(cuda_state *s, const particles *p) {
-  const size_t m = p->n;
-  if (m == 0) return DR_OK;
+/* Room for m more particles in new packets after the current ones (device buffers grown, their
+ * contents kept): *old_packets is where the new ones start, *add_packets how many. */
+static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t *add_packets_out) {
   if (s->n + m > (size_t)INT32_MAX / 2)
     return dr_fail(DR_EINPUT, "%zu particles on one GPU: the cuda backend holds at most %d per GPU", s->n + m,
                    INT32_MAX / 2);
@@ -2605,6 +2667,18 @@ static int append_particles(cuda_state *s, const particles *p) {
   }
   DVEC(s->pblock, (s->n + m) * sizeof(int32_t), "particle block indices");
   DVEC(s->head, (s->n + m) * sizeof(int32_t), "particle block indices");
+  *old_packets_out = old_packets;
+  *add_packets_out = add_packets;
+  return DR_OK;
+}
+
+static int append_particles(cuda_state *s, const particles *p) {
+  const size_t m = p->n;
+  if (m == 0) return DR_OK;
+  size_t old_packets = 0, add_packets = 0;
+  DR_TRY(append_room(s, m, &old_packets, &add_packets));
+  const size_t packets = old_packets + add_packets;
+  cudaStream_t st = s->stream;
   DR_TRY(host_packets(s, add_packets));
   float *pk = s->h_add;
   uint64_t *id = s->h_add_id;
@@ -2640,6 +2714,28 @@ static int add_particles(void *state, const particles *p) {
   DR_TRY(append_particles(s, p));
   DR_TRY(rebuild_now(s));
   CU(cudaStreamSynchronize(s->stream));
+  return DR_OK;
+}
+
+/* backend.h's add_records: the records go to the device as they are (one copy; sim.c's buffers are
+ * pinned by alloc_sums) and become packets there (k_records_in), instead of the host filling
+ * staging packets attribute by attribute; then the rebuild-mapping, as add_particles. */
+static int add_records(void *state, const void *rec, size_t m) {
+  cuda_state *s = (cuda_state *)state;
+  if (m == 0) return DR_OK;
+  size_t old_packets = 0, add_packets = 0;
+  DR_TRY(append_room(s, m, &old_packets, &add_packets));
+  cudaStream_t st = s->stream;
+  DVEC(s->xrec, m * REC_WORDS * sizeof(uint32_t), "arriving particles");
+  CU(cudaMemcpyAsync(s->xrec.ptr, rec, m * REC_WORDS * sizeof(uint32_t), cudaMemcpyHostToDevice, st));
+  k_records_in<<<blocks_for(add_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      m, add_packets, dp<uint32_t>(s->xrec), dp<float>(s->pk[s->cur]) + old_packets * PK_FLOATS,
+      dp<uint64_t>(s->pid[s->cur]) + old_packets * LANES, dp<int2>(s->hdr) + old_packets);
+  LAUNCHED("k_records_in");
+  s->n += m;
+  s->n_packets = old_packets + add_packets;
+  DR_TRY(rebuild_now(s));
+  CU(cudaStreamSynchronize(st)); /* rec may change once this returns */
   return DR_OK;
 }
 
@@ -2781,8 +2877,12 @@ static size_t unpack_host(const cuda_state *s, const float *pk, const uint64_t *
  * packs them); their slots are marked gone, and the caller's next rebuild-mapping (add_particles
  * or rebuild) sorts them out of the mapping. Until then the device holds no step's sums for them:
  * primed G2P2G sums are dropped (the next frame primes again). */
-static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
-  cuda_state *s = (cuda_state *)state;
+/* emigrate's first half: flags the particles whose block lies outside [lo, hi) (k_leave), numbers
+ * them (*upto, an inclusive scan in slot order) and counts them (*m); where there are some, the
+ * gone marks are ready for the gather that marks their slots. */
+static int leave_flags(cuda_state *s, const int32_t lo[3], const int32_t hi[3], int *m, uint32_t **flag_out,
+                       uint32_t **upto_out) {
+  *m = 0;
   if (s->n == 0) return DR_OK;
   cudaStream_t st = s->stream;
   const size_t n_slots = s->n_packets * LANES;
@@ -2792,19 +2892,44 @@ static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], parti
       s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone, flag);
   LAUNCHED("k_leave");
   CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, flag, upto, (int)n_slots, st));
-  int m = 0;
-  DR_TRY(read_count(s, upto + n_slots - 1, &m));
-  if (m == 0) return DR_OK;
+  DR_TRY(read_count(s, upto + n_slots - 1, m));
+  if (*m == 0) return DR_OK;
   if (s->n_gone != 0 && s->n_gone != n_slots)
     return dr_fail(DR_EINTERNAL, "cuda backend: emigrate: particles were added after an emigrate without a "
                    "rebuild-mapping between them (%zu marked slots, %zu slots)", s->n_gone, n_slots);
-  const size_t mp = ((size_t)m + LANES - 1) / LANES;
-  DVEC(s->xpk, mp * PK_FLOATS * sizeof(float), "emigrating particles");
-  DVEC(s->xid, mp * LANES * sizeof(uint64_t), "emigrating particles");
   if (s->n_gone == 0) { /* the first emigrate since the last rebuild-mapping; a second one adds to its marks */
     DVEC(s->gone, n_slots, "emigrating particles");
     CU(cudaMemsetAsync(s->gone.ptr, 0, n_slots, st));
   }
+  *flag_out = flag;
+  *upto_out = upto;
+  return DR_OK;
+}
+
+/* emigrate's second half, after the gather: m particles are gone from the device. */
+static int left(cuda_state *s, int m) {
+  s->n -= (size_t)m;
+  s->n_gone = s->n_packets * LANES;
+  TRACE("emigrate: %d particles leave device %d", m, s->device);
+  if (s->primed) {
+    DR_TRY(clear_grid(s, s->par));
+    s->primed = 0;
+  }
+  return DR_OK;
+}
+
+/* backend.h's emigrate: the leaving particles' packets (k_leave_gather) unpacked on the host. */
+static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
+  cuda_state *s = (cuda_state *)state;
+  int m = 0;
+  uint32_t *flag = NULL, *upto = NULL;
+  DR_TRY(leave_flags(s, lo, hi, &m, &flag, &upto));
+  if (m == 0) return DR_OK;
+  cudaStream_t st = s->stream;
+  const size_t n_slots = s->n_packets * LANES;
+  const size_t mp = ((size_t)m + LANES - 1) / LANES;
+  DVEC(s->xpk, mp * PK_FLOATS * sizeof(float), "emigrating particles");
+  DVEC(s->xid, mp * LANES * sizeof(uint64_t), "emigrating particles");
   k_leave_gather<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n_slots, flag, upto, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->xpk),
       dp<uint64_t>(s->xid), dp<uint8_t>(s->gone));
@@ -2815,14 +2940,49 @@ static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], parti
   CU(cudaMemcpyAsync(s->h_add_id, s->xid.ptr, (size_t)m * sizeof(uint64_t), cudaMemcpyDeviceToHost, st));
   CU(cudaStreamSynchronize(st));
   out->n += unpack_host(s, s->h_add, s->h_add_id, NULL, mp, (size_t)m, out, out->n);
-  s->n -= (size_t)m;
-  s->n_gone = n_slots;
-  TRACE("emigrate: %d particles leave device %d", m, s->device);
-  if (s->primed) {
-    DR_TRY(clear_grid(s, s->par));
-    s->primed = 0;
+  return left(s, m);
+}
+
+/* backend.h's emigrate_records: the leaving particles packed as records on the device
+ * (k_leave_records) and copied once into pinned host memory, which sim.c sends as it is; no
+ * attribute-by-attribute unpacking on the host. */
+static int emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec, size_t *n) {
+  cuda_state *s = (cuda_state *)state;
+  *rec = NULL;
+  *n = 0;
+  int m = 0;
+  uint32_t *flag = NULL, *upto = NULL;
+  DR_TRY(leave_flags(s, lo, hi, &m, &flag, &upto));
+  if (m == 0) return DR_OK;
+  cudaStream_t st = s->stream;
+  const size_t n_slots = s->n_packets * LANES, bytes = (size_t)m * REC_WORDS * sizeof(uint32_t);
+  DVEC(s->xrec, bytes, "emigrating particles");
+  k_leave_records<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      n_slots, flag, upto, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), s->prm.rank * 256 + s->me,
+      dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
+  LAUNCHED("k_leave_records");
+  if (s->h_rec_cap < bytes) {
+    size_t cap = s->h_rec_cap ? 2 * s->h_rec_cap : 65536;
+    while (cap < bytes) cap *= 2;
+    CU(cudaStreamSynchronize(st)); /* nothing queued copies into the old buffer */
+    if (s->h_rec) CU(cudaFreeHost(s->h_rec));
+    s->h_rec = NULL;
+    s->h_rec_cap = 0;
+    void *h = NULL;
+    const cudaError_t e = cudaHostAlloc(&h, cap, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return dr_fail(DR_ENOMEM, "cudaHostAlloc failed (%s:%d): %s: %zu bytes for the particles leaving the rank",
+                     __FILE__, __LINE__, cudaGetErrorString(e), cap);
+    }
+    s->h_rec = (uint32_t *)h;
+    s->h_rec_cap = cap;
   }
-  return DR_OK;
+  CU(cudaMemcpyAsync(s->h_rec, s->xrec.ptr, bytes, cudaMemcpyDeviceToHost, st));
+  CU(cudaStreamSynchronize(st));
+  *rec = s->h_rec;
+  *n = (size_t)m;
+  return left(s, m);
 }
 
 static int download(void *state, particles *out) {
@@ -2896,7 +3056,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order,
+                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->xrec, &s->pk_order,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
@@ -2936,7 +3096,7 @@ static void destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->pk_order,
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->xrec, &s->pk_order,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
@@ -2947,6 +3107,7 @@ static void destroy(void *state) {
   if (s->bar_ev) cudaEventDestroy(s->bar_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
+  if (s->h_rec) cudaFreeHost(s->h_rec);
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
   free(s->h_touched);
@@ -4459,6 +4620,10 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->set_particles = set_particles;
   out->add_particles = add_particles;
   out->emigrate = emigrate;
+  /* the same with the particles as records packed and unpacked on the device (DRIFT_MIGRATE_RECORDS=0:
+   * sim.c packs on the host, as for an island) */
+  out->emigrate_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? emigrate_records : NULL;
+  out->add_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? add_records : NULL;
   out->particle_blocks = particle_blocks;
   /* p2g_part on by default (DRIFT_SPLIT_P2G=0: off): 2 x H200, 2 ranks x 1 GPU, Sand Blocks l = 46
    * 38.1-40.2 ms a frame against 45.7-46.0, weak_2 58.9-60.6 against 63.6-64.4 (docs/performance.md) */

@@ -173,6 +173,14 @@ typedef struct backend {
    * to out (grown as needed), in an order that depends only on how the backend holds them. The caller then adds the particles it received (add_particles)
    * or forces a rebuild-mapping, which drops the removed ones from the mapping. */
   int (*emigrate)(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
+  /* Optional (NULL: sim.c packs what emigrate gives, and unpacks for add_particles): emigrate and
+   * add_particles with the particles as records (particles_pack's layout, particles_record_bytes()
+   * each), which is what travels between ranks, so that a backend whose particles live on a
+   * device converts them there instead of on the host. emigrate_records leaves the records in
+   * memory it owns (*rec, valid until its next call or destroy), *n of them; add_records appends
+   * the n records at rec (host memory, left unchanged) and rebuilds the mapping. */
+  int (*emigrate_records)(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec, size_t *n);
+  int (*add_records)(void *state, const void *rec, size_t n);
   /* Several ranks (sim.c refuses a backend without it there): for the load balance, calls
    * add(ctx, blk, count) for every particle block of the current mapping with the number of
    * particles the mapping put in it (an add that fails ends the walk with its status). An

@@ -81,9 +81,14 @@ struct sim {
   emit_state em;        /* particle sources (emit.h): counts and the last frame emitted */
   particles emitted;    /* this rank's particles of an emission round (reused) */
   particles appended;   /* download + append when the backend has no add_particles (reused) */
-  particles leaving, arriving; /* redistribute: the particles that move (reused) */
-  unsigned char *mig_buf[2];   /* migrate's send and receive records (reused, grown 2x) */
-  size_t mig_cap[2];
+  particles leaving, arriving; /* redistribute without the backend's records calls (reused) */
+  /* migrate's records (particles_pack's layout; reused, grown 2x): 0 those sent, grouped by
+   * rank; 1 those the rank ends with (kept, then received); 2 the emigrants packed from
+   * particles where the backend has no emigrate_records. Pinned host memory where the backend
+   * gives it (alloc_sums: the GPU copies them without a bounce), else malloc. */
+  unsigned char *mig_buf[3];
+  size_t mig_cap[3];
+  void (*mig_free[3])(void *ptr, int device); /* the backend's free_sums where pinned, else NULL */
   struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (README, "Tests") */
     int action;         /* 0 none, 1 raise SIGTERM, 2 exit, 3 fail alone */
     int rank;
@@ -214,30 +219,42 @@ static int rebalance(sim *S, block_hist *h) {
   return rc;
 }
 
-/* migrate's record buffer k (0: send, 1: receive) of at least bytes, kept between calls. */
+static void mig_release(sim *S, int k) {
+  if (S->mig_buf[k] && S->mig_free[k]) S->mig_free[k](S->mig_buf[k], 0);
+  else free(S->mig_buf[k]);
+  S->mig_buf[k] = NULL, S->mig_cap[k] = 0, S->mig_free[k] = NULL;
+}
+
+/* migrate's record buffer k of at least bytes, kept between calls (its contents are not kept
+ * when it grows). */
 static int mig_reserve(sim *S, int k, size_t bytes) {
   if (bytes <= S->mig_cap[k] && S->mig_buf[k]) return DR_OK;
   size_t cap = S->mig_cap[k] ? 2 * S->mig_cap[k] : 4096;
   while (cap < bytes) cap *= 2;
-  unsigned char *q = realloc(S->mig_buf[k], cap);
+  mig_release(S, k);
+  const int pinned = S->be.state && S->be.alloc_sums && S->be.free_sums;
+  void *q = NULL;
+  if (pinned) DR_TRY(S->be.alloc_sums(S->be.state, cap, 0, &q));
+  else q = malloc(cap);
   if (!q) return dr_fail(DR_ENOMEM, "out of host memory for migration (%zu bytes of particle records)", cap);
-  S->mig_buf[k] = q, S->mig_cap[k] = cap;
+  S->mig_buf[k] = q, S->mig_cap[k] = cap, S->mig_free[k] = pinned ? S->be.free_sums : NULL;
   return DR_OK;
 }
 
-/* Sends the particles of p whose block lies outside this rank's box by more than margin
- * blocks to the rank that owns their position, whole (every attribute, particles.h), and
- * fills q (empty on entry) with the particles this rank keeps and those it receives. p is left
- * unchanged. Collective over S->comm; the ranks agree on the outcome. */
-static int migrate(sim *S, const particles *p, int margin, particles *q) {
+/* Sends the particle records recs [n] (particles_pack's layout) whose block lies outside this
+ * rank's box by more than margin blocks to the rank that owns their position, and leaves in
+ * S->mig_buf[1] the records this rank ends with: those it keeps (in their order), then those it
+ * receives (by rank); *nq of them. recs is left unchanged and may be any buffer but
+ * S->mig_buf[0] and [1]. Collective over S->comm; the ranks agree on the outcome. */
+static int migrate_records(sim *S, const unsigned char *recs, size_t n, int margin, size_t *nq) {
   const int R = S->nranks;
   const size_t rec = particles_record_bytes();
   int rc = DR_OK;
-  int *dest = malloc(sizeof *dest * (p->n ? p->n : 1));
+  *nq = 0;
+  int *dest = malloc(sizeof *dest * (n ? n : 1));
   int *scount = calloc((size_t)R, sizeof *scount), *rcount = calloc((size_t)R, sizeof *rcount);
   int *sdispl = calloc((size_t)R, sizeof *sdispl), *rdispl = calloc((size_t)R, sizeof *rdispl);
   int *fill = calloc((size_t)R, sizeof *fill);
-  unsigned char *sbuf = NULL, *rbuf = NULL;
   MPI_Datatype rec_type = MPI_DATATYPE_NULL;
   if (!dest || !scount || !rcount || !sdispl || !rdispl || !fill) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
   /* one record per particle, as one MPI datatype: counts stay in particles, not bytes */
@@ -247,13 +264,19 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
     if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Type_commit(particle record)");
   }
   const int32_t *mybox = S->dec.box[S->rank];
-  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
+  size_t keep = 0;
+  int one = -1; /* the only rank every record goes to, if there is one (-2: several) */
+  for (size_t i = 0; rc == DR_OK && i < n; ++i) {
+    float x[3]; /* the record starts with the position (PARTICLE_ATTRIBUTES) */
+    memcpy(x, recs + rec * i, sizeof x);
     int32_t blk[3];
-    particle_block(S, p->x + 3 * i, blk);
+    particle_block(S, x, blk);
     int out = 0;
     for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
     dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;
     if (dest[i] != S->rank) ++scount[dest[i]];
+    else ++keep;
+    one = one == -1 || one == dest[i] ? dest[i] : -2;
   }
   rc = comm_agree(S->comm, rc);
   if (rc == DR_OK) {
@@ -266,27 +289,44 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
   if (rc == DR_OK && (stot > INT_MAX || rtot > INT_MAX))
     rc = dr_fail(DR_EINTERNAL, "migration: %zu particles to send and %zu to receive on rank %d exceed MPI's int counts",
                  stot, rtot, S->rank);
-  if (rc == DR_OK) rc = mig_reserve(S, 0, rec * stot);
-  if (rc == DR_OK) rc = mig_reserve(S, 1, rec * rtot);
-  if (rc == DR_OK) sbuf = S->mig_buf[0], rbuf = S->mig_buf[1];
-  if (rc == DR_OK) rc = particles_reserve(q, p->n - stot + rtot);
-  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
-    if (dest[i] == S->rank) {
-      rc = particles_push_copy(q, p, i);
-    } else {
-      particles_pack(p, i, sbuf + rec * (size_t)(sdispl[dest[i]] + fill[dest[i]]));
-      ++fill[dest[i]];
+  /* every record to one other rank (two ranks, and any cut a particle crosses): sent as it is */
+  const unsigned char *sbuf = NULL;
+  if (rc == DR_OK && one >= 0 && one != S->rank) sbuf = recs;
+  else if (rc == DR_OK) rc = mig_reserve(S, 0, rec * stot);
+  if (rc == DR_OK) rc = mig_reserve(S, 1, rec * (keep + rtot));
+  unsigned char *qbuf = rc == DR_OK ? S->mig_buf[1] : NULL;
+  if (rc == DR_OK && !sbuf) {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      unsigned char *to = dest[i] == S->rank ? qbuf + rec * kept++
+                                             : S->mig_buf[0] + rec * (size_t)(sdispl[dest[i]] + fill[dest[i]]++);
+      memcpy(to, recs + rec * i, rec);
     }
+    sbuf = S->mig_buf[0];
   }
   rc = comm_agree(S->comm, rc); /* nobody enters the exchange alone */
   if (rc == DR_OK) {
-    int e = MPI_Alltoallv(sbuf, scount, sdispl, rec_type, rbuf, rcount, rdispl, rec_type, S->comm);
+    int e = MPI_Alltoallv(sbuf, scount, sdispl, rec_type, qbuf + rec * keep, rcount, rdispl, rec_type, S->comm);
     if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoallv(particles)");
   }
-  for (size_t k = 0; rc == DR_OK && k < rtot; ++k) rc = particles_push_record(q, rbuf + rec * k);
+  if (rc == DR_OK) *nq = keep + rtot;
   S->fs.migrated += stot;
   if (rec_type != MPI_DATATYPE_NULL) MPI_Type_free(&rec_type);
   free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(fill);
+  return comm_agree(S->comm, rc);
+}
+
+/* migrate_records for particles (a resume's slices): fills q (empty on entry) with the particles
+ * this rank keeps and those it receives. p is left unchanged. Collective. */
+static int migrate(sim *S, const particles *p, int margin, particles *q) {
+  const size_t rec = particles_record_bytes();
+  int rc = mig_reserve(S, 2, rec * p->n);
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) particles_pack(p, i, S->mig_buf[2] + rec * i);
+  rc = comm_agree(S->comm, rc);
+  size_t nq = 0;
+  if (rc == DR_OK) rc = migrate_records(S, S->mig_buf[2], rc == DR_OK ? p->n : 0, margin, &nq);
+  if (rc == DR_OK) rc = particles_reserve(q, q->n + nq);
+  for (size_t k = 0; rc == DR_OK && k < nq; ++k) rc = particles_push_record(q, S->mig_buf[1] + rec * k);
   return comm_agree(S->comm, rc);
 }
 
@@ -337,15 +377,37 @@ static int redistribute(sim *S) {
   const int32_t *box = S->dec.box[S->rank];
   const int32_t lo[3] = {box[0] - margin, box[1] - margin, box[2] - margin},
                 hi[3] = {box[3] + margin, box[4] + margin, box[5] + margin};
-  particles *out = &S->leaving, *in = &S->arriving;
-  out->n = in->n = 0;
-  rc = comm_agree(S->comm, S->be.emigrate(S->be.state, lo, hi, out));
-  log_trace("redistribute: %zu particles emigrate", out->n);
-  if (rc == DR_OK) rc = migrate(S, out, margin, in);
-  log_trace("redistribute: %zu particles arrive", in->n);
-  if (rc == DR_OK) {
+  /* the emigrants as records: packed by the backend where it can (on a GPU, on the device), else
+   * from the particles emigrate gives */
+  const size_t rec = particles_record_bytes();
+  const void *gone = NULL;
+  size_t n_gone = 0;
+  if (S->be.emigrate_records) {
+    rc = S->be.emigrate_records(S->be.state, lo, hi, &gone, &n_gone);
+  } else {
+    particles *out = &S->leaving;
+    out->n = 0;
+    rc = S->be.emigrate(S->be.state, lo, hi, out);
+    if (rc == DR_OK) rc = mig_reserve(S, 2, rec * out->n);
+    for (size_t i = 0; rc == DR_OK && i < out->n; ++i) particles_pack(out, i, S->mig_buf[2] + rec * i);
+    gone = S->mig_buf[2], n_gone = rc == DR_OK ? out->n : 0;
+  }
+  rc = comm_agree(S->comm, rc);
+  log_trace("redistribute: %zu particles emigrate", n_gone);
+  size_t n_in = 0;
+  if (rc == DR_OK) rc = migrate_records(S, (const unsigned char *)gone, n_gone, margin, &n_in);
+  log_trace("redistribute: %zu particles arrive", n_in);
+  if (rc == DR_OK && n_in > 0 && S->be.add_records) {
+    rc = S->be.add_records(S->be.state, S->mig_buf[1], n_in);
+  } else if (rc == DR_OK && n_in > 0) {
+    particles *in = &S->arriving;
+    in->n = 0;
+    rc = particles_reserve(in, n_in);
+    for (size_t k = 0; rc == DR_OK && k < n_in; ++k) rc = particles_push_record(in, S->mig_buf[1] + rec * k);
+    if (rc == DR_OK) rc = S->be.add_particles(S->be.state, in);
+  } else if (rc == DR_OK) {
     int rebuilt = 0;
-    rc = in->n > 0 ? S->be.add_particles(S->be.state, in) : S->be.rebuild(S->be.state, 1, &rebuilt);
+    rc = S->be.rebuild(S->be.state, 1, &rebuilt);
   }
   log_trace("redistribute: rebuilt");
   rc = comm_agree(S->comm, rc);
@@ -1223,7 +1285,7 @@ void sim_destroy(sim **Sp) {
   particles_free(&S->host);
   particles_free(&S->leaving);
   particles_free(&S->arriving);
-  free(S->mig_buf[0]), free(S->mig_buf[1]);
+  for (int k = 0; k < 3; ++k) mig_release(S, k);
   free(S->written);
   free(S->mats);
   free(S->mat_names);

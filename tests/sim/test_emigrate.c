@@ -17,6 +17,9 @@
  *     order of the particles;
  *   - a box holding every particle lets none go (and changes nothing); a box holding none lets
  *     every particle go and leaves the backend empty, and it takes them all back;
+ *   - where the backend has emigrate_records and add_records (cuda), the same with the particles
+ *     as records: exactly the particles outside, bitwise, with this GPU as their owner, the rest
+ *     unchanged, and given back, stepped on, bitwise the reference's;
  *   - particle_blocks (the load balance's counts) right after a rebuild-mapping: exactly the
  *     particle blocks of the downloaded particles (sparse_particle_block of each one's base node)
  *     with their counts, every block once; none for an empty backend; an add that fails ends the
@@ -238,6 +241,39 @@ int main(int argc, char **argv) {
   MUST(A.download(A.state, &a));
   MUST(R.download(R.state, &b));
   compare_subset("all given back, 5 steps on", &prm, &b, NULL, NULL, 0, &a);
+
+  /* the records calls (backend.h: emigrate_records, add_records; the cuda backend packs and
+   * unpacks on the device) where the backend has them: the same cut, the same expectations, with
+   * the records read back through particles_push_record (particles_pack's layout) */
+  if (A.emigrate_records && A.add_records) {
+    MUST(A.rebuild(A.state, 1, &rebuilt));
+    MUST(A.download(A.state, &before));
+    const void *rec = NULL;
+    size_t nrec = 0;
+    MUST(A.emigrate_records(A.state, cut_lo, cut_hi, &rec, &nrec));
+    out.n = 0;
+    for (size_t k = 0; k < nrec; ++k) MUST(particles_push_record(&out, (const unsigned char *)rec + particles_record_bytes() * k));
+    CHECK(nrec > 0, "emigrate_records: the cut let none go");
+    compare_subset("emigrate_records", &prm, &before, cut_lo, cut_hi, 1, &out);
+    for (size_t k = 0; k < out.n; ++k)
+      CHECK(out.owner[k] == before.owner[0], "emigrate_records: owner %d, the download says %d", out.owner[k],
+            before.owner[0]);
+    /* the records in a buffer of the caller's (emigrate_records' may change at its next call) */
+    unsigned char *copy_rec = malloc(particles_record_bytes() * (nrec ? nrec : 1));
+    CHECK(copy_rec != NULL, "out of memory");
+    if (copy_rec) memcpy(copy_rec, rec, particles_record_bytes() * nrec);
+    MUST(A.rebuild(A.state, 1, &rebuilt));
+    MUST(A.download(A.state, &kept));
+    compare_subset("stayed (records)", &prm, &before, cut_lo, cut_hi, 0, &kept);
+    if (copy_rec) MUST(A.add_records(A.state, copy_rec, nrec));
+    free(copy_rec);
+    for (int s = 0; s < 5; ++s) step(&A), step(&R);
+    MUST(A.download(A.state, &a));
+    MUST(R.download(R.state, &b));
+    compare_subset("given back as records, 5 steps on", &prm, &b, NULL, NULL, 0, &a);
+  } else {
+    printf("%s backend: no records calls (sim.c packs the particles emigrate gives)\n", A.name);
+  }
 
   particles_free(&before), particles_free(&out), particles_free(&kept), particles_free(&a), particles_free(&b);
   particles_free(&copy);
