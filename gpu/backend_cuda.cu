@@ -2645,6 +2645,26 @@ static int host_packets(cuda_state *s, size_t n) {
   return s->h_add_cap ? DR_OK : DR_ENOMEM;
 }
 
+/* Pinned host memory of at least need bytes in *p (capacity *cap, grown 2x; contents not kept),
+ * portable: any GPU of the island copies from it without a bounce. */
+static int host_pinned(void **p, size_t *cap, size_t need, const char *what) {
+  if (need <= *cap && *p) return DR_OK;
+  size_t c = *cap ? 2 * *cap : 65536;
+  while (c < need) c *= 2;
+  if (*p) CU(cudaFreeHost(*p));
+  *p = NULL;
+  *cap = 0;
+  const cudaError_t e = cudaHostAlloc(p, c, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    *p = NULL;
+    (void)cudaGetLastError();
+    return dr_fail(DR_ENOMEM, "cudaHostAlloc failed (%s:%d): %s: %zu bytes for %s", __FILE__, __LINE__,
+                   cudaGetErrorString(e), c, what);
+  }
+  *cap = c;
+  return DR_OK;
+}
+
 /* Room for m more particles in new packets after the current ones (device buffers grown, their
  * contents kept): *old_packets is where the new ones start, *add_packets how many. */
 static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t *add_packets_out) {
@@ -2717,11 +2737,10 @@ static int add_particles(void *state, const particles *p) {
   return DR_OK;
 }
 
-/* backend.h's add_records: the records go to the device as they are (one copy; sim.c's buffers are
- * pinned by alloc_sums) and become packets there (k_records_in), instead of the host filling
- * staging packets attribute by attribute; then the rebuild-mapping, as add_particles. */
-static int add_records(void *state, const void *rec, size_t m) {
-  cuda_state *s = (cuda_state *)state;
+/* m records (host memory; pinned copies fastest) appended as new packets: one copy to the device
+ * and k_records_in there, instead of the host filling staging packets attribute by attribute.
+ * rec may change once this returns. A record's owner is not kept (download sets it). */
+static int append_records(cuda_state *s, const void *rec, size_t m) {
   if (m == 0) return DR_OK;
   size_t old_packets = 0, add_packets = 0;
   DR_TRY(append_room(s, m, &old_packets, &add_packets));
@@ -2734,8 +2753,18 @@ static int add_records(void *state, const void *rec, size_t m) {
   LAUNCHED("k_records_in");
   s->n += m;
   s->n_packets = old_packets + add_packets;
-  DR_TRY(rebuild_now(s));
   CU(cudaStreamSynchronize(st)); /* rec may change once this returns */
+  return DR_OK;
+}
+
+/* backend.h's add_records (sim.c's buffers are pinned by alloc_sums): append_records, then the
+ * rebuild-mapping, as add_particles. */
+static int add_records(void *state, const void *rec, size_t m) {
+  cuda_state *s = (cuda_state *)state;
+  if (m == 0) return DR_OK;
+  DR_TRY(append_records(s, rec, m));
+  DR_TRY(rebuild_now(s));
+  CU(cudaStreamSynchronize(s->stream));
   return DR_OK;
 }
 
@@ -2961,23 +2990,8 @@ static int emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3
       n_slots, flag, upto, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), s->prm.rank * 256 + s->me,
       dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
   LAUNCHED("k_leave_records");
-  if (s->h_rec_cap < bytes) {
-    size_t cap = s->h_rec_cap ? 2 * s->h_rec_cap : 65536;
-    while (cap < bytes) cap *= 2;
-    CU(cudaStreamSynchronize(st)); /* nothing queued copies into the old buffer */
-    if (s->h_rec) CU(cudaFreeHost(s->h_rec));
-    s->h_rec = NULL;
-    s->h_rec_cap = 0;
-    void *h = NULL;
-    const cudaError_t e = cudaHostAlloc(&h, cap, cudaHostAllocDefault);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return dr_fail(DR_ENOMEM, "cudaHostAlloc failed (%s:%d): %s: %zu bytes for the particles leaving the rank",
-                     __FILE__, __LINE__, cudaGetErrorString(e), cap);
-    }
-    s->h_rec = (uint32_t *)h;
-    s->h_rec_cap = cap;
-  }
+  if (s->h_rec_cap < bytes) CU(cudaStreamSynchronize(st)); /* nothing queued copies into the old buffer */
+  DR_TRY(host_pinned((void **)&s->h_rec, &s->h_rec_cap, bytes, "the particles leaving the rank"));
   CU(cudaMemcpyAsync(s->h_rec, s->xrec.ptr, bytes, cudaMemcpyDeviceToHost, st));
   CU(cudaStreamSynchronize(st));
   *rec = s->h_rec;
@@ -3456,6 +3470,10 @@ typedef struct island {
   int n_xl, cap_xl;
   void *xbuf;               /* host staging of one member's sums (pack, unpack_add) */
   size_t xbuf_bytes;
+  void *rec;                /* island_emigrate_records: every member's records (pinned) */
+  size_t rec_cap;
+  void *rec_in;             /* island_add_records: one member's share (pinned) */
+  size_t rec_in_cap;
 } island;
 
 /* Makes s's device current before launching on it (one GPU: it already is, since setup). */
@@ -4223,6 +4241,8 @@ static void island_destroy(void *state) {
   free(I->codes);
   for (int k = 0; k < I->nm; ++k) free(I->where[k]);
   free(I->xbuf);
+  if (I->rec) cudaFreeHost(I->rec);
+  if (I->rec_in) cudaFreeHost(I->rec_in);
   free(I);
 }
 
@@ -4470,6 +4490,76 @@ static int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3]
   return DR_OK;
 }
 
+/* backend.h's emigrate_records on the island: each member packs its leaving particles on its
+ * device (emigrate_records), and the island's buffer holds them all, member by member. */
+static int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec,
+                                   size_t *n) {
+  island *I = (island *)state;
+  const size_t rb = REC_WORDS * sizeof(uint32_t);
+  *rec = NULL;
+  *n = 0;
+  size_t total = 0;
+  for (int k = 0; k < I->nm; ++k) {
+    const void *r = NULL;
+    size_t m = 0;
+    DR_TRY(use(I->m[k]));
+    DR_TRY(emigrate_records(I->m[k], lo, hi, &r, &m));
+    if (m == 0) continue;
+    if ((total + m) * rb > I->rec_cap) { /* grow, keeping what the members before gave */
+      void *old = NULL;
+      if (total) {
+        old = malloc(total * rb);
+        if (!old) return dr_fail(DR_ENOMEM, "out of host memory for the particles leaving the rank");
+        memcpy(old, I->rec, total * rb);
+      }
+      const int rc = host_pinned(&I->rec, &I->rec_cap, (total + m) * rb, "the particles leaving the rank");
+      if (rc == DR_OK && total) memcpy(I->rec, old, total * rb);
+      free(old);
+      DR_TRY(rc);
+    }
+    memcpy((char *)I->rec + total * rb, r, m * rb);
+    total += m;
+  }
+  *rec = I->rec;
+  *n = total;
+  return DR_OK;
+}
+
+/* backend.h's add_records on the island: as island_add_particles (the new particles go to the
+ * members along the split axis, each up to its even share), each member's share gathered into
+ * pinned memory and unpacked on its device (append_records); then every member rebuilds. */
+static int island_add_records(void *state, const void *rec, size_t m) {
+  island *I = (island *)state;
+  if (m == 0) return DR_OK;
+  const size_t rb = REC_WORDS * sizeof(uint32_t);
+  const unsigned char *r = (const unsigned char *)rec;
+  coord_index *ci = (coord_index *)dr_malloc(sizeof *ci * m, "island arrivals");
+  if (!ci) return DR_ENOMEM;
+  for (size_t i = 0; i < m; ++i) {
+    float x[3]; /* a record starts with the position */
+    memcpy(x, r + rb * i, sizeof x);
+    ci[i] = (coord_index){x[I->axis], i};
+  }
+  qsort(ci, m, sizeof *ci, by_coord);
+  size_t total = m;
+  for (int k = 0; k < I->nm; ++k) total += I->m[k]->n;
+  int rc = DR_OK;
+  size_t next = 0;
+  for (int k = 0; k < I->nm && rc == DR_OK && next < m; ++k) {
+    const size_t share = total * (size_t)(k + 1) / (size_t)I->nm - total * (size_t)k / (size_t)I->nm;
+    size_t give = share > I->m[k]->n ? share - I->m[k]->n : 0;
+    if (k == I->nm - 1 || give > m - next) give = m - next;
+    if (give == 0) continue;
+    rc = host_pinned(&I->rec_in, &I->rec_in_cap, give * rb, "the particles arriving at the rank");
+    for (size_t j = 0; j < give && rc == DR_OK; ++j) memcpy((char *)I->rec_in + rb * j, r + rb * ci[next + j].i, rb);
+    if (rc == DR_OK && (rc = use(I->m[k])) == DR_OK) rc = append_records(I->m[k], I->rec_in, give);
+    next += give;
+  }
+  free(ci);
+  DR_TRY(rc);
+  return island_rebuild(I);
+}
+
 static int island_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count),
                                   void *ctx) {
   island *I = (island *)state;
@@ -4556,6 +4646,8 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->wants_rebuild = island_wants_rebuild_be;
   out->set_particles = island_set_particles;
   out->emigrate = island_emigrate;
+  out->emigrate_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? island_emigrate_records : NULL;
+  out->add_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? island_add_records : NULL;
   out->particle_blocks = island_particle_blocks;
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* islands: not yet measured, off */
   out->block_sums = sums_floats(I->m[0]);
