@@ -4291,6 +4291,15 @@ static int island_split(island *I, const particles *p, particles *parts) {
  * axis and poured into the members in that order, each filled up to an even share of the new total
  * (a member already above its share takes none), so the members stay balanced by count and each
  * receives a contiguous run along the axis; then every member rebuilds and the tags are renewed. */
+/* How many of m new particles (next of them placed on members before k) member k takes: up to its
+ * even share of the island's total after the addition; the last member takes the rest. */
+static size_t island_give(const island *I, int k, size_t total, size_t m, size_t next) {
+  const size_t share = total * (size_t)(k + 1) / (size_t)I->nm - total * (size_t)k / (size_t)I->nm;
+  size_t give = share > I->m[k]->n ? share - I->m[k]->n : 0;
+  if (k == I->nm - 1 || give > m - next) give = m - next;
+  return give;
+}
+
 static int island_add_particles(void *state, const particles *p) {
   island *I = (island *)state;
   if (p->n == 0) return DR_OK;
@@ -4303,9 +4312,7 @@ static int island_add_particles(void *state, const particles *p) {
   int rc = DR_OK;
   size_t next = 0;
   for (int k = 0; k < I->nm && rc == DR_OK && next < p->n; ++k) {
-    const size_t share = total * (size_t)(k + 1) / (size_t)I->nm - total * (size_t)k / (size_t)I->nm;
-    size_t give = share > I->m[k]->n ? share - I->m[k]->n : 0;
-    if (k == I->nm - 1 || give > p->n - next) give = p->n - next;
+    const size_t give = island_give(I, k, total, p->n, next);
     if (give == 0) continue;
     part.n = 0;
     rc = particles_reserve(&part, give);
@@ -4546,9 +4553,7 @@ static int island_add_records(void *state, const void *rec, size_t m) {
   int rc = DR_OK;
   size_t next = 0;
   for (int k = 0; k < I->nm && rc == DR_OK && next < m; ++k) {
-    const size_t share = total * (size_t)(k + 1) / (size_t)I->nm - total * (size_t)k / (size_t)I->nm;
-    size_t give = share > I->m[k]->n ? share - I->m[k]->n : 0;
-    if (k == I->nm - 1 || give > m - next) give = m - next;
+    const size_t give = island_give(I, k, total, m, next);
     if (give == 0) continue;
     rc = host_pinned(&I->rec_in, &I->rec_in_cap, give * rb, "the particles arriving at the rank");
     for (size_t j = 0; j < give && rc == DR_OK; ++j) memcpy((char *)I->rec_in + rb * j, r + rb * ci[next + j].i, rb);
