@@ -442,7 +442,6 @@ typedef struct cuda_state {
   dvec keys[2], vals[2];        /* [slots] sort keys and slot indices */
   dvec gone;                    /* [n_gone] slots whose particles emigrate took (dropped by the next rebuild) */
   size_t n_gone;                /* slots gone covers (0: none) */
-  dvec xpk, xid;                /* emigrate: the leaving particles' packets and ids */
   dvec xrec;                    /* emigrate_records, add_records: particle records on the device */
   uint32_t *h_rec;              /* emigrate_records: the records on the host (pinned, grow-only) */
   size_t h_rec_cap;             /* bytes */
@@ -605,21 +604,6 @@ __global__ static void k_leave(size_t n_slots, const float *pk, const int2 *hdr,
     out = b0 < lo.x || b0 >= hi.x || b1 < lo.y || b1 >= hi.y || b2 < lo.z || b2 >= hi.z;
   }
   flag[i] = out;
-}
-
-/* emigrate: the flagged particles, in slot order (upto: the inclusive scan of the flags), into
- * dense packets xpk / xid, and their slots marked gone. */
-__global__ static void k_leave_gather(size_t n_slots, const uint32_t *flag, const uint32_t *upto, const float *pk,
-                                      const uint64_t *pid, float *xpk, uint64_t *xid, uint8_t *gone) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n_slots) return;
-  if (!flag[i]) return;
-  gone[i] = 1;
-  const size_t j = upto[i] - 1;
-  const float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
-  float *d = xpk + (j / LANES) * PK_FLOATS + j % LANES;
-  for (int a = 0; a < PK_ATTRS; ++a) d[a * LANES] = q[a * LANES];
-  xid[j] = pid[i];
 }
 
 /* Particle records (particles.h: particles_pack's layout, what travels between ranks) as 32-bit
@@ -2901,12 +2885,12 @@ static size_t unpack_host(const cuda_state *s, const float *pk, const uint64_t *
   return i;
 }
 
-/* backend.h's emigrate: the particles whose block lies outside [lo, hi) leave the device. Only
- * they cross to the host (k_leave flags them, a scan numbers them in slot order, k_leave_gather
- * packs them); their slots are marked gone, and the caller's next rebuild-mapping (add_particles
- * or rebuild) sorts them out of the mapping. Until then the device holds no step's sums for them:
- * primed G2P2G sums are dropped (the next frame primes again). */
-/* emigrate's first half: flags the particles whose block lies outside [lo, hi) (k_leave), numbers
+/* backend.h's emigrate and emigrate_records: the particles whose block lies outside [lo, hi) leave
+ * the device. Only they cross to the host (k_leave flags them, a scan numbers them in slot order,
+ * k_leave_records packs them); their slots are marked gone, and the caller's next rebuild-mapping
+ * (add_particles, add_records or rebuild) sorts them out of the mapping. Until then the device
+ * holds no step's sums for them: primed G2P2G sums are dropped (the next frame primes again). */
+/* Their first half: flags the particles whose block lies outside [lo, hi) (k_leave), numbers
  * them (*upto, an inclusive scan in slot order) and counts them (*m); where there are some, the
  * gone marks are ready for the gather that marks their slots. */
 static int leave_flags(cuda_state *s, const int32_t lo[3], const int32_t hi[3], int *m, uint32_t **flag_out,
@@ -2935,7 +2919,7 @@ static int leave_flags(cuda_state *s, const int32_t lo[3], const int32_t hi[3], 
   return DR_OK;
 }
 
-/* emigrate's second half, after the gather: m particles are gone from the device. */
+/* Their second half, after the gather: m particles are gone from the device. */
 static int left(cuda_state *s, int m) {
   s->n -= (size_t)m;
   s->n_gone = s->n_packets * LANES;
@@ -2945,31 +2929,6 @@ static int left(cuda_state *s, int m) {
     s->primed = 0;
   }
   return DR_OK;
-}
-
-/* backend.h's emigrate: the leaving particles' packets (k_leave_gather) unpacked on the host. */
-static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
-  cuda_state *s = (cuda_state *)state;
-  int m = 0;
-  uint32_t *flag = NULL, *upto = NULL;
-  DR_TRY(leave_flags(s, lo, hi, &m, &flag, &upto));
-  if (m == 0) return DR_OK;
-  cudaStream_t st = s->stream;
-  const size_t n_slots = s->n_packets * LANES;
-  const size_t mp = ((size_t)m + LANES - 1) / LANES;
-  DVEC(s->xpk, mp * PK_FLOATS * sizeof(float), "emigrating particles");
-  DVEC(s->xid, mp * LANES * sizeof(uint64_t), "emigrating particles");
-  k_leave_gather<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, flag, upto, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->xpk),
-      dp<uint64_t>(s->xid), dp<uint8_t>(s->gone));
-  LAUNCHED("k_leave_gather");
-  DR_TRY(host_packets(s, mp));
-  DR_TRY(particles_reserve(out, out->n + (size_t)m));
-  CU(cudaMemcpyAsync(s->h_add, s->xpk.ptr, mp * PK_FLOATS * sizeof(float), cudaMemcpyDeviceToHost, st));
-  CU(cudaMemcpyAsync(s->h_add_id, s->xid.ptr, (size_t)m * sizeof(uint64_t), cudaMemcpyDeviceToHost, st));
-  CU(cudaStreamSynchronize(st));
-  out->n += unpack_host(s, s->h_add, s->h_add_id, NULL, mp, (size_t)m, out, out->n);
-  return left(s, m);
 }
 
 /* backend.h's emigrate_records: the leaving particles packed as records on the device
@@ -2997,6 +2956,16 @@ static int emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3
   *rec = s->h_rec;
   *n = (size_t)m;
   return left(s, m);
+}
+
+/* backend.h's emigrate: emigrate_records, the records read on the host. */
+static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
+  const void *rec = NULL;
+  size_t m = 0;
+  DR_TRY(emigrate_records(state, lo, hi, &rec, &m));
+  DR_TRY(particles_reserve(out, out->n + m));
+  for (size_t k = 0; k < m; ++k) DR_TRY(particles_push_record(out, (const unsigned char *)rec + REC_WORDS * sizeof(uint32_t) * k));
+  return DR_OK;
 }
 
 static int download(void *state, particles *out) {
@@ -3070,7 +3039,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->xrec, &s->pk_order,
+                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
@@ -3110,7 +3079,7 @@ static void destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xpk, &s->xid, &s->xrec, &s->pk_order,
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
