@@ -404,6 +404,9 @@ typedef struct cuda_state {
   int device;
   char device_name[256];
   cudaStream_t stream;
+  cudaStream_t xstream;         /* pack_sparse_wait's copies of the messages, beside the step's work */
+  struct pslot *pslot;          /* pack_sparse_async's buffers, one per rank link */
+  int n_pslot;
   float origin[3], inv_dx;
   boundary_params bnd;          /* faces (wall nodes below lo / above hi) and colliders, device pointers */
   dvec d_colliders, d_keys;     /* the colliders and their keyframes (boundary.h) */
@@ -2464,19 +2467,13 @@ static int sparse_scratch(cuda_state *s, size_t n, size_t bytes, uint32_t **flag
   return DR_OK;
 }
 
-static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
-  cuda_state *s = (cuda_state *)state;
+/* Queues the sparse pack of the n listed blocks (didx on the device) into flag/pos (2 n words),
+ * msg (mask, then values) and *count_dev (the number of blocks in the message). */
+static int pack_sparse_queue(cuda_state *s, const int32_t *didx, size_t n, uint32_t *flag, uint32_t *pos, char *msg,
+                             int *count_dev) {
   const size_t head = SPARSE_MASK_BYTES(n);
-  *bytes = head;
-  if (n == 0) return DR_OK;
   const int bs = sums_floats(s);
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
-  const int32_t *didx;
-  DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse"));
   const int32_t nb = (int32_t)s->n_blocks;
-  uint32_t *flag, *pos;
-  char *msg;
-  DR_TRY(sparse_scratch(s, n, head + n * bs * esz, &flag, &pos, &msg));
   k_sparse_flags<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       n, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), flag);
   LAUNCHED("k_sparse_flags");
@@ -2484,7 +2481,7 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
   k_sparse_mask<<<blocks_for((n + 63) / 64, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       n, flag, reinterpret_cast<unsigned long long *>(msg));
   LAUNCHED("k_sparse_mask");
-  k_sparse_total<<<1, 1, 0, s->stream>>>(n, flag, pos, dp<int>(s->count));
+  k_sparse_total<<<1, 1, 0, s->stream>>>(n, flag, pos, count_dev);
   LAUNCHED("k_sparse_total");
   if (s->det)
     k_pack_sparse_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
@@ -2495,12 +2492,111 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
         n, bs, didx, nb, s->d_xbad, flag, pos, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
         reinterpret_cast<float *>(msg + head));
   LAUNCHED("k_pack_sparse");
+  return DR_OK;
+}
+
+static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t head = SPARSE_MASK_BYTES(n);
+  *bytes = head;
+  if (n == 0) return DR_OK;
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse"));
+  uint32_t *flag, *pos;
+  char *msg;
+  DR_TRY(sparse_scratch(s, n, head + n * bs * esz, &flag, &pos, &msg));
+  DR_TRY(pack_sparse_queue(s, didx, n, flag, pos, msg, dp<int>(s->count)));
   int total = 0;
   DR_TRY(read_count(s, s->count.ptr, &total));
   *bytes = head + (size_t)total * bs * esz;
   CU(cudaMemcpyAsync(out, msg, *bytes, cudaMemcpyDefault, s->stream));
   CU(cudaStreamSynchronize(s->stream));
   return xbad_check(s, "pack_sparse", n);
+}
+
+/* pack_sparse in two halves (backend.h): one link's buffers, the event after its pack and its
+ * count, copied to pinned memory in stream order. */
+typedef struct pslot {
+  dvec flag, msg, count;
+  int *h_count;
+  cudaEvent_t ev;
+  size_t n;
+} pslot;
+
+static int pslot_get(cuda_state *s, int slot, pslot **out) {
+  if (slot < 0) return dr_fail(DR_EINTERNAL, "cuda backend: pack slot %d", slot);
+  if (slot >= s->n_pslot) {
+    const int cap = slot + 1 > 2 * s->n_pslot ? slot + 1 : 2 * s->n_pslot;
+    pslot *q = (pslot *)realloc(s->pslot, sizeof *q * (size_t)cap);
+    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's pack buffers");
+    memset(q + s->n_pslot, 0, sizeof *q * (size_t)(cap - s->n_pslot));
+    s->pslot = q;
+    s->n_pslot = cap;
+  }
+  pslot *x = &s->pslot[slot];
+  if (!x->ev) {
+    CU(cudaEventCreateWithFlags(&x->ev, cudaEventDisableTiming));
+    CU(cudaHostAlloc((void **)&x->h_count, sizeof(int), cudaHostAllocDefault));
+  }
+  if (!s->xstream) CU(cudaStreamCreateWithFlags(&s->xstream, cudaStreamNonBlocking));
+  *out = x;
+  return DR_OK;
+}
+
+static void pslots_free(cuda_state *s) {
+  for (int k = 0; k < s->n_pslot; ++k) {
+    pslot *x = &s->pslot[k];
+    dvec_free(&x->flag), dvec_free(&x->msg), dvec_free(&x->count);
+    if (x->h_count) cudaFreeHost(x->h_count);
+    if (x->ev) cudaEventDestroy(x->ev);
+  }
+  free(s->pslot);
+  s->pslot = NULL;
+  s->n_pslot = 0;
+  if (s->xstream) cudaStreamDestroy(s->xstream);
+  s->xstream = NULL;
+}
+
+static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
+  cuda_state *s = (cuda_state *)state;
+  pslot *x = NULL;
+  DR_TRY(pslot_get(s, slot, &x));
+  x->n = n;
+  if (n == 0) return DR_OK;
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse_async"));
+  DVEC(x->flag, 2 * n * sizeof(uint32_t), "exchange flags");
+  DVEC(x->msg, SPARSE_MASK_BYTES(n) + n * (size_t)sums_floats(s) * esz, "exchange buffer");
+  DVEC(x->count, sizeof(int), "exchange count");
+  uint32_t *flag = dp<uint32_t>(x->flag);
+  DR_TRY(pack_sparse_queue(s, didx, n, flag, flag + n, dp<char>(x->msg), dp<int>(x->count)));
+  CU(cudaMemcpyAsync(x->h_count, x->count.ptr, sizeof(int), cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaEventRecord(x->ev, s->stream));
+  return DR_OK;
+}
+
+/* Waits for the slot's pack only (not for what was queued after it), then copies its message on
+ * xstream, so that the step's stream runs on. */
+static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
+  cuda_state *s = (cuda_state *)state;
+  if (slot < 0 || slot >= s->n_pslot)
+    return dr_fail(DR_EINTERNAL, "cuda backend: pack_sparse_wait(%d) without its pack_sparse_async", slot);
+  pslot *x = &s->pslot[slot];
+  const size_t head = SPARSE_MASK_BYTES(x->n);
+  *bytes = head;
+  if (x->n == 0) return DR_OK;
+  CU(cudaEventSynchronize(x->ev));
+  DR_TRY(xbad_check(s, "pack_sparse", x->n)); /* k_sparse_flags' and k_pack_sparse's marks (mapped memory) */
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
+  *bytes = head + (size_t)*x->h_count * (size_t)sums_floats(s) * esz;
+  CU(cudaStreamWaitEvent(s->xstream, x->ev, 0));
+  CU(cudaMemcpyAsync(out, x->msg.ptr, *bytes, cudaMemcpyDefault, s->xstream));
+  CU(cudaStreamSynchronize(s->xstream));
+  TRACE("count %d", *x->h_count);
+  return DR_OK;
 }
 
 static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
@@ -3083,6 +3179,7 @@ static void destroy(void *state) {
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
+  pslots_free(s);
   for (int k = 0; k < 2; ++k) {
     if (s->done_ev[k]) cudaEventDestroy(s->done_ev[k]);
     if (s->ph_ev[k]) cudaEventDestroy(s->ph_ev[k]);
@@ -4679,6 +4776,9 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->pack = pack;
   out->unpack_add = unpack_add;
   out->pack_sparse = DRIFT_CUDA_SPARSE ? pack_sparse : NULL;
+  /* the pack in two halves, the interior's P2G queued between them (DRIFT_PACK_ASYNC=0: off) */
+  out->pack_sparse_async = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? pack_sparse_async : NULL;
+  out->pack_sparse_wait = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? pack_sparse_wait : NULL;
   out->unpack_add_sparse = DRIFT_CUDA_SPARSE ? unpack_add_sparse : NULL;
   out->mark_shared = mark_shared;
   out->grid_update_part = grid_update_part;

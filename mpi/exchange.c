@@ -270,15 +270,29 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
 /* A pack that fails (a CUDA fault surfacing at its sync, say) must not leave the neighbours
  * waiting for sums that never come: the messages go out whatever the buffers hold, the failure
  * is kept for exchange_finish, and the ranks agree on it at the next vote. */
-int exchange_start(exchange *x, backend *b) {
+int exchange_pack(exchange *x, backend *b) {
+  x->packed = 0;
+  if (x->nlinks == 0 || !x->sparse || !b->pack_sparse_async || !b->pack_sparse_wait) return 0;
   x->start_rc = DR_OK;
+  for (int k = 0; k < x->nlinks && x->start_rc == DR_OK; ++k)
+    x->start_rc = b->pack_sparse_async(b->state, k, x->links[k].idx, x->links[k].n);
+  x->packed = 1;
+  return 1;
+}
+
+int exchange_start(exchange *x, backend *b) {
+  const int packed = x->packed;
+  x->packed = 0;
+  if (!packed) x->start_rc = DR_OK; /* else exchange_pack's outcome */
   if (x->nlinks == 0) return DR_OK;
   for (int k = 0; k < 2 * x->nlinks; ++k) x->req[k] = MPI_REQUEST_NULL;
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
     L->send_bytes = 0;
     if (x->start_rc != DR_OK) continue;
-    if (x->sparse) {
+    if (packed) {
+      x->start_rc = b->pack_sparse_wait(b->state, k, L->send, &L->send_bytes);
+    } else if (x->sparse) {
       x->start_rc = b->pack_sparse(b->state, L->idx, L->n, L->send, &L->send_bytes);
     } else {
       x->start_rc = b->pack(b->state, L->idx, L->n, L->send);

@@ -58,6 +58,7 @@ typedef struct exchange {
   void **retired;
   int n_retired, retired_cap;
   int start_rc;           /* exchange_start's pack failure, returned again by exchange_finish */
+  int packed;             /* exchange_pack queued this step's packs (pack_sparse_async) */
   double bytes_sent;      /* since the last exchange_take_stats */
   double wait_seconds;
 } exchange;
@@ -68,6 +69,11 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b);
  * messages are posted even when a pack fails (its error is returned), so that no neighbour waits
  * for ever: exchange_finish must follow every exchange_start. */
 int exchange_start(exchange *x, backend *b);
+/* Optional, before exchange_start: queues every link's pack where the backend packs in two halves
+ * (pack_sparse_async), so that the caller can queue more work before exchange_start waits for
+ * the packs and sends. Returns 1 when it queued them, 0 when exchange_start packs as usual. A
+ * failure is kept for exchange_start, which posts the messages all the same. */
+int exchange_pack(exchange *x, backend *b);
 /* Waits for the others' sums and adds them to the shared blocks (not after a failed pack:
  * then it only waits, and returns exchange_start's error). */
 int exchange_finish(exchange *x, backend *b);

@@ -148,6 +148,14 @@ typedef struct backend {
    * the listed blocks; a message whose length does not match its mask is an error. */
   int (*pack_sparse)(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes);
   int (*unpack_add_sparse)(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes);
+  /* Optional (with pack_sparse; NULL: pack_sparse alone): pack_sparse in two halves, so that the
+   * caller queues work between them (sim.c: the interior's P2G, which adds to no shared block)
+   * that the device runs while the message travels to the host. pack_sparse_async queues the
+   * pack of one link into buffers of its own (slot: the link's index, 0, 1, ...);
+   * pack_sparse_wait(slot) waits for it and writes its message to out, as pack_sparse would,
+   * without waiting for the work queued after it. */
+  int (*pack_sparse_async)(void *state, int slot, const int32_t *idx, size_t n);
+  int (*pack_sparse_wait)(void *state, int slot, void *out, size_t *bytes);
   /* Marks blocks as shared with other ranks (until the next rebuild-mapping), for
    * grid_update_part. idx NULL: a new exchange_setup begins; the marks and the lists given before
    * are dropped (their memory is freed; the lists given after stay alive until the next one). */

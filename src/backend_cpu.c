@@ -40,10 +40,17 @@
 #define CH_APIC 4   /* grid channels: mass, momentum x, y, z (the grid update makes it velocity) */
 #define CH_ASFLIP 7 /* ... and the momentum without the stress impulse (ASFLIP's old velocity) */
 
+typedef struct xslot { /* pack_sparse_async's message of one link */
+  void *msg;
+  size_t cap, bytes;
+} xslot;
+
 typedef struct cpu_state {
   sim_params prm;
   material_params *mats;
   float origin[3], inv_dx;
+  xslot *xslot;                 /* pack_sparse_async's messages, one per link */
+  int n_xslot;
   int channels;                 /* CH_APIC or CH_ASFLIP */
   size_t bf;                    /* floats per grid block: channels x 64 */
   double time;                  /* start of the next step (set_time), s */
@@ -586,6 +593,37 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
   return DR_OK;
 }
 
+/* pack_sparse in two halves (backend.h): the CPU packs at once into the slot's buffer, and the
+ * wait hands it over; sim.c's order with the interior's P2G between them is tested here. The
+ * message is the same: the interior adds to no shared block. */
+static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
+  cpu_state *s = state;
+  if (slot >= s->n_xslot) {
+    const int cap = slot + 1 > 2 * s->n_xslot ? slot + 1 : 2 * s->n_xslot;
+    xslot *q = realloc(s->xslot, sizeof *q * (size_t)cap);
+    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's pack buffers");
+    memset(q + s->n_xslot, 0, sizeof *q * (size_t)(cap - s->n_xslot));
+    s->xslot = q, s->n_xslot = cap;
+  }
+  xslot *x = &s->xslot[slot];
+  const size_t need = SPARSE_MASK_BYTES(n) + n * s->bf * (s->det ? sizeof(int64_t) : sizeof(float));
+  if (x->cap < need) {
+    free(x->msg);
+    x->msg = malloc(need ? need : 1);
+    x->cap = x->msg ? need : 0;
+    if (!x->msg) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's pack buffers (%zu bytes)", need);
+  }
+  return pack_sparse(state, idx, n, x->msg, &x->bytes);
+}
+
+static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
+  cpu_state *s = state;
+  if (slot >= s->n_xslot) return dr_fail(DR_EINTERNAL, "cpu backend: pack_sparse_wait(%d) without its pack_sparse_async", slot);
+  memcpy(out, s->xslot[slot].msg, s->xslot[slot].bytes);
+  *bytes = s->xslot[slot].bytes;
+  return DR_OK;
+}
+
 static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
   cpu_state *s = state;
   const size_t vb = s->bf * (s->det ? sizeof(int64_t) : sizeof(float)), head = SPARSE_MASK_BYTES(n);
@@ -699,6 +737,8 @@ static void destroy(void *state) {
   grid_table_free(&s->table);
   free(s->poses);
   free(s->mats);
+  for (int k = 0; k < s->n_xslot; ++k) free(s->xslot[k].msg);
+  free(s->xslot);
   free(s);
 }
 
@@ -738,6 +778,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .pack_sparse = pack_sparse,
+                   .pack_sparse_async = pack_sparse_async, .pack_sparse_wait = pack_sparse_wait,
                    .unpack_add_sparse = unpack_add_sparse, .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
                    .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .particle_blocks = particle_blocks, .p2g_part = p2g_part, .set_time = set_time,

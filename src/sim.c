@@ -573,8 +573,12 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     log_trace("step %d: exchange", k);
     /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
      * at the next vote); the interior blocks are updated while the sums are in flight. */
+    /* Where the backend packs in two halves, the interior's P2G is queued between them: the
+     * device scatters it while the host waits for the packs and copies the messages out. */
+    const int early = split && rc == DR_OK && exchange_pack(&S->ex, b);
+    if (early) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
     int xrc = exchange_start(&S->ex, b);
-    if (split && rc == DR_OK) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
+    if (split && !early && rc == DR_OK) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
     if (rc == DR_OK && xrc == DR_OK && b->grid_update_part) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
     int frc = exchange_finish(&S->ex, b); /* also after a failed pack: it waits for the messages it posted */
     if (rc == DR_OK) rc = frc;

@@ -4,7 +4,8 @@
  * messages, both exchange_finish calls return, and the failing rank gets its error back. Then the
  * same with the sparse exchange (a backend with pack_sparse): only the blocks a rank marks
  * travel, the receiver is handed the message's exact length, bytes_sent counts what was sent, and
- * after a failed pack the neighbour receives an empty mask and adds nothing. */
+ * after a failed pack the neighbour receives an empty mask and adds nothing; and the same again
+ * with the pack in two halves (exchange_pack, pack_sparse_async and pack_sparse_wait). */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +37,23 @@ static int f_pack_sparse(void *st, const int32_t *idx, size_t n, void *out, size
   for (size_t k = 0; k < n; ++k)
     if (touches(f->rank, idx[k])) mask[k / 64] |= 1ull << (k % 64), v[m++] = (float)(100 * (f->rank + 1) + idx[k]);
   *bytes = SPARSE_MASK_BYTES(n) + m * sizeof(float);
+  return DR_OK;
+}
+
+/* pack_sparse in two halves (backend.h): the async half packs into the slot, the wait hands it over */
+static char f_slot[4][256];
+static size_t f_slot_bytes[4];
+static int f_async_calls, f_wait_calls;
+static int f_pack_sparse_async(void *st, int slot, const int32_t *idx, size_t n) {
+  ++f_async_calls;
+  if (slot < 0 || slot >= 4) return dr_fail(DR_EINTERNAL, "fake: slot %d", slot);
+  return f_pack_sparse(st, idx, n, f_slot[slot], &f_slot_bytes[slot]);
+}
+static int f_pack_sparse_wait(void *st, int slot, void *out, size_t *bytes) {
+  (void)st;
+  ++f_wait_calls;
+  memcpy(out, f_slot[slot], f_slot_bytes[slot]);
+  *bytes = f_slot_bytes[slot];
   return DR_OK;
 }
 
@@ -165,6 +183,38 @@ int main(int argc, char **argv) {
       bad = 1;
     }
   }
+  f.fail_pack = 0;
+  /* 6. sparse in two halves (exchange_pack, then exchange_start): the same sums, through the
+   *    backend's async and wait; a backend without them: exchange_pack queues nothing */
+  if (exchange_pack(&x, &b) != 0) fprintf(stderr, "rank %d: exchange_pack queued without pack_sparse_async\n", rank), bad = 1;
+  exchange_start(&x, &b), exchange_finish(&x, &b); /* (that step's messages, to keep the ranks in step) */
+  b.pack_sparse_async = f_pack_sparse_async;
+  b.pack_sparse_wait = f_pack_sparse_wait;
+  memset(f.got, 0, sizeof f.got);
+  const int queued = exchange_pack(&x, &b);
+  rs = exchange_start(&x, &b);
+  rf = exchange_finish(&x, &b);
+  if (!queued || rs || rf || f_async_calls != 1 || f_wait_calls != 1 ||
+      f.got_bytes != SPARSE_MASK_BYTES(NB) + theirs * sizeof(float)) {
+    fprintf(stderr, "rank %d: two halves: queued %d, start %d, finish %d, async %d, wait %d, handed %zu bytes\n", rank,
+            queued, rs, rf, f_async_calls, f_wait_calls, f.got_bytes);
+    bad = 1;
+  }
+  for (int i = 0; i < NB; ++i) {
+    const float want = touches(1 - rank, i) ? (float)(100 * (2 - rank) + i) : 0.0f;
+    if (f.got[i] != want) fprintf(stderr, "rank %d: two halves: block %d got %g, expected %g\n", rank, i, f.got[i], want), bad = 1;
+  }
+  /* 7. the async half fails on rank 1: exchange_start still posts (rank 0 is handed an empty
+   *    mask), and rank 1 gets the failure back from both calls */
+  f.fail_pack = rank == 1;
+  memset(f.got, 0, sizeof f.got);
+  f.got_bytes = 0;
+  exchange_pack(&x, &b);
+  rs = exchange_start(&x, &b);
+  rf = exchange_finish(&x, &b);
+  if (rank == 1 && (rs != DR_ECUDA || rf != DR_ECUDA)) fprintf(stderr, "rank 1: failed async pack: %d %d\n", rs, rf), bad = 1;
+  if (rank == 0 && (rs || rf || f.got_bytes != SPARSE_MASK_BYTES(NB)))
+    fprintf(stderr, "rank 0: after rank 1's failed async pack: start %d, finish %d, handed %zu\n", rs, rf, f.got_bytes), bad = 1;
   f.fail_pack = 0;
   exchange_destroy(&x);
   int any = 0;
