@@ -64,6 +64,55 @@ static int cmp_item(const void *a, const void *b) {
   return 0;
 }
 
+/* The cut along axis of items[0..n) (coordinates in [bmin, bmax)): the block boundary c, among
+ * the coordinates some item has, strictly inside (bmin, bmax), whose count below is nearest to
+ * want (the lowest such c on a tie); *found = 0 where there is none (one column of blocks). By a
+ * count per coordinate along the axis, O(n + range), where the range is at most 4 n; else by
+ * sorting, O(n log n). Either way the same cut, and independent of the items' order. */
+static int32_t best_cut(item *items, size_t n, int axis, int32_t bmin, int32_t bmax, double want, int *found) {
+  *found = 0;
+  int32_t cut = bmin;
+  double best = -1;
+  const size_t range = (size_t)(bmax - bmin);
+  uint64_t *per = range <= 4 * n + 64 ? calloc(range ? range : 1, sizeof *per) : NULL;
+  unsigned char *some = per ? calloc(range ? range : 1, 1) : NULL; /* an item has this coordinate */
+  if (per && some) {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = (size_t)(items[i].c[axis] - bmin);
+      per[k] += items[i].count;
+      some[k] = 1;
+    }
+    uint64_t below = 0;
+    for (size_t k = 0; k < range; ++k) {
+      if (!some[k]) continue;
+      const int32_t c = bmin + (int32_t)k;
+      if (c > bmin) {
+        const double err = (double)below > want ? (double)below - want : want - (double)below;
+        if (best < 0 || err < best) best = err, cut = c;
+      }
+      below += per[k];
+    }
+  } else { /* a huge, sparse range (or no memory for the counts): sort */
+    sort_axis = axis;
+    qsort(items, n, sizeof *items, cmp_item);
+    uint64_t below = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (i == 0 || items[i].c[axis] != items[i - 1].c[axis]) {
+        const int32_t c = items[i].c[axis];
+        if (c > bmin) {
+          const double err = (double)below > want ? (double)below - want : want - (double)below;
+          if (best < 0 || err < best) best = err, cut = c;
+        }
+      }
+      below += items[i].count;
+    }
+  }
+  free(per);
+  free(some);
+  *found = best >= 0;
+  return cut;
+}
+
 /* Assigns ranks [r0, r0 + nr) to the box lo..hi holding items[0..n). */
 static void bisect(item *items, size_t n, int r0, int nr, const int32_t lo[3], const int32_t hi[3], decomp *d) {
   if (nr == 1) {
@@ -88,32 +137,18 @@ static void bisect(item *items, size_t n, int r0, int nr, const int32_t lo[3], c
     if (bmax[a] - bmin[a] > bmax[axis] - bmin[axis]) axis = a;
   const int n1 = nr / 2;
   const double want = (double)total * n1 / nr;
-  sort_axis = axis;
-  qsort(items, n, sizeof *items, cmp_item);
-  /* the cut: a block boundary c in (bmin, bmax); items with c[axis] < c go left */
-  int32_t cut = bmin[axis] + (bmax[axis] - bmin[axis]) / 2;
-  size_t split = 0;
-  if (n > 0) {
-    double best = -1;
-    uint64_t below = 0;
-    for (size_t i = 0; i <= n; ++i) {
-      /* candidate cut before item i (only where the axis coordinate changes) */
-      if (i > 0 && i < n && items[i].c[axis] == items[i - 1].c[axis]) {
-        below += items[i].count;
-        continue;
-      }
-      int32_t c = i < n ? items[i].c[axis] : bmax[axis];
-      if (c > bmin[axis] && c < bmax[axis]) {
-        double err = (double)below > want ? (double)below - want : want - (double)below;
-        if (best < 0 || err < best) best = err, cut = c, split = i;
-      }
-      if (i < n) below += items[i].count;
+  /* the cut: a block boundary c in (bmin, bmax); items with c[axis] < c go left (one column of
+   * blocks: the cut stays mid-axis, and the counts decide nothing) */
+  int found = 0;
+  int32_t cut = n > 0 ? best_cut(items, n, axis, bmin[axis], bmax[axis], want, &found) : 0;
+  if (!found) cut = bmin[axis] + (bmax[axis] - bmin[axis]) / 2;
+  size_t split = 0; /* partition: the items left of the cut first */
+  for (size_t i = 0; i < n; ++i)
+    if (items[i].c[axis] < cut) {
+      const item t = items[i];
+      items[i] = items[split];
+      items[split++] = t;
     }
-    if (best < 0) { /* one column of blocks: split by count only, the cut stays mid-axis */
-      split = 0;
-      while (split < n && items[split].c[axis] < cut) ++split;
-    }
-  }
   int32_t hi1[3], lo2[3];
   memcpy(hi1, hi, sizeof hi1);
   memcpy(lo2, lo, sizeof lo2);
@@ -142,9 +177,7 @@ int decomp_rcb(const block_hist *h, int nranks, decomp *out) {
       items[n].count = h->count[i];
       ++n;
     }
-  /* a total order independent of the hash table's layout */
-  sort_axis = 0;
-  qsort(items, n, sizeof *items, cmp_item);
+  /* (no order needed: each cut depends on the counts per coordinate alone) */
   const int32_t lo[3] = {0, 0, 0}, hi[3] = {1 << BLOCK_CODE_BITS, 1 << BLOCK_CODE_BITS, 1 << BLOCK_CODE_BITS};
   bisect(items, n, 0, nranks, lo, hi, out);
   free(items);
