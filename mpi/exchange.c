@@ -169,13 +169,13 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
    * taken by a matched probe. */
   uint64_t *their_n = calloc((size_t)(nn ? nn : 1), sizeof *their_n);
   uint64_t **their = calloc((size_t)(nn ? nn : 1), sizeof *their);
-  uint64_t **mine = calloc((size_t)(nn ? nn : 1), sizeof *mine);
+  uint64_t **near_codes = calloc((size_t)(nn ? nn : 1), sizeof *near_codes); /* what each neighbour is sent */
   MPI_Request *req = malloc(sizeof *req * (size_t)(nn ? nn : 1));
   x->links = calloc((size_t)(nn ? nn : 1), sizeof *x->links);
   x->req = malloc(sizeof *x->req * 2 * (size_t)(nn ? nn : 1));
   x->status = malloc(sizeof *x->status * 2 * (size_t)(nn ? nn : 1));
-  if (!their_n || !their || !mine || !req || !x->links || !x->req || !x->status) {
-    free(their_n), free(their), free(mine), free(req), free(nbr), free(boxes);
+  if (!their_n || !their || !near_codes || !req || !x->links || !x->req || !x->status) {
+    free(their_n), free(their), free(near_codes), free(req), free(nbr), free(boxes);
     return dr_fail(DR_ENOMEM, "out of host memory for the rank links");
   }
   rc = MPI_SUCCESS;
@@ -183,8 +183,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   for (int k = 0; k < nn && rc == MPI_SUCCESS; ++k) {
     const int32_t *o = boxes + 6 * nbr[k];
     size_t m = 0;
-    mine[k] = malloc(sizeof **mine * (n ? n : 1));
-    if (!mine[k]) {
+    near_codes[k] = malloc(sizeof **near_codes * (n ? n : 1));
+    if (!near_codes[k]) {
       rc = -1;
       break;
     }
@@ -192,9 +192,9 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       int c[3];
       sparse_block_coords(codes[i], c);
       if (c[0] >= o[0] && c[0] <= o[3] && c[1] >= o[1] && c[1] <= o[4] && c[2] >= o[2] && c[2] <= o[5])
-        mine[k][m++] = codes[i];
+        near_codes[k][m++] = codes[i];
     }
-    rc = MPI_Isend(mine[k], (int)m, MPI_UINT64_T, nbr[k], TAG_CODES, comm, &req[k]);
+    rc = MPI_Isend(near_codes[k], (int)m, MPI_UINT64_T, nbr[k], TAG_CODES, comm, &req[k]);
     if (rc == MPI_SUCCESS) ++posted;
   }
   free(boxes);
@@ -261,8 +261,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   for (int k = 0; k < x->nlinks && !err && b->mark_shared; ++k)
     err = b->mark_shared(b->state, x->links[k].idx, x->links[k].n);
   free(shared);
-  for (int k = 0; k < nn; ++k) free(their[k]), free(mine[k]);
-  free(their), free(mine), free(their_n), free(req), free(nbr);
+  for (int k = 0; k < nn; ++k) free(their[k]), free(near_codes[k]);
+  free(their), free(near_codes), free(their_n), free(req), free(nbr);
   log_trace("exchange setup: %zu shared blocks marked", x->n_shared);
   return err;
 }

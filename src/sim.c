@@ -316,17 +316,29 @@ static int migrate_records(sim *S, const unsigned char *recs, size_t n, int marg
   return comm_agree(S->comm, rc);
 }
 
+/* p's particles as records in S->mig_buf[2] (for migrate_records). */
+static int pack_records(sim *S, const particles *p) {
+  const size_t rec = particles_record_bytes();
+  DR_TRY(mig_reserve(S, 2, rec * p->n));
+  for (size_t i = 0; i < p->n; ++i) particles_pack(p, i, S->mig_buf[2] + rec * i);
+  return DR_OK;
+}
+
+/* The first n records migrate_records left in S->mig_buf[1], appended to q. */
+static int unpack_records(sim *S, size_t n, particles *q) {
+  const size_t rec = particles_record_bytes();
+  DR_TRY(particles_reserve(q, q->n + n));
+  for (size_t k = 0; k < n; ++k) DR_TRY(particles_push_record(q, S->mig_buf[1] + rec * k));
+  return DR_OK;
+}
+
 /* migrate_records for particles (a resume's slices): fills q (empty on entry) with the particles
  * this rank keeps and those it receives. p is left unchanged. Collective. */
 static int migrate(sim *S, const particles *p, int margin, particles *q) {
-  const size_t rec = particles_record_bytes();
-  int rc = mig_reserve(S, 2, rec * p->n);
-  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) particles_pack(p, i, S->mig_buf[2] + rec * i);
-  rc = comm_agree(S->comm, rc);
+  int rc = comm_agree(S->comm, pack_records(S, p));
   size_t nq = 0;
-  if (rc == DR_OK) rc = migrate_records(S, S->mig_buf[2], rc == DR_OK ? p->n : 0, margin, &nq);
-  if (rc == DR_OK) rc = particles_reserve(q, q->n + nq);
-  for (size_t k = 0; rc == DR_OK && k < nq; ++k) rc = particles_push_record(q, S->mig_buf[1] + rec * k);
+  if (rc == DR_OK) rc = migrate_records(S, S->mig_buf[2], p->n, margin, &nq);
+  if (rc == DR_OK) rc = unpack_records(S, nq, q);
   return comm_agree(S->comm, rc);
 }
 
@@ -379,7 +391,6 @@ static int redistribute(sim *S) {
                 hi[3] = {box[3] + margin, box[4] + margin, box[5] + margin};
   /* the emigrants as records: packed by the backend where it can (on a GPU, on the device), else
    * from the particles emigrate gives */
-  const size_t rec = particles_record_bytes();
   const void *gone = NULL;
   size_t n_gone = 0;
   if (S->be.emigrate_records) {
@@ -388,8 +399,7 @@ static int redistribute(sim *S) {
     particles *out = &S->leaving;
     out->n = 0;
     rc = S->be.emigrate(S->be.state, lo, hi, out);
-    if (rc == DR_OK) rc = mig_reserve(S, 2, rec * out->n);
-    for (size_t i = 0; rc == DR_OK && i < out->n; ++i) particles_pack(out, i, S->mig_buf[2] + rec * i);
+    if (rc == DR_OK) rc = pack_records(S, out);
     gone = S->mig_buf[2], n_gone = rc == DR_OK ? out->n : 0;
   }
   rc = comm_agree(S->comm, rc);
@@ -402,8 +412,7 @@ static int redistribute(sim *S) {
   } else if (rc == DR_OK && n_in > 0) {
     particles *in = &S->arriving;
     in->n = 0;
-    rc = particles_reserve(in, n_in);
-    for (size_t k = 0; rc == DR_OK && k < n_in; ++k) rc = particles_push_record(in, S->mig_buf[1] + rec * k);
+    rc = unpack_records(S, n_in, in);
     if (rc == DR_OK) rc = S->be.add_particles(S->be.state, in);
   } else if (rc == DR_OK) {
     int rebuilt = 0;

@@ -68,6 +68,16 @@ static int f_unpack_add_sparse(void *st, const int32_t *idx, size_t n, const voi
   return bytes == SPARSE_MASK_BYTES(n) + m * sizeof(float) ? DR_OK : dr_fail(DR_EINTERNAL, "fake: bad length");
 }
 
+/* After a sparse step: each block holds the other rank's sum where that rank touched it, else 0. */
+static int got_marked(const fake *f, int rank, const char *what) {
+  int ok = 1;
+  for (int i = 0; i < NB; ++i) {
+    const float want = touches(1 - rank, i) ? (float)(100 * (2 - rank) + i) : 0.0f;
+    if (f->got[i] != want) fprintf(stderr, "rank %d: %s: block %d got %g, expected %g\n", rank, what, i, f->got[i], want), ok = 0;
+  }
+  return ok;
+}
+
 static int f_blocks(void *st, const uint64_t **codes, size_t *n) {
   fake *f = st;
   *codes = f->codes;
@@ -163,10 +173,7 @@ int main(int argc, char **argv) {
             x.bytes_sent - sent0);
     bad = 1;
   }
-  for (int i = 0; i < NB; ++i) {
-    const float want = touches(1 - rank, i) ? (float)(100 * (2 - rank) + i) : 0.0f;
-    if (f.got[i] != want) fprintf(stderr, "rank %d: sparse: block %d got %g, expected %g\n", rank, i, f.got[i], want), bad = 1;
-  }
+  bad |= !got_marked(&f, rank, "sparse");
   /* 5. sparse, pack fails on rank 1: rank 0 is handed an empty mask and adds nothing */
   f.fail_pack = rank == 1;
   memset(f.got, 0, sizeof f.got);
@@ -200,10 +207,7 @@ int main(int argc, char **argv) {
             queued, rs, rf, f_async_calls, f_wait_calls, f.got_bytes);
     bad = 1;
   }
-  for (int i = 0; i < NB; ++i) {
-    const float want = touches(1 - rank, i) ? (float)(100 * (2 - rank) + i) : 0.0f;
-    if (f.got[i] != want) fprintf(stderr, "rank %d: two halves: block %d got %g, expected %g\n", rank, i, f.got[i], want), bad = 1;
-  }
+  bad |= !got_marked(&f, rank, "two halves");
   /* 7. the async half fails on rank 1: exchange_start still posts (rank 0 is handed an empty
    *    mask), and rank 1 gets the failure back from both calls */
   f.fail_pack = rank == 1;
