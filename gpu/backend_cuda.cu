@@ -480,7 +480,7 @@ typedef struct cuda_state {
   int n_xl, xl_cap;
   int *h_xbad, *d_xbad;         /* [2] mapped pinned: an exchange kernel's out-of-range block index (index_ok) */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
-  size_t h_codes_cap;
+  size_t h_codes_cap;           /* bytes (host_pinned) */
   size_t table_cap;             /* power of two, at least twice n_blocks */
   dvec table_keys, table_vals;
 
@@ -2382,14 +2382,12 @@ static int indices_for(cuda_state *s, const int32_t *idx, size_t n, const int32_
   return DR_OK;
 }
 
+static int host_pinned(void **p, size_t *cap, size_t need, const char *what);
+
+/* The codes in pinned memory: the exchange set-up reads them at every rebuild-mapping of a rank. */
 static int blocks(void *state, const uint64_t **codes, size_t *n) {
   cuda_state *s = (cuda_state *)state;
-  if (s->h_codes_cap < s->n_blocks) {
-    free(s->h_codes);
-    s->h_codes = (uint64_t *)dr_malloc(sizeof(uint64_t) * (s->n_blocks ? s->n_blocks : 1), "block codes");
-    s->h_codes_cap = s->h_codes ? s->n_blocks : 0;
-    if (!s->h_codes) return DR_ENOMEM;
-  }
+  DR_TRY(host_pinned((void **)&s->h_codes, &s->h_codes_cap, sizeof(uint64_t) * s->n_blocks, "the block codes"));
   if (s->n_blocks)
     CU(cudaMemcpyAsync(s->h_codes, s->block_code.ptr, s->n_blocks * sizeof(uint64_t), cudaMemcpyDeviceToHost,
                        s->stream));
@@ -2731,6 +2729,11 @@ static int host_pinned(void **p, size_t *cap, size_t need, const char *what) {
   if (need <= *cap && *p) return DR_OK;
   size_t c = *cap ? 2 * *cap : 65536;
   while (c < need) c *= 2;
+  /* Pinning costs time in proportion to the size (weak_2's rebalance, 2 x H100: about 60 ms
+   * for the 128 MiB that doubling gave 70 MB of records): past 16 MiB, a quarter more than the
+   * need, in whole MiB. */
+  const size_t mib = (size_t)1 << 20;
+  if (need > 16 * mib) c = (need + need / 4 + mib - 1) / mib * mib;
   if (*p) CU(cudaFreeHost(*p));
   *p = NULL;
   *cap = 0;
@@ -3192,7 +3195,7 @@ static void destroy(void *state) {
   cudaGetLastError();
   free(s->h_touched);
   free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
-  free(s->h_codes);
+  if (s->h_codes) cudaFreeHost(s->h_codes);
   free(s->h_mask);
   free(s->xl);
   free(s->mats);
@@ -4738,6 +4741,19 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   return DR_OK;
 }
 
+/* A one-GPU backend's entry: its device made current, then the call. One process may hold
+ * backends on several devices (a rank's and a reference's, test_ranks; an island of 2 beside
+ * one of 1), and a stream, an event or an allocation made lazily on another device's context
+ * fails (cudaEventRecord: invalid resource handle) or silently lands on the wrong GPU. */
+template <auto F> struct on_device;
+template <typename... A, int (*F)(void *, A...)> struct on_device<F> {
+  static int call(void *state, A... a) {
+    CU(cudaSetDevice(((cuda_state *)state)->device));
+    return F(state, a...);
+  }
+};
+#define ON_DEVICE(f) on_device<f>::call
+
 extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend *out) {
   memset(out, 0, sizeof *out);
   int dev[MAX_GPUS], nm = 0;
@@ -4758,42 +4774,42 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->name = "cuda";
   out->n_devices = 1;
   out->state = s;
-  out->rebuild = rebuild;
-  out->p2g = p2g;
-  out->grid_update = grid_update;
-  out->g2p = g2p;
-  out->finish = finish;
-  out->set_time = set_time;
-  out->advance_frame = advance_frame;
-  out->max_speed = max_speed;
-  out->download = download;
+  out->rebuild = ON_DEVICE(rebuild);
+  out->p2g = ON_DEVICE(p2g);
+  out->grid_update = ON_DEVICE(grid_update);
+  out->g2p = ON_DEVICE(g2p);
+  out->finish = ON_DEVICE(finish);
+  out->set_time = ON_DEVICE(set_time);
+  out->advance_frame = ON_DEVICE(advance_frame);
+  out->max_speed = ON_DEVICE(max_speed);
+  out->download = ON_DEVICE(download);
   out->projected = projected;
-  out->set_projected = set_projected;
-  out->stats = stats;
+  out->set_projected = ON_DEVICE(set_projected);
+  out->stats = ON_DEVICE(stats);
   out->destroy = destroy;
   /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
-  out->blocks = blocks;
-  out->pack = pack;
-  out->unpack_add = unpack_add;
-  out->pack_sparse = DRIFT_CUDA_SPARSE ? pack_sparse : NULL;
+  out->blocks = ON_DEVICE(blocks);
+  out->pack = ON_DEVICE(pack);
+  out->unpack_add = ON_DEVICE(unpack_add);
+  out->pack_sparse = DRIFT_CUDA_SPARSE ? ON_DEVICE(pack_sparse) : NULL;
   /* the pack in two halves, the interior's P2G queued between them (DRIFT_PACK_ASYNC=0: off) */
-  out->pack_sparse_async = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? pack_sparse_async : NULL;
-  out->pack_sparse_wait = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? pack_sparse_wait : NULL;
-  out->unpack_add_sparse = DRIFT_CUDA_SPARSE ? unpack_add_sparse : NULL;
-  out->mark_shared = mark_shared;
-  out->grid_update_part = grid_update_part;
+  out->pack_sparse_async = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? ON_DEVICE(pack_sparse_async) : NULL;
+  out->pack_sparse_wait = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? ON_DEVICE(pack_sparse_wait) : NULL;
+  out->unpack_add_sparse = DRIFT_CUDA_SPARSE ? ON_DEVICE(unpack_add_sparse) : NULL;
+  out->mark_shared = ON_DEVICE(mark_shared);
+  out->grid_update_part = ON_DEVICE(grid_update_part);
   out->wants_rebuild = wants_rebuild;
-  out->set_particles = set_particles;
-  out->add_particles = add_particles;
-  out->emigrate = emigrate;
+  out->set_particles = ON_DEVICE(set_particles);
+  out->add_particles = ON_DEVICE(add_particles);
+  out->emigrate = ON_DEVICE(emigrate);
   /* the same with the particles as records packed and unpacked on the device (DRIFT_MIGRATE_RECORDS=0:
    * sim.c packs on the host, as for an island) */
-  out->emigrate_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? emigrate_records : NULL;
-  out->add_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? add_records : NULL;
-  out->particle_blocks = particle_blocks;
+  out->emigrate_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? ON_DEVICE(emigrate_records) : NULL;
+  out->add_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? ON_DEVICE(add_records) : NULL;
+  out->particle_blocks = ON_DEVICE(particle_blocks);
   /* p2g_part on by default (DRIFT_SPLIT_P2G=0: off): 2 x H200, 2 ranks x 1 GPU, Sand Blocks l = 46
    * 38.1-40.2 ms a frame against 45.7-46.0, weak_2 58.9-60.6 against 63.6-64.4 (docs/performance.md) */
-  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 1) ? p2g_part : NULL;
+  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 1) ? ON_DEVICE(p2g_part) : NULL;
   out->block_sums = sums_floats(s); /* = int_floats(s) */
   out->sums_int64 = s->det;
   out->alloc_sums = alloc_sums;

@@ -131,15 +131,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   DR_TRY(b->blocks(b->state, &codes, &n));
   log_trace("exchange setup: %zu block codes on the host", n);
   /* 1. bounding boxes of the blocks, one allgather */
-  int32_t box[6] = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MIN, INT32_MIN, INT32_MIN};
-  for (size_t i = 0; i < n; ++i) {
-    int c[3];
-    sparse_block_coords(codes[i], c);
-    for (int a = 0; a < 3; ++a) {
-      if (c[a] < box[a]) box[a] = c[a];
-      if (c[a] > box[3 + a]) box[3 + a] = c[a];
-    }
-  }
+  int32_t box[6];
+  sparse_codes_box(codes, n, box, box + 3);
   int32_t *boxes = malloc(sizeof *boxes * 6 * (size_t)nranks);
   if (!boxes) return dr_fail(DR_ENOMEM, "out of host memory for the rank boxes");
   int rc = MPI_Allgather(box, 6, MPI_INT32_T, boxes, 6, MPI_INT32_T, comm);
@@ -188,11 +181,11 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       rc = -1;
       break;
     }
+    uint64_t lo[3], hi[3]; /* o in the codes' own bits: no decoding (sparse.h) */
+    for (int a = 0; a < 3; ++a) lo[a] = sparse_axis_bits(o[a], a), hi[a] = sparse_axis_bits(o[3 + a], a);
     for (size_t i = 0; i < n; ++i) {
-      int c[3];
-      sparse_block_coords(codes[i], c);
-      if (c[0] >= o[0] && c[0] <= o[3] && c[1] >= o[1] && c[1] <= o[4] && c[2] >= o[2] && c[2] <= o[5])
-        near_codes[k][m++] = codes[i];
+      const uint64_t c = codes[i], x = c & SPARSE_AXIS_MASK(0), y = c & SPARSE_AXIS_MASK(1), z = c & SPARSE_AXIS_MASK(2);
+      if (x >= lo[0] && x <= hi[0] && y >= lo[1] && y <= hi[1] && z >= lo[2] && z <= hi[2]) near_codes[k][m++] = c;
     }
     rc = MPI_Isend(near_codes[k], (int)m, MPI_UINT64_T, nbr[k], TAG_CODES, comm, &req[k]);
     if (rc == MPI_SUCCESS) ++posted;

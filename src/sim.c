@@ -64,6 +64,7 @@ struct sim {
   float origin[3], inv_dx; /* the grid's origin and 1/dx as the backends compute them */
   double balance;       /* rebalance when the largest load exceeds the mean by this fraction */
   double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
+  double *loads;        /* redistribute's allgather: (load, particles, status) of every rank */
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
   /* Where the next substep starts: frame st.frame + 1, after step_in_frame substeps, at time
@@ -231,6 +232,10 @@ static int mig_reserve(sim *S, int k, size_t bytes) {
   if (bytes <= S->mig_cap[k] && S->mig_buf[k]) return DR_OK;
   size_t cap = S->mig_cap[k] ? 2 * S->mig_cap[k] : 4096;
   while (cap < bytes) cap *= 2;
+  /* pinned memory costs time in proportion to its size: past 16 MiB (a rebalance's records), a
+   * quarter more than the need, in whole MiB, not the next power of two */
+  const size_t mib = (size_t)1 << 20;
+  if (bytes > 16 * mib) cap = (bytes + bytes / 4 + mib - 1) / mib * mib;
   mig_release(S, k);
   const int pinned = S->be.state && S->be.alloc_sums && S->be.free_sums;
   void *q = NULL;
@@ -350,13 +355,25 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
 static int redistribute(sim *S) {
   /* the load: particles, or compute time since the last rebuild-mapping (balance_by) */
   backend_stats bs = {0};
-  int rc = comm_agree(S->comm, S->be.stats(S->be.state, &bs));
-  if (rc) return rc;
+  int rc = S->be.stats(S->be.state, &bs);
   const int by_time = S->sc->balance_by == BALANCE_TIME;
   const double my_seconds = S->compute_seconds, my_n = (double)bs.n_particles;
-  double load[2] = {by_time ? my_seconds : my_n, my_n}, lmax[2], lsum[2];
-  DR_MPI(MPI_Allreduce(load, lmax, 2, MPI_DOUBLE, MPI_MAX, S->comm));
-  DR_MPI(MPI_Allreduce(load, lsum, 2, MPI_DOUBLE, MPI_SUM, S->comm));
+  /* every rank's (load, particles, status) in one allgather, where a max, a sum and an agreement
+   * on the status took three collectives; max and sum are then taken in rank order, the same on
+   * every rank */
+  const double mine[3] = {by_time ? my_seconds : my_n, my_n, (double)rc};
+  double *all = S->loads, lmax[2] = {0, 0}, lsum[2] = {0, 0};
+  DR_MPI(MPI_Allgather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, S->comm));
+  int worst = DR_OK; /* the status every rank agrees on, as comm_agree gives it (the largest) */
+  for (int r = 0; r < S->nranks; ++r) {
+    for (int j = 0; j < 2; ++j) lmax[j] = all[3 * r + j] > lmax[j] ? all[3 * r + j] : lmax[j], lsum[j] += all[3 * r + j];
+    if ((int)all[3 * r + 2] > worst) worst = (int)all[3 * r + 2];
+  }
+  if (worst != DR_OK) {
+    if (rc == DR_OK) dr_fail(worst, "another rank failed (status %d); see its message", worst);
+    dr_mark_agreed();
+    return worst;
+  }
   S->compute_seconds = 0;
   const double mean = lsum[0] / S->nranks, imbalance = mean > 0 ? lmax[0] / mean - 1.0 : 0.0;
   const uint64_t nmax = (uint64_t)lmax[1];
@@ -821,7 +838,8 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
 
   S->mats = dr_malloc(sizeof(material_params) * (size_t)s->n_materials, "materials");
   S->mat_names = dr_malloc(sizeof(char *) * (size_t)s->n_materials, "materials");
-  if (!S->mats || !S->mat_names) {
+  S->loads = dr_malloc(sizeof *S->loads * 3 * (size_t)S->nranks, "the ranks' loads");
+  if (!S->mats || !S->mat_names || !S->loads) {
     rc = DR_ENOMEM;
     goto fail;
   }
@@ -1299,6 +1317,7 @@ void sim_destroy(sim **Sp) {
   particles_free(&S->leaving);
   particles_free(&S->arriving);
   for (int k = 0; k < 3; ++k) mig_release(S, k);
+  free(S->loads);
   free(S->written);
   free(S->mats);
   free(S->mat_names);

@@ -255,9 +255,19 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < nrec; ++k) MUST(particles_push_record(&out, (const unsigned char *)rec + particles_record_bytes() * k));
     CHECK(nrec > 0, "emigrate_records: the cut let none go");
     compare_subset("emigrate_records", &prm, &before, cut_lo, cut_hi, 1, &out);
-    for (size_t k = 0; k < out.n; ++k)
-      CHECK(out.owner[k] == before.owner[0], "emigrate_records: owner %d, the download says %d", out.owner[k],
-            before.owner[0]);
+    /* each record's owner is the GPU that held it: the download's owner of the same id (an island
+     * of several GPUs gives its members' indices) */
+    size_t *ia = order_by_id(&before), *ib = order_by_id(&out), owner_bad = 0;
+    for (size_t q = 0, j = 0; q < before.n && j < out.n; ++q) {
+      const size_t i = ia[q];
+      if (before.id[i] != out.id[ib[j]]) continue;
+      if (out.owner[ib[j]] != before.owner[i] && owner_bad++ < 3)
+        fprintf(stderr, "  emigrate_records: particle %llu: owner %d, the download says %d\n",
+                (unsigned long long)before.id[i], out.owner[ib[j]], before.owner[i]);
+      ++j;
+    }
+    CHECK(owner_bad == 0, "emigrate_records: %zu records name another owner than the download", owner_bad);
+    free(ia), free(ib);
     /* the records in a buffer of the caller's (emigrate_records' may change at its next call) */
     unsigned char *copy_rec = malloc(particles_record_bytes() * (nrec ? nrec : 1));
     CHECK(copy_rec != NULL, "out of memory");

@@ -8,7 +8,7 @@
  * cuts move during the run.
  * Both runs use the same float32 physics; they differ in the order of the P2G sums (a shared
  * node's sum is local part + the neighbour's part; rebuild-mappings happen when any rank needs
- * one), i.e. in rounding only. Tolerances: positions 1e-5 of the domain size, velocities 1e-3
+ * one), i.e. in rounding only. Tolerances: positions 3e-5 of the domain size, velocities 1e-3
  * of the largest speed (wall contacts and the fluid's free surface amplify rounding). Bugs (a
  * missing shared block, a lost or duplicated particle, a stale mapping) give errors of order
  * a cell and of order the velocity. */
@@ -76,9 +76,11 @@ static void compare(const char *name, const char *json, int must_migrate) {
    * on islands, sums the members' copies), and where the load is measured in time the cuts
    * follow the run's timings. The dam break's splash at frame 10 then ends up to 1.1e-5 L apart
    * with islands (2 ranks x 2 against 1 x 2, three runs) and 1.7e-5 L balanced by time with one
-   * GPU per rank while another test shared the GPU (H100); the CPU backend's sums are the same in
-   * every run (4.4e-6 L). A missing block or particle is a cell (2.5e-2 L) off. */
-  const double xtol = test_backend_ == BACKEND_CUDA ? 3e-5 : 1e-5;
+   * GPU per rank while another test shared the GPU (H100). The CPU backend's sums depend on the
+   * number of OpenMP threads, and its cuts balanced by time on the timings too: 4.4e-6 L on 2
+   * cores, 9.1e-6 L and 1.04e-5 L (balanced by time) on the 32 cores of the 2 x H100 machine. A
+   * missing block or particle is a cell (2.5e-2 L) off. */
+  const double xtol = 3e-5;
   if (rank == 0) {
     const sim_status *st = sim_get_status(W);
     printf("%s: worst max|dx| %.3g L, max|dv| %.3g vmax; %llu particles migrated, cuts moved %llu times, "
