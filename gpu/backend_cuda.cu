@@ -3144,6 +3144,8 @@ static double held_bytes(const cuda_state *s) {
   return b;
 }
 
+static size_t count(void *state) { return ((cuda_state *)state)->n; }
+
 static int stats(void *state, backend_stats *out) {
   cuda_state *s = (cuda_state *)state;
   out->rebuilds = s->rebuilds;
@@ -4273,6 +4275,13 @@ static int island_set_projected(void *state) {
   return DR_OK;
 }
 
+static size_t island_count(void *state) {
+  const island *I = (const island *)state;
+  size_t n = 0;
+  for (int k = 0; k < I->nm; ++k) n += I->m[k]->n;
+  return n;
+}
+
 static int island_stats(void *state, backend_stats *out) {
   island *I = (island *)state;
   memset(out, 0, sizeof *out);
@@ -4709,6 +4718,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->projected = island_projected;
   out->set_projected = island_set_projected;
   out->stats = island_stats;
+  out->count = island_count;
   out->destroy = island_destroy;
   out->add_particles = island_add_particles;
   /* several ranks, each with its island */
@@ -4786,6 +4796,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->projected = projected;
   out->set_projected = ON_DEVICE(set_projected);
   out->stats = ON_DEVICE(stats);
+  out->count = count;
   out->destroy = destroy;
   /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
   out->blocks = ON_DEVICE(blocks);

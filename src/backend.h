@@ -207,6 +207,9 @@ typedef struct backend {
    * plastic 0); the steps after it apply it as usual. */
   int (*set_projected)(void *state);
   int (*stats)(void *state, backend_stats *out);
+  /* Optional (NULL: stats' n_particles): the particles held, from the host's own count (no
+   * device traffic): several ranks cast it in every step's vote, for the load balance. */
+  size_t (*count)(void *state);
   void (*destroy)(void *state);
 } backend;
 

@@ -511,6 +511,8 @@ static int download(void *state, particles *out) {
   return DR_OK;
 }
 
+static size_t count(void *state) { return ((cpu_state *)state)->p.n; }
+
 static int stats(void *state, backend_stats *out) {
   cpu_state *s = state;
   out->rebuilds = s->rebuilds;
@@ -776,7 +778,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   s->p = *p;
   memset(p, 0, sizeof *p);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
-                   .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .destroy = destroy,
+                   .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .count = count, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .pack_sparse = pack_sparse,
                    .pack_sparse_async = pack_sparse_async, .pack_sparse_wait = pack_sparse_wait,
                    .unpack_add_sparse = unpack_add_sparse, .wants_rebuild = wants_rebuild,

@@ -64,7 +64,8 @@ struct sim {
   float origin[3], inv_dx; /* the grid's origin and 1/dx as the backends compute them */
   double balance;       /* rebalance when the largest load exceeds the mean by this fraction */
   double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
-  double *loads;        /* redistribute's allgather: (load, particles, status) of every rank */
+  MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
+  MPI_Op vote_op;
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
   /* Where the next substep starts: frame st.frame + 1, after step_in_frame substeps, at time
@@ -125,6 +126,29 @@ static int make_dirs(const char *path) {
 }
 
 /* ---- several ranks ------------------------------------------------------------------------ */
+
+/* The step vote of several ranks (step_vote): what it carries, the largest over the ranks of the
+ * entries before VOTE_SUMS, the sum of those from it. */
+enum {
+  VOTE_VMAX,     /* m/s: the next step's dt */
+  VOTE_REBUILD,  /* a rank wants a rebuild-mapping */
+  VOTE_STATUS,   /* the first failure */
+  VOTE_SIGNAL,   /* a signal */
+  VOTE_FAILED,   /* the failure came from the step just done */
+  VOTE_LOAD_MAX, /* the load balance's measure (particles or compute seconds; balance_by) */
+  VOTE_N_MAX,    /* particles */
+  VOTE_SUMS,
+  VOTE_LOAD_SUM = VOTE_SUMS,
+  VOTE_N_SUM,
+  VOTE_N
+};
+
+/* This rank's particles: the backend's own count (no device traffic), else its stats. */
+static size_t rank_count(const sim *S) {
+  if (S->be.count) return S->be.count(S->be.state);
+  backend_stats bs = {0};
+  return S->be.stats(S->be.state, &bs) == DR_OK ? (size_t)bs.n_particles : 0;
+}
 
 /* The particle block of a position, computed as the backends do (float, same origin). */
 static void particle_block(const sim *S, const float x[3], int32_t blk[3]) {
@@ -352,28 +376,13 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
  * box by more than a block (by any amount after new cuts) to the rank that owns their position
  * (emigrate, migrate), and hands the backend those that arrive: the particles that stay never
  * leave the backend (on a GPU they never cross to the host). */
-static int redistribute(sim *S) {
-  /* the load: particles, or compute time since the last rebuild-mapping (balance_by) */
-  backend_stats bs = {0};
-  int rc = S->be.stats(S->be.state, &bs);
+static int redistribute(sim *S, const double *glob) {
+  /* the load (particles, or compute time since the last rebuild-mapping: balance_by), agreed in
+   * the step vote that asked for this rebuild-mapping (step_vote) */
   const int by_time = S->sc->balance_by == BALANCE_TIME;
-  const double my_seconds = S->compute_seconds, my_n = (double)bs.n_particles;
-  /* every rank's (load, particles, status) in one allgather, where a max, a sum and an agreement
-   * on the status took three collectives; max and sum are then taken in rank order, the same on
-   * every rank */
-  const double mine[3] = {by_time ? my_seconds : my_n, my_n, (double)rc};
-  double *all = S->loads, lmax[2] = {0, 0}, lsum[2] = {0, 0};
-  DR_MPI(MPI_Allgather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, S->comm));
-  int worst = DR_OK; /* the status every rank agrees on, as comm_agree gives it (the largest) */
-  for (int r = 0; r < S->nranks; ++r) {
-    for (int j = 0; j < 2; ++j) lmax[j] = all[3 * r + j] > lmax[j] ? all[3 * r + j] : lmax[j], lsum[j] += all[3 * r + j];
-    if ((int)all[3 * r + 2] > worst) worst = (int)all[3 * r + 2];
-  }
-  if (worst != DR_OK) {
-    if (rc == DR_OK) dr_fail(worst, "another rank failed (status %d); see its message", worst);
-    dr_mark_agreed();
-    return worst;
-  }
+  const double my_seconds = S->compute_seconds, my_n = (double)rank_count(S);
+  const double lmax[2] = {glob[VOTE_LOAD_MAX], glob[VOTE_N_MAX]}, lsum[2] = {glob[VOTE_LOAD_SUM], glob[VOTE_N_SUM]};
+  int rc = DR_OK;
   S->compute_seconds = 0;
   const double mean = lsum[0] / S->nranks, imbalance = mean > 0 ? lmax[0] / mean - 1.0 : 0.0;
   const uint64_t nmax = (uint64_t)lmax[1];
@@ -519,17 +528,46 @@ static int stop_at(sim *S, int sig, double t, int k) {
   return DR_ESTOPPED;
 }
 
-/* The per-step agreement of several ranks: one non-blocking allreduce (MAX over 5 doubles) of
- * the largest speed (the next step's dt), whether any rank wants a rebuild-mapping, the first
- * failure, a signal, and whether a failure came from the step just done (so that every rank
- * names the same step in its message). Its inputs are known once a step's g2p is done, and its
+/* The per-step agreement of several ranks: one non-blocking allreduce (VOTE_*: largest, then
+ * sums) of the largest speed (the next step's dt), whether any rank wants a rebuild-mapping, the
+ * first failure, a signal, whether a failure came from the step just done (so that every rank
+ * names the same step in its message), and the loads the load balance compares at a
+ * rebuild-mapping (where three collectives of their own used to follow the vote). Its inputs are known once a step's g2p is done, and its
  * result is needed before the next step's p2g (dt, and a rebuild-mapping that moves particles
  * between ranks): it starts right after g2p, and the host work that does not depend on it runs
  * before the wait. */
 typedef struct step_vote {
-  double loc[5], glob[5]; /* vmax (m/s), rebuild wanted, status, signal, the step failed */
+  double loc[VOTE_N], glob[VOTE_N];
   MPI_Request req;
 } step_vote;
+
+/* The vote's reduction: the largest of its first VOTE_SUMS entries, the sum of the others. MPI
+ * hands it whole elements (vote_type), len of them. */
+static void vote_reduce(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const double *a = in;
+  double *b = inout;
+  for (int e = 0; e < *len; ++e, a += VOTE_N, b += VOTE_N) {
+    for (int i = 0; i < VOTE_SUMS; ++i) b[i] = a[i] > b[i] ? a[i] : b[i];
+    for (int i = VOTE_SUMS; i < VOTE_N; ++i) b[i] += a[i];
+  }
+}
+
+/* The vote's element type and reduction, made once a run. */
+static int vote_op(sim *S) {
+  if (S->vote_op) return DR_OK;
+  MPI_Datatype t;
+  DR_MPI(MPI_Type_contiguous(VOTE_N, MPI_DOUBLE, &t));
+  int e = MPI_Type_commit(&t);
+  if (e == MPI_SUCCESS) e = MPI_Op_create(vote_reduce, 1, &S->vote_op);
+  if (e != MPI_SUCCESS) {
+    MPI_Type_free(&t);
+    S->vote_op = 0;
+    return comm_fail(e, __FILE__, __LINE__, "MPI_Type_commit/MPI_Op_create(step vote)");
+  }
+  S->vote_type = t;
+  return DR_OK;
+}
 
 /* Casts this rank's vote for the next step: the tests' hook, the speed and rebuild flag of the
  * last g2p, *rc (a failure so far; one set on entry came from the step just done), a pending
@@ -538,15 +576,19 @@ typedef struct step_vote {
 static int vote_start(sim *S, step_vote *v, int *rc) {
   backend *b = &S->be;
   float vmax = 0.0f;
-  v->loc[4] = *rc != DR_OK; /* the failure, if any, came from the step's phases */
+  v->loc[VOTE_FAILED] = *rc != DR_OK; /* the failure, if any, came from the step's phases */
   if (*rc == DR_OK) DR_TRY(test_hook(S));
   if (*rc == DR_OK) *rc = step_speed(S, &vmax);
-  v->loc[0] = vmax;
-  v->loc[1] = *rc == DR_OK && b->wants_rebuild(b->state);
-  v->loc[2] = *rc;
-  v->loc[3] = signals_pending();
+  v->loc[VOTE_VMAX] = vmax;
+  v->loc[VOTE_REBUILD] = *rc == DR_OK && b->wants_rebuild(b->state);
+  v->loc[VOTE_STATUS] = *rc;
+  v->loc[VOTE_SIGNAL] = signals_pending();
+  const double n = (double)rank_count(S), load = S->sc->balance_by == BALANCE_TIME ? S->compute_seconds : n;
+  v->loc[VOTE_LOAD_MAX] = v->loc[VOTE_LOAD_SUM] = load;
+  v->loc[VOTE_N_MAX] = v->loc[VOTE_N_SUM] = n;
+  DR_TRY(vote_op(S));
   const double w = MPI_Wtime();
-  DR_MPI(MPI_Iallreduce(v->loc, v->glob, 5, MPI_DOUBLE, MPI_MAX, S->comm, &v->req));
+  DR_MPI(MPI_Iallreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm, &v->req));
   S->fs.wait += MPI_Wtime() - w;
   return DR_OK;
 }
@@ -571,21 +613,21 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
   DR_TRY(vote_start(S, &v, &rc)); /* the frame's first step: nothing to overlap it with */
   for (;;) {
     DR_TRY(vote_finish(S, &v));
-    if (v.glob[2] != 0) { /* every rank knows */
+    if (v.glob[VOTE_STATUS] != 0) { /* every rank knows */
       /* a step that failed on another rank did not happen: the messages name it, as the failing rank does */
-      if (!rc && v.glob[4] != 0 && stepped) --S->st.steps;
-      if (!rc) rc = dr_fail((int)v.glob[2], "another rank stopped (its message is above)");
+      if (!rc && v.glob[VOTE_FAILED] != 0 && stepped) --S->st.steps;
+      if (!rc) rc = dr_fail((int)v.glob[VOTE_STATUS], "another rank stopped (its message is above)");
       dr_mark_agreed();
       return rc;
     }
-    const double dt = next_dt(S, t, t1, k, v.glob[0]);
+    const double dt = next_dt(S, t, t1, k, v.glob[VOTE_VMAX]);
     if (dt == 0.0) break;
-    if (v.glob[3] != 0) return stop_at(S, (int)v.glob[3], t, k);
+    if (v.glob[VOTE_SIGNAL] != 0) return stop_at(S, (int)v.glob[VOTE_SIGNAL], t, k);
     /* fixed steps: the time from the step count, as on one rank (advance_frame_host) */
     S->st.time = S->substeps_fixed > 0 ? t0 + k * dt : t;
     if (rc == DR_OK && b->set_time) rc = b->set_time(b->state, S->st.time);
     double ph = now(); /* phase times (sim_options.profile; the CPU backend is synchronous) */
-    if (v.glob[1] != 0) DR_TRY(redistribute(S));
+    if (v.glob[VOTE_REBUILD] != 0) DR_TRY(redistribute(S, v.glob));
     S->st.phase_seconds[PHASE_REBUILD] += S->opt.profile ? now() - ph : 0;
     double bytes0 = S->ex.bytes_sent, wait0 = S->ex.wait_seconds, c0 = MPI_Wtime();
     ph = now();
@@ -623,10 +665,10 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
       S->st.last_dt = dt;
       S->vmax_pending = 0;
     }
+    S->compute_seconds += c1 - c0 - (S->ex.wait_seconds - wait0); /* before the vote, which carries it */
     DR_TRY(vote_start(S, &v, &rc));
     S->fs.bytes += S->ex.bytes_sent - bytes0;
     S->fs.wait += S->ex.wait_seconds - wait0;
-    S->compute_seconds += c1 - c0 - (S->ex.wait_seconds - wait0);
     t = S->substeps_fixed > 0 ? t0 + (k + 1) * dt : t + dt;
     ++k;
   }
@@ -838,8 +880,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
 
   S->mats = dr_malloc(sizeof(material_params) * (size_t)s->n_materials, "materials");
   S->mat_names = dr_malloc(sizeof(char *) * (size_t)s->n_materials, "materials");
-  S->loads = dr_malloc(sizeof *S->loads * 3 * (size_t)S->nranks, "the ranks' loads");
-  if (!S->mats || !S->mat_names || !S->loads) {
+  if (!S->mats || !S->mat_names) {
     rc = DR_ENOMEM;
     goto fail;
   }
@@ -1317,7 +1358,8 @@ void sim_destroy(sim **Sp) {
   particles_free(&S->leaving);
   particles_free(&S->arriving);
   for (int k = 0; k < 3; ++k) mig_release(S, k);
-  free(S->loads);
+  if (S->vote_op != MPI_OP_NULL && S->vote_op) MPI_Op_free(&S->vote_op);
+  if (S->vote_type != MPI_DATATYPE_NULL && S->vote_type) MPI_Type_free(&S->vote_type);
   free(S->written);
   free(S->mats);
   free(S->mat_names);
