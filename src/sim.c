@@ -381,6 +381,7 @@ static int redistribute(sim *S, const double *glob) {
    * the step vote that asked for this rebuild-mapping (step_vote) */
   const int by_time = S->sc->balance_by == BALANCE_TIME;
   const double my_seconds = S->compute_seconds, my_n = (double)rank_count(S);
+  /* loads: particles, or compute time in ns (vote_start) */
   const double lmax[2] = {glob[VOTE_LOAD_MAX], glob[VOTE_N_MAX]}, lsum[2] = {glob[VOTE_LOAD_SUM], glob[VOTE_N_SUM]};
   int rc = DR_OK;
   S->compute_seconds = 0;
@@ -393,7 +394,7 @@ static int redistribute(sim *S, const double *glob) {
     /* weights: 1 per particle, or this rank's cost per particle relative to the mean (x1000) */
     uint64_t weight = 1;
     if (by_time && my_n > 0 && lsum[0] > 0) {
-      const double cost = my_seconds / my_n, mean_cost = lsum[0] / lsum[1];
+      const double cost = my_seconds / my_n, mean_cost = 1e-9 * lsum[0] / lsum[1];
       weight = (uint64_t)(1000.0 * cost / mean_cost + 0.5);
       if (weight < 1) weight = 1;
     }
@@ -583,7 +584,10 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
   v->loc[VOTE_REBUILD] = *rc == DR_OK && b->wants_rebuild(b->state);
   v->loc[VOTE_STATUS] = *rc;
   v->loc[VOTE_SIGNAL] = signals_pending();
-  const double n = (double)rank_count(S), load = S->sc->balance_by == BALANCE_TIME ? S->compute_seconds : n;
+  /* whole numbers (compute time in ns), whose sums a double holds exactly in any order: every
+   * rank then gets the same sums, bit for bit, and takes the same decision (redistribute) */
+  const double n = (double)rank_count(S),
+               load = S->sc->balance_by == BALANCE_TIME ? nearbyint(S->compute_seconds * 1e9) : n;
   v->loc[VOTE_LOAD_MAX] = v->loc[VOTE_LOAD_SUM] = load;
   v->loc[VOTE_N_MAX] = v->loc[VOTE_N_SUM] = n;
   DR_TRY(vote_op(S));

@@ -20,6 +20,7 @@
  *   - where the backend has emigrate_records and add_records (cuda), the same with the particles
  *     as records: exactly the particles outside, bitwise, with this GPU as their owner, the rest
  *     unchanged, and given back, stepped on, bitwise the reference's;
+ *   - count, where the backend has it, agrees with the download after every change;
  *   - particle_blocks (the load balance's counts) right after a rebuild-mapping: exactly the
  *     particle blocks of the downloaded particles (sparse_particle_block of each one's base node)
  *     with their counts, every block once; none for an empty backend; an add that fails ends the
@@ -144,6 +145,14 @@ static void check_particle_blocks(const char *what, const sim_params *prm, backe
   particles_free(&p);
 }
 
+/* backend.h's count (the particles held, from the host's own count) where the backend has one:
+ * the same as the particles a download gives. */
+static void check_count(const char *what, backend *b, size_t want) {
+  if (!b->count) return;
+  const size_t got = b->count(b->state);
+  CHECK(got == want, "%s: count says %zu particles, the download %zu", what, got, want);
+}
+
 int main(int argc, char **argv) {
   choose_backend(argc, argv);
   init(&argc, &argv);
@@ -196,6 +205,7 @@ int main(int argc, char **argv) {
   MUST(A.rebuild(A.state, 1, &rebuilt));
   MUST(A.download(A.state, &kept));
   compare_subset("nobody leaves", &prm, &before, NULL, NULL, 0, &kept);
+  check_count("nobody leaves", &A, kept.n);
 
   /* the cut, in two emigrates before one rebuild-mapping (first along x only, then along z
    * too): together exactly the particles outside, bitwise, none twice; the rest stays, bitwise */
@@ -211,6 +221,7 @@ int main(int argc, char **argv) {
   MUST(A.rebuild(A.state, 1, &rebuilt));
   MUST(A.download(A.state, &kept));
   compare_subset("stayed", &prm, &before, cut_lo, cut_hi, 0, &kept);
+  check_count("stayed", &A, kept.n);
   if (A.particle_blocks) check_particle_blocks("particle_blocks after the cut", &prm, &A);
 
   /* back in, and on: bitwise the reference's (deterministic sums) */
@@ -230,6 +241,7 @@ int main(int argc, char **argv) {
   backend_stats st;
   MUST(A.stats(A.state, &st));
   CHECK(st.n_particles == 0, "after every particle left, the backend holds %llu", (unsigned long long)st.n_particles);
+  check_count("every particle left", &A, 0);
   if (A.particle_blocks) {
     pairs none = {0};
     MUST(A.particle_blocks(A.state, add_pair, &none));
@@ -241,6 +253,7 @@ int main(int argc, char **argv) {
   MUST(A.download(A.state, &a));
   MUST(R.download(R.state, &b));
   compare_subset("all given back, 5 steps on", &prm, &b, NULL, NULL, 0, &a);
+  check_count("all given back", &A, a.n);
 
   /* the records calls (backend.h: emigrate_records, add_records; the cuda backend packs and
    * unpacks on the device) where the backend has them: the same cut, the same expectations, with
@@ -275,6 +288,7 @@ int main(int argc, char **argv) {
     MUST(A.rebuild(A.state, 1, &rebuilt));
     MUST(A.download(A.state, &kept));
     compare_subset("stayed (records)", &prm, &before, cut_lo, cut_hi, 0, &kept);
+    check_count("stayed (records)", &A, kept.n);
     if (copy_rec) MUST(A.add_records(A.state, copy_rec, nrec));
     free(copy_rec);
     for (int s = 0; s < 5; ++s) step(&A), step(&R);
