@@ -29,8 +29,8 @@
 #           is the default).
 #   trace   DRIFT_TRACE=1 runs of l = 12 on G GPUs (10 frames), of 16 x l = 46 on 1 and G GPUs and
 #           of weak_2 (2 ranks, 60 frames),
-#           each summed by tools/trace_summary.py, whole (trace_*.summary.txt) and over its last
-#           third (trace_*.last_third.txt).
+#           each summed by tools/trace_summary.py, whole (trace_*.summary.txt), over its last
+#           third (trace_*.last_third.txt) and frame by frame (trace_*.frames.txt).
 # env: FRAMES (bench frames; default each scene's own), ISLAND_ALTS (0: island without the alternatives),
 #      TESTS_LIMIT, BENCH_LIMIT (seconds), JOBS (ctest -j), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
@@ -141,6 +141,7 @@ for step in "$@"; do
       for l in "$out"/trace_*.log; do
         python3 "$root/tools/trace_summary.py" "$l" >"${l%.log}.summary.txt" 2>&1
         python3 "$root/tools/trace_summary.py" --tail 0.33 "$l" >"${l%.log}.last_third.txt" 2>&1
+        python3 "$root/tools/trace_summary.py" --frames "$l" >"${l%.log}.frames.txt" 2>&1
       done
       note "trace: $((SECONDS - t0)) s"
       ;;
