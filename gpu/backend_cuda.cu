@@ -4758,7 +4758,10 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
 template <auto F> struct on_device;
 template <typename... A, int (*F)(void *, A...)> struct on_device<F> {
   static int call(void *state, A... a) {
-    CU(cudaSetDevice(((cuda_state *)state)->device));
+    const int dev = ((cuda_state *)state)->device;
+    int cur = -1;
+    CU(cudaGetDevice(&cur)); /* a read of the thread's state: cudaSetDevice itself costs more */
+    if (cur != dev) CU(cudaSetDevice(dev));
     return F(state, a...);
   }
 };
