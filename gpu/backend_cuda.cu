@@ -2775,6 +2775,24 @@ static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t 
   return DR_OK;
 }
 
+/* Particles [0, n) of p into the host's packets (pk, id) and headers (hdr), packets of them,
+ * in order: packet k holds particles [32k, 32k + 32), its free lanes zero. */
+static void packets_from_particles(const particles *p, size_t n, size_t packets, float *pk, uint64_t *id, int2 *hdr) {
+  memset(pk, 0, packets * PK_FLOATS * sizeof(float));
+  memset(id, 0, packets * LANES * sizeof(uint64_t));
+  for (size_t i = 0; i < n; ++i) {
+    float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
+    for (int a = 0; a < 3; ++a) q[(A_X + a) * LANES] = p->x[3 * i + a], q[(A_V + a) * LANES] = p->v[3 * i + a];
+    for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * i + a], q[(A_F + a) * LANES] = p->F[9 * i + a];
+    q[A_M * LANES] = p->mass[i];
+    q[A_VOL * LANES] = p->vol0[i];
+    q[A_JP * LANES] = p->logjp[i];
+    memcpy(&q[A_MAT * LANES], &p->material[i], sizeof(int32_t));
+    id[i] = p->id[i];
+  }
+  for (size_t k = 0; k < packets; ++k) hdr[k] = make_int2(-1, (int)(n - k * LANES < LANES ? n - k * LANES : LANES));
+}
+
 static int append_particles(cuda_state *s, const particles *p) {
   const size_t m = p->n;
   if (m == 0) return DR_OK;
@@ -2785,20 +2803,7 @@ static int append_particles(cuda_state *s, const particles *p) {
   DR_TRY(host_packets(s, add_packets));
   float *pk = s->h_add;
   uint64_t *id = s->h_add_id;
-  memset(pk, 0, add_packets * PK_FLOATS * sizeof(float));
-  memset(id, 0, add_packets * LANES * sizeof(uint64_t));
-  for (size_t i = 0; i < m; ++i) {
-    float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
-    for (int a = 0; a < 3; ++a) q[(A_X + a) * LANES] = p->x[3 * i + a], q[(A_V + a) * LANES] = p->v[3 * i + a];
-    for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * i + a], q[(A_F + a) * LANES] = p->F[9 * i + a];
-    q[A_M * LANES] = p->mass[i];
-    q[A_VOL * LANES] = p->vol0[i];
-    q[A_JP * LANES] = p->logjp[i];
-    memcpy(&q[A_MAT * LANES], &p->material[i], sizeof(int32_t));
-    id[i] = p->id[i];
-  }
-  for (size_t k = 0; k < add_packets; ++k)
-    s->h_add_hdr[k] = make_int2(-1, (int)(m - k * LANES < LANES ? m - k * LANES : LANES));
+  packets_from_particles(p, m, add_packets, pk, id, s->h_add_hdr);
   CU(cudaMemcpyAsync(dp<float>(s->pk[s->cur]) + old_packets * PK_FLOATS, pk, add_packets * PK_FLOATS * sizeof(float),
                      cudaMemcpyHostToDevice, st));
   CU(cudaMemcpyAsync(dp<uint64_t>(s->pid[s->cur]) + old_packets * LANES, id, add_packets * LANES * sizeof(uint64_t),
@@ -3224,24 +3229,14 @@ static int upload(cuda_state *s, const particles *p) {
   DVEC(s->pblock, n * sizeof(int32_t), "particle block indices");
   DVEC(s->head, n * sizeof(int32_t), "particle block indices");
   if (n > 0) {
-    float *pk = (float *)dr_calloc(s->n_packets * PK_FLOATS, sizeof(float), "particle upload");
-    uint64_t *id = (uint64_t *)dr_calloc(slots, sizeof(uint64_t), "particle upload");
+    float *pk = (float *)dr_malloc(s->n_packets * PK_FLOATS * sizeof(float), "particle upload");
+    uint64_t *id = (uint64_t *)dr_malloc(slots * sizeof(uint64_t), "particle upload");
     int2 *hdr = (int2 *)dr_malloc(s->n_packets * sizeof(int2), "particle upload");
     if (!pk || !id || !hdr) {
       free(pk), free(id), free(hdr);
       return DR_ENOMEM;
     }
-    for (size_t i = 0; i < n; ++i) {
-      float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
-      for (int a = 0; a < 3; ++a) q[(A_X + a) * LANES] = p->x[3 * i + a], q[(A_V + a) * LANES] = p->v[3 * i + a];
-      for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * i + a], q[(A_F + a) * LANES] = p->F[9 * i + a];
-      q[A_M * LANES] = p->mass[i];
-      q[A_VOL * LANES] = p->vol0[i];
-      q[A_JP * LANES] = p->logjp[i];
-      memcpy(&q[A_MAT * LANES], &p->material[i], sizeof(int32_t));
-      id[i] = p->id[i];
-    }
-    for (size_t k = 0; k < s->n_packets; ++k) hdr[k] = make_int2(-1, (int)(n - k * LANES < LANES ? n - k * LANES : LANES));
+    packets_from_particles(p, n, s->n_packets, pk, id, hdr);
     /* On s->stream, which the rebuild-mapping's kernels use next: s->stream is non-blocking, so
      * a plain cudaMemcpy (the legacy default stream) would not be ordered before them, and a
      * pageable cudaMemcpy may return before its DMA lands: k_keys could then read headers or
@@ -4583,28 +4578,19 @@ static int island_emigrate_records(void *state, const int32_t lo[3], const int32
   const size_t rb = REC_WORDS * sizeof(uint32_t);
   *rec = NULL;
   *n = 0;
-  size_t total = 0;
+  /* every member's records first (each stays valid until that member's next call), then the
+   * island's buffer grown once for all of them */
+  const void *r[MAX_GPUS] = {NULL};
+  size_t m[MAX_GPUS] = {0}, total = 0;
   for (int k = 0; k < I->nm; ++k) {
-    const void *r = NULL;
-    size_t m = 0;
     DR_TRY(use(I->m[k]));
-    DR_TRY(emigrate_records(I->m[k], lo, hi, &r, &m));
-    if (m == 0) continue;
-    if ((total + m) * rb > I->rec_cap) { /* grow, keeping what the members before gave */
-      void *old = NULL;
-      if (total) {
-        old = malloc(total * rb);
-        if (!old) return dr_fail(DR_ENOMEM, "out of host memory for the particles leaving the rank");
-        memcpy(old, I->rec, total * rb);
-      }
-      const int rc = host_pinned(&I->rec, &I->rec_cap, (total + m) * rb, "the particles leaving the rank");
-      if (rc == DR_OK && total) memcpy(I->rec, old, total * rb);
-      free(old);
-      DR_TRY(rc);
-    }
-    memcpy((char *)I->rec + total * rb, r, m * rb);
-    total += m;
+    DR_TRY(emigrate_records(I->m[k], lo, hi, &r[k], &m[k]));
+    total += m[k];
   }
+  if (total == 0) return DR_OK;
+  DR_TRY(host_pinned(&I->rec, &I->rec_cap, total * rb, "the particles leaving the rank"));
+  for (int k = 0, at = 0; k < I->nm; at += (int)m[k], ++k)
+    if (m[k]) memcpy((char *)I->rec + (size_t)at * rb, r[k], m[k] * rb);
   *rec = I->rec;
   *n = total;
   return DR_OK;
@@ -4758,7 +4744,10 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
 template <auto F> struct on_device;
 template <typename... A, int (*F)(void *, A...)> struct on_device<F> {
   static int call(void *state, A... a) {
-    CU(cudaSetDevice(((cuda_state *)state)->device));
+    const int dev = ((cuda_state *)state)->device;
+    int cur = -1;
+    CU(cudaGetDevice(&cur)); /* a read of the thread's state: cudaSetDevice itself costs more */
+    if (cur != dev) CU(cudaSetDevice(dev));
     return F(state, a...);
   }
 };
