@@ -535,10 +535,9 @@ static int stop_at(sim *S, int sig, double t, int k) {
  * sums) of the largest speed (the next step's dt), whether any rank wants a rebuild-mapping, the
  * first failure, a signal, whether a failure came from the step just done (so that every rank
  * names the same step in its message), and the loads the load balance compares at a
- * rebuild-mapping (where three collectives of their own used to follow the vote). Its inputs are known once a step's g2p is done, and its
- * result is needed before the next step's p2g (dt, and a rebuild-mapping that moves particles
- * between ranks): it starts right after g2p, and the host work that does not depend on it runs
- * before the wait. */
+ * rebuild-mapping. Its inputs are known once a step's g2p is done, and its result is needed
+ * before the next step's p2g (dt, and a rebuild-mapping that moves particles between ranks): it
+ * starts right after g2p, and the host work that does not depend on it runs before the wait. */
 typedef struct step_vote {
   double loc[VOTE_N], glob[VOTE_N];
   MPI_Request req;
@@ -1364,8 +1363,8 @@ void sim_destroy(sim **Sp) {
   particles_free(&S->leaving);
   particles_free(&S->arriving);
   for (int k = 0; k < 3; ++k) mig_release(S, k);
-  if (S->vote_op != MPI_OP_NULL && S->vote_op) MPI_Op_free(&S->vote_op);
-  if (S->vote_type != MPI_DATATYPE_NULL && S->vote_type) MPI_Type_free(&S->vote_type);
+  if (S->vote_op) MPI_Op_free(&S->vote_op); /* 0: never made (vote_op) */
+  if (S->vote_type) MPI_Type_free(&S->vote_type);
   free(S->written);
   free(S->mats);
   free(S->mat_names);
