@@ -2741,13 +2741,7 @@ static void host_release(void *p) {
  * pageable memory instead (hostmem.h); host_release frees either. */
 static int host_pinned(void **p, size_t *cap, size_t need, const char *what) {
   if (need <= *cap && *p) return DR_OK;
-  size_t c = *cap ? 2 * *cap : 65536;
-  while (c < need) c *= 2;
-  /* Pinning costs time in proportion to the size (weak_2's rebalance, 2 x H100: about 60 ms
-   * for the 128 MiB that doubling gave 70 MB of records): past 16 MiB, a quarter more than the
-   * need, in whole MiB. */
-  const size_t mib = (size_t)1 << 20;
-  if (need > 16 * mib) c = (need + need / 4 + mib - 1) / mib * mib;
+  const size_t c = hostmem_capacity(*cap, need); /* weak_2's rebalance: pinning 128 MiB took about 60 ms */
   host_release(*p);
   *p = NULL;
   *cap = 0;

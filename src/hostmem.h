@@ -14,6 +14,17 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+/* The capacity a grow-only transfer buffer of capacity cap takes to hold need bytes: doubled
+ * (from 64 KiB), but past 16 MiB (a rebalance's records) a quarter more than the need in whole
+ * MiB, not the next power of two, since pinning costs time in proportion to the size. */
+static inline size_t hostmem_capacity(size_t cap, size_t need) {
+  const size_t mib = (size_t)1 << 20;
+  if (need > 16 * mib) return (need + need / 4 + mib - 1) / mib * mib;
+  size_t c = cap ? 2 * cap : 65536;
+  while (c < need) c *= 2;
+  return c;
+}
+
 /* Bytes above which a transfer buffer is pageable (SIZE_MAX: none is). */
 static inline size_t hostmem_pinned_max(void) {
   const char *v = getenv("DRIFT_PINNED_MAX_MB");

@@ -255,12 +255,7 @@ static void mig_release(sim *S, int k) {
  * when it grows). */
 static int mig_reserve(sim *S, int k, size_t bytes) {
   if (bytes <= S->mig_cap[k] && S->mig_buf[k]) return DR_OK;
-  size_t cap = S->mig_cap[k] ? 2 * S->mig_cap[k] : 4096;
-  while (cap < bytes) cap *= 2;
-  /* pinned memory costs time in proportion to its size: past 16 MiB (a rebalance's records), a
-   * quarter more than the need, in whole MiB, not the next power of two */
-  const size_t mib = (size_t)1 << 20;
-  if (bytes > 16 * mib) cap = (bytes + bytes / 4 + mib - 1) / mib * mib;
+  const size_t cap = hostmem_capacity(S->mig_cap[k], bytes);
   mig_release(S, k);
   /* pinned up to DRIFT_PINNED_MAX_MB, pageable past it (hostmem.h) */
   const int pinned = S->be.state && S->be.alloc_sums && S->be.free_sums && cap <= hostmem_pinned_max();
