@@ -85,6 +85,7 @@
 extern "C" {
 #include "backend.h"
 #include "error.h"
+#include "hostmem.h"
 #include "log.h"
 #include "scene.h"
 }
@@ -2723,20 +2724,33 @@ static int host_packets(cuda_state *s, size_t n) {
   return s->h_add_cap ? DR_OK : DR_ENOMEM;
 }
 
+/* Frees what host_pinned gave: pinned, or pageable past DRIFT_PINNED_MAX_MB (hostmem.h). */
+static void host_release(void *p) {
+  if (!p) return;
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost) {
+    (void)cudaFreeHost(p);
+  } else {
+    (void)cudaGetLastError();
+    free(p);
+  }
+}
+
 /* Pinned host memory of at least need bytes in *p (capacity *cap, grown 2x; contents not kept),
- * portable: any GPU of the island copies from it without a bounce. */
+ * portable: any GPU of the island copies from it without a bounce. Past DRIFT_PINNED_MAX_MB,
+ * pageable memory instead (hostmem.h); host_release frees either. */
 static int host_pinned(void **p, size_t *cap, size_t need, const char *what) {
   if (need <= *cap && *p) return DR_OK;
-  size_t c = *cap ? 2 * *cap : 65536;
-  while (c < need) c *= 2;
-  /* Pinning costs time in proportion to the size (weak_2's rebalance, 2 x H100: about 60 ms
-   * for the 128 MiB that doubling gave 70 MB of records): past 16 MiB, a quarter more than the
-   * need, in whole MiB. */
-  const size_t mib = (size_t)1 << 20;
-  if (need > 16 * mib) c = (need + need / 4 + mib - 1) / mib * mib;
-  if (*p) CU(cudaFreeHost(*p));
+  const size_t c = hostmem_capacity(*cap, need); /* weak_2's rebalance: pinning 128 MiB took about 60 ms */
+  host_release(*p);
   *p = NULL;
   *cap = 0;
+  if (c > hostmem_pinned_max()) {
+    *p = hostmem_pageable(c);
+    if (!*p) return dr_fail(DR_ENOMEM, "out of host memory: %zu bytes for %s", c, what);
+    *cap = c;
+    return DR_OK;
+  }
   const cudaError_t e = cudaHostAlloc(p, c, cudaHostAllocPortable);
   if (e != cudaSuccess) {
     *p = NULL;
@@ -3197,12 +3211,12 @@ static void destroy(void *state) {
   if (s->bar_ev) cudaEventDestroy(s->bar_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
-  if (s->h_rec) cudaFreeHost(s->h_rec);
+  host_release(s->h_rec);
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
   free(s->h_touched);
   free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
-  if (s->h_codes) cudaFreeHost(s->h_codes);
+  host_release(s->h_codes);
   free(s->h_mask);
   free(s->xl);
   free(s->mats);
@@ -4314,8 +4328,8 @@ static void island_destroy(void *state) {
   free(I->codes);
   for (int k = 0; k < I->nm; ++k) free(I->where[k]);
   free(I->xbuf);
-  if (I->rec) cudaFreeHost(I->rec);
-  if (I->rec_in) cudaFreeHost(I->rec_in);
+  host_release(I->rec);
+  host_release(I->rec_in);
   free(I);
 }
 

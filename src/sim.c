@@ -19,6 +19,7 @@
 #include "emit.h"
 #include "error.h"
 #include "exchange.h"
+#include "hostmem.h"
 #include "physics/bspline.h"
 #include "physics/fixed.h"
 #include "physics/sparse.h"
@@ -254,17 +255,13 @@ static void mig_release(sim *S, int k) {
  * when it grows). */
 static int mig_reserve(sim *S, int k, size_t bytes) {
   if (bytes <= S->mig_cap[k] && S->mig_buf[k]) return DR_OK;
-  size_t cap = S->mig_cap[k] ? 2 * S->mig_cap[k] : 4096;
-  while (cap < bytes) cap *= 2;
-  /* pinned memory costs time in proportion to its size: past 16 MiB (a rebalance's records), a
-   * quarter more than the need, in whole MiB, not the next power of two */
-  const size_t mib = (size_t)1 << 20;
-  if (bytes > 16 * mib) cap = (bytes + bytes / 4 + mib - 1) / mib * mib;
+  const size_t cap = hostmem_capacity(S->mig_cap[k], bytes);
   mig_release(S, k);
-  const int pinned = S->be.state && S->be.alloc_sums && S->be.free_sums;
+  /* pinned up to DRIFT_PINNED_MAX_MB, pageable past it (hostmem.h) */
+  const int pinned = S->be.state && S->be.alloc_sums && S->be.free_sums && cap <= hostmem_pinned_max();
   void *q = NULL;
   if (pinned) DR_TRY(S->be.alloc_sums(S->be.state, cap, 0, &q));
-  else q = malloc(cap);
+  else q = cap > ((size_t)2 << 20) ? hostmem_pageable(cap) : malloc(cap);
   if (!q) return dr_fail(DR_ENOMEM, "out of host memory for migration (%zu bytes of particle records)", cap);
   S->mig_buf[k] = q, S->mig_cap[k] = cap, S->mig_free[k] = pinned ? S->be.free_sums : NULL;
   return DR_OK;

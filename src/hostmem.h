@@ -1,0 +1,45 @@
+/* hostmem.h - host buffers that a GPU copies to or from and MPI sends or receives (particle
+ * records between ranks, in sim.c and gpu/backend_cuda.cu): page-locked up to a size, pageable
+ * past it.
+ *
+ * Page-locking costs time in proportion to the size: the 70 MB of records of weak_2's rebalance
+ * took about 60 ms to pin on each side (2 x H100), more than copying them. Past
+ * DRIFT_PINNED_MAX_MB (unset or 0: no limit, every such buffer pinned) a buffer is pageable
+ * instead: the GPU copies through the driver's own staging, and the pages come in on first
+ * touch, in 2 MiB huge pages where the kernel gives them (madvise). */
+#ifndef DRIFT_HOSTMEM_H
+#define DRIFT_HOSTMEM_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+/* The capacity a grow-only transfer buffer of capacity cap takes to hold need bytes: doubled
+ * (from 64 KiB), but past 16 MiB (a rebalance's records) a quarter more than the need in whole
+ * MiB, not the next power of two, since pinning costs time in proportion to the size. */
+static inline size_t hostmem_capacity(size_t cap, size_t need) {
+  const size_t mib = (size_t)1 << 20;
+  if (need > 16 * mib) return (need + need / 4 + mib - 1) / mib * mib;
+  size_t c = cap ? 2 * cap : 65536;
+  while (c < need) c *= 2;
+  return c;
+}
+
+/* Bytes above which a transfer buffer is pageable (SIZE_MAX: none is). */
+static inline size_t hostmem_pinned_max(void) {
+  const char *v = getenv("DRIFT_PINNED_MAX_MB");
+  const long mb = v && *v ? atol(v) : 0;
+  return mb > 0 ? (size_t)mb << 20 : SIZE_MAX;
+}
+
+/* Pageable memory of at least bytes, 2 MiB aligned and advised to use huge pages; free() it. */
+static inline void *hostmem_pageable(size_t bytes) {
+  const size_t huge = (size_t)2 << 20, c = (bytes + huge - 1) / huge * huge;
+  void *p = aligned_alloc(huge, c ? c : huge);
+#ifdef MADV_HUGEPAGE
+  if (p) (void)madvise(p, c ? c : huge, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+#endif
