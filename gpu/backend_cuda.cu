@@ -3076,6 +3076,17 @@ static int emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3
   return left(s, m);
 }
 
+/* backend.h's reserve_records: the device and host buffers of emigrate_records for n records.
+ * add_records reads sim.c's buffer, which sim.c reserves. */
+static int reserve_records(void *state, size_t n) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t bytes = n * REC_WORDS * sizeof(uint32_t);
+  if (bytes == 0) return DR_OK;
+  DVEC(s->xrec, bytes, "emigrating particles");
+  CU(cudaStreamSynchronize(s->stream)); /* nothing queued copies into the old buffer */
+  return host_pinned((void **)&s->h_rec, &s->h_rec_cap, bytes, "the particles leaving the rank");
+}
+
 /* backend.h's emigrate: emigrate_records, the records read on the host. */
 static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
   const void *rec = NULL;
@@ -4643,6 +4654,21 @@ static int island_add_records(void *state, const void *rec, size_t m) {
   return island_rebuild(I);
 }
 
+/* backend.h's reserve_records for an island: its own buffers (the records of all members, and a
+ * member's share of the arrivals), and every member's, each for all n: the particles leaving
+ * the rank may all come from the member at one end of the island's axis. */
+static int island_reserve_records(void *state, size_t n) {
+  island *I = (island *)state;
+  const size_t rb = REC_WORDS * sizeof(uint32_t);
+  if (n == 0) return DR_OK;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(reserve_records(I->m[k], n));
+  }
+  DR_TRY(host_pinned(&I->rec, &I->rec_cap, n * rb, "the particles leaving the rank"));
+  return host_pinned(&I->rec_in, &I->rec_in_cap, n * rb, "the particles arriving at the rank");
+}
+
 static int island_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count),
                                   void *ctx) {
   island *I = (island *)state;
@@ -4732,6 +4758,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->emigrate = island_emigrate;
   out->emigrate_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? island_emigrate_records : NULL;
   out->add_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? island_add_records : NULL;
+  out->reserve_records = out->emigrate_records ? island_reserve_records : NULL;
   out->particle_blocks = island_particle_blocks;
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* islands: not yet measured, off */
   out->block_sums = sums_floats(I->m[0]);
@@ -4820,6 +4847,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
    * sim.c packs on the host, as for an island) */
   out->emigrate_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? ON_DEVICE(emigrate_records) : NULL;
   out->add_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? ON_DEVICE(add_records) : NULL;
+  out->reserve_records = out->emigrate_records ? ON_DEVICE(reserve_records) : NULL;
   out->particle_blocks = ON_DEVICE(particle_blocks);
   /* p2g_part on by default (DRIFT_SPLIT_P2G=0: off): 2 x H200, 2 ranks x 1 GPU, Sand Blocks l = 46
    * 38.1-40.2 ms a frame against 45.7-46.0, weak_2 58.9-60.6 against 63.6-64.4 (docs/performance.md) */

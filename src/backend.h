@@ -189,6 +189,10 @@ typedef struct backend {
    * the n records at rec (host memory, left unchanged) and rebuilds the mapping. */
   int (*emigrate_records)(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec, size_t *n);
   int (*add_records)(void *state, const void *rec, size_t n);
+  /* Optional (with emigrate_records; NULL: nothing to reserve): makes the host memory that
+   * emigrate_records and add_records use hold n records at once, so that a rebalance of up to n
+   * particles later neither pins nor faults in memory. sim.c calls it once, at the start. */
+  int (*reserve_records)(void *state, size_t n);
   /* Several ranks (sim.c refuses a backend without it there): for the load balance, calls
    * add(ctx, blk, count) for every particle block of the current mapping with the number of
    * particles the mapping put in it (an add that fails ends the walk with its status). An

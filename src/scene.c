@@ -1435,8 +1435,9 @@ void scene_set_island(scene *s, const int island[2]) {
 }
 
 static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"backend",    "gpus_per_rank", "g2p2g_below",    "balance_threshold",
-                                     "balance_by", "deterministic", "island_barrier", "island_reduce"};
+  static const char *const keys[] = {"backend",       "gpus_per_rank",  "g2p2g_below",  "balance_threshold",
+                                     "balance_by",    "balance_cost",   "deterministic", "island_barrier",
+                                     "island_reduce"};
   static const char *const balance_by[] = {"particles", "time"};
   static const char *const backends[] = {"auto", "cpu", "cuda"};
   const cJSON *p;
@@ -1445,14 +1446,16 @@ static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   s->g2p2g_below = 100000;
   s->balance_threshold = 0.2;
   s->balance_by = BALANCE_PARTICLES;
+  s->balance_cost = 1;
   s->deterministic = 0;
   s->island_barrier = ISLAND_BARRIER_SPIN;
   s->island_reduce = ISLAND_REDUCE_DOUBLE_BUFFER;
   DR_TRY(get_section(c, root, "parallel", 0, "", &p));
   if (!p) return 0;
   DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold, balance_by, "
-                                       "deterministic, island_barrier, island_reduce"));
-  DR_TRY(check_keys(c, p, "parallel", keys, 8, NULL, 0, NULL));
+                                       "balance_cost, deterministic, island_barrier, island_reduce"));
+  DR_TRY(check_keys(c, p, "parallel", keys, 9, NULL, 0, NULL));
+  DR_TRY(get_bool(c, p, "parallel", "balance_cost", 1, &s->balance_cost));
   DR_TRY(get_bool(c, p, "parallel", "deterministic", 0, &s->deterministic));
   DR_TRY(get_enum(c, p, "parallel", "balance_by", BALANCE_PARTICLES, balance_by, 2, &s->balance_by));
   DR_TRY(get_real(c, p, "parallel", "balance_threshold", 0, 0.2, (range){0, INFINITY, 0, 0, ""},

@@ -18,6 +18,7 @@
 #include "decomp.h"
 #include "emit.h"
 #include "error.h"
+#include "balance.h"
 #include "exchange.h"
 #include "hostmem.h"
 #include "physics/bspline.h"
@@ -63,7 +64,9 @@ struct sim {
   decomp dec;           /* every rank's box of blocks */
   exchange ex;          /* shared blocks and their per-step exchange */
   float origin[3], inv_dx; /* the grid's origin and 1/dx as the backends compute them */
-  double balance;       /* rebalance when the largest load exceeds the mean by this fraction */
+  balance_model bal;    /* when the cuts move: threshold and cost rules (balance.h) */
+  /* this rank's last rebalance, for the next vote (0: none since): its time (ns) and emigrants */
+  double rebal_ns, rebal_moved;
   double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
   MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
   MPI_Op vote_op;
@@ -138,9 +141,13 @@ enum {
   VOTE_FAILED,   /* the failure came from the step just done */
   VOTE_LOAD_MAX, /* the load balance's measure (particles or compute seconds; balance_by) */
   VOTE_N_MAX,    /* particles */
+  VOTE_TIME_MAX, /* compute time since the last rebuild-mapping, ns */
+  VOTE_REBAL_NS, /* the time the last rebalance took, ns (0: none since the last vote) */
   VOTE_SUMS,
   VOTE_LOAD_SUM = VOTE_SUMS,
   VOTE_N_SUM,
+  VOTE_TIME_SUM,
+  VOTE_MOVED_SUM, /* the particles the last rebalance moved (0: none since the last vote) */
   VOTE_N
 };
 
@@ -358,6 +365,24 @@ static int unpack_records(sim *S, size_t n, particles *q) {
   return DR_OK;
 }
 
+/* Several ranks, at the start: the host memory for the particles of the largest rebalance the
+ * threshold lets come (at an imbalance x, about x times the rank's count moves: weak_2's moved
+ * 622,399 of 3,114,752 at 20%), reserved now, so that no rebalance pins memory or faults it in
+ * (weak_2 on 2 x H200: 110 ms of its 159 ms rebalance frame went to 70 MB of new pinned buffers,
+ * and an MPI receive into fresh pages runs at a quarter of its speed). Grown later, as before,
+ * if a rebalance needs more. */
+static int reserve_migration(sim *S) {
+  const double frac = S->bal.threshold < 0.1 ? 0.1 : S->bal.threshold > 0.5 ? 0.5 : S->bal.threshold;
+  const size_t n = (size_t)(frac * (double)rank_count(S)) + 4096, rec = particles_record_bytes();
+  const double t0 = now();
+  DR_TRY(mig_reserve(S, 1, rec * n)); /* those received (and kept) */
+  if (S->nranks > 2) DR_TRY(mig_reserve(S, 0, rec * n)); /* grouped by destination (two ranks: sent as they are) */
+  if (S->be.emigrate_records && S->be.reserve_records) DR_TRY(S->be.reserve_records(S->be.state, n));
+  else if (!S->be.emigrate_records) DR_TRY(mig_reserve(S, 2, rec * n)); /* packed from emigrate */
+  log_trace("migration: host memory for %zu particle records reserved in %.1f ms", n, 1e3 * (now() - t0));
+  return DR_OK;
+}
+
 /* migrate_records for particles (a resume's slices): fills q (empty on entry) with the particles
  * this rank keeps and those it receives. p is left unchanged. Collective. */
 static int migrate(sim *S, const particles *p, int margin, particles *q) {
@@ -374,6 +399,7 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
  * (emigrate, migrate), and hands the backend those that arrive: the particles that stay never
  * leave the backend (on a GPU they never cross to the host). */
 static int redistribute(sim *S, const double *glob) {
+  const double t_start = now();
   /* the load (particles, or compute time since the last rebuild-mapping: balance_by), agreed in
    * the step vote that asked for this rebuild-mapping (step_vote) */
   const int by_time = S->sc->balance_by == BALANCE_TIME;
@@ -384,7 +410,11 @@ static int redistribute(sim *S, const double *glob) {
   S->compute_seconds = 0;
   const double mean = lsum[0] / S->nranks, imbalance = mean > 0 ? lmax[0] / mean - 1.0 : 0.0;
   const uint64_t nmax = (uint64_t)lmax[1];
-  const int cuts_move = imbalance > S->balance;
+  /* the threshold and cost rules (balance.h), from agreed figures only: every rank decides alike */
+  double estimate = 0;
+  const balance_why why = balance_decide(&S->bal, imbalance, 1e-9 * glob[VOTE_TIME_SUM] / S->nranks,
+                                         lsum[1] / S->nranks, &estimate);
+  const int cuts_move = why != BALANCE_STAY;
   log_trace("redistribute: load agreed");
   int margin = 1;
   if (cuts_move) {
@@ -405,10 +435,16 @@ static int redistribute(sim *S, const double *glob) {
     if (rc) return rc;
     margin = 0;
     S->fs.rebalanced = 1;
-    log_info("load balance: the largest %s is %.0f%% above the mean (threshold %.0f%%; largest rank %llu "
-             "particles): cuts moved",
-             by_time ? "compute time" : "particle count", 100.0 * imbalance, 100.0 * S->balance,
-             (unsigned long long)nmax);
+    if (why == BALANCE_THRESHOLD)
+      log_info("load balance: the largest %s is %.0f%% above the mean (threshold %.0f%%; largest rank %llu "
+               "particles): cuts moved",
+               by_time ? "compute time" : "particle count", 100.0 * imbalance, 100.0 * S->bal.threshold,
+               (unsigned long long)nmax);
+    else
+      log_info("load balance: the largest %s is %.1f%% above the mean; the %.1f ms of steps lost to it since the "
+               "cuts last moved exceed a rebalance's %s cost, %.1f ms (largest rank %llu particles): cuts moved",
+               by_time ? "compute time" : "particle count", 100.0 * imbalance, 1e3 * S->bal.lost_prev_s,
+               S->bal.measured ? "measured" : "estimated", 1e3 * estimate, (unsigned long long)nmax);
   }
   const int32_t *box = S->dec.box[S->rank];
   const int32_t lo[3] = {box[0] - margin, box[1] - margin, box[2] - margin},
@@ -446,6 +482,10 @@ static int redistribute(sim *S, const double *glob) {
   rc = comm_agree(S->comm, rc);
   if (rc == DR_OK) rc = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, &S->be));
   log_trace("redistribute: exchange set up (%zu shared blocks)", S->ex.n_shared);
+  if (cuts_move) { /* this rank's part of the rebalance's cost, for the next vote */
+    S->rebal_ns = nearbyint(1e9 * (now() - t_start));
+    S->rebal_moved = (double)n_gone;
+  }
   return rc;
 }
 
@@ -582,10 +622,15 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
   v->loc[VOTE_SIGNAL] = signals_pending();
   /* whole numbers (compute time in ns), whose sums a double holds exactly in any order: every
    * rank then gets the same sums, bit for bit, and takes the same decision (redistribute) */
-  const double n = (double)rank_count(S),
-               load = S->sc->balance_by == BALANCE_TIME ? nearbyint(S->compute_seconds * 1e9) : n;
+  const double n = (double)rank_count(S), ns = nearbyint(S->compute_seconds * 1e9),
+               load = S->sc->balance_by == BALANCE_TIME ? ns : n;
   v->loc[VOTE_LOAD_MAX] = v->loc[VOTE_LOAD_SUM] = load;
   v->loc[VOTE_N_MAX] = v->loc[VOTE_N_SUM] = n;
+  v->loc[VOTE_TIME_MAX] = v->loc[VOTE_TIME_SUM] = ns;
+  /* a rebalance's cost, once, in the vote after it (balance_measured) */
+  v->loc[VOTE_REBAL_NS] = S->rebal_ns;
+  v->loc[VOTE_MOVED_SUM] = S->rebal_moved;
+  S->rebal_ns = S->rebal_moved = 0;
   DR_TRY(vote_op(S));
   const double w = MPI_Wtime();
   DR_MPI(MPI_Iallreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm, &v->req));
@@ -620,6 +665,9 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
       dr_mark_agreed();
       return rc;
     }
+    /* the slowest rank's time for the last rebalance, and the particles it moved: the cost rule's
+     * estimate follows (balance.h) */
+    if (v.glob[VOTE_REBAL_NS] > 0) balance_measured(&S->bal, 1e-9 * v.glob[VOTE_REBAL_NS], v.glob[VOTE_MOVED_SUM]);
     const double dt = next_dt(S, t, t1, k, v.glob[VOTE_VMAX]);
     if (dt == 0.0) break;
     if (v.glob[VOTE_SIGNAL] != 0) return stop_at(S, (int)v.glob[VOTE_SIGNAL], t, k);
@@ -933,7 +981,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
 
   if ((rc = emit_init(s, &S->em))) goto fail;
   particles p = {0};
-  S->balance = s->balance_threshold;
+  balance_init(&S->bal, s->balance_threshold, s->balance_cost);
   S->inv_dx = 1.0f / (float)s->dx;
   for (int a = 0; a < 3; ++a) S->origin[a] = (float)(s->domain_min[a] - GRID_PAD * s->dx);
   if (opt->resume) {
@@ -977,6 +1025,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     rc = comm_agree(comm, rc);
     if (rc == DR_OK) rc = exchange_setup(&S->ex, comm, &S->be);
     rc = comm_agree(comm, rc);
+    if (rc == DR_OK) rc = comm_agree(comm, reserve_migration(S));
     if (rc == DR_OK && S->rank == 0)
       log_info("rank exchange: shared-block sums through %s", S->ex.device_sums ? "device memory (CUDA-aware MPI)"
                                                               : S->be.alloc_sums ? "pinned host memory"
