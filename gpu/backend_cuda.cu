@@ -482,6 +482,7 @@ typedef struct cuda_state {
   int *h_xbad, *d_xbad;         /* [2] mapped pinned: an exchange kernel's out-of-range block index (index_ok) */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
   size_t h_codes_cap;           /* bytes (host_pinned) */
+  uint64_t h_codes_of;          /* h_codes holds the codes of mapping h_codes_of - 1 (s->rebuilds); 0: none */
   size_t table_cap;             /* power of two, at least twice n_blocks */
   dvec table_keys, table_vals;
 
@@ -2385,16 +2386,22 @@ static int indices_for(cuda_state *s, const int32_t *idx, size_t n, const int32_
 
 static int host_pinned(void **p, size_t *cap, size_t need, const char *what);
 
-/* The codes in pinned memory: the exchange set-up reads them at every rebuild-mapping of a rank. */
+/* The codes in pinned memory: the exchange set-up reads them at every rebuild-mapping of a rank.
+ * Copied once a mapping (only rebuild_now changes them): a second call returns at once, without
+ * waiting for the work queued since (sim.c asks first, then queues the step's P2G and sets up
+ * the exchange while the device runs it). */
 static int blocks(void *state, const uint64_t **codes, size_t *n) {
   cuda_state *s = (cuda_state *)state;
+  *codes = s->h_codes; /* sorted; the position is the dense index (k_table_insert) */
+  *n = s->n_blocks;
+  if (s->h_codes && s->h_codes_of == s->rebuilds + 1) return DR_OK;
   DR_TRY(host_pinned((void **)&s->h_codes, &s->h_codes_cap, sizeof(uint64_t) * s->n_blocks, "the block codes"));
   if (s->n_blocks)
     CU(cudaMemcpyAsync(s->h_codes, s->block_code.ptr, s->n_blocks * sizeof(uint64_t), cudaMemcpyDeviceToHost,
                        s->stream));
   CU(cudaStreamSynchronize(s->stream));
-  *codes = s->h_codes; /* sorted; the position is the dense index (k_table_insert) */
-  *n = s->n_blocks;
+  s->h_codes_of = s->rebuilds + 1;
+  *codes = s->h_codes;
   return DR_OK;
 }
 
