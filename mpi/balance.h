@@ -35,12 +35,12 @@ typedef struct balance_model {
 /* Below this imbalance the cost rule never moves the cuts: step times vary by about that much
  * from step to step, and moving the cuts for it would chase noise. */
 #define BALANCE_COST_MIN_IMBALANCE 0.02
-/* The priors: the fixed part is what the histogram, the cuts and a rebuild-mapping took in
- * weak_2's rebalances (2 x H200: 4-6 ms); the part per particle what 155,711 particles took to
- * move there with buffers grown for them (28 ms, 180 ns a particle), rounded down, since the
- * buffers are now reserved at the start. */
-#define BALANCE_PRIOR_FIXED_S 5e-3
-#define BALANCE_PRIOR_PER_PARTICLE_S 150e-9
+/* The priors, from weak_2's rebalance on 2 x H100 with the buffers reserved at the start
+ * (docs/performance.md): 623,190 particles moved in 32.4 ms, of which 6.2 ms the histogram and
+ * the cuts, and the rest (the device's pack and copy, MPI through host memory between two
+ * processes of one node, the arrivals' rebuild-mapping) 42 ns a particle; rounded up. */
+#define BALANCE_PRIOR_FIXED_S 6e-3
+#define BALANCE_PRIOR_PER_PARTICLE_S 50e-9
 
 void balance_init(balance_model *m, double threshold, int use_cost);
 

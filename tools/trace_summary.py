@@ -17,7 +17,9 @@ other, so read their rows as "time until the next event of any thread".
   step     from a step's "p2g" to its "vote": the step's phases and the exchange's wait;
   vote     from "vote" to the next step or rebuild-mapping: the wait for the other ranks' vote;
   rebuild  from a rebuild-mapping's first line ("redistribute: ...", "exchange setup: ...") to the
-           next step: the load balance, migration, the rebuild itself and the exchange set-up;
+           next step: the load balance, migration, the rebuild itself, and the exchange set-up
+           where it runs before a step (at the start; after a rank rebuild-mapping it runs while
+           the device does the next step's P2G, and counts as that step's);
   end      the gap before the next frame's first step: the frame's output and progress line (it
            is charged to the frame that ends).
 A rank's rebuild time above one rank's (weak_1's) is the ranks' cost of rebuilding together; its
@@ -112,8 +114,8 @@ def frames(log, lines):
             part, last_step = "step", k
         elif m and m.group(2) == "vote":
             part = "vote"
-        elif message.startswith(("redistribute", "exchange setup")):
-            part = "rebuild"
+        elif message.startswith(("redistribute", "exchange setup")) and not (part == "step" and last_step is not None):
+            part = "rebuild"  # an exchange set up during a step's P2G (after a rank rebuild-mapping) is the step's
         state[rank] = (t, part, frame, last_step)
     ranks = sorted(per)
     head = "".join(f" | r{r}: {'step':>6} {'vote':>6} {'rebuild':>7} {'end':>6} {'total':>7}" for r in ranks)

@@ -47,9 +47,9 @@ static void test_threshold(void) {
 }
 
 /* The interval at which a steady imbalance x moves the cuts: the first k with k T x >= a + b x n,
- * counted here in exact rational steps (T x = 1 ms). */
+ * (T x away from a tie: the interval before falls short by 5% of T x or more). */
 static void test_cost_steady(void) {
-  const double T = 0.02, x = 0.05, n = 2e6; /* lost 1 ms an interval; estimate 5 ms + 15 ms */
+  const double T = 0.021, x = 0.05, n = 2e6; /* lost 1.05 ms an interval, against a + b 1e5 */
   const double est = BALANCE_PRIOR_FIXED_S + BALANCE_PRIOR_PER_PARTICLE_S * x * n;
   const int want = (int)ceil(est / (T * x) - 1e-9);
   balance_model m;
@@ -63,7 +63,8 @@ static void test_cost_steady(void) {
     }
     CHECK(moved_at == want, "round %d: the cost rule moved the cuts at interval %d, expected %d (estimate %g s, %g s lost "
           "an interval)", round, moved_at, want, est, T * x);
-    CHECK(m.lost_s == 0 && fabs(m.lost_prev_s - want * T * x) < 1e-12, "round %d: lost %g s, before the move %g s",
+    CHECK(m.lost_s == 0 && fabs(m.lost_prev_s - want * T * x) < 1e-12 && m.lost_prev_s >= est &&
+              m.lost_prev_s - T * x < est, "round %d: lost %g s, before the move %g s",
           round, m.lost_s, m.lost_prev_s);
   }
 }
