@@ -1447,7 +1447,7 @@ __global__ static void PARTICLE_BOUNDS
 k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
           float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
           float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
-          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses) {
+          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int zone_lo, int zone_hi) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
@@ -1478,7 +1478,7 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
       for (int a = 0; a < 3; ++a) {
         const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
         const int off = b - BLOCK_EDGE * P[a];
-        leave |= off < INNER_LO || off > INNER_HI;
+        leave |= off < zone_lo || off > zone_hi;
       }
     }
   }
@@ -1499,14 +1499,15 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
       const material_params *__restrict__ g2p_mats, const float *__restrict__ grid0,
       const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses,
-      const col_box *__restrict__ wbox, unsigned *__restrict__ push_mask, float *__restrict__ push_room) {
+      const col_box *__restrict__ wbox, unsigned *__restrict__ push_mask, float *__restrict__ push_room, int zone_lo,
+      int zone_hi) {
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
   const int warp = threadIdx.x >> 5;
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
-                                                 inv_dx, grid, INNER_LO, INNER_HI, g2p_mats, grid0, bp, poses, wbox,
+                                                 inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
                                                  push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
 }
 
@@ -1973,9 +1974,15 @@ static int launch_grid(cuda_state *s, int par, int part) {
   return DR_OK;
 }
 
-static int launch_g2p(cuda_state *s, int par) {
+/* lag: the steps queued before the host reads this step's flags. G2P flags the particles that
+ * leave the free zone shrunk by a cell per such step (INNER_LO, INNER_HI for STEP_LAG): a
+ * particle moves less than a cell a step. The phases of backend.h (several ranks) read the flags
+ * before the next step (lag 0) and keep the whole free zone, a third more room per axis than the
+ * graphs' frames: fewer rebuild-mappings. */
+static int launch_g2p(cuda_state *s, int par, int lag) {
   if (s->n_packets == 0) return DR_OK;
   const bool col = s->push;
+  const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
   (s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
    : s->g2p_mat ? (col ? k_g2p<false, true, true> : k_g2p<false, false, true>)
                 : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>))
@@ -1984,14 +1991,16 @@ static int launch_g2p(cuda_state *s, int par) {
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
       s->inv_dx, vel_of(s, par), s->g2p_mat ? dp<material_params>(s->d_mats) : nullptr, vel0_of(s, par), s->bnd,
-      dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room));
+      dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room),
+      zone_lo, zone_hi);
   LAUNCHED("k_g2p");
   if (col) {
     k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
         dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<float>(s->pk[s->cur]),
         dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
-        s->inv_dx, dp<unsigned>(s->push_mask), dp<float>(s->push_room), s->bnd, dp<collider_pose>(s->d_poses));
+        s->inv_dx, dp<unsigned>(s->push_mask), dp<float>(s->push_room), s->bnd, dp<collider_pose>(s->d_poses), zone_lo,
+        zone_hi);
     LAUNCHED("k_collide");
   }
   return DR_OK;
@@ -2057,7 +2066,7 @@ static int launch_head(cuda_state *s, int par, int with_p2g) {
 
 static int launch_tail(cuda_state *s, int par) {
   DR_TRY(launch_pull(s, par));
-  DR_TRY(s->graph_fused ? launch_g2p2g(s, par) : launch_g2p(s, par));
+  DR_TRY(s->graph_fused ? launch_g2p2g(s, par) : launch_g2p(s, par, STEP_LAG));
   CU(cudaMemcpyAsync(&s->h_slot[par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
   return DR_OK;
 }
@@ -4210,7 +4219,7 @@ static int island_g2p(void *state, float dt) {
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
-    DR_TRY(launch_g2p(s, s->par));
+    DR_TRY(launch_g2p(s, s->par, 0)); /* the flags are read below, before the next step */
     CU(cudaMemcpyAsync(&s->h_slot[s->par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
   }
   float vmax = 0.0f;
