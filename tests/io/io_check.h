@@ -1,4 +1,4 @@
-/* io_check.h - helpers shared by the io tests: checks that count failures, reading a frame file
+/* io_check.h - helpers shared by the io tests: checks that count failures (check.h), reading a frame file
  * back with the HDF5 API, listing and removing test folders. Include after defining
  * _XOPEN_SOURCE 700. */
 #ifndef DRIFT_TESTS_IO_CHECK_H
@@ -13,17 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int io_failures;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      io_failures++;                                                                               \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);                     \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-    }                                                                                              \
-  } while (0)
+#include "check.h" /* CHECK, failures_ */
 
 /* Reads dataset `name` of `file` into buf (memory type mtype) after checking its file type and its
  * shape (rank dims, dims[1] ignored for rank 1). Returns 0 when it could be read. */

@@ -368,7 +368,7 @@ int main(int argc, char **argv) {
   test_keep_and_failures(dir);
   test_latest(dir);
 
-  int mine = io_failures, all = 0;
+  int mine = failures_, all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) {
     if (!all) rm_rf(dir);

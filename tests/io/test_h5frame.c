@@ -444,9 +444,9 @@ int main(int argc, char **argv) {
   test_failures(d2);
   test_xdmf(d3);
 
-  if (io_failures == 0) rm_rf(base);
+  if (failures_ == 0) rm_rf(base);
   else fprintf(stderr, "files kept in %s\n", base);
-  printf("test_h5frame: %s (%d failed checks)\n", io_failures ? "FAILED" : "passed", io_failures);
+  printf("test_h5frame: %s (%d failed checks)\n", failures_ ? "FAILED" : "passed", failures_);
   MPI_Finalize();
-  return io_failures ? 1 : 0;
+  return failures_ ? 1 : 0;
 }

@@ -187,7 +187,7 @@ int main(int argc, char **argv) {
     CHECK(count_entries(dir, &tmp) == 3 && tmp == 0, "%s should hold 3 frames", dir);
   }
   int failures = 0;
-  MPI_Allreduce(&io_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&failures_, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) {
     if (failures == 0) rm_rf(dir);
     else fprintf(stderr, "files kept in %s\n", dir);

@@ -18,16 +18,8 @@
 #include "scene.h"
 #include "sim.h"
 
-static int failures_;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      ++failures_;                                                                                 \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                         \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-    }                                                                                              \
-  } while (0)
+#include "check.h"
+
 #define MUST(expr)                                                                                 \
   do {                                                                                             \
     if ((expr) != 0) {                                                                             \

@@ -19,15 +19,7 @@
 
 #include "balance.h"
 
-static int failures;
-#define CHECK(c, ...)                                                                              \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      ++failures;                                                                                  \
-      fprintf(stderr, "FAIL: " __VA_ARGS__);                                                       \
-      fputc('\n', stderr);                                                                         \
-    }                                                                                              \
-  } while (0)
+#include "check.h"
 
 static void test_threshold(void) {
   for (int cost = 0; cost <= 1; ++cost) {
@@ -143,7 +135,7 @@ int main(void) {
   test_never();
   test_measured();
   test_rent_or_buy();
-  if (failures) fprintf(stderr, "test_balance: %d failure(s)\n", failures);
+  if (failures_) fprintf(stderr, "test_balance: %d failure(s)\n", failures_);
   else printf("test_balance: all passed\n");
-  return failures ? 1 : 0;
+  return failures_ ? 1 : 0;
 }

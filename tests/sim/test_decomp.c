@@ -18,15 +18,7 @@
 #include "decomp.h"
 #include "physics/sparse.h"
 
-static int failures;
-#define CHECK(c, ...)                                                                              \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      ++failures;                                                                                  \
-      fprintf(stderr, "FAIL: " __VA_ARGS__);                                                       \
-      fputc('\n', stderr);                                                                         \
-    }                                                                                              \
-  } while (0)
+#include "check.h"
 
 typedef struct blk {
   int c[3];
@@ -145,6 +137,6 @@ int main(void) {
       }
       hist_free(&h), hist_free(&h2);
     }
-  printf("test_decomp: %d cases, %s\n", cases, failures ? "FAILED" : "all checks passed");
-  return failures ? 1 : 0;
+  printf("test_decomp: %d cases, %s\n", cases, failures_ ? "FAILED" : "all checks passed");
+  return failures_ ? 1 : 0;
 }
