@@ -158,30 +158,41 @@ static void bisect(item *items, size_t n, int r0, int nr, const int32_t lo[3], c
   bisect(items + split, n - split, r0 + n1, nr - n1, lo2, hi, d);
 }
 
-int decomp_rcb(const block_hist *h, int nranks, decomp *out) {
+/* The boxes of items[0..n) (taken over and freed) among nranks. */
+static int rcb_items(item *items, size_t n, int nranks, decomp *out) {
   out->nranks = nranks;
   out->box = malloc(sizeof *out->box * (size_t)nranks);
-  item *items = malloc(sizeof *items * (h->n ? h->n : 1));
   if (!out->box || !items) {
     free(items);
     free(out->box);
     out->box = NULL;
     return dr_fail(DR_ENOMEM, "out of host memory for the decomposition");
   }
-  size_t n = 0;
-  for (size_t i = 0; i < h->cap; ++i)
-    if (h->code[i] != HIST_FREE) {
-      int c[3];
-      sparse_block_coords(h->code[i], c);
-      items[n].c[0] = c[0], items[n].c[1] = c[1], items[n].c[2] = c[2];
-      items[n].count = h->count[i];
-      ++n;
-    }
   /* (no order needed: each cut depends on the counts per coordinate alone) */
   const int32_t lo[3] = {0, 0, 0}, hi[3] = {1 << BLOCK_CODE_BITS, 1 << BLOCK_CODE_BITS, 1 << BLOCK_CODE_BITS};
   bisect(items, n, 0, nranks, lo, hi, out);
   free(items);
   return DR_OK;
+}
+
+static item item_of(uint64_t code, uint64_t count) {
+  int c[3];
+  sparse_block_coords(code, c);
+  return (item){{c[0], c[1], c[2]}, count};
+}
+
+int decomp_rcb(const block_hist *h, int nranks, decomp *out) {
+  item *items = malloc(sizeof *items * (h->n ? h->n : 1));
+  size_t n = 0;
+  for (size_t i = 0; items && i < h->cap; ++i)
+    if (h->code[i] != HIST_FREE) items[n++] = item_of(h->code[i], h->count[i]);
+  return rcb_items(items, n, nranks, out);
+}
+
+int decomp_rcb_pairs(const uint64_t *pairs, size_t n, int nranks, decomp *out) {
+  item *items = malloc(sizeof *items * (n ? n : 1));
+  for (size_t i = 0; items && i < n; ++i) items[i] = item_of(pairs[2 * i], pairs[2 * i + 1]);
+  return rcb_items(items, n, nranks, out);
 }
 
 int decomp_owner(const decomp *d, const int32_t blk[3]) {

@@ -29,6 +29,11 @@ typedef struct decomp {
  * each half (ranks split as evenly as the halves' rank counts). Deterministic: every rank that
  * calls it with the same histogram gets the same boxes. Allocates out->box. */
 int decomp_rcb(const block_hist *h, int nranks, decomp *out);
+/* The same cuts from (code, count) pairs, pairs[2k] a block code and pairs[2k + 1] its count, n
+ * pairs: a block may come several times (every rank's count of a block it shares), and its
+ * counts add, since each cut depends on the counts per coordinate alone. Saves merging the
+ * ranks' histograms into one (sim.c's load balance). */
+int decomp_rcb_pairs(const uint64_t *pairs, size_t n, int nranks, decomp *out);
 /* The rank whose box holds block (i, j, k). */
 int decomp_owner(const decomp *d, const int32_t blk[3]);
 void decomp_free(decomp *d);

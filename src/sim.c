@@ -196,60 +196,75 @@ static int initial_decomposition(sim *S) {
   return rc;
 }
 
-/* The load balance's histogram: per particle block, its particles times weight. */
-typedef struct load_hist {
-  block_hist *h;
+/* The load balance's counts: (block code, particles x weight) pairs, one per particle block the
+ * backend reports (particle_blocks; a block may come twice, from two members of an island, and
+ * the cuts add its counts), or one per block of a histogram (particles_load). */
+typedef struct load_pairs {
+  uint64_t *v; /* v[2k] the code, v[2k + 1] the count */
+  size_t n, cap;
   uint64_t weight;
-} load_hist;
+} load_pairs;
 
 static int load_add(void *ctx, const int32_t blk[3], uint64_t count) {
-  load_hist *L = ctx;
-  return hist_add(L->h, sparse_block_code(blk[0], blk[1], blk[2]), count * L->weight);
-}
-
-/* The particles of p per particle block, times weight, into h. */
-static int particles_load(const sim *S, const particles *p, uint64_t weight, block_hist *h) {
-  load_hist L = {h, weight};
-  for (size_t i = 0; i < p->n; ++i) {
-    int32_t blk[3];
-    particle_block(S, p->x + 3 * i, blk);
-    DR_TRY(load_add(&L, blk, 1));
+  load_pairs *L = ctx;
+  if (L->n == L->cap) {
+    const size_t cap = L->cap ? 2 * L->cap : 4096;
+    uint64_t *v = realloc(L->v, sizeof *v * 2 * cap);
+    if (!v) return dr_fail(DR_ENOMEM, "out of host memory for the load balance (%zu blocks)", L->n);
+    L->v = v, L->cap = cap;
   }
+  L->v[2 * L->n] = sparse_block_code(blk[0], blk[1], blk[2]);
+  L->v[2 * L->n + 1] = count * L->weight;
+  ++L->n;
   return DR_OK;
 }
 
-/* New cuts from the ranks' local histograms (particle_blocks or particles_load), gathered on
- * every rank; h is freed. */
-static int rebalance(sim *S, block_hist *h) {
-  /* pack (code, count) pairs of this rank; gather everyone's */
-  int n = (int)h->n, rc = DR_OK;
-  uint64_t *mine = malloc(sizeof *mine * 2 * (size_t)(n ? n : 1));
+/* The particles of p per particle block (a histogram first: one pair per block, not per particle). */
+static int particles_load(const sim *S, const particles *p, load_pairs *L) {
+  block_hist h = {0};
+  int rc = DR_OK;
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
+    int32_t blk[3];
+    particle_block(S, p->x + 3 * i, blk);
+    rc = hist_add(&h, sparse_block_code(blk[0], blk[1], blk[2]), 1);
+  }
+  for (size_t i = 0; rc == DR_OK && i < h.cap; ++i)
+    if (h.code[i] != UINT64_MAX) {
+      int32_t c[3];
+      sparse_block_coords(h.code[i], c);
+      rc = load_add(L, c, h.count[i]);
+    }
+  hist_free(&h);
+  return rc;
+}
+
+/* New cuts from the ranks' load pairs, gathered on every rank and cut as they come
+ * (decomp_rcb_pairs: no merging into one histogram). */
+static int rebalance(sim *S, const load_pairs *L) {
+  int rc = DR_OK;
   int *counts = malloc(sizeof *counts * (size_t)S->nranks), *displs = malloc(sizeof *displs * (size_t)S->nranks);
   uint64_t *all = NULL;
-  if (!mine || !counts || !displs) rc = dr_fail(DR_ENOMEM, "out of host memory for the load balance");
-  for (size_t i = 0, k = 0; rc == DR_OK && i < h->cap; ++i)
-    if (h->code[i] != UINT64_MAX) mine[2 * k] = h->code[i], mine[2 * k + 1] = h->count[i], ++k;
-  hist_free(h);
-  int n2 = 2 * n;
+  if (!counts || !displs) rc = dr_fail(DR_ENOMEM, "out of host memory for the load balance");
+  if (rc == DR_OK && 2 * L->n > INT_MAX) rc = dr_fail(DR_EINTERNAL, "load balance: %zu blocks exceed MPI's int counts", L->n);
+  int n2 = (int)(2 * L->n);
   if (rc == DR_OK) {
     int e = MPI_Allgather(&n2, 1, MPI_INT, counts, 1, MPI_INT, S->comm);
     if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allgather(histogram sizes)");
   }
   size_t total = 0;
   for (int r = 0; rc == DR_OK && r < S->nranks; ++r) displs[r] = (int)total, total += (size_t)counts[r];
+  if (rc == DR_OK && total > INT_MAX) rc = dr_fail(DR_EINTERNAL, "load balance: %zu values exceed MPI's int counts", total);
   if (rc == DR_OK && !(all = malloc(sizeof *all * (total ? total : 1))))
     rc = dr_fail(DR_ENOMEM, "out of host memory for the load balance");
   if (rc == DR_OK) {
-    int e = MPI_Allgatherv(mine, n2, MPI_UINT64_T, all, counts, displs, MPI_UINT64_T, S->comm);
+    int e = MPI_Allgatherv(L->v, n2, MPI_UINT64_T, all, counts, displs, MPI_UINT64_T, S->comm);
     if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allgatherv(histograms)");
   }
-  for (size_t k = 0; rc == DR_OK && k < total; k += 2) rc = hist_add(h, all[k], all[k + 1]);
   if (rc == DR_OK) {
     decomp_free(&S->dec);
-    rc = decomp_rcb(h, S->nranks, &S->dec);
+    rc = decomp_rcb_pairs(all, total / 2, S->nranks, &S->dec);
   }
-  hist_free(h);
-  free(mine), free(counts), free(displs), free(all);
+  free(counts), free(displs), free(all);
   return rc;
 }
 
@@ -426,12 +441,11 @@ static int redistribute(sim *S, const double *glob) {
       weight = (uint64_t)(1000.0 * cost / mean_cost + 0.5);
       if (weight < 1) weight = 1;
     }
-    block_hist h = {0};
-    load_hist L = {&h, weight};
+    load_pairs L = {.weight = weight};
     rc = comm_agree(S->comm, S->be.particle_blocks(S->be.state, load_add, &L));
     log_trace("redistribute: load counted");
-    if (rc == DR_OK) rc = comm_agree(S->comm, rebalance(S, &h));
-    hist_free(&h);
+    if (rc == DR_OK) rc = comm_agree(S->comm, rebalance(S, &L));
+    free(L.v);
     log_trace("redistribute: cuts computed");
     if (rc) return rc;
     margin = 0;
@@ -833,10 +847,10 @@ static int resume_from_checkpoint(sim *S, particles *p) {
   }
   rc = comm_agree(S->comm, rc);
   if (rc == DR_OK && S->nranks > 1) {
-    block_hist h = {0};
-    rc = comm_agree(S->comm, particles_load(S, &slice, 1, &h));
-    if (rc == DR_OK) rc = comm_agree(S->comm, rebalance(S, &h));
-    hist_free(&h);
+    load_pairs L = {.weight = 1};
+    rc = comm_agree(S->comm, particles_load(S, &slice, &L));
+    if (rc == DR_OK) rc = comm_agree(S->comm, rebalance(S, &L));
+    free(L.v);
     if (rc == DR_OK) rc = migrate(S, &slice, 0, p);
     S->fs.migrated = 0; /* reading is not migration */
     particles_free(&slice);

@@ -9,7 +9,9 @@
  *     (the first such axis on a tie), the count left of it is as near to the left half's share
  *     (total x floor(n / 2) / n) as at any block boundary that some block starts at, strictly
  *     inside the bounding box, found by trying every one;
- *   - the same counts inserted in another order (another hash-table layout) give the same boxes. */
+ *   - the same counts inserted in another order (another hash-table layout) give the same boxes,
+ *     and so do the same counts as (code, count) pairs with every block split in two entries, not
+ *     merged (decomp_rcb_pairs, the load balance's path). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,18 +95,25 @@ int main(void) {
       const size_t n = make(kind, b, want_n);
       block_hist h = {0}, h2 = {0};
       for (size_t i = 0; i < n; ++i) hist_add(&h, sparse_block_code(b[i].c[0], b[i].c[1], b[i].c[2]), b[i].count);
+      /* pairs (decomp_rcb_pairs, as the load balance gathers them): the other order, every
+       * block twice (two ranks' counts of a block they share), not merged */
+      uint64_t *pairs = malloc(sizeof *pairs * 4 * (n ? n : 1));
+      size_t np = 0;
       for (size_t i = n; i-- > 0;) { /* the other order, in two adds each */
         const uint64_t code = sparse_block_code(b[i].c[0], b[i].c[1], b[i].c[2]);
         hist_add(&h2, code, b[i].count / 2);
         hist_add(&h2, code, b[i].count - b[i].count / 2);
+        pairs[2 * np] = code, pairs[2 * np + 1] = b[i].count - b[i].count / 3, ++np;
+        pairs[2 * np] = code, pairs[2 * np + 1] = b[i].count / 3, ++np;
       }
       for (int nr = 1; nr <= 9; ++nr, ++cases) {
-        decomp d = {0}, d2 = {0};
-        if (decomp_rcb(&h, nr, &d) || decomp_rcb(&h2, nr, &d2)) {
+        decomp d = {0}, d2 = {0}, d3 = {0};
+        if (decomp_rcb(&h, nr, &d) || decomp_rcb(&h2, nr, &d2) || decomp_rcb_pairs(pairs, np, nr, &d3)) {
           CHECK(0, "kind %d: decomp_rcb failed", kind);
           continue;
         }
         CHECK(!memcmp(d.box, d2.box, sizeof *d.box * (size_t)nr), "kind %d, %d ranks: another insertion order gave other boxes", kind, nr);
+        CHECK(!memcmp(d.box, d3.box, sizeof *d.box * (size_t)nr), "kind %d, %d ranks: the same counts as unmerged pairs gave other boxes", kind, nr);
         uint64_t *per = calloc((size_t)nr, sizeof *per);
         for (size_t i = 0; i < n; ++i) {
           int holders = 0, which = -1;
@@ -133,9 +142,10 @@ int main(void) {
           CHECK(along || best < 0, "kind %d, %d ranks: the first cut is not along axis %d", kind, nr, axis);
         }
         free(per);
-        decomp_free(&d), decomp_free(&d2);
+        decomp_free(&d), decomp_free(&d2), decomp_free(&d3);
       }
       hist_free(&h), hist_free(&h2);
+      free(pairs);
     }
   printf("test_decomp: %d cases, %s\n", cases, failures_ ? "FAILED" : "all checks passed");
   return failures_ ? 1 : 0;
