@@ -13,12 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "balance.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "decomp.h"
 #include "emit.h"
 #include "error.h"
-#include "balance.h"
 #include "exchange.h"
 #include "hostmem.h"
 #include "physics/bspline.h"
