@@ -142,12 +142,11 @@ enum {
   VOTE_FAILED,   /* the failure came from the step just done */
   VOTE_LOAD_MAX, /* the load balance's measure (particles or compute seconds; balance_by) */
   VOTE_N_MAX,    /* particles */
-  VOTE_TIME_MAX, /* compute time since the last rebuild-mapping, ns */
   VOTE_REBAL_NS, /* the time the last rebalance took, ns (0: none since the last vote) */
   VOTE_SUMS,
   VOTE_LOAD_SUM = VOTE_SUMS,
   VOTE_N_SUM,
-  VOTE_TIME_SUM,
+  VOTE_TIME_SUM,  /* compute time since the last rebuild-mapping, ns */
   VOTE_MOVED_SUM, /* the particles the last rebalance moved (0: none since the last vote) */
   VOTE_N
 };
@@ -205,18 +204,21 @@ typedef struct load_pairs {
   uint64_t weight;
 } load_pairs;
 
-static int load_add(void *ctx, const int32_t blk[3], uint64_t count) {
-  load_pairs *L = ctx;
+static int load_push(load_pairs *L, uint64_t code, uint64_t count) {
   if (L->n == L->cap) {
     const size_t cap = L->cap ? 2 * L->cap : 4096;
     uint64_t *v = realloc(L->v, sizeof *v * 2 * cap);
     if (!v) return dr_fail(DR_ENOMEM, "out of host memory for the load balance (%zu blocks)", L->n);
     L->v = v, L->cap = cap;
   }
-  L->v[2 * L->n] = sparse_block_code(blk[0], blk[1], blk[2]);
+  L->v[2 * L->n] = code;
   L->v[2 * L->n + 1] = count * L->weight;
   ++L->n;
   return DR_OK;
+}
+
+static int load_add(void *ctx, const int32_t blk[3], uint64_t count) {
+  return load_push(ctx, sparse_block_code(blk[0], blk[1], blk[2]), count);
 }
 
 /* The particles of p per particle block (a histogram first: one pair per block, not per particle). */
@@ -229,11 +231,7 @@ static int particles_load(const sim *S, const particles *p, load_pairs *L) {
     rc = hist_add(&h, sparse_block_code(blk[0], blk[1], blk[2]), 1);
   }
   for (size_t i = 0; rc == DR_OK && i < h.cap; ++i)
-    if (h.code[i] != UINT64_MAX) {
-      int32_t c[3];
-      sparse_block_coords(h.code[i], c);
-      rc = load_add(L, c, h.count[i]);
-    }
+    if (h.code[i] != UINT64_MAX) rc = load_push(L, h.code[i], h.count[i]);
   hist_free(&h);
   return rc;
 }
@@ -659,7 +657,7 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
                load = S->sc->balance_by == BALANCE_TIME ? ns : n;
   v->loc[VOTE_LOAD_MAX] = v->loc[VOTE_LOAD_SUM] = load;
   v->loc[VOTE_N_MAX] = v->loc[VOTE_N_SUM] = n;
-  v->loc[VOTE_TIME_MAX] = v->loc[VOTE_TIME_SUM] = ns;
+  v->loc[VOTE_TIME_SUM] = ns;
   /* a rebalance's cost, once, in the vote after it (balance_measured) */
   v->loc[VOTE_REBAL_NS] = S->rebal_ns;
   v->loc[VOTE_MOVED_SUM] = S->rebal_moved;

@@ -39,14 +39,7 @@ t0=$SECONDS
 if [ -n "${AB_BUILT:-}" ] && [ -x "$root/build-a/drift" ] && [ -x "$root/build-b/drift" ]; then
   echo "device_ab: AB_BUILT: using build-a and build-b as they are"
 else
-SRC=${BASE:+$root/$BASE} device_build "$root/build-a" "" &
-pa=$!
-device_build "$root/build-b" "$flags" &
-pb=$!
-ok=1
-wait $pa || ok=0
-wait $pb || ok=0
-[ $ok = 1 ] || exit 1
+device_build_pair "${BASE:+$root/$BASE}" "$flags" || exit 1
 echo "device_ab: both builds in $((SECONDS - t0)) s"
 fi
 

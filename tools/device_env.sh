@@ -27,6 +27,19 @@ device_build() {
     { echo "$(basename "$0"): build of $name failed (logs: $out/$name.*.log):" >&2; tail -20 "$out/$name.build.log" >&2; return 1; }
 }
 
+# device_build_pair A_SRC B_FLAGS: build-a from A_SRC (empty: this tree) and build-b from this tree
+# with B_FLAGS, side by side; 1 if either fails.
+device_build_pair() {
+  local pa pb ok=1
+  SRC=$1 device_build "$root/build-a" "" &
+  pa=$!
+  device_build "$root/build-b" "$2" &
+  pb=$!
+  wait $pa || ok=0
+  wait $pb || ok=0
+  [ $ok = 1 ]
+}
+
 # pack_out: everything under $out (frames excepted) into $out/logs.tgz, the other files removed,
 # where OUT is set (the device tool returns at most 8 files); PACK=0 keeps them as they are.
 pack_out() {

@@ -28,14 +28,7 @@ cd "$root" || exit 1
 export PACK=0
 nvidia-smi -L
 t0=$SECONDS
-SRC="$root/${BASE:-.abbase}" device_build "$root/build-a" "" &
-pa=$!
-device_build "$root/build-b" "" &
-pb=$!
-ok=1
-wait $pa || ok=0
-wait $pb || ok=0
-[ $ok = 1 ] || { PACK=1 pack_out; exit 1; }
+device_build_pair "$root/${BASE:-.abbase}" "" || { PACK=1 pack_out; exit 1; }
 echo "device_weak: both builds in $((SECONDS - t0)) s"
 if [ -n "$tests" ]; then
   t0=$SECONDS
