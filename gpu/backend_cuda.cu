@@ -480,6 +480,7 @@ typedef struct cuda_state {
   xlist *xl;                    /* the exchange's block lists in xidx (register_indices); owned here */
   int n_xl, xl_cap;
   int *h_xbad, *d_xbad;         /* [2] mapped pinned: an exchange kernel's out-of-range block index (index_ok) */
+  size_t unpack_check_n;        /* unpack_add_sparse's check of h_xbad, left to the next g2p (its list's length; 0: none) */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
   size_t h_codes_cap;           /* bytes (host_pinned) */
   uint64_t h_codes_of;          /* h_codes holds the codes of mapping h_codes_of - 1 (s->rebuilds); 0: none */
@@ -2657,8 +2658,11 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
         n, bs, didx, nb, s->d_xbad, flag, pos, reinterpret_cast<const float *>(msg + head), dp<float>(s->grid[s->par]),
         grid0_of(s, s->par), dp<uint8_t>(s->touched[s->par]));
   LAUNCHED("k_unpack_add_sparse");
-  CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
-  return xbad_check(s, "unpack_add_sparse", n);
+  /* No wait here: the host queues the shared blocks' grid update and G2P behind the unpacks at
+   * once. in stays unchanged until the next g2p returns (backend.h), which waits for the stream,
+   * and its check of h_xbad names this call (unpack_check_n). */
+  s->unpack_check_n = n;
+  return DR_OK;
 }
 
 /* The rank exchange's buffers: pinned host memory, or device memory for a CUDA-aware MPI. */
@@ -4239,6 +4243,12 @@ static int island_g2p(void *state, float dt) {
   }
   for (int k = 0; k < I->nm; ++k)
     if (I->m[k]->h_slot[I->m[k]->last_par].bar_stuck) return fail_barrier(I, k, &I->m[k]->h_slot[I->m[k]->last_par]);
+  for (int k = 0; k < I->nm; ++k) /* the unpacks queued before this G2P (unpack_add_sparse) */
+    if (I->m[k]->unpack_check_n) {
+      const size_t n = I->m[k]->unpack_check_n;
+      I->m[k]->unpack_check_n = 0;
+      DR_TRY(xbad_check(I->m[k], "unpack_add_sparse", n));
+    }
   if (fix >= 0) return fail_fix(I->m[fix], I->m[fix]->h_slot[I->m[fix]->last_par].fix_bad_id);
   if (bad >= 0) return fail_bad(I->m[bad], I->m[bad]->h_slot[I->m[bad]->last_par].bad_id);
   I->vmax = vmax;

@@ -145,7 +145,9 @@ typedef struct backend {
    * travel. pack_sparse writes a mask of SPARSE_MASK_BYTES(n) bytes (bit k of 64-bit word k / 64:
    * block idx[k] was touched), then the touched blocks' sums as pack lays them out, and says how
    * many bytes that is. unpack_add_sparse adds such a message (bytes long, from another rank) to
-   * the listed blocks; a message whose length does not match its mask is an error. */
+   * the listed blocks; a message whose length does not match its mask is an error. The backend
+   * may read in until the next g2p returns (cuda: the copy is queued, not waited for), so the
+   * caller leaves it unchanged until then. */
   int (*pack_sparse)(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes);
   int (*unpack_add_sparse)(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes);
   /* Optional (with pack_sparse; NULL: pack_sparse alone): pack_sparse in two halves, so that the
