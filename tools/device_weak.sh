@@ -14,7 +14,11 @@
 #      TESTS   ctest -R regex run on B first (default the rank tests; empty: none)
 #      ROUNDS  runs of weak_N on each build (default 2)
 #      EXTRA   more weak_M scenes to run once on A and B, e.g. "2" on a 4-GPU machine
+#      B_ALT   an environment setting (VAR=VALUE) for one more run of B's weak_N, e.g. a switch's
+#              other side
 #      TRACE   1: the traced runs of B
+#      MARKS   1: B's weak_N once more under DRIFT_GPU_MARKS (each rank's stream timeline between
+#              backend entries, summed by pair) into marks_weak_N.txt, its largest pairs printed
 #      OUT     the output folder (default: the device tool's $OUT, else ./ab-out); logs are
 #              packed into logs.tgz at the end (device_env.sh's pack_out)
 # Exit status: 0, or 1 when a build fails (then nothing runs).
@@ -28,7 +32,13 @@ cd "$root" || exit 1
 export PACK=0
 nvidia-smi -L
 t0=$SECONDS
-device_build_pair "$root/${BASE:-.abbase}" "" || { PACK=1 pack_out; exit 1; }
+device_build_pair "$root/${BASE:-.abbase}" "" || { if [ "${MARKS:-0}" = 1 ]; then
+  DRIFT_GPU_MARKS=1 mpirun -n "$n" --oversubscribe "$root/build-b/drift" bench "jobs/bench/weak_$n.json" --backend cuda \
+    --gpus 1 --profile-frames 0 >"$out/marks_weak_$n.out" 2>"$out/marks_weak_$n.log"
+  grep "gpu marks" "$out/marks_weak_$n.log" >"$out/marks_weak_$n.txt"
+  grep "rank 0, device" "$out/marks_weak_$n.txt" | head -16 | cut -c1-160
+fi
+PACK=1 pack_out; exit 1; }
 echo "device_weak: both builds in $((SECONDS - t0)) s"
 if [ -n "$tests" ]; then
   t0=$SECONDS
@@ -53,6 +63,11 @@ for r in $(seq 1 "$rounds"); do
   run "weak_${n}_a_$r" build-a "$n" "jobs/bench/weak_$n.json"
   run "weak_${n}_b_$r" build-b "$n" "jobs/bench/weak_$n.json"
 done
+if [ -n "${B_ALT:-}" ]; then
+  # shellcheck disable=SC2163
+  (export "$B_ALT" && run "weak_${n}_b_alt" build-b "$n" "jobs/bench/weak_$n.json")
+  echo "weak_${n}_b_alt: $B_ALT"
+fi
 for m in ${EXTRA:-}; do
   run "weak_${m}_a" build-a "$m" "jobs/bench/weak_$m.json"
   run "weak_${m}_b" build-b "$m" "jobs/bench/weak_$m.json"
@@ -65,5 +80,11 @@ if [ "${TRACE:-0}" = 1 ]; then
   DRIFT_TRACE=1 "$root/build-b/drift" bench jobs/bench/weak_1.json --backend cuda --gpus 1 --profile-frames 0 \
     >"$out/trace_weak_1.out" 2>"$out/trace_weak_1.log"
   for t in "$n" 1; do python3 "$root/tools/trace_summary.py" --frames "$out/trace_weak_$t.log" >"$out/trace_weak_$t.frames.txt" 2>&1; done
+fi
+if [ "${MARKS:-0}" = 1 ]; then
+  DRIFT_GPU_MARKS=1 mpirun -n "$n" --oversubscribe "$root/build-b/drift" bench "jobs/bench/weak_$n.json" --backend cuda \
+    --gpus 1 --profile-frames 0 >"$out/marks_weak_$n.out" 2>"$out/marks_weak_$n.log"
+  grep "gpu marks" "$out/marks_weak_$n.log" >"$out/marks_weak_$n.txt"
+  grep "rank 0, device" "$out/marks_weak_$n.txt" | head -16 | cut -c1-160
 fi
 PACK=1 pack_out
