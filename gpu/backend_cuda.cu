@@ -535,7 +535,6 @@ typedef struct cuda_state {
   int need_rebuild;
   uint64_t rebuilds;
   float vmax;
-  int sums_device;              /* alloc_sums: the exchange's buffers are device memory (CUDA-aware MPI) */
   struct gpu_marks *marks;      /* DRIFT_GPU_MARKS=1: the stream's timeline between entries (gpu_marks) */
 } cuda_state;
 
@@ -2639,13 +2638,15 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
   const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
   const int bs = sums_floats(s);
   const size_t esz = s->det ? sizeof(long long) : sizeof(float), vb = (size_t)bs * esz;
-  /* the mask on the host: in itself where it is host memory (pinned, alloc_sums), else a copy (a
-   * CUDA-aware MPI received into device memory) */
+  /* the mask on the host: in itself where it is host memory (pinned by alloc_sums, or pageable),
+   * else a copy (a CUDA-aware MPI received into device memory) */
   size_t marked = 0;
   int beyond = 0;
   if (bytes >= head && head > 0) {
     const unsigned long long *mask = (const unsigned long long *)in;
-    if (s->sums_device) {
+    cudaPointerAttributes pa;
+    CU(cudaPointerGetAttributes(&pa, in));
+    if (pa.type == cudaMemoryTypeDevice) {
       if (s->h_mask_cap < head) {
         free(s->h_mask);
         s->h_mask = (unsigned long long *)malloc(head);
@@ -2703,7 +2704,6 @@ static int alloc_sums(void *state, size_t bytes, int device, void **ptr) {
   cuda_state *s = (cuda_state *)state;
   *ptr = NULL;
   CU(cudaSetDevice(s->device));
-  s->sums_device = device; /* unpack_add_sparse reads a host message's mask where it lies */
   cudaError_t e = device ? cudaMalloc(ptr, bytes ? bytes : 1) : cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocDefault);
   if (e != cudaSuccess) {
     *ptr = NULL;
