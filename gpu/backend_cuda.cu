@@ -3254,21 +3254,17 @@ static int stats(void *state, backend_stats *out) {
   return DR_OK;
 }
 
-/* ---- the stream's timeline (DRIFT_GPU_MARKS=1) ---------------------------------------------
+/* ---- the stream's timeline (DRIFT_GPU_MARKS) ------------------------------------------------
  * A diagnostic for the phases that several ranks drive: every backend entry (on_device) records an
  * event on the member's stream as it begins and as it ends, and the time from each mark to the
  * next is summed by the pair of marks. Between an entry's end and the next entry's begin nothing
  * of this stream runs, so that pair's time is the device waiting for the host (the vote, MPI);
  * between an entry's begin and its end, the device runs what the entry queued (and waits where
- * the entry waited). The sums are logged when the backend ends. Off by default: recording costs
- * the host about 2 us a mark. */
+ * the entry waited). DRIFT_GPU_MARKS=1 logs the sums when the backend ends; =N (above 1) also
+ * logs the largest pairs of every N steps (g2p calls). Off by default: recording costs the host
+ * about 2 us a mark. */
 enum { MARKS_POOL = 512, MARKS_PAIRS = 96 };
-typedef struct gpu_marks {
-  cudaEvent_t ev[MARKS_POOL];
-  const char *name[MARKS_POOL]; /* an entry's __PRETTY_FUNCTION__ */
-  int tag[MARKS_POOL];          /* the part of p2g_part and grid_update_part, else -1 */
-  char end[MARKS_POOL];
-  int n;                        /* marks recorded since the last fold; ev[0] holds the last one folded */
+typedef struct marks_table {
   struct {
     const char *a, *b;
     int ta, tb;
@@ -3277,6 +3273,15 @@ typedef struct gpu_marks {
     double ms;
   } pair[MARKS_PAIRS];
   int npairs;
+} marks_table;
+typedef struct gpu_marks {
+  cudaEvent_t ev[MARKS_POOL];
+  const char *name[MARKS_POOL]; /* an entry's __PRETTY_FUNCTION__ */
+  int tag[MARKS_POOL];          /* the part of p2g_part and grid_update_part, else -1 */
+  char end[MARKS_POOL];
+  int n;                        /* marks recorded since the last fold; ev[0] holds the last one folded */
+  marks_table total, win;       /* the whole run, and the steps since the last window's log */
+  long period, steps;           /* DRIFT_GPU_MARKS's N; g2p calls so far */
 } gpu_marks;
 
 /* The entry's name out of its wrapper's __PRETTY_FUNCTION__. */
@@ -3290,6 +3295,23 @@ static void marks_entry(const char *pretty, int tag, char *out, size_t cap) {
   if (tag >= 0) snprintf(out + k, cap - k, "(%d)", tag);
 }
 
+static void marks_add(marks_table *t, const gpu_marks *m, int i, double ms) {
+  int j = 0;
+  while (j < t->npairs && !(t->pair[j].a == m->name[i - 1] && t->pair[j].ta == m->tag[i - 1] &&
+                            t->pair[j].ea == m->end[i - 1] && t->pair[j].b == m->name[i] &&
+                            t->pair[j].tb == m->tag[i] && t->pair[j].eb == m->end[i]))
+    ++j;
+  if (j == t->npairs) {
+    if (j == MARKS_PAIRS) return;
+    ++t->npairs;
+    t->pair[j].a = m->name[i - 1], t->pair[j].ta = m->tag[i - 1], t->pair[j].ea = m->end[i - 1];
+    t->pair[j].b = m->name[i], t->pair[j].tb = m->tag[i], t->pair[j].eb = m->end[i];
+    t->pair[j].count = 0, t->pair[j].ms = 0.0;
+  }
+  t->pair[j].count += 1;
+  t->pair[j].ms += ms;
+}
+
 /* Sums the time between consecutive marks (waits for the last one), keeping the last as the next
  * window's first. */
 static int marks_fold(gpu_marks *m) {
@@ -3298,19 +3320,8 @@ static int marks_fold(gpu_marks *m) {
   for (int i = 1; i < m->n; ++i) {
     float ms = 0.0f;
     CU(cudaEventElapsedTime(&ms, m->ev[i - 1], m->ev[i]));
-    int j = 0;
-    while (j < m->npairs && !(m->pair[j].a == m->name[i - 1] && m->pair[j].ta == m->tag[i - 1] &&
-                              m->pair[j].ea == m->end[i - 1] && m->pair[j].b == m->name[i] &&
-                              m->pair[j].tb == m->tag[i] && m->pair[j].eb == m->end[i]))
-      ++j;
-    if (j == m->npairs) {
-      if (j == MARKS_PAIRS) continue;
-      ++m->npairs;
-      m->pair[j].a = m->name[i - 1], m->pair[j].ta = m->tag[i - 1], m->pair[j].ea = m->end[i - 1];
-      m->pair[j].b = m->name[i], m->pair[j].tb = m->tag[i], m->pair[j].eb = m->end[i];
-    }
-    m->pair[j].count += 1;
-    m->pair[j].ms += ms;
+    marks_add(&m->total, m, i, ms);
+    marks_add(&m->win, m, i, ms);
   }
   cudaEvent_t t = m->ev[0];
   m->ev[0] = m->ev[m->n - 1], m->name[0] = m->name[m->n - 1], m->tag[0] = m->tag[m->n - 1], m->end[0] = m->end[m->n - 1];
@@ -3319,37 +3330,51 @@ static int marks_fold(gpu_marks *m) {
   return DR_OK;
 }
 
-/* One mark on the member's stream; an end mark of an entry that waited for its stream folds. */
-static int marks_record(cuda_state *s, const char *name, int tag, int end) {
+/* Logs a table's pairs (at most limit), largest first, on stderr: every rank's. */
+static void marks_log(const cuda_state *s, marks_table *t, const char *what, int limit) {
+  for (int i = 0; i < t->npairs; ++i)
+    for (int j = i + 1; j < t->npairs; ++j)
+      if (t->pair[j].ms > t->pair[i].ms) {
+        const auto x = t->pair[i];
+        t->pair[i] = t->pair[j], t->pair[j] = x;
+      }
+  fprintf(stderr, "gpu marks, rank %d, device %d: %s: the stream's time between consecutive entry marks, by pair "
+          "(ms in all, count, us each)\n", s->prm.rank, s->device, what);
+  for (int i = 0; i < t->npairs && i < limit; ++i) {
+    char a[64], b[64];
+    marks_entry(t->pair[i].a, t->pair[i].ta, a, sizeof a), marks_entry(t->pair[i].b, t->pair[i].tb, b, sizeof b);
+    fprintf(stderr, "gpu marks, rank %d, device %d: %9.2f ms %7ld x %8.1f us  %s.%s -> %s.%s\n", s->prm.rank, s->device,
+            t->pair[i].ms, t->pair[i].count, 1e3 * t->pair[i].ms / (double)t->pair[i].count, a,
+            t->pair[i].ea ? "end" : "begin", b, t->pair[i].eb ? "end" : "begin");
+  }
+}
+
+/* One mark on the member's stream; an end mark of an entry that waited for its stream folds, and
+ * the end of every period-th g2p logs the window. */
+static int marks_record(cuda_state *s, const char *name, int tag, int end, int step_end) {
   gpu_marks *m = s->marks;
   if (m->n == MARKS_POOL) DR_TRY(marks_fold(m));
   if (!m->ev[m->n]) CU(cudaEventCreate(&m->ev[m->n]));
   CU(cudaEventRecord(m->ev[m->n], s->stream));
   m->name[m->n] = name, m->tag[m->n] = tag, m->end[m->n] = (char)end;
   ++m->n;
+  if (end && step_end && m->period > 1 && ++m->steps % m->period == 0) {
+    DR_TRY(marks_fold(m));
+    char what[64];
+    snprintf(what, sizeof what, "steps %ld-%ld", m->steps - m->period + 1, m->steps);
+    marks_log(s, &m->win, what, 12);
+    m->win.npairs = 0;
+    return DR_OK;
+  }
   return end && cudaEventQuery(m->ev[m->n - 1]) == cudaSuccess ? marks_fold(m) : DR_OK;
 }
 
-/* Logs the sums, largest first, and frees the marks. */
+/* Logs the run's sums and frees the marks. */
 static void marks_free(cuda_state *s) {
   gpu_marks *m = s->marks;
   if (!m) return;
   if (marks_fold(m) != DR_OK) dr_clear();
-  for (int i = 0; i < m->npairs; ++i)
-    for (int j = i + 1; j < m->npairs; ++j)
-      if (m->pair[j].ms > m->pair[i].ms) {
-        const auto t = m->pair[i];
-        m->pair[i] = m->pair[j], m->pair[j] = t;
-      }
-  fprintf(stderr, "gpu marks, rank %d, device %d: the stream's time between consecutive entry marks, by pair (ms in all, count, us each)\n",
-          s->prm.rank, s->device);
-  for (int i = 0; i < m->npairs; ++i) {
-    char a[64], b[64];
-    marks_entry(m->pair[i].a, m->pair[i].ta, a, sizeof a), marks_entry(m->pair[i].b, m->pair[i].tb, b, sizeof b);
-    fprintf(stderr, "gpu marks, rank %d, device %d: %9.2f ms %7ld x %8.1f us  %s.%s -> %s.%s\n", s->prm.rank, s->device, m->pair[i].ms,
-             m->pair[i].count, 1e3 * m->pair[i].ms / (double)m->pair[i].count, a, m->pair[i].ea ? "end" : "begin", b,
-             m->pair[i].eb ? "end" : "begin");
-  }
+  marks_log(s, &m->total, "the run", MARKS_PAIRS);
   for (int i = 0; i < MARKS_POOL; ++i)
     if (m->ev[i]) cudaEventDestroy(m->ev[i]);
   free(m);
@@ -3585,9 +3610,11 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->prm.materials = s->mats;
   s->device = device;
   s->nm = 1;
-  if (env_flag("DRIFT_GPU_MARKS", 0)) { /* freed by destroy, which logs them */
+  const char *gm = getenv("DRIFT_GPU_MARKS");
+  if (gm && atol(gm) > 0) { /* freed by destroy, which logs them */
     s->marks = (gpu_marks *)calloc(1, sizeof *s->marks);
     if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
+    else s->marks->period = atol(gm);
   }
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
@@ -4963,9 +4990,10 @@ template <typename... A, int (*F)(void *, A...)> struct on_device<F> {
     if (!s->marks || !s->stream) return F(state, a...);
     int tag = -1; /* p2g_part's and grid_update_part's part */
     if constexpr (std::is_same_v<std::tuple<A...>, std::tuple<float, int>>) tag = std::get<1>(std::make_tuple(a...));
-    DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 0));
+    const int step_end = (const void *)F == (const void *)&g2p;
+    DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 0, 0));
     const int rc = F(state, a...);
-    if (rc == DR_OK) DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 1));
+    if (rc == DR_OK) DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 1, step_end));
     return rc;
   }
 };
