@@ -2264,10 +2264,10 @@ __global__ static void k_mark(size_t n, const int32_t *idx, int32_t nb, int *bad
  * the mask holds bit k % 64, and a marked block's place among the values is the number of marked
  * blocks before it, the popcounts of the words before its own plus those of its own word's lower
  * bits. k_sparse_words makes the mask (one warp per word); k_pack_words and k_unpack_words run one
- * CTA per word (MASK_THREADS threads), which first sums the popcounts of the words before it.
- * (Before, a pack was five launches: flags, a CUB scan, mask, total, values; and an unpack four:
- * unmask, scan, values. With a few thousand shared blocks each launch is a few microseconds of a
- * device that waits for them: DRIFT_GPU_MARKS, docs/performance.md.) */
+ * CTA per shared block (MASK_THREADS threads, a thread per value), which first sums the popcounts
+ * of the words before its own. (Before, a pack was five launches: flags, a CUB scan, mask, total,
+ * values; and an unpack four: unmask, scan, values. With a few thousand shared blocks each launch
+ * is a few microseconds of a device that waits for them: DRIFT_GPU_MARKS, docs/performance.md.) */
 #define MASK_THREADS 256
 
 __global__ static void k_sparse_words(size_t n, const int32_t *idx, int32_t nb, int *bad, const uint8_t *touched,
@@ -2285,7 +2285,7 @@ __global__ static void k_sparse_words(size_t n, const int32_t *idx, int32_t nb, 
 }
 
 /* The marked blocks before word w (the CTA's sum of the popcounts of words [0, w)); every thread
- * gets it. */
+ * of the CTA calls it and gets it. */
 __device__ static unsigned mask_base(const unsigned long long *mask, size_t w) {
   __shared__ unsigned warp_part[MASK_THREADS / 32];
   unsigned c = 0;
@@ -2295,60 +2295,56 @@ __device__ static unsigned mask_base(const unsigned long long *mask, size_t w) {
   __syncthreads();
   unsigned base = 0;
   for (int k = 0; k < (int)(blockDim.x / 32); ++k) base += warp_part[k];
+  __syncthreads(); /* warp_part is read by all before a second call writes it */
   return base;
 }
 
-/* Block k's place among the message's values, where the mask marks it (else -1). */
-__device__ static long long mask_place(const unsigned long long *mask, unsigned base, size_t k) {
-  const unsigned long long m = mask[k / 64];
-  const int b = (int)(k % 64);
-  if (!((m >> b) & 1ull)) return -1;
-  return (long long)base + __popcll(m & ((1ull << b) - 1ull));
-}
-
-/* CTA w: the values of word w's marked blocks (k_pack's layout); the last CTA writes how
- * many blocks the message holds. */
+/* CTA k: shared block k's values, where the mask marks it, at its place in the message (k_pack's
+ * layout otherwise); the last CTA also writes how many blocks the message holds. */
 template <typename T>
 __global__ static void k_pack_words(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
                                     const unsigned long long *mask, const T *src, float *g0, T *out, int *total) {
-  const size_t w = blockIdx.x, nw = (n + 63) / 64;
-  const unsigned base = mask_base(mask, w);
-  if (w == nw - 1 && threadIdx.x == 0) *total = (int)(base + (unsigned)__popcll(mask[w]));
-  for (size_t j = threadIdx.x; j < 64 * (size_t)bs; j += blockDim.x) {
-    const size_t k = 64 * w + j / bs;
-    if (k >= n) break;
-    const long long at = mask_place(mask, base, k);
-    if (at < 0) continue;
-    const int32_t blk = idx[k];
-    const size_t i = k * bs + j % bs; /* the value's index in the dense layout (sum_slot) */
+  const size_t k = blockIdx.x, w = k / 64;
+  if (k == n - 1) {
+    const unsigned all = mask_base(mask, (n + 63) / 64);
+    if (threadIdx.x == 0) *total = (int)all;
+  }
+  const unsigned long long m = mask[w];
+  const int b = (int)(k % 64);
+  if (!((m >> b) & 1ull)) return; /* the whole CTA */
+  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << b) - 1ull));
+  const int32_t blk = idx[k];
+  const int ok = index_ok(blk, nb, bad);
+  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
+    const size_t i = k * bs + j; /* the value's index in the dense layout (sum_slot) */
     T v = 0;
-    if (index_ok(blk, nb, bad)) {
+    if (ok) {
       if constexpr (sizeof(T) == sizeof(float)) v = *sum_slot(i, bs, blk, (float *)src, g0);
-      else v = src[(size_t)blk * bs + i % bs];
+      else v = src[(size_t)blk * bs + j];
     }
-    out[(size_t)at * bs + i % bs] = v;
+    out[at * bs + j] = v;
   }
 }
 
-/* CTA w: adds word w's marked blocks of a received message (k_unpack_add's rule for touched). */
+/* CTA k: adds shared block k's values of a received message, where its mask marks it
+ * (k_unpack_add's rule for touched). */
 template <typename T>
 __global__ static void k_unpack_words(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
                                       const unsigned long long *mask, const T *in, T *dst, float *g0,
                                       uint8_t *touched) {
-  const size_t w = blockIdx.x;
-  const unsigned base = mask_base(mask, w);
-  for (size_t j = threadIdx.x; j < 64 * (size_t)bs; j += blockDim.x) {
-    const size_t k = 64 * w + j / bs;
-    if (k >= n) break;
-    const long long at = mask_place(mask, base, k);
-    if (at < 0) continue;
-    const int32_t blk = idx[k];
-    if (!index_ok(blk, nb, bad)) continue;
-    const size_t i = k * bs + j % bs;
-    const T v = in[(size_t)at * bs + i % bs];
+  const size_t k = blockIdx.x, w = k / 64;
+  const unsigned long long m = mask[w];
+  const int b = (int)(k % 64);
+  if (!((m >> b) & 1ull)) return; /* the whole CTA */
+  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << b) - 1ull));
+  const int32_t blk = idx[k];
+  if (!index_ok(blk, nb, bad)) return;
+  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
+    const size_t i = k * bs + j;
+    const T v = in[at * bs + j];
     if constexpr (sizeof(T) == sizeof(float)) *sum_slot(i, bs, blk, (float *)dst, g0) += v;
-    else dst[(size_t)blk * bs + i % bs] += v; /* integers: the result does not depend on the ranks' order */
-    if (v != 0) touched[blk] = 1;
+    else dst[(size_t)blk * bs + j] += v; /* integers: the result does not depend on the ranks' order */
+    if (v != 0) touched[blk] = 1;        /* every writer stores the same value */
   }
 }
 
@@ -2521,11 +2517,11 @@ static int pack_sparse_queue(cuda_state *s, const int32_t *didx, size_t n, char 
       n, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), mask);
   LAUNCHED("k_sparse_words");
   if (s->det)
-    k_pack_words<long long><<<(unsigned)nw, MASK_THREADS, 0, s->stream>>>(
+    k_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
         n, bs, didx, nb, s->d_xbad, mask, dp<long long>(s->igrid[s->par]), NULL,
         reinterpret_cast<long long *>(msg + head), count_dev);
   else
-    k_pack_words<float><<<(unsigned)nw, MASK_THREADS, 0, s->stream>>>(
+    k_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
         n, bs, didx, nb, s->d_xbad, mask, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
         reinterpret_cast<float *>(msg + head), count_dev);
   LAUNCHED("k_pack_words");
@@ -2684,11 +2680,11 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
   CU(cudaStreamWaitEvent(s->stream, s->xrecv_ev, 0));
   const unsigned long long *dmask = reinterpret_cast<const unsigned long long *>(msg);
   if (s->det)
-    k_unpack_words<long long><<<(unsigned)nw, MASK_THREADS, 0, s->stream>>>(
+    k_unpack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
         n, bs, didx, nb, s->d_xbad, dmask, reinterpret_cast<const long long *>(msg + head),
         dp<long long>(s->igrid[s->par]), NULL, dp<uint8_t>(s->touched[s->par]));
   else
-    k_unpack_words<float><<<(unsigned)nw, MASK_THREADS, 0, s->stream>>>(
+    k_unpack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
         n, bs, didx, nb, s->d_xbad, dmask, reinterpret_cast<const float *>(msg + head), dp<float>(s->grid[s->par]),
         grid0_of(s, s->par), dp<uint8_t>(s->touched[s->par]));
   LAUNCHED("k_unpack_words");
