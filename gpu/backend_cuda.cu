@@ -81,6 +81,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <tuple>
+#include <type_traits>
 
 extern "C" {
 #include "backend.h"
@@ -474,13 +476,15 @@ typedef struct cuda_state {
   int order_stale;              /* pk_order is not this mapping's and marks' (rebuild, mark_shared) */
   int part_skip;                /* p2g_part: the boundary call found the step's P2G primed, whole */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
-  dvec xflag;                   /* the sparse exchange: a flag and a position per shared block */
   unsigned long long *h_mask;   /* ... and a received mask on the host */
   size_t h_mask_cap;
   xlist *xl;                    /* the exchange's block lists in xidx (register_indices); owned here */
   int n_xl, xl_cap;
   int *h_xbad, *d_xbad;         /* [2] mapped pinned: an exchange kernel's out-of-range block index (index_ok) */
   size_t unpack_check_n;        /* unpack_add_sparse's check of h_xbad, left to the next g2p (its list's length; 0: none) */
+  dvec xrecv;                   /* unpack_add_sparse: the step's received messages, one after another */
+  size_t xrecv_used;            /* bytes of xrecv this step's unpacks took (reset by g2p) */
+  cudaEvent_t xrecv_ev;         /* after an unpack's copy on xstream */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
   size_t h_codes_cap;           /* bytes (host_pinned) */
   uint64_t h_codes_of;          /* h_codes holds the codes of mapping h_codes_of - 1 (s->rebuilds); 0: none */
@@ -531,6 +535,7 @@ typedef struct cuda_state {
   int need_rebuild;
   uint64_t rebuilds;
   float vmax;
+  struct gpu_marks *marks;      /* DRIFT_GPU_MARKS=1: the stream's timeline between entries (gpu_marks) */
 } cuda_state;
 
 /* ---- hash table --------------------------------------------------------------------------- */
@@ -2255,75 +2260,92 @@ __global__ static void k_mark(size_t n, const int32_t *idx, int32_t nb, int *bad
   if (i < n && index_ok(idx[i], nb, bad)) flags[idx[i]] = 1;
 }
 
-/* The sparse exchange (backend.h's pack_sparse; DRIFT_CUDA_SPARSE): flag[k] = 1 where block idx[k]
- * was touched by this step's P2G. */
-__global__ static void k_sparse_flags(size_t n, const int32_t *idx, int32_t nb, int *bad, const uint8_t *touched,
-                                      uint32_t *flag) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) flag[i] = index_ok(idx[i], nb, bad) && touched[idx[i]] ? 1u : 0u;
+/* The sparse exchange in two kernels each way, without a scan: a message's block k / 64 word of
+ * the mask holds bit k % 64, and a marked block's place among the values is the number of marked
+ * blocks before it, the popcounts of the words before its own plus those of its own word's lower
+ * bits. k_sparse_words makes the mask (one warp per word); k_pack_words and k_unpack_words run one
+ * CTA per shared block (MASK_THREADS threads, a thread per value), which first sums the popcounts
+ * of the words before its own. (Before, a pack was five launches: flags, a CUB scan, mask, total,
+ * values; and an unpack four: unmask, scan, values. With a few thousand shared blocks each launch
+ * is a few microseconds of a device that waits for them: DRIFT_GPU_MARKS, docs/performance.md.) */
+#define MASK_THREADS 256
+
+__global__ static void k_sparse_words(size_t n, const int32_t *idx, int32_t nb, int *bad, const uint8_t *touched,
+                                      unsigned long long *mask) {
+  const size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= (n + 63) / 64) return; /* whole warps leave together */
+  unsigned half[2];
+  for (int h = 0; h < 2; ++h) {
+    const size_t k = 64 * w + 32 * h + lane;
+    const int on = k < n && index_ok(idx[k], nb, bad) && touched[idx[k]];
+    half[h] = __ballot_sync(0xffffffffu, on);
+  }
+  if (lane == 0) mask[w] = (unsigned long long)half[0] | (unsigned long long)half[1] << 32;
 }
 
-/* The message's mask: 64-bit word w holds flag[64 w .. 64 w + 63]. */
-__global__ static void k_sparse_mask(size_t n, const uint32_t *flag, unsigned long long *mask) {
-  const size_t w = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (w >= (n + 63) / 64) return;
-  unsigned long long m = 0;
-  for (size_t b = 0; b < 64 && 64 * w + b < n; ++b) m |= (unsigned long long)(flag[64 * w + b] & 1u) << b;
-  mask[w] = m;
+/* The marked blocks before word w (the CTA's sum of the popcounts of words [0, w)); every thread
+ * of the CTA calls it and gets it. */
+__device__ static unsigned mask_base(const unsigned long long *mask, size_t w) {
+  __shared__ unsigned warp_part[MASK_THREADS / 32];
+  unsigned c = 0;
+  for (size_t k = threadIdx.x; k < w; k += blockDim.x) c += (unsigned)__popcll(mask[k]);
+  for (int o = 16; o > 0; o /= 2) c += __shfl_down_sync(0xffffffffu, c, o);
+  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = c;
+  __syncthreads();
+  unsigned base = 0;
+  for (int k = 0; k < (int)(blockDim.x / 32); ++k) base += warp_part[k];
+  __syncthreads(); /* warp_part is read by all before a second call writes it */
+  return base;
 }
 
-/* A received mask back into flags. */
-__global__ static void k_sparse_unmask(size_t n, const unsigned long long *mask, uint32_t *flag) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) flag[i] = (uint32_t)((mask[i / 64] >> (i % 64)) & 1ull);
+/* CTA k: shared block k's values, where the mask marks it, at its place in the message (k_pack's
+ * layout otherwise); the last CTA also writes how many blocks the message holds. */
+template <typename T>
+__global__ static void k_pack_words(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                    const unsigned long long *mask, const T *src, float *g0, T *out, int *total) {
+  const size_t k = blockIdx.x, w = k / 64;
+  if (k == n - 1) {
+    const unsigned all = mask_base(mask, (n + 63) / 64);
+    if (threadIdx.x == 0) *total = (int)all;
+  }
+  const unsigned long long m = mask[w];
+  const int b = (int)(k % 64);
+  if (!((m >> b) & 1ull)) return; /* the whole CTA */
+  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << b) - 1ull));
+  const int32_t blk = idx[k];
+  const int ok = index_ok(blk, nb, bad);
+  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
+    const size_t i = k * bs + j; /* the value's index in the dense layout (sum_slot) */
+    T v = 0;
+    if (ok) {
+      if constexpr (sizeof(T) == sizeof(float)) v = *sum_slot(i, bs, blk, (float *)src, g0);
+      else v = src[(size_t)blk * bs + j];
+    }
+    out[at * bs + j] = v;
+  }
 }
 
-/* How many blocks the flags mark (pos: their exclusive scan). */
-__global__ static void k_sparse_total(size_t n, const uint32_t *flag, const uint32_t *pos, int *total) {
-  *total = n ? (int)(pos[n - 1] + flag[n - 1]) : 0;
-}
-
-/* The marked blocks' sums, block pos[k] of the message's values (k_pack's layout otherwise). */
-__global__ static void k_pack_sparse(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, const uint32_t *flag,
-                                     const uint32_t *pos, float *g, float *g0, float *out) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs || !flag[i / bs]) return;
-  const int32_t blk = idx[i / bs];
-  out[(size_t)pos[i / bs] * bs + i % bs] = index_ok(blk, nb, bad) ? *sum_slot(i, bs, blk, g, g0) : 0.0f;
-}
-
-__global__ static void k_pack_sparse_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
-                                         const uint32_t *flag, const uint32_t *pos, const long long *ig,
-                                         long long *out) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs || !flag[i / bs]) return;
-  const int32_t blk = idx[i / bs];
-  out[(size_t)pos[i / bs] * bs + i % bs] = index_ok(blk, nb, bad) ? ig[(size_t)blk * bs + i % bs] : 0;
-}
-
-/* Adds the marked blocks' sums of a message (k_unpack_add's rule for touched). */
-__global__ static void k_unpack_add_sparse(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
-                                           const uint32_t *flag, const uint32_t *pos, const float *in, float *g,
-                                           float *g0, uint8_t *touched) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs || !flag[i / bs]) return;
-  const int32_t blk = idx[i / bs];
+/* CTA k: adds shared block k's values of a received message, where its mask marks it
+ * (k_unpack_add's rule for touched). */
+template <typename T>
+__global__ static void k_unpack_words(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                      const unsigned long long *mask, const T *in, T *dst, float *g0,
+                                      uint8_t *touched) {
+  const size_t k = blockIdx.x, w = k / 64;
+  const unsigned long long m = mask[w];
+  const int b = (int)(k % 64);
+  if (!((m >> b) & 1ull)) return; /* the whole CTA */
+  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << b) - 1ull));
+  const int32_t blk = idx[k];
   if (!index_ok(blk, nb, bad)) return;
-  const float v = in[(size_t)pos[i / bs] * bs + i % bs];
-  *sum_slot(i, bs, blk, g, g0) += v;
-  if (v != 0.0f) touched[blk] = 1;
-}
-
-__global__ static void k_unpack_add_sparse_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
-                                               const uint32_t *flag, const uint32_t *pos, const long long *in,
-                                               long long *ig, uint8_t *touched) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs || !flag[i / bs]) return;
-  const int32_t blk = idx[i / bs];
-  if (!index_ok(blk, nb, bad)) return;
-  const long long v = in[(size_t)pos[i / bs] * bs + i % bs];
-  ig[(size_t)blk * bs + i % bs] += v;
-  if (v != 0) touched[blk] = 1;
+  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
+    const size_t i = k * bs + j;
+    const T v = in[at * bs + j];
+    if constexpr (sizeof(T) == sizeof(float)) *sum_slot(i, bs, blk, (float *)dst, g0) += v;
+    else dst[(size_t)blk * bs + j] += v; /* integers: the result does not depend on the ranks' order */
+    if (v != 0) touched[blk] = 1;        /* every writer stores the same value */
+  }
 }
 
 /* The exchange's block-index lists stay the same from one rebuild-mapping to the next
@@ -2476,38 +2498,33 @@ static int unpack_add(void *state, const int32_t *idx, size_t n, const void *in)
 #ifndef DRIFT_CUDA_SPARSE
 #define DRIFT_CUDA_SPARSE 1
 #endif
-static int sparse_scratch(cuda_state *s, size_t n, size_t bytes, uint32_t **flag, uint32_t **pos, char **msg) {
-  DVEC(s->xflag, 2 * n * sizeof(uint32_t), "exchange flags");
+/* The exchange's device buffer for one message (pack_sparse and unpack_add_sparse; a pack in two
+ * halves has its own per link, pslot). */
+static int sparse_scratch(cuda_state *s, size_t bytes, char **msg) {
   DVEC(s->xbuf, bytes, "exchange buffer");
-  *flag = dp<uint32_t>(s->xflag), *pos = *flag + n, *msg = dp<char>(s->xbuf);
+  *msg = dp<char>(s->xbuf);
   return DR_OK;
 }
 
-/* Queues the sparse pack of the n listed blocks (didx on the device) into flag/pos (2 n words),
- * msg (mask, then values) and *count_dev (the number of blocks in the message). */
-static int pack_sparse_queue(cuda_state *s, const int32_t *didx, size_t n, uint32_t *flag, uint32_t *pos, char *msg,
-                             int *count_dev) {
-  const size_t head = SPARSE_MASK_BYTES(n);
+/* Queues the sparse pack of the n listed blocks (didx on the device) into msg (mask, then values)
+ * and *count_dev (the number of blocks in the message): k_sparse_words, then k_pack_words. */
+static int pack_sparse_queue(cuda_state *s, const int32_t *didx, size_t n, char *msg, int *count_dev) {
+  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
   const int bs = sums_floats(s);
   const int32_t nb = (int32_t)s->n_blocks;
-  k_sparse_flags<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), flag);
-  LAUNCHED("k_sparse_flags");
-  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, flag, pos, (int)n, s->stream));
-  k_sparse_mask<<<blocks_for((n + 63) / 64, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, flag, reinterpret_cast<unsigned long long *>(msg));
-  LAUNCHED("k_sparse_mask");
-  k_sparse_total<<<1, 1, 0, s->stream>>>(n, flag, pos, count_dev);
-  LAUNCHED("k_sparse_total");
+  unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
+  k_sparse_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      n, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), mask);
+  LAUNCHED("k_sparse_words");
   if (s->det)
-    k_pack_sparse_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        n, bs, didx, nb, s->d_xbad, flag, pos, dp<long long>(s->igrid[s->par]),
-        reinterpret_cast<long long *>(msg + head));
+    k_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, mask, dp<long long>(s->igrid[s->par]), NULL,
+        reinterpret_cast<long long *>(msg + head), count_dev);
   else
-    k_pack_sparse<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        n, bs, didx, nb, s->d_xbad, flag, pos, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
-        reinterpret_cast<float *>(msg + head));
-  LAUNCHED("k_pack_sparse");
+    k_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, mask, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
+        reinterpret_cast<float *>(msg + head), count_dev);
+  LAUNCHED("k_pack_words");
   return DR_OK;
 }
 
@@ -2520,10 +2537,9 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
   const size_t esz = s->det ? sizeof(long long) : sizeof(float);
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse"));
-  uint32_t *flag, *pos;
   char *msg;
-  DR_TRY(sparse_scratch(s, n, head + n * bs * esz, &flag, &pos, &msg));
-  DR_TRY(pack_sparse_queue(s, didx, n, flag, pos, msg, dp<int>(s->count)));
+  DR_TRY(sparse_scratch(s, head + n * bs * esz, &msg));
+  DR_TRY(pack_sparse_queue(s, didx, n, msg, dp<int>(s->count)));
   int total = 0;
   DR_TRY(read_count(s, s->count.ptr, &total));
   *bytes = head + (size_t)total * bs * esz;
@@ -2535,7 +2551,7 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
 /* pack_sparse in two halves (backend.h): one link's buffers, the event after its pack and its
  * count, copied to pinned memory in stream order. */
 typedef struct pslot {
-  dvec flag, msg, count;
+  dvec msg, count;
   int *h_count;
   cudaEvent_t ev;
   size_t n;
@@ -2564,7 +2580,7 @@ static int pslot_get(cuda_state *s, int slot, pslot **out) {
 static void pslots_free(cuda_state *s) {
   for (int k = 0; k < s->n_pslot; ++k) {
     pslot *x = &s->pslot[k];
-    dvec_free(&x->flag), dvec_free(&x->msg), dvec_free(&x->count);
+    dvec_free(&x->msg), dvec_free(&x->count);
     if (x->h_count) cudaFreeHost(x->h_count);
     if (x->ev) cudaEventDestroy(x->ev);
   }
@@ -2584,11 +2600,9 @@ static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n
   const size_t esz = s->det ? sizeof(long long) : sizeof(float);
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse_async"));
-  DVEC(x->flag, 2 * n * sizeof(uint32_t), "exchange flags");
   DVEC(x->msg, SPARSE_MASK_BYTES(n) + n * (size_t)sums_floats(s) * esz, "exchange buffer");
   DVEC(x->count, sizeof(int), "exchange count");
-  uint32_t *flag = dp<uint32_t>(x->flag);
-  DR_TRY(pack_sparse_queue(s, didx, n, flag, flag + n, dp<char>(x->msg), dp<int>(x->count)));
+  DR_TRY(pack_sparse_queue(s, didx, n, dp<char>(x->msg), dp<int>(x->count)));
   CU(cudaMemcpyAsync(x->h_count, x->count.ptr, sizeof(int), cudaMemcpyDeviceToHost, s->stream));
   CU(cudaEventRecord(x->ev, s->stream));
   return DR_OK;
@@ -2605,7 +2619,7 @@ static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
   *bytes = head;
   if (x->n == 0) return DR_OK;
   CU(cudaEventSynchronize(x->ev));
-  DR_TRY(xbad_check(s, "pack_sparse", x->n)); /* k_sparse_flags' and k_pack_sparse's marks (mapped memory) */
+  DR_TRY(xbad_check(s, "pack_sparse", x->n)); /* k_sparse_words' and k_pack_words' marks (mapped memory) */
   const size_t esz = s->det ? sizeof(long long) : sizeof(float);
   *bytes = head + (size_t)*x->h_count * (size_t)sums_floats(s) * esz;
   CU(cudaStreamWaitEvent(s->xstream, x->ev, 0));
@@ -2617,22 +2631,29 @@ static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
 
 static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
   cuda_state *s = (cuda_state *)state;
-  const size_t head = SPARSE_MASK_BYTES(n);
+  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
   const int bs = sums_floats(s);
   const size_t esz = s->det ? sizeof(long long) : sizeof(float), vb = (size_t)bs * esz;
-  /* the mask on the host (in is pinned host memory, or device memory for a CUDA-aware MPI) */
+  /* the mask on the host: in itself where it is host memory (pinned by alloc_sums, or pageable),
+   * else a copy (a CUDA-aware MPI received into device memory) */
   size_t marked = 0;
   int beyond = 0;
   if (bytes >= head && head > 0) {
-    if (s->h_mask_cap < head) {
-      free(s->h_mask);
-      s->h_mask = (unsigned long long *)malloc(head);
-      s->h_mask_cap = s->h_mask ? head : 0;
-      if (!s->h_mask) return dr_fail(DR_ENOMEM, "out of host memory for a sparse exchange mask (%zu bytes)", head);
+    const unsigned long long *mask = (const unsigned long long *)in;
+    cudaPointerAttributes pa;
+    CU(cudaPointerGetAttributes(&pa, in));
+    if (pa.type == cudaMemoryTypeDevice) {
+      if (s->h_mask_cap < head) {
+        free(s->h_mask);
+        s->h_mask = (unsigned long long *)malloc(head);
+        s->h_mask_cap = s->h_mask ? head : 0;
+        if (!s->h_mask) return dr_fail(DR_ENOMEM, "out of host memory for a sparse exchange mask (%zu bytes)", head);
+      }
+      CU(cudaMemcpy(s->h_mask, in, head, cudaMemcpyDefault));
+      mask = s->h_mask;
     }
-    CU(cudaMemcpy(s->h_mask, in, head, cudaMemcpyDefault));
-    for (size_t w = 0; w < head / 8; ++w) marked += (size_t)__builtin_popcountll(s->h_mask[w]);
-    beyond = n % 64 && (s->h_mask[n / 64] >> (n % 64)) != 0;
+    for (size_t w = 0; w < nw; ++w) marked += (size_t)__builtin_popcountll(mask[w]);
+    beyond = n % 64 && (mask[n / 64] >> (n % 64)) != 0;
   }
   if (bytes < head || bytes != head + marked * vb || beyond)
     return dr_fail(DR_EINTERNAL, "rank exchange: a message of %zu bytes for %zu shared blocks does not match its mask "
@@ -2641,23 +2662,32 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx, "unpack_add_sparse"));
   const int32_t nb = (int32_t)s->n_blocks;
-  uint32_t *flag, *pos;
-  char *msg;
-  DR_TRY(sparse_scratch(s, n, bytes, &flag, &pos, &msg));
-  CU(cudaMemcpyAsync(msg, in, bytes, cudaMemcpyDefault, s->stream));
-  k_sparse_unmask<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, reinterpret_cast<const unsigned long long *>(msg), flag);
-  LAUNCHED("k_sparse_unmask");
-  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, flag, pos, (int)n, s->stream));
+  /* The copy goes on xstream at once, so that it overlaps the interior's P2G and grid update still
+   * running on the step's stream, which waits for it before the unpack kernel. Each link's
+   * message of the step has its own place in xrecv: the kernels of an earlier link may still
+   * read theirs. */
+  size_t at = (s->xrecv_used + 255) & ~(size_t)255;
+  if (at + bytes > s->xrecv.bytes) {
+    if (at > 0) CU(cudaStreamSynchronize(s->stream)); /* the step's earlier unpacks read the old buffer */
+    DVEC(s->xrecv, at + bytes, "exchange receive buffer");
+  }
+  s->xrecv_used = at + bytes;
+  char *msg = dp<char>(s->xrecv) + at;
+  if (!s->xstream) CU(cudaStreamCreateWithFlags(&s->xstream, cudaStreamNonBlocking));
+  if (!s->xrecv_ev) CU(cudaEventCreateWithFlags(&s->xrecv_ev, cudaEventDisableTiming));
+  CU(cudaMemcpyAsync(msg, in, bytes, cudaMemcpyDefault, s->xstream));
+  CU(cudaEventRecord(s->xrecv_ev, s->xstream));
+  CU(cudaStreamWaitEvent(s->stream, s->xrecv_ev, 0));
+  const unsigned long long *dmask = reinterpret_cast<const unsigned long long *>(msg);
   if (s->det)
-    k_unpack_add_sparse_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        n, bs, didx, nb, s->d_xbad, flag, pos, reinterpret_cast<const long long *>(msg + head),
-        dp<long long>(s->igrid[s->par]), dp<uint8_t>(s->touched[s->par]));
+    k_unpack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, dmask, reinterpret_cast<const long long *>(msg + head),
+        dp<long long>(s->igrid[s->par]), NULL, dp<uint8_t>(s->touched[s->par]));
   else
-    k_unpack_add_sparse<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        n, bs, didx, nb, s->d_xbad, flag, pos, reinterpret_cast<const float *>(msg + head), dp<float>(s->grid[s->par]),
+    k_unpack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, didx, nb, s->d_xbad, dmask, reinterpret_cast<const float *>(msg + head), dp<float>(s->grid[s->par]),
         grid0_of(s, s->par), dp<uint8_t>(s->touched[s->par]));
-  LAUNCHED("k_unpack_add_sparse");
+  LAUNCHED("k_unpack_words");
   /* No wait here: the host queues the shared blocks' grid update and G2P behind the unpacks at
    * once. in stays unchanged until the next g2p returns (backend.h), which waits for the stream,
    * and its check of h_xbad names this call (unpack_check_n). */
@@ -3185,7 +3215,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders,
+                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
                        &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
@@ -3220,15 +3250,144 @@ static int stats(void *state, backend_stats *out) {
   return DR_OK;
 }
 
+/* ---- the stream's timeline (DRIFT_GPU_MARKS) ------------------------------------------------
+ * A diagnostic for the phases that several ranks drive: every backend entry (on_device) records an
+ * event on the member's stream as it begins and as it ends, and the time from each mark to the
+ * next is summed by the pair of marks. Between an entry's end and the next entry's begin nothing
+ * of this stream runs, so that pair's time is the device waiting for the host (the vote, MPI);
+ * between an entry's begin and its end, the device runs what the entry queued (and waits where
+ * the entry waited). DRIFT_GPU_MARKS=1 logs the sums when the backend ends; =N (above 1) also
+ * logs the largest pairs of every N steps (g2p calls). Off by default: recording costs the host
+ * about 2 us a mark. */
+enum { MARKS_POOL = 512, MARKS_PAIRS = 96 };
+typedef struct marks_table {
+  struct {
+    const char *a, *b;
+    int ta, tb;
+    char ea, eb;
+    long count;
+    double ms;
+  } pair[MARKS_PAIRS];
+  int npairs;
+} marks_table;
+typedef struct gpu_marks {
+  cudaEvent_t ev[MARKS_POOL];
+  const char *name[MARKS_POOL]; /* an entry's __PRETTY_FUNCTION__ */
+  int tag[MARKS_POOL];          /* the part of p2g_part and grid_update_part, else -1 */
+  char end[MARKS_POOL];
+  int n;                        /* marks recorded since the last fold; ev[0] holds the last one folded */
+  marks_table total, win;       /* the whole run, and the steps since the last window's log */
+  long period, steps;           /* DRIFT_GPU_MARKS's N; g2p calls so far */
+} gpu_marks;
+
+/* The entry's name out of its wrapper's __PRETTY_FUNCTION__. */
+static void marks_entry(const char *pretty, int tag, char *out, size_t cap) {
+  const char *f = pretty; /* the last " = " names F ("[with A = {float}; int (* F)(void*, A ...) = g2p]") */
+  for (const char *q = strstr(pretty, " = "); q; q = strstr(q + 3, " = ")) f = q + 3;
+  if (*f == '&') ++f;
+  size_t k = 0;
+  while (f[k] && f[k] != ']' && f[k] != ';' && k + 1 < cap) out[k] = f[k], ++k;
+  out[k] = 0;
+  if (tag >= 0) snprintf(out + k, cap - k, "(%d)", tag);
+}
+
+static void marks_add(marks_table *t, const gpu_marks *m, int i, double ms) {
+  int j = 0;
+  while (j < t->npairs && !(t->pair[j].a == m->name[i - 1] && t->pair[j].ta == m->tag[i - 1] &&
+                            t->pair[j].ea == m->end[i - 1] && t->pair[j].b == m->name[i] &&
+                            t->pair[j].tb == m->tag[i] && t->pair[j].eb == m->end[i]))
+    ++j;
+  if (j == t->npairs) {
+    if (j == MARKS_PAIRS) return;
+    ++t->npairs;
+    t->pair[j].a = m->name[i - 1], t->pair[j].ta = m->tag[i - 1], t->pair[j].ea = m->end[i - 1];
+    t->pair[j].b = m->name[i], t->pair[j].tb = m->tag[i], t->pair[j].eb = m->end[i];
+    t->pair[j].count = 0, t->pair[j].ms = 0.0;
+  }
+  t->pair[j].count += 1;
+  t->pair[j].ms += ms;
+}
+
+/* Sums the time between consecutive marks (waits for the last one), keeping the last as the next
+ * window's first. */
+static int marks_fold(gpu_marks *m) {
+  if (m->n < 2) return DR_OK;
+  CU(cudaEventSynchronize(m->ev[m->n - 1]));
+  for (int i = 1; i < m->n; ++i) {
+    float ms = 0.0f;
+    CU(cudaEventElapsedTime(&ms, m->ev[i - 1], m->ev[i]));
+    marks_add(&m->total, m, i, ms);
+    marks_add(&m->win, m, i, ms);
+  }
+  cudaEvent_t t = m->ev[0];
+  m->ev[0] = m->ev[m->n - 1], m->name[0] = m->name[m->n - 1], m->tag[0] = m->tag[m->n - 1], m->end[0] = m->end[m->n - 1];
+  m->ev[m->n - 1] = t;
+  m->n = 1;
+  return DR_OK;
+}
+
+/* Logs a table's pairs (at most limit), largest first, on stderr: every rank's. */
+static void marks_log(const cuda_state *s, marks_table *t, const char *what, int limit) {
+  for (int i = 0; i < t->npairs; ++i)
+    for (int j = i + 1; j < t->npairs; ++j)
+      if (t->pair[j].ms > t->pair[i].ms) {
+        const auto x = t->pair[i];
+        t->pair[i] = t->pair[j], t->pair[j] = x;
+      }
+  fprintf(stderr, "gpu marks, rank %d, device %d: %s: the stream's time between consecutive entry marks, by pair "
+          "(ms in all, count, us each)\n", s->prm.rank, s->device, what);
+  for (int i = 0; i < t->npairs && i < limit; ++i) {
+    char a[64], b[64];
+    marks_entry(t->pair[i].a, t->pair[i].ta, a, sizeof a), marks_entry(t->pair[i].b, t->pair[i].tb, b, sizeof b);
+    fprintf(stderr, "gpu marks, rank %d, device %d: %9.2f ms %7ld x %8.1f us  %s.%s -> %s.%s\n", s->prm.rank, s->device,
+            t->pair[i].ms, t->pair[i].count, 1e3 * t->pair[i].ms / (double)t->pair[i].count, a,
+            t->pair[i].ea ? "end" : "begin", b, t->pair[i].eb ? "end" : "begin");
+  }
+}
+
+/* One mark on the member's stream; an end mark of an entry that waited for its stream folds, and
+ * the end of every period-th g2p logs the window. */
+static int marks_record(cuda_state *s, const char *name, int tag, int end, int step_end) {
+  gpu_marks *m = s->marks;
+  if (m->n == MARKS_POOL) DR_TRY(marks_fold(m));
+  if (!m->ev[m->n]) CU(cudaEventCreate(&m->ev[m->n]));
+  CU(cudaEventRecord(m->ev[m->n], s->stream));
+  m->name[m->n] = name, m->tag[m->n] = tag, m->end[m->n] = (char)end;
+  ++m->n;
+  if (end && step_end && m->period > 1 && ++m->steps % m->period == 0) {
+    DR_TRY(marks_fold(m));
+    char what[64];
+    snprintf(what, sizeof what, "steps %ld-%ld", m->steps - m->period + 1, m->steps);
+    marks_log(s, &m->win, what, 12);
+    m->win.npairs = 0;
+    return DR_OK;
+  }
+  return end && cudaEventQuery(m->ev[m->n - 1]) == cudaSuccess ? marks_fold(m) : DR_OK;
+}
+
+/* Logs the run's sums and frees the marks. */
+static void marks_free(cuda_state *s) {
+  gpu_marks *m = s->marks;
+  if (!m) return;
+  if (marks_fold(m) != DR_OK) dr_clear();
+  marks_log(s, &m->total, "the run", MARKS_PAIRS);
+  for (int i = 0; i < MARKS_POOL; ++i)
+    if (m->ev[i]) cudaEventDestroy(m->ev[i]);
+  free(m);
+  s->marks = NULL;
+}
+
 static void destroy(void *state) {
   cuda_state *s = (cuda_state *)state;
   if (!s) return;
+  if (s->stream) cudaSetDevice(s->device);
+  marks_free(s);
   drop_graphs(s);
   dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
-                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xflag, &s->d_colliders, &s->d_keys, &s->d_poses,
+                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
                  &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
@@ -3240,6 +3399,7 @@ static void destroy(void *state) {
     if (s->ph_ev[k]) cudaEventDestroy(s->ph_ev[k]);
   }
   if (s->bar_ev) cudaEventDestroy(s->bar_ev);
+  if (s->xrecv_ev) cudaEventDestroy(s->xrecv_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
   host_release(s->h_rec);
@@ -3446,6 +3606,12 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->prm.materials = s->mats;
   s->device = device;
   s->nm = 1;
+  const char *gm = getenv("DRIFT_GPU_MARKS");
+  if (gm && atol(gm) > 0) { /* freed by destroy, which logs them */
+    s->marks = (gpu_marks *)calloc(1, sizeof *s->marks);
+    if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
+    else s->marks->period = atol(gm);
+  }
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
   if (bt && *bt) {
@@ -4232,6 +4398,7 @@ static int island_g2p(void *state, float dt) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
     CU(cudaStreamSynchronize(s->stream));
+    s->xrecv_used = 0; /* the step's unpacks are done with their messages */
     const step_ctl *c = &s->h_slot[s->par];
     s->last_par = s->par;
     s->par ^= 1;
@@ -4815,7 +4982,15 @@ template <typename... A, int (*F)(void *, A...)> struct on_device<F> {
     int cur = -1;
     CU(cudaGetDevice(&cur)); /* a read of the thread's state: cudaSetDevice itself costs more */
     if (cur != dev) CU(cudaSetDevice(dev));
-    return F(state, a...);
+    cuda_state *s = (cuda_state *)state;
+    if (!s->marks || !s->stream) return F(state, a...);
+    int tag = -1; /* p2g_part's and grid_update_part's part */
+    if constexpr (std::is_same_v<std::tuple<A...>, std::tuple<float, int>>) tag = std::get<1>(std::make_tuple(a...));
+    const int step_end = (const void *)F == (const void *)&g2p;
+    DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 0, 0));
+    const int rc = F(state, a...);
+    if (rc == DR_OK) DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 1, step_end));
+    return rc;
   }
 };
 #define ON_DEVICE(f) on_device<f>::call

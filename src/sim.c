@@ -71,6 +71,7 @@ struct sim {
   double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
   MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
   MPI_Op vote_op;
+  int vote_nonblocking; /* DRIFT_VOTE_NONBLOCKING=1: MPI_Iallreduce (vote_start) */
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
   /* Where the next substep starts: frame st.frame + 1, after step_in_frame substeps, at time
@@ -624,6 +625,11 @@ static void vote_reduce(void *in, void *inout, int *len, MPI_Datatype *type) {
 /* The vote's element type and reduction, made once a run. */
 static int vote_op(sim *S) {
   if (S->vote_op) return DR_OK;
+  /* blocking and non-blocking collectives do not match each other: the ranks agree on which */
+  const char *nbe = getenv("DRIFT_VOTE_NONBLOCKING");
+  int nb = nbe && !strcmp(nbe, "1");
+  DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &nb, 1, MPI_INT, MPI_MAX, S->comm));
+  S->vote_nonblocking = nb;
   MPI_Datatype t;
   DR_MPI(MPI_Type_contiguous(VOTE_N, MPI_DOUBLE, &t));
   int e = MPI_Type_commit(&t);
@@ -664,7 +670,14 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
   S->rebal_ns = S->rebal_moved = 0;
   DR_TRY(vote_op(S));
   const double w = MPI_Wtime();
-  DR_MPI(MPI_Iallreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm, &v->req));
+  /* Blocking by default: the host has little to overlap with the vote (the bookkeeping of
+   * advance_frame_ranks), while the device waits for it between g2p and the next p2g
+   * (DRIFT_GPU_MARKS; DRIFT_VOTE_NONBLOCKING=1 posts an MPI_Iallreduce instead, docs/performance.md). */
+  if (S->vote_nonblocking) DR_MPI(MPI_Iallreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm, &v->req));
+  else {
+    v->req = MPI_REQUEST_NULL;
+    DR_MPI(MPI_Allreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm));
+  }
   S->fs.wait += MPI_Wtime() - w;
   return DR_OK;
 }
@@ -1020,6 +1033,19 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   if ((rc = emit_init(s, &S->em))) goto fail;
   particles p = {0};
   balance_init(&S->bal, s->balance_threshold, s->balance_cost);
+  /* For the tests only (test_ranks): a rebalance's fixed cost before one is measured, so that
+   * the cost rule moves the cuts of a small scene on a fast device within a few frames. */
+  const char *prior = getenv("DRIFT_BALANCE_PRIOR_MS");
+  if (prior && *prior) {
+    char *end = NULL;
+    const double ms = strtod(prior, &end);
+    if (end == prior || *end || !(ms > 0.0) || ms > 1e6) {
+      rc = dr_fail(DR_EINPUT, "DRIFT_BALANCE_PRIOR_MS='%s': expected milliseconds, above 0", prior);
+      dr_mark_agreed(); /* every rank reads the same variable */
+      goto fail;
+    }
+    S->bal.fixed_s = 1e-3 * ms;
+  }
   S->inv_dx = 1.0f / (float)s->dx;
   for (int a = 0; a < 3; ++a) S->origin[a] = (float)(s->domain_min[a] - GRID_PAD * s->dx);
   if (opt->resume) {

@@ -14,7 +14,13 @@
 #      TESTS   ctest -R regex run on B first (default the rank tests; empty: none)
 #      ROUNDS  runs of weak_N on each build (default 2)
 #      EXTRA   more weak_M scenes to run once on A and B, e.g. "2" on a 4-GPU machine
+#      B_ALT   an environment setting (VAR=VALUE) for one more run of B's weak_N, e.g. a switch's
+#              other side
 #      TRACE   1: the traced runs of B
+#      MARKS   N: B's weak_N once more under DRIFT_GPU_MARKS=N (each rank's stream timeline between
+#              backend entries, summed by pair, and every N steps above 1) into marks_weak_N.txt,
+#              the run's largest pairs printed
+#      MPI_ARGS more mpirun options for every run, e.g. "--mca btl_vader_single_copy_mechanism cma"
 #      OUT     the output folder (default: the device tool's $OUT, else ./ab-out); logs are
 #              packed into logs.tgz at the end (device_env.sh's pack_out)
 # Exit status: 0, or 1 when a build fails (then nothing runs).
@@ -40,7 +46,8 @@ fi
 # run NAME BUILD RANKS SCENE: one bench, one line (ms/frame and rebuild-mappings/frame from its CSV)
 run() {
   local name=$1 build=$2 ranks=$3 scene=$4
-  mpirun -n "$ranks" --oversubscribe "$root/$build/drift" bench "$scene" --backend cuda --gpus 1 --profile-frames 0 \
+  # shellcheck disable=SC2086
+  mpirun -n "$ranks" --oversubscribe ${MPI_ARGS:-} "$root/$build/drift" bench "$scene" --backend cuda --gpus 1 --profile-frames 0 \
     --csv "$out/$name.csv" >"$out/$name.log" 2>&1
   python3 - "$name" "$out/$name.csv" <<'EOF' || echo "$name: failed: $(tail -2 "$out/$name.log")"
 import csv, sys
@@ -53,6 +60,11 @@ for r in $(seq 1 "$rounds"); do
   run "weak_${n}_a_$r" build-a "$n" "jobs/bench/weak_$n.json"
   run "weak_${n}_b_$r" build-b "$n" "jobs/bench/weak_$n.json"
 done
+if [ -n "${B_ALT:-}" ]; then
+  # shellcheck disable=SC2163
+  (export "$B_ALT" && run "weak_${n}_b_alt" build-b "$n" "jobs/bench/weak_$n.json")
+  echo "weak_${n}_b_alt: $B_ALT"
+fi
 for m in ${EXTRA:-}; do
   run "weak_${m}_a" build-a "$m" "jobs/bench/weak_$m.json"
   run "weak_${m}_b" build-b "$m" "jobs/bench/weak_$m.json"
@@ -60,10 +72,18 @@ done
 echo "a: the tree in ${BASE:-.abbase}; b: this tree"
 grep -h "load balance" "$out/weak_${n}_b_1.log" | cut -c1-200
 if [ "${TRACE:-0}" = 1 ]; then
-  DRIFT_TRACE=1 mpirun -n "$n" --oversubscribe "$root/build-b/drift" bench "jobs/bench/weak_$n.json" --backend cuda --gpus 1 \
+  # shellcheck disable=SC2086
+  DRIFT_TRACE=1 mpirun -n "$n" --oversubscribe ${MPI_ARGS:-} "$root/build-b/drift" bench "jobs/bench/weak_$n.json" --backend cuda --gpus 1 \
     --profile-frames 0 >"$out/trace_weak_$n.out" 2>"$out/trace_weak_$n.log"
   DRIFT_TRACE=1 "$root/build-b/drift" bench jobs/bench/weak_1.json --backend cuda --gpus 1 --profile-frames 0 \
     >"$out/trace_weak_1.out" 2>"$out/trace_weak_1.log"
   for t in "$n" 1; do python3 "$root/tools/trace_summary.py" --frames "$out/trace_weak_$t.log" >"$out/trace_weak_$t.frames.txt" 2>&1; done
+fi
+if [ "${MARKS:-0}" != 0 ]; then
+  # shellcheck disable=SC2086
+  DRIFT_GPU_MARKS=$MARKS mpirun -n "$n" --oversubscribe ${MPI_ARGS:-} "$root/build-b/drift" bench "jobs/bench/weak_$n.json" --backend cuda \
+    --gpus 1 --profile-frames 0 >"$out/marks_weak_$n.out" 2>"$out/marks_weak_$n.log"
+  grep "gpu marks" "$out/marks_weak_$n.log" >"$out/marks_weak_$n.txt"
+  grep "rank 0, device 0: the run" -A24 "$out/marks_weak_$n.txt" | cut -c30-160
 fi
 PACK=1 pack_out
