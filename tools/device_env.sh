@@ -40,6 +40,23 @@ device_build_pair() {
   [ $ok = 1 ]
 }
 
+# device_ab_start NAME TESTS JOBS: the start of an A/B script (device_weak.sh, device_island_ranks.sh):
+# the GPUs listed, A (BASE, default .abbase) and B (this tree) built side by side, then B's ctest -R
+# TESTS (none where empty) with JOBS jobs, one line each; exits 1 (logs packed) when a build fails.
+device_ab_start() {
+  local name=$1 tests=$2 jobs=$3 t0
+  nvidia-smi -L
+  t0=$SECONDS
+  device_build_pair "$root/${BASE:-.abbase}" "" || { PACK=1 pack_out; exit 1; }
+  echo "$name: both builds in $((SECONDS - t0)) s"
+  [ -n "$tests" ] || return 0
+  t0=$SECONDS
+  ctest --test-dir "$root/build-b" -R "$tests" --output-on-failure -j "$jobs" >"$out/tests-b.log" 2>&1
+  echo "$name: B's tests (-R '$tests'): exit $? in $((SECONDS - t0)) s, $(grep 'tests passed' "$out/tests-b.log")"
+  grep -E "\*\*\*Failed|Timeout" "$out/tests-b.log"
+  return 0
+}
+
 # pack_out: everything under $out (frames excepted) into $out/logs.tgz, the other files removed,
 # where OUT is set (the device tool returns at most 8 files); PACK=0 keeps them as they are.
 pack_out() {

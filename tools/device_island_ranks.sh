@@ -23,16 +23,7 @@ frames=${FRAMES:-30}
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
 export PACK=0
-nvidia-smi -L
-t0=$SECONDS
-device_build_pair "$root/${BASE:-.abbase}" "" || { PACK=1 pack_out; exit 1; }
-echo "device_island_ranks: both builds in $((SECONDS - t0)) s"
-if [ -n "$tests" ]; then
-  t0=$SECONDS
-  ctest --test-dir "$root/build-b" -R "$tests" --output-on-failure -j4 >"$out/tests-b.log" 2>&1
-  echo "device_island_ranks: B's tests (-R '$tests'): exit $? in $((SECONDS - t0)) s, $(grep 'tests passed' "$out/tests-b.log")"
-  grep -E "\*\*\*Failed|Timeout" "$out/tests-b.log"
-fi
+device_ab_start device_island_ranks "$tests" 4
 # run NAME BUILD: weak_2, one rank per island, one line from its CSV
 run() {
   local name=$1 build=$2

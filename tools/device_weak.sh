@@ -32,16 +32,7 @@ tests=${TESTS-emigrate_cuda|ranks_2|determinism_ranks}
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
 export PACK=0
-nvidia-smi -L
-t0=$SECONDS
-device_build_pair "$root/${BASE:-.abbase}" "" || { PACK=1 pack_out; exit 1; }
-echo "device_weak: both builds in $((SECONDS - t0)) s"
-if [ -n "$tests" ]; then
-  t0=$SECONDS
-  ctest --test-dir "$root/build-b" -R "$tests" --output-on-failure -j2 >"$out/tests-b.log" 2>&1
-  echo "device_weak: B's tests (-R '$tests'): exit $? in $((SECONDS - t0)) s, $(grep 'tests passed' "$out/tests-b.log")"
-  grep -E "\*\*\*Failed|Timeout" "$out/tests-b.log"
-fi
+device_ab_start device_weak "$tests" 2
 
 # run NAME BUILD RANKS SCENE: one bench, one line (ms/frame and rebuild-mappings/frame from its CSV)
 run() {
