@@ -2348,6 +2348,62 @@ __global__ static void k_unpack_words(size_t n, int bs, const int32_t *idx, int3
   }
 }
 
+/* An island's rank exchange on its devices (island_pack, island_unpack_add). Each block shared
+ * with another rank has an owner member, the lowest member holding it; map holds the owner's
+ * (block index, position in the link's list) pairs. k_island_pack, one CTA per owned block and a
+ * thread per value, writes the island's sum of the block, the owner's copy plus the peers' copies
+ * read by P2P (where they touched it this step, as k_grid reads them), into the message at the
+ * block's position (the dense layout of k_pack); k_island_unpack adds a received message's
+ * values into the owner's copy. The message lies in mapped pinned host memory (island_alloc_sums)
+ * or, for a CUDA-aware MPI, in member 0's device memory. Before, each member's copies came to the
+ * host and the host summed them value by value, a few thousand blocks x 256 values x members a
+ * step. */
+template <typename T>
+__global__ static void k_island_pack(size_t n_own, int bs, const int2 *__restrict__ map, int32_t nb, int *bad,
+                                     const uint8_t *__restrict__ touched, const float *g, const float *g0,
+                                     const long long *ig, const int32_t *__restrict__ tags, island_view iv, T *out) {
+  const int2 m = map[blockIdx.x];
+  const int32_t blk = m.x;
+  T *o = out + (size_t)m.y * bs;
+  if (!index_ok(blk, nb, bad)) {
+    for (int j = threadIdx.x; j < bs; j += blockDim.x) o[j] = 0;
+    return;
+  }
+  const int mine = touched[blk];
+  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
+    T acc = 0;
+    if constexpr (sizeof(T) == sizeof(float)) {
+      if (mine) acc = *sum_slot((size_t)j, bs, blk, (float *)g, (float *)g0);
+      for (int q = 0; q < iv.np; ++q) {
+        const int32_t t = tags[(size_t)blk * iv.np + q];
+        if (t >= 0 && iv.peer_touched[q][t]) acc += *sum_slot((size_t)j, bs, t, (float *)iv.peer_grid[q], (float *)iv.peer_grid0[q]);
+      }
+    } else {
+      if (mine) acc = ig[(size_t)blk * bs + j];
+      for (int q = 0; q < iv.np; ++q) {
+        const int32_t t = tags[(size_t)blk * iv.np + q];
+        if (t >= 0 && iv.peer_touched[q][t]) acc += iv.peer_ig[q][(size_t)t * bs + j]; /* integers: any order */
+      }
+    }
+    o[j] = acc;
+  }
+}
+
+template <typename T>
+__global__ static void k_island_unpack(size_t n_own, int bs, const int2 *__restrict__ map, int32_t nb, int *bad,
+                                       const T *in, T *dst, float *g0, uint8_t *touched) {
+  const int2 m = map[blockIdx.x];
+  const int32_t blk = m.x;
+  if (!index_ok(blk, nb, bad)) return;
+  const T *v = in + (size_t)m.y * bs;
+  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
+    const T x = v[j];
+    if constexpr (sizeof(T) == sizeof(float)) *sum_slot((size_t)j, bs, blk, (float *)dst, g0) += x;
+    else dst[(size_t)blk * bs + j] += x;
+    if (x != 0) touched[blk] = 1; /* every writer stores the same value */
+  }
+}
+
 /* The exchange's block-index lists stay the same from one rebuild-mapping to the next
  * (exchange_setup hands each link's list to mark_shared once), so they are uploaded there, once,
  * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
@@ -3693,6 +3749,7 @@ typedef struct island_xlist {
   int32_t *own_idx[MAX_GPUS];     /* the same for the blocks member k owns (the lowest member holding */
   size_t *own_pos[MAX_GPUS];      /* a block): unpack_add adds the other ranks' sums there only, and */
   size_t own_cnt[MAX_GPUS];       /* the island's reduction brings them to every member */
+  dvec own_map[MAX_GPUS];         /* on member k: its owned blocks as int2 (block index, position) (k_island_pack) */
 } island_xlist;
 
 /* The island's host threads. Host work of the members runs one thread per member (member 0's on
@@ -4374,7 +4431,13 @@ static int island_grid_update(void *state, float dt) {
  * update runs at GRID_SHARED. */
 static int island_grid_update_part(void *state, float dt, int part) {
   island *I = (island *)state;
-  if (I->m[0]->atomics) return part == GRID_INTERIOR ? DR_OK : island_grid_update(state, dt);
+  if (I->m[0]->atomics) {
+    if (part == GRID_INTERIOR) return DR_OK;
+    /* every owner's unpack_add (a plain addition into its copy) before any peer's k_push adds
+     * into that copy with atomics */
+    DR_TRY(island_barrier_all(I));
+    return island_grid_update(state, dt);
+  }
   DR_TRY(island_barrier_all(I));
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
@@ -4518,6 +4581,8 @@ static void island_xl_free(island *I) {
       free(I->xl[j].pos[k]);
       free(I->xl[j].own_idx[k]);
       free(I->xl[j].own_pos[k]);
+      if (I->xl[j].own_map[k].ptr) (void)use(I->m[k]);
+      dvec_free(&I->xl[j].own_map[k]);
     }
   I->n_xl = 0;
 }
@@ -4725,7 +4790,24 @@ static int island_mark_shared(void *state, const int32_t *idx, size_t n) {
     DR_TRY(mark_shared(I->m[k], e->idx[k], e->cnt[k]));
     DR_TRY(mark_shared(I->m[k], e->own_idx[k], e->own_cnt[k]));
   }
-  return DR_OK;
+  /* the owners' (block, position) pairs on their devices, for the exchange on the devices */
+  int2 *pairs = (int2 *)dr_malloc(m * sizeof(int2), "island shared-block lists");
+  if (!pairs) return DR_ENOMEM;
+  int rc = DR_OK;
+  for (int k = 0; k < I->nm && rc == DR_OK; ++k) {
+    if (e->own_cnt[k] == 0) continue;
+    for (size_t t = 0; t < e->own_cnt[k]; ++t) pairs[t] = make_int2(e->own_idx[k][t], (int)e->own_pos[k][t]);
+    rc = use(I->m[k]);
+    if (rc == DR_OK) rc = dvec_reserve_at(&e->own_map[k], e->own_cnt[k] * sizeof(int2), 1, "island shared-block lists",
+                                          __FILE__, __LINE__);
+    if (rc == DR_OK) {
+      const cudaError_t ce = cudaMemcpy(e->own_map[k].ptr, pairs, e->own_cnt[k] * sizeof(int2), cudaMemcpyHostToDevice);
+      if (ce != cudaSuccess) rc = dr_fail(DR_EINTERNAL, "cudaMemcpy failed (%s:%d): %s (island shared-block lists)",
+                                          __FILE__, __LINE__, cudaGetErrorString(ce));
+    }
+  }
+  free(pairs);
+  return rc;
 }
 
 static int island_staging(island *I, size_t bytes) {
@@ -4736,10 +4818,85 @@ static int island_staging(island *I, size_t bytes) {
   return I->xbuf ? DR_OK : DR_ENOMEM;
 }
 
+/* Whether the devices can read and write buf (the exchange's message): pinned host memory (mapped:
+ * island_alloc_sums) or device memory; else the members' sums go through the host. */
+static int island_reaches(void *buf) {
+  cudaPointerAttributes pa;
+  if (cudaPointerGetAttributes(&pa, buf) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return (pa.type == cudaMemoryTypeHost && pa.devicePointer == buf) || pa.type == cudaMemoryTypeDevice;
+}
+
+/* The island's sums of the listed blocks, on the devices (k_island_pack): every member's P2G must
+ * be complete before an owner reads its peers' copies, hence a barrier first; each owner writes
+ * its blocks into out, and the host waits for all of them before the message leaves. The peers'
+ * copies are not written again before the next barrier (the grid update's), which no member
+ * passes before every owner's pack has run. */
+static int island_pack_dev(island *I, const island_xlist *e, size_t n, void *out) {
+  const int bs = sums_floats(I->m[0]);
+  const int det = I->m[0]->det;
+  DR_TRY(island_barrier_all(I));
+  for (int k = 0; k < I->nm; ++k) {
+    cuda_state *s = I->m[k];
+    if (e->own_cnt[k] == 0) continue;
+    DR_TRY(use(s));
+    const int par = s->par;
+    const island_view iv = view_of(s, par);
+    const int2 *map = dp<int2>(e->own_map[k]);
+    const int32_t nb = (int32_t)s->n_blocks;
+    if (det)
+      k_island_pack<long long><<<(unsigned)e->own_cnt[k], MASK_THREADS, 0, s->stream>>>(
+          e->own_cnt[k], bs, map, nb, s->d_xbad, dp<uint8_t>(s->touched[par]), NULL, NULL,
+          dp<long long>(s->igrid[par]), dp<int32_t>(s->tags), iv, (long long *)out);
+    else
+      k_island_pack<float><<<(unsigned)e->own_cnt[k], MASK_THREADS, 0, s->stream>>>(
+          e->own_cnt[k], bs, map, nb, s->d_xbad, dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]),
+          grid0_of(s, par), NULL, dp<int32_t>(s->tags), iv, (float *)out);
+    LAUNCHED("k_island_pack");
+  }
+  for (int k = 0; k < I->nm; ++k) {
+    if (e->own_cnt[k] == 0) continue;
+    DR_TRY(use(I->m[k]));
+    CU(cudaStreamSynchronize(I->m[k]->stream));
+    DR_TRY(xbad_check(I->m[k], "pack (k_island_pack)", e->own_cnt[k]));
+  }
+  (void)n;
+  return DR_OK;
+}
+
+/* A received message added into the owners' copies on their devices (k_island_unpack), without
+ * waiting: the shared blocks' grid update starts with a barrier, which orders every owner's
+ * unpack before its peers read the owner's copy. in stays unchanged until the next g2p. */
+static int island_unpack_dev(island *I, const island_xlist *e, const void *in) {
+  const int bs = sums_floats(I->m[0]);
+  for (int k = 0; k < I->nm; ++k) {
+    cuda_state *s = I->m[k];
+    if (e->own_cnt[k] == 0) continue;
+    DR_TRY(use(s));
+    const int par = s->par;
+    const int2 *map = dp<int2>(e->own_map[k]);
+    const int32_t nb = (int32_t)s->n_blocks;
+    if (s->det)
+      k_island_unpack<long long><<<(unsigned)e->own_cnt[k], MASK_THREADS, 0, s->stream>>>(
+          e->own_cnt[k], bs, map, nb, s->d_xbad, (const long long *)in, dp<long long>(s->igrid[par]), NULL,
+          dp<uint8_t>(s->touched[par]));
+    else
+      k_island_unpack<float><<<(unsigned)e->own_cnt[k], MASK_THREADS, 0, s->stream>>>(
+          e->own_cnt[k], bs, map, nb, s->d_xbad, (const float *)in, dp<float>(s->grid[par]), grid0_of(s, par),
+          dp<uint8_t>(s->touched[par]));
+    LAUNCHED("k_island_unpack");
+    s->unpack_check_n = e->own_cnt[k]; /* island_g2p checks the index marks */
+  }
+  return DR_OK;
+}
+
 static int island_pack(void *state, const int32_t *idx, size_t n, void *out) {
   island *I = (island *)state;
   const island_xlist *e = island_find(I, idx, n, "pack");
   if (!e) return DR_EINTERNAL;
+  if (n > 0 && island_reaches(out)) return island_pack_dev(I, e, n, out);
   const size_t bs = (size_t)sums_floats(I->m[0]), esz = I->m[0]->det ? sizeof(long long) : sizeof(float);
   memset(out, 0, n * bs * esz);
   DR_TRY(island_staging(I, n * bs * esz));
@@ -4767,6 +4924,7 @@ static int island_unpack_add(void *state, const int32_t *idx, size_t n, const vo
   island *I = (island *)state;
   const island_xlist *e = island_find(I, idx, n, "unpack_add");
   if (!e) return DR_EINTERNAL;
+  if (n > 0 && island_reaches((void *)in)) return island_unpack_dev(I, e, in);
   const size_t row = (size_t)sums_floats(I->m[0]) * (I->m[0]->det ? sizeof(long long) : sizeof(float));
   DR_TRY(island_staging(I, n * row));
   for (int k = 0; k < I->nm; ++k) {
@@ -4775,6 +4933,26 @@ static int island_unpack_add(void *state, const int32_t *idx, size_t n, const vo
       memcpy((char *)I->xbuf + t * row, (const char *)in + e->own_pos[k][t] * row, row);
     DR_TRY(use(I->m[k]));
     DR_TRY(unpack_add(I->m[k], e->own_idx[k], e->own_cnt[k], I->xbuf));
+  }
+  return DR_OK;
+}
+
+/* The rank exchange's buffers of an island: pinned host memory that every member maps (the
+ * owners' k_island_pack writes the message there, k_island_unpack reads it), or, for a CUDA-aware
+ * MPI, member 0's device memory, which the others reach by P2P. sim.c's migration buffers come
+ * from here too (pinned). */
+static int island_alloc_sums(void *state, size_t bytes, int device, void **ptr) {
+  island *I = (island *)state;
+  *ptr = NULL;
+  DR_TRY(use(I->m[0]));
+  CU(cudaSetDevice(I->m[0]->device));
+  cudaError_t e = device ? cudaMalloc(ptr, bytes ? bytes : 1)
+                         : cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocPortable | cudaHostAllocMapped);
+  if (e != cudaSuccess) {
+    *ptr = NULL;
+    (void)cudaGetLastError();
+    return dr_fail(DR_ENOMEM, "%s failed (%s:%d): %s: %zu bytes for the shared-block sums between ranks",
+                   device ? "cudaMalloc" : "cudaHostAlloc", __FILE__, __LINE__, cudaGetErrorString(e), bytes);
   }
   return DR_OK;
 }
@@ -4954,6 +5132,8 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->reserve_records = out->emigrate_records ? island_reserve_records : NULL;
   out->particle_blocks = island_particle_blocks;
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* islands: not yet measured, off */
+  out->alloc_sums = island_alloc_sums;
+  out->free_sums = free_sums;
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
   size_t held = 0;

@@ -14,11 +14,28 @@
  * a cell and of order the velocity. */
 #include "sim/simtest.h"
 
+/* argv[2] "p2p_atomics": every scene's islands reduce by P2P atomics (parallel.island_reduce),
+ * the paper's alternative, whose grid update orders the owners' unpack_add before the pushes with
+ * a barrier of its own (test_ranks_2_island_atomics). */
+static const char *island_reduce_;
+
 static void compare(const char *name, const char *json, int must_migrate) {
   int rank, nranks;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   scene s;
+  char patched[4096];
+  const char *par = strstr(json, "\"parallel\":{");
+  if (island_reduce_ && par) {
+    const int head = (int)(par - json) + (int)strlen("\"parallel\":{");
+    const int len = snprintf(patched, sizeof patched, "%.*s\"island_reduce\":\"%s\",%s", head, json, island_reduce_,
+                             json + head);
+    if (len <= 0 || (size_t)len >= sizeof patched) {
+      fprintf(stderr, "%s: scene text too long to patch\n", name);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    json = patched;
+  }
   scene_from_text(json, &s);
   sim_options opt = {.backend = test_backend_, .write_output = 0};
   sim *W = NULL, *R = NULL;
@@ -104,6 +121,7 @@ static void compare(const char *name, const char *json, int must_migrate) {
 int main(int argc, char **argv) {
   init(&argc, &argv);
   choose_backend(argc, argv); /* cpu (default) or cuda: the ranks share the visible GPUs */
+  if (argc > 2) island_reduce_ = argv[2];
   compare("dam break",
           "{\"domain\":{\"min\":[0,0,0],\"max\":[0.8,0.4,0.24],\"dx\":0.02},"
           "\"time\":{\"frames\":10,\"fps\":25,\"dt\":0.0008},"
