@@ -2404,6 +2404,95 @@ __global__ static void k_island_unpack(size_t n_own, int bs, const int2 *__restr
   }
 }
 
+/* An island's sparse rank exchange (island_pack_sparse, island_unpack_add_sparse), on member 0
+ * alone: link_map[j * nm + k] is member k's block index of the link's block j (-1 where k does
+ * not hold it), and island_bufs every member's buffers of the step's parity (member 0's own, the
+ * others' by P2P). The message is that of one GPU (k_pack_words): a mask of the blocks any member
+ * touched this step, then their island sums in mask order. */
+typedef struct island_bufs {
+  float *grid[MAX_GPUS];
+  float *grid0[MAX_GPUS];     /* ASFLIP, else NULL */
+  long long *ig[MAX_GPUS];    /* deterministic mode, else NULL */
+  uint8_t *touched[MAX_GPUS];
+  int32_t nb[MAX_GPUS];       /* each member's grid blocks */
+  int nm;
+} island_bufs;
+
+/* Member k's index of link block j, or -1 (also where it is out of range, marked in bad). */
+__device__ __forceinline__ int32_t island_block(const int32_t *link_map, const island_bufs &b, size_t j, int k,
+                                                int *bad) {
+  const int32_t t = link_map[j * b.nm + k];
+  if (t < 0) return -1;
+  return index_ok(t, b.nb[k], bad) ? t : -1;
+}
+
+__global__ static void k_island_words(size_t n, const int32_t *link_map, island_bufs b, int *bad,
+                                      unsigned long long *mask) {
+  const size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= (n + 63) / 64) return; /* whole warps leave together */
+  unsigned half[2];
+  for (int h = 0; h < 2; ++h) {
+    const size_t j = 64 * w + 32 * h + lane;
+    int on = 0;
+    for (int k = 0; j < n && k < b.nm && !on; ++k) {
+      const int32_t t = island_block(link_map, b, j, k, bad);
+      on = t >= 0 && b.touched[k][t];
+    }
+    half[h] = __ballot_sync(0xffffffffu, on);
+  }
+  if (lane == 0) mask[w] = (unsigned long long)half[0] | (unsigned long long)half[1] << 32;
+}
+
+/* CTA j: link block j's island sum, where the mask marks it, at its place among the values; the
+ * last CTA writes how many blocks the message holds. */
+template <typename T>
+__global__ static void k_island_pack_words(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
+                                           const unsigned long long *mask, T *out, int *total) {
+  const size_t j = blockIdx.x, w = j / 64;
+  if (j == n - 1) {
+    const unsigned all = mask_base(mask, (n + 63) / 64);
+    if (threadIdx.x == 0) *total = (int)all;
+  }
+  const unsigned long long m = mask[w];
+  const int bit = (int)(j % 64);
+  if (!((m >> bit) & 1ull)) return; /* the whole CTA */
+  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << bit) - 1ull));
+  for (int v = threadIdx.x; v < bs; v += blockDim.x) {
+    T acc = 0;
+    for (int k = 0; k < b.nm; ++k) { /* member order: the same sums on every step */
+      const int32_t t = island_block(link_map, b, j, k, bad);
+      if (t < 0 || !b.touched[k][t]) continue;
+      if constexpr (sizeof(T) == sizeof(float)) acc += *sum_slot((size_t)v, bs, t, b.grid[k], b.grid0[k]);
+      else acc += b.ig[k][(size_t)t * bs + v]; /* integers: any order */
+    }
+    out[at * bs + v] = acc;
+  }
+}
+
+/* CTA j: a received message's values of link block j, where its mask marks it, added into the
+ * block's owner (the lowest member holding it; by P2P where that is not member 0). */
+template <typename T>
+__global__ static void k_island_unpack_words(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
+                                             const unsigned long long *mask, const T *in) {
+  const size_t j = blockIdx.x, w = j / 64;
+  const unsigned long long m = mask[w];
+  const int bit = (int)(j % 64);
+  if (!((m >> bit) & 1ull)) return; /* the whole CTA */
+  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << bit) - 1ull));
+  int k = 0;
+  int32_t t = -1;
+  for (; k < b.nm && t < 0; ++k) t = island_block(link_map, b, j, k, bad);
+  if (t < 0) return;
+  --k;
+  for (int v = threadIdx.x; v < bs; v += blockDim.x) {
+    const T x = in[at * bs + v];
+    if constexpr (sizeof(T) == sizeof(float)) *sum_slot((size_t)v, bs, t, b.grid[k], b.grid0[k]) += x;
+    else b.ig[k][(size_t)t * bs + v] += x;
+    if (x != 0) b.touched[k][t] = 1; /* every writer stores the same value */
+  }
+}
+
 /* The exchange's block-index lists stay the same from one rebuild-mapping to the next
  * (exchange_setup hands each link's list to mark_shared once), so they are uploaded there, once,
  * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
@@ -2685,13 +2774,31 @@ static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
   return DR_OK;
 }
 
-static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
-  cuda_state *s = (cuda_state *)state;
+/* A received message's copy to s's device (*msg), queued on xstream at once, so that it overlaps
+ * what the step's stream still runs; the step's stream waits for it. Each link's message of the
+ * step has its own place in xrecv (the kernels of an earlier link may still read theirs); g2p
+ * starts the places again. */
+static int recv_copy(cuda_state *s, const void *in, size_t bytes, char **msg) {
+  size_t at = (s->xrecv_used + 255) & ~(size_t)255;
+  if (at + bytes > s->xrecv.bytes) {
+    if (at > 0) CU(cudaStreamSynchronize(s->stream)); /* the step's earlier unpacks read the old buffer */
+    DVEC(s->xrecv, at + bytes, "exchange receive buffer");
+  }
+  s->xrecv_used = at + bytes;
+  *msg = dp<char>(s->xrecv) + at;
+  if (!s->xstream) CU(cudaStreamCreateWithFlags(&s->xstream, cudaStreamNonBlocking));
+  if (!s->xrecv_ev) CU(cudaEventCreateWithFlags(&s->xrecv_ev, cudaEventDisableTiming));
+  CU(cudaMemcpyAsync(*msg, in, bytes, cudaMemcpyDefault, s->xstream));
+  CU(cudaEventRecord(s->xrecv_ev, s->xstream));
+  CU(cudaStreamWaitEvent(s->stream, s->xrecv_ev, 0));
+  return DR_OK;
+}
+
+/* A sparse message's mask checked on the host against its length: the blocks it marks, each of
+ * vb bytes, must fill it, and no bit may lie past the n listed blocks. The mask is read where it
+ * lies (host memory), or copied first (a CUDA-aware MPI's device buffer). */
+static int sparse_marked(cuda_state *s, size_t n, const void *in, size_t bytes, size_t vb, size_t *marked_out) {
   const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
-  const int bs = sums_floats(s);
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float), vb = (size_t)bs * esz;
-  /* the mask on the host: in itself where it is host memory (pinned by alloc_sums, or pageable),
-   * else a copy (a CUDA-aware MPI received into device memory) */
   size_t marked = 0;
   int beyond = 0;
   if (bytes >= head && head > 0) {
@@ -2714,26 +2821,23 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
   if (bytes < head || bytes != head + marked * vb || beyond)
     return dr_fail(DR_EINTERNAL, "rank exchange: a message of %zu bytes for %zu shared blocks does not match its mask "
                    "(%zu blocks marked, %zu bytes each)", bytes, n, marked, vb);
+  *marked_out = marked;
+  return DR_OK;
+}
+
+static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t head = SPARSE_MASK_BYTES(n);
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float), vb = (size_t)bs * esz;
+  size_t marked = 0;
+  DR_TRY(sparse_marked(s, n, in, bytes, vb, &marked));
   if (marked == 0) return DR_OK;
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx, "unpack_add_sparse"));
   const int32_t nb = (int32_t)s->n_blocks;
-  /* The copy goes on xstream at once, so that it overlaps the interior's P2G and grid update still
-   * running on the step's stream, which waits for it before the unpack kernel. Each link's
-   * message of the step has its own place in xrecv: the kernels of an earlier link may still
-   * read theirs. */
-  size_t at = (s->xrecv_used + 255) & ~(size_t)255;
-  if (at + bytes > s->xrecv.bytes) {
-    if (at > 0) CU(cudaStreamSynchronize(s->stream)); /* the step's earlier unpacks read the old buffer */
-    DVEC(s->xrecv, at + bytes, "exchange receive buffer");
-  }
-  s->xrecv_used = at + bytes;
-  char *msg = dp<char>(s->xrecv) + at;
-  if (!s->xstream) CU(cudaStreamCreateWithFlags(&s->xstream, cudaStreamNonBlocking));
-  if (!s->xrecv_ev) CU(cudaEventCreateWithFlags(&s->xrecv_ev, cudaEventDisableTiming));
-  CU(cudaMemcpyAsync(msg, in, bytes, cudaMemcpyDefault, s->xstream));
-  CU(cudaEventRecord(s->xrecv_ev, s->xstream));
-  CU(cudaStreamWaitEvent(s->stream, s->xrecv_ev, 0));
+  char *msg; /* the copy overlaps the interior's P2G and grid update (recv_copy) */
+  DR_TRY(recv_copy(s, in, bytes, &msg));
   const unsigned long long *dmask = reinterpret_cast<const unsigned long long *>(msg);
   if (s->det)
     k_unpack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
@@ -3750,6 +3854,7 @@ typedef struct island_xlist {
   size_t *own_pos[MAX_GPUS];      /* a block): unpack_add adds the other ranks' sums there only, and */
   size_t own_cnt[MAX_GPUS];       /* the island's reduction brings them to every member */
   dvec own_map[MAX_GPUS];         /* on member k: its owned blocks as int2 (block index, position) (k_island_pack) */
+  dvec link_map;                  /* on member 0: [n][nm] every member's index of each listed block, or -1 (sparse) */
 } island_xlist;
 
 /* The island's host threads. Host work of the members runs one thread per member (member 0's on
@@ -4584,6 +4689,10 @@ static void island_xl_free(island *I) {
       if (I->xl[j].own_map[k].ptr) (void)use(I->m[k]);
       dvec_free(&I->xl[j].own_map[k]);
     }
+  for (int j = 0; j < I->n_xl; ++j) {
+    if (I->xl[j].link_map.ptr) (void)use(I->m[0]);
+    dvec_free(&I->xl[j].link_map);
+  }
   I->n_xl = 0;
 }
 
@@ -4807,6 +4916,22 @@ static int island_mark_shared(void *state, const int32_t *idx, size_t n) {
     }
   }
   free(pairs);
+  /* every member's index of each listed block, on member 0 (the sparse exchange) */
+  int32_t *lm = rc == DR_OK ? (int32_t *)dr_malloc(m * (size_t)I->nm * sizeof(int32_t), "island shared-block lists") : NULL;
+  if (rc == DR_OK && !lm) rc = DR_ENOMEM;
+  if (rc == DR_OK && n > 0) {
+    for (size_t j = 0; j < n; ++j)
+      for (int k = 0; k < I->nm; ++k) lm[j * (size_t)I->nm + k] = I->where[k][idx[j]];
+    rc = use(I->m[0]);
+    if (rc == DR_OK) rc = dvec_reserve_at(&e->link_map, n * (size_t)I->nm * sizeof(int32_t), 1,
+                                          "island shared-block lists", __FILE__, __LINE__);
+    if (rc == DR_OK) {
+      const cudaError_t ce = cudaMemcpy(e->link_map.ptr, lm, n * (size_t)I->nm * sizeof(int32_t), cudaMemcpyHostToDevice);
+      if (ce != cudaSuccess) rc = dr_fail(DR_EINTERNAL, "cudaMemcpy failed (%s:%d): %s (island shared-block lists)",
+                                          __FILE__, __LINE__, cudaGetErrorString(ce));
+    }
+  }
+  free(lm);
   return rc;
 }
 
@@ -4889,6 +5014,95 @@ static int island_unpack_dev(island *I, const island_xlist *e, const void *in) {
     LAUNCHED("k_island_unpack");
     s->unpack_check_n = e->own_cnt[k]; /* island_g2p checks the index marks */
   }
+  return DR_OK;
+}
+
+/* Every member's buffers of the step's parity, as member 0's kernels see them (island_bufs). */
+static island_bufs island_bufs_of(island *I) {
+  island_bufs b;
+  memset(&b, 0, sizeof b);
+  b.nm = I->nm;
+  for (int k = 0; k < I->nm; ++k) {
+    cuda_state *m = I->m[k];
+    const int par = m->par;
+    b.grid[k] = dp<float>(m->grid[par]);
+    b.grid0[k] = grid0_of(m, par);
+    b.ig[k] = m->det ? dp<long long>(m->igrid[par]) : NULL;
+    b.touched[k] = dp<uint8_t>(m->touched[par]);
+    b.nb[k] = (int32_t)m->n_blocks;
+  }
+  return b;
+}
+
+/* backend.h's pack_sparse on an island, on member 0: after a barrier that orders every member's
+ * P2G first, the mask of the listed blocks any member touched (k_island_words), then their island
+ * sums in mask order (k_island_pack_words, the peers' copies read by P2P), copied to out. As for
+ * island_pack, no member writes its copy of a shared block again before the grid update's
+ * barrier, which no member passes before member 0 has packed. */
+static int island_pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
+  island *I = (island *)state;
+  const island_xlist *e = island_find(I, idx, n, "pack_sparse");
+  if (!e) return DR_EINTERNAL;
+  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
+  *bytes = head;
+  if (n == 0) return DR_OK;
+  cuda_state *s = I->m[0];
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
+  DR_TRY(island_barrier_all(I));
+  DR_TRY(use(s));
+  char *msg;
+  DR_TRY(sparse_scratch(s, head + n * bs * esz, &msg));
+  const island_bufs b = island_bufs_of(I);
+  const int32_t *lm = dp<int32_t>(e->link_map);
+  unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
+  k_island_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, lm, b, s->d_xbad, mask);
+  LAUNCHED("k_island_words");
+  if (s->det)
+    k_island_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<long long *>(msg + head), dp<int>(s->count));
+  else
+    k_island_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<float *>(msg + head), dp<int>(s->count));
+  LAUNCHED("k_island_pack_words");
+  int total = 0;
+  DR_TRY(read_count(s, s->count.ptr, &total));
+  *bytes = head + (size_t)total * bs * esz;
+  CU(cudaMemcpyAsync(out, msg, *bytes, cudaMemcpyDefault, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  return xbad_check(s, "pack_sparse (k_island_pack_words)", n);
+}
+
+/* backend.h's unpack_add_sparse on an island, on member 0: the message's marked blocks added
+ * into each block's owner, by P2P where that is another member (k_island_unpack_words), without
+ * waiting. The shared blocks' grid update starts with a barrier, which orders this before any
+ * member reads an owner's copy (and, with p2p_atomics, before the pushes into it); no member
+ * writes its copy of a shared block between the interior's barrier and that one. */
+static int island_unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
+  island *I = (island *)state;
+  const island_xlist *e = island_find(I, idx, n, "unpack_add_sparse");
+  if (!e) return DR_EINTERNAL;
+  cuda_state *s = I->m[0];
+  const size_t head = SPARSE_MASK_BYTES(n);
+  const int bs = sums_floats(s);
+  const size_t vb = (size_t)bs * (s->det ? sizeof(long long) : sizeof(float));
+  size_t marked = 0;
+  DR_TRY(use(s));
+  DR_TRY(sparse_marked(s, n, in, bytes, vb, &marked));
+  if (marked == 0) return DR_OK;
+  char *msg;
+  DR_TRY(recv_copy(s, in, bytes, &msg));
+  const island_bufs b = island_bufs_of(I);
+  const int32_t *lm = dp<int32_t>(e->link_map);
+  const unsigned long long *mask = reinterpret_cast<const unsigned long long *>(msg);
+  if (s->det)
+    k_island_unpack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<const long long *>(msg + head));
+  else
+    k_island_unpack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<const float *>(msg + head));
+  LAUNCHED("k_island_unpack_words");
+  s->unpack_check_n = n; /* island_g2p checks the index marks */
   return DR_OK;
 }
 
@@ -5134,6 +5348,11 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* islands: not yet measured, off */
   out->alloc_sums = island_alloc_sums;
   out->free_sums = free_sums;
+  /* the sparse exchange of one GPU, packed and unpacked by member 0 over P2P (DRIFT_ISLAND_SPARSE=0:
+   * the dense island_pack and island_unpack_add) */
+  const int island_sparse = DRIFT_CUDA_SPARSE && env_flag("DRIFT_ISLAND_SPARSE", 1);
+  out->pack_sparse = island_sparse ? island_pack_sparse : NULL;
+  out->unpack_add_sparse = island_sparse ? island_unpack_add_sparse : NULL;
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
   size_t held = 0;
