@@ -2299,20 +2299,28 @@ __device__ static unsigned mask_base(const unsigned long long *mask, size_t w) {
   return base;
 }
 
+/* Block k's place among a message's values, or -1 where the mask does not mark it. Every thread of
+ * the CTA calls it with the same k (mask_base synchronises the CTA). */
+__device__ static long long mask_place(const unsigned long long *mask, size_t k) {
+  const unsigned long long m = mask[k / 64];
+  const int b = (int)(k % 64);
+  if (!((m >> b) & 1ull)) return -1;
+  return (long long)mask_base(mask, k / 64) + __popcll(m & ((1ull << b) - 1ull));
+}
+
 /* CTA k: shared block k's values, where the mask marks it, at its place in the message (k_pack's
  * layout otherwise); the last CTA also writes how many blocks the message holds. */
 template <typename T>
 __global__ static void k_pack_words(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
                                     const unsigned long long *mask, const T *src, float *g0, T *out, int *total) {
-  const size_t k = blockIdx.x, w = k / 64;
+  const size_t k = blockIdx.x;
   if (k == n - 1) {
     const unsigned all = mask_base(mask, (n + 63) / 64);
     if (threadIdx.x == 0) *total = (int)all;
   }
-  const unsigned long long m = mask[w];
-  const int b = (int)(k % 64);
-  if (!((m >> b) & 1ull)) return; /* the whole CTA */
-  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << b) - 1ull));
+  const long long place = mask_place(mask, k);
+  if (place < 0) return; /* the whole CTA */
+  const size_t at = (size_t)place;
   const int32_t blk = idx[k];
   const int ok = index_ok(blk, nb, bad);
   for (int j = threadIdx.x; j < bs; j += blockDim.x) {
@@ -2332,11 +2340,10 @@ template <typename T>
 __global__ static void k_unpack_words(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
                                       const unsigned long long *mask, const T *in, T *dst, float *g0,
                                       uint8_t *touched) {
-  const size_t k = blockIdx.x, w = k / 64;
-  const unsigned long long m = mask[w];
-  const int b = (int)(k % 64);
-  if (!((m >> b) & 1ull)) return; /* the whole CTA */
-  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << b) - 1ull));
+  const size_t k = blockIdx.x;
+  const long long place = mask_place(mask, k);
+  if (place < 0) return; /* the whole CTA */
+  const size_t at = (size_t)place;
   const int32_t blk = idx[k];
   if (!index_ok(blk, nb, bad)) return;
   for (int j = threadIdx.x; j < bs; j += blockDim.x) {
@@ -2449,15 +2456,14 @@ __global__ static void k_island_words(size_t n, const int32_t *link_map, island_
 template <typename T>
 __global__ static void k_island_pack_words(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
                                            const unsigned long long *mask, T *out, int *total) {
-  const size_t j = blockIdx.x, w = j / 64;
+  const size_t j = blockIdx.x;
   if (j == n - 1) {
     const unsigned all = mask_base(mask, (n + 63) / 64);
     if (threadIdx.x == 0) *total = (int)all;
   }
-  const unsigned long long m = mask[w];
-  const int bit = (int)(j % 64);
-  if (!((m >> bit) & 1ull)) return; /* the whole CTA */
-  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << bit) - 1ull));
+  const long long place = mask_place(mask, j);
+  if (place < 0) return; /* the whole CTA */
+  const size_t at = (size_t)place;
   for (int v = threadIdx.x; v < bs; v += blockDim.x) {
     T acc = 0;
     for (int k = 0; k < b.nm; ++k) { /* member order: the same sums on every step */
@@ -2475,11 +2481,10 @@ __global__ static void k_island_pack_words(size_t n, int bs, const int32_t *link
 template <typename T>
 __global__ static void k_island_unpack_words(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
                                              const unsigned long long *mask, const T *in) {
-  const size_t j = blockIdx.x, w = j / 64;
-  const unsigned long long m = mask[w];
-  const int bit = (int)(j % 64);
-  if (!((m >> bit) & 1ull)) return; /* the whole CTA */
-  const size_t at = mask_base(mask, w) + (unsigned)__popcll(m & ((1ull << bit) - 1ull));
+  const size_t j = blockIdx.x;
+  const long long place = mask_place(mask, j);
+  if (place < 0) return; /* the whole CTA */
+  const size_t at = (size_t)place;
   int k = 0;
   int32_t t = -1;
   for (; k < b.nm && t < 0; ++k) t = island_block(link_map, b, j, k, bad);
@@ -4959,7 +4964,7 @@ static int island_reaches(void *buf) {
  * its blocks into out, and the host waits for all of them before the message leaves. The peers'
  * copies are not written again before the next barrier (the grid update's), which no member
  * passes before every owner's pack has run. */
-static int island_pack_dev(island *I, const island_xlist *e, size_t n, void *out) {
+static int island_pack_dev(island *I, const island_xlist *e, void *out) {
   const int bs = sums_floats(I->m[0]);
   const int det = I->m[0]->det;
   DR_TRY(island_barrier_all(I));
@@ -4987,7 +4992,6 @@ static int island_pack_dev(island *I, const island_xlist *e, size_t n, void *out
     CU(cudaStreamSynchronize(I->m[k]->stream));
     DR_TRY(xbad_check(I->m[k], "pack (k_island_pack)", e->own_cnt[k]));
   }
-  (void)n;
   return DR_OK;
 }
 
@@ -5110,7 +5114,7 @@ static int island_pack(void *state, const int32_t *idx, size_t n, void *out) {
   island *I = (island *)state;
   const island_xlist *e = island_find(I, idx, n, "pack");
   if (!e) return DR_EINTERNAL;
-  if (n > 0 && island_reaches(out)) return island_pack_dev(I, e, n, out);
+  if (n > 0 && island_reaches(out)) return island_pack_dev(I, e, out);
   const size_t bs = (size_t)sums_floats(I->m[0]), esz = I->m[0]->det ? sizeof(long long) : sizeof(float);
   memset(out, 0, n * bs * esz);
   DR_TRY(island_staging(I, n * bs * esz));
