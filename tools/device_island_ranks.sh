@@ -12,7 +12,8 @@
 #      TESTS    ctest -R regex run on B first (default "island|ranks|emigrate"; empty: none)
 #      ISLANDS  the two ranks' DRIFT_DEVICES (default "0,0 1,1")
 #      FRAMES   frames of each run (default 30)
-#      B_ALT    an environment setting (VAR=VALUE) for one more run of B, e.g. DRIFT_ISLAND_SPARSE=0
+#      B_ALT    environment settings (VAR=VALUE, space-separated), one more run of B for each,
+#               e.g. "DRIFT_ISLAND_SPARSE=0 DRIFT_SPLIT_P2G=1"
 #      OUT      the output folder (default: the device tool's $OUT, else ./ab-out)
 # Exit status: 0, or 1 when a build fails (then nothing runs).
 set -uo pipefail
@@ -40,11 +41,13 @@ for r in 1 2; do
   run "a_$r" build-a
   run "b_$r" build-b
 done
-if [ -n "${B_ALT:-}" ]; then
+i=0
+for alt in ${B_ALT:-}; do
+  i=$((i + 1))
   # shellcheck disable=SC2163
-  (export "$B_ALT" && run b_alt build-b)
-  echo "b_alt: $B_ALT"
-fi
+  (export "$alt" && run "b_alt$i" build-b)
+  echo "b_alt$i: $alt"
+done
 echo "a: the tree in ${BASE:-.abbase}; b: this tree; islands: rank 0 $d0, rank 1 $d1"
 grep -h "ranks: 2" "$out/b_1.log" | tail -1 | cut -c1-150
 PACK=1 pack_out
