@@ -535,8 +535,6 @@ typedef struct cuda_state {
   int need_rebuild;
   uint64_t rebuilds;
   float vmax;
-  int g2p_pending[2];           /* g2p_queue: the parities of the G2Ps queued and not yet settled, oldest first */
-  int n_g2p_pending;            /* ... how many (0-2) */
   struct gpu_marks *marks;      /* DRIFT_GPU_MARKS=1: the stream's timeline between entries (gpu_marks) */
 } cuda_state;
 
@@ -4558,85 +4556,43 @@ static int island_grid_update_part(void *state, float dt, int part) {
   return DR_OK;
 }
 
-static int island_g2p_settle(void *state, int all);
-
-/* Every member's G2P queued (lag: launch_g2p's), its flags copied to h_slot[par] and done_ev[par]
- * recorded after them, and the parity flipped for the next step; nothing waited for (a third
- * queued G2P first settles the oldest: h_slot holds two). island_g2p_settle reads the flags. */
-static int island_g2p_launch(island *I, int lag) {
-  for (int k = 0; k < I->nm; ++k)
-    if (I->m[k]->n_g2p_pending == 2) DR_TRY(island_g2p_settle(I, 1));
-  for (int k = 0; k < I->nm; ++k) {
-    cuda_state *s = I->m[k];
-    DR_TRY(use(s));
-    DR_TRY(launch_g2p(s, s->par, lag));
-    CU(cudaMemcpyAsync(&s->h_slot[s->par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
-    CU(cudaEventRecord(s->done_ev[s->par], s->stream));
-    s->g2p_pending[s->n_g2p_pending++] = s->par;
-    s->last_par = s->par;
-    s->par ^= 1;
-  }
-  return DR_OK;
-}
-
-/* Its flags are read after the next step's P2G has been queued: G2P flags the particles leaving
- * the free zone shrunk by a cell (launch_g2p's lag), as the graphs' frames do with STEP_LAG. */
-static int island_g2p_queue(void *state, float dt) {
-  (void)dt; /* k_begin_fixed stored it */
-  return island_g2p_launch((island *)state, 1);
-}
-
-/* backend.h's g2p_settle: the flags of the queued G2Ps, oldest first, all of them, or all but the
- * newest (keep_last): the largest speed and the rebuild wish of the newest settled step, a failure
- * of any. A settled step's unpacks (queued before its G2P) are done with their messages. */
-static int island_g2p_settle(void *state, int all) {
-  island *I = (island *)state;
-  const int keep = all ? 0 : 1;
-  float vmax = 0.0f;
-  int bad = -1, fix = -1, stuck = -1, settled = 0;
-  int bad_par = 0, fix_par = 0, stuck_par = 0;
-  for (int k = 0; k < I->nm; ++k) {
-    cuda_state *s = I->m[k];
-    if (s->n_g2p_pending <= keep) continue;
-    DR_TRY(use(s));
-    while (s->n_g2p_pending > keep) {
-      const int par = s->g2p_pending[0];
-      CU(cudaEventSynchronize(s->done_ev[par]));
-      s->g2p_pending[0] = s->g2p_pending[1];
-      --s->n_g2p_pending;
-      settled = 1;
-      s->xrecv_used = 0;
-      const step_ctl *c = &s->h_slot[par];
-      if (c->bar_stuck && stuck < 0) stuck = k, stuck_par = par;
-      if (c->fix_bad && fix < 0) fix = k, fix_par = par;
-      if (c->bad_id != ~0ULL && bad < 0) bad = k, bad_par = par;
-      memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
-      s->need_rebuild |= c->leave != 0;
-    }
-  }
-  if (!settled) return DR_OK;
-  for (int k = 0; k < I->nm; ++k) vmax = I->m[k]->vmax > vmax ? I->m[k]->vmax : vmax;
-  if (stuck >= 0) return fail_barrier(I, stuck, &I->m[stuck]->h_slot[stuck_par]);
-  /* the unpacks queued before the settled G2Ps (unpack_add_sparse): a later step's, queued since,
-   * may still be running, so the check stays armed until nothing is pending */
-  for (int k = 0; k < I->nm; ++k)
-    if (I->m[k]->unpack_check_n) {
-      const size_t n = I->m[k]->unpack_check_n;
-      if (I->m[k]->n_g2p_pending == 0) I->m[k]->unpack_check_n = 0;
-      DR_TRY(xbad_check(I->m[k], "unpack_add_sparse", n));
-    }
-  if (fix >= 0) return fail_fix(I->m[fix], I->m[fix]->h_slot[fix_par].fix_bad_id);
-  if (bad >= 0) return fail_bad(I->m[bad], I->m[bad]->h_slot[bad_par].bad_id);
-  I->vmax = vmax;
-  return DR_OK;
-}
-
-/* backend.h's g2p: queued and settled at once; the host waits for the step, which keeps the
- * whole free zone. */
 static int island_g2p(void *state, float dt) {
   (void)dt;
-  DR_TRY(island_g2p_launch((island *)state, 0));
-  return island_g2p_settle(state, 1);
+  island *I = (island *)state;
+  for (int k = 0; k < I->nm; ++k) {
+    cuda_state *s = I->m[k];
+    DR_TRY(use(s));
+    DR_TRY(launch_g2p(s, s->par, 0)); /* the flags are read below, before the next step */
+    CU(cudaMemcpyAsync(&s->h_slot[s->par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
+  }
+  float vmax = 0.0f;
+  int bad = -1, fix = -1;
+  for (int k = 0; k < I->nm; ++k) {
+    cuda_state *s = I->m[k];
+    DR_TRY(use(s));
+    CU(cudaStreamSynchronize(s->stream));
+    s->xrecv_used = 0; /* the step's unpacks are done with their messages */
+    const step_ctl *c = &s->h_slot[s->par];
+    s->last_par = s->par;
+    s->par ^= 1;
+    if (c->fix_bad && fix < 0) fix = k;
+    if (c->bad_id != ~0ULL && bad < 0) bad = k;
+    memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
+    if (s->vmax > vmax) vmax = s->vmax;
+    s->need_rebuild |= c->leave != 0;
+  }
+  for (int k = 0; k < I->nm; ++k)
+    if (I->m[k]->h_slot[I->m[k]->last_par].bar_stuck) return fail_barrier(I, k, &I->m[k]->h_slot[I->m[k]->last_par]);
+  for (int k = 0; k < I->nm; ++k) /* the unpacks queued before this G2P (unpack_add_sparse) */
+    if (I->m[k]->unpack_check_n) {
+      const size_t n = I->m[k]->unpack_check_n;
+      I->m[k]->unpack_check_n = 0;
+      DR_TRY(xbad_check(I->m[k], "unpack_add_sparse", n));
+    }
+  if (fix >= 0) return fail_fix(I->m[fix], I->m[fix]->h_slot[I->m[fix]->last_par].fix_bad_id);
+  if (bad >= 0) return fail_bad(I->m[bad], I->m[bad]->h_slot[I->m[bad]->last_par].bad_id);
+  I->vmax = vmax;
+  return DR_OK;
 }
 
 static int island_set_time(void *state, double t) {
@@ -4669,18 +4625,6 @@ static int advance_frame(void *state, const frame_plan *plan, frame_report *rep)
 static int g2p(void *state, float dt) {
   island one = solo(state);
   return island_g2p(&one, dt);
-}
-
-/* One GPU: g2p_queue and g2p_settle through the island's (whose per-step state lives in the
- * member; the island's vmax is copied back by max_speed's member field). */
-static int g2p_queue(void *state, float dt) {
-  island one = solo(state);
-  return island_g2p_queue(&one, dt);
-}
-
-static int g2p_settle(void *state, int all) {
-  island one = solo(state);
-  return island_g2p_settle(&one, all);
 }
 
 static int island_download(void *state, particles *out) {
@@ -5381,8 +5325,6 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->p2g = island_p2g;
   out->grid_update = island_grid_update;
   out->g2p = island_g2p;
-  out->g2p_queue = island_g2p_queue;
-  out->g2p_settle = island_g2p_settle;
   out->finish = island_finish;
   out->set_time = island_set_time;
   out->advance_frame = island_advance_frame;
@@ -5447,7 +5389,7 @@ template <typename... A, int (*F)(void *, A...)> struct on_device<F> {
     if (!s->marks || !s->stream) return F(state, a...);
     int tag = -1; /* p2g_part's and grid_update_part's part */
     if constexpr (std::is_same_v<std::tuple<A...>, std::tuple<float, int>>) tag = std::get<1>(std::make_tuple(a...));
-    const int step_end = (const void *)F == (const void *)&g2p || (const void *)F == (const void *)&g2p_queue;
+    const int step_end = (const void *)F == (const void *)&g2p;
     DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 0, 0));
     const int rc = F(state, a...);
     if (rc == DR_OK) DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 1, step_end));
@@ -5480,8 +5422,6 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->p2g = ON_DEVICE(p2g);
   out->grid_update = ON_DEVICE(grid_update);
   out->g2p = ON_DEVICE(g2p);
-  out->g2p_queue = ON_DEVICE(g2p_queue);
-  out->g2p_settle = ON_DEVICE(g2p_settle);
   out->finish = ON_DEVICE(finish);
   out->set_time = ON_DEVICE(set_time);
   out->advance_frame = ON_DEVICE(advance_frame);

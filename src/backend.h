@@ -118,15 +118,6 @@ typedef struct backend {
   /* Grid to particle, deformation update, advection, free-zone check. A non-finite state or a
    * runaway speed (DR_RUNAWAY_CELLS) fails with DR_EPHYSICS naming the particle. */
   int (*g2p)(void *state, float dt);
-  /* Optional (both or neither; NULL: g2p only): g2p in two halves, so that the device goes on to
-   * the next step's work while the host decides on it. g2p_queue queues the G2P without waiting
-   * for it; g2p_settle takes the flags of the G2Ps queued before (max_speed, wants_rebuild, and
-   * g2p's failures, which it returns): all of them (all = 1; it waits for them), or all but the
-   * last one queued (all = 0; sim.c's lagged vote, whose steps are one G2P behind). At most two
-   * may be queued unsettled (a third settles the oldest first). g2p is g2p_queue then
-   * g2p_settle(all = 1). */
-  int (*g2p_queue)(void *state, float dt);
-  int (*g2p_settle)(void *state, int all);
   /* Largest particle speed after the last g2p (m/s), for the adaptive step. */
   int (*max_speed)(void *state, float *vmax);
   /* Optional (NULL where absent): waits until the work the phases queued is done (cuda), so that

@@ -72,7 +72,6 @@ struct sim {
   MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
   MPI_Op vote_op;
   int vote_nonblocking; /* DRIFT_VOTE_NONBLOCKING=1: MPI_Iallreduce (vote_start) */
-  int vote_lag;         /* the vote carries the flags of the step before the last (vote_op) */
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
   /* Where the next substep starts: frame st.frame + 1, after step_in_frame substeps, at time
@@ -631,18 +630,6 @@ static int vote_op(sim *S) {
   int nb = nbe && !strcmp(nbe, "1");
   DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &nb, 1, MPI_INT, MPI_MAX, S->comm));
   S->vote_nonblocking = nb;
-  /* The lagged vote (fixed steps, a backend with g2p_queue; DRIFT_RANK_LAG=0: off): each step's
-   * G2P is queued and the vote carries the flags of the step before it, so that the device goes
-   * straight on to the next step's P2G while the ranks vote, instead of idling from the end of
-   * its G2P to the host's next launch (about 40 us a step on 2 x H100, DRIFT_GPU_MARKS). The
-   * G2P then flags particles a cell earlier (the graphs' STEP_LAG), and a rebuild-mapping comes
-   * a step after the flag; the frame's last step, a rebuild-mapping and a stop settle every G2P
-   * first. Not with the profile's phase timing, which waits for each phase. */
-  const char *lage = getenv("DRIFT_RANK_LAG");
-  int lag = !(lage && !strcmp(lage, "0")) && S->substeps_fixed > 0 && S->be.g2p_queue && S->be.g2p_settle &&
-            !S->opt.profile;
-  DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &lag, 1, MPI_INT, MPI_MIN, S->comm));
-  S->vote_lag = lag;
   MPI_Datatype t;
   DR_MPI(MPI_Type_contiguous(VOTE_N, MPI_DOUBLE, &t));
   int e = MPI_Type_commit(&t);
@@ -690,7 +677,6 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
   else {
     v->req = MPI_REQUEST_NULL;
     DR_MPI(MPI_Allreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm));
-    log_trace("vote agreed");
   }
   S->fs.wait += MPI_Wtime() - w;
   return DR_OK;
@@ -728,9 +714,6 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     if (v.glob[VOTE_REBAL_NS] > 0) balance_measured(&S->bal, 1e-9 * v.glob[VOTE_REBAL_NS], v.glob[VOTE_MOVED_SUM]);
     const double dt = next_dt(S, t, t1, k, v.glob[VOTE_VMAX]);
     if (dt == 0.0) break;
-    /* a stop and a rebuild-mapping see every step's flags (collective: every rank got the vote) */
-    if (S->vote_lag && (v.glob[VOTE_SIGNAL] != 0 || v.glob[VOTE_REBUILD] != 0))
-      DR_TRY(comm_agree(S->comm, b->g2p_settle(b->state, 1)));
     if (v.glob[VOTE_SIGNAL] != 0) return stop_at(S, (int)v.glob[VOTE_SIGNAL], t, k);
     /* fixed steps: the time from the step count, as on one rank (advance_frame_host) */
     S->st.time = S->substeps_fixed > 0 ? t0 + k * dt : t;
@@ -770,14 +753,7 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
       rc = b->grid_update_part ? b->grid_update_part(b->state, (float)dt, GRID_SHARED) : b->grid_update(b->state, (float)dt);
     if (S->opt.profile) S->st.phase_seconds[PHASE_GRID] += now() - ph, ph = now(); /* the exchange included */
     log_trace("step %d: g2p", k);
-    if (rc == DR_OK && S->vote_lag) {
-      /* the vote below carries the step before this one's flags; the frame's last step settles
-       * whole (the frame's output and the next frame's first vote see every step) */
-      rc = b->g2p_queue(b->state, (float)dt);
-      if (rc == DR_OK) rc = b->g2p_settle(b->state, k + 1 >= S->substeps_fixed);
-    } else if (rc == DR_OK) {
-      rc = b->g2p(b->state, (float)dt);
-    }
+    if (rc == DR_OK) rc = b->g2p(b->state, (float)dt);
     log_trace("step %d: vote", k);
     const double c1 = MPI_Wtime();
     if (S->opt.profile) S->st.phase_seconds[PHASE_G2P] += now() - ph;

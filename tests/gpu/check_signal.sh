@@ -8,7 +8,6 @@
 #   adaptive  the scene as it is (adaptive steps);
 #   fixed     fixed steps (time.dt 5e-5: 5,000 per frame, fused G2P2G below 100K particles);
 #             and DRIFT_TEST_HOOK=signal:0:STEP on one GPU, which must stop exactly before STEP;
-#             and 2 ranks stopped by a signal to rank 1 alone (the lagged vote), resumed on one GPU;
 #   det       deterministic mode (parallel.deterministic): every comparison is bitwise (XTOL =
 #             VTOL = 0) and the resumed runs take exactly the straight run's substeps; and 2
 #             ranks (mpirun, the per-step path) stopped by a signal to rank 1 alone, resumed on
@@ -251,11 +250,9 @@ if [ "$mode" = fixed ]; then # 1 GPU, fixed steps through fused G2P2G
   DRIFT_TEST_HOOK=signal:0:$step run H 9 1 --out H
   hooked H
 fi
-# det and fixed: 2 ranks (each its own backend, stepping phase by phase with a vote per step;
-# with fixed steps the vote lags a G2P behind, sim.c's vote_lag, and the stop settles the last
-# one first); only rank 1 gets the signal; both stop at the same step; resumed on 1 GPU, A's
-# frames (bitwise in deterministic mode).
-if [ "$mode" = det ] || [ "$mode" = fixed ]; then
+# det: 2 ranks (each its own backend, stepping phase by phase with a vote per step); only rank 1
+# gets the signal; both stop at the same step; resumed on 1 GPU, bitwise A's frames.
+if [ "$mode" = det ]; then
   if command -v mpirun >/dev/null; then
     timeout 600 mpirun --oversubscribe -n 2 -x DRIFT_TEST_HOOK=signal:1:$step -x OMP_NUM_THREADS \
       "$drift" run scene.json --backend cuda --out M >M.log 2>&1
