@@ -57,6 +57,20 @@ device_ab_start() {
   return 0
 }
 
+# each_alt PREFIX FUNC ARGS...: for each VAR=VALUE of B_ALT (space-separated), FUNC PREFIXi ARGS...
+# run with that setting exported (i = 1, 2, ...), then a line naming it: B's runs with a switch's
+# other side (device_weak.sh, device_island_ranks.sh).
+each_alt() {
+  local prefix=$1 fn=$2 i=0 alt
+  shift 2
+  for alt in ${B_ALT:-}; do
+    i=$((i + 1))
+    # shellcheck disable=SC2163
+    (export "$alt" && "$fn" "$prefix$i" "$@")
+    echo "$prefix$i: $alt"
+  done
+}
+
 # pack_out: everything under $out (frames excepted) into $out/logs.tgz, the other files removed,
 # where OUT is set (the device tool returns at most 8 files); PACK=0 keeps them as they are.
 pack_out() {

@@ -41,13 +41,7 @@ for r in 1 2; do
   run "a_$r" build-a
   run "b_$r" build-b
 done
-i=0
-for alt in ${B_ALT:-}; do
-  i=$((i + 1))
-  # shellcheck disable=SC2163
-  (export "$alt" && run "b_alt$i" build-b)
-  echo "b_alt$i: $alt"
-done
+each_alt b_alt run build-b
 echo "a: the tree in ${BASE:-.abbase}; b: this tree; islands: rank 0 $d0, rank 1 $d1"
 grep -h "ranks: 2" "$out/b_1.log" | tail -1 | cut -c1-150
 PACK=1 pack_out

@@ -14,8 +14,8 @@
 #      TESTS   ctest -R regex run on B first (default the rank tests; empty: none)
 #      ROUNDS  runs of weak_N on each build (default 2)
 #      EXTRA   more weak_M scenes to run once on A and B, e.g. "2" on a 4-GPU machine
-#      B_ALT   an environment setting (VAR=VALUE) for one more run of B's weak_N, e.g. a switch's
-#              other side
+#      B_ALT   environment settings (VAR=VALUE, space-separated), one more run of B's weak_N for
+#              each, e.g. a switch's other side
 #      TRACE   1: the traced runs of B
 #      MARKS   N: B's weak_N once more under DRIFT_GPU_MARKS=N (each rank's stream timeline between
 #              backend entries, summed by pair, and every N steps above 1) into marks_weak_N.txt,
@@ -51,11 +51,7 @@ for r in $(seq 1 "$rounds"); do
   run "weak_${n}_a_$r" build-a "$n" "jobs/bench/weak_$n.json"
   run "weak_${n}_b_$r" build-b "$n" "jobs/bench/weak_$n.json"
 done
-if [ -n "${B_ALT:-}" ]; then
-  # shellcheck disable=SC2163
-  (export "$B_ALT" && run "weak_${n}_b_alt" build-b "$n" "jobs/bench/weak_$n.json")
-  echo "weak_${n}_b_alt: $B_ALT"
-fi
+each_alt "weak_${n}_b_alt" run build-b "$n" "jobs/bench/weak_$n.json"
 for m in ${EXTRA:-}; do
   run "weak_${m}_a" build-a "$m" "jobs/bench/weak_$m.json"
   run "weak_${m}_b" build-b "$m" "jobs/bench/weak_$m.json"
