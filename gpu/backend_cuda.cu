@@ -2308,17 +2308,23 @@ __device__ static long long mask_place(const unsigned long long *mask, size_t k)
   return (long long)mask_base(mask, k / 64) + __popcll(m & ((1ull << b) - 1ull));
 }
 
+/* mask_place for CTA k of a message's n blocks; the last CTA also writes how many blocks the
+ * message holds (the pack kernels' start). */
+__device__ static long long mask_slot(const unsigned long long *mask, size_t n, size_t k, int *total) {
+  if (k == n - 1) {
+    const unsigned all = mask_base(mask, (n + 63) / 64);
+    if (threadIdx.x == 0) *total = (int)all;
+  }
+  return mask_place(mask, k);
+}
+
 /* CTA k: shared block k's values, where the mask marks it, at its place in the message (k_pack's
  * layout otherwise); the last CTA also writes how many blocks the message holds. */
 template <typename T>
 __global__ static void k_pack_words(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
                                     const unsigned long long *mask, const T *src, float *g0, T *out, int *total) {
   const size_t k = blockIdx.x;
-  if (k == n - 1) {
-    const unsigned all = mask_base(mask, (n + 63) / 64);
-    if (threadIdx.x == 0) *total = (int)all;
-  }
-  const long long place = mask_place(mask, k);
+  const long long place = mask_slot(mask, n, k, total);
   if (place < 0) return; /* the whole CTA */
   const size_t at = (size_t)place;
   const int32_t blk = idx[k];
@@ -2457,11 +2463,7 @@ template <typename T>
 __global__ static void k_island_pack_words(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
                                            const unsigned long long *mask, T *out, int *total) {
   const size_t j = blockIdx.x;
-  if (j == n - 1) {
-    const unsigned all = mask_base(mask, (n + 63) / 64);
-    if (threadIdx.x == 0) *total = (int)all;
-  }
-  const long long place = mask_place(mask, j);
+  const long long place = mask_slot(mask, n, j, total);
   if (place < 0) return; /* the whole CTA */
   const size_t at = (size_t)place;
   for (int v = threadIdx.x; v < bs; v += blockDim.x) {
