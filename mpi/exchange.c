@@ -191,6 +191,7 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
     if (rc == MPI_SUCCESS) ++posted;
   }
   free(boxes);
+  log_trace("exchange setup: lists sent");
   for (int k = 0; k < nn && rc == MPI_SUCCESS; ++k) {
     MPI_Message msg;
     MPI_Status st;
@@ -242,6 +243,7 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
     }
     ++x->nlinks; /* from here exchange_free releases the link */
   }
+  log_trace("exchange setup: lists intersected");
   if (!err) err = arena_place(x, b);
   if (!err && x->sparse) { /* the empty mask a failed pack sends */
     size_t most = 0;
@@ -250,6 +252,7 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
     if (!x->zero_mask) err = dr_fail(DR_ENOMEM, "out of host memory for the exchange's empty mask (%zu bytes)", most);
   }
   for (size_t i = 0; shared && i < n; ++i) x->n_shared += shared[i];
+  log_trace("exchange setup: buffers placed");
   if (!err && b->mark_shared) err = b->mark_shared(b->state, NULL, 0);
   for (int k = 0; k < x->nlinks && !err && b->mark_shared; ++k)
     err = b->mark_shared(b->state, x->links[k].idx, x->links[k].n);

@@ -68,6 +68,8 @@ struct sim {
   /* this rank's last rebalance, for the next vote (0: none since): its time (ns) and emigrants */
   double rebal_ns, rebal_moved;
   int setup_pending;    /* the mapping changed (redistribute): the next step sets up the exchange */
+  int setup_rc;         /* ... and this rank's part of that rebuild-mapping returned this, which the ranks
+                         * agree on in that step, once its P2G is queued (setup_exchange_during_p2g) */
   double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
   MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
   MPI_Op vote_op;
@@ -98,7 +100,7 @@ struct sim {
   size_t mig_cap[3];
   void (*mig_free[3])(void *ptr, int device); /* the backend's free_sums where pinned, else NULL */
   struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (README, "Tests") */
-    int action;         /* 0 none, 1 raise SIGTERM, 2 exit, 3 fail alone */
+    int action;         /* 0 none, 1 raise SIGTERM, 2 exit, 3 fail alone, 4 fail alone in a rebuild-mapping */
     int rank;
     uint64_t step;
   } hook;
@@ -481,6 +483,11 @@ static int redistribute(sim *S, const double *glob) {
   size_t n_in = 0;
   if (rc == DR_OK) rc = migrate_records(S, (const unsigned char *)gone, n_gone, margin, &n_in);
   log_trace("redistribute: %zu particles arrive", n_in);
+  if (rc == DR_OK && S->hook.action == 4 && S->hook.rank == S->rank && S->st.steps + 1 >= S->hook.step) {
+    S->hook.action = 0; /* the tests' hook: this rank's part of a rebuild-mapping fails, the others' do not */
+    rc = dr_fail(DR_EINTERNAL, "DRIFT_TEST_HOOK: rank %d fails alone in its rebuild-mapping before step %llu", S->rank,
+                 (unsigned long long)S->st.steps + 1);
+  }
   if (rc == DR_OK && n_in > 0 && S->be.add_records) {
     rc = S->be.add_records(S->be.state, S->mig_buf[1], n_in);
   } else if (rc == DR_OK && n_in > 0) {
@@ -493,32 +500,39 @@ static int redistribute(sim *S, const double *glob) {
     rc = S->be.rebuild(S->be.state, 1, &rebuilt);
   }
   log_trace("redistribute: rebuilt");
-  rc = comm_agree(S->comm, rc);
-  /* the exchange is set up for the new mapping by the step that follows, while the device runs
-   * its P2G (setup_exchange_during_p2g) */
-  S->setup_pending = rc == DR_OK;
+  /* The ranks agree on this rank's part (rc) in the step that follows, once its P2G is queued, so
+   * that the device does not wait for the slowest rank's rebuild-mapping; then the exchange is set
+   * up for the new mapping while the device runs that P2G (setup_exchange_during_p2g). */
+  S->setup_pending = 1;
+  S->setup_rc = rc;
   if (cuts_move) { /* this rank's part of the rebalance's cost, for the next vote */
     S->rebal_ns = nearbyint(1e9 * (now() - t_start));
     S->rebal_moved = (double)n_gone;
   }
-  return rc;
+  return DR_OK;
 }
 
 /* The first step after a rebuild-mapping of several ranks: the new mapping's block codes come to
- * the host first (blocks(); the backend keeps them), then the step's whole P2G is queued, and
- * the exchange is set up (host work and messages with the neighbours, about 0.3 ms for 44,000
- * blocks, weak_2 on 2 x H200) while the device runs it. Collective: every rank sets up, whatever
- * its P2G returned. */
-static int setup_exchange_during_p2g(sim *S, float dt) {
+ * the host first (blocks(); the backend keeps them), then the step's whole P2G is queued; then
+ * the ranks agree on the rebuild-mapping (redistribute's last part, S->setup_rc: where it failed
+ * on any rank, *agreed says so and every rank stops), and the exchange is set up (host work and
+ * messages with the neighbours, about 0.3 ms for 44,000 blocks, weak_2 on 2 x H200), both while
+ * the device runs the P2G. Collective: every rank sets up, whatever its P2G returned. */
+static int setup_exchange_during_p2g(sim *S, float dt, int *agreed) {
   backend *b = &S->be;
   const uint64_t *codes = NULL;
   size_t n = 0;
-  int rc = b->blocks(b->state, &codes, &n);
-  if (rc == DR_OK) rc = b->p2g(b->state, dt);
-  const int src = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, b));
+  int rc = S->setup_rc;
+  S->setup_rc = DR_OK;
   S->setup_pending = 0;
+  if (rc == DR_OK) rc = b->blocks(b->state, &codes, &n);
+  const int prc = rc == DR_OK ? b->p2g(b->state, dt) : DR_OK;
+  log_trace("exchange setup: the P2G queued");
+  *agreed = comm_agree(S->comm, rc);
+  if (*agreed != DR_OK) return *agreed;
+  const int src = comm_agree(S->comm, exchange_setup(&S->ex, S->comm, b));
   log_trace("exchange set up (%zu shared blocks)", S->ex.n_shared);
-  return rc ? rc : src;
+  return prc ? prc : src;
 }
 
 /* ---- the step loop: step sizes, stops, test hooks ------------------------------------------ */
@@ -546,8 +560,9 @@ static int step_speed(sim *S, float *vmax) {
   return S->be.max_speed(S->be.state, vmax);
 }
 
-/* Parses DRIFT_TEST_HOOK=ACTION:RANK:STEP (ACTION signal, exit or fail): the tests make one rank
- * raise SIGTERM, exit, or fail without telling the others, before substep STEP. */
+/* Parses DRIFT_TEST_HOOK=ACTION:RANK:STEP (ACTION signal, exit, fail or rebuild): the tests make one
+ * rank raise SIGTERM, exit, or fail without telling the others, before substep STEP, or fail
+ * alone in its part of the first rebuild-mapping of several ranks from there on (redistribute). */
 static int parse_test_hook(sim *S) {
   const char *h = getenv("DRIFT_TEST_HOOK");
   if (!h || !*h) return DR_OK;
@@ -555,9 +570,9 @@ static int parse_test_hook(sim *S) {
   int rank = -1;
   unsigned long long step = 0;
   if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
-      (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail")))
-    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail:RANK:STEP (a test hook)", h);
-  S->hook.action = !strcmp(action, "signal") ? 1 : !strcmp(action, "exit") ? 2 : 3;
+      (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail") && strcmp(action, "rebuild")))
+    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail|rebuild:RANK:STEP (a test hook)", h);
+  S->hook.action = !strcmp(action, "signal") ? 1 : !strcmp(action, "exit") ? 2 : !strcmp(action, "fail") ? 3 : 4;
   S->hook.rank = rank;
   S->hook.step = step;
   return DR_OK;
@@ -565,7 +580,7 @@ static int parse_test_hook(sim *S) {
 
 /* The tests' hook (DRIFT_TEST_HOOK), before substep done + 1 of this rank. */
 static int test_hook_at(sim *S, uint64_t done) {
-  if (!S->hook.action || S->hook.rank != S->rank || done + 1 < S->hook.step) return DR_OK;
+  if (!S->hook.action || S->hook.action == 4 || S->hook.rank != S->rank || done + 1 < S->hook.step) return DR_OK;
   const int action = S->hook.action;
   S->hook.action = 0;
   if (action == 1) raise(SIGTERM);
@@ -732,7 +747,9 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     const int split = !setup && b->p2g_part && S->ex.nlinks > 0;
     log_trace("step %d: p2g%s", k, split ? " (boundary)" : setup ? " (exchange set up meanwhile)" : "");
     if (setup) {
-      rc = setup_exchange_during_p2g(S, (float)dt);
+      int agreed = DR_OK;
+      rc = setup_exchange_during_p2g(S, (float)dt, &agreed);
+      if (agreed != DR_OK) return agreed; /* a rank's rebuild-mapping failed: every rank stops here */
     } else {
       rc = split ? b->p2g_part(b->state, (float)dt, P2G_BOUNDARY) : b->p2g(b->state, (float)dt);
     }

@@ -243,7 +243,16 @@ ranks)
   run fails_alone 8 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=fail:1:100 "$drift" run scene.json --out D
   grep -q "^drift: rank 1 failed alone; ending all 2 ranks" fails_alone.log || fail "fails alone: no 'ending all 2 ranks' line"
   grep -q "^drift: frame 2, step 100: DRIFT_TEST_HOOK: rank 1 fails alone" fails_alone.log || fail "fails alone: the cause is not printed"
-  echo "a rank that dies, a rank that fails alone: the job ended within $(($(date +%s) - start)) s"
+  # A rank whose part of a rebuild-mapping fails alone: the ranks agree on it in the step after
+  # (once its P2G is queued, sim.c's setup_exchange_during_p2g) and every rank stops there, each
+  # with its message (an agreed stop: no MPI_Abort).
+  run rebuild_alone 8 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=rebuild:1:100 "$drift" run scene.json --out D
+  grep -q "^drift: frame [0-9]*, step [0-9]*: DRIFT_TEST_HOOK: rank 1 fails alone in its rebuild-mapping before step" \
+    rebuild_alone.log || fail "fails alone in a rebuild-mapping: the cause is not printed"
+  grep -q "^drift: frame [0-9]*, step [0-9]*: another rank failed (status 8)" rebuild_alone.log ||
+    fail "fails alone in a rebuild-mapping: rank 0 does not say that another rank failed"
+  ! grep -q "failed alone; ending all" rebuild_alone.log || fail "fails alone in a rebuild-mapping: the ranks did not agree (MPI_Abort)"
+  echo "a rank that dies, a rank that fails alone (in a step, in a rebuild-mapping): the job ended within $(($(date +%s) - start)) s"
   ;;
 emit)
   # SCENE has particle sources (tests/sim/resume_sources.json: fixed steps, 40 per frame). The
