@@ -29,7 +29,7 @@ device_ab_start device_island_ranks "$tests" 4
 run() {
   local name=$1 build=$2
   local args=(bench jobs/bench/weak_2.json --backend cuda --gpus 2 --frames "$frames" --profile-frames 0 --csv "$out/$name.csv")
-  mpirun -n 1 -x "DRIFT_DEVICES=$d0" "$root/$build/drift" "${args[@]}" : \
+  mpirun --bind-to none -n 1 -x "DRIFT_DEVICES=$d0" "$root/$build/drift" "${args[@]}" : \
     -n 1 -x "DRIFT_DEVICES=$d1" "$root/$build/drift" "${args[@]}" >"$out/$name.log" 2>&1
   python3 - "$name" "$out/$name.csv" <<'PY' || echo "$name: failed: $(tail -2 "$out/$name.log")"
 import csv, sys
