@@ -74,6 +74,8 @@ struct sim {
   MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
   MPI_Op vote_op;
   int vote_nonblocking; /* DRIFT_VOTE_NONBLOCKING=1: MPI_Iallreduce (vote_start) */
+  int migrate_margin;   /* blocks a particle may stray past its rank's box before it migrates at a
+                         * rebuild-mapping whose cuts stay (DRIFT_MIGRATE_MARGIN, default 1; vote_op) */
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
   /* Where the next substep starts: frame st.frame + 1, after step_in_frame substeps, at time
@@ -412,9 +414,10 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
 
 /* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven (from the
  * backend's per-block counts, particle_blocks), then sends the particles that left this rank's
- * box by more than a block (by any amount after new cuts) to the rank that owns their position
- * (emigrate, migrate), and hands the backend those that arrive: the particles that stay never
- * leave the backend (on a GPU they never cross to the host). */
+ * box by more than the margin (a block, DRIFT_MIGRATE_MARGIN; by any amount after new cuts) to
+ * the rank that owns their position (emigrate, migrate), and hands the backend those that
+ * arrive: the particles that stay never leave the backend (on a GPU they never cross to the
+ * host). */
 static int redistribute(sim *S, const double *glob) {
   const double t_start = now();
   /* the load (particles, or compute time since the last rebuild-mapping: balance_by), agreed in
@@ -433,7 +436,7 @@ static int redistribute(sim *S, const double *glob) {
                                          lsum[1] / S->nranks, &estimate);
   const int cuts_move = why != BALANCE_STAY;
   log_trace("redistribute: load agreed");
-  int margin = 1;
+  int margin = S->migrate_margin;
   if (cuts_move) {
     /* weights: 1 per particle, or this rank's cost per particle relative to the mean (x1000) */
     uint64_t weight = 1;
@@ -645,6 +648,13 @@ static int vote_op(sim *S) {
   int nb = nbe && !strcmp(nbe, "1");
   DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &nb, 1, MPI_INT, MPI_MAX, S->comm));
   S->vote_nonblocking = nb;
+  /* For A/B measurements: a wider margin migrates fewer particles back and forth across a cut,
+   * a narrower one keeps the band of shared blocks thinner. The ranks take the largest asked. */
+  const char *mme = getenv("DRIFT_MIGRATE_MARGIN");
+  int mm = mme && *mme ? atoi(mme) : 1;
+  mm = mm < 0 ? 0 : mm > 4 ? 4 : mm;
+  DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &mm, 1, MPI_INT, MPI_MAX, S->comm));
+  S->migrate_margin = mm;
   MPI_Datatype t;
   DR_MPI(MPI_Type_contiguous(VOTE_N, MPI_DOUBLE, &t));
   int e = MPI_Type_commit(&t);

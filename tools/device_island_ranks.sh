@@ -12,6 +12,8 @@
 #      TESTS    ctest -R regex run on B first (default "island|ranks|emigrate"; empty: none)
 #      ISLANDS  the two ranks' DRIFT_DEVICES (default "0,0 1,1")
 #      FRAMES   frames of each run (default 30)
+#      SCENE    the scene (default jobs/bench/weak_2.json; jobs/bench/weak_4.json on islands of 2
+#               distinct GPUs is weak scaling's 3.1M particles per GPU)
 #      B_ALT    environment settings (VAR=VALUE, space-separated), one more run of B for each,
 #               e.g. "DRIFT_ISLAND_SPARSE=0 DRIFT_SPLIT_P2G=1"
 #      OUT      the output folder (default: the device tool's $OUT, else ./ab-out)
@@ -25,10 +27,10 @@ frames=${FRAMES:-30}
 cd "$root" || exit 1
 export PACK=0
 device_ab_start device_island_ranks "$tests" 4
-# run NAME BUILD: weak_2, one rank per island, one line from its CSV
+# run NAME BUILD: SCENE, one rank per island, one line from its CSV
 run() {
   local name=$1 build=$2
-  local args=(bench jobs/bench/weak_2.json --backend cuda --gpus 2 --frames "$frames" --profile-frames 0 --csv "$out/$name.csv")
+  local args=(bench "${SCENE:-jobs/bench/weak_2.json}" --backend cuda --gpus 2 --frames "$frames" --profile-frames 0 --csv "$out/$name.csv")
   mpirun --bind-to none -n 1 -x "DRIFT_DEVICES=$d0" "$root/$build/drift" "${args[@]}" : \
     -n 1 -x "DRIFT_DEVICES=$d1" "$root/$build/drift" "${args[@]}" >"$out/$name.log" 2>&1
   python3 - "$name" "$out/$name.csv" <<'PY' || echo "$name: failed: $(tail -2 "$out/$name.log")"
