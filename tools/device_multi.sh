@@ -19,7 +19,9 @@
 #   island  `drift bench --gpus 1,2,G` on the Sand Blocks family (the multi-GPU efficiency
 #           e = t1 / (n tn), issue #4), then the paper's two alternatives (--island-barrier
 #           events, --island-reduce p2p_atomics) on l = 12 and 16 x l = 46 on G GPUs, and the
-#           largest case with CUDA_MODULE_LOADING=EAGER.
+#           largest case with CUDA_MODULE_LOADING=EAGER; with B_ALT (VAR=VALUE, space-separated:
+#           device_env.sh's each_alt), the family once more on 1, 2 and G GPUs with each setting,
+#           e.g. B_ALT=DRIFT_GRAPH_STEPS=1 (one step a graph launch), before the alternatives.
 #   scenes  issue #9: Fountain and Crawling in Snow (both steps) on 1, 2 and G GPUs.
 #   ranks   issue #8 on one host: the dam break on 2 ranks x 1 GPU against 1 rank x 2 GPUs
 #           (compare_frames by particle id at the last frame), the same Sand Blocks l = 46 timed
@@ -70,6 +72,12 @@ for step in "$@"; do
       [ "$ngpu" -ge 2 ] || { note "island: skipped, $ngpu GPU(s)"; continue; }
       lim "${BENCH_LIMIT:-240}" "$drift" bench --backend cuda --gpus "$glist" "${frames[@]}" --profile-frames 0 --csv "$out/island.csv" \
         >"$out/island.log" 2>&1 || note "island: drift bench failed: $(tail -1 "$out/island.log")"
+      # the same family with each B_ALT setting (island_alt1.csv, ...)
+      island_alt() {
+        lim "${BENCH_LIMIT:-240}" "$drift" bench --backend cuda --gpus "$glist" "${frames[@]}" --profile-frames 0 \
+          --csv "$out/$1.csv" >"$out/$1.log" 2>&1 || echo "$1: drift bench failed: $(tail -1 "$out/$1.log")"
+      }
+      while read -r l; do note "$l"; done < <(each_alt island_alt island_alt)
       # the paper's two alternatives on the smallest and the largest case, on G GPUs (their 1-GPU
       # times are the rows above); ISLAND_ALTS=0 skips them and the eager run
       [ "${ISLAND_ALTS:-1}" = 1 ] || { note "island: $((SECONDS - t0)) s (ISLAND_ALTS=0)"; continue; }
