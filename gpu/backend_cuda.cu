@@ -2270,18 +2270,24 @@ __global__ static void k_mark(size_t n, const int32_t *idx, int32_t nb, int *bad
  * is a few microseconds of a device that waits for them: DRIFT_GPU_MARKS, docs/performance.md.) */
 #define MASK_THREADS 256
 
-__global__ static void k_sparse_words(size_t n, const int32_t *idx, int32_t nb, int *bad, const uint8_t *touched,
-                                      unsigned long long *mask) {
+/* The calling warp's word of the mask (warp w, blocks 64 w .. 64 w + 63 of n): bit k % 64 set
+ * where on(k) (asked only for k < n). Whole warps leave together. k_sparse_words and
+ * k_island_words. */
+template <typename On> __device__ __forceinline__ void mask_word(size_t n, unsigned long long *mask, On on) {
   const size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (w >= (n + 63) / 64) return; /* whole warps leave together */
+  if (w >= (n + 63) / 64) return;
   unsigned half[2];
   for (int h = 0; h < 2; ++h) {
     const size_t k = 64 * w + 32 * h + lane;
-    const int on = k < n && index_ok(idx[k], nb, bad) && touched[idx[k]];
-    half[h] = __ballot_sync(0xffffffffu, on);
+    half[h] = __ballot_sync(0xffffffffu, k < n && on(k));
   }
   if (lane == 0) mask[w] = (unsigned long long)half[0] | (unsigned long long)half[1] << 32;
+}
+
+__global__ static void k_sparse_words(size_t n, const int32_t *idx, int32_t nb, int *bad, const uint8_t *touched,
+                                      unsigned long long *mask) {
+  mask_word(n, mask, [&](size_t k) { return index_ok(idx[k], nb, bad) && touched[idx[k]]; });
 }
 
 /* The marked blocks before word w (the CTA's sum of the popcounts of words [0, w)); every thread
@@ -2441,20 +2447,13 @@ __device__ __forceinline__ int32_t island_block(const int32_t *link_map, const i
 
 __global__ static void k_island_words(size_t n, const int32_t *link_map, island_bufs b, int *bad,
                                       unsigned long long *mask) {
-  const size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= (n + 63) / 64) return; /* whole warps leave together */
-  unsigned half[2];
-  for (int h = 0; h < 2; ++h) {
-    const size_t j = 64 * w + 32 * h + lane;
-    int on = 0;
-    for (int k = 0; j < n && k < b.nm && !on; ++k) {
+  mask_word(n, mask, [&](size_t j) { /* any member touched link block j */
+    for (int k = 0; k < b.nm; ++k) {
       const int32_t t = island_block(link_map, b, j, k, bad);
-      on = t >= 0 && b.touched[k][t];
+      if (t >= 0 && b.touched[k][t]) return true;
     }
-    half[h] = __ballot_sync(0xffffffffu, on);
-  }
-  if (lane == 0) mask[w] = (unsigned long long)half[0] | (unsigned long long)half[1] << 32;
+    return false;
+  });
 }
 
 /* CTA j: link block j's island sum, where the mask marks it, at its place among the values; the
