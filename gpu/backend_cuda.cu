@@ -76,6 +76,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -4044,9 +4045,27 @@ static int island_peers(const int *dev, int n, int atomics) {
   return DR_OK;
 }
 
+/* The host cores this process may run on (its affinity; 0 where it cannot tell). */
+static int usable_cores(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 static int crew_start(island *I) {
   crew *c = &I->crew;
   if (I->nm < 2 || !env_flag("DRIFT_ISLAND_THREADS", 1)) return DR_OK;
+  /* A thread per member only where they can run side by side: on fewer cores the members'
+   * threads (and CUDA's spinning waits) take turns on them, and an island of 4 under mpirun's
+   * default binding to one core ran 16 x l = 46 ten times slower than with a core each (4 x
+   * H200, docs/performance.md). One thread then drives every member, as DRIFT_ISLAND_THREADS=0. */
+  const int cores = usable_cores();
+  if (cores > 0 && cores < I->nm) {
+    log_info("cuda island: rank %d may run on %d host core%s (its CPU affinity), fewer than its %d GPUs: one host "
+             "thread drives them all (give the rank a core per GPU: mpirun --bind-to none, or srun --cpus-per-task)",
+             I->m[0]->prm.rank, cores, cores == 1 ? "" : "s", I->nm);
+    return DR_OK;
+  }
   int e = pthread_mutex_init(&c->mu, NULL);
   if (e == 0) {
     e = pthread_cond_init(&c->go, NULL);
