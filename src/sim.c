@@ -38,6 +38,10 @@ typedef struct rank_frame_stats {
   int rebalanced;
 } rank_frame_stats;
 
+/* DRIFT_TEST_HOOK's actions (parse_test_hook): raise SIGTERM, exit, fail alone before a substep,
+ * or fail alone in a rebuild-mapping of several ranks (redistribute). */
+enum hook_action { HOOK_NONE, HOOK_SIGNAL, HOOK_EXIT, HOOK_FAIL, HOOK_REBUILD };
+
 struct sim {
   const scene *sc;
   MPI_Comm comm;
@@ -102,7 +106,7 @@ struct sim {
   size_t mig_cap[3];
   void (*mig_free[3])(void *ptr, int device); /* the backend's free_sums where pinned, else NULL */
   struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (README, "Tests") */
-    int action;         /* 0 none, 1 raise SIGTERM, 2 exit, 3 fail alone, 4 fail alone in a rebuild-mapping */
+    int action;         /* hook_action */
     int rank;
     uint64_t step;
   } hook;
@@ -486,8 +490,8 @@ static int redistribute(sim *S, const double *glob) {
   size_t n_in = 0;
   if (rc == DR_OK) rc = migrate_records(S, (const unsigned char *)gone, n_gone, margin, &n_in);
   log_trace("redistribute: %zu particles arrive", n_in);
-  if (rc == DR_OK && S->hook.action == 4 && S->hook.rank == S->rank && S->st.steps + 1 >= S->hook.step) {
-    S->hook.action = 0; /* the tests' hook: this rank's part of a rebuild-mapping fails, the others' do not */
+  if (rc == DR_OK && S->hook.action == HOOK_REBUILD && S->hook.rank == S->rank && S->st.steps + 1 >= S->hook.step) {
+    S->hook.action = HOOK_NONE; /* the tests' hook: this rank's part of a rebuild-mapping fails, the others' do not */
     rc = dr_fail(DR_EINTERNAL, "DRIFT_TEST_HOOK: rank %d fails alone in its rebuild-mapping before step %llu", S->rank,
                  (unsigned long long)S->st.steps + 1);
   }
@@ -575,7 +579,10 @@ static int parse_test_hook(sim *S) {
   if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
       (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail") && strcmp(action, "rebuild")))
     return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail|rebuild:RANK:STEP (a test hook)", h);
-  S->hook.action = !strcmp(action, "signal") ? 1 : !strcmp(action, "exit") ? 2 : !strcmp(action, "fail") ? 3 : 4;
+  S->hook.action = !strcmp(action, "signal") ? HOOK_SIGNAL
+                   : !strcmp(action, "exit")   ? HOOK_EXIT
+                   : !strcmp(action, "fail")   ? HOOK_FAIL
+                                               : HOOK_REBUILD;
   S->hook.rank = rank;
   S->hook.step = step;
   return DR_OK;
@@ -583,12 +590,14 @@ static int parse_test_hook(sim *S) {
 
 /* The tests' hook (DRIFT_TEST_HOOK), before substep done + 1 of this rank. */
 static int test_hook_at(sim *S, uint64_t done) {
-  if (!S->hook.action || S->hook.action == 4 || S->hook.rank != S->rank || done + 1 < S->hook.step) return DR_OK;
+  if (S->hook.action == HOOK_NONE || S->hook.action == HOOK_REBUILD || S->hook.rank != S->rank ||
+      done + 1 < S->hook.step)
+    return DR_OK;
   const int action = S->hook.action;
-  S->hook.action = 0;
-  if (action == 1) raise(SIGTERM);
-  if (action == 2) _exit(1); /* a rank that dies */
-  if (action == 3)           /* a failure the other ranks are not told of */
+  S->hook.action = HOOK_NONE;
+  if (action == HOOK_SIGNAL) raise(SIGTERM);
+  if (action == HOOK_EXIT) _exit(1); /* a rank that dies */
+  if (action == HOOK_FAIL)           /* a failure the other ranks are not told of */
     return dr_fail(DR_EINTERNAL, "DRIFT_TEST_HOOK: rank %d fails alone before step %llu", S->rank,
                    (unsigned long long)done + 1);
   return DR_OK;
@@ -602,7 +611,7 @@ static int test_hook(sim *S) { return test_hook_at(S, S->st.steps); }
  * the signal flag, so that a signal stops the run within a step as on the host's loop. */
 static int frame_stop(void *ctx, uint64_t queued) {
   sim *S = ctx;
-  if (S->hook.action == 1) (void)test_hook_at(S, S->st.steps + queued); /* it only raises SIGTERM */
+  if (S->hook.action == HOOK_SIGNAL) (void)test_hook_at(S, S->st.steps + queued); /* it only raises SIGTERM */
   return signals_pending();
 }
 
