@@ -70,14 +70,14 @@ for step in "$@"; do
       ;;
     island)
       [ "$ngpu" -ge 2 ] || { note "island: skipped, $ngpu GPU(s)"; continue; }
-      lim "${BENCH_LIMIT:-240}" "$drift" bench --backend cuda --gpus "$glist" "${frames[@]}" --profile-frames 0 --csv "$out/island.csv" \
-        >"$out/island.log" 2>&1 || note "island: drift bench failed: $(tail -1 "$out/island.log")"
-      # the same family with each B_ALT setting (island_alt1.csv, ...)
-      island_alt() {
+      # island_run NAME: the family on 1, 2 and G GPUs into NAME.csv and NAME.log (a line where it fails)
+      island_run() {
         lim "${BENCH_LIMIT:-240}" "$drift" bench --backend cuda --gpus "$glist" "${frames[@]}" --profile-frames 0 \
           --csv "$out/$1.csv" >"$out/$1.log" 2>&1 || echo "$1: drift bench failed: $(tail -1 "$out/$1.log")"
       }
-      while read -r l; do note "$l"; done < <(each_alt island_alt island_alt)
+      while read -r l; do note "$l"; done < <(island_run island)
+      # the same family with each B_ALT setting (island_alt1.csv, ...)
+      while read -r l; do note "$l"; done < <(each_alt island_alt island_run)
       # the paper's two alternatives on the smallest and the largest case, on G GPUs (their 1-GPU
       # times are the rows above); ISLAND_ALTS=0 skips them and the eager run
       [ "${ISLAND_ALTS:-1}" = 1 ] || { note "island: $((SECONDS - t0)) s (ISLAND_ALTS=0)"; continue; }
