@@ -362,10 +362,21 @@ __device__ static inline unsigned long long global_ns() {
   return t;
 }
 
+/* DRIFT_GPU_STAMPS: where a step's kernels stamp the device's clock into step_ctl.stamp (the first
+ * thread of the first CTA, as the kernel begins; k_barrier also as its own count is published
+ * and as it leaves). In the order a step runs them; island_take sums the time from each stamp to
+ * the next per member (stamps_take). */
+enum stamp_at { ST_BEGIN, ST_P2G, ST_BAR_IN, ST_BAR_SET, ST_BAR_OUT, ST_GRID, ST_G2P, ST_COUNT };
+static_assert(ST_COUNT <= (int)(sizeof(((step_ctl *)0)->stamp) / sizeof(unsigned long long)), "step_ctl.stamp");
+__device__ __forceinline__ void stamp(step_ctl *c, int at) {
+  if (c->stamps && blockIdx.x == 0 && threadIdx.x == 0) c->stamp[at] = global_ns();
+}
+
 __device__ static void island_barrier(step_ctl *c, const island_view &iv) {
   const unsigned seq = ++c->bar_seq;
   __threadfence_system(); /* everything this member wrote before is visible to the peers first */
   atomicExch_system(iv.bar, seq);
+  stamp(c, ST_BAR_SET);
   const unsigned long long t0 = global_ns();
   for (int q = 0; q < iv.np; ++q)
     for (unsigned spins = 0;; ++spins) {
@@ -381,7 +392,11 @@ __device__ static void island_barrier(step_ctl *c, const island_view &iv) {
 }
 
 /* The barrier as a kernel between P2G and the grid update. */
-__global__ static void k_barrier(step_ctl *c, island_view iv) { island_barrier(c, iv); }
+__global__ static void k_barrier(step_ctl *c, island_view iv) {
+  stamp(c, ST_BAR_IN);
+  island_barrier(c, iv);
+  stamp(c, ST_BAR_OUT);
+}
 
 /* ---- state -------------------------------------------------------------------------------- */
 
@@ -537,6 +552,7 @@ typedef struct cuda_state {
   uint64_t rebuilds;
   float vmax;
   struct gpu_marks *marks;      /* DRIFT_GPU_MARKS=1: the stream's timeline between entries (gpu_marks) */
+  struct gpu_stamps *stamps;    /* DRIFT_GPU_STAMPS=1: the device's time between a step's kernels (gpu_stamps) */
 } cuda_state;
 
 /* ---- hash table --------------------------------------------------------------------------- */
@@ -826,6 +842,10 @@ __global__ static void k_remap_move(size_t n_old, const int32_t *__restrict__ to
  * steps of a frame sharing what is left, exactly as sim.c does on the host) and resets the
  * step's flags. A step queued after the frame ended does nothing. */
 __global__ static void k_begin(step_ctl *c, island_view iv) {
+  if (c->stamps) {
+    for (int i = 1; i < ST_COUNT; ++i) c->stamp[i] = 0;
+    c->stamp[ST_BEGIN] = global_ns();
+  }
   c->performed = 0;
   unsigned vmax_bits = c->vmax_bits;
   if (iv.np > 0 && c->mode == DT_ADAPTIVE) { /* the island's largest speed (see the island above) */
@@ -912,6 +932,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
+  stamp(ctl, ST_P2G);
   const int warp = threadIdx.x >> 5;
   const size_t i = (size_t)blockIdx.x * WARPS + warp;
   if (i >= n_packets) return; /* the whole warp */
@@ -1105,6 +1126,7 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
        long long *__restrict__ ig_next, double inv_sm, double inv_sp, const int *__restrict__ cc_index,
        const int32_t *__restrict__ cc_slot, const mesh_samples *__restrict__ cc_vals) {
   if (ctl->done) return; /* uniform over the CUDA block */
+  stamp(ctl, ST_GRID);
   if (blockIdx.x == 0 && threadIdx.x == 0 && ctl->projected) ctl->projected = 0; /* the P2G before took it */
   const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
   const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
@@ -1510,6 +1532,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       int zone_hi) {
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
+  stamp(ctl, ST_G2P);
   const int warp = threadIdx.x >> 5;
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
@@ -1536,6 +1559,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   __shared__ unsigned s_sort[WARPS][LANES];
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
+  stamp(ctl, ST_G2P);
   const int warp = threadIdx.x >> 5;
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
@@ -3532,6 +3556,70 @@ static int marks_record(cuda_state *s, const char *name, int tag, int end, int s
   return end && cudaEventQuery(m->ev[m->n - 1]) == cudaSuccess ? marks_fold(m) : DR_OK;
 }
 
+/* DRIFT_GPU_STAMPS=1: the time from each stamp of an island step (enum stamp_at) to the next, per
+ * member, kept as samples (the first STAMP_SAMPLES steps) for a median and a mean, logged when the
+ * backend ends. What the marks above cannot show inside a graph: the step's kernels one by one
+ * (from one kernel's start to the next one's, i.e. a kernel and the gap after it). The pair
+ * g2p > begin spans two steps: G2P (or G2P2G), the flags' copy, and the wait for the next step,
+ * which is the host's after a rebuild-mapping or at a frame's end (the median leaves those out). */
+#define STAMP_SAMPLES 65536
+typedef struct gpu_stamps {
+  float *v[ST_COUNT][ST_COUNT]; /* [from][to]: us */
+  size_t n[ST_COUNT][ST_COUNT];
+  unsigned long long last_g2p; /* the last step's G2P stamp (0: none) */
+  long steps;
+} gpu_stamps;
+
+static const char *const stamp_names[ST_COUNT] = {"begin", "p2g", "barrier", "published", "passed", "grid", "g2p"};
+
+static void stamps_add(gpu_stamps *g, int a, int b, unsigned long long t0, unsigned long long t1) {
+  if (t1 < t0) return;
+  if (!g->v[a][b] && !(g->v[a][b] = (float *)malloc(STAMP_SAMPLES * sizeof(float)))) return;
+  if (g->n[a][b] < STAMP_SAMPLES) g->v[a][b][g->n[a][b]++] = (float)((double)(t1 - t0) * 1e-3);
+}
+
+/* A performed step's stamps (its flags' copy in the host's slot). */
+static void stamps_take(cuda_state *s, const step_ctl *c) {
+  gpu_stamps *g = s->stamps;
+  if (!g || !c->performed) return;
+  ++g->steps;
+  int last = -1;
+  for (int i = 0; i < ST_COUNT; ++i) {
+    if (!c->stamp[i]) continue;
+    if (last >= 0) stamps_add(g, last, i, c->stamp[last], c->stamp[i]);
+    else if (g->last_g2p) stamps_add(g, ST_G2P, i, g->last_g2p, c->stamp[i]);
+    last = i;
+  }
+  g->last_g2p = c->stamp[ST_G2P];
+}
+
+static int by_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* Logs the stamps' medians and means, and frees them. */
+static void stamps_free(cuda_state *s) {
+  gpu_stamps *g = s->stamps;
+  if (!g) return;
+  fprintf(stderr, "gpu stamps, device %d (member %d of %d): %ld steps; median (mean) us from a stamp to the next:",
+          s->device, s->me, s->nm, g->steps);
+  for (int a = 0; a < ST_COUNT; ++a)
+    for (int b = 0; b < ST_COUNT; ++b) {
+      const size_t n = g->n[a][b];
+      if (n == 0) continue;
+      double sum = 0.0;
+      for (size_t i = 0; i < n; ++i) sum += g->v[a][b][i];
+      qsort(g->v[a][b], n, sizeof(float), by_float);
+      fprintf(stderr, "  %s>%s %.2f (%.2f)", stamp_names[a], stamp_names[b], (double)g->v[a][b][n / 2], sum / (double)n);
+    }
+  fprintf(stderr, "\n");
+  for (int a = 0; a < ST_COUNT; ++a)
+    for (int b = 0; b < ST_COUNT; ++b) free(g->v[a][b]);
+  free(g);
+  s->stamps = NULL;
+}
+
 /* Logs the run's sums and frees the marks. */
 static void marks_free(cuda_state *s) {
   gpu_marks *m = s->marks;
@@ -3549,6 +3637,7 @@ static void destroy(void *state) {
   if (!s) return;
   if (s->stream) cudaSetDevice(s->device);
   marks_free(s);
+  stamps_free(s);
   drop_graphs(s);
   dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
@@ -3658,6 +3747,7 @@ static int setup(cuda_state *s, const particles *p) {
   c0.bad_id = ~0ULL;
   c0.fix_bad_id = ~0ULL;
   c0.done = 1;
+  c0.stamps = s->stamps != NULL;
   CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
   /* the colliders on the device (boundary.h); the faces' types and frictions travel by value */
   const boundary_params *hb = &s->prm.boundary;
@@ -3779,6 +3869,9 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
     else s->marks->period = atol(gm);
   }
+  const char *gs = getenv("DRIFT_GPU_STAMPS");
+  if (gs && atol(gs) > 0 && !(s->stamps = (gpu_stamps *)calloc(1, sizeof *s->stamps)))
+    fprintf(stderr, "DRIFT_GPU_STAMPS: out of host memory for the stamps; none are kept\n");
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
   if (bt && *bt) {
@@ -4308,6 +4401,7 @@ static int island_take(island *I, int par, frame_report *rep, int *stop, int syn
     cuda_state *s = I->m[k];
     const step_ctl *c = &s->h_slot[par];
     s->last_par = par;
+    stamps_take(s, c);
     memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
     if (s->vmax > vmax) vmax = s->vmax;
     s->need_rebuild |= c->leave != 0;

@@ -89,6 +89,8 @@ typedef struct step_ctl {
   unsigned bar_peer_seen;      /* ... and that peer's count when it gave up */
   int projected;               /* the next P2G leaves out the return mapping (set_projected: a run resumed
                                 * from a checkpoint written after G2P2G steps); k_grid clears it */
+  int stamps;                  /* DRIFT_GPU_STAMPS: the step's kernels write stamp[] (the device's global ns) */
+  unsigned long long stamp[8]; /* ... indexed by enum stamp_at (backend_cuda.cu); k_begin zeroes the others */
 } step_ctl;
 
 /* Deterministic mode's P2G target (physics/fixed.h): int64 sums and their scales. */
