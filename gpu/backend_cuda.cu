@@ -543,6 +543,7 @@ typedef struct cuda_state {
   int events;                   /* parallel.island_barrier "events" on an island: host-issued barriers, no graphs */
   int atomics;                  /* parallel.island_reduce "p2p_atomics" on an island: no vel, owners (k_owner) */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
+  cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
   dvec own;                     /* p2p_atomics: [n_blocks] int8, the owner's peer slot or -1 (k_owner) */
   float *h_add;                 /* add_particles: host packets of the new particles (grow-only) */
   uint64_t *h_add_id;
@@ -3563,14 +3564,17 @@ static int marks_record(cuda_state *s, const char *name, int tag, int end, int s
  * g2p > begin spans two steps: G2P (or G2P2G), the flags' copy, and the wait for the next step,
  * which is the host's after a rebuild-mapping or at a frame's end (the median leaves those out). */
 #define STAMP_SAMPLES 65536
+enum { ST_REBUILT = ST_COUNT }; /* from: the last G2P before a rebuild-mapping (to the next step's first stamp) */
 typedef struct gpu_stamps {
-  float *v[ST_COUNT][ST_COUNT]; /* [from][to]: us */
-  size_t n[ST_COUNT][ST_COUNT];
+  float *v[ST_COUNT + 1][ST_COUNT]; /* [from][to]: us */
+  size_t n[ST_COUNT + 1][ST_COUNT];
   unsigned long long last_g2p; /* the last step's G2P stamp (0: none) */
+  uint64_t last_rebuilds;      /* the member's rebuild-mappings at that step */
   long steps;
 } gpu_stamps;
 
-static const char *const stamp_names[ST_COUNT] = {"begin", "p2g", "barrier", "published", "passed", "grid", "g2p"};
+static const char *const stamp_names[ST_COUNT + 1] = {"begin", "p2g",  "barrier", "published",
+                                                      "passed", "grid", "g2p",     "g2p, rebuild-mapping,"};
 
 static void stamps_add(gpu_stamps *g, int a, int b, unsigned long long t0, unsigned long long t1) {
   if (t1 < t0) return;
@@ -3587,10 +3591,11 @@ static void stamps_take(cuda_state *s, const step_ctl *c) {
   for (int i = 0; i < ST_COUNT; ++i) {
     if (!c->stamp[i]) continue;
     if (last >= 0) stamps_add(g, last, i, c->stamp[last], c->stamp[i]);
-    else if (g->last_g2p) stamps_add(g, ST_G2P, i, g->last_g2p, c->stamp[i]);
+    else if (g->last_g2p) stamps_add(g, s->rebuilds != g->last_rebuilds ? ST_REBUILT : ST_G2P, i, g->last_g2p, c->stamp[i]);
     last = i;
   }
   g->last_g2p = c->stamp[ST_G2P];
+  g->last_rebuilds = s->rebuilds;
 }
 
 static int by_float(const void *a, const void *b) {
@@ -3604,7 +3609,7 @@ static void stamps_free(cuda_state *s) {
   if (!g) return;
   fprintf(stderr, "gpu stamps, device %d (member %d of %d): %ld steps; median (mean) us from a stamp to the next:",
           s->device, s->me, s->nm, g->steps);
-  for (int a = 0; a < ST_COUNT; ++a)
+  for (int a = 0; a <= ST_COUNT; ++a)
     for (int b = 0; b < ST_COUNT; ++b) {
       const size_t n = g->n[a][b];
       if (n == 0) continue;
@@ -3614,7 +3619,7 @@ static void stamps_free(cuda_state *s) {
       fprintf(stderr, "  %s>%s %.2f (%.2f)", stamp_names[a], stamp_names[b], (double)g->v[a][b][n / 2], sum / (double)n);
     }
   fprintf(stderr, "\n");
-  for (int a = 0; a < ST_COUNT; ++a)
+  for (int a = 0; a <= ST_COUNT; ++a)
     for (int b = 0; b < ST_COUNT; ++b) free(g->v[a][b]);
   free(g);
   s->stamps = NULL;
@@ -3655,6 +3660,7 @@ static void destroy(void *state) {
     if (s->ph_ev[k]) cudaEventDestroy(s->ph_ev[k]);
   }
   if (s->bar_ev) cudaEventDestroy(s->bar_ev);
+  if (s->rebuilt_ev) cudaEventDestroy(s->rebuilt_ev);
   if (s->xrecv_ev) cudaEventDestroy(s->xrecv_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
@@ -3730,6 +3736,7 @@ static int setup(cuda_state *s, const particles *p) {
     CU(cudaEventCreate(&s->ph_ev[k]));
   }
   CU(cudaEventCreateWithFlags(&s->bar_ev, cudaEventDisableTiming)); /* island_barrier "events" */
+  CU(cudaEventCreateWithFlags(&s->rebuilt_ev, cudaEventDisableTiming));
   CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocDefault));
   memset(s->h_slot, 0, 2 * sizeof(step_ctl));
   CU(cudaHostAlloc((void **)&s->h_xbad, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
@@ -4013,6 +4020,7 @@ typedef struct island {
   size_t rec_cap;
   void *rec_in;             /* island_add_records: one member's share (pinned) */
   size_t rec_in_cap;
+  int rebuild_sync;         /* DRIFT_ISLAND_REBUILD_SYNC=1: the host waits for every member's rebuild (job_rebuild) */
 } island;
 
 /* Makes s's device current before launching on it (one GPU: it already is, since setup). */
@@ -4240,6 +4248,8 @@ static int tag_member(island *I, int k) {
   }
   if (s->n_blocks == 0) return DR_OK;
   DR_TRY(use(s));
+  /* the peers' tables complete (job_rebuild); a no-op for an event not yet recorded (island_tag) */
+  for (int q = 0; q < pt.np; ++q) CU(cudaStreamWaitEvent(s->stream, s->peer[q]->rebuilt_ev, 0));
   k_tag<<<blocks_for(s->n_blocks * pt.np, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       s->n_blocks, dp<uint64_t>(s->block_code), pt, dp<int32_t>(s->tags));
   LAUNCHED("k_tag");
@@ -4260,13 +4270,21 @@ static int island_tag(island *I) {
   return island_sync(I);
 }
 
-/* A member's rebuild-mapping, waited for on its own thread where it has peers: when island_each
- * returns, every member's tables, blocks and moved primed sums (keep_primed) are complete, which
- * is what the peers' tagging and their next k_grid read. */
+/* A member's rebuild-mapping, on its own thread. When island_each returns, every member's host
+ * side of it is done (sizes known, buffers allocated: what the peers' graphs capture), and its
+ * device side is queued, ending with rebuilt_ev. The peers' k_tag, which reads the member's
+ * table by P2P, waits for that event on the device (tag_member); their next k_grid reads its
+ * moved primed sums (keep_primed) only after the step's barrier, which the member reaches after
+ * its rebuild in stream order. So the host goes on to tag and capture while the devices rebuild.
+ * (Before: the host waited for every member's rebuild here, and the devices idled through the
+ * tagging, the capture and the next launch; DRIFT_ISLAND_REBUILD_SYNC=1 still does, for A/B.) */
 static int job_rebuild(island *I, int k) {
   cuda_state *s = I->m[k];
   DR_TRY(rebuild_now(s));
-  if (I->nm > 1) CU(cudaStreamSynchronize(s->stream));
+  if (I->nm > 1) {
+    CU(cudaEventRecord(s->rebuilt_ev, s->stream));
+    if (I->rebuild_sync) CU(cudaStreamSynchronize(s->stream));
+  }
   return DR_OK;
 }
 
@@ -5409,6 +5427,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   island *I = (island *)dr_calloc(1, sizeof *I, "cuda island");
   if (!I) return DR_ENOMEM;
   I->nm = nm;
+  I->rebuild_sync = env_flag("DRIFT_ISLAND_REBUILD_SYNC", 0);
   particles parts[MAX_GPUS];
   memset(parts, 0, sizeof parts);
   int rc = DR_OK;
