@@ -3591,7 +3591,7 @@ static void stamps_take(cuda_state *s, const step_ctl *c) {
   for (int i = 0; i < ST_COUNT; ++i) {
     if (!c->stamp[i]) continue;
     if (last >= 0) stamps_add(g, last, i, c->stamp[last], c->stamp[i]);
-    else if (g->last_g2p) stamps_add(g, s->rebuilds != g->last_rebuilds ? ST_REBUILT : ST_G2P, i, g->last_g2p, c->stamp[i]);
+    else if (g->last_g2p) stamps_add(g, s->rebuilds != g->last_rebuilds ? (int)ST_REBUILT : (int)ST_G2P, i, g->last_g2p, c->stamp[i]);
     last = i;
   }
   g->last_g2p = c->stamp[ST_G2P];
