@@ -184,10 +184,21 @@ static int dvec_fail(size_t need, const char *what, const char *file, int line) 
                     what, need / 1048576.0, freeb / 1048576.0, total / 1048576.0);
 }
 
-static int dvec_reserve_at(dvec *v, size_t need, int exact, const char *what, const char *file, int line) {
+/* Device allocations made (every member's; DRIFT_GPU_STAMPS tells the rebuild-mappings that made
+ * some), and the first allocation of a vector sized by the grid's blocks (DVEC_GRID) in multiples
+ * of what it needs then (DRIFT_DVEC_HEADROOM, default 2, i.e. half full like the others: it grows
+ * with the first rebuild-mapping that needs more; the grid of falling material does, and cudaFree
+ * waits for the device). */
+static unsigned long g_dvec_allocs;
+static size_t g_dvec_headroom = 2;
+
+/* Room for need bytes: none if exact, else growing 4x when half full, the first time first x need. */
+static int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const char *what, const char *file,
+                           int line) {
   if (exact ? need <= v->bytes : 2 * need <= v->bytes) return DR_OK;
-  size_t cap = exact ? need : (4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need);
+  size_t cap = exact ? need : v->bytes ? (4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need) : first * need;
   if (cap < 256) cap = 256;
+  __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   if (v->ptr) CU(cudaFree(v->ptr)); /* contents are never kept across a growth */
   v->ptr = NULL;
   v->bytes = 0;
@@ -198,8 +209,9 @@ static int dvec_reserve_at(dvec *v, size_t need, int exact, const char *what, co
   v->bytes = cap;
   return DR_OK;
 }
-#define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, (what), __FILE__, __LINE__))
-#define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, (what), __FILE__, __LINE__))
+#define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, 2, (what), __FILE__, __LINE__))
+#define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, 1, (what), __FILE__, __LINE__))
+#define DVEC_GRID(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, g_dvec_headroom, (what), __FILE__, __LINE__))
 
 /* The same growth rule, keeping the first `keep` bytes (copied on the stream into the new
  * buffer; the old one is freed after the copy). For appending particles (add_particles). */
@@ -208,6 +220,7 @@ static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st,
   if (2 * need <= v->bytes) return DR_OK;
   size_t cap = 4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need;
   if (cap < 256) cap = 256;
+  __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   void *q = NULL;
   if (cudaMalloc(&q, cap) != cudaSuccess) return dvec_fail(cap, what, file, line);
   if (keep > 0) {
@@ -1753,12 +1766,12 @@ static int rebuild_now(cuda_state *s) {
   int n_pb = 0;
   DR_TRY(read_count(s, dp<int32_t>(s->pblock) + (n - 1), &n_pb));
   s->n_pb = (size_t)n_pb;
-  DVEC(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), "particle blocks");
-  DVEC(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
-  DVEC(s->pb_packets, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
-  DVEC(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), "particle blocks");
-  DVEC(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
-  DVEC(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  DVEC_GRID(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC_GRID(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC_GRID(s->pb_packets, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC_GRID(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC_GRID(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  DVEC_GRID(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
   k_pblocks<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n, keys, dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_coord),
       dp<uint64_t>(s->nbr_codes[0]));
@@ -1808,7 +1821,7 @@ static int rebuild_now(cuda_state *s) {
   const int m = 27 * n_pb;
   CUB_RUN(cub::DeviceRadixSort::SortKeys(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[0]),
                                          dp<uint64_t>(s->nbr_codes[1]), m, 0, s->code_bits, st));
-  DVEC(s->block_code, (size_t)m * sizeof(uint64_t), "grid blocks");
+  DVEC_GRID(s->block_code, (size_t)m * sizeof(uint64_t), "grid blocks");
   CUB_RUN(cub::DeviceSelect::Unique(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
                                     dp<int>(s->count), m, st));
   int nb = 0;
@@ -1830,16 +1843,16 @@ static int rebuild_now(cuda_state *s) {
   }
   s->n_blocks = (size_t)nb;
   for (int k = 0; k < 2; ++k) {
-    DVEC(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
-    DVEC(s->touched[k], s->n_blocks, "grid blocks");
+    DVEC_GRID(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
+    DVEC_GRID(s->touched[k], s->n_blocks, "grid blocks");
     CU(cudaMemsetAsync(s->grid[k].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), st));
     CU(cudaMemsetAsync(s->touched[k].ptr, 0, s->n_blocks, st));
     if (s->asflip) {
-      DVEC(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
+      DVEC_GRID(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
       CU(cudaMemsetAsync(s->grid0[k].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), st));
     }
     if (s->det) {
-      DVEC(s->igrid[k], s->n_blocks * int_floats(s) * sizeof(long long), "grid blocks (fixed point)");
+      DVEC_GRID(s->igrid[k], s->n_blocks * int_floats(s) * sizeof(long long), "grid blocks (fixed point)");
       CU(cudaMemsetAsync(s->igrid[k].ptr, 0, s->n_blocks * int_floats(s) * sizeof(long long), st));
     }
   }
@@ -1854,14 +1867,14 @@ static int rebuild_now(cuda_state *s) {
   }
   if (s->nm > 1) { /* the island: the grid update's output (or the owners) and the peers' block indices (k_tag) */
     if (s->atomics) {
-      DVEC(s->own, s->n_blocks, "grid blocks (island owners)");
+      DVEC_GRID(s->own, s->n_blocks, "grid blocks (island owners)");
     } else {
-      DVEC(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
-      if (s->asflip) DVEC(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
+      DVEC_GRID(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
+      if (s->asflip) DVEC_GRID(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
     }
-    DVEC(s->tags, s->n_blocks * (size_t)(s->nm - 1) * sizeof(int32_t), "grid blocks (island tags)");
+    DVEC_GRID(s->tags, s->n_blocks * (size_t)(s->nm - 1) * sizeof(int32_t), "grid blocks (island tags)");
   }
-  DVEC(s->shared, s->n_blocks, "grid blocks");
+  DVEC_GRID(s->shared, s->n_blocks, "grid blocks");
   CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, st));
 
   /* 5. Hash table code -> dense index, then each particle block's 27 physical blocks. */
@@ -3564,17 +3577,21 @@ static int marks_record(cuda_state *s, const char *name, int tag, int end, int s
  * g2p > begin spans two steps: G2P (or G2P2G), the flags' copy, and the wait for the next step,
  * which is the host's after a rebuild-mapping or at a frame's end (the median leaves those out). */
 #define STAMP_SAMPLES 65536
-enum { ST_REBUILT = ST_COUNT }; /* from: the last G2P before a rebuild-mapping (to the next step's first stamp) */
+/* from: the last G2P before a rebuild-mapping (to the next step's first stamp), without and with
+ * device allocations (g_dvec_allocs) since */
+enum { ST_REBUILT = ST_COUNT, ST_REBUILT_ALLOC, ST_FROM };
 typedef struct gpu_stamps {
-  float *v[ST_COUNT + 1][ST_COUNT]; /* [from][to]: us */
-  size_t n[ST_COUNT + 1][ST_COUNT];
+  float *v[ST_FROM][ST_COUNT]; /* [from][to]: us */
+  size_t n[ST_FROM][ST_COUNT];
   unsigned long long last_g2p; /* the last step's G2P stamp (0: none) */
   uint64_t last_rebuilds;      /* the member's rebuild-mappings at that step */
+  unsigned long last_allocs;   /* g_dvec_allocs then */
   long steps;
 } gpu_stamps;
 
-static const char *const stamp_names[ST_COUNT + 1] = {"begin", "p2g",  "barrier", "published",
-                                                      "passed", "grid", "g2p",     "g2p, rebuild-mapping,"};
+static const char *const stamp_names[ST_FROM] = {
+    "begin", "p2g", "barrier", "published", "passed", "grid", "g2p", "g2p, rebuild-mapping,",
+    "g2p, rebuild-mapping with allocations,"};
 
 static void stamps_add(gpu_stamps *g, int a, int b, unsigned long long t0, unsigned long long t1) {
   if (t1 < t0) return;
@@ -3591,11 +3608,18 @@ static void stamps_take(cuda_state *s, const step_ctl *c) {
   for (int i = 0; i < ST_COUNT; ++i) {
     if (!c->stamp[i]) continue;
     if (last >= 0) stamps_add(g, last, i, c->stamp[last], c->stamp[i]);
-    else if (g->last_g2p) stamps_add(g, s->rebuilds != g->last_rebuilds ? (int)ST_REBUILT : (int)ST_G2P, i, g->last_g2p, c->stamp[i]);
+    else if (g->last_g2p) {
+      const unsigned long allocs = __atomic_load_n(&g_dvec_allocs, __ATOMIC_RELAXED);
+      const int from = s->rebuilds == g->last_rebuilds ? (int)ST_G2P
+                       : allocs == g->last_allocs     ? (int)ST_REBUILT
+                                                      : (int)ST_REBUILT_ALLOC;
+      stamps_add(g, from, i, g->last_g2p, c->stamp[i]);
+    }
     last = i;
   }
   g->last_g2p = c->stamp[ST_G2P];
   g->last_rebuilds = s->rebuilds;
+  g->last_allocs = __atomic_load_n(&g_dvec_allocs, __ATOMIC_RELAXED);
 }
 
 static int by_float(const void *a, const void *b) {
@@ -3609,17 +3633,19 @@ static void stamps_free(cuda_state *s) {
   if (!g) return;
   fprintf(stderr, "gpu stamps, device %d (member %d of %d): %ld steps; median (mean) us from a stamp to the next:",
           s->device, s->me, s->nm, g->steps);
-  for (int a = 0; a <= ST_COUNT; ++a)
+  for (int a = 0; a < ST_FROM; ++a)
     for (int b = 0; b < ST_COUNT; ++b) {
       const size_t n = g->n[a][b];
       if (n == 0) continue;
       double sum = 0.0;
       for (size_t i = 0; i < n; ++i) sum += g->v[a][b][i];
       qsort(g->v[a][b], n, sizeof(float), by_float);
-      fprintf(stderr, "  %s>%s %.2f (%.2f)", stamp_names[a], stamp_names[b], (double)g->v[a][b][n / 2], sum / (double)n);
+      fprintf(stderr, "  %s>%s %.2f (%.2f, %zu)", stamp_names[a], stamp_names[b], (double)g->v[a][b][n / 2],
+              sum / (double)n, n);
     }
+  fprintf(stderr, "  device allocations %lu", __atomic_load_n(&g_dvec_allocs, __ATOMIC_RELAXED));
   fprintf(stderr, "\n");
-  for (int a = 0; a <= ST_COUNT; ++a)
+  for (int a = 0; a < ST_FROM; ++a)
     for (int b = 0; b < ST_COUNT; ++b) free(g->v[a][b]);
   free(g);
   s->stamps = NULL;
@@ -3870,15 +3896,17 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->prm.materials = s->mats;
   s->device = device;
   s->nm = 1;
-  const char *gm = getenv("DRIFT_GPU_MARKS");
-  if (gm && atol(gm) > 0) { /* freed by destroy, which logs them */
-    s->marks = (gpu_marks *)calloc(1, sizeof *s->marks);
-    if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
-    else s->marks->period = atol(gm);
+  const char *hr = getenv("DRIFT_DVEC_HEADROOM");
+  if (hr && *hr) {
+    char *end = NULL;
+    const long h = strtol(hr, &end, 10);
+    if (end == hr || *end || h < 2 || h > 64) {
+      free(s->mats);
+      free(s);
+      return dr_fail(DR_EINPUT, "DRIFT_DVEC_HEADROOM='%s': expected a whole number from 2 to 64", hr);
+    }
+    g_dvec_headroom = (size_t)h;
   }
-  const char *gs = getenv("DRIFT_GPU_STAMPS");
-  if (gs && atol(gs) > 0 && !(s->stamps = (gpu_stamps *)calloc(1, sizeof *s->stamps)))
-    fprintf(stderr, "DRIFT_GPU_STAMPS: out of host memory for the stamps; none are kept\n");
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
   if (bt && *bt) {
@@ -3906,6 +3934,15 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     s->skew_where = strcmp(where, "pre") ? SKEW_POST : SKEW_PRE;
     s->skew_ns = (unsigned long long)(us * 1e3);
   }
+  const char *gm = getenv("DRIFT_GPU_MARKS");
+  if (gm && atol(gm) > 0) { /* freed by destroy, which logs them */
+    s->marks = (gpu_marks *)calloc(1, sizeof *s->marks);
+    if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
+    else s->marks->period = atol(gm);
+  }
+  const char *gs = getenv("DRIFT_GPU_STAMPS");
+  if (gs && atol(gs) > 0 && !(s->stamps = (gpu_stamps *)calloc(1, sizeof *s->stamps)))
+    fprintf(stderr, "DRIFT_GPU_STAMPS: out of host memory for the stamps; none are kept\n");
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
   /* Deterministic mode: no fused G2P2G. Inside one kernel the compiler may contract G2P's and
    * P2G's arithmetic into other FMAs than across two kernels, so the fused path would not be
@@ -5044,7 +5081,7 @@ static int island_mark_shared(void *state, const int32_t *idx, size_t n) {
     if (e->own_cnt[k] == 0) continue;
     for (size_t t = 0; t < e->own_cnt[k]; ++t) pairs[t] = make_int2(e->own_idx[k][t], (int)e->own_pos[k][t]);
     rc = use(I->m[k]);
-    if (rc == DR_OK) rc = dvec_reserve_at(&e->own_map[k], e->own_cnt[k] * sizeof(int2), 1, "island shared-block lists",
+    if (rc == DR_OK) rc = dvec_reserve_at(&e->own_map[k], e->own_cnt[k] * sizeof(int2), 1, 1, "island shared-block lists",
                                           __FILE__, __LINE__);
     if (rc == DR_OK) {
       const cudaError_t ce = cudaMemcpy(e->own_map[k].ptr, pairs, e->own_cnt[k] * sizeof(int2), cudaMemcpyHostToDevice);
@@ -5060,7 +5097,7 @@ static int island_mark_shared(void *state, const int32_t *idx, size_t n) {
     for (size_t j = 0; j < n; ++j)
       for (int k = 0; k < I->nm; ++k) lm[j * (size_t)I->nm + k] = I->where[k][idx[j]];
     rc = use(I->m[0]);
-    if (rc == DR_OK) rc = dvec_reserve_at(&e->link_map, n * (size_t)I->nm * sizeof(int32_t), 1,
+    if (rc == DR_OK) rc = dvec_reserve_at(&e->link_map, n * (size_t)I->nm * sizeof(int32_t), 1, 1,
                                           "island shared-block lists", __FILE__, __LINE__);
     if (rc == DR_OK) {
       const cudaError_t ce = cudaMemcpy(e->link_map.ptr, lm, n * (size_t)I->nm * sizeof(int32_t), cudaMemcpyHostToDevice);
