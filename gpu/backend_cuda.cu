@@ -270,11 +270,15 @@ template <typename T> static T *dp(const dvec &v) { return (T *)v.ptr; }
  *    of step n cleared that buffer and after barrier n, so every peer has finished its k_grid of
  *    step n - 1, the last reader of P[1 - par] before; peers read it next after barrier n + 1,
  *    which I reach only after that P2G. The two points above hold as they are.
- *  - Rebuild-mapping: every member's queued steps have finished before any member rebuilds, and
- *    each member's rebuild has completed on its GPU (job_rebuild waits for its stream) before
- *    any member tags, so the hash tables the peers' k_tag reads and the primed sums that a
- *    member's rebuild moves to its new blocks (keep_primed) are complete before any peer reads
- *    them, and nothing reads the old buffers while they are swapped out. The first
+ *  - Rebuild-mapping: every member's queued steps have finished before any member rebuilds, so
+ *    nothing reads the old buffers while they are swapped out. Each member records rebuilt_ev
+ *    after its rebuild, and a member's k_tag waits on its GPU for every peer's event
+ *    (job_rebuild, tag_member), so the hash tables k_tag reads are complete; the primed sums
+ *    that a member's rebuild moves to its new blocks (keep_primed) are read by the peers only in
+ *    their k_grid after the next barrier, which the member reaches after its rebuild in stream
+ *    order (p2p_atomics: a member's k_push comes after its k_tag, so after the owners' clears of
+ *    their rebuilt buffers). The host captures the next graphs meanwhile: the peers' buffers are
+ *    allocated when island_each(job_rebuild) returns. The first
  *    unfused step after G2P2G frames is launched without its P2G outside the graph, with the
  *    same barrier and k_grid, so the order above is unchanged.
  * Adaptive steps need the island's largest speed before P2G: k_begin publishes the member's
