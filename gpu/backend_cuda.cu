@@ -168,9 +168,12 @@ static unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + 
 
 /* A device buffer that grows to 4x its capacity when a request needs more than half of it, so
  * that the steady state allocates nothing (DESIGN.md). */
+#define DVEC_SPARES 8
 typedef struct dvec {
   void *ptr;
   size_t bytes;
+  void *spare[DVEC_SPARES]; /* DRIFT_DVEC_KEEP_OLD=1: the buffers it grew out of, freed with it */
+  int n_spare;
 } dvec;
 
 static int dvec_fail(size_t need, const char *what, const char *file, int line) {
@@ -191,6 +194,31 @@ static int dvec_fail(size_t need, const char *what, const char *file, int line) 
  * waits for the device). */
 static unsigned long g_dvec_allocs;
 static size_t g_dvec_headroom = 2;
+static int g_dvec_keep_old; /* DRIFT_DVEC_KEEP_OLD=1: a growth keeps the old buffer until the vector is freed */
+static int g_dvec_log;      /* DRIFT_GPU_STAMPS=1: each growth logged, with the host's time in cudaFree and cudaMalloc */
+
+static double dvec_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* The growth's release of the old buffer: cudaFree (which waits for the device), or kept aside. */
+static cudaError_t dvec_release(dvec *v) {
+  if (!v->ptr) return cudaSuccess;
+  if (g_dvec_keep_old && v->n_spare < DVEC_SPARES) {
+    v->spare[v->n_spare++] = v->ptr;
+    return cudaSuccess;
+  }
+  return cudaFree(v->ptr);
+}
+
+static void dvec_logged(const char *what, size_t from, size_t to, double free_ms, double malloc_ms, const char *file,
+                        int line) {
+  if (g_dvec_log)
+    fprintf(stderr, "gpu alloc: %s: %.2f -> %.2f MiB: free %.3f ms, malloc %.3f ms (%s:%d)\n", what, from / 1048576.0,
+            to / 1048576.0, free_ms, malloc_ms, file, line);
+}
 
 /* Room for need bytes: none if exact, else growing 4x when half full, the first time first x need. */
 static int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const char *what, const char *file,
@@ -199,14 +227,18 @@ static int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const 
   size_t cap = exact ? need : v->bytes ? (4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need) : first * need;
   if (cap < 256) cap = 256;
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
-  if (v->ptr) CU(cudaFree(v->ptr)); /* contents are never kept across a growth */
+  const size_t from = v->bytes;
+  const double t0 = g_dvec_log ? dvec_now_ms() : 0.0;
+  CU(dvec_release(v)); /* contents are never kept across a growth */
   v->ptr = NULL;
   v->bytes = 0;
+  const double t1 = g_dvec_log ? dvec_now_ms() : 0.0;
   if (cudaMalloc(&v->ptr, cap) != cudaSuccess) {
     v->ptr = NULL;
     return dvec_fail(cap, what, file, line);
   }
   v->bytes = cap;
+  if (g_dvec_log) dvec_logged(what, from, cap, t1 - t0, dvec_now_ms() - t1, file, line);
   return DR_OK;
 }
 #define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, 2, (what), __FILE__, __LINE__))
@@ -222,7 +254,9 @@ static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st,
   if (cap < 256) cap = 256;
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   void *q = NULL;
+  const double t0 = g_dvec_log ? dvec_now_ms() : 0.0;
   if (cudaMalloc(&q, cap) != cudaSuccess) return dvec_fail(cap, what, file, line);
+  const double t1 = g_dvec_log ? dvec_now_ms() : 0.0;
   if (keep > 0) {
     cudaError_t e = cudaMemcpyAsync(q, v->ptr, keep, cudaMemcpyDeviceToDevice, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
@@ -231,17 +265,21 @@ static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st,
       return cuda_fail(e, "cudaMemcpyAsync(keep on growth)", file, line);
     }
   }
-  if (v->ptr) CU(cudaFree(v->ptr));
+  const size_t from = v->bytes;
+  CU(dvec_release(v));
   v->ptr = q;
   v->bytes = cap;
+  if (g_dvec_log) dvec_logged(what, from, cap, dvec_now_ms() - t1, t1 - t0, file, line); /* free: with the copy */
   return DR_OK;
 }
 #define DVEC_KEEP(v, need, keep, st, what) DR_TRY(dvec_grow_keep_at(&(v), (need), (keep), (st), (what), __FILE__, __LINE__))
 
 static void dvec_free(dvec *v) {
   if (v->ptr) cudaFree(v->ptr);
+  for (int i = 0; i < v->n_spare; ++i) cudaFree(v->spare[i]);
   v->ptr = NULL;
   v->bytes = 0;
+  v->n_spare = 0;
 }
 
 template <typename T> static T *dp(const dvec &v) { return (T *)v.ptr; }
@@ -3944,7 +3982,9 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
     else s->marks->period = atol(gm);
   }
+  g_dvec_keep_old = env_flag("DRIFT_DVEC_KEEP_OLD", 0);
   const char *gs = getenv("DRIFT_GPU_STAMPS");
+  g_dvec_log = gs && atol(gs) > 0;
   if (gs && atol(gs) > 0 && !(s->stamps = (gpu_stamps *)calloc(1, sizeof *s->stamps)))
     fprintf(stderr, "DRIFT_GPU_STAMPS: out of host memory for the stamps; none are kept\n");
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
