@@ -197,11 +197,13 @@ static size_t g_dvec_headroom = 2;
 static int g_dvec_keep_old; /* DRIFT_DVEC_KEEP_OLD=1: a growth keeps the old buffer until the vector is freed */
 static int g_dvec_log;      /* DRIFT_GPU_STAMPS=1: each growth logged, with the host's time in cudaFree and cudaMalloc */
 
-static double dvec_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+/* The host's monotonic clock (ns): the growths' log here, the island's crew below. */
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
 }
+static double now_ms(void) { return now_ns() * 1e-6; }
 
 /* The growth's release of the old buffer: cudaFree (which waits for the device), or kept aside. */
 static cudaError_t dvec_release(dvec *v) {
@@ -215,8 +217,7 @@ static cudaError_t dvec_release(dvec *v) {
 
 static void dvec_logged(const char *what, size_t from, size_t to, double free_ms, double malloc_ms, const char *file,
                         int line) {
-  if (g_dvec_log)
-    fprintf(stderr, "gpu alloc: %s: %.2f -> %.2f MiB: free %.3f ms, malloc %.3f ms (%s:%d)\n", what, from / 1048576.0,
+  fprintf(stderr, "gpu alloc: %s: %.2f -> %.2f MiB: free %.3f ms, malloc %.3f ms (%s:%d)\n", what, from / 1048576.0,
             to / 1048576.0, free_ms, malloc_ms, file, line);
 }
 
@@ -228,17 +229,17 @@ static int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const 
   if (cap < 256) cap = 256;
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   const size_t from = v->bytes;
-  const double t0 = g_dvec_log ? dvec_now_ms() : 0.0;
+  const double t0 = g_dvec_log ? now_ms() : 0.0;
   CU(dvec_release(v)); /* contents are never kept across a growth */
   v->ptr = NULL;
   v->bytes = 0;
-  const double t1 = g_dvec_log ? dvec_now_ms() : 0.0;
+  const double t1 = g_dvec_log ? now_ms() : 0.0;
   if (cudaMalloc(&v->ptr, cap) != cudaSuccess) {
     v->ptr = NULL;
     return dvec_fail(cap, what, file, line);
   }
   v->bytes = cap;
-  if (g_dvec_log) dvec_logged(what, from, cap, t1 - t0, dvec_now_ms() - t1, file, line);
+  if (g_dvec_log) dvec_logged(what, from, cap, t1 - t0, now_ms() - t1, file, line);
   return DR_OK;
 }
 #define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, 2, (what), __FILE__, __LINE__))
@@ -254,9 +255,9 @@ static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st,
   if (cap < 256) cap = 256;
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   void *q = NULL;
-  const double t0 = g_dvec_log ? dvec_now_ms() : 0.0;
+  const double t0 = g_dvec_log ? now_ms() : 0.0;
   if (cudaMalloc(&q, cap) != cudaSuccess) return dvec_fail(cap, what, file, line);
-  const double t1 = g_dvec_log ? dvec_now_ms() : 0.0;
+  const double t1 = g_dvec_log ? now_ms() : 0.0;
   if (keep > 0) {
     cudaError_t e = cudaMemcpyAsync(q, v->ptr, keep, cudaMemcpyDeviceToDevice, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
@@ -269,7 +270,7 @@ static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st,
   CU(dvec_release(v));
   v->ptr = q;
   v->bytes = cap;
-  if (g_dvec_log) dvec_logged(what, from, cap, dvec_now_ms() - t1, t1 - t0, file, line); /* free: with the copy */
+  if (g_dvec_log) dvec_logged(what, from, cap, now_ms() - t1, t1 - t0, file, line); /* free: with the copy */
   return DR_OK;
 }
 #define DVEC_KEEP(v, need, keep, st, what) DR_TRY(dvec_grow_keep_at(&(v), (need), (keep), (st), (what), __FILE__, __LINE__))
@@ -4108,12 +4109,6 @@ typedef struct island {
 static int use(const cuda_state *s) {
   if (s->nm > 1) CU(cudaSetDevice(s->device));
   return DR_OK;
-}
-
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
 /* A spinning thread's pause (x86: lets the core's other hardware thread run). */
