@@ -218,7 +218,7 @@ static cudaError_t dvec_release(dvec *v) {
 static void dvec_logged(const char *what, size_t from, size_t to, double free_ms, double malloc_ms, const char *file,
                         int line) {
   fprintf(stderr, "gpu alloc: %s: %.2f -> %.2f MiB: free %.3f ms, malloc %.3f ms (%s:%d)\n", what, from / 1048576.0,
-            to / 1048576.0, free_ms, malloc_ms, file, line);
+          to / 1048576.0, free_ms, malloc_ms, file, line);
 }
 
 /* Room for need bytes: none if exact, else growing 4x when half full, the first time first x need. */
