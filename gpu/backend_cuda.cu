@@ -174,6 +174,9 @@ typedef struct dvec {
   size_t bytes;
   void *spare[DVEC_SPARES]; /* DRIFT_DVEC_KEEP_OLD=1: the buffers it grew out of, freed with it */
   int n_spare;
+  cudaMemPool_t pool;       /* an island member's stream-ordered pool (dvec_pools), else NULL: cudaMalloc */
+  cudaStream_t st;          /* ... and the stream its growths are ordered on */
+  int pooled;               /* ptr came from pool (it travels with ptr through dvec_swap) */
 } dvec;
 
 static int dvec_fail(size_t need, const char *what, const char *file, int line) {
@@ -208,6 +211,7 @@ static double now_ms(void) { return now_ns() * 1e-6; }
 /* The growth's release of the old buffer: cudaFree (which waits for the device), or kept aside. */
 static cudaError_t dvec_release(dvec *v) {
   if (!v->ptr) return cudaSuccess;
+  if (v->pooled) return cudaFreeAsync(v->ptr, v->st); /* back to the pool once the stream gets there */
   if (g_dvec_keep_old && v->n_spare < DVEC_SPARES) {
     v->spare[v->n_spare++] = v->ptr;
     return cudaSuccess;
@@ -219,6 +223,19 @@ static void dvec_logged(const char *what, size_t from, size_t to, double free_ms
                         int line) {
   fprintf(stderr, "gpu alloc: %s: %.2f -> %.2f MiB: free %.3f ms, malloc %.3f ms (%s:%d)\n", what, from / 1048576.0,
           to / 1048576.0, free_ms, malloc_ms, file, line);
+}
+
+/* A new buffer of cap bytes for v: from v's pool in its stream's order (where the pool has not
+ * the room, the pool's unused memory is returned first and the allocation tried once more), else
+ * cudaMalloc. */
+static cudaError_t dvec_alloc(dvec *v, void **p, size_t cap) {
+  if (!v->pool) return cudaMalloc(p, cap);
+  cudaError_t e = cudaMallocFromPoolAsync(p, cap, v->pool, v->st);
+  if (e != cudaErrorMemoryAllocation) return e;
+  (void)cudaGetLastError();
+  if ((e = cudaStreamSynchronize(v->st)) != cudaSuccess) return e;
+  if ((e = cudaMemPoolTrimTo(v->pool, 0)) != cudaSuccess) return e;
+  return cudaMallocFromPoolAsync(p, cap, v->pool, v->st);
 }
 
 /* Room for need bytes: none if exact, else growing 4x when half full, the first time first x need. */
@@ -234,11 +251,12 @@ static int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const 
   v->ptr = NULL;
   v->bytes = 0;
   const double t1 = g_dvec_log ? now_ms() : 0.0;
-  if (cudaMalloc(&v->ptr, cap) != cudaSuccess) {
+  if (dvec_alloc(v, &v->ptr, cap) != cudaSuccess) {
     v->ptr = NULL;
     return dvec_fail(cap, what, file, line);
   }
   v->bytes = cap;
+  v->pooled = v->pool != NULL;
   if (g_dvec_log) dvec_logged(what, from, cap, t1 - t0, now_ms() - t1, file, line);
   return DR_OK;
 }
@@ -256,11 +274,11 @@ static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st,
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   void *q = NULL;
   const double t0 = g_dvec_log ? now_ms() : 0.0;
-  if (cudaMalloc(&q, cap) != cudaSuccess) return dvec_fail(cap, what, file, line);
+  if (dvec_alloc(v, &q, cap) != cudaSuccess) return dvec_fail(cap, what, file, line);
   const double t1 = g_dvec_log ? now_ms() : 0.0;
   if (keep > 0) {
-    cudaError_t e = cudaMemcpyAsync(q, v->ptr, keep, cudaMemcpyDeviceToDevice, st);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    cudaError_t e = cudaMemcpyAsync(q, v->ptr, keep, cudaMemcpyDeviceToDevice, v->pool ? v->st : st);
+    if (e == cudaSuccess && !v->pool) e = cudaStreamSynchronize(st); /* a pool's free waits in stream order */
     if (e != cudaSuccess) {
       cudaFree(q);
       return cuda_fail(e, "cudaMemcpyAsync(keep on growth)", file, line);
@@ -270,17 +288,19 @@ static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st,
   CU(dvec_release(v));
   v->ptr = q;
   v->bytes = cap;
+  v->pooled = v->pool != NULL;
   if (g_dvec_log) dvec_logged(what, from, cap, now_ms() - t1, t1 - t0, file, line); /* free: with the copy */
   return DR_OK;
 }
 #define DVEC_KEEP(v, need, keep, st, what) DR_TRY(dvec_grow_keep_at(&(v), (need), (keep), (st), (what), __FILE__, __LINE__))
 
 static void dvec_free(dvec *v) {
-  if (v->ptr) cudaFree(v->ptr);
+  if (v->ptr) cudaFree(v->ptr); /* also a pool's buffer (cudaFree waits for the device) */
   for (int i = 0; i < v->n_spare; ++i) cudaFree(v->spare[i]);
   v->ptr = NULL;
   v->bytes = 0;
   v->n_spare = 0;
+  v->pooled = 0;
 }
 
 template <typename T> static T *dp(const dvec &v) { return (T *)v.ptr; }
@@ -447,10 +467,39 @@ __device__ static void island_barrier(step_ctl *c, const island_view &iv) {
   __threadfence_system();
 }
 
-/* The barrier as a kernel between P2G and the grid update. */
+/* The same barrier with one warp: lane 0 publishes the count, lane q < np spins on peer q, so
+ * the peers' counts are read side by side, not one NVLink round trip after another. */
+__device__ static void island_barrier_warp(step_ctl *c, const island_view &iv) {
+  const int lane = threadIdx.x;
+  unsigned seq = 0;
+  if (lane == 0) {
+    seq = ++c->bar_seq;
+    __threadfence_system();
+    atomicExch_system(iv.bar, seq);
+  }
+  seq = __shfl_sync(0xffffffffu, seq, 0);
+  stamp(c, ST_BAR_SET);
+  const unsigned long long t0 = global_ns();
+  if (lane < iv.np)
+    for (unsigned spins = 0;; ++spins) {
+      const unsigned seen = *(volatile const unsigned *)iv.peer_bar[lane];
+      if ((int)(seen - seq) >= 0) break;
+      __nanosleep(64);
+      if ((spins & 1023u) == 1023u && global_ns() - t0 > iv.timeout_ns) {
+        if (atomicCAS(&c->bar_stuck, 0u, seq) == 0u) c->bar_peer = lane, c->bar_peer_seen = seen;
+        break;
+      }
+    }
+  __syncwarp();
+  __threadfence_system();
+}
+
+/* The barrier as a kernel between P2G and the grid update: one warp (launch_barrier), or one
+ * thread with DRIFT_BARRIER_WARP=0. */
 __global__ static void k_barrier(step_ctl *c, island_view iv) {
   stamp(c, ST_BAR_IN);
-  island_barrier(c, iv);
+  if (blockDim.x >= 32) island_barrier_warp(c, iv);
+  else island_barrier(c, iv);
   stamp(c, ST_BAR_OUT);
 }
 
@@ -479,6 +528,7 @@ typedef struct cuda_state {
   int device;
   char device_name[256];
   cudaStream_t stream;
+  cudaMemPool_t pool[2];        /* an island member's stream-ordered pools (dvec_pools): private, peers' */
   cudaStream_t xstream;         /* pack_sparse_wait's copies of the messages, beside the step's work */
   struct pslot *pslot;          /* pack_sparse_async's buffers, one per rank link */
   int n_pslot;
@@ -598,6 +648,8 @@ typedef struct cuda_state {
   dvec bar;                     /* unsigned: this member's barrier count, read by the peers */
   int events;                   /* parallel.island_barrier "events" on an island: host-issued barriers, no graphs */
   int atomics;                  /* parallel.island_reduce "p2p_atomics" on an island: no vel, owners (k_owner) */
+  int bar_warp;                 /* k_barrier as one warp (DRIFT_BARRIER_WARP, default 1), else one thread */
+  int dvec_pool;                /* DRIFT_DVEC_POOL: 0 cudaMalloc, 1 private vectors pooled, 2 the peers' too (dvec_pools) */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
   dvec own;                     /* p2p_atomics: [n_blocks] int8, the owner's peer slot or -1 (k_owner) */
@@ -1169,6 +1221,9 @@ __global__ static void k_cc_fill(const step_ctl *__restrict__ ctl, size_t total,
  * COL: the scene has colliders. The collider code (a mesh's level-set stencils) is compiled only
  * into the kernel of scenes that have them: 40 registers without (CUDA 13, sm_90), with them 80,
  * capped at 64 by GRID_MIN_CTAS (56 bytes spilled, on the collider path). */
+#ifndef PEER_BATCH
+#define PEER_BATCH 3 /* island peers whose copies of a block k_grid loads at once (3: every peer of 4 GPUs) */
+#endif
 #ifndef GRID_MIN_CTAS
 #define GRID_MIN_CTAS 4 /* CUDA blocks of k_grid an SM must hold at once */
 #endif
@@ -1233,14 +1288,28 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
     sum[0] = own.x, sum[1] = own.y, sum[2] = own.z, sum[3] = own.w;
     if (g0)
       for (int a = 0; a < 3; ++a) sum0[a] = g0[blk * OLD_FLOATS + a * BLOCK_NODES + nd];
-    /* island: the peers' copies of this block (P2P), where they touched it this step */
-    for (int q = 0; q < peers; ++q) {
-      const int32_t t = tags[blk * iv.np + q];
-      if (t < 0 || !iv.peer_touched[q][t]) continue;
-      const float4 pv = node_load(iv.peer_grid[q] + (size_t)t * BLOCK_FLOATS, nd);
-      sum[0] += pv.x, sum[1] += pv.y, sum[2] += pv.z, sum[3] += pv.w;
-      if (g0)
-        for (int a = 0; a < 3; ++a) sum0[a] += iv.peer_grid0[q][(size_t)t * OLD_FLOATS + a * BLOCK_NODES + nd];
+    /* island: the peers' copies of this block (P2P), where they touched it this step; PEER_BATCH
+     * peers at a time, their flags and then their sums loaded side by side (one NVLink round trip
+     * each instead of one per peer), added in peer order as one at a time would */
+    for (int q0 = 0; q0 < peers; q0 += PEER_BATCH) {
+      int32_t t[PEER_BATCH];
+      float4 pv[PEER_BATCH];
+#pragma unroll
+      for (int j = 0; j < PEER_BATCH; ++j) t[j] = q0 + j < peers ? tags[blk * iv.np + q0 + j] : -1;
+#pragma unroll
+      for (int j = 0; j < PEER_BATCH; ++j)
+        if (t[j] >= 0 && !iv.peer_touched[q0 + j][t[j]]) t[j] = -1;
+#pragma unroll
+      for (int j = 0; j < PEER_BATCH; ++j)
+        if (t[j] >= 0) pv[j] = node_load(iv.peer_grid[q0 + j] + (size_t)t[j] * BLOCK_FLOATS, nd);
+#pragma unroll
+      for (int j = 0; j < PEER_BATCH; ++j) {
+        if (t[j] < 0) continue;
+        sum[0] += pv[j].x, sum[1] += pv[j].y, sum[2] += pv[j].z, sum[3] += pv[j].w;
+        if (g0)
+          for (int a = 0; a < 3; ++a)
+            sum0[a] += iv.peer_grid0[q0 + j][(size_t)t[j] * OLD_FLOATS + a * BLOCK_NODES + nd];
+      }
     }
   }
   /* one GPU and p2p_atomics: velocities in place; island: to vel, since peers read P[par] (see the island).
@@ -2005,7 +2074,7 @@ static int clear_grid(cuda_state *s, int par) {
 /* The island's barrier between P2G (into P[par]) and the grid update (nothing on one GPU). */
 static int launch_barrier(cuda_state *s, int par) {
   if (s->nm == 1) return DR_OK;
-  k_barrier<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
+  k_barrier<<<1, s->bar_warp ? 32 : 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
   LAUNCHED("k_barrier");
   return DR_OK;
 }
@@ -3734,6 +3803,8 @@ static void destroy(void *state) {
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
   host_release(s->h_rec);
+  for (int k = 0; k < 2; ++k)
+    if (s->pool[k]) cudaMemPoolDestroy(s->pool[k]);
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
   free(s->h_touched);
@@ -3792,6 +3863,58 @@ static int upload(cuda_state *s, const particles *p) {
   return DR_OK;
 }
 
+/* An island member's device vectors from stream-ordered pools (DRIFT_DVEC_POOL, default 1).
+ * With peer access enabled, every cudaMalloc maps the buffer into each peer and every cudaFree
+ * waits for the device and unmaps it: a rebuild-mapping whose grid grew paid 10-20x what one GPU
+ * pays (docs/performance.md, session of 2026-11-27). The vectors that no peer reads (particles,
+ * particle blocks, block codes, the island's velocities and tags, ...) come from pool[0], which
+ * grants no peer access; a growth frees the old buffer in the stream's order and never waits.
+ * With DRIFT_DVEC_POOL=2 the vectors the peers read (P2G buffers, touched flags, the hash table)
+ * come from pool[1], mapped into every peer (cudaMemPoolSetAccess) and kept mapped as buffers
+ * are freed and reused. The pools keep what is freed (release threshold: all), so the steady
+ * state allocates nothing from the driver; the old buffers of a growth are last read before the
+ * rebuild-mapping, which every member's finished step precedes (see the island), so their reuse
+ * in the member's stream order is safe. The old_* vectors of keep_primed trade places with the
+ * peers' buffers (dvec_swap), so they are in the same pool as those. One GPU, and ranks of one
+ * GPU each, keep cudaMalloc. */
+static int dvec_pools(cuda_state *s) {
+  const int mode = s->dvec_pool;
+  if (s->nm < 2 || mode <= 0) return DR_OK;
+  for (int k = 0; k < (mode >= 2 ? 2 : 1); ++k) {
+    cudaMemPoolProps pp;
+    memset(&pp, 0, sizeof pp);
+    pp.allocType = cudaMemAllocationTypePinned;
+    pp.handleTypes = cudaMemHandleTypeNone;
+    pp.location.type = cudaMemLocationTypeDevice;
+    pp.location.id = s->device;
+    CU(cudaMemPoolCreate(&s->pool[k], &pp));
+    uint64_t keep_all = UINT64_MAX;
+    CU(cudaMemPoolSetAttribute(s->pool[k], cudaMemPoolAttrReleaseThreshold, &keep_all));
+  }
+  if (s->pool[1]) {
+    cudaMemAccessDesc acc[MAX_GPUS - 1];
+    memset(acc, 0, sizeof acc);
+    for (int q = 0; q < s->nm - 1; ++q) {
+      acc[q].location.type = cudaMemLocationTypeDevice;
+      acc[q].location.id = s->peer[q]->device;
+      acc[q].flags = cudaMemAccessFlagsProtReadWrite;
+    }
+    CU(cudaMemPoolSetAccess(s->pool[1], acc, (size_t)(s->nm - 1)));
+  }
+  dvec *priv[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->keys[0], &s->keys[1], &s->vals[0],
+                  &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr,
+                  &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->old_code, &s->shared, &s->tags,
+                  &s->vel, &s->vel0, &s->own, &s->old_to_new, &s->pk_order, &s->push_mask, &s->push_room,
+                  &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
+  dvec *peers[] = {&s->grid[0], &s->grid[1], &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1],
+                   &s->igrid[0], &s->igrid[1], &s->old_grid, &s->old_grid0, &s->old_touched, &s->old_igrid,
+                   &s->table_keys, &s->table_vals};
+  for (size_t k = 0; k < sizeof priv / sizeof *priv; ++k) priv[k]->pool = s->pool[0], priv[k]->st = s->stream;
+  if (s->pool[1])
+    for (size_t k = 0; k < sizeof peers / sizeof *peers; ++k) peers[k]->pool = s->pool[1], peers[k]->st = s->stream;
+  return DR_OK;
+}
+
 /* Allocation and upload (particles in packets of 32 in their given order, then a first
  * rebuild-mapping sorts them); on failure the caller destroys s. */
 static int setup(cuda_state *s, const particles *p) {
@@ -3800,6 +3923,7 @@ static int setup(cuda_state *s, const particles *p) {
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
   CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  DR_TRY(dvec_pools(s));
   for (int k = 0; k < 2; ++k) {
     CU(cudaEventCreateWithFlags(&s->done_ev[k], cudaEventDisableTiming));
     CU(cudaEventCreate(&s->ph_ev[k]));
@@ -3949,6 +4073,18 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
       return dr_fail(DR_EINPUT, "DRIFT_DVEC_HEADROOM='%s': expected a whole number from 2 to 64", hr);
     }
     g_dvec_headroom = (size_t)h;
+  }
+  s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
+  s->dvec_pool = 1;
+  const char *dp_env = getenv("DRIFT_DVEC_POOL");
+  if (dp_env && *dp_env) {
+    if (strcmp(dp_env, "0") && strcmp(dp_env, "1") && strcmp(dp_env, "2")) {
+      free(s->mats);
+      free(s);
+      return dr_fail(DR_EINPUT, "DRIFT_DVEC_POOL='%s': expected 0 (cudaMalloc), 1 (private vectors pooled) or 2 "
+                     "(the peers' too)", dp_env);
+    }
+    s->dvec_pool = atoi(dp_env);
   }
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
