@@ -617,6 +617,7 @@ typedef struct cuda_state {
   dvec ctl;                     /* step_ctl */
   dvec count;                   /* rebuild_count: counts read back at rebuild */
   step_ctl *h_slot;             /* [2] pinned: the flags of the last step of each parity */
+  step_ctl *d_slot;             /* h_slot mapped into the device (k_ctl_out; DRIFT_CTL_KERNEL=0: NULL, a copy) */
   cudaEvent_t done_ev[2];       /* recorded after each parity's step */
   cudaEvent_t ph_ev[2];         /* phase timing */
 
@@ -2221,10 +2222,26 @@ static int launch_head(cuda_state *s, int par, int with_p2g) {
   return launch_push(s, par);
 }
 
+/* The step's record written by one warp straight into the host's mapped copy (h_slot), which the
+ * host reads after the step's event: a kernel after the step's last kernel costs less than a
+ * device-to-host copy node after it (DRIFT_CTL_KERNEL=0: the copy). */
+__global__ static void k_ctl_out(const step_ctl *__restrict__ c, step_ctl *out) {
+  static_assert(sizeof(step_ctl) % sizeof(unsigned) == 0, "step_ctl in words");
+  const unsigned *src = (const unsigned *)c;
+  volatile unsigned *dst = (volatile unsigned *)out;
+  for (unsigned i = threadIdx.x; i < sizeof(step_ctl) / sizeof(unsigned); i += blockDim.x) dst[i] = src[i];
+  __threadfence_system();
+}
+
 static int launch_tail(cuda_state *s, int par) {
   DR_TRY(launch_pull(s, par));
   DR_TRY(s->graph_fused ? launch_g2p2g(s, par) : launch_g2p(s, par, STEP_LAG));
-  CU(cudaMemcpyAsync(&s->h_slot[par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
+  if (s->d_slot) {
+    k_ctl_out<<<1, 32, 0, s->stream>>>(dp<step_ctl>(s->ctl), s->d_slot + par);
+    LAUNCHED("k_ctl_out");
+  } else {
+    CU(cudaMemcpyAsync(&s->h_slot[par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
+  }
   return DR_OK;
 }
 
@@ -3863,16 +3880,17 @@ static int upload(cuda_state *s, const particles *p) {
   return DR_OK;
 }
 
-/* An island member's device vectors from stream-ordered pools (DRIFT_DVEC_POOL, default 1).
+/* An island member's device vectors from stream-ordered pools (DRIFT_DVEC_POOL, default 2).
  * With peer access enabled, every cudaMalloc maps the buffer into each peer and every cudaFree
  * waits for the device and unmaps it: a rebuild-mapping whose grid grew paid 10-20x what one GPU
  * pays (docs/performance.md, session of 2026-11-27). The vectors that no peer reads (particles,
  * particle blocks, block codes, the island's velocities and tags, ...) come from pool[0], which
  * grants no peer access; a growth frees the old buffer in the stream's order and never waits.
- * With DRIFT_DVEC_POOL=2 the vectors the peers read (P2G buffers, touched flags, the hash table)
- * come from pool[1], mapped into every peer (cudaMemPoolSetAccess) and kept mapped as buffers
- * are freed and reused. The pools keep what is freed (release threshold: all), so the steady
- * state allocates nothing from the driver; the old buffers of a growth are last read before the
+ * The vectors the peers read (P2G buffers, touched flags, the hash table) come from pool[1]
+ * (DRIFT_DVEC_POOL=1: from cudaMalloc), mapped into every peer (cudaMemPoolSetAccess) and kept
+ * mapped as buffers are freed and reused. The pools keep what is freed (release threshold: all;
+ * a growth the device cannot hold returns the pool's unused memory and tries again, dvec_alloc),
+ * so the steady state allocates nothing from the driver; the old buffers of a growth are last read before the
  * rebuild-mapping, which every member's finished step precedes (see the island), so their reuse
  * in the member's stream order is safe. The old_* vectors of keep_primed trade places with the
  * peers' buffers (dvec_swap), so they are in the same pool as those. One GPU, and ranks of one
@@ -3930,8 +3948,10 @@ static int setup(cuda_state *s, const particles *p) {
   }
   CU(cudaEventCreateWithFlags(&s->bar_ev, cudaEventDisableTiming)); /* island_barrier "events" */
   CU(cudaEventCreateWithFlags(&s->rebuilt_ev, cudaEventDisableTiming));
-  CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocDefault));
+  const int ctl_kernel = env_flag("DRIFT_CTL_KERNEL", 1);
+  CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), ctl_kernel ? cudaHostAllocMapped : cudaHostAllocDefault));
   memset(s->h_slot, 0, 2 * sizeof(step_ctl));
+  if (ctl_kernel) CU(cudaHostGetDevicePointer((void **)&s->d_slot, s->h_slot, 0));
   CU(cudaHostAlloc((void **)&s->h_xbad, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
   s->h_xbad[0] = s->h_xbad[1] = 0;
   CU(cudaHostGetDevicePointer((void **)&s->d_xbad, s->h_xbad, 0));
@@ -4075,7 +4095,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     g_dvec_headroom = (size_t)h;
   }
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
-  s->dvec_pool = 1;
+  s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
   if (dp_env && *dp_env) {
     if (strcmp(dp_env, "0") && strcmp(dp_env, "1") && strcmp(dp_env, "2")) {
