@@ -346,7 +346,10 @@ template <typename T> static T *dp(const dvec &v) { return (T *)v.ptr; }
  * passed. Fixed steps need no such barrier.
  * The barrier: each member counts its barriers (bar_seq, the same sequence on every member),
  * stores the count in its own device memory with a system-scope fence, and spins until every
- * peer's count (read by P2P) has reached it. One thread per GPU; the host is not involved.
+ * peer's count (read by P2P) has reached it. One thread per GPU publishes; the polling is spread
+ * over a warp, lane q reading peer q (island_barrier_warp; DRIFT_BARRIER_WARP=0: the one thread
+ * reads every peer in turn). Where nothing runs between a step's k_begin and its barrier, one
+ * kernel does both (k_begin_barrier). The host is not involved.
  * A barrier that waits longer than DRIFT_BARRIER_TIMEOUT seconds (default 120; a step takes
  * milliseconds) gives up, records where it stood in the step record, and lets the step finish;
  * the host reads the record with the step's flags and fails the run naming the members and
@@ -650,6 +653,7 @@ typedef struct cuda_state {
   int events;                   /* parallel.island_barrier "events" on an island: host-issued barriers, no graphs */
   int atomics;                  /* parallel.island_reduce "p2p_atomics" on an island: no vel, owners (k_owner) */
   int bar_warp;                 /* k_barrier as one warp (DRIFT_BARRIER_WARP, default 1), else one thread */
+  int begin_barrier;            /* k_begin_barrier where it can serve (launch_step; DRIFT_BEGIN_BARRIER, default 1) */
   int dvec_pool;                /* DRIFT_DVEC_POOL: 0 cudaMalloc, 1 private vectors pooled, 2 the peers' too (dvec_pools) */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
@@ -951,7 +955,8 @@ __global__ static void k_remap_move(size_t n_old, const int32_t *__restrict__ to
 /* Sets this step's dt (fixed, or adaptive from the last step's largest speed, the last two
  * steps of a frame sharing what is left, exactly as sim.c does on the host) and resets the
  * step's flags. A step queued after the frame ended does nothing. */
-__global__ static void k_begin(step_ctl *c, island_view iv) {
+/* The step's beginning (one thread): k_begin, or k_begin_barrier's first lane. */
+__device__ static void begin_step(step_ctl *c, const island_view &iv) {
   if (c->stamps) {
     for (int i = 1; i < ST_COUNT; ++i) c->stamp[i] = 0;
     c->stamp[ST_BEGIN] = global_ns();
@@ -992,6 +997,19 @@ __global__ static void k_begin(step_ctl *c, island_view iv) {
   c->performed = 1;
   c->leave = 0;
   c->vmax_bits = 0;
+}
+
+__global__ static void k_begin(step_ctl *c, island_view iv) { begin_step(c, iv); }
+
+/* An island step with nothing between its beginning and its barrier (G2P2G, whose P2G the last
+ * step did; the first step after G2P2G frames) begins and passes the barrier in one kernel: one
+ * launch less a step (launch_step; DRIFT_BEGIN_BARRIER=0: two kernels). */
+__global__ static void k_begin_barrier(step_ctl *c, island_view iv) {
+  if (threadIdx.x == 0) begin_step(c, iv);
+  __syncwarp();
+  stamp(c, ST_BAR_IN);
+  island_barrier_warp(c, iv);
+  stamp(c, ST_BAR_OUT);
 }
 
 /* Events barrier, adaptive steps: the member's last vmax for the peers, before the host's barrier
@@ -2268,9 +2286,14 @@ static int launch_skew(cuda_state *s, int where) {
 
 /* The whole step on one member with spin-lock barriers (what a graph captures). */
 static int launch_step(cuda_state *s, int par, int with_p2g) {
-  DR_TRY(launch_head(s, par, with_p2g));
-  DR_TRY(launch_skew(s, SKEW_PRE));
-  DR_TRY(launch_barrier(s, par));
+  if (s->begin_barrier && (s->graph_fused || !with_p2g) && s->skew_where != SKEW_PRE) {
+    k_begin_barrier<<<1, 32, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
+    LAUNCHED("k_begin_barrier");
+  } else {
+    DR_TRY(launch_head(s, par, with_p2g));
+    DR_TRY(launch_skew(s, SKEW_PRE));
+    DR_TRY(launch_barrier(s, par));
+  }
   DR_TRY(launch_skew(s, SKEW_POST));
   DR_TRY(launch_grid(s, par, GRID_ALL));
   if (s->atomics) DR_TRY(launch_barrier(s, par));
@@ -5671,6 +5694,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
     s->me = k;
     s->events = prm->island_barrier == ISLAND_BARRIER_EVENTS;
     s->atomics = prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS;
+    s->begin_barrier = !s->events && !s->atomics && s->bar_warp && env_flag("DRIFT_BEGIN_BARRIER", 1);
     for (int q = 0, j = 0; j < nm; ++j)
       if (j != k) s->peer[q++] = I->m[j];
   }
