@@ -952,10 +952,10 @@ __global__ static void k_remap_move(size_t n_old, const int32_t *__restrict__ to
 
 /* ---- the step ----------------------------------------------------------------------------- */
 
-/* Sets this step's dt (fixed, or adaptive from the last step's largest speed, the last two
- * steps of a frame sharing what is left, exactly as sim.c does on the host) and resets the
- * step's flags. A step queued after the frame ended does nothing. */
-/* The step's beginning (one thread): k_begin, or k_begin_barrier's first lane. */
+/* The step's beginning, by one thread (k_begin, or k_begin_barrier's first lane): sets this
+ * step's dt (fixed, or adaptive from the last step's largest speed, the last two steps of a
+ * frame sharing what is left, exactly as sim.c does on the host) and resets the step's flags. A
+ * step queued after the frame ended does nothing. */
 __device__ static void begin_step(step_ctl *c, const island_view &iv) {
   if (c->stamps) {
     for (int i = 1; i < ST_COUNT; ++i) c->stamp[i] = 0;
