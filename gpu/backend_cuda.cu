@@ -3932,15 +3932,21 @@ static int dvec_pools(cuda_state *s) {
     uint64_t keep_all = UINT64_MAX;
     CU(cudaMemPoolSetAttribute(s->pool[k], cudaMemPoolAttrReleaseThreshold, &keep_all));
   }
-  if (s->pool[1]) {
+  if (s->pool[1]) { /* every other device of the island once (DRIFT_DEVICES may name one several times) */
     cudaMemAccessDesc acc[MAX_GPUS - 1];
     memset(acc, 0, sizeof acc);
+    size_t n = 0;
     for (int q = 0; q < s->nm - 1; ++q) {
-      acc[q].location.type = cudaMemLocationTypeDevice;
-      acc[q].location.id = s->peer[q]->device;
-      acc[q].flags = cudaMemAccessFlagsProtReadWrite;
+      const int dev = s->peer[q]->device;
+      int seen = dev == s->device;
+      for (size_t j = 0; j < n; ++j) seen |= acc[j].location.id == dev;
+      if (seen) continue;
+      acc[n].location.type = cudaMemLocationTypeDevice;
+      acc[n].location.id = dev;
+      acc[n].flags = cudaMemAccessFlagsProtReadWrite;
+      ++n;
     }
-    CU(cudaMemPoolSetAccess(s->pool[1], acc, (size_t)(s->nm - 1)));
+    if (n > 0) CU(cudaMemPoolSetAccess(s->pool[1], acc, n));
   }
   dvec *priv[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->keys[0], &s->keys[1], &s->vals[0],
                   &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr,
