@@ -21,6 +21,9 @@
 #             from it instead of this tree, so that B (this tree, flags may be "") is measured against
 #             a commit
 #      C_ENV  a third variant c: B's build run with this environment (e.g. "DRIFT_COLLIDER_CACHE=0")
+#      ALTS   more variants of B's build, one per ';'-separated environment (after C_ENV's), named d, e,
+#             ... in order, e.g. ALTS="DRIFT_DVEC_POOL=0; DRIFT_BARRIER_WARP=0 DRIFT_BEGIN_BARRIER=0"
+#             (each round runs a, b, then every variant, so that all see the same machine)
 #      RUNNER what runs drift bench (default nothing: drift itself; "mpirun -n 2 --oversubscribe" for
 #             ranks: drift bench writes the CSV on rank 0)
 #      OUT    folder for the build and test logs and the CSVs (default: the device tool's $OUT,
@@ -56,12 +59,29 @@ if [ -n "$tests" ]; then
   grep -Ei "worst|max \|" "$out/tests-b.log" | head -40 >"$out/tests-b.figures.txt"
 fi
 
+# the environment of each variant after a and b: c (C_ENV), then d, e, ... (ALTS)
+alt_env=()
+[ -n "${C_ENV:-}" ] && alt_env+=("$C_ENV")
+IFS=';' read -ra alts <<<"${ALTS:-}"
+for e in "${alts[@]}"; do
+  e=$(echo "$e" | xargs)
+  [ -n "$e" ] && alt_env+=("$e")
+done
+names=(c d e f g h i j)
+[ -z "${C_ENV:-}" ] && names=("${names[@]:1}")
+[ ${#alt_env[@]} -le ${#names[@]} ] || { echo "device_ab: at most ${#names[@]} variants in C_ENV and ALTS" >&2; exit 2; }
 variants="a b"
-[ -n "${C_ENV:-}" ] && variants="a b c"
+alt_list=""
+for k in "${!alt_env[@]}"; do
+  variants+=" ${names[k]}"
+  alt_list+="${names[k]}=${alt_env[k]};"
+done
 for r in $(seq 1 "$rounds"); do
   for v in $variants; do
     bv=$v venv=()
-    [ "$v" = c ] && { bv=b; read -ra venv <<<"$C_ENV"; }
+    for k in "${!alt_env[@]}"; do
+      [ "$v" = "${names[k]}" ] && { bv=b; read -ra venv <<<"${alt_env[k]}"; }
+    done
     # shellcheck disable=SC2086
     env "${venv[@]}" ${RUNNER:-} "$root/build-$bv/drift" bench "$@" --csv "$out/bench-$v-$r.csv" >"$out/bench-$v-$r.log" 2>&1 ||
       { echo "device_ab: bench on build $v (round $r) failed: $(tail -1 "$out/bench-$v-$r.log")" >&2; }
@@ -69,20 +89,24 @@ for r in $(seq 1 "$rounds"); do
 done
 
 # One line per run and scene, from the CSVs (columns by name).
-python3 - "$out" "$rounds" "$flags" "${BASE:-}" "${C_ENV:-}" <<'EOF'
+python3 - "$out" "$rounds" "$flags" "${BASE:-}" "$alt_list" <<'EOF'
 import csv, os, sys
-out, rounds, flags, base, cenv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-print(f"{'build':<6}{'round':>6}  {'case':<24}{'ms/frame':>10}{'particle-steps/s':>18}{'steps/s':>10}{'fps':>8}")
+out, rounds, flags, base = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+alts = [a.split("=", 1) for a in sys.argv[5].split(";") if a]
+print(f"{'build':<6}{'round':>6}  {'case':<24}{'device':<20}{'ms/frame':>10}{'particle-steps/s':>18}{'steps/s':>10}"
+      f"{'fps':>8}{'e':>8}")
 for r in range(1, rounds + 1):
-    for v in "abc" if cenv else "ab":
+    for v in ["a", "b"] + [name for name, _ in alts]:
         path = os.path.join(out, f"bench-{v}-{r}.csv")
         if not os.path.exists(path):
             print(f"{v:<6}{r:>6}  (no CSV)")
             continue
         for row in csv.DictReader(open(path)):
-            print(f"{v:<6}{r:>6}  {row['case']:<24}{float(row['ms_per_frame']):>10.3f}"
-                  f"{float(row['particle_steps_per_s']):>18.4g}{float(row['steps_per_s']):>10.0f}{float(row['fps']):>8.1f}")
+            eff = row.get("efficiency") or "-"
+            print(f"{v:<6}{r:>6}  {row['case']:<24}{row['device'][:19]:<20}{float(row['ms_per_frame']):>10.3f}"
+                  f"{float(row['particle_steps_per_s']):>18.4g}{float(row['steps_per_s']):>10.0f}{float(row['fps']):>8.1f}"
+                  f"{eff:>8}")
 print(f"a: {'the tree in ' + base if base else 'the tree as it is'}; b: this tree, CMAKE_CUDA_FLAGS={flags}"
-      + (f"; c: b run with {cenv}" if cenv else ""))
+      + "".join(f"; {name}: b run with {env}" for name, env in alts))
 EOF
 pack_out
