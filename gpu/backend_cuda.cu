@@ -277,7 +277,7 @@ static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st,
   if (dvec_alloc(v, &q, cap) != cudaSuccess) return dvec_fail(cap, what, file, line);
   const double t1 = g_dvec_log ? now_ms() : 0.0;
   if (keep > 0) {
-    cudaError_t e = cudaMemcpyAsync(q, v->ptr, keep, cudaMemcpyDeviceToDevice, v->pool ? v->st : st);
+    cudaError_t e = cudaMemcpyAsync(q, v->ptr, keep, cudaMemcpyDeviceToDevice, st); /* a pooled v's stream is st */
     if (e == cudaSuccess && !v->pool) e = cudaStreamSynchronize(st); /* a pool's free waits in stream order */
     if (e != cudaSuccess) {
       cudaFree(q);
@@ -451,22 +451,34 @@ __device__ __forceinline__ void stamp(step_ctl *c, int at) {
   if (c->stamps && blockIdx.x == 0 && threadIdx.x == 0) c->stamp[at] = global_ns();
 }
 
-__device__ static void island_barrier(step_ctl *c, const island_view &iv) {
+/* This member's arrival: its count, after everything it wrote before (visible to the peers first). */
+__device__ __forceinline__ unsigned island_publish(step_ctl *c, const island_view &iv) {
   const unsigned seq = ++c->bar_seq;
-  __threadfence_system(); /* everything this member wrote before is visible to the peers first */
+  __threadfence_system();
   atomicExch_system(iv.bar, seq);
+  return seq;
+}
+
+/* Waits until peer q has published count seq, or gives up after iv.timeout_ns from t0 and
+ * records the first barrier given up on (bar_stuck, with the peer and the count it saw). */
+__device__ __forceinline__ void spin_on_peer(step_ctl *c, const island_view &iv, int q, unsigned seq,
+                                             unsigned long long t0) {
+  for (unsigned spins = 0;; ++spins) {
+    const unsigned seen = *(volatile const unsigned *)iv.peer_bar[q];
+    if ((int)(seen - seq) >= 0) return;
+    __nanosleep(64);
+    if ((spins & 1023u) == 1023u && global_ns() - t0 > iv.timeout_ns) {
+      if (atomicCAS(&c->bar_stuck, 0u, seq) == 0u) c->bar_peer = q, c->bar_peer_seen = seen;
+      return;
+    }
+  }
+}
+
+__device__ static void island_barrier(step_ctl *c, const island_view &iv) {
+  const unsigned seq = island_publish(c, iv);
   stamp(c, ST_BAR_SET);
   const unsigned long long t0 = global_ns();
-  for (int q = 0; q < iv.np; ++q)
-    for (unsigned spins = 0;; ++spins) {
-      const unsigned seen = *(volatile const unsigned *)iv.peer_bar[q];
-      if ((int)(seen - seq) >= 0) break;
-      __nanosleep(64);
-      if ((spins & 1023u) == 1023u && global_ns() - t0 > iv.timeout_ns) {
-        if (c->bar_stuck == 0) c->bar_stuck = seq, c->bar_peer = q, c->bar_peer_seen = seen;
-        break;
-      }
-    }
+  for (int q = 0; q < iv.np; ++q) spin_on_peer(c, iv, q, seq, t0);
   __threadfence_system();
 }
 
@@ -474,25 +486,11 @@ __device__ static void island_barrier(step_ctl *c, const island_view &iv) {
  * the peers' counts are read side by side, not one NVLink round trip after another. */
 __device__ static void island_barrier_warp(step_ctl *c, const island_view &iv) {
   const int lane = threadIdx.x;
-  unsigned seq = 0;
-  if (lane == 0) {
-    seq = ++c->bar_seq;
-    __threadfence_system();
-    atomicExch_system(iv.bar, seq);
-  }
+  unsigned seq = lane == 0 ? island_publish(c, iv) : 0u;
   seq = __shfl_sync(0xffffffffu, seq, 0);
   stamp(c, ST_BAR_SET);
   const unsigned long long t0 = global_ns();
-  if (lane < iv.np)
-    for (unsigned spins = 0;; ++spins) {
-      const unsigned seen = *(volatile const unsigned *)iv.peer_bar[lane];
-      if ((int)(seen - seq) >= 0) break;
-      __nanosleep(64);
-      if ((spins & 1023u) == 1023u && global_ns() - t0 > iv.timeout_ns) {
-        if (atomicCAS(&c->bar_stuck, 0u, seq) == 0u) c->bar_peer = lane, c->bar_peer_seen = seen;
-        break;
-      }
-    }
+  if (lane < iv.np) spin_on_peer(c, iv, lane, seq, t0);
   __syncwarp();
   __threadfence_system();
 }
@@ -655,6 +653,9 @@ typedef struct cuda_state {
   int bar_warp;                 /* k_barrier as one warp (DRIFT_BARRIER_WARP, default 1), else one thread */
   int begin_barrier;            /* k_begin_barrier where it can serve (launch_step; DRIFT_BEGIN_BARRIER, default 1) */
   int dvec_pool;                /* DRIFT_DVEC_POOL: 0 cudaMalloc, 1 private vectors pooled, 2 the peers' too (dvec_pools) */
+  int fill_env;                 /* DRIFT_PACKET_FILL: particles a packet at most (1..LANES), 0: packet_fill's rule */
+  int fill;                     /* ... what the last rebuild-mapping took */
+  int n_sm;                     /* the device's multiprocessors (packet_fill) */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
   dvec own;                     /* p2p_atomics: [n_blocks] int8, the owner's peer slot or -1 (k_owner) */
@@ -849,32 +850,34 @@ __global__ static void k_pblocks(size_t n, const uint64_t *keys, int32_t *pblock
         nbr_codes[27 * (size_t)q + sparse_neighbor(di, dj, dk)] = sparse_block_code(c[0] + di, c[1] + dj, c[2] + dk);
 }
 
-__global__ static void k_pb_packets(size_t n_pb, const int32_t *pb_start, int32_t *pb_packets) {
+/* Packets of each particle block: fill (packet_fill: 1..LANES) particles a packet at most. */
+__global__ static void k_pb_packets(size_t n_pb, const int32_t *pb_start, int fill, int32_t *pb_packets) {
   const size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (q < n_pb) pb_packets[q] = (pb_start[q + 1] - pb_start[q] + LANES - 1) / LANES;
+  if (q < n_pb) pb_packets[q] = (pb_start[q + 1] - pb_start[q] + fill - 1) / fill;
   if (q == n_pb) pb_packets[q] = 0;
 }
 
 /* Packet headers of each particle block (pb_packets now holds the exclusive scan). */
-__global__ static void k_headers(size_t n_pb, const int32_t *pb_start, const int32_t *pb_packets, int2 *hdr) {
+__global__ static void k_headers(size_t n_pb, const int32_t *pb_start, const int32_t *pb_packets, int fill,
+                                 int2 *hdr) {
   const size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (q >= n_pb) return;
   const int count = pb_start[q + 1] - pb_start[q];
-  for (int j = 0, p = pb_packets[q]; j * LANES < count; ++j, ++p)
-    hdr[p] = make_int2((int)q, min(LANES, count - j * LANES));
+  for (int j = 0, p = pb_packets[q]; j * fill < count; ++j, ++p)
+    hdr[p] = make_int2((int)q, min(fill, count - j * fill));
 }
 
 /* Moves sorted particle i (from slot perm[i] of the old packets) to its new packet and lane. */
 __global__ static void k_scatter(size_t n, const uint32_t *perm, const int32_t *pblock, const int32_t *pb_start,
-                                 const int32_t *pb_packets, const float *src, const uint64_t *src_id, float *dst,
-                                 uint64_t *dst_id) {
+                                 const int32_t *pb_packets, int fill, const float *src, const uint64_t *src_id,
+                                 float *dst, uint64_t *dst_id) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   const uint32_t from = perm[i];
   const int32_t q = pblock[i];
   const int r = (int)i - pb_start[q];
-  const size_t p = (size_t)pb_packets[q] + r / LANES;
-  const int lane = r % LANES;
+  const size_t p = (size_t)pb_packets[q] + r / fill;
+  const int lane = r % fill;
   const float *s = src + (size_t)(from / LANES) * PK_FLOATS + from % LANES;
   float *d = dst + p * PK_FLOATS + lane;
   for (int a = 0; a < PK_ATTRS; ++a) d[a * LANES] = s[a * LANES];
@@ -1858,6 +1861,22 @@ static int cc_slots(cuda_state *s) {
   return DR_OK;
 }
 
+/* Particles a packet at most, chosen at each rebuild-mapping (DRIFT_PACKET_FILL sets it). A
+ * packet is one warp's work in P2G, G2P and G2P2G, and its P2G walks one record a particle (the
+ * gather), so a warp's chain of instructions grows with its packet's count. A device with many
+ * packets a multiprocessor hides that chain behind the other warps; one with few (an island's
+ * member of a small scene: Sand Blocks l = 12 on four GPUs holds about 3 packets a multiprocessor)
+ * waits for it, and there packets of fewer particles give more, shorter warps. So the fill halves,
+ * down to 8, while fewer than PACKETS_PER_SM packets a multiprocessor would result; large scenes
+ * keep full packets. */
+#define PACKETS_PER_SM 8
+static int packet_fill(const cuda_state *s, size_t n) {
+  if (s->fill_env > 0) return s->fill_env;
+  int fill = LANES;
+  while (fill > 8 && n / (size_t)fill < (size_t)PACKETS_PER_SM * (size_t)(s->n_sm > 0 ? s->n_sm : 1)) fill /= 2;
+  return fill;
+}
+
 static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
   cudaStream_t st = s->stream;
@@ -1909,19 +1928,21 @@ static int rebuild_now(cuda_state *s) {
   LAUNCHED("k_pblocks");
 
   /* 3. Packets: each particle block starts a packet; then move the particles. */
+  const int fill = packet_fill(s, n);
+  s->fill = fill;
   k_pb_packets<<<blocks_for(s->n_pb + 1, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets));
+      s->n_pb, dp<int32_t>(s->pb_start), fill, dp<int32_t>(s->pb_packets));
   LAUNCHED("k_pb_packets");
   if (s->det) { /* physics/fixed.h: at most FIX_PB_MAX particles per particle block, so no node sum overflows */
     CUB_RUN(cub::DeviceReduce::Max(temp_ptr, temp_bytes, dp<int32_t>(s->pb_packets), dp<int>(s->count), n_pb, st));
     int most = 0;
     DR_TRY(read_count(s, s->count.ptr, &most));
-    if (most > FIX_PB_MAX / LANES)
+    if (most > FIX_PB_MAX / fill)
       return dr_fail(DR_EPHYSICS,
                      "deterministic mode: more than %d particles in one block of 4x4x4 cells (%d packets of %d), beyond "
                      "what keeps the fixed-point node sums from overflowing (physics/fixed.h); the material is "
                      "compressed far beyond its sampling",
-                     FIX_PB_MAX, most, LANES);
+                     FIX_PB_MAX, most, fill);
   }
   CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, dp<int32_t>(s->pb_packets),
                                         dp<int32_t>(s->pb_packets), n_pb + 1, st));
@@ -1931,7 +1952,7 @@ static int rebuild_now(cuda_state *s) {
   DVEC(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
   DVEC(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
   k_scatter<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets),
+      n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill,
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
   LAUNCHED("k_scatter");
   s->cur = nxt;
@@ -1939,7 +1960,7 @@ static int rebuild_now(cuda_state *s) {
   DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   DR_TRY(push_buffers(s, s->n_packets));
   k_headers<<<blocks_for(s->n_pb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), dp<int2>(s->hdr));
+      s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill, dp<int2>(s->hdr));
   LAUNCHED("k_headers");
   /* the sort buffers cover every slot of the next rebuild */
   for (int k = 0; k < 2; ++k) {
@@ -3969,6 +3990,7 @@ static int setup(cuda_state *s, const particles *p) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
+  s->n_sm = prop.multiProcessorCount;
   CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   DR_TRY(dvec_pools(s));
   for (int k = 0; k < 2; ++k) {
@@ -4135,6 +4157,18 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     }
     s->dvec_pool = atoi(dp_env);
   }
+  const char *pf = getenv("DRIFT_PACKET_FILL");
+  if (pf && *pf) {
+    char *end = NULL;
+    const long f = strtol(pf, &end, 10);
+    if (end == pf || *end || f < 0 || f > LANES) {
+      free(s->mats);
+      free(s);
+      return dr_fail(DR_EINPUT, "DRIFT_PACKET_FILL='%s': expected particles a packet from 1 to %d, or 0 for the "
+                     "rule by the device's size", pf, LANES);
+    }
+    s->fill_env = (int)f;
+  }
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
   if (bt && *bt) {
@@ -4171,7 +4205,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   g_dvec_keep_old = env_flag("DRIFT_DVEC_KEEP_OLD", 0);
   const char *gs = getenv("DRIFT_GPU_STAMPS");
   g_dvec_log = gs && atol(gs) > 0;
-  if (gs && atol(gs) > 0 && !(s->stamps = (gpu_stamps *)calloc(1, sizeof *s->stamps)))
+  if (g_dvec_log && !(s->stamps = (gpu_stamps *)calloc(1, sizeof *s->stamps)))
     fprintf(stderr, "DRIFT_GPU_STAMPS: out of host memory for the stamps; none are kept\n");
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
   /* Deterministic mode: no fused G2P2G. Inside one kernel the compiler may contract G2P's and
@@ -5759,7 +5793,8 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   int len = 0;
   for (int k = 0; k < nm; ++k) {
     held += (size_t)held_bytes(I->m[k]);
-    len += snprintf(line + len, sizeof line - (size_t)len, "%s%d: %zu", k ? ", " : "", dev[k], I->m[k]->n);
+    len += snprintf(line + len, sizeof line - (size_t)len, "%s%d: %zu (packets of up to %d)", k ? ", " : "", dev[k],
+                    I->m[k]->n, I->m[k]->fill);
     if (len >= (int)sizeof line) len = (int)sizeof line - 1;
   }
   log_info("cuda island: %d GPUs (%s), %s; particles split along %c, %zu grid blocks on GPU 0, %.1f MiB of device "
@@ -5855,8 +5890,9 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->sums_int64 = s->det;
   out->alloc_sums = alloc_sums;
   out->free_sums = free_sums;
-  log_info("cuda backend: device %d (%s), %zu particles in %zu packets, %zu grid blocks, %.1f MiB of device memory%s",
-           s->device, s->device_name, n, s->n_packets, s->n_blocks, held_bytes(s) / 1048576.0,
+  log_info("cuda backend: device %d (%s), %zu particles in %zu packets of up to %d, %zu grid blocks, %.1f MiB of "
+           "device memory%s",
+           s->device, s->device_name, n, s->n_packets, s->fill, s->n_blocks, held_bytes(s) / 1048576.0,
            s->det ? " (deterministic: int64 P2G sums)" : "");
   return DR_OK;
 }
