@@ -653,9 +653,8 @@ typedef struct cuda_state {
   int bar_warp;                 /* k_barrier as one warp (DRIFT_BARRIER_WARP, default 1), else one thread */
   int begin_barrier;            /* k_begin_barrier where it can serve (launch_step; DRIFT_BEGIN_BARRIER, default 1) */
   int dvec_pool;                /* DRIFT_DVEC_POOL: 0 cudaMalloc, 1 private vectors pooled, 2 the peers' too (dvec_pools) */
-  int fill_env;                 /* DRIFT_PACKET_FILL: particles a packet at most (1..LANES), 0: packet_fill's rule */
+  int fill_env;                 /* DRIFT_PACKET_FILL: particles a packet at most (1..LANES), 0: LANES (packet_fill) */
   int fill;                     /* ... what the last rebuild-mapping took */
-  int n_sm;                     /* the device's multiprocessors (packet_fill) */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
   dvec own;                     /* p2p_atomics: [n_blocks] int8, the owner's peer slot or -1 (k_owner) */
@@ -1861,21 +1860,13 @@ static int cc_slots(cuda_state *s) {
   return DR_OK;
 }
 
-/* Particles a packet at most, chosen at each rebuild-mapping (DRIFT_PACKET_FILL sets it). A
- * packet is one warp's work in P2G, G2P and G2P2G, and its P2G walks one record a particle (the
- * gather), so a warp's chain of instructions grows with its packet's count. A device with many
- * packets a multiprocessor hides that chain behind the other warps; one with few (an island's
- * member of a small scene: Sand Blocks l = 12 on four GPUs holds about 3 packets a multiprocessor)
- * waits for it, and there packets of fewer particles give more, shorter warps. So the fill halves,
- * down to 8, while fewer than PACKETS_PER_SM packets a multiprocessor would result; large scenes
- * keep full packets. */
-#define PACKETS_PER_SM 8
-static int packet_fill(const cuda_state *s, size_t n) {
-  if (s->fill_env > 0) return s->fill_env;
-  int fill = LANES;
-  while (fill > 8 && n / (size_t)fill < (size_t)PACKETS_PER_SM * (size_t)(s->n_sm > 0 ? s->n_sm : 1)) fill /= 2;
-  return fill;
-}
+/* Particles a packet at most (DRIFT_PACKET_FILL, a measurement switch; default LANES). A packet
+ * is one warp's work in P2G, G2P and G2P2G, so fewer particles a packet give more, shorter warps:
+ * measured on 4 x H200 (docs/performance.md, session of 2026-11-27 third), fills of 16 and 8 were
+ * slower on every count of GPUs, Sand Blocks l = 12 on four GPUs included (1.49-1.68 ms a frame
+ * against 1.42-1.47 with full packets; l = 46 on one GPU 58.6 and 95.6 against 40.5): every
+ * packet of a cell issues its own atomics, and the rebuild-mapping sorts LANES slots a packet. */
+static int packet_fill(const cuda_state *s) { return s->fill_env > 0 ? s->fill_env : LANES; }
 
 static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
@@ -1928,7 +1919,7 @@ static int rebuild_now(cuda_state *s) {
   LAUNCHED("k_pblocks");
 
   /* 3. Packets: each particle block starts a packet; then move the particles. */
-  const int fill = packet_fill(s, n);
+  const int fill = packet_fill(s);
   s->fill = fill;
   k_pb_packets<<<blocks_for(s->n_pb + 1, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), fill, dp<int32_t>(s->pb_packets));
@@ -3990,7 +3981,6 @@ static int setup(cuda_state *s, const particles *p) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
-  s->n_sm = prop.multiProcessorCount;
   CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   DR_TRY(dvec_pools(s));
   for (int k = 0; k < 2; ++k) {
@@ -4164,8 +4154,8 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     if (end == pf || *end || f < 0 || f > LANES) {
       free(s->mats);
       free(s);
-      return dr_fail(DR_EINPUT, "DRIFT_PACKET_FILL='%s': expected particles a packet from 1 to %d, or 0 for the "
-                     "rule by the device's size", pf, LANES);
+      return dr_fail(DR_EINPUT, "DRIFT_PACKET_FILL='%s': expected particles a packet from 1 to %d (0: %d)", pf,
+                     LANES, LANES);
     }
     s->fill_env = (int)f;
   }
