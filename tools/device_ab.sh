@@ -17,7 +17,7 @@
 #      TESTS  ctest -R regex run on B (default test_cuda_vs_cpu; "-L LABEL": by label; empty: no tests)
 #      JOBS   ctest -j (default 2)
 #      ROUNDS runs of each build (default 2)
-#      BASE   a folder holding another tree (git archive COMMIT | tar -x -C .abbase, carried): A is built
+#      BASE   a folder holding another tree (tools/archive-base.sh COMMIT .abbase, carried): A is built
 #             from it instead of this tree, so that B (this tree, flags may be "") is measured against
 #             a commit
 #      C_ENV  a third variant c: B's build run with this environment (e.g. "DRIFT_COLLIDER_CACHE=0")
@@ -89,7 +89,7 @@ for r in $(seq 1 "$rounds"); do
 done
 
 # One line per run and scene, from the CSVs (columns by name).
-python3 - "$out" "$rounds" "$flags" "${BASE:-}" "$alt_list" <<'EOF'
+python3 - "$out" "$rounds" "$flags" "${BASE:+$(base_name "$BASE")}" "$alt_list" <<'EOF'
 import csv, os, sys
 out, rounds, flags, base = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 alts = [a.split("=", 1) for a in sys.argv[5].split(";") if a]
@@ -106,7 +106,7 @@ for r in range(1, rounds + 1):
             print(f"{v:<6}{r:>6}  {row['case']:<24}{row['device'][:19]:<20}{float(row['ms_per_frame']):>10.3f}"
                   f"{float(row['particle_steps_per_s']):>18.4g}{float(row['steps_per_s']):>10.0f}{float(row['fps']):>8.1f}"
                   f"{eff:>8}")
-print(f"a: {'the tree in ' + base if base else 'the tree as it is'}; b: this tree, CMAKE_CUDA_FLAGS={flags}"
+print(f"a: {base if base else 'the tree as it is'}; b: this tree, CMAKE_CUDA_FLAGS={flags}"
       + "".join(f"; {name}: b run with {env}" for name, env in alts))
 EOF
 pack_out

@@ -80,3 +80,9 @@ pack_out() {
   tar czf "$tmp" -C "$out" --exclude='*.h5' --exclude=logs.tgz . && find "$out" -mindepth 1 -delete &&
     mv "$tmp" "$out/logs.tgz"
 }
+
+# base_name DIR: how the tables name A's tree: DIR and the commit archive-base.sh wrote into it.
+base_name() {
+  if [ -f "$root/$1/COMMIT" ]; then echo "the tree in $1 ($(cut -c1-60 "$root/$1/COMMIT"))"
+  else echo "the tree in $1 (commit not recorded: unpack it with tools/archive-base.sh)"; fi
+}

@@ -44,6 +44,6 @@ for r in 1 2; do
   run "b_$r" build-b
 done
 each_alt b_alt run build-b
-echo "a: the tree in ${BASE:-.abbase}; b: this tree; islands: rank 0 $d0, rank 1 $d1"
+echo "a: $(base_name "${BASE:-.abbase}"); b: this tree; islands: rank 0 $d0, rank 1 $d1"
 grep -h "ranks: 2" "$out/b_1.log" | tail -1 | cut -c1-150
 PACK=1 pack_out

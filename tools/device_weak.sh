@@ -56,7 +56,7 @@ for m in ${EXTRA:-}; do
   run "weak_${m}_a" build-a "$m" "jobs/bench/weak_$m.json"
   run "weak_${m}_b" build-b "$m" "jobs/bench/weak_$m.json"
 done
-echo "a: the tree in ${BASE:-.abbase}; b: this tree"
+echo "a: $(base_name "${BASE:-.abbase}"); b: this tree"
 grep -h "load balance" "$out/weak_${n}_b_1.log" | cut -c1-200
 if [ "${TRACE:-0}" = 1 ]; then
   # shellcheck disable=SC2086
