@@ -655,6 +655,8 @@ typedef struct cuda_state {
   int dvec_pool;                /* DRIFT_DVEC_POOL: 0 cudaMalloc, 1 private vectors pooled, 2 the peers' too (dvec_pools) */
   int fill_env;                 /* DRIFT_PACKET_FILL: particles a packet at most (1..LANES), 0: LANES (packet_fill) */
   int fill;                     /* ... what the last rebuild-mapping took */
+  int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most (0: one packet a warp) */
+  int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
   dvec own;                     /* p2p_atomics: [n_blocks] int8, the owner's peer slot or -1 (k_owner) */
@@ -1058,17 +1060,23 @@ __global__ static void PARTICLE_BOUNDS
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
+      int persist) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   stamp(ctl, ST_P2G);
   const int warp = threadIdx.x >> 5;
-  const size_t i = (size_t)blockIdx.x * WARPS + warp;
-  if (i >= n_packets) return; /* the whole warp */
-  const size_t p = order ? (size_t)order[i] : i; /* p2g_part: n_packets packets of the list order */
-  p2g_any<OLD, DET>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
-                    s_p2g[warp], s_sort[warp], fp, !ctl->projected);
+  /* One packet a warp; with fewer CTAs than that (persist, launch_p2g_of), each warp takes every
+   * (gridDim.x * WARPS)-th packet after its first, so that a warp done with its packet starts the
+   * next at once instead of idling until its CTA's other warps are done. */
+  const size_t stride = persist ? (size_t)gridDim.x * WARPS : n_packets;
+  for (size_t i = (size_t)blockIdx.x * WARPS + warp; i < n_packets; i += stride) { /* uniform over the warp */
+    const size_t p = order ? (size_t)order[i] : i; /* p2g_part: n_packets packets of the list order */
+    p2g_any<OLD, DET>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched,
+                      grid0, s_p2g[warp], s_sort[warp], fp, !ctl->projected);
+    __syncwarp(); /* every lane is through the packet's records before the next packet's are written */
+  }
 }
 
 /* Where a collider can hold a particle (phi < 0, physics/boundary.h: collider_push), as an
@@ -2113,12 +2121,16 @@ static int launch_barrier(cuda_state *s, int par) {
 /* P2G of every packet, or (order non-NULL) of the n packets listed at order. */
 static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n) {
   if (n == 0) return DR_OK;
+  size_t ctas = blocks_for(n, WARPS);
+  const size_t most = (size_t)s->p2g_persist * (size_t)s->n_sm; /* DRIFT_P2G_PERSIST: CTAs a multiprocessor */
+  const int persist = most > 0 && most < ctas;
+  if (persist) ctas = most;
   (s->asflip ? (s->det ? k_p2g<true, true> : k_p2g<true, false>) : (s->det ? k_p2g<false, true> : k_p2g<false, false>))
-      <<<blocks_for(n, WARPS), THREADS, 0, s->stream>>>(
+      <<<ctas, THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order);
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order, persist);
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -3981,6 +3993,7 @@ static int setup(cuda_state *s, const particles *p) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
+  s->n_sm = prop.multiProcessorCount;
   CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   DR_TRY(dvec_pools(s));
   for (int k = 0; k < 2; ++k) {
@@ -4158,6 +4171,18 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
                      LANES, LANES);
     }
     s->fill_env = (int)f;
+  }
+  const char *pp = getenv("DRIFT_P2G_PERSIST");
+  if (pp && *pp) {
+    char *end = NULL;
+    const long c = strtol(pp, &end, 10);
+    if (end == pp || *end || c < 0 || c > 32) {
+      free(s->mats);
+      free(s);
+      return dr_fail(DR_EINPUT, "DRIFT_P2G_PERSIST='%s': expected P2G's CUDA blocks a multiprocessor, 1 to 32 (0: "
+                     "one packet a warp)", pp);
+    }
+    s->p2g_persist = (int)c;
   }
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
