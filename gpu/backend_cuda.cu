@@ -1053,29 +1053,65 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
   if (mode == DT_FIXED) c->dt = (float)dt_fixed; /* the priming P2G of G2P2G reads it */
 }
 
+/* -DDRIFT_P2G_PREFETCH=1 (a measurement build): a warp that loops over packets (persist) asks
+ * for the next packet's header and the cache lines of the packet's start chain (positions,
+ * material, mass and volume) into L1 before it scatters the current one, so that the next
+ * packet's first loads (header, then x, then the sorted lanes' material: one latency after
+ * another, a quarter of k_p2g's stall samples, docs/performance.md) hit L1. One prefetch a line
+ * (lane a < 7 takes line a); no registers are held across the packet. */
+#ifndef DRIFT_P2G_PREFETCH
+#define DRIFT_P2G_PREFETCH 0
+#endif
+__device__ __forceinline__ void p2g_prefetch(const int2 *hdr, const float *pk, size_t p) {
+  const int lane = threadIdx.x & 31;
+  const int attr[7] = {A_X, A_X + 1, A_X + 2, A_MAT, A_M, A_VOL, A_JP};
+  const void *a = lane < 7 ? (const void *)(pk + p * PK_FLOATS + attr[lane] * LANES) : (const void *)(hdr + p);
+  if (lane <= 7) asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
+}
+
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
-template <bool OLD, bool DET>
-__global__ static void PARTICLE_BOUNDS
+/* PERSIST: fewer CTAs than packets, each warp looping over packets (DRIFT_P2G_PERSIST). The loop
+ * took 72 registers where one packet a warp takes 64 (7 CTAs an SM instead of 8), so that
+ * variant is held at 64 (16-40 bytes of spills, at the loop's ends) and the default one is
+ * compiled as before. */
+#if P2G_MIN_BLOCKS > 0
+#define P2G_BOUNDS(PERSIST) PARTICLE_BOUNDS
+#else
+#define P2G_BOUNDS(PERSIST) __launch_bounds__(THREADS, (PERSIST) ? 8 : 0)
+#endif
+template <bool OLD, bool DET, bool PERSIST>
+__global__ static void P2G_BOUNDS(PERSIST)
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
-      int persist) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   stamp(ctl, ST_P2G);
   const int warp = threadIdx.x >> 5;
-  /* One packet a warp; with fewer CTAs than that (persist, launch_p2g_of), each warp takes every
+  /* One packet a warp; with fewer CTAs than that (PERSIST, launch_p2g_of), each warp takes every
    * (gridDim.x * WARPS)-th packet after its first, so that a warp done with its packet starts the
    * next at once instead of idling until its CTA's other warps are done. */
-  const size_t stride = persist ? (size_t)gridDim.x * WARPS : n_packets;
-  for (size_t i = (size_t)blockIdx.x * WARPS + warp; i < n_packets; i += stride) { /* uniform over the warp */
-    const size_t p = order ? (size_t)order[i] : i; /* p2g_part: n_packets packets of the list order */
-    p2g_any<OLD, DET>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched,
-                      grid0, s_p2g[warp], s_sort[warp], fp, !ctl->projected);
-    __syncwarp(); /* every lane is through the packet's records before the next packet's are written */
+  const int n = (int)n_packets; /* below 2^31: append_room's limit of particles a GPU */
+  const int first = (int)blockIdx.x * WARPS + warp;
+  const auto packet = [&](int i) { /* p2g_part: n packets of the list order */
+    p2g_any<OLD, DET>(ctl, ctl->dt, order ? (size_t)order[i] : (size_t)i, hdr, pb_coord, pb_nbr, pk, pid, mats, origin,
+                      dx, inv_dx, grid, touched, grid0, s_p2g[warp], s_sort[warp], fp, !ctl->projected);
+  };
+  if constexpr (!PERSIST) {
+    if (first < n) packet(first); /* the whole warp */
+  } else {
+    const int stride = (int)gridDim.x * WARPS;
+#pragma unroll 1
+    for (int i = first; i < n; i += stride) { /* uniform over the warp */
+#if DRIFT_P2G_PREFETCH
+      if (i + stride < n) p2g_prefetch(hdr, pk, order ? (size_t)order[i + stride] : (size_t)(i + stride));
+#endif
+      packet(i);
+      __syncwarp(); /* every lane is through the packet's records before the next packet's are written */
+    }
   }
 }
 
@@ -2125,12 +2161,17 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
   const size_t most = (size_t)s->p2g_persist * (size_t)s->n_sm; /* DRIFT_P2G_PERSIST: CTAs a multiprocessor */
   const int persist = most > 0 && most < ctas;
   if (persist) ctas = most;
-  (s->asflip ? (s->det ? k_p2g<true, true> : k_p2g<true, false>) : (s->det ? k_p2g<false, true> : k_p2g<false, false>))
-      <<<ctas, THREADS, 0, s->stream>>>(
+  void (*k)(step_ctl *, size_t, const int2 *, const int32_t *, const int32_t *, float *, const uint64_t *,
+            const material_params *, float3, float, float, float *, uint8_t *, float *, fixp, const int32_t *) =
+      persist ? (s->asflip ? (s->det ? k_p2g<true, true, true> : k_p2g<true, false, true>)
+                           : (s->det ? k_p2g<false, true, true> : k_p2g<false, false, true>))
+              : (s->asflip ? (s->det ? k_p2g<true, true, false> : k_p2g<true, false, false>)
+                           : (s->det ? k_p2g<false, true, false> : k_p2g<false, false, false>));
+  k<<<ctas, THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order, persist);
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order);
   LAUNCHED("k_p2g");
   return DR_OK;
 }
