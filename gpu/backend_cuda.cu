@@ -656,6 +656,7 @@ typedef struct cuda_state {
   int fill_env;                 /* DRIFT_PACKET_FILL: particles a packet at most (1..LANES), 0: LANES (packet_fill) */
   int fill;                     /* ... what the last rebuild-mapping took */
   int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most (0: one packet a warp) */
+  int p2g_prefetch;             /* DRIFT_P2G_PREFETCH=1: with p2g_persist, the next packet's start into L1 */
   int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
@@ -1053,15 +1054,12 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
   if (mode == DT_FIXED) c->dt = (float)dt_fixed; /* the priming P2G of G2P2G reads it */
 }
 
-/* -DDRIFT_P2G_PREFETCH=1 (a measurement build): a warp that loops over packets (persist) asks
- * for the next packet's header and the cache lines of the packet's start chain (positions,
- * material, mass and volume) into L1 before it scatters the current one, so that the next
- * packet's first loads (header, then x, then the sorted lanes' material: one latency after
- * another, a quarter of k_p2g's stall samples, docs/performance.md) hit L1. One prefetch a line
- * (lane a < 7 takes line a); no registers are held across the packet. */
-#ifndef DRIFT_P2G_PREFETCH
-#define DRIFT_P2G_PREFETCH 0
-#endif
+/* DRIFT_P2G_PREFETCH=1 (a measurement switch, with DRIFT_P2G_PERSIST): a warp that loops over
+ * packets asks for the next packet's header and the cache lines of the packet's start chain
+ * (positions, material, mass, volume, logJp) into L1 before it scatters the current one, so that
+ * the next packet's first loads (header, then x, then the sorted lanes' material: one latency
+ * after another, a quarter of k_p2g's stall samples, docs/performance.md) hit L1. One prefetch a
+ * line (lane a < 7 takes line a, lane 7 the header); no registers are held across the packet. */
 __device__ __forceinline__ void p2g_prefetch(const int2 *hdr, const float *pk, size_t p) {
   const int lane = threadIdx.x & 31;
   const int attr[7] = {A_X, A_X + 1, A_X + 2, A_MAT, A_M, A_VOL, A_JP};
@@ -1085,7 +1083,8 @@ __global__ static void P2G_BOUNDS(PERSIST)
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
+      int prefetch) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -1106,9 +1105,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
     const int stride = (int)gridDim.x * WARPS;
 #pragma unroll 1
     for (int i = first; i < n; i += stride) { /* uniform over the warp */
-#if DRIFT_P2G_PREFETCH
-      if (i + stride < n) p2g_prefetch(hdr, pk, order ? (size_t)order[i + stride] : (size_t)(i + stride));
-#endif
+      if (prefetch && i + stride < n) p2g_prefetch(hdr, pk, order ? (size_t)order[i + stride] : (size_t)(i + stride));
       packet(i);
       __syncwarp(); /* every lane is through the packet's records before the next packet's are written */
     }
@@ -2162,7 +2159,7 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
   const int persist = most > 0 && most < ctas;
   if (persist) ctas = most;
   void (*k)(step_ctl *, size_t, const int2 *, const int32_t *, const int32_t *, float *, const uint64_t *,
-            const material_params *, float3, float, float, float *, uint8_t *, float *, fixp, const int32_t *) =
+            const material_params *, float3, float, float, float *, uint8_t *, float *, fixp, const int32_t *, int) =
       persist ? (s->asflip ? (s->det ? k_p2g<true, true, true> : k_p2g<true, false, true>)
                            : (s->det ? k_p2g<false, true, true> : k_p2g<false, false, true>))
               : (s->asflip ? (s->det ? k_p2g<true, true, false> : k_p2g<true, false, false>)
@@ -2171,7 +2168,7 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
       dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order);
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order, s->p2g_prefetch);
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -4225,6 +4222,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     }
     s->p2g_persist = (int)c;
   }
+  s->p2g_prefetch = env_flag("DRIFT_P2G_PREFETCH", 0);
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
   if (bt && *bt) {
