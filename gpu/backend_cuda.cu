@@ -2376,6 +2376,18 @@ static int env_flag(const char *name, int dflt) {
   return v && *v ? atoi(v) != 0 : dflt;
 }
 
+/* A whole-number switch of the environment: NULL where NAME is unset or empty, or holds a whole
+ * number in [lo, hi] (then in *v); else NAME, for the caller's one-line error. */
+static const char *env_long(const char *name, long lo, long hi, long *v) {
+  const char *e = getenv(name);
+  if (!e || !*e) return NULL;
+  char *end = NULL;
+  const long x = strtol(e, &end, 10);
+  if (end == e || *end || x < lo || x > hi) return name;
+  *v = x;
+  return NULL;
+}
+
 /* Captures the step of each parity as a CUDA graph (after every rebuild: sizes and buffers
  * change with the mapping). */
 static int capture_graphs(cuda_state *s) {
@@ -4175,17 +4187,22 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->prm.materials = s->mats;
   s->device = device;
   s->nm = 1;
-  const char *hr = getenv("DRIFT_DVEC_HEADROOM");
-  if (hr && *hr) {
-    char *end = NULL;
-    const long h = strtol(hr, &end, 10);
-    if (end == hr || *end || h < 2 || h > 64) {
-      free(s->mats);
-      free(s);
-      return dr_fail(DR_EINPUT, "DRIFT_DVEC_HEADROOM='%s': expected a whole number from 2 to 64", hr);
-    }
-    g_dvec_headroom = (size_t)h;
+  /* the measurement switches that take a whole number: a value out of range stops the run with
+   * one line naming it */
+  long headroom = (long)g_dvec_headroom, fill = 0, persist = 0;
+  const char *bad = NULL, *want = NULL;
+  if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
+  else if ((bad = env_long("DRIFT_PACKET_FILL", 0, LANES, &fill))) want = "particles a packet from 1 to 32 (0: 32)";
+  else if ((bad = env_long("DRIFT_P2G_PERSIST", 0, 32, &persist)))
+    want = "P2G's CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
+  if (bad) {
+    free(s->mats);
+    free(s);
+    return dr_fail(DR_EINPUT, "%s='%s': expected %s", bad, getenv(bad), want);
   }
+  g_dvec_headroom = (size_t)headroom;
+  s->fill_env = (int)fill;
+  s->p2g_persist = (int)persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
@@ -4197,30 +4214,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
                      "(the peers' too)", dp_env);
     }
     s->dvec_pool = atoi(dp_env);
-  }
-  const char *pf = getenv("DRIFT_PACKET_FILL");
-  if (pf && *pf) {
-    char *end = NULL;
-    const long f = strtol(pf, &end, 10);
-    if (end == pf || *end || f < 0 || f > LANES) {
-      free(s->mats);
-      free(s);
-      return dr_fail(DR_EINPUT, "DRIFT_PACKET_FILL='%s': expected particles a packet from 1 to %d (0: %d)", pf,
-                     LANES, LANES);
-    }
-    s->fill_env = (int)f;
-  }
-  const char *pp = getenv("DRIFT_P2G_PERSIST");
-  if (pp && *pp) {
-    char *end = NULL;
-    const long c = strtol(pp, &end, 10);
-    if (end == pp || *end || c < 0 || c > 32) {
-      free(s->mats);
-      free(s);
-      return dr_fail(DR_EINPUT, "DRIFT_P2G_PERSIST='%s': expected P2G's CUDA blocks a multiprocessor, 1 to 32 (0: "
-                     "one packet a warp)", pp);
-    }
-    s->p2g_persist = (int)c;
   }
   s->p2g_prefetch = env_flag("DRIFT_P2G_PREFETCH", 0);
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
