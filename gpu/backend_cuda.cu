@@ -1905,8 +1905,10 @@ static int cc_slots(cuda_state *s) {
  * is one warp's work in P2G, G2P and G2P2G, so fewer particles a packet give more, shorter warps:
  * measured on 4 x H200 (docs/performance.md, session of 2026-11-27 third), fills of 16 and 8 were
  * slower on every count of GPUs, Sand Blocks l = 12 on four GPUs included (1.49-1.68 ms a frame
- * against 1.42-1.47 with full packets; l = 46 on one GPU 58.6 and 95.6 against 40.5): every
- * packet of a cell issues its own atomics, and the rebuild-mapping sorts LANES slots a packet. */
+ * against 1.42-1.47 with full packets; l = 46 on one GPU 58.6 and 95.6 against 40.5). Each warp
+ * still runs the whole particle update and its packet's fixed start for fewer particles; how much
+ * the cells split between packets (their own atomics) and the sort over LANES slots a packet add
+ * is not measured. */
 static int packet_fill(const cuda_state *s) { return s->fill_env > 0 ? s->fill_env : LANES; }
 
 static int rebuild_now(cuda_state *s) {
