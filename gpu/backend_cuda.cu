@@ -657,6 +657,7 @@ typedef struct cuda_state {
   int fill;                     /* ... what the last rebuild-mapping took */
   int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most (0: one packet a warp) */
   int p2g_prefetch;             /* DRIFT_P2G_PREFETCH=1: with p2g_persist, the next packet's start into L1 */
+  int g2p_persist;              /* DRIFT_G2P_PERSIST: k_g2p's CTAs a multiprocessor at most (0: one packet a warp) */
   int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
@@ -1074,12 +1075,12 @@ __device__ __forceinline__ void p2g_prefetch(const int2 *hdr, const float *pk, s
  * variant is held at 64 (16-40 bytes of spills, at the loop's ends) and the default one is
  * compiled as before. */
 #if P2G_MIN_BLOCKS > 0
-#define P2G_BOUNDS(PERSIST) PARTICLE_BOUNDS
+#define PERSIST_BOUNDS(PERSIST) PARTICLE_BOUNDS
 #else
-#define P2G_BOUNDS(PERSIST) __launch_bounds__(THREADS, (PERSIST) ? 8 : 0)
+#define PERSIST_BOUNDS(PERSIST) __launch_bounds__(THREADS, (PERSIST) ? 8 : 0)
 #endif
 template <bool OLD, bool DET, bool PERSIST>
-__global__ static void P2G_BOUNDS(PERSIST)
+__global__ static void PERSIST_BOUNDS(PERSIST)
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
@@ -1709,8 +1710,8 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
  * queues after it. (CUDA 13, sm_90: every COL variant now has the registers of its variant
  * without colliders, 56 / 63 / 72, where the collision step inline took 80. Crawling in Snow
  * moved within its run-to-run noise: docs/performance.md.) */
-template <bool OLD, bool COL, bool MAT>
-__global__ static void PARTICLE_BOUNDS
+template <bool OLD, bool COL, bool MAT, bool PERSIST>
+__global__ static void PERSIST_BOUNDS(PERSIST) /* the looping variant held at 64 registers, as k_p2g's */
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
       float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
@@ -1722,11 +1723,17 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   if (ctl->done) return;
   stamp(ctl, ST_G2P);
   const int warp = threadIdx.x >> 5;
-  const size_t p = (size_t)blockIdx.x * WARPS + warp;
-  if (p >= n_packets) return;
-  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
-                                                 inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
-                                                 push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
+  /* DRIFT_G2P_PERSIST: fewer CTAs than packets, each warp looping over them (as k_p2g; g2p_nodes
+   * leaves the tile free for the next packet, its __syncwarp). The default is written as before
+   * the loop, so that it compiles to the same registers. */
+  const size_t stride = PERSIST ? (size_t)gridDim.x * WARPS : n_packets;
+#pragma unroll 1
+  for (size_t p = (size_t)blockIdx.x * WARPS + warp; p < n_packets; p += stride) {
+    g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax,
+                                                   dx, inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
+                                                   push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
+    if (!PERSIST) break;
+  }
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -2223,10 +2230,17 @@ static int launch_g2p(cuda_state *s, int par, int lag) {
   if (s->n_packets == 0) return DR_OK;
   const bool col = s->push;
   const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
-  (s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
-   : s->g2p_mat ? (col ? k_g2p<false, true, true> : k_g2p<false, false, true>)
-                : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>))
-      <<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+  size_t ctas = blocks_for(s->n_packets, WARPS);
+  const size_t most = (size_t)s->g2p_persist * (size_t)s->n_sm; /* DRIFT_G2P_PERSIST: CTAs a multiprocessor */
+  const bool persist = most > 0 && most < ctas;
+  if (persist) ctas = most;
+  (persist ? (s->asflip     ? (col ? k_g2p<true, true, true, true> : k_g2p<true, false, true, true>)
+              : s->g2p_mat ? (col ? k_g2p<false, true, true, true> : k_g2p<false, false, true, true>)
+                           : (col ? k_g2p<false, true, false, true> : k_g2p<false, false, false, true>))
+           : (s->asflip     ? (col ? k_g2p<true, true, true, false> : k_g2p<true, false, true, false>)
+              : s->g2p_mat ? (col ? k_g2p<false, true, true, false> : k_g2p<false, false, true, false>)
+                           : (col ? k_g2p<false, true, false, false> : k_g2p<false, false, false, false>)))
+      <<<ctas, THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
@@ -4191,12 +4205,14 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->nm = 1;
   /* the measurement switches that take a whole number: a value out of range stops the run with
    * one line naming it */
-  long headroom = (long)g_dvec_headroom, fill = 0, persist = 0;
+  long headroom = (long)g_dvec_headroom, fill = 0, persist = 0, g2p_persist = 0;
   const char *bad = NULL, *want = NULL;
   if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
   else if ((bad = env_long("DRIFT_PACKET_FILL", 0, LANES, &fill))) want = "particles a packet from 1 to 32 (0: 32)";
   else if ((bad = env_long("DRIFT_P2G_PERSIST", 0, 32, &persist)))
     want = "P2G's CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
+  else if ((bad = env_long("DRIFT_G2P_PERSIST", 0, 32, &g2p_persist)))
+    want = "G2P's CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
   if (bad) {
     free(s->mats);
     free(s);
@@ -4205,6 +4221,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   g_dvec_headroom = (size_t)headroom;
   s->fill_env = (int)fill;
   s->p2g_persist = (int)persist;
+  s->g2p_persist = (int)g2p_persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
