@@ -653,8 +653,15 @@ typedef struct cuda_state {
   int bar_warp;                 /* k_barrier as one warp (DRIFT_BARRIER_WARP, default 1), else one thread */
   int begin_barrier;            /* k_begin_barrier where it can serve (launch_step; DRIFT_BEGIN_BARRIER, default 1) */
   int dvec_pool;                /* DRIFT_DVEC_POOL: 0 cudaMalloc, 1 private vectors pooled, 2 the peers' too (dvec_pools) */
-  int fill_env;                 /* DRIFT_PACKET_FILL: particles a packet at most (1..LANES), 0: LANES (packet_fill) */
-  int fill;                     /* ... what the last rebuild-mapping took */
+  /* fill: particles a packet at most, 1..LANES, set once by member_new (DRIFT_PACKET_FILL, a
+   * measurement switch; default LANES). A packet is one warp's work in P2G, G2P and G2P2G, so
+   * fewer particles a packet give more, shorter warps: measured on 4 x H200 (docs/performance.md, session of 2026-11-27 third), fills of 16 and 8 were
+   * slower on every count of GPUs, Sand Blocks l = 12 on four GPUs included (1.49-1.68 ms a frame
+   * against 1.42-1.47 with full packets; l = 46 on one GPU 58.6 and 95.6 against 40.5). Each warp
+   * still runs the whole particle update and its packet's fixed start for fewer particles; how much
+   * the cells split between packets (their own atomics) and the sort over LANES slots a packet add
+   * is not measured. */
+  int fill;
   int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most (0: one packet a warp) */
   int p2g_prefetch;             /* DRIFT_P2G_PREFETCH=1: with p2g_persist, the next packet's start into L1 */
   int g2p_persist;              /* DRIFT_G2P_PERSIST: k_g2p's CTAs a multiprocessor at most (0: one packet a warp) */
@@ -853,7 +860,7 @@ __global__ static void k_pblocks(size_t n, const uint64_t *keys, int32_t *pblock
         nbr_codes[27 * (size_t)q + sparse_neighbor(di, dj, dk)] = sparse_block_code(c[0] + di, c[1] + dj, c[2] + dk);
 }
 
-/* Packets of each particle block: fill (packet_fill: 1..LANES) particles a packet at most. */
+/* Packets of each particle block: fill (cuda_state.fill: 1..LANES) particles a packet at most. */
 __global__ static void k_pb_packets(size_t n_pb, const int32_t *pb_start, int fill, int32_t *pb_packets) {
   const size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (q < n_pb) pb_packets[q] = (pb_start[q + 1] - pb_start[q] + fill - 1) / fill;
@@ -1908,15 +1915,6 @@ static int cc_slots(cuda_state *s) {
   return DR_OK;
 }
 
-/* Particles a packet at most (DRIFT_PACKET_FILL, a measurement switch; default LANES). A packet
- * is one warp's work in P2G, G2P and G2P2G, so fewer particles a packet give more, shorter warps:
- * measured on 4 x H200 (docs/performance.md, session of 2026-11-27 third), fills of 16 and 8 were
- * slower on every count of GPUs, Sand Blocks l = 12 on four GPUs included (1.49-1.68 ms a frame
- * against 1.42-1.47 with full packets; l = 46 on one GPU 58.6 and 95.6 against 40.5). Each warp
- * still runs the whole particle update and its packet's fixed start for fewer particles; how much
- * the cells split between packets (their own atomics) and the sort over LANES slots a packet add
- * is not measured. */
-static int packet_fill(const cuda_state *s) { return s->fill_env > 0 ? s->fill_env : LANES; }
 
 static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
@@ -1969,8 +1967,7 @@ static int rebuild_now(cuda_state *s) {
   LAUNCHED("k_pblocks");
 
   /* 3. Packets: each particle block starts a packet; then move the particles. */
-  const int fill = packet_fill(s);
-  s->fill = fill;
+  const int fill = s->fill;
   k_pb_packets<<<blocks_for(s->n_pb + 1, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), fill, dp<int32_t>(s->pb_packets));
   LAUNCHED("k_pb_packets");
@@ -4219,7 +4216,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     return dr_fail(DR_EINPUT, "%s='%s': expected %s", bad, getenv(bad), want);
   }
   g_dvec_headroom = (size_t)headroom;
-  s->fill_env = (int)fill;
+  s->fill = fill > 0 ? (int)fill : LANES;
   s->p2g_persist = (int)persist;
   s->g2p_persist = (int)g2p_persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
