@@ -655,12 +655,12 @@ typedef struct cuda_state {
   int dvec_pool;                /* DRIFT_DVEC_POOL: 0 cudaMalloc, 1 private vectors pooled, 2 the peers' too (dvec_pools) */
   /* fill: particles a packet at most, 1..LANES, set once by member_new (DRIFT_PACKET_FILL, a
    * measurement switch; default LANES). A packet is one warp's work in P2G, G2P and G2P2G, so
-   * fewer particles a packet give more, shorter warps: measured on 4 x H200 (docs/performance.md, session of 2026-11-27 third), fills of 16 and 8 were
-   * slower on every count of GPUs, Sand Blocks l = 12 on four GPUs included (1.49-1.68 ms a frame
-   * against 1.42-1.47 with full packets; l = 46 on one GPU 58.6 and 95.6 against 40.5). Each warp
-   * still runs the whole particle update and its packet's fixed start for fewer particles; how much
-   * the cells split between packets (their own atomics) and the sort over LANES slots a packet add
-   * is not measured. */
+   * fewer particles a packet give more, shorter warps: measured on 4 x H200 (docs/performance.md,
+   * session of 2026-11-27 third), fills of 16 and 8 were slower on every count of GPUs, Sand
+   * Blocks l = 12 on four GPUs included (1.49-1.68 ms a frame against 1.42-1.47 with full packets;
+   * l = 46 on one GPU 58.6 and 95.6 against 40.5). Each warp still runs the whole particle update
+   * and its packet's fixed start for fewer particles; how much the cells split between packets
+   * (their own atomics) and the sort over LANES slots a packet add is not measured. */
   int fill;
   int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most (0: one packet a warp) */
   int p2g_prefetch;             /* DRIFT_P2G_PREFETCH=1: with p2g_persist, the next packet's start into L1 */
