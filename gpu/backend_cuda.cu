@@ -662,8 +662,8 @@ typedef struct cuda_state {
    * and its packet's fixed start for fewer particles; how much the cells split between packets
    * (their own atomics) and the sort over LANES slots a packet add is not measured. */
   int fill;
-  int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most (0: one packet a warp) */
-  int p2g_prefetch;             /* DRIFT_P2G_PREFETCH=1: with p2g_persist, the next packet's start into L1 */
+  int p2g_persist;              /* k_p2g's CTAs a multiprocessor at most: as many as fit (setup), or DRIFT_P2G_PERSIST
+                                   (0: one packet a warp) */
   int g2p_persist;              /* DRIFT_G2P_PERSIST: k_g2p's CTAs a multiprocessor at most (0: one packet a warp) */
   int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
@@ -1062,19 +1062,6 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
   if (mode == DT_FIXED) c->dt = (float)dt_fixed; /* the priming P2G of G2P2G reads it */
 }
 
-/* DRIFT_P2G_PREFETCH=1 (a measurement switch, with DRIFT_P2G_PERSIST): a warp that loops over
- * packets asks for the next packet's header and the cache lines of the packet's start chain
- * (positions, material, mass, volume, logJp) into L1 before it scatters the current one, so that
- * the next packet's first loads (header, then x, then the sorted lanes' material: one latency
- * after another, a quarter of k_p2g's stall samples, docs/performance.md) hit L1. One prefetch a
- * line (lane a < 7 takes line a, lane 7 the header); no registers are held across the packet. */
-__device__ __forceinline__ void p2g_prefetch(const int2 *hdr, const float *pk, size_t p) {
-  const int lane = threadIdx.x & 31;
-  const int attr[7] = {A_X, A_X + 1, A_X + 2, A_MAT, A_M, A_VOL, A_JP};
-  const void *a = lane < 7 ? (const void *)(pk + p * PK_FLOATS + attr[lane] * LANES) : (const void *)(hdr + p);
-  if (lane <= 7) asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
-}
-
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
 /* PERSIST: fewer CTAs than packets, each warp looping over packets (DRIFT_P2G_PERSIST). The loop
@@ -1091,8 +1078,7 @@ __global__ static void PERSIST_BOUNDS(PERSIST)
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
-      int prefetch) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -1113,7 +1099,6 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
     const int stride = (int)gridDim.x * WARPS;
 #pragma unroll 1
     for (int i = first; i < n; i += stride) { /* uniform over the warp */
-      if (prefetch && i + stride < n) p2g_prefetch(hdr, pk, order ? (size_t)order[i + stride] : (size_t)(i + stride));
       packet(i);
       __syncwarp(); /* every lane is through the packet's records before the next packet's are written */
     }
@@ -1718,7 +1703,7 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
  * without colliders, 56 / 63 / 72, where the collision step inline took 80. Crawling in Snow
  * moved within its run-to-run noise: docs/performance.md.) */
 template <bool OLD, bool COL, bool MAT, bool PERSIST>
-__global__ static void PERSIST_BOUNDS(PERSIST) /* the looping variant held at 64 registers, as k_p2g's */
+__global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
       float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
@@ -2157,24 +2142,33 @@ static int launch_barrier(cuda_state *s, int par) {
   return DR_OK;
 }
 
-/* P2G of every packet, or (order non-NULL) of the n packets listed at order. */
+typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const int32_t *, float *, const uint64_t *,
+                       const material_params *, float3, float, float, float *, uint8_t *, float *, fixp,
+                       const int32_t *);
+
+/* The instantiation of k_p2g for the member's transfer and mode, looping over packets or not. */
+static p2g_fn p2g_kernel(const cuda_state *s, bool persist) {
+  return persist ? (s->asflip ? (s->det ? k_p2g<true, true, true> : k_p2g<true, false, true>)
+                              : (s->det ? k_p2g<false, true, true> : k_p2g<false, false, true>))
+                 : (s->asflip ? (s->det ? k_p2g<true, true, false> : k_p2g<true, false, false>)
+                              : (s->det ? k_p2g<false, true, false> : k_p2g<false, false, false>));
+}
+
+/* P2G of every packet, or (order non-NULL) of the n packets listed at order: one packet a warp
+ * where that fills at most p2g_persist CUDA blocks a multiprocessor (what fits at once: setup),
+ * else that many blocks whose warps loop over the packets. */
 static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n) {
   if (n == 0) return DR_OK;
   size_t ctas = blocks_for(n, WARPS);
-  const size_t most = (size_t)s->p2g_persist * (size_t)s->n_sm; /* DRIFT_P2G_PERSIST: CTAs a multiprocessor */
-  const int persist = most > 0 && most < ctas;
+  const size_t most = (size_t)s->p2g_persist * (size_t)s->n_sm;
+  const bool persist = most > 0 && most < ctas;
   if (persist) ctas = most;
-  void (*k)(step_ctl *, size_t, const int2 *, const int32_t *, const int32_t *, float *, const uint64_t *,
-            const material_params *, float3, float, float, float *, uint8_t *, float *, fixp, const int32_t *, int) =
-      persist ? (s->asflip ? (s->det ? k_p2g<true, true, true> : k_p2g<true, false, true>)
-                           : (s->det ? k_p2g<false, true, true> : k_p2g<false, false, true>))
-              : (s->asflip ? (s->det ? k_p2g<true, true, false> : k_p2g<true, false, false>)
-                           : (s->det ? k_p2g<false, true, false> : k_p2g<false, false, false>));
+  const p2g_fn k = p2g_kernel(s, persist);
   k<<<ctas, THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order, s->p2g_prefetch);
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order);
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -4057,6 +4051,10 @@ static int setup(cuda_state *s, const particles *p) {
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
   s->n_sm = prop.multiProcessorCount;
+  if (s->p2g_persist < 0) { /* DRIFT_P2G_PERSIST unset: P2G's looping blocks, as many as fit at once */
+    CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s->p2g_persist, p2g_kernel(s, true), THREADS, 0));
+    if (s->p2g_persist < 1) s->p2g_persist = 1;
+  }
   CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   DR_TRY(dvec_pools(s));
   for (int k = 0; k < 2; ++k) {
@@ -4202,12 +4200,12 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->nm = 1;
   /* the measurement switches that take a whole number: a value out of range stops the run with
    * one line naming it */
-  long headroom = (long)g_dvec_headroom, fill = 0, persist = 0, g2p_persist = 0;
+  long headroom = (long)g_dvec_headroom, fill = 0, persist = -1, g2p_persist = 0;
   const char *bad = NULL, *want = NULL;
   if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
   else if ((bad = env_long("DRIFT_PACKET_FILL", 0, LANES, &fill))) want = "particles a packet from 1 to 32 (0: 32)";
   else if ((bad = env_long("DRIFT_P2G_PERSIST", 0, 32, &persist)))
-    want = "P2G's CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
+    want = "P2G's CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp; unset: as many as fit)";
   else if ((bad = env_long("DRIFT_G2P_PERSIST", 0, 32, &g2p_persist)))
     want = "G2P's CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
   if (bad) {
@@ -4231,7 +4229,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     }
     s->dvec_pool = atoi(dp_env);
   }
-  s->p2g_prefetch = env_flag("DRIFT_P2G_PREFETCH", 0);
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
   if (bt && *bt) {
