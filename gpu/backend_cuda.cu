@@ -664,7 +664,6 @@ typedef struct cuda_state {
   int fill;
   int p2g_persist;              /* k_p2g's CTAs a multiprocessor at most: as many as fit (setup), or DRIFT_P2G_PERSIST
                                    (0: one packet a warp) */
-  int g2p_persist;              /* DRIFT_G2P_PERSIST: k_g2p's CTAs a multiprocessor at most (0: one packet a warp) */
   int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
@@ -1064,10 +1063,14 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
 
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
-/* PERSIST: fewer CTAs than packets, each warp looping over packets (DRIFT_P2G_PERSIST). The loop
- * took 72 registers where one packet a warp takes 64 (7 CTAs an SM instead of 8), so that
- * variant is held at 64 (16-40 bytes of spills, at the loop's ends) and the default one is
- * compiled as before. */
+/* PERSIST: as many CTAs as fit at once (launch_p2g_of; DRIFT_P2G_PERSIST), each warp looping over
+ * packets. A packet's work varies (its cells, hence the walk's length; its atomics), and a CTA's
+ * slot frees only when the slowest of its warps is done: with one packet a warp, Sand Blocks
+ * l = 46 ran P2G at 868.6 us a step on an H100, with the loop 701.4 (the frame 43.0 -> 36.1 ms;
+ * docs/performance.md, session of 2026-11-27 fourth). The same loop in G2P, whose packets all
+ * gather 27 nodes, was 9% slower. The loop took 72 registers where one packet a warp takes 64
+ * (7 CTAs an SM instead of 8), so the looping variant is held at 64 (16-40 bytes of spills, at the
+ * loop's ends) and the one-packet variant, for launches that fit at once, is compiled as before. */
 #if P2G_MIN_BLOCKS > 0
 #define PERSIST_BOUNDS(PERSIST) PARTICLE_BOUNDS
 #else
@@ -1702,7 +1705,7 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
  * queues after it. (CUDA 13, sm_90: every COL variant now has the registers of its variant
  * without colliders, 56 / 63 / 72, where the collision step inline took 80. Crawling in Snow
  * moved within its run-to-run noise: docs/performance.md.) */
-template <bool OLD, bool COL, bool MAT, bool PERSIST>
+template <bool OLD, bool COL, bool MAT>
 __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -1715,17 +1718,11 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   if (ctl->done) return;
   stamp(ctl, ST_G2P);
   const int warp = threadIdx.x >> 5;
-  /* DRIFT_G2P_PERSIST: fewer CTAs than packets, each warp looping over them (as k_p2g; g2p_nodes
-   * leaves the tile free for the next packet, its __syncwarp). The default is written as before
-   * the loop, so that it compiles to the same registers. */
-  const size_t stride = PERSIST ? (size_t)gridDim.x * WARPS : n_packets;
-#pragma unroll 1
-  for (size_t p = (size_t)blockIdx.x * WARPS + warp; p < n_packets; p += stride) {
-    g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax,
-                                                   dx, inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
-                                                   push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
-    if (!PERSIST) break;
-  }
+  const size_t p = (size_t)blockIdx.x * WARPS + warp;
+  if (p >= n_packets) return;
+  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
+                                                 inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
+                                                 push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -2221,17 +2218,10 @@ static int launch_g2p(cuda_state *s, int par, int lag) {
   if (s->n_packets == 0) return DR_OK;
   const bool col = s->push;
   const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
-  size_t ctas = blocks_for(s->n_packets, WARPS);
-  const size_t most = (size_t)s->g2p_persist * (size_t)s->n_sm; /* DRIFT_G2P_PERSIST: CTAs a multiprocessor */
-  const bool persist = most > 0 && most < ctas;
-  if (persist) ctas = most;
-  (persist ? (s->asflip     ? (col ? k_g2p<true, true, true, true> : k_g2p<true, false, true, true>)
-              : s->g2p_mat ? (col ? k_g2p<false, true, true, true> : k_g2p<false, false, true, true>)
-                           : (col ? k_g2p<false, true, false, true> : k_g2p<false, false, false, true>))
-           : (s->asflip     ? (col ? k_g2p<true, true, true, false> : k_g2p<true, false, true, false>)
-              : s->g2p_mat ? (col ? k_g2p<false, true, true, false> : k_g2p<false, false, true, false>)
-                           : (col ? k_g2p<false, true, false, false> : k_g2p<false, false, false, false>)))
-      <<<ctas, THREADS, 0, s->stream>>>(
+  (s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
+   : s->g2p_mat ? (col ? k_g2p<false, true, true> : k_g2p<false, false, true>)
+                : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>))
+      <<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
@@ -4200,14 +4190,12 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->nm = 1;
   /* the measurement switches that take a whole number: a value out of range stops the run with
    * one line naming it */
-  long headroom = (long)g_dvec_headroom, fill = 0, persist = -1, g2p_persist = 0;
+  long headroom = (long)g_dvec_headroom, fill = 0, persist = -1;
   const char *bad = NULL, *want = NULL;
   if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
   else if ((bad = env_long("DRIFT_PACKET_FILL", 0, LANES, &fill))) want = "particles a packet from 1 to 32 (0: 32)";
   else if ((bad = env_long("DRIFT_P2G_PERSIST", 0, 32, &persist)))
     want = "P2G's CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp; unset: as many as fit)";
-  else if ((bad = env_long("DRIFT_G2P_PERSIST", 0, 32, &g2p_persist)))
-    want = "G2P's CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
   if (bad) {
     free(s->mats);
     free(s);
@@ -4216,7 +4204,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   g_dvec_headroom = (size_t)headroom;
   s->fill = fill > 0 ? (int)fill : LANES;
   s->p2g_persist = (int)persist;
-  s->g2p_persist = (int)g2p_persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
