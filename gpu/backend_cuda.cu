@@ -648,7 +648,6 @@ typedef struct cuda_state {
   dvec tags;                    /* [n_blocks][nm - 1] int32: the peers' indices of each block (k_tag) */
   dvec vel, vel0;               /* [n_blocks][256] / [n_blocks][192] float: k_grid's output, G2P's input */
   dvec bar;                     /* unsigned: this member's barrier count, read by the peers */
-  dvec queue;                   /* unsigned[2]: k_p2g's next packet and warps done (p2g_dynamic); 0 between launches */
   int events;                   /* parallel.island_barrier "events" on an island: host-issued barriers, no graphs */
   int atomics;                  /* parallel.island_reduce "p2p_atomics" on an island: no vel, owners (k_owner) */
   int bar_warp;                 /* k_barrier as one warp (DRIFT_BARRIER_WARP, default 1), else one thread */
@@ -663,7 +662,6 @@ typedef struct cuda_state {
    * and its packet's fixed start for fewer particles; how much the cells split between packets
    * (their own atomics) and the sort over LANES slots a packet add is not measured. */
   int fill;
-  int p2g_dynamic;              /* DRIFT_P2G_DYNAMIC (default 1): k_p2g's looping warps take packets from a queue */
   int p2g_persist;              /* k_p2g's CTAs a multiprocessor at most: as many as fit (setup), or DRIFT_P2G_PERSIST
                                    (0: one packet a warp) */
   int n_sm;                     /* the device's multiprocessors */
@@ -1083,8 +1081,7 @@ __global__ static void PERSIST_BOUNDS(PERSIST)
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
-      unsigned *__restrict__ queue) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -1101,36 +1098,12 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   };
   if constexpr (!PERSIST) {
     if (first < n) packet(first); /* the whole warp */
-  } else if (!queue) {
+  } else {
     const int stride = (int)gridDim.x * WARPS;
 #pragma unroll 1
     for (int i = first; i < n; i += stride) { /* uniform over the warp */
       packet(i);
       __syncwarp(); /* every lane is through the packet's records before the next packet's are written */
-    }
-  } else {
-    /* The queue: each warp takes the next packet not yet taken (queue[0]), so that the warps end
-     * together whatever their packets cost; with a fixed stride each warp's share is a sum of
-     * n / stride packets' times, and the kernel ends with the largest sum. The last warp out
-     * (queue[1] counts them) sets both back to 0 for the next launch: every other warp has made
-     * its last take before it counts itself out (the fence orders the two atomics), and the next
-     * launch on the stream sees the zeros. */
-    const int lane = threadIdx.x & 31;
-#pragma unroll 1
-    for (;;) {
-      int i = 0;
-      if (lane == 0) i = (int)atomicAdd(&queue[0], 1u);
-      i = __shfl_sync(0xffffffffu, i, 0);
-      if (i >= n) break; /* uniform over the warp */
-      packet(i);
-      __syncwarp(); /* every lane is through the packet's records before the next packet's are written */
-    }
-    if (lane == 0) {
-      __threadfence();
-      if (atomicAdd(&queue[1], 1u) == gridDim.x * WARPS - 1) {
-        queue[0] = 0;
-        queue[1] = 0;
-      }
     }
   }
 }
@@ -2168,7 +2141,7 @@ static int launch_barrier(cuda_state *s, int par) {
 
 typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const int32_t *, float *, const uint64_t *,
                        const material_params *, float3, float, float, float *, uint8_t *, float *, fixp,
-                       const int32_t *, unsigned *);
+                       const int32_t *);
 
 /* The instantiation of k_p2g for the member's transfer and mode, looping over packets or not. */
 static p2g_fn p2g_kernel(const cuda_state *s, bool persist) {
@@ -2192,8 +2165,7 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
       dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order,
-      persist && s->p2g_dynamic ? dp<unsigned>(s->queue) : nullptr);
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order);
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -3673,7 +3645,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
-                       &s->bar, &s->queue, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
+                       &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
                        &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
@@ -3926,7 +3898,7 @@ static void destroy(void *state) {
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->d_colliders, &s->d_keys, &s->d_poses,
-                 &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->queue, &s->old_code,
+                 &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
                  &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
@@ -4093,8 +4065,6 @@ static int setup(cuda_state *s, const particles *p) {
   DVEC_EXACT(s->count, sizeof(rebuild_count), "counters");
   DVEC_EXACT(s->bar, sizeof(unsigned), "island barrier");
   CU(cudaMemsetAsync(s->bar.ptr, 0, sizeof(unsigned), s->stream));
-  DVEC_EXACT(s->queue, 2 * sizeof(unsigned), "P2G's packet queue");
-  CU(cudaMemsetAsync(s->queue.ptr, 0, 2 * sizeof(unsigned), s->stream));
   CU(cudaMemcpyAsync(s->d_mats.ptr, s->mats, (size_t)s->prm.n_materials * sizeof(material_params),
                      cudaMemcpyHostToDevice, s->stream));
   step_ctl c0;
@@ -4235,7 +4205,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->fill = fill > 0 ? (int)fill : LANES;
   s->p2g_persist = (int)persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
-  s->p2g_dynamic = env_flag("DRIFT_P2G_DYNAMIC", 1);
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
   if (dp_env && *dp_env) {
