@@ -1071,10 +1071,13 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
  * gather 27 nodes, was 9% slower. The loop took 72 registers where one packet a warp takes 64
  * (7 CTAs an SM instead of 8), so the looping variant is held at 64 (16-40 bytes of spills, at the
  * loop's ends) and the one-packet variant, for launches that fit at once, is compiled as before. */
+#ifndef P2G_LOOP_BLOCKS /* the looping variant's CUDA blocks a multiprocessor (registers: 65536 / (that x THREADS)) */
+#define P2G_LOOP_BLOCKS 8
+#endif
 #if P2G_MIN_BLOCKS > 0
 #define PERSIST_BOUNDS(PERSIST) PARTICLE_BOUNDS
 #else
-#define PERSIST_BOUNDS(PERSIST) __launch_bounds__(THREADS, (PERSIST) ? 8 : 0)
+#define PERSIST_BOUNDS(PERSIST) __launch_bounds__(THREADS, (PERSIST) ? P2G_LOOP_BLOCKS : 0)
 #endif
 template <bool OLD, bool DET, bool PERSIST>
 __global__ static void PERSIST_BOUNDS(PERSIST)
