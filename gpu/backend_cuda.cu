@@ -1064,13 +1064,15 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
 /* PERSIST: as many CTAs as fit at once (launch_p2g_of; DRIFT_P2G_PERSIST), each warp looping over
- * packets. A packet's work varies (its cells, hence the walk's length; its atomics), and a CTA's
- * slot frees only when the slowest of its warps is done: with one packet a warp, Sand Blocks
- * l = 46 ran P2G at 868.6 us a step on an H100, with the loop 701.4 (the frame 43.0 -> 36.1 ms;
- * docs/performance.md, session of 2026-11-27 fourth). The same loop in G2P, whose packets all
- * gather 27 nodes, was 9% slower. The loop took 72 registers where one packet a warp takes 64
- * (7 CTAs an SM instead of 8), so the looping variant is held at 64 (16-40 bytes of spills, at the
- * loop's ends) and the one-packet variant, for launches that fit at once, is compiled as before. */
+ * packets with a fixed stride. Measured on an H100 (docs/performance.md, session of 2026-11-27
+ * fourth): Sand Blocks l = 46's P2G 868.6 -> 701.4 us a step (the frame 43.0 -> 36.1 ms), 12.5M
+ * particles 24% faster a frame. ncu counts the same instructions, bytes and cache hits either way;
+ * a warp waits 12.2 cycles an instruction instead of 18.8. Why is not established: handing out
+ * packets from a queue (no warp idles at the end) was slower, and so were staggered starts. The
+ * same loop in G2P was 9% slower. The loop took 72 registers where one packet a warp takes 64, so
+ * the looping variant is held at 64 (16-40 bytes of spills, at the loop's ends; 72 registers and 7
+ * CTAs an SM measured the same) and the one-packet variant, for launches that fit at once, is
+ * compiled as before. */
 #ifndef P2G_LOOP_BLOCKS /* the looping variant's CUDA blocks a multiprocessor (registers: 65536 / (that x THREADS)) */
 #define P2G_LOOP_BLOCKS 8
 #endif
@@ -1091,8 +1093,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   stamp(ctl, ST_P2G);
   const int warp = threadIdx.x >> 5;
   /* One packet a warp; with fewer CTAs than that (PERSIST, launch_p2g_of), each warp takes every
-   * (gridDim.x * WARPS)-th packet after its first, so that a warp done with its packet starts the
-   * next at once instead of idling until its CTA's other warps are done. */
+   * (gridDim.x * WARPS)-th packet after its first. */
   const int n = (int)n_packets; /* below 2^31: append_room's limit of particles a GPU */
   const int first = (int)blockIdx.x * WARPS + warp;
   const auto packet = [&](int i) { /* p2g_part: n packets of the list order */
