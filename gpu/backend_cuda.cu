@@ -1901,7 +1901,6 @@ static int cc_slots(cuda_state *s) {
   return DR_OK;
 }
 
-
 static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
   cudaStream_t st = s->stream;
