@@ -662,8 +662,9 @@ typedef struct cuda_state {
    * and its packet's fixed start for fewer particles; how much the cells split between packets
    * (their own atomics) and the sort over LANES slots a packet add is not measured. */
   int fill;
-  int p2g_persist;              /* k_p2g's CTAs a multiprocessor at most: as many as fit (setup), or DRIFT_P2G_PERSIST
-                                   (0: one packet a warp) */
+  int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most, their warps looping over
+                                   the packets (default 0: one packet a warp) */
+  int p2g_spread;               /* DRIFT_P2G_SPREAD (default 1): k_p2g takes its packets in a scattered order */
   int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
@@ -1086,7 +1087,8 @@ __global__ static void PERSIST_BOUNDS(PERSIST)
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order) {
+      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
+      unsigned long long spread) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -1097,7 +1099,10 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const int n = (int)n_packets; /* below 2^31: append_room's limit of particles a GPU */
   const int first = (int)blockIdx.x * WARPS + warp;
   const auto packet = [&](int i) { /* p2g_part: n packets of the list order */
-    p2g_any<OLD, DET>(ctl, ctl->dt, order ? (size_t)order[i] : (size_t)i, hdr, pb_coord, pb_nbr, pk, pid, mats, origin,
+    /* the i-th packet taken is packet i x spread mod n (spread_of: coprime with n, so every packet
+     * once), so that the packets in work at one time lie far apart */
+    const int j = spread ? (int)(((unsigned long long)i * spread) % (unsigned long long)n) : i;
+    p2g_any<OLD, DET>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk, pid, mats, origin,
                       dx, inv_dx, grid, touched, grid0, s_p2g[warp], s_sort[warp], fp, !ctl->projected);
   };
   if constexpr (!PERSIST) {
@@ -2144,7 +2149,29 @@ static int launch_barrier(cuda_state *s, int par) {
 
 typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const int32_t *, float *, const uint64_t *,
                        const material_params *, float3, float, float, float *, uint8_t *, float *, fixp,
-                       const int32_t *);
+                       const int32_t *, unsigned long long);
+
+/* k_p2g's order of packets (DRIFT_P2G_SPREAD, default on): the i-th packet taken is packet i x m
+ * mod n, m coprime with n and near n / phi, so that packets taken one after another lie about
+ * 0.38 n apart and the packets in work at one time spread evenly over the list (three-distance
+ * theorem). The list is sorted by grid block, so in order the few thousand warps in flight work
+ * on a few thousand neighbouring packets, whose particles scatter to the same grid nodes: their
+ * global atomics (a lane group's reduced sums, one a node) queue at the same L2 addresses. Spread,
+ * the atomics, loads and instructions are the same and their addresses differ; measured on one
+ * H100 (docs/performance.md, 2026-11-27 fifth): Sand Blocks l = 46 36.1 -> 30.0 ms a frame,
+ * l = 23 6.3 -> 5.4, 16 x l = 46 122.2 -> 115.0. Returns 0 (in order) where off or n < 3. */
+static unsigned long long spread_of(const cuda_state *s, size_t n) {
+  if (!s->p2g_spread || n < 3) return 0;
+  unsigned long long m = (unsigned long long)(0.6180339887498949 * (double)n) | 1ull;
+  for (;; m += 2) { /* the next odd m with gcd(m, n) = 1: a few steps at most */
+    unsigned long long a = m, b = n;
+    while (b) {
+      const unsigned long long t = a % b;
+      a = b, b = t;
+    }
+    if (a == 1) return m % n;
+  }
+}
 
 /* The instantiation of k_p2g for the member's transfer and mode, looping over packets or not. */
 static p2g_fn p2g_kernel(const cuda_state *s, bool persist) {
@@ -2154,9 +2181,9 @@ static p2g_fn p2g_kernel(const cuda_state *s, bool persist) {
                               : (s->det ? k_p2g<false, true, false> : k_p2g<false, false, false>));
 }
 
-/* P2G of every packet, or (order non-NULL) of the n packets listed at order: one packet a warp
- * where that fills at most p2g_persist CUDA blocks a multiprocessor (what fits at once: setup),
- * else that many blocks whose warps loop over the packets. */
+/* P2G of every packet, or (order non-NULL) of the n packets listed at order, in spread_of's
+ * order: one packet a warp, or (DRIFT_P2G_PERSIST=N) at most N CUDA blocks a multiprocessor whose
+ * warps loop over the packets. */
 static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n) {
   if (n == 0) return DR_OK;
   size_t ctas = blocks_for(n, WARPS);
@@ -2168,7 +2195,7 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
       dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order);
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order, spread_of(s, n));
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -4044,10 +4071,6 @@ static int setup(cuda_state *s, const particles *p) {
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);
   s->n_sm = prop.multiProcessorCount;
-  if (s->p2g_persist < 0) { /* DRIFT_P2G_PERSIST unset: P2G's looping blocks, as many as fit at once */
-    CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s->p2g_persist, p2g_kernel(s, true), THREADS, 0));
-    if (s->p2g_persist < 1) s->p2g_persist = 1;
-  }
   CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   DR_TRY(dvec_pools(s));
   for (int k = 0; k < 2; ++k) {
@@ -4193,12 +4216,14 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->nm = 1;
   /* the measurement switches that take a whole number: a value out of range stops the run with
    * one line naming it */
-  long headroom = (long)g_dvec_headroom, fill = 0, persist = -1;
+  long headroom = (long)g_dvec_headroom, fill = 0, persist = 0, spread = 1;
   const char *bad = NULL, *want = NULL;
   if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
   else if ((bad = env_long("DRIFT_PACKET_FILL", 0, LANES, &fill))) want = "particles a packet from 1 to 32 (0: 32)";
   else if ((bad = env_long("DRIFT_P2G_PERSIST", 0, 32, &persist)))
-    want = "P2G's CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp; unset: as many as fit)";
+    want = "P2G's looping CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
+  else if ((bad = env_long("DRIFT_P2G_SPREAD", 0, 1, &spread)))
+    want = "1 (P2G's packets in a scattered order) or 0 (in the list's order)";
   if (bad) {
     free(s->mats);
     free(s);
@@ -4208,6 +4233,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->fill = fill > 0 ? (int)fill : LANES;
   s->p2g_persist = (int)persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
+  s->p2g_spread = (int)spread;
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
   if (dp_env && *dp_env) {

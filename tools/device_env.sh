@@ -21,10 +21,15 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 device_build() {
   local name
   name=$(basename "$1")
+  # a build folder configured from another source tree (A from .abbase in one call, from this tree
+  # in the next) is started afresh: CMake refuses to reuse it
+  if [ -f "$1/CMakeCache.txt" ] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$(cd "${SRC:-$root}" && pwd)" "$1/CMakeCache.txt"; then
+    rm -rf "$1"
+  fi
   cmake -S "${SRC:-$root}" -B "$1" -DCMAKE_BUILD_TYPE=Release -DHDF5_ROOT="$deps/phdf5" -DCJSON_ROOT="$deps/cjson" \
     -DPNG_ROOT="$deps/png" -DZLIB_ROOT="$deps/png" "-DCMAKE_CUDA_FLAGS=${2:-}" >"$out/$name.cmake.log" 2>&1 &&
     cmake --build "$1" -j "$(($(nproc) / 2 > 1 ? $(nproc) / 2 : 1))" >"$out/$name.build.log" 2>&1 ||
-    { echo "$(basename "$0"): build of $name failed (logs: $out/$name.*.log):" >&2; tail -20 "$out/$name.build.log" >&2; return 1; }
+    { echo "$(basename "$0"): build of $name failed (logs: $out/$name.*.log):" >&2; tail -20 "$out/$name.cmake.log" "$out/$name.build.log" >&2 2>/dev/null; return 1; }
 }
 
 # device_build_pair A_SRC B_FLAGS: build-a from A_SRC (empty: this tree) and build-b from this tree
