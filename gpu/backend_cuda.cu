@@ -1062,18 +1062,33 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
   if (mode == DT_FIXED) c->dt = (float)dt_fixed; /* the priming P2G of G2P2G reads it */
 }
 
+/* The order in which k_p2g takes its packets (spread_of): the i-th packet taken is packet
+ * i x m mod n, m coprime with n (every packet once); m = 0: the list's order. magic is
+ * floor((2^64 - 1) / n), so that the remainder takes a multiply-high and one correction instead
+ * of a 64-bit division (a subroutine of some sixty instructions at every warp's start, 3.5% of
+ * k_p2g's stall samples at l = 46): with x = i m < 2^62, q = floor(x magic / 2^64) is floor(x / n)
+ * or one less, so x - q n lies in [0, 2n). */
+typedef struct p2g_order {
+  unsigned long long m, magic;
+} p2g_order;
+
+__device__ __forceinline__ int p2g_order_index(p2g_order o, int i, int n) {
+  if (!o.m) return i;
+  const unsigned long long x = (unsigned long long)i * o.m;
+  unsigned long long r = x - __umul64hi(x, o.magic) * (unsigned long long)n;
+  if (r >= (unsigned long long)n) r -= (unsigned long long)n;
+  return (int)r;
+}
+
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
-/* PERSIST: as many CTAs as fit at once (launch_p2g_of; DRIFT_P2G_PERSIST), each warp looping over
- * packets with a fixed stride. Measured on an H100 (docs/performance.md, session of 2026-11-27
- * fourth): Sand Blocks l = 46's P2G 868.6 -> 701.4 us a step (the frame 43.0 -> 36.1 ms), 12.5M
- * particles 24% faster a frame. ncu counts the same instructions, bytes and cache hits either way;
- * a warp waits 12.2 cycles an instruction instead of 18.8. Why is not established: handing out
- * packets from a queue (no warp idles at the end) was slower, and so were staggered starts. The
- * same loop in G2P was 9% slower. The loop took 72 registers where one packet a warp takes 64, so
- * the looping variant is held at 64 (16-40 bytes of spills, at the loop's ends; 72 registers and 7
- * CTAs an SM measured the same) and the one-packet variant, for launches that fit at once, is
- * compiled as before. */
+/* PERSIST (DRIFT_P2G_PERSIST=N, a measurement switch): N CTAs a multiprocessor, each warp
+ * looping over packets with a fixed stride. It was the default for a session (2026-11-27 fourth:
+ * Sand Blocks l = 46 43.0 -> 36.1 ms a frame with the packets in the list's order) because its
+ * warps drift apart over the list; the scattered order (spread_of) does that better, and with it
+ * the loop is slower than one packet a warp (l = 46 32.1-32.3 ms against 30.0-30.3; 2026-11-27
+ * fifth). The loop takes 72 registers where one packet a warp takes 64, so the looping variant is
+ * held at 64 (16-40 bytes of spills, at the loop's ends). */
 #ifndef P2G_LOOP_BLOCKS /* the looping variant's CUDA blocks a multiprocessor (registers: 65536 / (that x THREADS)) */
 #define P2G_LOOP_BLOCKS 8
 #endif
@@ -1088,7 +1103,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
       uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
-      unsigned long long spread) {
+      p2g_order spread) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -1099,9 +1114,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const int n = (int)n_packets; /* below 2^31: append_room's limit of particles a GPU */
   const int first = (int)blockIdx.x * WARPS + warp;
   const auto packet = [&](int i) { /* p2g_part: n packets of the list order */
-    /* the i-th packet taken is packet i x spread mod n (spread_of: coprime with n, so every packet
-     * once), so that the packets in work at one time lie far apart */
-    const int j = spread ? (int)(((unsigned long long)i * spread) % (unsigned long long)n) : i;
+    const int j = p2g_order_index(spread, i, n); /* spread_of: the packets in work at once lie far apart */
     p2g_any<OLD, DET>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk, pid, mats, origin,
                       dx, inv_dx, grid, touched, grid0, s_p2g[warp], s_sort[warp], fp, !ctl->projected);
   };
@@ -2149,7 +2162,7 @@ static int launch_barrier(cuda_state *s, int par) {
 
 typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const int32_t *, float *, const uint64_t *,
                        const material_params *, float3, float, float, float *, uint8_t *, float *, fixp,
-                       const int32_t *, unsigned long long);
+                       const int32_t *, p2g_order);
 
 /* k_p2g's order of packets (DRIFT_P2G_SPREAD, default on): the i-th packet taken is packet i x m
  * mod n, m coprime with n and near n / phi, so that packets taken one after another lie about
@@ -2159,9 +2172,10 @@ typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const 
  * global atomics (a lane group's reduced sums, one a node) queue at the same L2 addresses. Spread,
  * the atomics, loads and instructions are the same and their addresses differ; measured on one
  * H100 (docs/performance.md, 2026-11-27 fifth): Sand Blocks l = 46 36.1 -> 30.0 ms a frame,
- * l = 23 6.3 -> 5.4, 16 x l = 46 122.2 -> 115.0. Returns 0 (in order) where off or n < 3. */
-static unsigned long long spread_of(const cuda_state *s, size_t n) {
-  if (!s->p2g_spread || n < 3) return 0;
+ * l = 23 6.3 -> 5.4, 16 x l = 46 122.2 -> 115.0. m = 0 (in order) where off or n < 3. */
+static p2g_order spread_of(const cuda_state *s, size_t n) {
+  p2g_order o = {0, 0};
+  if (!s->p2g_spread || n < 3) return o;
   unsigned long long m = (unsigned long long)(0.6180339887498949 * (double)n) | 1ull;
   for (;; m += 2) { /* the next odd m with gcd(m, n) = 1: a few steps at most */
     unsigned long long a = m, b = n;
@@ -2169,7 +2183,11 @@ static unsigned long long spread_of(const cuda_state *s, size_t n) {
       const unsigned long long t = a % b;
       a = b, b = t;
     }
-    if (a == 1) return m % n;
+    if (a == 1) {
+      o.m = m % n;
+      o.magic = ~0ull / (unsigned long long)n;
+      return o;
+    }
   }
 }
 

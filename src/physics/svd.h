@@ -34,13 +34,18 @@
 
 #include "physics/common.h"
 
-/* Sweeps of the two phases. Jacobi converges quadratically; 4 + 2 reach float round-off for
- * every input the tests throw at it (random, graded to 1e-6, rank deficient, repeated). */
+/* Sweeps of the two phases. Jacobi converges quadratically; 3 + 1 (12 plane rotations) reach
+ * float round-off for every input the tests throw at it (random, graded to 1e-6, rank deficient,
+ * repeated): tests/physics/test_svd.c's largest reconstruction errors are those of 4 + 2
+ * (8.3e-7 / 8.7e-7 / 8.3e-7), while 2 + 1 and 3 + 0 fail it (docs/performance.md, 2026-11-27
+ * second). The default was 4 + 2 while P2G waited on its loads (a third fewer rotations bought
+ * 1-2% on the GPU); with P2G issue-bound (2026-11-27 fifth: the SVD 32% of its instructions) the
+ * rotations are P2G's time. */
 #ifndef DR_SVD_JACOBI_SWEEPS
-#define DR_SVD_JACOBI_SWEEPS 4
+#define DR_SVD_JACOBI_SWEEPS 3
 #endif
 #ifndef DR_SVD_POLISH_SWEEPS
-#define DR_SVD_POLISH_SWEEPS 2
+#define DR_SVD_POLISH_SWEEPS 1
 #endif
 
 /* The Jacobi rotation (c, s, t = s/c) that zeroes the off-diagonal of the symmetric 2x2
