@@ -89,7 +89,9 @@ for r in $(seq 1 "$rounds"); do
 done
 
 # One line per run and scene, from the CSVs (columns by name).
-python3 - "$out" "$rounds" "$flags" "${BASE:+$(base_name "$BASE")}" "$alt_list" <<'EOF'
+a_name=${BASE:+$(base_name "$BASE")}
+[ -n "${AB_BUILT:-}" ] && a_name="build-a as an earlier call built it${a_name:+ ($a_name)}"
+python3 - "$out" "$rounds" "$flags" "$a_name" "$alt_list" <<'EOF'
 import csv, os, sys
 out, rounds, flags, base = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 alts = [a.split("=", 1) for a in sys.argv[5].split(";") if a]
