@@ -1062,8 +1062,7 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
   if (mode == DT_FIXED) c->dt = (float)dt_fixed; /* the priming P2G of G2P2G reads it */
 }
 
-/* The order in which k_p2g takes its packets (spread_of): the i-th packet taken is packet
- * i x m mod n, m coprime with n (every packet once); m = 0: the list's order. magic is
+/* k_p2g's order of packets (spread_of: packet i x m mod n; m = 0: the list's order). magic is
  * floor((2^64 - 1) / n), so that the remainder takes a multiply-high and one correction instead
  * of a 64-bit division (a subroutine of some sixty instructions at every warp's start, 3.5% of
  * k_p2g's stall samples at l = 46): with x = i m < 2^62, q = floor(x magic / 2^64) is floor(x / n)
