@@ -413,8 +413,10 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
  * DRIFT_P2G_WXY (default 1; 0 builds the 9 weights): the record holds the 9 products wx wy of its
  * first two axes' weights and the 3 weights of the third (12 floats where the 9 weights took 9),
  * so that a lane's weight in the walk is 2 loads and 1 product instead of 3 loads and 2 products
- * (a record's 9 products cost its lane 9). One H100, Sand Blocks l = 46: k_p2g 304.4M -> 298.2M
- * warp instructions, 482 -> 478 us (docs/performance.md, 2026-11-27 sixth). */
+ * (a record's 9 products cost its lane 9). The sums are bitwise those of the 9 weights: w is
+ * (wx wy) wz either way. One H100, Sand Blocks l = 46, with the SVD gate of branch
+ * tried-svd-gate: k_p2g 304.4M -> 298.2M warp instructions, 482 -> 478 us (docs/performance.md,
+ * 2026-11-27 sixth). */
 #ifndef DRIFT_P2G_WXY
 #define DRIFT_P2G_WXY 1
 #endif
