@@ -398,9 +398,10 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
  * cell and walks the records in order, adding w (m, b + dx A e) in registers; where a cell's run
  * of records ends it issues that node's one global atomic and starts again. Every lane reads the
  * same record at the same time (a broadcast; the weights it reads lie in distinct banks), the
- * walk has no shuffle and no dependence between records, and it issues the same atomics as p2g_warp: one per node and cell.
- * Lanes 27-31 walk idle. DET: each record's contribution becomes an integer (fix_to) before the
- * lane adds it, as in p2g_warp, so the sums do not depend on the order. Tested on the host
+ * walk has no shuffle and no dependence between records, and it issues the same atomics as
+ * p2g_warp: one per node and cell. Lanes 27-31 walk idle. DET: each record's contribution becomes
+ * an integer (fix_to) before the lane adds it, as in p2g_warp, so the sums do not depend on the
+ * order. Tested on the host
  * (tests/gpu/test_p2g_warp.cc). On one H200 it made Sand Blocks l = 46 7.7% faster (2.34e9 to
  * 2.52e9 particle-steps/s), its G2P2G variant 13.9% and l = 12 3.9%, with registers down to 64
  * in every P2G kernel (docs/performance.md, session of 2026-11-26). */
