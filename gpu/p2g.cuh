@@ -394,7 +394,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
  * instructions and its largest stall, docs/performance.md). Here the warp's lanes first store
  * their particles, in cell order, as records in shared memory: m, b = m v - dx A fx, dx A (the
  * affine momentum, so that a node at stencil offset e gets w (m, b + dx A e)) and the B-spline
- * weights (DRIFT_P2G_WXY below). Then lane n < 27 takes stencil node n = (ei, ej, ek) of every
+ * weights (below). Then lane n < 27 takes stencil node n = (ei, ej, ek) of every
  * cell and walks the records in order, adding w (m, b + dx A e) in registers; where a cell's run
  * of records ends it issues that node's one global atomic and starts again. Every lane reads the
  * same record at the same time (a broadcast; the weights it reads lie in distinct banks), the
@@ -411,17 +411,13 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
 /* Floats per record and where its weights start: m, b[3], dx A[9] (row-major), then for ASFLIP
  * bo[3] = m v - dx mC fx and dx mC[9], then the weights, then (DET) the lane, padded so that the
  * float4 loads stay aligned.
- * DRIFT_P2G_WXY (default 1; 0 builds the 9 weights): the record holds the 9 products wx wy of its
- * first two axes' weights and the 3 weights of the third (12 floats where the 9 weights took 9),
- * so that a lane's weight in the walk is 2 loads and 1 product instead of 3 loads and 2 products
- * (a record's 9 products cost its lane 9). The sums are bitwise those of the 9 weights: w is
- * (wx wy) wz either way. One H100, Sand Blocks l = 46, with the SVD gate of branch
- * tried-svd-gate: k_p2g 304.4M -> 298.2M warp instructions, 482 -> 478 us (docs/performance.md,
- * 2026-11-27 sixth). */
-#ifndef DRIFT_P2G_WXY
-#define DRIFT_P2G_WXY 1
-#endif
-#define GREC_WFLOATS (DRIFT_P2G_WXY ? 12 : 9)
+ * The weights: the 9 products wx wy of the first two axes' weights ((ei, ej) at 3 ei + ej), then
+ * the 3 weights of the third, so that a lane's weight in the walk is 2 loads and 1 product
+ * instead of 3 loads and 2 products (a record's 9 products cost its lane 9). The sums are
+ * bitwise those of the 9 weights: w is (wx wy) wz either way. One H100, Sand Blocks l = 46, with
+ * the SVD gate of branch tried-svd-gate: k_p2g 304.4M -> 298.2M warp instructions, 482 -> 478 us
+ * (docs/performance.md, 2026-11-27 sixth). */
+#define GREC_WFLOATS 12
 #define GREC_W(OLD) ((OLD) ? 25 : 13)
 #define GREC_SRC(OLD) (GREC_W(OLD) + GREC_WFLOATS) /* deterministic mode: the record's lane in the packet */
 #define GREC_FLOATS(OLD) ((GREC_SRC(OLD) + 1 + 3) / 4 * 4)
@@ -467,14 +463,9 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
       float dw[3];
       bspline_weights(L.fx[a], w[a], dw);
     }
-    if (DRIFT_P2G_WXY) {
-      for (int ei = 0; ei < 3; ++ei)
-        for (int ej = 0; ej < 3; ++ej) r[WO + 3 * ei + ej] = w[0][ei] * w[1][ej];
-      for (int ek = 0; ek < 3; ++ek) r[WO + 9 + ek] = w[2][ek];
-    } else {
-      for (int a = 0; a < 3; ++a)
-        for (int e = 0; e < 3; ++e) r[WO + 3 * a + e] = w[a][e];
-    }
+    for (int ei = 0; ei < 3; ++ei)
+      for (int ej = 0; ej < 3; ++ej) r[WO + 3 * ei + ej] = w[0][ei] * w[1][ej];
+    for (int ek = 0; ek < 3; ++ek) r[WO + 9 + ek] = w[2][ek];
     if (DET) r[GREC_SRC(OLD)] = __int_as_float(L.src); /* whose contribution was out of range */
   }
   __syncwarp();
@@ -488,9 +479,7 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
   const unsigned ends = ((heads >> 1) | 0x80000000u) & valid;
   const int ei = lane < 27 ? lane / 9 : 0, ej = lane < 27 ? lane / 3 % 3 : 0, ek = lane < 27 ? lane % 3 : 0;
   const float e0 = (float)ei, e1 = (float)ej, e2 = (float)ek;
-  /* DRIFT_P2G_WXY: wx points at the product wx wy and wy is not read */
-  const float *wx = s_rec + WO + (DRIFT_P2G_WXY ? 3 * ei + ej : ei), *wy = s_rec + WO + 3 + ej;
-  const float *wz = s_rec + WO + (DRIFT_P2G_WXY ? 9 : 6) + ek;
+  const float *wxy = s_rec + WO + 3 * ei + ej, *wz = s_rec + WO + 9 + ek;
   float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, u0 = 0.0f, u1 = 0.0f, u2 = 0.0f;
   long long i0 = 0, i1 = 0, i2 = 0, i3 = 0, j0 = 0, j1 = 0, j2 = 0; /* DET */
   unsigned long long fix_bad_id = ~0ULL; /* DET: the smallest id of a record out of range */
@@ -501,7 +490,7 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
     const float4 q1 = *reinterpret_cast<const float4 *>(r + 4);
     const float4 q2 = *reinterpret_cast<const float4 *>(r + 8);
     const float4 q3 = OLD ? *reinterpret_cast<const float4 *>(r + 12) : make_float4(r[12], 0.0f, 0.0f, 0.0f);
-    const float w = DRIFT_P2G_WXY ? wx[i * R] * wz[i * R] : wx[i * R] * wy[i * R] * wz[i * R];
+    const float w = wxy[i * R] * wz[i * R];
     const float v0 = w * q0.x;
     const float v1 = w * (q0.y + q1.x * e0 + q1.y * e1 + q1.z * e2);
     const float v2 = w * (q0.z + q1.w * e0 + q2.x * e1 + q2.y * e2);
