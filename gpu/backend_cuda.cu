@@ -673,6 +673,7 @@ typedef struct cuda_state {
   int capture_move;             /* ... and captures the move (graph_mv) */
   cudaGraphExec_t graph_mv;     /* move_pending: the next step (parity mv_par) with the move in its P2G */
   int mv_par;
+  int mv_ready;                 /* graph_mv holds this mapping's move (graph[] are captured once it is queued) */
   int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
@@ -1999,7 +2000,7 @@ static int rebuild_mapping(cuda_state *s, int defer) {
   const size_t n = s->n;
   cudaStream_t st = s->stream;
   const float3 origin = make_float3(s->origin[0], s->origin[1], s->origin[2]);
-  s->graphs_valid = 0;
+  s->graphs_valid = s->mv_ready = 0;
   const size_t old_nb = s->n_blocks;
   const int keep = s->primed && n > 0 && old_nb > 0; /* else the frame loop primes again */
   s->primed = keep;
@@ -2501,7 +2502,7 @@ static void drop_graphs(cuda_state *s) {
   for (int k = 0; k < 2; ++k)
     if (s->graph[k]) cudaGraphExecDestroy(s->graph[k]), s->graph[k] = NULL;
   if (s->graph_mv) cudaGraphExecDestroy(s->graph_mv), s->graph_mv = NULL;
-  s->graphs_valid = 0;
+  s->graphs_valid = s->mv_ready = 0;
 }
 
 /* A switch of the environment for A/B measurements of host-side choices, read where it is used
@@ -2558,16 +2559,21 @@ static int capture_step(cuda_state *s, int par, int move, cudaGraphExec_t *exec)
 }
 
 /* Captures the step of each parity as a CUDA graph (after every rebuild: sizes and buffers
- * change with the mapping), and where the rebuild left the particles' move to the next P2G, that
- * next step once more with the move (graph_mv, launched once by job_step; fused steps have their
- * priming P2G launched alone, which moves them). */
+ * change with the mapping). Where the rebuild left the particles' move to the next P2G, only that
+ * next step, with the move (graph_mv, launched once by job_step), and the two others at the next
+ * call, after it: the host captures them while the device runs it, instead of the device waiting
+ * for three captures. (Fused steps have their priming P2G launched alone, which moves them.) */
 static int capture_graphs(cuda_state *s) {
+  if (s->move_pending && !s->graph_fused) {
+    if (!s->mv_ready) {
+      DR_TRY(capture_step(s, s->par, 1, &s->graph_mv));
+      s->mv_par = s->par;
+      s->mv_ready = 1;
+    }
+    return DR_OK;
+  }
   s->graphs_valid = 0;
   for (int k = 0; k < 2; ++k) DR_TRY(capture_step(s, k, 0, &s->graph[k]));
-  if (s->move_pending && !s->graph_fused) {
-    DR_TRY(capture_step(s, s->par, 1, &s->graph_mv));
-    s->mv_par = s->par;
-  }
   s->graphs_valid = 1;
   return DR_OK;
 }
@@ -4945,11 +4951,12 @@ static int job_step(island *I, int k) {
   if (!c->fused && s->primed) {
     DR_TRY(launch_step(s, par, 0));
     s->primed = 0;
-  } else if (s->move_pending && !c->fused && s->graph_mv && s->mv_par == par) {
+  } else if (s->move_pending && !c->fused && s->mv_ready && s->mv_par == par) {
     CU(cudaGraphLaunch(s->graph_mv, s->stream)); /* the step whose P2G moves the particles (capture_graphs) */
-    s->move_pending = 0;
+    s->move_pending = s->mv_ready = 0;
   } else {
     DR_TRY(settle_move(s));
+    if (!s->graphs_valid) DR_TRY(capture_graphs(s)); /* none captured while the move was pending */
     CU(cudaGraphLaunch(s->graph[par], s->stream));
   }
   CU(cudaEventRecord(s->done_ev[par], s->stream));
