@@ -665,15 +665,8 @@ typedef struct cuda_state {
   int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most, their warps looping over
                                    the packets (default 0: one packet a warp) */
   int p2g_spread;               /* DRIFT_P2G_SPREAD (default 1): k_p2g takes its packets in a scattered order */
-  int rebuild_move;             /* DRIFT_REBUILD_MOVE (default 1): the frame loop's rebuild-mappings leave the
-                                   particles' move to the next P2G (p2g_move) */
-  int move_pending;             /* pk[cur] is laid out but empty: the next P2G moves the particles in from
-                                   pk[1 - cur] (settle_move does it alone, for anything else that reads them) */
-  int capturing;                /* capture_graphs is capturing: a P2G launched leaves move_pending as it is */
-  int capture_move;             /* ... and captures the move (graph_mv) */
-  cudaGraphExec_t graph_mv;     /* move_pending: the next step (parity mv_par) with the move in its P2G */
-  int mv_par;
-  int mv_ready;                 /* graph_mv holds this mapping's move (graph[] are captured once it is queued) */
+  int move_staged;              /* DRIFT_MOVE_STAGED (default 1): the rebuild moves the particles by k_move (else
+                                   k_scatter) */
   int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
@@ -903,6 +896,52 @@ __global__ static void k_scatter(size_t n, const uint32_t *perm, const int32_t *
   dst_id[p * LANES + lane] = src_id[from];
 }
 
+/* k_scatter's move, staged (DRIFT_MOVE_STAGED, default on): one CUDA block per particle block q.
+ * A packet holds a particle's 28 attributes 128 bytes apart, so k_scatter's lanes, which take
+ * their particles from scattered old lanes (the new order is by cell, the old one was by cell a
+ * few steps ago), each read a 32-byte sector of L2 for 4 bytes: eight times the bytes, which
+ * bounds it (0.43 ms a rebuild-mapping at l = 46 on one H100, 1.8 TB/s of DRAM, 2026-11-27
+ * seventh). Most of q's particles were in q's old packets, which lie together: the block stages
+ * MOVE_WINDOW old packets around its middle particle's, MOVE_STAGE attributes at a time, with
+ * whole lines, and its lanes read their particles there (the others, particles that came from
+ * farther, from global memory); the new packets are written whole lines as before. */
+#define MOVE_WINDOW 32 /* old packets staged */
+#define MOVE_STAGE 4   /* attributes a stage (PK_ATTRS of them): 16 KB of shared memory */
+#define MOVE_THREADS 256
+static_assert(PK_ATTRS % MOVE_STAGE == 0, "MOVE_STAGE divides PK_ATTRS");
+__global__ static void __launch_bounds__(MOVE_THREADS)
+k_move(const int32_t *__restrict__ pb_start, const int32_t *__restrict__ pb_packets, int fill,
+       const uint32_t *__restrict__ perm, size_t src_packets, const float *__restrict__ src,
+       const uint64_t *__restrict__ src_id, float *__restrict__ dst, uint64_t *__restrict__ dst_id) {
+  __shared__ float win[MOVE_STAGE][MOVE_WINDOW * LANES];
+  const int q = blockIdx.x;
+  const int first = pb_start[q], count = pb_start[q + 1] - first;
+  const size_t p0 = (size_t)pb_packets[q];
+  const size_t mid = perm[first + count / 2] / LANES;
+  const size_t lo = mid > MOVE_WINDOW / 2 ? mid - MOVE_WINDOW / 2 : 0;
+  const size_t hi = lo + MOVE_WINDOW < src_packets ? lo + MOVE_WINDOW : src_packets;
+  const int staged = (int)(hi - lo) * LANES;
+  for (int r = threadIdx.x; r < count; r += blockDim.x)
+    dst_id[(p0 + r / fill) * LANES + r % fill] = src_id[perm[first + r]];
+  for (int a0 = 0; a0 < PK_ATTRS; a0 += MOVE_STAGE) {
+    __syncthreads(); /* the last stage's reads of win are done */
+    for (int k = threadIdx.x; k < MOVE_STAGE * staged; k += blockDim.x) {
+      const int j = k / staged, w = k - j * staged;
+      win[j][w] = src[(lo + w / LANES) * PK_FLOATS + (a0 + j) * LANES + w % LANES];
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < count; r += blockDim.x) {
+      const uint32_t from = perm[first + r];
+      const size_t op = from / LANES;
+      const int in = op >= lo && op < hi, at = (int)(op - lo) * LANES + (int)(from % LANES);
+      float *d = dst + (p0 + r / fill) * PK_FLOATS + r % fill;
+#pragma unroll
+      for (int j = 0; j < MOVE_STAGE; ++j)
+        d[(a0 + j) * LANES] = in ? win[j][at] : src[op * PK_FLOATS + (a0 + j) * LANES + from % LANES];
+    }
+  }
+}
+
 __global__ static void k_pb_nbr(size_t m, const uint64_t *nbr_codes, const unsigned long long *keys,
                                 const int32_t *vals, size_t mask, int32_t *pb_nbr) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -1088,44 +1127,6 @@ __device__ __forceinline__ int p2g_order_index(p2g_order o, int i, int n) {
   return (int)r;
 }
 
-/* The particles' move of a rebuild-mapping, done by the P2G after it (DRIFT_REBUILD_MOVE, default
- * on; rebuild_now, settle_move). The rebuild sorts the particles and lays out the new packets, but
- * leaves them empty: lane l of new packet p is sorted particle i = pb_start[q] + (p - pb_packets[q])
- * fill + l of its particle block q, in old slot perm[i] of src. That P2G copies each lane's whole
- * particle (PK_ATTRS floats and the id) from there into its packet before it reads it, so the
- * particles cross DRAM once instead of three times (read and written by k_scatter, read again by
- * P2G), while P2G, which issues at three quarters of its slots and uses an eighth of the memory
- * bandwidth, hides the copy; the arithmetic and the packets are k_scatter's, bit for bit. src NULL:
- * no move (every other P2G). */
-typedef struct p2g_move {
-  const float *src;          /* the old packets */
-  const uint64_t *src_id;    /* the old ids */
-  uint64_t *id;              /* the new ids (k_p2g's pid) */
-  const uint32_t *perm;      /* sorted particle -> old slot (the rebuild's sort) */
-  const int32_t *pb_start;   /* [n_pb + 1] a particle block's first sorted particle */
-  const int32_t *pb_packets; /* [n_pb + 1] its first packet */
-  int fill;                  /* particles a packet at most (cuda_state.fill) */
-} p2g_move;
-
-__device__ __forceinline__ void p2g_move_in(const p2g_move &mv, size_t p, const int2 *__restrict__ hdr,
-                                            float *__restrict__ pk) {
-  const int lane = threadIdx.x & 31;
-  const int2 h = hdr[p];
-  if (lane < h.y) {
-    const size_t i = (size_t)mv.pb_start[h.x] + (p - (size_t)mv.pb_packets[h.x]) * (size_t)mv.fill + (size_t)lane;
-    const uint32_t from = mv.perm[i];
-    const float *src = mv.src + (size_t)(from / LANES) * PK_FLOATS + from % LANES;
-    float *dst = pk + p * PK_FLOATS + lane;
-    float v[PK_ATTRS];
-#pragma unroll
-    for (int a = 0; a < PK_ATTRS; ++a) v[a] = __ldcs(src + a * LANES); /* read once: streamed past L1 */
-#pragma unroll
-    for (int a = 0; a < PK_ATTRS; ++a) dst[a * LANES] = v[a];
-    mv.id[p * LANES + lane] = __ldcs(mv.src_id + from);
-  }
-  __syncwarp(); /* the packet's lanes read each other's particles next */
-}
-
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
 /* PERSIST (DRIFT_P2G_PERSIST=N, a measurement switch): N CTAs a multiprocessor, each warp
@@ -1149,7 +1150,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
       uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
-      p2g_order spread, p2g_move move) {
+      p2g_order spread) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -1161,9 +1162,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const int first = (int)blockIdx.x * WARPS + warp;
   const auto packet = [&](int i) { /* p2g_part: n packets of the list order */
     const int j = p2g_order_index(spread, i, n); /* spread_of: the packets in work at once lie far apart */
-    const size_t pkt = order ? (size_t)order[j] : (size_t)j;
-    if (move.src) p2g_move_in(move, pkt, hdr, pk); /* the first P2G after a rebuild-mapping */
-    p2g_any<OLD, DET>(ctl, ctl->dt, pkt, hdr, pb_coord, pb_nbr, pk, pid, mats, origin,
+    p2g_any<OLD, DET>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk, pid, mats, origin,
                       dx, inv_dx, grid, touched, grid0, s_p2g[warp], s_sort[warp], fp, !ctl->projected);
   };
   if constexpr (!PERSIST) {
@@ -1967,40 +1966,11 @@ static int cc_slots(cuda_state *s) {
   return DR_OK;
 }
 
-/* The move of a rebuild-mapping that rebuild_mapping left to the next P2G (p2g_move), done now
- * by k_scatter: for anything but that P2G that reads the particles (G2P without a P2G before it,
- * the frames' download, emission, emigration, a P2G of part of the packets, the next rebuild). A
- * capture leaves it: the graphs run after the move graph (graph_mv) did it. */
-static int settle_move(cuda_state *s) {
-  if (!s->move_pending || s->capturing) return DR_OK;
-  s->move_pending = 0;
-  TRACE("rebuild: the particles moved alone");
-  const int old = 1 - s->cur;
-  k_scatter<<<blocks_for(s->n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      s->n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets),
-      s->fill, dp<float>(s->pk[old]), dp<uint64_t>(s->pid[old]), dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]));
-  LAUNCHED("k_scatter");
-  return DR_OK;
-}
-
-/* What the P2G after a deferred move reads (p2g_move). */
-static p2g_move move_of(cuda_state *s) {
-  const int old = 1 - s->cur;
-  p2g_move m = {dp<float>(s->pk[old]),      dp<uint64_t>(s->pid[old]),    dp<uint64_t>(s->pid[s->cur]),
-                dp<uint32_t>(s->vals[1]),   dp<int32_t>(s->pb_start),     dp<int32_t>(s->pb_packets), s->fill};
-  return m;
-}
-
-/* A rebuild-mapping. defer: the frame loop's (job_rebuild), whose next step's P2G can move the
- * particles into their new packets (p2g_move) instead of k_scatter here, unless G2P2G's primed
- * sums are kept (the next step has no P2G) or the sort's buffers must grow (vals[1] holds the
- * permutation until the move). */
-static int rebuild_mapping(cuda_state *s, int defer) {
-  DR_TRY(settle_move(s)); /* k_keys reads the particles */
+static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
   cudaStream_t st = s->stream;
   const float3 origin = make_float3(s->origin[0], s->origin[1], s->origin[2]);
-  s->graphs_valid = s->mv_ready = 0;
+  s->graphs_valid = 0;
   const size_t old_nb = s->n_blocks;
   const int keep = s->primed && n > 0 && old_nb > 0; /* else the frame loop primes again */
   s->primed = keep;
@@ -2069,12 +2039,19 @@ static int rebuild_mapping(cuda_state *s, int defer) {
   const int nxt = 1 - s->cur;
   DVEC(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
   DVEC(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
+  if (s->move_staged) {
+    k_move<<<(unsigned)s->n_pb, MOVE_THREADS, 0, st>>>(
+        dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill, dp<uint32_t>(s->vals[1]), s->n_packets,
+        dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
+    LAUNCHED("k_move");
+  } else {
+    k_scatter<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets),
+        fill, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
+    LAUNCHED("k_scatter");
+  }
+  TRACE("rebuild: moved by %s", s->move_staged ? "k_move" : "k_scatter");
   s->cur = nxt;
-  s->move_pending = 1;
-  if (defer && !keep && 2 * (size_t)n_packets * LANES * sizeof(uint32_t) <= s->vals[1].bytes)
-    TRACE("rebuild: the particles' move left to the next P2G");
-  else
-    DR_TRY(settle_move(s));
   s->n_packets = (size_t)n_packets;
   DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   DR_TRY(push_buffers(s, s->n_packets));
@@ -2169,8 +2146,6 @@ static int rebuild_mapping(cuda_state *s, int defer) {
   return cc_slots(s);
 }
 
-static int rebuild_now(cuda_state *s) { return rebuild_mapping(s, 0); }
-
 /* ---- launching a step --------------------------------------------------------------------- */
 
 /* The ASFLIP buffer beside grid[par], or NULL when no material uses ASFLIP. */
@@ -2242,7 +2217,7 @@ static int launch_barrier(cuda_state *s, int par) {
 
 typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const int32_t *, float *, const uint64_t *,
                        const material_params *, float3, float, float, float *, uint8_t *, float *, fixp,
-                       const int32_t *, p2g_order, p2g_move);
+                       const int32_t *, p2g_order);
 
 /* k_p2g's order of packets (DRIFT_P2G_SPREAD, default on): the i-th packet taken is packet i x m
  * mod n, m coprime with n and near n / phi, so that packets taken one after another lie about
@@ -2288,21 +2263,12 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
   const size_t most = (size_t)s->p2g_persist * (size_t)s->n_sm;
   const bool persist = most > 0 && most < ctas;
   if (persist) ctas = most;
-  /* the move a rebuild-mapping left (p2g_move); a part of the packets (p2g_part) has it done first */
-  p2g_move mv = {};
-  const int move = s->capturing ? s->capture_move : s->move_pending;
-  if (move && order) {
-    DR_TRY(settle_move(s));
-  } else if (move) {
-    mv = move_of(s);
-    if (!s->capturing) s->move_pending = 0;
-  }
   const p2g_fn k = p2g_kernel(s, persist);
   k<<<ctas, THREADS, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order, spread_of(s, n), mv);
+      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order, spread_of(s, n));
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -2353,7 +2319,6 @@ static int launch_grid(cuda_state *s, int par, int part) {
  * graphs' frames: fewer rebuild-mappings. */
 static int launch_g2p(cuda_state *s, int par, int lag) {
   if (s->n_packets == 0) return DR_OK;
-  DR_TRY(settle_move(s)); /* a step without its P2G (the first unfused step after G2P2G frames) */
   const bool col = s->push;
   const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
   (s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
@@ -2387,7 +2352,6 @@ static decltype(&k_g2p2g<OLD, DET, false>) g2p2g_kernel(bool col) {
 
 static int launch_g2p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
-  DR_TRY(settle_move(s));
   const bool col = s->push;
   (s->asflip ? (s->det ? g2p2g_kernel<true, true>(col) : g2p2g_kernel<true, false>(col))
              : (s->det ? g2p2g_kernel<false, true>(col) : g2p2g_kernel<false, false>(col)))
@@ -2501,8 +2465,7 @@ static int launch_step(cuda_state *s, int par, int with_p2g) {
 static void drop_graphs(cuda_state *s) {
   for (int k = 0; k < 2; ++k)
     if (s->graph[k]) cudaGraphExecDestroy(s->graph[k]), s->graph[k] = NULL;
-  if (s->graph_mv) cudaGraphExecDestroy(s->graph_mv), s->graph_mv = NULL;
-  s->graphs_valid = s->mv_ready = 0;
+  s->graphs_valid = 0;
 }
 
 /* A switch of the environment for A/B measurements of host-side choices, read where it is used
@@ -2525,55 +2488,37 @@ static const char *env_long(const char *name, long lo, long hi, long *v) {
   return NULL;
 }
 
-/* Captures the step on grid buffer par into *exec (move: with the particles' move in its P2G). */
-static int capture_step(cuda_state *s, int par, int move, cudaGraphExec_t *exec) {
-  cudaGraph_t g = NULL;
-  CU(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-  s->capturing = 1;
-  s->capture_move = move;
-  const int rc = launch_step(s, par, 1);
-  s->capturing = s->capture_move = 0;
-  cudaError_t e = cudaStreamEndCapture(s->stream, &g);
-  if (rc) {
-    if (g) cudaGraphDestroy(g);
-    return rc;
-  }
-  if (e != cudaSuccess) return cuda_fail(e, "cudaStreamEndCapture(s->stream, &g)", __FILE__, __LINE__);
-  /* The same kernels with new sizes and buffers (a rebuild-mapping): updating the executable
-   * graph in place costs far less than instantiating it again. Where the update is refused (the
-   * graph's shape changed: fused and unfused steps, say), it is instantiated anew. */
-  if (*exec && env_flag("DRIFT_GRAPH_UPDATE", 1)) {
-    cudaGraphExecUpdateResultInfo info;
-    if (cudaGraphExecUpdate(*exec, g, &info) == cudaSuccess) {
-      cudaGraphDestroy(g);
-      return DR_OK;
-    }
-    (void)cudaGetLastError(); /* the refusal is not an error of the next launch */
-    cudaGraphExecDestroy(*exec);
-    *exec = NULL;
-  }
-  e = cudaGraphInstantiate(exec, g, 0);
-  cudaGraphDestroy(g);
-  if (e != cudaSuccess) return cuda_fail(e, "cudaGraphInstantiate(exec, g, 0)", __FILE__, __LINE__);
-  return DR_OK;
-}
-
 /* Captures the step of each parity as a CUDA graph (after every rebuild: sizes and buffers
- * change with the mapping). Where the rebuild left the particles' move to the next P2G, only that
- * next step, with the move (graph_mv, launched once by job_step), and the two others at the next
- * call, after it: the host captures them while the device runs it, instead of the device waiting
- * for three captures. (Fused steps have their priming P2G launched alone, which moves them.) */
+ * change with the mapping). */
 static int capture_graphs(cuda_state *s) {
-  if (s->move_pending && !s->graph_fused) {
-    if (!s->mv_ready) {
-      DR_TRY(capture_step(s, s->par, 1, &s->graph_mv));
-      s->mv_par = s->par;
-      s->mv_ready = 1;
-    }
-    return DR_OK;
-  }
   s->graphs_valid = 0;
-  for (int k = 0; k < 2; ++k) DR_TRY(capture_step(s, k, 0, &s->graph[k]));
+  for (int k = 0; k < 2; ++k) {
+    cudaGraph_t g = NULL;
+    CU(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+    int rc = launch_step(s, k, 1);
+    cudaError_t e = cudaStreamEndCapture(s->stream, &g);
+    if (rc) {
+      if (g) cudaGraphDestroy(g);
+      return rc;
+    }
+    if (e != cudaSuccess) return cuda_fail(e, "cudaStreamEndCapture(s->stream, &g)", __FILE__, __LINE__);
+    /* The same kernels with new sizes and buffers (a rebuild-mapping): updating the executable
+     * graph in place costs far less than instantiating it again. Where the update is refused (the
+     * graph's shape changed: fused and unfused steps, say), it is instantiated anew. */
+    if (s->graph[k] && env_flag("DRIFT_GRAPH_UPDATE", 1)) {
+      cudaGraphExecUpdateResultInfo info;
+      if (cudaGraphExecUpdate(s->graph[k], g, &info) == cudaSuccess) {
+        cudaGraphDestroy(g);
+        continue;
+      }
+      (void)cudaGetLastError(); /* the refusal is not an error of the next launch */
+      cudaGraphExecDestroy(s->graph[k]);
+      s->graph[k] = NULL;
+    }
+    e = cudaGraphInstantiate(&s->graph[k], g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaGraphInstantiate(&s->graph[k], g, 0)", __FILE__, __LINE__);
+  }
   s->graphs_valid = 1;
   return DR_OK;
 }
@@ -2582,7 +2527,6 @@ static int fail_bad(cuda_state *s, unsigned long long id);
 
 /* Deterministic mode: a P2G contribution out of the fixed-point range (physics/fixed.h). */
 static int fail_fix(cuda_state *s, unsigned long long id) {
-  DR_TRY(settle_move(s));
   k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       s->n_packets * LANES, dp<uint64_t>(s->pid[s->cur]), dp<int2>(s->hdr), dp<float>(s->pk[s->cur]), id,
       dp<step_ctl>(s->ctl));
@@ -2601,7 +2545,6 @@ static int fail_fix(cuda_state *s, unsigned long long id) {
 }
 
 static int fail_bad(cuda_state *s, unsigned long long id) {
-  DR_TRY(settle_move(s));
   k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       s->n_packets * LANES, dp<uint64_t>(s->pid[s->cur]), dp<int2>(s->hdr), dp<float>(s->pk[s->cur]), id,
       dp<step_ctl>(s->ctl));
@@ -3406,7 +3349,6 @@ static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t 
   if (s->n + m > (size_t)INT32_MAX / 2)
     return dr_fail(DR_EINPUT, "%zu particles on one GPU: the cuda backend holds at most %d per GPU", s->n + m,
                    INT32_MAX / 2);
-  DR_TRY(settle_move(s)); /* the packets kept and appended to */
   CU(cudaStreamSynchronize(s->stream)); /* nothing queued still reads the packets */
   s->primed = 0;
   const size_t old_packets = s->n_packets, add_packets = (m + LANES - 1) / LANES;
@@ -3654,7 +3596,6 @@ static int leave_flags(cuda_state *s, const int32_t lo[3], const int32_t hi[3], 
                        uint32_t **upto_out) {
   *m = 0;
   if (s->n == 0) return DR_OK;
-  DR_TRY(settle_move(s)); /* before vals[1], the move's permutation, becomes scratch */
   cudaStream_t st = s->stream;
   const size_t n_slots = s->n_packets * LANES;
   uint32_t *flag = dp<uint32_t>(s->vals[0]), *upto = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= n_slots */
@@ -3742,7 +3683,6 @@ static int download(void *state, particles *out) {
   DR_TRY(particles_reserve(out, s->n));
   out->n = s->n;
   if (s->n == 0) return DR_OK;
-  DR_TRY(settle_move(s));
   const size_t np = s->n_packets;
   float *pk = (float *)dr_malloc(np * PK_FLOATS * sizeof(float), "particle download");
   uint64_t *id = (uint64_t *)dr_malloc(np * LANES * sizeof(uint64_t), "particle download");
@@ -4097,7 +4037,6 @@ static int upload(cuda_state *s, const particles *p) {
   s->n = n;
   s->primed = 0; /* other particles: the sums are not theirs */
   s->n_gone = 0; /* and no slot of theirs was emigrate's */
-  s->move_pending = 0; /* nor a move of the particles replaced */
   s->n_packets = (n + LANES - 1) / LANES;
   const size_t slots = s->n_packets * LANES;
   DVEC(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
@@ -4368,7 +4307,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->p2g_persist = (int)persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->p2g_spread = (int)spread;
-  s->rebuild_move = env_flag("DRIFT_REBUILD_MOVE", 1);
+  s->move_staged = env_flag("DRIFT_MOVE_STAGED", 1);
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
   if (dp_env && *dp_env) {
@@ -4786,7 +4725,7 @@ static int island_tag(island *I) {
  * tagging, the capture and the next launch; DRIFT_ISLAND_REBUILD_SYNC=1 still does, for A/B.) */
 static int job_rebuild(island *I, int k) {
   cuda_state *s = I->m[k];
-  DR_TRY(rebuild_mapping(s, s->rebuild_move));
+  DR_TRY(rebuild_now(s));
   if (I->nm > 1) {
     CU(cudaEventRecord(s->rebuilt_ev, s->stream));
     if (I->rebuild_sync) CU(cudaStreamSynchronize(s->stream));
@@ -4951,12 +4890,7 @@ static int job_step(island *I, int k) {
   if (!c->fused && s->primed) {
     DR_TRY(launch_step(s, par, 0));
     s->primed = 0;
-  } else if (s->move_pending && !c->fused && s->mv_ready && s->mv_par == par) {
-    CU(cudaGraphLaunch(s->graph_mv, s->stream)); /* the step whose P2G moves the particles (capture_graphs) */
-    s->move_pending = s->mv_ready = 0;
   } else {
-    DR_TRY(settle_move(s));
-    if (!s->graphs_valid) DR_TRY(capture_graphs(s)); /* none captured while the move was pending */
     CU(cudaGraphLaunch(s->graph[par], s->stream));
   }
   CU(cudaEventRecord(s->done_ev[par], s->stream));

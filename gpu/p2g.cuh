@@ -177,7 +177,7 @@ __device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, 
     int d[3];
     float fx[3];
     if (locate(x, origin, inv_dx, P, d, fx)) key = (unsigned)((d[0] * ZONE + d[1]) * ZONE + d[2]);
-    else flag_bad(ctl, __ldcg(pid + p * LANES + lane)); /* through L2: k_p2g's move may have just written it */
+    else flag_bad(ctl, pid[p * LANES + lane]);
   }
   const unsigned prev_key = __shfl_up_sync(FULL, key, 1);
   int src = lane;

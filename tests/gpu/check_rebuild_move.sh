@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # check_rebuild_move.sh DRIFT COMPARE_FRAMES SCENE FRAMES OVERRIDES MIN_MOVES [COUNTS]
 #
-# The particles' move of a rebuild-mapping done by the P2G after it (gpu/backend_cuda.cu,
-# p2g_move; DRIFT_REBUILD_MOVE, default 1) against the move by k_scatter inside the rebuild
-# (DRIFT_REBUILD_MOVE=0): SCENE with OVERRIDES (a JSON object merged into it, e.g. deterministic
-# mode) runs FRAMES frames both ways on each GPU count of COUNTS (default "1 2"; the same GPU
-# several times where the machine has fewer), and every frame of the two runs is bitwise the same:
-# the same particles land in the same packets and lanes, and with deterministic mode in OVERRIDES
-# (exact P2G sums) a run repeats bitwise, so any difference is the move's. The run with the switch on must
-# have left at least MIN_MOVES moves to a P2G (its DRIFT_TRACE lines), and the other none, so that
-# the path is known to have run. Exit 77 (skipped) where no GPU is usable.
+# The particles' move of a rebuild-mapping by k_move (gpu/backend_cuda.cu: old packets staged in
+# shared memory; DRIFT_MOVE_STAGED, default 1) against k_scatter (DRIFT_MOVE_STAGED=0): SCENE with
+# OVERRIDES (a JSON object merged into it, e.g. deterministic mode) runs FRAMES frames both ways
+# on each GPU count of COUNTS (default "1 2"; the same GPU several times where the machine has
+# fewer), and every frame of the two runs is bitwise the same: the same particles land in the same
+# packets and lanes, and with deterministic mode in OVERRIDES (exact P2G sums) a run repeats
+# bitwise, so any difference is the move's. The run with the switch on must have moved by k_move
+# at least MIN_MOVES times (its DRIFT_TRACE lines), and the other never, so that the path is known
+# to have run. Exit 77 (skipped) where no GPU is usable.
 set -u
 if [ $# -lt 6 ]; then
   echo "usage: $0 DRIFT COMPARE_FRAMES SCENE FRAMES OVERRIDES MIN_MOVES [COUNTS]" >&2
@@ -46,26 +46,26 @@ for n in $counts; do
     env=(DRIFT_DEVICES=$list)
   fi
   for mv in 0 1; do
-    if ! env "${env[@]}" DRIFT_REBUILD_MOVE=$mv DRIFT_TRACE=1 timeout 300 "$drift" run "$det" --backend cuda --gpus "$n" \
+    if ! env "${env[@]}" DRIFT_MOVE_STAGED=$mv DRIFT_TRACE=1 timeout 300 "$drift" run "$det" --backend cuda --gpus "$n" \
       --frames "$frames" --out "$work/g$n-m$mv" >"$work/g$n-m$mv.log" 2>&1; then
       tail -5 "$work/g$n-m$mv.log"
-      echo "FAIL: the run on $n GPU(s) with DRIFT_REBUILD_MOVE=$mv failed"
+      echo "FAIL: the run on $n GPU(s) with DRIFT_MOVE_STAGED=$mv failed"
       exit 1
     fi
   done
-  moved=$(grep -c "move left to the next P2G" "$work/g$n-m1.log")
-  alone=$(grep -c "move left to the next P2G" "$work/g$n-m0.log")
+  moved=$(grep -c "moved by k_move" "$work/g$n-m1.log")
+  alone=$(grep -c "moved by k_move" "$work/g$n-m0.log")
   rebuilds=$(grep -o "[0-9]* rebuilds" "$work/g$n-m1.log" | tail -1)
-  echo "== $n GPU(s): $rebuilds; moves left to P2G: $moved (DRIFT_REBUILD_MOVE=1), $alone (=0)"
+  echo "== $n GPU(s): $rebuilds; moves by k_move: $moved (DRIFT_MOVE_STAGED=1), $alone (=0)"
   if [ "$moved" -lt "$min_moves" ] || [ "$alone" -ne 0 ]; then
-    echo "FAIL: expected at least $min_moves moves left to P2G with the switch on and none with it off"
+    echo "FAIL: expected at least $min_moves moves by k_move with the switch on and none with it off"
     fail=1
   fi
   for ((f = 1; f <= frames; ++f)); do
     at=$(printf 'frame_%05d.h5' "$f")
     "$compare" "$work/g$n-m0/$at" "$work/g$n-m1/$at" 0 0 >"$work/cmp.txt" || {
       cat "$work/cmp.txt"
-      echo "FAIL: $n GPU(s), frame $f: the move in P2G and k_scatter's differ"
+      echo "FAIL: $n GPU(s), frame $f: k_move's and k_scatter's moves differ"
       fail=1
       break
     }

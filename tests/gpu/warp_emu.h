@@ -151,7 +151,6 @@ static inline void __syncwarp(unsigned = 0xffffffffu) {
 }
 
 static inline int __popc(unsigned v) { return __builtin_popcount(v); }
-template <class T> static inline T __ldcg(const T *p) { return *p; } // a load through L2: one memory here
 static inline int __ffs(int v) { return __builtin_ffs(v); }
 static inline int __float_as_int(float f) {
   int i;
