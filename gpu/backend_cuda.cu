@@ -665,8 +665,6 @@ typedef struct cuda_state {
   int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most, their warps looping over
                                    the packets (default 0: one packet a warp) */
   int p2g_spread;               /* DRIFT_P2G_SPREAD (default 1): k_p2g takes its packets in a scattered order */
-  int move_staged;              /* DRIFT_MOVE_STAGED (default 1): the rebuild moves the particles by k_move (else
-                                   k_scatter) */
   int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
@@ -894,52 +892,6 @@ __global__ static void k_scatter(size_t n, const uint32_t *perm, const int32_t *
   float *d = dst + p * PK_FLOATS + lane;
   for (int a = 0; a < PK_ATTRS; ++a) d[a * LANES] = s[a * LANES];
   dst_id[p * LANES + lane] = src_id[from];
-}
-
-/* k_scatter's move, staged (DRIFT_MOVE_STAGED, default on): one CUDA block per particle block q.
- * A packet holds a particle's 28 attributes 128 bytes apart, so k_scatter's lanes, which take
- * their particles from scattered old lanes (the new order is by cell, the old one was by cell a
- * few steps ago), each read a 32-byte sector of L2 for 4 bytes: eight times the bytes, which
- * bounds it (0.43 ms a rebuild-mapping at l = 46 on one H100, 1.8 TB/s of DRAM, 2026-11-27
- * seventh). Most of q's particles were in q's old packets, which lie together: the block stages
- * MOVE_WINDOW old packets around its middle particle's, MOVE_STAGE attributes at a time, with
- * whole lines, and its lanes read their particles there (the others, particles that came from
- * farther, from global memory); the new packets are written whole lines as before. */
-#define MOVE_WINDOW 32 /* old packets staged */
-#define MOVE_STAGE 4   /* attributes a stage (PK_ATTRS of them): 16 KB of shared memory */
-#define MOVE_THREADS 256
-static_assert(PK_ATTRS % MOVE_STAGE == 0, "MOVE_STAGE divides PK_ATTRS");
-__global__ static void __launch_bounds__(MOVE_THREADS)
-k_move(const int32_t *__restrict__ pb_start, const int32_t *__restrict__ pb_packets, int fill,
-       const uint32_t *__restrict__ perm, size_t src_packets, const float *__restrict__ src,
-       const uint64_t *__restrict__ src_id, float *__restrict__ dst, uint64_t *__restrict__ dst_id) {
-  __shared__ float win[MOVE_STAGE][MOVE_WINDOW * LANES];
-  const int q = blockIdx.x;
-  const int first = pb_start[q], count = pb_start[q + 1] - first;
-  const size_t p0 = (size_t)pb_packets[q];
-  const size_t mid = perm[first + count / 2] / LANES;
-  const size_t lo = mid > MOVE_WINDOW / 2 ? mid - MOVE_WINDOW / 2 : 0;
-  const size_t hi = lo + MOVE_WINDOW < src_packets ? lo + MOVE_WINDOW : src_packets;
-  const int staged = (int)(hi - lo) * LANES;
-  for (int r = threadIdx.x; r < count; r += blockDim.x)
-    dst_id[(p0 + r / fill) * LANES + r % fill] = src_id[perm[first + r]];
-  for (int a0 = 0; a0 < PK_ATTRS; a0 += MOVE_STAGE) {
-    __syncthreads(); /* the last stage's reads of win are done */
-    for (int k = threadIdx.x; k < MOVE_STAGE * staged; k += blockDim.x) {
-      const int j = k / staged, w = k - j * staged;
-      win[j][w] = src[(lo + w / LANES) * PK_FLOATS + (a0 + j) * LANES + w % LANES];
-    }
-    __syncthreads();
-    for (int r = threadIdx.x; r < count; r += blockDim.x) {
-      const uint32_t from = perm[first + r];
-      const size_t op = from / LANES;
-      const int in = op >= lo && op < hi, at = (int)(op - lo) * LANES + (int)(from % LANES);
-      float *d = dst + (p0 + r / fill) * PK_FLOATS + r % fill;
-#pragma unroll
-      for (int j = 0; j < MOVE_STAGE; ++j)
-        d[(a0 + j) * LANES] = in ? win[j][at] : src[op * PK_FLOATS + (a0 + j) * LANES + from % LANES];
-    }
-  }
 }
 
 __global__ static void k_pb_nbr(size_t m, const uint64_t *nbr_codes, const unsigned long long *keys,
@@ -2039,18 +1991,10 @@ static int rebuild_now(cuda_state *s) {
   const int nxt = 1 - s->cur;
   DVEC(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
   DVEC(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
-  if (s->move_staged) {
-    k_move<<<(unsigned)s->n_pb, MOVE_THREADS, 0, st>>>(
-        dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill, dp<uint32_t>(s->vals[1]), s->n_packets,
-        dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
-    LAUNCHED("k_move");
-  } else {
-    k_scatter<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-        n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets),
-        fill, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
-    LAUNCHED("k_scatter");
-  }
-  TRACE("rebuild: moved by %s", s->move_staged ? "k_move" : "k_scatter");
+  k_scatter<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill,
+      dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
+  LAUNCHED("k_scatter");
   s->cur = nxt;
   s->n_packets = (size_t)n_packets;
   DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
@@ -4307,7 +4251,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->p2g_persist = (int)persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->p2g_spread = (int)spread;
-  s->move_staged = env_flag("DRIFT_MOVE_STAGED", 1);
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
   if (dp_env && *dp_env) {
