@@ -719,16 +719,19 @@ __device__ static inline int32_t table_find(const unsigned long long *keys, cons
 /* ---- rebuild-mapping kernels -------------------------------------------------------------- */
 
 /* Keys of every slot: particle block code (high bits) and cell inside it (low 6 bits); slots
- * beyond a packet's valid lanes get ~0 and sort last. */
+ * beyond a packet's valid lanes get ~0 and sort last. K: 32 bits where the code and the cell fit
+ * (6 + code_bits <= 32: a domain of up to 1024 blocks a side), which moves a third fewer bytes
+ * through each pass of the sort and through k_heads and k_pblocks; else 64. */
+template <typename K>
 __global__ static void k_keys(size_t n_slots, const float *pk, const int2 *hdr, float3 origin, float inv_dx,
-                              const uint8_t *gone, size_t n_gone, uint64_t *keys, uint32_t *vals) {
+                              const uint8_t *gone, size_t n_gone, K *keys, uint32_t *vals) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n_slots) return;
   const size_t p = i / LANES;
   const int lane = (int)(i % LANES);
   vals[i] = (uint32_t)i;
   if (lane >= hdr[p].y || (i < n_gone && gone[i])) {
-    keys[i] = ~0ULL;
+    keys[i] = ~(K)0;
     return;
   }
   const float *q = pk + p * PK_FLOATS + lane;
@@ -736,8 +739,9 @@ __global__ static void k_keys(size_t n_slots, const float *pk, const int2 *hdr, 
   const int b1 = bspline_base((q[(A_X + 1) * LANES] - origin.y) * inv_dx);
   const int b2 = bspline_base((q[(A_X + 2) * LANES] - origin.z) * inv_dx);
   const uint64_t code = sparse_block_code(sparse_particle_block(b0), sparse_particle_block(b1), sparse_particle_block(b2));
-  keys[i] = (code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b0), sparse_cell_in_particle_block(b1),
-                                                         sparse_cell_in_particle_block(b2));
+  keys[i] = (K)((code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b0),
+                                                             sparse_cell_in_particle_block(b1),
+                                                             sparse_cell_in_particle_block(b2)));
 }
 
 /* emigrate: flag[i] = 1 where slot i holds a particle whose particle block (as sim.c's
@@ -831,18 +835,19 @@ __global__ static void k_pk_boundary(size_t n_packets, const int2 *hdr, const in
   iota[p] = (int32_t)p;
 }
 
-__device__ static inline int is_head(size_t i, const uint64_t *keys) {
+template <typename K> __device__ static inline int is_head(size_t i, const K *keys) {
   return i == 0 || (keys[i] >> 6) != (keys[i - 1] >> 6);
 }
 
-__global__ static void k_heads(size_t n, const uint64_t *keys, int32_t *head) {
+template <typename K> __global__ static void k_heads(size_t n, const K *keys, int32_t *head) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i < n) head[i] = is_head(i, keys);
 }
 
 /* scan = inclusive sum of the heads: sorted particle i is in particle block scan[i] - 1. Each
  * head records its block's start, coordinates and 27 neighbour codes. In place on pblock. */
-__global__ static void k_pblocks(size_t n, const uint64_t *keys, int32_t *pblock, int32_t *pb_start,
+template <typename K>
+__global__ static void k_pblocks(size_t n, const K *keys, int32_t *pblock, int32_t *pb_start,
                                  int32_t *pb_coord, uint64_t *nbr_codes) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -852,7 +857,7 @@ __global__ static void k_pblocks(size_t n, const uint64_t *keys, int32_t *pblock
   if (!is_head(i, keys)) return;
   pb_start[q] = (int32_t)i;
   int c[3];
-  sparse_block_coords(keys[i] >> 6, c);
+  sparse_block_coords((uint64_t)(keys[i] >> 6), c);
   for (int a = 0; a < 3; ++a) pb_coord[3 * q + a] = c[a];
   for (int di = -1; di <= 1; ++di)
     for (int dj = -1; dj <= 1; ++dj)
@@ -1918,10 +1923,46 @@ static int cc_slots(cuda_state *s) {
   return DR_OK;
 }
 
+/* Steps 1 and 2 of a rebuild-mapping (rebuild_now) with sort keys of K bits (k_keys). */
+template <typename K> static int sort_particles(cuda_state *s, int end_bit) {
+  const size_t n = s->n, n_slots = s->n_packets * LANES;
+  cudaStream_t st = s->stream;
+  const float3 origin = make_float3(s->origin[0], s->origin[1], s->origin[2]);
+  const int ns = (int)n_slots, ni = (int)n;
+
+  /* 1. Keys of every slot and a stable radix sort: valid particles first, by block and cell. */
+  k_keys<K><<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint8_t>(s->gone), s->n_gone,
+      dp<K>(s->keys[0]), dp<uint32_t>(s->vals[0]));
+  LAUNCHED("k_keys");
+  s->n_gone = 0; /* the sort drops them: they are the slots past the n valid particles */
+  CUB_RUN(cub::DeviceRadixSort::SortPairs(temp_ptr, temp_bytes, dp<K>(s->keys[0]), dp<K>(s->keys[1]),
+                                          dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]), ns, 0, end_bit, st));
+  const K *keys = dp<K>(s->keys[1]);
+
+  /* 2. Particle blocks: runs of equal block code, numbered by an inclusive scan of the heads. */
+  k_heads<K><<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(n, keys, dp<int32_t>(s->head));
+  LAUNCHED("k_heads");
+  CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, dp<int32_t>(s->head), dp<int32_t>(s->pblock), ni, st));
+  int n_pb = 0;
+  DR_TRY(read_count(s, dp<int32_t>(s->pblock) + (n - 1), &n_pb));
+  s->n_pb = (size_t)n_pb;
+  DVEC_GRID(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC_GRID(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC_GRID(s->pb_packets, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC_GRID(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC_GRID(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  DVEC_GRID(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  k_pblocks<K><<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      n, keys, dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_coord),
+      dp<uint64_t>(s->nbr_codes[0]));
+  LAUNCHED("k_pblocks");
+  return DR_OK;
+}
+
 static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
   cudaStream_t st = s->stream;
-  const float3 origin = make_float3(s->origin[0], s->origin[1], s->origin[2]);
   s->graphs_valid = 0;
   const size_t old_nb = s->n_blocks;
   const int keep = s->primed && n > 0 && old_nb > 0; /* else the frame loop primes again */
@@ -1936,37 +1977,9 @@ static int rebuild_now(cuda_state *s) {
     s->cc_total = 0;
     return DR_OK;
   }
-  const size_t n_slots = s->n_packets * LANES;
-  const int ns = (int)n_slots, ni = (int)n;
   const int end_bit = 6 + s->code_bits;
-
-  /* 1. Keys of every slot and a stable radix sort: valid particles first, by block and cell. */
-  k_keys<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint8_t>(s->gone), s->n_gone,
-      dp<uint64_t>(s->keys[0]), dp<uint32_t>(s->vals[0]));
-  LAUNCHED("k_keys");
-  s->n_gone = 0; /* the sort drops them: they are the slots past the n valid particles */
-  CUB_RUN(cub::DeviceRadixSort::SortPairs(temp_ptr, temp_bytes, dp<uint64_t>(s->keys[0]), dp<uint64_t>(s->keys[1]),
-                                          dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]), ns, 0, end_bit, st));
-  const uint64_t *keys = dp<uint64_t>(s->keys[1]);
-
-  /* 2. Particle blocks: runs of equal block code, numbered by an inclusive scan of the heads. */
-  k_heads<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(n, keys, dp<int32_t>(s->head));
-  LAUNCHED("k_heads");
-  CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, dp<int32_t>(s->head), dp<int32_t>(s->pblock), ni, st));
-  int n_pb = 0;
-  DR_TRY(read_count(s, dp<int32_t>(s->pblock) + (n - 1), &n_pb));
-  s->n_pb = (size_t)n_pb;
-  DVEC_GRID(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->pb_packets, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
-  DVEC_GRID(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
-  k_pblocks<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n, keys, dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_coord),
-      dp<uint64_t>(s->nbr_codes[0]));
-  LAUNCHED("k_pblocks");
+  DR_TRY(end_bit <= 32 ? sort_particles<uint32_t>(s, end_bit) : sort_particles<uint64_t>(s, end_bit));
+  const int n_pb = (int)s->n_pb;
 
   /* 3. Packets: each particle block starts a packet; then move the particles. */
   const int fill = s->fill;
