@@ -415,7 +415,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
  * the 3 weights of the third, so that a lane's weight in the walk is 2 loads and 1 product
  * instead of 3 loads and 2 products (a record's 9 products cost its lane 9). The sums are
  * bitwise those of the 9 weights: w is (wx wy) wz either way. One H100, Sand Blocks l = 46, with
- * the SVD gate of branch tried-svd-gate: k_p2g 304.4M -> 298.2M warp instructions, 482 -> 478 us
+ * the SVD polish gate (svd.h): k_p2g 304.4M -> 298.2M warp instructions, 482 -> 478 us
  * (docs/performance.md, 2026-11-27 sixth). */
 #define GREC_WFLOATS 12
 #define GREC_W(OLD) ((OLD) ? 25 : 13)
