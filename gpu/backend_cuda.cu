@@ -665,6 +665,8 @@ typedef struct cuda_state {
   int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most, their warps looping over
                                    the packets (default 0: one packet a warp) */
   int p2g_spread;               /* DRIFT_P2G_SPREAD (default 1): k_p2g takes its packets in a scattered order */
+  int keys64;                   /* DRIFT_SORT_KEYS64=1 (a test switch): 64-bit sort keys where 32 would do, so that
+                                   the path of domains beyond 1024 blocks a side runs on the test scenes */
   int n_sm;                     /* the device's multiprocessors */
   cudaEvent_t bar_ev;           /* events: recorded at each of this member's arrivals at a barrier */
   cudaEvent_t rebuilt_ev;       /* the island: recorded after each rebuild-mapping; the peers' k_tag waits for it */
@@ -1929,6 +1931,7 @@ template <typename K> static int sort_particles(cuda_state *s, int end_bit) {
   cudaStream_t st = s->stream;
   const float3 origin = make_float3(s->origin[0], s->origin[1], s->origin[2]);
   const int ns = (int)n_slots, ni = (int)n;
+  TRACE("rebuild: %d-bit sort keys", (int)(8 * sizeof(K)));
 
   /* 1. Keys of every slot and a stable radix sort: valid particles first, by block and cell. */
   k_keys<K><<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
@@ -1978,7 +1981,7 @@ static int rebuild_now(cuda_state *s) {
     return DR_OK;
   }
   const int end_bit = 6 + s->code_bits;
-  DR_TRY(end_bit <= 32 ? sort_particles<uint32_t>(s, end_bit) : sort_particles<uint64_t>(s, end_bit));
+  DR_TRY(end_bit <= 32 && !s->keys64 ? sort_particles<uint32_t>(s, end_bit) : sort_particles<uint64_t>(s, end_bit));
   const int n_pb = (int)s->n_pb;
 
   /* 3. Packets: each particle block starts a packet; then move the particles. */
@@ -4264,6 +4267,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->p2g_persist = (int)persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->p2g_spread = (int)spread;
+  s->keys64 = env_flag("DRIFT_SORT_KEYS64", 0);
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
   if (dp_env && *dp_env) {
