@@ -24,10 +24,17 @@
 // launches the kernels directly, see the island below): dt (fixed or adaptive) is computed on the device
 // from the last step's largest speed, and the step's flags (left the free zone, largest speed, a
 // non-finite particle) are copied to pinned host memory. The host reads a step's flags after
-// STEP_LAG more steps are queued. With a lag, G2P flags particles that leave an *inner* zone:
-// a particle moves less than one cell per step (a faster one fails the run, DR_RUNAWAY_CELLS),
-// so each queued step needs one cell of slack inside the free zone ([-4, 5] for base node - 4P).
-// STEP_LAG says which choice the measurements favoured.
+// STEP_LAG more steps are queued, so the device never waits for the host. On one GPU the step
+// queued behind a step whose particles left the free zone ([-4, 5] for base node - 4P) is
+// voided: its k_begin sees the flag and sets done, so its kernels return at once and it takes
+// no time, no dt and no buffer (begin_step); the host, reading both steps' flags, rebuilds the
+// mapping (k_unvoid) and queues that step again. G2P thus checks the whole free zone. An island
+// cannot void a step alone (a member that ran it would wait at the barrier for one that did
+// not), so there G2P flags particles that leave an *inner* zone: a particle moves less than one
+// cell per step (a faster one fails the run, DR_RUNAWAY_CELLS), so each queued step needs one
+// cell of slack inside the free zone (lag_of). DRIFT_VOID_STEP=0 takes the island's way on one
+// GPU too (a measurement and test switch: the same states in deterministic mode, more
+// rebuild-mappings).
 //
 // P2G. One thread per particle; plasticity and stress fused in; B-spline weights in shared
 // memory. The lanes of a warp are sorted by their cell inside the free zone (10 bits, a split
@@ -116,18 +123,15 @@ enum { SKEW_PRE = 1, SKEW_POST = 2 }; /* DRIFT_ISLAND_SKEW (launch_skew) */
 #define GRID_BLOCKS_PER_CTA 4 /* grid update: grid blocks of 64 nodes per CUDA block (docs/performance.md) */
 #endif
 /* Steps queued ahead of the host's reading of a step's flags (0 or 1). With 1 the device never
- * waits for the host, but every queued step eats a cell of the free zone's slack (see the top of
- * this file): the Sand Blocks bench rebuilt the mapping 17.4 times per 36-step frame (l = 12,
- * G2P2G) and 5.3 times (l = 46) with 1, 23.6% and 4.3% of the step time. With 0 the host waits
- * for each step's flags (a few microseconds between graph launches) and the free zone keeps its
- * full size; that variant is not yet measured on a GPU (docs/performance.md), so 1 stays. */
+ * waits for the host, but on an island every queued step eats a cell of the free zone's slack
+ * (see the top of this file; one GPU voids the step instead): the Sand Blocks bench rebuilt the
+ * mapping 17.4 times per 36-step frame (l = 12, G2P2G) and 5.3 times (l = 46) with 1, 23.6% and
+ * 4.3% of the step time. With 0 the host waits for each step's flags (a few microseconds between
+ * graph launches) and the free zone keeps its full size; that variant is not yet measured on a
+ * GPU (docs/performance.md), so 1 stays. */
 #ifndef STEP_LAG
 #define STEP_LAG 1
 #endif
-#define INNER_LO (FREE_ZONE_LO + STEP_LAG)     /* G2P flags particles leaving [INNER_LO, INNER_HI] */
-#define INNER_HI (FREE_ZONE_HI - STEP_LAG)
-#define FUSED_LO (FREE_ZONE_LO + STEP_LAG + 1) /* G2P2G scatters once more after moving (k_g2p2g) */
-#define FUSED_HI (FREE_ZONE_HI - STEP_LAG - 1)
 
 /* Minimum resident CUDA blocks per SM asked of the particle kernels (0: let the compiler choose
  * the registers). */
@@ -676,6 +680,8 @@ typedef struct cuda_state {
   int2 *h_add_hdr;
   size_t h_add_cap;             /* packets */
   int need_rebuild;
+  int unprimed;                 /* the last step queued took the primed sums (primed cleared): a voided step gives them back */
+  int void_steps;               /* one GPU's graphs: a step after a leave is voided (DRIFT_VOID_STEP; lag_of) */
   uint64_t rebuilds;
   float vmax;
   struct gpu_marks *marks;      /* DRIFT_GPU_MARKS=1: the stream's timeline between entries (gpu_marks) */
@@ -992,6 +998,12 @@ __device__ static void begin_step(step_ctl *c, const island_view &iv) {
     for (int q = 0; q < iv.np; ++q) vmax_bits = max(vmax_bits, *(volatile const unsigned *)&iv.peer_ctl[q]->vmax_pub[slot]);
   }
   if (c->done) return;
+  if (c->void_on && c->leave) { /* the last step's particles left the free zone: this one waits for a
+                                 * rebuild-mapping (the host relaunches it); t, k, dt and vmax stay */
+    c->voided = 1;
+    c->done = 1;
+    return;
+  }
   double dt, t_start;
   if (c->mode == DT_FIXED) {
     dt = c->dt_fixed;
@@ -1020,6 +1032,14 @@ __device__ static void begin_step(step_ctl *c, const island_view &iv) {
 }
 
 __global__ static void k_begin(step_ctl *c, island_view iv) { begin_step(c, iv); }
+
+/* A rebuild-mapping's start: every particle is in its block again, so the flag goes, and a
+ * voided step (begin_step) is no longer held back. A frame's own end (done, not voided) stays. */
+__global__ static void k_unvoid(step_ctl *c) {
+  c->leave = 0;
+  if (c->voided) c->done = 0;
+  c->voided = 0;
+}
 
 /* An island step with nothing between its beginning and its barrier (G2P2G, whose P2G the last
  * step did; the first step after G2P2G frames) begins and passes the barrier in one kernel: one
@@ -1054,7 +1074,8 @@ __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
 /* A frame's start: its steps are k0, k0 + 1, ... from t_start (k0 > 0: resumed part-way); vmax0
  * >= 0 replaces the last step's speed for the first dt (frame_plan). */
 __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int k0, float vmax0, double t1, int mode,
-                                     double dt_fixed, double cfl_dx, double wave_speed) {
+                                     double dt_fixed, double cfl_dx, double wave_speed, int void_on) {
+  c->void_on = void_on;
   c->t0 = t0;
   c->t = t_start;
   c->k = k0;
@@ -1755,9 +1776,9 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
  * kernel, the next step's P2G into the other buffer. A particle scatters once after moving (less
- * than a cell) before the host can react to its flag, plus once per queued step (STEP_LAG): the
- * zone [FUSED_LO, FUSED_HI] leaves that much slack, so every scattered stencil stays inside the
- * physical blocks. The warp's own writes to its packet are visible to its lanes after
+ * than a cell) before the host can react to its flag, plus once per step that still runs on this
+ * mapping (lag_of): the zone [zone_lo, zone_hi] (the free zone less lag_of + 1 cells a side)
+ * leaves that much slack, so every scattered stencil stays inside the physical blocks. The warp's own writes to its packet are visible to its lanes after
  * __syncwarp. */
 template <bool OLD, bool DET, bool COL>
 __global__ static void PARTICLE_BOUNDS
@@ -1766,7 +1787,8 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
         const material_params *__restrict__ mats, float3 origin, float3 dmin, float3 dmax, float dx, float inv_dx,
         const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next,
         const float *__restrict__ grid0, float *__restrict__ grid0_next, fixp fp,
-        const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int g2p_mat) {
+        const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int g2p_mat, int zone_lo,
+        int zone_hi) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
   __shared__ unsigned s_sort[WARPS][LANES];
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
@@ -1777,7 +1799,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   if (p >= n_packets) return;
   const float dt = ctl->dt;
   g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
-                                                   inv_dx, grid, FUSED_LO, FUSED_HI, g2p_mat ? mats : nullptr, grid0,
+                                                   inv_dx, grid, zone_lo, zone_hi, g2p_mat ? mats : nullptr, grid0,
                                                    bp, poses, nullptr, nullptr, nullptr,
                                                    G2P_TILE_OF(OLD, s_tile[warp]));
   __syncwarp();
@@ -1857,7 +1879,7 @@ static void dvec_swap(dvec *a, dvec *b) {
  * Every touched old block is in the new mapping. A block is touched only where the primed P2G
  * wrote (the mark goes with the write, p2g_warp; k_grid cleared the buffer's other marks before
  * it), i.e. at the stencil nodes b..b+2 of some particle's base node b, and that scatter is
- * complete: the G2P2G zone test [FUSED_LO, FUSED_HI] leaves a cell of slack for the move before
+ * complete: the G2P2G zone test (k_g2p2g's zone) leaves a cell of slack for the move before
  * it and one per queued step (the top of this file), so each stencil lay inside the particle's
  * old physical blocks (a particle faster than DR_RUNAWAY_CELLS, or one whose stencil left them,
  * is flagged, fail_bad, and the run stops). Nothing moves the particles between that scatter
@@ -1974,6 +1996,8 @@ static int rebuild_now(cuda_state *s) {
   ++s->rebuilds;
   s->need_rebuild = 0;
   s->order_stale = 1;
+  k_unvoid<<<1, 1, 0, st>>>(dp<step_ctl>(s->ctl)); /* every particle in its block again */
+  LAUNCHED("k_unvoid");
   if (n == 0) {
     s->n_pb = s->n_blocks = s->n_packets = 0;
     s->n_gone = 0; /* emigrate took every particle: the slots it marked are gone with the packets */
@@ -2272,11 +2296,16 @@ static int launch_grid(cuda_state *s, int par, int part) {
   return DR_OK;
 }
 
+/* The steps that run on this mapping after the one whose particles leave the zone G2P checks:
+ * STEP_LAG for an island's graphs, 0 where the next step is voided (one GPU, DRIFT_VOID_STEP; the
+ * top of this file). */
+static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
+
 /* lag: the steps queued before the host reads this step's flags. G2P flags the particles that
- * leave the free zone shrunk by a cell per such step (INNER_LO, INNER_HI for STEP_LAG): a
- * particle moves less than a cell a step. The phases of backend.h (several ranks) read the flags
- * before the next step (lag 0) and keep the whole free zone, a third more room per axis than the
- * graphs' frames: fewer rebuild-mappings. */
+ * leave the free zone shrunk by a cell per such step (lag_of): a particle moves less than a cell
+ * a step. The phases of backend.h (several ranks) read the flags before the next step (lag 0)
+ * and keep the whole free zone, a third more room per axis than an island's graphs: fewer
+ * rebuild-mappings. */
 static int launch_g2p(cuda_state *s, int par, int lag) {
   if (s->n_packets == 0) return DR_OK;
   const bool col = s->push;
@@ -2321,7 +2350,8 @@ static int launch_g2p2g(cuda_state *s, int par) {
       make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]),
       make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx, s->inv_dx, vel_of(s, par),
       dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]), vel0_of(s, par), grid0_of(s, 1 - par),
-      fix_of(s, 1 - par), s->bnd, dp<collider_pose>(s->d_poses), s->g2p_mat);
+      fix_of(s, 1 - par), s->bnd, dp<collider_pose>(s->d_poses), s->g2p_mat, FREE_ZONE_LO + lag_of(s) + 1,
+      FREE_ZONE_HI - lag_of(s) - 1);
   LAUNCHED("k_g2p2g");
   return DR_OK;
 }
@@ -2375,7 +2405,7 @@ __global__ static void k_ctl_out(const step_ctl *__restrict__ c, step_ctl *out) 
 
 static int launch_tail(cuda_state *s, int par) {
   DR_TRY(launch_pull(s, par));
-  DR_TRY(s->graph_fused ? launch_g2p2g(s, par) : launch_g2p(s, par, STEP_LAG));
+  DR_TRY(s->graph_fused ? launch_g2p2g(s, par) : launch_g2p(s, par, lag_of(s)));
   if (s->d_slot) {
     k_ctl_out<<<1, 32, 0, s->stream>>>(dp<step_ctl>(s->ctl), s->d_slot + par);
     LAUNCHED("k_ctl_out");
@@ -4778,6 +4808,7 @@ static int island_step_events(island *I, int par, int adaptive) {
     const int reuse = !s->graph_fused && s->primed; /* the first step after G2P2G frames (one GPU) */
     DR_TRY(use(s));
     DR_TRY(launch_head(s, par, !reuse));
+    s->unprimed = reuse;
     if (reuse) s->primed = 0;
   }
   DR_TRY(island_event_barrier(I));
@@ -4794,8 +4825,10 @@ static int island_step_events(island *I, int par, int adaptive) {
 }
 
 /* Reads the flags of a completed step on every member. Returns an error for a bad particle; sets
- * *stop when an adaptive frame has ended. */
-static int island_take(island *I, int par, frame_report *rep, int *stop, int synced) {
+ * *stop when an adaptive frame has ended. A voided step (begin_step: the step before it needs a
+ * rebuild-mapping, which that step's flags asked for) is taken back: *launched one less, each
+ * member's grid buffer parity and primed sums as before it was queued (it was the last). */
+static int island_take(island *I, int par, frame_report *rep, int *stop, int synced, long *launched) {
   for (int k = 0; k < I->nm && !synced; ++k) {
     DR_TRY(use(I->m[k]));
     CU(cudaEventSynchronize(I->m[k]->done_ev[par]));
@@ -4809,9 +4842,23 @@ static int island_take(island *I, int par, frame_report *rep, int *stop, int syn
   }
   const step_ctl *c0 = &I->m[0]->h_slot[par];
   for (int k = 1; k < I->nm; ++k)
-    if (I->m[k]->h_slot[par].performed != c0->performed || I->m[k]->h_slot[par].dt != c0->dt)
+    if (I->m[k]->h_slot[par].performed != c0->performed || I->m[k]->h_slot[par].dt != c0->dt ||
+        I->m[k]->h_slot[par].voided != c0->voided)
       return dr_fail(DR_EINTERNAL, "cuda island: GPU %d took a different step (dt %g) from GPU 0 (dt %g)", k,
                      (double)I->m[k]->h_slot[par].dt, (double)c0->dt);
+  if (c0->voided) {
+    if (!I->m[0]->need_rebuild)
+      return dr_fail(DR_EINTERNAL, "cuda backend: a step was voided (begin_step) though no step before it left the "
+                     "free zone (a bug in drift)");
+    for (int k = 0; k < I->nm; ++k) {
+      cuda_state *s = I->m[k];
+      s->par ^= 1;
+      if (s->unprimed) s->primed = 1, s->unprimed = 0;
+    }
+    --*launched;
+    log_trace("step voided: the rebuild-mapping first");
+    return DR_OK;
+  }
   if (!c0->performed) {
     *stop = 1;
     return DR_OK;
@@ -4847,7 +4894,8 @@ static int job_step(island *I, int k) {
     s->primed = 1;
   }
   if (c->fused) s->primed_dt = (float)c->dt_fixed; /* the priming P2G and every G2P2G take k_begin's dt */
-  if (!c->fused && s->primed) {
+  s->unprimed = !c->fused && s->primed;
+  if (s->unprimed) {
     DR_TRY(launch_step(s, par, 0));
     s->primed = 0;
   } else {
@@ -4888,7 +4936,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     DR_TRY(use(s));
     k_frame_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), plan->t0, plan->t_start, plan->k0, plan->vmax0,
                                           plan->t1, adaptive ? DT_ADAPTIVE : DT_FIXED, dt_fixed, plan->cfl_dx,
-                                          plan->wave_speed);
+                                          plan->wave_speed, s->void_steps);
     LAUNCHED("k_frame_begin");
     /* Primed sums (the last G2P2G's P2G of this frame's first step) serve a fused or an
      * unfused first step alike, if they took this frame's dt. Else P2G runs again, as p2g()
@@ -4925,7 +4973,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     }
     if (island_wants_rebuild(I)) {
       while (np > 0) {
-        DR_TRY(island_take(I, pending[0], rep, &stop, 0));
+        DR_TRY(island_take(I, pending[0], rep, &stop, 0, &launched));
         pending[0] = pending[1];
         --np;
       }
@@ -4977,13 +5025,13 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
     ++launched;
     pending[np++] = par;
     if (np == STEP_LAG + 1) {
-      DR_TRY(island_take(I, pending[0], rep, &stop, !events));
+      DR_TRY(island_take(I, pending[0], rep, &stop, !events, &launched));
       pending[0] = pending[1];
       np = STEP_LAG;
       if (stop) break;
     }
   }
-  for (int k = 0; k < np; ++k) DR_TRY(island_take(I, pending[k], rep, &stop, 0));
+  for (int k = 0; k < np; ++k) DR_TRY(island_take(I, pending[k], rep, &stop, 0, &launched));
   if (asked) { /* stopped early, unless the steps in flight ended the frame (k_begin's test) */
     const int ended = adaptive ? stop || plan->t1 - rep->t <= 1e-9 * (plan->t1 - plan->t0)
                                : launched >= todo;
@@ -5845,9 +5893,14 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
     s->events = prm->island_barrier == ISLAND_BARRIER_EVENTS;
     s->atomics = prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS;
     s->begin_barrier = !s->events && !s->atomics && s->bar_warp && env_flag("DRIFT_BEGIN_BARRIER", 1);
+    s->void_steps = nm == 1 && env_flag("DRIFT_VOID_STEP", 1); /* the top of this file */
     for (int q = 0, j = 0; j < nm; ++j)
       if (j != k) s->peer[q++] = I->m[j];
   }
+  if (rc == DR_OK)
+    log_trace("island of %d GPUs: G2P checks %s", nm,
+              I->m[0]->void_steps ? "the whole free zone (a step after a leave is voided)"
+                                  : "the free zone less a cell a queued step");
   for (int k = 0; k < nm && rc == DR_OK; ++k) rc = setup(I->m[k], &parts[k]);
   if (rc == DR_OK) rc = island_tag(I);
   if (rc == DR_OK) rc = crew_start(I);

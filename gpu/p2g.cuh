@@ -73,7 +73,10 @@ typedef struct step_ctl {
   float dt;                    /* this step's dt */
   int mode;                    /* DT_FIXED or DT_ADAPTIVE */
   int done;                    /* the frame is complete: the step's kernels return at once */
-  int performed;               /* this step did work (0 for a step queued after the frame ended) */
+  int performed;               /* this step did work (0 for a step queued after the frame ended, or voided) */
+  int void_on;                 /* a step begun after one whose particles left the free zone does nothing (voided;
+                                * one GPU's graphs, DRIFT_VOID_STEP: see the top of backend_cuda.cu) */
+  int voided;                  /* this step did nothing: the one before it needs a rebuild-mapping first */
   unsigned int leave;          /* a particle left its inner free zone in this step */
   unsigned int vmax_bits;      /* largest speed of this step (float bits; non-negative floats order as uints) */
   int bad_material;
