@@ -96,7 +96,7 @@ import csv, os, sys
 out, rounds, flags, base = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 alts = [a.split("=", 1) for a in sys.argv[5].split(";") if a]
 print(f"{'build':<6}{'round':>6}  {'case':<24}{'device':<20}{'ms/frame':>10}{'particle-steps/s':>18}{'steps/s':>10}"
-      f"{'fps':>8}{'e':>8}")
+      f"{'fps':>8}{'e':>8}{'rebuilds':>9}")
 for r in range(1, rounds + 1):
     for v in ["a", "b"] + [name for name, _ in alts]:
         path = os.path.join(out, f"bench-{v}-{r}.csv")
@@ -107,7 +107,7 @@ for r in range(1, rounds + 1):
             eff = row.get("efficiency") or "-"
             print(f"{v:<6}{r:>6}  {row['case']:<24}{row['device'][:19]:<20}{float(row['ms_per_frame']):>10.3f}"
                   f"{float(row['particle_steps_per_s']):>18.4g}{float(row['steps_per_s']):>10.0f}{float(row['fps']):>8.1f}"
-                  f"{eff:>8}")
+                  f"{eff:>8}{float(row.get('rebuilds_per_frame') or 'nan'):>9.2f}")
 print(f"a: {base if base else 'the tree as it is'}; b: this tree, CMAKE_CUDA_FLAGS={flags}"
       + "".join(f"; {name}: b run with {env}" for name, env in alts))
 EOF
