@@ -5875,6 +5875,13 @@ static int island_set_particles(void *state, particles *p) {
   return island_tag(I);
 }
 
+/* The zone G2P checks in the frame loop's graphs (lag_of), in the trace. */
+static void log_zone(const cuda_state *s) {
+  log_trace("%d GPU%s: G2P checks %s", s->nm, s->nm > 1 ? "s" : "",
+            s->void_steps ? "the whole free zone (a step after a leave is voided)"
+                          : "the free zone less a cell a queued step");
+}
+
 static int island_create(const sim_params *prm, const int *dev, int nm, particles *p, backend *out) {
   DR_TRY(island_peers(dev, nm, prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS));
   island *I = (island *)dr_calloc(1, sizeof *I, "cuda island");
@@ -5893,14 +5900,10 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
     s->events = prm->island_barrier == ISLAND_BARRIER_EVENTS;
     s->atomics = prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS;
     s->begin_barrier = !s->events && !s->atomics && s->bar_warp && env_flag("DRIFT_BEGIN_BARRIER", 1);
-    s->void_steps = nm == 1 && env_flag("DRIFT_VOID_STEP", 1); /* the top of this file */
     for (int q = 0, j = 0; j < nm; ++j)
       if (j != k) s->peer[q++] = I->m[j];
   }
-  if (rc == DR_OK)
-    log_trace("island of %d GPUs: G2P checks %s", nm,
-              I->m[0]->void_steps ? "the whole free zone (a step after a leave is voided)"
-                                  : "the free zone less a cell a queued step");
+  if (rc == DR_OK) log_zone(I->m[0]);
   for (int k = 0; k < nm && rc == DR_OK; ++k) rc = setup(I->m[k], &parts[k]);
   if (rc == DR_OK) rc = island_tag(I);
   if (rc == DR_OK) rc = crew_start(I);
@@ -6001,6 +6004,8 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   if (nm > 1) return island_create(prm, dev, nm, p, out);
   cuda_state *s = NULL;
   DR_TRY(member_new(prm, dev[0], &s));
+  s->void_steps = env_flag("DRIFT_VOID_STEP", 1); /* one GPU (the top of this file) */
+  log_zone(s);
   const size_t n = p->n;
   int rc = setup(s, p);
   if (rc) {
