@@ -621,6 +621,7 @@ typedef struct cuda_state {
   dvec temp;                    /* CUB temporary storage: grown when a call needs more, else reused */
   dvec ctl;                     /* step_ctl */
   dvec count;                   /* rebuild_count: counts read back at rebuild */
+  struct rebuild_count *h_rc;   /* pinned: rebuild_now's read of count */
   step_ctl *h_slot;             /* [2] pinned: the flags of the last step of each parity */
   step_ctl *d_slot;             /* h_slot mapped into the device (k_ctl_out; DRIFT_CTL_KERNEL=0: NULL, a copy) */
   cudaEvent_t done_ev[2];       /* recorded after each parity's step */
@@ -917,6 +918,7 @@ __global__ static void k_pb_nbr(size_t m, const uint64_t *nbr_codes, const unsig
  * the read of the block count. */
 typedef struct rebuild_count {
   int n;                        /* a CUB reduction's or selection's result */
+  int packets;                  /* rebuild_now: the new mapping's packets (read with n) */
   int lost;                     /* k_remap_find: a touched old block is not in the new mapping */
   unsigned long long lost_code; /* ... its code (any one, when several are) */
 } rebuild_count;
@@ -2008,7 +2010,7 @@ static int rebuild_now(cuda_state *s) {
   DR_TRY(end_bit <= 32 && !s->keys64 ? sort_particles<uint32_t>(s, end_bit) : sort_particles<uint64_t>(s, end_bit));
   const int n_pb = (int)s->n_pb;
 
-  /* 3. Packets: each particle block starts a packet; then move the particles. */
+  /* 3. Packets: each particle block starts a packet (the particles move in step 5). */
   const int fill = s->fill;
   k_pb_packets<<<blocks_for(s->n_pb + 1, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), fill, dp<int32_t>(s->pb_packets));
@@ -2026,8 +2028,35 @@ static int rebuild_now(cuda_state *s) {
   }
   CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, dp<int32_t>(s->pb_packets),
                                         dp<int32_t>(s->pb_packets), n_pb + 1, st));
-  int n_packets = 0;
-  DR_TRY(read_count(s, dp<int32_t>(s->pb_packets) + s->n_pb, &n_packets));
+
+  /* 4. Physical blocks: the 3x3x3 neighbourhoods of all particle blocks, sorted and unique, so
+   *    that dense block indices follow Morton order. Before the move, so that one read brings
+   *    both counts and the move (the longest kernel of the rebuild) runs while the host captures
+   *    the step's graphs. */
+  const int m = 27 * n_pb;
+  CUB_RUN(cub::DeviceRadixSort::SortKeys(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[0]),
+                                         dp<uint64_t>(s->nbr_codes[1]), m, 0, s->code_bits, st));
+  DVEC_GRID(s->block_code, (size_t)m * sizeof(uint64_t), "grid blocks");
+  rebuild_count *drc = dp<rebuild_count>(s->count);
+  CUB_RUN(cub::DeviceSelect::Unique(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
+                                    &drc->n, m, st));
+  if (keep) { /* the new indices of the primed blocks, checked with this read (keep_primed) */
+    CU(cudaMemsetAsync(&drc->lost, 0, sizeof(rebuild_count) - offsetof(rebuild_count, lost), st));
+    k_remap_find<<<blocks_for(old_nb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        old_nb, dp<uint64_t>(s->old_code), dp<uint8_t>(s->old_touched), dp<uint64_t>(s->block_code), drc,
+        dp<int32_t>(s->old_to_new));
+    LAUNCHED("k_remap_find");
+  }
+  CU(cudaMemcpyAsync(&drc->packets, dp<int32_t>(s->pb_packets) + s->n_pb, sizeof(int), cudaMemcpyDeviceToDevice, st));
+  CU(cudaMemcpyAsync(s->h_rc, drc, sizeof(rebuild_count), cudaMemcpyDeviceToHost, st));
+  CU(cudaStreamSynchronize(st));
+  const rebuild_count rc = *s->h_rc;
+  TRACE("count %d packets, %d grid blocks%s", rc.packets, rc.n,
+        keep ? (rc.lost ? " (G2P2G: primed blocks lost)" : " (G2P2G: primed blocks kept)") : "");
+  if (keep && rc.lost) return remap_lost(s, &rc);
+  const int nb = rc.n, n_packets = rc.packets;
+
+  /* 5. Move the particles into their packets. */
   const int nxt = 1 - s->cur;
   DVEC(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
   DVEC(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
@@ -2048,31 +2077,6 @@ static int rebuild_now(cuda_state *s) {
     DVEC(s->vals[k], s->n_packets * LANES * sizeof(uint32_t), "particle sort keys");
   }
 
-  /* 4. Physical blocks: the 3x3x3 neighbourhoods of all particle blocks, sorted and unique, so
-   *    that dense block indices follow Morton order. */
-  const int m = 27 * n_pb;
-  CUB_RUN(cub::DeviceRadixSort::SortKeys(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[0]),
-                                         dp<uint64_t>(s->nbr_codes[1]), m, 0, s->code_bits, st));
-  DVEC_GRID(s->block_code, (size_t)m * sizeof(uint64_t), "grid blocks");
-  CUB_RUN(cub::DeviceSelect::Unique(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
-                                    dp<int>(s->count), m, st));
-  int nb = 0;
-  if (keep) { /* the new indices of the primed blocks, checked with this read (keep_primed) */
-    rebuild_count *drc = dp<rebuild_count>(s->count);
-    CU(cudaMemsetAsync(&drc->lost, 0, sizeof(rebuild_count) - offsetof(rebuild_count, lost), st));
-    k_remap_find<<<blocks_for(old_nb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-        old_nb, dp<uint64_t>(s->old_code), dp<uint8_t>(s->old_touched), dp<uint64_t>(s->block_code), drc,
-        dp<int32_t>(s->old_to_new));
-    LAUNCHED("k_remap_find");
-    rebuild_count rc;
-    CU(cudaMemcpyAsync(&rc, drc, sizeof rc, cudaMemcpyDeviceToHost, st));
-    CU(cudaStreamSynchronize(st));
-    TRACE("count %d (G2P2G: primed blocks %s)", rc.n, rc.lost ? "lost" : "kept");
-    if (rc.lost) return remap_lost(s, &rc);
-    nb = rc.n;
-  } else {
-    DR_TRY(read_count(s, s->count.ptr, &nb));
-  }
   s->n_blocks = (size_t)nb;
   for (int k = 0; k < 2; ++k) {
     DVEC_GRID(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
@@ -2109,7 +2113,7 @@ static int rebuild_now(cuda_state *s) {
   DVEC_GRID(s->shared, s->n_blocks, "grid blocks");
   CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, st));
 
-  /* 5. Hash table code -> dense index, then each particle block's 27 physical blocks. */
+  /* 6. Hash table code -> dense index, then each particle block's 27 physical blocks. */
   size_t cap = 64;
   while (cap < 2 * s->n_blocks) cap <<= 1;
   if (cap > s->table_cap) {
@@ -4005,6 +4009,7 @@ static void destroy(void *state) {
   if (s->rebuilt_ev) cudaEventDestroy(s->rebuilt_ev);
   if (s->xrecv_ev) cudaEventDestroy(s->xrecv_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
+  if (s->h_rc) cudaFreeHost(s->h_rc);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
   host_release(s->h_rec);
   for (int k = 0; k < 2; ++k)
@@ -4145,6 +4150,7 @@ static int setup(cuda_state *s, const particles *p) {
   const int ctl_kernel = env_flag("DRIFT_CTL_KERNEL", 1);
   CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), ctl_kernel ? cudaHostAllocMapped : cudaHostAllocDefault));
   memset(s->h_slot, 0, 2 * sizeof(step_ctl));
+  CU(cudaHostAlloc((void **)&s->h_rc, sizeof(rebuild_count), cudaHostAllocDefault));
   if (ctl_kernel) CU(cudaHostGetDevicePointer((void **)&s->d_slot, s->h_slot, 0));
   CU(cudaHostAlloc((void **)&s->h_xbad, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
   s->h_xbad[0] = s->h_xbad[1] = 0;
