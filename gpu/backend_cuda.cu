@@ -24,17 +24,19 @@
 // launches the kernels directly, see the island below): dt (fixed or adaptive) is computed on the device
 // from the last step's largest speed, and the step's flags (left the free zone, largest speed, a
 // non-finite particle) are copied to pinned host memory. The host reads a step's flags after
-// STEP_LAG more steps are queued, so the device never waits for the host. On one GPU the step
-// queued behind a step whose particles left the free zone ([-4, 5] for base node - 4P) is
-// voided: its k_begin sees the flag and sets done, so its kernels return at once and it takes
-// no time, no dt and no buffer (begin_step); the host, reading both steps' flags, rebuilds the
-// mapping (k_unvoid) and queues that step again. G2P thus checks the whole free zone. An island
-// cannot void a step alone (a member that ran it would wait at the barrier for one that did
-// not), so there G2P flags particles that leave an *inner* zone: a particle moves less than one
-// cell per step (a faster one fails the run, DR_RUNAWAY_CELLS), so each queued step needs one
-// cell of slack inside the free zone (lag_of). DRIFT_VOID_STEP=0 takes the island's way on one
-// GPU too (a measurement and test switch: the same states in deterministic mode, more
-// rebuild-mappings).
+// STEP_LAG more steps are queued, so the device never waits for the host. The step queued
+// behind a step whose particles left the free zone ([-4, 5] for base node - 4P) is voided: its
+// k_begin sees the flag and sets done, so its kernels return at once and it takes no time, no dt
+// and no grid buffer (begin_step); the host, reading both steps' flags, rebuilds the mapping
+// (k_unvoid) and queues that step again. G2P thus checks the whole free zone: a particle moves
+// less than one cell per step (a faster one fails the run, DR_RUNAWAY_CELLS), so the step after
+// the flag is the first whose stencils could leave the physical blocks. An island's members void
+// a step together: each publishes its flag at k_begin, and after a barrier each takes the OR of
+// all (begin_shares; k_begin_barrier's barrier serves, else k_begin holds one), so that no member
+// waits at a barrier for one that voided. With the "events" barrier (no device barrier at the
+// beginning), or DRIFT_VOID_STEP=0 (a measurement and test switch: the same states in
+// deterministic mode, more rebuild-mappings), every queued step runs, so G2P flags particles that
+// leave an *inner* zone, the free zone less a cell of slack a queued step (lag_of).
 //
 // P2G. One thread per particle; plasticity and stress fused in; B-spline weights in shared
 // memory. The lanes of a warp are sorted by their cell inside the free zone (10 bits, a split
@@ -123,12 +125,11 @@ enum { SKEW_PRE = 1, SKEW_POST = 2 }; /* DRIFT_ISLAND_SKEW (launch_skew) */
 #define GRID_BLOCKS_PER_CTA 4 /* grid update: grid blocks of 64 nodes per CUDA block (docs/performance.md) */
 #endif
 /* Steps queued ahead of the host's reading of a step's flags (0 or 1). With 1 the device never
- * waits for the host, but on an island every queued step eats a cell of the free zone's slack
- * (see the top of this file; one GPU voids the step instead): the Sand Blocks bench rebuilt the
- * mapping 17.4 times per 36-step frame (l = 12, G2P2G) and 5.3 times (l = 46) with 1, 23.6% and
- * 4.3% of the step time. With 0 the host waits for each step's flags (a few microseconds between
- * graph launches) and the free zone keeps its full size; that variant is not yet measured on a
- * GPU (docs/performance.md), so 1 stays. */
+ * waits for the host; where the queued step cannot be voided (see the top of this file) every
+ * queued step eats a cell of the free zone's slack: the Sand Blocks bench rebuilt the mapping
+ * 17.4 times per 36-step frame (l = 12, G2P2G) and 5.3 times (l = 46) with 1, 23.6% and 4.3% of
+ * the step time. With 0 the host waits for each step's flags (a few microseconds between graph
+ * launches); that variant is not measured on a GPU (docs/performance.md), so 1 stays. */
 #ifndef STEP_LAG
 #define STEP_LAG 1
 #endif
@@ -682,7 +683,7 @@ typedef struct cuda_state {
   size_t h_add_cap;             /* packets */
   int need_rebuild;
   int unprimed;                 /* the last step queued took the primed sums (primed cleared): a voided step gives them back */
-  int void_steps;               /* one GPU's graphs: a step after a leave is voided (DRIFT_VOID_STEP; lag_of) */
+  int void_steps;               /* the frame loop: a step after a leave is voided (DRIFT_VOID_STEP; lag_of) */
   uint64_t rebuilds;
   float vmax;
   struct gpu_marks *marks;      /* DRIFT_GPU_MARKS=1: the stream's timeline between entries (gpu_marks) */
@@ -980,28 +981,47 @@ __global__ static void k_remap_move(size_t n_old, const int32_t *__restrict__ to
 
 /* ---- the step ----------------------------------------------------------------------------- */
 
-/* The step's beginning, by one thread (k_begin, or k_begin_barrier's first lane): sets this
- * step's dt (fixed, or adaptive from the last step's largest speed, the last two steps of a
- * frame sharing what is left, exactly as sim.c does on the host) and resets the step's flags. A
- * step queued after the frame ended does nothing. */
-__device__ static void begin_step(step_ctl *c, const island_view &iv) {
+/* Whether an island's members share values at a step's beginning: adaptive steps the largest
+ * speed (each takes the island's for its dt), voiding steps whether any member's particles left
+ * the free zone (they void the step together: a member that ran it would wait at its barrier for
+ * one that did not). */
+__device__ static bool begin_shares(const step_ctl *c, const island_view &iv) {
+  return iv.np > 0 && (c->mode == DT_ADAPTIVE || c->void_on);
+}
+
+/* The step's beginning before the island's barrier, by one thread: the stamps, and this
+ * member's values for the peers in the slot of this step (spin barriers; events: k_publish
+ * stored the speed before the host's barrier). */
+__device__ static void begin_publish(step_ctl *c, const island_view &iv) {
   if (c->stamps) {
     for (int i = 1; i < ST_COUNT; ++i) c->stamp[i] = 0;
     c->stamp[ST_BEGIN] = global_ns();
   }
+  if (!begin_shares(c, iv) || !iv.spin) return;
+  const unsigned slot = c->step_seq & 1u;
+  c->vmax_pub[slot] = c->vmax_bits;
+  c->leave_pub[slot] = c->leave;
+}
+
+/* The step's beginning after the island's barrier (or with no island), by one thread (k_begin,
+ * or k_begin_barrier's first lane): sets this step's dt (fixed, or adaptive from the island's
+ * last largest speed, the last two steps of a frame sharing what is left, exactly as sim.c does
+ * on the host) and resets the step's flags. A step queued after the frame ended does nothing; so
+ * does one voided (void_on) after a step whose particles, on any member, left the free zone. */
+__device__ static void begin_step(step_ctl *c, const island_view &iv) {
   c->performed = 0;
-  unsigned vmax_bits = c->vmax_bits;
-  if (iv.np > 0 && c->mode == DT_ADAPTIVE) { /* the island's largest speed (see the island above) */
+  unsigned vmax_bits = c->vmax_bits, leave = c->leave;
+  if (begin_shares(c, iv)) { /* the island's values (see the island above) */
     const unsigned slot = c->step_seq++ & 1u;
-    if (iv.spin) {
-      c->vmax_pub[slot] = vmax_bits;
-      island_barrier(c, iv);
-    } /* events: k_publish stored vmax_bits in this slot before the host's barrier */
-    for (int q = 0; q < iv.np; ++q) vmax_bits = max(vmax_bits, *(volatile const unsigned *)&iv.peer_ctl[q]->vmax_pub[slot]);
+    for (int q = 0; q < iv.np; ++q) {
+      const volatile step_ctl *p = iv.peer_ctl[q];
+      vmax_bits = max(vmax_bits, p->vmax_pub[slot]);
+      leave |= p->leave_pub[slot];
+    }
   }
   if (c->done) return;
-  if (c->void_on && c->leave) { /* the last step's particles left the free zone: this one waits for a
-                                 * rebuild-mapping (the host relaunches it); t, k, dt and vmax stay */
+  if (c->void_on && leave) { /* a particle left the free zone: this step waits for a rebuild-mapping
+                              * (the host queues it again); t, k, dt and vmax stay */
     c->voided = 1;
     c->done = 1;
     return;
@@ -1033,7 +1053,19 @@ __device__ static void begin_step(step_ctl *c, const island_view &iv) {
   c->vmax_bits = 0;
 }
 
-__global__ static void k_begin(step_ctl *c, island_view iv) { begin_step(c, iv); }
+/* One warp (the island's barrier by warp, as k_barrier), or one thread (DRIFT_BARRIER_WARP=0). */
+__global__ static void k_begin(step_ctl *c, island_view iv) {
+  if (threadIdx.x == 0) begin_publish(c, iv);
+  if (begin_shares(c, iv) && iv.spin) { /* the same on every lane */
+    if (blockDim.x >= 32) {
+      __syncwarp();
+      island_barrier_warp(c, iv);
+    } else {
+      island_barrier(c, iv);
+    }
+  }
+  if (threadIdx.x == 0) begin_step(c, iv);
+}
 
 /* A rebuild-mapping's start: every particle is in its block again, so the flag goes, and a
  * voided step (begin_step) is no longer held back. A frame's own end (done, not voided) stays. */
@@ -1045,13 +1077,15 @@ __global__ static void k_unvoid(step_ctl *c) {
 
 /* An island step with nothing between its beginning and its barrier (G2P2G, whose P2G the last
  * step did; the first step after G2P2G frames) begins and passes the barrier in one kernel: one
- * launch less a step (launch_step; DRIFT_BEGIN_BARRIER=0: two kernels). */
+ * launch less a step (launch_step; DRIFT_BEGIN_BARRIER=0: two kernels), and the one barrier
+ * serves the values the members share at the beginning. */
 __global__ static void k_begin_barrier(step_ctl *c, island_view iv) {
-  if (threadIdx.x == 0) begin_step(c, iv);
+  if (threadIdx.x == 0) begin_publish(c, iv);
   __syncwarp();
   stamp(c, ST_BAR_IN);
   island_barrier_warp(c, iv);
   stamp(c, ST_BAR_OUT);
+  if (threadIdx.x == 0) begin_step(c, iv);
 }
 
 /* Events barrier, adaptive steps: the member's last vmax for the peers, before the host's barrier
@@ -2300,9 +2334,9 @@ static int launch_grid(cuda_state *s, int par, int part) {
   return DR_OK;
 }
 
-/* The steps that run on this mapping after the one whose particles leave the zone G2P checks:
- * STEP_LAG for an island's graphs, 0 where the next step is voided (one GPU, DRIFT_VOID_STEP; the
- * top of this file). */
+/* The steps that run on this mapping after the one whose particles leave the zone G2P checks: 0
+ * where the next step is voided, else STEP_LAG (DRIFT_VOID_STEP=0, the events barrier; the top of
+ * this file). */
 static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
 
 /* lag: the steps queued before the host reads this step's flags. G2P flags the particles that
@@ -2390,7 +2424,7 @@ static int launch_pull(cuda_state *s, int par) {
  * without with_p2g: grid[par] holds this step's P2G too (the first step after G2P2G frames,
  * island_advance_frame). */
 static int launch_head(cuda_state *s, int par, int with_p2g) {
-  k_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
+  k_begin<<<1, s->nm > 1 && s->bar_warp ? 32 : 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
   LAUNCHED("k_begin");
   if (!s->graph_fused && with_p2g) DR_TRY(launch_p2g(s, par));
   return launch_push(s, par);
@@ -4853,7 +4887,7 @@ static int island_take(island *I, int par, frame_report *rep, int *stop, int syn
       return dr_fail(DR_EINTERNAL, "cuda island: GPU %d took a different step (dt %g) from GPU 0 (dt %g)", k,
                      (double)I->m[k]->h_slot[par].dt, (double)c0->dt);
   if (c0->voided) {
-    if (!I->m[0]->need_rebuild)
+    if (!island_wants_rebuild(I))
       return dr_fail(DR_EINTERNAL, "cuda backend: a step was voided (begin_step) though no step before it left the "
                      "free zone (a bug in drift)");
     for (int k = 0; k < I->nm; ++k) {
@@ -5906,6 +5940,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
     s->events = prm->island_barrier == ISLAND_BARRIER_EVENTS;
     s->atomics = prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS;
     s->begin_barrier = !s->events && !s->atomics && s->bar_warp && env_flag("DRIFT_BEGIN_BARRIER", 1);
+    s->void_steps = !s->events && env_flag("DRIFT_VOID_STEP", 1); /* the top of this file */
     for (int q = 0, j = 0; j < nm; ++j)
       if (j != k) s->peer[q++] = I->m[j];
   }

@@ -75,7 +75,7 @@ typedef struct step_ctl {
   int done;                    /* the frame is complete: the step's kernels return at once */
   int performed;               /* this step did work (0 for a step queued after the frame ended, or voided) */
   int void_on;                 /* a step begun after one whose particles left the free zone does nothing (voided;
-                                * one GPU's graphs, DRIFT_VOID_STEP: see the top of backend_cuda.cu) */
+                                * the frame loop's graphs, DRIFT_VOID_STEP: see the top of backend_cuda.cu) */
   int voided;                  /* this step did nothing: the one before it needs a rebuild-mapping first */
   unsigned int leave;          /* a particle left its inner free zone in this step */
   unsigned int vmax_bits;      /* largest speed of this step (float bits; non-negative floats order as uints) */
@@ -85,6 +85,7 @@ typedef struct step_ctl {
   unsigned bar_seq;            /* barriers this member has passed (the same on every member) */
   unsigned step_seq;           /* adaptive steps begun (k_begin) */
   unsigned vmax_pub[2];        /* last step's vmax_bits, published for the peers at k_begin */
+  unsigned leave_pub[2];       /* ... and its leave (void_on), so that the island voids a step together */
   unsigned int fix_bad;        /* deterministic mode: a P2G contribution beyond the fixed-point range */
   unsigned long long fix_bad_id; /* ... the smallest id of a particle that brought one; ~0 if none */
   unsigned bar_stuck;          /* the island barrier this member gave up on (0: none; island_barrier) */
