@@ -892,10 +892,14 @@ __global__ static void k_headers(size_t n_pb, const int32_t *pb_start, const int
     hdr[p] = make_int2((int)q, min(fill, count - j * fill));
 }
 
-/* Moves sorted particle i (from slot perm[i] of the old packets) to its new packet and lane. */
-__global__ static void k_scatter(size_t n, const uint32_t *perm, const int32_t *pblock, const int32_t *pb_start,
-                                 const int32_t *pb_packets, int fill, const float *src, const uint64_t *src_id,
-                                 float *dst, uint64_t *dst_id) {
+/* Moves sorted particle i (from slot perm[i] of the old packets) to its new packet and lane. The
+ * old and new packets are distinct buffers (__restrict__), so that a thread's loads of its
+ * particle's attributes are all in flight at once: without it the compiler orders each load
+ * after the store before it, and a thread waits for one gathered load after another. */
+__global__ static void k_scatter(size_t n, const uint32_t *__restrict__ perm, const int32_t *__restrict__ pblock,
+                                 const int32_t *__restrict__ pb_start, const int32_t *__restrict__ pb_packets, int fill,
+                                 const float *__restrict__ src, const uint64_t *__restrict__ src_id,
+                                 float *__restrict__ dst, uint64_t *__restrict__ dst_id) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   const uint32_t from = perm[i];
