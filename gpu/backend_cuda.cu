@@ -1818,8 +1818,8 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
  * kernel, the next step's P2G into the other buffer. A particle scatters once after moving (less
  * than a cell) before the host can react to its flag, plus once per step that still runs on this
  * mapping (lag_of): the zone [zone_lo, zone_hi] (the free zone less lag_of + 1 cells a side)
- * leaves that much slack, so every scattered stencil stays inside the physical blocks. The warp's own writes to its packet are visible to its lanes after
- * __syncwarp. */
+ * leaves that much slack, so every scattered stencil stays inside the physical blocks. The
+ * warp's own writes to its packet are visible to its lanes after __syncwarp. */
 template <bool OLD, bool DET, bool COL>
 __global__ static void PARTICLE_BOUNDS
 k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
@@ -2345,8 +2345,9 @@ static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
 
 /* lag: the steps queued before the host reads this step's flags. G2P flags the particles that
  * leave the free zone shrunk by a cell per such step (lag_of): a particle moves less than a cell
- * a step. The phases of backend.h (several ranks) read the flags before the next step (lag 0)
- * and keep the whole free zone, a third more room per axis than an island's graphs: fewer
+ * a step. The phases of backend.h (several ranks) read the flags before the next step (lag 0),
+ * and the frame loop voids the step after a leave (lag 0 too, unless DRIFT_VOID_STEP=0 or the
+ * events barrier): both keep the whole free zone, a third more room per axis, fewer
  * rebuild-mappings. */
 static int launch_g2p(cuda_state *s, int par, int lag) {
   if (s->n_packets == 0) return DR_OK;
