@@ -623,6 +623,7 @@ typedef struct cuda_state {
   dvec ctl;                     /* step_ctl */
   dvec count;                   /* rebuild_count: counts read back at rebuild */
   struct rebuild_count *h_rc;   /* pinned: rebuild_now's read of count */
+  int *h_count;                 /* pinned: read_count's landing place */
   step_ctl *h_slot;             /* [2] pinned: the flags of the last step of each parity */
   step_ctl *d_slot;             /* h_slot mapped into the device (k_ctl_out; DRIFT_CTL_KERNEL=0: NULL, a copy) */
   cudaEvent_t done_ev[2];       /* recorded after each parity's step */
@@ -1883,9 +1884,12 @@ static int push_buffers(cuda_state *s, size_t n_packets) {
   return DR_OK;
 }
 
+/* One int from the device, through pinned memory (a pageable destination makes the copy wait
+ * for a staging buffer besides the stream). */
 static int read_count(cuda_state *s, const void *dev, int *out) {
-  CU(cudaMemcpyAsync(out, dev, sizeof *out, cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaMemcpyAsync(s->h_count, dev, sizeof *out, cudaMemcpyDeviceToHost, s->stream));
   CU(cudaStreamSynchronize(s->stream));
+  *out = *s->h_count;
   TRACE("count %d", *out);
   return DR_OK;
 }
@@ -4049,6 +4053,7 @@ static void destroy(void *state) {
   if (s->xrecv_ev) cudaEventDestroy(s->xrecv_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_rc) cudaFreeHost(s->h_rc);
+  if (s->h_count) cudaFreeHost(s->h_count);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
   host_release(s->h_rec);
   for (int k = 0; k < 2; ++k)
@@ -4190,6 +4195,7 @@ static int setup(cuda_state *s, const particles *p) {
   CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), ctl_kernel ? cudaHostAllocMapped : cudaHostAllocDefault));
   memset(s->h_slot, 0, 2 * sizeof(step_ctl));
   CU(cudaHostAlloc((void **)&s->h_rc, sizeof(rebuild_count), cudaHostAllocDefault));
+  CU(cudaHostAlloc((void **)&s->h_count, sizeof(int), cudaHostAllocDefault));
   if (ctl_kernel) CU(cudaHostGetDevicePointer((void **)&s->d_slot, s->h_slot, 0));
   CU(cudaHostAlloc((void **)&s->h_xbad, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
   s->h_xbad[0] = s->h_xbad[1] = 0;
