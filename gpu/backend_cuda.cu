@@ -622,8 +622,7 @@ typedef struct cuda_state {
   dvec temp;                    /* CUB temporary storage: grown when a call needs more, else reused */
   dvec ctl;                     /* step_ctl */
   dvec count;                   /* rebuild_count: counts read back at rebuild */
-  struct rebuild_count *h_rc;   /* pinned: rebuild_now's read of count */
-  int *h_count;                 /* pinned: read_count's landing place */
+  struct rebuild_count *h_rc;   /* pinned: rebuild_now's read of count, and read_count's landing place */
   step_ctl *h_slot;             /* [2] pinned: the flags of the last step of each parity */
   step_ctl *d_slot;             /* h_slot mapped into the device (k_ctl_out; DRIFT_CTL_KERNEL=0: NULL, a copy) */
   cudaEvent_t done_ev[2];       /* recorded after each parity's step */
@@ -1887,9 +1886,9 @@ static int push_buffers(cuda_state *s, size_t n_packets) {
 /* One int from the device, through pinned memory (a pageable destination makes the copy wait
  * for a staging buffer besides the stream). */
 static int read_count(cuda_state *s, const void *dev, int *out) {
-  CU(cudaMemcpyAsync(s->h_count, dev, sizeof *out, cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaMemcpyAsync(&s->h_rc->n, dev, sizeof *out, cudaMemcpyDeviceToHost, s->stream));
   CU(cudaStreamSynchronize(s->stream));
-  *out = *s->h_count;
+  *out = s->h_rc->n;
   TRACE("count %d", *out);
   return DR_OK;
 }
@@ -4053,7 +4052,6 @@ static void destroy(void *state) {
   if (s->xrecv_ev) cudaEventDestroy(s->xrecv_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_rc) cudaFreeHost(s->h_rc);
-  if (s->h_count) cudaFreeHost(s->h_count);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
   host_release(s->h_rec);
   for (int k = 0; k < 2; ++k)
@@ -4195,7 +4193,6 @@ static int setup(cuda_state *s, const particles *p) {
   CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), ctl_kernel ? cudaHostAllocMapped : cudaHostAllocDefault));
   memset(s->h_slot, 0, 2 * sizeof(step_ctl));
   CU(cudaHostAlloc((void **)&s->h_rc, sizeof(rebuild_count), cudaHostAllocDefault));
-  CU(cudaHostAlloc((void **)&s->h_count, sizeof(int), cudaHostAllocDefault));
   if (ctl_kernel) CU(cudaHostGetDevicePointer((void **)&s->d_slot, s->h_slot, 0));
   CU(cudaHostAlloc((void **)&s->h_xbad, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
   s->h_xbad[0] = s->h_xbad[1] = 0;
@@ -4349,6 +4346,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->p2g_spread = (int)spread;
   s->keys64 = env_flag("DRIFT_SORT_KEYS64", 0);
+  s->void_steps = env_flag("DRIFT_VOID_STEP", 1); /* the top of this file; island_create: not with events */
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");
   if (dp_env && *dp_env) {
@@ -5951,7 +5949,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
     s->events = prm->island_barrier == ISLAND_BARRIER_EVENTS;
     s->atomics = prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS;
     s->begin_barrier = !s->events && !s->atomics && s->bar_warp && env_flag("DRIFT_BEGIN_BARRIER", 1);
-    s->void_steps = !s->events && env_flag("DRIFT_VOID_STEP", 1); /* the top of this file */
+    s->void_steps &= !s->events; /* no device barrier at the beginning to share the flag */
     for (int q = 0, j = 0; j < nm; ++j)
       if (j != k) s->peer[q++] = I->m[j];
   }
@@ -6056,7 +6054,6 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   if (nm > 1) return island_create(prm, dev, nm, p, out);
   cuda_state *s = NULL;
   DR_TRY(member_new(prm, dev[0], &s));
-  s->void_steps = env_flag("DRIFT_VOID_STEP", 1); /* one GPU (the top of this file) */
   log_zone(s);
   const size_t n = p->n;
   int rc = setup(s, p);
