@@ -66,12 +66,19 @@ static int cmp_item(const void *a, const void *b) {
 
 /* The cut along axis of items[0..n) (coordinates in [bmin, bmax)): the block boundary c, among
  * the coordinates some item has, strictly inside (bmin, bmax), whose count below is nearest to
- * want (the lowest such c on a tie); *found = 0 where there is none (one column of blocks). By a
- * count per coordinate along the axis, O(n + range), where the range is at most 4 n; else by
- * sorting, O(n log n). Either way the same cut, and independent of the items' order. */
+ * want (the lowest such c on a tie); *found = 0 where there is none (one column of blocks). Where
+ * empty columns lie below that c, every boundary among them leaves the same counts: the cut moves
+ * to the middle of the gap (mid_gap), as far from the material on either side as it can be, so
+ * that two piles apart take longest to reach it (and to migrate, and to share blocks). By a count
+ * per coordinate along the axis, O(n + range), where the range is at most 4 n; else by sorting,
+ * O(n log n). Either way the same cut, and independent of the items' order. */
+/* The block boundary in the middle of the empty columns [last + 1, c) below the occupied column c
+ * (last: the occupied column before it), rounded up: a boundary there leaves what c leaves. */
+static int32_t mid_gap(int32_t last, int32_t c) { return c - (c - (last + 1)) / 2; }
+
 static int32_t best_cut(item *items, size_t n, int axis, int32_t bmin, int32_t bmax, double want, int *found) {
   *found = 0;
-  int32_t cut = bmin;
+  int32_t cut = bmin, last = bmin; /* last: the occupied column before the one looked at */
   double best = -1;
   const size_t range = (size_t)(bmax - bmin);
   uint64_t *per = range <= 4 * n + 64 ? calloc(range ? range : 1, sizeof *per) : NULL;
@@ -88,9 +95,10 @@ static int32_t best_cut(item *items, size_t n, int axis, int32_t bmin, int32_t b
       const int32_t c = bmin + (int32_t)k;
       if (c > bmin) {
         const double err = (double)below > want ? (double)below - want : want - (double)below;
-        if (best < 0 || err < best) best = err, cut = c;
+        if (best < 0 || err < best) best = err, cut = mid_gap(last, c);
       }
       below += per[k];
+      last = c;
     }
   } else { /* a huge, sparse range (or no memory for the counts): sort */
     sort_axis = axis;
@@ -101,8 +109,9 @@ static int32_t best_cut(item *items, size_t n, int axis, int32_t bmin, int32_t b
         const int32_t c = items[i].c[axis];
         if (c > bmin) {
           const double err = (double)below > want ? (double)below - want : want - (double)below;
-          if (best < 0 || err < best) best = err, cut = c;
+          if (best < 0 || err < best) best = err, cut = mid_gap(last, c);
         }
+        last = c;
       }
       below += items[i].count;
     }

@@ -11,7 +11,9 @@
  *     inside the bounding box, found by trying every one;
  *   - the same counts inserted in another order (another hash-table layout) give the same boxes,
  *     and so do the same counts as (code, count) pairs with every block split in two entries, not
- *     merged (decomp_rcb_pairs, the load balance's path). */
+ *     merged (decomp_rcb_pairs, the load balance's path);
+ *   - two piles with empty columns between them are cut in the middle of the gap (both searches:
+ *     counts per coordinate, and sorting where the piles lie far apart), not at the edge of one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +149,29 @@ int main(void) {
       hist_free(&h), hist_free(&h2);
       free(pairs);
     }
+  /* two piles of equal counts, columns [0, 10) and [g, g + 10) along x: the cut lies mid-gap, at the
+   * boundary g - (g - 10) / 2 (columns 10 .. g - 1 empty); g = 30 is searched by counts, g = 4000
+   * by sorting (a range far beyond 4 n) */
+  const int gaps[2] = {30, 4000};
+  for (int t = 0; t < 2; ++t, ++cases) {
+    const int g = gaps[t];
+    block_hist h = {0};
+    for (int x = 0; x < 10; ++x)
+      for (int z = 0; z < 3; ++z) {
+        hist_add(&h, sparse_block_code(x, 0, z), 5);
+        hist_add(&h, sparse_block_code(g + x, 0, z), 5);
+      }
+    decomp d = {0};
+    if (decomp_rcb(&h, 2, &d)) {
+      CHECK(0, "gap %d: decomp_rcb failed", g);
+    } else {
+      const int32_t want = g - (g - 10) / 2;
+      CHECK(d.box[0][3] == want && d.box[1][0] == want, "two piles %d columns apart: cut at %d / %d, not mid-gap at %d", g - 10,
+            d.box[0][3], d.box[1][0], want);
+    }
+    decomp_free(&d);
+    hist_free(&h);
+  }
   printf("test_decomp: %d cases, %s\n", cases, failures_ ? "FAILED" : "all checks passed");
   return failures_ ? 1 : 0;
 }
