@@ -535,7 +535,9 @@ typedef struct cuda_state {
   char device_name[256];
   cudaStream_t stream;
   cudaMemPool_t pool[2];        /* an island member's stream-ordered pools (dvec_pools): private, peers' */
-  cudaStream_t xstream;         /* pack_sparse_wait's copies of the messages, beside the step's work */
+  cudaStream_t xstream;         /* pack_sparse_wait's copies of the messages, beside the step's work (high priority) */
+  int xpack;                    /* the sparse pack and unpack kernels on xstream too (DRIFT_XSTREAM_PACK) */
+  cudaEvent_t xp2g_ev;          /* ... after the boundary's P2G, which the pack waits for */
   struct pslot *pslot;          /* pack_sparse_async's buffers, one per rank link */
   int n_pslot;
   float origin[3], inv_dx;
@@ -603,6 +605,7 @@ typedef struct cuda_state {
   size_t n_boundary;            /* ... how many are boundary packets */
   int order_stale;              /* pk_order is not this mapping's and marks' (rebuild, mark_shared) */
   int part_skip;                /* p2g_part: the boundary call found the step's P2G primed, whole */
+  int g2p_rest;                 /* g2p_interior queued the G2P of pk_order's interior packets: g2p does the rest */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
   unsigned long long *h_mask;   /* ... and a received mask on the host */
   size_t h_mask_cap;
@@ -612,7 +615,7 @@ typedef struct cuda_state {
   size_t unpack_check_n;        /* unpack_add_sparse's check of h_xbad, left to the next g2p (its list's length; 0: none) */
   dvec xrecv;                   /* unpack_add_sparse: the step's received messages, one after another */
   size_t xrecv_used;            /* bytes of xrecv this step's unpacks took (reset by g2p) */
-  cudaEvent_t xrecv_ev;         /* after an unpack's copy on xstream */
+  cudaEvent_t xrecv_ev;         /* after an unpack's copy (and with xpack its kernel) on xstream */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
   size_t h_codes_cap;           /* bytes (host_pinned) */
   uint64_t h_codes_of;          /* h_codes holds the codes of mapping h_codes_of - 1 (s->rebuilds); 0: none */
@@ -1802,13 +1805,14 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       const material_params *__restrict__ g2p_mats, const float *__restrict__ grid0,
       const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses,
       const col_box *__restrict__ wbox, unsigned *__restrict__ push_mask, float *__restrict__ push_room, int zone_lo,
-      int zone_hi) {
+      int zone_hi, const int32_t *__restrict__ order) {
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
   stamp(ctl, ST_G2P);
   const int warp = threadIdx.x >> 5;
-  const size_t p = (size_t)blockIdx.x * WARPS + warp;
-  if (p >= n_packets) return;
+  const size_t i = (size_t)blockIdx.x * WARPS + warp;
+  if (i >= n_packets) return;
+  const size_t p = order ? (size_t)order[i] : i; /* g2p_interior: n_packets of the list order */
   g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                  inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
                                                  push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
@@ -2352,22 +2356,26 @@ static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
  * and the frame loop voids the step after a leave (lag 0 too, unless DRIFT_VOID_STEP=0 or the
  * events barrier): both keep the whole free zone, a third more room per axis, fewer
  * rebuild-mappings. */
-static int launch_g2p(cuda_state *s, int par, int lag) {
-  if (s->n_packets == 0) return DR_OK;
+/* G2P of the n packets order lists (all of them in their order where order is NULL), then, with
+ * collide, the particle collision step of every packet (k_collide reads push_mask, which each
+ * packet's G2P wrote: after a g2p_interior, the last part's launch collides both parts). */
+static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide) {
   const bool col = s->push;
   const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
-  (s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
-   : s->g2p_mat ? (col ? k_g2p<false, true, true> : k_g2p<false, false, true>)
-                : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>))
-      <<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
-      dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
-      dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
-      make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
-      s->inv_dx, vel_of(s, par), s->g2p_mat ? dp<material_params>(s->d_mats) : nullptr, vel0_of(s, par), s->bnd,
-      dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room),
-      zone_lo, zone_hi);
-  LAUNCHED("k_g2p");
-  if (col) {
+  if (n > 0) {
+    (s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
+     : s->g2p_mat ? (col ? k_g2p<false, true, true> : k_g2p<false, false, true>)
+                  : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>))
+        <<<blocks_for(n, WARPS), THREADS, 0, s->stream>>>(
+        dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
+        dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
+        make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
+        s->inv_dx, vel_of(s, par), s->g2p_mat ? dp<material_params>(s->d_mats) : nullptr, vel0_of(s, par), s->bnd,
+        dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room),
+        zone_lo, zone_hi, order);
+    LAUNCHED("k_g2p");
+  }
+  if (col && collide && s->n_packets > 0) {
     k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
         dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<float>(s->pk[s->cur]),
         dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
@@ -2378,6 +2386,8 @@ static int launch_g2p(cuda_state *s, int par, int lag) {
   }
   return DR_OK;
 }
+
+static int launch_g2p(cuda_state *s, int par, int lag) { return launch_g2p_of(s, par, lag, NULL, s->n_packets, 1); }
 
 /* The G2P2G variant for the scene: ASFLIP, deterministic sums, colliders. */
 template <bool OLD, bool DET>
@@ -3060,20 +3070,20 @@ static int sparse_scratch(cuda_state *s, size_t bytes, char **msg) {
 
 /* Queues the sparse pack of the n listed blocks (didx on the device) into msg (mask, then values)
  * and *count_dev (the number of blocks in the message): k_sparse_words, then k_pack_words. */
-static int pack_sparse_queue(cuda_state *s, const int32_t *didx, size_t n, char *msg, int *count_dev) {
+static int pack_sparse_queue(cuda_state *s, const int32_t *didx, size_t n, char *msg, int *count_dev, cudaStream_t st) {
   const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
   const int bs = sums_floats(s);
   const int32_t nb = (int32_t)s->n_blocks;
   unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
-  k_sparse_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+  k_sparse_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), mask);
   LAUNCHED("k_sparse_words");
   if (s->det)
-    k_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+    k_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, st>>>(
         n, bs, didx, nb, s->d_xbad, mask, dp<long long>(s->igrid[s->par]), NULL,
         reinterpret_cast<long long *>(msg + head), count_dev);
   else
-    k_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+    k_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, st>>>(
         n, bs, didx, nb, s->d_xbad, mask, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
         reinterpret_cast<float *>(msg + head), count_dev);
   LAUNCHED("k_pack_words");
@@ -3091,7 +3101,7 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
   DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse"));
   char *msg;
   DR_TRY(sparse_scratch(s, head + n * bs * esz, &msg));
-  DR_TRY(pack_sparse_queue(s, didx, n, msg, dp<int>(s->count)));
+  DR_TRY(pack_sparse_queue(s, didx, n, msg, dp<int>(s->count), s->stream));
   int total = 0;
   DR_TRY(read_count(s, s->count.ptr, &total));
   *bytes = head + (size_t)total * bs * esz;
@@ -3109,6 +3119,17 @@ typedef struct pslot {
   size_t n;
 } pslot;
 
+/* The exchange's stream, at the device's highest priority: its pack and unpack kernels (xpack)
+ * take the SMs as the interior's P2G and G2P free them, instead of queueing behind every CTA of
+ * those. */
+static int xstream_get(cuda_state *s) {
+  if (s->xstream) return DR_OK;
+  int least = 0, greatest = 0;
+  CU(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  CU(cudaStreamCreateWithPriority(&s->xstream, cudaStreamNonBlocking, greatest));
+  return DR_OK;
+}
+
 static int pslot_get(cuda_state *s, int slot, pslot **out) {
   if (slot < 0) return dr_fail(DR_EINTERNAL, "cuda backend: pack slot %d", slot);
   if (slot >= s->n_pslot) {
@@ -3124,7 +3145,7 @@ static int pslot_get(cuda_state *s, int slot, pslot **out) {
     CU(cudaEventCreateWithFlags(&x->ev, cudaEventDisableTiming));
     CU(cudaHostAlloc((void **)&x->h_count, sizeof(int), cudaHostAllocDefault));
   }
-  if (!s->xstream) CU(cudaStreamCreateWithFlags(&s->xstream, cudaStreamNonBlocking));
+  DR_TRY(xstream_get(s));
   *out = x;
   return DR_OK;
 }
@@ -3154,9 +3175,18 @@ static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n
   DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse_async"));
   DVEC(x->msg, SPARSE_MASK_BYTES(n) + n * (size_t)sums_floats(s) * esz, "exchange buffer");
   DVEC(x->count, sizeof(int), "exchange count");
-  DR_TRY(pack_sparse_queue(s, didx, n, dp<char>(x->msg), dp<int>(x->count)));
-  CU(cudaMemcpyAsync(x->h_count, x->count.ptr, sizeof(int), cudaMemcpyDeviceToHost, s->stream));
-  CU(cudaEventRecord(x->ev, s->stream));
+  /* xpack: on xstream, after the boundary's P2G; the interior's P2G, queued next on the step's
+   * stream, runs beside it (it writes no shared block, which is all the pack reads) */
+  cudaStream_t st = s->stream;
+  if (s->xpack) {
+    if (!s->xp2g_ev) CU(cudaEventCreateWithFlags(&s->xp2g_ev, cudaEventDisableTiming));
+    CU(cudaEventRecord(s->xp2g_ev, s->stream));
+    CU(cudaStreamWaitEvent(s->xstream, s->xp2g_ev, 0));
+    st = s->xstream;
+  }
+  DR_TRY(pack_sparse_queue(s, didx, n, dp<char>(x->msg), dp<int>(x->count), st));
+  CU(cudaMemcpyAsync(x->h_count, x->count.ptr, sizeof(int), cudaMemcpyDeviceToHost, st));
+  CU(cudaEventRecord(x->ev, st));
   return DR_OK;
 }
 
@@ -3187,15 +3217,24 @@ static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
  * starts the places again. */
 static int recv_copy(cuda_state *s, const void *in, size_t bytes, char **msg) {
   size_t at = (s->xrecv_used + 255) & ~(size_t)255;
+  DR_TRY(xstream_get(s));
   if (at + bytes > s->xrecv.bytes) {
-    if (at > 0) CU(cudaStreamSynchronize(s->stream)); /* the step's earlier unpacks read the old buffer */
+    if (at > 0) { /* the step's earlier unpacks read the old buffer */
+      CU(cudaStreamSynchronize(s->stream));
+      CU(cudaStreamSynchronize(s->xstream));
+    }
     DVEC(s->xrecv, at + bytes, "exchange receive buffer");
   }
   s->xrecv_used = at + bytes;
   *msg = dp<char>(s->xrecv) + at;
-  if (!s->xstream) CU(cudaStreamCreateWithFlags(&s->xstream, cudaStreamNonBlocking));
-  if (!s->xrecv_ev) CU(cudaEventCreateWithFlags(&s->xrecv_ev, cudaEventDisableTiming));
   CU(cudaMemcpyAsync(*msg, in, bytes, cudaMemcpyDefault, s->xstream));
+  return DR_OK;
+}
+
+/* The step's stream waits for what xstream has queued (the received copies, with xpack the
+ * unpacks): the shared blocks' update and the boundary's G2P come after. */
+static int recv_join(cuda_state *s) {
+  if (!s->xrecv_ev) CU(cudaEventCreateWithFlags(&s->xrecv_ev, cudaEventDisableTiming));
   CU(cudaEventRecord(s->xrecv_ev, s->xstream));
   CU(cudaStreamWaitEvent(s->stream, s->xrecv_ev, 0));
   return DR_OK;
@@ -3243,18 +3282,23 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx, "unpack_add_sparse"));
   const int32_t nb = (int32_t)s->n_blocks;
-  char *msg; /* the copy overlaps the interior's P2G and grid update (recv_copy) */
+  char *msg; /* the copy overlaps the interior's P2G, grid update and G2P (recv_copy) */
   DR_TRY(recv_copy(s, in, bytes, &msg));
+  /* xpack: the unpack too, on xstream; the interior's grid update and G2P beside it touch no
+   * shared block, which is all it writes. Else on the step's stream, after the copy. */
+  if (!s->xpack) DR_TRY(recv_join(s));
+  cudaStream_t st = s->xpack ? s->xstream : s->stream;
   const unsigned long long *dmask = reinterpret_cast<const unsigned long long *>(msg);
   if (s->det)
-    k_unpack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+    k_unpack_words<long long><<<(unsigned)n, MASK_THREADS, 0, st>>>(
         n, bs, didx, nb, s->d_xbad, dmask, reinterpret_cast<const long long *>(msg + head),
         dp<long long>(s->igrid[s->par]), NULL, dp<uint8_t>(s->touched[s->par]));
   else
-    k_unpack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+    k_unpack_words<float><<<(unsigned)n, MASK_THREADS, 0, st>>>(
         n, bs, didx, nb, s->d_xbad, dmask, reinterpret_cast<const float *>(msg + head), dp<float>(s->grid[s->par]),
         grid0_of(s, s->par), dp<uint8_t>(s->touched[s->par]));
   LAUNCHED("k_unpack_words");
+  if (s->xpack) DR_TRY(recv_join(s));
   /* No wait here: the host queues the shared blocks' grid update and G2P behind the unpacks at
    * once. in stays unchanged until the next g2p returns (backend.h), which waits for the stream,
    * and its check of h_xbad names this call (unpack_check_n). */
@@ -3500,6 +3544,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
 
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
+  s->g2p_rest = 0;
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
   if (s->primed) { /* after G2P2G frames: the last G2P2G (or the rebuild's keep_primed) did this P2G */
@@ -3550,6 +3595,7 @@ static int p2g_part(void *state, float dt, int part) {
     return launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary);
   }
   s->part_skip = 0;
+  s->g2p_rest = 0;
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
   if (s->primed) { /* as in p2g() */
@@ -3562,6 +3608,23 @@ static int p2g_part(void *state, float dt, int part) {
   }
   DR_TRY(boundary_order(s));
   return launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order), s->n_boundary);
+}
+
+/* backend.h's g2p_interior (ranks): the G2P of the packets whose stencils reach no block shared
+ * with another rank (boundary_order's interior list), queued behind grid_update_part(GRID_INTERIOR)
+ * while the shared blocks' sums are in flight. Those packets read only interior blocks, which that
+ * update has finished, and no later kernel of the step writes them (the unpack and the shared
+ * blocks' update touch shared blocks only). g2p then runs the boundary packets and the collision
+ * step of all (launch_g2p_of); the flags of both parts meet in the step's ctl. */
+static int g2p_interior(void *state, float dt) {
+  (void)dt; /* k_begin_fixed stored it */
+  cuda_state *s = (cuda_state *)state;
+  s->g2p_rest = 0;
+  if (s->n_packets == 0) return DR_OK;
+  DR_TRY(boundary_order(s)); /* once per mapping and marks; a setup step's comes here */
+  DR_TRY(launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary, 0));
+  s->g2p_rest = 1;
+  return DR_OK;
 }
 
 static int grid_update(void *state, float dt) {
@@ -4050,6 +4113,7 @@ static void destroy(void *state) {
   if (s->bar_ev) cudaEventDestroy(s->bar_ev);
   if (s->rebuilt_ev) cudaEventDestroy(s->rebuilt_ev);
   if (s->xrecv_ev) cudaEventDestroy(s->xrecv_ev);
+  if (s->xp2g_ev) cudaEventDestroy(s->xp2g_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_rc) cudaFreeHost(s->h_rc);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
@@ -5196,7 +5260,9 @@ static int island_g2p(void *state, float dt) {
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
-    DR_TRY(launch_g2p(s, s->par, 0)); /* the flags are read below, before the next step */
+    /* the flags are read below, before the next step; after g2p_interior, the boundary packets */
+    DR_TRY(s->g2p_rest ? launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order), s->n_boundary, 1) : launch_g2p(s, s->par, 0));
+    s->g2p_rest = 0;
     CU(cudaMemcpyAsync(&s->h_slot[s->par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
   }
   float vmax = 0.0f;
@@ -6103,6 +6169,11 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   /* p2g_part on by default (DRIFT_SPLIT_P2G=0: off): 2 x H200, 2 ranks x 1 GPU, Sand Blocks l = 46
    * 38.1-40.2 ms a frame against 45.7-46.0, weak_2 58.9-60.6 against 63.6-64.4 (docs/performance.md) */
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 1) ? ON_DEVICE(p2g_part) : NULL;
+  /* the interior's G2P while the sums are in flight (DRIFT_SPLIT_G2P=0: off; docs/performance.md) */
+  out->g2p_interior = env_flag("DRIFT_SPLIT_G2P", 1) ? ON_DEVICE(g2p_interior) : NULL;
+  /* the pack and unpack kernels on the exchange's stream, beside the interior's P2G and G2P
+   * (DRIFT_XSTREAM_PACK=0: on the step's stream, between them; docs/performance.md) */
+  s->xpack = env_flag("DRIFT_XSTREAM_PACK", 1);
   out->block_sums = sums_floats(s); /* = int_floats(s) */
   out->sums_int64 = s->det;
   out->alloc_sums = alloc_sums;

@@ -165,6 +165,10 @@ typedef struct backend {
   /* The grid update of the blocks not shared (GRID_INTERIOR) or shared (GRID_SHARED) with other
    * ranks: the interior is updated while the shared sums are in flight. */
   int (*grid_update_part)(void *state, float dt, int part);
+  /* Optional (NULL: g2p does it all): after grid_update_part(GRID_INTERIOR), the G2P of the
+   * particles whose stencils reach no block that mark_shared marked, while the shared sums are in
+   * flight; the next g2p then does the rest and everything g2p does after its G2P. */
+  int (*g2p_interior)(void *state, float dt);
   /* Optional: memory for the shared sums that pack writes and unpack_add reads: pinned host
    * memory (device = 0; cuda: copies without a pageable bounce), or device memory (device = 1)
    * that a CUDA-aware MPI sends from directly. NULL: the rank exchange uses malloc. */

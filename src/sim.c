@@ -783,6 +783,9 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     int xrc = exchange_start(&S->ex, b);
     if (split && !early && rc == DR_OK) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
     if (rc == DR_OK && xrc == DR_OK && b->grid_update_part) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
+    /* and the interior's G2P, which reads those blocks alone: the messages have that long too */
+    if (rc == DR_OK && xrc == DR_OK && b->grid_update_part && b->g2p_interior && S->ex.nlinks > 0)
+      rc = b->g2p_interior(b->state, (float)dt);
     int frc = exchange_finish(&S->ex, b); /* also after a failed pack: it waits for the messages it posted */
     if (rc == DR_OK) rc = frc;
     if (rc == DR_OK)
