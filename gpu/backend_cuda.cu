@@ -3212,7 +3212,7 @@ static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
 }
 
 /* A received message's copy to s's device (*msg), queued on xstream at once, so that it overlaps
- * what the step's stream still runs; the step's stream waits for it. Each link's message of the
+ * what the step's stream still runs; recv_join makes the step's stream wait for it. Each link's message of the
  * step has its own place in xrecv (the kernels of an earlier link may still read theirs); g2p
  * starts the places again. */
 static int recv_copy(cuda_state *s, const void *in, size_t bytes, char **msg) {
@@ -5796,6 +5796,7 @@ static int island_unpack_add_sparse(void *state, const int32_t *idx, size_t n, c
   if (marked == 0) return DR_OK;
   char *msg;
   DR_TRY(recv_copy(s, in, bytes, &msg));
+  DR_TRY(recv_join(s)); /* the unpack below, on the step's stream, after the copy */
   const island_bufs b = island_bufs_of(I);
   const int32_t *lm = dp<int32_t>(e->link_map);
   const unsigned long long *mask = reinterpret_cast<const unsigned long long *>(msg);
