@@ -606,6 +606,7 @@ typedef struct cuda_state {
   int order_stale;              /* pk_order is not this mapping's and marks' (rebuild, mark_shared) */
   int part_skip;                /* p2g_part: the boundary call found the step's P2G primed, whole */
   int g2p_rest;                 /* g2p_interior queued the G2P of pk_order's interior packets: g2p does the rest */
+  int emig;                     /* the last g2p left a particle outside the rank's box (step_ctl.emig; set_home) */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
   unsigned long long *h_mask;   /* ... and a received mask on the host */
   size_t h_mask_cap;
@@ -1056,7 +1057,7 @@ __device__ static void begin_step(step_ctl *c, const island_view &iv) {
   c->t = __dadd_rn(t_start, dt);
   ++c->k;
   c->performed = 1;
-  c->leave = 0;
+  c->leave = c->emig = 0;
   c->vmax_bits = 0;
 }
 
@@ -1101,6 +1102,13 @@ __global__ static void k_publish(step_ctl *c) {
   if (c->mode == DT_ADAPTIVE) c->vmax_pub[c->step_seq & 1u] = c->vmax_bits;
 }
 
+/* set_home: the box (and margin) past which a particle emigrates, in blocks (step_ctl.home_lo). */
+__global__ static void k_set_home(step_ctl *c, int3 lo, int3 hi) {
+  c->home_lo[0] = lo.x, c->home_lo[1] = lo.y, c->home_lo[2] = lo.z;
+  c->home_hi[0] = hi.x, c->home_hi[1] = hi.y, c->home_hi[2] = hi.z;
+  c->emig = 0;
+}
+
 /* set_projected: the next P2G leaves out the return mapping (step_ctl.projected). */
 __global__ static void k_set_projected(step_ctl *c) { c->projected = 1; }
 
@@ -1110,7 +1118,7 @@ __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
   c->done = 0;
   c->performed = 1;
   c->dt = dt;
-  c->leave = 0;
+  c->leave = c->emig = 0;
   c->vmax_bits = 0;
 }
 
@@ -1637,13 +1645,24 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
 enum { COL_NONE = 0, COL_INLINE = 1, COL_DEFER = 2 };
 
 /* The warp's flags: its largest speed and whether a particle left the inner free zone. */
+/* leave: bit 0 a particle left its inner free zone, bit 1 its rank's box (leave_bits) */
 __device__ __forceinline__ void warp_flags(step_ctl *ctl, unsigned speed_bits, unsigned leave) {
   speed_bits = __reduce_max_sync(FULL, speed_bits);
-  leave = __any_sync(FULL, leave);
+  leave = __reduce_or_sync(FULL, leave);
   if ((threadIdx.x & 31) == 0) {
     if (speed_bits) atomicMax(&ctl->vmax_bits, speed_bits);
-    if (leave) atomicOr(&ctl->leave, 1u);
+    if (leave & 1u) atomicOr(&ctl->leave, 1u);
+    if (leave & 2u) atomicOr(&ctl->emig, 1u);
   }
+}
+
+/* A particle's flags along axis a from its base node b: bit 0 where it lies outside the inner
+ * free zone [zone_lo, zone_hi] of its particle block P, bit 1 where its block (b >> 2, as k_leave
+ * takes it) lies outside the rank's box with its margin (step_ctl.home_lo / home_hi): then
+ * emigrate would take it, and the step vote says so (backend.h's emigrants). */
+__device__ __forceinline__ unsigned leave_bits(const step_ctl *ctl, int a, int b, int P, int zone_lo, int zone_hi) {
+  const int off = b - BLOCK_EDGE * P, blk = b >> 2;
+  return (unsigned)(off < zone_lo || off > zone_hi) | (unsigned)(blk < ctl->home_lo[a] || blk >= ctl->home_hi[a]) << 1;
 }
 
 template <bool OLD, int COL, bool MAT>
@@ -1733,8 +1752,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
         speed_bits = __float_as_uint(sqrtf(sp2));
         for (int a = 0; a < 3; ++a) {
           const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
-          const int off = b - BLOCK_EDGE * P[a];
-          leave |= off < inner_lo || off > inner_hi;
+          leave |= leave_bits(ctl, a, b, P[a], inner_lo, inner_hi);
         }
       }
     }
@@ -1782,8 +1800,7 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
       speed_bits = __float_as_uint(sqrtf(sp2));
       for (int a = 0; a < 3; ++a) {
         const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
-        const int off = b - BLOCK_EDGE * P[a];
-        leave |= off < zone_lo || off > zone_hi;
+        leave |= leave_bits(ctl, a, b, P[a], zone_lo, zone_hi);
       }
     }
   }
@@ -4274,6 +4291,7 @@ static int setup(cuda_state *s, const particles *p) {
   c0.fix_bad_id = ~0ULL;
   c0.done = 1;
   c0.stamps = s->stamps != NULL;
+  for (int a = 0; a < 3; ++a) c0.home_lo[a] = INT_MIN, c0.home_hi[a] = INT_MAX; /* no box: nothing emigrates */
   CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
   /* the colliders on the device (boundary.h); the faces' types and frictions travel by value */
   const boundary_params *hb = &s->prm.boundary;
@@ -5280,6 +5298,7 @@ static int island_g2p(void *state, float dt) {
     memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
     if (s->vmax > vmax) vmax = s->vmax;
     s->need_rebuild |= c->leave != 0;
+    s->emig = c->emig != 0;
   }
   for (int k = 0; k < I->nm; ++k)
     if (I->m[k]->h_slot[I->m[k]->last_par].bar_stuck) return fail_barrier(I, k, &I->m[k]->h_slot[I->m[k]->last_par]);
@@ -5294,6 +5313,28 @@ static int island_g2p(void *state, float dt) {
   I->vmax = vmax;
   return DR_OK;
 }
+
+/* backend.h's set_home: every member's box (k_set_home, in stream order before the next step). */
+static int island_set_home(void *state, const int32_t lo[3], const int32_t hi[3]) {
+  island *I = (island *)state;
+  for (int k = 0; k < I->nm; ++k) {
+    cuda_state *s = I->m[k];
+    DR_TRY(use(s));
+    k_set_home<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]));
+    LAUNCHED("k_set_home");
+    s->emig = 0;
+  }
+  return DR_OK;
+}
+
+/* backend.h's emigrants: a particle lay outside its home box after the last g2p. */
+static int island_emigrants(void *state) {
+  const island *I = (const island *)state;
+  int any = 0;
+  for (int k = 0; k < I->nm; ++k) any |= I->m[k]->emig;
+  return any;
+}
+
 
 static int island_set_time(void *state, double t) {
   island *I = (island *)state;
@@ -5326,6 +5367,13 @@ static int g2p(void *state, float dt) {
   island one = solo(state);
   return island_g2p(&one, dt);
 }
+
+static int set_home(void *state, const int32_t lo[3], const int32_t hi[3]) {
+  island one = solo(state);
+  return island_set_home(&one, lo, hi);
+}
+
+static int emigrants(void *state) { return ((cuda_state *)state)->emig; }
 
 static int island_download(void *state, particles *out) {
   island *I = (island *)state;
@@ -6062,6 +6110,8 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->reserve_records = out->emigrate_records ? island_reserve_records : NULL;
   out->particle_blocks = island_particle_blocks;
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* islands: not yet measured, off */
+  out->set_home = env_flag("DRIFT_HOME_FLAG", 1) ? island_set_home : NULL; /* as one GPU's */
+  out->emigrants = out->set_home ? island_emigrants : NULL;
   out->alloc_sums = island_alloc_sums;
   out->free_sums = free_sums;
   /* the sparse exchange of one GPU, packed and unpacked by member 0 over P2P (DRIFT_ISLAND_SPARSE=0:
@@ -6172,6 +6222,10 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 1) ? ON_DEVICE(p2g_part) : NULL;
   /* the interior's G2P while the sums are in flight (DRIFT_SPLIT_G2P=0: off; docs/performance.md) */
   out->g2p_interior = env_flag("DRIFT_SPLIT_G2P", 1) ? ON_DEVICE(g2p_interior) : NULL;
+  /* G2P flags the particles past the rank's box, so that a rebuild-mapping where none is skips
+   * emigrate and the migration's messages (DRIFT_HOME_FLAG=0: every one runs them) */
+  out->set_home = env_flag("DRIFT_HOME_FLAG", 1) ? ON_DEVICE(set_home) : NULL;
+  out->emigrants = out->set_home ? emigrants : NULL;
   /* the pack and unpack kernels on the exchange's stream, beside the interior's P2G and G2P
    * (DRIFT_XSTREAM_PACK=0: on the step's stream, between them; docs/performance.md) */
   s->xpack = env_flag("DRIFT_XSTREAM_PACK", 1);

@@ -169,6 +169,12 @@ typedef struct backend {
    * particles whose stencils reach no block that mark_shared marked, while the shared sums are in
    * flight; the next g2p then does the rest and everything g2p does after its G2P. */
   int (*g2p_interior)(void *state, float dt);
+  /* Optional (both NULL or neither): the box, in blocks and half-open, past which a particle would
+   * leave the rank (emigrate's lo and hi, the margin included); from the next step on, g2p notes
+   * whether any particle lies outside it, and emigrants says so for the last g2p (1: some may;
+   * a particle emigrate would take is never missed). Until the first set_home nothing is outside. */
+  int (*set_home)(void *state, const int32_t lo[3], const int32_t hi[3]);
+  int (*emigrants)(void *state);
   /* Optional: memory for the shared sums that pack writes and unpack_add reads: pinned host
    * memory (device = 0; cuda: copies without a pageable bounce), or device memory (device = 1)
    * that a CUDA-aware MPI sends from directly. NULL: the rank exchange uses malloc. */

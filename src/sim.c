@@ -71,6 +71,8 @@ struct sim {
   balance_model bal;    /* when the cuts move: threshold and cost rules (balance.h) */
   /* this rank's last rebalance, for the next vote (0: none since): its time (ns) and emigrants */
   double rebal_ns, rebal_moved;
+  int home_set;         /* the backend has this rank's box (set_home) as the cuts and the margin stand */
+  int check_emigrants;  /* DRIFT_CHECK_EMIGRANTS=1: emigrate runs where the vote says none left, and must find none */
   int setup_pending;    /* the mapping changed (redistribute): the next step sets up the exchange */
   int setup_rc;         /* ... and this rank's part of that rebuild-mapping returned this, which the ranks
                          * agree on in that step, once its P2G is queued (setup_exchange_during_p2g) */
@@ -152,6 +154,7 @@ enum {
   VOTE_LOAD_MAX, /* the load balance's measure (particles or compute seconds; balance_by) */
   VOTE_N_MAX,    /* particles */
   VOTE_REBAL_NS, /* the time the last rebalance took, ns (0: none since the last vote) */
+  VOTE_EMIG,     /* a particle may lie outside its rank's box (backend.h's emigrants) */
   VOTE_SUMS,
   VOTE_LOAD_SUM = VOTE_SUMS,
   VOTE_N_SUM,
@@ -270,6 +273,7 @@ static int rebalance(sim *S, const load_pairs *L) {
   if (rc == DR_OK) {
     decomp_free(&S->dec);
     rc = decomp_rcb_pairs(all, total / 2, S->nranks, &S->dec);
+    S->home_set = 0; /* the box moved */
   }
   free(counts), free(displs), free(all);
   return rc;
@@ -416,6 +420,20 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
   return comm_agree(S->comm, rc);
 }
 
+/* Hands the backend this rank's box with the migration's margin (set_home), where the cuts or
+ * the margin changed since it last had it; every particle lies inside it then (the cuts' particles
+ * have just moved to their owners), so the vote's VOTE_EMIG stays 0 until a g2p finds one outside.
+ * Needs the margin (vote_op). */
+static int home_put(sim *S) {
+  if (S->home_set || !S->be.set_home) return DR_OK;
+  const int32_t *box = S->dec.box[S->rank];
+  const int m = S->migrate_margin;
+  const int32_t lo[3] = {box[0] - m, box[1] - m, box[2] - m}, hi[3] = {box[3] + m, box[4] + m, box[5] + m};
+  DR_TRY(S->be.set_home(S->be.state, lo, hi));
+  S->home_set = 1;
+  return DR_OK;
+}
+
 /* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven (from the
  * backend's per-block counts, particle_blocks), then sends the particles that left this rank's
  * box by more than the margin (a block, DRIFT_MIGRATE_MARGIN; by any amount after new cuts) to
@@ -475,21 +493,33 @@ static int redistribute(sim *S, const double *glob) {
   /* the emigrants as records: packed by the backend where it can (on a GPU, on the device), else
    * from the particles emigrate gives */
   const void *gone = NULL;
-  size_t n_gone = 0;
-  if (S->be.emigrate_records) {
-    rc = S->be.emigrate_records(S->be.state, lo, hi, &gone, &n_gone);
+  size_t n_gone = 0, n_in = 0;
+  /* The step vote says whether any rank's last G2P left a particle past its box (VOTE_EMIG: the
+   * backends' emigrants, where they tell). Where none did and the cuts stay, nothing emigrates
+   * and nothing arrives: emigrate and the migration's messages are skipped (every rank alike: the
+   * vote is the same everywhere). DRIFT_CHECK_EMIGRANTS=1 (the tests) runs emigrate anyway and
+   * fails where it finds a particle the flag missed. */
+  const int none_left = !cuts_move && glob[VOTE_EMIG] == 0;
+  if (none_left && !S->check_emigrants) {
+    log_trace("redistribute: no particle past a rank's box (the step vote): no migration");
   } else {
-    particles *out = &S->leaving;
-    out->n = 0;
-    rc = S->be.emigrate(S->be.state, lo, hi, out);
-    if (rc == DR_OK) rc = pack_records(S, out);
-    gone = S->mig_buf[2], n_gone = rc == DR_OK ? out->n : 0;
+    if (S->be.emigrate_records) {
+      rc = S->be.emigrate_records(S->be.state, lo, hi, &gone, &n_gone);
+    } else {
+      particles *out = &S->leaving;
+      out->n = 0;
+      rc = S->be.emigrate(S->be.state, lo, hi, out);
+      if (rc == DR_OK) rc = pack_records(S, out);
+      gone = S->mig_buf[2], n_gone = rc == DR_OK ? out->n : 0;
+    }
+    if (rc == DR_OK && none_left && n_gone > 0)
+      rc = dr_fail(DR_EINTERNAL, "DRIFT_CHECK_EMIGRANTS: %zu particles left rank %d's box, which its last G2P did not flag",
+                   n_gone, S->rank);
+    rc = comm_agree(S->comm, rc);
+    log_trace("redistribute: %zu particles emigrate", n_gone);
+    if (rc == DR_OK) rc = migrate_records(S, (const unsigned char *)gone, n_gone, margin, &n_in);
+    log_trace("redistribute: %zu particles arrive", n_in);
   }
-  rc = comm_agree(S->comm, rc);
-  log_trace("redistribute: %zu particles emigrate", n_gone);
-  size_t n_in = 0;
-  if (rc == DR_OK) rc = migrate_records(S, (const unsigned char *)gone, n_gone, margin, &n_in);
-  log_trace("redistribute: %zu particles arrive", n_in);
   if (rc == DR_OK && S->hook.action == HOOK_REBUILD && S->hook.rank == S->rank && S->st.steps + 1 >= S->hook.step) {
     S->hook.action = HOOK_NONE; /* the tests' hook: this rank's part of a rebuild-mapping fails, the others' do not */
     rc = dr_fail(DR_EINTERNAL, "DRIFT_TEST_HOOK: rank %d fails alone in its rebuild-mapping before step %llu", S->rank,
@@ -510,6 +540,7 @@ static int redistribute(sim *S, const double *glob) {
   /* The ranks agree on this rank's part (rc) in the step that follows, once its P2G is queued, so
    * that the device does not wait for the slowest rank's rebuild-mapping; then the exchange is set
    * up for the new mapping while the device runs that P2G (setup_exchange_during_p2g). */
+  if (rc == DR_OK) rc = home_put(S); /* after new cuts */
   S->setup_pending = 1;
   S->setup_rc = rc;
   if (cuts_move) { /* this rank's part of the rebalance's cost, for the next vote */
@@ -664,6 +695,10 @@ static int vote_op(sim *S) {
   mm = mm < 0 ? 0 : mm > 4 ? 4 : mm;
   DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &mm, 1, MPI_INT, MPI_MAX, S->comm));
   S->migrate_margin = mm;
+  const char *ce = getenv("DRIFT_CHECK_EMIGRANTS");
+  int check = ce && !strcmp(ce, "1");
+  DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &check, 1, MPI_INT, MPI_MAX, S->comm));
+  S->check_emigrants = check;
   MPI_Datatype t;
   DR_MPI(MPI_Type_contiguous(VOTE_N, MPI_DOUBLE, &t));
   int e = MPI_Type_commit(&t);
@@ -689,6 +724,7 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
   if (*rc == DR_OK) *rc = step_speed(S, &vmax);
   v->loc[VOTE_VMAX] = vmax;
   v->loc[VOTE_REBUILD] = *rc == DR_OK && b->wants_rebuild(b->state);
+  v->loc[VOTE_EMIG] = !(S->home_set && b->emigrants) || b->emigrants(b->state);
   v->loc[VOTE_STATUS] = *rc;
   v->loc[VOTE_SIGNAL] = signals_pending();
   /* whole numbers (compute time in ns), whose sums a double holds exactly in any order: every
@@ -733,6 +769,8 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
   double t = S->t_in_frame;
   int k = S->step_in_frame, rc = DR_OK, stepped = 0; /* stepped: this rank completed the last step */
   step_vote v = {.req = MPI_REQUEST_NULL};
+  DR_TRY(vote_op(S)); /* the margin, which home_put needs */
+  DR_TRY(home_put(S));
   DR_TRY(vote_start(S, &v, &rc)); /* the frame's first step: nothing to overlap it with */
   for (;;) {
     DR_TRY(vote_finish(S, &v));
