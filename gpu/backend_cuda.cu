@@ -6110,7 +6110,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->reserve_records = out->emigrate_records ? island_reserve_records : NULL;
   out->particle_blocks = island_particle_blocks;
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* islands: not yet measured, off */
-  out->set_home = env_flag("DRIFT_HOME_FLAG", 1) ? island_set_home : NULL; /* as one GPU's */
+  out->set_home = env_flag("DRIFT_HOME_FLAG", 0) ? island_set_home : NULL; /* as one GPU's */
   out->emigrants = out->set_home ? island_emigrants : NULL;
   out->alloc_sums = island_alloc_sums;
   out->free_sums = free_sums;
@@ -6222,9 +6222,11 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 1) ? ON_DEVICE(p2g_part) : NULL;
   /* the interior's G2P while the sums are in flight (DRIFT_SPLIT_G2P=0: off; docs/performance.md) */
   out->g2p_interior = env_flag("DRIFT_SPLIT_G2P", 1) ? ON_DEVICE(g2p_interior) : NULL;
-  /* G2P flags the particles past the rank's box, so that a rebuild-mapping where none is skips
-   * emigrate and the migration's messages (DRIFT_HOME_FLAG=0: every one runs them) */
-  out->set_home = env_flag("DRIFT_HOME_FLAG", 1) ? ON_DEVICE(set_home) : NULL;
+  /* DRIFT_HOME_FLAG=1: G2P flags the particles past the rank's box, so that a rebuild-mapping
+   * where none is skips emigrate and the migration's messages. Off until measured (one round on
+   * 2 x H200, weak_2 32.80 ms a frame with it against 32.44 without: within the machine's noise;
+   * docs/performance.md); the rank tests run it, with DRIFT_CHECK_EMIGRANTS=1 */
+  out->set_home = env_flag("DRIFT_HOME_FLAG", 0) ? ON_DEVICE(set_home) : NULL;
   out->emigrants = out->set_home ? emigrants : NULL;
   /* the pack and unpack kernels on the exchange's stream, beside the interior's P2G and G2P
    * (DRIFT_XSTREAM_PACK=0: on the step's stream, between them; docs/performance.md) */
