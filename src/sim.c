@@ -770,7 +770,7 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
   int k = S->step_in_frame, rc = DR_OK, stepped = 0; /* stepped: this rank completed the last step */
   step_vote v = {.req = MPI_REQUEST_NULL};
   DR_TRY(vote_op(S)); /* the margin, which home_put needs */
-  DR_TRY(home_put(S));
+  rc = home_put(S);    /* a failure goes out in the vote, which every rank agrees on */
   DR_TRY(vote_start(S, &v, &rc)); /* the frame's first step: nothing to overlap it with */
   for (;;) {
     DR_TRY(vote_finish(S, &v));
