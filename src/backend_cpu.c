@@ -83,6 +83,8 @@ typedef struct cpu_state {
   int need_rebuild;
   uint64_t rebuilds;
   float vmax;
+  int32_t home_lo[3], home_hi[3]; /* the rank's box with its margin, in blocks (set_home; none: the int range) */
+  int emig;                       /* the last g2p left a particle outside it */
 } cpu_state;
 
 /* ---- storage ------------------------------------------------------------------------------ */
@@ -430,10 +432,10 @@ static int g2p(void *state, float dt) {
   const float dx = s->prm.dx, k = 4.0f * s->inv_dx * s->inv_dx;
   const float runaway = DR_RUNAWAY_CELLS * dx / dt; /* speed limit of backend.h */
   float vmax = 0.0f;
-  int leave = 0;
+  int leave = 0, emig = 0;
   long bad = -1;
   const boundary_params *bp = &s->prm.boundary; /* colliders at s->poses: the grid update's, the step's end */
-#pragma omp parallel for schedule(static) reduction(max : vmax) reduction(| : leave)
+#pragma omp parallel for schedule(static) reduction(max : vmax) reduction(| : leave, emig)
   for (long il = 0; il < (long)p->n; ++il) {
     size_t i = (size_t)il;
     int32_t pb = s->pblock[i];
@@ -485,13 +487,27 @@ static int g2p(void *state, float dt) {
     vmax = fmaxf(vmax, sqrtf(sp2));
     int b[3];
     base_node(s, x, b);
-    for (int a = 0; a < 3; ++a) leave |= !sparse_in_free_zone(b[a], P[a]);
+    for (int a = 0; a < 3; ++a) {
+      leave |= !sparse_in_free_zone(b[a], P[a]);
+      emig |= (b[a] >> 2) < s->home_lo[a] || (b[a] >> 2) >= s->home_hi[a]; /* emigrate's rule */
+    }
   }
   if (bad >= 0) return backend_fail_particle(&s->prm, p->id[bad], p->material[bad]);
   s->vmax = vmax;
   s->need_rebuild |= leave;
+  s->emig = emig;
   return DR_OK;
 }
+
+/* backend.h's set_home and emigrants (DRIFT_HOME_FLAG=1, as the cuda backend's) */
+static int set_home(void *state, const int32_t lo[3], const int32_t hi[3]) {
+  cpu_state *s = state;
+  for (int a = 0; a < 3; ++a) s->home_lo[a] = lo[a], s->home_hi[a] = hi[a];
+  s->emig = 0;
+  return DR_OK;
+}
+
+static int emigrants(void *state) { return ((cpu_state *)state)->emig; }
 
 /* ---- the rest of the interface ----------------------------------------------------------- */
 
@@ -762,6 +778,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
     return DR_ENOMEM;
   }
   s->inv_dx = 1.0f / prm->dx;
+  for (int a = 0; a < 3; ++a) s->home_lo[a] = INT32_MIN, s->home_hi[a] = INT32_MAX;
   s->channels = CH_APIC;
   for (int m = 0; m < prm->n_materials; ++m)
     if (prm->materials[m].transfer == TRANSFER_ASFLIP) s->channels = CH_ASFLIP;
@@ -785,6 +802,8 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
                    .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .particle_blocks = particle_blocks, .p2g_part = p2g_part, .set_time = set_time,
                    .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};
+  const char *hf = getenv("DRIFT_HOME_FLAG");
+  if (hf && !strcmp(hf, "1")) out->set_home = set_home, out->emigrants = emigrants;
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);
   if (rc) {

@@ -515,6 +515,8 @@ static int redistribute(sim *S, const double *glob) {
     if (rc == DR_OK && none_left && n_gone > 0)
       rc = dr_fail(DR_EINTERNAL, "DRIFT_CHECK_EMIGRANTS: %zu particles left rank %d's box, which its last G2P did not flag",
                    n_gone, S->rank);
+    else if (rc == DR_OK && none_left)
+      log_trace("redistribute: no particle past a rank's box (the step vote), and emigrate found none (checked)");
     rc = comm_agree(S->comm, rc);
     log_trace("redistribute: %zu particles emigrate", n_gone);
     if (rc == DR_OK) rc = migrate_records(S, (const unsigned char *)gone, n_gone, margin, &n_in);
