@@ -1644,8 +1644,8 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
  * collision step's code runs only for particles near a collider. */
 enum { COL_NONE = 0, COL_INLINE = 1, COL_DEFER = 2 };
 
-/* The warp's flags: its largest speed and whether a particle left the inner free zone. */
-/* leave: bit 0 a particle left its inner free zone, bit 1 its rank's box (leave_bits) */
+/* The warp's flags: its largest speed, and from leave (leave_bits) whether a particle left the
+ * inner free zone (bit 0) or its rank's box (bit 1). */
 __device__ __forceinline__ void warp_flags(step_ctl *ctl, unsigned speed_bits, unsigned leave) {
   speed_bits = __reduce_max_sync(FULL, speed_bits);
   leave = __reduce_or_sync(FULL, leave);
@@ -2367,15 +2367,15 @@ static int launch_grid(cuda_state *s, int par, int part) {
  * this file). */
 static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
 
-/* lag: the steps queued before the host reads this step's flags. G2P flags the particles that
+/* G2P of the n packets order lists (all of them in their order where order is NULL), then, with
+ * collide, the particle collision step of every packet (k_collide reads push_mask, which each
+ * packet's G2P wrote: after a g2p_interior, the last part's launch collides both parts).
+ * lag: the steps queued before the host reads this step's flags. G2P flags the particles that
  * leave the free zone shrunk by a cell per such step (lag_of): a particle moves less than a cell
  * a step. The phases of backend.h (several ranks) read the flags before the next step (lag 0),
  * and the frame loop voids the step after a leave (lag 0 too, unless DRIFT_VOID_STEP=0 or the
  * events barrier): both keep the whole free zone, a third more room per axis, fewer
  * rebuild-mappings. */
-/* G2P of the n packets order lists (all of them in their order where order is NULL), then, with
- * collide, the particle collision step of every packet (k_collide reads push_mask, which each
- * packet's G2P wrote: after a g2p_interior, the last part's launch collides both parts). */
 static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide) {
   const bool col = s->push;
   const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
@@ -3229,9 +3229,9 @@ static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
 }
 
 /* A received message's copy to s's device (*msg), queued on xstream at once, so that it overlaps
- * what the step's stream still runs; recv_join makes the step's stream wait for it. Each link's message of the
- * step has its own place in xrecv (the kernels of an earlier link may still read theirs); g2p
- * starts the places again. */
+ * what the step's stream still runs; recv_join makes the step's stream wait for it. Each link's
+ * message of the step has its own place in xrecv (the kernels of an earlier link may still read
+ * theirs); g2p starts the places again. */
 static int recv_copy(cuda_state *s, const void *in, size_t bytes, char **msg) {
   size_t at = (s->xrecv_used + 255) & ~(size_t)255;
   DR_TRY(xstream_get(s));
@@ -5334,7 +5334,6 @@ static int island_emigrants(void *state) {
   for (int k = 0; k < I->nm; ++k) any |= I->m[k]->emig;
   return any;
 }
-
 
 static int island_set_time(void *state, double t) {
   island *I = (island *)state;
