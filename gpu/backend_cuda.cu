@@ -601,6 +601,10 @@ typedef struct cuda_state {
   int det;                      /* deterministic mode (prm.deterministic) */
   dvec igrid[2];                /* deterministic mode only: [n_blocks][ich][64] int64 fixed-point P2G sums */
   dvec shared;                  /* [n_blocks] uint8: shared with another rank (mark_shared) */
+  dvec shared_idx, shared_n;    /* ... the shared blocks' indices and their count (shared_list; device) */
+  size_t shared_bound;          /* ... at least that count: the marked lists' lengths summed (mark_shared) */
+  int shared_stale;             /* shared_idx is not the marks' (mark_shared, rebuild) */
+  int grid_list;                /* GRID_SHARED over shared_idx (DRIFT_GRID_LIST) */
   dvec pk_order;                /* [n_packets] int32 (p2g_part): boundary packets first, then the rest */
   size_t n_boundary;            /* ... how many are boundary packets */
   int order_stale;              /* pk_order is not this mapping's and marks' (rebuild, mark_shared) */
@@ -1394,11 +1398,15 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
        int part, float *__restrict__ g0, float *__restrict__ g0_next, const int32_t *__restrict__ tags,
        island_view iv, float *__restrict__ vel, float *__restrict__ vel0, const long long *__restrict__ ig,
        long long *__restrict__ ig_next, double inv_sm, double inv_sp, const int *__restrict__ cc_index,
-       const int32_t *__restrict__ cc_slot, const mesh_samples *__restrict__ cc_vals) {
+       const int32_t *__restrict__ cc_slot, const mesh_samples *__restrict__ cc_vals,
+       const int32_t *__restrict__ list, const int *__restrict__ list_n) {
   if (ctl->done) return; /* uniform over the CUDA block */
   stamp(ctl, ST_GRID);
   if (blockIdx.x == 0 && threadIdx.x == 0 && ctl->projected) ctl->projected = 0; /* the P2G before took it */
-  const size_t blk = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
+  /* the j-th block, or with list (GRID_SHARED: the shared blocks, shared_list) the list's j-th of
+   * *list_n; past either end none (n_blocks) */
+  const size_t j = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
+  const size_t blk = !list ? j : j < (size_t)*list_n ? (size_t)list[j] : n_blocks;
   const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
   /* part (enum grid_part): blocks shared with other ranks, the others, or all */
   const int inside = blk < n_blocks && (part == GRID_ALL || (part & (shared[blk] ? GRID_SHARED : GRID_INTERIOR)));
@@ -2060,6 +2068,7 @@ static int rebuild_now(cuda_state *s) {
   ++s->rebuilds;
   s->need_rebuild = 0;
   s->order_stale = 1;
+  s->shared_stale = 1;
   k_unvoid<<<1, 1, 0, st>>>(dp<step_ctl>(s->ctl)); /* every particle in its block again */
   LAUNCHED("k_unvoid");
   if (n == 0) {
@@ -2325,8 +2334,16 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
 
 static int launch_p2g(cuda_state *s, int par) { return launch_p2g_of(s, par, NULL, s->n_packets); }
 
+static int shared_list(cuda_state *s);
+
 static int launch_grid(cuda_state *s, int par, int part) {
   if (s->n_blocks == 0) return DR_OK;
+  /* GRID_SHARED: over the shared blocks' list instead of every block (DRIFT_GRID_LIST=0: every
+   * block, the others returning at once), as many CUDA blocks as the list's bound */
+  const int listed = part == GRID_SHARED && s->grid_list;
+  if (listed) DR_TRY(shared_list(s));
+  const size_t n_launch = listed ? s->shared_bound : s->n_blocks;
+  if (n_launch == 0) return DR_OK;
   if (s->bnd.n_colliders > 0) {
     const bool cc = s->n_cc > 0 && s->cc_total > 0;
     k_poses<<<blocks_for((size_t)s->bnd.n_colliders, 64), 64, 0, s->stream>>>(
@@ -2346,7 +2363,7 @@ static int launch_grid(cuda_state *s, int par, int part) {
   }
   const bool col = s->bnd.n_colliders > 0;
   (s->det ? (col ? k_grid<true, true> : k_grid<true, false>) : (col ? k_grid<false, true> : k_grid<false, false>))
-      <<<blocks_for(s->n_blocks, GRID_BLOCKS_PER_CTA),
+      <<<blocks_for(n_launch, GRID_BLOCKS_PER_CTA),
                                             GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, s->stream>>>(
       dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<collider_pose>(s->d_poses),
@@ -2357,7 +2374,7 @@ static int launch_grid(cuda_state *s, int par, int part) {
       separate_vel(s) && s->asflip ? dp<float>(s->vel0) : NULL, fix_of(s, par).ig, fix_of(s, 1 - par).ig,
       1.0 / (double)s->prm.fix_scale[0], 1.0 / (double)s->prm.fix_scale[1],
       s->n_cc > 0 && s->cc_total > 0 ? dp<int>(s->cc_index) : NULL, dp<int32_t>(s->cc_slot),
-      dp<mesh_samples>(s->cc_vals));
+      dp<mesh_samples>(s->cc_vals), listed ? dp<int32_t>(s->shared_idx) : NULL, listed ? dp<int>(s->shared_n) : NULL);
   LAUNCHED("k_grid");
   return DR_OK;
 }
@@ -3346,18 +3363,46 @@ static void free_sums(void *ptr, int device) {
 static int mark_shared(void *state, const int32_t *idx, size_t n) {
   cuda_state *s = (cuda_state *)state;
   s->order_stale = 1;
+  s->shared_stale = 1;
   if (!idx) { /* a new exchange_setup: the lists given before are freed (their host addresses may come back) */
     s->n_xl = 0;
+    s->shared_bound = 0;
     if (s->n_blocks) CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, s->stream));
     return DR_OK;
   }
   if (n == 0) return DR_OK;
+  s->shared_bound += n; /* a block two links share counts twice: a bound */
   DR_TRY(register_indices(s, idx, n, "mark_shared"));
   k_mark<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       n, device_indices(s, idx, n), (int32_t)s->n_blocks, s->d_xbad, dp<uint8_t>(s->shared));
   LAUNCHED("k_mark");
   CU(cudaStreamSynchronize(s->stream));
   return xbad_check(s, "mark_shared (k_mark)", n);
+}
+
+/* shared_list: the marked blocks' indices, in no particular order (each block's update is its
+ * own), and their count. */
+__global__ static void k_shared_list(size_t n_blocks, const uint8_t *__restrict__ shared, int32_t *__restrict__ list,
+                                     int *__restrict__ count) {
+  const size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (b < n_blocks && shared[b]) list[atomicAdd(count, 1)] = (int32_t)b;
+}
+
+/* The shared blocks' list from the marks, on the device (the count stays there: k_grid reads it;
+ * the launch takes shared_bound), once per marks. */
+static int shared_list(cuda_state *s) {
+  if (!s->shared_stale) return DR_OK;
+  cudaStream_t st = s->stream;
+  DVEC(s->shared_idx, (s->n_blocks ? s->n_blocks : 1) * sizeof(int32_t), "shared blocks' list");
+  DVEC(s->shared_n, sizeof(int), "shared blocks' count");
+  CU(cudaMemsetAsync(s->shared_n.ptr, 0, sizeof(int), st));
+  if (s->n_blocks > 0) {
+    k_shared_list<<<blocks_for(s->n_blocks, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        s->n_blocks, dp<uint8_t>(s->shared), dp<int32_t>(s->shared_idx), dp<int>(s->shared_n));
+    LAUNCHED("k_shared_list");
+  }
+  s->shared_stale = 0;
+  return DR_OK;
 }
 
 static int grid_update_part(void *state, float dt, int part) {
@@ -3866,6 +3911,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
                        &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
+                       &s->shared_idx, &s->shared_n,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   return b;
@@ -4119,6 +4165,7 @@ static void destroy(void *state) {
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
                  &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
+                       &s->shared_idx, &s->shared_n,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
@@ -4244,7 +4291,7 @@ static int dvec_pools(cuda_state *s) {
                   &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr,
                   &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->old_code, &s->shared, &s->tags,
                   &s->vel, &s->vel0, &s->own, &s->old_to_new, &s->pk_order, &s->push_mask, &s->push_room,
-                  &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
+                  &s->shared_idx, &s->shared_n, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   dvec *peers[] = {&s->grid[0], &s->grid[1], &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1],
                    &s->igrid[0], &s->igrid[1], &s->old_grid, &s->old_grid0, &s->old_touched, &s->old_igrid,
                    &s->table_keys, &s->table_vals};
@@ -6230,6 +6277,8 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   /* the pack and unpack kernels on the exchange's stream, beside the interior's P2G and G2P
    * (DRIFT_XSTREAM_PACK=0: on the step's stream, between them; docs/performance.md) */
   s->xpack = env_flag("DRIFT_XSTREAM_PACK", 1);
+  /* the shared blocks' grid update over their list instead of every block (DRIFT_GRID_LIST=0) */
+  s->grid_list = env_flag("DRIFT_GRID_LIST", 1);
   out->block_sums = sums_floats(s); /* = int_floats(s) */
   out->sums_int64 = s->det;
   out->alloc_sums = alloc_sums;
