@@ -611,6 +611,7 @@ typedef struct cuda_state {
   int part_skip;                /* p2g_part: the boundary call found the step's P2G primed, whole */
   int g2p_rest;                 /* g2p_interior queued the G2P of pk_order's interior packets: g2p does the rest */
   int emig;                     /* the last g2p left a particle outside the rank's box (step_ctl.emig; set_home) */
+  int home_on;                  /* set_home was called: G2P checks the rank's box (k_g2p's HOME variants) */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
   unsigned long long *h_mask;   /* ... and a received mask on the host */
   size_t h_mask_cap;
@@ -1665,15 +1666,24 @@ __device__ __forceinline__ void warp_flags(step_ctl *ctl, unsigned speed_bits, u
 }
 
 /* A particle's flags along axis a from its base node b: bit 0 where it lies outside the inner
- * free zone [zone_lo, zone_hi] of its particle block P, bit 1 where its block (b >> 2, as k_leave
- * takes it) lies outside the rank's box with its margin (step_ctl.home_lo / home_hi): then
- * emigrate would take it, and the step vote says so (backend.h's emigrants). */
+ * free zone [zone_lo, zone_hi] of its particle block P; with home (set_home was called: ranks with
+ * DRIFT_HOME_FLAG=1), bit 1 where its block (b >> 2, as k_leave takes it) lies outside the rank's
+ * box with its margin (step_ctl.home_lo / home_hi): then emigrate would take it, and the step vote
+ * says so (backend.h's emigrants). Without home nothing is read: the box's loads, in the line the
+ * warps' atomics on leave and vmax_bits hit, made l = 46's G2P 3.6% slower on one H200 (27.37
+ * against 26.41 ms a frame, be64a06 against 8afa5ec; docs/performance.md). */
+template <bool HOME>
 __device__ __forceinline__ unsigned leave_bits(const step_ctl *ctl, int a, int b, int P, int zone_lo, int zone_hi) {
-  const int off = b - BLOCK_EDGE * P, blk = b >> 2;
-  return (unsigned)(off < zone_lo || off > zone_hi) | (unsigned)(blk < ctl->home_lo[a] || blk >= ctl->home_hi[a]) << 1;
+  const int off = b - BLOCK_EDGE * P;
+  unsigned f = off < zone_lo || off > zone_hi;
+  if (HOME) {
+    const int blk = b >> 2;
+    f |= (unsigned)(blk < ctl->home_lo[a] || blk >= ctl->home_hi[a]) << 1;
+  }
+  return f;
 }
 
-template <bool OLD, int COL, bool MAT>
+template <bool OLD, int COL, bool MAT, bool HOME>
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -1760,7 +1770,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
         speed_bits = __float_as_uint(sqrtf(sp2));
         for (int a = 0; a < 3; ++a) {
           const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
-          leave |= leave_bits(ctl, a, b, P[a], inner_lo, inner_hi);
+          leave |= leave_bits<HOME>(ctl, a, b, P[a], inner_lo, inner_hi);
         }
       }
     }
@@ -1778,7 +1788,8 @@ __global__ static void PARTICLE_BOUNDS
 k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
           float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
           float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
-          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int zone_lo, int zone_hi) {
+          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int zone_lo, int zone_hi,
+          int home) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
@@ -1808,7 +1819,8 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
       speed_bits = __float_as_uint(sqrtf(sp2));
       for (int a = 0; a < 3; ++a) {
         const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
-        leave |= leave_bits(ctl, a, b, P[a], zone_lo, zone_hi);
+        leave |= home ? leave_bits<true>(ctl, a, b, P[a], zone_lo, zone_hi)
+                      : leave_bits<false>(ctl, a, b, P[a], zone_lo, zone_hi);
       }
     }
   }
@@ -1822,7 +1834,7 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
  * queues after it. (CUDA 13, sm_90: every COL variant now has the registers of its variant
  * without colliders, 56 / 63 / 72, where the collision step inline took 80. Crawling in Snow
  * moved within its run-to-run noise: docs/performance.md.) */
-template <bool OLD, bool COL, bool MAT>
+template <bool OLD, bool COL, bool MAT, bool HOME>
 __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -1838,7 +1850,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const size_t i = (size_t)blockIdx.x * WARPS + warp;
   if (i >= n_packets) return;
   const size_t p = order ? (size_t)order[i] : i; /* g2p_interior: n_packets of the list order */
-  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
+  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT, HOME>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                  inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
                                                  push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
 }
@@ -1867,7 +1879,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
+  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true, false>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                    inv_dx, grid, zone_lo, zone_hi, g2p_mat ? mats : nullptr, grid0,
                                                    bp, poses, nullptr, nullptr, nullptr,
                                                    G2P_TILE_OF(OLD, s_tile[warp]));
@@ -2393,13 +2405,18 @@ static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
  * and the frame loop voids the step after a leave (lag 0 too, unless DRIFT_VOID_STEP=0 or the
  * events barrier): both keep the whole free zone, a third more room per axis, fewer
  * rebuild-mappings. */
+template <bool HOME>
+static decltype(&k_g2p<false, false, false, HOME>) g2p_kernel(const cuda_state *s, bool col) {
+  return s->asflip     ? (col ? k_g2p<true, true, true, HOME> : k_g2p<true, false, true, HOME>)
+         : s->g2p_mat ? (col ? k_g2p<false, true, true, HOME> : k_g2p<false, false, true, HOME>)
+                      : (col ? k_g2p<false, true, false, HOME> : k_g2p<false, false, false, HOME>);
+}
+
 static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide) {
   const bool col = s->push;
   const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
   if (n > 0) {
-    (s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
-     : s->g2p_mat ? (col ? k_g2p<false, true, true> : k_g2p<false, false, true>)
-                  : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>))
+    (s->home_on ? g2p_kernel<true>(s, col) : g2p_kernel<false>(s, col))
         <<<blocks_for(n, WARPS), THREADS, 0, s->stream>>>(
         dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
         dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
@@ -2415,7 +2432,7 @@ static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, 
         dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
         s->inv_dx, dp<unsigned>(s->push_mask), dp<float>(s->push_room), s->bnd, dp<collider_pose>(s->d_poses), zone_lo,
-        zone_hi);
+        zone_hi, s->home_on);
     LAUNCHED("k_collide");
   }
   return DR_OK;
@@ -2431,6 +2448,8 @@ static decltype(&k_g2p2g<OLD, DET, false>) g2p2g_kernel(bool col) {
 
 static int launch_g2p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
+  /* the frame loop's step (one rank): its G2P never checks a rank's box */
+  if (s->home_on) return dr_fail(DR_EINTERNAL, "G2P2G on a rank's box (set_home): it would not flag emigrants");
   const bool col = s->push;
   (s->asflip ? (s->det ? g2p2g_kernel<true, true>(col) : g2p2g_kernel<true, false>(col))
              : (s->det ? g2p2g_kernel<false, true>(col) : g2p2g_kernel<false, false>(col)))
@@ -2493,9 +2512,9 @@ __global__ static void k_ctl_out(const step_ctl *__restrict__ c, step_ctl *out) 
   __threadfence_system();
 }
 
-static int launch_tail(cuda_state *s, int par) {
-  DR_TRY(launch_pull(s, par));
-  DR_TRY(s->graph_fused ? launch_g2p2g(s, par) : launch_g2p(s, par, lag_of(s)));
+/* The step's record into the host's h_slot[par]: by k_ctl_out where the slot is mapped, else a
+ * copy. Both the frame loop's steps and the phases' g2p (ranks) end with it. */
+static int record_out(cuda_state *s, int par) {
   if (s->d_slot) {
     k_ctl_out<<<1, 32, 0, s->stream>>>(dp<step_ctl>(s->ctl), s->d_slot + par);
     LAUNCHED("k_ctl_out");
@@ -2503,6 +2522,12 @@ static int launch_tail(cuda_state *s, int par) {
     CU(cudaMemcpyAsync(&s->h_slot[par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
   }
   return DR_OK;
+}
+
+static int launch_tail(cuda_state *s, int par) {
+  DR_TRY(launch_pull(s, par));
+  DR_TRY(s->graph_fused ? launch_g2p2g(s, par) : launch_g2p(s, par, lag_of(s)));
+  return record_out(s, par);
 }
 
 /* DRIFT_ISLAND_SKEW=MEMBER:pre|post:US, a test hook for the island's race-freedom under uneven
@@ -5328,7 +5353,7 @@ static int island_g2p(void *state, float dt) {
     /* the flags are read below, before the next step; after g2p_interior, the boundary packets */
     DR_TRY(s->g2p_rest ? launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order), s->n_boundary, 1) : launch_g2p(s, s->par, 0));
     s->g2p_rest = 0;
-    CU(cudaMemcpyAsync(&s->h_slot[s->par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
+    DR_TRY(record_out(s, s->par));
   }
   float vmax = 0.0f;
   int bad = -1, fix = -1;
@@ -5370,6 +5395,7 @@ static int island_set_home(void *state, const int32_t lo[3], const int32_t hi[3]
     k_set_home<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]));
     LAUNCHED("k_set_home");
     s->emig = 0;
+    s->home_on = 1;
   }
   return DR_OK;
 }
