@@ -528,6 +528,14 @@ typedef struct cc_cols {
   int k[COLCACHE_MAX];
 } cc_cols;
 
+/* The rank's box with the migration's margin, in blocks, half-open (backend.h's set_home): a
+ * kernel argument of G2P, so that its test reads no memory. (It lay in step_ctl first: its loads,
+ * in the line that the warps' atomics on leave and vmax_bits hit, made l = 46's G2P 3.6% slower
+ * on one H200, 27.37 against 26.41 ms a frame, be64a06 against 8afa5ec; docs/performance.md.) */
+struct home_box {
+  int lo[3], hi[3];
+};
+
 typedef struct cuda_state {
   sim_params prm;
   material_params *mats; /* host copy, borrowed by prm.materials */
@@ -612,6 +620,7 @@ typedef struct cuda_state {
   int g2p_rest;                 /* g2p_interior queued the G2P of pk_order's interior packets: g2p does the rest */
   int emig;                     /* the last g2p left a particle outside the rank's box (step_ctl.emig; set_home) */
   int home_on;                  /* set_home was called: G2P checks the rank's box (k_g2p's HOME variants) */
+  home_box home;                /* ... that box, a kernel argument of G2P */
   dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
   unsigned long long *h_mask;   /* ... and a received mask on the host */
   size_t h_mask_cap;
@@ -1105,13 +1114,6 @@ __global__ static void k_begin_barrier(step_ctl *c, island_view iv) {
  * and k_begin (which takes the slot step_seq & 1 and advances step_seq). */
 __global__ static void k_publish(step_ctl *c) {
   if (c->mode == DT_ADAPTIVE) c->vmax_pub[c->step_seq & 1u] = c->vmax_bits;
-}
-
-/* set_home: the box (and margin) past which a particle emigrates, in blocks (step_ctl.home_lo). */
-__global__ static void k_set_home(step_ctl *c, int3 lo, int3 hi) {
-  c->home_lo[0] = lo.x, c->home_lo[1] = lo.y, c->home_lo[2] = lo.z;
-  c->home_hi[0] = hi.x, c->home_hi[1] = hi.y, c->home_hi[2] = hi.z;
-  c->emig = 0;
 }
 
 /* set_projected: the next P2G leaves out the return mapping (step_ctl.projected). */
@@ -1666,19 +1668,16 @@ __device__ __forceinline__ void warp_flags(step_ctl *ctl, unsigned speed_bits, u
 }
 
 /* A particle's flags along axis a from its base node b: bit 0 where it lies outside the inner
- * free zone [zone_lo, zone_hi] of its particle block P; with home (set_home was called: ranks with
- * DRIFT_HOME_FLAG=1), bit 1 where its block (b >> 2, as k_leave takes it) lies outside the rank's
- * box with its margin (step_ctl.home_lo / home_hi): then emigrate would take it, and the step vote
- * says so (backend.h's emigrants). Without home nothing is read: the box's loads, in the line the
- * warps' atomics on leave and vmax_bits hit, made l = 46's G2P 3.6% slower on one H200 (27.37
- * against 26.41 ms a frame, be64a06 against 8afa5ec; docs/performance.md). */
+ * free zone [zone_lo, zone_hi] of its particle block P; with HOME (set_home was called: ranks),
+ * bit 1 where its block (b >> 2, as k_leave takes it) lies outside the rank's box: then emigrate
+ * would take it, and the step vote says so (backend.h's emigrants). */
 template <bool HOME>
-__device__ __forceinline__ unsigned leave_bits(const step_ctl *ctl, int a, int b, int P, int zone_lo, int zone_hi) {
+__device__ __forceinline__ unsigned leave_bits(const home_box &home, int a, int b, int P, int zone_lo, int zone_hi) {
   const int off = b - BLOCK_EDGE * P;
   unsigned f = off < zone_lo || off > zone_hi;
   if (HOME) {
     const int blk = b >> 2;
-    f |= (unsigned)(blk < ctl->home_lo[a] || blk >= ctl->home_hi[a]) << 1;
+    f |= (unsigned)(blk < home.lo[a] || blk >= home.hi[a]) << 1;
   }
   return f;
 }
@@ -1693,7 +1692,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const float *__restrict__ grid0, const boundary_params &bp,
                                          const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
                                          unsigned *__restrict__ push_mask, float *__restrict__ push_room,
-                                         float4 *tile) {
+                                         float4 *tile, const home_box &home) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -1770,7 +1769,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
         speed_bits = __float_as_uint(sqrtf(sp2));
         for (int a = 0; a < 3; ++a) {
           const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
-          leave |= leave_bits<HOME>(ctl, a, b, P[a], inner_lo, inner_hi);
+          leave |= leave_bits<HOME>(home, a, b, P[a], inner_lo, inner_hi);
         }
       }
     }
@@ -1789,7 +1788,7 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
           float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
           float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
           const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int zone_lo, int zone_hi,
-          int home) {
+          int home_on, const __grid_constant__ home_box home) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
@@ -1819,8 +1818,8 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
       speed_bits = __float_as_uint(sqrtf(sp2));
       for (int a = 0; a < 3; ++a) {
         const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
-        leave |= home ? leave_bits<true>(ctl, a, b, P[a], zone_lo, zone_hi)
-                      : leave_bits<false>(ctl, a, b, P[a], zone_lo, zone_hi);
+        leave |= home_on ? leave_bits<true>(home, a, b, P[a], zone_lo, zone_hi)
+                         : leave_bits<false>(home, a, b, P[a], zone_lo, zone_hi);
       }
     }
   }
@@ -1842,7 +1841,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       const material_params *__restrict__ g2p_mats, const float *__restrict__ grid0,
       const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses,
       const col_box *__restrict__ wbox, unsigned *__restrict__ push_mask, float *__restrict__ push_room, int zone_lo,
-      int zone_hi, const int32_t *__restrict__ order) {
+      int zone_hi, const int32_t *__restrict__ order, const __grid_constant__ home_box home) {
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
   stamp(ctl, ST_G2P);
@@ -1852,7 +1851,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const size_t p = order ? (size_t)order[i] : i; /* g2p_interior: n_packets of the list order */
   g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT, HOME>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                  inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
-                                                 push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
+                                                 push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]), home);
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -1882,7 +1881,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true, false>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
                                                    inv_dx, grid, zone_lo, zone_hi, g2p_mat ? mats : nullptr, grid0,
                                                    bp, poses, nullptr, nullptr, nullptr,
-                                                   G2P_TILE_OF(OLD, s_tile[warp]));
+                                                   G2P_TILE_OF(OLD, s_tile[warp]), home_box{});
   __syncwarp();
   p2g_any<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
                     grid0_next, s_p2g[warp], s_sort[warp], fp, 1);
@@ -2423,7 +2422,7 @@ static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, 
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
         s->inv_dx, vel_of(s, par), s->g2p_mat ? dp<material_params>(s->d_mats) : nullptr, vel0_of(s, par), s->bnd,
         dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room),
-        zone_lo, zone_hi, order);
+        zone_lo, zone_hi, order, s->home);
     LAUNCHED("k_g2p");
   }
   if (col && collide && s->n_packets > 0) {
@@ -2432,7 +2431,7 @@ static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, 
         dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
         s->inv_dx, dp<unsigned>(s->push_mask), dp<float>(s->push_room), s->bnd, dp<collider_pose>(s->d_poses), zone_lo,
-        zone_hi, s->home_on);
+        zone_hi, s->home_on, s->home);
     LAUNCHED("k_collide");
   }
   return DR_OK;
@@ -4363,7 +4362,6 @@ static int setup(cuda_state *s, const particles *p) {
   c0.fix_bad_id = ~0ULL;
   c0.done = 1;
   c0.stamps = s->stamps != NULL;
-  for (int a = 0; a < 3; ++a) c0.home_lo[a] = INT_MIN, c0.home_hi[a] = INT_MAX; /* no box: nothing emigrates */
   CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
   /* the colliders on the device (boundary.h); the faces' types and frictions travel by value */
   const boundary_params *hb = &s->prm.boundary;
@@ -5386,14 +5384,13 @@ static int island_g2p(void *state, float dt) {
   return DR_OK;
 }
 
-/* backend.h's set_home: every member's box (k_set_home, in stream order before the next step). */
+/* backend.h's set_home: every member's box, an argument of its next G2P launches (the phases
+ * launch G2P step by step; the frame loop's graphs, of one rank, never check a box). */
 static int island_set_home(void *state, const int32_t lo[3], const int32_t hi[3]) {
   island *I = (island *)state;
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
-    DR_TRY(use(s));
-    k_set_home<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]));
-    LAUNCHED("k_set_home");
+    for (int a = 0; a < 3; ++a) s->home.lo[a] = lo[a], s->home.hi[a] = hi[a];
     s->emig = 0;
     s->home_on = 1;
   }

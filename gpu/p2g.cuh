@@ -78,8 +78,7 @@ typedef struct step_ctl {
                                 * the frame loop's graphs, DRIFT_VOID_STEP: see the top of backend_cuda.cu) */
   int voided;                  /* this step did nothing: the one before it needs a rebuild-mapping first */
   unsigned int leave;          /* a particle left its inner free zone in this step */
-  unsigned int emig;           /* a particle lies outside home_lo..home_hi after this step (ranks: set_home) */
-  int home_lo[3], home_hi[3];  /* the rank's box and margin in blocks, half-open (INT_MIN / INT_MAX: none) */
+  unsigned int emig;           /* a particle lies outside the rank's box after this step (ranks: set_home) */
   unsigned int vmax_bits;      /* largest speed of this step (float bits; non-negative floats order as uints) */
   int bad_material;
   unsigned long long bad_id;   /* smallest id of a non-finite, runaway or lost particle; ~0 if none */
