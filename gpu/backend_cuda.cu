@@ -6292,15 +6292,17 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   /* the interior's G2P while the sums are in flight (DRIFT_SPLIT_G2P=0: off; docs/performance.md) */
   out->g2p_interior = env_flag("DRIFT_SPLIT_G2P", 1) ? ON_DEVICE(g2p_interior) : NULL;
   /* DRIFT_HOME_FLAG=1: G2P flags the particles past the rank's box, so that a rebuild-mapping
-   * where none is skips emigrate and the migration's messages. Off until measured (one round on
-   * 2 x H200, weak_2 32.80 ms a frame with it against 32.44 without: within the machine's noise;
-   * docs/performance.md); the rank tests run it, with DRIFT_CHECK_EMIGRANTS=1 */
+   * where none is skips emigrate and the migration's messages. Off: it pays nothing in weak_2,
+   * where some particle has crossed at most rebuild-mappings (46 of 262 skipped; 2 x H200, a47539d,
+   * weak_2 30.64 and 30.97 ms a frame without, 31.14 and 30.79 with; docs/performance.md). The
+   * rank tests run it, with DRIFT_CHECK_EMIGRANTS=1 */
   out->set_home = env_flag("DRIFT_HOME_FLAG", 0) ? ON_DEVICE(set_home) : NULL;
   out->emigrants = out->set_home ? emigrants : NULL;
   /* the pack and unpack kernels on the exchange's stream, beside the interior's P2G and G2P
    * (DRIFT_XSTREAM_PACK=0: on the step's stream, between them; docs/performance.md) */
   s->xpack = env_flag("DRIFT_XSTREAM_PACK", 1);
-  /* the shared blocks' grid update over their list instead of every block (DRIFT_GRID_LIST=0) */
+  /* the shared blocks' grid update over their list instead of every block (DRIFT_GRID_LIST=0:
+   * every block; weak_2 0.3-0.5 ms a frame faster with the list on 4 x H200, docs/performance.md) */
   s->grid_list = env_flag("DRIFT_GRID_LIST", 1);
   out->block_sums = sums_floats(s); /* = int_floats(s) */
   out->sums_int64 = s->det;
