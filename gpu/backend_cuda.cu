@@ -545,6 +545,14 @@ typedef struct cuda_state {
   cudaMemPool_t pool[2];        /* an island member's stream-ordered pools (dvec_pools): private, peers' */
   cudaStream_t xstream;         /* pack_sparse_wait's copies of the messages, beside the step's work (high priority) */
   int xpack;                    /* the sparse pack and unpack kernels on xstream too (DRIFT_XSTREAM_PACK) */
+  int xhead;                    /* the boundary's P2G on xstream, beside the interior's (DRIFT_XSTREAM_HEAD) */
+  int head_on;                  /* ... this step: p2g_part queued it there; xhead_ev follows it */
+  int xtail;                    /* the shared blocks' update and the boundary's G2P on xstream (DRIFT_XSTREAM_TAIL) */
+  int tail_armed;               /* ... this step: g2p_interior recorded xint_ev; the unpacks leave the join to
+                                 * grid_update_part(GRID_SHARED), which may queue them there */
+  int tail_on;                  /* ... this step: grid_update_part queued the shared update there; g2p follows */
+  cudaEvent_t xint_ev, xtail_ev; /* ... after the interior's grid update (step's stream); after the boundary's G2P */
+  cudaEvent_t xhead_ev, xbeg_ev; /* xhead: after the boundary's P2G (xstream); the step's start (step's stream) */
   cudaEvent_t xp2g_ev;          /* ... after the boundary's P2G, which the pack waits for */
   struct pslot *pslot;          /* pack_sparse_async's buffers, one per rank link */
   int n_pslot;
@@ -2327,14 +2335,14 @@ static p2g_fn p2g_kernel(const cuda_state *s, bool persist) {
 /* P2G of every packet, or (order non-NULL) of the n packets listed at order, in spread_of's
  * order: one packet a warp, or (DRIFT_P2G_PERSIST=N) at most N CUDA blocks a multiprocessor whose
  * warps loop over the packets. */
-static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n) {
+static int launch_p2g_on(cuda_state *s, int par, const int32_t *order, size_t n, cudaStream_t st) {
   if (n == 0) return DR_OK;
   size_t ctas = blocks_for(n, WARPS);
   const size_t most = (size_t)s->p2g_persist * (size_t)s->n_sm;
   const bool persist = most > 0 && most < ctas;
   if (persist) ctas = most;
   const p2g_fn k = p2g_kernel(s, persist);
-  k<<<ctas, THREADS, 0, s->stream>>>(
+  k<<<ctas, THREADS, 0, st>>>(
       dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
@@ -2343,21 +2351,25 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
   return DR_OK;
 }
 
+static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n) {
+  return launch_p2g_on(s, par, order, n, s->stream);
+}
+
 static int launch_p2g(cuda_state *s, int par) { return launch_p2g_of(s, par, NULL, s->n_packets); }
 
-static int shared_list(cuda_state *s);
+static int shared_list(cuda_state *s, cudaStream_t st);
 
-static int launch_grid(cuda_state *s, int par, int part) {
+static int launch_grid_on(cuda_state *s, int par, int part, cudaStream_t st) {
   if (s->n_blocks == 0) return DR_OK;
   /* GRID_SHARED: over the shared blocks' list instead of every block (DRIFT_GRID_LIST=0: every
    * block, the others returning at once), as many CUDA blocks as the list's bound */
   const int listed = part == GRID_SHARED && s->grid_list;
-  if (listed) DR_TRY(shared_list(s));
+  if (listed) DR_TRY(shared_list(s, st));
   const size_t n_launch = listed ? s->shared_bound : s->n_blocks;
   if (n_launch == 0) return DR_OK;
   if (s->bnd.n_colliders > 0) {
     const bool cc = s->n_cc > 0 && s->cc_total > 0;
-    k_poses<<<blocks_for((size_t)s->bnd.n_colliders, 64), 64, 0, s->stream>>>(
+    k_poses<<<blocks_for((size_t)s->bnd.n_colliders, 64), 64, 0, st>>>(
         dp<step_ctl>(s->ctl), s->bnd, dp<collider_pose>(s->d_poses), dp<col_box>(s->d_colbox),
         dp<col_box>(s->d_wbox), s->prm.dx, cc ? dp<int>(s->cc_index) : NULL, cc ? dp<int>(s->cc_state) : NULL,
         s->cc_every);
@@ -2365,7 +2377,7 @@ static int launch_grid(cuda_state *s, int par, int part) {
     if (cc) {
       const size_t want = blocks_for(s->cc_total * BLOCK_NODES, SIMPLE_THREADS);
       const unsigned ctas = (unsigned)(want < (size_t)CC_FILL_CTAS ? want : (size_t)CC_FILL_CTAS);
-      k_cc_fill<<<ctas, SIMPLE_THREADS, 0, s->stream>>>(
+      k_cc_fill<<<ctas, SIMPLE_THREADS, 0, st>>>(
           dp<step_ctl>(s->ctl), s->cc_total, dp<int2>(s->cc_blocks), s->n_cc, dp<int>(s->cc_state), s->cc_col,
           dp<uint64_t>(s->block_code), make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->bnd,
           dp<collider_pose>(s->d_poses), dp<mesh_samples>(s->cc_vals));
@@ -2375,7 +2387,7 @@ static int launch_grid(cuda_state *s, int par, int part) {
   const bool col = s->bnd.n_colliders > 0;
   (s->det ? (col ? k_grid<true, true> : k_grid<true, false>) : (col ? k_grid<false, true> : k_grid<false, false>))
       <<<blocks_for(n_launch, GRID_BLOCKS_PER_CTA),
-                                            GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, s->stream>>>(
+                                            GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, st>>>(
       dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
       make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<collider_pose>(s->d_poses),
       dp<col_box>(s->d_wbox), dp<uint64_t>(s->block_code),
@@ -2389,6 +2401,8 @@ static int launch_grid(cuda_state *s, int par, int part) {
   LAUNCHED("k_grid");
   return DR_OK;
 }
+
+static int launch_grid(cuda_state *s, int par, int part) { return launch_grid_on(s, par, part, s->stream); }
 
 /* The steps that run on this mapping after the one whose particles leave the zone G2P checks: 0
  * where the next step is voided, else STEP_LAG (DRIFT_VOID_STEP=0, the events barrier; the top of
@@ -2411,12 +2425,13 @@ static decltype(&k_g2p<false, false, false, HOME>) g2p_kernel(const cuda_state *
                       : (col ? k_g2p<false, true, false, HOME> : k_g2p<false, false, false, HOME>);
 }
 
-static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide) {
+static int launch_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide,
+                         cudaStream_t st) {
   const bool col = s->push;
   const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
   if (n > 0) {
     (s->home_on ? g2p_kernel<true>(s, col) : g2p_kernel<false>(s, col))
-        <<<blocks_for(n, WARPS), THREADS, 0, s->stream>>>(
+        <<<blocks_for(n, WARPS), THREADS, 0, st>>>(
         dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
         dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
@@ -2426,7 +2441,7 @@ static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, 
     LAUNCHED("k_g2p");
   }
   if (col && collide && s->n_packets > 0) {
-    k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
+    k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, st>>>(
         dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<float>(s->pk[s->cur]),
         dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
@@ -2435,6 +2450,10 @@ static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, 
     LAUNCHED("k_collide");
   }
   return DR_OK;
+}
+
+static int launch_g2p_of(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide) {
+  return launch_g2p_on(s, par, lag, order, n, collide, s->stream);
 }
 
 static int launch_g2p(cuda_state *s, int par, int lag) { return launch_g2p_of(s, par, lag, NULL, s->n_packets, 1); }
@@ -3057,9 +3076,17 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
   return DR_OK;
 }
 
+/* The packs on the step's stream (pack, pack_sparse) read what the boundary's P2G wrote: where
+ * xhead put it on xstream (p2g_part), the step's stream waits for it first. */
+static int head_join(cuda_state *s) {
+  if (s->head_on) CU(cudaStreamWaitEvent(s->stream, s->xhead_ev, 0));
+  return DR_OK;
+}
+
 static int pack(void *state, const int32_t *idx, size_t n, void *out) {
   cuda_state *s = (cuda_state *)state;
   if (n == 0) return DR_OK;
+  DR_TRY(head_join(s));
   const int bs = sums_floats(s);
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx, "pack"));
@@ -3083,9 +3110,15 @@ static int pack(void *state, const int32_t *idx, size_t n, void *out) {
   return xbad_check(s, "pack (k_pack)", n);
 }
 
+static int recv_join(cuda_state *s);
+
 static int unpack_add(void *state, const int32_t *idx, size_t n, const void *in) {
   cuda_state *s = (cuda_state *)state;
   if (n == 0) return DR_OK;
+  if (s->tail_armed) { /* this unpack runs on the step's stream: so does the rest of the step */
+    s->tail_armed = 0;
+    DR_TRY(recv_join(s));
+  }
   const int bs = sums_floats(s);
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx, "unpack_add"));
@@ -3153,6 +3186,7 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
   const size_t head = SPARSE_MASK_BYTES(n);
   *bytes = head;
   if (n == 0) return DR_OK;
+  DR_TRY(head_join(s));
   const int bs = sums_floats(s);
   const size_t esz = s->det ? sizeof(long long) : sizeof(float);
   const int32_t *didx;
@@ -3356,7 +3390,8 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
         n, bs, didx, nb, s->d_xbad, dmask, reinterpret_cast<const float *>(msg + head), dp<float>(s->grid[s->par]),
         grid0_of(s, s->par), dp<uint8_t>(s->touched[s->par]));
   LAUNCHED("k_unpack_words");
-  if (s->xpack) DR_TRY(recv_join(s));
+  /* (armed for xtail, the shared update waits for it on xstream itself: grid_update_part) */
+  if (s->xpack && !s->tail_armed) DR_TRY(recv_join(s));
   /* No wait here: the host queues the shared blocks' grid update and G2P behind the unpacks at
    * once. in stays unchanged until the next g2p returns (backend.h), which waits for the stream,
    * and its check of h_xbad names this call (unpack_check_n). */
@@ -3414,9 +3449,8 @@ __global__ static void k_shared_list(size_t n_blocks, const uint8_t *__restrict_
 
 /* The shared blocks' list from the marks, on the device (the count stays there: k_grid reads it;
  * the launch takes shared_bound), once per marks. */
-static int shared_list(cuda_state *s) {
+static int shared_list(cuda_state *s, cudaStream_t st) {
   if (!s->shared_stale) return DR_OK;
-  cudaStream_t st = s->stream;
   DVEC(s->shared_idx, (s->n_blocks ? s->n_blocks : 1) * sizeof(int32_t), "shared blocks' list");
   DVEC(s->shared_n, sizeof(int), "shared blocks' count");
   CU(cudaMemsetAsync(s->shared_n.ptr, 0, sizeof(int), st));
@@ -3429,9 +3463,26 @@ static int shared_list(cuda_state *s) {
   return DR_OK;
 }
 
+/* xtail (DRIFT_XSTREAM_TAIL, with g2p_interior and xpack, no colliders): the shared blocks' update
+ * and then the boundary's G2P (g2p) go on xstream, behind the unpacks there and behind xint_ev
+ * (the step's stream up to the interior's grid update), so that they run beside the interior's
+ * G2P instead of after it: both are short launches of few packets whose time is their warps'
+ * latency, which the interior's G2P now hides. No race: the shared update writes only shared
+ * blocks (their velocities, and their other-parity sums, which it clears), which the interior's
+ * G2P never reads (its stencils reach no shared block: boundary_order); the boundary's G2P reads
+ * interior blocks that xint_ev ordered finished and shared blocks that xstream just updated, and
+ * writes only its own packets; the flags of both G2Ps meet in step_ctl by atomics (any order gives
+ * the same flags). g2p joins xstream into the step's stream before the step record. */
 static int grid_update_part(void *state, float dt, int part) {
   (void)dt; /* k_begin_fixed stored it */
   cuda_state *s = (cuda_state *)state;
+  if (part == GRID_SHARED && s->tail_armed) {
+    s->tail_armed = 0;
+    CU(cudaStreamWaitEvent(s->xstream, s->xint_ev, 0));
+    DR_TRY(launch_grid_on(s, s->par, part, s->xstream));
+    s->tail_on = 1;
+    return DR_OK;
+  }
   return launch_grid(s, s->par, part);
 }
 
@@ -3630,7 +3681,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
 
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
-  s->g2p_rest = 0;
+  s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = 0;
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
   if (s->primed) { /* after G2P2G frames: the last G2P2G (or the rebuild's keep_primed) did this P2G */
@@ -3678,10 +3729,14 @@ static int p2g_part(void *state, float dt, int part) {
   cuda_state *s = (cuda_state *)state;
   if (part == P2G_INTERIOR) {
     if (s->part_skip) return DR_OK;
-    return launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary);
+    DR_TRY(launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary));
+    /* xhead: the interior's grid update (next on this stream) reads blocks both parts scatter into */
+    if (s->head_on) CU(cudaStreamWaitEvent(s->stream, s->xhead_ev, 0));
+    s->head_on = 0;
+    return DR_OK;
   }
   s->part_skip = 0;
-  s->g2p_rest = 0;
+  s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = 0;
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
   if (s->primed) { /* as in p2g() */
@@ -3693,6 +3748,23 @@ static int p2g_part(void *state, float dt, int part) {
     DR_TRY(clear_grid(s, s->par));
   }
   DR_TRY(boundary_order(s));
+  /* xhead (DRIFT_XSTREAM_HEAD): the boundary's P2G on xstream (high priority), where the pack
+   * follows it, beside the interior's P2G on the step's stream instead of before it: a short
+   * launch whose time is its warps' latency. Both scatter by atomic additions (float or, in
+   * deterministic mode, fixed-point: the same sums in any order) and into interior blocks alike;
+   * the pack reads only shared blocks, which only boundary packets reach; the interior's grid
+   * update waits for xhead_ev (p2g_part(P2G_INTERIOR)). */
+  if (s->xhead && s->xpack && s->n_boundary > 0) {
+    DR_TRY(xstream_get(s));
+    if (!s->xbeg_ev) CU(cudaEventCreateWithFlags(&s->xbeg_ev, cudaEventDisableTiming));
+    if (!s->xhead_ev) CU(cudaEventCreateWithFlags(&s->xhead_ev, cudaEventDisableTiming));
+    CU(cudaEventRecord(s->xbeg_ev, s->stream));
+    CU(cudaStreamWaitEvent(s->xstream, s->xbeg_ev, 0));
+    DR_TRY(launch_p2g_on(s, s->par, dp<int32_t>(s->pk_order), s->n_boundary, s->xstream));
+    CU(cudaEventRecord(s->xhead_ev, s->xstream));
+    s->head_on = 1;
+    return DR_OK;
+  }
   return launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order), s->n_boundary);
 }
 
@@ -3708,6 +3780,14 @@ static int g2p_interior(void *state, float dt) {
   s->g2p_rest = 0;
   if (s->n_packets == 0) return DR_OK;
   DR_TRY(boundary_order(s)); /* once per mapping and marks; a setup step's comes here */
+  /* xtail: the step's stream so far (the boundary's and the interior's P2G, the interior's grid
+   * update), for the shared blocks' update on xstream (grid_update_part) */
+  if (s->xtail && s->xpack && !s->push && s->bnd.n_colliders == 0) {
+    DR_TRY(xstream_get(s));
+    if (!s->xint_ev) CU(cudaEventCreateWithFlags(&s->xint_ev, cudaEventDisableTiming));
+    CU(cudaEventRecord(s->xint_ev, s->stream));
+    s->tail_armed = 1;
+  }
   DR_TRY(launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary, 0));
   s->g2p_rest = 1;
   return DR_OK;
@@ -4202,6 +4282,10 @@ static void destroy(void *state) {
   if (s->rebuilt_ev) cudaEventDestroy(s->rebuilt_ev);
   if (s->xrecv_ev) cudaEventDestroy(s->xrecv_ev);
   if (s->xp2g_ev) cudaEventDestroy(s->xp2g_ev);
+  if (s->xint_ev) cudaEventDestroy(s->xint_ev);
+  if (s->xtail_ev) cudaEventDestroy(s->xtail_ev);
+  if (s->xhead_ev) cudaEventDestroy(s->xhead_ev);
+  if (s->xbeg_ev) cudaEventDestroy(s->xbeg_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_rc) cudaFreeHost(s->h_rc);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
@@ -5349,8 +5433,16 @@ static int island_g2p(void *state, float dt) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
     /* the flags are read below, before the next step; after g2p_interior, the boundary packets */
-    DR_TRY(s->g2p_rest ? launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order), s->n_boundary, 1) : launch_g2p(s, s->par, 0));
-    s->g2p_rest = 0;
+    if (s->tail_on) { /* xtail: the boundary's G2P behind the shared update on xstream (grid_update_part) */
+      if (!s->xtail_ev) CU(cudaEventCreateWithFlags(&s->xtail_ev, cudaEventDisableTiming));
+      DR_TRY(launch_g2p_on(s, s->par, 0, dp<int32_t>(s->pk_order), s->n_boundary, 1, s->xstream));
+      CU(cudaEventRecord(s->xtail_ev, s->xstream));
+      CU(cudaStreamWaitEvent(s->stream, s->xtail_ev, 0));
+    } else {
+      DR_TRY(s->g2p_rest ? launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order), s->n_boundary, 1)
+                         : launch_g2p(s, s->par, 0));
+    }
+    s->g2p_rest = s->tail_on = s->tail_armed = 0;
     DR_TRY(record_out(s, s->par));
   }
   float vmax = 0.0f;
@@ -6301,6 +6393,12 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   /* the pack and unpack kernels on the exchange's stream, beside the interior's P2G and G2P
    * (DRIFT_XSTREAM_PACK=0: on the step's stream, between them; docs/performance.md) */
   s->xpack = env_flag("DRIFT_XSTREAM_PACK", 1);
+  /* the shared blocks' update and the boundary's G2P on the exchange's stream, beside the
+   * interior's G2P (DRIFT_XSTREAM_TAIL=0: after it, on the step's stream; grid_update_part) */
+  s->xtail = env_flag("DRIFT_XSTREAM_TAIL", 1);
+  /* the boundary's P2G on the exchange's stream, beside the interior's (DRIFT_XSTREAM_HEAD=0:
+   * before it, on the step's stream; p2g_part) */
+  s->xhead = env_flag("DRIFT_XSTREAM_HEAD", 1);
   /* the shared blocks' grid update over their list instead of every block (DRIFT_GRID_LIST=0:
    * every block; weak_2 0.3-0.5 ms a frame faster with the list on 4 x H200, docs/performance.md) */
   s->grid_list = env_flag("DRIFT_GRID_LIST", 1);
