@@ -642,6 +642,9 @@ typedef struct cuda_state {
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
   size_t h_codes_cap;           /* bytes (host_pinned) */
   uint64_t h_codes_of;          /* h_codes holds the codes of mapping h_codes_of - 1 (s->rebuilds); 0: none */
+  int want_codes;               /* blocks() has been called (ranks): each rebuild-mapping copies the codes early */
+  int codes_pending;            /* ... that copy is queued on xstream, codes_ev after it, not yet waited for */
+  cudaEvent_t codes_ev;
   size_t table_cap;             /* power of two, at least twice n_blocks */
   dvec table_keys, table_vals;
 
@@ -2076,6 +2079,35 @@ template <typename K> static int sort_particles(cuda_state *s, int end_bit) {
   return DR_OK;
 }
 
+/* The block codes of a rebuild-mapping on the host, early (ranks: blocks() asked for them once):
+ * once the rebuild-mapping's count read has found them final, a copy on xstream beside the rest
+ * of the rebuild-mapping (the particles' move, the hash table), so that blocks() waits for that
+ * copy only and sim.c sets the rank exchange up while the device still moves the particles and
+ * runs the next P2G (setup_exchange_during_p2g). Nothing writes block_code until the next
+ * rebuild-mapping, which waits for the copy first (codes_wait). */
+static int xstream_get(cuda_state *s);
+static int host_pinned(void **p, size_t *cap, size_t need, const char *what);
+
+static int codes_wait(cuda_state *s) {
+  if (!s->codes_pending) return DR_OK;
+  s->codes_pending = 0;
+  CU(cudaEventSynchronize(s->codes_ev));
+  return DR_OK;
+}
+
+static int codes_early(cuda_state *s, size_t nb) {
+  if (!s->want_codes || nb == 0) return DR_OK;
+  DR_TRY(codes_wait(s));
+  DR_TRY(host_pinned((void **)&s->h_codes, &s->h_codes_cap, sizeof(uint64_t) * nb, "the block codes"));
+  DR_TRY(xstream_get(s));
+  if (!s->codes_ev) CU(cudaEventCreateWithFlags(&s->codes_ev, cudaEventDisableTiming));
+  CU(cudaMemcpyAsync(s->h_codes, s->block_code.ptr, nb * sizeof(uint64_t), cudaMemcpyDeviceToHost, s->xstream));
+  CU(cudaEventRecord(s->codes_ev, s->xstream));
+  s->codes_pending = 1;
+  s->h_codes_of = s->rebuilds + 1;
+  return DR_OK;
+}
+
 static int rebuild_now(cuda_state *s) {
   const size_t n = s->n;
   cudaStream_t st = s->stream;
@@ -2083,6 +2115,7 @@ static int rebuild_now(cuda_state *s) {
   const size_t old_nb = s->n_blocks;
   const int keep = s->primed && n > 0 && old_nb > 0; /* else the frame loop primes again */
   s->primed = keep;
+  DR_TRY(codes_wait(s)); /* the early copy reads block_code, which this rebuild-mapping rewrites */
   if (keep) DR_TRY(keep_primed(s, old_nb));
   ++s->rebuilds;
   s->need_rebuild = 0;
@@ -2145,6 +2178,7 @@ static int rebuild_now(cuda_state *s) {
         keep ? (rc.lost ? " (G2P2G: primed blocks lost)" : " (G2P2G: primed blocks kept)") : "");
   if (keep && rc.lost) return remap_lost(s, &rc);
   const int nb = rc.n, n_packets = rc.packets;
+  DR_TRY(codes_early(s, (size_t)nb)); /* the stream is idle here: block_code is final */
 
   /* 5. Move the particles into their packets. */
   const int nxt = 1 - s->cur;
@@ -3065,6 +3099,8 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
   cuda_state *s = (cuda_state *)state;
   *codes = s->h_codes; /* sorted; the position is the dense index (k_table_insert) */
   *n = s->n_blocks;
+  s->want_codes = s->nm == 1; /* from the next rebuild-mapping on, codes_early */
+  DR_TRY(codes_wait(s));
   if (s->h_codes && s->h_codes_of == s->rebuilds + 1) return DR_OK;
   DR_TRY(host_pinned((void **)&s->h_codes, &s->h_codes_cap, sizeof(uint64_t) * s->n_blocks, "the block codes"));
   if (s->n_blocks)
@@ -3662,10 +3698,10 @@ static int append_records(cuda_state *s, const void *rec, size_t m) {
 static int add_records(void *state, const void *rec, size_t m) {
   cuda_state *s = (cuda_state *)state;
   if (m == 0) return DR_OK;
-  DR_TRY(append_records(s, rec, m));
-  DR_TRY(rebuild_now(s));
-  CU(cudaStreamSynchronize(s->stream));
-  return DR_OK;
+  DR_TRY(append_records(s, rec, m)); /* done with rec (it waits for its copy) */
+  /* no wait for the rebuild-mapping's end, as rebuild(): the next step's blocks() waits only for
+   * the codes (codes_early), and its P2G queues behind the move */
+  return rebuild_now(s);
 }
 
 /* ---- backend.h: the phases ---------------------------------------------------------------- */
@@ -4286,6 +4322,7 @@ static void destroy(void *state) {
   if (s->xtail_ev) cudaEventDestroy(s->xtail_ev);
   if (s->xhead_ev) cudaEventDestroy(s->xhead_ev);
   if (s->xbeg_ev) cudaEventDestroy(s->xbeg_ev);
+  if (s->codes_ev) cudaEventDestroy(s->codes_ev);
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_rc) cudaFreeHost(s->h_rc);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
