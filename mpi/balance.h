@@ -35,6 +35,13 @@ typedef struct balance_model {
 /* Below this imbalance the cost rule never moves the cuts: step times vary by about that much
  * from step to step, and moving the cuts for it would chase noise. */
 #define BALANCE_COST_MIN_IMBALANCE 0.02
+/* balance_by time: the load is each rank's compute time since the cuts last moved, and neither
+ * rule moves the cuts before that holds this many steps. Timed over a rebuild interval alone (a
+ * few steps, the first ones with the start's costs in them) the load is noise of several percent:
+ * weak_2 on 2 x H200 with a threshold of 3% moved the cuts at the first rebuild-mapping and then
+ * at almost every frame, 0.35-4.4M particles each time, and ran at 62 ms a frame instead of 30
+ * (docs/performance.md, 2026-11-27 tenth). */
+#define BALANCE_TIME_MIN_STEPS 100
 /* The priors, from weak_2's rebalance on 2 x H100 with the buffers reserved at the start
  * (docs/performance.md): 623,190 particles moved in 32.4 ms, of which 6.2 ms the histogram and
  * the cuts, and the rest (the device's pack and copy, MPI through host memory between two

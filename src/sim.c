@@ -77,6 +77,8 @@ struct sim {
   int setup_rc;         /* ... and this rank's part of that rebuild-mapping returned this, which the ranks
                          * agree on in that step, once its P2G is queued (setup_exchange_during_p2g) */
   double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
+  double win_seconds;     /* ... and since the cuts last moved (balance_by time: its load, BALANCE_TIME_MIN_STEPS) */
+  long win_steps;         /* the steps since the cuts last moved (the same on every rank) */
   MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
   MPI_Op vote_op;
   int vote_nonblocking; /* DRIFT_VOTE_NONBLOCKING=1: MPI_Iallreduce (vote_start) */
@@ -445,7 +447,7 @@ static int redistribute(sim *S, const double *glob) {
   /* the load (particles, or compute time since the last rebuild-mapping: balance_by), agreed in
    * the step vote that asked for this rebuild-mapping (step_vote) */
   const int by_time = S->sc->balance_by == BALANCE_TIME;
-  const double my_seconds = S->compute_seconds, my_n = (double)rank_count(S);
+  const double my_seconds = S->win_seconds, my_n = (double)rank_count(S);
   /* loads: particles, or compute time in ns (vote_start) */
   const double lmax[2] = {glob[VOTE_LOAD_MAX], glob[VOTE_N_MAX]}, lsum[2] = {glob[VOTE_LOAD_SUM], glob[VOTE_N_SUM]};
   int rc = DR_OK;
@@ -454,9 +456,14 @@ static int redistribute(sim *S, const double *glob) {
   const uint64_t nmax = (uint64_t)lmax[1];
   /* the threshold and cost rules (balance.h), from agreed figures only: every rank decides alike */
   double estimate = 0;
-  const balance_why why = balance_decide(&S->bal, imbalance, 1e-9 * glob[VOTE_TIME_SUM] / S->nranks,
+  /* by time: the load is each rank's compute time since the cuts last moved, and the cuts stay
+   * until that holds BALANCE_TIME_MIN_STEPS steps (balance.h) */
+  const int settled = !by_time || S->win_steps >= BALANCE_TIME_MIN_STEPS;
+  if (!settled) log_trace("redistribute: %ld steps timed since the cuts last moved: too few to move them", S->win_steps);
+  const balance_why why = balance_decide(&S->bal, settled ? imbalance : 0.0, 1e-9 * glob[VOTE_TIME_SUM] / S->nranks,
                                          lsum[1] / S->nranks, &estimate);
   const int cuts_move = why != BALANCE_STAY;
+  if (cuts_move) S->win_seconds = 0, S->win_steps = 0;
   log_trace("redistribute: load agreed");
   int margin = S->migrate_margin;
   if (cuts_move) {
@@ -732,7 +739,7 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
   /* whole numbers (compute time in ns), whose sums a double holds exactly in any order: every
    * rank then gets the same sums, bit for bit, and takes the same decision (redistribute) */
   const double n = (double)rank_count(S), ns = nearbyint(S->compute_seconds * 1e9),
-               load = S->sc->balance_by == BALANCE_TIME ? ns : n;
+               load = S->sc->balance_by == BALANCE_TIME ? nearbyint(S->win_seconds * 1e9) : n;
   v->loc[VOTE_LOAD_MAX] = v->loc[VOTE_LOAD_SUM] = load;
   v->loc[VOTE_N_MAX] = v->loc[VOTE_N_SUM] = n;
   v->loc[VOTE_TIME_SUM] = ns;
@@ -844,6 +851,8 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
       S->vmax_pending = 0;
     }
     S->compute_seconds += c1 - c0 - (S->ex.wait_seconds - wait0); /* before the vote, which carries it */
+    S->win_seconds += c1 - c0 - (S->ex.wait_seconds - wait0);
+    S->win_steps += rc == DR_OK;
     DR_TRY(vote_start(S, &v, &rc));
     S->fs.bytes += S->ex.bytes_sent - bytes0;
     S->fs.wait += S->ex.wait_seconds - wait0;
