@@ -444,8 +444,8 @@ static int home_put(sim *S) {
  * host). */
 static int redistribute(sim *S, const double *glob) {
   const double t_start = now();
-  /* the load (particles, or compute time since the last rebuild-mapping: balance_by), agreed in
-   * the step vote that asked for this rebuild-mapping (step_vote) */
+  /* the load (particles, or compute time since the cuts last moved: balance_by), agreed in the
+   * step vote that asked for this rebuild-mapping (step_vote) */
   const int by_time = S->sc->balance_by == BALANCE_TIME;
   const double my_seconds = S->win_seconds, my_n = (double)rank_count(S);
   /* loads: particles, or compute time in ns (vote_start) */
