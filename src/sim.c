@@ -850,8 +850,9 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
       S->st.last_dt = dt;
       S->vmax_pending = 0;
     }
-    S->compute_seconds += c1 - c0 - (S->ex.wait_seconds - wait0); /* before the vote, which carries it */
-    S->win_seconds += c1 - c0 - (S->ex.wait_seconds - wait0);
+    const double computed = c1 - c0 - (S->ex.wait_seconds - wait0);
+    S->compute_seconds += computed; /* before the vote, which carries it */
+    S->win_seconds += computed;
     S->win_steps += rc == DR_OK;
     DR_TRY(vote_start(S, &v, &rc));
     S->fs.bytes += S->ex.bytes_sent - bytes0;
