@@ -824,12 +824,16 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
      * at the next vote); the interior blocks are updated while the sums are in flight. */
     /* Where the backend packs in two halves, the interior's P2G is queued between them: the
-     * device scatters it while the host waits for the packs and copies the messages out. */
-    const int early = split && rc == DR_OK && exchange_pack(&S->ex, b);
-    if (early) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
+     * device scatters it while the host waits for the packs and copies the messages out. In the
+     * set-up step (whole P2G) the interior's grid update goes there instead. */
+    const int early = (split || setup) && rc == DR_OK && exchange_pack(&S->ex, b);
+    const int grid_early = early && !split && b->grid_update_part;
+    if (early && split) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
+    if (grid_early) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
     int xrc = exchange_start(&S->ex, b);
     if (split && !early && rc == DR_OK) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
-    if (rc == DR_OK && xrc == DR_OK && b->grid_update_part) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
+    if (rc == DR_OK && xrc == DR_OK && b->grid_update_part && !grid_early)
+      rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
     /* and the interior's G2P, which reads those blocks alone: the messages have that long too */
     if (rc == DR_OK && xrc == DR_OK && b->grid_update_part && b->g2p_interior && S->ex.nlinks > 0)
       rc = b->g2p_interior(b->state, (float)dt);
