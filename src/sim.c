@@ -307,12 +307,15 @@ static int mig_reserve(sim *S, int k, size_t bytes) {
  * rank's box by more than margin blocks to the rank that owns their position, and leaves in
  * S->mig_buf[1] the records this rank ends with: those it keeps (in their order), then those it
  * receives (by rank); *nq of them. recs is left unchanged and may be any buffer but
- * S->mig_buf[0] and [1]. Collective over S->comm; the ranks agree on the outcome. */
-static int migrate_records(sim *S, const unsigned char *recs, size_t n, int margin, size_t *nq) {
+ * S->mig_buf[0] and [1]. rc: this rank's outcome so far (how recs came), agreed on with the
+ * outcome of the records' destinations in one vote. Collective over S->comm; the ranks agree on
+ * every failure before the particles' exchange; that exchange's own failure (MPI's) is this
+ * rank's, for the caller's next agreement (two fewer collectives a migration). */
+static int migrate_records(sim *S, int rc, const unsigned char *recs, size_t n, int margin, size_t *nq) {
   const int R = S->nranks;
   const size_t rec = particles_record_bytes();
-  int rc = DR_OK;
   *nq = 0;
+  if (rc != DR_OK) n = 0;
   int *dest = malloc(sizeof *dest * (n ? n : 1));
   int *scount = calloc((size_t)R, sizeof *scount), *rcount = calloc((size_t)R, sizeof *rcount);
   int *sdispl = calloc((size_t)R, sizeof *sdispl), *rdispl = calloc((size_t)R, sizeof *rdispl);
@@ -375,7 +378,7 @@ static int migrate_records(sim *S, const unsigned char *recs, size_t n, int marg
   S->fs.migrated += stot;
   if (rec_type != MPI_DATATYPE_NULL) MPI_Type_free(&rec_type);
   free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(fill);
-  return comm_agree(S->comm, rc);
+  return rc;
 }
 
 /* p's particles as records in S->mig_buf[2] (for migrate_records). */
@@ -415,9 +418,9 @@ static int reserve_migration(sim *S) {
 /* migrate_records for particles (a resume's slices): fills q (empty on entry) with the particles
  * this rank keeps and those it receives. p is left unchanged. Collective. */
 static int migrate(sim *S, const particles *p, int margin, particles *q) {
-  int rc = comm_agree(S->comm, pack_records(S, p));
   size_t nq = 0;
-  if (rc == DR_OK) rc = migrate_records(S, S->mig_buf[2], p->n, margin, &nq);
+  int rc = pack_records(S, p); /* before mig_buf[2] is read: it may move */
+  rc = migrate_records(S, rc, S->mig_buf[2], p->n, margin, &nq);
   if (rc == DR_OK) rc = unpack_records(S, nq, q);
   return comm_agree(S->comm, rc);
 }
@@ -524,9 +527,9 @@ static int redistribute(sim *S, const double *glob) {
                    n_gone, S->rank);
     else if (rc == DR_OK && none_left)
       log_trace("redistribute: no particle past a rank's box (the step vote), and emigrate found none (checked)");
-    rc = comm_agree(S->comm, rc);
     log_trace("redistribute: %zu particles emigrate", n_gone);
-    if (rc == DR_OK) rc = migrate_records(S, (const unsigned char *)gone, n_gone, margin, &n_in);
+    /* agreed in migrate_records; its exchange's own failure in the next step's (S->setup_rc) */
+    rc = migrate_records(S, rc, (const unsigned char *)gone, n_gone, margin, &n_in);
     log_trace("redistribute: %zu particles arrive", n_in);
   }
   if (rc == DR_OK && S->hook.action == HOOK_REBUILD && S->hook.rank == S->rank && S->st.steps + 1 >= S->hook.step) {
