@@ -674,8 +674,6 @@ typedef struct cuda_state {
   int par;                      /* the grid buffer the next step uses */
   int last_par;                 /* the buffer of the last completed step (stats) */
 
-  uint8_t *h_touched;
-  size_t h_touched_cap;
 
   /* the island (see "the island" above); nm = 1: this GPU alone */
   int nm, me;                   /* members, and this member's index (the device in owner) */
@@ -4064,21 +4062,6 @@ static int stats(void *state, backend_stats *out) {
   out->rebuilds = s->rebuilds;
   out->n_particles = s->n;
   out->n_blocks = s->n_blocks;
-  out->n_touched = 0;
-  if (s->n_blocks > 0) {
-    if (s->h_touched_cap < s->n_blocks) {
-      free(s->h_touched);
-      s->h_touched = (uint8_t *)dr_malloc(s->n_blocks, "touched-block flags");
-      if (!s->h_touched) {
-        s->h_touched_cap = 0;
-        return DR_ENOMEM;
-      }
-      s->h_touched_cap = s->n_blocks;
-    }
-    CU(cudaMemcpyAsync(s->h_touched, s->touched[s->last_par].ptr, s->n_blocks, cudaMemcpyDeviceToHost, s->stream));
-    CU(cudaStreamSynchronize(s->stream));
-    for (size_t b = 0; b < s->n_blocks; ++b) out->n_touched += s->h_touched[b] != 0;
-  }
   out->bytes = held_bytes(s);
   return DR_OK;
 }
@@ -4331,7 +4314,6 @@ static void destroy(void *state) {
     if (s->pool[k]) cudaMemPoolDestroy(s->pool[k]);
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
-  free(s->h_touched);
   free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
   host_release(s->h_codes);
   free(s->h_mask);
@@ -5624,7 +5606,6 @@ static int island_stats(void *state, backend_stats *out) {
     out->rebuilds = one.rebuilds; /* every member rebuilds together */
     out->n_particles += one.n_particles;
     out->n_blocks += one.n_blocks; /* a block shared by the GPUs counts once per GPU */
-    out->n_touched += one.n_touched;
     out->bytes += one.bytes;
   }
   return DR_OK;

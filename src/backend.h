@@ -56,7 +56,6 @@ typedef struct backend_stats {
   uint64_t rebuilds;       /* rebuild-mappings so far */
   uint64_t n_particles;    /* particles held */
   uint64_t n_blocks;       /* physical blocks of the current mapping */
-  uint64_t n_touched;      /* blocks touched in the last P2G */
   double bytes;            /* memory held (host or device), bytes */
 } backend_stats;
 

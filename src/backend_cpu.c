@@ -534,9 +534,6 @@ static int stats(void *state, backend_stats *out) {
   out->rebuilds = s->rebuilds;
   out->n_particles = s->p.n;
   out->n_blocks = s->n_blocks;
-  uint64_t t = 0;
-  for (size_t b = 0; b < s->n_blocks; ++b) t += s->touched[b];
-  out->n_touched = t;
   out->bytes = (double)s->cap_n * (2 * particles_record_bytes() + sizeof(int32_t) + 2 * sizeof(uint64_t)) +
                (double)s->cap_blocks * (s->bf * (sizeof(float) + (s->det ? sizeof(int64_t) : 0)) + sizeof(uint64_t) + 1) +
                (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;
