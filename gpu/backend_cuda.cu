@@ -672,8 +672,7 @@ typedef struct cuda_state {
   dvec old_to_new;              /* [old blocks] int32: a touched old block's new index, else -1 */
   size_t g2p2g_below;           /* G2P2G for fixed steps and fewer particles than this */
   int par;                      /* the grid buffer the next step uses */
-  int last_par;                 /* the buffer of the last completed step (stats) */
-
+  int last_par;                 /* the buffer of the last completed step (its record: island_g2p's checks) */
 
   /* the island (see "the island" above); nm = 1: this GPU alone */
   int nm, me;                   /* members, and this member's index (the device in owner) */

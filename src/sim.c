@@ -830,7 +830,7 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
      * device scatters it while the host waits for the packs and copies the messages out. In the
      * set-up step (whole P2G) the interior's grid update goes there instead. */
     const int early = (split || setup) && rc == DR_OK && exchange_pack(&S->ex, b);
-    const int grid_early = early && !split && b->grid_update_part;
+    const int grid_early = early && setup && b->grid_update_part;
     if (early && split) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
     if (grid_early) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
     int xrc = exchange_start(&S->ex, b);
