@@ -547,6 +547,8 @@ typedef struct cuda_state {
   int xpack;                    /* the sparse pack and unpack kernels on xstream too (DRIFT_XSTREAM_PACK) */
   int xhead;                    /* the boundary's P2G on xstream, beside the interior's (DRIFT_XSTREAM_HEAD) */
   int head_on;                  /* ... this step: p2g_part queued it there; xhead_ev follows it */
+  int xearly;                   /* with head_on, the interior's P2G queued before the packs' host work (DRIFT_INTERIOR_EARLY) */
+  int interior_on;              /* ... this step: pack_sparse_async queued it; p2g_part(P2G_INTERIOR) only joins */
   int xtail;                    /* the shared blocks' update and the boundary's G2P on xstream (DRIFT_XSTREAM_TAIL) */
   int tail_armed;               /* ... this step: g2p_interior recorded xint_ev; the unpacks leave the join to
                                  * grid_update_part(GRID_SHARED), which may queue them there */
@@ -3291,22 +3293,37 @@ static void pslots_free(cuda_state *s) {
 
 static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
   cuda_state *s = (cuda_state *)state;
+  /* xearly: with the boundary's P2G on xstream (head_on), the interior's P2G goes on the step's
+   * stream now, before the packs' host work below (the device held only the boundary's short
+   * launch meanwhile); sim.c's p2g_part(P2G_INTERIOR) then only joins the two streams */
+  if (s->head_on && s->xearly && !s->interior_on) {
+    DR_TRY(launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary));
+    s->interior_on = 1;
+  }
   pslot *x = NULL;
   DR_TRY(pslot_get(s, slot, &x));
   x->n = n;
   if (n == 0) return DR_OK;
   const size_t esz = s->det ? sizeof(long long) : sizeof(float);
   const int32_t *didx;
+  const int n_xl = s->n_xl;
+  const void *msg = x->msg.ptr, *count = x->count.ptr;
   DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse_async"));
   DVEC(x->msg, SPARSE_MASK_BYTES(n) + n * (size_t)sums_floats(s) * esz, "exchange buffer");
   DVEC(x->count, sizeof(int), "exchange count");
-  /* xpack: on xstream, after the boundary's P2G; the interior's P2G, queued next on the step's
-   * stream, runs beside it (it writes no shared block, which is all the pack reads) */
+  /* a list uploaded or a buffer grown just now (not in the steady state): ordered on the step's stream */
+  const int fresh = s->n_xl != n_xl || x->msg.ptr != msg || x->count.ptr != count;
+  /* xpack: on xstream, after the boundary's P2G; the interior's P2G, queued on the step's stream,
+   * runs beside it (it writes no shared block, which is all the pack reads) */
   cudaStream_t st = s->stream;
   if (s->xpack) {
-    if (!s->xp2g_ev) CU(cudaEventCreateWithFlags(&s->xp2g_ev, cudaEventDisableTiming));
-    CU(cudaEventRecord(s->xp2g_ev, s->stream));
-    CU(cudaStreamWaitEvent(s->xstream, s->xp2g_ev, 0));
+    /* with head_on the pack follows the boundary's P2G in xstream's own order, and waits for the
+     * step's stream (which may hold the interior's P2G already) only after an upload or growth */
+    if (!s->head_on || fresh) {
+      if (!s->xp2g_ev) CU(cudaEventCreateWithFlags(&s->xp2g_ev, cudaEventDisableTiming));
+      CU(cudaEventRecord(s->xp2g_ev, s->stream));
+      CU(cudaStreamWaitEvent(s->xstream, s->xp2g_ev, 0));
+    }
     st = s->xstream;
   }
   DR_TRY(pack_sparse_queue(s, didx, n, dp<char>(x->msg), dp<int>(x->count), st));
@@ -3714,7 +3731,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
 
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
-  s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = 0;
+  s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = s->interior_on = 0;
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
   if (s->primed) { /* after G2P2G frames: the last G2P2G (or the rebuild's keep_primed) did this P2G */
@@ -3762,14 +3779,16 @@ static int p2g_part(void *state, float dt, int part) {
   cuda_state *s = (cuda_state *)state;
   if (part == P2G_INTERIOR) {
     if (s->part_skip) return DR_OK;
-    DR_TRY(launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary));
+    if (!s->interior_on) /* else pack_sparse_async queued it (xearly) */
+      DR_TRY(launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary));
+    s->interior_on = 0;
     /* xhead: the interior's grid update (next on this stream) reads blocks both parts scatter into */
     if (s->head_on) CU(cudaStreamWaitEvent(s->stream, s->xhead_ev, 0));
     s->head_on = 0;
     return DR_OK;
   }
   s->part_skip = 0;
-  s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = 0;
+  s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = s->interior_on = 0;
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
   if (s->primed) { /* as in p2g() */
@@ -6416,6 +6435,9 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   /* the boundary's P2G on the exchange's stream, beside the interior's (DRIFT_XSTREAM_HEAD=0:
    * before it, on the step's stream; p2g_part) */
   s->xhead = env_flag("DRIFT_XSTREAM_HEAD", 1);
+  /* ... and the interior's P2G queued before the packs' host work, not after it
+   * (DRIFT_INTERIOR_EARLY=0: after; pack_sparse_async) */
+  s->xearly = env_flag("DRIFT_INTERIOR_EARLY", 1);
   /* the shared blocks' grid update over their list instead of every block (DRIFT_GRID_LIST=0:
    * every block; weak_2 0.3-0.5 ms a frame faster with the list on 4 x H200, docs/performance.md) */
   s->grid_list = env_flag("DRIFT_GRID_LIST", 1);
