@@ -2393,6 +2393,12 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
 
 static int launch_p2g(cuda_state *s, int par) { return launch_p2g_of(s, par, NULL, s->n_packets); }
 
+/* The interior packets' P2G (ranks: boundary_order's list after its n_boundary boundary packets),
+ * on the step's stream */
+static int launch_p2g_interior(cuda_state *s) {
+  return launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary);
+}
+
 static int shared_list(cuda_state *s, cudaStream_t st);
 
 static int launch_grid_on(cuda_state *s, int par, int part, cudaStream_t st) {
@@ -3300,7 +3306,7 @@ static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n
    * stream now, before the packs' host work below (the device held only the boundary's short
    * launch meanwhile); sim.c's p2g_part(P2G_INTERIOR) then only joins the two streams */
   if (s->head_on && s->xearly && !s->interior_on) {
-    DR_TRY(launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary));
+    DR_TRY(launch_p2g_interior(s));
     s->interior_on = 1;
   }
   pslot *x = NULL;
@@ -3784,7 +3790,7 @@ static int p2g_part(void *state, float dt, int part) {
   if (part == P2G_INTERIOR) {
     if (s->part_skip) return DR_OK;
     if (!s->interior_on) /* else pack_sparse_async queued it (xearly) */
-      DR_TRY(launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary));
+      DR_TRY(launch_p2g_interior(s));
     s->interior_on = 0;
     /* xhead: the interior's grid update (next on this stream) reads blocks both parts scatter into */
     if (s->head_on) CU(cudaStreamWaitEvent(s->stream, s->xhead_ev, 0));
