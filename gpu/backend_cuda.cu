@@ -628,9 +628,6 @@ typedef struct cuda_state {
   int order_stale;              /* pk_order is not this mapping's and marks' (rebuild, mark_shared) */
   int part_skip;                /* p2g_part: the boundary call found the step's P2G primed, whole */
   int g2p_rest;                 /* g2p_interior queued the G2P of pk_order's interior packets: g2p does the rest */
-  int g2p_late;                 /* DRIFT_G2P_LATE: the percentage of the interior's packets whose G2P g2p queues, after
-                                 * the boundary's (with xtail), instead of g2p_interior; 0: none */
-  size_t late_n;                /* ... this step's: the last late_n packets of the interior list */
   int emig;                     /* the last g2p left a particle outside the rank's box (step_ctl.emig; set_home) */
   int home_on;                  /* set_home was called: G2P checks the rank's box (k_g2p's HOME variants) */
   home_box home;                /* ... that box, a kernel argument of G2P */
@@ -3741,7 +3738,6 @@ static int rebuild(void *state, int force, int *rebuilt) {
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
   s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = s->interior_on = 0;
-  s->late_n = 0;
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
   if (s->primed) { /* after G2P2G frames: the last G2P2G (or the rebuild's keep_primed) did this P2G */
@@ -3799,7 +3795,6 @@ static int p2g_part(void *state, float dt, int part) {
   }
   s->part_skip = 0;
   s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = s->interior_on = 0;
-  s->late_n = 0;
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
   if (s->primed) { /* as in p2g() */
@@ -3841,7 +3836,6 @@ static int g2p_interior(void *state, float dt) {
   (void)dt; /* k_begin_fixed stored it */
   cuda_state *s = (cuda_state *)state;
   s->g2p_rest = 0;
-  s->late_n = 0;
   if (s->n_packets == 0) return DR_OK;
   DR_TRY(boundary_order(s)); /* once per mapping and marks; a setup step's comes here */
   /* xtail: the step's stream so far (the boundary's and the interior's P2G, the interior's grid
@@ -3852,13 +3846,7 @@ static int g2p_interior(void *state, float dt) {
     CU(cudaEventRecord(s->xint_ev, s->stream));
     s->tail_armed = 1;
   }
-  /* DRIFT_G2P_LATE (off by default; not yet measured): the boundary's G2P, one short launch whose
-   * time is its warps' latency, runs after the interior's G2P here; with the last part of the
-   * interior's G2P queued in g2p instead, behind the boundary's on xstream, the two overlap */
-  const size_t n_int = s->n_packets - s->n_boundary;
-  s->late_n = s->tail_armed ? n_int * (size_t)s->g2p_late / 100 : 0;
-  if (n_int > s->late_n)
-    DR_TRY(launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order) + s->n_boundary, n_int - s->late_n, 0));
+  DR_TRY(launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary, 0));
   s->g2p_rest = 1;
   return DR_OK;
 }
@@ -4618,7 +4606,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->nm = 1;
   /* the measurement switches that take a whole number: a value out of range stops the run with
    * one line naming it */
-  long headroom = (long)g_dvec_headroom, fill = 0, persist = 0, spread = 1, late = 0;
+  long headroom = (long)g_dvec_headroom, fill = 0, persist = 0, spread = 1;
   const char *bad = NULL, *want = NULL;
   if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
   else if ((bad = env_long("DRIFT_PACKET_FILL", 0, LANES, &fill))) want = "particles a packet from 1 to 32 (0: 32)";
@@ -4626,8 +4614,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     want = "P2G's looping CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
   else if ((bad = env_long("DRIFT_P2G_SPREAD", 0, 1, &spread)))
     want = "1 (P2G's packets in a scattered order) or 0 (in the list's order)";
-  else if ((bad = env_long("DRIFT_G2P_LATE", 0, 100, &late)))
-    want = "a percentage from 0 to 100 (of the interior's packets whose G2P follows the boundary's)";
   if (bad) {
     free(s->mats);
     free(s);
@@ -4638,7 +4624,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->p2g_persist = (int)persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->p2g_spread = (int)spread;
-  s->g2p_late = (int)late;
   s->keys64 = env_flag("DRIFT_SORT_KEYS64", 0);
   s->void_steps = env_flag("DRIFT_VOID_STEP", 1); /* the top of this file; island_create: not with events */
   s->dvec_pool = 2;
@@ -5484,15 +5469,6 @@ static int island_grid_update_part(void *state, float dt, int part) {
   return DR_OK;
 }
 
-/* The interior's packets g2p_interior left to g2p (DRIFT_G2P_LATE), on the step's stream: they read
- * interior blocks only, as the others of the interior list. */
-static int late_g2p(cuda_state *s) {
-  const size_t n = s->late_n;
-  s->late_n = 0;
-  if (n == 0) return DR_OK;
-  return launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order) + s->n_packets - n, n, 0);
-}
-
 static int island_g2p(void *state, float dt) {
   (void)dt;
   island *I = (island *)state;
@@ -5504,10 +5480,8 @@ static int island_g2p(void *state, float dt) {
       if (!s->xtail_ev) CU(cudaEventCreateWithFlags(&s->xtail_ev, cudaEventDisableTiming));
       DR_TRY(launch_g2p_on(s, s->par, 0, dp<int32_t>(s->pk_order), s->n_boundary, 1, s->xstream));
       CU(cudaEventRecord(s->xtail_ev, s->xstream));
-      DR_TRY(late_g2p(s)); /* beside the boundary's */
       CU(cudaStreamWaitEvent(s->stream, s->xtail_ev, 0));
     } else {
-      DR_TRY(late_g2p(s));
       DR_TRY(s->g2p_rest ? launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order), s->n_boundary, 1)
                          : launch_g2p(s, s->par, 0));
     }
