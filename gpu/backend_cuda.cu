@@ -202,6 +202,12 @@ static int dvec_fail(size_t need, const char *what, const char *file, int line) 
  * waits for the device). */
 static unsigned long g_dvec_allocs;
 static size_t g_dvec_headroom = 2;
+/* The first allocation of a vector sized by the particles' packets (packets, ids, headers, sort
+ * keys, CUB's storage) in multiples of its need (DRIFT_DVEC_PACKET_HEADROOM). Packets fill
+ * less as material spreads, so a first allocation at 2x grows at one of the first
+ * rebuild-mappings of nearly every scene that moves; on an island the growth maps the new memory
+ * for every member and each member grows at its own rebuild-mapping, which the others wait for. */
+static size_t g_dvec_pheadroom = 4;
 static int g_dvec_keep_old; /* DRIFT_DVEC_KEEP_OLD=1: a growth keeps the old buffer until the vector is freed */
 static int g_dvec_log;      /* DRIFT_GPU_STAMPS=1: each growth logged, with the host's time in cudaFree and cudaMalloc */
 
@@ -247,6 +253,13 @@ static cudaError_t dvec_alloc(dvec *v, void **p, size_t cap) {
 static int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const char *what, const char *file,
                            int line) {
   if (exact ? need <= v->bytes : 2 * need <= v->bytes) return DR_OK;
+  /* a first allocation above 2x its need only where it takes at most an eighth of the device's
+   * free memory: a scene near the device's size starts at 2x */
+  if (!exact && !v->bytes && first > 2) {
+    size_t freeb = 0, total = 0;
+    if (cudaMemGetInfo(&freeb, &total) != cudaSuccess || first * need > freeb / 8) first = 2;
+    (void)cudaGetLastError();
+  }
   size_t cap = exact ? need : v->bytes ? (4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need) : first * need;
   if (cap < 256) cap = 256;
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
@@ -268,6 +281,7 @@ static int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const 
 #define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, 2, (what), __FILE__, __LINE__))
 #define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, 1, (what), __FILE__, __LINE__))
 #define DVEC_GRID(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, g_dvec_headroom, (what), __FILE__, __LINE__))
+#define DVEC_PK(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, g_dvec_pheadroom, (what), __FILE__, __LINE__))
 
 /* The same growth rule, keeping the first `keep` bytes (copied on the stream into the new
  * buffer; the old one is freed after the copy). For appending particles (add_particles). */
@@ -1915,7 +1929,7 @@ __global__ static void k_find_material(size_t n_slots, const uint64_t *pid, cons
     size_t temp_bytes = 0;                                                                         \
     void *temp_ptr = NULL;                                                                         \
     CU(call_with_temp);                                                                            \
-    DVEC(s->temp, temp_bytes, "CUB temporary storage");                                            \
+    DVEC_PK(s->temp, temp_bytes, "CUB temporary storage");                                            \
     temp_bytes = s->temp.bytes;                                                                    \
     temp_ptr = s->temp.ptr;                                                                        \
     CU(call_with_temp);                                                                            \
@@ -2181,23 +2195,23 @@ static int rebuild_now(cuda_state *s) {
 
   /* 5. Move the particles into their packets. */
   const int nxt = 1 - s->cur;
-  DVEC(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
-  DVEC(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
+  DVEC_PK(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
+  DVEC_PK(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
   k_scatter<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill,
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
   LAUNCHED("k_scatter");
   s->cur = nxt;
   s->n_packets = (size_t)n_packets;
-  DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
+  DVEC_PK(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   DR_TRY(push_buffers(s, s->n_packets));
   k_headers<<<blocks_for(s->n_pb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill, dp<int2>(s->hdr));
   LAUNCHED("k_headers");
   /* the sort buffers cover every slot of the next rebuild */
   for (int k = 0; k < 2; ++k) {
-    DVEC(s->keys[k], s->n_packets * LANES * sizeof(uint64_t), "particle sort keys");
-    DVEC(s->vals[k], s->n_packets * LANES * sizeof(uint32_t), "particle sort keys");
+    DVEC_PK(s->keys[k], s->n_packets * LANES * sizeof(uint64_t), "particle sort keys");
+    DVEC_PK(s->vals[k], s->n_packets * LANES * sizeof(uint32_t), "particle sort keys");
   }
 
   s->n_blocks = (size_t)nb;
@@ -3633,8 +3647,8 @@ static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t 
   DVEC_KEEP(s->hdr, packets * sizeof(int2), old_packets * sizeof(int2), st, "packet headers");
   DR_TRY(push_buffers(s, packets));
   for (int k = 0; k < 2; ++k) {
-    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
-    DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
+    DVEC_PK(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    DVEC_PK(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
   DVEC(s->pblock, (s->n + m) * sizeof(int32_t), "particle block indices");
   DVEC(s->head, (s->n + m) * sizeof(int32_t), "particle block indices");
@@ -4355,13 +4369,13 @@ static int upload(cuda_state *s, const particles *p) {
   s->n_gone = 0; /* and no slot of theirs was emigrate's */
   s->n_packets = (n + LANES - 1) / LANES;
   const size_t slots = s->n_packets * LANES;
-  DVEC(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
-  DVEC(s->pid[0], slots * sizeof(uint64_t), "particle ids");
-  DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
+  DVEC_PK(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
+  DVEC_PK(s->pid[0], slots * sizeof(uint64_t), "particle ids");
+  DVEC_PK(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   DR_TRY(push_buffers(s, s->n_packets));
   for (int k = 0; k < 2; ++k) {
-    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
-    DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
+    DVEC_PK(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    DVEC_PK(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
   DVEC(s->pblock, n * sizeof(int32_t), "particle block indices");
   DVEC(s->head, n * sizeof(int32_t), "particle block indices");
@@ -4606,9 +4620,10 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->nm = 1;
   /* the measurement switches that take a whole number: a value out of range stops the run with
    * one line naming it */
-  long headroom = (long)g_dvec_headroom, fill = 0, persist = 0, spread = 1;
+  long headroom = (long)g_dvec_headroom, pheadroom = 4, fill = 0, persist = 0, spread = 1;
   const char *bad = NULL, *want = NULL;
   if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
+  else if ((bad = env_long("DRIFT_DVEC_PACKET_HEADROOM", 2, 64, &pheadroom))) want = "a whole number from 2 to 64";
   else if ((bad = env_long("DRIFT_PACKET_FILL", 0, LANES, &fill))) want = "particles a packet from 1 to 32 (0: 32)";
   else if ((bad = env_long("DRIFT_P2G_PERSIST", 0, 32, &persist)))
     want = "P2G's looping CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
@@ -4620,6 +4635,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     return dr_fail(DR_EINPUT, "%s='%s': expected %s", bad, getenv(bad), want);
   }
   g_dvec_headroom = (size_t)headroom;
+  g_dvec_pheadroom = (size_t)pheadroom;
   s->fill = fill > 0 ? (int)fill : LANES;
   s->p2g_persist = (int)persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
