@@ -1435,17 +1435,9 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
   const size_t j = (size_t)blockIdx.x * GRID_BLOCKS_PER_CTA + threadIdx.x / BLOCK_NODES;
   const size_t blk = !list ? j : j < (size_t)*list_n ? (size_t)list[j] : n_blocks;
   const int nd = threadIdx.x % BLOCK_NODES; /* = sparse_node_in_block(li, lj, lk) */
-  /* part (enum grid_part): blocks shared with other ranks, the others, or all. The block's three
-   * flags are loaded side by side, one memory round trip instead of three in turn (touched is
-   * this step's P2G's, which no thread of this kernel writes) */
-  uint8_t is_shared = 0, was_touched = 0, next_touched = 0;
-  if (blk < n_blocks) {
-    if (part != GRID_ALL) is_shared = shared[blk];
-    next_touched = touched_next[blk];
-    was_touched = touched[blk];
-  }
-  const int inside = blk < n_blocks && (part == GRID_ALL || (part & (is_shared ? GRID_SHARED : GRID_INTERIOR)));
-  const int clear = inside && next_touched;
+  /* part (enum grid_part): blocks shared with other ranks, the others, or all */
+  const int inside = blk < n_blocks && (part == GRID_ALL || (part & (shared[blk] ? GRID_SHARED : GRID_INTERIOR)));
+  const int clear = inside && touched_next[blk];
   __syncthreads(); /* every thread has read its block's flag before one of them clears it */
   if (!inside) return;
   const int ich = g0 ? 7 : 4; /* DET: int channels per node */
@@ -1459,7 +1451,7 @@ k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, flo
     }
     if (nd == 0) touched_next[blk] = 0;
   }
-  if (!was_touched) return;
+  if (!touched[blk]) return;
   /* p2p_atomics: a block another member owns holds only this member's part; k_pull copies the
    * owner's result, and the owner's copy already holds every part (k_push): no peer sums */
   if (iv.own && iv.own[blk] >= 0) return;
