@@ -1929,7 +1929,7 @@ __global__ static void k_find_material(size_t n_slots, const uint64_t *pid, cons
     size_t temp_bytes = 0;                                                                         \
     void *temp_ptr = NULL;                                                                         \
     CU(call_with_temp);                                                                            \
-    DVEC_PK(s->temp, temp_bytes, "CUB temporary storage");                                            \
+    DVEC_PK(s->temp, temp_bytes, "CUB temporary storage");                                         \
     temp_bytes = s->temp.bytes;                                                                    \
     temp_ptr = s->temp.ptr;                                                                        \
     CU(call_with_temp);                                                                            \
