@@ -1,0 +1,98 @@
+#!/bin/bash
+# An island's kernels member by member under ncu, against one GPU's, at a chosen frame (issue #4:
+# where a member's step differs from a quarter of one GPU's). The scene first runs to frame F at
+# full speed on G GPUs and writes a checkpoint there; then it resumes from that checkpoint under
+# ncu for one frame, on G GPUs and on one. The resume splits the particles again (by count along
+# the longest axis, as a run's start does), so the members are those of a split made at frame F,
+# not the frame-0 split of a run that went on. The island uses the events barrier under ncu
+# (parallel.island_barrier): ncu serializes the kernels, which the spin barrier's waiting kernels
+# would not survive. The kernels are the same.
+#
+#   on the GPUs: tools/device_ncu_island.sh [G] [F]    (default 4 GPUs, frame 30; carry .device)
+#
+# env: SCENE   the scene (default jobs/bench/sand_blocks_l46x16.json)
+#      KERNELS ncu's kernel-name regex (default k_p2g|k_grid|k_g2p)
+#      SKIP    launches of those kernels skipped after the resume (default 24: its set-up)
+#      COUNT   kernels profiled on G GPUs (default 48; one GPU: COUNT / G)
+#      METRICS ncu's metrics (default: duration, instructions, L2 reduction sectors, DRAM bytes)
+#      NCU     the profiler (default ncu); empty: the same runs without it (a dry run)
+#      BACKEND cuda (default) or cpu (a dry run on a machine without a GPU, NCU empty)
+#      OUT     the output folder (default: the device tool's $OUT, else ./ab-out); logs packed into
+#              logs.tgz at the end where OUT is the device tool's (device_env.sh's pack_out)
+# Prints, per run, kernel and context (a context is a member), the launches profiled and the
+# median of each metric. Exit status: 0, or 1 when the build or a run fails.
+set -uo pipefail
+g=${1:-4}
+frame=${2:-30}
+scene=${SCENE:-jobs/bench/sand_blocks_l46x16.json}
+kernels=${KERNELS:-k_p2g|k_grid|k_g2p}
+skip=${SKIP:-24}
+count=${COUNT:-48}
+metrics=${METRICS:-gpu__time_duration.sum,smsp__inst_executed.sum,lts__t_sectors_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum}
+ncu=${NCU-ncu}
+backend=${BACKEND:-cuda}
+# shellcheck source=tools/device_env.sh
+. "$(dirname "$0")/device_env.sh"
+cd "$root" || exit 1
+export PACK=0
+if [ ! -x "$root/build-b/drift" ]; then
+  device_build "$root/build-b" "" || { PACK=1 pack_out; exit 1; }
+fi
+work=$out/ncu_island
+mkdir -p "$work"
+sc=$work/scene.json
+# the scene with a checkpoint at frame F, frames written only at its last, the events barrier
+python3 - "$scene" "$sc" "$work/run" "$frame" <<'EOF' || exit 1
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["output"] = {"dir": sys.argv[3], "every": s["time"]["frames"], "checkpoint_every": int(sys.argv[4]), "checkpoint_keep": 1}
+s.setdefault("parallel", {})["island_barrier"] = "events"
+json.dump(s, open(sys.argv[2], "w"), indent=1)
+EOF
+rm -rf "$work/run"
+if ! "$root/build-b/drift" run "$sc" --frames "$frame" --backend "$backend" --gpus "$g" --quiet >"$work/run.log" 2>&1; then
+  echo "the run to frame $frame failed: $(tail -2 "$work/run.log")"
+  PACK=1 pack_out
+  exit 1
+fi
+rc=0
+for n in "$g" 1; do
+  c=$count
+  [ "$n" = 1 ] && c=$(((count + g - 1) / g))
+  prof=()
+  [ -n "$ncu" ] && prof=("$ncu" --csv --metrics "$metrics" --kernel-name "regex:$kernels" --launch-skip "$skip" --launch-count "$c"
+    --log-file "$work/ncu_g$n.csv")
+  if ! "${prof[@]}" "$root/build-b/drift" run "$sc" --resume --frames $((frame + 1)) --backend "$backend" --gpus "$n" --quiet \
+    >"$work/resume_g$n.log" 2>&1; then
+    echo "the resumed frame on $n GPU(s) failed: $(tail -2 "$work/resume_g$n.log")"
+    rc=1
+  fi
+done
+rm -rf "$work/run"
+python3 - "$work" <<'EOF'
+import collections, csv, glob, io, sys
+files = sorted(glob.glob(sys.argv[1] + "/ncu_g*.csv"))
+if not files:
+    print("no ncu output (NCU empty, or nothing profiled)")
+for f in files:
+    txt = open(f).read()
+    i = txt.find('"ID"')
+    print(f.rsplit("/", 1)[-1])
+    if i < 0:
+        print("   no kernel profiled")
+        continue
+    runs = collections.defaultdict(lambda: collections.defaultdict(list))  # (kernel, context) -> metric -> values
+    units = {}
+    for r in csv.DictReader(io.StringIO(txt[i:])):
+        k = (r["Kernel Name"].split("(")[0].replace("void ", ""), r["Context"])
+        runs[k][r["Metric Name"]].append(float(r["Metric Value"].replace(",", "")))
+        units[r["Metric Name"]] = r["Metric Unit"]
+    for (kern, ctx), m in sorted(runs.items()):
+        cols = []
+        for name, v in m.items():
+            v.sort()
+            cols.append("%s %.4g %s" % (name.rsplit(".", 1)[0], v[len(v) // 2], units[name]))
+        print("   %-22s context %-3s %3d x median: %s" % (kern, ctx, len(next(iter(m.values()))), ", ".join(cols)))
+EOF
+PACK=1 pack_out
+exit $rc
