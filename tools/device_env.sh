@@ -32,6 +32,27 @@ device_build() {
     { echo "$(basename "$0"): build of $name failed (logs: $out/$name.*.log):" >&2; tail -20 "$out/$name.cmake.log" "$out/$name.build.log" >&2 2>/dev/null; return 1; }
 }
 
+# device_build_b: build-b from this tree unless it is there already (the ncu scripts, which may
+# follow an A/B script in the same call); exits 1 (logs packed) when the build fails.
+device_build_b() {
+  [ -x "$root/build-b/drift" ] || device_build "$root/build-b" "" || { PACK=1 pack_out; exit 1; }
+}
+
+# checkpoint_scene SRC DEST RUNDIR FRAME [BARRIER]: SRC's scene written to DEST with its frames in
+# RUNDIR (only at its last frame; its other output keys kept) and a checkpoint at frame FRAME (kept alone), so that a run
+# stopped there resumes under a profiler for one frame (device_ncu_ranks.sh,
+# device_ncu_island.sh); BARRIER sets parallel.island_barrier.
+checkpoint_scene() {
+  python3 - "$@" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s.setdefault("output", {}).update({"dir": sys.argv[3], "every": s["time"]["frames"], "checkpoint_every": int(sys.argv[4]), "checkpoint_keep": 1})
+if len(sys.argv) > 5:
+    s.setdefault("parallel", {})["island_barrier"] = sys.argv[5]
+json.dump(s, open(sys.argv[2], "w"), indent=1)
+EOF
+}
+
 # device_build_pair A_SRC B_FLAGS: build-a from A_SRC (empty: this tree) and build-b from this tree
 # with B_FLAGS, side by side; 1 if either fails.
 device_build_pair() {

@@ -35,20 +35,12 @@ backend=${BACKEND:-cuda}
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
 export PACK=0
-if [ ! -x "$root/build-b/drift" ]; then
-  device_build "$root/build-b" "" || { PACK=1 pack_out; exit 1; }
-fi
+device_build_b
 work=$out/ncu_island
 mkdir -p "$work"
 sc=$work/scene.json
-# the scene with a checkpoint at frame F, frames written only at its last, the events barrier
-python3 - "$scene" "$sc" "$work/run" "$frame" <<'EOF' || exit 1
-import json, sys
-s = json.load(open(sys.argv[1]))
-s["output"] = {"dir": sys.argv[3], "every": s["time"]["frames"], "checkpoint_every": int(sys.argv[4]), "checkpoint_keep": 1}
-s.setdefault("parallel", {})["island_barrier"] = "events"
-json.dump(s, open(sys.argv[2], "w"), indent=1)
-EOF
+# the scene with a checkpoint at frame F, the events barrier
+checkpoint_scene "$scene" "$sc" "$work/run" "$frame" events || exit 1
 rm -rf "$work/run"
 if ! "$root/build-b/drift" run "$sc" --frames "$frame" --backend "$backend" --gpus "$g" --quiet >"$work/run.log" 2>&1; then
   echo "the run to frame $frame failed: $(tail -2 "$work/run.log")"

@@ -31,9 +31,7 @@ backend=${BACKEND:-cuda}
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
 export PACK=0
-if [ ! -x "$root/build-b/drift" ]; then
-  device_build "$root/build-b" "" || { PACK=1 pack_out; exit 1; }
-fi
+device_build_b
 work=$out/ncu_ranks
 mkdir -p "$work"
 rc=0
@@ -41,14 +39,8 @@ for r in 1 "$n"; do
   src=${SCENE1:-jobs/bench/weak_1.json}
   [ "$r" = 1 ] || src=${SCENEN:-jobs/bench/weak_$r.json}
   sc=$work/weak_$r.json
-  # the scene with a checkpoint at frame F, frames written only at 0, into its own folder
-  python3 - "$src" "$sc" "$work/run_$r" "$frame" <<'EOF' || exit 1
-import json, sys
-s = json.load(open(sys.argv[1]))
-o = s.setdefault("output", {})
-o.update({"dir": sys.argv[3], "every": s["time"]["frames"], "checkpoint_every": int(sys.argv[4]), "checkpoint_keep": 1})
-json.dump(s, open(sys.argv[2], "w"), indent=1)
-EOF
+  # the scene with a checkpoint at frame F, its frames into its own folder
+  checkpoint_scene "$src" "$sc" "$work/run_$r" "$frame" || exit 1
   rm -rf "$work/run_$r"
   if ! mpirun -n "$r" --oversubscribe --bind-to none "$root/build-b/drift" run "$sc" --frames "$frame" --backend "$backend" \
     --gpus 1 --quiet >"$work/run_$r.log" 2>&1; then
