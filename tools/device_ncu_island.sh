@@ -61,21 +61,18 @@ for n in "$g" 1; do
   fi
 done
 rm -rf "$work/run"
-python3 - "$work" <<'EOF'
-import collections, csv, glob, io, sys
-files = sorted(glob.glob(sys.argv[1] + "/ncu_g*.csv"))
-if not files:
-    print("no ncu output (NCU empty, or nothing profiled)")
-for f in files:
-    txt = open(f).read()
-    i = txt.find('"ID"')
-    print(f.rsplit("/", 1)[-1])
-    if i < 0:
+python3 - "$work" "$root/tools" <<'EOF'
+import collections, sys
+sys.path.insert(0, sys.argv[2])
+from ncu_csv import tables
+for name, rows in tables(sys.argv[1] + "/ncu_g*.csv"):
+    print(name)
+    if rows is None:
         print("   no kernel profiled")
         continue
     runs = collections.defaultdict(lambda: collections.defaultdict(list))  # (kernel, context) -> metric -> values
     units = {}
-    for r in csv.DictReader(io.StringIO(txt[i:])):
+    for r in rows:
         k = (r["Kernel Name"].split("(")[0].replace("void ", ""), r["Context"])
         runs[k][r["Metric Name"]].append(float(r["Metric Value"].replace(",", "")))
         units[r["Metric Name"]] = r["Metric Unit"]

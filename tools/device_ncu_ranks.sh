@@ -57,21 +57,18 @@ for r in 1 "$n"; do
     rc=1
   fi
 done
-python3 - "$work" <<'EOF'
-import csv, glob, io, sys
+python3 - "$work" "$root/tools" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[2])
+from ncu_csv import tables
 scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
-files = sorted(glob.glob(sys.argv[1] + "/ncu_w*_r*.csv"))
-if not files:
-    print("no ncu output (NCU empty, or nothing profiled)")
-for f in files:
-    txt = open(f).read()
-    i = txt.find('"ID"')
-    print(f.rsplit("/", 1)[-1])
-    if i < 0:
+for name, rows in tables(sys.argv[1] + "/ncu_w*_r*.csv"):
+    print(name)
+    if rows is None:
         print("   no kernel profiled")
         continue
     d = {}
-    for r in csv.DictReader(io.StringIO(txt[i:])):
+    for r in rows:
         if r["Metric Name"] == "gpu__time_duration.sum":
             v = float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], float("nan"))
             d.setdefault((r["Kernel Name"].split("(")[0].replace("void ", ""), r["Grid Size"]), []).append(v)
