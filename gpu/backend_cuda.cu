@@ -201,13 +201,15 @@ static int dvec_fail(size_t need, const char *what, const char *file, int line) 
  * with the first rebuild-mapping that needs more; the grid of falling material does, and cudaFree
  * waits for the device). */
 static unsigned long g_dvec_allocs;
-static size_t g_dvec_headroom = 2;
+#define DVEC_HEADROOM 2 /* the defaults of DRIFT_DVEC_HEADROOM and DRIFT_DVEC_PACKET_HEADROOM */
+#define DVEC_PACKET_HEADROOM 4
+static size_t g_dvec_headroom = DVEC_HEADROOM;
 /* The first allocation of a vector sized by the particles' packets (packets, ids, headers, sort
  * keys, CUB's storage) in multiples of its need (DRIFT_DVEC_PACKET_HEADROOM). Packets fill
  * less as material spreads, so a first allocation at 2x grows at one of the first
  * rebuild-mappings of nearly every scene that moves; on an island the growth maps the new memory
  * for every member and each member grows at its own rebuild-mapping, which the others wait for. */
-static size_t g_dvec_pheadroom = 4;
+static size_t g_dvec_pheadroom = DVEC_PACKET_HEADROOM;
 static int g_dvec_keep_old; /* DRIFT_DVEC_KEEP_OLD=1: a growth keeps the old buffer until the vector is freed */
 static int g_dvec_log;      /* DRIFT_GPU_STAMPS=1: each growth logged, with the host's time in cudaFree and cudaMalloc */
 
@@ -4620,7 +4622,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->nm = 1;
   /* the measurement switches that take a whole number: a value out of range stops the run with
    * one line naming it */
-  long headroom = (long)g_dvec_headroom, pheadroom = 4, fill = 0, persist = 0, spread = 1;
+  long headroom = DVEC_HEADROOM, pheadroom = DVEC_PACKET_HEADROOM, fill = 0, persist = 0, spread = 1;
   const char *bad = NULL, *want = NULL;
   if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
   else if ((bad = env_long("DRIFT_DVEC_PACKET_HEADROOM", 2, 64, &pheadroom))) want = "a whole number from 2 to 64";
