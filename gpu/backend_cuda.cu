@@ -611,7 +611,6 @@ typedef struct cuda_state {
 
   dvec keys[2], vals[2];        /* [slots] sort keys and slot indices */
   dvec gone;                    /* [n_gone] slots whose particles emigrate took (dropped by the next rebuild) */
-  dvec hist;                    /* island_resplit: the member's particles by bin along the split axis */
   size_t n_gone;                /* slots gone covers (0: none) */
   dvec xrec;                    /* emigrate_records, add_records: particle records on the device */
   uint32_t *h_rec;              /* emigrate_records: the records on the host (pinned, grow-only) */
@@ -814,44 +813,6 @@ __global__ static void k_leave(size_t n_slots, const float *pk, const int2 *hdr,
     const int b1 = bspline_base((q[(A_X + 1) * LANES] - origin.y) * inv_dx) >> 2;
     const int b2 = bspline_base((q[(A_X + 2) * LANES] - origin.z) * inv_dx) >> 2;
     out = b0 < lo.x || b0 >= hi.x || b1 < lo.y || b1 >= hi.y || b2 < lo.z || b2 >= hi.z;
-  }
-  flag[i] = out;
-}
-
-/* parallel.island_resplit (island_resplit): a particle's bin along the split axis, RESPLIT_BINS
- * bins a cell ((x - origin) * inv_dx * RESPLIT_BINS, floored), clamped to [0, n_bins). The host
- * routes the records by the same expression (resplit_bin), in the same float operations. */
-#define RESPLIT_BINS 4
-DR_HD int resplit_bin(float x, float origin, float scale, int n_bins) {
-  const float b = floorf((x - origin) * scale);
-  return b < 0.0f ? 0 : b >= (float)n_bins ? n_bins - 1 : (int)b;
-}
-
-/* The member's particles counted by bin (one atomic a run of equal bins in a warp: the packets
- * hold particles of one block). */
-__global__ static void k_axis_hist(size_t n_slots, const float *__restrict__ pk, const int2 *__restrict__ hdr, int axis,
-                                   float origin, float scale, int n_bins, unsigned *hist) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n_slots) return;
-  const size_t p = i / LANES;
-  const int lane = (int)(i % LANES);
-  if (lane >= hdr[p].y) return;
-  const int b = resplit_bin(pk[p * PK_FLOATS + (A_X + axis) * LANES + lane], origin, scale, n_bins);
-  const unsigned same = __match_any_sync(__activemask(), b);
-  if ((int)(__ffs(same) - 1) == (int)(threadIdx.x % 32)) atomicAdd(&hist[b], (unsigned)__popc(same));
-}
-
-/* flag[i] = 1 where slot i holds a particle whose bin lies outside [lo, hi) (island_resplit). */
-__global__ static void k_leave_slab(size_t n_slots, const float *__restrict__ pk, const int2 *__restrict__ hdr, int axis,
-                                    float origin, float scale, int n_bins, int lo, int hi, uint32_t *flag) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n_slots) return;
-  const size_t p = i / LANES;
-  const int lane = (int)(i % LANES);
-  uint32_t out = 0;
-  if (lane < hdr[p].y) {
-    const int b = resplit_bin(pk[p * PK_FLOATS + (A_X + axis) * LANES + lane], origin, scale, n_bins);
-    out = b < lo || b >= hi;
   }
   flag[i] = out;
 }
@@ -3970,29 +3931,17 @@ static size_t unpack_host(const cuda_state *s, const float *pk, const uint64_t *
 /* Their first half: flags the particles whose block lies outside [lo, hi) (k_leave), numbers
  * them (*upto, an inclusive scan in slot order) and counts them (*m); where there are some, the
  * gone marks are ready for the gather that marks their slots. */
-static int leave_count(cuda_state *s, uint32_t *flag, uint32_t *upto, int *m);
-
 static int leave_flags(cuda_state *s, const int32_t lo[3], const int32_t hi[3], int *m, uint32_t **flag_out,
                        uint32_t **upto_out) {
   *m = 0;
   if (s->n == 0) return DR_OK;
+  cudaStream_t st = s->stream;
   const size_t n_slots = s->n_packets * LANES;
   uint32_t *flag = dp<uint32_t>(s->vals[0]), *upto = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= n_slots */
-  k_leave<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+  k_leave<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone, flag);
   LAUNCHED("k_leave");
-  DR_TRY(leave_count(s, flag, upto, m));
-  *flag_out = flag;
-  *upto_out = upto;
-  return DR_OK;
-}
-
-/* The flags' inclusive scan (upto) and count (*m); where there are some, the gone marks ready for
- * the gather that marks their slots (leave_flags, slab_flags). */
-static int leave_count(cuda_state *s, uint32_t *flag, uint32_t *upto, int *m) {
-  cudaStream_t st = s->stream;
-  const size_t n_slots = s->n_packets * LANES;
   CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, flag, upto, (int)n_slots, st));
   DR_TRY(read_count(s, upto + n_slots - 1, m));
   if (*m == 0) return DR_OK;
@@ -4003,6 +3952,8 @@ static int leave_count(cuda_state *s, uint32_t *flag, uint32_t *upto, int *m) {
     DVEC(s->gone, n_slots, "emigrating particles");
     CU(cudaMemsetAsync(s->gone.ptr, 0, n_slots, st));
   }
+  *flag_out = flag;
+  *upto_out = upto;
   return DR_OK;
 }
 
@@ -4021,8 +3972,6 @@ static int left(cuda_state *s, int m) {
 /* backend.h's emigrate_records: the leaving particles packed as records on the device
  * (k_leave_records) and copied once into pinned host memory, which sim.c sends as it is; no
  * attribute-by-attribute unpacking on the host. */
-static int records_out(cuda_state *s, int m, const uint32_t *flag, const uint32_t *upto, const void **rec, size_t *n);
-
 static int emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec, size_t *n) {
   cuda_state *s = (cuda_state *)state;
   *rec = NULL;
@@ -4030,12 +3979,7 @@ static int emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3
   int m = 0;
   uint32_t *flag = NULL, *upto = NULL;
   DR_TRY(leave_flags(s, lo, hi, &m, &flag, &upto));
-  return m ? records_out(s, m, flag, upto, rec, n) : DR_OK;
-}
-
-/* The m flagged particles packed as records, copied into pinned host memory (*rec, valid until
- * the member's next call), and gone from the device (emigrate_records, island_resplit). */
-static int records_out(cuda_state *s, int m, const uint32_t *flag, const uint32_t *upto, const void **rec, size_t *n) {
+  if (m == 0) return DR_OK;
   cudaStream_t st = s->stream;
   const size_t n_slots = s->n_packets * LANES, bytes = (size_t)m * REC_WORDS * sizeof(uint32_t);
   DVEC(s->xrec, bytes, "emigrating particles");
@@ -4144,7 +4088,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->hist, &s->xrec, &s->pk_order,
+                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
                        &s->shared_idx, &s->shared_n,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
@@ -4383,7 +4327,7 @@ static void destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->hist, &s->xrec, &s->pk_order,
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
                        &s->shared_idx, &s->shared_n,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
@@ -4864,12 +4808,6 @@ typedef struct island {
   void *rec_in;             /* island_add_records: one member's share (pinned) */
   size_t rec_in_cap;
   int rebuild_sync;         /* DRIFT_ISLAND_REBUILD_SYNC=1: the host waits for every member's rebuild (job_rebuild) */
-  int resplit_every;        /* parallel.island_resplit: split again at every this many rebuild-mappings (0: never) */
-  int since_split;          /* rebuild-mappings since the last split */
-  unsigned long resplits;   /* splits again so far, and the particles they moved */
-  unsigned long long resplit_moved;
-  unsigned *hist;           /* island_resplit: the members' counts by bin, summed */
-  size_t hist_cap;
 } island;
 
 /* Makes s's device current before launching on it (one GPU: it already is, since setup). */
@@ -5157,115 +5095,6 @@ static int island_rebuild_for(island *I, int capture) {
 
 static int island_rebuild(island *I) { return island_rebuild_for(I, 0); }
 
-/* parallel.island_resplit: the island's particles split again along the split axis, evenly by
- * count (to a quarter cell), each member taking the slab between two cuts: the members' counts by
- * bin (k_axis_hist), summed on the host, give the cuts; each member's particles outside its slab
- * leave it as records (k_leave_slab, records_out) and join the member whose slab holds them
- * (append_records); the rebuild-mapping that follows (the caller's) places them. Between two
- * splits the split is static, as the paper's. Why: a static split by count drifts apart in space
- * as the material moves, a member's particles spread over more blocks among its peers' (their
- * packets less full, their P2G slower), and equal counts stop meaning equal work
- * (docs/performance.md). Skipped where a member holds primed G2P2G sums (dropping them would run
- * a return mapping twice) or emigrate's marks (the ranks' migration in progress): the next
- * rebuild-mapping tries again. */
-static int island_resplit(island *I) {
-  const int nm = I->nm, axis = I->axis;
-  for (int k = 0; k < nm; ++k)
-    if (I->m[k]->primed || I->m[k]->n_gone) return DR_OK;
-  const cuda_state *s0 = I->m[0];
-  const sim_params *prm = &s0->prm;
-  const int n_bins =
-      ((int)ceil((prm->domain_max[axis] - prm->domain_min[axis]) / prm->dx) + 2 * GRID_PAD + 4) * RESPLIT_BINS;
-  const float origin = s0->origin[axis], scale = s0->inv_dx * (float)RESPLIT_BINS;
-  const size_t hb = (size_t)n_bins * sizeof(unsigned);
-  DR_TRY(host_pinned((void **)&I->hist, &I->hist_cap, (size_t)nm * hb, "the island's split (counts by bin)"));
-  for (int k = 0; k < nm; ++k) {
-    cuda_state *s = I->m[k];
-    DR_TRY(use(s));
-    DVEC(s->hist, hb, "the island's split (counts by bin)");
-    CU(cudaMemsetAsync(s->hist.ptr, 0, hb, s->stream));
-    if (s->n_packets > 0) {
-      k_axis_hist<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-          s->n_packets * LANES, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), axis, origin, scale, n_bins,
-          dp<unsigned>(s->hist));
-      LAUNCHED("k_axis_hist");
-    }
-    CU(cudaMemcpyAsync(I->hist + (size_t)k * n_bins, s->hist.ptr, hb, cudaMemcpyDeviceToHost, s->stream));
-  }
-  for (int k = 0; k < nm; ++k) {
-    DR_TRY(use(I->m[k]));
-    CU(cudaStreamSynchronize(I->m[k]->stream));
-  }
-  /* the cuts: cut[j] the bin boundary whose count below it comes nearest to j / nm of all */
-  unsigned long long total = 0;
-  for (int b = 0; b < n_bins; ++b) {
-    for (int k = 1; k < nm; ++k) I->hist[b] += I->hist[(size_t)k * n_bins + b];
-    total += I->hist[b];
-  }
-  int cut[MAX_GPUS + 1];
-  cut[0] = 0;
-  cut[nm] = n_bins;
-  unsigned long long below = 0; /* particles in the bins below b */
-  int b = 0;
-  for (int j = 1; j < nm; ++j) {
-    const double want = (double)total * j / nm;
-    while (b < n_bins && fabs((double)(below + I->hist[b]) - want) <= fabs((double)below - want)) below += I->hist[b++];
-    cut[j] = b;
-  }
-  /* each member's particles outside its slab, as records (each member's own buffer) */
-  const void *r[MAX_GPUS] = {NULL};
-  size_t m[MAX_GPUS] = {0}, moved = 0;
-  for (int k = 0; k < nm; ++k) {
-    cuda_state *s = I->m[k];
-    if (s->n == 0) continue;
-    DR_TRY(use(s));
-    const size_t n_slots = s->n_packets * LANES;
-    uint32_t *flag = dp<uint32_t>(s->vals[0]), *upto = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= n_slots */
-    k_leave_slab<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), axis, origin, scale, n_bins, cut[k], cut[k + 1], flag);
-    LAUNCHED("k_leave_slab");
-    int mk = 0;
-    DR_TRY(leave_count(s, flag, upto, &mk));
-    if (mk) DR_TRY(records_out(s, mk, flag, upto, &r[k], &m[k]));
-    moved += m[k];
-  }
-  I->since_split = 0;
-  ++I->resplits;
-  I->resplit_moved += moved;
-  TRACE("island: split again (%lu), cuts at bins %d %d %d of %d: %zu of %llu particles move", I->resplits, cut[1],
-        nm > 2 ? cut[2] : -1, nm > 3 ? cut[3] : -1, n_bins, moved, total);
-  if (moved == 0) return DR_OK;
-  /* gathered into the island's buffer (a member's records live until its next call), then each
-   * member's arrivals, in the members' order, appended to it */
-  const size_t rb = REC_WORDS * sizeof(uint32_t);
-  DR_TRY(host_pinned(&I->rec, &I->rec_cap, moved * rb, "the particles moving between the island's GPUs"));
-  DR_TRY(host_pinned(&I->rec_in, &I->rec_in_cap, moved * rb, "the particles moving between the island's GPUs"));
-  for (int k = 0, at = 0; k < nm; at += (int)m[k], ++k)
-    if (m[k]) memcpy((char *)I->rec + (size_t)at * rb, r[k], m[k] * rb);
-  for (int d = 0; d < nm; ++d) {
-    size_t got = 0;
-    for (size_t i = 0; i < moved; ++i) {
-      const unsigned char *rec = (const unsigned char *)I->rec + rb * i;
-      float x;
-      memcpy(&x, rec + sizeof(float) * (size_t)axis, sizeof x); /* a record starts with the position */
-      const int bin = resplit_bin(x, origin, scale, n_bins);
-      if ((bin >= cut[d] || d == 0) && (bin < cut[d + 1] || d == nm - 1)) memcpy((char *)I->rec_in + rb * got++, rec, rb);
-    }
-    if (got) {
-      DR_TRY(use(I->m[d]));
-      DR_TRY(append_records(I->m[d], I->rec_in, got));
-    }
-  }
-  return DR_OK;
-}
-
-/* The rebuild-mapping of the frame loop and of the phases: where parallel.island_resplit asks,
- * the island splits again first. */
-static int island_rebuild_mapping(island *I, int capture) {
-  if (I->resplit_every > 0 && I->nm > 1 && ++I->since_split >= I->resplit_every) DR_TRY(island_resplit(I));
-  return island_rebuild_for(I, capture);
-}
-
 static int island_wants_rebuild(const island *I) {
   int any = 0;
   for (int k = 0; k < I->nm; ++k) any |= I->m[k]->need_rebuild;
@@ -5499,7 +5328,7 @@ static int island_advance_frame(void *state, const frame_plan *plan, frame_repor
         asked = 1;
         break;
       }
-      DR_TRY(island_rebuild_mapping(I, !events));
+      DR_TRY(island_rebuild_for(I, !events));
     }
     if (!adaptive && launched >= todo) break;
     /* after the rebuild of every member: a graph holds its peers' buffers (events: no graphs) */
@@ -5562,7 +5391,7 @@ static int island_rebuild_phase(void *state, int force, int *rebuilt) {
   island *I = (island *)state;
   *rebuilt = 0;
   if (!force && !island_wants_rebuild(I)) return DR_OK;
-  DR_TRY(island_rebuild_mapping(I, 0));
+  DR_TRY(island_rebuild(I));
   *rebuilt = 1;
   return DR_OK;
 }
@@ -5844,9 +5673,6 @@ static void island_xl_free(island *I) {
 static void island_destroy(void *state) {
   island *I = (island *)state;
   if (!I) return;
-  if (I->resplit_every > 0 && I->nm > 1)
-    log_info("cuda island: split again %lu time%s (parallel.island_resplit %d), %llu particle%s moved between its GPUs",
-             I->resplits, I->resplits == 1 ? "" : "s", I->resplit_every, I->resplit_moved, I->resplit_moved == 1 ? "" : "s");
   crew_stop(I);
   for (int k = 0; k < I->nm; ++k) destroy(I->m[k]);
   island_xl_free(I);
@@ -5856,7 +5682,6 @@ static void island_destroy(void *state) {
   free(I->xbuf);
   host_release(I->rec);
   host_release(I->rec_in);
-  host_release(I->hist);
   free(I);
 }
 
@@ -6448,7 +6273,6 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   if (!I) return DR_ENOMEM;
   I->nm = nm;
   I->rebuild_sync = env_flag("DRIFT_ISLAND_REBUILD_SYNC", 0);
-  I->resplit_every = prm->island_resplit;
   particles parts[MAX_GPUS];
   memset(parts, 0, sizeof parts);
   int rc = DR_OK;

@@ -34,7 +34,6 @@ typedef struct sim_params {
   float fix_scale[2];                  /* deterministic: units per kg (mass) and per kg m/s (momentum) */
   int island_barrier;                  /* cuda, several GPUs: enum island_barrier_kind (scene.h) */
   int island_reduce;                   /* cuda, several GPUs: enum island_reduce_kind (scene.h) */
-  int island_resplit;                  /* cuda, several GPUs: split again every this many rebuild-mappings (0: never) */
 } sim_params;
 
 /* A particle that moves more than this many cells in one step has broken the CFL condition

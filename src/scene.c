@@ -1437,7 +1437,7 @@ void scene_set_island(scene *s, const int island[2]) {
 static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   static const char *const keys[] = {"backend",       "gpus_per_rank",  "g2p2g_below",  "balance_threshold",
                                      "balance_by",    "balance_cost",   "deterministic", "island_barrier",
-                                     "island_reduce", "island_resplit"};
+                                     "island_reduce"};
   static const char *const balance_by[] = {"particles", "time"};
   static const char *const backends[] = {"auto", "cpu", "cuda"};
   const cJSON *p;
@@ -1450,12 +1450,11 @@ static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   s->deterministic = 0;
   s->island_barrier = ISLAND_BARRIER_SPIN;
   s->island_reduce = ISLAND_REDUCE_DOUBLE_BUFFER;
-  s->island_resplit = 0;
   DR_TRY(get_section(c, root, "parallel", 0, "", &p));
   if (!p) return 0;
   DR_TRY(need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold, balance_by, "
-                                       "balance_cost, deterministic, island_barrier, island_reduce, island_resplit"));
-  DR_TRY(check_keys(c, p, "parallel", keys, 10, NULL, 0, NULL));
+                                       "balance_cost, deterministic, island_barrier, island_reduce"));
+  DR_TRY(check_keys(c, p, "parallel", keys, 9, NULL, 0, NULL));
   DR_TRY(get_bool(c, p, "parallel", "balance_cost", 1, &s->balance_cost));
   DR_TRY(get_bool(c, p, "parallel", "deterministic", 0, &s->deterministic));
   DR_TRY(get_enum(c, p, "parallel", "balance_by", BALANCE_PARTICLES, balance_by, 2, &s->balance_by));
@@ -1467,7 +1466,6 @@ static int parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   DR_TRY(get_enum(c, p, "parallel", "island_reduce", ISLAND_REDUCE_DOUBLE_BUFFER, scene_island_reduce_names, 2,
                   &s->island_reduce));
   DR_TRY(get_int32(c, p, "parallel", "g2p2g_below", 0, 100000, 0, INT_MAX, &s->g2p2g_below));
-  DR_TRY(get_int32(c, p, "parallel", "island_resplit", 0, 0, 0, 1000000, &s->island_resplit));
   return get_int32(c, p, "parallel", "gpus_per_rank", 0, 0, 0, 8, &s->gpus_per_rank); /* an island has at most 8 GPUs */
 }
 

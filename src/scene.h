@@ -142,8 +142,6 @@ typedef struct scene {
                           * whatever the threads, GPUs and ranks; default 0 */
   int island_barrier;    /* enum island_barrier_kind, default spin */
   int island_reduce;     /* enum island_reduce_kind, default double_buffer */
-  int island_resplit;    /* the island splits its particles again at every this many rebuild-mappings;
-                          * default 0: never (the paper's static split) */
   char *text;            /* the file's bytes, NUL-terminated (owned; checkpoints store them) */
   size_t text_len;
   uint64_t hash;         /* scene_hash_bytes of text: a checkpoint names the scene it came from */
