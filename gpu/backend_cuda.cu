@@ -5713,6 +5713,10 @@ static int island_split(island *I, const particles *p, particles *parts) {
   I->axis = 0;
   for (int a = 1; a < 3; ++a)
     if (hi[a] - lo[a] > hi[I->axis] - lo[I->axis]) I->axis = a;
+  long forced = -1; /* DRIFT_ISLAND_AXIS=0|1|2: the split along that axis (a measurement switch) */
+  const char *bad = env_long("DRIFT_ISLAND_AXIS", 0, 2, &forced);
+  if (bad) return dr_fail(DR_EINPUT, "%s='%s': expected 0, 1 or 2 (x, y or z)", bad, getenv(bad));
+  if (forced >= 0) I->axis = (int)forced;
   coord_index *ci = sorted_along(p, I->axis, "island split");
   if (!ci) return DR_ENOMEM;
   int rc = DR_OK;
