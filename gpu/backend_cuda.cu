@@ -437,7 +437,6 @@ typedef struct island_view {
   int np;                                   /* peers (members - 1); 0 for one GPU */
   unsigned long long timeout_ns;            /* a barrier gives up after this long (see above) */
   int spin;                                 /* 1: barriers are spin locks (k_begin spins for vmax); 0: events */
-  unsigned sleep_ns;                        /* a spinning lane's pause between two reads of a peer's count */
   const int8_t *own;                        /* p2p_atomics: [n_blocks] the owner's peer slot, -1 for this member; else NULL */
   unsigned *bar;                            /* this member's barrier count */
   const unsigned *peer_bar[MAX_GPUS - 1];
@@ -488,7 +487,7 @@ __device__ __forceinline__ void spin_on_peer(step_ctl *c, const island_view &iv,
   for (unsigned spins = 0;; ++spins) {
     const unsigned seen = *(volatile const unsigned *)iv.peer_bar[q];
     if ((int)(seen - seq) >= 0) return;
-    __nanosleep(iv.sleep_ns);
+    __nanosleep(64);
     if ((spins & 1023u) == 1023u && global_ns() - t0 > iv.timeout_ns) {
       if (atomicCAS(&c->bar_stuck, 0u, seq) == 0u) c->bar_peer = q, c->bar_peer_seen = seen;
       return;
@@ -681,7 +680,6 @@ typedef struct cuda_state {
   int graph_fused;              /* the graphs hold the G2P2G step */
   int primed;                   /* G2P2G: grid[par] already holds the next step's P2G */
   unsigned long long barrier_timeout_ns; /* island_barrier gives up after this long */
-  unsigned spin_sleep_ns;       /* the barrier's pause between two reads of a peer's count (DRIFT_SPIN_NS, default 64) */
   int skew_member, skew_where;  /* DRIFT_ISLAND_SKEW (a test hook): member, SKEW_PRE / SKEW_POST (0: none) */
   unsigned long long skew_ns;   /* ... and the delay it adds to that member's every step */
   float primed_dt;              /* ... taken with this dt (its stress impulse -dt V0 (4/dx^2) tau) */
@@ -2288,7 +2286,6 @@ static island_view view_of(cuda_state *s, int par) {
   v.np = s->nm - 1;
   v.timeout_ns = s->barrier_timeout_ns;
   v.spin = !s->events;
-  v.sleep_ns = s->spin_sleep_ns;
   v.own = s->atomics ? dp<int8_t>(s->own) : NULL;
   v.bar = dp<unsigned>(s->bar);
   for (int q = 0; q < v.np; ++q) {
@@ -4625,7 +4622,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->nm = 1;
   /* the measurement switches that take a whole number: a value out of range stops the run with
    * one line naming it */
-  long headroom = DVEC_HEADROOM, pheadroom = DVEC_PACKET_HEADROOM, fill = 0, persist = 0, spread = 1, sleep = 64;
+  long headroom = DVEC_HEADROOM, pheadroom = DVEC_PACKET_HEADROOM, fill = 0, persist = 0, spread = 1;
   const char *bad = NULL, *want = NULL;
   if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
   else if ((bad = env_long("DRIFT_DVEC_PACKET_HEADROOM", 2, 64, &pheadroom))) want = "a whole number from 2 to 64";
@@ -4634,8 +4631,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     want = "P2G's looping CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
   else if ((bad = env_long("DRIFT_P2G_SPREAD", 0, 1, &spread)))
     want = "1 (P2G's packets in a scattered order) or 0 (in the list's order)";
-  else if ((bad = env_long("DRIFT_SPIN_NS", 0, 100000, &sleep)))
-    want = "nanoseconds from 0 to 100000 (the island barrier's pause between two reads of a peer's count)";
   if (bad) {
     free(s->mats);
     free(s);
@@ -4647,7 +4642,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->p2g_persist = (int)persist;
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->p2g_spread = (int)spread;
-  s->spin_sleep_ns = (unsigned)sleep;
   s->keys64 = env_flag("DRIFT_SORT_KEYS64", 0);
   s->void_steps = env_flag("DRIFT_VOID_STEP", 1); /* the top of this file; island_create: not with events */
   s->dvec_pool = 2;
@@ -5719,10 +5713,6 @@ static int island_split(island *I, const particles *p, particles *parts) {
   I->axis = 0;
   for (int a = 1; a < 3; ++a)
     if (hi[a] - lo[a] > hi[I->axis] - lo[I->axis]) I->axis = a;
-  long forced = -1; /* DRIFT_ISLAND_AXIS=0|1|2: the split along that axis (a measurement switch) */
-  const char *bad = env_long("DRIFT_ISLAND_AXIS", 0, 2, &forced);
-  if (bad) return dr_fail(DR_EINPUT, "%s='%s': expected 0, 1 or 2 (x, y or z)", bad, getenv(bad));
-  if (forced >= 0) I->axis = (int)forced;
   coord_index *ci = sorted_along(p, I->axis, "island split");
   if (!ci) return DR_ENOMEM;
   int rc = DR_OK;
