@@ -9,8 +9,14 @@
 #   on the GPUs: tools/device_island_members.sh 4 "" "DRIFT_P2G_SPREAD=0" "DRIFT_DEVICES=3,2,1,0" \
 #                  "--island-barrier events"                      (carry .device)
 #
-# env: SCENE   the scene (default jobs/bench/sand_blocks_l46x16.json)
-#      FRAMES  frames a run (default 20)
+# env: SCENE     the scene (default jobs/bench/sand_blocks_l46x16.json)
+#      FRAMES    frames a run (default 20)
+#      RESUME_AT F: the scene runs once to frame F on G GPUs with a checkpoint there (as it is,
+#                without stamps), and each variant resumes from it for FRAMES frames (drift run
+#                --resume: the resume splits the particles again, by count along the longest
+#                axis), so that the stamps cover frames F to F + FRAMES only, e.g. the frame that
+#                tools/device_ncu_island.sh G F measured
+#      BACKEND   cuda (default) or cpu (a dry run of the steps on a machine without a GPU: no stamps)
 #      OUT     the output folder (default: the device tool's $OUT, else ./ab-out); the runs' logs
 #              packed into logs.tgz at the end where OUT is the device tool's (device_env.sh)
 # Exit status: 0, or 1 when the build or a run fails.
@@ -20,12 +26,28 @@ shift
 [ $# -gt 0 ] || set -- ""
 scene=${SCENE:-jobs/bench/sand_blocks_l46x16.json}
 frames=${FRAMES:-20}
+at=${RESUME_AT:-}
+backend=${BACKEND:-cuda}
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
 export PACK=0
 device_build_b
 rc=0
+if [ -n "$at" ]; then
+  sc=$out/members_scene.json
+  checkpoint_scene "$scene" "$sc" "$out/members_run" "$at" || exit 1
+  rm -rf "$out/members_run"
+  if ! "$root/build-b/drift" run "$sc" --frames "$at" --backend "$backend" --gpus "$g" --quiet >"$out/members_to_$at.log" 2>&1; then
+    echo "the run to frame $at failed: $(tail -2 "$out/members_to_$at.log")"
+    PACK=1 pack_out
+    exit 1
+  fi
+  # each variant resumes from a copy: a resumed run's own checkpoints replace the run's
+  ckpt=$out/members_ckpt.h5
+  cp "$out/members_run/$(printf 'checkpoint_%05d.h5' "$at")" "$ckpt" || { PACK=1 pack_out; exit 1; }
+  echo "ran to frame $at on $g GPU(s); each variant resumes there for $frames frame(s)"
+fi
 i=0
 for variant in "$@"; do
   i=$((i + 1))
@@ -38,14 +60,24 @@ for variant in "$@"; do
     esac
   done
   log=$out/members_$i.log
-  if ! env ${envs[@]+"${envs[@]}"} DRIFT_GPU_STAMPS=1 "$root/build-b/drift" bench "$scene" --gpus "$g" --frames "$frames" \
-    --backend cuda --profile-frames 0 --csv "$out/members_$i.csv" ${flags[@]+"${flags[@]}"} >"$log" 2>&1; then
+  if [ -n "$at" ]; then
+    cmd=("$root/build-b/drift" run "$sc" --resume "$ckpt" --frames $((at + frames)) --gpus "$g" --backend "$backend")
+  else
+    cmd=("$root/build-b/drift" bench "$scene" --gpus "$g" --frames "$frames" --backend "$backend" --profile-frames 0
+      --csv "$out/members_$i.csv")
+  fi
+  if ! env ${envs[@]+"${envs[@]}"} DRIFT_GPU_STAMPS=1 "${cmd[@]}" ${flags[@]+"${flags[@]}"} >"$log" 2>&1; then
     echo "variant $i ('$variant') failed: $(tail -2 "$log")"
     rc=1
     continue
   fi
-  echo "variant $i: '${variant:-as it is}': $(tail -1 "$out/members_$i.csv" | cut -d, -f9) ms a frame"
+  if [ -n "$at" ]; then
+    echo "variant $i: '${variant:-as it is}': frames $at to $((at + frames)) resumed"
+  else
+    echo "variant $i: '${variant:-as it is}': $(tail -1 "$out/members_$i.csv" | cut -d, -f9) ms a frame"
+  fi
   python3 "$root/tools/island_stamps.py" "$log" | tail -n +2
 done
+rm -rf "$out/members_run" "$out/members_ckpt.h5"
 PACK=1 pack_out
 exit $rc
