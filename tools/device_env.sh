@@ -38,6 +38,16 @@ device_build_b() {
   [ -x "$root/build-b/drift" ] || device_build "$root/build-b" "" || { PACK=1 pack_out; exit 1; }
 }
 
+# device_work NAME: the start of the ncu and stamps scripts: in the tree's root, the logs left
+# unpacked until the script packs them, build-b built unless it is there, and work=$out/NAME made.
+device_work() {
+  cd "$root" || exit 1
+  export PACK=0
+  device_build_b
+  work=$out/$1
+  mkdir -p "$work"
+}
+
 # checkpoint_scene SRC DEST RUNDIR FRAME [BARRIER]: SRC's scene written to DEST with its frames in
 # RUNDIR (only at its last frame; its other output keys kept) and a checkpoint at frame FRAME (kept alone), so that a run
 # stopped there resumes under a profiler for one frame (device_ncu_ranks.sh,

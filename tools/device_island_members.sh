@@ -30,22 +30,20 @@ at=${RESUME_AT:-}
 backend=${BACKEND:-cuda}
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
-cd "$root" || exit 1
-export PACK=0
-device_build_b
+device_work members
 rc=0
 if [ -n "$at" ]; then
-  sc=$out/members_scene.json
-  checkpoint_scene "$scene" "$sc" "$out/members_run" "$at" || exit 1
-  rm -rf "$out/members_run"
-  if ! "$root/build-b/drift" run "$sc" --frames "$at" --backend "$backend" --gpus "$g" --quiet >"$out/members_to_$at.log" 2>&1; then
-    echo "the run to frame $at failed: $(tail -2 "$out/members_to_$at.log")"
+  sc=$work/scene.json
+  checkpoint_scene "$scene" "$sc" "$work/run" "$at" || exit 1
+  rm -rf "$work/run"
+  if ! "$root/build-b/drift" run "$sc" --frames "$at" --backend "$backend" --gpus "$g" --quiet >"$work/to_$at.log" 2>&1; then
+    echo "the run to frame $at failed: $(tail -2 "$work/to_$at.log")"
     PACK=1 pack_out
     exit 1
   fi
   # each variant resumes from a copy: a resumed run's own checkpoints replace the run's
-  ckpt=$out/members_ckpt.h5
-  cp "$out/members_run/$(printf 'checkpoint_%05d.h5' "$at")" "$ckpt" || { PACK=1 pack_out; exit 1; }
+  ckpt=$work/ckpt.h5
+  cp "$work/run/$(printf 'checkpoint_%05d.h5' "$at")" "$ckpt" || { PACK=1 pack_out; exit 1; }
   echo "ran to frame $at on $g GPU(s); each variant resumes there for $frames frame(s)"
 fi
 i=0
@@ -59,12 +57,12 @@ for variant in "$@"; do
       *) flags+=("$w") ;; # a flag's value
     esac
   done
-  log=$out/members_$i.log
+  log=$work/variant_$i.log
   if [ -n "$at" ]; then
     cmd=("$root/build-b/drift" run "$sc" --resume "$ckpt" --frames $((at + frames)) --gpus "$g" --backend "$backend")
   else
     cmd=("$root/build-b/drift" bench "$scene" --gpus "$g" --frames "$frames" --backend "$backend" --profile-frames 0
-      --csv "$out/members_$i.csv")
+      --csv "$work/variant_$i.csv")
   fi
   if ! env ${envs[@]+"${envs[@]}"} DRIFT_GPU_STAMPS=1 "${cmd[@]}" ${flags[@]+"${flags[@]}"} >"$log" 2>&1; then
     echo "variant $i ('$variant') failed: $(tail -2 "$log")"
@@ -74,10 +72,10 @@ for variant in "$@"; do
   if [ -n "$at" ]; then
     echo "variant $i: '${variant:-as it is}': frames $at to $((at + frames)) resumed"
   else
-    echo "variant $i: '${variant:-as it is}': $(tail -1 "$out/members_$i.csv" | cut -d, -f9) ms a frame"
+    echo "variant $i: '${variant:-as it is}': $(tail -1 "$work/variant_$i.csv" | cut -d, -f9) ms a frame"
   fi
   python3 "$root/tools/island_stamps.py" "$log" | tail -n +2
 done
-rm -rf "$out/members_run" "$out/members_ckpt.h5"
+rm -rf "$work/run" "$work/ckpt.h5"
 PACK=1 pack_out
 exit $rc

@@ -33,11 +33,7 @@ ncu=${NCU-ncu}
 backend=${BACKEND:-cuda}
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
-cd "$root" || exit 1
-export PACK=0
-device_build_b
-work=$out/ncu_island
-mkdir -p "$work"
+device_work ncu_island
 sc=$work/scene.json
 # the scene with a checkpoint at frame F, the events barrier
 checkpoint_scene "$scene" "$sc" "$work/run" "$frame" events || exit 1

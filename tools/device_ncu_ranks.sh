@@ -29,11 +29,7 @@ ncu=${NCU-ncu}
 backend=${BACKEND:-cuda}
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
-cd "$root" || exit 1
-export PACK=0
-device_build_b
-work=$out/ncu_ranks
-mkdir -p "$work"
+device_work ncu_ranks
 rc=0
 for r in 1 "$n"; do
   src=${SCENE1:-jobs/bench/weak_1.json}
