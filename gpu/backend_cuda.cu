@@ -2406,10 +2406,14 @@ static int launch_p2g_of(cuda_state *s, int par, const int32_t *order, size_t n)
 
 static int launch_p2g(cuda_state *s, int par) { return launch_p2g_of(s, par, NULL, s->n_packets); }
 
-/* The interior packets' P2G (ranks: boundary_order's list after its n_boundary boundary packets),
- * on the step's stream */
+/* The interior packets (ranks): boundary_order's list after its n_boundary boundary packets, and
+ * how many they are; launch_p2g_interior and g2p_interior take them. */
+static const int32_t *interior_list(const cuda_state *s) { return dp<int32_t>(s->pk_order) + s->n_boundary; }
+static size_t interior_count(const cuda_state *s) { return s->n_packets - s->n_boundary; }
+
+/* The interior packets' P2G, on the step's stream */
 static int launch_p2g_interior(cuda_state *s) {
-  return launch_p2g_of(s, s->par, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary);
+  return launch_p2g_of(s, s->par, interior_list(s), interior_count(s));
 }
 
 static int shared_list(cuda_state *s, cudaStream_t st);
@@ -3862,7 +3866,7 @@ static int g2p_interior(void *state, float dt) {
     CU(cudaEventRecord(s->xint_ev, s->stream));
     s->tail_armed = 1;
   }
-  DR_TRY(launch_g2p_of(s, s->par, 0, dp<int32_t>(s->pk_order) + s->n_boundary, s->n_packets - s->n_boundary, 0));
+  DR_TRY(launch_g2p_of(s, s->par, 0, interior_list(s), interior_count(s), 0));
   s->g2p_rest = 1;
   return DR_OK;
 }
