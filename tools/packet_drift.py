@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Usage: packet_drift.py FRAMES_DIR SORT_FRAME [STEPS] [GPUS]
+
+How a P2G packet's global atomics grow as its particles move across the lattice after the sort
+that made it (issue 4: the island's end members hold the boxes thrown across the split axis, and
+their P2G does more L2 reductions). Needs frames one step apart (a scene whose fps is 1 / dt, run
+on the CPU backend) and python3-h5py, python3-numpy.
+
+Each member of the island (split as island_split splits at frame 0: the longest axis of the
+bounding box, GPUS equal counts by id; default 4) makes its packets at SORT_FRAME as a
+rebuild-mapping does: its particles by particle block (4 x 4 x 4 cells of their stencils' base
+nodes), sorted by cell within the block, 32 a packet. For each frame SORT_FRAME + k (k = 0 ..
+STEPS, default 12) it prints per member, over its packets:
+  groups     distinct base cells a packet (k_p2g: one segmented reduction each, whose leader adds
+             27 nodes x 4 channels to the grid by global atomics: 108 a group)
+  footprint  distinct grid nodes the packet's stencils cover (what a packet would add by global
+             atomics if it summed its particles' contributions node by node first, e.g. in
+             shared memory: 4 channels a node)
+and the atomics of each scheme (groups x 108, footprint x 4), with the members' max / mean.
+"""
+import glob
+import sys
+
+import h5py
+import numpy as np
+
+
+def load(f):
+    with h5py.File(f, "r") as h:
+        ids = h["particles/id"][:]
+        x = h["particles/position"][:].astype(np.float64)
+        dx = float(h.attrs["dx"])
+    o = np.argsort(ids)
+    return ids[o], x[o], dx
+
+
+def split(x, g):
+    lo, hi = x.min(0), x.max(0)
+    ax = 0
+    for a in (1, 2):
+        if hi[a] - lo[a] > hi[ax] - lo[ax]:
+            ax = a
+    order = np.argsort(x[:, ax], kind="stable")
+    m = np.empty(len(x), np.int64)
+    for k in range(g):
+        m[order[len(x) * k // g:len(x) * (k + 1) // g]] = k
+    return m
+
+
+def bases(x, dx):
+    return np.floor(x / dx - 0.5).astype(np.int64)
+
+
+def key3(b, shift=21):
+    off = 1 << (shift - 1)  # bases may be -1 at the domain's edge
+    return ((b[:, 0] + off) << (2 * shift)) | ((b[:, 1] + off) << shift) | (b[:, 2] + off)
+
+
+def packets(x, dx):
+    """The packet of each particle (a rebuild-mapping's sort at these positions)."""
+    b = bases(x, dx)
+    bkey = key3(b >> 2)
+    c = b & 3
+    ckey = (c[:, 0] << 4) | (c[:, 1] << 2) | c[:, 2]
+    o = np.lexsort((ckey, bkey))
+    bk = bkey[o]
+    start = np.r_[0, np.flatnonzero(bk[1:] != bk[:-1]) + 1]
+    counts = np.diff(np.r_[start, len(bk)])
+    rank = np.arange(len(bk)) - np.repeat(start, counts)
+    first = np.repeat(np.cumsum(np.r_[0, (counts + 31) // 32])[:-1], counts)  # the block's first packet
+    p = np.empty(len(x), np.int64)
+    p[o] = first + rank // 32
+    return p
+
+
+def atomics(pk, x, dx):
+    """Groups and footprint nodes summed over the packets, for packet ids pk at positions x."""
+    b = bases(x, dx)
+    pc = np.unique(np.c_[pk, key3(b)], axis=0)  # (packet, base cell) once each
+    groups = len(pc)
+    # the 27 nodes of each distinct base cell: base + (0..2)^3, as keys
+    cells = np.c_[(pc[:, 1] >> 42) & ((1 << 21) - 1), (pc[:, 1] >> 21) & ((1 << 21) - 1), pc[:, 1] & ((1 << 21) - 1)]
+    d = np.array([(i, j, k) for i in range(3) for j in range(3) for k in range(3)], np.int64)
+    nodes = (cells[:, None, :] + d[None, :, :]).reshape(-1, 3)
+    nk = (nodes[:, 0] << 42) | (nodes[:, 1] << 21) | nodes[:, 2]
+    pn = np.unique(np.c_[np.repeat(pc[:, 0], 27), nk], axis=0)
+    return groups, len(pn)
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__.strip().splitlines()[0], file=sys.stderr)
+        return 2
+    files = sorted(glob.glob(argv[0] + "/frame_*.h5"))
+    s = int(argv[1])
+    steps = int(argv[2]) if len(argv) > 2 else 12
+    g = int(argv[3]) if len(argv) > 3 else 4
+    if not files or s + steps >= len(files):
+        print("packet_drift.py: %s holds %d frames; SORT_FRAME + STEPS = %d" % (argv[0], len(files), s + steps),
+              file=sys.stderr)
+        return 1
+    ids0, x0, dx = load(files[0])
+    mem = split(x0, g)
+    _, xs, _ = load(files[s])
+    pks = [packets(xs[mem == m], dx) for m in range(g)]
+    print("%d particles, dx %g, %d members (frame-0 split); packets made at frame %d: %s" %
+          (len(ids0), dx, g, s, ", ".join(str(int(p.max()) + 1) for p in pks)))
+    print("%5s  %-44s %-44s %s" % ("frame", "groups a member (x 108 atomics)", "footprint nodes a member (x 4 atomics)",
+                                    "atomics: groups / footprint, max/mean of each"))
+    for k in range(steps + 1):
+        ids, x, _ = load(files[s + k])
+        if not np.array_equal(ids, ids0):
+            print("packet_drift.py: frame %d holds other particles than frame 0 (emitted or removed)" % (s + k),
+                  file=sys.stderr)
+            return 1
+        rows = [atomics(pks[m], x[mem == m], dx) for m in range(g)]
+        gr = np.array([r[0] for r in rows], float)
+        fp = np.array([r[1] for r in rows], float)
+        print("%5d  %-44s %-44s %.2fM / %.2fM, %.3f / %.3f" %
+              (s + k, " ".join("%d" % v for v in gr), " ".join("%d" % v for v in fp), gr.sum() * 108 / 1e6,
+               fp.sum() * 4 / 1e6, gr.max() / gr.mean(), fp.max() / fp.mean()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
