@@ -16,7 +16,10 @@ STEPS, default 12) it prints per member, over its packets:
   footprint  distinct grid nodes the packet's stencils cover (what a packet would add by global
              atomics if it summed its particles' contributions node by node first, e.g. in
              shared memory: 4 channels a node)
-and the atomics of each scheme (groups x 108, footprint x 4), with the members' max / mean.
+and the atomics of each scheme (groups x 108, footprint x 4), with the members' max / mean; then
+over all members the box a packet's stencils span (its cells' box, 2 nodes wider on every axis:
+what gpu/p2g.cuh's node walk, DRIFT_P2G_NODESUM, walks 32 nodes a pass): its mean nodes, and the
+share of packets whose box holds more than 64, 96 and 128 nodes (3, 4 and 5 passes or more).
 """
 import glob
 import sys
@@ -73,6 +76,18 @@ def packets(x, dx):
     return p
 
 
+def boxes(pk, x, dx):
+    """Nodes of each packet's stencil box (its cells' box, 2 nodes wider on every axis)."""
+    b = bases(x, dx)
+    n = int(pk.max()) + 1
+    lo = np.full((n, 3), np.iinfo(np.int64).max)
+    hi = np.full((n, 3), np.iinfo(np.int64).min)
+    for a in range(3):
+        np.minimum.at(lo[:, a], pk, b[:, a])
+        np.maximum.at(hi[:, a], pk, b[:, a])
+    return np.prod(hi - lo + 3, axis=1)
+
+
 def atomics(pk, x, dx):
     """Groups and footprint nodes summed over the packets, for packet ids pk at positions x."""
     b = bases(x, dx)
@@ -105,8 +120,9 @@ def main(argv):
     pks = [packets(xs[mem == m], dx) for m in range(g)]
     print("%d particles, dx %g, %d members (frame-0 split); packets made at frame %d: %s" %
           (len(ids0), dx, g, s, ", ".join(str(int(p.max()) + 1) for p in pks)))
-    print("%5s  %-44s %-44s %s" % ("frame", "groups a member (x 108 atomics)", "footprint nodes a member (x 4 atomics)",
-                                    "atomics: groups / footprint, max/mean of each"))
+    print("%5s  %-44s %-44s %-40s %s" % ("frame", "groups a member (x 108 atomics)",
+                                          "footprint nodes a member (x 4 atomics)",
+                                          "atomics: groups / footprint, max/mean", "box: mean nodes, > 64, > 96, > 128"))
     for k in range(steps + 1):
         ids, x, _ = load(files[s + k])
         if not np.array_equal(ids, ids0):
@@ -116,9 +132,12 @@ def main(argv):
         rows = [atomics(pks[m], x[mem == m], dx) for m in range(g)]
         gr = np.array([r[0] for r in rows], float)
         fp = np.array([r[1] for r in rows], float)
-        print("%5d  %-44s %-44s %.2fM / %.2fM, %.3f / %.3f" %
-              (s + k, " ".join("%d" % v for v in gr), " ".join("%d" % v for v in fp), gr.sum() * 108 / 1e6,
-               fp.sum() * 4 / 1e6, gr.max() / gr.mean(), fp.max() / fp.mean()))
+        bx = np.concatenate([boxes(pks[m], x[mem == m], dx) for m in range(g)])
+        print("%5d  %-44s %-44s %-40s %.1f, %.1f%%, %.1f%%, %.1f%%" %
+              (s + k, " ".join("%d" % v for v in gr), " ".join("%d" % v for v in fp),
+               "%.2fM / %.2fM, %.3f / %.3f" % (gr.sum() * 108 / 1e6, fp.sum() * 4 / 1e6, gr.max() / gr.mean(),
+                                                 fp.max() / fp.mean()),
+               bx.mean(), 100 * np.mean(bx > 64), 100 * np.mean(bx > 96), 100 * np.mean(bx > 128)))
     return 0
 
 
