@@ -1,5 +1,11 @@
 #!/usr/bin/env python3
 """Usage: packet_drift.py FRAMES_DIR SORT_FRAME [STEPS] [GPUS]
+       packet_drift.py --scene SCENE SIDE FRAMES_DIR STEPS > OUT.json
+
+The second form writes SCENE's box bodies resized to SIDE cells about their centres (places and
+velocities kept), a frame each step (time.fps = 1 / dt) for STEPS steps into FRAMES_DIR: e.g.
+`packet_drift.py --scene jobs/bench/sand_blocks_l46x16.json 23 /tmp/f 120 > s.json; drift run s.json
+--backend cpu; packet_drift.py /tmp/f 108 9` (docs/performance.md, 2026-11-28 fifteenth).
 
 How a P2G packet's global atomics grow as its particles move across the lattice after the sort
 that made it (issue 4: the island's end members hold the boxes thrown across the split axis, and
@@ -102,7 +108,35 @@ def atomics(pk, x, dx):
     return groups, len(pn)
 
 
+def scene(argv):
+    """--scene SCENE SIDE FRAMES_DIR STEPS: the resized scene as JSON on stdout."""
+    import json
+    if len(argv) != 4:
+        print(__doc__.strip().splitlines()[1].strip(), file=sys.stderr)
+        return 2
+    s = json.load(open(argv[0]))
+    side, steps = int(argv[1]), int(argv[3])
+    dx, dt = s["domain"]["dx"], s["time"].get("dt")
+    if not dt:
+        print("packet_drift.py: %s: time.dt missing (a frame each step needs a fixed step)" % argv[0], file=sys.stderr)
+        return 1
+    for b in s["bodies"]:
+        if b.get("shape") != "box":
+            print("packet_drift.py: %s: a body of shape %s (boxes only)" % (argv[0], b.get("shape")), file=sys.stderr)
+            return 1
+        lo = [round(((a + z) / 2 - side * dx / 2) / dx) * dx for a, z in zip(b["min"], b["max"])]
+        b["min"], b["max"] = lo, [v + side * dx for v in lo]
+    s["time"] = {"frames": steps, "fps": 1.0 / dt, "dt": dt}
+    s["output"] = {"dir": argv[2], "every": 1}
+    s["description"] = "%s's boxes at %d cells a side, a frame each step (tools/packet_drift.py)" % (argv[0], side)
+    json.dump(s, sys.stdout, indent=1)
+    print()
+    return 0
+
+
 def main(argv):
+    if argv and argv[0] == "--scene":
+        return scene(argv[1:])
     if len(argv) < 2:
         print(__doc__.strip().splitlines()[0], file=sys.stderr)
         return 2
