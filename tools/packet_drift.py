@@ -30,8 +30,11 @@ share of packets whose box holds more than 64, 96 and 128 nodes (3, 4 and 5 pass
 import glob
 import sys
 
-import h5py
-import numpy as np
+try:
+    import h5py
+    import numpy as np
+except ImportError:  # --scene needs neither
+    h5py = np = None
 
 
 def load(f):
@@ -117,13 +120,14 @@ def scene(argv):
     s = json.load(open(argv[0]))
     side, steps = int(argv[1]), int(argv[3])
     dx, dt = s["domain"]["dx"], s["time"].get("dt")
-    if not dt:
-        print("packet_drift.py: %s: time.dt missing (a frame each step needs a fixed step)" % argv[0], file=sys.stderr)
-        return 1
     for b in s["bodies"]:
         if b.get("shape") != "box":
             print("packet_drift.py: %s: a body of shape %s (boxes only)" % (argv[0], b.get("shape")), file=sys.stderr)
             return 1
+    if not dt:
+        print("packet_drift.py: %s: time.dt missing (a frame each step needs a fixed step)" % argv[0], file=sys.stderr)
+        return 1
+    for b in s["bodies"]:
         lo = [round(((a + z) / 2 - side * dx / 2) / dx) * dx for a, z in zip(b["min"], b["max"])]
         b["min"], b["max"] = lo, [v + side * dx for v in lo]
     s["time"] = {"frames": steps, "fps": 1.0 / dt, "dt": dt}
@@ -140,6 +144,9 @@ def main(argv):
     if len(argv) < 2:
         print(__doc__.strip().splitlines()[0], file=sys.stderr)
         return 2
+    if np is None:
+        print("packet_drift.py: needs python3-h5py and python3-numpy", file=sys.stderr)
+        return 1
     files = sorted(glob.glob(argv[0] + "/frame_*.h5"))
     s = int(argv[1])
     steps = int(argv[2]) if len(argv) > 2 else 12
