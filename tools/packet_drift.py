@@ -24,8 +24,9 @@ STEPS, default 12) it prints per member, over its packets:
              shared memory: 4 channels a node)
 and the atomics of each scheme (groups x 108, footprint x 4), with the members' max / mean; then
 over all members the box a packet's stencils span (its cells' box, 2 nodes wider on every axis:
-what gpu/p2g.cuh's node walk, DRIFT_P2G_NODESUM, walks 32 nodes a pass): its mean nodes, and the
-share of packets whose box holds more than 64, 96 and 128 nodes (3, 4 and 5 passes or more).
+what the box sums of branch g2p2g-box, not on main, zero and flush 32 nodes a pass): its mean
+nodes, and the share of packets whose box holds more than 64, 96 and 128 nodes (3, 4 and 5 passes
+or more).
 """
 import glob
 import sys
@@ -99,16 +100,12 @@ def boxes(pk, x, dx):
 
 def atomics(pk, x, dx):
     """Groups and footprint nodes summed over the packets, for packet ids pk at positions x."""
-    b = bases(x, dx)
-    pc = np.unique(np.c_[pk, key3(b)], axis=0)  # (packet, base cell) once each
-    groups = len(pc)
+    pc = np.unique(np.c_[pk, bases(x, dx)], axis=0)  # (packet, base cell) once each
     # the 27 nodes of each distinct base cell: base + (0..2)^3, as keys
-    cells = np.c_[(pc[:, 1] >> 42) & ((1 << 21) - 1), (pc[:, 1] >> 21) & ((1 << 21) - 1), pc[:, 1] & ((1 << 21) - 1)]
     d = np.array([(i, j, k) for i in range(3) for j in range(3) for k in range(3)], np.int64)
-    nodes = (cells[:, None, :] + d[None, :, :]).reshape(-1, 3)
-    nk = (nodes[:, 0] << 42) | (nodes[:, 1] << 21) | nodes[:, 2]
-    pn = np.unique(np.c_[np.repeat(pc[:, 0], 27), nk], axis=0)
-    return groups, len(pn)
+    nodes = (pc[:, None, 1:] + d[None, :, :]).reshape(-1, 3)
+    pn = np.unique(np.c_[np.repeat(pc[:, 0], 27), key3(nodes)], axis=0)
+    return len(pc), len(pn)
 
 
 def scene(argv):
