@@ -150,8 +150,13 @@ sums reference(const packet &P, const material_params *mats, const int *nbr) {
   return R;
 }
 
-enum variant { SHUFFLE, GATHER, FIXED, GATHER_FIXED };
-const char *variant_name[] = {"p2g_warp", "p2g_gather", "p2g_warp (deterministic)", "p2g_gather (deterministic)"};
+/* NODES: p2g_gather's node-by-node walk (DRIFT_P2G_NODESUM) where a packet's box holds at most 96
+ * nodes, the per-cell walk elsewhere; NODES_ALL: the node walk for every packet (box up to 12^3). */
+enum variant { SHUFFLE, GATHER, FIXED, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED };
+const char *variant_name[] = {"p2g_warp", "p2g_gather", "p2g_warp (deterministic)", "p2g_gather (deterministic)",
+                              "p2g_gather, node walk <= 96", "p2g_gather, node walk <= 96 (deterministic)",
+                              "p2g_gather, node walk", "p2g_gather, node walk (deterministic)"};
+bool is_fixed(variant v) { return v == FIXED || v == GATHER_FIXED || v == NODES_FIXED || v == NODES_ALL_FIXED; }
 
 /* Runs one reduction over the packet; returns the grid as doubles, in the reference's layout. */
 template <bool OLD>
@@ -173,7 +178,19 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
   ctl->bad_id = ~0ULL;
   ctl->fix_bad_id = ~0ULL;
   emu_run_warp([&](int) {
-    if (var == GATHER)
+    if (var == NODES)
+      p2g_gather<OLD, false, 96>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
+                                 grid.data(), touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
+    else if (var == NODES_FIXED)
+      p2g_gather<OLD, true, 96>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
+                                grid.data(), touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
+    else if (var == NODES_ALL)
+      p2g_gather<OLD, false, 2000>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
+                                   grid.data(), touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
+    else if (var == NODES_ALL_FIXED)
+      p2g_gather<OLD, true, 2000>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
+                                  grid.data(), touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
+    else if (var == GATHER)
       p2g_gather<OLD, false>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
                              touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
     else if (var == GATHER_FIXED)
@@ -186,7 +203,7 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
       p2g_warp<OLD, true>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
                           touched.data(), grid0.data(), reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, 1);
   });
-  const bool fixed = var == FIXED || var == GATHER_FIXED;
+  const bool fixed = is_fixed(var);
   S.g.assign((size_t)NBLK * BLOCK_NODES * 4, 0.0);
   S.g0.assign((size_t)NBLK * BLOCK_NODES * 3, 0.0);
   S.touched.assign(touched.begin(), touched.end());
@@ -218,12 +235,12 @@ double channel_max(const std::vector<double> &g, int nc, int c) {
 
 template <bool OLD> void check_packet(const packet &P, const material_params *mats, const int *nbr) {
   const sums R = reference(P, mats, nbr);
-  for (variant var : {SHUFFLE, GATHER, FIXED, GATHER_FIXED}) {
+  for (variant var : {SHUFFLE, GATHER, FIXED, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED}) {
     step_ctl ctl;
     const sums S = run<OLD>(P, var, mats, nbr, &ctl);
     const char *v = variant_name[var];
     const char *t = OLD ? "ASFLIP" : "APIC";
-    const bool fixed = var == FIXED || var == GATHER_FIXED;
+    const bool fixed = is_fixed(var);
     if (fixed && !P.hot.empty()) { /* out of range: the run stops, naming the smallest id */
       unsigned long long want = ~0ULL;
       for (int l : P.hot) want = std::min<unsigned long long>(want, P.id[l]);
