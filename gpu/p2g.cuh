@@ -427,96 +427,28 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
 #define GREC_SRC(OLD) (GREC_W(OLD) + GREC_WFLOATS) /* deterministic mode: the record's lane in the packet */
 #define GREC_FLOATS(OLD) ((GREC_SRC(OLD) + 1 + 3) / 4 * 4)
 
-/* The node-by-node walk (DRIFT_P2G_NODESUM, a build switch, default off; p2g_gather's NODESUM):
- * the per-cell walk below issues 27 atomics a cell (108 floats), so a packet whose particles
+/* The box sums (DRIFT_P2G_NODESUM=N, a build switch, default 0: off; p2g_gather's NODESUM). The
+ * per-cell walk below issues 27 global atomics a cell (108 floats), so a packet whose particles
  * spread over more cells (they cross cell faces between two rebuild-mappings: the boxes thrown
- * across an island's split, docs/performance.md, 2026-11-28 fifteenth) adds more, to nodes its
- * cells' stencils share. Here lane t takes node t of the box that the packet's stencils cover
- * (its cells' box, 2 nodes wider on every axis), 32 nodes a pass, and walks every record,
- * adding w (m, b + dx A e) where the node lies in the record's stencil (e = node - cell in
- * {0, 1, 2}^3); then each node that got a contribution issues one atomic. Sand Blocks' packets
- * (tools/packet_drift.py): 5 cells and 54-64 nodes after the sort, 8-11 cells and about 90 nodes
- * 9 steps later: 2.1-3.1x fewer global atomics for 2-3 walks of the records instead of one.
- * Returns 0 where the box holds more than NODESUM nodes (a packet spread over the free zone):
- * the per-cell walk takes it. DET: the same fixed-point sums as the per-cell walk, bitwise. */
-template <bool OLD, bool DET, int NODESUM>
-__device__ __forceinline__ int p2g_node_walk(step_ctl *ctl, size_t p, const uint64_t *__restrict__ pid,
-                                             const float *s_rec, unsigned *s_key, const p2g_lane &L, int my_nbr,
-                                             float *__restrict__ grid, float *__restrict__ grid0,
-                                             uint8_t *__restrict__ touched, fixp fp) {
-  constexpr int R = GREC_FLOATS(OLD), WO = GREC_W(OLD);
-  const int lane = threadIdx.x & 31;
-  const int n = __popc(__ballot_sync(FULL, L.valid));
-  int lo[3], ext[3];
-  for (int a = 0; a < 3; ++a) {
-    lo[a] = __reduce_min_sync(FULL, L.valid ? L.d[a] : ZONE);
-    ext[a] = __reduce_max_sync(FULL, L.valid ? L.d[a] : -1) - lo[a] + 3; /* nodes along axis a */
-  }
-  const int nodes = ext[0] * ext[1] * ext[2];
-  if (n == 0 || nodes > NODESUM) return 0;
-  s_key[lane] = L.key; /* the records' cells, read by every lane below */
-  __syncwarp();
-  unsigned long long fix_bad_id = ~0ULL;
-  for (int t0 = 0; t0 < nodes; t0 += LANES) {
-    const int t = t0 + lane;
-    const int g[3] = {lo[0] + t / (ext[1] * ext[2]), lo[1] + t / ext[2] % ext[1], lo[2] + t % ext[2]};
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, u0 = 0.0f, u1 = 0.0f, u2 = 0.0f;
-    long long i0 = 0, i1 = 0, i2 = 0, i3 = 0, j0 = 0, j1 = 0, j2 = 0;
-    int hit = 0;
-    for (int i = 0; i < n; ++i) {
-      const unsigned k = s_key[i];
-      const int ei = g[0] - (int)(k / (ZONE * ZONE)), ej = g[1] - (int)(k / ZONE % ZONE), ek = g[2] - (int)(k % ZONE);
-      if (t >= nodes || (unsigned)ei > 2u || (unsigned)ej > 2u || (unsigned)ek > 2u) continue;
-      hit = 1;
-      const float e0 = (float)ei, e1 = (float)ej, e2 = (float)ek;
-      const float *r = s_rec + i * R;
-      const float4 q0 = *reinterpret_cast<const float4 *>(r);
-      const float4 q1 = *reinterpret_cast<const float4 *>(r + 4);
-      const float4 q2 = *reinterpret_cast<const float4 *>(r + 8);
-      const float4 q3 = OLD ? *reinterpret_cast<const float4 *>(r + 12) : make_float4(r[12], 0.0f, 0.0f, 0.0f);
-      const float w = r[WO + 3 * ei + ej] * r[WO + 9 + ek];
-      const float v0 = w * q0.x;
-      const float v1 = w * (q0.y + q1.x * e0 + q1.y * e1 + q1.z * e2);
-      const float v2 = w * (q0.z + q1.w * e0 + q2.x * e1 + q2.y * e2);
-      const float v3 = w * (q0.w + q2.z * e0 + q2.w * e1 + q3.x * e2);
-      float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f;
-      if (OLD) {
-        const float4 q4 = *reinterpret_cast<const float4 *>(r + 16);
-        const float4 q5 = *reinterpret_cast<const float4 *>(r + 20);
-        const float c8 = r[24];
-        o0 = w * (q3.y + q4.x * e0 + q4.y * e1 + q4.z * e2);
-        o1 = w * (q3.z + q4.w * e0 + q5.x * e1 + q5.y * e2);
-        o2 = w * (q3.w + q5.z * e0 + q5.w * e1 + c8 * e2);
-      }
-      if (DET) {
-        int bad = 0;
-        i0 += fix_to(v0, fp.sm, &bad), i1 += fix_to(v1, fp.sp, &bad);
-        i2 += fix_to(v2, fp.sp, &bad), i3 += fix_to(v3, fp.sp, &bad);
-        if (OLD) j0 += fix_to(o0, fp.sp, &bad), j1 += fix_to(o1, fp.sp, &bad), j2 += fix_to(o2, fp.sp, &bad);
-        if (bad) {
-          const unsigned long long id = pid[p * LANES + __float_as_int(r[GREC_SRC(OLD)])];
-          fix_bad_id = id < fix_bad_id ? id : fix_bad_id;
-        }
-      } else {
-        s0 += v0, s1 += v1, s2 += v2, s3 += v3;
-        if (OLD) u0 += o0, u1 += o1, u2 += o2;
-      }
-    }
-    int nb = 0, node = 0;
-    if (hit) node_of(g, 0, 0, 0, &nb, &node);
-    const int blk = __shfl_sync(FULL, my_nbr, nb);
-    if (hit && DET) p2g_add_node_fix<OLD>(fp, touched, blk, node, i0, i1, i2, i3, j0, j1, j2, true);
-    else if (hit) p2g_add_node<OLD>(grid, grid0, touched, blk, node, s0, s1, s2, s3, u0, u1, u2, true);
-  }
-  if (DET && fix_bad_id != ~0ULL) {
-    atomicOr(&ctl->fix_bad, 1u);
-    atomicMin(&ctl->fix_bad_id, fix_bad_id);
-  }
-  return 1;
-}
+ * across an island's split, docs/performance.md, 2026-11-28 fifteenth) adds more, to nodes that
+ * its cells' stencils share. With the box sums the walk is the same, but where a cell's run ends
+ * each of the 27 lanes adds its node's sums into the warp's box in shared memory (the box its
+ * cells' stencils span, their cells' box 2 nodes wider on every axis, 4 floats a node, 7 with
+ * ASFLIP); after the walk the warp issues one global atomic a node the packet reached. The 27
+ * lanes of one cell's end add to 27 distinct nodes and a __syncwarp orders one end's adds before
+ * the next's, so plain shared loads and stores suffice. Sand Blocks' packets
+ * (tools/packet_drift.py): 5 cells and about 70-80 nodes after the sort, 8-11 cells and about 95-115
+ * nodes 9 steps later: 2.1-3.1x fewer global atomics, for shared adds and a flush of the box.
+ * A packet whose box holds more than N nodes (spread over the free zone) takes the per-cell
+ * walk's global atomics, as does deterministic mode (its int64 sums; the same totals either way). */
+template <int NODESUM, bool OLD, bool DET>
+struct p2g_box {
+  static constexpr int C = OLD ? 7 : 4;                      /* floats a node */
+  static constexpr int FLOATS = NODESUM > 0 && !DET ? NODESUM * C : 0; /* the box's shared floats */
+};
 
-/* NODESUM > 0: the node-by-node walk (p2g_node_walk) where the packet's box holds at most
- * NODESUM nodes, else the per-cell walk. */
+/* NODESUM > 0: the box sums (p2g_box) where the packet's box holds at most NODESUM nodes; s_rec
+ * then holds the box's floats after the records. */
 template <bool OLD, bool DET, int NODESUM = 0>
 __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                            const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
@@ -564,8 +496,21 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
     if (DET) r[GREC_SRC(OLD)] = __int_as_float(L.src); /* whose contribution was out of range */
   }
   __syncwarp();
-  if (NODESUM > 0 && p2g_node_walk<OLD, DET, NODESUM>(ctl, p, pid, s_rec, s_sort, L, my_nbr, grid, grid0, touched, fp))
-    return;
+  /* The box sums (p2g_box): the box of the valid lanes' cells, 2 nodes wider, if it fits. */
+  constexpr bool BOX = p2g_box<NODESUM, OLD, DET>::FLOATS > 0;
+  constexpr int BC = p2g_box<NODESUM, OLD, DET>::C;
+  float *s_box = s_rec + R * LANES;
+  int lo[3] = {0, 0, 0}, ext[3] = {0, 0, 0}, box = 0;
+  if (BOX) {
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = __reduce_min_sync(FULL, L.valid ? L.d[a] : ZONE);
+      ext[a] = __reduce_max_sync(FULL, L.valid ? L.d[a] : -1) - lo[a] + 3;
+    }
+    const int nodes = ext[0] * ext[1] * ext[2];
+    box = ext[0] > 2 && nodes <= NODESUM ? nodes : 0; /* warp-uniform; 0: the per-cell walk's atomics */
+    for (int i = lane; i < box * BC; i += LANES) s_box[i] = 0.0f;
+    __syncwarp();
+  }
 
   /* 4. The walk. Valid lanes come first (KEY_NONE sorts last); a record ends its cell's run
    * where the next lane starts another cell or holds no particle. */
@@ -622,13 +567,34 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
       const int blk = __shfl_sync(FULL, my_nbr, nb);
       /* one mark per block: the lowest stencil node of the block on every axis */
       const bool mark = (ei == 0 || node >> 4 == 0) && (ej == 0 || (node >> 2 & 3) == 0) && (ek == 0 || (node & 3) == 0);
-      if (lane < 27 && DET) {
+      if (BOX && box) { /* into the warp's box: 27 distinct nodes, ordered by the __syncwarp */
+        if (lane < 27) {
+          float *b = s_box + BC * (((d[0] + ei - lo[0]) * ext[1] + d[1] + ej - lo[1]) * ext[2] + d[2] + ek - lo[2]);
+          b[0] += s0, b[1] += s1, b[2] += s2, b[3] += s3;
+          if (OLD) b[4] += u0, b[5] += u1, b[6] += u2;
+        }
+        __syncwarp();
+      } else if (lane < 27 && DET) {
         p2g_add_node_fix<OLD>(fp, touched, blk, node, i0, i1, i2, i3, j0, j1, j2, mark);
       } else if (lane < 27) {
         p2g_add_node<OLD>(grid, grid0, touched, blk, node, s0, s1, s2, s3, u0, u1, u2, mark);
       }
       s0 = s1 = s2 = s3 = u0 = u1 = u2 = 0.0f;
       i0 = i1 = i2 = i3 = j0 = j1 = j2 = 0;
+    }
+  }
+  if (BOX && box) { /* the box's nodes, 32 a pass: one global atomic a node the packet reached */
+    for (int t0 = 0; t0 < box; t0 += LANES) {
+      const int t = t0 + lane;
+      const float *b = s_box + BC * t;
+      const bool hit = t < box && b[0] != 0.0f; /* its mass: 0 only where every weight is 0 */
+      int nb = 0, node = 0;
+      const int g[3] = {lo[0] + t / (ext[1] * ext[2]), lo[1] + t / ext[2] % ext[1], lo[2] + t % ext[2]};
+      if (hit) node_of(g, 0, 0, 0, &nb, &node);
+      const int blk = __shfl_sync(FULL, my_nbr, nb);
+      if (hit)
+        p2g_add_node<OLD>(grid, grid0, touched, blk, node, b[0], b[1], b[2], b[3], OLD ? b[4] : 0.0f,
+                          OLD ? b[5] : 0.0f, OLD ? b[6] : 0.0f, true);
     }
   }
   if (DET && fix_bad_id != ~0ULL) {
@@ -639,10 +605,11 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
 
 /* The P2G of a warp's packet by the reduction the build chose; s_p2g: P2G_SMEM floats of the
  * warp's shared memory (p2g_warp's weights, or p2g_gather's records). */
-#define P2G_SMEM(OLD, DET) (DRIFT_P2G_GATHER ? GREC_FLOATS(OLD) * LANES : 9 * LANES)
-#ifndef DRIFT_P2G_NODESUM /* p2g_node_walk: 0 (off), or the most nodes of a packet's box it takes */
+#ifndef DRIFT_P2G_NODESUM /* p2g_box: 0 (off), or the most nodes of a packet's box it takes */
 #define DRIFT_P2G_NODESUM 0
 #endif
+#define P2G_SMEM(OLD, DET) \
+  (DRIFT_P2G_GATHER ? GREC_FLOATS(OLD) * LANES + p2g_box<DRIFT_P2G_NODESUM, OLD, DET>::FLOATS : 9 * LANES)
 template <bool OLD, bool DET>
 __device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                         const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,

@@ -150,12 +150,13 @@ sums reference(const packet &P, const material_params *mats, const int *nbr) {
   return R;
 }
 
-/* NODES: p2g_gather's node-by-node walk (DRIFT_P2G_NODESUM) where a packet's box holds at most 96
- * nodes, the per-cell walk elsewhere; NODES_ALL: the node walk for every packet (box up to 12^3). */
+/* NODES: p2g_gather's box sums (DRIFT_P2G_NODESUM) where a packet's box holds at most 96 nodes,
+ * the per-cell walk's global atomics elsewhere; NODES_ALL: the box for every packet (up to 12^3
+ * nodes). Deterministic mode keeps the global atomics: the same sums, bitwise. */
 enum variant { SHUFFLE, GATHER, FIXED, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED };
 const char *variant_name[] = {"p2g_warp", "p2g_gather", "p2g_warp (deterministic)", "p2g_gather (deterministic)",
-                              "p2g_gather, node walk <= 96", "p2g_gather, node walk <= 96 (deterministic)",
-                              "p2g_gather, node walk", "p2g_gather, node walk (deterministic)"};
+                              "p2g_gather, box <= 96", "p2g_gather, box <= 96 (deterministic)",
+                              "p2g_gather, box", "p2g_gather, box (deterministic)"};
 bool is_fixed(variant v) { return v == FIXED || v == GATHER_FIXED || v == NODES_FIXED || v == NODES_ALL_FIXED; }
 
 /* Runs one reduction over the packet; returns the grid as doubles, in the reference's layout. */
@@ -172,7 +173,8 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
   fix_scales(3e-4, 50.0, scale);
   const fixp fp = {ig.data(), scale[0], scale[1]};
   const int2 hdr = {0, P.valid};
-  alignas(16) float s_p2g[GREC_FLOATS(true) * LANES];
+  /* the records, then (NODES, NODES_ALL) the box of up to 2000 nodes of 7 floats */
+  alignas(16) static float s_p2g[GREC_FLOATS(true) * LANES + 2000 * 7];
   unsigned s_sort[LANES];
   std::memset(ctl, 0, sizeof *ctl);
   ctl->bad_id = ~0ULL;
