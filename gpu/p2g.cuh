@@ -508,7 +508,10 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
     }
     const int nodes = ext[0] * ext[1] * ext[2];
     box = ext[0] > 2 && nodes <= NODESUM ? nodes : 0; /* warp-uniform; 0: the per-cell walk's atomics */
-    for (int i = lane; i < box * BC; i += LANES) s_box[i] = 0.0f;
+    if (BC == 4) /* a node a float4 (s_rec's records end 16-byte aligned) */
+      for (int i = lane; i < box; i += LANES) reinterpret_cast<float4 *>(s_box)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    else
+      for (int i = lane; i < box * BC; i += LANES) s_box[i] = 0.0f;
     __syncwarp();
   }
 
@@ -587,14 +590,16 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
     for (int t0 = 0; t0 < box; t0 += LANES) {
       const int t = t0 + lane;
       const float *b = s_box + BC * t;
-      const bool hit = t < box && b[0] != 0.0f; /* its mass: 0 only where every weight is 0 */
+      const float4 v = t >= box ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                       : BC == 4 ? *reinterpret_cast<const float4 *>(b) : make_float4(b[0], b[1], b[2], b[3]);
+      const bool hit = v.x != 0.0f; /* its mass: 0 only where every weight is 0 */
       int nb = 0, node = 0;
       const int g[3] = {lo[0] + t / (ext[1] * ext[2]), lo[1] + t / ext[2] % ext[1], lo[2] + t % ext[2]};
       if (hit) node_of(g, 0, 0, 0, &nb, &node);
       const int blk = __shfl_sync(FULL, my_nbr, nb);
       if (hit)
-        p2g_add_node<OLD>(grid, grid0, touched, blk, node, b[0], b[1], b[2], b[3], OLD ? b[4] : 0.0f,
-                          OLD ? b[5] : 0.0f, OLD ? b[6] : 0.0f, true);
+        p2g_add_node<OLD>(grid, grid0, touched, blk, node, v.x, v.y, v.z, v.w, OLD ? b[4] : 0.0f, OLD ? b[5] : 0.0f,
+                          OLD ? b[6] : 0.0f, true);
     }
   }
   if (DET && fix_bad_id != ~0ULL) {
