@@ -715,6 +715,7 @@ typedef struct cuda_state {
   int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most, their warps looping over
                                    the packets (default 0: one packet a warp) */
   int p2g_spread;               /* DRIFT_P2G_SPREAD (default 1): k_p2g takes its packets in a scattered order */
+  float box_ratio;              /* DRIFT_P2G_BOX_RATIO: step_ctl's box_ratio (p2g_box) */
   int keys64;                   /* DRIFT_SORT_KEYS64=1 (a test switch): 64-bit sort keys where 32 would do, so that
                                    the path of domains beyond 1024 blocks a side runs on the test scenes */
   int n_sm;                     /* the device's multiprocessors */
@@ -4509,6 +4510,7 @@ static int setup(cuda_state *s, const particles *p) {
   c0.fix_bad_id = ~0ULL;
   c0.done = 1;
   c0.stamps = s->stamps != NULL;
+  c0.box_ratio = s->box_ratio;
   CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
   /* the colliders on the device (boundary.h); the faces' types and frictions travel by value */
   const boundary_params *hb = &s->prm.boundary;
@@ -4647,6 +4649,18 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
   s->p2g_spread = (int)spread;
   s->keys64 = env_flag("DRIFT_SORT_KEYS64", 0);
+  s->box_ratio = 1.0f; /* p2g_box (DRIFT_P2G_NODESUM builds): a measurement switch */
+  const char *br = getenv("DRIFT_P2G_BOX_RATIO");
+  if (br && *br) {
+    char *end = NULL;
+    const double r = strtod(br, &end);
+    if (end == br || *end || !(r >= 0.0) || r > 1e9) {
+      free(s->mats);
+      free(s);
+      return dr_fail(DR_EINPUT, "DRIFT_P2G_BOX_RATIO='%s': expected a ratio from 0 to 1e9", br);
+    }
+    s->box_ratio = (float)r;
+  }
   s->void_steps = env_flag("DRIFT_VOID_STEP", 1); /* the top of this file; island_create: not with events */
   s->dvec_pool = 2;
   const char *dp_env = getenv("DRIFT_DVEC_POOL");

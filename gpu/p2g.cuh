@@ -95,6 +95,8 @@ typedef struct step_ctl {
   int projected;               /* the next P2G leaves out the return mapping (set_projected: a run resumed
                                 * from a checkpoint written after G2P2G steps); k_grid clears it */
   int stamps;                  /* DRIFT_GPU_STAMPS: the step's kernels write stamp[] (the device's global ns) */
+  float box_ratio;             /* the box sums (p2g_box) take a packet whose per-cell walk issues more than this
+                                * times its box's nodes in atomics (DRIFT_P2G_BOX_RATIO) */
   unsigned long long stamp[8]; /* ... indexed by enum stamp_at (backend_cuda.cu); k_begin zeroes the others */
 } step_ctl;
 
@@ -440,7 +442,10 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
  * (tools/packet_drift.py): 5 cells and about 70-80 nodes after the sort, 8-11 cells and about 95-115
  * nodes 9 steps later: 2.1-3.1x fewer global atomics, for shared adds and a flush of the box.
  * A packet whose box holds more than N nodes (spread over the free zone) takes the per-cell
- * walk's global atomics, as does deterministic mode (its int64 sums; the same totals either way). */
+ * walk's global atomics, as does deterministic mode (its int64 sums; the same totals either way),
+ * and so does a packet whose walk would issue at most step_ctl's box_ratio times its box's nodes
+ * (DRIFT_P2G_BOX_RATIO; 0: every packet whose box fits), where the box's zeroing and flush cost
+ * more than the atomics they save. */
 template <int NODESUM, bool OLD, bool DET>
 struct p2g_box {
   static constexpr int C = OLD ? 7 : 4;                      /* floats a node */
@@ -496,6 +501,13 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
     if (DET) r[GREC_SRC(OLD)] = __int_as_float(L.src); /* whose contribution was out of range */
   }
   __syncwarp();
+  /* 4. The walk. Valid lanes come first (KEY_NONE sorts last); a record ends its cell's run
+   * where the next lane starts another cell or holds no particle. */
+  const unsigned valid = __ballot_sync(FULL, L.valid);
+  const int n = __popc(valid);
+  const unsigned key_before = __shfl_up_sync(FULL, L.key, 1);
+  const unsigned heads = __ballot_sync(FULL, lane == 0 || key_before != L.key);
+  const unsigned ends = ((heads >> 1) | 0x80000000u) & valid;
   /* The box sums (p2g_box): the box of the valid lanes' cells, 2 nodes wider, if it fits. */
   constexpr bool BOX = p2g_box<NODESUM, OLD, DET>::FLOATS > 0;
   constexpr int BC = p2g_box<NODESUM, OLD, DET>::C;
@@ -507,7 +519,8 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
       ext[a] = __reduce_max_sync(FULL, L.valid ? L.d[a] : -1) - lo[a] + 3;
     }
     const int nodes = ext[0] * ext[1] * ext[2];
-    box = ext[0] > 2 && nodes <= NODESUM ? nodes : 0; /* warp-uniform; 0: the per-cell walk's atomics */
+    /* warp-uniform; 0: the per-cell walk's atomics (27 a cell), where the box would not save enough */
+    box = ext[0] > 2 && nodes <= NODESUM && 27.0f * (float)__popc(ends) > ctl->box_ratio * (float)nodes ? nodes : 0;
     if (BC == 4) /* a node a float4 (s_rec's records end 16-byte aligned) */
       for (int i = lane; i < box; i += LANES) reinterpret_cast<float4 *>(s_box)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     else
@@ -515,13 +528,6 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
     __syncwarp();
   }
 
-  /* 4. The walk. Valid lanes come first (KEY_NONE sorts last); a record ends its cell's run
-   * where the next lane starts another cell or holds no particle. */
-  const unsigned valid = __ballot_sync(FULL, L.valid);
-  const int n = __popc(valid);
-  const unsigned key_before = __shfl_up_sync(FULL, L.key, 1);
-  const unsigned heads = __ballot_sync(FULL, lane == 0 || key_before != L.key);
-  const unsigned ends = ((heads >> 1) | 0x80000000u) & valid;
   const int ei = lane < 27 ? lane / 9 : 0, ej = lane < 27 ? lane / 3 % 3 : 0, ek = lane < 27 ? lane % 3 : 0;
   const float e0 = (float)ei, e1 = (float)ej, e2 = (float)ek;
   const float *wxy = s_rec + WO + 3 * ei + ej, *wz = s_rec + WO + 9 + ek;

@@ -152,11 +152,13 @@ sums reference(const packet &P, const material_params *mats, const int *nbr) {
 
 /* NODES: p2g_gather's box sums (DRIFT_P2G_NODESUM) where a packet's box holds at most 96 nodes,
  * the per-cell walk's global atomics elsewhere; NODES_ALL: the box for every packet (up to 12^3
- * nodes). Deterministic mode keeps the global atomics: the same sums, bitwise. */
-enum variant { SHUFFLE, GATHER, FIXED, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED };
+ * nodes); NODES_RATIO: the box where the walk would issue more than 1.5 times its nodes in atomics
+ * (step_ctl's box_ratio; 0 in the others). Deterministic mode keeps the global atomics: the same
+ * sums, bitwise. */
+enum variant { SHUFFLE, GATHER, FIXED, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED, NODES_RATIO };
 const char *variant_name[] = {"p2g_warp", "p2g_gather", "p2g_warp (deterministic)", "p2g_gather (deterministic)",
                               "p2g_gather, box <= 96", "p2g_gather, box <= 96 (deterministic)",
-                              "p2g_gather, box", "p2g_gather, box (deterministic)"};
+                              "p2g_gather, box", "p2g_gather, box (deterministic)", "p2g_gather, box where it saves"};
 bool is_fixed(variant v) { return v == FIXED || v == GATHER_FIXED || v == NODES_FIXED || v == NODES_ALL_FIXED; }
 
 /* Runs one reduction over the packet; returns the grid as doubles, in the reference's layout. */
@@ -179,6 +181,7 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
   std::memset(ctl, 0, sizeof *ctl);
   ctl->bad_id = ~0ULL;
   ctl->fix_bad_id = ~0ULL;
+  if (var == NODES_RATIO) ctl->box_ratio = 1.5f;
   emu_run_warp([&](int) {
     if (var == NODES)
       p2g_gather<OLD, false, 96>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
@@ -186,7 +189,7 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
     else if (var == NODES_FIXED)
       p2g_gather<OLD, true, 96>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
                                 grid.data(), touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
-    else if (var == NODES_ALL)
+    else if (var == NODES_ALL || var == NODES_RATIO)
       p2g_gather<OLD, false, 2000>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
                                    grid.data(), touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
     else if (var == NODES_ALL_FIXED)
@@ -237,7 +240,8 @@ double channel_max(const std::vector<double> &g, int nc, int c) {
 
 template <bool OLD> void check_packet(const packet &P, const material_params *mats, const int *nbr) {
   const sums R = reference(P, mats, nbr);
-  for (variant var : {SHUFFLE, GATHER, FIXED, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED}) {
+  for (variant var :
+       {SHUFFLE, GATHER, FIXED, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED, NODES_RATIO}) {
     step_ctl ctl;
     const sums S = run<OLD>(P, var, mats, nbr, &ctl);
     const char *v = variant_name[var];
@@ -333,6 +337,14 @@ int main() {
     packets.push_back(make_packet("20 lanes, one outside the free zone", &rng, cells, 13));
     /* lane 17 (cell c0, walked first; id 1189) everywhere, lane 4 (c2; id 1084) near its centre */
     packets.push_back(make_packet("20 lanes, two beyond the fixed-point range", &rng, cells, -1, {17, 4}));
+  }
+  {
+    /* a packet as Sand Blocks' are some steps after their sort (tools/packet_drift.py): 8 cells of
+     * a 2 x 2 x 2 cube whose stencils share nodes (64 in its box against 216 atomics in the walk:
+     * NODES_RATIO takes the box here and the walk in the packets above) */
+    std::vector<std::array<int, 3>> cells;
+    for (int k = 0; k < 32; ++k) cells.push_back({3 + (k & 1), 3 + (k >> 1 & 1), 3 + (k >> 2 & 1)});
+    packets.push_back(make_packet("8 cells of a cube, 4 lanes each, shuffled", &rng, shuffled(cells, &rng), -1));
   }
   for (const packet &P : packets) {
     check_packet<false>(P, mats, nbr);
