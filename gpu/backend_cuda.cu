@@ -1216,7 +1216,7 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
       uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
       p2g_order spread) {
-  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
+  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, DRIFT_P2G_NODESUM)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   stamp(ctl, ST_P2G);
@@ -1227,8 +1227,9 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const int first = (int)blockIdx.x * WARPS + warp;
   const auto packet = [&](int i) { /* p2g_part: n packets of the list order */
     const int j = p2g_order_index(spread, i, n); /* spread_of: the packets in work at once lie far apart */
-    p2g_any<OLD, DET>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk, pid, mats, origin,
-                      dx, inv_dx, grid, touched, grid0, s_p2g[warp], s_sort[warp], fp, !ctl->projected);
+    p2g_any<OLD, DET, DRIFT_P2G_NODESUM>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk,
+                                         pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_p2g[warp],
+                                         s_sort[warp], fp, !ctl->projected);
   };
   if constexpr (!PERSIST) {
     if (first < n) packet(first); /* the whole warp */
@@ -1896,7 +1897,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
         const float *__restrict__ grid0, float *__restrict__ grid0_next, fixp fp,
         const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int g2p_mat, int zone_lo,
         int zone_hi) {
-  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET)];
+  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, DRIFT_G2P2G_NODESUM)];
   __shared__ unsigned s_sort[WARPS][LANES];
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
@@ -1910,8 +1911,8 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
                                                    bp, poses, nullptr, nullptr, nullptr,
                                                    G2P_TILE_OF(OLD, s_tile[warp]), home_box{});
   __syncwarp();
-  p2g_any<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid_next, touched_next,
-                    grid0_next, s_p2g[warp], s_sort[warp], fp, 1);
+  p2g_any<OLD, DET, DRIFT_G2P2G_NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx,
+                                         grid_next, touched_next, grid0_next, s_p2g[warp], s_sort[warp], fp, 1);
 }
 
 /* Material of the particle with the given id (for the message about a bad particle). */

@@ -429,7 +429,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
 #define GREC_SRC(OLD) (GREC_W(OLD) + GREC_WFLOATS) /* deterministic mode: the record's lane in the packet */
 #define GREC_FLOATS(OLD) ((GREC_SRC(OLD) + 1 + 3) / 4 * 4)
 
-/* The box sums (DRIFT_P2G_NODESUM=N, a build switch, default 0: off; p2g_gather's NODESUM). The
+/* The box sums (p2g_gather's NODESUM: k_g2p2g's DRIFT_G2P2G_NODESUM, k_p2g's DRIFT_P2G_NODESUM; p2g_any). The
  * per-cell walk below issues 27 global atomics a cell (108 floats), so a packet whose particles
  * spread over more cells (they cross cell faces between two rebuild-mappings: the boxes thrown
  * across an island's split, docs/performance.md, 2026-11-28 fifteenth) adds more, to nodes that
@@ -614,14 +614,23 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
   }
 }
 
-/* The P2G of a warp's packet by the reduction the build chose; s_p2g: P2G_SMEM floats of the
- * warp's shared memory (p2g_warp's weights, or p2g_gather's records). */
-#ifndef DRIFT_P2G_NODESUM /* p2g_box: 0 (off), or the most nodes of a packet's box it takes */
+/* The P2G of a warp's packet by the reduction the build chose, with the box sums (p2g_box) of at
+ * most NODESUM nodes a packet (0: none); s_p2g: P2G_SMEM floats of the warp's shared memory
+ * (p2g_warp's weights, or p2g_gather's records and box). The box sums pay where P2G is latency-bound
+ * and lose where it is throughput-bound (1 x H200, docs/performance.md, 2026-11-28 sixteenth:
+ * Sand Blocks l = 12, whose steps are the fused G2P2G's, 1.167 against 1.295 ms a frame; l = 46,
+ * k_p2g's, 30.3 against 26.1 with the box, 26.7 with the box compiled in and never taken), so
+ * k_g2p2g, which runs below parallel.g2p2g_below particles a GPU, takes them
+ * (DRIFT_G2P2G_NODESUM, default 216) and k_p2g does not (DRIFT_P2G_NODESUM, default 0). */
+#ifndef DRIFT_P2G_NODESUM /* k_p2g's p2g_box: 0 (off), or the most nodes of a packet's box it takes */
 #define DRIFT_P2G_NODESUM 0
 #endif
-#define P2G_SMEM(OLD, DET) \
-  (DRIFT_P2G_GATHER ? GREC_FLOATS(OLD) * LANES + p2g_box<DRIFT_P2G_NODESUM, OLD, DET>::FLOATS : 9 * LANES)
-template <bool OLD, bool DET>
+#ifndef DRIFT_G2P2G_NODESUM /* k_g2p2g's */
+#define DRIFT_G2P2G_NODESUM 216
+#endif
+#define P2G_SMEM(OLD, DET, NODESUM) \
+  (DRIFT_P2G_GATHER ? GREC_FLOATS(OLD) * LANES + p2g_box<NODESUM, OLD, DET>::FLOATS : 9 * LANES)
+template <bool OLD, bool DET, int NODESUM>
 __device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                         const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                         float *__restrict__ pk, const uint64_t *__restrict__ pid,
@@ -630,8 +639,8 @@ __device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const
                                         float *__restrict__ grid0, float *s_p2g, unsigned *s_sort, fixp fp,
                                         int plastic) {
   if (DRIFT_P2G_GATHER)
-    p2g_gather<OLD, DET, DRIFT_P2G_NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid,
-                                            touched, grid0, s_p2g, s_sort, fp, plastic);
+    p2g_gather<OLD, DET, NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched,
+                                  grid0, s_p2g, s_sort, fp, plastic);
   else
     p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
                        reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, plastic);
