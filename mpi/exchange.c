@@ -276,6 +276,11 @@ int exchange_pack(exchange *x, backend *b) {
   return 1;
 }
 
+void exchange_drop_packs(exchange *x) {
+  x->packed = 0;
+  x->start_rc = DR_OK;
+}
+
 int exchange_start(exchange *x, backend *b) {
   const int packed = x->packed;
   x->packed = 0;

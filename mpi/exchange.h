@@ -74,6 +74,9 @@ int exchange_start(exchange *x, backend *b);
  * the packs and sends. Returns 1 when it queued them, 0 when exchange_start packs as usual. A
  * failure is kept for exchange_start, which posts the messages all the same. */
 int exchange_pack(exchange *x, backend *b);
+/* Forgets the packs exchange_pack queued (the caller voided them: backend.h's gate_open(0)),
+ * so that the next exchange_start packs afresh. */
+void exchange_drop_packs(exchange *x);
 /* Waits for the others' sums and adds them to the shared blocks (not after a failed pack:
  * then it only waits, and returns exchange_start's error). */
 int exchange_finish(exchange *x, backend *b);

@@ -117,6 +117,20 @@ typedef struct backend {
   /* Grid to particle, deformation update, advection, free-zone check. A non-finite state or a
    * runaway speed (DR_RUNAWAY_CELLS) fails with DR_EPHYSICS naming the particle. */
   int (*g2p)(void *state, float dt);
+  /* Optional (all three or none; NULL: every step's P2G is queued after the step vote): the next
+   * step queued ahead of the vote (sim.c: several ranks, fixed steps), so that the device starts
+   * it as soon as the ranks agree instead of after the host has queued it. g2p_ahead does what g2p
+   * queues, then shuts a gate (*armed = 1; 0 where the backend does the whole g2p instead, as g2p
+   * would): the p2g, p2g_part and pack_sparse_async calls that follow queue behind it (cuda: the
+   * step's first kernel waits on the device; cpu: the calls are deferred). g2p_collect does the
+   * rest of g2p (waits for the G2P, not the queued step; reads its flags: wants_rebuild,
+   * max_speed, emigrants, failures). gate_open(go) lets the queued step run (1) or voids it (0:
+   * its kernels return at once, the deferred calls are dropped; particles and grid stay as g2p
+   * left them, so that a rebuild-mapping can follow). Every armed g2p_ahead is followed by one
+   * gate_open; destroy voids a gate left shut. */
+  int (*g2p_ahead)(void *state, float dt, int *armed);
+  int (*g2p_collect)(void *state);
+  int (*gate_open)(void *state, int go);
   /* Largest particle speed after the last g2p (m/s), for the adaptive step. */
   int (*max_speed)(void *state, float *vmax);
   /* Optional (NULL where absent): waits until the work the phases queued is done (cuda), so that

@@ -85,6 +85,14 @@ typedef struct cpu_state {
   float vmax;
   int32_t home_lo[3], home_hi[3]; /* the rank's box with its margin, in blocks (set_home; none: the int range) */
   int emig;                       /* the last g2p left a particle outside it */
+  /* backend.h's gate (g2p_ahead, gate_open): the CPU computes at once, so the calls that a GPU
+   * would queue behind the gate are deferred until it opens (run) or dropped (voided) */
+  int ahead_on;                   /* DRIFT_STEP_AHEAD (default 1): g2p_ahead arms the gate */
+  int gate_armed;
+  int gate_p2g;                   /* p2g(gate_dt) waits behind the gate */
+  float gate_dt;
+  struct gate_pack { int slot; const int32_t *idx; size_t n; } *gate_pack; /* pack_sparse_async's, in order */
+  int n_gate_pack, cap_gate_pack;
 } cpu_state;
 
 /* ---- storage ------------------------------------------------------------------------------ */
@@ -344,6 +352,11 @@ static int p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_
 
 static int p2g(void *state, float dt) {
   cpu_state *s = state;
+  if (s->gate_armed) { /* behind the gate: runs when it opens (gate_open) */
+    s->gate_p2g = 1;
+    s->gate_dt = dt;
+    return DR_OK;
+  }
   if (s->det) memset(s->igrid, 0, sizeof(int64_t) * s->bf * s->n_blocks);
   else memset(s->grid, 0, sizeof(float) * s->bf * s->n_blocks);
   memset(s->touched, 0, s->n_blocks);
@@ -613,6 +626,16 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
  * message is the same: the interior adds to no shared block. */
 static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
   cpu_state *s = state;
+  if (s->gate_armed) { /* behind the gate, after the p2g deferred before it (gate_open) */
+    if (s->n_gate_pack == s->cap_gate_pack) {
+      const int cap = s->cap_gate_pack ? 2 * s->cap_gate_pack : 4;
+      struct gate_pack *q = realloc(s->gate_pack, sizeof *q * (size_t)cap);
+      if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the packs queued behind the gate");
+      s->gate_pack = q, s->cap_gate_pack = cap;
+    }
+    s->gate_pack[s->n_gate_pack++] = (struct gate_pack){slot, idx, n};
+    return DR_OK;
+  }
   if (slot >= s->n_xslot) {
     const int cap = slot + 1 > 2 * s->n_xslot ? slot + 1 : 2 * s->n_xslot;
     xslot *q = realloc(s->xslot, sizeof *q * (size_t)cap);
@@ -708,6 +731,45 @@ static int add_particles(void *state, const particles *p) {
  * the exchange; the boundary part is the whole P2G and the interior part is empty. */
 static int p2g_part(void *state, float dt, int part) { return part == P2G_BOUNDARY ? p2g(state, dt) : DR_OK; }
 
+/* backend.h's g2p_ahead, g2p_collect and gate_open: g2p at once, then the gate defers the next
+ * step's p2g and packs (p2g, pack_sparse_async) until it opens, in their order; a voided gate
+ * drops them. Nothing to gain on a CPU, but the ranks' loop runs the same order of calls as on
+ * a GPU, so that the tests check it here (DRIFT_STEP_AHEAD=0: off). */
+static int g2p_ahead(void *state, float dt, int *armed) {
+  cpu_state *s = state;
+  *armed = 0;
+  DR_TRY(g2p(state, dt));
+  if (!s->ahead_on) return DR_OK;
+  s->gate_armed = 1;
+  s->gate_p2g = 0;
+  s->n_gate_pack = 0;
+  *armed = 1;
+  return DR_OK;
+}
+
+static int g2p_collect(void *state) {
+  (void)state; /* g2p_ahead's g2p is complete */
+  return DR_OK;
+}
+
+static int gate_open(void *state, int go) {
+  cpu_state *s = state;
+  if (!s->gate_armed) return dr_fail(DR_EINTERNAL, "cpu backend: gate_open without g2p_ahead");
+  s->gate_armed = 0;
+  const int n = s->n_gate_pack;
+  s->n_gate_pack = 0;
+  if (!go) {
+    s->gate_p2g = 0;
+    return DR_OK;
+  }
+  if (s->gate_p2g) {
+    s->gate_p2g = 0;
+    DR_TRY(p2g(state, s->gate_dt));
+  }
+  for (int k = 0; k < n; ++k) DR_TRY(pack_sparse_async(state, s->gate_pack[k].slot, s->gate_pack[k].idx, s->gate_pack[k].n));
+  return DR_OK;
+}
+
 /* backend.h's emigrate: the leaving particles are appended to out in index order, the others
  * close ranks in theirs; the caller's rebuild-mapping sorts what is left. */
 static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
@@ -754,6 +816,7 @@ static void destroy(void *state) {
   free(s->mats);
   for (int k = 0; k < s->n_xslot; ++k) free(s->xslot[k].msg);
   free(s->xslot);
+  free(s->gate_pack);
   free(s);
 }
 
@@ -801,6 +864,9 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};
   const char *hf = getenv("DRIFT_HOME_FLAG");
   if (hf && !strcmp(hf, "1")) out->set_home = set_home, out->emigrants = emigrants;
+  const char *sa = getenv("DRIFT_STEP_AHEAD");
+  s->ahead_on = !(sa && !strcmp(sa, "0"));
+  out->g2p_ahead = g2p_ahead, out->g2p_collect = g2p_collect, out->gate_open = gate_open;
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);
   if (rc) {

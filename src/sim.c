@@ -82,6 +82,11 @@ struct sim {
   MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
   MPI_Op vote_op;
   int vote_nonblocking; /* DRIFT_VOTE_NONBLOCKING=1: MPI_Iallreduce (vote_start) */
+  /* The next step queued ahead of the vote (backend.h's g2p_ahead; advance_frame_ranks): */
+  int gate_shut;        /* g2p_ahead armed the backend's gate: gate_open follows the vote */
+  int ahead;            /* the step about to run was queued ahead and its gate opened */
+  int ahead_rc;         /* ... what queueing its P2G returned */
+  int ahead_early;      /* ... its packs were queued (exchange_pack), the interior's P2G after them */
   int migrate_margin;   /* blocks a particle may stray past its rank's box before it migrates at a
                          * rebuild-mapping whose cuts stay (DRIFT_MIGRATE_MARGIN, default 1; vote_op) */
   rank_frame_stats fs;  /* since the last progress line */
@@ -772,6 +777,22 @@ static int vote_finish(sim *S, step_vote *v) {
   return DR_OK;
 }
 
+/* Queues step k + 1's P2G (and with p2g_part, the boundary's P2G, the packs and the interior's
+ * P2G, as the loop below does after the vote) behind the gate that g2p_ahead shut: the device
+ * starts it the moment the vote lets it (gate_open), instead of after the host's launches. Only
+ * where the step will be a plain one: fixed steps, not a frame's last step, not a set-up step
+ * (a rebuild-mapping voids the gate first). A failure here goes into the vote. */
+static int queue_ahead(sim *S, double t_next, float dt) {
+  backend *b = &S->be;
+  const int split = b->p2g_part && S->ex.nlinks > 0;
+  int rc = b->set_time ? b->set_time(b->state, t_next) : DR_OK;
+  if (rc == DR_OK) rc = split ? b->p2g_part(b->state, dt, P2G_BOUNDARY) : b->p2g(b->state, dt);
+  S->ahead_early = split && rc == DR_OK && exchange_pack(&S->ex, b);
+  if (S->ahead_early) rc = b->p2g_part(b->state, dt, P2G_INTERIOR);
+  S->ahead_rc = rc;
+  return rc;
+}
+
 /* A frame on several ranks: every step one vote (step_vote) agrees on the largest speed
  * (adaptive dt), on whether any rank needs a rebuild-mapping, on failure, and on whether any rank
  * got a signal; P2G sums of shared blocks cross between ranks before the grid update. Starts where
@@ -786,6 +807,14 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
   DR_TRY(vote_start(S, &v, &rc)); /* the frame's first step: nothing to overlap it with */
   for (;;) {
     DR_TRY(vote_finish(S, &v));
+    if (S->gate_shut) { /* the step queued ahead runs only where the ranks go on without a rebuild-mapping */
+      const int go = v.glob[VOTE_STATUS] == 0 && v.glob[VOTE_SIGNAL] == 0 && v.glob[VOTE_REBUILD] == 0;
+      S->gate_shut = 0;
+      const int grc = b->gate_open(b->state, go);
+      S->ahead = go;
+      if (!go) exchange_drop_packs(&S->ex); /* its packs were voided with it */
+      if (grc != DR_OK && rc == DR_OK) rc = grc; /* the step fails; the next vote says so */
+    }
     if (v.glob[VOTE_STATUS] != 0) { /* every rank knows */
       /* a step that failed on another rank did not happen: the messages name it, as the failing rank does */
       if (!rc && v.glob[VOTE_FAILED] != 0 && stepped) --S->st.steps;
@@ -814,11 +843,16 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
      * first, and the exchange is set up while the device runs it. */
     const int setup = S->setup_pending;
     const int split = !setup && b->p2g_part && S->ex.nlinks > 0;
-    log_trace("step %d: p2g%s", k, split ? " (boundary)" : setup ? " (exchange set up meanwhile)" : "");
+    const int ahead = S->ahead; /* queued with the last G2P (queue_ahead), its gate open now */
+    S->ahead = 0;
+    log_trace("step %d: p2g%s%s", k, split ? " (boundary)" : setup ? " (exchange set up meanwhile)" : "",
+              ahead ? ", queued ahead" : "");
     if (setup) {
       int agreed = DR_OK;
       rc = setup_exchange_during_p2g(S, (float)dt, &agreed);
       if (agreed != DR_OK) return agreed; /* a rank's rebuild-mapping failed: every rank stops here */
+    } else if (ahead) {
+      if (rc == DR_OK) rc = S->ahead_rc;
     } else {
       rc = split ? b->p2g_part(b->state, (float)dt, P2G_BOUNDARY) : b->p2g(b->state, (float)dt);
     }
@@ -829,9 +863,9 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     /* Where the backend packs in two halves, the interior's P2G is queued between them: the
      * device scatters it while the host waits for the packs and copies the messages out. In the
      * set-up step (whole P2G) the interior's grid update goes there instead. */
-    const int early = (split || setup) && rc == DR_OK && exchange_pack(&S->ex, b);
+    const int early = ahead ? S->ahead_early : (split || setup) && rc == DR_OK && exchange_pack(&S->ex, b);
     const int grid_early = early && setup && b->grid_update_part;
-    if (early && split) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
+    if (early && split && !ahead) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
     if (grid_early) rc = b->grid_update_part(b->state, (float)dt, GRID_INTERIOR);
     int xrc = exchange_start(&S->ex, b);
     if (split && !early && rc == DR_OK) rc = b->p2g_part(b->state, (float)dt, P2G_INTERIOR);
@@ -846,7 +880,21 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
       rc = b->grid_update_part ? b->grid_update_part(b->state, (float)dt, GRID_SHARED) : b->grid_update(b->state, (float)dt);
     if (S->opt.profile) S->st.phase_seconds[PHASE_GRID] += now() - ph, ph = now(); /* the exchange included */
     log_trace("step %d: g2p", k);
-    if (rc == DR_OK) rc = b->g2p(b->state, (float)dt);
+    /* Fixed steps: the next step of the frame is queued behind a gate before the vote (queue_ahead),
+     * so that the device runs it as soon as the ranks agree (DRIFT_STEP_AHEAD=0 in the backend: off) */
+    const int next_ahead = rc == DR_OK && b->g2p_ahead && S->substeps_fixed > 0 && k + 1 < S->substeps_fixed;
+    if (next_ahead) {
+      int armed = 0;
+      rc = b->g2p_ahead(b->state, (float)dt, &armed);
+      if (armed) {
+        S->gate_shut = 1;
+        const int qrc = queue_ahead(S, t0 + (k + 1) * dt, (float)dt);
+        const int crc = b->g2p_collect(b->state);
+        if (rc == DR_OK) rc = crc ? crc : qrc;
+      }
+    } else if (rc == DR_OK) {
+      rc = b->g2p(b->state, (float)dt);
+    }
     log_trace("step %d: vote", k);
     const double c1 = MPI_Wtime();
     if (S->opt.profile) S->st.phase_seconds[PHASE_G2P] += now() - ph;
