@@ -653,6 +653,14 @@ typedef struct cuda_state {
   xlist *xl;                    /* the exchange's block lists in xidx (register_indices); owned here */
   int n_xl, xl_cap;
   int *h_xbad, *d_xbad;         /* [2] mapped pinned: an exchange kernel's out-of-range block index (index_ok) */
+  /* backend.h's gate (g2p_ahead, gate_open; ranks, one GPU each): the next step's k_begin_gated waits on
+   * the device until the host writes (gate_seq << 1) | go into *h_gate (mapped pinned) */
+  unsigned *h_gate, *d_gate;
+  unsigned gate_seq;
+  int ahead_on;                 /* DRIFT_STEP_AHEAD (default 1): g2p_ahead arms the gate */
+  int gate_armed;               /* g2p_ahead armed it; gate_open not yet called */
+  int gate_queued;              /* ... and a k_begin_gated waits on it */
+  cudaEvent_t g2p_ev;           /* after the armed step's G2P and its record (g2p_collect waits for it alone) */
   size_t unpack_check_n;        /* unpack_add_sparse's check of h_xbad, left to the next g2p (its list's length; 0: none) */
   dvec xrecv;                   /* unpack_add_sparse: the step's received messages, one after another */
   size_t xrecv_used;            /* bytes of xrecv this step's unpacks took (reset by g2p) */
@@ -1154,6 +1162,41 @@ __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
   c->dt = dt;
   c->leave = c->emig = 0;
   c->vmax_bits = 0;
+}
+
+/* The phases' step begin behind backend.h's gate (ranks: the step queued before the step vote):
+ * waits until the host's gate_open writes this gate's number into *gate, then begins the step as
+ * k_begin_fixed does (go) or voids it (its kernels return at once, as the frame loop's voided
+ * steps do; rebuild_now's k_unvoid or the next begin ends that). A gate the host never opens (a
+ * bug; the host's own exits void it) gives up after timeout_ns, voids the step and says so in
+ * gate_stuck, which the next step's record carries to the host. */
+__global__ static void k_begin_gated(step_ctl *c, const volatile unsigned *gate, unsigned seq, float dt, double t_end,
+                                     unsigned long long timeout_ns) {
+  const unsigned long long t0 = global_ns();
+  unsigned w;
+  for (unsigned spins = 0;; ++spins) {
+    w = *gate;
+    if ((w >> 1) == (seq & 0x7fffffffu)) break;
+    __nanosleep(100);
+    if ((spins & 255u) == 255u && global_ns() - t0 > timeout_ns) {
+      c->gate_stuck = 1;
+      w = 0;
+      break;
+    }
+  }
+  __threadfence_system();
+  if (w & 1u) {
+    c->t = c->t_pose = t_end;
+    c->done = 0;
+    c->performed = 1;
+    c->dt = dt;
+    c->leave = c->emig = 0;
+    c->vmax_bits = 0;
+  } else {
+    c->done = 1;
+    c->voided = 1;
+    c->performed = 0;
+  }
 }
 
 /* A frame's start: its steps are k0, k0 + 1, ... from t_start (k0 > 0: resumed part-way); vmax0
@@ -3757,11 +3800,26 @@ static int rebuild(void *state, int force, int *rebuilt) {
   return DR_OK;
 }
 
+/* The phases' step begin: k_begin_fixed, or behind the gate that g2p_ahead armed (k_begin_gated). */
+static int launch_begin(cuda_state *s, float dt) {
+  if (s->gate_armed && !s->gate_queued) {
+    k_begin_gated<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), s->d_gate, s->gate_seq, dt, s->t_next + (double)dt,
+                                          s->barrier_timeout_ns);
+    LAUNCHED("k_begin_gated");
+    s->gate_queued = 1;
+    return DR_OK;
+  }
+  if (s->gate_armed) return dr_fail(DR_EINTERNAL, "cuda backend: a second step begun behind one gate");
+  k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
+  LAUNCHED("k_begin_fixed");
+  return DR_OK;
+}
+
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
   s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = s->interior_on = 0;
-  k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
-  LAUNCHED("k_begin_fixed");
+  if (s->gate_armed && s->primed) return dr_fail(DR_EINTERNAL, "cuda backend: a primed P2G behind a gate");
+  DR_TRY(launch_begin(s, dt));
   if (s->primed) { /* after G2P2G frames: the last G2P2G (or the rebuild's keep_primed) did this P2G */
     s->primed = 0;
     if (dt == s->primed_dt) return DR_OK;
@@ -3817,8 +3875,10 @@ static int p2g_part(void *state, float dt, int part) {
   }
   s->part_skip = 0;
   s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = s->interior_on = 0;
-  k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
-  LAUNCHED("k_begin_fixed");
+  if (s->gate_armed && s->primed) return dr_fail(DR_EINTERNAL, "cuda backend: a primed P2G behind a gate");
+  /* behind a gate, the order's count read (a host wait) comes before the gated begin */
+  if (s->gate_armed) DR_TRY(boundary_order(s));
+  DR_TRY(launch_begin(s, dt));
   if (s->primed) { /* as in p2g() */
     s->primed = 0;
     if (dt == s->primed_dt) {
@@ -4324,6 +4384,8 @@ static void destroy(void *state) {
   cuda_state *s = (cuda_state *)state;
   if (!s) return;
   if (s->stream) cudaSetDevice(s->device);
+  if (s->h_gate && s->gate_armed) /* a gate left shut (an exit between g2p_ahead and the vote): void its step */
+    __atomic_store_n(s->h_gate, s->gate_seq << 1, __ATOMIC_RELEASE), s->gate_armed = 0;
   marks_free(s);
   stamps_free(s);
   drop_graphs(s);
@@ -4355,6 +4417,8 @@ static void destroy(void *state) {
   if (s->h_slot) cudaFreeHost(s->h_slot);
   if (s->h_rc) cudaFreeHost(s->h_rc);
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
+  if (s->h_gate) cudaFreeHost(s->h_gate);
+  if (s->g2p_ev) cudaEventDestroy(s->g2p_ev);
   host_release(s->h_rec);
   for (int k = 0; k < 2; ++k)
     if (s->pool[k]) cudaMemPoolDestroy(s->pool[k]);
@@ -4498,6 +4562,9 @@ static int setup(cuda_state *s, const particles *p) {
   CU(cudaHostAlloc((void **)&s->h_xbad, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
   s->h_xbad[0] = s->h_xbad[1] = 0;
   CU(cudaHostGetDevicePointer((void **)&s->d_xbad, s->h_xbad, 0));
+  CU(cudaHostAlloc((void **)&s->h_gate, sizeof(unsigned), cudaHostAllocMapped | cudaHostAllocPortable));
+  *s->h_gate = 0;
+  CU(cudaHostGetDevicePointer((void **)&s->d_gate, s->h_gate, 0));
   DVEC_EXACT(s->d_mats, (size_t)s->prm.n_materials * sizeof(material_params), "materials");
   DVEC_EXACT(s->ctl, sizeof(step_ctl), "step control");
   DVEC_EXACT(s->count, sizeof(rebuild_count), "counters");
@@ -4886,6 +4953,20 @@ static int island_each(struct island *I, member_job job);
  * twice, so that the island's code runs on one GPU), else parallel.gpus_per_rank GPUs (0: the
  * visible GPUs shared evenly among the ranks of the node), starting after those of the node's
  * lower ranks. */
+/* DRIFT_STEP_AHEAD (g2p_ahead): 1 or 0 as set; by default on where this node's ranks have GPUs of
+ * their own (n each), off where they share them: a step waiting at its gate holds its GPU, and
+ * two processes on one GPU (no MPS) take turns by time slices, so the other rank's G2P, which the
+ * vote waits for, would wait for the gate's slice to end. */
+static int ahead_default(const sim_params *prm, int n) {
+  const char *e = getenv("DRIFT_STEP_AHEAD");
+  if (e && *e) return strcmp(e, "0") != 0;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  const char *list = getenv("DRIFT_DEVICES");
+  const int local = prm->local_size > 0 ? prm->local_size : 1;
+  return !(list && *list && local > 1) && local * n <= count;
+}
+
 static int island_devices(const sim_params *prm, int *dev, int *n) {
   int count = 0;
   CU(cudaGetDeviceCount(&count));
@@ -5506,9 +5587,9 @@ static int island_grid_update_part(void *state, float dt, int part) {
   return DR_OK;
 }
 
-static int island_g2p(void *state, float dt) {
-  (void)dt;
-  island *I = (island *)state;
+/* island_g2p's first half: each member's G2P and its step record queued; the members' buffers
+ * change parity (last_par: the record island_g2p_collect reads). */
+static int island_g2p_queue(island *I) {
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
@@ -5524,17 +5605,27 @@ static int island_g2p(void *state, float dt) {
     }
     s->g2p_rest = s->tail_on = s->tail_armed = 0;
     DR_TRY(record_out(s, s->par));
+    s->last_par = s->par;
+    s->par ^= 1;
   }
+  return DR_OK;
+}
+
+/* island_g2p's second half: waits for each member's G2P (with a gate armed, for its G2P alone:
+ * g2p_ev, not the step queued behind the gate) and reads its flags. */
+static int island_g2p_collect(island *I) {
   float vmax = 0.0f;
   int bad = -1, fix = -1;
   for (int k = 0; k < I->nm; ++k) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
-    CU(cudaStreamSynchronize(s->stream));
+    if (s->gate_armed) CU(cudaEventSynchronize(s->g2p_ev));
+    else CU(cudaStreamSynchronize(s->stream));
     s->xrecv_used = 0; /* the step's unpacks are done with their messages */
-    const step_ctl *c = &s->h_slot[s->par];
-    s->last_par = s->par;
-    s->par ^= 1;
+    const step_ctl *c = &s->h_slot[s->last_par];
+    if (c->gate_stuck)
+      return dr_fail(DR_EINTERNAL, "cuda backend: device %d: a step queued behind a gate waited %.0f s for the host "
+                     "to open it, and was voided (DRIFT_BARRIER_TIMEOUT)", s->device, s->barrier_timeout_ns * 1e-9);
     if (c->fix_bad && fix < 0) fix = k;
     if (c->bad_id != ~0ULL && bad < 0) bad = k;
     memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
@@ -5554,6 +5645,13 @@ static int island_g2p(void *state, float dt) {
   if (bad >= 0) return fail_bad(I->m[bad], I->m[bad]->h_slot[I->m[bad]->last_par].bad_id);
   I->vmax = vmax;
   return DR_OK;
+}
+
+static int island_g2p(void *state, float dt) {
+  (void)dt;
+  island *I = (island *)state;
+  DR_TRY(island_g2p_queue(I));
+  return island_g2p_collect(I);
 }
 
 /* backend.h's set_home: every member's box, an argument of its next G2P launches (the phases
@@ -5607,6 +5705,53 @@ static int advance_frame(void *state, const frame_plan *plan, frame_report *rep)
 static int g2p(void *state, float dt) {
   island one = solo(state);
   return island_g2p(&one, dt);
+}
+
+/* backend.h's g2p_ahead, g2p_collect and gate_open (ranks, one GPU each): g2p's G2P and record,
+ * an event after them, and the gate armed, so that the next p2g or p2g_part begins the step with
+ * k_begin_gated, which the device holds until gate_open. Not where the next P2G is primed (G2P2G
+ * frames: a frame loop of one rank), which p2g would take instead. */
+static int g2p_ahead(void *state, float dt, int *armed) {
+  cuda_state *s = (cuda_state *)state;
+  island one = solo(state);
+  *armed = 0;
+  if (!s->ahead_on || s->primed || s->gate_armed) return island_g2p(&one, dt);
+  DR_TRY(island_g2p_queue(&one));
+  if (!s->g2p_ev) CU(cudaEventCreateWithFlags(&s->g2p_ev, cudaEventDisableTiming));
+  CU(cudaEventRecord(s->g2p_ev, s->stream));
+  s->gate_seq = (s->gate_seq + 1) & 0x7fffffffu;
+  s->gate_armed = 1;
+  s->gate_queued = 0;
+  *armed = 1;
+  return DR_OK;
+}
+
+static int g2p_collect(void *state) {
+  island one = solo(state);
+  return island_g2p_collect(&one);
+}
+
+/* Lets the step behind the gate run (go) or voids it: the host's store reaches the spinning
+ * k_begin_gated through mapped memory. A voided step's kernels return at once; the host waits for
+ * them (both streams) so that a rebuild-mapping after it finds the device idle, and forgets what
+ * its queueing noted (the next begin starts afresh). */
+static int gate_open_one(cuda_state *s, int go) {
+  if (!s->gate_armed) return DR_OK;
+  __atomic_store_n(s->h_gate, (s->gate_seq << 1) | (go ? 1u : 0u), __ATOMIC_RELEASE);
+  s->gate_armed = 0;
+  const int queued = s->gate_queued;
+  s->gate_queued = 0;
+  if (go || !queued) return DR_OK;
+  CU(cudaStreamSynchronize(s->stream));
+  if (s->xstream) CU(cudaStreamSynchronize(s->xstream));
+  s->head_on = s->interior_on = s->part_skip = s->tail_on = s->tail_armed = s->g2p_rest = 0;
+  return DR_OK;
+}
+
+static int gate_open(void *state, int go) {
+  cuda_state *s = (cuda_state *)state;
+  if (!s->gate_armed) return dr_fail(DR_EINTERNAL, "cuda backend: gate_open without g2p_ahead");
+  return gate_open_one(s, go);
 }
 
 static int set_home(void *state, const int32_t lo[3], const int32_t hi[3]) {
@@ -6462,6 +6607,12 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 1) ? ON_DEVICE(p2g_part) : NULL;
   /* the interior's G2P while the sums are in flight (DRIFT_SPLIT_G2P=0: off; docs/performance.md) */
   out->g2p_interior = env_flag("DRIFT_SPLIT_G2P", 1) ? ON_DEVICE(g2p_interior) : NULL;
+  /* the next step queued before the step vote, behind a gate on the device (DRIFT_STEP_AHEAD=0: after
+   * the vote; docs/performance.md) */
+  s->ahead_on = ahead_default(prm, 1);
+  out->g2p_ahead = ON_DEVICE(g2p_ahead);
+  out->g2p_collect = ON_DEVICE(g2p_collect);
+  out->gate_open = ON_DEVICE(gate_open);
   /* DRIFT_HOME_FLAG=1: G2P flags the particles past the rank's box, so that a rebuild-mapping
    * where none is skips emigrate and the migration's messages. Off: it pays nothing in weak_2,
    * where some particle has crossed at most rebuild-mappings (46 of 262 skipped; 2 x H200, a47539d,

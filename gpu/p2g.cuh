@@ -95,6 +95,7 @@ typedef struct step_ctl {
   int projected;               /* the next P2G leaves out the return mapping (set_projected: a run resumed
                                 * from a checkpoint written after G2P2G steps); k_grid clears it */
   int stamps;                  /* DRIFT_GPU_STAMPS: the step's kernels write stamp[] (the device's global ns) */
+  unsigned gate_stuck;         /* k_begin_gated gave up waiting for the host's gate_open (the step voided) */
   float box_ratio;             /* the box sums (p2g_box) take a packet whose per-cell walk issues more than this
                                 * times its box's nodes in atomics (DRIFT_P2G_BOX_RATIO) */
   unsigned long long stamp[8]; /* ... indexed by enum stamp_at (backend_cuda.cu); k_begin zeroes the others */

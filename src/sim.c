@@ -812,7 +812,11 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
       S->gate_shut = 0;
       const int grc = b->gate_open(b->state, go);
       S->ahead = go;
-      if (!go) exchange_drop_packs(&S->ex); /* its packs were voided with it */
+      if (!go) {
+        exchange_drop_packs(&S->ex); /* its packs were voided with it */
+        log_trace("step %d: the step queued ahead voided (%s)", k,
+                  v.glob[VOTE_STATUS] != 0 ? "a rank failed" : v.glob[VOTE_SIGNAL] != 0 ? "a signal" : "a rebuild-mapping first");
+      }
       if (grc != DR_OK && rc == DR_OK) rc = grc; /* the step fails; the next vote says so */
     }
     if (v.glob[VOTE_STATUS] != 0) { /* every rank knows */
