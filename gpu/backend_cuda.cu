@@ -66,7 +66,19 @@
 // another dt (not expected: fixed steps keep one dt per run). A checkpoint written while primed
 // says so (backend.projected, ckpt_state.projected), and the run resumed from it takes its first
 // P2G without the mapping (set_projected: step_ctl.projected, which k_p2g reads and k_grid
-// clears).
+// clears). k_g2p2g's P2G also adds each cell group's 27 nodes into a box in the warp's shared
+// memory and issues one global atomic a node the packet reached (the box sums, gpu/p2g.cuh,
+// DRIFT_G2P2G_NODESUM): where P2G is latency-bound, as in these small scenes, each warp's chain of
+// global atomics is the step's critical path (Sand Blocks l = 12 12% faster on one H200); k_p2g,
+// throughput-bound, keeps its atomics (DRIFT_P2G_NODESUM=0; the box costs it 17% at l = 46).
+//
+// Ranks (sim.c drives the phases step by step, one vote a step): with fixed steps the next step's
+// P2G is queued with this step's G2P, before the vote, behind a gate (g2p_ahead): its first kernel,
+// k_begin_gated, spins until the host writes the vote's outcome into mapped memory (gate_open),
+// then begins the step or voids it (a rebuild-mapping comes first; its kernels return at once), so
+// that the device starts the step as the ranks agree instead of after the host's launches. One GPU
+// a rank, not where the node's ranks share GPUs (DRIFT_STEP_AHEAD): a spinning kernel holds its GPU
+// against the other process's time slices.
 //
 // Deterministic mode (parallel.deterministic, physics/fixed.h): every lane turns its
 // contributions into int64 fixed point *before* the warp's segmented reduction (whose float
