@@ -1167,7 +1167,7 @@ __global__ static void k_publish(step_ctl *c) {
 __global__ static void k_set_projected(step_ctl *c) { c->projected = 1; }
 
 /* A fixed step given by the host (the phase-by-phase path of backend.h). */
-__global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
+__device__ static void begin_fixed(step_ctl *c, float dt, double t_end) {
   c->t = c->t_pose = t_end; /* as k_begin leaves it: the colliders stand where they are at the step's end */
   c->done = 0;
   c->performed = 1;
@@ -1175,6 +1175,7 @@ __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) {
   c->leave = c->emig = 0;
   c->vmax_bits = 0;
 }
+__global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) { begin_fixed(c, dt, t_end); }
 
 /* The phases' step begin behind backend.h's gate (ranks: the step queued before the step vote):
  * waits until the host's gate_open writes this gate's number into *gate, then begins the step as
@@ -1198,12 +1199,7 @@ __global__ static void k_begin_gated(step_ctl *c, const volatile unsigned *gate,
   }
   __threadfence_system();
   if (w & 1u) {
-    c->t = c->t_pose = t_end;
-    c->done = 0;
-    c->performed = 1;
-    c->dt = dt;
-    c->leave = c->emig = 0;
-    c->vmax_bits = 0;
+    begin_fixed(c, dt, t_end);
   } else {
     c->done = 1;
     c->voided = 1;
@@ -3812,8 +3808,16 @@ static int rebuild(void *state, int force, int *rebuilt) {
   return DR_OK;
 }
 
+/* Opens the armed gate for the spinning k_begin_gated (go), or voids its step: the gate's number and
+ * the outcome in one word of mapped memory. */
+static void gate_write(cuda_state *s, int go) {
+  __atomic_store_n(s->h_gate, (s->gate_seq << 1) | (go ? 1u : 0u), __ATOMIC_RELEASE);
+  s->gate_armed = 0;
+}
+
 /* The phases' step begin: k_begin_fixed, or behind the gate that g2p_ahead armed (k_begin_gated). */
 static int launch_begin(cuda_state *s, float dt) {
+  if (s->gate_armed && s->primed) return dr_fail(DR_EINTERNAL, "cuda backend: a primed P2G behind a gate");
   if (s->gate_armed && !s->gate_queued) {
     k_begin_gated<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), s->d_gate, s->gate_seq, dt, s->t_next + (double)dt,
                                           s->barrier_timeout_ns);
@@ -3830,7 +3834,6 @@ static int launch_begin(cuda_state *s, float dt) {
 static int p2g(void *state, float dt) {
   cuda_state *s = (cuda_state *)state;
   s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = s->interior_on = 0;
-  if (s->gate_armed && s->primed) return dr_fail(DR_EINTERNAL, "cuda backend: a primed P2G behind a gate");
   DR_TRY(launch_begin(s, dt));
   if (s->primed) { /* after G2P2G frames: the last G2P2G (or the rebuild's keep_primed) did this P2G */
     s->primed = 0;
@@ -3887,7 +3890,6 @@ static int p2g_part(void *state, float dt, int part) {
   }
   s->part_skip = 0;
   s->g2p_rest = s->tail_on = s->tail_armed = s->head_on = s->interior_on = 0;
-  if (s->gate_armed && s->primed) return dr_fail(DR_EINTERNAL, "cuda backend: a primed P2G behind a gate");
   /* behind a gate, the order's count read (a host wait) comes before the gated begin */
   if (s->gate_armed) DR_TRY(boundary_order(s));
   DR_TRY(launch_begin(s, dt));
@@ -4396,8 +4398,7 @@ static void destroy(void *state) {
   cuda_state *s = (cuda_state *)state;
   if (!s) return;
   if (s->stream) cudaSetDevice(s->device);
-  if (s->h_gate && s->gate_armed) /* a gate left shut (an exit between g2p_ahead and the vote): void its step */
-    __atomic_store_n(s->h_gate, s->gate_seq << 1, __ATOMIC_RELEASE), s->gate_armed = 0;
+  if (s->h_gate && s->gate_armed) gate_write(s, 0); /* a gate left shut (an exit between g2p_ahead and the vote) */
   marks_free(s);
   stamps_free(s);
   drop_graphs(s);
@@ -5749,8 +5750,7 @@ static int g2p_collect(void *state) {
  * its queueing noted (the next begin starts afresh). */
 static int gate_open_one(cuda_state *s, int go) {
   if (!s->gate_armed) return DR_OK;
-  __atomic_store_n(s->h_gate, (s->gate_seq << 1) | (go ? 1u : 0u), __ATOMIC_RELEASE);
-  s->gate_armed = 0;
+  gate_write(s, go);
   const int queued = s->gate_queued;
   s->gate_queued = 0;
   if (go || !queued) return DR_OK;
