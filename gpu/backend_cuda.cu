@@ -76,9 +76,10 @@
 // P2G is queued with this step's G2P, before the vote, behind a gate (g2p_ahead): its first kernel,
 // k_begin_gated, spins until the host writes the vote's outcome into mapped memory (gate_open),
 // then begins the step or voids it (a rebuild-mapping comes first; its kernels return at once), so
-// that the device starts the step as the ranks agree instead of after the host's launches. One GPU
-// a rank, not where the node's ranks share GPUs (DRIFT_STEP_AHEAD): a spinning kernel holds its GPU
-// against the other process's time slices.
+// that the device starts the step as the ranks agree instead of after the host's launches. A rank's
+// island gates every member and opens them alike (island_g2p_ahead). Not where the node's ranks
+// share GPUs (DRIFT_STEP_AHEAD): a spinning kernel holds its GPU against the other process's time
+// slices.
 //
 // Deterministic mode (parallel.deterministic, physics/fixed.h): every lane turns its
 // contributions into int64 fixed point *before* the warp's segmented reduction (whose float
@@ -5766,6 +5767,49 @@ static int gate_open(void *state, int go) {
   return gate_open_one(s, go);
 }
 
+/* The same for an island driven by a rank: every member's G2P and record, and a gate on each,
+ * which the next island_p2g (or island_p2g_part) begins its step behind; gate_open opens or voids
+ * them all alike, so that the members' barriers of the step, queued after the vote, find every
+ * member in the same step. Not where a member's next P2G is primed. */
+static int island_g2p_ahead(void *state, float dt, int *armed) {
+  island *I = (island *)state;
+  *armed = 0;
+  int ok = 1;
+  for (int k = 0; k < I->nm; ++k) ok &= I->m[k]->ahead_on && !I->m[k]->primed && !I->m[k]->gate_armed;
+  if (!ok) return island_g2p(state, dt);
+  DR_TRY(island_g2p_queue(I));
+  for (int k = 0; k < I->nm; ++k) {
+    cuda_state *s = I->m[k];
+    DR_TRY(use(s));
+    if (!s->g2p_ev) CU(cudaEventCreateWithFlags(&s->g2p_ev, cudaEventDisableTiming));
+    CU(cudaEventRecord(s->g2p_ev, s->stream));
+    s->gate_seq = (s->gate_seq + 1) & 0x7fffffffu;
+    s->gate_armed = 1;
+    s->gate_queued = 0;
+  }
+  *armed = 1;
+  return DR_OK;
+}
+
+static int island_g2p_collect_be(void *state) { return island_g2p_collect((island *)state); }
+
+/* Every member's gate, whatever one of them returns (none may stay shut). */
+static int island_gate_open(void *state, int go) {
+  island *I = (island *)state;
+  int rc = DR_OK;
+  for (int k = 0; k < I->nm; ++k) {
+    if (!I->m[k]->gate_armed) {
+      if (rc == DR_OK) rc = dr_fail(DR_EINTERNAL, "cuda backend: gate_open without g2p_ahead (member %d)", k);
+      continue;
+    }
+    int r = use(I->m[k]);
+    if (r == DR_OK) r = gate_open_one(I->m[k], go);
+    else (void)gate_open_one(I->m[k], 0);
+    if (rc == DR_OK) rc = r;
+  }
+  return rc;
+}
+
 static int set_home(void *state, const int32_t lo[3], const int32_t hi[3]) {
   island one = solo(state);
   return island_set_home(&one, lo, hi);
@@ -6507,6 +6551,12 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->reserve_records = out->emigrate_records ? island_reserve_records : NULL;
   out->particle_blocks = island_particle_blocks;
   out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* islands: not yet measured, off */
+  /* each step's P2G queued ahead of the ranks' vote, behind a gate on every member (as one GPU's;
+   * DRIFT_STEP_AHEAD, by default on where the node's ranks have GPUs of their own) */
+  for (int k = 0; k < nm; ++k) I->m[k]->ahead_on = ahead_default(prm, nm);
+  out->g2p_ahead = island_g2p_ahead;
+  out->g2p_collect = island_g2p_collect_be;
+  out->gate_open = island_gate_open;
   out->set_home = env_flag("DRIFT_HOME_FLAG", 0) ? island_set_home : NULL; /* as one GPU's */
   out->emigrants = out->set_home ? island_emigrants : NULL;
   out->alloc_sums = island_alloc_sums;
