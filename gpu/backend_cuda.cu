@@ -3809,11 +3809,14 @@ static int rebuild(void *state, int force, int *rebuilt) {
   return DR_OK;
 }
 
+static void marks_gate(cuda_state *s, int shut);
+
 /* Opens the armed gate for the spinning k_begin_gated (go), or voids its step: the gate's number and
  * the outcome in one word of mapped memory. */
 static void gate_write(cuda_state *s, int go) {
   __atomic_store_n(s->h_gate, (s->gate_seq << 1) | (go ? 1u : 0u), __ATOMIC_RELEASE);
   s->gate_armed = 0;
+  marks_gate(s, 0); /* the marks behind it complete now */
 }
 
 /* The phases' step begin: k_begin_fixed, or behind the gate that g2p_ahead armed (k_begin_gated). */
@@ -3824,6 +3827,7 @@ static int launch_begin(cuda_state *s, float dt) {
                                           s->barrier_timeout_ns);
     LAUNCHED("k_begin_gated");
     s->gate_queued = 1;
+    marks_gate(s, 1); /* the marks a fold may wait for: those recorded so far */
     return DR_OK;
   }
   if (s->gate_armed) return dr_fail(DR_EINTERNAL, "cuda backend: a second step begun behind one gate");
@@ -4213,6 +4217,8 @@ typedef struct gpu_marks {
   int tag[MARKS_POOL];          /* the part of p2g_part and grid_update_part, else -1 */
   char end[MARKS_POOL];
   int n;                        /* marks recorded since the last fold; ev[0] holds the last one folded */
+  int gate_at;                  /* with a step queued behind a shut gate (k_begin_gated): the marks recorded
+                                 * before it, the only ones a fold may wait for; else -1 */
   marks_table total, win;       /* the whole run, and the steps since the last window's log */
   long period, steps;           /* DRIFT_GPU_MARKS's N; g2p calls so far */
 } gpu_marks;
@@ -4245,23 +4251,34 @@ static void marks_add(marks_table *t, const gpu_marks *m, int i, double ms) {
   t->pair[j].ms += ms;
 }
 
-/* Sums the time between consecutive marks (waits for the last one), keeping the last as the next
- * window's first. */
-static int marks_fold(gpu_marks *m) {
-  if (m->n < 2) return DR_OK;
-  CU(cudaEventSynchronize(m->ev[m->n - 1]));
-  for (int i = 1; i < m->n; ++i) {
+/* Sums the time between consecutive marks up to the upto-th (waits for it), keeping that one as
+ * the next window's first and the later ones after it. */
+static int marks_fold_to(gpu_marks *m, int upto) {
+  if (upto < 2) return DR_OK;
+  CU(cudaEventSynchronize(m->ev[upto - 1]));
+  for (int i = 1; i < upto; ++i) {
     float ms = 0.0f;
     CU(cudaEventElapsedTime(&ms, m->ev[i - 1], m->ev[i]));
     marks_add(&m->total, m, i, ms);
     marks_add(&m->win, m, i, ms);
   }
-  cudaEvent_t t = m->ev[0];
-  m->ev[0] = m->ev[m->n - 1], m->name[0] = m->name[m->n - 1], m->tag[0] = m->tag[m->n - 1], m->end[0] = m->end[m->n - 1];
-  m->ev[m->n - 1] = t;
-  m->n = 1;
+  const int first = upto - 1, keep = m->n - first;
+  cudaEvent_t spare[MARKS_POOL];
+  for (int i = 0; i < first; ++i) spare[i] = m->ev[i]; /* the folded marks' events, for reuse */
+  for (int i = 0; i < keep; ++i) {
+    m->ev[i] = m->ev[first + i], m->name[i] = m->name[first + i], m->tag[i] = m->tag[first + i];
+    m->end[i] = m->end[first + i];
+  }
+  for (int i = 0; i < first; ++i) m->ev[keep + i] = spare[i];
+  m->n = keep;
+  if (m->gate_at >= 0) m->gate_at -= first;
   return DR_OK;
 }
+
+/* Every mark folded, or with a step queued behind a shut gate, those before it: a mark behind the
+ * gate completes only once the host opens it, after the step vote (a wait for it here, before the
+ * vote, would hold the gate shut until it times out). */
+static int marks_fold(gpu_marks *m) { return marks_fold_to(m, m->gate_at >= 0 ? m->gate_at : m->n); }
 
 /* Logs a table's pairs (at most limit), largest first, on stderr: every rank's. */
 static void marks_log(const cuda_state *s, marks_table *t, const char *what, int limit) {
@@ -4282,11 +4299,21 @@ static void marks_log(const cuda_state *s, marks_table *t, const char *what, int
   }
 }
 
+/* DRIFT_GPU_MARKS beside the step vote's gate: shut (k_begin_gated queued), the marks so far are
+ * the ones a fold may wait for; open, every one again. */
+static void marks_gate(cuda_state *s, int shut) {
+  gpu_marks *m = s->marks;
+  if (!m) return;
+  if (!shut) m->gate_at = -1;
+  else if (m->gate_at < 0) m->gate_at = m->n;
+}
+
 /* One mark on the member's stream; an end mark of an entry that waited for its stream folds, and
  * the end of every period-th g2p logs the window. */
 static int marks_record(cuda_state *s, const char *name, int tag, int end, int step_end) {
   gpu_marks *m = s->marks;
   if (m->n == MARKS_POOL) DR_TRY(marks_fold(m));
+  if (m->n == MARKS_POOL) return DR_OK; /* every mark behind a shut gate (not in a step of ~20 entries): this one lost */
   if (!m->ev[m->n]) CU(cudaEventCreate(&m->ev[m->n]));
   CU(cudaEventRecord(m->ev[m->n], s->stream));
   m->name[m->n] = name, m->tag[m->n] = tag, m->end[m->n] = (char)end;
@@ -4299,7 +4326,7 @@ static int marks_record(cuda_state *s, const char *name, int tag, int end, int s
     m->win.npairs = 0;
     return DR_OK;
   }
-  return end && cudaEventQuery(m->ev[m->n - 1]) == cudaSuccess ? marks_fold(m) : DR_OK;
+  return end && cudaEventQuery(m->ev[m->n - 1]) == cudaSuccess ? marks_fold_to(m, m->n) : DR_OK;
 }
 
 /* DRIFT_GPU_STAMPS=1: the time from each stamp of an island step (enum stamp_at) to the next, per
@@ -4786,7 +4813,7 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   if (gm && atol(gm) > 0) { /* freed by destroy, which logs them */
     s->marks = (gpu_marks *)calloc(1, sizeof *s->marks);
     if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
-    else s->marks->period = atol(gm);
+    else s->marks->period = atol(gm), s->marks->gate_at = -1;
   }
   g_dvec_keep_old = env_flag("DRIFT_DVEC_KEEP_OLD", 0);
   const char *gs = getenv("DRIFT_GPU_STAMPS");
