@@ -5748,23 +5748,15 @@ static int g2p(void *state, float dt) {
   return island_g2p(&one, dt);
 }
 
-/* backend.h's g2p_ahead, g2p_collect and gate_open (ranks, one GPU each): g2p's G2P and record,
- * an event after them, and the gate armed, so that the next p2g or p2g_part begins the step with
- * k_begin_gated, which the device holds until gate_open. Not where the next P2G is primed (G2P2G
- * frames: a frame loop of one rank), which p2g would take instead. */
+/* backend.h's g2p_ahead, g2p_collect and gate_open (ranks, one GPU each): an island of one's
+ * (island_g2p_ahead): g2p's G2P and record, an event after them, and the gate armed, so that the
+ * next p2g or p2g_part begins the step with k_begin_gated, which the device holds until gate_open.
+ * Not where the next P2G is primed (G2P2G frames: a frame loop of one rank), which p2g would take
+ * instead. */
+static int island_g2p_ahead(void *state, float dt, int *armed);
 static int g2p_ahead(void *state, float dt, int *armed) {
-  cuda_state *s = (cuda_state *)state;
   island one = solo(state);
-  *armed = 0;
-  if (!s->ahead_on || s->primed || s->gate_armed) return island_g2p(&one, dt);
-  DR_TRY(island_g2p_queue(&one));
-  if (!s->g2p_ev) CU(cudaEventCreateWithFlags(&s->g2p_ev, cudaEventDisableTiming));
-  CU(cudaEventRecord(s->g2p_ev, s->stream));
-  s->gate_seq = (s->gate_seq + 1) & 0x7fffffffu;
-  s->gate_armed = 1;
-  s->gate_queued = 0;
-  *armed = 1;
-  return DR_OK;
+  return island_g2p_ahead(&one, dt, armed);
 }
 
 static int g2p_collect(void *state) {
