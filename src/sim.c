@@ -1117,6 +1117,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   MPI_Comm_size(comm, &S->nranks);
   S->out_dir = opt->out_dir ? opt->out_dir : s->output_dir;
   S->st.frames = opt->frames > 0 ? opt->frames : s->frames;
+  S->st.totals_frame = -1;
   S->frame_dt = 1.0 / s->fps;
   if (s->dt > 0) S->substeps_fixed = (int)ceil(S->frame_dt / s->dt - 1e-9);
   S->wave_speed = scene_wave_speed(s);
@@ -1265,24 +1266,61 @@ fail:
   return rc;
 }
 
+/* The frame's totals (sim_status): this rank's particles' count, mass, momentum, kinetic and
+ * gravitational potential energy (above the domain's lowest corner), summed in double. */
+enum { TOT_N, TOT_MASS, TOT_P, TOT_KE = TOT_P + 3, TOT_PE, TOT_COUNT };
+static void frame_totals(const sim *S, const particles *h, double tot[TOT_COUNT]) {
+  const double *g = S->sc->gravity, *lo = S->sc->domain_min;
+  for (int i = 0; i < TOT_COUNT; ++i) tot[i] = 0.0;
+  for (size_t i = 0; i < h->n; ++i) {
+    const double m = h->mass[i];
+    const float *v = h->v + 3 * i, *x = h->x + 3 * i;
+    tot[TOT_MASS] += m;
+    double v2 = 0.0, gh = 0.0;
+    for (int a = 0; a < 3; ++a) {
+      tot[TOT_P + a] += m * v[a];
+      v2 += (double)v[a] * v[a];
+      gh += g[a] * ((double)x[a] - lo[a]);
+    }
+    tot[TOT_KE] += 0.5 * m * v2;
+    tot[TOT_PE] -= m * gh;
+  }
+  tot[TOT_N] = (double)h->n; /* exact below 2^53 */
+}
+
 static int write_frame(sim *S) {
   double t0 = now();
   DR_TRY(S->be.download(S->be.state, &S->host));
+  /* The totals go in one non-blocking allreduce, which travels while the frame is written (the
+   * writes' collectives come in the same order on every rank) */
+  double tot[TOT_COUNT], all[TOT_COUNT];
+  frame_totals(S, &S->host, tot);
+  MPI_Request req;
+  DR_MPI(MPI_Iallreduce(tot, all, TOT_COUNT, MPI_DOUBLE, MPI_SUM, S->comm, &req));
   h5frame_meta meta = {.frame = S->st.frame, .time = S->st.time, .dx = S->sc->dx,
                        .n_materials = S->sc->n_materials, .material_names = S->mat_names,
                        .with_logjp = S->with_logjp};
   h5frame_data d = {.n = S->host.n, .position = S->host.x, .velocity = S->host.v, .id = S->host.id,
                     .material = S->host.material, .owner = S->host.owner, .logjp = S->host.logjp};
-  DR_TRY(h5frame_write(S->comm, S->out_dir, &meta, &d));
-  if (S->sc->preview) {
+  int rc = h5frame_write(S->comm, S->out_dir, &meta, &d);
+  if (rc == DR_OK && S->sc->preview) {
     preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
     for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
     const preview_data pd = {.n = S->host.n, .position = S->host.x, .vol0 = S->host.vol0,
                              .material = S->host.material, .owner = S->host.owner};
-    DR_TRY(preview_write(S->comm, S->out_dir, S->st.frame, &pp, &pd));
+    rc = preview_write(S->comm, S->out_dir, S->st.frame, &pp, &pd);
   }
-  uint64_t n_local = S->host.n, n_all = 0;
-  DR_MPI(MPI_Allreduce(&n_local, &n_all, 1, MPI_UINT64_T, MPI_SUM, S->comm));
+  DR_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE)); /* also after a failed write: no request left behind */
+  DR_TRY(rc);
+  const uint64_t n_all = (uint64_t)all[TOT_N];
+  S->st.totals_frame = S->st.frame;
+  S->st.mass = all[TOT_MASS];
+  for (int a = 0; a < 3; ++a) S->st.momentum[a] = all[TOT_P + a];
+  S->st.kinetic_energy = all[TOT_KE];
+  S->st.potential_energy = all[TOT_PE];
+  log_info("frame %d totals: mass %.6g kg  momentum (%.6g, %.6g, %.6g) kg m/s  kinetic energy %.6g J  "
+           "potential energy %.6g J", S->st.frame, all[TOT_MASS], all[TOT_P], all[TOT_P + 1], all[TOT_P + 2],
+           all[TOT_KE], all[TOT_PE]);
   /* a rerun of a frame (after a resume) replaces its entry */
   int i = 0;
   while (i < S->n_written && S->written[i].frame != S->st.frame) ++i;
@@ -1293,7 +1331,7 @@ static int write_frame(sim *S) {
     ++S->n_written;
   }
   S->written[i] = (xdmf_frame){.frame = S->st.frame, .time = S->st.time, .n = n_all, .logjp = S->with_logjp};
-  int rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
+  rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
   DR_TRY(comm_agree(S->comm, rc));
   S->st.io_seconds += now() - t0;
   return DR_OK;

@@ -41,6 +41,12 @@ typedef struct sim_status {
   double rank_bytes;    /* bytes sent between ranks so far, all ranks */
   uint64_t migrated;    /* particles moved between ranks so far, all ranks */
   uint64_t rebalances;  /* times the cuts between ranks moved */ /* wall time per phase (only with sim_options.profile) */
+  /* The totals of the last frame written (all ranks' particles, summed in double; write_frame):
+   * mass kg, momentum kg m/s, kinetic energy J, and the gravitational potential energy J of the
+   * particles above the domain's lowest corner (-sum m g . (x - domain.min)). totals_frame: that
+   * frame, -1 before any is written. */
+  int totals_frame;
+  double mass, momentum[3], kinetic_energy, potential_energy;
 } sim_status;
 
 typedef struct sim sim;
