@@ -705,6 +705,7 @@ static int vote_op(sim *S) {
   int nb = nbe && !strcmp(nbe, "1");
   DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &nb, 1, MPI_INT, MPI_MAX, S->comm));
   S->vote_nonblocking = nb;
+  log_trace("step vote: %s allreduce", nb ? "non-blocking" : "blocking");
   /* For A/B measurements: a wider margin migrates fewer particles back and forth across a cut,
    * a narrower one keeps the band of shared blocks thinner. The ranks take the largest asked. */
   const char *mme = getenv("DRIFT_MIGRATE_MARGIN");
