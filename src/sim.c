@@ -1272,21 +1272,21 @@ fail:
 enum { TOT_N, TOT_MASS, TOT_P, TOT_KE = TOT_P + 3, TOT_PE, TOT_COUNT };
 static void frame_totals(const sim *S, const particles *h, double tot[TOT_COUNT]) {
   const double *g = S->sc->gravity, *lo = S->sc->domain_min;
-  for (int i = 0; i < TOT_COUNT; ++i) tot[i] = 0.0;
-  for (size_t i = 0; i < h->n; ++i) {
-    const double m = h->mass[i];
-    const float *v = h->v + 3 * i, *x = h->x + 3 * i;
-    tot[TOT_MASS] += m;
-    double v2 = 0.0, gh = 0.0;
-    for (int a = 0; a < 3; ++a) {
-      tot[TOT_P + a] += m * v[a];
-      v2 += (double)v[a] * v[a];
-      gh += g[a] * ((double)x[a] - lo[a]);
-    }
-    tot[TOT_KE] += 0.5 * m * v2;
-    tot[TOT_PE] -= m * gh;
+  const float *x = h->x, *v = h->v, *mass = h->mass;
+  double ms = 0.0, p0 = 0.0, p1 = 0.0, p2 = 0.0, ke = 0.0, pe = 0.0;
+  /* threads: a node's rank may hold tens of millions of particles, read once more per frame */
+  const long n = (long)h->n;
+#pragma omp parallel for schedule(static) reduction(+ : ms, p0, p1, p2, ke, pe)
+  for (long i = 0; i < n; ++i) {
+    const double m = mass[i], vx = v[3 * i], vy = v[3 * i + 1], vz = v[3 * i + 2];
+    ms += m;
+    p0 += m * vx, p1 += m * vy, p2 += m * vz;
+    ke += 0.5 * m * (vx * vx + vy * vy + vz * vz);
+    pe -= m * (g[0] * ((double)x[3 * i] - lo[0]) + g[1] * ((double)x[3 * i + 1] - lo[1]) +
+               g[2] * ((double)x[3 * i + 2] - lo[2]));
   }
   tot[TOT_N] = (double)h->n; /* exact below 2^53 */
+  tot[TOT_MASS] = ms, tot[TOT_P] = p0, tot[TOT_P + 1] = p1, tot[TOT_P + 2] = p2, tot[TOT_KE] = ke, tot[TOT_PE] = pe;
 }
 
 static int write_frame(sim *S) {
