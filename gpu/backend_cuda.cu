@@ -477,9 +477,10 @@ __device__ static inline unsigned long long global_ns() {
 
 /* DRIFT_GPU_STAMPS: where a step's kernels stamp the device's clock into step_ctl.stamp (the first
  * thread of the first CTA, as the kernel begins; k_barrier also as its own count is published
- * and as it leaves). In the order a step runs them; island_take sums the time from each stamp to
- * the next per member (stamps_take). */
-enum stamp_at { ST_BEGIN, ST_P2G, ST_BAR_IN, ST_BAR_SET, ST_BAR_OUT, ST_GRID, ST_G2P, ST_COUNT };
+ * and as it leaves; k_begin_gated, ranks, as it reaches the gate: gate > begin is the device's wait
+ * for the step vote). In the order a step runs them; island_take, and island_g2p_collect where
+ * ranks drive the phases, sum the time from each stamp to the next per member (stamps_take). */
+enum stamp_at { ST_GATE, ST_BEGIN, ST_P2G, ST_BAR_IN, ST_BAR_SET, ST_BAR_OUT, ST_GRID, ST_G2P, ST_COUNT };
 static_assert(ST_COUNT <= (int)(sizeof(((step_ctl *)0)->stamp) / sizeof(unsigned long long)), "step_ctl.stamp");
 __device__ __forceinline__ void stamp(step_ctl *c, int at) {
   if (c->stamps && blockIdx.x == 0 && threadIdx.x == 0) c->stamp[at] = global_ns();
@@ -1059,14 +1060,18 @@ __device__ static bool begin_shares(const step_ctl *c, const island_view &iv) {
   return iv.np > 0 && (c->mode == DT_ADAPTIVE || c->void_on);
 }
 
+/* A step's first stamp (DRIFT_GPU_STAMPS), the others zeroed. */
+__device__ __forceinline__ void stamps_begin(step_ctl *c) {
+  if (!c->stamps) return;
+  for (int i = 0; i < ST_COUNT; ++i) c->stamp[i] = 0;
+  c->stamp[ST_BEGIN] = global_ns();
+}
+
 /* The step's beginning before the island's barrier, by one thread: the stamps, and this
  * member's values for the peers in the slot of this step (spin barriers; events: k_publish
  * stored the speed before the host's barrier). */
 __device__ static void begin_publish(step_ctl *c, const island_view &iv) {
-  if (c->stamps) {
-    for (int i = 1; i < ST_COUNT; ++i) c->stamp[i] = 0;
-    c->stamp[ST_BEGIN] = global_ns();
-  }
+  stamps_begin(c);
   if (!begin_shares(c, iv) || !iv.spin) return;
   const unsigned slot = c->step_seq & 1u;
   c->vmax_pub[slot] = c->vmax_bits;
@@ -1175,6 +1180,7 @@ __device__ static void begin_fixed(step_ctl *c, float dt, double t_end) {
   c->dt = dt;
   c->leave = c->emig = 0;
   c->vmax_bits = 0;
+  stamps_begin(c);
 }
 __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) { begin_fixed(c, dt, t_end); }
 
@@ -1201,6 +1207,7 @@ __global__ static void k_begin_gated(step_ctl *c, const volatile unsigned *gate,
   __threadfence_system();
   if (w & 1u) {
     begin_fixed(c, dt, t_end);
+    if (c->stamps) c->stamp[ST_GATE] = t0;
   } else {
     c->done = 1;
     c->voided = 1;
@@ -4349,7 +4356,7 @@ typedef struct gpu_stamps {
 } gpu_stamps;
 
 static const char *const stamp_names[ST_FROM] = {
-    "begin", "p2g", "barrier", "published", "passed", "grid", "g2p", "g2p, rebuild-mapping,",
+    "gate", "begin", "p2g", "barrier", "published", "passed", "grid", "g2p", "g2p, rebuild-mapping,",
     "g2p, rebuild-mapping with allocations,"};
 
 static void stamps_add(gpu_stamps *g, int a, int b, unsigned long long t0, unsigned long long t1) {
@@ -4386,12 +4393,16 @@ static int by_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Logs the stamps' medians and means, and frees them. */
+/* Logs the stamps' medians, means and 10th percentiles (one write: the ranks of a node share stderr), and frees them. */
 static void stamps_free(cuda_state *s) {
   gpu_stamps *g = s->stamps;
   if (!g) return;
-  fprintf(stderr, "gpu stamps, device %d (member %d of %d): %ld steps; median (mean) us from a stamp to the next:",
-          s->device, s->me, s->nm, g->steps);
+  char line[4096];
+  size_t at = 0;
+#define STAMPS_PUT(...) \
+  (void)(at < sizeof line && (at += (size_t)snprintf(line + at, sizeof line - at, __VA_ARGS__)))
+  STAMPS_PUT("gpu stamps, device %d (member %d of %d): %ld steps; median (mean, count; 10th percentile) us from a stamp to the next:", s->device,
+             s->me, s->nm, g->steps);
   for (int a = 0; a < ST_FROM; ++a)
     for (int b = 0; b < ST_COUNT; ++b) {
       const size_t n = g->n[a][b];
@@ -4399,11 +4410,12 @@ static void stamps_free(cuda_state *s) {
       double sum = 0.0;
       for (size_t i = 0; i < n; ++i) sum += g->v[a][b][i];
       qsort(g->v[a][b], n, sizeof(float), by_float);
-      fprintf(stderr, "  %s>%s %.2f (%.2f, %zu)", stamp_names[a], stamp_names[b], (double)g->v[a][b][n / 2],
-              sum / (double)n, n);
+      STAMPS_PUT("  %s>%s %.2f (%.2f, %zu; p10 %.2f)", stamp_names[a], stamp_names[b], (double)g->v[a][b][n / 2],
+                 sum / (double)n, n, (double)g->v[a][b][n / 10]);
     }
-  fprintf(stderr, "  device allocations %lu", __atomic_load_n(&g_dvec_allocs, __ATOMIC_RELAXED));
-  fprintf(stderr, "\n");
+  STAMPS_PUT("  device allocations %lu", __atomic_load_n(&g_dvec_allocs, __ATOMIC_RELAXED));
+#undef STAMPS_PUT
+  fprintf(stderr, "%.*s\n", (int)(at < sizeof line ? at : sizeof line - 1), line);
   for (int a = 0; a < ST_FROM; ++a)
     for (int b = 0; b < ST_COUNT; ++b) free(g->v[a][b]);
   free(g);
@@ -5664,6 +5676,7 @@ static int island_g2p_collect(island *I) {
     else CU(cudaStreamSynchronize(s->stream));
     s->xrecv_used = 0; /* the step's unpacks are done with their messages */
     const step_ctl *c = &s->h_slot[s->last_par];
+    stamps_take(s, c);
     if (c->gate_stuck)
       return dr_fail(DR_EINTERNAL, "cuda backend: device %d: a step queued behind a gate waited %.0f s for the host "
                      "to open it, and was voided (DRIFT_BARRIER_TIMEOUT)", s->device, s->barrier_timeout_ns * 1e-9);

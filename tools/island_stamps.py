@@ -4,19 +4,22 @@
     tools/island_stamps.py LOG...
 
 A run with DRIFT_GPU_STAMPS=1 logs, for each member, the median (and mean) microseconds between
-two of its step's stamps, e.g. "gpu stamps, device 3 (member 3 of 4): 720 steps; median (mean) us
-from a stamp to the next:  begin>p2g 10.46 (11.65, 720)  p2g>barrier 422.02 (...)". Prints per
-LOG its ms a frame (the bench table's or CSV's, where the log has it) and a row per member of the
-medians that pace a step: k_begin (begin>p2g), P2G (p2g>barrier; p2g>grid with the events
-barrier, which then includes the wait for the slowest member), the barrier's wait
-(published>passed), the grid update (grid>g2p), G2P and the record (g2p>begin), and the steps
-across a rebuild-mapping (g2p, rebuild-mapping,>begin). Exit status 1 when a LOG has no stamps.
+two of its step's stamps, e.g. "gpu stamps, device 3 (member 3 of 4): 720 steps; median (mean,
+count; 10th percentile) us from a stamp to the next:  begin>p2g 10.46 (11.65, 720; p10 9.80)
+p2g>barrier 422.02 (...)" (logs before 2026-11-28 lack the count's label and the percentile).
+Prints per LOG its ms a frame (the bench table's or CSV's, where the log has it) and a row per
+member of the medians that pace a step: where ranks drive the phases, the device's wait at the
+gate for the step vote (gate>begin); k_begin (begin>p2g), P2G (p2g>barrier; p2g>grid with the
+events barrier or without an island, which then includes the wait for the slowest member), the
+barrier's wait (published>passed), the grid update (grid>g2p), G2P and the record (g2p>begin; with
+ranks g2p>gate, to the gate's arrival), and the steps across a rebuild-mapping (g2p,
+rebuild-mapping,>begin). Only the columns some member has. Exit status 1 when a LOG has no stamps.
 """
 import re
 import sys
 
-COLUMNS = [("begin>p2g", "k_begin"), ("p2g>barrier", "P2G"), ("p2g>grid", "P2G+wait"),
-           ("published>passed", "wait"), ("grid>g2p", "grid"), ("g2p>begin", "G2P"),
+COLUMNS = [("gate>begin", "gate"), ("begin>p2g", "k_begin"), ("p2g>barrier", "P2G"), ("p2g>grid", "P2G+wait"),
+           ("published>passed", "wait"), ("grid>g2p", "grid"), ("g2p>begin", "G2P"), ("g2p>gate", "G2P>gate"),
            ("g2p, rebuild-mapping,>begin", "rebuild")]
 MEMBER = re.compile(r"gpu stamps, device (\d+) \(member (\d+) of (\d+)\)")
 PAIR = re.compile(r"\s([a-z0-9, -]+>[a-z0-9-]+) ([0-9.]+) \(")
