@@ -674,6 +674,7 @@ typedef struct cuda_state {
   int ahead_on;                 /* DRIFT_STEP_AHEAD (default 1): g2p_ahead arms the gate */
   int gate_armed;               /* g2p_ahead armed it; gate_open not yet called */
   int gate_queued;              /* ... and a k_begin_gated waits on it */
+  double vote_wait_s;           /* the steps' waits at the gate so far (step_ctl.gate_ns; backend_stats) */
   cudaEvent_t g2p_ev;           /* after the armed step's G2P and its record (g2p_collect waits for it alone) */
   size_t unpack_check_n;        /* unpack_add_sparse's check of h_xbad, left to the next g2p (its list's length; 0: none) */
   dvec xrecv;                   /* unpack_add_sparse: the step's received messages, one after another */
@@ -1071,6 +1072,7 @@ __device__ __forceinline__ void stamps_begin(step_ctl *c) {
  * member's values for the peers in the slot of this step (spin barriers; events: k_publish
  * stored the speed before the host's barrier). */
 __device__ static void begin_publish(step_ctl *c, const island_view &iv) {
+  c->gate_ns = 0; /* no gate: the frame loop's steps */
   stamps_begin(c);
   if (!begin_shares(c, iv) || !iv.spin) return;
   const unsigned slot = c->step_seq & 1u;
@@ -1180,6 +1182,7 @@ __device__ static void begin_fixed(step_ctl *c, float dt, double t_end) {
   c->dt = dt;
   c->leave = c->emig = 0;
   c->vmax_bits = 0;
+  c->gate_ns = 0;
   stamps_begin(c);
 }
 __global__ static void k_begin_fixed(step_ctl *c, float dt, double t_end) { begin_fixed(c, dt, t_end); }
@@ -1207,6 +1210,7 @@ __global__ static void k_begin_gated(step_ctl *c, const volatile unsigned *gate,
   __threadfence_system();
   if (w & 1u) {
     begin_fixed(c, dt, t_end);
+    c->gate_ns = global_ns() - t0; /* the record after this step's G2P carries it (island_g2p_collect) */
     if (c->stamps) c->stamp[ST_GATE] = t0;
   } else {
     c->done = 1;
@@ -4195,6 +4199,7 @@ static int stats(void *state, backend_stats *out) {
   out->n_particles = s->n;
   out->n_blocks = s->n_blocks;
   out->bytes = held_bytes(s);
+  out->vote_wait_s = s->vote_wait_s;
   return DR_OK;
 }
 
@@ -5677,6 +5682,7 @@ static int island_g2p_collect(island *I) {
     s->xrecv_used = 0; /* the step's unpacks are done with their messages */
     const step_ctl *c = &s->h_slot[s->last_par];
     stamps_take(s, c);
+    s->vote_wait_s += 1e-9 * (double)c->gate_ns;
     if (c->gate_stuck)
       return dr_fail(DR_EINTERNAL, "cuda backend: device %d: a step queued behind a gate waited %.0f s for the host "
                      "to open it, and was voided (DRIFT_BARRIER_TIMEOUT)", s->device, s->barrier_timeout_ns * 1e-9);
@@ -5901,6 +5907,7 @@ static int island_stats(void *state, backend_stats *out) {
     out->n_particles += one.n_particles;
     out->n_blocks += one.n_blocks; /* a block shared by the GPUs counts once per GPU */
     out->bytes += one.bytes;
+    if (one.vote_wait_s > out->vote_wait_s) out->vote_wait_s = one.vote_wait_s; /* the members open together */
   }
   return DR_OK;
 }

@@ -98,6 +98,8 @@ typedef struct step_ctl {
   unsigned gate_stuck;         /* k_begin_gated gave up waiting for the host's gate_open (the step voided) */
   float box_ratio;             /* the box sums (p2g_box) take a packet whose per-cell walk issues more than this
                                 * times its box's nodes in atomics (DRIFT_P2G_BOX_RATIO) */
+  unsigned long long gate_ns;  /* the device's wait at this step's gate for the ranks' vote (k_begin_gated; 0 for
+                                * a step begun without one), ns */
   unsigned long long stamp[8]; /* ... indexed by enum stamp_at (backend_cuda.cu); k_begin zeroes the others */
 } step_ctl;
 

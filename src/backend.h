@@ -57,6 +57,9 @@ typedef struct backend_stats {
   uint64_t n_particles;    /* particles held */
   uint64_t n_blocks;       /* physical blocks of the current mapping */
   double bytes;            /* memory held (host or device), bytes */
+  double vote_wait_s;      /* device time spent waiting for the ranks' step vote since the start, s (a GPU's
+                            * step queued ahead behind its gate, backend.h's g2p_ahead; the largest over an
+                            * island's GPUs); 0 where nothing waits on a device (the CPU backend) */
 } backend_stats;
 
 enum grid_part { GRID_INTERIOR = 1, GRID_SHARED = 2, GRID_ALL = 3 };

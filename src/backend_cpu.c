@@ -547,6 +547,7 @@ static int stats(void *state, backend_stats *out) {
   out->rebuilds = s->rebuilds;
   out->n_particles = s->p.n;
   out->n_blocks = s->n_blocks;
+  out->vote_wait_s = 0.0; /* the host steps: no device waits for the vote */
   out->bytes = (double)s->cap_n * (2 * particles_record_bytes() + sizeof(int32_t) + 2 * sizeof(uint64_t)) +
                (double)s->cap_blocks * (s->bf * (sizeof(float) + (s->det ? sizeof(int64_t) : 0)) + sizeof(uint64_t) + 1) +
                (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;

@@ -91,6 +91,7 @@ struct sim {
                          * rebuild-mapping whose cuts stay (DRIFT_MIGRATE_MARGIN, default 1; vote_op) */
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
+  double vote_wait_s0;  /* the backend's vote_wait_s at the last ranks line (log_ranks) */
   /* Where the next substep starts: frame st.frame + 1, after step_in_frame substeps, at time
    * t_in_frame; part-way into the frame only after a resume from a checkpoint written on a
    * signal, or when a signal stopped the run. */
@@ -1390,22 +1391,30 @@ static int advance_frame_host(sim *S, double t0, double t1) {
 }
 
 /* The ranks' line of a frame: bytes sent between ranks, the largest share of step time spent
- * waiting on MPI, shared-block copies, particles migrated, load imbalance. */
+ * waiting on MPI (the host's), shared-block copies, particles migrated, load imbalance, and where
+ * a device waits at the step vote (a GPU's step queued ahead, behind its gate), the largest share
+ * of the frame's time it spent there: the host's MPI wait overlaps the device's work, this does not. */
 static int log_ranks(sim *S, double seconds) {
   backend_stats bs;
   DR_TRY(S->be.stats(S->be.state, &bs));
+  const double vote_wait = bs.vote_wait_s - S->vote_wait_s0;
+  S->vote_wait_s0 = bs.vote_wait_s;
   double sum[4] = {S->fs.bytes, (double)S->ex.n_shared, (double)S->fs.migrated, (double)bs.n_particles}, gsum[4];
-  double mx[3] = {seconds > 0 ? S->fs.wait / seconds : 0, (double)bs.n_particles, S->fs.rebalanced}, gmx[3];
+  double mx[4] = {seconds > 0 ? S->fs.wait / seconds : 0, (double)bs.n_particles, S->fs.rebalanced,
+                  seconds > 0 ? vote_wait / seconds : 0},
+         gmx[4];
   DR_MPI(MPI_Allreduce(sum, gsum, 4, MPI_DOUBLE, MPI_SUM, S->comm));
-  DR_MPI(MPI_Allreduce(mx, gmx, 3, MPI_DOUBLE, MPI_MAX, S->comm));
+  DR_MPI(MPI_Allreduce(mx, gmx, 4, MPI_DOUBLE, MPI_MAX, S->comm));
   const double mean = gsum[3] / S->nranks;
   S->st.rank_bytes += gsum[0];
   S->st.migrated += (uint64_t)gsum[2];
   S->st.rebalances += gmx[2] != 0;
-  log_info("ranks: %d  sent %.3g MB (%.3g kB/step)  MPI wait %.1f%%  shared blocks %.0f  migrated %.0f  "
+  char device[64] = "";
+  if (gmx[3] > 0) snprintf(device, sizeof device, "  device at the vote %.1f%%", 100.0 * gmx[3]);
+  log_info("ranks: %d  sent %.3g MB (%.3g kB/step)  MPI wait %.1f%%%s  shared blocks %.0f  migrated %.0f  "
            "imbalance %.1f%%%s",
            S->nranks, gsum[0] / 1e6, S->st.steps ? gsum[0] / 1e3 / (double)(S->st.steps - S->fs_steps0) : 0.0,
-           100.0 * gmx[0], gsum[1], gsum[2], mean > 0 ? 100.0 * (gmx[1] / mean - 1.0) : 0.0,
+           100.0 * gmx[0], device, gsum[1], gsum[2], mean > 0 ? 100.0 * (gmx[1] / mean - 1.0) : 0.0,
            gmx[2] != 0 ? "  (cuts moved)" : "");
   memset(&S->fs, 0, sizeof S->fs);
   S->fs_steps0 = S->st.steps;
