@@ -3,7 +3,7 @@
 
     tools/island_stamps.py LOG...
 
-A run with DRIFT_GPU_STAMPS=1 logs, for each member, the median (and mean) microseconds between
+A run with DRIFT_GPU_STAMPS=1 logs, for each member, the median (and more) microseconds between
 two of its step's stamps, e.g. "gpu stamps, device 3 (member 3 of 4): 720 steps; median (mean,
 count; 10th percentile) us from a stamp to the next:  begin>p2g 10.46 (11.65, 720; p10 9.80)
 p2g>barrier 422.02 (...)" (logs before 2026-11-28 lack the count's label and the percentile).
@@ -18,9 +18,9 @@ rebuild-mapping,>begin). Only the columns some member has. Exit status 1 when a 
 import re
 import sys
 
-COLUMNS = [("gate>begin", "gate"), ("begin>p2g", "k_begin"), ("p2g>barrier", "P2G"), ("p2g>grid", "P2G+wait"),
-           ("published>passed", "wait"), ("grid>g2p", "grid"), ("g2p>begin", "G2P"), ("g2p>gate", "G2P>gate"),
-           ("g2p, rebuild-mapping,>begin", "rebuild")]
+COLUMNS = [("gate>begin", "gate"), ("begin>p2g", "k_begin"), ("p2g>barrier", "P2G"),
+           ("p2g>grid", "P2G+wait"), ("published>passed", "wait"), ("grid>g2p", "grid"),
+           ("g2p>begin", "G2P"), ("g2p>gate", "G2P>gate"), ("g2p, rebuild-mapping,>begin", "rebuild")]
 MEMBER = re.compile(r"gpu stamps, device (\d+) \(member (\d+) of (\d+)\)")
 PAIR = re.compile(r"\s([a-z0-9, -]+>[a-z0-9-]+) ([0-9.]+) \(")
 
