@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "error.h"
 #include "gpu_query.h"
 #include "log.h"
@@ -84,6 +85,12 @@ typedef struct bench_result {
   int devices;           /* GPUs the run used (sim_gpus; 0 on the cpu backend) */
   int island_barrier;    /* enum island_barrier_kind, enum island_reduce_kind: the variants (several GPUs) */
   int island_reduce;
+  int ranks;             /* MPI ranks; on several, the timed run's exchange (the ranks lines, summed): */
+  double rank_bytes;     /* bytes sent between ranks, all ranks */
+  double mpi_wait_s;     /* the largest rank's host time waiting on MPI, frame by frame */
+  double vote_wait_s;    /* the largest rank's device time waiting at the step vote, frame by frame */
+  uint64_t migrated;     /* particles moved between ranks */
+  uint64_t rebalances;   /* times the cuts moved */
 } bench_result;
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, const char *what, int *out) {
@@ -202,15 +209,22 @@ static int run_case(const scene *s, const bench_args *a, bench_result *r) {
            r->devices > 1 ? scene_island_reduce_names[r->island_reduce] : "");
   /* Counted from the status that sim_create leaves. It reports no rebuild today, so the first
    * mapping, which the backend builds inside sim_create, is counted: one per case at most. */
-  uint64_t steps0 = st->steps, rebuilds0 = st->rebuilds;
+  uint64_t steps0 = st->steps, rebuilds0 = st->rebuilds, migrated0 = st->migrated, rebalances0 = st->rebalances;
+  const double bytes0 = st->rank_bytes, mpi0 = st->mpi_wait_seconds, vote0 = st->vote_wait_seconds;
   double t0 = MPI_Wtime();
   int rc = run_frames(S, r->name, st->frames, &r->particle_steps);
   r->seconds = MPI_Wtime() - t0;
   r->particles = st->particles;
   r->steps = st->steps - steps0;
   r->rebuilds = st->rebuilds - rebuilds0;
+  r->rank_bytes = st->rank_bytes - bytes0;
+  r->mpi_wait_s = st->mpi_wait_seconds - mpi0;
+  r->vote_wait_s = st->vote_wait_seconds - vote0;
+  r->migrated = st->migrated - migrated0;
+  r->rebalances = st->rebalances - rebalances0;
   sim_destroy(&S);
   DR_TRY(rc);
+  DR_MPI(MPI_Comm_size(MPI_COMM_WORLD, &r->ranks));
 
   if (a->profile_frames > 0) {
     /* --profile-from F: the first F frames run as in the timed run (fused frames on the device,
@@ -323,6 +337,7 @@ static void csv_header(FILE *f) {
   for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_pct", phase_names[p]);
   fputs(",mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce,profile_from", f);
   for (int p = 0; p < PHASE_COUNT; ++p) fprintf(f, ",%s_us", phase_names[p]);
+  fputs(",rank_kb_per_step,mpi_wait_pct,vote_wait_pct,migrated,rebalances", f);
   fputc('\n', f);
 }
 
@@ -360,6 +375,15 @@ static void csv_row(FILE *f, const bench_result *r) {
   for (int p = 0; p < PHASE_COUNT; ++p) {
     if (r->have_phases) fprintf(f, ",%.2f", r->phase_us[p]);
     else fputc(',', f);
+  }
+  /* several ranks: the exchange over the timed frames (empty on one rank, where nothing crosses);
+   * the waits as shares of the frames' time, the device's only where a device waits at the vote */
+  if (r->ranks > 1 && r->seconds > 0) {
+    fprintf(f, ",%.6g,%.2f,", r->steps ? r->rank_bytes / 1e3 / (double)r->steps : 0.0, 100.0 * r->mpi_wait_s / r->seconds);
+    if (r->vote_wait_s > 0) fprintf(f, "%.2f", 100.0 * r->vote_wait_s / r->seconds);
+    fprintf(f, ",%llu,%llu", (unsigned long long)r->migrated, (unsigned long long)r->rebalances);
+  } else {
+    fputs(",,,,,", f);
   }
   fputc('\n', f);
 }

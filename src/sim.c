@@ -1409,6 +1409,8 @@ static int log_ranks(sim *S, double seconds) {
   S->st.rank_bytes += gsum[0];
   S->st.migrated += (uint64_t)gsum[2];
   S->st.rebalances += gmx[2] != 0;
+  S->st.mpi_wait_seconds += gmx[0] * seconds;
+  S->st.vote_wait_seconds += gmx[3] * seconds;
   char device[64] = "";
   if (gmx[3] > 0) snprintf(device, sizeof device, "  device at the vote %.1f%%", 100.0 * gmx[3]);
   log_info("ranks: %d  sent %.3g MB (%.3g kB/step)  MPI wait %.1f%%%s  shared blocks %.0f  migrated %.0f  "

@@ -228,13 +228,20 @@ check_table() {
   echo "--- $csv:"
   cat "$csv" 2>/dev/null
   [ -f "$csv" ] || { fail "$label: $csv missing"; return; }
-  head -n 1 "$csv" | grep -q '^nodes,ranks,particles,ms_per_frame,particle_steps_per_s,efficiency,case,scene,backend,device,frames,steps,seconds,steps_per_s,rebuilds_per_frame,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce,profile_from,rebuild_us,p2g_us,grid_us,g2p_us$' ||
+  head -n 1 "$csv" | grep -q '^nodes,ranks,particles,ms_per_frame,particle_steps_per_s,efficiency,case,scene,backend,device,frames,steps,seconds,steps_per_s,rebuilds_per_frame,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce,profile_from,rebuild_us,p2g_us,grid_us,g2p_us,rank_kb_per_step,mpi_wait_pct,vote_wait_pct,migrated,rebalances$' ||
     fail "$label: header is $(head -n 1 "$csv")"
   local got
   got=$(awk -F, 'NR > 1 { printf "%s,%s,%s;", $1, $2, $3 }' "$csv")
   [ "$got" = "$rows" ] || fail "$label: rows (nodes,ranks,particles) are '$got', expected '$rows'"
-  awk -F, 'NR > 1 && !($4 > 0 && $5 > 0 && $6 > 0 && NF == 31) { bad = 1 } NR == 2 && $6 != "1.0000" { bad = 1 }
+  awk -F, 'NR > 1 && !($4 > 0 && $5 > 0 && $6 > 0 && NF == 36) { bad = 1 } NR == 2 && $6 != "1.0000" { bad = 1 }
            END { exit bad }' "$csv" || fail "$label: a row has a non-positive time, rate or efficiency, or the first efficiency is not 1"
+  # the ranks' exchange (the bench CSV's last columns): empty on one rank; on several, kB a step and
+  # the largest rank's host share waiting on MPI as numbers, the device's at the vote empty on the
+  # CPU backend (else a share), the particles migrated and the rebalances as counts
+  awk -F, 'NR > 1 && $2 == 1 && !($32 == "" && $33 == "" && $34 == "" && $35 == "" && $36 == "") { bad = 1 }
+           NR > 1 && $2 > 1 && !($32 != "" && $32 >= 0 && $33 != "" && $33 >= 0 && $33 <= 100 &&
+                                 ($34 == "" || ($34 > 0 && $34 <= 100)) && $35 ~ /^[0-9]+$/ && $36 ~ /^[0-9]+$/) { bad = 1 }
+           END { exit bad }' "$csv" || fail "$label: the ranks' columns (rank_kb_per_step .. rebalances) do not fit the rows' ranks"
   if [ ! -s "$png" ]; then
     fail "$label: $png missing or empty"
   elif [ "$(head -c 8 "$png" | od -An -tx1 | tr -d ' \n')" != 89504e470d0a1a0a ]; then

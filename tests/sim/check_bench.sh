@@ -56,20 +56,21 @@ if [ ! -f "$csv" ]; then
   fail "bench: $csv was not written"
 else
   [ ! -e "$csv.tmp" ] || fail "bench: $csv.tmp was left behind"
-  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce,profile_from,rebuild_us,p2g_us,grid_us,g2p_us$' ||
+  head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce,profile_from,rebuild_us,p2g_us,grid_us,g2p_us,rank_kb_per_step,mpi_wait_pct,vote_wait_pct,migrated,rebalances$' ||
     fail "bench: CSV header is $(head -n 1 "$csv")"
   [ "$(wc -l <"$csv")" -eq 3 ] || fail "bench: CSV has $(wc -l <"$csv") lines, expected a header and 2 rows"
   # Row: case, scene, backend, device, particles, frames, steps (36 a frame), then numbers; the
   # last three: fps = 1000 / ms_per_frame (rounding), steps per rebuild-mapping = steps /
   # (rebuilds_per_frame x frames; empty without a rebuild), and the paper's fps, empty for these cases;
   # then the profiled run: its start (0 frames before it) and each phase's us per step, whose
-  # shares are the *_pct columns (to their rounding).
+  # shares are the *_pct columns (to their rounding); then the ranks' exchange, empty on one rank.
   awk -F, -v a="$name_a" -v na="$count_a" -v b="$name_b" -v nb="$count_b" '
     function tail_ok() {
       spr = $12 > 0 ? ($21 * $12 * $6 / $7 - 1)^2 < 1e-6 : $21 == ""
       us = $26 + $27 + $28 + $29
       shares = us > 0 && ($27 / us * 100 - $15)^2 < 0.02 && ($29 / us * 100 - $17)^2 < 0.02
-      return NF == 29 && $20 > 0 && ($20 * $9 / 1000 - 1)^2 < 1e-6 && spr && $22 == "" && $23 == "" && $24 == "" &&
+      ranks = $30 == "" && $31 == "" && $32 == "" && $33 == "" && $34 == ""
+      return NF == 34 && ranks && $20 > 0 && ($20 * $9 / 1000 - 1)^2 < 1e-6 && spr && $22 == "" && $23 == "" && $24 == "" &&
              $25 == "0" && $27 > 0 && $29 > 0 && shares
     }
     NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && $18 == "float" && $19 == "" && tail_ok() }
@@ -97,10 +98,10 @@ fcsv="$tmp/from.csv"
   >"$tmp/from.stdout" 2>"$tmp/from.stderr" || fail "bench --profile-from: exit status $?: $(cat "$tmp/from.stderr")"
 grep -q "bench $name_a: profiled frames 2-2, per step: rebuild" "$tmp/from.stderr" ||
   fail "bench --profile-from 1: the log does not name the profiled frames 2-2: $(cat "$tmp/from.stderr")"
-awk -F, 'NR == 2 { ok = NF == 29 && $25 == "1" && $27 > 0 && $29 > 0 && $15 > 0 } END { exit !(ok && NR == 2) }' "$fcsv" ||
+awk -F, 'NR == 2 { ok = NF == 34 && $25 == "1" && $27 > 0 && $29 > 0 && $15 > 0 } END { exit !(ok && NR == 2) }' "$fcsv" ||
   fail "bench --profile-from 1: CSV row has no profile_from 1 with phase times: $(cat "$fcsv")"
 # without profiling, the profiled run's columns stay empty
-awk -F, 'NR == 2 { ok = NF == 29 && $25 == "" && $26 == "" && $29 == "" } END { exit !ok }' "$dcsv" ||
+awk -F, 'NR == 2 { ok = NF == 34 && $25 == "" && $26 == "" && $29 == "" } END { exit !ok }' "$dcsv" ||
   fail "bench --profile-frames 0: CSV row has profiled-run columns: $(sed -n 2p "$dcsv")"
 
 # The paper's own fps beside drift's for the cases it reports so (by case name): a scene named
