@@ -37,12 +37,12 @@ typedef struct sim_status {
   double step_seconds;  /* wall time in substeps */
   double io_seconds;    /* wall time writing frames */
   double last_dt;       /* s */
-  double phase_seconds[PHASE_COUNT];
+  double phase_seconds[PHASE_COUNT]; /* wall time per phase (only with sim_options.profile) */
   double rank_bytes;    /* bytes sent between ranks so far, all ranks */
   uint64_t migrated;    /* particles moved between ranks so far, all ranks */
   uint64_t rebalances;  /* times the cuts between ranks moved */
   double mpi_wait_seconds;  /* the frames' largest rank's host time waiting on MPI (the ranks line's MPI wait), s */
-  double vote_wait_seconds; /* ... and its device time waiting at the step vote (device at the vote), s */ /* wall time per phase (only with sim_options.profile) */
+  double vote_wait_seconds; /* ... and its device time waiting at the step vote (device at the vote), s */
   /* The totals of the last frame written (all ranks' particles, summed in double; write_frame):
    * mass kg, momentum kg m/s, kinetic energy J, and the gravitational potential energy J of the
    * particles above the domain's lowest corner (-sum m g . (x - domain.min)). totals_frame: that
