@@ -5645,6 +5645,24 @@ static int island_grid_update_part(void *state, float dt, int part) {
   return DR_OK;
 }
 
+/* backend.h's g2p_interior on the island: each member's G2P of its packets whose stencils reach no
+ * block shared with another rank (its boundary_order), queued behind its grid update of the
+ * interior (island_grid_update_part(GRID_INTERIOR)) while the shared sums are in flight. A member's
+ * G2P reads only its own copies of the blocks, which that member's interior update has finished
+ * (the island's sums of them were read from the peers' P2G buffers, which no later kernel of the
+ * step writes); member 0's unpack (island_unpack_add_sparse, by P2P into the owners' copies) and
+ * the shared update after it touch only blocks shared with other ranks, which these packets never
+ * read. island_g2p_queue then runs each member's boundary packets (g2p_rest). Members have no
+ * xstream (xpack, xtail: one GPU's), so nothing here goes beside the step's stream. */
+static int island_g2p_interior(void *state, float dt) {
+  island *I = (island *)state;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(g2p_interior(I->m[k], dt));
+  }
+  return DR_OK;
+}
+
 /* island_g2p's first half: each member's G2P and its step record queued; the members' buffers
  * change parity (last_par: the record island_g2p_collect reads). */
 static int island_g2p_queue(island *I) {
@@ -6266,43 +6284,90 @@ static island_bufs island_bufs_of(island *I) {
   return b;
 }
 
+/* The sparse pack of list e (n blocks) on member 0's stream: the mask of the listed blocks any
+ * member touched (k_island_words), then their island sums in mask order (k_island_pack_words, the
+ * peers' copies read by P2P) into msg, and their count into *count_dev. After island_barrier_all,
+ * which orders every member's P2G (or its boundary part) before. */
+static int island_pack_queue(island *I, const island_xlist *e, size_t n, char *msg, int *count_dev) {
+  cuda_state *s = I->m[0];
+  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
+  const int bs = sums_floats(s);
+  const island_bufs b = island_bufs_of(I);
+  const int32_t *lm = dp<int32_t>(e->link_map);
+  unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
+  DR_TRY(use(s));
+  k_island_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, lm, b, s->d_xbad, mask);
+  LAUNCHED("k_island_words");
+  if (s->det)
+    k_island_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<long long *>(msg + head), count_dev);
+  else
+    k_island_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<float *>(msg + head), count_dev);
+  LAUNCHED("k_island_pack_words");
+  return DR_OK;
+}
+
 /* backend.h's pack_sparse on an island, on member 0: after a barrier that orders every member's
- * P2G first, the mask of the listed blocks any member touched (k_island_words), then their island
- * sums in mask order (k_island_pack_words, the peers' copies read by P2P), copied to out. As for
+ * P2G first, island_pack_queue, its count read and the message copied to out. As for
  * island_pack, no member writes its copy of a shared block again before the grid update's
  * barrier, which no member passes before member 0 has packed. */
 static int island_pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
   island *I = (island *)state;
   const island_xlist *e = island_find(I, idx, n, "pack_sparse");
   if (!e) return DR_EINTERNAL;
-  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
+  const size_t head = SPARSE_MASK_BYTES(n);
   *bytes = head;
   if (n == 0) return DR_OK;
   cuda_state *s = I->m[0];
-  const int bs = sums_floats(s);
   const size_t esz = s->det ? sizeof(long long) : sizeof(float);
   DR_TRY(island_barrier_all(I));
   DR_TRY(use(s));
   char *msg;
-  DR_TRY(sparse_scratch(s, head + n * bs * esz, &msg));
-  const island_bufs b = island_bufs_of(I);
-  const int32_t *lm = dp<int32_t>(e->link_map);
-  unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
-  k_island_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, lm, b, s->d_xbad, mask);
-  LAUNCHED("k_island_words");
-  if (s->det)
-    k_island_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
-        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<long long *>(msg + head), dp<int>(s->count));
-  else
-    k_island_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
-        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<float *>(msg + head), dp<int>(s->count));
-  LAUNCHED("k_island_pack_words");
+  DR_TRY(sparse_scratch(s, head + n * sums_floats(s) * esz, &msg));
+  DR_TRY(island_pack_queue(I, e, n, msg, dp<int>(s->count)));
   int total = 0;
   DR_TRY(read_count(s, s->count.ptr, &total));
-  *bytes = head + (size_t)total * bs * esz;
+  *bytes = head + (size_t)total * sums_floats(s) * esz;
   CU(cudaMemcpyAsync(out, msg, *bytes, cudaMemcpyDefault, s->stream));
   CU(cudaStreamSynchronize(s->stream));
   return xbad_check(s, "pack_sparse (k_island_pack_words)", n);
+}
+
+/* backend.h's pack_sparse_async on an island (ranks: the interior's P2G, queued next on every
+ * member's stream, runs while the host waits for this pack): the barrier and island_pack_queue
+ * into member 0's slot (one GPU's pslot), the count's copy and the slot's event after them, on
+ * member 0's stream; nothing waits here. The pack reads only blocks shared with other ranks, which
+ * only the members' boundary packets reach (the barrier ordered their P2G first); the interior's
+ * P2G, queued after the barrier on every member (after the pack on member 0), writes none of
+ * them. Queued behind a step's gate, a voided step runs the barrier on every member alike (its
+ * count stays in step) and its pack is dropped (sim.c's exchange_drop_packs). */
+static int island_pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
+  island *I = (island *)state;
+  const island_xlist *e = island_find(I, idx, n, "pack_sparse_async");
+  if (!e) return DR_EINTERNAL;
+  cuda_state *s = I->m[0];
+  DR_TRY(use(s));
+  pslot *x = NULL;
+  DR_TRY(pslot_get(s, slot, &x));
+  x->n = n;
+  if (n == 0) return DR_OK;
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
+  DVEC(x->msg, SPARSE_MASK_BYTES(n) + n * (size_t)sums_floats(s) * esz, "exchange buffer");
+  DVEC(x->count, sizeof(int), "exchange count");
+  DR_TRY(island_barrier_all(I));
+  DR_TRY(island_pack_queue(I, e, n, dp<char>(x->msg), dp<int>(x->count)));
+  CU(cudaMemcpyAsync(x->h_count, x->count.ptr, sizeof(int), cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaEventRecord(x->ev, s->stream));
+  return DR_OK;
+}
+
+/* ... and its wait: one GPU's pack_sparse_wait on member 0 (the slot's event, the marks' check,
+ * the message copied on member 0's xstream while its stream runs on). */
+static int island_pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
+  island *I = (island *)state;
+  DR_TRY(use(I->m[0]));
+  return pack_sparse_wait(I->m[0], slot, out, bytes);
 }
 
 /* backend.h's unpack_add_sparse on an island, on member 0: the message's marked blocks added
@@ -6589,7 +6654,14 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->add_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? island_add_records : NULL;
   out->reserve_records = out->emigrate_records ? island_reserve_records : NULL;
   out->particle_blocks = island_particle_blocks;
-  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 0) ? island_p2g_part : NULL; /* islands: not yet measured, off */
+  /* as for one GPU (DRIFT_SPLIT_P2G=0, DRIFT_SPLIT_G2P=0: off): the boundary's P2G first, its sums
+   * sent while the interior scatters; the interior's G2P while they are in flight. Without them an
+   * island's messages had nothing to overlap but the interior's grid update: 2 ranks x 2 GPUs ran
+   * weak_4 at 55 ms a frame against 27.6 for 1 x 2 on weak_2 (4 x H200; docs/performance.md).
+   * p2p_atomics keeps the whole step (its grid update is not split: island_grid_update_part). */
+  const int split = !I->m[0]->atomics;
+  out->p2g_part = split && env_flag("DRIFT_SPLIT_P2G", 1) ? island_p2g_part : NULL;
+  out->g2p_interior = split && env_flag("DRIFT_SPLIT_G2P", 1) ? island_g2p_interior : NULL;
   /* each step's P2G queued ahead of the ranks' vote, behind a gate on every member (as one GPU's;
    * DRIFT_STEP_AHEAD, by default on where the node's ranks have GPUs of their own) */
   for (int k = 0; k < nm; ++k) I->m[k]->ahead_on = ahead_default(prm, nm);
@@ -6604,6 +6676,10 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
    * the dense island_pack and island_unpack_add) */
   const int island_sparse = DRIFT_CUDA_SPARSE && env_flag("DRIFT_ISLAND_SPARSE", 1);
   out->pack_sparse = island_sparse ? island_pack_sparse : NULL;
+  /* the pack queued before the interior's P2G, waited for after it (as one GPU's; DRIFT_PACK_ASYNC=0:
+   * island_pack_sparse, which waits for its pack before the interior's P2G is queued) */
+  out->pack_sparse_async = island_sparse && env_flag("DRIFT_PACK_ASYNC", 1) ? island_pack_sparse_async : NULL;
+  out->pack_sparse_wait = out->pack_sparse_async ? island_pack_sparse_wait : NULL;
   out->unpack_add_sparse = island_sparse ? island_unpack_add_sparse : NULL;
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
