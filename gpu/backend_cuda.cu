@@ -6284,90 +6284,43 @@ static island_bufs island_bufs_of(island *I) {
   return b;
 }
 
-/* The sparse pack of list e (n blocks) on member 0's stream: the mask of the listed blocks any
- * member touched (k_island_words), then their island sums in mask order (k_island_pack_words, the
- * peers' copies read by P2P) into msg, and their count into *count_dev. After island_barrier_all,
- * which orders every member's P2G (or its boundary part) before. */
-static int island_pack_queue(island *I, const island_xlist *e, size_t n, char *msg, int *count_dev) {
-  cuda_state *s = I->m[0];
-  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
-  const int bs = sums_floats(s);
-  const island_bufs b = island_bufs_of(I);
-  const int32_t *lm = dp<int32_t>(e->link_map);
-  unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
-  DR_TRY(use(s));
-  k_island_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, lm, b, s->d_xbad, mask);
-  LAUNCHED("k_island_words");
-  if (s->det)
-    k_island_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
-        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<long long *>(msg + head), count_dev);
-  else
-    k_island_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
-        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<float *>(msg + head), count_dev);
-  LAUNCHED("k_island_pack_words");
-  return DR_OK;
-}
-
 /* backend.h's pack_sparse on an island, on member 0: after a barrier that orders every member's
- * P2G first, island_pack_queue, its count read and the message copied to out. As for
+ * P2G first, the mask of the listed blocks any member touched (k_island_words), then their island
+ * sums in mask order (k_island_pack_words, the peers' copies read by P2P), copied to out. As for
  * island_pack, no member writes its copy of a shared block again before the grid update's
  * barrier, which no member passes before member 0 has packed. */
 static int island_pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
   island *I = (island *)state;
   const island_xlist *e = island_find(I, idx, n, "pack_sparse");
   if (!e) return DR_EINTERNAL;
-  const size_t head = SPARSE_MASK_BYTES(n);
+  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
   *bytes = head;
   if (n == 0) return DR_OK;
   cuda_state *s = I->m[0];
+  const int bs = sums_floats(s);
   const size_t esz = s->det ? sizeof(long long) : sizeof(float);
   DR_TRY(island_barrier_all(I));
   DR_TRY(use(s));
   char *msg;
-  DR_TRY(sparse_scratch(s, head + n * sums_floats(s) * esz, &msg));
-  DR_TRY(island_pack_queue(I, e, n, msg, dp<int>(s->count)));
+  DR_TRY(sparse_scratch(s, head + n * bs * esz, &msg));
+  const island_bufs b = island_bufs_of(I);
+  const int32_t *lm = dp<int32_t>(e->link_map);
+  unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
+  k_island_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, lm, b, s->d_xbad, mask);
+  LAUNCHED("k_island_words");
+  if (s->det)
+    k_island_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<long long *>(msg + head), dp<int>(s->count));
+  else
+    k_island_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<float *>(msg + head), dp<int>(s->count));
+  LAUNCHED("k_island_pack_words");
   int total = 0;
   DR_TRY(read_count(s, s->count.ptr, &total));
-  *bytes = head + (size_t)total * sums_floats(s) * esz;
+  *bytes = head + (size_t)total * bs * esz;
   CU(cudaMemcpyAsync(out, msg, *bytes, cudaMemcpyDefault, s->stream));
   CU(cudaStreamSynchronize(s->stream));
   return xbad_check(s, "pack_sparse (k_island_pack_words)", n);
-}
-
-/* backend.h's pack_sparse_async on an island (ranks: the interior's P2G, queued next on every
- * member's stream, runs while the host waits for this pack): the barrier and island_pack_queue
- * into member 0's slot (one GPU's pslot), the count's copy and the slot's event after them, on
- * member 0's stream; nothing waits here. The pack reads only blocks shared with other ranks, which
- * only the members' boundary packets reach (the barrier ordered their P2G first); the interior's
- * P2G, queued after the barrier on every member (after the pack on member 0), writes none of
- * them. Queued behind a step's gate, a voided step runs the barrier on every member alike (its
- * count stays in step) and its pack is dropped (sim.c's exchange_drop_packs). */
-static int island_pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
-  island *I = (island *)state;
-  const island_xlist *e = island_find(I, idx, n, "pack_sparse_async");
-  if (!e) return DR_EINTERNAL;
-  cuda_state *s = I->m[0];
-  DR_TRY(use(s));
-  pslot *x = NULL;
-  DR_TRY(pslot_get(s, slot, &x));
-  x->n = n;
-  if (n == 0) return DR_OK;
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
-  DVEC(x->msg, SPARSE_MASK_BYTES(n) + n * (size_t)sums_floats(s) * esz, "exchange buffer");
-  DVEC(x->count, sizeof(int), "exchange count");
-  DR_TRY(island_barrier_all(I));
-  DR_TRY(island_pack_queue(I, e, n, dp<char>(x->msg), dp<int>(x->count)));
-  CU(cudaMemcpyAsync(x->h_count, x->count.ptr, sizeof(int), cudaMemcpyDeviceToHost, s->stream));
-  CU(cudaEventRecord(x->ev, s->stream));
-  return DR_OK;
-}
-
-/* ... and its wait: one GPU's pack_sparse_wait on member 0 (the slot's event, the marks' check,
- * the message copied on member 0's xstream while its stream runs on). */
-static int island_pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
-  island *I = (island *)state;
-  DR_TRY(use(I->m[0]));
-  return pack_sparse_wait(I->m[0], slot, out, bytes);
 }
 
 /* backend.h's unpack_add_sparse on an island, on member 0: the message's marked blocks added
@@ -6676,10 +6629,6 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
    * the dense island_pack and island_unpack_add) */
   const int island_sparse = DRIFT_CUDA_SPARSE && env_flag("DRIFT_ISLAND_SPARSE", 1);
   out->pack_sparse = island_sparse ? island_pack_sparse : NULL;
-  /* the pack queued before the interior's P2G, waited for after it (as one GPU's; DRIFT_PACK_ASYNC=0:
-   * island_pack_sparse, which waits for its pack before the interior's P2G is queued) */
-  out->pack_sparse_async = island_sparse && env_flag("DRIFT_PACK_ASYNC", 1) ? island_pack_sparse_async : NULL;
-  out->pack_sparse_wait = out->pack_sparse_async ? island_pack_sparse_wait : NULL;
   out->unpack_add_sparse = island_sparse ? island_unpack_add_sparse : NULL;
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
