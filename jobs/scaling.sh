@@ -16,7 +16,9 @@
 #   --mode strong     the same scene on every node count: --scene names one file.
 #                     efficiency = n0 t0 / (n tn) (n0: the smallest count, t: ms per frame).
 #   --mode weak       the scene grows with the node count: --scene is a pattern with {n}, the
-#                     node count, e.g. jobs/bench/weak_{n}.json. efficiency = t0 / tn.
+#                     node count, e.g. jobs/bench/weak_{n}.json, or {n*K}, K times it: nodes of
+#                     4 GPUs with a copy of the Sand Blocks scene per GPU (3.1M particles each)
+#                     take jobs/bench/weak_{n*4}.json. efficiency = t0 / tn.
 #   --frames N        frames per run (default: each scene's time.frames).
 #   --backend B       drift's --backend (default: the scene's parallel.backend).
 #   --out DIR         results (default scaling/MODE-YYYYmmdd-HHMMSS); DIR/nN/ holds each run's
@@ -70,9 +72,9 @@ nodes_list=$(printf '%s\n' $nodes_list | sort -n -u | tr '\n' ' ')
 case "$mode" in weak | strong) ;; '') die "--mode is required: weak or strong" ;; *) die "--mode: '$mode' is not weak or strong" ;; esac
 [ -n "$scene" ] || die "--scene is required"
 if [ "$mode" = weak ]; then
-  case "$scene" in *"{n}"*) ;; *) die "--mode weak: the scene must grow with the node count; give a pattern with {n}, e.g. jobs/bench/weak_{n}.json" ;; esac
+  case "$scene" in *"{n}"* | *"{n*"[1-9]*"}"*) ;; *) die "--mode weak: the scene must grow with the node count; give a pattern with {n} or {n*K}, e.g. jobs/bench/weak_{n}.json" ;; esac
 else
-  case "$scene" in *"{n}"*) die "--mode strong: one scene for every node count, not a pattern with {n}" ;; esac
+  case "$scene" in *"{n}"* | *"{n*"*) die "--mode strong: one scene for every node count, not a pattern with {n}" ;; esac
 fi
 if [ -n "$frames" ]; then case "$frames" in *[!0-9]* | 0*) die "--frames: '$frames' is not a whole number >= 1" ;; esac; fi
 case "$profile" in '' | *[!0-9]*) die "--profile-frames: '$profile' is not a whole number >= 0" ;; esac
@@ -82,7 +84,15 @@ if [ -n "$timeout_s" ]; then case "$timeout_s" in *[!0-9]* | 0*) die "--timeout:
 mkdir -p "$out" || die "cannot create $out"
 out=$(cd "$out" && pwd)
 
-scene_for() { printf '%s' "${scene//\{n\}/$1}"; }
+# The scene for n nodes: {n} replaced by n, each {n*K} by n times K.
+scene_for() {
+  local s=${scene//\{n\}/$1} k
+  while [[ $s =~ \{n\*([1-9][0-9]*)\} ]]; do
+    k=${BASH_REMATCH[1]}
+    s=${s//"{n*$k}"/$(($1 * k))}
+  done
+  printf '%s' "$s"
+}
 for n in $nodes_list; do
   s=$(scene_for "$n")
   [ -f "$s" ] && [ -r "$s" ] || die "scene for $n node(s): $s: no such readable file"

@@ -16,7 +16,8 @@
 #   3. jobs/scaling.sh --nodes 1 --mode strong through Slurm: scaling.csv (header, one row,
 #      efficiency 1) and scaling.png (a PNG);
 #   4. jobs/scaling.sh --nodes "1 2" --mode weak --local (mpirun, 2 ranks) on tests/jobs/weak_{n}.json:
-#      two rows with 4096 and 8192 particles, and the PNG.
+#      two rows with 4096 and 8192 particles, and the PNG; then --nodes 1 on tests/jobs/weak_{n*2}.json
+#      (the pattern for nodes of several GPUs): one row, 1 node of 8192 particles.
 #   5. A long job stopped as a time limit stops it: once drift.sbatch runs the dam break of
 #      tests/sim/resume_dam_break.json (6 frames), `scancel --signal=USR1 --batch` sends what
 #      --signal=B:USR1@120 sends before the limit; the script passes it on, drift writes a
@@ -264,6 +265,11 @@ bg_wait timeout 100 bash "$src/jobs/scaling.sh" --nodes "1 2" --mode weak --scen
 rc=$?
 [ "$rc" -eq 0 ] || { fail "scaling.sh --local: exit status $rc"; cat "$tmp/work/weak"/n*/job.out 2>/dev/null; }
 check_table "$tmp/work/weak/scaling.csv" "$tmp/work/weak/scaling.png" "scaling.sh --local" "1,1,4096;2,2,8192;"
+bg_wait timeout 100 bash "$src/jobs/scaling.sh" --nodes 1 --mode weak --scene "$src/tests/jobs/weak_{n*2}.json" --frames 1 \
+  --backend cpu --out "$tmp/work/weak2" --local --timeout 80
+rc=$?
+[ "$rc" -eq 0 ] || { fail "scaling.sh --local, weak_{n*2}: exit status $rc"; cat "$tmp/work/weak2"/n*/job.out 2>/dev/null; }
+check_table "$tmp/work/weak2/scaling.csv" "$tmp/work/weak2/scaling.png" "scaling.sh --local, weak_{n*2}" "1,1,8192;"
 
 # frames_complete DIR LABEL N: DIR holds frames 0-6 of N particles each and no temporary file.
 frames_complete() {
