@@ -15,7 +15,7 @@
 #      SCENE    the scene (default jobs/bench/weak_2.json; jobs/bench/weak_4.json on islands of 2
 #               distinct GPUs is weak scaling's 3.1M particles per GPU)
 #      B_ALT    environment settings (VAR=VALUE, space-separated), one more run of B for each,
-#               e.g. "DRIFT_ISLAND_SPARSE=0 DRIFT_SPLIT_P2G=1"
+#               e.g. "DRIFT_ISLAND_SPARSE=0 DRIFT_SPLIT_P2G=0"
 #      OUT      the output folder (default: the device tool's $OUT, else ./ab-out)
 # Exit status: 0, or 1 when a build fails (then nothing runs).
 set -uo pipefail
