@@ -12,6 +12,8 @@
 #define BLOCK_SUMS (4 * BLOCK_NODES) /* mass and momentum of 64 nodes, unless the backend says more */
 #define TAG_CODES 102
 #define TAG_SUMS 103
+#define TAG_MASKS 104 /* the node exchange's first round */
+#define TAG_NODES 105 /* ... and its second */
 
 static double wtime(void) { return MPI_Wtime(); }
 
@@ -35,7 +37,10 @@ static int sums_alloc(exchange *x, backend *b, size_t bytes, void **out) {
 }
 
 void exchange_free(exchange *x) {
-  for (int k = 0; k < x->nlinks; ++k) free(x->links[k].idx);
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    free(L->idx), free(L->mask_mine), free(L->mask_theirs), free(L->mask_both), free(L->base);
+  }
   free(x->links);
   free(x->req);
   free(x->status);
@@ -115,12 +120,19 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   x->sum_type = b->sums_int64 ? MPI_INT64_T : MPI_FLOAT;
   /* agreed once a run (the environment stays), and again only where the backend's calls change
    * (a test's backend; every rank changes it at the same setup) */
-  const int can = 1 + (b->pack_sparse && b->unpack_add_sparse);
+  const int sparse_can = b->pack_sparse && b->unpack_add_sparse;
+  const int nodes_can = b->node_masks_async && b->node_masks_wait && b->pack_nodes && b->unpack_add_nodes;
+  const int can = 1 + sparse_can + 2 * nodes_can;
   if (x->sparse_agreed != can) {
-    const char *sparse = getenv("DRIFT_SPARSE_EXCHANGE");
-    int mine = can == 2 && !(sparse && strcmp(sparse, "0") == 0);
+    const char *sparse = getenv("DRIFT_SPARSE_EXCHANGE"), *nodes = getenv("DRIFT_NODE_EXCHANGE");
+    /* DRIFT_SPARSE_EXCHANGE=0: every shared block's sums, the node exchange off too */
+    int mine[2] = {sparse_can && !(sparse && strcmp(sparse, "0") == 0), 0};
+    mine[1] = mine[0] && nodes_can && !(nodes && strcmp(nodes, "0") == 0);
+    int all[2];
     /* every rank the same way (an environment that differs between ranks must not mix the layouts) */
-    DR_MPI(MPI_Allreduce(&mine, &x->sparse, 1, MPI_INT, MPI_MIN, comm));
+    DR_MPI(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, comm));
+    x->sparse = all[0];
+    x->nodes = all[1];
     x->sparse_agreed = can;
   }
   int rank, nranks;
@@ -242,6 +254,14 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       continue;
     }
     ++x->nlinks; /* from here exchange_free releases the link */
+    if (x->nodes) {
+      L->mask_mine = malloc(sizeof *L->mask_mine * L->n);
+      L->mask_theirs = malloc(sizeof *L->mask_theirs * L->n);
+      L->mask_both = malloc(sizeof *L->mask_both * L->n);
+      L->base = malloc(sizeof *L->base * L->n);
+      if (!L->mask_mine || !L->mask_theirs || !L->mask_both || !L->base)
+        err = dr_fail(DR_ENOMEM, "out of host memory for the node masks of %zu shared blocks", L->n);
+    }
   }
   log_trace("exchange setup: lists intersected");
   if (!err) err = arena_place(x, b);
@@ -259,7 +279,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   free(shared);
   for (int k = 0; k < nn; ++k) free(their[k]), free(near_codes[k]);
   free(their), free(near_codes), free(their_n), free(req), free(nbr);
-  log_trace("exchange setup: %zu shared blocks marked", x->n_shared);
+  log_trace("exchange setup: %zu shared blocks marked, %s exchange", x->n_shared,
+            x->nodes ? "node" : x->sparse ? "sparse" : "dense");
   return err;
 }
 
@@ -268,7 +289,15 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
  * is kept for exchange_finish, and the ranks agree on it at the next vote. */
 int exchange_pack(exchange *x, backend *b) {
   x->packed = 0;
-  if (x->nlinks == 0 || !x->sparse || !b->pack_sparse_async || !b->pack_sparse_wait) return 0;
+  if (x->nlinks == 0) return 0;
+  if (x->nodes) { /* the first round's masks */
+    x->start_rc = DR_OK;
+    for (int k = 0; k < x->nlinks && x->start_rc == DR_OK; ++k)
+      x->start_rc = b->node_masks_async(b->state, k, x->links[k].idx, x->links[k].n);
+    x->packed = 1;
+    return 1;
+  }
+  if (!x->sparse || !b->pack_sparse_async || !b->pack_sparse_wait) return 0;
   x->start_rc = DR_OK;
   for (int k = 0; k < x->nlinks && x->start_rc == DR_OK; ++k)
     x->start_rc = b->pack_sparse_async(b->state, k, x->links[k].idx, x->links[k].n);
@@ -281,12 +310,96 @@ void exchange_drop_packs(exchange *x) {
   x->start_rc = DR_OK;
 }
 
+/* The node exchange's first round (exchange.h): every link's masks, then their messages. After a
+ * failure a link's masks are sent empty, and this rank's own masks count as empty too, so that
+ * both sides agree that no sums travel (the ranks agree at the next vote that the step is lost). */
+static int nodes_start(exchange *x, backend *b, int packed) {
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    if (x->start_rc == DR_OK && !packed) x->start_rc = b->node_masks_async(b->state, k, L->idx, L->n);
+    if (x->start_rc == DR_OK) x->start_rc = b->node_masks_wait(b->state, k, L->mask_mine);
+  }
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    if (x->start_rc != DR_OK) memset(L->mask_mine, 0, sizeof *L->mask_mine * L->n);
+    int rc = MPI_Irecv(L->mask_theirs, (int)L->n, MPI_UINT64_T, L->rank, TAG_MASKS, x->comm, &x->req[2 * k]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(L->mask_mine, (int)L->n, MPI_UINT64_T, L->rank, TAG_MASKS, x->comm, &x->req[2 * k + 1]);
+    if (rc != MPI_SUCCESS) {
+      if (!x->start_rc) x->start_rc = comm_fail(rc, __FILE__, __LINE__, "MPI_Irecv/MPI_Isend(shared-node masks)");
+      break;
+    }
+    x->bytes_sent += (double)(sizeof *L->mask_mine * L->n);
+  }
+  return x->start_rc;
+}
+
+/* The second round: the masks' AND on every link, then the sums of the nodes it marks both ways,
+ * then (in rank order, as for whole blocks) their addition. Every link carries one message each
+ * way whatever happened (of no bytes where the AND is empty, or after a failure on the sending
+ * side: the receiver adds nothing and the vote stops the step), and a receive takes up to the
+ * link's whole buffer, so that no rank waits for a message that its neighbour does not send,
+ * even if the two disagreed on the masks. */
+static int nodes_finish(exchange *x, backend *b) {
+  double t0 = wtime();
+  DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, x->status));
+  x->wait_seconds += wtime() - t0;
+  const size_t vals = x->block_sums / BLOCK_NODES; /* per node */
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    int got = 0;
+    DR_MPI(MPI_Get_count(&x->status[2 * k], MPI_UINT64_T, &got));
+    if (!x->start_rc && (size_t)got != L->n)
+      x->start_rc = dr_fail(DR_EINTERNAL, "rank exchange: rank %d sent %d node masks for %zu shared blocks", L->rank, got, L->n);
+  }
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    uint32_t m = 0;
+    for (size_t j = 0; j < L->n; ++j) {
+      L->mask_both[j] = x->start_rc ? 0 : L->mask_mine[j] & L->mask_theirs[j];
+      L->base[j] = m;
+      m += (uint32_t)__builtin_popcountll(L->mask_both[j]);
+    }
+    L->node_bytes = (size_t)m * vals * x->sum_bytes;
+  }
+  for (int k = 0; k < 2 * x->nlinks; ++k) x->req[k] = MPI_REQUEST_NULL;
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    L->send_bytes = L->node_bytes;
+    if (x->start_rc == DR_OK && L->node_bytes)
+      x->start_rc = b->pack_nodes(b->state, L->idx, L->n, L->mask_both, L->base, L->send);
+    if (x->start_rc != DR_OK) L->send_bytes = 0;
+    int rc = MPI_Irecv(L->recv, (int)link_bytes(x, L), MPI_BYTE, L->rank, TAG_NODES, x->comm, &x->req[2 * k]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(L->send, (int)L->send_bytes, MPI_BYTE, L->rank, TAG_NODES, x->comm, &x->req[2 * k + 1]);
+    if (rc != MPI_SUCCESS) {
+      if (!x->start_rc) x->start_rc = comm_fail(rc, __FILE__, __LINE__, "MPI_Irecv/MPI_Isend(shared-node sums)");
+      break;
+    }
+    x->bytes_sent += (double)L->send_bytes;
+  }
+  t0 = wtime();
+  DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, x->status));
+  x->wait_seconds += wtime() - t0;
+  if (x->start_rc) return x->start_rc;
+  for (int k = 0; k < x->nlinks; ++k) {
+    rank_link *L = &x->links[k];
+    int got = 0;
+    DR_MPI(MPI_Get_count(&x->status[2 * k], MPI_BYTE, &got));
+    if (got == 0) continue; /* nothing to add, or that rank's step failed */
+    if ((size_t)got != L->node_bytes)
+      return dr_fail(DR_EINTERNAL, "rank exchange: rank %d sent %d bytes of node sums where the masks say %zu", L->rank, got,
+                     L->node_bytes);
+    DR_TRY(b->unpack_add_nodes(b->state, L->idx, L->n, L->mask_both, L->base, L->recv));
+  }
+  return DR_OK;
+}
+
 int exchange_start(exchange *x, backend *b) {
   const int packed = x->packed;
   x->packed = 0;
   if (!packed) x->start_rc = DR_OK; /* else exchange_pack's outcome */
   if (x->nlinks == 0) return DR_OK;
   for (int k = 0; k < 2 * x->nlinks; ++k) x->req[k] = MPI_REQUEST_NULL;
+  if (x->nodes) return nodes_start(x, b, packed);
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
     L->send_bytes = 0;
@@ -328,6 +441,7 @@ int exchange_start(exchange *x, backend *b) {
 
 int exchange_finish(exchange *x, backend *b) {
   if (x->nlinks == 0) return x->start_rc;
+  if (x->nodes) return nodes_finish(x, b);
   double t0 = wtime();
   DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, x->status));
   x->wait_seconds += wtime() - t0;

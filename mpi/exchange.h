@@ -21,6 +21,12 @@ typedef struct rank_link {
   void *send, *recv; /* block_sums values per block: floats, or int64 (sums_int64); inside the arenas.
                       * Sparse: a mask of the blocks that travel, then their values (backend.h) */
   size_t send_bytes; /* what this step's message holds */
+  /* The node exchange (host memory, n words each): the masks of the nodes this rank's P2G reached
+   * (sent), the neighbour's (received), their AND (the nodes whose sums travel both ways), and the
+   * AND's prefix sums (backend.h's base) */
+  uint64_t *mask_mine, *mask_theirs, *mask_both;
+  uint32_t *base;
+  size_t node_bytes; /* this step's value message, each way */
 } rank_link;
 
 typedef struct exchange {
@@ -40,7 +46,17 @@ typedef struct exchange {
    * reach: on the CPU backend, Sand Blocks spreading across the cut of two ranks touched 37-49%
    * of the shared blocks it sent each step (jobs/bench/weak_2.json at 4 dx, docs/performance.md). */
   int sparse;
-  int sparse_agreed;      /* 0, or what sparse was agreed for: 1 + whether the backend can pack sparse */
+  int sparse_agreed;      /* 0, or what sparse was agreed for: 1 + whether the backend can pack sparse (+ 2: nodes) */
+  /* Node exchange (the default where the backend has node_masks_async and the rest, on every rank;
+   * DRIFT_NODE_EXCHANGE=0 on any rank turns it off on all, agreed with sparse): each step in two
+   * rounds. First every rank sends the mask of the shared blocks' nodes its own P2G reached (8
+   * bytes a shared block); then only the sums of the nodes both masks mark travel, both ways, in
+   * the order both sides know from the masks. A rank's G2P reads only the nodes its own particles
+   * reached, so a node reached by one side needs no message. On the CPU backend, Sand Blocks
+   * spreading across the cut of two ranks (jobs/bench/weak_2.json at 4 dx, 60 frames) sent 57%
+   * of the nodes of the touched blocks that the sparse exchange sends whole, and 32% of those
+   * nodes were reached by the other rank too (docs/performance.md). */
+  int nodes;
   void *zero_mask;        /* host memory: the empty mask sent after a failed pack */
   int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */
   void (*free_sums)(void *ptr, int device); /* the backend's, or NULL for free() */

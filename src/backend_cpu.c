@@ -91,7 +91,7 @@ typedef struct cpu_state {
   int gate_armed;
   int gate_p2g;                   /* p2g(gate_dt) waits behind the gate */
   float gate_dt;
-  struct gate_pack { int slot; const int32_t *idx; size_t n; } *gate_pack; /* pack_sparse_async's, in order */
+  struct gate_pack { int slot, masks; const int32_t *idx; size_t n; } *gate_pack; /* pack_sparse_async's and node_masks_async's, in order */
   int n_gate_pack, cap_gate_pack;
 } cpu_state;
 
@@ -625,18 +625,22 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
 /* pack_sparse in two halves (backend.h): the CPU packs at once into the slot's buffer, and the
  * wait hands it over; sim.c's order with the interior's P2G between them is tested here. The
  * message is the same: the interior adds to no shared block. */
-static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
-  cpu_state *s = state;
-  if (s->gate_armed) { /* behind the gate, after the p2g deferred before it (gate_open) */
-    if (s->n_gate_pack == s->cap_gate_pack) {
-      const int cap = s->cap_gate_pack ? 2 * s->cap_gate_pack : 4;
-      struct gate_pack *q = realloc(s->gate_pack, sizeof *q * (size_t)cap);
-      if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the packs queued behind the gate");
-      s->gate_pack = q, s->cap_gate_pack = cap;
-    }
-    s->gate_pack[s->n_gate_pack++] = (struct gate_pack){slot, idx, n};
-    return DR_OK;
+/* A pack (masks: node_masks_async's masks) deferred behind the gate, after the p2g deferred
+ * before it (gate_open runs them in order). */
+static int gate_defer(cpu_state *s, int slot, int masks, const int32_t *idx, size_t n) {
+  if (s->n_gate_pack == s->cap_gate_pack) {
+    const int cap = s->cap_gate_pack ? 2 * s->cap_gate_pack : 4;
+    struct gate_pack *q = realloc(s->gate_pack, sizeof *q * (size_t)cap);
+    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the packs queued behind the gate");
+    s->gate_pack = q, s->cap_gate_pack = cap;
   }
+  s->gate_pack[s->n_gate_pack++] = (struct gate_pack){slot, masks, idx, n};
+  return DR_OK;
+}
+
+/* The slot's message buffer, of at least need bytes. */
+static int xslot_get(cpu_state *s, int slot, size_t need, xslot **out) {
+  if (slot < 0) return dr_fail(DR_EINTERNAL, "cpu backend: pack slot %d", slot);
   if (slot >= s->n_xslot) {
     const int cap = slot + 1 > 2 * s->n_xslot ? slot + 1 : 2 * s->n_xslot;
     xslot *q = realloc(s->xslot, sizeof *q * (size_t)cap);
@@ -645,13 +649,21 @@ static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n
     s->xslot = q, s->n_xslot = cap;
   }
   xslot *x = &s->xslot[slot];
-  const size_t need = SPARSE_MASK_BYTES(n) + n * s->bf * (s->det ? sizeof(int64_t) : sizeof(float));
   if (x->cap < need) {
     free(x->msg);
     x->msg = malloc(need ? need : 1);
     x->cap = x->msg ? need : 0;
     if (!x->msg) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's pack buffers (%zu bytes)", need);
   }
+  *out = x;
+  return DR_OK;
+}
+
+static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
+  cpu_state *s = state;
+  if (s->gate_armed) return gate_defer(s, slot, 0, idx, n);
+  xslot *x = NULL;
+  DR_TRY(xslot_get(s, slot, SPARSE_MASK_BYTES(n) + n * s->bf * (s->det ? sizeof(int64_t) : sizeof(float)), &x));
   return pack_sparse(state, idx, n, x->msg, &x->bytes);
 }
 
@@ -677,6 +689,85 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
   size_t m = 0;
   for (size_t k = 0; k < n; ++k)
     if ((mask[k / 64] >> (k % 64)) & 1u) DR_TRY(unpack_add(state, idx + k, 1, q + vb * m++));
+  return DR_OK;
+}
+
+/* The node exchange (backend.h): a block's mask marks the nodes where any channel of this step's
+ * sums is non-zero (an untouched block holds none). */
+static uint64_t node_mask(const cpu_state *s, int32_t blk) {
+  uint64_t m = 0;
+  if (!s->touched[blk]) return 0;
+  const size_t ch = s->bf / BLOCK_NODES;
+  for (int nd = 0; nd < BLOCK_NODES; ++nd) {
+    int any = 0;
+    for (size_t c = 0; c < ch; ++c)
+      any |= s->det ? s->igrid[(size_t)blk * s->bf + c * BLOCK_NODES + nd] != 0
+                    : s->grid[(size_t)blk * s->bf + c * BLOCK_NODES + nd] != 0.0f;
+    m |= (uint64_t)any << nd;
+  }
+  return m;
+}
+
+/* Into the slot's buffer at once (behind the gate: when it opens); node_masks_wait hands it over. */
+static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
+  cpu_state *s = state;
+  if (s->gate_armed) return gate_defer(s, slot, 1, idx, n);
+  xslot *x = NULL;
+  DR_TRY(xslot_get(s, slot, n * sizeof(uint64_t), &x));
+  uint64_t *m = x->msg;
+  for (size_t k = 0; k < n; ++k) m[k] = node_mask(s, idx[k]);
+  x->bytes = n * sizeof(uint64_t);
+  return DR_OK;
+}
+
+static int node_masks_wait(void *state, int slot, uint64_t *out) {
+  cpu_state *s = state;
+  if (slot < 0 || slot >= s->n_xslot)
+    return dr_fail(DR_EINTERNAL, "cpu backend: node_masks_wait(%d) without its node_masks_async", slot);
+  memcpy(out, s->xslot[slot].msg, s->xslot[slot].bytes);
+  return DR_OK;
+}
+
+/* The values of the nodes mask marks: block k's from base[k] x channels on, channel by channel. */
+static int pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *out) {
+  cpu_state *s = state;
+  const size_t ch = s->bf / BLOCK_NODES;
+  for (size_t k = 0; k < n; ++k) {
+    if (!mask[k]) continue;
+    const size_t cnt = (size_t)__builtin_popcountll(mask[k]), at = (size_t)base[k] * ch;
+    size_t r = 0;
+    for (int nd = 0; nd < BLOCK_NODES; ++nd) {
+      if (!((mask[k] >> nd) & 1u)) continue;
+      for (size_t c = 0; c < ch; ++c) {
+        const size_t src = (size_t)idx[k] * s->bf + c * BLOCK_NODES + nd, dst = at + c * cnt + r;
+        if (s->det) ((int64_t *)out)[dst] = s->igrid[src];
+        else ((float *)out)[dst] = s->grid[src];
+      }
+      ++r;
+    }
+  }
+  return DR_OK;
+}
+
+/* Every block the mask marks is one this rank's P2G touched (the AND holds its own mask). */
+static int unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
+                            const void *in) {
+  cpu_state *s = state;
+  const size_t ch = s->bf / BLOCK_NODES;
+  for (size_t k = 0; k < n; ++k) {
+    if (!mask[k]) continue;
+    const size_t cnt = (size_t)__builtin_popcountll(mask[k]), at = (size_t)base[k] * ch;
+    size_t r = 0;
+    for (int nd = 0; nd < BLOCK_NODES; ++nd) {
+      if (!((mask[k] >> nd) & 1u)) continue;
+      for (size_t c = 0; c < ch; ++c) {
+        const size_t dst = (size_t)idx[k] * s->bf + c * BLOCK_NODES + nd, src = at + c * cnt + r;
+        if (s->det) s->igrid[dst] += ((const int64_t *)in)[src]; /* integers: any order of the ranks */
+        else s->grid[dst] += ((const float *)in)[src];
+      }
+      ++r;
+    }
+  }
   return DR_OK;
 }
 
@@ -767,7 +858,10 @@ static int gate_open(void *state, int go) {
     s->gate_p2g = 0;
     DR_TRY(p2g(state, s->gate_dt));
   }
-  for (int k = 0; k < n; ++k) DR_TRY(pack_sparse_async(state, s->gate_pack[k].slot, s->gate_pack[k].idx, s->gate_pack[k].n));
+  for (int k = 0; k < n; ++k) {
+    const struct gate_pack *q = &s->gate_pack[k];
+    DR_TRY(q->masks ? node_masks_async(state, q->slot, q->idx, q->n) : pack_sparse_async(state, q->slot, q->idx, q->n));
+  }
   return DR_OK;
 }
 
@@ -859,7 +953,9 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .count = count, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .pack_sparse = pack_sparse,
                    .pack_sparse_async = pack_sparse_async, .pack_sparse_wait = pack_sparse_wait,
-                   .unpack_add_sparse = unpack_add_sparse, .wants_rebuild = wants_rebuild,
+                   .unpack_add_sparse = unpack_add_sparse, .node_masks_async = node_masks_async,
+                   .node_masks_wait = node_masks_wait, .pack_nodes = pack_nodes, .unpack_add_nodes = unpack_add_nodes,
+                   .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
                    .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .particle_blocks = particle_blocks, .p2g_part = p2g_part, .set_time = set_time,
                    .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};

@@ -1242,9 +1242,11 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     rc = comm_agree(comm, rc);
     if (rc == DR_OK) rc = comm_agree(comm, reserve_migration(S));
     if (rc == DR_OK && S->rank == 0)
-      log_info("rank exchange: shared-block sums through %s", S->ex.device_sums ? "device memory (CUDA-aware MPI)"
-                                                              : S->be.alloc_sums ? "pinned host memory"
-                                                                                 : "host memory");
+      log_info("rank exchange: %s through %s",
+               S->ex.nodes ? "the sums of the shared nodes both ranks reach (node exchange)"
+               : S->ex.sparse ? "the sums of the shared blocks this rank touched (sparse exchange)"
+                              : "the sums of every shared block (dense exchange)",
+               S->ex.device_sums ? "device memory (CUDA-aware MPI)" : S->be.alloc_sums ? "pinned host memory" : "host memory");
   }
   /* a checkpoint written after fused G2P2G steps: its particles hold the next return mapping */
   if (rc == DR_OK && S->resume_projected) rc = comm_agree(comm, S->be.set_projected(S->be.state));

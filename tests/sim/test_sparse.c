@@ -10,7 +10,16 @@
  *   - a second backend adding the dense message and a third adding the sparse one end the step
  *     (grid update, G2P) with the same particles, bitwise;
  *   - a message one byte short, one block too long, or whose mask marks a block past n is
- *     refused (DR_EINTERNAL, "does not match its mask"), and the refusal adds nothing. */
+ *     refused (DR_EINTERNAL, "does not match its mask"), and the refusal adds nothing.
+ * And the node exchange (node_masks_async/_wait, pack_nodes, unpack_add_nodes), against the same
+ * dense pack:
+ *   - a block's mask marks exactly its nodes where some channel of the dense sums is non-zero
+ *     (untouched blocks 0), and some touched blocks are marked only in part;
+ *   - with the AND of those masks and a neighbour's (here a fixed pseudo-random pattern), the
+ *     message holds, from base[k] x channels on, block k's marked nodes channel by channel,
+ *     bitwise the dense sums;
+ *   - adding it ends the step with the same particles, bitwise, as adding the dense message with
+ *     every node outside the AND set to zero. */
 #include "simtest.h"
 
 #include "jelly_block.h"
@@ -107,9 +116,107 @@ static void run(int det) {
   for (int k = 0; k < 3; ++k) be[k].destroy(be[k].state);
 }
 
+static void run_nodes(int det) {
+  const char *mode = det ? "deterministic" : "float";
+  const material_params m = jelly();
+  const sim_params prm = params(&m, det);
+  backend be[3]; /* be[0] packs; be[1] adds the masked dense message, be[2] the node message */
+  for (int k = 0; k < 3; ++k) {
+    particles p = {0};
+    block(&m, &p);
+    MUST(backend_create(BACKEND_CPU, &prm, &p, &be[k]));
+    particles_free(&p);
+  }
+  CHECK(be[0].node_masks_async && be[0].node_masks_wait && be[0].pack_nodes && be[0].unpack_add_nodes,
+        "%s: the cpu backend has no node exchange", mode);
+  if (!be[0].pack_nodes) return;
+  for (int s = 0; s < 20; ++s)
+    for (int k = 0; k < 3; ++k) step(&be[k]);
+  for (int k = 0; k < 3; ++k) {
+    int rebuilt;
+    MUST(be[k].rebuild(be[k].state, 0, &rebuilt));
+    MUST(be[k].p2g(be[k].state, DT));
+  }
+  const uint64_t *codes;
+  size_t n;
+  MUST(be[0].blocks(be[0].state, &codes, &n));
+  int32_t *idx = malloc(sizeof *idx * n);
+  for (size_t k = 0; k < n; ++k) idx[k] = (int32_t)k;
+  const size_t esz = be[0].sums_int64 ? sizeof(int64_t) : sizeof(float), ch = (size_t)be[0].block_sums / 64,
+               vb = (size_t)be[0].block_sums * esz;
+  char *dense = malloc(vb * n), *masked = calloc(n, vb), *msg = malloc(vb * n);
+  uint64_t *mine = malloc(sizeof *mine * n), *both = malloc(sizeof *both * n);
+  uint32_t *base = malloc(sizeof *base * n);
+  MUST(be[0].pack(be[0].state, idx, n, dense));
+  MUST(be[0].node_masks_async(be[0].state, 0, idx, n));
+  MUST(be[0].node_masks_wait(be[0].state, 0, mine));
+  size_t wrong = 0, touched = 0, partial = 0, nodes = 0;
+  for (size_t k = 0; k < n; ++k) {
+    uint64_t expect = 0;
+    for (int nd = 0; nd < 64; ++nd)
+      for (size_t c = 0; c < ch; ++c)
+        for (size_t j = 0; j < esz; ++j) expect |= (uint64_t)(dense[k * vb + (c * 64 + (size_t)nd) * esz + j] != 0) << nd;
+    wrong += mine[k] != expect;
+    touched += mine[k] != 0;
+    partial += mine[k] != 0 && mine[k] != ~0ull;
+    nodes += (size_t)__builtin_popcountll(mine[k]);
+  }
+  printf("%s: %zu blocks, %zu touched, %zu of them in part; %zu nodes marked (%.1f%% of the touched blocks' nodes)\n",
+         mode, n, touched, partial, nodes, 100.0 * (double)nodes / (64.0 * (double)(touched ? touched : 1)));
+  CHECK(wrong == 0, "%s: %zu blocks' node masks differ from their non-zero sums", mode, wrong);
+  CHECK(partial > 0 && touched < n, "%s: %zu blocks touched in part, %zu of %zu untouched (expected some of each)", mode,
+        partial, n - touched, n);
+  /* the neighbour's mask: a fixed pattern; the AND and its prefix sums, as exchange.c makes them */
+  uint32_t total = 0;
+  uint64_t r = 0x9e3779b97f4a7c15ull;
+  for (size_t k = 0; k < n; ++k) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    both[k] = mine[k] & r;
+    base[k] = total;
+    total += (uint32_t)__builtin_popcountll(both[k]);
+  }
+  CHECK(total > 0 && total < nodes, "%s: %u of %zu nodes in the AND (expected some, not all)", mode, total, nodes);
+  MUST(be[0].pack_nodes(be[0].state, idx, n, both, base, msg));
+  size_t differ = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t cnt = (size_t)__builtin_popcountll(both[k]);
+    size_t q = 0;
+    for (int nd = 0; nd < 64; ++nd) {
+      if (!((both[k] >> nd) & 1u)) continue;
+      for (size_t c = 0; c < ch; ++c) {
+        const size_t from = k * vb + (c * 64 + (size_t)nd) * esz, at = ((size_t)base[k] * ch + c * cnt + q) * esz;
+        differ += memcmp(msg + at, dense + from, esz) != 0;
+        memcpy(masked + from, dense + from, esz);
+      }
+      ++q;
+    }
+  }
+  CHECK(differ == 0, "%s: %zu values of the node message differ from the dense sums", mode, differ);
+  MUST(be[1].unpack_add(be[1].state, idx, n, masked));
+  MUST(be[2].unpack_add_nodes(be[2].state, idx, n, both, base, msg));
+  finish_step(&be[1]);
+  finish_step(&be[2]);
+  particles a = {0}, b = {0};
+  MUST(be[1].download(be[1].state, &a));
+  MUST(be[2].download(be[2].state, &b));
+  differ = a.n != b.n;
+  for (size_t i = 0; i < a.n && !differ; ++i) {
+    differ += a.id[i] != b.id[i];
+    for (int c = 0; c < 3; ++c) differ += a.x[3 * i + c] != b.x[3 * i + c] || a.v[3 * i + c] != b.v[3 * i + c];
+    for (int c = 0; c < 9; ++c) differ += a.C[9 * i + c] != b.C[9 * i + c] || a.F[9 * i + c] != b.F[9 * i + c];
+  }
+  CHECK(differ == 0, "%s: the step ended after the node message differs from the masked dense one's (%zu particles, "
+        "%zu values differ)", mode, a.n, differ);
+  particles_free(&a), particles_free(&b);
+  free(idx), free(dense), free(masked), free(msg), free(mine), free(both), free(base);
+  for (int k = 0; k < 3; ++k) be[k].destroy(be[k].state);
+}
+
 int main(int argc, char **argv) {
   init(&argc, &argv);
   run(0);
   run(1);
+  run_nodes(0);
+  run_nodes(1);
   return finish("test_sparse");
 }
