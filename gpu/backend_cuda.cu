@@ -678,6 +678,7 @@ typedef struct cuda_state {
   cudaEvent_t g2p_ev;           /* after the armed step's G2P and its record (g2p_collect waits for it alone) */
   size_t unpack_check_n;        /* unpack_add_sparse's check of h_xbad, left to the next g2p (its list's length; 0: none) */
   dvec xrecv;                   /* unpack_add_sparse: the step's received messages, one after another */
+  dvec xnodes;                  /* pack_nodes: the AND of the node masks and its prefix sums, on the device */
   size_t xrecv_used;            /* bytes of xrecv this step's unpacks took (reset by g2p) */
   cudaEvent_t xrecv_ev;         /* after an unpack's copy (and with xpack its kernel) on xstream */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
@@ -2979,6 +2980,79 @@ __global__ static void k_unpack_words(size_t n, int bs, const int32_t *idx, int3
   }
 }
 
+/* The node exchange (backend.h's node_masks_async, pack_nodes, unpack_add_nodes; mpi/exchange.h):
+ * one warp per listed block, a lane for nodes lane and lane + 32. k_node_masks writes the block's
+ * mask of nodes where some channel of this step's sums is non-zero (0 for an untouched block);
+ * k_pack_nodes and k_unpack_nodes move the values of the nodes the mask marks, block k's from
+ * base[k] x channels on, channel by channel, a node's place among them the marked nodes below it.
+ * The host made base (a prefix sum of the masks' popcounts), so no scan runs on the device. */
+template <typename T> __device__ __forceinline__ T node_value(int bs, int32_t blk, int c, int nd, const T *src, float *g0) {
+  if constexpr (sizeof(T) == sizeof(float)) return *sum_slot((size_t)(c * BLOCK_NODES + nd), bs, blk, (float *)src, g0);
+  else return src[(size_t)blk * bs + c * BLOCK_NODES + nd];
+}
+
+template <typename T>
+__global__ static void k_node_masks(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, const uint8_t *touched,
+                                    const T *src, float *g0, unsigned long long *mask) {
+  const size_t k = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (k >= n) return; /* the whole warp */
+  const int32_t blk = idx[k];
+  const bool on = index_ok(blk, nb, bad) && touched[blk];
+  unsigned half[2];
+  for (int h = 0; h < 2; ++h) {
+    bool any = false;
+    for (int c = 0; on && c < bs / BLOCK_NODES; ++c) any |= node_value(bs, blk, c, 32 * h + lane, src, g0) != (T)0;
+    half[h] = __ballot_sync(0xffffffffu, any);
+  }
+  if (lane == 0) mask[k] = (unsigned long long)half[0] | (unsigned long long)half[1] << 32;
+}
+
+template <typename T>
+__global__ static void k_pack_nodes(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                    const unsigned long long *mask, const unsigned *base, const T *src, float *g0, T *out) {
+  const size_t k = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (k >= n) return;
+  const unsigned long long m = mask[k];
+  if (!m) return;
+  const int32_t blk = idx[k];
+  const bool ok = index_ok(blk, nb, bad);
+  const int ch = bs / BLOCK_NODES, cnt = __popcll(m);
+  T *o = out + (size_t)base[k] * ch;
+  for (int h = 0; h < 2; ++h) {
+    const int nd = 32 * h + lane;
+    if (!((m >> nd) & 1ull)) continue;
+    const int r = __popcll(m & ((1ull << nd) - 1ull));
+    for (int c = 0; c < ch; ++c) o[c * cnt + r] = ok ? node_value(bs, blk, c, nd, src, g0) : (T)0;
+  }
+}
+
+/* The blocks a received message marks are this rank's own touched ones (the AND holds its mask). */
+template <typename T>
+__global__ static void k_unpack_nodes(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                      const unsigned long long *mask, const unsigned *base, const T *in, T *dst, float *g0) {
+  const size_t k = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (k >= n) return;
+  const unsigned long long m = mask[k];
+  if (!m) return;
+  const int32_t blk = idx[k];
+  if (!index_ok(blk, nb, bad)) return;
+  const int ch = bs / BLOCK_NODES, cnt = __popcll(m);
+  const T *v = in + (size_t)base[k] * ch;
+  for (int h = 0; h < 2; ++h) {
+    const int nd = 32 * h + lane;
+    if (!((m >> nd) & 1ull)) continue;
+    const int r = __popcll(m & ((1ull << nd) - 1ull));
+    for (int c = 0; c < ch; ++c) { /* one thread per node and channel: no race */
+      const T x = v[c * cnt + r];
+      if constexpr (sizeof(T) == sizeof(float)) *sum_slot((size_t)(c * BLOCK_NODES + nd), bs, blk, (float *)dst, g0) += x;
+      else dst[(size_t)blk * bs + c * BLOCK_NODES + nd] += x; /* integers: any order of the ranks */
+    }
+  }
+}
+
 /* An island's rank exchange on its devices (island_pack, island_unpack_add). Each block shared
  * with another rank has an owner member, the lowest member holding it; map holds the owner's
  * (block index, position in the link's list) pairs. k_island_pack, one CTA per owned block and a
@@ -3330,11 +3404,15 @@ static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, siz
 
 /* pack_sparse in two halves (backend.h): one link's buffers, the event after its pack and its
  * count, copied to pinned memory in stream order. */
+static void host_release(void *p);
+
 typedef struct pslot {
   dvec msg, count;
   int *h_count;
   cudaEvent_t ev;
   size_t n;
+  void *h_masks;   /* node_masks_async's masks, copied here (pinned) in stream order */
+  size_t h_masks_cap;
 } pslot;
 
 /* The exchange's stream, at the device's highest priority: its pack and unpack kernels (xpack)
@@ -3373,6 +3451,7 @@ static void pslots_free(cuda_state *s) {
     pslot *x = &s->pslot[k];
     dvec_free(&x->msg), dvec_free(&x->count);
     if (x->h_count) cudaFreeHost(x->h_count);
+    host_release(x->h_masks);
     if (x->ev) cudaEventDestroy(x->ev);
   }
   free(s->pslot);
@@ -3382,15 +3461,38 @@ static void pslots_free(cuda_state *s) {
   s->xstream = NULL;
 }
 
-static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
-  cuda_state *s = (cuda_state *)state;
-  /* xearly: with the boundary's P2G on xstream (head_on), the interior's P2G goes on the step's
-   * stream now, before the packs' host work below (the device held only the boundary's short
-   * launch meanwhile); sim.c's p2g_part(P2G_INTERIOR) then only joins the two streams */
+/* The start of a pack in two halves (pack_sparse_async, node_masks_async). xearly: with the
+ * boundary's P2G on xstream (head_on), the interior's P2G goes on the step's stream now, before
+ * the packs' host work (the device held only the boundary's short launch meanwhile); sim.c's
+ * p2g_part(P2G_INTERIOR) then only joins the two streams. */
+static int pack_begin(cuda_state *s) {
   if (s->head_on && s->xearly && !s->interior_on) {
     DR_TRY(launch_p2g_interior(s));
     s->interior_on = 1;
   }
+  return DR_OK;
+}
+
+/* The stream of such a pack. xpack: xstream, after the boundary's P2G; the interior's P2G, queued
+ * on the step's stream, runs beside it (it writes no shared block, which is all the pack reads).
+ * With head_on the pack follows the boundary's P2G in xstream's own order, and waits for the
+ * step's stream (which may hold the interior's P2G already) only after fresh: a list uploaded or
+ * a buffer grown just now (not in the steady state), ordered on the step's stream. */
+static int pack_stream(cuda_state *s, int fresh, cudaStream_t *st) {
+  *st = s->stream;
+  if (!s->xpack) return DR_OK;
+  if (!s->head_on || fresh) {
+    if (!s->xp2g_ev) CU(cudaEventCreateWithFlags(&s->xp2g_ev, cudaEventDisableTiming));
+    CU(cudaEventRecord(s->xp2g_ev, s->stream));
+    CU(cudaStreamWaitEvent(s->xstream, s->xp2g_ev, 0));
+  }
+  *st = s->xstream;
+  return DR_OK;
+}
+
+static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
+  cuda_state *s = (cuda_state *)state;
+  DR_TRY(pack_begin(s));
   pslot *x = NULL;
   DR_TRY(pslot_get(s, slot, &x));
   x->n = n;
@@ -3402,21 +3504,8 @@ static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n
   DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse_async"));
   DVEC(x->msg, SPARSE_MASK_BYTES(n) + n * (size_t)sums_floats(s) * esz, "exchange buffer");
   DVEC(x->count, sizeof(int), "exchange count");
-  /* a list uploaded or a buffer grown just now (not in the steady state): ordered on the step's stream */
-  const int fresh = s->n_xl != n_xl || x->msg.ptr != msg || x->count.ptr != count;
-  /* xpack: on xstream, after the boundary's P2G; the interior's P2G, queued on the step's stream,
-   * runs beside it (it writes no shared block, which is all the pack reads) */
-  cudaStream_t st = s->stream;
-  if (s->xpack) {
-    /* with head_on the pack follows the boundary's P2G in xstream's own order, and waits for the
-     * step's stream (which may hold the interior's P2G already) only after an upload or growth */
-    if (!s->head_on || fresh) {
-      if (!s->xp2g_ev) CU(cudaEventCreateWithFlags(&s->xp2g_ev, cudaEventDisableTiming));
-      CU(cudaEventRecord(s->xp2g_ev, s->stream));
-      CU(cudaStreamWaitEvent(s->xstream, s->xp2g_ev, 0));
-    }
-    st = s->xstream;
-  }
+  cudaStream_t st;
+  DR_TRY(pack_stream(s, s->n_xl != n_xl || x->msg.ptr != msg || x->count.ptr != count, &st));
   DR_TRY(pack_sparse_queue(s, didx, n, dp<char>(x->msg), dp<int>(x->count), st));
   CU(cudaMemcpyAsync(x->h_count, x->count.ptr, sizeof(int), cudaMemcpyDeviceToHost, st));
   CU(cudaEventRecord(x->ev, st));
@@ -3448,7 +3537,7 @@ static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
  * what the step's stream still runs; recv_join makes the step's stream wait for it. Each link's
  * message of the step has its own place in xrecv (the kernels of an earlier link may still read
  * theirs); g2p starts the places again. */
-static int recv_copy(cuda_state *s, const void *in, size_t bytes, char **msg) {
+static int recv_place(cuda_state *s, size_t bytes, char **msg) {
   size_t at = (s->xrecv_used + 255) & ~(size_t)255;
   DR_TRY(xstream_get(s));
   if (at + bytes > s->xrecv.bytes) {
@@ -3460,6 +3549,11 @@ static int recv_copy(cuda_state *s, const void *in, size_t bytes, char **msg) {
   }
   s->xrecv_used = at + bytes;
   *msg = dp<char>(s->xrecv) + at;
+  return DR_OK;
+}
+
+static int recv_copy(cuda_state *s, const void *in, size_t bytes, char **msg) {
+  DR_TRY(recv_place(s, bytes, msg));
   CU(cudaMemcpyAsync(*msg, in, bytes, cudaMemcpyDefault, s->xstream));
   return DR_OK;
 }
@@ -3537,6 +3631,128 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
    * once. in stays unchanged until the next g2p returns (backend.h), which waits for the stream,
    * and its check of h_xbad names this call (unpack_check_n). */
   s->unpack_check_n = n;
+  return DR_OK;
+}
+
+/* The node exchange (backend.h): the masks as a pack in two halves (k_node_masks into the slot's
+ * device buffer, then copied to its pinned host buffer in the same stream's order). */
+static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
+  cuda_state *s = (cuda_state *)state;
+  DR_TRY(pack_begin(s));
+  pslot *x = NULL;
+  DR_TRY(pslot_get(s, slot, &x));
+  x->n = n;
+  if (n == 0) return DR_OK;
+  const int32_t *didx;
+  const int n_xl = s->n_xl;
+  const void *msg = x->msg.ptr;
+  DR_TRY(indices_for(s, idx, n, &didx, "node_masks_async"));
+  DVEC(x->msg, n * sizeof(unsigned long long), "exchange buffer");
+  DR_TRY(host_pinned(&x->h_masks, &x->h_masks_cap, n * sizeof(unsigned long long), "the exchange's node masks"));
+  cudaStream_t st;
+  DR_TRY(pack_stream(s, s->n_xl != n_xl || x->msg.ptr != msg, &st));
+  const int bs = sums_floats(s);
+  const int32_t nb = (int32_t)s->n_blocks;
+  unsigned long long *mask = dp<unsigned long long>(x->msg);
+  if (s->det)
+    k_node_masks<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n, bs, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), dp<long long>(s->igrid[s->par]), NULL, mask);
+  else
+    k_node_masks<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n, bs, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), dp<float>(s->grid[s->par]), grid0_of(s, s->par),
+        mask);
+  LAUNCHED("k_node_masks");
+  CU(cudaMemcpyAsync(x->h_masks, mask, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost, st));
+  CU(cudaEventRecord(x->ev, st));
+  return DR_OK;
+}
+
+static int node_masks_wait(void *state, int slot, uint64_t *out) {
+  cuda_state *s = (cuda_state *)state;
+  if (slot < 0 || slot >= s->n_pslot)
+    return dr_fail(DR_EINTERNAL, "cuda backend: node_masks_wait(%d) without its node_masks_async", slot);
+  pslot *x = &s->pslot[slot];
+  if (x->n == 0) return DR_OK;
+  CU(cudaEventSynchronize(x->ev));
+  DR_TRY(xbad_check(s, "node_masks_async (k_node_masks)", x->n));
+  memcpy(out, x->h_masks, x->n * sizeof(uint64_t));
+  return DR_OK;
+}
+
+/* Nodes marked in the last of n masks with their prefix sums base: the message's nodes. */
+static size_t nodes_marked(const uint64_t *mask, const uint32_t *base, size_t n) {
+  return n ? (size_t)base[n - 1] + (size_t)__builtin_popcountll(mask[n - 1]) : 0;
+}
+
+/* On xstream (high priority, beside the interior's work on the step's stream): node_masks_wait
+ * saw the boundary's P2G complete, and the interior writes no shared block. */
+static int pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *out) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t total = nodes_marked(mask, base, n);
+  if (total == 0) return DR_OK;
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float), bytes = total * (size_t)(bs / BLOCK_NODES) * esz;
+  const size_t mb = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx, "pack_nodes"));
+  DR_TRY(xstream_get(s));
+  DVEC(s->xnodes, mb + n * sizeof(uint32_t), "exchange node masks");
+  char *msg;
+  DR_TRY(sparse_scratch(s, bytes, &msg));
+  unsigned long long *dmask = dp<unsigned long long>(s->xnodes);
+  const unsigned *dbase = reinterpret_cast<const unsigned *>(dp<char>(s->xnodes) + mb);
+  CU(cudaMemcpyAsync(dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
+  CU(cudaMemcpyAsync((void *)dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  const int32_t nb = (int32_t)s->n_blocks;
+  if (s->det)
+    k_pack_nodes<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
+        n, bs, didx, nb, s->d_xbad, dmask, dbase, dp<long long>(s->igrid[s->par]), NULL,
+        reinterpret_cast<long long *>(msg));
+  else
+    k_pack_nodes<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
+        n, bs, didx, nb, s->d_xbad, dmask, dbase, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
+        reinterpret_cast<float *>(msg));
+  LAUNCHED("k_pack_nodes");
+  CU(cudaMemcpyAsync(out, msg, bytes, cudaMemcpyDefault, s->xstream));
+  CU(cudaStreamSynchronize(s->xstream));
+  return xbad_check(s, "pack_nodes (k_pack_nodes)", n);
+}
+
+/* As unpack_add_sparse: the message, its masks and their prefix sums copied to the device on
+ * xstream at once (recv_copy), the unpack on xstream (xpack) or on the step's stream, no wait. */
+static int unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
+                            const void *in) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t total = nodes_marked(mask, base, n);
+  if (total == 0) return DR_OK;
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
+  const int32_t *didx;
+  DR_TRY(indices_for(s, idx, n, &didx, "unpack_add_nodes"));
+  /* one place for all three (a second recv_place could grow the buffer under the first copy) */
+  const size_t vbytes = total * (size_t)(bs / BLOCK_NODES) * esz, va = (vbytes + 255) & ~(size_t)255,
+               ma = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
+  char *msg;
+  DR_TRY(recv_place(s, va + ma + n * sizeof(uint32_t), &msg));
+  char *dmask = msg + va, *dbase = dmask + ma;
+  CU(cudaMemcpyAsync(msg, in, vbytes, cudaMemcpyDefault, s->xstream));
+  CU(cudaMemcpyAsync(dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
+  CU(cudaMemcpyAsync(dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  if (!s->xpack) DR_TRY(recv_join(s));
+  cudaStream_t st = s->xpack ? s->xstream : s->stream;
+  const int32_t nb = (int32_t)s->n_blocks;
+  const unsigned long long *m = reinterpret_cast<const unsigned long long *>(dmask);
+  const unsigned *b = reinterpret_cast<const unsigned *>(dbase);
+  if (s->det)
+    k_unpack_nodes<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n, bs, didx, nb, s->d_xbad, m, b, reinterpret_cast<const long long *>(msg), dp<long long>(s->igrid[s->par]), NULL);
+  else
+    k_unpack_nodes<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n, bs, didx, nb, s->d_xbad, m, b, reinterpret_cast<const float *>(msg), dp<float>(s->grid[s->par]),
+        grid0_of(s, s->par));
+  LAUNCHED("k_unpack_nodes");
+  if (s->xpack && !s->tail_armed) DR_TRY(recv_join(s));
+  s->unpack_check_n = n; /* the next g2p checks the index marks and waits for the stream */
   return DR_OK;
 }
 
@@ -4181,7 +4397,7 @@ static double held_bytes(const cuda_state *s) {
                        &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                        &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                        &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->d_colliders,
+                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
                        &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
@@ -4451,7 +4667,7 @@ static void destroy(void *state) {
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
                  &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
-                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->d_colliders, &s->d_keys, &s->d_poses,
+                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
                  &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
                        &s->shared_idx, &s->shared_n,
@@ -6716,6 +6932,11 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->pack_sparse_async = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? ON_DEVICE(pack_sparse_async) : NULL;
   out->pack_sparse_wait = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? ON_DEVICE(pack_sparse_wait) : NULL;
   out->unpack_add_sparse = DRIFT_CUDA_SPARSE ? ON_DEVICE(unpack_add_sparse) : NULL;
+  /* the node exchange (mpi/exchange.h; DRIFT_NODE_EXCHANGE=0 on any rank: the sparse one) */
+  out->node_masks_async = DRIFT_CUDA_SPARSE ? ON_DEVICE(node_masks_async) : NULL;
+  out->node_masks_wait = DRIFT_CUDA_SPARSE ? ON_DEVICE(node_masks_wait) : NULL;
+  out->pack_nodes = DRIFT_CUDA_SPARSE ? ON_DEVICE(pack_nodes) : NULL;
+  out->unpack_add_nodes = DRIFT_CUDA_SPARSE ? ON_DEVICE(unpack_add_nodes) : NULL;
   out->mark_shared = ON_DEVICE(mark_shared);
   out->grid_update_part = ON_DEVICE(grid_update_part);
   out->wants_rebuild = wants_rebuild;
