@@ -2985,7 +2985,9 @@ __global__ static void k_unpack_words(size_t n, int bs, const int32_t *idx, int3
  * mask of nodes where some channel of this step's sums is non-zero (0 for an untouched block);
  * k_pack_nodes and k_unpack_nodes move the values of the nodes the mask marks, block k's from
  * base[k] x channels on, channel by channel, a node's place among them the marked nodes below it.
- * The host made base (a prefix sum of the masks' popcounts), so no scan runs on the device. */
+ * The host made base (a prefix sum of the masks' popcounts), so no scan runs on the device. In
+ * deterministic mode (T = long long) every node of a touched block is marked: a tiny w m rounds to
+ * a fixed-point 0 at a node that G2P still reads with weight w (backend_cpu.c's node_mask). */
 template <typename T> __device__ __forceinline__ T node_value(int bs, int32_t blk, int c, int nd, const T *src, float *g0) {
   if constexpr (sizeof(T) == sizeof(float)) return *sum_slot((size_t)(c * BLOCK_NODES + nd), bs, blk, (float *)src, g0);
   else return src[(size_t)blk * bs + c * BLOCK_NODES + nd];
@@ -3002,7 +3004,9 @@ __global__ static void k_node_masks(size_t n, int bs, const int32_t *idx, int32_
   unsigned half[2];
   for (int h = 0; h < 2; ++h) {
     bool any = false;
-    for (int c = 0; on && c < bs / BLOCK_NODES; ++c) any |= node_value(bs, blk, c, 32 * h + lane, src, g0) != (T)0;
+    if constexpr (sizeof(T) == sizeof(long long)) any = on;
+    else
+      for (int c = 0; on && c < bs / BLOCK_NODES; ++c) any |= node_value(bs, blk, c, 32 * h + lane, src, g0) != (T)0;
     half[h] = __ballot_sync(0xffffffffu, any);
   }
   if (lane == 0) mask[k] = (unsigned long long)half[0] | (unsigned long long)half[1] << 32;
@@ -6932,11 +6936,15 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->pack_sparse_async = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? ON_DEVICE(pack_sparse_async) : NULL;
   out->pack_sparse_wait = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? ON_DEVICE(pack_sparse_wait) : NULL;
   out->unpack_add_sparse = DRIFT_CUDA_SPARSE ? ON_DEVICE(unpack_add_sparse) : NULL;
-  /* the node exchange (mpi/exchange.h; DRIFT_NODE_EXCHANGE=0 on any rank: the sparse one) */
-  out->node_masks_async = DRIFT_CUDA_SPARSE ? ON_DEVICE(node_masks_async) : NULL;
-  out->node_masks_wait = DRIFT_CUDA_SPARSE ? ON_DEVICE(node_masks_wait) : NULL;
-  out->pack_nodes = DRIFT_CUDA_SPARSE ? ON_DEVICE(pack_nodes) : NULL;
-  out->unpack_add_nodes = DRIFT_CUDA_SPARSE ? ON_DEVICE(unpack_add_nodes) : NULL;
+  /* the node exchange (mpi/exchange.h), off by default here (DRIFT_NODE_EXCHANGE=1 on every rank: on):
+   * weak_2 on 2 ranks sharing one H200 sent 387 kB a step against 1525 and ran 90 ms a frame
+   * against 82 (the second round's wait, behind the other process's share of the GPU); its time on
+   * a GPU a rank is not yet measured (docs/performance.md) */
+  const int nodes = DRIFT_CUDA_SPARSE && env_flag("DRIFT_NODE_EXCHANGE", 0);
+  out->node_masks_async = nodes ? ON_DEVICE(node_masks_async) : NULL;
+  out->node_masks_wait = nodes ? ON_DEVICE(node_masks_wait) : NULL;
+  out->pack_nodes = nodes ? ON_DEVICE(pack_nodes) : NULL;
+  out->unpack_add_nodes = nodes ? ON_DEVICE(unpack_add_nodes) : NULL;
   out->mark_shared = ON_DEVICE(mark_shared);
   out->grid_update_part = ON_DEVICE(grid_update_part);
   out->wants_rebuild = wants_rebuild;

@@ -693,16 +693,19 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
 }
 
 /* The node exchange (backend.h): a block's mask marks the nodes where any channel of this step's
- * sums is non-zero (an untouched block holds none). */
+ * sums is non-zero (an untouched block holds none): every node a particle weighs with w > 0 gets
+ * mass w m > 0. Not so in deterministic mode, where a tiny w m rounds to a fixed-point 0 while G2P
+ * still reads the node with that w: there every node of a touched block is marked (the blocks a
+ * particle's stencil reaches, as P2G marks them), so that only the blocks both ranks reach
+ * travel, whole. */
 static uint64_t node_mask(const cpu_state *s, int32_t blk) {
   uint64_t m = 0;
   if (!s->touched[blk]) return 0;
+  if (s->det) return ~0ull;
   const size_t ch = s->bf / BLOCK_NODES;
   for (int nd = 0; nd < BLOCK_NODES; ++nd) {
     int any = 0;
-    for (size_t c = 0; c < ch; ++c)
-      any |= s->det ? s->igrid[(size_t)blk * s->bf + c * BLOCK_NODES + nd] != 0
-                    : s->grid[(size_t)blk * s->bf + c * BLOCK_NODES + nd] != 0.0f;
+    for (size_t c = 0; c < ch; ++c) any |= s->grid[(size_t)blk * s->bf + c * BLOCK_NODES + nd] != 0.0f;
     m |= (uint64_t)any << nd;
   }
   return m;
