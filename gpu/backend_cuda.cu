@@ -3189,6 +3189,95 @@ __global__ static void k_island_unpack_words(size_t n, int bs, const int32_t *li
   }
 }
 
+/* An island's node exchange (island_node_masks, island_pack_nodes, island_unpack_add_nodes), on
+ * member 0 as its sparse exchange, a warp per link block j and a lane for nodes lane and lane + 32
+ * (the message of one GPU: k_node_masks, k_pack_nodes). The island's mask is the OR of the members'
+ * (each member's copy read where it touched the block this step; deterministic mode: every node
+ * of a touched block); the values are the island's sums, in member order; a received value is
+ * added into the block's owner (the lowest member holding it), which is then touched, so that the
+ * shared update's reduction reads it. */
+template <typename T>
+__device__ __forceinline__ T island_value(const island_bufs &b, int k, int bs, int32_t t, int c, int nd) {
+  if constexpr (sizeof(T) == sizeof(float)) return *sum_slot((size_t)(c * BLOCK_NODES + nd), bs, t, b.grid[k], b.grid0[k]);
+  else return b.ig[k][(size_t)t * bs + c * BLOCK_NODES + nd];
+}
+
+template <typename T>
+__global__ static void k_island_node_masks(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
+                                           unsigned long long *mask) {
+  const size_t j = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (j >= n) return; /* the whole warp */
+  unsigned half[2];
+  for (int h = 0; h < 2; ++h) {
+    bool any = false;
+    for (int k = 0; k < b.nm; ++k) {
+      const int32_t t = island_block(link_map, b, j, k, bad);
+      if (t < 0 || !b.touched[k][t]) continue;
+      if constexpr (sizeof(T) == sizeof(long long)) any = true;
+      else
+        for (int c = 0; c < bs / BLOCK_NODES; ++c) any |= island_value<T>(b, k, bs, t, c, 32 * h + lane) != (T)0;
+    }
+    half[h] = __ballot_sync(0xffffffffu, any);
+  }
+  if (lane == 0) mask[j] = (unsigned long long)half[0] | (unsigned long long)half[1] << 32;
+}
+
+template <typename T>
+__global__ static void k_island_pack_nodes(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
+                                           const unsigned long long *mask, const unsigned *base, T *out) {
+  const size_t j = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (j >= n) return;
+  const unsigned long long m = mask[j];
+  if (!m) return;
+  const int ch = bs / BLOCK_NODES, cnt = __popcll(m);
+  T *o = out + (size_t)base[j] * ch;
+  for (int h = 0; h < 2; ++h) {
+    const int nd = 32 * h + lane;
+    if (!((m >> nd) & 1ull)) continue;
+    const int r = __popcll(m & ((1ull << nd) - 1ull));
+    for (int c = 0; c < ch; ++c) {
+      T acc = 0;
+      for (int k = 0; k < b.nm; ++k) { /* member order: the same sums on every step */
+        const int32_t t = island_block(link_map, b, j, k, bad);
+        if (t >= 0 && b.touched[k][t]) acc += island_value<T>(b, k, bs, t, c, nd);
+      }
+      o[c * cnt + r] = acc;
+    }
+  }
+}
+
+template <typename T>
+__global__ static void k_island_unpack_nodes(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
+                                             const unsigned long long *mask, const unsigned *base, const T *in) {
+  const size_t j = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (j >= n) return;
+  const unsigned long long m = mask[j];
+  if (!m) return;
+  int k = 0;
+  int32_t t = -1;
+  for (; k < b.nm && t < 0; ++k) t = island_block(link_map, b, j, k, bad);
+  if (t < 0) return;
+  --k;
+  const int ch = bs / BLOCK_NODES, cnt = __popcll(m);
+  const T *v = in + (size_t)base[j] * ch;
+  bool any = false;
+  for (int h = 0; h < 2; ++h) {
+    const int nd = 32 * h + lane;
+    if (!((m >> nd) & 1ull)) continue;
+    const int r = __popcll(m & ((1ull << nd) - 1ull));
+    for (int c = 0; c < ch; ++c) { /* one thread per node and channel: no race */
+      const T x = v[c * cnt + r];
+      if constexpr (sizeof(T) == sizeof(float)) *sum_slot((size_t)(c * BLOCK_NODES + nd), bs, t, b.grid[k], b.grid0[k]) += x;
+      else b.ig[k][(size_t)t * bs + c * BLOCK_NODES + nd] += x;
+      any |= x != (T)0;
+    }
+  }
+  if (any) b.touched[k][t] = 1; /* every writer stores the same value */
+}
+
 /* The exchange's block-index lists stay the same from one rebuild-mapping to the next
  * (exchange_setup hands each link's list to mark_shared once), so they are uploaded there, once,
  * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
@@ -3681,6 +3770,13 @@ static int node_masks_wait(void *state, int slot, uint64_t *out) {
   DR_TRY(xbad_check(s, "node_masks_async (k_node_masks)", x->n));
   memcpy(out, x->h_masks, x->n * sizeof(uint64_t));
   return DR_OK;
+}
+
+/* node_masks in one call: the two halves in slot 0 (exchange.c calls it for one link after
+ * another, each waited for, with no pack in two halves queued). */
+static int node_masks(void *state, const int32_t *idx, size_t n, uint64_t *out) {
+  DR_TRY(node_masks_async(state, 0, idx, n));
+  return node_masks_wait(state, 0, out);
 }
 
 /* Nodes marked in the last of n masks with their prefix sums base: the message's nodes. */
@@ -6577,6 +6673,105 @@ static int island_unpack_add_sparse(void *state, const int32_t *idx, size_t n, c
   return DR_OK;
 }
 
+/* backend.h's node exchange on an island (k_island_node_masks ...), on member 0. The masks follow
+ * a barrier that orders every member's (boundary) P2G first, as island_pack_sparse; the values
+ * are packed on member 0's xstream, beside the interior's work that the host queued since on every
+ * member (it writes no block shared with another rank, and no member writes one before the shared
+ * update's barrier); the unpack is island_unpack_add_sparse's. */
+static int island_node_masks(void *state, const int32_t *idx, size_t n, uint64_t *out) {
+  island *I = (island *)state;
+  const island_xlist *e = island_find(I, idx, n, "node_masks");
+  if (!e) return DR_EINTERNAL;
+  if (n == 0) return DR_OK;
+  cuda_state *s = I->m[0];
+  DR_TRY(island_barrier_all(I));
+  DR_TRY(use(s));
+  char *msg;
+  DR_TRY(sparse_scratch(s, n * sizeof(uint64_t), &msg));
+  const island_bufs b = island_bufs_of(I);
+  const int32_t *lm = dp<int32_t>(e->link_map);
+  const int bs = sums_floats(s);
+  unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
+  if (s->det)
+    k_island_node_masks<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask);
+  else
+    k_island_node_masks<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, mask);
+  LAUNCHED("k_island_node_masks");
+  CU(cudaMemcpyAsync(out, mask, n * sizeof(uint64_t), cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  return xbad_check(s, "node_masks (k_island_node_masks)", n);
+}
+
+static int island_pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
+                             void *out) {
+  island *I = (island *)state;
+  const island_xlist *e = island_find(I, idx, n, "pack_nodes");
+  if (!e) return DR_EINTERNAL;
+  const size_t total = nodes_marked(mask, base, n);
+  if (total == 0) return DR_OK;
+  cuda_state *s = I->m[0];
+  DR_TRY(use(s));
+  DR_TRY(xstream_get(s));
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float), bytes = total * (size_t)(bs / BLOCK_NODES) * esz;
+  const size_t mb = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
+  DVEC(s->xnodes, mb + n * sizeof(uint32_t), "exchange node masks");
+  char *msg;
+  DR_TRY(sparse_scratch(s, bytes, &msg));
+  unsigned long long *dmask = dp<unsigned long long>(s->xnodes);
+  unsigned *dbase = reinterpret_cast<unsigned *>(dp<char>(s->xnodes) + mb);
+  CU(cudaMemcpyAsync(dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
+  CU(cudaMemcpyAsync(dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  const island_bufs b = island_bufs_of(I);
+  const int32_t *lm = dp<int32_t>(e->link_map);
+  if (s->det)
+    k_island_pack_nodes<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
+        n, bs, lm, b, s->d_xbad, dmask, dbase, reinterpret_cast<long long *>(msg));
+  else
+    k_island_pack_nodes<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
+        n, bs, lm, b, s->d_xbad, dmask, dbase, reinterpret_cast<float *>(msg));
+  LAUNCHED("k_island_pack_nodes");
+  CU(cudaMemcpyAsync(out, msg, bytes, cudaMemcpyDefault, s->xstream));
+  CU(cudaStreamSynchronize(s->xstream));
+  return xbad_check(s, "pack_nodes (k_island_pack_nodes)", n);
+}
+
+static int island_unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
+                                   const void *in) {
+  island *I = (island *)state;
+  const island_xlist *e = island_find(I, idx, n, "unpack_add_nodes");
+  if (!e) return DR_EINTERNAL;
+  const size_t total = nodes_marked(mask, base, n);
+  if (total == 0) return DR_OK;
+  cuda_state *s = I->m[0];
+  DR_TRY(use(s));
+  const int bs = sums_floats(s);
+  const size_t esz = s->det ? sizeof(long long) : sizeof(float), vbytes = total * (size_t)(bs / BLOCK_NODES) * esz,
+               va = (vbytes + 255) & ~(size_t)255, ma = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
+  char *msg;
+  DR_TRY(recv_place(s, va + ma + n * sizeof(uint32_t), &msg));
+  char *dmask = msg + va, *dbase = dmask + ma;
+  CU(cudaMemcpyAsync(msg, in, vbytes, cudaMemcpyDefault, s->xstream));
+  CU(cudaMemcpyAsync(dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
+  CU(cudaMemcpyAsync(dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  DR_TRY(recv_join(s)); /* the unpack below, on the step's stream, after the copies */
+  const island_bufs b = island_bufs_of(I);
+  const int32_t *lm = dp<int32_t>(e->link_map);
+  const unsigned long long *m = reinterpret_cast<const unsigned long long *>(dmask);
+  const unsigned *bb = reinterpret_cast<const unsigned *>(dbase);
+  if (s->det)
+    k_island_unpack_nodes<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, m, bb, reinterpret_cast<const long long *>(msg));
+  else
+    k_island_unpack_nodes<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        n, bs, lm, b, s->d_xbad, m, bb, reinterpret_cast<const float *>(msg));
+  LAUNCHED("k_island_unpack_nodes");
+  s->unpack_check_n = n; /* island_g2p checks the index marks */
+  return DR_OK;
+}
+
 static int island_pack(void *state, const int32_t *idx, size_t n, void *out) {
   island *I = (island *)state;
   const island_xlist *e = island_find(I, idx, n, "pack");
@@ -6850,6 +7045,12 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   const int island_sparse = DRIFT_CUDA_SPARSE && env_flag("DRIFT_ISLAND_SPARSE", 1);
   out->pack_sparse = island_sparse ? island_pack_sparse : NULL;
   out->unpack_add_sparse = island_sparse ? island_unpack_add_sparse : NULL;
+  /* the node exchange, as one GPU's off by default (DRIFT_NODE_EXCHANGE=1 on every rank: on); the
+   * masks in one call (a barrier: not queued behind the step vote's gate) */
+  const int nodes = island_sparse && env_flag("DRIFT_NODE_EXCHANGE", 0);
+  out->node_masks = nodes ? island_node_masks : NULL;
+  out->pack_nodes = nodes ? island_pack_nodes : NULL;
+  out->unpack_add_nodes = nodes ? island_unpack_add_nodes : NULL;
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
   size_t held = 0;
@@ -6941,6 +7142,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
    * against 82 (the second round's wait, behind the other process's share of the GPU); its time on
    * a GPU a rank is not yet measured (docs/performance.md) */
   const int nodes = DRIFT_CUDA_SPARSE && env_flag("DRIFT_NODE_EXCHANGE", 0);
+  out->node_masks = nodes ? ON_DEVICE(node_masks) : NULL;
   out->node_masks_async = nodes ? ON_DEVICE(node_masks_async) : NULL;
   out->node_masks_wait = nodes ? ON_DEVICE(node_masks_wait) : NULL;
   out->pack_nodes = nodes ? ON_DEVICE(pack_nodes) : NULL;

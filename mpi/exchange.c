@@ -121,7 +121,7 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   /* agreed once a run (the environment stays), and again only where the backend's calls change
    * (a test's backend; every rank changes it at the same setup) */
   const int sparse_can = b->pack_sparse && b->unpack_add_sparse;
-  const int nodes_can = b->node_masks_async && b->node_masks_wait && b->pack_nodes && b->unpack_add_nodes;
+  const int nodes_can = b->node_masks && b->pack_nodes && b->unpack_add_nodes;
   const int can = 1 + sparse_can + 2 * nodes_can;
   if (x->sparse_agreed != can) {
     const char *sparse = getenv("DRIFT_SPARSE_EXCHANGE"), *nodes = getenv("DRIFT_NODE_EXCHANGE");
@@ -290,14 +290,14 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
 int exchange_pack(exchange *x, backend *b) {
   x->packed = 0;
   if (x->nlinks == 0) return 0;
-  if (x->nodes) { /* the first round's masks */
+  if (x->nodes && b->node_masks_async && b->node_masks_wait) { /* the first round's masks */
     x->start_rc = DR_OK;
     for (int k = 0; k < x->nlinks && x->start_rc == DR_OK; ++k)
       x->start_rc = b->node_masks_async(b->state, k, x->links[k].idx, x->links[k].n);
     x->packed = 1;
     return 1;
   }
-  if (!x->sparse || !b->pack_sparse_async || !b->pack_sparse_wait) return 0;
+  if (x->nodes || !x->sparse || !b->pack_sparse_async || !b->pack_sparse_wait) return 0;
   x->start_rc = DR_OK;
   for (int k = 0; k < x->nlinks && x->start_rc == DR_OK; ++k)
     x->start_rc = b->pack_sparse_async(b->state, k, x->links[k].idx, x->links[k].n);
@@ -316,8 +316,8 @@ void exchange_drop_packs(exchange *x) {
 static int nodes_start(exchange *x, backend *b, int packed) {
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
-    if (x->start_rc == DR_OK && !packed) x->start_rc = b->node_masks_async(b->state, k, L->idx, L->n);
-    if (x->start_rc == DR_OK) x->start_rc = b->node_masks_wait(b->state, k, L->mask_mine);
+    if (x->start_rc != DR_OK) continue;
+    x->start_rc = packed ? b->node_masks_wait(b->state, k, L->mask_mine) : b->node_masks(b->state, L->idx, L->n, L->mask_mine);
   }
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];

@@ -4,7 +4,8 @@
  * whose boxes come within one block; the intersections are the shared blocks. Every step, after
  * P2G, each rank sends its own sums of the shared blocks to every rank that shares them
  * (non-blocking point-to-point) and adds what it receives, so every copy of a shared block holds
- * the sum over all ranks before the grid update. */
+ * the sum over all ranks before the grid update (with the node exchange, below: every node of it
+ * that the rank's own particles reach, which are all that its G2P reads). */
 #ifndef DRIFT_EXCHANGE_H
 #define DRIFT_EXCHANGE_H
 
@@ -47,15 +48,18 @@ typedef struct exchange {
    * of the shared blocks it sent each step (jobs/bench/weak_2.json at 4 dx, docs/performance.md). */
   int sparse;
   int sparse_agreed;      /* 0, or what sparse was agreed for: 1 + whether the backend can pack sparse (+ 2: nodes) */
-  /* Node exchange (the default where the backend has node_masks_async and the rest, on every rank;
-   * DRIFT_NODE_EXCHANGE=0 on any rank turns it off on all, agreed with sparse): each step in two
+  /* Node exchange (the default where the backend has node_masks and the rest, on every rank:
+   * the cpu backend, and the cuda one of a GPU a rank under DRIFT_NODE_EXCHANGE=1; DRIFT_NODE_EXCHANGE=0
+   * or DRIFT_SPARSE_EXCHANGE=0 on any rank turns it off on all, agreed with sparse): each step in two
    * rounds. First every rank sends the mask of the shared blocks' nodes its own P2G reached (8
    * bytes a shared block); then only the sums of the nodes both masks mark travel, both ways, in
    * the order both sides know from the masks. A rank's G2P reads only the nodes its own particles
    * reached, so a node reached by one side needs no message. On the CPU backend, Sand Blocks
    * spreading across the cut of two ranks (jobs/bench/weak_2.json at 4 dx, 60 frames) sent 57%
    * of the nodes of the touched blocks that the sparse exchange sends whole, and 32% of those
-   * nodes were reached by the other rank too (docs/performance.md). */
+   * nodes were reached by the other rank too; jobs/bench/cut_surface.json sends 94.6 kB a step
+   * on 2 ranks against 459 kB (docs/performance.md). Deterministic mode marks every node of a
+   * touched block (backend_cpu.c's node_mask says why). */
   int nodes;
   void *zero_mask;        /* host memory: the empty mask sent after a failed pack */
   int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */

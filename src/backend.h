@@ -174,13 +174,15 @@ typedef struct backend {
    * without waiting for the work queued after it. */
   int (*pack_sparse_async)(void *state, int slot, const int32_t *idx, size_t n);
   int (*pack_sparse_wait)(void *state, int slot, void *out, size_t *bytes);
-  /* Optional (all four or none; NULL: the sparse exchange of whole blocks): the node exchange
-   * (mpi/exchange.h), in which only the nodes that both ranks' P2G reached this step travel.
-   * node_masks_async queues, into buffers of its own (slot: the link's index, as
-   * pack_sparse_async), the mask of each listed block's nodes that hold a non-zero sum this step
-   * (bit j of the block's 64-bit word: node j of its 4 x 4 x 4, the grid's node order; an
-   * untouched block's word is 0); it queues behind the gate as pack_sparse_async does.
-   * node_masks_wait(slot) waits for it (not for what was queued after it) and writes the n words
+  /* Optional (node_masks, pack_nodes and unpack_add_nodes, or none; NULL: the sparse exchange of
+   * whole blocks): the node exchange (mpi/exchange.h), in which only the nodes that both ranks'
+   * P2G reached this step travel. node_masks writes to out the mask of each listed block's nodes
+   * that hold a non-zero sum this step (bit j of the block's 64-bit word: node j of its 4 x 4 x 4,
+   * the grid's node order; an untouched block's word is 0; deterministic mode: every node of a
+   * touched block). Optional with it (both or neither), node_masks in two halves, as
+   * pack_sparse_async and pack_sparse_wait: node_masks_async queues the masks into buffers of its
+   * own (slot: the link's index) and queues behind the gate as pack_sparse_async does;
+   * node_masks_wait(slot) waits for them (not for what was queued after) and writes the n words
    * to out. pack_nodes writes the sums of the nodes that mask marks (the AND of both ranks'
    * masks) of the listed blocks: block after block, channel by channel (block_sums / 64 channels),
    * the marked nodes in order; base[k] is the number of marked nodes in blocks 0 .. k-1 (the
@@ -189,6 +191,7 @@ typedef struct backend {
    * and returns once out holds the message. unpack_add_nodes adds such a message to the listed
    * blocks (each block it marks is one this rank's P2G touched: the AND holds this rank's mask);
    * in, mask and base stay unchanged until the next g2p returns, as for unpack_add_sparse. */
+  int (*node_masks)(void *state, const int32_t *idx, size_t n, uint64_t *out);
   int (*node_masks_async)(void *state, int slot, const int32_t *idx, size_t n);
   int (*node_masks_wait)(void *state, int slot, uint64_t *out);
   int (*pack_nodes)(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *out);

@@ -711,16 +711,20 @@ static uint64_t node_mask(const cpu_state *s, int32_t blk) {
   return m;
 }
 
+static int node_masks(void *state, const int32_t *idx, size_t n, uint64_t *out) {
+  cpu_state *s = state;
+  for (size_t k = 0; k < n; ++k) out[k] = node_mask(s, idx[k]);
+  return DR_OK;
+}
+
 /* Into the slot's buffer at once (behind the gate: when it opens); node_masks_wait hands it over. */
 static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
   cpu_state *s = state;
   if (s->gate_armed) return gate_defer(s, slot, 1, idx, n);
   xslot *x = NULL;
   DR_TRY(xslot_get(s, slot, n * sizeof(uint64_t), &x));
-  uint64_t *m = x->msg;
-  for (size_t k = 0; k < n; ++k) m[k] = node_mask(s, idx[k]);
   x->bytes = n * sizeof(uint64_t);
-  return DR_OK;
+  return node_masks(state, idx, n, x->msg);
 }
 
 static int node_masks_wait(void *state, int slot, uint64_t *out) {
@@ -956,7 +960,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .count = count, .destroy = destroy,
                    .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .pack_sparse = pack_sparse,
                    .pack_sparse_async = pack_sparse_async, .pack_sparse_wait = pack_sparse_wait,
-                   .unpack_add_sparse = unpack_add_sparse, .node_masks_async = node_masks_async,
+                   .unpack_add_sparse = unpack_add_sparse, .node_masks = node_masks, .node_masks_async = node_masks_async,
                    .node_masks_wait = node_masks_wait, .pack_nodes = pack_nodes, .unpack_add_nodes = unpack_add_nodes,
                    .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
