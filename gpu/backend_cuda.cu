@@ -2983,8 +2983,9 @@ __global__ static void k_unpack_words(size_t n, int bs, const int32_t *idx, int3
 /* The node exchange (backend.h's node_masks_async, pack_nodes, unpack_add_nodes; mpi/exchange.h):
  * one warp per listed block, a lane for nodes lane and lane + 32. k_node_masks writes the block's
  * mask of nodes where some channel of this step's sums is non-zero (0 for an untouched block);
- * k_pack_nodes and k_unpack_nodes move the values of the nodes the mask marks, block k's from
- * base[k] x channels on, channel by channel, a node's place among them the marked nodes below it.
+ * the pack and the unpack move the values of the nodes the mask marks, block k's from
+ * base[k] x channels on, channel by channel, a node's place among them the marked nodes below it
+ * (k_move_nodes does both).
  * The host made base (a prefix sum of the masks' popcounts), so no scan runs on the device. In
  * deterministic mode (T = long long) every node of a touched block is marked: a tiny w m rounds to
  * a fixed-point 0 at a node that G2P still reads with weight w (backend_cpu.c's node_mask). */
@@ -3012,9 +3013,12 @@ __global__ static void k_node_masks(size_t n, int bs, const int32_t *idx, int32_
   if (lane == 0) mask[k] = (unsigned long long)half[0] | (unsigned long long)half[1] << 32;
 }
 
-template <typename T>
-__global__ static void k_pack_nodes(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
-                                    const unsigned long long *mask, const unsigned *base, const T *src, float *g0, T *out) {
+/* The pack (ADD false: the marked nodes' values into msg; a block index out of range packs zeros)
+ * and the unpack (ADD: msg's values added into the grid; the blocks a received message marks are
+ * this rank's own touched ones, as the AND holds its mask). */
+template <typename T, bool ADD>
+__global__ static void k_move_nodes(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
+                                    const unsigned long long *mask, const unsigned *base, T *grid, float *g0, T *msg) {
   const size_t k = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (k >= n) return;
@@ -3022,37 +3026,18 @@ __global__ static void k_pack_nodes(size_t n, int bs, const int32_t *idx, int32_
   if (!m) return;
   const int32_t blk = idx[k];
   const bool ok = index_ok(blk, nb, bad);
+  if (ADD && !ok) return;
   const int ch = bs / BLOCK_NODES, cnt = __popcll(m);
-  T *o = out + (size_t)base[k] * ch;
-  for (int h = 0; h < 2; ++h) {
-    const int nd = 32 * h + lane;
-    if (!((m >> nd) & 1ull)) continue;
-    const int r = __popcll(m & ((1ull << nd) - 1ull));
-    for (int c = 0; c < ch; ++c) o[c * cnt + r] = ok ? node_value(bs, blk, c, nd, src, g0) : (T)0;
-  }
-}
-
-/* The blocks a received message marks are this rank's own touched ones (the AND holds its mask). */
-template <typename T>
-__global__ static void k_unpack_nodes(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
-                                      const unsigned long long *mask, const unsigned *base, const T *in, T *dst, float *g0) {
-  const size_t k = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (k >= n) return;
-  const unsigned long long m = mask[k];
-  if (!m) return;
-  const int32_t blk = idx[k];
-  if (!index_ok(blk, nb, bad)) return;
-  const int ch = bs / BLOCK_NODES, cnt = __popcll(m);
-  const T *v = in + (size_t)base[k] * ch;
+  T *v = msg + (size_t)base[k] * ch;
   for (int h = 0; h < 2; ++h) {
     const int nd = 32 * h + lane;
     if (!((m >> nd) & 1ull)) continue;
     const int r = __popcll(m & ((1ull << nd) - 1ull));
     for (int c = 0; c < ch; ++c) { /* one thread per node and channel: no race */
-      const T x = v[c * cnt + r];
-      if constexpr (sizeof(T) == sizeof(float)) *sum_slot((size_t)(c * BLOCK_NODES + nd), bs, blk, (float *)dst, g0) += x;
-      else dst[(size_t)blk * bs + c * BLOCK_NODES + nd] += x; /* integers: any order of the ranks */
+      if constexpr (!ADD) v[c * cnt + r] = ok ? node_value(bs, blk, c, nd, (const T *)grid, g0) : (T)0;
+      else if constexpr (sizeof(T) == sizeof(float))
+        *sum_slot((size_t)(c * BLOCK_NODES + nd), bs, blk, (float *)grid, g0) += v[c * cnt + r];
+      else grid[(size_t)blk * bs + c * BLOCK_NODES + nd] += v[c * cnt + r]; /* integers: any order of the ranks */
     }
   }
 }
@@ -3191,7 +3176,7 @@ __global__ static void k_island_unpack_words(size_t n, int bs, const int32_t *li
 
 /* An island's node exchange (island_node_masks, island_pack_nodes, island_unpack_add_nodes), on
  * member 0 as its sparse exchange, a warp per link block j and a lane for nodes lane and lane + 32
- * (the message of one GPU: k_node_masks, k_pack_nodes). The island's mask is the OR of the members'
+ * (the message of one GPU: k_node_masks, k_move_nodes). The island's mask is the OR of the members'
  * (each member's copy read where it touched the block this step; deterministic mode: every node
  * of a touched block); the values are the island's sums, in member order; a received value is
  * added into the block's owner (the lowest member holding it), which is then touched, so that the
@@ -3583,13 +3568,20 @@ static int pack_stream(cuda_state *s, int fresh, cudaStream_t *st) {
   return DR_OK;
 }
 
+/* ... with its slot holding the list's length; *x NULL where the list is empty (nothing to queue). */
+static int pack_slot(cuda_state *s, int slot, size_t n, pslot **x) {
+  DR_TRY(pack_begin(s));
+  DR_TRY(pslot_get(s, slot, x));
+  (*x)->n = n;
+  if (n == 0) *x = NULL;
+  return DR_OK;
+}
+
 static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
   cuda_state *s = (cuda_state *)state;
-  DR_TRY(pack_begin(s));
   pslot *x = NULL;
-  DR_TRY(pslot_get(s, slot, &x));
-  x->n = n;
-  if (n == 0) return DR_OK;
+  DR_TRY(pack_slot(s, slot, n, &x));
+  if (!x) return DR_OK;
   const size_t esz = s->det ? sizeof(long long) : sizeof(float);
   const int32_t *didx;
   const int n_xl = s->n_xl;
@@ -3731,11 +3723,9 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
  * device buffer, then copied to its pinned host buffer in the same stream's order). */
 static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
   cuda_state *s = (cuda_state *)state;
-  DR_TRY(pack_begin(s));
   pslot *x = NULL;
-  DR_TRY(pslot_get(s, slot, &x));
-  x->n = n;
-  if (n == 0) return DR_OK;
+  DR_TRY(pack_slot(s, slot, n, &x));
+  if (!x) return DR_OK;
   const int32_t *didx;
   const int n_xl = s->n_xl;
   const void *msg = x->msg.ptr;
@@ -3784,73 +3774,97 @@ static size_t nodes_marked(const uint64_t *mask, const uint32_t *base, size_t n)
   return n ? (size_t)base[n - 1] + (size_t)__builtin_popcountll(mask[n - 1]) : 0;
 }
 
+/* The start of a node pack on s (pack_nodes, island_pack_nodes): the AND of the masks and its
+ * prefix sums uploaded on xstream into xnodes, the message's device buffer (bytes, xbuf). */
+static int nodes_pack_begin(cuda_state *s, size_t n, const uint64_t *mask, const uint32_t *base, size_t bytes,
+                            const unsigned long long **dmask, const unsigned **dbase, char **msg) {
+  const size_t mb = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
+  DR_TRY(xstream_get(s));
+  DVEC(s->xnodes, mb + n * sizeof(uint32_t), "exchange node masks");
+  DR_TRY(sparse_scratch(s, bytes, msg));
+  *dmask = dp<unsigned long long>(s->xnodes);
+  *dbase = reinterpret_cast<const unsigned *>(dp<char>(s->xnodes) + mb);
+  CU(cudaMemcpyAsync((void *)*dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
+  CU(cudaMemcpyAsync((void *)*dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  return DR_OK;
+}
+
+/* ... and its end: the message copied to out and waited for; the pack kernel's index marks. */
+static int nodes_pack_end(cuda_state *s, void *out, const char *msg, size_t bytes, size_t n, const char *call) {
+  CU(cudaMemcpyAsync(out, msg, bytes, cudaMemcpyDefault, s->xstream));
+  CU(cudaStreamSynchronize(s->xstream));
+  return xbad_check(s, call, n);
+}
+
+/* The bytes of a node message of s's channels. */
+static size_t nodes_bytes(const cuda_state *s, size_t total) {
+  return total * (size_t)(sums_floats(s) / BLOCK_NODES) * (s->det ? sizeof(long long) : sizeof(float));
+}
+
 /* On xstream (high priority, beside the interior's work on the step's stream): node_masks_wait
  * saw the boundary's P2G complete, and the interior writes no shared block. */
 static int pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *out) {
   cuda_state *s = (cuda_state *)state;
-  const size_t total = nodes_marked(mask, base, n);
-  if (total == 0) return DR_OK;
-  const int bs = sums_floats(s);
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float), bytes = total * (size_t)(bs / BLOCK_NODES) * esz;
-  const size_t mb = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
+  const size_t bytes = nodes_bytes(s, nodes_marked(mask, base, n));
+  if (bytes == 0) return DR_OK;
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx, "pack_nodes"));
-  DR_TRY(xstream_get(s));
-  DVEC(s->xnodes, mb + n * sizeof(uint32_t), "exchange node masks");
+  const unsigned long long *dmask;
+  const unsigned *dbase;
   char *msg;
-  DR_TRY(sparse_scratch(s, bytes, &msg));
-  unsigned long long *dmask = dp<unsigned long long>(s->xnodes);
-  const unsigned *dbase = reinterpret_cast<const unsigned *>(dp<char>(s->xnodes) + mb);
-  CU(cudaMemcpyAsync(dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
-  CU(cudaMemcpyAsync((void *)dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  DR_TRY(nodes_pack_begin(s, n, mask, base, bytes, &dmask, &dbase, &msg));
+  const int bs = sums_floats(s);
   const int32_t nb = (int32_t)s->n_blocks;
   if (s->det)
-    k_pack_nodes<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
+    k_move_nodes<long long, false><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
         n, bs, didx, nb, s->d_xbad, dmask, dbase, dp<long long>(s->igrid[s->par]), NULL,
         reinterpret_cast<long long *>(msg));
   else
-    k_pack_nodes<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
+    k_move_nodes<float, false><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
         n, bs, didx, nb, s->d_xbad, dmask, dbase, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
         reinterpret_cast<float *>(msg));
-  LAUNCHED("k_pack_nodes");
-  CU(cudaMemcpyAsync(out, msg, bytes, cudaMemcpyDefault, s->xstream));
-  CU(cudaStreamSynchronize(s->xstream));
-  return xbad_check(s, "pack_nodes (k_pack_nodes)", n);
+  LAUNCHED("k_move_nodes (pack)");
+  return nodes_pack_end(s, out, msg, bytes, n, "pack_nodes (k_move_nodes)");
 }
 
-/* As unpack_add_sparse: the message, its masks and their prefix sums copied to the device on
- * xstream at once (recv_copy), the unpack on xstream (xpack) or on the step's stream, no wait. */
+/* A received node message, its masks and their prefix sums copied to s's device on xstream at once,
+ * in one place (a second recv_place could grow the buffer under the first copy). */
+static int nodes_recv(cuda_state *s, const void *in, size_t bytes, size_t n, const uint64_t *mask, const uint32_t *base,
+                      char **msg, const unsigned long long **dmask, const unsigned **dbase) {
+  const size_t va = (bytes + 255) & ~(size_t)255, ma = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
+  DR_TRY(recv_place(s, va + ma + n * sizeof(uint32_t), msg));
+  *dmask = reinterpret_cast<const unsigned long long *>(*msg + va);
+  *dbase = reinterpret_cast<const unsigned *>(*msg + va + ma);
+  CU(cudaMemcpyAsync(*msg, in, bytes, cudaMemcpyDefault, s->xstream));
+  CU(cudaMemcpyAsync((void *)*dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
+  CU(cudaMemcpyAsync((void *)*dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  return DR_OK;
+}
+
+/* As unpack_add_sparse: the copies on xstream at once (nodes_recv), the unpack on xstream (xpack)
+ * or on the step's stream, no wait. */
 static int unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
                             const void *in) {
   cuda_state *s = (cuda_state *)state;
-  const size_t total = nodes_marked(mask, base, n);
-  if (total == 0) return DR_OK;
-  const int bs = sums_floats(s);
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
+  const size_t bytes = nodes_bytes(s, nodes_marked(mask, base, n));
+  if (bytes == 0) return DR_OK;
   const int32_t *didx;
   DR_TRY(indices_for(s, idx, n, &didx, "unpack_add_nodes"));
-  /* one place for all three (a second recv_place could grow the buffer under the first copy) */
-  const size_t vbytes = total * (size_t)(bs / BLOCK_NODES) * esz, va = (vbytes + 255) & ~(size_t)255,
-               ma = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
   char *msg;
-  DR_TRY(recv_place(s, va + ma + n * sizeof(uint32_t), &msg));
-  char *dmask = msg + va, *dbase = dmask + ma;
-  CU(cudaMemcpyAsync(msg, in, vbytes, cudaMemcpyDefault, s->xstream));
-  CU(cudaMemcpyAsync(dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
-  CU(cudaMemcpyAsync(dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  const unsigned long long *m;
+  const unsigned *b;
+  DR_TRY(nodes_recv(s, in, bytes, n, mask, base, &msg, &m, &b));
   if (!s->xpack) DR_TRY(recv_join(s));
   cudaStream_t st = s->xpack ? s->xstream : s->stream;
+  const int bs = sums_floats(s);
   const int32_t nb = (int32_t)s->n_blocks;
-  const unsigned long long *m = reinterpret_cast<const unsigned long long *>(dmask);
-  const unsigned *b = reinterpret_cast<const unsigned *>(dbase);
   if (s->det)
-    k_unpack_nodes<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-        n, bs, didx, nb, s->d_xbad, m, b, reinterpret_cast<const long long *>(msg), dp<long long>(s->igrid[s->par]), NULL);
+    k_move_nodes<long long, true><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n, bs, didx, nb, s->d_xbad, m, b, dp<long long>(s->igrid[s->par]), NULL, reinterpret_cast<long long *>(msg));
   else
-    k_unpack_nodes<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-        n, bs, didx, nb, s->d_xbad, m, b, reinterpret_cast<const float *>(msg), dp<float>(s->grid[s->par]),
-        grid0_of(s, s->par));
-  LAUNCHED("k_unpack_nodes");
+    k_move_nodes<float, true><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n, bs, didx, nb, s->d_xbad, m, b, dp<float>(s->grid[s->par]), grid0_of(s, s->par), reinterpret_cast<float *>(msg));
+  LAUNCHED("k_move_nodes (unpack)");
   if (s->xpack && !s->tail_armed) DR_TRY(recv_join(s));
   s->unpack_check_n = n; /* the next g2p checks the index marks and waits for the stream */
   return DR_OK;
@@ -6709,23 +6723,17 @@ static int island_pack_nodes(void *state, const int32_t *idx, size_t n, const ui
   island *I = (island *)state;
   const island_xlist *e = island_find(I, idx, n, "pack_nodes");
   if (!e) return DR_EINTERNAL;
-  const size_t total = nodes_marked(mask, base, n);
-  if (total == 0) return DR_OK;
   cuda_state *s = I->m[0];
+  const size_t bytes = nodes_bytes(s, nodes_marked(mask, base, n));
+  if (bytes == 0) return DR_OK;
   DR_TRY(use(s));
-  DR_TRY(xstream_get(s));
-  const int bs = sums_floats(s);
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float), bytes = total * (size_t)(bs / BLOCK_NODES) * esz;
-  const size_t mb = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
-  DVEC(s->xnodes, mb + n * sizeof(uint32_t), "exchange node masks");
+  const unsigned long long *dmask;
+  const unsigned *dbase;
   char *msg;
-  DR_TRY(sparse_scratch(s, bytes, &msg));
-  unsigned long long *dmask = dp<unsigned long long>(s->xnodes);
-  unsigned *dbase = reinterpret_cast<unsigned *>(dp<char>(s->xnodes) + mb);
-  CU(cudaMemcpyAsync(dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
-  CU(cudaMemcpyAsync(dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  DR_TRY(nodes_pack_begin(s, n, mask, base, bytes, &dmask, &dbase, &msg));
   const island_bufs b = island_bufs_of(I);
   const int32_t *lm = dp<int32_t>(e->link_map);
+  const int bs = sums_floats(s);
   if (s->det)
     k_island_pack_nodes<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
         n, bs, lm, b, s->d_xbad, dmask, dbase, reinterpret_cast<long long *>(msg));
@@ -6733,9 +6741,7 @@ static int island_pack_nodes(void *state, const int32_t *idx, size_t n, const ui
     k_island_pack_nodes<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
         n, bs, lm, b, s->d_xbad, dmask, dbase, reinterpret_cast<float *>(msg));
   LAUNCHED("k_island_pack_nodes");
-  CU(cudaMemcpyAsync(out, msg, bytes, cudaMemcpyDefault, s->xstream));
-  CU(cudaStreamSynchronize(s->xstream));
-  return xbad_check(s, "pack_nodes (k_island_pack_nodes)", n);
+  return nodes_pack_end(s, out, msg, bytes, n, "pack_nodes (k_island_pack_nodes)");
 }
 
 static int island_unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
@@ -6743,24 +6749,18 @@ static int island_unpack_add_nodes(void *state, const int32_t *idx, size_t n, co
   island *I = (island *)state;
   const island_xlist *e = island_find(I, idx, n, "unpack_add_nodes");
   if (!e) return DR_EINTERNAL;
-  const size_t total = nodes_marked(mask, base, n);
-  if (total == 0) return DR_OK;
   cuda_state *s = I->m[0];
+  const size_t bytes = nodes_bytes(s, nodes_marked(mask, base, n));
+  if (bytes == 0) return DR_OK;
   DR_TRY(use(s));
-  const int bs = sums_floats(s);
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float), vbytes = total * (size_t)(bs / BLOCK_NODES) * esz,
-               va = (vbytes + 255) & ~(size_t)255, ma = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
   char *msg;
-  DR_TRY(recv_place(s, va + ma + n * sizeof(uint32_t), &msg));
-  char *dmask = msg + va, *dbase = dmask + ma;
-  CU(cudaMemcpyAsync(msg, in, vbytes, cudaMemcpyDefault, s->xstream));
-  CU(cudaMemcpyAsync(dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
-  CU(cudaMemcpyAsync(dbase, base, n * sizeof(uint32_t), cudaMemcpyHostToDevice, s->xstream));
+  const unsigned long long *m;
+  const unsigned *bb;
+  DR_TRY(nodes_recv(s, in, bytes, n, mask, base, &msg, &m, &bb));
   DR_TRY(recv_join(s)); /* the unpack below, on the step's stream, after the copies */
   const island_bufs b = island_bufs_of(I);
   const int32_t *lm = dp<int32_t>(e->link_map);
-  const unsigned long long *m = reinterpret_cast<const unsigned long long *>(dmask);
-  const unsigned *bb = reinterpret_cast<const unsigned *>(dbase);
+  const int bs = sums_floats(s);
   if (s->det)
     k_island_unpack_nodes<long long><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
         n, bs, lm, b, s->d_xbad, m, bb, reinterpret_cast<const long long *>(msg));

@@ -735,46 +735,41 @@ static int node_masks_wait(void *state, int slot, uint64_t *out) {
   return DR_OK;
 }
 
-/* The values of the nodes mask marks: block k's from base[k] x channels on, channel by channel. */
-static int pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *out) {
-  cpu_state *s = state;
+/* The values of the nodes mask marks, between the grid and a node message (block k's from base[k]
+ * x channels on, channel by channel, the marked nodes in order): into msg (pack_nodes), or added
+ * to the grid (unpack_add_nodes; every block the mask marks is one this rank's P2G touched, as the
+ * AND holds its own mask). */
+static void move_nodes(cpu_state *s, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *msg,
+                       int add) {
   const size_t ch = s->bf / BLOCK_NODES;
   for (size_t k = 0; k < n; ++k) {
-    if (!mask[k]) continue;
     const size_t cnt = (size_t)__builtin_popcountll(mask[k]), at = (size_t)base[k] * ch;
     size_t r = 0;
-    for (int nd = 0; nd < BLOCK_NODES; ++nd) {
+    for (int nd = 0; nd < BLOCK_NODES && r < cnt; ++nd) {
       if (!((mask[k] >> nd) & 1u)) continue;
       for (size_t c = 0; c < ch; ++c) {
-        const size_t src = (size_t)idx[k] * s->bf + c * BLOCK_NODES + nd, dst = at + c * cnt + r;
-        if (s->det) ((int64_t *)out)[dst] = s->igrid[src];
-        else ((float *)out)[dst] = s->grid[src];
+        const size_t g = (size_t)idx[k] * s->bf + c * BLOCK_NODES + nd, q = at + c * cnt + r;
+        if (s->det) { /* integer sums: the order of the ranks' additions does not matter */
+          if (add) s->igrid[g] += ((const int64_t *)msg)[q];
+          else ((int64_t *)msg)[q] = s->igrid[g];
+        } else {
+          if (add) s->grid[g] += ((const float *)msg)[q];
+          else ((float *)msg)[q] = s->grid[g];
+        }
       }
       ++r;
     }
   }
+}
+
+static int pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *out) {
+  move_nodes(state, idx, n, mask, base, out, 0);
   return DR_OK;
 }
 
-/* Every block the mask marks is one this rank's P2G touched (the AND holds its own mask). */
 static int unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
                             const void *in) {
-  cpu_state *s = state;
-  const size_t ch = s->bf / BLOCK_NODES;
-  for (size_t k = 0; k < n; ++k) {
-    if (!mask[k]) continue;
-    const size_t cnt = (size_t)__builtin_popcountll(mask[k]), at = (size_t)base[k] * ch;
-    size_t r = 0;
-    for (int nd = 0; nd < BLOCK_NODES; ++nd) {
-      if (!((mask[k] >> nd) & 1u)) continue;
-      for (size_t c = 0; c < ch; ++c) {
-        const size_t dst = (size_t)idx[k] * s->bf + c * BLOCK_NODES + nd, src = at + c * cnt + r;
-        if (s->det) s->igrid[dst] += ((const int64_t *)in)[src]; /* integers: any order of the ranks */
-        else s->grid[dst] += ((const float *)in)[src];
-      }
-      ++r;
-    }
-  }
+  move_nodes(state, idx, n, mask, base, (void *)in, 1);
   return DR_OK;
 }
 

@@ -31,6 +31,22 @@ static void finish_step(backend *b) {
   MUST(b->g2p(b->state, DT));
 }
 
+/* Values of the particles that differ between two backends (their order and ids included), after
+ * both ended a step: 0 where they hold the same particles bitwise. */
+static size_t differing(backend *x, backend *y) {
+  particles a = {0}, b = {0};
+  MUST(x->download(x->state, &a));
+  MUST(y->download(y->state, &b));
+  size_t differ = a.n != b.n;
+  for (size_t i = 0; i < a.n && !differ; ++i) {
+    differ += a.id[i] != b.id[i];
+    for (int c = 0; c < 3; ++c) differ += a.x[3 * i + c] != b.x[3 * i + c] || a.v[3 * i + c] != b.v[3 * i + c];
+    for (int c = 0; c < 9; ++c) differ += a.C[9 * i + c] != b.C[9 * i + c] || a.F[9 * i + c] != b.F[9 * i + c];
+  }
+  particles_free(&a), particles_free(&b);
+  return differ;
+}
+
 static int refused(backend *b, const int32_t *idx, size_t n, const void *msg, size_t bytes) {
   dr_clear();
   const int rc = b->unpack_add_sparse(b->state, idx, n, msg, bytes);
@@ -39,19 +55,17 @@ static int refused(backend *b, const int32_t *idx, size_t n, const void *msg, si
   return ok;
 }
 
-static void run(int det) {
-  const char *mode = det ? "deterministic" : "float";
+/* Three CPU backends holding the same particles, stepped alike, each after a rebuild and one more
+ * P2G; returns the list of every mapped block of the first (*n of them). */
+static int32_t *three(int det, backend be[3], size_t *n) {
   const material_params m = jelly();
   const sim_params prm = params(&m, det);
-  backend be[3]; /* be[0] packs; be[1] adds the dense message, be[2] the sparse one */
   for (int k = 0; k < 3; ++k) {
     particles p = {0};
     block(&m, &p);
     MUST(backend_create(BACKEND_CPU, &prm, &p, &be[k]));
     particles_free(&p);
   }
-  CHECK(be[0].pack_sparse && be[0].unpack_add_sparse, "%s: the cpu backend has no sparse pack", mode);
-  if (!be[0].pack_sparse) return;
   for (int s = 0; s < 20; ++s)
     for (int k = 0; k < 3; ++k) step(&be[k]);
   for (int k = 0; k < 3; ++k) {
@@ -60,10 +74,19 @@ static void run(int det) {
     MUST(be[k].p2g(be[k].state, DT));
   }
   const uint64_t *codes;
+  MUST(be[0].blocks(be[0].state, &codes, n));
+  int32_t *idx = malloc(sizeof *idx * (*n ? *n : 1));
+  for (size_t k = 0; k < *n; ++k) idx[k] = (int32_t)k;
+  return idx;
+}
+
+static void run(int det) {
+  const char *mode = det ? "deterministic" : "float";
+  backend be[3]; /* be[0] packs; be[1] adds the dense message, be[2] the sparse one */
   size_t n;
-  MUST(be[0].blocks(be[0].state, &codes, &n));
-  int32_t *idx = malloc(sizeof *idx * n);
-  for (size_t k = 0; k < n; ++k) idx[k] = (int32_t)k;
+  int32_t *idx = three(det, be, &n);
+  CHECK(be[0].pack_sparse && be[0].unpack_add_sparse, "%s: the cpu backend has no sparse pack", mode);
+  if (!be[0].pack_sparse) return;
   const size_t vb = (size_t)be[0].block_sums * (be[0].sums_int64 ? sizeof(int64_t) : sizeof(float));
   const size_t head = SPARSE_MASK_BYTES(n);
   char *dense = malloc(vb * n), *sparse = malloc(head + vb * n + vb);
@@ -101,48 +124,21 @@ static void run(int det) {
   MUST(be[2].unpack_add_sparse(be[2].state, idx, n, sparse, bytes));
   finish_step(&be[1]);
   finish_step(&be[2]);
-  particles a = {0}, b = {0};
-  MUST(be[1].download(be[1].state, &a));
-  MUST(be[2].download(be[2].state, &b));
-  size_t differ = a.n != b.n;
-  for (size_t i = 0; i < a.n && !differ; ++i) {
-    differ += a.id[i] != b.id[i];
-    for (int c = 0; c < 3; ++c) differ += a.x[3 * i + c] != b.x[3 * i + c] || a.v[3 * i + c] != b.v[3 * i + c];
-    for (int c = 0; c < 9; ++c) differ += a.C[9 * i + c] != b.C[9 * i + c] || a.F[9 * i + c] != b.F[9 * i + c];
-  }
-  CHECK(differ == 0, "%s: the step ended after the sparse message differs from the dense one's (%zu particles, %zu "
-        "values differ)", mode, a.n, differ);
-  particles_free(&a), particles_free(&b);
+  const size_t differ = differing(&be[1], &be[2]);
+  CHECK(differ == 0, "%s: the step ended after the sparse message differs from the dense one's (%zu values differ)",
+        mode, differ);
   free(idx), free(dense), free(sparse);
   for (int k = 0; k < 3; ++k) be[k].destroy(be[k].state);
 }
 
 static void run_nodes(int det) {
   const char *mode = det ? "deterministic" : "float";
-  const material_params m = jelly();
-  const sim_params prm = params(&m, det);
   backend be[3]; /* be[0] packs; be[1] adds the masked dense message, be[2] the node message */
-  for (int k = 0; k < 3; ++k) {
-    particles p = {0};
-    block(&m, &p);
-    MUST(backend_create(BACKEND_CPU, &prm, &p, &be[k]));
-    particles_free(&p);
-  }
-  CHECK(be[0].node_masks_async && be[0].node_masks_wait && be[0].pack_nodes && be[0].unpack_add_nodes,
-        "%s: the cpu backend has no node exchange", mode);
-  if (!be[0].pack_nodes) return;
-  for (int s = 0; s < 20; ++s)
-    for (int k = 0; k < 3; ++k) step(&be[k]);
-  for (int k = 0; k < 3; ++k) {
-    int rebuilt;
-    MUST(be[k].rebuild(be[k].state, 0, &rebuilt));
-    MUST(be[k].p2g(be[k].state, DT));
-  }
-  const uint64_t *codes;
   size_t n;
-  MUST(be[0].blocks(be[0].state, &codes, &n));
-  int32_t *idx = malloc(sizeof *idx * n);
-  for (size_t k = 0; k < n; ++k) idx[k] = (int32_t)k;
+  int32_t *idx = three(det, be, &n);
+  CHECK(be[0].node_masks && be[0].node_masks_async && be[0].node_masks_wait && be[0].pack_nodes &&
+        be[0].unpack_add_nodes, "%s: the cpu backend has no node exchange", mode);
+  if (!be[0].pack_nodes) return;
   const size_t esz = be[0].sums_int64 ? sizeof(int64_t) : sizeof(float), ch = (size_t)be[0].block_sums / 64,
                vb = (size_t)be[0].block_sums * esz;
   char *dense = malloc(vb * n), *masked = calloc(n, vb), *msg = malloc(vb * n);
@@ -155,6 +151,10 @@ static void run_nodes(int det) {
   const uint64_t *tmask = (const uint64_t *)sparse; /* the touched blocks */
   MUST(be[0].node_masks_async(be[0].state, 0, idx, n));
   MUST(be[0].node_masks_wait(be[0].state, 0, mine));
+  uint64_t *once = malloc(sizeof *once * n);
+  MUST(be[0].node_masks(be[0].state, idx, n, once));
+  CHECK(memcmp(once, mine, sizeof *once * n) == 0, "%s: node_masks in one call differs from its two halves", mode);
+  free(once);
   size_t wrong = 0, touched = 0, partial = 0, nodes = 0;
   for (size_t k = 0; k < n; ++k) {
     uint64_t expect = 0;
@@ -202,18 +202,9 @@ static void run_nodes(int det) {
   MUST(be[2].unpack_add_nodes(be[2].state, idx, n, both, base, msg));
   finish_step(&be[1]);
   finish_step(&be[2]);
-  particles a = {0}, b = {0};
-  MUST(be[1].download(be[1].state, &a));
-  MUST(be[2].download(be[2].state, &b));
-  differ = a.n != b.n;
-  for (size_t i = 0; i < a.n && !differ; ++i) {
-    differ += a.id[i] != b.id[i];
-    for (int c = 0; c < 3; ++c) differ += a.x[3 * i + c] != b.x[3 * i + c] || a.v[3 * i + c] != b.v[3 * i + c];
-    for (int c = 0; c < 9; ++c) differ += a.C[9 * i + c] != b.C[9 * i + c] || a.F[9 * i + c] != b.F[9 * i + c];
-  }
-  CHECK(differ == 0, "%s: the step ended after the node message differs from the masked dense one's (%zu particles, "
-        "%zu values differ)", mode, a.n, differ);
-  particles_free(&a), particles_free(&b);
+  differ = differing(&be[1], &be[2]);
+  CHECK(differ == 0, "%s: the step ended after the node message differs from the masked dense one's (%zu values "
+        "differ)", mode, differ);
   free(idx), free(dense), free(sparse), free(masked), free(msg), free(mine), free(both), free(base);
   for (int k = 0; k < 3; ++k) be[k].destroy(be[k].state);
 }
