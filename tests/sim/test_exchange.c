@@ -5,7 +5,12 @@
  * same with the sparse exchange (a backend with pack_sparse): only the blocks a rank marks
  * travel, the receiver is handed the message's exact length, bytes_sent counts what was sent, and
  * after a failed pack the neighbour receives an empty mask and adds nothing; and the same again
- * with the pack in two halves (exchange_pack, pack_sparse_async and pack_sparse_wait). */
+ * with the pack in two halves (exchange_pack, pack_sparse_async and pack_sparse_wait). Then the
+ * node exchange (a backend with node_masks, pack_nodes and unpack_add_nodes): each rank is handed
+ * the AND of both ranks' masks and adds the other's values of exactly those nodes, bytes_sent
+ * counts the masks and the values; where node_masks or pack_nodes fails on one rank, both ranks
+ * return, the failing one with its error, and the other adds nothing; and the masks in two halves
+ * (node_masks_async and node_masks_wait through exchange_pack). */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,6 +80,59 @@ static int got_marked(const fake *f, int rank, const char *what) {
     const float want = touches(1 - rank, i) ? (float)(100 * (2 - rank) + i) : 0.0f;
     if (f->got[i] != want) fprintf(stderr, "rank %d: %s: block %d got %g, expected %g\n", rank, what, i, f->got[i], want), ok = 0;
   }
+  return ok;
+}
+
+/* The node exchange: rank r's mask of block i, and its value at node nd (one channel). */
+static uint64_t f_mask_of(int r, int i) { return (0x0F0F0F0F0F0F0F0Full << ((i + 3 * r) % 8)) | (r ? 1ull << 63 : 1ull); }
+static float f_value(int r, int i, int nd) { return (float)(1000 * (r + 1) + 64 * i + nd); }
+static int f_fail_masks;
+static float f_nodes[NB][64]; /* what unpack_add_nodes added */
+static int f_node_masks(void *st, const int32_t *idx, size_t n, uint64_t *out) {
+  fake *f = st;
+  if (f_fail_masks) return dr_fail(DR_ECUDA, "fake node_masks failure on rank %d", f->rank);
+  for (size_t k = 0; k < n; ++k) out[k] = f_mask_of(f->rank, idx[k]);
+  return DR_OK;
+}
+static int f_node_masks_async(void *st, int slot, const int32_t *idx, size_t n) {
+  ++f_async_calls;
+  if (slot < 0 || slot >= 4 || n * sizeof(uint64_t) > sizeof f_slot[0]) return dr_fail(DR_EINTERNAL, "fake: slot %d", slot);
+  return f_node_masks(st, idx, n, (uint64_t *)f_slot[slot]);
+}
+static int f_node_masks_wait(void *st, int slot, uint64_t *out) {
+  (void)st;
+  ++f_wait_calls;
+  memcpy(out, f_slot[slot], NB * sizeof(uint64_t));
+  return DR_OK;
+}
+static int f_pack_nodes(void *st, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *out) {
+  fake *f = st;
+  if (f->fail_pack) return dr_fail(DR_ECUDA, "fake pack failure on rank %d", f->rank);
+  for (size_t k = 0; k < n; ++k)
+    for (int nd = 0, r = 0; nd < 64; ++nd)
+      if ((mask[k] >> nd) & 1u) ((float *)out)[base[k] + (uint32_t)r++] = f_value(f->rank, idx[k], nd);
+  return DR_OK;
+}
+static int f_unpack_add_nodes(void *st, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
+                              const void *in) {
+  (void)st;
+  for (size_t k = 0; k < n; ++k)
+    for (int nd = 0, r = 0; nd < 64; ++nd)
+      if ((mask[k] >> nd) & 1u) f_nodes[idx[k]][nd] += ((const float *)in)[base[k] + (uint32_t)r++];
+  return DR_OK;
+}
+/* After a node step: the other rank's value where both masks mark the node (all: 0 everywhere). */
+static int got_nodes(int rank, int all, const char *what) {
+  int ok = 1;
+  for (int i = 0; i < NB; ++i)
+    for (int nd = 0; nd < 64; ++nd) {
+      const int both = all && ((f_mask_of(0, i) & f_mask_of(1, i)) >> nd) & 1u;
+      const float want = both ? f_value(1 - rank, i, nd) : 0.0f;
+      if (f_nodes[i][nd] != want) {
+        fprintf(stderr, "rank %d: %s: block %d node %d got %g, expected %g\n", rank, what, i, nd, f_nodes[i][nd], want);
+        return 0;
+      }
+    }
   return ok;
 }
 
@@ -220,6 +278,57 @@ int main(int argc, char **argv) {
   if (rank == 0 && (rs || rf || f.got_bytes != SPARSE_MASK_BYTES(NB)))
     fprintf(stderr, "rank 0: after rank 1's failed async pack: start %d, finish %d, handed %zu\n", rs, rf, f.got_bytes), bad = 1;
   f.fail_pack = 0;
+  /* 8. the node exchange: one channel of 64 nodes a block; each rank adds the other's values of
+   *    the nodes both masks mark, and sends its masks and its values of those nodes */
+  b.block_sums = 64;
+  b.node_masks = f_node_masks;
+  b.pack_nodes = f_pack_nodes;
+  b.unpack_add_nodes = f_unpack_add_nodes;
+  if (exchange_setup(&x, MPI_COMM_WORLD, &b) != DR_OK || !x.nodes) {
+    fprintf(stderr, "rank %d: node exchange_setup: %s (nodes %d)\n", rank, dr_message(), x.nodes);
+    bad = 1;
+  }
+  size_t both = 0;
+  for (int i = 0; i < NB; ++i) both += (size_t)__builtin_popcountll(f_mask_of(0, i) & f_mask_of(1, i));
+  memset(f_nodes, 0, sizeof f_nodes);
+  const double nsent0 = x.bytes_sent;
+  if (exchange_pack(&x, &b) != 0) fprintf(stderr, "rank %d: exchange_pack queued without node_masks_async\n", rank), bad = 1;
+  rs = exchange_start(&x, &b);
+  rf = exchange_finish(&x, &b);
+  if (rs || rf || x.bytes_sent - nsent0 != (double)(NB * sizeof(uint64_t) + both * sizeof(float))) {
+    fprintf(stderr, "rank %d: node step: start %d, finish %d, sent %g (expected %zu)\n", rank, rs, rf,
+            x.bytes_sent - nsent0, NB * sizeof(uint64_t) + both * sizeof(float));
+    bad = 1;
+  }
+  bad |= !got_nodes(rank, 1, "nodes");
+  /* 9. node_masks fails on rank 1, then 10. pack_nodes: both ranks return, rank 1 with the error,
+   *    and rank 0 adds nothing */
+  for (int what = 0; what < 2; ++what) {
+    f_fail_masks = what == 0 && rank == 1;
+    f.fail_pack = what == 1 && rank == 1;
+    memset(f_nodes, 0, sizeof f_nodes);
+    rs = exchange_start(&x, &b);
+    rf = exchange_finish(&x, &b);
+    const char *step = what ? "a failed pack_nodes" : "a failed node_masks";
+    if (rank == 1 && (rf != DR_ECUDA || (what == 0 && rs != DR_ECUDA)))
+      fprintf(stderr, "rank 1: %s: start %d, finish %d\n", step, rs, rf), bad = 1;
+    if (rank == 0 && (rs || rf)) fprintf(stderr, "rank 0: after rank 1's %s: start %d, finish %d\n", step, rs, rf), bad = 1;
+    if (rank == 0) bad |= !got_nodes(rank, 0, step);
+  }
+  f_fail_masks = 0;
+  f.fail_pack = 0;
+  /* 11. the masks in two halves (exchange_pack queues them): the same sums */
+  b.node_masks_async = f_node_masks_async;
+  b.node_masks_wait = f_node_masks_wait;
+  f_async_calls = f_wait_calls = 0;
+  memset(f_nodes, 0, sizeof f_nodes);
+  const int nq = exchange_pack(&x, &b);
+  rs = exchange_start(&x, &b);
+  rf = exchange_finish(&x, &b);
+  if (!nq || rs || rf || f_async_calls != 1 || f_wait_calls != 1)
+    fprintf(stderr, "rank %d: node masks in two halves: queued %d, start %d, finish %d, async %d, wait %d\n", rank, nq, rs,
+            rf, f_async_calls, f_wait_calls), bad = 1;
+  bad |= !got_nodes(rank, 1, "nodes in two halves");
   exchange_destroy(&x);
   int any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
