@@ -2980,13 +2980,13 @@ __global__ static void k_unpack_words(size_t n, int bs, const int32_t *idx, int3
   }
 }
 
-/* The node exchange (backend.h's node_masks_async, pack_nodes, unpack_add_nodes; mpi/exchange.h):
+/* The node exchange (backend.h's node_masks, pack_nodes, unpack_add_nodes; mpi/exchange.h):
  * one warp per listed block, a lane for nodes lane and lane + 32. k_node_masks writes the block's
  * mask of nodes where some channel of this step's sums is non-zero (0 for an untouched block);
  * the pack and the unpack move the values of the nodes the mask marks, block k's from
  * base[k] x channels on, channel by channel, a node's place among them the marked nodes below it
- * (k_move_nodes does both).
- * The host made base (a prefix sum of the masks' popcounts), so no scan runs on the device. In
+ * (k_move_nodes does both). The host made base (a prefix sum of the masks' popcounts), so no scan
+ * runs on the device. In
  * deterministic mode (T = long long) every node of a touched block is marked: a tiny w m rounds to
  * a fixed-point 0 at a node that G2P still reads with weight w (backend_cpu.c's node_mask). */
 template <typename T> __device__ __forceinline__ T node_value(int bs, int32_t blk, int c, int nd, const T *src, float *g0) {

@@ -39,7 +39,7 @@ static int sums_alloc(exchange *x, backend *b, size_t bytes, void **out) {
 void exchange_free(exchange *x) {
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
-    free(L->idx), free(L->mask_mine), free(L->mask_theirs), free(L->mask_both), free(L->base);
+    free(L->idx), free(L->mask_mine); /* mask_mine holds the other masks and base too */
   }
   free(x->links);
   free(x->req);
@@ -254,18 +254,20 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       continue;
     }
     ++x->nlinks; /* from here exchange_free releases the link */
-    if (x->nodes) {
-      L->mask_mine = malloc(sizeof *L->mask_mine * L->n);
-      L->mask_theirs = malloc(sizeof *L->mask_theirs * L->n);
-      L->mask_both = malloc(sizeof *L->mask_both * L->n);
-      L->base = malloc(sizeof *L->base * L->n);
-      if (!L->mask_mine || !L->mask_theirs || !L->mask_both || !L->base)
+    if (x->nodes) { /* one allocation: three masks of n words, then base */
+      L->mask_mine = malloc((3 * sizeof(uint64_t) + sizeof(uint32_t)) * L->n);
+      if (!L->mask_mine) {
         err = dr_fail(DR_ENOMEM, "out of host memory for the node masks of %zu shared blocks", L->n);
+        break;
+      }
+      L->mask_theirs = L->mask_mine + L->n;
+      L->mask_both = L->mask_theirs + L->n;
+      L->base = (uint32_t *)(L->mask_both + L->n);
     }
   }
   log_trace("exchange setup: lists intersected");
   if (!err) err = arena_place(x, b);
-  if (!err && x->sparse) { /* the empty mask a failed pack sends */
+  if (!err && x->sparse && !x->nodes) { /* the empty mask a failed sparse pack sends */
     size_t most = 0;
     for (int k = 0; k < x->nlinks; ++k) most = SPARSE_MASK_BYTES(x->links[k].n) > most ? SPARSE_MASK_BYTES(x->links[k].n) : most;
     x->zero_mask = calloc(most ? most : 1, 1);
