@@ -8,8 +8,19 @@
 # Usage: tools/pack-device-deps.sh .device
 set -euo pipefail
 DEST=${1:?usage: pack-device-deps.sh DEST}
-here=$(cd "$(dirname "$0")/.." && pwd)
-"$here/../shared/tools/pack-phdf5.sh" "$DEST/phdf5"
+# parallel HDF5 (Debian's libhdf5-openmpi-dev) laid out as an HDF5 prefix: DEST/phdf5/include and lib
+inc=/usr/include/hdf5/openmpi
+h5=$(ls /usr/lib/x86_64-linux-gnu/libhdf5_openmpi.so.*.*.* 2>/dev/null | head -1)
+if [ ! -d "$inc" ] || [ -z "$h5" ]; then
+  echo "pack-device-deps: parallel HDF5 not installed here; run: apt-get install -y libhdf5-openmpi-dev" >&2
+  exit 1
+fi
+rm -rf "$DEST/phdf5"; mkdir -p "$DEST/phdf5/include" "$DEST/phdf5/lib"
+cp -aL "$inc"/. "$DEST/phdf5/include/"
+cp -a "$h5" "$DEST/phdf5/lib/"
+ln -sf "$(basename "$h5")" "$DEST/phdf5/lib/$(objdump -p "$h5" | awk '/SONAME/{print $2}')"
+ln -sf "$(basename "$h5")" "$DEST/phdf5/lib/libhdf5.so"
+echo "packed parallel HDF5 into $DEST/phdf5"
 lib=$(ls /usr/lib/x86_64-linux-gnu/libcjson.so.*.*.* 2>/dev/null | head -1)
 if [ ! -f /usr/include/cjson/cJSON.h ] || [ -z "$lib" ]; then
   echo "pack-device-deps: cJSON not installed here; run: apt-get install -y libcjson-dev" >&2
