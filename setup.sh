@@ -45,7 +45,7 @@ fi
 
 # 3. build_tree DIR CMAKE_ARGS...: configures DIR where it has no cache yet (the log:
 #    DIR/setup-configure.log), then builds it with one job a core (DIR/setup-build.log); on failure
-#    prints the log's errors.
+#    prints the log's errors and names the log in stage_log (tests/stages.sh).
 jobs=$(nproc)
 build_tree() {
   local dir=$1
@@ -54,11 +54,13 @@ build_tree() {
   if [ ! -f "$dir/CMakeCache.txt" ]; then
     say "configuring in ./$dir ($*)"
     cmake -S . -B "$dir" "$@" >"$dir/setup-configure.log" 2>&1 ||
-      { tail -n 30 "$dir/setup-configure.log" >&2; say "configure failed; full log: $dir/setup-configure.log"; return 1; }
+      { tail -n 30 "$dir/setup-configure.log" >&2; say "configure failed; full log: $dir/setup-configure.log"
+        stage_log=$dir/setup-configure.log; return 1; }
   fi
   say "building ./$dir with $jobs jobs"
   cmake --build "$dir" -j "$jobs" >"$dir/setup-build.log" 2>&1 ||
-    { grep -E -A3 "error" "$dir/setup-build.log" | head -n 40 >&2; say "build failed; full log: $dir/setup-build.log"; return 1; }
+    { grep -E -A3 "error" "$dir/setup-build.log" | head -n 40 >&2; say "build failed; full log: $dir/setup-build.log"
+      stage_log=$dir/setup-build.log; return 1; }
 }
 
 if [ "$mode" = run ]; then

@@ -2,14 +2,15 @@
 # Every stage records whether it passed, its wall time and, for a ctest stage, its counts and the
 # names of its failed tests, whatever the stages before it did; stages_summary prints one table of
 # every stage, last, so that a failure of the first stage is not scrolled away by the next ones.
-#   stage_run NAME CMD...              a stage that passes where CMD exits 0 (a build)
+#   stage_run NAME CMD...              a stage that passes where CMD exits 0 (a build); a CMD
+#                                      that fails may name its log in stage_log
 #   stage_ctest NAME LOG CTEST_ARGS... ctest CTEST_ARGS..., its output shown and kept in LOG; passes
 #                                      where ctest exits 0 (every test passed or skipped)
 #   stage_skip NAME WHY                a stage not run, and why
 #   stage_passed NAME                  status 0 where stage NAME ran and passed
 #   stages_summary                     the table; status 1 where any stage failed or was not run
 
-stage_name=() stage_result=() stage_counts=() stage_secs=() stage_notes=()
+stage_name=() stage_result=() stage_counts=() stage_secs=() stage_notes=() stage_log=""
 
 # stage_record NAME RESULT COUNTS SECONDS NOTES (NOTES: lines printed under the stage's row)
 stage_record() {
@@ -19,12 +20,14 @@ stage_record() {
 stage_run() {
   local name=$1 start=$SECONDS rc=0
   shift
+  stage_log=""
   "$@" || rc=$?
   if [ $rc -eq 0 ]; then
     stage_record "$name" passed "" $((SECONDS - start)) ""
   else
-    stage_record "$name" FAILED "" $((SECONDS - start)) "exit status $rc"
+    stage_record "$name" FAILED "" $((SECONDS - start)) "exit status $rc${stage_log:+; log: $stage_log}"
   fi
+  stage_log=""
 }
 
 # The counts come from ctest's closing lines:
@@ -79,24 +82,34 @@ stage_time() {
 }
 
 stages_summary() {
-  local i line bad=() total=0
+  local i line failed=() not_run=() total=0
   printf '\nsetup: summary\n'
   printf '  %-12s %-8s %-8s %s\n' stage result time tests
   for i in "${!stage_name[@]}"; do
     total=$((total + stage_secs[i]))
-    printf '  %-12s %-8s %-8s %s\n' "${stage_name[$i]}" "${stage_result[$i]}" "$(stage_time "${stage_secs[$i]}")" \
-      "${stage_counts[$i]}"
+    line=$(printf '  %-12s %-8s %-8s %s' "${stage_name[$i]}" "${stage_result[$i]}" "$(stage_time "${stage_secs[$i]}")" \
+      "${stage_counts[$i]}")
+    printf '%s\n' "${line%"${line##*[! ]}"}"
     if [ -n "${stage_notes[$i]}" ]; then
       while IFS= read -r line; do printf '  %-12s   %s\n' "" "$line"; done <<<"${stage_notes[$i]}"
     fi
-    [ "${stage_result[$i]}" = passed ] || bad+=("${stage_name[$i]}")
+    case "${stage_result[$i]}" in
+      passed) ;;
+      "not run") not_run+=("${stage_name[$i]}") ;;
+      *) failed+=("${stage_name[$i]}") ;;
+    esac
   done
-  if [ ${#bad[@]} -eq 0 ]; then
+  if [ ${#failed[@]} -eq 0 ] && [ ${#not_run[@]} -eq 0 ]; then
     printf 'setup: every stage passed (%s)\n' "$(stage_time $total)"
     return 0
   fi
-  local list
-  list=$(printf '%s, ' "${bad[@]}")
-  printf 'setup: FAILED: %s (%s)\n' "${list%, }" "$(stage_time $total)"
+  local list=""
+  [ ${#failed[@]} -eq 0 ] || list=$(printf '%s, ' "${failed[@]}")
+  line="setup: FAILED: ${list%, }"
+  if [ ${#not_run[@]} -gt 0 ]; then
+    list=$(printf '%s, ' "${not_run[@]}")
+    line+="; not run: ${list%, }"
+  fi
+  printf '%s (%s)\n' "$line" "$(stage_time $total)"
   return 1
 }
