@@ -2,6 +2,7 @@
 # setup.sh - the two commands of the README.
 #   ./setup.sh        installs what is missing (Debian packages), builds drift, runs the default scene
 #   ./setup.sh test   installs what is missing (with the test tools), builds drift, runs the test suite
+#                     (and again under the sanitizers), and ends with one summary of every stage
 # Safe to run again: it installs and rebuilds only what is missing or changed.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -42,66 +43,92 @@ if ! command -v nvcc >/dev/null; then
   say "nvcc not found: install the CUDA toolkit (12 or newer) and put its bin/ on PATH"; exit 1
 fi
 
-# 3. Configure and build (Release) in ./build; the full log is build/setup-build.log.
+# 3. build_tree DIR CMAKE_ARGS...: configures DIR where it has no cache yet (the log:
+#    DIR/setup-configure.log), then builds it with one job a core (DIR/setup-build.log); on failure
+#    prints the log's errors and names the log in stage_log (tests/stages.sh).
 jobs=$(nproc)
-mkdir -p build
-if [ ! -f build/CMakeCache.txt ]; then
-  say "configuring in ./build (cmake, Release, CUDA architecture 90)"
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build/setup-configure.log 2>&1 ||
-    { tail -n 30 build/setup-configure.log >&2; say "configure failed; full log: build/setup-configure.log"; exit 1; }
-fi
-say "building with $jobs jobs"
-cmake --build build -j "$jobs" >build/setup-build.log 2>&1 ||
-  { grep -E -A3 "error" build/setup-build.log | head -n 40 >&2; say "build failed; full log: build/setup-build.log"; exit 1; }
-
-# 4. Run.
-if [ "$mode" = test ]; then
-  say "running the test suite (ctest; GPU tests are skipped where no GPU is present)"
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  rc=0
-  ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900 || rc=$?
-
-  # 5. The cpu and mpi tests again, built with AddressSanitizer (LeakSanitizer included) and
-  #    UBSan in ./build-asan (DRIFT_SANITIZE=ON: the host C code is instrumented, the CUDA code
-  #    is not; src/sanitize.c holds the runtime's options and the Open MPI leak suppressions).
-  #    Any finding fails its test. About 4 minutes on 2 cores, build included. Left out:
-  #    - gpu, paraview, slurm (labels): the CUDA code is not instrumented and there is no GPU
-  #      here; ParaView and Slurm run drift's frames and scripts, not more of drift's C code.
-  #    - test_threads, test_bounce, test_sand_pile, test_colliders, test_friction, test_snow,
-  #      test_momentum: the longest simulations (3 to 105 s in Release, 1 to 4 minutes each
-  #      under the sanitizers); the shorter ones left in run the same CPU backend steps
-  #      (test_freefall, test_frames, test_asflip, cli_run_default).
-  #    - test_ranks_2, test_ranks_2_home, test_ranks_4 (about 2 minutes each here): the exchange
-  #      between ranks, migration and the balance still run in cli_two_ranks,
-  #      cli_unstable*_two_ranks, test_checkpoint_mpi and test_preview_2, the step vote's emigrant
-  #      flag in test_determinism_ranks_2_home.
-  #    - resume_one_rank, resume_ranks, resume_no_room (1.5 to 3 minutes each): dozens of drift
-  #      runs; writing and reading checkpoints on 1 to 3 ranks runs in test_checkpoint_mpi.
-  #    - resume_deterministic, test_determinism, bench_cli (50 to 100 s each under ASan): resuming
-  #      runs in resume_sources, the fixed-point sums in test_determinism_ranks_2 and _3, and the
-  #      bench's simulations are those of cli_run_default.
-  #    - scene_errors: 346 starts of drift, each an MPI start-up (about 2 s under ASan); the
-  #      loader's error paths run under ASan and UBSan in scene_fuzz (label fuzz, above), which
-  #      starts from every bad scene, and in test_scene.
-  #    - bench_check_crawling_snow (about 1 minute in Release): the crawler's 121 level sets at
-  #      the paper's cell; mesh level sets and mesh colliders run under the sanitizers in
-  #      test_mesh, test_mesh_colliders and test_crawler (its OBJ sequence).
-  asan_skip='^(test_threads|test_bounce|test_sand_pile|test_colliders|test_friction|test_snow|test_momentum'
-  asan_skip+='|test_ranks_2|test_ranks_2_home|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors'
-  asan_skip+='|resume_deterministic|test_determinism|bench_cli|bench_check_crawling_snow)$'
-  mkdir -p build-asan
-  if [ ! -f build-asan/CMakeCache.txt ]; then
-    say "configuring in ./build-asan (RelWithDebInfo, DRIFT_SANITIZE=ON: AddressSanitizer and UBSan)"
-    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRIFT_SANITIZE=ON >build-asan/setup-configure.log 2>&1 ||
-      { tail -n 30 build-asan/setup-configure.log >&2; say "configure failed; full log: build-asan/setup-configure.log"; exit 1; }
+build_tree() {
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    say "configuring in ./$dir ($*)"
+    cmake -S . -B "$dir" "$@" >"$dir/setup-configure.log" 2>&1 ||
+      { tail -n 30 "$dir/setup-configure.log" >&2; say "configure failed; full log: $dir/setup-configure.log"
+        stage_log=$dir/setup-configure.log; return 1; }
   fi
-  say "building ./build-asan with $jobs jobs"
-  cmake --build build-asan -j "$jobs" >build-asan/setup-build.log 2>&1 ||
-    { grep -E -A3 "error" build-asan/setup-build.log | head -n 40 >&2; say "build failed; full log: build-asan/setup-build.log"; exit 1; }
-  say "running the cpu and mpi tests under AddressSanitizer and UBSan (the longest left out: setup.sh says which and why)"
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600 -L 'cpu|mpi' -E "$asan_skip" || rc=$?
-  exit $rc
+  say "building ./$dir with $jobs jobs"
+  cmake --build "$dir" -j "$jobs" >"$dir/setup-build.log" 2>&1 ||
+    { grep -E -A3 "error" "$dir/setup-build.log" | head -n 40 >&2; say "build failed; full log: $dir/setup-build.log"
+      stage_log=$dir/setup-build.log; return 1; }
+}
+
+if [ "$mode" = run ]; then
+  build_tree build -DCMAKE_BUILD_TYPE=Release || exit 1
+  say "running the default scene (jobs/scenes/default.json) into ./frames"
+  ./build/drift check jobs/scenes/default.json
+  exec ./build/drift run jobs/scenes/default.json --out frames
 fi
-say "running the default scene (jobs/scenes/default.json) into ./frames"
-./build/drift check jobs/scenes/default.json
-exec ./build/drift run jobs/scenes/default.json --out frames
+
+# 4. The test suite, in four stages (tests/stages.sh): the Release build in ./build (CUDA
+#    architecture 90), its tests, the AddressSanitizer build in ./build-asan and its tests. A stage
+#    that fails does not stop the next ones (the ASan stages need the Release build to have
+#    passed); the one summary of every stage, with the failed tests by name, comes last, and the
+#    exit status is 1 where any stage failed. ctest -j with one job a core: each test's PROCESSORS
+#    (its OpenMP threads times its MPI ranks, tests/CMakeLists.txt) keeps the tests running at
+#    once within the cores. --timeout: the limit of the tests that set none (all short; the long
+#    ones have their own, tests/CMakeLists.txt).
+. tests/stages.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest_args=(--output-on-failure --no-tests=error -j "$jobs" --timeout 900)
+stage_run build build_tree build -DCMAKE_BUILD_TYPE=Release
+if stage_passed build; then
+  say "running the test suite (ctest; GPU tests are skipped where no GPU is present)"
+  stage_ctest tests build/setup-ctest.log --test-dir build "${ctest_args[@]}"
+else
+  stage_skip tests "the build failed"
+fi
+
+# 5. The cpu and mpi tests again, built with AddressSanitizer (LeakSanitizer included) and
+#    UBSan in ./build-asan (DRIFT_SANITIZE=ON: the host C code is instrumented, the CUDA code
+#    is not; src/sanitize.c holds the runtime's options and the Open MPI leak suppressions).
+#    Any finding fails its test. About 4 minutes on 2 cores, build included. Left out:
+#    - gpu, paraview, slurm (labels): the CUDA code is not instrumented and there is no GPU
+#      here; ParaView and Slurm run drift's frames and scripts, not more of drift's C code.
+#    - test_threads, test_bounce, test_sand_pile, test_colliders, test_friction, test_snow,
+#      test_momentum: the longest simulations (3 to 105 s in Release, 1 to 4 minutes each
+#      under the sanitizers); the shorter ones left in run the same CPU backend steps
+#      (test_freefall, test_frames, test_asflip, cli_run_default).
+#    - test_ranks_2, test_ranks_2_home, test_ranks_4 (about 2 minutes each here): the exchange
+#      between ranks, migration and the balance still run in cli_two_ranks,
+#      cli_unstable*_two_ranks, test_checkpoint_mpi and test_preview_2, the step vote's emigrant
+#      flag in test_determinism_ranks_2_home.
+#    - resume_one_rank, resume_ranks, resume_no_room (1.5 to 3 minutes each): dozens of drift
+#      runs; writing and reading checkpoints on 1 to 3 ranks runs in test_checkpoint_mpi.
+#    - resume_deterministic, test_determinism, bench_cli (50 to 100 s each under ASan): resuming
+#      runs in resume_sources, the fixed-point sums in test_determinism_ranks_2 and _3, and the
+#      bench's simulations are those of cli_run_default.
+#    - scene_errors: 346 starts of drift, each an MPI start-up (about 2 s under ASan); the
+#      loader's error paths run under ASan and UBSan in scene_fuzz (label fuzz, above), which
+#      starts from every bad scene, and in test_scene.
+#    - bench_check_crawling_snow (about 1 minute in Release): the crawler's 121 level sets at
+#      the paper's cell; mesh level sets and mesh colliders run under the sanitizers in
+#      test_mesh, test_mesh_colliders and test_crawler (its OBJ sequence).
+asan_skip='^(test_threads|test_bounce|test_sand_pile|test_colliders|test_friction|test_snow|test_momentum'
+asan_skip+='|test_ranks_2|test_ranks_2_home|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors'
+asan_skip+='|resume_deterministic|test_determinism|bench_cli|bench_check_crawling_snow)$'
+if stage_passed build; then
+  stage_run "asan build" build_tree build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRIFT_SANITIZE=ON
+else
+  stage_skip "asan build" "the build failed"
+fi
+if stage_passed "asan build"; then
+  say "running the cpu and mpi tests under AddressSanitizer and UBSan (the longest left out: setup.sh says which and why)"
+  stage_ctest "asan tests" build-asan/setup-ctest.log --test-dir build-asan "${ctest_args[@]}" -L 'cpu|mpi' -E "$asan_skip"
+else
+  stage_skip "asan tests" "the ASan build did not pass"
+fi
+
+rc=0
+stages_summary || rc=$?
+exit $rc

@@ -9,7 +9,8 @@ grid has the expected number of points and as many vertex cells, and point array
 --array NAME (1 component), with one value per point; with --id-min, that every id is at least V (a reader that cuts ids to 32 bits
 fails this when V >= 2^32). With --render, also draws the last non-empty step in the default
 representation, coloured by material, saves PNG and checks that the particles cover some pixels
-(this needs a display: run under xvfb-run -a). Exit status 0 = all checks passed.
+(this needs a display: run under xvfb-run -a -s "-screen 0 1280x1024x24 -noreset",
+as tests/io/xvfb_retry.sh does). Exit status 0 = all checks passed.
 """
 import os
 import sys
