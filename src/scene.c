@@ -27,6 +27,7 @@
 
 #define MAX_FILE_BYTES (64L << 20)    /* a scene file larger than this is a mistake */
 
+/* The top level: its keys, then each section in the order given above. */
 static int parse_scene(const ctx *c, const cJSON *root, scene *s) {
   static const char *const keys[] = {"description", "domain",   "time",      "gravity",
                                      "materials",   "bodies",   "boundary",  "colliders",
