@@ -58,7 +58,7 @@ static const setting_entry TABLE[SET_N] = {
                            .kind = SETTING_USER, .offset = OFF(pinned_max_mb), .dflt = "0", .lo = 0,
                            .hi = 1048576, .meta = "MB", .want = "a whole number of MiB",
                            .help = "host buffers of particles between ranks above MB MiB are pageable, not "
-                                   "page-locked (0: no limit)"},
+                                   "page-locked; 0: no limit"},
     [SET_MIGRATE_MARGIN] = {.option = "migrate-margin", .env = "DRIFT_MIGRATE_MARGIN", .type = T_INT,
                             .kind = SETTING_USER, .offset = OFF(migrate_margin), .dflt = "1", .lo = 0, .hi = 4,
                             .meta = "M", .want = "a whole number of blocks",
@@ -73,7 +73,7 @@ static const setting_entry TABLE[SET_N] = {
     [SET_GPU_MARKS] = {.env = "DRIFT_GPU_MARKS", .type = T_INT, .kind = SETTING_DEBUG, .offset = OFF(gpu_marks),
                        .dflt = "0", .lo = 0, .hi = 1e9, .meta = "N", .want = "a whole number of steps",
                        .help = "cuda: time each backend entry on its stream, logged at the end and every N "
-                               "steps (0: off, 1: at the end only)"},
+                               "steps; 0: off, 1: at the end only"},
     [SET_GPU_STAMPS] = {.env = "DRIFT_GPU_STAMPS", .type = T_BOOL, .kind = SETTING_DEBUG,
                         .offset = OFF(gpu_stamps), .dflt = "0",
                         .help = "cuda: stamp the island step's kernels and log device vectors' growth, "
@@ -340,7 +340,8 @@ void settings_print_help(FILE *f, int kind) {
     char head[128], dflt[64] = "", now[SETTINGS_TEXT_MAX + 16] = "", text[1024];
     if (kind == SETTING_USER) snprintf(head, sizeof head, "--%s %s", e->option, e->meta);
     else snprintf(head, sizeof head, "%s=%s", e->env, e->type == T_BOOL ? "1" : e->meta);
-    if (e->dflt) snprintf(dflt, sizeof dflt, "default %s", e->type == T_BOOL ? (strcmp(e->dflt, "0") ? "on" : "off") : e->dflt);
+    const char *d = e->type == T_BOOL && e->dflt ? (strcmp(e->dflt, "0") ? "on" : "off") : e->dflt;
+    if (d) snprintf(dflt, sizeof dflt, "default %s", d);
     if (s->from[id]) snprintf(now, sizeof now, "now %s", s->text[id]);
     if (kind == SETTING_USER)
       snprintf(text, sizeof text, "%s (%s%s%s%s%s)", e->help, e->env, *dflt ? ", " : "", dflt, *now ? "; " : "", now);
