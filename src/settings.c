@@ -201,14 +201,16 @@ static void source(const setting_entry *e, int from, const char *v, char *buf, s
   else snprintf(buf, len, "%s='%s'", e->env, v);
 }
 
-/* Takes v (from the environment or an option) for setting id; else the message in err. */
+/* Takes v (from the environment or an option) for setting id, or leaves the setting as it was
+ * and returns DR_EINPUT with the message in err, unless err holds an earlier one (the first
+ * bad value is the one reported; the others still get read). */
 static int take(drift_settings *s, int id, int from, const char *v, char *err, size_t len) {
   const setting_entry *e = &TABLE[id];
   if (parse_value(e, v, s)) {
     char src[SETTINGS_TEXT_MAX + 64], want[256];
     source(e, from, v, src, sizeof src);
     expected(e, want, sizeof want);
-    snprintf(err, len, "%s: expected %s", src, want);
+    if (!*err) snprintf(err, len, "%s: expected %s", src, want);
     return DR_EINPUT;
   }
   s->from[id] = (unsigned char)from;
@@ -229,44 +231,44 @@ static void set_default(drift_settings *s, int id) {
 }
 
 /* The options of argv (removed from it), then the environment for the settings that no option
- * gave; keeps the settings from an option in s where keep_options. The first bad value's
- * message goes to err. */
+ * gave; keeps the settings from an option in s where keep_options. Every value is read; the
+ * first bad one's message goes to err. */
 static int read_into(drift_settings *s, int *argc, char **argv, int keep_options, char *err, size_t len) {
   for (int id = 0; id < SET_N; ++id)
     if (!(keep_options && s->from[id] == SETTING_OPTION)) set_default(s, id);
   int rc = DR_OK;
+  *err = 0;
   for (int i = 1; argc && i < *argc;) {
     const char *a = argv[i];
     int id = -1;
     const char *v = NULL;
-    size_t used = 1;
+    int used = 1;
     if (a[0] == '-' && a[1] == '-')
       for (int k = 0; k < SET_N && id < 0; ++k) {
         const char *o = TABLE[k].option;
         const size_t n = o ? strlen(o) : 0;
         if (!o || strncmp(a + 2, o, n)) continue;
         if (a[2 + n] == '=') id = k, v = a + 3 + n;
-        else if (!a[2 + n]) id = k, v = i + 1 < *argc ? argv[i + 1] : NULL, used = 2;
+        else if (!a[2 + n]) id = k, v = i + 1 < *argc ? argv[i + 1] : NULL, used = v ? 2 : 1;
       }
     if (id < 0) {
       ++i;
       continue;
     }
     if (!v) {
-      if (!rc) snprintf(err, len, "--%s needs a value, %s (see drift --help)", TABLE[id].option, TABLE[id].meta);
-      rc = rc ? rc : DR_EINPUT;
-      used = 1;
-    } else if (!rc) {
-      rc = take(s, id, SETTING_OPTION, v, err, len);
+      if (!*err) snprintf(err, len, "--%s needs a value, %s (see drift --help)", TABLE[id].option, TABLE[id].meta);
+      rc = DR_EINPUT;
+    } else if (take(s, id, SETTING_OPTION, v, err, len)) {
+      rc = DR_EINPUT;
     }
-    /* removed even after an error, so that the commands' parsers report nothing of it */
-    memmove(argv + i, argv + i + used, (size_t)(*argc - i - (int)used + 1) * sizeof *argv);
-    *argc -= (int)used;
+    /* removed even when refused, so that the commands' parsers report nothing of it */
+    memmove(argv + i, argv + i + used, (size_t)(*argc - i - used + 1) * sizeof *argv);
+    *argc -= used;
   }
-  for (int id = 0; id < SET_N && !rc; ++id) {
+  for (int id = 0; id < SET_N; ++id) {
     if (s->from[id] == SETTING_OPTION) continue;
     const char *v = getenv(TABLE[id].env);
-    if (v && *v) rc = take(s, id, SETTING_ENV, v, err, len);
+    if (v && *v && take(s, id, SETTING_ENV, v, err, len)) rc = DR_EINPUT;
   }
   return rc;
 }

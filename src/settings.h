@@ -75,10 +75,11 @@ typedef struct drift_settings {
  * (settings_check reports it). */
 const drift_settings *settings(void);
 
-/* Reads the environment (once) and the settings' options from argv[1..], which it removes from
- * argv (updating *argc), so that the commands' own parsers never see them. Options are
- * --NAME VALUE or --NAME=VALUE; an option wins over its variable, whose bad value is then never
- * looked at. Returns DR_EINPUT with the one-line message (dr_fail) for a bad value. */
+/* Reads the environment and the settings' options from argv[1..], which it removes from argv
+ * (updating *argc; a refused one too), so that the commands' own parsers never see them. Options
+ * are --NAME VALUE or --NAME=VALUE; an option wins over its variable, whose bad value is then
+ * never looked at. Every value is read; returns DR_EINPUT with the first bad one's one-line
+ * message (dr_fail). Call it in main, before any thread starts. */
 int settings_init(int *argc, char **argv);
 
 /* The environment's first bad value as a dr_fail (DR_EINPUT), else 0: for sim_create and

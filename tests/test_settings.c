@@ -92,6 +92,14 @@ static void test_options(void) {
   CHECK(argc == 5 && !strcmp(argv[1], "run") && !strcmp(argv[2], "scene.json") && !strcmp(argv[3], "--frames") &&
             !strcmp(argv[4], "2") && argv[5] == NULL,
         "argv after the settings' options");
+  /* a refused option leaves argv too, and the options after it are read */
+  clear_env();
+  char *argv2[] = {"drift", "--devices", "x", "run", "--steps-ahead", "off", NULL};
+  argc = 6;
+  CHECK(settings_read(&s, &argc, argv2) == DR_EINPUT, "a bad option");
+  dr_clear();
+  CHECK(argc == 2 && !strcmp(argv2[1], "run") && argv2[2] == NULL, "argv after a bad option: %d", argc);
+  CHECK(s.steps_ahead == SETTING_OFF && s.n_devices == 0, "after a bad option: %d %d", s.steps_ahead, s.n_devices);
   clear_env();
 }
 
@@ -152,6 +160,18 @@ static void test_refused(void) {
         "long string: %s", dr_message());
   dr_clear();
   refused(NULL, NULL, "--devices", "--devices needs a value, LIST (see drift --help)");
+  /* several bad values: the first in the table's order is reported, the good ones are read and
+   * the bad ones keep their defaults */
+  clear_env();
+  setenv("DRIFT_BARRIER_TIMEOUT", "x", 1);
+  setenv("DRIFT_MIGRATE_MARGIN", "3", 1);
+  setenv("DRIFT_TRACE", "maybe", 1);
+  CHECK(settings_read(&s, NULL, NULL) == DR_EINPUT, "two bad values");
+  CHECK(!strcmp(dr_message(), "DRIFT_BARRIER_TIMEOUT='x': expected seconds above 0, at most 1000000"), "first: %s",
+        dr_message());
+  CHECK(s.barrier_timeout == 120.0 && s.migrate_margin == 3 && s.trace == 0, "read past the bad ones: %g %d %d",
+        s.barrier_timeout, s.migrate_margin, s.trace);
+  dr_clear();
   clear_env();
 }
 
