@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "settings.h"
+
 #if defined(__has_include)
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h> /* Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
@@ -32,8 +34,8 @@ int comm_agree(MPI_Comm comm, int status) {
 }
 
 int comm_cuda_aware(void) {
-  const char *env = getenv("DRIFT_CUDA_AWARE_MPI");
-  if (env && !strcmp(env, "0")) return 0;
+  const int mode = settings()->cuda_aware_mpi;
+  if (mode != SETTING_AUTO) return mode == SETTING_ON;
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
   return MPIX_Query_cuda_support() == 1;
 #else

@@ -21,8 +21,9 @@ int comm_fail(int mpi_rc, const char *file, int line, const char *call);
  * the same value, and ranks that succeeded get a message saying another rank failed). */
 int comm_agree(MPI_Comm comm, int status);
 
-/* Whether MPI takes device pointers: the library was built CUDA-aware and reports it at run
- * time (MPIX_Query_cuda_support, Open MPI's extension). DRIFT_CUDA_AWARE_MPI=0 says no. */
+/* Whether MPI takes device pointers (--cuda-aware-mpi, settings.h): auto, the default, asks the
+ * library (MPIX_Query_cuda_support, Open MPI's extension; no where it cannot be asked); on and
+ * off say so without asking. */
 int comm_cuda_aware(void);
 
 /* This rank's index among the ranks of comm on its node, and their number (so that ranks

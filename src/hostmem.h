@@ -4,7 +4,7 @@
  *
  * Page-locking costs time in proportion to the size: the 70 MB of records of weak_2's rebalance
  * took about 60 ms to pin on each side (2 x H100), more than copying them. Past
- * DRIFT_PINNED_MAX_MB (unset or 0: no limit, every such buffer pinned) a buffer is pageable
+ * --pinned-max-mb (DRIFT_PINNED_MAX_MB; 0, the default: no limit, every such buffer pinned) a buffer is pageable
  * instead: the GPU copies through the driver's own staging, and the pages come in when it is
  * made, in 2 MiB huge pages where the kernel gives them (madvise).
  *
@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#include "settings.h"
 
 /* The capacity a grow-only transfer buffer of capacity cap takes to hold need bytes: doubled
  * (from 64 KiB), but past 16 MiB (a rebalance's records) a quarter more than the need in whole
@@ -31,8 +33,7 @@ static inline size_t hostmem_capacity(size_t cap, size_t need) {
 
 /* Bytes above which a transfer buffer is pageable (SIZE_MAX: none is). */
 static inline size_t hostmem_pinned_max(void) {
-  const char *v = getenv("DRIFT_PINNED_MAX_MB");
-  const long mb = v && *v ? atol(v) : 0;
+  const int mb = settings()->pinned_max_mb;
   return mb > 0 ? (size_t)mb << 20 : SIZE_MAX;
 }
 

@@ -4,8 +4,9 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <time.h>
+
+#include "settings.h"
 
 static int rank_, quiet_;
 
@@ -22,16 +23,10 @@ void log_info(const char *fmt, ...) {
   fflush(stderr);
 }
 
-static int trace_ = -1;
 static double trace_t0_ = -1.0;
 
-static int log_tracing(void) {
-  if (trace_ < 0) trace_ = getenv("DRIFT_TRACE") != NULL;
-  return trace_;
-}
-
 void log_trace(const char *fmt, ...) {
-  if (!log_tracing()) return;
+  if (!settings()->trace) return;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   const double ms = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;

@@ -15,6 +15,7 @@
 #include "preview.h"
 #include "sample.h"
 #include "scene.h"
+#include "settings.h"
 #include "signals.h"
 #include "sim.h"
 
@@ -25,7 +26,7 @@ static const char *usage =
     "       drift bench [SCENE.json ...] [--frames N] [--backend auto|cpu|cuda] [--csv FILE]\n"
     "                   [--profile-frames K] [--profile-from F] [--gpus LIST] [--deterministic]\n"
     "                   [--island-barrier B] [--island-reduce R]\n"
-    "       drift --help | --version\n"
+    "       drift --help | --help-debug | --version\n"
     "\n"
     "  run     simulate the scene; writes DIR/frame_NNNNN.h5 and DIR/frames.xdmf (open it in\n"
     "          ParaView). Progress goes to stderr, one line per frame.\n"
@@ -63,11 +64,26 @@ static const char *usage =
     "  --deterministic  bench: run every scene in float and in deterministic mode\n"
     "                   (parallel.deterministic) and report the cost of the latter\n"
     "\n"
+    "Settings of run and bench, each also read from its environment variable (the option wins):\n";
+
+static const char *usage_end =
+    "\n"
     "SIGTERM, SIGINT or SIGUSR1 stop a run before its next step with a checkpoint.\n"
     "Exit status: 0 success, 2 bad input, 3 I/O, 4 out of memory, 5 MPI, 6 CUDA,\n"
     "7 the simulation became unstable, 8 internal error, 9 stopped by a signal after\n"
     "writing a checkpoint (continue with --resume).\n"
-    "Scene format and output layout: README.md.\n";
+    "Scene format and output layout: README.md. Debugging aids: drift --help-debug.\n";
+
+static void print_usage(FILE *f) {
+  fputs(usage, f);
+  settings_print_help(f, SETTING_USER);
+  fputs(usage_end, f);
+}
+
+static void print_debug_help(void) {
+  printf("Debugging aids, read from the environment only (docs/debugging.md):\n");
+  settings_print_help(stdout, SETTING_DEBUG);
+}
 
 static int fail(int code) {
   fprintf(stderr, "drift: %s\n", dr_message());
@@ -339,13 +355,15 @@ static int cmd_run(int argc, char **argv) {
  * since every rank has the same message. A failure that the ranks did not agree on (dr_agreed)
  * may leave other ranks waiting in a collective call for this one, which would never come:
  * MPI_Abort ends the whole job instead of MPI_Finalize, which would wait with them. */
-static int with_mpi(int (*command)(int, char **), int argc, char **argv, int abort_alone) {
+static int with_mpi(int (*command)(int, char **), int argc, char **argv, int abort_alone, int settings_rc) {
   int provided;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "drift: MPI_Init_thread failed\n");
     return DR_EMPI;
   }
-  int rc = command(argc, argv);
+  int rc = settings_rc;
+  if (rc) dr_mark_agreed(); /* every rank reads the same command line and environment */
+  else rc = command(argc, argv);
   if (rc) {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -363,13 +381,20 @@ static int with_mpi(int (*command)(int, char **), int argc, char **argv, int abo
 }
 
 int main(int argc, char **argv) {
+  /* the settings' options leave argv here, wherever they stand; a bad value (or a bad
+   * environment) fails the commands below, not --help */
+  const int settings_rc = settings_init(&argc, argv);
   if (argc < 2) {
-    fputs(usage, stderr);
-    return DR_EINPUT;
+    print_usage(stderr);
+    return settings_rc ? fail(settings_rc) : DR_EINPUT;
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-    fputs(usage, stdout);
+    print_usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--help-debug")) {
+    print_debug_help();
     return 0;
   }
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
@@ -377,11 +402,12 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "check")) {
+    if (settings_rc) return fail(settings_rc);
     if (argc != 3) return usage_error("check takes exactly one scene file%s", "");
     int rc = cmd_check(argv[2]);
     return rc ? fail(rc) : 0;
   }
-  if (!strcmp(cmd, "run")) return with_mpi(cmd_run, argc, argv, 1);
-  if (!strcmp(cmd, "bench")) return with_mpi(bench_main, argc, argv, 0);
+  if (!strcmp(cmd, "run")) return with_mpi(cmd_run, argc, argv, 1, settings_rc);
+  if (!strcmp(cmd, "bench")) return with_mpi(bench_main, argc, argv, 0, settings_rc);
   return usage_error("unknown command '%s'", cmd);
 }
