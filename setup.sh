@@ -87,7 +87,7 @@ if [ "$mode" = test ]; then
   #      the paper's cell; mesh level sets and mesh colliders run under the sanitizers in
   #      test_mesh, test_mesh_colliders and test_crawler (its OBJ sequence).
   asan_skip='^(test_threads|test_bounce|test_sand_pile|test_colliders|test_friction|test_snow|test_momentum'
-  asan_skip+='|test_ranks_2|test_ranks_2_home|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors'
+  asan_skip+='|test_ranks_2|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors'
   asan_skip+='|resume_deterministic|test_determinism|bench_cli|bench_check_crawling_snow)$'
   mkdir -p build-asan
   if [ ! -f build-asan/CMakeCache.txt ]; then
