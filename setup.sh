@@ -99,10 +99,9 @@ fi
 #      test_momentum: the longest simulations (3 to 105 s in Release, 1 to 4 minutes each
 #      under the sanitizers); the shorter ones left in run the same CPU backend steps
 #      (test_freefall, test_frames, test_asflip, cli_run_default).
-#    - test_ranks_2, test_ranks_2_home, test_ranks_4 (about 2 minutes each here): the exchange
+#    - test_ranks_2, test_ranks_4 (about 2 minutes each here): the exchange
 #      between ranks, migration and the balance still run in cli_two_ranks,
-#      cli_unstable*_two_ranks, test_checkpoint_mpi and test_preview_2, the step vote's emigrant
-#      flag in test_determinism_ranks_2_home.
+#      cli_unstable*_two_ranks, test_checkpoint_mpi and test_preview_2.
 #    - resume_one_rank, resume_ranks, resume_no_room (1.5 to 3 minutes each): dozens of drift
 #      runs; writing and reading checkpoints on 1 to 3 ranks runs in test_checkpoint_mpi.
 #    - resume_deterministic, test_determinism, bench_cli (50 to 100 s each under ASan): resuming
@@ -115,7 +114,7 @@ fi
 #      the paper's cell; mesh level sets and mesh colliders run under the sanitizers in
 #      test_mesh, test_mesh_colliders and test_crawler (its OBJ sequence).
 asan_skip='^(test_threads|test_bounce|test_sand_pile|test_colliders|test_friction|test_snow|test_momentum'
-asan_skip+='|test_ranks_2|test_ranks_2_home|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors'
+asan_skip+='|test_ranks_2|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors'
 asan_skip+='|resume_deterministic|test_determinism|bench_cli|bench_check_crawling_snow)$'
 if stage_passed build; then
   stage_run "asan build" build_tree build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRIFT_SANITIZE=ON

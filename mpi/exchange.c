@@ -11,7 +11,6 @@
 
 #define BLOCK_SUMS (4 * BLOCK_NODES) /* mass and momentum of 64 nodes, unless the backend says more */
 #define TAG_CODES 102
-#define TAG_SUMS 103
 #define TAG_MASKS 104 /* the node exchange's first round */
 #define TAG_NODES 105 /* ... and its second */
 
@@ -44,8 +43,6 @@ void exchange_free(exchange *x) {
   free(x->links);
   free(x->req);
   free(x->status);
-  free(x->zero_mask);
-  x->zero_mask = NULL;
   x->links = NULL;
   x->req = NULL;
   x->status = NULL;
@@ -61,7 +58,6 @@ void exchange_destroy(exchange *x) {
   x->retired = NULL;
   x->n_retired = x->retired_cap = 0;
   x->arena_cap = 0;
-  x->sparse_agreed = 0;
 }
 
 /* Keeps an outgrown arena until exchange_destroy (see exchange.h). */
@@ -80,7 +76,7 @@ static int retire(exchange *x, void *p) {
 #define ARENA_ALIGN 256 /* bytes: each link's buffer starts on a boundary a GPU copy likes */
 
 static size_t link_bytes(const exchange *x, const rank_link *L) {
-  const size_t b = (x->sparse ? SPARSE_MASK_BYTES(L->n) : 0) + x->sum_bytes * x->block_sums * L->n;
+  const size_t b = x->sum_bytes * x->block_sums * L->n; /* every node of every shared block, at most */
   return (b + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 
@@ -112,29 +108,17 @@ static int arena_place(exchange *x, backend *b) {
 int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   exchange_free(x);
   x->comm = comm;
+  if (!(b->blocks && b->node_masks && b->pack_nodes && b->unpack_add_nodes))
+    return dr_fail(DR_EINTERNAL, "the %s backend has no node exchange (blocks, node_masks, pack_nodes, unpack_add_nodes)",
+                   b->name);
   /* where the sums live: device memory for a CUDA-aware MPI, else (pinned) host memory */
   x->free_sums = b->alloc_sums ? b->free_sums : NULL;
   x->device_sums = b->alloc_sums && comm_cuda_aware();
   x->block_sums = b->block_sums > 0 ? (size_t)b->block_sums : BLOCK_SUMS;
+  if (x->block_sums % BLOCK_NODES)
+    return dr_fail(DR_EINTERNAL, "the %s backend's block_sums is %zu, not a multiple of %d nodes", b->name, x->block_sums,
+                   BLOCK_NODES);
   x->sum_bytes = b->sums_int64 ? sizeof(int64_t) : sizeof(float);
-  x->sum_type = b->sums_int64 ? MPI_INT64_T : MPI_FLOAT;
-  /* agreed once a run (the environment stays), and again only where the backend's calls change
-   * (a test's backend; every rank changes it at the same setup) */
-  const int sparse_can = b->pack_sparse && b->unpack_add_sparse;
-  const int nodes_can = b->node_masks && b->pack_nodes && b->unpack_add_nodes;
-  const int can = 1 + sparse_can + 2 * nodes_can;
-  if (x->sparse_agreed != can) {
-    const char *sparse = getenv("DRIFT_SPARSE_EXCHANGE"), *nodes = getenv("DRIFT_NODE_EXCHANGE");
-    /* DRIFT_SPARSE_EXCHANGE=0: every shared block's sums, the node exchange off too */
-    int mine[2] = {sparse_can && !(sparse && strcmp(sparse, "0") == 0), 0};
-    mine[1] = mine[0] && nodes_can && !(nodes && strcmp(nodes, "0") == 0);
-    int all[2];
-    /* every rank the same way (an environment that differs between ranks must not mix the layouts) */
-    DR_MPI(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, comm));
-    x->sparse = all[0];
-    x->nodes = all[1];
-    x->sparse_agreed = can;
-  }
   int rank, nranks;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
@@ -254,25 +238,18 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
       continue;
     }
     ++x->nlinks; /* from here exchange_free releases the link */
-    if (x->nodes) { /* one allocation: three masks of n words, then base */
-      L->mask_mine = malloc((3 * sizeof(uint64_t) + sizeof(uint32_t)) * L->n);
-      if (!L->mask_mine) {
-        err = dr_fail(DR_ENOMEM, "out of host memory for the node masks of %zu shared blocks", L->n);
-        break;
-      }
-      L->mask_theirs = L->mask_mine + L->n;
-      L->mask_both = L->mask_theirs + L->n;
-      L->base = (uint32_t *)(L->mask_both + L->n);
+    /* one allocation: three masks of n words, then base */
+    L->mask_mine = malloc((3 * sizeof(uint64_t) + sizeof(uint32_t)) * L->n);
+    if (!L->mask_mine) {
+      err = dr_fail(DR_ENOMEM, "out of host memory for the node masks of %zu shared blocks", L->n);
+      break;
     }
+    L->mask_theirs = L->mask_mine + L->n;
+    L->mask_both = L->mask_theirs + L->n;
+    L->base = (uint32_t *)(L->mask_both + L->n);
   }
   log_trace("exchange setup: lists intersected");
   if (!err) err = arena_place(x, b);
-  if (!err && x->sparse && !x->nodes) { /* the empty mask a failed sparse pack sends */
-    size_t most = 0;
-    for (int k = 0; k < x->nlinks; ++k) most = SPARSE_MASK_BYTES(x->links[k].n) > most ? SPARSE_MASK_BYTES(x->links[k].n) : most;
-    x->zero_mask = calloc(most ? most : 1, 1);
-    if (!x->zero_mask) err = dr_fail(DR_ENOMEM, "out of host memory for the exchange's empty mask (%zu bytes)", most);
-  }
   for (size_t i = 0; shared && i < n; ++i) x->n_shared += shared[i];
   log_trace("exchange setup: buffers placed");
   if (!err && b->mark_shared) err = b->mark_shared(b->state, NULL, 0);
@@ -281,28 +258,19 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   free(shared);
   for (int k = 0; k < nn; ++k) free(their[k]), free(near_codes[k]);
   free(their), free(near_codes), free(their_n), free(req), free(nbr);
-  log_trace("exchange setup: %zu shared blocks marked, %s exchange", x->n_shared,
-            x->nodes ? "node" : x->sparse ? "sparse" : "dense");
+  log_trace("exchange setup: %zu shared blocks marked, node exchange", x->n_shared);
   return err;
 }
 
-/* A pack that fails (a CUDA fault surfacing at its sync, say) must not leave the neighbours
- * waiting for sums that never come: the messages go out whatever the buffers hold, the failure
- * is kept for exchange_finish, and the ranks agree on it at the next vote. */
+/* A mask or pack that fails (a CUDA fault surfacing at its sync, say) must not leave the
+ * neighbours waiting for messages that never come: the messages go out (empty), the failure is
+ * kept for exchange_finish, and the ranks agree on it at the next vote. */
 int exchange_pack(exchange *x, backend *b) {
   x->packed = 0;
-  if (x->nlinks == 0) return 0;
-  if (x->nodes && b->node_masks_async && b->node_masks_wait) { /* the first round's masks */
-    x->start_rc = DR_OK;
-    for (int k = 0; k < x->nlinks && x->start_rc == DR_OK; ++k)
-      x->start_rc = b->node_masks_async(b->state, k, x->links[k].idx, x->links[k].n);
-    x->packed = 1;
-    return 1;
-  }
-  if (x->nodes || !x->sparse || !b->pack_sparse_async || !b->pack_sparse_wait) return 0;
-  x->start_rc = DR_OK;
+  if (x->nlinks == 0 || !b->node_masks_async || !b->node_masks_wait) return 0;
+  x->start_rc = DR_OK; /* the first round's masks */
   for (int k = 0; k < x->nlinks && x->start_rc == DR_OK; ++k)
-    x->start_rc = b->pack_sparse_async(b->state, k, x->links[k].idx, x->links[k].n);
+    x->start_rc = b->node_masks_async(b->state, k, x->links[k].idx, x->links[k].n);
   x->packed = 1;
   return 1;
 }
@@ -312,10 +280,15 @@ void exchange_drop_packs(exchange *x) {
   x->start_rc = DR_OK;
 }
 
-/* The node exchange's first round (exchange.h): every link's masks, then their messages. After a
- * failure a link's masks are sent empty, and this rank's own masks count as empty too, so that
- * both sides agree that no sums travel (the ranks agree at the next vote that the step is lost). */
-static int nodes_start(exchange *x, backend *b, int packed) {
+/* The first round (exchange.h): every link's masks, then their messages. After a failure a
+ * link's masks are sent empty, and this rank's own masks count as empty too, so that both sides
+ * agree that no sums travel (the ranks agree at the next vote that the step is lost). */
+int exchange_start(exchange *x, backend *b) {
+  const int packed = x->packed;
+  x->packed = 0;
+  if (!packed) x->start_rc = DR_OK; /* else exchange_pack's outcome */
+  if (x->nlinks == 0) return DR_OK;
+  for (int k = 0; k < 2 * x->nlinks; ++k) x->req[k] = MPI_REQUEST_NULL;
   for (int k = 0; k < x->nlinks; ++k) {
     rank_link *L = &x->links[k];
     if (x->start_rc != DR_OK) continue;
@@ -336,12 +309,13 @@ static int nodes_start(exchange *x, backend *b, int packed) {
 }
 
 /* The second round: the masks' AND on every link, then the sums of the nodes it marks both ways,
- * then (in rank order, as for whole blocks) their addition. Every link carries one message each
- * way whatever happened (of no bytes where the AND is empty, or after a failure on the sending
- * side: the receiver adds nothing and the vote stops the step), and a receive takes up to the
- * link's whole buffer, so that no rank waits for a message that its neighbour does not send,
- * even if the two disagreed on the masks. */
-static int nodes_finish(exchange *x, backend *b) {
+ * then their addition in rank order (the same order of additions at every step). Every link
+ * carries one message each way whatever happened (of no bytes where the AND is empty, or after a
+ * failure on the sending side: the receiver adds nothing and the vote stops the step), and a
+ * receive takes up to the link's whole buffer, so that no rank waits for a message that its
+ * neighbour does not send, even if the two disagreed on the masks. */
+int exchange_finish(exchange *x, backend *b) {
+  if (x->nlinks == 0) return x->start_rc;
   double t0 = wtime();
   DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, x->status));
   x->wait_seconds += wtime() - t0;
@@ -391,74 +365,6 @@ static int nodes_finish(exchange *x, backend *b) {
       return dr_fail(DR_EINTERNAL, "rank exchange: rank %d sent %d bytes of node sums where the masks say %zu", L->rank, got,
                      L->node_bytes);
     DR_TRY(b->unpack_add_nodes(b->state, L->idx, L->n, L->mask_both, L->base, L->recv));
-  }
-  return DR_OK;
-}
-
-int exchange_start(exchange *x, backend *b) {
-  const int packed = x->packed;
-  x->packed = 0;
-  if (!packed) x->start_rc = DR_OK; /* else exchange_pack's outcome */
-  if (x->nlinks == 0) return DR_OK;
-  for (int k = 0; k < 2 * x->nlinks; ++k) x->req[k] = MPI_REQUEST_NULL;
-  if (x->nodes) return nodes_start(x, b, packed);
-  for (int k = 0; k < x->nlinks; ++k) {
-    rank_link *L = &x->links[k];
-    L->send_bytes = 0;
-    if (x->start_rc != DR_OK) continue;
-    if (packed) {
-      x->start_rc = b->pack_sparse_wait(b->state, k, L->send, &L->send_bytes);
-    } else if (x->sparse) {
-      x->start_rc = b->pack_sparse(b->state, L->idx, L->n, L->send, &L->send_bytes);
-    } else {
-      x->start_rc = b->pack(b->state, L->idx, L->n, L->send);
-      L->send_bytes = x->sum_bytes * x->block_sums * L->n;
-    }
-  }
-  for (int k = 0; k < x->nlinks; ++k) {
-    rank_link *L = &x->links[k];
-    int rc;
-    if (x->sparse) {
-      /* after a failed pack, an empty mask (host memory, whatever the buffers are): the neighbour
-       * adds nothing, and the ranks agree at the next vote that the step is lost */
-      const void *msg = L->send;
-      if (x->start_rc != DR_OK) msg = x->zero_mask, L->send_bytes = SPARSE_MASK_BYTES(L->n);
-      rc = MPI_Irecv(L->recv, (int)link_bytes(x, L), MPI_BYTE, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]);
-      if (rc == MPI_SUCCESS)
-        rc = MPI_Isend(msg, (int)L->send_bytes, MPI_BYTE, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]);
-    } else {
-      const int count = (int)(x->block_sums * L->n);
-      L->send_bytes = (size_t)count * x->sum_bytes;
-      rc = MPI_Irecv(L->recv, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k]);
-      if (rc == MPI_SUCCESS) rc = MPI_Isend(L->send, count, x->sum_type, L->rank, TAG_SUMS, x->comm, &x->req[2 * k + 1]);
-    }
-    if (rc != MPI_SUCCESS) {
-      if (!x->start_rc) x->start_rc = comm_fail(rc, __FILE__, __LINE__, "MPI_Irecv/MPI_Isend(shared-block sums)");
-      break; /* the requests not posted stay MPI_REQUEST_NULL for exchange_finish's wait */
-    }
-    x->bytes_sent += (double)L->send_bytes;
-  }
-  return x->start_rc;
-}
-
-int exchange_finish(exchange *x, backend *b) {
-  if (x->nlinks == 0) return x->start_rc;
-  if (x->nodes) return nodes_finish(x, b);
-  double t0 = wtime();
-  DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, x->status));
-  x->wait_seconds += wtime() - t0;
-  if (x->start_rc) return x->start_rc; /* the step is lost: nothing to add to */
-  /* in rank order: the same order of additions at every step (fixed-point sums: any order gives
-   * the same result, so the number of ranks does not change it either) */
-  for (int k = 0; k < x->nlinks; ++k) {
-    rank_link *L = &x->links[k];
-    if (!x->sparse) {
-      DR_TRY(b->unpack_add(b->state, L->idx, L->n, L->recv));
-      continue;
-    }
-    int got = 0;
-    DR_MPI(MPI_Get_count(&x->status[2 * k], MPI_BYTE, &got));
-    DR_TRY(b->unpack_add_sparse(b->state, L->idx, L->n, L->recv, (size_t)got));
   }
   return DR_OK;
 }

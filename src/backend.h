@@ -43,10 +43,6 @@ typedef struct sim_params {
  * meaningless values, and whether a NaN shows up first depends on rounding. */
 #define DR_RUNAWAY_CELLS 1.0f
 
-/* Bytes of the sparse exchange's mask of n blocks (backend.pack_sparse): whole 64-bit words, so
- * that the sums after it stay aligned for int64. */
-#define SPARSE_MASK_BYTES(n) ((((size_t)(n) + 63) / 64) * 8)
-
 /* The message of backend.h's g2p failure for a bad particle: its id, its body (from the id,
  * particles.h) and its material (m: index into materials). Records it with dr_fail and returns
  * DR_EPHYSICS. Both backends report through it, so that the message reads the same. */
@@ -113,7 +109,7 @@ typedef struct backend {
   /* Optional (NULL: p2g only): p2g in two calls, P2G_BOUNDARY then P2G_INTERIOR, which together
    * are p2g. The boundary holds every particle whose stencil may reach a block that mark_shared
    * marked (a superset is allowed: the cpu backend scatters everything there); sim.c packs and
-   * sends the shared blocks' sums after it and scatters the interior while they travel. */
+   * sends the shared nodes' sums after it and scatters the interior while they travel. */
   int (*p2g_part)(void *state, float dt, int part);
   /* Nodal velocities from momenta, gravity, wall conditions; untouched blocks skipped. */
   int (*grid_update)(void *state, float dt);
@@ -124,10 +120,10 @@ typedef struct backend {
    * step queued ahead of the vote (sim.c: several ranks, fixed steps), so that the device starts
    * it as soon as the ranks agree instead of after the host has queued it. g2p_ahead does what g2p
    * queues, then shuts a gate (*armed = 1; 0 where the backend does the whole g2p instead, as g2p
-   * would): the p2g, p2g_part and pack_sparse_async calls that follow queue behind it (cuda: the
+   * would): the p2g, p2g_part and node_masks_async calls that follow queue behind it (cuda: the
    * step's first kernel waits on the device; cpu: the calls are deferred). g2p_collect does the
    * rest of g2p (waits for the G2P, not the queued step; reads its flags: wants_rebuild,
-   * max_speed, emigrants, failures). gate_open(go) lets the queued step run (1) or voids it (0:
+   * max_speed, failures). gate_open(go) lets the queued step run (1) or voids it (0:
    * its kernels return at once, the deferred calls are dropped; particles and grid stay as g2p
    * left them, so that a rebuild-mapping can follow). Every armed g2p_ahead is followed by one
    * gate_open; destroy voids a gate left shut. */
@@ -144,53 +140,34 @@ typedef struct backend {
   int (*advance_frame)(void *state, const frame_plan *plan, frame_report *rep);
   /* Copies the particles out (out is resized as needed; allocates). Order is unspecified. */
   int (*download)(void *state, particles *out);
-  /* The rank exchange (optional; NULL where a backend does not take part in several ranks yet). */
+  /* The rank exchange (mpi/exchange.h; NULL where a backend does not take part in several ranks:
+   * sim.c refuses one without blocks, node_masks, pack_nodes and unpack_add_nodes there). */
   /* The current mapping's block codes, sorted; a code's position is its dense block index. */
   int (*blocks)(void *state, const uint64_t **codes, size_t *n);
-  /* Values per block that pack and unpack_add move (0: 4 channels x 64 nodes, mass and momentum). */
+  /* Values per block of the P2G sums (0: 4 channels x 64 nodes, mass and momentum); a multiple of
+   * 64: block_sums / 64 channels of one value per node. */
   int block_sums;
   /* 0: the values are floats; 1: int64 fixed-point sums (deterministic mode, physics/fixed.h),
    * which add the same in any order, so that the result does not depend on the ranks. */
   int sums_int64;
-  /* Copies the P2G sums (block_sums values) of the listed blocks into out, block after block. */
-  int (*pack)(void *state, const int32_t *idx, size_t n, void *out);
-  /* Adds sums laid out as pack's into the listed blocks (they count as touched). */
-  int (*unpack_add)(void *state, const int32_t *idx, size_t n, const void *in);
-  /* Optional (NULL: every shared block travels, as pack writes it): pack and unpack_add for the
-   * sparse exchange (mpi/exchange.h), where only the blocks this rank's P2G touched this step
-   * travel. pack_sparse writes a mask of SPARSE_MASK_BYTES(n) bytes (bit k of 64-bit word k / 64:
-   * block idx[k] was touched), then the touched blocks' sums as pack lays them out, and says how
-   * many bytes that is. unpack_add_sparse adds such a message (bytes long, from another rank) to
-   * the listed blocks; a message whose length does not match its mask is an error. The backend
-   * may read in until the next g2p returns (cuda: the copy is queued, not waited for), so the
-   * caller leaves it unchanged until then. */
-  int (*pack_sparse)(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes);
-  int (*unpack_add_sparse)(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes);
-  /* Optional (with pack_sparse; NULL: pack_sparse alone): pack_sparse in two halves, so that the
-   * caller queues work between them (sim.c: the interior's P2G, which adds to no shared block)
-   * that the device runs while the message travels to the host. pack_sparse_async queues the
-   * pack of one link into buffers of its own (slot: the link's index, 0, 1, ...);
-   * pack_sparse_wait(slot) waits for it and writes its message to out, as pack_sparse would,
-   * without waiting for the work queued after it. */
-  int (*pack_sparse_async)(void *state, int slot, const int32_t *idx, size_t n);
-  int (*pack_sparse_wait)(void *state, int slot, void *out, size_t *bytes);
-  /* Optional (node_masks, pack_nodes and unpack_add_nodes, or none; NULL: the sparse exchange of
-   * whole blocks): the node exchange (mpi/exchange.h), in which only the nodes that both ranks'
-   * P2G reached this step travel. node_masks writes to out the mask of each listed block's nodes
-   * that hold a non-zero sum this step (bit j of the block's 64-bit word: node j of its 4 x 4 x 4,
-   * the grid's node order; an untouched block's word is 0; deterministic mode: every node of a
-   * touched block). Optional with it (both or neither), node_masks in two halves, as
-   * pack_sparse_async and pack_sparse_wait: node_masks_async queues the masks into buffers of its
-   * own (slot: the link's index) and queues behind the gate as pack_sparse_async does;
-   * node_masks_wait(slot) waits for them (not for what was queued after) and writes the n words
-   * to out. pack_nodes writes the sums of the nodes that mask marks (the AND of both ranks'
-   * masks) of the listed blocks: block after block, channel by channel (block_sums / 64 channels),
-   * the marked nodes in order; base[k] is the number of marked nodes in blocks 0 .. k-1 (the
-   * caller's prefix sum: block k's values start at base[k] x channels). It reads only the shared
-   * blocks that the boundary's P2G completed (the interior's P2G, queued before it, touches none),
-   * and returns once out holds the message. unpack_add_nodes adds such a message to the listed
-   * blocks (each block it marks is one this rank's P2G touched: the AND holds this rank's mask);
-   * in, mask and base stay unchanged until the next g2p returns, as for unpack_add_sparse. */
+  /* The node exchange, in which only the nodes that both ranks' P2G reached this step travel.
+   * node_masks writes to out the mask of each listed block's nodes that hold a non-zero sum this
+   * step (bit j of the block's 64-bit word: node j of its 4 x 4 x 4, the grid's node order; an
+   * untouched block's word is 0; deterministic mode: every node of a touched block). Optional
+   * (both or neither), node_masks in two halves, so that the caller queues work between them
+   * (sim.c: the interior's P2G, which adds to no shared block) that the device runs while the
+   * masks travel to the host: node_masks_async queues the masks into buffers of its own (slot:
+   * the link's index, 0, 1, ...) and queues behind the gate (g2p_ahead); node_masks_wait(slot)
+   * waits for them (not for what was queued after) and writes the n words to out. pack_nodes
+   * writes the sums of the nodes that mask marks (the AND of both ranks' masks) of the listed
+   * blocks: block after block, channel by channel (block_sums / 64 channels), the marked nodes in
+   * order; base[k] is the number of marked nodes in blocks 0 .. k-1 (the caller's prefix sum:
+   * block k's values start at base[k] x channels). With every node marked (base[k] = 64 k) that
+   * is every value of the blocks in the grid's layout. It reads only the shared blocks that the
+   * boundary's P2G completed (the interior's P2G, queued before it, touches none), and returns
+   * once out holds the message. unpack_add_nodes adds such a message to the listed blocks (each
+   * block it marks is one this rank's P2G touched: the AND holds this rank's mask); in, mask and
+   * base stay unchanged until the next g2p returns (cuda: the copy is queued, not waited for). */
   int (*node_masks)(void *state, const int32_t *idx, size_t n, uint64_t *out);
   int (*node_masks_async)(void *state, int slot, const int32_t *idx, size_t n);
   int (*node_masks_wait)(void *state, int slot, uint64_t *out);
@@ -208,13 +185,7 @@ typedef struct backend {
    * particles whose stencils reach no block that mark_shared marked, while the shared sums are in
    * flight; the next g2p then does the rest and everything g2p does after its G2P. */
   int (*g2p_interior)(void *state, float dt);
-  /* Optional (both NULL or neither): the box, in blocks and half-open, past which a particle would
-   * leave the rank (emigrate's lo and hi, the margin included); from the next step on, g2p notes
-   * whether any particle lies outside it, and emigrants says so for the last g2p (1: some may;
-   * a particle emigrate would take is never missed). Until the first set_home nothing is outside. */
-  int (*set_home)(void *state, const int32_t lo[3], const int32_t hi[3]);
-  int (*emigrants)(void *state);
-  /* Optional: memory for the shared sums that pack writes and unpack_add reads: pinned host
+  /* Optional: memory for the shared sums that pack_nodes writes and unpack_add_nodes reads: pinned host
    * memory (device = 0; cuda: copies without a pageable bounce), or device memory (device = 1)
    * that a CUDA-aware MPI sends from directly. NULL: the rank exchange uses malloc. */
   int (*alloc_sums)(void *state, size_t bytes, int device, void **ptr);

@@ -40,7 +40,7 @@
 #define CH_APIC 4   /* grid channels: mass, momentum x, y, z (the grid update makes it velocity) */
 #define CH_ASFLIP 7 /* ... and the momentum without the stress impulse (ASFLIP's old velocity) */
 
-typedef struct xslot { /* pack_sparse_async's message of one link */
+typedef struct xslot { /* node_masks_async's masks of one link */
   void *msg;
   size_t cap, bytes;
 } xslot;
@@ -49,7 +49,7 @@ typedef struct cpu_state {
   sim_params prm;
   material_params *mats;
   float origin[3], inv_dx;
-  xslot *xslot;                 /* pack_sparse_async's messages, one per link */
+  xslot *xslot;                 /* node_masks_async's masks, one slot per link */
   int n_xslot;
   int channels;                 /* CH_APIC or CH_ASFLIP */
   size_t bf;                    /* floats per grid block: channels x 64 */
@@ -83,16 +83,14 @@ typedef struct cpu_state {
   int need_rebuild;
   uint64_t rebuilds;
   float vmax;
-  int32_t home_lo[3], home_hi[3]; /* the rank's box with its margin, in blocks (set_home; none: the int range) */
-  int emig;                       /* the last g2p left a particle outside it */
   /* backend.h's gate (g2p_ahead, gate_open): the CPU computes at once, so the calls that a GPU
    * would queue behind the gate are deferred until it opens (run) or dropped (voided) */
   int ahead_on;                   /* DRIFT_STEP_AHEAD (default 1): g2p_ahead arms the gate */
   int gate_armed;
   int gate_p2g;                   /* p2g(gate_dt) waits behind the gate */
   float gate_dt;
-  struct gate_pack { int slot, masks; const int32_t *idx; size_t n; } *gate_pack; /* pack_sparse_async's and node_masks_async's, in order */
-  int n_gate_pack, cap_gate_pack;
+  struct gate_masks { int slot; const int32_t *idx; size_t n; } *gate_masks; /* node_masks_async's, in order */
+  int n_gate_masks, cap_gate_masks;
 } cpu_state;
 
 /* ---- storage ------------------------------------------------------------------------------ */
@@ -445,10 +443,10 @@ static int g2p(void *state, float dt) {
   const float dx = s->prm.dx, k = 4.0f * s->inv_dx * s->inv_dx;
   const float runaway = DR_RUNAWAY_CELLS * dx / dt; /* speed limit of backend.h */
   float vmax = 0.0f;
-  int leave = 0, emig = 0;
+  int leave = 0;
   long bad = -1;
   const boundary_params *bp = &s->prm.boundary; /* colliders at s->poses: the grid update's, the step's end */
-#pragma omp parallel for schedule(static) reduction(max : vmax) reduction(| : leave, emig)
+#pragma omp parallel for schedule(static) reduction(max : vmax) reduction(| : leave)
   for (long il = 0; il < (long)p->n; ++il) {
     size_t i = (size_t)il;
     int32_t pb = s->pblock[i];
@@ -500,27 +498,13 @@ static int g2p(void *state, float dt) {
     vmax = fmaxf(vmax, sqrtf(sp2));
     int b[3];
     base_node(s, x, b);
-    for (int a = 0; a < 3; ++a) {
-      leave |= !sparse_in_free_zone(b[a], P[a]);
-      emig |= (b[a] >> 2) < s->home_lo[a] || (b[a] >> 2) >= s->home_hi[a]; /* emigrate's rule */
-    }
+    for (int a = 0; a < 3; ++a) leave |= !sparse_in_free_zone(b[a], P[a]);
   }
   if (bad >= 0) return backend_fail_particle(&s->prm, p->id[bad], p->material[bad]);
   s->vmax = vmax;
   s->need_rebuild |= leave;
-  s->emig = emig;
   return DR_OK;
 }
-
-/* backend.h's set_home and emigrants (DRIFT_HOME_FLAG=1, as the cuda backend's) */
-static int set_home(void *state, const int32_t lo[3], const int32_t hi[3]) {
-  cpu_state *s = state;
-  for (int a = 0; a < 3; ++a) s->home_lo[a] = lo[a], s->home_hi[a] = hi[a];
-  s->emig = 0;
-  return DR_OK;
-}
-
-static int emigrants(void *state) { return ((cpu_state *)state)->emig; }
 
 /* ---- the rest of the interface ----------------------------------------------------------- */
 
@@ -563,88 +547,26 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
   return DR_OK;
 }
 
-static int pack(void *state, const int32_t *idx, size_t n, void *out) {
-  cpu_state *s = state;
-  for (size_t k = 0; k < n; ++k) {
-    if (s->det)
-      memcpy((int64_t *)out + k * s->bf, s->igrid + (size_t)idx[k] * s->bf, s->bf * sizeof(int64_t));
-    else
-      memcpy((float *)out + k * s->bf, s->grid + (size_t)idx[k] * s->bf, s->bf * sizeof(float));
+/* node_masks_async deferred behind the gate, after the p2g deferred before it (gate_open runs
+ * them in order). */
+static int gate_defer(cpu_state *s, int slot, const int32_t *idx, size_t n) {
+  if (s->n_gate_masks == s->cap_gate_masks) {
+    const int cap = s->cap_gate_masks ? 2 * s->cap_gate_masks : 4;
+    struct gate_masks *q = realloc(s->gate_masks, sizeof *q * (size_t)cap);
+    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the node masks queued behind the gate");
+    s->gate_masks = q, s->cap_gate_masks = cap;
   }
+  s->gate_masks[s->n_gate_masks++] = (struct gate_masks){slot, idx, n};
   return DR_OK;
 }
 
-static int unpack_add(void *state, const int32_t *idx, size_t n, const void *vin) {
-  cpu_state *s = state;
-  if (s->det) { /* integer sums: the order of the ranks' additions does not matter */
-    for (size_t k = 0; k < n; ++k) {
-      int64_t *g = s->igrid + (size_t)idx[k] * s->bf;
-      const int64_t *q = (const int64_t *)vin + k * s->bf;
-      int any = 0;
-      for (size_t j = 0; j < s->bf; ++j) {
-        g[j] += q[j];
-        any |= q[j] != 0;
-      }
-      if (any) s->touched[idx[k]] = 1;
-    }
-    return DR_OK;
-  }
-  const float *in = vin;
-  for (size_t k = 0; k < n; ++k) {
-    float *g = s->grid + (size_t)idx[k] * s->bf;
-    const float *q = in + k * s->bf;
-    int any = 0;
-    for (size_t j = 0; j < s->bf; ++j) {
-      g[j] += q[j];
-      any |= q[j] != 0.0f;
-    }
-    if (any) s->touched[idx[k]] = 1;
-  }
-  return DR_OK;
-}
-
-/* The sparse exchange (backend.h): the mask of the listed blocks this rank's P2G touched, then
- * their sums as pack lays them out. */
-static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
-  cpu_state *s = state;
-  const size_t vb = s->bf * (s->det ? sizeof(int64_t) : sizeof(float)), head = SPARSE_MASK_BYTES(n);
-  uint64_t *mask = out;
-  char *q = (char *)out + head;
-  memset(mask, 0, head);
-  size_t m = 0;
-  for (size_t k = 0; k < n; ++k) {
-    if (!s->touched[idx[k]]) continue;
-    mask[k / 64] |= 1ull << (k % 64);
-    DR_TRY(pack(state, idx + k, 1, q + m * vb));
-    ++m;
-  }
-  *bytes = head + m * vb;
-  return DR_OK;
-}
-
-/* pack_sparse in two halves (backend.h): the CPU packs at once into the slot's buffer, and the
- * wait hands it over; sim.c's order with the interior's P2G between them is tested here. The
- * message is the same: the interior adds to no shared block. */
-/* A pack (masks: node_masks_async's masks) deferred behind the gate, after the p2g deferred
- * before it (gate_open runs them in order). */
-static int gate_defer(cpu_state *s, int slot, int masks, const int32_t *idx, size_t n) {
-  if (s->n_gate_pack == s->cap_gate_pack) {
-    const int cap = s->cap_gate_pack ? 2 * s->cap_gate_pack : 4;
-    struct gate_pack *q = realloc(s->gate_pack, sizeof *q * (size_t)cap);
-    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the packs queued behind the gate");
-    s->gate_pack = q, s->cap_gate_pack = cap;
-  }
-  s->gate_pack[s->n_gate_pack++] = (struct gate_pack){slot, masks, idx, n};
-  return DR_OK;
-}
-
-/* The slot's message buffer, of at least need bytes. */
+/* The slot's mask buffer, of at least need bytes. */
 static int xslot_get(cpu_state *s, int slot, size_t need, xslot **out) {
-  if (slot < 0) return dr_fail(DR_EINTERNAL, "cpu backend: pack slot %d", slot);
+  if (slot < 0) return dr_fail(DR_EINTERNAL, "cpu backend: node mask slot %d", slot);
   if (slot >= s->n_xslot) {
     const int cap = slot + 1 > 2 * s->n_xslot ? slot + 1 : 2 * s->n_xslot;
     xslot *q = realloc(s->xslot, sizeof *q * (size_t)cap);
-    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's pack buffers");
+    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's mask buffers");
     memset(q + s->n_xslot, 0, sizeof *q * (size_t)(cap - s->n_xslot));
     s->xslot = q, s->n_xslot = cap;
   }
@@ -653,42 +575,9 @@ static int xslot_get(cpu_state *s, int slot, size_t need, xslot **out) {
     free(x->msg);
     x->msg = malloc(need ? need : 1);
     x->cap = x->msg ? need : 0;
-    if (!x->msg) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's pack buffers (%zu bytes)", need);
+    if (!x->msg) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's mask buffers (%zu bytes)", need);
   }
   *out = x;
-  return DR_OK;
-}
-
-static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
-  cpu_state *s = state;
-  if (s->gate_armed) return gate_defer(s, slot, 0, idx, n);
-  xslot *x = NULL;
-  DR_TRY(xslot_get(s, slot, SPARSE_MASK_BYTES(n) + n * s->bf * (s->det ? sizeof(int64_t) : sizeof(float)), &x));
-  return pack_sparse(state, idx, n, x->msg, &x->bytes);
-}
-
-static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
-  cpu_state *s = state;
-  if (slot >= s->n_xslot) return dr_fail(DR_EINTERNAL, "cpu backend: pack_sparse_wait(%d) without its pack_sparse_async", slot);
-  memcpy(out, s->xslot[slot].msg, s->xslot[slot].bytes);
-  *bytes = s->xslot[slot].bytes;
-  return DR_OK;
-}
-
-static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
-  cpu_state *s = state;
-  const size_t vb = s->bf * (s->det ? sizeof(int64_t) : sizeof(float)), head = SPARSE_MASK_BYTES(n);
-  const uint64_t *mask = in;
-  size_t marked = 0;
-  if (bytes >= head)
-    for (size_t w = 0; w < head / 8; ++w) marked += (size_t)__builtin_popcountll(mask[w]);
-  if (bytes < head || bytes != head + marked * vb || (n % 64 && (mask[n / 64] >> (n % 64)) != 0))
-    return dr_fail(DR_EINTERNAL, "rank exchange: a message of %zu bytes for %zu shared blocks does not match its mask "
-                   "(%zu blocks marked, %zu bytes each)", bytes, n, marked, vb);
-  const char *q = (const char *)in + head;
-  size_t m = 0;
-  for (size_t k = 0; k < n; ++k)
-    if ((mask[k / 64] >> (k % 64)) & 1u) DR_TRY(unpack_add(state, idx + k, 1, q + vb * m++));
   return DR_OK;
 }
 
@@ -720,7 +609,7 @@ static int node_masks(void *state, const int32_t *idx, size_t n, uint64_t *out) 
 /* Into the slot's buffer at once (behind the gate: when it opens); node_masks_wait hands it over. */
 static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
   cpu_state *s = state;
-  if (s->gate_armed) return gate_defer(s, slot, 1, idx, n);
+  if (s->gate_armed) return gate_defer(s, slot, idx, n);
   xslot *x = NULL;
   DR_TRY(xslot_get(s, slot, n * sizeof(uint64_t), &x));
   x->bytes = n * sizeof(uint64_t);
@@ -826,7 +715,7 @@ static int add_particles(void *state, const particles *p) {
 static int p2g_part(void *state, float dt, int part) { return part == P2G_BOUNDARY ? p2g(state, dt) : DR_OK; }
 
 /* backend.h's g2p_ahead, g2p_collect and gate_open: g2p at once, then the gate defers the next
- * step's p2g and packs (p2g, pack_sparse_async) until it opens, in their order; a voided gate
+ * step's p2g and node masks (p2g, node_masks_async) until it opens, in their order; a voided gate
  * drops them. Nothing to gain on a CPU, but the ranks' loop runs the same order of calls as on
  * a GPU, so that the tests check it here (DRIFT_STEP_AHEAD=0: off). */
 static int g2p_ahead(void *state, float dt, int *armed) {
@@ -836,7 +725,7 @@ static int g2p_ahead(void *state, float dt, int *armed) {
   if (!s->ahead_on) return DR_OK;
   s->gate_armed = 1;
   s->gate_p2g = 0;
-  s->n_gate_pack = 0;
+  s->n_gate_masks = 0;
   *armed = 1;
   return DR_OK;
 }
@@ -850,8 +739,8 @@ static int gate_open(void *state, int go) {
   cpu_state *s = state;
   if (!s->gate_armed) return dr_fail(DR_EINTERNAL, "cpu backend: gate_open without g2p_ahead");
   s->gate_armed = 0;
-  const int n = s->n_gate_pack;
-  s->n_gate_pack = 0;
+  const int n = s->n_gate_masks;
+  s->n_gate_masks = 0;
   if (!go) {
     s->gate_p2g = 0;
     return DR_OK;
@@ -861,8 +750,8 @@ static int gate_open(void *state, int go) {
     DR_TRY(p2g(state, s->gate_dt));
   }
   for (int k = 0; k < n; ++k) {
-    const struct gate_pack *q = &s->gate_pack[k];
-    DR_TRY(q->masks ? node_masks_async(state, q->slot, q->idx, q->n) : pack_sparse_async(state, q->slot, q->idx, q->n));
+    const struct gate_masks *q = &s->gate_masks[k];
+    DR_TRY(node_masks_async(state, q->slot, q->idx, q->n));
   }
   return DR_OK;
 }
@@ -913,7 +802,7 @@ static void destroy(void *state) {
   free(s->mats);
   for (int k = 0; k < s->n_xslot; ++k) free(s->xslot[k].msg);
   free(s->xslot);
-  free(s->gate_pack);
+  free(s->gate_masks);
   free(s);
 }
 
@@ -935,7 +824,6 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
     return DR_ENOMEM;
   }
   s->inv_dx = 1.0f / prm->dx;
-  for (int a = 0; a < 3; ++a) s->home_lo[a] = INT32_MIN, s->home_hi[a] = INT32_MAX;
   s->channels = CH_APIC;
   for (int m = 0; m < prm->n_materials; ++m)
     if (prm->materials[m].transfer == TRANSFER_ASFLIP) s->channels = CH_ASFLIP;
@@ -953,16 +841,12 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   memset(p, 0, sizeof *p);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
                    .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .count = count, .destroy = destroy,
-                   .blocks = blocks, .pack = pack, .unpack_add = unpack_add, .pack_sparse = pack_sparse,
-                   .pack_sparse_async = pack_sparse_async, .pack_sparse_wait = pack_sparse_wait,
-                   .unpack_add_sparse = unpack_add_sparse, .node_masks = node_masks, .node_masks_async = node_masks_async,
+                   .blocks = blocks, .node_masks = node_masks, .node_masks_async = node_masks_async,
                    .node_masks_wait = node_masks_wait, .pack_nodes = pack_nodes, .unpack_add_nodes = unpack_add_nodes,
                    .wants_rebuild = wants_rebuild,
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
                    .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .particle_blocks = particle_blocks, .p2g_part = p2g_part, .set_time = set_time,
                    .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};
-  const char *hf = getenv("DRIFT_HOME_FLAG");
-  if (hf && !strcmp(hf, "1")) out->set_home = set_home, out->emigrants = emigrants;
   const char *sa = getenv("DRIFT_STEP_AHEAD");
   s->ahead_on = !(sa && !strcmp(sa, "0"));
   out->g2p_ahead = g2p_ahead, out->g2p_collect = g2p_collect, out->gate_open = gate_open;

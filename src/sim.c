@@ -71,8 +71,6 @@ struct sim {
   balance_model bal;    /* when the cuts move: threshold and cost rules (balance.h) */
   /* this rank's last rebalance, for the next vote (0: none since): its time (ns) and emigrants */
   double rebal_ns, rebal_moved;
-  int home_set;         /* the backend has this rank's box (set_home) as the cuts and the margin stand */
-  int check_emigrants;  /* DRIFT_CHECK_EMIGRANTS=1: emigrate runs where the vote says none left, and must find none */
   int setup_pending;    /* the mapping changed (redistribute): the next step sets up the exchange */
   int setup_rc;         /* ... and this rank's part of that rebuild-mapping returned this, which the ranks
                          * agree on in that step, once its P2G is queued (setup_exchange_during_p2g) */
@@ -81,12 +79,11 @@ struct sim {
   long win_steps;         /* the steps since the cuts last moved (the same on every rank) */
   MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
   MPI_Op vote_op;
-  int vote_nonblocking; /* DRIFT_VOTE_NONBLOCKING=1: MPI_Iallreduce (vote_start) */
   /* The next step queued ahead of the vote (backend.h's g2p_ahead; advance_frame_ranks): */
   int gate_shut;        /* g2p_ahead armed the backend's gate: gate_open follows the vote */
   int ahead;            /* the step about to run was queued ahead and its gate opened */
   int ahead_rc;         /* ... what queueing its P2G returned */
-  int ahead_early;      /* ... its packs were queued (exchange_pack), the interior's P2G after them */
+  int ahead_early;      /* ... its node masks were queued (exchange_pack), the interior's P2G after them */
   int migrate_margin;   /* blocks a particle may stray past its rank's box before it migrates at a
                          * rebuild-mapping whose cuts stay (DRIFT_MIGRATE_MARGIN, default 1; vote_op) */
   rank_frame_stats fs;  /* since the last progress line */
@@ -162,7 +159,6 @@ enum {
   VOTE_LOAD_MAX, /* the load balance's measure (particles or compute seconds; balance_by) */
   VOTE_N_MAX,    /* particles */
   VOTE_REBAL_NS, /* the time the last rebalance took, ns (0: none since the last vote) */
-  VOTE_EMIG,     /* a particle may lie outside its rank's box (backend.h's emigrants) */
   VOTE_SUMS,
   VOTE_LOAD_SUM = VOTE_SUMS,
   VOTE_N_SUM,
@@ -281,7 +277,6 @@ static int rebalance(sim *S, const load_pairs *L) {
   if (rc == DR_OK) {
     decomp_free(&S->dec);
     rc = decomp_rcb_pairs(all, total / 2, S->nranks, &S->dec);
-    S->home_set = 0; /* the box moved */
   }
   free(counts), free(displs), free(all);
   return rc;
@@ -431,20 +426,6 @@ static int migrate(sim *S, const particles *p, int margin, particles *q) {
   return comm_agree(S->comm, rc);
 }
 
-/* Hands the backend this rank's box with the migration's margin (set_home), where the cuts or
- * the margin changed since it last had it; every particle lies inside it then (the cuts' particles
- * have just moved to their owners), so the vote's VOTE_EMIG stays 0 until a g2p finds one outside.
- * Needs the margin (vote_op). */
-static int home_put(sim *S) {
-  if (S->home_set || !S->be.set_home) return DR_OK;
-  const int32_t *box = S->dec.box[S->rank];
-  const int m = S->migrate_margin;
-  const int32_t lo[3] = {box[0] - m, box[1] - m, box[2] - m}, hi[3] = {box[3] + m, box[4] + m, box[5] + m};
-  DR_TRY(S->be.set_home(S->be.state, lo, hi));
-  S->home_set = 1;
-  return DR_OK;
-}
-
 /* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven (from the
  * backend's per-block counts, particle_blocks), then sends the particles that left this rank's
  * box by more than the margin (a block, DRIFT_MIGRATE_MARGIN; by any amount after new cuts) to
@@ -457,7 +438,7 @@ static int redistribute(sim *S, const double *glob) {
    * step vote that asked for this rebuild-mapping (step_vote) */
   const int by_time = S->sc->balance_by == BALANCE_TIME;
   const double my_seconds = S->win_seconds, my_n = (double)rank_count(S);
-  /* loads: particles, or compute time in ns (vote_start) */
+  /* loads: particles, or compute time in ns (vote) */
   const double lmax[2] = {glob[VOTE_LOAD_MAX], glob[VOTE_N_MAX]}, lsum[2] = {glob[VOTE_LOAD_SUM], glob[VOTE_N_SUM]};
   int rc = DR_OK;
   S->compute_seconds = 0;
@@ -510,34 +491,19 @@ static int redistribute(sim *S, const double *glob) {
    * from the particles emigrate gives */
   const void *gone = NULL;
   size_t n_gone = 0, n_in = 0;
-  /* The step vote says whether any rank's last G2P left a particle past its box (VOTE_EMIG: the
-   * backends' emigrants, where they tell). Where none did and the cuts stay, nothing emigrates
-   * and nothing arrives: emigrate and the migration's messages are skipped (every rank alike: the
-   * vote is the same everywhere). DRIFT_CHECK_EMIGRANTS=1 (the tests) runs emigrate anyway and
-   * fails where it finds a particle the flag missed. */
-  const int none_left = !cuts_move && glob[VOTE_EMIG] == 0;
-  if (none_left && !S->check_emigrants) {
-    log_trace("redistribute: no particle past a rank's box (the step vote): no migration");
+  if (S->be.emigrate_records) {
+    rc = S->be.emigrate_records(S->be.state, lo, hi, &gone, &n_gone);
   } else {
-    if (S->be.emigrate_records) {
-      rc = S->be.emigrate_records(S->be.state, lo, hi, &gone, &n_gone);
-    } else {
-      particles *out = &S->leaving;
-      out->n = 0;
-      rc = S->be.emigrate(S->be.state, lo, hi, out);
-      if (rc == DR_OK) rc = pack_records(S, out);
-      gone = S->mig_buf[2], n_gone = rc == DR_OK ? out->n : 0;
-    }
-    if (rc == DR_OK && none_left && n_gone > 0)
-      rc = dr_fail(DR_EINTERNAL, "DRIFT_CHECK_EMIGRANTS: %zu particles left rank %d's box, which its last G2P did not flag",
-                   n_gone, S->rank);
-    else if (rc == DR_OK && none_left)
-      log_trace("redistribute: no particle past a rank's box (the step vote), and emigrate found none (checked)");
-    log_trace("redistribute: %zu particles emigrate", n_gone);
-    /* agreed in migrate_records; its exchange's own failure in the next step's (S->setup_rc) */
-    rc = migrate_records(S, rc, (const unsigned char *)gone, n_gone, margin, &n_in);
-    log_trace("redistribute: %zu particles arrive", n_in);
+    particles *out = &S->leaving;
+    out->n = 0;
+    rc = S->be.emigrate(S->be.state, lo, hi, out);
+    if (rc == DR_OK) rc = pack_records(S, out);
+    gone = S->mig_buf[2], n_gone = rc == DR_OK ? out->n : 0;
   }
+  log_trace("redistribute: %zu particles emigrate", n_gone);
+  /* agreed in migrate_records; its exchange's own failure in the next step's (S->setup_rc) */
+  rc = migrate_records(S, rc, (const unsigned char *)gone, n_gone, margin, &n_in);
+  log_trace("redistribute: %zu particles arrive", n_in);
   if (rc == DR_OK && S->hook.action == HOOK_REBUILD && S->hook.rank == S->rank && S->st.steps + 1 >= S->hook.step) {
     S->hook.action = HOOK_NONE; /* the tests' hook: this rank's part of a rebuild-mapping fails, the others' do not */
     rc = dr_fail(DR_EINTERNAL, "DRIFT_TEST_HOOK: rank %d fails alone in its rebuild-mapping before step %llu", S->rank,
@@ -558,7 +524,6 @@ static int redistribute(sim *S, const double *glob) {
   /* The ranks agree on this rank's part (rc) in the step that follows, once its P2G is queued, so
    * that the device does not wait for the slowest rank's rebuild-mapping; then the exchange is set
    * up for the new mapping while the device runs that P2G (setup_exchange_during_p2g). */
-  if (rc == DR_OK) rc = home_put(S); /* after new cuts */
   S->setup_pending = 1;
   S->setup_rc = rc;
   if (cuts_move) { /* this rank's part of the rebalance's cost, for the next vote */
@@ -674,16 +639,16 @@ static int stop_at(sim *S, int sig, double t, int k) {
   return DR_ESTOPPED;
 }
 
-/* The per-step agreement of several ranks: one non-blocking allreduce (VOTE_*: largest, then
- * sums) of the largest speed (the next step's dt), whether any rank wants a rebuild-mapping, the
- * first failure, a signal, whether a failure came from the step just done (so that every rank
- * names the same step in its message), and the loads the load balance compares at a
- * rebuild-mapping. Its inputs are known once a step's g2p is done, and its result is needed
- * before the next step's p2g (dt, and a rebuild-mapping that moves particles between ranks): it
- * starts right after g2p, and the host work that does not depend on it runs before the wait. */
+/* The per-step agreement of several ranks: one blocking allreduce (VOTE_*: largest, then sums)
+ * of the largest speed (the next step's dt), whether any rank wants a rebuild-mapping, the first
+ * failure, a signal, whether a failure came from the step just done (so that every rank names the
+ * same step in its message), and the loads the load balance compares at a rebuild-mapping. Its
+ * inputs are known once a step's g2p is done, and its result is needed before the next step's p2g
+ * (dt, and a rebuild-mapping that moves particles between ranks). Blocking: the host has little to
+ * overlap with it, while the device waits for it between g2p and the next p2g, or runs the step
+ * queued ahead behind its gate (backend.h's g2p_ahead). */
 typedef struct step_vote {
   double loc[VOTE_N], glob[VOTE_N];
-  MPI_Request req;
 } step_vote;
 
 /* The vote's reduction: the largest of its first VOTE_SUMS entries, the sum of the others. MPI
@@ -701,12 +666,6 @@ static void vote_reduce(void *in, void *inout, int *len, MPI_Datatype *type) {
 /* The vote's element type and reduction, made once a run. */
 static int vote_op(sim *S) {
   if (S->vote_op) return DR_OK;
-  /* blocking and non-blocking collectives do not match each other: the ranks agree on which */
-  const char *nbe = getenv("DRIFT_VOTE_NONBLOCKING");
-  int nb = nbe && !strcmp(nbe, "1");
-  DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &nb, 1, MPI_INT, MPI_MAX, S->comm));
-  S->vote_nonblocking = nb;
-  log_trace("step vote: %s allreduce", nb ? "non-blocking" : "blocking");
   /* For A/B measurements: a wider margin migrates fewer particles back and forth across a cut,
    * a narrower one keeps the band of shared blocks thinner. The ranks take the largest asked. */
   const char *mme = getenv("DRIFT_MIGRATE_MARGIN");
@@ -714,10 +673,6 @@ static int vote_op(sim *S) {
   mm = mm < 0 ? 0 : mm > 4 ? 4 : mm;
   DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &mm, 1, MPI_INT, MPI_MAX, S->comm));
   S->migrate_margin = mm;
-  const char *ce = getenv("DRIFT_CHECK_EMIGRANTS");
-  int check = ce && !strcmp(ce, "1");
-  DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &check, 1, MPI_INT, MPI_MAX, S->comm));
-  S->check_emigrants = check;
   MPI_Datatype t;
   DR_MPI(MPI_Type_contiguous(VOTE_N, MPI_DOUBLE, &t));
   int e = MPI_Type_commit(&t);
@@ -731,11 +686,11 @@ static int vote_op(sim *S) {
   return DR_OK;
 }
 
-/* Casts this rank's vote for the next step: the tests' hook, the speed and rebuild flag of the
- * last g2p, *rc (a failure so far; one set on entry came from the step just done), a pending
- * signal. A failing hook returns at once (the others wait in the allreduce until main ends the
- * job). */
-static int vote_start(sim *S, step_vote *v, int *rc) {
+/* Casts this rank's vote for the next step and waits for the result: the tests' hook, the speed
+ * and rebuild flag of the last g2p, *rc (a failure so far; one set on entry came from the step
+ * just done), a pending signal. A failing hook returns at once (the others wait in the allreduce
+ * until main ends the job). The wait counts as waiting on MPI. */
+static int vote(sim *S, step_vote *v, int *rc) {
   backend *b = &S->be;
   float vmax = 0.0f;
   v->loc[VOTE_FAILED] = *rc != DR_OK; /* the failure, if any, came from the step's phases */
@@ -743,7 +698,6 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
   if (*rc == DR_OK) *rc = step_speed(S, &vmax);
   v->loc[VOTE_VMAX] = vmax;
   v->loc[VOTE_REBUILD] = *rc == DR_OK && b->wants_rebuild(b->state);
-  v->loc[VOTE_EMIG] = !(S->home_set && b->emigrants) || b->emigrants(b->state);
   v->loc[VOTE_STATUS] = *rc;
   v->loc[VOTE_SIGNAL] = signals_pending();
   /* whole numbers (compute time in ns), whose sums a double holds exactly in any order: every
@@ -759,31 +713,16 @@ static int vote_start(sim *S, step_vote *v, int *rc) {
   S->rebal_ns = S->rebal_moved = 0;
   DR_TRY(vote_op(S));
   const double w = MPI_Wtime();
-  /* Blocking by default: the host has little to overlap with the vote (the bookkeeping of
-   * advance_frame_ranks), while the device waits for it between g2p and the next p2g
-   * (DRIFT_GPU_MARKS; DRIFT_VOTE_NONBLOCKING=1 posts an MPI_Iallreduce instead, docs/performance.md). */
-  if (S->vote_nonblocking) DR_MPI(MPI_Iallreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm, &v->req));
-  else {
-    v->req = MPI_REQUEST_NULL;
-    DR_MPI(MPI_Allreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm));
-  }
+  DR_MPI(MPI_Allreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm));
   S->fs.wait += MPI_Wtime() - w;
   return DR_OK;
 }
 
-/* Waits for the vote; the time counts as waiting on MPI. */
-static int vote_finish(sim *S, step_vote *v) {
-  const double w = MPI_Wtime();
-  DR_MPI(MPI_Wait(&v->req, MPI_STATUS_IGNORE));
-  S->fs.wait += MPI_Wtime() - w;
-  return DR_OK;
-}
-
-/* Queues step k + 1's P2G (and with p2g_part, the boundary's P2G, the packs and the interior's
- * P2G, as the loop below does after the vote) behind the gate that g2p_ahead shut: the device
- * starts it the moment the vote lets it (gate_open), instead of after the host's launches. Only
- * where the step will be a plain one: fixed steps, not a frame's last step, not a set-up step
- * (a rebuild-mapping voids the gate first). A failure here goes into the vote. */
+/* Queues step k + 1's P2G (and with p2g_part, the boundary's P2G, the node masks and the
+ * interior's P2G, as the loop below does after the vote) behind the gate that g2p_ahead shut: the
+ * device starts it the moment the vote lets it (gate_open), instead of after the host's launches.
+ * Only where the step will be a plain one: fixed steps, not a frame's last step, not a set-up
+ * step (a rebuild-mapping voids the gate first). A failure here goes into the vote. */
 static int queue_ahead(sim *S, double t_next, float dt) {
   backend *b = &S->be;
   const int split = b->p2g_part && S->ex.nlinks > 0;
@@ -803,19 +742,16 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
   backend *b = &S->be;
   double t = S->t_in_frame;
   int k = S->step_in_frame, rc = DR_OK, stepped = 0; /* stepped: this rank completed the last step */
-  step_vote v = {.req = MPI_REQUEST_NULL};
-  DR_TRY(vote_op(S)); /* the margin, which home_put needs */
-  rc = home_put(S);    /* a failure goes out in the vote, which every rank agrees on */
-  DR_TRY(vote_start(S, &v, &rc)); /* the frame's first step: nothing to overlap it with */
+  step_vote v = {.loc = {0}};
+  DR_TRY(vote(S, &v, &rc)); /* the frame's first step */
   for (;;) {
-    DR_TRY(vote_finish(S, &v));
     if (S->gate_shut) { /* the step queued ahead runs only where the ranks go on without a rebuild-mapping */
       const int go = v.glob[VOTE_STATUS] == 0 && v.glob[VOTE_SIGNAL] == 0 && v.glob[VOTE_REBUILD] == 0;
       S->gate_shut = 0;
       const int grc = b->gate_open(b->state, go);
       S->ahead = go;
       if (!go) {
-        exchange_drop_packs(&S->ex); /* its packs were voided with it */
+        exchange_drop_packs(&S->ex); /* its node masks were voided with it */
         log_trace("step %d: the step queued ahead voided (%s)", k,
                   v.glob[VOTE_STATUS] != 0 ? "a rank failed" : v.glob[VOTE_SIGNAL] != 0 ? "a signal" : "a rebuild-mapping first");
       }
@@ -866,8 +802,8 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     log_trace("step %d: exchange", k);
     /* Always exchange, so that no neighbour waits for this rank's sums (a failure is agreed on
      * at the next vote); the interior blocks are updated while the sums are in flight. */
-    /* Where the backend packs in two halves, the interior's P2G is queued between them: the
-     * device scatters it while the host waits for the packs and copies the messages out. In the
+    /* Where the backend makes the node masks in two halves, the interior's P2G is queued between
+     * them: the device scatters it while the host waits for the masks and copies them out. In the
      * set-up step (whole P2G) the interior's grid update goes there instead. */
     const int early = ahead ? S->ahead_early : (split || setup) && rc == DR_OK && exchange_pack(&S->ex, b);
     const int grid_early = early && setup && b->grid_update_part;
@@ -904,7 +840,6 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     log_trace("step %d: vote", k);
     const double c1 = MPI_Wtime();
     if (S->opt.profile) S->st.phase_seconds[PHASE_G2P] += now() - ph;
-    /* The next step's vote goes out now; the bookkeeping below overlaps it. */
     stepped = rc == DR_OK;
     if (rc == DR_OK) {
       ++S->st.steps;
@@ -915,7 +850,7 @@ static int advance_frame_ranks(sim *S, double t0, double t1) {
     S->compute_seconds += computed; /* before the vote, which carries it */
     S->win_seconds += computed;
     S->win_steps += rc == DR_OK;
-    DR_TRY(vote_start(S, &v, &rc));
+    DR_TRY(vote(S, &v, &rc));
     S->fs.bytes += S->ex.bytes_sent - bytes0;
     S->fs.wait += S->ex.wait_seconds - wait0;
     t = S->substeps_fixed > 0 ? t0 + (k + 1) * dt : t + dt;
@@ -1232,9 +1167,9 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   particles_free(&p);
   if (S->nranks > 1) {
     rc = comm_agree(comm, rc);
-    /* what redistribute and the exchange need of a backend (every backend has it today) */
+    /* what redistribute and the exchange (its node exchange) need of a backend */
     if (rc == DR_OK && !(S->be.set_particles && S->be.emigrate && S->be.particle_blocks && S->be.add_particles &&
-                         S->be.blocks && S->be.pack && S->be.unpack_add))
+                         S->be.blocks && S->be.node_masks && S->be.pack_nodes && S->be.unpack_add_nodes))
       rc = dr_fail(DR_EINPUT, "the %s backend does not run on several ranks (%d ranks): use --backend cpu, or one rank",
                    S->be.name, S->nranks);
     rc = comm_agree(comm, rc);
@@ -1242,10 +1177,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     rc = comm_agree(comm, rc);
     if (rc == DR_OK) rc = comm_agree(comm, reserve_migration(S));
     if (rc == DR_OK && S->rank == 0)
-      log_info("rank exchange: %s through %s",
-               S->ex.nodes ? "the sums of the shared nodes both ranks reach (node exchange)"
-               : S->ex.sparse ? "the sums of the shared blocks this rank touched (sparse exchange)"
-                              : "the sums of every shared block (dense exchange)",
+      log_info("rank exchange: the sums of the shared nodes both ranks reach (node exchange) through %s",
                S->ex.device_sums ? "device memory (CUDA-aware MPI)" : S->be.alloc_sums ? "pinned host memory" : "host memory");
   }
   /* a checkpoint written after fused G2P2G steps: its particles hold the next return mapping */

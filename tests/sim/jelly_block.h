@@ -1,5 +1,5 @@
 /* jelly_block.h - the fixture of the tests that drive a backend through backend.h directly
- * (test_emigrate, test_sparse): a 16 x 10 x 12-cell block of elastic material at 8 particles per
+ * (test_emigrate, test_pack_nodes): a 16 x 10 x 12-cell block of elastic material at 8 particles per
  * cell, thrown along +x and falling in a 1 m box with slip walls, dx DX, fixed steps of DT.
  * Include after simtest.h. */
 #ifndef DRIFT_TESTS_JELLY_BLOCK_H

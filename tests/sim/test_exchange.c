@@ -1,16 +1,13 @@
-/* test_exchange.c - the rank exchange (mpi/exchange.c) on two ranks with a fake backend: the
- * sums of the shared blocks cross, and a pack that fails on one rank (as a CUDA fault surfacing at
- * pack's sync does, issue #8) leaves no neighbour waiting: exchange_start still posts the
- * messages, both exchange_finish calls return, and the failing rank gets its error back. Then the
- * same with the sparse exchange (a backend with pack_sparse): only the blocks a rank marks
- * travel, the receiver is handed the message's exact length, bytes_sent counts what was sent, and
- * after a failed pack the neighbour receives an empty mask and adds nothing; and the same again
- * with the pack in two halves (exchange_pack, pack_sparse_async and pack_sparse_wait). Then the
- * node exchange (a backend with node_masks, pack_nodes and unpack_add_nodes): each rank is handed
- * the AND of both ranks' masks and adds the other's values of exactly those nodes, bytes_sent
- * counts the masks and the values; where node_masks or pack_nodes fails on one rank, both ranks
- * return, the failing one with its error, and the other adds nothing; and the masks in two halves
- * (node_masks_async and node_masks_wait through exchange_pack). */
+/* test_exchange.c - the rank exchange (mpi/exchange.c, the node exchange) on two ranks with a
+ * fake backend (node_masks, pack_nodes and unpack_add_nodes; 8 shared blocks of one channel):
+ *   - each rank is handed the AND of both ranks' masks and adds the other's values of exactly
+ *     those nodes, and bytes_sent counts the masks and the values;
+ *   - where node_masks or pack_nodes fails on one rank (as a CUDA fault surfacing at a sync does,
+ *     issue #8), no neighbour is left waiting: both ranks return, the failing one with its error,
+ *     and the other adds nothing; and the exchange works again at the next step;
+ *   - the masks in two halves (node_masks_async and node_masks_wait, queued by exchange_pack; a
+ *     backend without them: exchange_pack queues nothing), and a failure of the async half;
+ *   - exchange_setup refuses a backend without the node exchange, naming it. */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,70 +20,16 @@
 
 typedef struct fake {
   int rank;
-  int fail_pack;     /* pack fails (and writes nothing) */
-  float got[NB];     /* what unpack_add added, by block index */
+  int fail_pack;     /* pack_nodes fails (and writes nothing) */
   uint64_t codes[NB];
-  size_t got_bytes;  /* the length unpack_add_sparse was handed */
 } fake;
 
-/* sparse: rank r touches the blocks i with (i + r) % 3 != 0 */
-static int touches(int rank, int i) { return (i + rank) % 3 != 0; }
-
-static int f_pack_sparse(void *st, const int32_t *idx, size_t n, void *out, size_t *bytes) {
-  fake *f = st;
-  if (f->fail_pack) return dr_fail(DR_ECUDA, "fake pack failure on rank %d", f->rank);
-  uint64_t *mask = out;
-  float *v = (float *)((char *)out + SPARSE_MASK_BYTES(n));
-  size_t m = 0;
-  memset(mask, 0, SPARSE_MASK_BYTES(n));
-  for (size_t k = 0; k < n; ++k)
-    if (touches(f->rank, idx[k])) mask[k / 64] |= 1ull << (k % 64), v[m++] = (float)(100 * (f->rank + 1) + idx[k]);
-  *bytes = SPARSE_MASK_BYTES(n) + m * sizeof(float);
-  return DR_OK;
-}
-
-/* pack_sparse in two halves (backend.h): the async half packs into the slot, the wait hands it over */
-static char f_slot[4][256];
-static size_t f_slot_bytes[4];
+static char f_slot[4][256]; /* node_masks_async's masks, one slot per link */
 static int f_async_calls, f_wait_calls;
-static int f_pack_sparse_async(void *st, int slot, const int32_t *idx, size_t n) {
-  ++f_async_calls;
-  if (slot < 0 || slot >= 4) return dr_fail(DR_EINTERNAL, "fake: slot %d", slot);
-  return f_pack_sparse(st, idx, n, f_slot[slot], &f_slot_bytes[slot]);
-}
-static int f_pack_sparse_wait(void *st, int slot, void *out, size_t *bytes) {
-  (void)st;
-  ++f_wait_calls;
-  memcpy(out, f_slot[slot], f_slot_bytes[slot]);
-  *bytes = f_slot_bytes[slot];
-  return DR_OK;
-}
-
-static int f_unpack_add_sparse(void *st, const int32_t *idx, size_t n, const void *in, size_t bytes) {
-  fake *f = st;
-  const uint64_t *mask = in;
-  const float *v = (const float *)((const char *)in + SPARSE_MASK_BYTES(n));
-  f->got_bytes = bytes;
-  size_t m = 0;
-  for (size_t k = 0; k < n; ++k)
-    if ((mask[k / 64] >> (k % 64)) & 1u) f->got[idx[k]] += v[m++];
-  return bytes == SPARSE_MASK_BYTES(n) + m * sizeof(float) ? DR_OK : dr_fail(DR_EINTERNAL, "fake: bad length");
-}
-
-/* After a sparse step: each block holds the other rank's sum where that rank touched it, else 0. */
-static int got_marked(const fake *f, int rank, const char *what) {
-  int ok = 1;
-  for (int i = 0; i < NB; ++i) {
-    const float want = touches(1 - rank, i) ? (float)(100 * (2 - rank) + i) : 0.0f;
-    if (f->got[i] != want) fprintf(stderr, "rank %d: %s: block %d got %g, expected %g\n", rank, what, i, f->got[i], want), ok = 0;
-  }
-  return ok;
-}
-
-/* The node exchange: rank r's mask of block i, and its value at node nd (one channel). */
+/* rank r's mask of block i, and its value at node nd (one channel) */
 static uint64_t f_mask_of(int r, int i) { return (0x0F0F0F0F0F0F0F0Full << ((i + 3 * r) % 8)) | (r ? 1ull << 63 : 1ull); }
 static float f_value(int r, int i, int nd) { return (float)(1000 * (r + 1) + 64 * i + nd); }
-static int f_fail_masks;
+static int f_fail_masks, f_fail_async;
 static float f_nodes[NB][64]; /* what unpack_add_nodes added */
 static int f_node_masks(void *st, const int32_t *idx, size_t n, uint64_t *out) {
   fake *f = st;
@@ -95,7 +38,9 @@ static int f_node_masks(void *st, const int32_t *idx, size_t n, uint64_t *out) {
   return DR_OK;
 }
 static int f_node_masks_async(void *st, int slot, const int32_t *idx, size_t n) {
+  fake *f = st;
   ++f_async_calls;
+  if (f_fail_async) return dr_fail(DR_ECUDA, "fake node_masks_async failure on rank %d", f->rank);
   if (slot < 0 || slot >= 4 || n * sizeof(uint64_t) > sizeof f_slot[0]) return dr_fail(DR_EINTERNAL, "fake: slot %d", slot);
   return f_node_masks(st, idx, n, (uint64_t *)f_slot[slot]);
 }
@@ -143,19 +88,6 @@ static int f_blocks(void *st, const uint64_t **codes, size_t *n) {
   return DR_OK;
 }
 
-static int f_pack(void *st, const int32_t *idx, size_t n, void *out) {
-  fake *f = st;
-  if (f->fail_pack) return dr_fail(DR_ECUDA, "fake pack failure on rank %d", f->rank);
-  for (size_t k = 0; k < n; ++k) ((float *)out)[k] = (float)(100 * (f->rank + 1) + idx[k]);
-  return DR_OK;
-}
-
-static int f_unpack_add(void *st, const int32_t *idx, size_t n, const void *in) {
-  fake *f = st;
-  for (size_t k = 0; k < n; ++k) f->got[idx[k]] += ((const float *)in)[k];
-  return DR_OK;
-}
-
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, nranks, bad = 0;
@@ -175,117 +107,23 @@ int main(int argc, char **argv) {
   b.name = "fake";
   b.state = &f;
   b.blocks = f_blocks;
-  b.block_sums = 1;
-  b.pack = f_pack;
-  b.unpack_add = f_unpack_add;
+  b.block_sums = 64;
   exchange x;
   memset(&x, 0, sizeof x);
-  if (exchange_setup(&x, MPI_COMM_WORLD, &b) != DR_OK || x.nlinks != 1 || x.n_shared != NB) {
-    fprintf(stderr, "rank %d: exchange_setup: %s (links %d, shared %zu)\n", rank, dr_message(), x.nlinks, x.n_shared);
+  int rs, rf;
+  /* 1. a backend without the node exchange is refused, naming it */
+  if (exchange_setup(&x, MPI_COMM_WORLD, &b) != DR_EINTERNAL || strstr(dr_message(), "no node exchange") == NULL) {
+    fprintf(stderr, "rank %d: exchange_setup without the node exchange: %s\n", rank, dr_message());
     bad = 1;
   }
-  /* 1. a normal step: each rank adds the other's sums */
-  int rs = exchange_start(&x, &b), rf = exchange_finish(&x, &b);
-  for (int i = 0; i < NB && !bad; ++i)
-    if (rs || rf || f.got[i] != (float)(100 * (2 - rank) + i)) {
-      fprintf(stderr, "rank %d: block %d got %g (start %d, finish %d)\n", rank, i, f.got[i], rs, rf);
-      bad = 1;
-    }
-  /* 2. pack fails on rank 1: both ranks return (this step would hang rank 0 if rank 1 posted
-   *    nothing), rank 1 with the pack's error, and rank 1 adds nothing */
-  f.fail_pack = rank == 1;
-  memset(f.got, 0, sizeof f.got);
-  rs = exchange_start(&x, &b);
-  rf = exchange_finish(&x, &b);
-  if (rank == 1 && (rs != DR_ECUDA || rf != DR_ECUDA || strstr(dr_message(), "fake pack failure") == NULL)) {
-    fprintf(stderr, "rank 1: a failed pack gave start %d, finish %d (%s)\n", rs, rf, dr_message());
-    bad = 1;
-  }
-  if (rank == 1 && f.got[0] != 0.0f) fprintf(stderr, "rank 1: added sums after a failed pack\n"), bad = 1;
-  if (rank == 0 && (rs || rf)) fprintf(stderr, "rank 0: start %d, finish %d\n", rs, rf), bad = 1;
-  /* 3. and the exchange still works afterwards */
-  f.fail_pack = 0;
-  memset(f.got, 0, sizeof f.got);
-  rs = exchange_start(&x, &b);
-  rf = exchange_finish(&x, &b);
-  if (rs || rf || f.got[NB - 1] != (float)(100 * (2 - rank) + NB - 1)) {
-    fprintf(stderr, "rank %d: the step after a failed pack: start %d, finish %d, got %g\n", rank, rs, rf, f.got[NB - 1]);
-    bad = 1;
-  }
-  /* 4. sparse: each rank adds the other's marked blocks only, and is handed the message's length */
-  b.pack_sparse = f_pack_sparse;
-  b.unpack_add_sparse = f_unpack_add_sparse;
-  if (exchange_setup(&x, MPI_COMM_WORLD, &b) != DR_OK || !x.sparse) {
-    fprintf(stderr, "rank %d: sparse exchange_setup: %s (sparse %d)\n", rank, dr_message(), x.sparse);
-    bad = 1;
-  }
-  size_t mine = 0, theirs = 0;
-  for (int i = 0; i < NB; ++i) mine += touches(rank, i), theirs += touches(1 - rank, i);
-  memset(f.got, 0, sizeof f.got);
-  const double sent0 = x.bytes_sent;
-  rs = exchange_start(&x, &b);
-  rf = exchange_finish(&x, &b);
-  if (rs || rf || f.got_bytes != SPARSE_MASK_BYTES(NB) + theirs * sizeof(float) ||
-      x.bytes_sent - sent0 != (double)(SPARSE_MASK_BYTES(NB) + mine * sizeof(float))) {
-    fprintf(stderr, "rank %d: sparse step: start %d, finish %d, handed %zu bytes, sent %g\n", rank, rs, rf, f.got_bytes,
-            x.bytes_sent - sent0);
-    bad = 1;
-  }
-  bad |= !got_marked(&f, rank, "sparse");
-  /* 5. sparse, pack fails on rank 1: rank 0 is handed an empty mask and adds nothing */
-  f.fail_pack = rank == 1;
-  memset(f.got, 0, sizeof f.got);
-  f.got_bytes = 0;
-  rs = exchange_start(&x, &b);
-  rf = exchange_finish(&x, &b);
-  if (rank == 1 && (rs != DR_ECUDA || rf != DR_ECUDA)) fprintf(stderr, "rank 1: sparse failed pack: %d %d\n", rs, rf), bad = 1;
-  if (rank == 0) {
-    float sum = 0;
-    for (int i = 0; i < NB; ++i) sum += f.got[i];
-    if (rs || rf || f.got_bytes != SPARSE_MASK_BYTES(NB) || sum != 0.0f) {
-      fprintf(stderr, "rank 0: after rank 1's failed sparse pack: start %d, finish %d, handed %zu bytes, added %g\n", rs,
-              rf, f.got_bytes, sum);
-      bad = 1;
-    }
-  }
-  f.fail_pack = 0;
-  /* 6. sparse in two halves (exchange_pack, then exchange_start): the same sums, through the
-   *    backend's async and wait; a backend without them: exchange_pack queues nothing */
-  if (exchange_pack(&x, &b) != 0) fprintf(stderr, "rank %d: exchange_pack queued without pack_sparse_async\n", rank), bad = 1;
-  exchange_start(&x, &b), exchange_finish(&x, &b); /* (that step's messages, to keep the ranks in step) */
-  b.pack_sparse_async = f_pack_sparse_async;
-  b.pack_sparse_wait = f_pack_sparse_wait;
-  memset(f.got, 0, sizeof f.got);
-  const int queued = exchange_pack(&x, &b);
-  rs = exchange_start(&x, &b);
-  rf = exchange_finish(&x, &b);
-  if (!queued || rs || rf || f_async_calls != 1 || f_wait_calls != 1 ||
-      f.got_bytes != SPARSE_MASK_BYTES(NB) + theirs * sizeof(float)) {
-    fprintf(stderr, "rank %d: two halves: queued %d, start %d, finish %d, async %d, wait %d, handed %zu bytes\n", rank,
-            queued, rs, rf, f_async_calls, f_wait_calls, f.got_bytes);
-    bad = 1;
-  }
-  bad |= !got_marked(&f, rank, "two halves");
-  /* 7. the async half fails on rank 1: exchange_start still posts (rank 0 is handed an empty
-   *    mask), and rank 1 gets the failure back from both calls */
-  f.fail_pack = rank == 1;
-  memset(f.got, 0, sizeof f.got);
-  f.got_bytes = 0;
-  exchange_pack(&x, &b);
-  rs = exchange_start(&x, &b);
-  rf = exchange_finish(&x, &b);
-  if (rank == 1 && (rs != DR_ECUDA || rf != DR_ECUDA)) fprintf(stderr, "rank 1: failed async pack: %d %d\n", rs, rf), bad = 1;
-  if (rank == 0 && (rs || rf || f.got_bytes != SPARSE_MASK_BYTES(NB)))
-    fprintf(stderr, "rank 0: after rank 1's failed async pack: start %d, finish %d, handed %zu\n", rs, rf, f.got_bytes), bad = 1;
-  f.fail_pack = 0;
-  /* 8. the node exchange: one channel of 64 nodes a block; each rank adds the other's values of
-   *    the nodes both masks mark, and sends its masks and its values of those nodes */
-  b.block_sums = 64;
+  dr_clear();
+  /* 2. one channel of 64 nodes a block; each rank adds the other's values of the nodes both masks
+   *    mark, and sends its masks and its values of those nodes */
   b.node_masks = f_node_masks;
   b.pack_nodes = f_pack_nodes;
   b.unpack_add_nodes = f_unpack_add_nodes;
-  if (exchange_setup(&x, MPI_COMM_WORLD, &b) != DR_OK || !x.nodes) {
-    fprintf(stderr, "rank %d: node exchange_setup: %s (nodes %d)\n", rank, dr_message(), x.nodes);
+  if (exchange_setup(&x, MPI_COMM_WORLD, &b) != DR_OK || x.nlinks != 1 || x.n_shared != NB) {
+    fprintf(stderr, "rank %d: exchange_setup: %s (links %d, shared %zu)\n", rank, dr_message(), x.nlinks, x.n_shared);
     bad = 1;
   }
   size_t both = 0;
@@ -301,7 +139,7 @@ int main(int argc, char **argv) {
     bad = 1;
   }
   bad |= !got_nodes(rank, 1, "nodes");
-  /* 9. node_masks fails on rank 1, then 10. pack_nodes: both ranks return, rank 1 with the error,
+  /* 3. node_masks fails on rank 1, then 4. pack_nodes: both ranks return, rank 1 with the error,
    *    and rank 0 adds nothing */
   for (int what = 0; what < 2; ++what) {
     f_fail_masks = what == 0 && rank == 1;
@@ -317,7 +155,13 @@ int main(int argc, char **argv) {
   }
   f_fail_masks = 0;
   f.fail_pack = 0;
-  /* 11. the masks in two halves (exchange_pack queues them): the same sums */
+  /* 5. the exchange works again after the failures */
+  memset(f_nodes, 0, sizeof f_nodes);
+  rs = exchange_start(&x, &b);
+  rf = exchange_finish(&x, &b);
+  if (rs || rf) fprintf(stderr, "rank %d: the step after the failures: start %d, finish %d\n", rank, rs, rf), bad = 1;
+  bad |= !got_nodes(rank, 1, "nodes after the failures");
+  /* 6. the masks in two halves (exchange_pack queues them): the same sums */
   b.node_masks_async = f_node_masks_async;
   b.node_masks_wait = f_node_masks_wait;
   f_async_calls = f_wait_calls = 0;
@@ -329,6 +173,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: node masks in two halves: queued %d, start %d, finish %d, async %d, wait %d\n", rank, nq, rs,
             rf, f_async_calls, f_wait_calls), bad = 1;
   bad |= !got_nodes(rank, 1, "nodes in two halves");
+  /* 7. the async half fails on rank 1: exchange_start still posts (empty masks), rank 1 gets the
+   *    failure back from both calls, and rank 0 adds nothing */
+  f_fail_async = rank == 1;
+  memset(f_nodes, 0, sizeof f_nodes);
+  exchange_pack(&x, &b);
+  rs = exchange_start(&x, &b);
+  rf = exchange_finish(&x, &b);
+  if (rank == 1 && (rs != DR_ECUDA || rf != DR_ECUDA)) fprintf(stderr, "rank 1: failed async masks: %d %d\n", rs, rf), bad = 1;
+  if (rank == 0 && (rs || rf)) fprintf(stderr, "rank 0: after rank 1's failed async masks: start %d, finish %d\n", rs, rf), bad = 1;
+  if (rank == 0) bad |= !got_nodes(rank, 0, "a failed node_masks_async");
+  f_fail_async = 0;
   exchange_destroy(&x);
   int any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
