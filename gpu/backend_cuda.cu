@@ -870,7 +870,7 @@ __global__ static void k_pblocks(size_t n, const K *keys, int32_t *pblock, int32
         nbr_codes[27 * (size_t)q + sparse_neighbor(di, dj, dk)] = sparse_block_code(c[0] + di, c[1] + dj, c[2] + dk);
 }
 
-/* Packets of each particle block: fill (cuda_state.fill: 1..LANES) particles a packet at most. */
+/* Packets of each particle block: fill (LANES: full packets) particles a packet at most. */
 __global__ static void k_pb_packets(size_t n_pb, const int32_t *pb_start, int fill, int32_t *pb_packets) {
   const size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (q < n_pb) pb_packets[q] = (pb_start[q + 1] - pb_start[q] + fill - 1) / fill;
