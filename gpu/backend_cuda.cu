@@ -47,7 +47,8 @@
 // G2P. One thread per particle. The warp first loads the box of its lanes' stencils (6^3 nodes
 // right after a rebuild-mapping) into shared memory once, then each lane reads its 27 nodes there
 // (g2p_nodes, gpu/p2g.cuh; 1-2.5% faster on one H100 than reading each node from the grid; ASFLIP
-// and a box too large for the tile do that). Particles inside a collider's box are left to k_collide (the particle collision step).
+// and a box too large for the tile do that). Particles inside a collider's box are left to
+// k_collide (the particle collision step).
 //
 // G2P2G (fixed steps below g2p2g_below particles per GPU; the paper, section 4): the step is
 // k_begin, k_grid, k_g2p2g, whose G2P is followed in the same kernel by the next step's P2G into
@@ -265,7 +266,8 @@ static int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const 
 #define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, 2, (what), __FILE__, __LINE__))
 #define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, 1, (what), __FILE__, __LINE__))
 #define DVEC_GRID(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, DVEC_HEADROOM, (what), __FILE__, __LINE__))
-#define DVEC_PK(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, DVEC_PACKET_HEADROOM, (what), __FILE__, __LINE__))
+#define DVEC_PK(v, need, what)                                                                                   \
+  DR_TRY(dvec_reserve_at(&(v), (need), 0, DVEC_PACKET_HEADROOM, (what), __FILE__, __LINE__))
 
 /* The same growth rule, keeping the first `keep` bytes (copied on the stream into the new
  * buffer; the old one is freed after the copy). For appending particles (add_particles). */
@@ -348,8 +350,8 @@ template <typename T> static T *dp(const dvec &v) { return (T *)v.ptr; }
  * The barrier: each member counts its barriers (bar_seq, the same sequence on every member),
  * stores the count in its own device memory with a system-scope fence, and spins until every
  * peer's count (read by P2P) has reached it. One thread per GPU publishes; the polling is spread
- * over a warp, lane q reading peer q (island_barrier_warp). Where nothing runs between a step's k_begin and its barrier, one
- * kernel does both (k_begin_barrier). The host is not involved.
+ * over a warp, lane q reading peer q (island_barrier_warp). Where nothing runs between a step's
+ * k_begin and its barrier, one kernel does both (k_begin_barrier). The host is not involved.
  * A barrier that waits longer than DRIFT_BARRIER_TIMEOUT seconds (default 120; a step takes
  * milliseconds) gives up, records where it stood in the step record, and lets the step finish;
  * the host reads the record with the step's flags and fails the run naming the members and
@@ -526,7 +528,7 @@ typedef struct cuda_state {
    * interior's work on the step's stream */
   cudaStream_t xstream;
   int head_on;                  /* this step: p2g_part queued the boundary's P2G there; xhead_ev follows it */
-  int interior_on;              /* ... and node_masks_async queued the interior's P2G; p2g_part(P2G_INTERIOR) only joins */
+  int interior_on;              /* ... and node_masks_async the interior's P2G; p2g_part(P2G_INTERIOR) only joins */
   int tail_armed;               /* ... this step: g2p_interior recorded xint_ev; the unpacks leave the join to
                                  * grid_update_part(GRID_SHARED), which may queue them there */
   int tail_on;                  /* ... this step: grid_update_part queued the shared update there; g2p follows */
@@ -617,7 +619,7 @@ typedef struct cuda_state {
   int gate_queued;              /* ... and a k_begin_gated waits on it */
   double vote_wait_s;           /* the steps' waits at the gate so far (step_ctl.gate_ns; backend_stats) */
   cudaEvent_t g2p_ev;           /* after the armed step's G2P and its record (g2p_collect waits for it alone) */
-  size_t unpack_check_n;        /* unpack_add_nodes' check of h_xbad, left to the next g2p (its list's length; 0: none) */
+  size_t unpack_check_n;        /* unpack_add_nodes' check of h_xbad, left to the next g2p (list length; 0: none) */
   dvec xrecv;                   /* unpack_add_nodes: the step's received messages, one after another */
   dvec xnodes;                  /* pack_nodes: the AND of the node masks and its prefix sums, on the device */
   size_t xrecv_used;            /* bytes of xrecv this step's unpacks took (reset by g2p) */
@@ -1299,9 +1301,9 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
   wbox[bp.n_colliders + k] = w;
 }
 
-/* The collider cache (DRIFT_COLLIDER_CACHE=2, a test hook, refills at every step): a mesh collider without keyframes
- * stands still, so a grid node's local point in it stays until the next rebuild-mapping, and
- * its level-set samples (collider_mesh_samples: phi, surface velocity and gradient of the frame
+/* The collider cache (DRIFT_COLLIDER_CACHE=2, a test hook, refills at every step): a mesh
+ * collider without keyframes stands still, so a grid node's local point in it stays until the
+ * next rebuild-mapping, and its level-set samples (collider_mesh_samples: phi, surface velocity and gradient of the frame
  * and of the next one) change only when the frame does (Crawling in Snow: every 62 steps at the
  * paper's step). The grid update blends them by the step's frac (collider_apply_cached, the same
  * arithmetic as collider_apply) instead of sampling two frames' lattices at each node near the
@@ -1822,9 +1824,9 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const size_t i = (size_t)blockIdx.x * WARPS + warp;
   if (i >= n_packets) return;
   const size_t p = order ? (size_t)order[i] : i; /* g2p_interior: n_packets of the list order */
-  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
-                                           inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox, push_mask,
-                                           push_room, G2P_TILE_OF(OLD, s_tile[warp]));
+  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax,
+                                           dx, inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
+                                           push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -2968,8 +2970,8 @@ typedef struct pslot {
   size_t h_masks_cap;
 } pslot;
 
-/* The exchange's stream, at the device's highest priority: its kernels take the SMs as the interior's P2G and G2P free them, instead of queueing behind every CTA of
- * those. */
+/* The exchange's stream, at the device's highest priority: its kernels take the SMs as the
+ * interior's P2G and G2P free them, instead of queueing behind every CTA of those. */
 static int xstream_get(cuda_state *s) {
   if (s->xstream) return DR_OK;
   int least = 0, greatest = 0;
