@@ -534,7 +534,7 @@ typedef struct cuda_state {
   int tail_on;                  /* ... this step: grid_update_part queued the shared update there; g2p follows */
   cudaEvent_t xint_ev, xtail_ev; /* ... after the interior's grid update (step's stream); after the boundary's G2P */
   cudaEvent_t xhead_ev, xbeg_ev; /* after the boundary's P2G (xstream); the step's start (step's stream) */
-  cudaEvent_t xp2g_ev;          /* ... after the boundary's P2G, which the pack waits for */
+  cudaEvent_t xp2g_ev;          /* ... after the boundary's P2G, which the masks wait for */
   struct pslot *pslot;          /* node_masks_async's buffers, one per rank link */
   int n_pslot;
   float origin[3], inv_dx;
@@ -3015,7 +3015,7 @@ static void pslots_free(cuda_state *s) {
  * (head_on), the interior's P2G goes on the step's stream now, before the exchange's host work
  * (the device held only the boundary's short launch meanwhile); sim.c's p2g_part(P2G_INTERIOR)
  * then only joins the two streams. */
-static int pack_begin(cuda_state *s) {
+static int masks_begin(cuda_state *s) {
   if (s->head_on && !s->interior_on) {
     DR_TRY(launch_p2g_interior(s));
     s->interior_on = 1;
@@ -3028,7 +3028,7 @@ static int pack_begin(cuda_state *s) {
  * head_on they follow the boundary's P2G in xstream's own order, and wait for the step's stream
  * (which may hold the interior's P2G already) only after fresh: a list uploaded or a buffer grown
  * just now (not in the steady state), ordered on the step's stream. */
-static int pack_stream(cuda_state *s, int fresh, cudaStream_t *st) {
+static int masks_stream(cuda_state *s, int fresh, cudaStream_t *st) {
   if (!s->head_on || fresh) {
     if (!s->xp2g_ev) CU(cudaEventCreateWithFlags(&s->xp2g_ev, cudaEventDisableTiming));
     CU(cudaEventRecord(s->xp2g_ev, s->stream));
@@ -3039,8 +3039,8 @@ static int pack_stream(cuda_state *s, int fresh, cudaStream_t *st) {
 }
 
 /* ... with its slot holding the list's length; *x NULL where the list is empty (nothing to queue). */
-static int pack_slot(cuda_state *s, int slot, size_t n, pslot **x) {
-  DR_TRY(pack_begin(s));
+static int masks_slot(cuda_state *s, int slot, size_t n, pslot **x) {
+  DR_TRY(masks_begin(s));
   DR_TRY(pslot_get(s, slot, x));
   (*x)->n = n;
   if (n == 0) *x = NULL;
@@ -3080,7 +3080,7 @@ static int recv_join(cuda_state *s) {
 static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
   cuda_state *s = (cuda_state *)state;
   pslot *x = NULL;
-  DR_TRY(pack_slot(s, slot, n, &x));
+  DR_TRY(masks_slot(s, slot, n, &x));
   if (!x) return DR_OK;
   const int32_t *didx;
   const int n_xl = s->n_xl;
@@ -3089,7 +3089,7 @@ static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n)
   DVEC(x->msg, n * sizeof(unsigned long long), "exchange buffer");
   DR_TRY(host_pinned(&x->h_masks, &x->h_masks_cap, n * sizeof(unsigned long long), "the exchange's node masks"));
   cudaStream_t st;
-  DR_TRY(pack_stream(s, s->n_xl != n_xl || x->msg.ptr != msg, &st));
+  DR_TRY(masks_stream(s, s->n_xl != n_xl || x->msg.ptr != msg, &st));
   const int bs = sums_floats(s);
   const int32_t nb = (int32_t)s->n_blocks;
   unsigned long long *mask = dp<unsigned long long>(x->msg);
@@ -3585,7 +3585,7 @@ static int p2g_part(void *state, float dt, int part) {
   cuda_state *s = (cuda_state *)state;
   if (part == P2G_INTERIOR) {
     if (s->part_skip) return DR_OK;
-    if (!s->interior_on) /* else node_masks_async queued it (pack_begin) */
+    if (!s->interior_on) /* else node_masks_async queued it (masks_begin) */
       DR_TRY(launch_p2g_interior(s));
     s->interior_on = 0;
     /* head_on: the interior's grid update (next on this stream) reads blocks both parts scatter into */
