@@ -5243,12 +5243,13 @@ static int island_grid_update(void *state, float dt) {
 }
 
 /* The grid update of the blocks not shared with other ranks (GRID_INTERIOR, while their sums are
- * in flight: sim.c's advance_frame_ranks) or shared with them (GRID_SHARED, once unpack_add has
- * added the other ranks' sums into each block's owner member). Every member holding a block shared
+ * in flight: sim.c's advance_frame_ranks) or shared with them (GRID_SHARED, once unpack_add_nodes
+ * has added the other ranks' sums into each block's owner member). Every member holding a block shared
  * with another rank marked it (island_mark_shared), so the interior pass leaves it on every member.
  * Each pass starts with a barrier of all members: the first orders every member's P2G before its
- * peers read it (as island_grid_update's), the second orders the owner's unpack_add (queued on the
- * owner's stream before this call) before the other members read the owner's sums. A block's
+ * peers read it (as island_grid_update's), the second orders the unpack (queued on member 0's
+ * stream before this call, adding into the owners' copies by P2P) before the other members read
+ * the owner's sums. A block's
  * reduction reads only P2G buffers, which neither pass writes (the velocities go to the separate
  * buffer and each pass clears only its own blocks of the other parity), so the two passes are the
  * whole update of island_grid_update split by blocks, with one barrier more. p2p_atomics pushes
@@ -5258,8 +5259,8 @@ static int island_grid_update_part(void *state, float dt, int part) {
   island *I = (island *)state;
   if (I->m[0]->atomics) {
     if (part == GRID_INTERIOR) return DR_OK;
-    /* every owner's unpack_add (a plain addition into its copy) before any peer's k_push adds
-     * into that copy with atomics */
+    /* the unpack into the owners' copies (plain additions) before any peer's k_push adds into
+     * them with atomics */
     DR_TRY(island_barrier_all(I));
     return island_grid_update(state, dt);
   }
