@@ -24,7 +24,7 @@
 // launches the kernels directly, see the island below): dt (fixed or adaptive) is computed on the device
 // from the last step's largest speed, and the step's flags (left the free zone, largest speed, a
 // non-finite particle) are copied to pinned host memory. The host reads a step's flags after
-// STEP_LAG more steps are queued, so the device never waits for the host. The step queued
+// STEP_LAG (one) more step is queued, so the device never waits for the host. The step queued
 // behind a step whose particles left the free zone ([-4, 5] for base node - 4P) is voided: its
 // k_begin sees the flag and sets done, so its kernels return at once and it takes no time, no dt
 // and no grid buffer (begin_step); the host, reading both steps' flags, rebuilds the mapping
@@ -34,23 +34,21 @@
 // a step together: each publishes its flag at k_begin, and after a barrier each takes the OR of
 // all (begin_shares; k_begin_barrier's barrier serves, else k_begin holds one), so that no member
 // waits at a barrier for one that voided. With the "events" barrier (no device barrier at the
-// beginning), or DRIFT_VOID_STEP=0 (a measurement and test switch: the same states in
-// deterministic mode, more rebuild-mappings), every queued step runs, so G2P flags particles that
-// leave an *inner* zone, the free zone less a cell of slack a queued step (lag_of).
+// beginning) every queued step runs, so G2P flags particles that leave an *inner* zone, the free
+// zone less a cell of slack a queued step (lag_of).
 //
 // P2G. One thread per particle; plasticity and stress fused in; B-spline weights in shared
 // memory. The lanes of a warp are sorted by their cell inside the free zone (10 bits, a split
 // radix sort on ballots, skipped when the lanes are already in order, as right after a
-// rebuild); lanes of one cell share all 27 stencil nodes, so a segmented shuffle reduction sums
-// their contributions and the first lane of each segment issues one native global float atomic
-// per node and channel. No atomics on shared memory. That is p2g_warp (-DDRIFT_P2G_GATHER=0); the
-// default, p2g_gather, sums a cell's lanes without shuffles, from records in shared memory, and
-// issues the same atomics (gpu/p2g.cuh says how; 8-14% faster on Sand Blocks l = 46).
+// rebuild); lanes of one cell share all 27 stencil nodes, so their contributions are summed
+// (p2g_gather: from records in shared memory, without shuffles; gpu/p2g.cuh says how) and one
+// native global float atomic a node and channel is issued per cell. No atomics on shared memory.
 //
 // G2P. One thread per particle. The warp first loads the box of its lanes' stencils (6^3 nodes
 // right after a rebuild-mapping) into shared memory once, then each lane reads its 27 nodes there
-// (g2p_nodes, gpu/p2g.cuh; -DDRIFT_G2P_TILE=0 reads each node from the grid; 1-2.5% faster on
-// one H100). Particles inside a collider's box are left to k_collide (the particle collision step).
+// (g2p_nodes, gpu/p2g.cuh; 1-2.5% faster on one H100 than reading each node from the grid; ASFLIP
+// and a box too large for the tile do that). Particles inside a collider's box are left to
+// k_collide (the particle collision step).
 //
 // G2P2G (fixed steps below g2p2g_below particles per GPU; the paper, section 4): the step is
 // k_begin, k_grid, k_g2p2g, whose G2P is followed in the same kernel by the next step's P2G into
@@ -68,9 +66,9 @@
 // P2G without the mapping (set_projected: step_ctl.projected, which k_p2g reads and k_grid
 // clears). k_g2p2g's P2G also adds each cell group's 27 nodes into a box in the warp's shared
 // memory and issues one global atomic a node the packet reached (the box sums, gpu/p2g.cuh,
-// DRIFT_G2P2G_NODESUM): where P2G is latency-bound, as in these small scenes, each warp's chain of
+// G2P2G_NODESUM): where P2G is latency-bound, as in these small scenes, each warp's chain of
 // global atomics is the step's critical path (Sand Blocks l = 12 12% faster on one H200); k_p2g,
-// throughput-bound, keeps its atomics (DRIFT_P2G_NODESUM=0; the box costs it 17% at l = 46).
+// throughput-bound, keeps its atomics (P2G_NODESUM = 0; the box costs it 17% at l = 46).
 //
 // Ranks (sim.c drives the phases step by step, one vote a step): with fixed steps the next step's
 // P2G is queued with this step's G2P, before the vote, behind a gate (g2p_ahead): its first kernel,
@@ -127,36 +125,18 @@ extern "C" {
 
 /* The packet layout (A_*, LANES, PK_FLOATS), the grid block's (BLOCK_FLOATS, gidx), the step's control
  * record and the P2G of one warp's packet: gpu/p2g.cuh. */
-#ifndef DRIFT_WARPS /* (-DWARPS would reach CUB's own identifiers) */
-#define DRIFT_WARPS 4
-#endif
-#define WARPS DRIFT_WARPS /* warps per CUDA block in the particle kernels (the paper's choice; docs/performance.md) */
+#define WARPS 4 /* warps per CUDA block in the particle kernels (the paper's choice; docs/performance.md) */
 enum { SKEW_PRE = 1, SKEW_POST = 2 }; /* DRIFT_ISLAND_SKEW (launch_skew) */
 #define THREADS (WARPS * LANES)
 #define SIMPLE_THREADS 256            /* one-thread-per-item kernels of the rebuild */
-#ifndef GRID_BLOCKS_PER_CTA
 #define GRID_BLOCKS_PER_CTA 4 /* grid update: grid blocks of 64 nodes per CUDA block (docs/performance.md) */
-#endif
-/* Steps queued ahead of the host's reading of a step's flags (0 or 1). With 1 the device never
- * waits for the host; where the queued step cannot be voided (see the top of this file) every
- * queued step eats a cell of the free zone's slack: the Sand Blocks bench rebuilt the mapping
- * 17.4 times per 36-step frame (l = 12, G2P2G) and 5.3 times (l = 46) with 1, 23.6% and 4.3% of
- * the step time. With 0 the host waits for each step's flags (a few microseconds between graph
- * launches); that variant is not measured on a GPU (docs/performance.md), so 1 stays. */
-#ifndef STEP_LAG
+/* Steps queued ahead of the host's reading of a step's flags: with one the device never waits for
+ * the host (a wait would cost a few microseconds between graph launches). Where the queued step
+ * cannot be voided (see the top of this file) it eats a cell of the free zone's slack. */
 #define STEP_LAG 1
-#endif
 
-/* Minimum resident CUDA blocks per SM asked of the particle kernels (0: let the compiler choose
- * the registers). */
-#ifndef P2G_MIN_BLOCKS
-#define P2G_MIN_BLOCKS 0
-#endif
-#if P2G_MIN_BLOCKS > 0
-#define PARTICLE_BOUNDS __launch_bounds__(THREADS, P2G_MIN_BLOCKS)
-#else
+/* The particle kernels' launch bounds (the compiler chooses the registers). */
 #define PARTICLE_BOUNDS __launch_bounds__(THREADS)
-#endif
 
 /* ---- errors ------------------------------------------------------------------------------- */
 
@@ -186,12 +166,9 @@ static unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + 
 
 /* A device buffer that grows to 4x its capacity when a request needs more than half of it, so
  * that the steady state allocates nothing (DESIGN.md). */
-#define DVEC_SPARES 8
 typedef struct dvec {
   void *ptr;
   size_t bytes;
-  void *spare[DVEC_SPARES]; /* DRIFT_DVEC_KEEP_OLD=1: the buffers it grew out of, freed with it */
-  int n_spare;
   cudaMemPool_t pool;       /* an island member's stream-ordered pool (dvec_pools), else NULL: cudaMalloc */
   cudaStream_t st;          /* ... and the stream its growths are ordered on */
   int pooled;               /* ptr came from pool (it travels with ptr through dvec_swap) */
@@ -209,21 +186,17 @@ static int dvec_fail(size_t need, const char *what, const char *file, int line) 
 }
 
 /* Device allocations made (every member's; DRIFT_GPU_STAMPS tells the rebuild-mappings that made
- * some), and the first allocation of a vector sized by the grid's blocks (DVEC_GRID) in multiples
- * of what it needs then (DRIFT_DVEC_HEADROOM, default 2, i.e. half full like the others: it grows
- * with the first rebuild-mapping that needs more; the grid of falling material does, and cudaFree
- * waits for the device). */
+ * some). The first allocation of a vector sized by the grid's blocks (DVEC_GRID) is DVEC_HEADROOM
+ * times what it needs then (half full like the others: it grows with the first rebuild-mapping
+ * that needs more; the grid of falling material does, and cudaFree waits for the device). One
+ * sized by the particles' packets (packets, ids, headers, sort keys, CUB's storage; DVEC_PK) is
+ * DVEC_PACKET_HEADROOM times its need: packets fill less as material spreads, so a first
+ * allocation at 2x grows at one of the first rebuild-mappings of nearly every scene that moves;
+ * on an island the growth maps the new memory for every member and each member grows at its own
+ * rebuild-mapping, which the others wait for (docs/performance.md). */
 static unsigned long g_dvec_allocs;
-#define DVEC_HEADROOM 2 /* the defaults of DRIFT_DVEC_HEADROOM and DRIFT_DVEC_PACKET_HEADROOM */
+#define DVEC_HEADROOM 2
 #define DVEC_PACKET_HEADROOM 4
-static size_t g_dvec_headroom = DVEC_HEADROOM;
-/* The first allocation of a vector sized by the particles' packets (packets, ids, headers, sort
- * keys, CUB's storage) in multiples of its need (DRIFT_DVEC_PACKET_HEADROOM). Packets fill
- * less as material spreads, so a first allocation at 2x grows at one of the first
- * rebuild-mappings of nearly every scene that moves; on an island the growth maps the new memory
- * for every member and each member grows at its own rebuild-mapping, which the others wait for. */
-static size_t g_dvec_pheadroom = DVEC_PACKET_HEADROOM;
-static int g_dvec_keep_old; /* DRIFT_DVEC_KEEP_OLD=1: a growth keeps the old buffer until the vector is freed */
 static int g_dvec_log;      /* DRIFT_GPU_STAMPS=1: each growth logged, with the host's time in cudaFree and cudaMalloc */
 
 /* The host's monotonic clock (ns): the growths' log here, the island's crew below. */
@@ -234,14 +207,11 @@ static double now_ns(void) {
 }
 static double now_ms(void) { return now_ns() * 1e-6; }
 
-/* The growth's release of the old buffer: cudaFree (which waits for the device), or kept aside. */
+/* The growth's release of the old buffer: back to its pool in stream order, or cudaFree (which
+ * waits for the device). */
 static cudaError_t dvec_release(dvec *v) {
   if (!v->ptr) return cudaSuccess;
   if (v->pooled) return cudaFreeAsync(v->ptr, v->st); /* back to the pool once the stream gets there */
-  if (g_dvec_keep_old && v->n_spare < DVEC_SPARES) {
-    v->spare[v->n_spare++] = v->ptr;
-    return cudaSuccess;
-  }
   return cudaFree(v->ptr);
 }
 
@@ -295,8 +265,9 @@ static int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const 
 }
 #define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, 2, (what), __FILE__, __LINE__))
 #define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, 1, (what), __FILE__, __LINE__))
-#define DVEC_GRID(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, g_dvec_headroom, (what), __FILE__, __LINE__))
-#define DVEC_PK(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, g_dvec_pheadroom, (what), __FILE__, __LINE__))
+#define DVEC_GRID(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, DVEC_HEADROOM, (what), __FILE__, __LINE__))
+#define DVEC_PK(v, need, what)                                                                                   \
+  DR_TRY(dvec_reserve_at(&(v), (need), 0, DVEC_PACKET_HEADROOM, (what), __FILE__, __LINE__))
 
 /* The same growth rule, keeping the first `keep` bytes (copied on the stream into the new
  * buffer; the old one is freed after the copy). For appending particles (add_particles). */
@@ -330,10 +301,8 @@ static int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st,
 
 static void dvec_free(dvec *v) {
   if (v->ptr) cudaFree(v->ptr); /* also a pool's buffer (cudaFree waits for the device) */
-  for (int i = 0; i < v->n_spare; ++i) cudaFree(v->spare[i]);
   v->ptr = NULL;
   v->bytes = 0;
-  v->n_spare = 0;
   v->pooled = 0;
 }
 
@@ -381,9 +350,8 @@ template <typename T> static T *dp(const dvec &v) { return (T *)v.ptr; }
  * The barrier: each member counts its barriers (bar_seq, the same sequence on every member),
  * stores the count in its own device memory with a system-scope fence, and spins until every
  * peer's count (read by P2P) has reached it. One thread per GPU publishes; the polling is spread
- * over a warp, lane q reading peer q (island_barrier_warp; DRIFT_BARRIER_WARP=0: the one thread
- * reads every peer in turn). Where nothing runs between a step's k_begin and its barrier, one
- * kernel does both (k_begin_barrier). The host is not involved.
+ * over a warp, lane q reading peer q (island_barrier_warp). Where nothing runs between a step's
+ * k_begin and its barrier, one kernel does both (k_begin_barrier). The host is not involved.
  * A barrier that waits longer than DRIFT_BARRIER_TIMEOUT seconds (default 120; a step takes
  * milliseconds) gives up, records where it stood in the step record, and lets the step finish;
  * the host reads the record with the step's flags and fails the run naming the members and
@@ -468,7 +436,6 @@ typedef struct peer_blocks {
   long long *ig[MAX_GPUS - 1];              /* deterministic mode, else NULL */
 } peer_blocks;
 
-/* Barrier of the island (see above); one thread calls it. */
 __device__ static inline unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -509,16 +476,8 @@ __device__ __forceinline__ void spin_on_peer(step_ctl *c, const island_view &iv,
   }
 }
 
-__device__ static void island_barrier(step_ctl *c, const island_view &iv) {
-  const unsigned seq = island_publish(c, iv);
-  stamp(c, ST_BAR_SET);
-  const unsigned long long t0 = global_ns();
-  for (int q = 0; q < iv.np; ++q) spin_on_peer(c, iv, q, seq, t0);
-  __threadfence_system();
-}
-
-/* The same barrier with one warp: lane 0 publishes the count, lane q < np spins on peer q, so
- * the peers' counts are read side by side, not one NVLink round trip after another. */
+/* The barrier, by one warp: lane 0 publishes the count, lane q < np spins on peer q, so the
+ * peers' counts are read side by side, not one NVLink round trip after another. */
 __device__ static void island_barrier_warp(step_ctl *c, const island_view &iv) {
   const int lane = threadIdx.x;
   unsigned seq = lane == 0 ? island_publish(c, iv) : 0u;
@@ -530,12 +489,10 @@ __device__ static void island_barrier_warp(step_ctl *c, const island_view &iv) {
   __threadfence_system();
 }
 
-/* The barrier as a kernel between P2G and the grid update: one warp (launch_barrier), or one
- * thread with DRIFT_BARRIER_WARP=0. */
+/* The barrier as a kernel between P2G and the grid update, one warp (launch_barrier). */
 __global__ static void k_barrier(step_ctl *c, island_view iv) {
   stamp(c, ST_BAR_IN);
-  if (blockDim.x >= 32) island_barrier_warp(c, iv);
-  else island_barrier(c, iv);
+  island_barrier_warp(c, iv);
   stamp(c, ST_BAR_OUT);
 }
 
@@ -558,14 +515,6 @@ typedef struct cc_cols {
   int k[COLCACHE_MAX];
 } cc_cols;
 
-/* The rank's box with the migration's margin, in blocks, half-open (backend.h's set_home): a
- * kernel argument of G2P, so that its test reads no memory. (It lay in step_ctl first: its loads,
- * in the line that the warps' atomics on leave and vmax_bits hit, made l = 46's G2P 3.6% slower
- * on one H200, 27.37 against 26.41 ms a frame, be64a06 against 8afa5ec; docs/performance.md.) */
-struct home_box {
-  int lo[3], hi[3];
-};
-
 typedef struct cuda_state {
   sim_params prm;
   material_params *mats; /* host copy, borrowed by prm.materials */
@@ -573,20 +522,20 @@ typedef struct cuda_state {
   char device_name[256];
   cudaStream_t stream;
   cudaMemPool_t pool[2];        /* an island member's stream-ordered pools (dvec_pools): private, peers' */
-  cudaStream_t xstream;         /* pack_sparse_wait's copies of the messages, beside the step's work (high priority) */
-  int xpack;                    /* the sparse pack and unpack kernels on xstream too (DRIFT_XSTREAM_PACK) */
-  int xhead;                    /* the boundary's P2G on xstream, beside the interior's (DRIFT_XSTREAM_HEAD) */
-  int head_on;                  /* ... this step: p2g_part queued it there; xhead_ev follows it */
-  int xearly;                   /* with head_on, the interior's P2G queued before the packs' host work (DRIFT_INTERIOR_EARLY) */
-  int interior_on;              /* ... this step: pack_sparse_async queued it; p2g_part(P2G_INTERIOR) only joins */
-  int xtail;                    /* the shared blocks' update and the boundary's G2P on xstream (DRIFT_XSTREAM_TAIL) */
+  /* xstream, the exchange's stream (high priority), one GPU's alone (nm = 1; an island member runs
+   * all on its step's stream): the boundary's P2G, the node masks, the packs and unpacks and the
+   * copies of the messages, the shared blocks' update and the boundary's G2P go there, beside the
+   * interior's work on the step's stream */
+  cudaStream_t xstream;
+  int head_on;                  /* this step: p2g_part queued the boundary's P2G there; xhead_ev follows it */
+  int interior_on;              /* ... and node_masks_async the interior's P2G; p2g_part(P2G_INTERIOR) only joins */
   int tail_armed;               /* ... this step: g2p_interior recorded xint_ev; the unpacks leave the join to
                                  * grid_update_part(GRID_SHARED), which may queue them there */
   int tail_on;                  /* ... this step: grid_update_part queued the shared update there; g2p follows */
   cudaEvent_t xint_ev, xtail_ev; /* ... after the interior's grid update (step's stream); after the boundary's G2P */
-  cudaEvent_t xhead_ev, xbeg_ev; /* xhead: after the boundary's P2G (xstream); the step's start (step's stream) */
-  cudaEvent_t xp2g_ev;          /* ... after the boundary's P2G, which the pack waits for */
-  struct pslot *pslot;          /* pack_sparse_async's buffers, one per rank link */
+  cudaEvent_t xhead_ev, xbeg_ev; /* after the boundary's P2G (xstream); the step's start (step's stream) */
+  cudaEvent_t xp2g_ev;          /* ... after the boundary's P2G, which the masks wait for */
+  struct pslot *pslot;          /* node_masks_async's buffers, one per rank link */
   int n_pslot;
   float origin[3], inv_dx;
   boundary_params bnd;          /* faces (wall nodes below lo / above hi) and colliders, device pointers */
@@ -596,7 +545,7 @@ typedef struct cuda_state {
   dvec d_colbox;                /* [n_colliders] col_box: where each collider can hold a particle, in its own frame */
   /* The collider cache (COLCACHE below): mesh colliders without keyframes keep, per grid node
    * near them, their level-set samples (mesh_samples) while their frame stays. */
-  int n_cc;                     /* cached colliders (0: none, or DRIFT_COLLIDER_CACHE=0) */
+  int n_cc;                     /* cached colliders (0: none) */
   int cc_every;                 /* DRIFT_COLLIDER_CACHE=2: refill at every step (the test of staleness) */
   cc_cols cc_col;               /* their collider indices */
   col_box cc_box[COLCACHE_MAX]; /* where each can act, in the world, over all its frames */
@@ -652,18 +601,12 @@ typedef struct cuda_state {
   dvec shared_idx, shared_n;    /* ... the shared blocks' indices and their count (shared_list; device) */
   size_t shared_bound;          /* ... at least that count: the marked lists' lengths summed (mark_shared) */
   int shared_stale;             /* shared_idx is not the marks' (mark_shared, rebuild) */
-  int grid_list;                /* GRID_SHARED over shared_idx (DRIFT_GRID_LIST) */
   dvec pk_order;                /* [n_packets] int32 (p2g_part): boundary packets first, then the rest */
   size_t n_boundary;            /* ... how many are boundary packets */
   int order_stale;              /* pk_order is not this mapping's and marks' (rebuild, mark_shared) */
   int part_skip;                /* p2g_part: the boundary call found the step's P2G primed, whole */
   int g2p_rest;                 /* g2p_interior queued the G2P of pk_order's interior packets: g2p does the rest */
-  int emig;                     /* the last g2p left a particle outside the rank's box (step_ctl.emig; set_home) */
-  int home_on;                  /* set_home was called: G2P checks the rank's box (k_g2p's HOME variants) */
-  home_box home;                /* ... that box, a kernel argument of G2P */
-  dvec xidx, xbuf;              /* the rank exchange: block indices and sums on the device */
-  unsigned long long *h_mask;   /* ... and a received mask on the host */
-  size_t h_mask_cap;
+  dvec xidx, xbuf;              /* the rank exchange: block indices and a message on the device */
   xlist *xl;                    /* the exchange's block lists in xidx (register_indices); owned here */
   int n_xl, xl_cap;
   int *h_xbad, *d_xbad;         /* [2] mapped pinned: an exchange kernel's out-of-range block index (index_ok) */
@@ -676,11 +619,11 @@ typedef struct cuda_state {
   int gate_queued;              /* ... and a k_begin_gated waits on it */
   double vote_wait_s;           /* the steps' waits at the gate so far (step_ctl.gate_ns; backend_stats) */
   cudaEvent_t g2p_ev;           /* after the armed step's G2P and its record (g2p_collect waits for it alone) */
-  size_t unpack_check_n;        /* unpack_add_sparse's check of h_xbad, left to the next g2p (its list's length; 0: none) */
-  dvec xrecv;                   /* unpack_add_sparse: the step's received messages, one after another */
+  size_t unpack_check_n;        /* unpack_add_nodes' check of h_xbad, left to the next g2p (list length; 0: none) */
+  dvec xrecv;                   /* unpack_add_nodes: the step's received messages, one after another */
   dvec xnodes;                  /* pack_nodes: the AND of the node masks and its prefix sums, on the device */
   size_t xrecv_used;            /* bytes of xrecv this step's unpacks took (reset by g2p) */
-  cudaEvent_t xrecv_ev;         /* after an unpack's copy (and with xpack its kernel) on xstream */
+  cudaEvent_t xrecv_ev;         /* after an unpack's copies and its kernel on xstream */
   uint64_t *h_codes;            /* host copy of block_code (blocks()) */
   size_t h_codes_cap;           /* bytes (host_pinned) */
   uint64_t h_codes_of;          /* h_codes holds the codes of mapping h_codes_of - 1 (s->rebuilds); 0: none */
@@ -695,7 +638,7 @@ typedef struct cuda_state {
   dvec count;                   /* rebuild_count: counts read back at rebuild */
   struct rebuild_count *h_rc;   /* pinned: rebuild_now's read of count, and read_count's landing place */
   step_ctl *h_slot;             /* [2] pinned: the flags of the last step of each parity */
-  step_ctl *d_slot;             /* h_slot mapped into the device (k_ctl_out; DRIFT_CTL_KERNEL=0: NULL, a copy) */
+  step_ctl *d_slot;             /* h_slot mapped into the device (k_ctl_out) */
   cudaEvent_t done_ev[2];       /* recorded after each parity's step */
   cudaEvent_t ph_ev[2];         /* phase timing */
 
@@ -724,22 +667,7 @@ typedef struct cuda_state {
   dvec bar;                     /* unsigned: this member's barrier count, read by the peers */
   int events;                   /* parallel.island_barrier "events" on an island: host-issued barriers, no graphs */
   int atomics;                  /* parallel.island_reduce "p2p_atomics" on an island: no vel, owners (k_owner) */
-  int bar_warp;                 /* k_barrier as one warp (DRIFT_BARRIER_WARP, default 1), else one thread */
-  int begin_barrier;            /* k_begin_barrier where it can serve (launch_step; DRIFT_BEGIN_BARRIER, default 1) */
-  int dvec_pool;                /* DRIFT_DVEC_POOL: 0 cudaMalloc, 1 private vectors pooled, 2 the peers' too (dvec_pools) */
-  /* fill: particles a packet at most, 1..LANES, set once by member_new (DRIFT_PACKET_FILL, a
-   * measurement switch; default LANES). A packet is one warp's work in P2G, G2P and G2P2G, so
-   * fewer particles a packet give more, shorter warps: measured on 4 x H200 (docs/performance.md,
-   * session of 2026-11-27 third), fills of 16 and 8 were slower on every count of GPUs, Sand
-   * Blocks l = 12 on four GPUs included (1.49-1.68 ms a frame against 1.42-1.47 with full packets;
-   * l = 46 on one GPU 58.6 and 95.6 against 40.5). Each warp still runs the whole particle update
-   * and its packet's fixed start for fewer particles; how much the cells split between packets
-   * (their own atomics) and the sort over LANES slots a packet add is not measured. */
-  int fill;
-  int p2g_persist;              /* DRIFT_P2G_PERSIST: k_p2g's CTAs a multiprocessor at most, their warps looping over
-                                   the packets (default 0: one packet a warp) */
-  int p2g_spread;               /* DRIFT_P2G_SPREAD (default 1): k_p2g takes its packets in a scattered order */
-  float box_ratio;              /* DRIFT_P2G_BOX_RATIO: step_ctl's box_ratio (p2g_box) */
+  int begin_barrier;            /* k_begin_barrier where it can serve (launch_step): the barrier on a device */
   int keys64;                   /* DRIFT_SORT_KEYS64=1 (a test switch): 64-bit sort keys where 32 would do, so that
                                    the path of domains beyond 1024 blocks a side runs on the test scenes */
   int n_sm;                     /* the device's multiprocessors */
@@ -752,7 +680,7 @@ typedef struct cuda_state {
   size_t h_add_cap;             /* packets */
   int need_rebuild;
   int unprimed;                 /* the last step queued took the primed sums (primed cleared): a voided step gives them back */
-  int void_steps;               /* the frame loop: a step after a leave is voided (DRIFT_VOID_STEP; lag_of) */
+  int void_steps;               /* the frame loop: a step after a leave is voided (not with events; lag_of) */
   uint64_t rebuilds;
   float vmax;
   struct gpu_marks *marks;      /* DRIFT_GPU_MARKS=1: the stream's timeline between entries (gpu_marks) */
@@ -944,7 +872,7 @@ __global__ static void k_pblocks(size_t n, const K *keys, int32_t *pblock, int32
         nbr_codes[27 * (size_t)q + sparse_neighbor(di, dj, dk)] = sparse_block_code(c[0] + di, c[1] + dj, c[2] + dk);
 }
 
-/* Packets of each particle block: fill (cuda_state.fill: 1..LANES) particles a packet at most. */
+/* Packets of each particle block: fill (LANES: full packets) particles a packet at most. */
 __global__ static void k_pb_packets(size_t n_pb, const int32_t *pb_start, int fill, int32_t *pb_packets) {
   const size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (q < n_pb) pb_packets[q] = (pb_start[q + 1] - pb_start[q] + fill - 1) / fill;
@@ -1127,20 +1055,17 @@ __device__ static void begin_step(step_ctl *c, const island_view &iv) {
   c->t = __dadd_rn(t_start, dt);
   ++c->k;
   c->performed = 1;
-  c->leave = c->emig = 0;
+  c->leave = 0;
   c->vmax_bits = 0;
 }
 
-/* One warp (the island's barrier by warp, as k_barrier), or one thread (DRIFT_BARRIER_WARP=0). */
+/* One warp on an island (its barrier by warp, as k_barrier), else one thread (nothing shared:
+ * begin_shares). */
 __global__ static void k_begin(step_ctl *c, island_view iv) {
   if (threadIdx.x == 0) begin_publish(c, iv);
   if (begin_shares(c, iv) && iv.spin) { /* the same on every lane */
-    if (blockDim.x >= 32) {
-      __syncwarp();
-      island_barrier_warp(c, iv);
-    } else {
-      island_barrier(c, iv);
-    }
+    __syncwarp();
+    island_barrier_warp(c, iv);
   }
   if (threadIdx.x == 0) begin_step(c, iv);
 }
@@ -1155,7 +1080,7 @@ __global__ static void k_unvoid(step_ctl *c) {
 
 /* An island step with nothing between its beginning and its barrier (G2P2G, whose P2G the last
  * step did; the first step after G2P2G frames) begins and passes the barrier in one kernel: one
- * launch less a step (launch_step; DRIFT_BEGIN_BARRIER=0: two kernels), and the one barrier
+ * launch less a step (launch_step), and the one barrier
  * serves the values the members share at the beginning. */
 __global__ static void k_begin_barrier(step_ctl *c, island_view iv) {
   if (threadIdx.x == 0) begin_publish(c, iv);
@@ -1181,7 +1106,7 @@ __device__ static void begin_fixed(step_ctl *c, float dt, double t_end) {
   c->done = 0;
   c->performed = 1;
   c->dt = dt;
-  c->leave = c->emig = 0;
+  c->leave = 0;
   c->vmax_bits = 0;
   c->gate_ns = 0;
   stamps_begin(c);
@@ -1257,54 +1182,26 @@ __device__ __forceinline__ int p2g_order_index(p2g_order o, int i, int n) {
 }
 
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
- * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
-/* PERSIST (DRIFT_P2G_PERSIST=N, a measurement switch): N CTAs a multiprocessor, each warp
- * looping over packets with a fixed stride. It was the default for a session (2026-11-27 fourth:
- * Sand Blocks l = 46 43.0 -> 36.1 ms a frame with the packets in the list's order) because its
- * warps drift apart over the list; the scattered order (spread_of) does that better, and with it
- * the loop is slower than one packet a warp (l = 46 32.1-32.3 ms against 30.0-30.3; 2026-11-27
- * fifth). The loop takes 72 registers where one packet a warp takes 64, so the looping variant is
- * held at 64 (16-40 bytes of spills, at the loop's ends). */
-#ifndef P2G_LOOP_BLOCKS /* the looping variant's CUDA blocks a multiprocessor (registers: 65536 / (that x THREADS)) */
-#define P2G_LOOP_BLOCKS 8
-#endif
-#if P2G_MIN_BLOCKS > 0
-#define PERSIST_BOUNDS(PERSIST) PARTICLE_BOUNDS
-#else
-#define PERSIST_BOUNDS(PERSIST) __launch_bounds__(THREADS, (PERSIST) ? P2G_LOOP_BLOCKS : 0)
-#endif
-template <bool OLD, bool DET, bool PERSIST>
-__global__ static void PERSIST_BOUNDS(PERSIST)
+ * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet, taken in spread_of's order. */
+template <bool OLD, bool DET>
+__global__ static void PARTICLE_BOUNDS
 k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
       const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
       uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
       p2g_order spread) {
-  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, DRIFT_P2G_NODESUM)];
+  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, P2G_NODESUM)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
   stamp(ctl, ST_P2G);
   const int warp = threadIdx.x >> 5;
-  /* One packet a warp; with fewer CTAs than that (PERSIST, launch_p2g_of), each warp takes every
-   * (gridDim.x * WARPS)-th packet after its first. */
   const int n = (int)n_packets; /* below 2^31: append_room's limit of particles a GPU */
-  const int first = (int)blockIdx.x * WARPS + warp;
-  const auto packet = [&](int i) { /* p2g_part: n packets of the list order */
-    const int j = p2g_order_index(spread, i, n); /* spread_of: the packets in work at once lie far apart */
-    p2g_any<OLD, DET, DRIFT_P2G_NODESUM>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk,
-                                         pid, mats, origin, dx, inv_dx, grid, touched, grid0, s_p2g[warp],
-                                         s_sort[warp], fp, !ctl->projected);
-  };
-  if constexpr (!PERSIST) {
-    if (first < n) packet(first); /* the whole warp */
-  } else {
-    const int stride = (int)gridDim.x * WARPS;
-#pragma unroll 1
-    for (int i = first; i < n; i += stride) { /* uniform over the warp */
-      packet(i);
-      __syncwarp(); /* every lane is through the packet's records before the next packet's are written */
-    }
-  }
+  const int i = (int)blockIdx.x * WARPS + warp;
+  if (i >= n) return; /* the whole warp */
+  const int j = p2g_order_index(spread, i, n); /* spread_of: the packets in work at once lie far apart */
+  p2g_any<OLD, DET, P2G_NODESUM>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk, pid,
+                                 mats, origin, dx, inv_dx, grid, touched, grid0, s_p2g[warp], s_sort[warp], fp,
+                                 !ctl->projected);
 }
 
 /* Where a collider can hold a particle (phi < 0, physics/boundary.h: collider_push), as an
@@ -1404,9 +1301,9 @@ __global__ static void k_poses(const step_ctl *__restrict__ ctl, boundary_params
   wbox[bp.n_colliders + k] = w;
 }
 
-/* The collider cache (DRIFT_COLLIDER_CACHE: on unless 0; 2 refills at every step): a mesh collider without keyframes
- * stands still, so a grid node's local point in it stays until the next rebuild-mapping, and
- * its level-set samples (collider_mesh_samples: phi, surface velocity and gradient of the frame
+/* The collider cache (DRIFT_COLLIDER_CACHE=2, a test hook, refills at every step): a mesh
+ * collider without keyframes stands still, so a grid node's local point in it stays until the
+ * next rebuild-mapping, and its level-set samples (collider_mesh_samples: phi, surface velocity and gradient of the frame
  * and of the next one) change only when the frame does (Crawling in Snow: every 62 steps at the
  * paper's step). The grid update blends them by the step's frac (collider_apply_cached, the same
  * arithmetic as collider_apply) instead of sampling two frames' lattices at each node near the
@@ -1478,12 +1375,8 @@ __global__ static void k_cc_fill(const step_ctl *__restrict__ ctl, size_t total,
  * COL: the scene has colliders. The collider code (a mesh's level-set stencils) is compiled only
  * into the kernel of scenes that have them: 40 registers without (CUDA 13, sm_90), with them 80,
  * capped at 64 by GRID_MIN_CTAS (56 bytes spilled, on the collider path). */
-#ifndef PEER_BATCH
-#define PEER_BATCH 3 /* island peers whose copies of a block k_grid loads at once (3: every peer of 4 GPUs) */
-#endif
-#ifndef GRID_MIN_CTAS
+#define PEER_BATCH 3    /* island peers whose copies of a block k_grid loads at once (3: every peer of 4 GPUs) */
 #define GRID_MIN_CTAS 4 /* CUDA blocks of k_grid an SM must hold at once */
-#endif
 template <bool DET, bool COL>
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES, GRID_MIN_CTAS)
 k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
@@ -1748,33 +1641,24 @@ __global__ static void k_pull(const step_ctl *__restrict__ ctl, size_t n_blocks,
 enum { COL_NONE = 0, COL_INLINE = 1, COL_DEFER = 2 };
 
 /* The warp's flags: its largest speed, and from leave (leave_bits) whether a particle left the
- * inner free zone (bit 0) or its rank's box (bit 1). */
+ * inner free zone. */
 __device__ __forceinline__ void warp_flags(step_ctl *ctl, unsigned speed_bits, unsigned leave) {
   speed_bits = __reduce_max_sync(FULL, speed_bits);
   leave = __reduce_or_sync(FULL, leave);
   if ((threadIdx.x & 31) == 0) {
     if (speed_bits) atomicMax(&ctl->vmax_bits, speed_bits);
     if (leave & 1u) atomicOr(&ctl->leave, 1u);
-    if (leave & 2u) atomicOr(&ctl->emig, 1u);
   }
 }
 
-/* A particle's flags along axis a from its base node b: bit 0 where it lies outside the inner
- * free zone [zone_lo, zone_hi] of its particle block P; with HOME (set_home was called: ranks),
- * bit 1 where its block (b >> 2, as k_leave takes it) lies outside the rank's box: then emigrate
- * would take it, and the step vote says so (backend.h's emigrants). */
-template <bool HOME>
-__device__ __forceinline__ unsigned leave_bits(const home_box &home, int a, int b, int P, int zone_lo, int zone_hi) {
+/* A particle's flag along an axis from its base node b: 1 where it lies outside the inner free
+ * zone [zone_lo, zone_hi] of its particle block P. */
+__device__ __forceinline__ unsigned leave_bits(int b, int P, int zone_lo, int zone_hi) {
   const int off = b - BLOCK_EDGE * P;
-  unsigned f = off < zone_lo || off > zone_hi;
-  if (HOME) {
-    const int blk = b >> 2;
-    f |= (unsigned)(blk < home.lo[a] || blk >= home.hi[a]) << 1;
-  }
-  return f;
+  return off < zone_lo || off > zone_hi;
 }
 
-template <bool OLD, int COL, bool MAT, bool HOME>
+template <bool OLD, int COL, bool MAT>
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -1784,7 +1668,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const float *__restrict__ grid0, const boundary_params &bp,
                                          const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
                                          unsigned *__restrict__ push_mask, float *__restrict__ push_room,
-                                         float4 *tile, const home_box &home) {
+                                         float4 *tile) {
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
@@ -1861,7 +1745,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
         speed_bits = __float_as_uint(sqrtf(sp2));
         for (int a = 0; a < 3; ++a) {
           const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
-          leave |= leave_bits<HOME>(home, a, b, P[a], inner_lo, inner_hi);
+          leave |= leave_bits(b, P[a], inner_lo, inner_hi);
         }
       }
     }
@@ -1879,8 +1763,8 @@ __global__ static void PARTICLE_BOUNDS
 k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
           float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
           float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
-          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int zone_lo, int zone_hi,
-          int home_on, const __grid_constant__ home_box home) {
+          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int zone_lo,
+          int zone_hi) {
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
@@ -1910,8 +1794,7 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
       speed_bits = __float_as_uint(sqrtf(sp2));
       for (int a = 0; a < 3; ++a) {
         const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
-        leave |= home_on ? leave_bits<true>(home, a, b, P[a], zone_lo, zone_hi)
-                         : leave_bits<false>(home, a, b, P[a], zone_lo, zone_hi);
+        leave |= leave_bits(b, P[a], zone_lo, zone_hi);
       }
     }
   }
@@ -1925,7 +1808,7 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
  * queues after it. (CUDA 13, sm_90: every COL variant now has the registers of its variant
  * without colliders, 56 / 63 / 72, where the collision step inline took 80. Crawling in Snow
  * moved within its run-to-run noise: docs/performance.md.) */
-template <bool OLD, bool COL, bool MAT, bool HOME>
+template <bool OLD, bool COL, bool MAT>
 __global__ static void PARTICLE_BOUNDS
 k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
       const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -1933,7 +1816,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
       const material_params *__restrict__ g2p_mats, const float *__restrict__ grid0,
       const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses,
       const col_box *__restrict__ wbox, unsigned *__restrict__ push_mask, float *__restrict__ push_room, int zone_lo,
-      int zone_hi, const int32_t *__restrict__ order, const __grid_constant__ home_box home) {
+      int zone_hi, const int32_t *__restrict__ order) {
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
   stamp(ctl, ST_G2P);
@@ -1941,9 +1824,9 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const size_t i = (size_t)blockIdx.x * WARPS + warp;
   if (i >= n_packets) return;
   const size_t p = order ? (size_t)order[i] : i; /* g2p_interior: n_packets of the list order */
-  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT, HOME>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
-                                                 inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
-                                                 push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]), home);
+  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax,
+                                           dx, inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
+                                           push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -1961,7 +1844,7 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
         const float *__restrict__ grid0, float *__restrict__ grid0_next, fixp fp,
         const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int g2p_mat, int zone_lo,
         int zone_hi) {
-  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, DRIFT_G2P2G_NODESUM)];
+  __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, G2P2G_NODESUM)];
   __shared__ unsigned s_sort[WARPS][LANES];
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
@@ -1970,12 +1853,11 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true, false>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
-                                                   inv_dx, grid, zone_lo, zone_hi, g2p_mat ? mats : nullptr, grid0,
-                                                   bp, poses, nullptr, nullptr, nullptr,
-                                                   G2P_TILE_OF(OLD, s_tile[warp]), home_box{});
+  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
+                                             inv_dx, grid, zone_lo, zone_hi, g2p_mat ? mats : nullptr, grid0, bp,
+                                             poses, nullptr, nullptr, nullptr, G2P_TILE_OF(OLD, s_tile[warp]));
   __syncwarp();
-  p2g_any<OLD, DET, DRIFT_G2P2G_NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx,
+  p2g_any<OLD, DET, G2P2G_NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx,
                                          grid_next, touched_next, grid0_next, s_p2g[warp], s_sort[warp], fp, 1);
 }
 
@@ -2215,7 +2097,7 @@ static int rebuild_now(cuda_state *s) {
   const int n_pb = (int)s->n_pb;
 
   /* 3. Packets: each particle block starts a packet (the particles move in step 5). */
-  const int fill = s->fill;
+  const int fill = LANES; /* full packets: fewer particles a packet were slower everywhere (docs/performance.md) */
   k_pb_packets<<<blocks_for(s->n_pb + 1, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), fill, dp<int32_t>(s->pb_packets));
   LAUNCHED("k_pb_packets");
@@ -2403,7 +2285,7 @@ static int clear_grid(cuda_state *s, int par) {
 /* The island's barrier between P2G (into P[par]) and the grid update (nothing on one GPU). */
 static int launch_barrier(cuda_state *s, int par) {
   if (s->nm == 1) return DR_OK;
-  k_barrier<<<1, s->bar_warp ? 32 : 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
+  k_barrier<<<1, 32, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
   LAUNCHED("k_barrier");
   return DR_OK;
 }
@@ -2412,7 +2294,7 @@ typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const 
                        const material_params *, float3, float, float, float *, uint8_t *, float *, fixp,
                        const int32_t *, p2g_order);
 
-/* k_p2g's order of packets (DRIFT_P2G_SPREAD, default on): the i-th packet taken is packet i x m
+/* k_p2g's order of packets: the i-th packet taken is packet i x m
  * mod n, m coprime with n and near n / phi, so that packets taken one after another lie about
  * 0.38 n apart and the packets in work at one time spread evenly over the list (three-distance
  * theorem). The list is sorted by grid block, so in order the few thousand warps in flight work
@@ -2420,10 +2302,10 @@ typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const 
  * global atomics (a lane group's reduced sums, one a node) queue at the same L2 addresses. Spread,
  * the atomics, loads and instructions are the same and their addresses differ; measured on one
  * H100 (docs/performance.md, 2026-11-27 fifth): Sand Blocks l = 46 36.1 -> 30.0 ms a frame,
- * l = 23 6.3 -> 5.4, 16 x l = 46 122.2 -> 115.0. m = 0 (in order) where off or n < 3. */
+ * l = 23 6.3 -> 5.4, 16 x l = 46 122.2 -> 115.0. m = 0 (in order) where n < 3. */
 static p2g_order spread_of(const cuda_state *s, size_t n) {
   p2g_order o = {0, 0};
-  if (!s->p2g_spread || n < 3) return o;
+  if (n < 3) return o;
   unsigned long long m = (unsigned long long)(0.6180339887498949 * (double)n) | 1ull;
   for (;; m += 2) { /* the next odd m with gcd(m, n) = 1: a few steps at most */
     unsigned long long a = m, b = n;
@@ -2439,25 +2321,18 @@ static p2g_order spread_of(const cuda_state *s, size_t n) {
   }
 }
 
-/* The instantiation of k_p2g for the member's transfer and mode, looping over packets or not. */
-static p2g_fn p2g_kernel(const cuda_state *s, bool persist) {
-  return persist ? (s->asflip ? (s->det ? k_p2g<true, true, true> : k_p2g<true, false, true>)
-                              : (s->det ? k_p2g<false, true, true> : k_p2g<false, false, true>))
-                 : (s->asflip ? (s->det ? k_p2g<true, true, false> : k_p2g<true, false, false>)
-                              : (s->det ? k_p2g<false, true, false> : k_p2g<false, false, false>));
+/* The instantiation of k_p2g for the member's transfer and mode. */
+static p2g_fn p2g_kernel(const cuda_state *s) {
+  return s->asflip ? (s->det ? k_p2g<true, true> : k_p2g<true, false>)
+                   : (s->det ? k_p2g<false, true> : k_p2g<false, false>);
 }
 
 /* P2G of every packet, or (order non-NULL) of the n packets listed at order, in spread_of's
- * order: one packet a warp, or (DRIFT_P2G_PERSIST=N) at most N CUDA blocks a multiprocessor whose
- * warps loop over the packets. */
+ * order, one packet a warp. */
 static int launch_p2g_on(cuda_state *s, int par, const int32_t *order, size_t n, cudaStream_t st) {
   if (n == 0) return DR_OK;
-  size_t ctas = blocks_for(n, WARPS);
-  const size_t most = (size_t)s->p2g_persist * (size_t)s->n_sm;
-  const bool persist = most > 0 && most < ctas;
-  if (persist) ctas = most;
-  const p2g_fn k = p2g_kernel(s, persist);
-  k<<<ctas, THREADS, 0, st>>>(
+  const p2g_fn k = p2g_kernel(s);
+  k<<<blocks_for(n, WARPS), THREADS, 0, st>>>(
       dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
       make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
@@ -2486,9 +2361,10 @@ static int shared_list(cuda_state *s, cudaStream_t st);
 
 static int launch_grid_on(cuda_state *s, int par, int part, cudaStream_t st) {
   if (s->n_blocks == 0) return DR_OK;
-  /* GRID_SHARED: over the shared blocks' list instead of every block (DRIFT_GRID_LIST=0: every
-   * block, the others returning at once), as many CUDA blocks as the list's bound */
-  const int listed = part == GRID_SHARED && s->grid_list;
+  /* GRID_SHARED on one GPU: over the shared blocks' list instead of every block, as many CUDA
+   * blocks as the list's bound (an island member's pass covers every block, the others returning
+   * at once) */
+  const int listed = part == GRID_SHARED && s->nm == 1;
   if (listed) DR_TRY(shared_list(s, st));
   const size_t n_launch = listed ? s->shared_bound : s->n_blocks;
   if (n_launch == 0) return DR_OK;
@@ -2530,8 +2406,7 @@ static int launch_grid_on(cuda_state *s, int par, int part, cudaStream_t st) {
 static int launch_grid(cuda_state *s, int par, int part) { return launch_grid_on(s, par, part, s->stream); }
 
 /* The steps that run on this mapping after the one whose particles leave the zone G2P checks: 0
- * where the next step is voided, else STEP_LAG (DRIFT_VOID_STEP=0, the events barrier; the top of
- * this file). */
+ * where the next step is voided, else STEP_LAG (the events barrier; the top of this file). */
 static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
 
 /* G2P of the n packets order lists (all of them in their order where order is NULL), then, with
@@ -2540,14 +2415,13 @@ static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
  * lag: the steps queued before the host reads this step's flags. G2P flags the particles that
  * leave the free zone shrunk by a cell per such step (lag_of): a particle moves less than a cell
  * a step. The phases of backend.h (several ranks) read the flags before the next step (lag 0),
- * and the frame loop voids the step after a leave (lag 0 too, unless DRIFT_VOID_STEP=0 or the
- * events barrier): both keep the whole free zone, a third more room per axis, fewer
+ * and the frame loop voids the step after a leave (lag 0 too, except with the events barrier):
+ * both keep the whole free zone, a third more room per axis, fewer
  * rebuild-mappings. */
-template <bool HOME>
-static decltype(&k_g2p<false, false, false, HOME>) g2p_kernel(const cuda_state *s, bool col) {
-  return s->asflip     ? (col ? k_g2p<true, true, true, HOME> : k_g2p<true, false, true, HOME>)
-         : s->g2p_mat ? (col ? k_g2p<false, true, true, HOME> : k_g2p<false, false, true, HOME>)
-                      : (col ? k_g2p<false, true, false, HOME> : k_g2p<false, false, false, HOME>);
+static decltype(&k_g2p<false, false, false>) g2p_kernel(const cuda_state *s, bool col) {
+  return s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
+         : s->g2p_mat ? (col ? k_g2p<false, true, true> : k_g2p<false, false, true>)
+                      : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>);
 }
 
 static int launch_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide,
@@ -2555,14 +2429,13 @@ static int launch_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, 
   const bool col = s->push;
   const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
   if (n > 0) {
-    (s->home_on ? g2p_kernel<true>(s, col) : g2p_kernel<false>(s, col))
-        <<<blocks_for(n, WARPS), THREADS, 0, st>>>(
+    g2p_kernel(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(
         dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
         dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
         s->inv_dx, vel_of(s, par), s->g2p_mat ? dp<material_params>(s->d_mats) : nullptr, vel0_of(s, par), s->bnd,
         dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room),
-        zone_lo, zone_hi, order, s->home);
+        zone_lo, zone_hi, order);
     LAUNCHED("k_g2p");
   }
   if (col && collide && s->n_packets > 0) {
@@ -2571,7 +2444,7 @@ static int launch_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, 
         dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
         make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
         s->inv_dx, dp<unsigned>(s->push_mask), dp<float>(s->push_room), s->bnd, dp<collider_pose>(s->d_poses), zone_lo,
-        zone_hi, s->home_on, s->home);
+        zone_hi);
     LAUNCHED("k_collide");
   }
   return DR_OK;
@@ -2591,8 +2464,6 @@ static decltype(&k_g2p2g<OLD, DET, false>) g2p2g_kernel(bool col) {
 
 static int launch_g2p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
-  /* the frame loop's step (one rank): its G2P never checks a rank's box */
-  if (s->home_on) return dr_fail(DR_EINTERNAL, "G2P2G on a rank's box (set_home): it would not flag emigrants");
   const bool col = s->push;
   (s->asflip ? (s->det ? g2p2g_kernel<true, true>(col) : g2p2g_kernel<true, false>(col))
              : (s->det ? g2p2g_kernel<false, true>(col) : g2p2g_kernel<false, false>(col)))
@@ -2638,7 +2509,7 @@ static int launch_pull(cuda_state *s, int par) {
  * without with_p2g: grid[par] holds this step's P2G too (the first step after G2P2G frames,
  * island_advance_frame). */
 static int launch_head(cuda_state *s, int par, int with_p2g) {
-  k_begin<<<1, s->nm > 1 && s->bar_warp ? 32 : 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
+  k_begin<<<1, s->nm > 1 ? 32 : 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), view_of(s, par));
   LAUNCHED("k_begin");
   if (!s->graph_fused && with_p2g) DR_TRY(launch_p2g(s, par));
   return launch_push(s, par);
@@ -2646,7 +2517,7 @@ static int launch_head(cuda_state *s, int par, int with_p2g) {
 
 /* The step's record written by one warp straight into the host's mapped copy (h_slot), which the
  * host reads after the step's event: a kernel after the step's last kernel costs less than a
- * device-to-host copy node after it (DRIFT_CTL_KERNEL=0: the copy). */
+ * device-to-host copy node after it (docs/performance.md). */
 __global__ static void k_ctl_out(const step_ctl *__restrict__ c, step_ctl *out) {
   static_assert(sizeof(step_ctl) % sizeof(unsigned) == 0, "step_ctl in words");
   const unsigned *src = (const unsigned *)c;
@@ -2655,15 +2526,11 @@ __global__ static void k_ctl_out(const step_ctl *__restrict__ c, step_ctl *out) 
   __threadfence_system();
 }
 
-/* The step's record into the host's h_slot[par]: by k_ctl_out where the slot is mapped, else a
- * copy. Both the frame loop's steps and the phases' g2p (ranks) end with it. */
+/* The step's record into the host's h_slot[par] (k_ctl_out). Both the frame loop's steps and the
+ * phases' g2p (ranks) end with it. */
 static int record_out(cuda_state *s, int par) {
-  if (s->d_slot) {
-    k_ctl_out<<<1, 32, 0, s->stream>>>(dp<step_ctl>(s->ctl), s->d_slot + par);
-    LAUNCHED("k_ctl_out");
-  } else {
-    CU(cudaMemcpyAsync(&s->h_slot[par], s->ctl.ptr, sizeof(step_ctl), cudaMemcpyDeviceToHost, s->stream));
-  }
+  k_ctl_out<<<1, 32, 0, s->stream>>>(dp<step_ctl>(s->ctl), s->d_slot + par);
+  LAUNCHED("k_ctl_out");
   return DR_OK;
 }
 
@@ -2716,24 +2583,11 @@ static void drop_graphs(cuda_state *s) {
   s->graphs_valid = 0;
 }
 
-/* A switch of the environment for A/B measurements of host-side choices, read where it is used
- * (at setup or at a rebuild-mapping, never per step): NAME=0 turns it off, NAME=1 on, unset
- * leaves dflt. */
+/* A switch of the environment (a test hook: DRIFT_SORT_KEYS64), read once at setup: NAME=0 turns
+ * it off, NAME=1 on, unset leaves dflt. */
 static int env_flag(const char *name, int dflt) {
   const char *v = getenv(name);
   return v && *v ? atoi(v) != 0 : dflt;
-}
-
-/* A whole-number switch of the environment: NULL where NAME is unset or empty, or holds a whole
- * number in [lo, hi] (then in *v); else NAME, for the caller's one-line error. */
-static const char *env_long(const char *name, long lo, long hi, long *v) {
-  const char *e = getenv(name);
-  if (!e || !*e) return NULL;
-  char *end = NULL;
-  const long x = strtol(e, &end, 10);
-  if (end == e || *end || x < lo || x > hi) return name;
-  *v = x;
-  return NULL;
 }
 
 /* Captures the step of each parity as a CUDA graph (after every rebuild: sizes and buffers
@@ -2753,7 +2607,7 @@ static int capture_graphs(cuda_state *s) {
     /* The same kernels with new sizes and buffers (a rebuild-mapping): updating the executable
      * graph in place costs far less than instantiating it again. Where the update is refused (the
      * graph's shape changed: fused and unfused steps, say), it is instantiated anew. */
-    if (s->graph[k] && env_flag("DRIFT_GRAPH_UPDATE", 1)) {
+    if (s->graph[k]) {
       cudaGraphExecUpdateResultInfo info;
       if (cudaGraphExecUpdate(s->graph[k], g, &info) == cudaSuccess) {
         cudaGraphDestroy(g);
@@ -2828,156 +2682,9 @@ __device__ __forceinline__ float *sum_slot(size_t i, int bs, int32_t blk, float 
                 : g0 + (size_t)blk * OLD_FLOATS + (ch - 4) * BLOCK_NODES + node;
 }
 
-__global__ static void k_pack(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, float *g, float *g0,
-                              float *out) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs) return;
-  const int32_t blk = idx[i / bs];
-  out[i] = index_ok(blk, nb, bad) ? *sum_slot(i, bs, blk, g, g0) : 0.0f;
-}
-
-/* Adds sums in that layout into the listed blocks; a block with any non-zero sum is touched. */
-__global__ static void k_unpack_add(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, const float *in,
-                                    float *g, float *g0, uint8_t *touched) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs) return;
-  const int32_t blk = idx[i / bs];
-  if (!index_ok(blk, nb, bad)) return;
-  const float v = in[i];
-  *sum_slot(i, bs, blk, g, g0) += v; /* one thread per value: no race */
-  if (v != 0.0f) touched[blk] = 1;   /* every writer stores the same value */
-}
-
-/* Deterministic mode: the int64 sums, laid out as igrid's blocks ([ich][64]) one after another. */
-__global__ static void k_pack_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad, const long long *ig,
-                                  long long *out) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs) return;
-  const int32_t blk = idx[i / bs];
-  out[i] = index_ok(blk, nb, bad) ? ig[(size_t)blk * bs + i % bs] : 0;
-}
-
-__global__ static void k_unpack_add_fix(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
-                                        const long long *in, long long *ig, uint8_t *touched) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n * bs) return;
-  const int32_t blk = idx[i / bs];
-  if (!index_ok(blk, nb, bad)) return;
-  const long long v = in[i];
-  ig[(size_t)blk * bs + i % bs] += v; /* integers: the result does not depend on the ranks' order */
-  if (v != 0) touched[blk] = 1;
-}
-
 __global__ static void k_mark(size_t n, const int32_t *idx, int32_t nb, int *bad, uint8_t *flags) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i < n && index_ok(idx[i], nb, bad)) flags[idx[i]] = 1;
-}
-
-/* The sparse exchange in two kernels each way, without a scan: a message's block k / 64 word of
- * the mask holds bit k % 64, and a marked block's place among the values is the number of marked
- * blocks before it, the popcounts of the words before its own plus those of its own word's lower
- * bits. k_sparse_words makes the mask (one warp per word); k_pack_words and k_unpack_words run one
- * CTA per shared block (MASK_THREADS threads, a thread per value), which first sums the popcounts
- * of the words before its own. (Before, a pack was five launches: flags, a CUB scan, mask, total,
- * values; and an unpack four: unmask, scan, values. With a few thousand shared blocks each launch
- * is a few microseconds of a device that waits for them: DRIFT_GPU_MARKS, docs/performance.md.) */
-#define MASK_THREADS 256
-
-/* The calling warp's word of the mask (warp w, blocks 64 w .. 64 w + 63 of n): bit k % 64 set
- * where on(k) (asked only for k < n). Whole warps leave together. k_sparse_words and
- * k_island_words. */
-template <typename On> __device__ __forceinline__ void mask_word(size_t n, unsigned long long *mask, On on) {
-  const size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= (n + 63) / 64) return;
-  unsigned half[2];
-  for (int h = 0; h < 2; ++h) {
-    const size_t k = 64 * w + 32 * h + lane;
-    half[h] = __ballot_sync(0xffffffffu, k < n && on(k));
-  }
-  if (lane == 0) mask[w] = (unsigned long long)half[0] | (unsigned long long)half[1] << 32;
-}
-
-__global__ static void k_sparse_words(size_t n, const int32_t *idx, int32_t nb, int *bad, const uint8_t *touched,
-                                      unsigned long long *mask) {
-  mask_word(n, mask, [&](size_t k) { return index_ok(idx[k], nb, bad) && touched[idx[k]]; });
-}
-
-/* The marked blocks before word w (the CTA's sum of the popcounts of words [0, w)); every thread
- * of the CTA calls it and gets it. */
-__device__ static unsigned mask_base(const unsigned long long *mask, size_t w) {
-  __shared__ unsigned warp_part[MASK_THREADS / 32];
-  unsigned c = 0;
-  for (size_t k = threadIdx.x; k < w; k += blockDim.x) c += (unsigned)__popcll(mask[k]);
-  for (int o = 16; o > 0; o /= 2) c += __shfl_down_sync(0xffffffffu, c, o);
-  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = c;
-  __syncthreads();
-  unsigned base = 0;
-  for (int k = 0; k < (int)(blockDim.x / 32); ++k) base += warp_part[k];
-  __syncthreads(); /* warp_part is read by all before a second call writes it */
-  return base;
-}
-
-/* Block k's place among a message's values, or -1 where the mask does not mark it. Every thread of
- * the CTA calls it with the same k (mask_base synchronises the CTA). */
-__device__ static long long mask_place(const unsigned long long *mask, size_t k) {
-  const unsigned long long m = mask[k / 64];
-  const int b = (int)(k % 64);
-  if (!((m >> b) & 1ull)) return -1;
-  return (long long)mask_base(mask, k / 64) + __popcll(m & ((1ull << b) - 1ull));
-}
-
-/* mask_place for CTA k of a message's n blocks; the last CTA also writes how many blocks the
- * message holds (the pack kernels' start). */
-__device__ static long long mask_slot(const unsigned long long *mask, size_t n, size_t k, int *total) {
-  if (k == n - 1) {
-    const unsigned all = mask_base(mask, (n + 63) / 64);
-    if (threadIdx.x == 0) *total = (int)all;
-  }
-  return mask_place(mask, k);
-}
-
-/* CTA k: shared block k's values, where the mask marks it, at its place in the message (k_pack's
- * layout otherwise); the last CTA also writes how many blocks the message holds. */
-template <typename T>
-__global__ static void k_pack_words(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
-                                    const unsigned long long *mask, const T *src, float *g0, T *out, int *total) {
-  const size_t k = blockIdx.x;
-  const long long place = mask_slot(mask, n, k, total);
-  if (place < 0) return; /* the whole CTA */
-  const size_t at = (size_t)place;
-  const int32_t blk = idx[k];
-  const int ok = index_ok(blk, nb, bad);
-  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
-    const size_t i = k * bs + j; /* the value's index in the dense layout (sum_slot) */
-    T v = 0;
-    if (ok) {
-      if constexpr (sizeof(T) == sizeof(float)) v = *sum_slot(i, bs, blk, (float *)src, g0);
-      else v = src[(size_t)blk * bs + j];
-    }
-    out[at * bs + j] = v;
-  }
-}
-
-/* CTA k: adds shared block k's values of a received message, where its mask marks it
- * (k_unpack_add's rule for touched). */
-template <typename T>
-__global__ static void k_unpack_words(size_t n, int bs, const int32_t *idx, int32_t nb, int *bad,
-                                      const unsigned long long *mask, const T *in, T *dst, float *g0,
-                                      uint8_t *touched) {
-  const size_t k = blockIdx.x;
-  const long long place = mask_place(mask, k);
-  if (place < 0) return; /* the whole CTA */
-  const size_t at = (size_t)place;
-  const int32_t blk = idx[k];
-  if (!index_ok(blk, nb, bad)) return;
-  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
-    const size_t i = k * bs + j;
-    const T v = in[at * bs + j];
-    if constexpr (sizeof(T) == sizeof(float)) *sum_slot(i, bs, blk, (float *)dst, g0) += v;
-    else dst[(size_t)blk * bs + j] += v; /* integers: the result does not depend on the ranks' order */
-    if (v != 0) touched[blk] = 1;        /* every writer stores the same value */
-  }
 }
 
 /* The node exchange (backend.h's node_masks, pack_nodes, unpack_add_nodes; mpi/exchange.h):
@@ -3042,67 +2749,9 @@ __global__ static void k_move_nodes(size_t n, int bs, const int32_t *idx, int32_
   }
 }
 
-/* An island's rank exchange on its devices (island_pack, island_unpack_add). Each block shared
- * with another rank has an owner member, the lowest member holding it; map holds the owner's
- * (block index, position in the link's list) pairs. k_island_pack, one CTA per owned block and a
- * thread per value, writes the island's sum of the block, the owner's copy plus the peers' copies
- * read by P2P (where they touched it this step, as k_grid reads them), into the message at the
- * block's position (the dense layout of k_pack); k_island_unpack adds a received message's
- * values into the owner's copy. The message lies in mapped pinned host memory (island_alloc_sums)
- * or, for a CUDA-aware MPI, in member 0's device memory. Before, each member's copies came to the
- * host and the host summed them value by value, a few thousand blocks x 256 values x members a
- * step. */
-template <typename T>
-__global__ static void k_island_pack(size_t n_own, int bs, const int2 *__restrict__ map, int32_t nb, int *bad,
-                                     const uint8_t *__restrict__ touched, const float *g, const float *g0,
-                                     const long long *ig, const int32_t *__restrict__ tags, island_view iv, T *out) {
-  const int2 m = map[blockIdx.x];
-  const int32_t blk = m.x;
-  T *o = out + (size_t)m.y * bs;
-  if (!index_ok(blk, nb, bad)) {
-    for (int j = threadIdx.x; j < bs; j += blockDim.x) o[j] = 0;
-    return;
-  }
-  const int mine = touched[blk];
-  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
-    T acc = 0;
-    if constexpr (sizeof(T) == sizeof(float)) {
-      if (mine) acc = *sum_slot((size_t)j, bs, blk, (float *)g, (float *)g0);
-      for (int q = 0; q < iv.np; ++q) {
-        const int32_t t = tags[(size_t)blk * iv.np + q];
-        if (t >= 0 && iv.peer_touched[q][t]) acc += *sum_slot((size_t)j, bs, t, (float *)iv.peer_grid[q], (float *)iv.peer_grid0[q]);
-      }
-    } else {
-      if (mine) acc = ig[(size_t)blk * bs + j];
-      for (int q = 0; q < iv.np; ++q) {
-        const int32_t t = tags[(size_t)blk * iv.np + q];
-        if (t >= 0 && iv.peer_touched[q][t]) acc += iv.peer_ig[q][(size_t)t * bs + j]; /* integers: any order */
-      }
-    }
-    o[j] = acc;
-  }
-}
-
-template <typename T>
-__global__ static void k_island_unpack(size_t n_own, int bs, const int2 *__restrict__ map, int32_t nb, int *bad,
-                                       const T *in, T *dst, float *g0, uint8_t *touched) {
-  const int2 m = map[blockIdx.x];
-  const int32_t blk = m.x;
-  if (!index_ok(blk, nb, bad)) return;
-  const T *v = in + (size_t)m.y * bs;
-  for (int j = threadIdx.x; j < bs; j += blockDim.x) {
-    const T x = v[j];
-    if constexpr (sizeof(T) == sizeof(float)) *sum_slot((size_t)j, bs, blk, (float *)dst, g0) += x;
-    else dst[(size_t)blk * bs + j] += x;
-    if (x != 0) touched[blk] = 1; /* every writer stores the same value */
-  }
-}
-
-/* An island's sparse rank exchange (island_pack_sparse, island_unpack_add_sparse), on member 0
- * alone: link_map[j * nm + k] is member k's block index of the link's block j (-1 where k does
- * not hold it), and island_bufs every member's buffers of the step's parity (member 0's own, the
- * others' by P2P). The message is that of one GPU (k_pack_words): a mask of the blocks any member
- * touched this step, then their island sums in mask order. */
+/* An island's rank exchange runs on member 0 alone: link_map[j * nm + k] is member k's block
+ * index of the link's block j (-1 where k does not hold it), and island_bufs every member's
+ * buffers of the step's parity (member 0's own, the others' by P2P). */
 typedef struct island_bufs {
   float *grid[MAX_GPUS];
   float *grid0[MAX_GPUS];     /* ASFLIP, else NULL */
@@ -3120,62 +2769,8 @@ __device__ __forceinline__ int32_t island_block(const int32_t *link_map, const i
   return index_ok(t, b.nb[k], bad) ? t : -1;
 }
 
-__global__ static void k_island_words(size_t n, const int32_t *link_map, island_bufs b, int *bad,
-                                      unsigned long long *mask) {
-  mask_word(n, mask, [&](size_t j) { /* any member touched link block j */
-    for (int k = 0; k < b.nm; ++k) {
-      const int32_t t = island_block(link_map, b, j, k, bad);
-      if (t >= 0 && b.touched[k][t]) return true;
-    }
-    return false;
-  });
-}
-
-/* CTA j: link block j's island sum, where the mask marks it, at its place among the values; the
- * last CTA writes how many blocks the message holds. */
-template <typename T>
-__global__ static void k_island_pack_words(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
-                                           const unsigned long long *mask, T *out, int *total) {
-  const size_t j = blockIdx.x;
-  const long long place = mask_slot(mask, n, j, total);
-  if (place < 0) return; /* the whole CTA */
-  const size_t at = (size_t)place;
-  for (int v = threadIdx.x; v < bs; v += blockDim.x) {
-    T acc = 0;
-    for (int k = 0; k < b.nm; ++k) { /* member order: the same sums on every step */
-      const int32_t t = island_block(link_map, b, j, k, bad);
-      if (t < 0 || !b.touched[k][t]) continue;
-      if constexpr (sizeof(T) == sizeof(float)) acc += *sum_slot((size_t)v, bs, t, b.grid[k], b.grid0[k]);
-      else acc += b.ig[k][(size_t)t * bs + v]; /* integers: any order */
-    }
-    out[at * bs + v] = acc;
-  }
-}
-
-/* CTA j: a received message's values of link block j, where its mask marks it, added into the
- * block's owner (the lowest member holding it; by P2P where that is not member 0). */
-template <typename T>
-__global__ static void k_island_unpack_words(size_t n, int bs, const int32_t *link_map, island_bufs b, int *bad,
-                                             const unsigned long long *mask, const T *in) {
-  const size_t j = blockIdx.x;
-  const long long place = mask_place(mask, j);
-  if (place < 0) return; /* the whole CTA */
-  const size_t at = (size_t)place;
-  int k = 0;
-  int32_t t = -1;
-  for (; k < b.nm && t < 0; ++k) t = island_block(link_map, b, j, k, bad);
-  if (t < 0) return;
-  --k;
-  for (int v = threadIdx.x; v < bs; v += blockDim.x) {
-    const T x = in[at * bs + v];
-    if constexpr (sizeof(T) == sizeof(float)) *sum_slot((size_t)v, bs, t, b.grid[k], b.grid0[k]) += x;
-    else b.ig[k][(size_t)t * bs + v] += x;
-    if (x != 0) b.touched[k][t] = 1; /* every writer stores the same value */
-  }
-}
-
 /* An island's node exchange (island_node_masks, island_pack_nodes, island_unpack_add_nodes), on
- * member 0 as its sparse exchange, a warp per link block j and a lane for nodes lane and lane + 32
+ * member 0, a warp per link block j and a lane for nodes lane and lane + 32
  * (the message of one GPU: k_node_masks, k_move_nodes). The island's mask is the OR of the members'
  * (each member's copy read where it touched the block this step; deterministic mode: every node
  * of a touched block); the values are the island's sums, in member order; a received value is
@@ -3265,7 +2860,7 @@ __global__ static void k_island_unpack_nodes(size_t n, int bs, const int32_t *li
 
 /* The exchange's block-index lists stay the same from one rebuild-mapping to the next
  * (exchange_setup hands each link's list to mark_shared once), so they are uploaded there, once,
- * side by side in xidx; pack and unpack_add find theirs by the host pointer and length. */
+ * side by side in xidx; the node exchange finds each by the host pointer and length. */
 static int sums_floats(const cuda_state *s) { return BLOCK_FLOATS + (s->asflip ? OLD_FLOATS : 0); }
 
 /* The registered entry of a list, or NULL. */
@@ -3354,148 +2949,29 @@ static int blocks(void *state, const uint64_t **codes, size_t *n) {
   return DR_OK;
 }
 
-/* The packs on the step's stream (pack, pack_sparse) read what the boundary's P2G wrote: where
- * xhead put it on xstream (p2g_part), the step's stream waits for it first. */
-static int head_join(cuda_state *s) {
-  if (s->head_on) CU(cudaStreamWaitEvent(s->stream, s->xhead_ev, 0));
-  return DR_OK;
-}
-
-static int pack(void *state, const int32_t *idx, size_t n, void *out) {
-  cuda_state *s = (cuda_state *)state;
-  if (n == 0) return DR_OK;
-  DR_TRY(head_join(s));
-  const int bs = sums_floats(s);
-  const int32_t *didx;
-  DR_TRY(indices_for(s, idx, n, &didx, "pack"));
-  const int32_t nb = (int32_t)s->n_blocks;
-  if (s->det) {
-    DVEC(s->xbuf, n * bs * sizeof(long long), "exchange buffer");
-    k_pack_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        n, bs, didx, nb, s->d_xbad, dp<long long>(s->igrid[s->par]), dp<long long>(s->xbuf));
-    LAUNCHED("k_pack_fix");
-    CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * bs * sizeof(long long), cudaMemcpyDefault, s->stream));
-    CU(cudaStreamSynchronize(s->stream));
-    return xbad_check(s, "pack (k_pack_fix)", n);
-  }
-  DVEC(s->xbuf, n * bs * sizeof(float), "exchange buffer");
-  k_pack<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, bs, didx, nb, s->d_xbad, dp<float>(s->grid[s->par]), grid0_of(s, s->par), dp<float>(s->xbuf));
-  LAUNCHED("k_pack");
-  /* out: pinned host or device memory (alloc_sums), or pageable memory: the copy kind follows */
-  CU(cudaMemcpyAsync(out, s->xbuf.ptr, n * bs * sizeof(float), cudaMemcpyDefault, s->stream));
-  CU(cudaStreamSynchronize(s->stream));
-  return xbad_check(s, "pack (k_pack)", n);
-}
-
 static int recv_join(cuda_state *s);
 
-static int unpack_add(void *state, const int32_t *idx, size_t n, const void *in) {
-  cuda_state *s = (cuda_state *)state;
-  if (n == 0) return DR_OK;
-  if (s->tail_armed) { /* this unpack runs on the step's stream: so does the rest of the step */
-    s->tail_armed = 0;
-    DR_TRY(recv_join(s));
-  }
-  const int bs = sums_floats(s);
-  const int32_t *didx;
-  DR_TRY(indices_for(s, idx, n, &didx, "unpack_add"));
-  const int32_t nb = (int32_t)s->n_blocks;
-  if (s->det) {
-    DVEC(s->xbuf, n * bs * sizeof(long long), "exchange buffer");
-    CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * bs * sizeof(long long), cudaMemcpyDefault, s->stream));
-    k_unpack_add_fix<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-        n, bs, didx, nb, s->d_xbad, dp<long long>(s->xbuf), dp<long long>(s->igrid[s->par]),
-        dp<uint8_t>(s->touched[s->par]));
-    LAUNCHED("k_unpack_add_fix");
-    CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
-    return xbad_check(s, "unpack_add (k_unpack_add_fix)", n);
-  }
-  DVEC(s->xbuf, n * bs * sizeof(float), "exchange buffer");
-  CU(cudaMemcpyAsync(s->xbuf.ptr, in, n * bs * sizeof(float), cudaMemcpyDefault, s->stream));
-  k_unpack_add<<<blocks_for(n * bs, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      n, bs, didx, nb, s->d_xbad, dp<float>(s->xbuf), dp<float>(s->grid[s->par]), grid0_of(s, s->par),
-      dp<uint8_t>(s->touched[s->par]));
-  LAUNCHED("k_unpack_add");
-  CU(cudaStreamSynchronize(s->stream)); /* in may change once this returns */
-  return xbad_check(s, "unpack_add (k_unpack_add)", n);
-}
-
-/* The sparse exchange (backend.h; on by default, -DDRIFT_CUDA_SPARSE=0 registers only the dense
- * pack): the listed blocks this step's P2G touched are flagged, numbered by a scan and packed on
- * the device behind their mask, and only that much crosses to out. 2 x H200, weak_2 (2 ranks x 1
- * GPU, 3.1M particles each): 1.68 MB a step sent in the late frames against 3.03 MB dense, and
- * 76.5-77.1 ms a frame against 79.3-80.1 (docs/performance.md). */
-#ifndef DRIFT_CUDA_SPARSE
-#define DRIFT_CUDA_SPARSE 1
-#endif
-/* The exchange's device buffer for one message (pack_sparse and unpack_add_sparse; a pack in two
- * halves has its own per link, pslot). */
-static int sparse_scratch(cuda_state *s, size_t bytes, char **msg) {
+/* The exchange's device buffer for one message (pack_nodes, island_node_masks, island_pack_nodes). */
+static int message_buffer(cuda_state *s, size_t bytes, char **msg) {
   DVEC(s->xbuf, bytes, "exchange buffer");
   *msg = dp<char>(s->xbuf);
   return DR_OK;
 }
 
-/* Queues the sparse pack of the n listed blocks (didx on the device) into msg (mask, then values)
- * and *count_dev (the number of blocks in the message): k_sparse_words, then k_pack_words. */
-static int pack_sparse_queue(cuda_state *s, const int32_t *didx, size_t n, char *msg, int *count_dev, cudaStream_t st) {
-  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
-  const int bs = sums_floats(s);
-  const int32_t nb = (int32_t)s->n_blocks;
-  unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
-  k_sparse_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n, didx, nb, s->d_xbad, dp<uint8_t>(s->touched[s->par]), mask);
-  LAUNCHED("k_sparse_words");
-  if (s->det)
-    k_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, st>>>(
-        n, bs, didx, nb, s->d_xbad, mask, dp<long long>(s->igrid[s->par]), NULL,
-        reinterpret_cast<long long *>(msg + head), count_dev);
-  else
-    k_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, st>>>(
-        n, bs, didx, nb, s->d_xbad, mask, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
-        reinterpret_cast<float *>(msg + head), count_dev);
-  LAUNCHED("k_pack_words");
-  return DR_OK;
-}
-
-static int pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
-  cuda_state *s = (cuda_state *)state;
-  const size_t head = SPARSE_MASK_BYTES(n);
-  *bytes = head;
-  if (n == 0) return DR_OK;
-  DR_TRY(head_join(s));
-  const int bs = sums_floats(s);
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
-  const int32_t *didx;
-  DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse"));
-  char *msg;
-  DR_TRY(sparse_scratch(s, head + n * bs * esz, &msg));
-  DR_TRY(pack_sparse_queue(s, didx, n, msg, dp<int>(s->count), s->stream));
-  int total = 0;
-  DR_TRY(read_count(s, s->count.ptr, &total));
-  *bytes = head + (size_t)total * bs * esz;
-  CU(cudaMemcpyAsync(out, msg, *bytes, cudaMemcpyDefault, s->stream));
-  CU(cudaStreamSynchronize(s->stream));
-  return xbad_check(s, "pack_sparse", n);
-}
-
-/* pack_sparse in two halves (backend.h): one link's buffers, the event after its pack and its
- * count, copied to pinned memory in stream order. */
+/* node_masks in two halves (backend.h): one link's buffers, and the event after its masks were
+ * copied to pinned memory in stream order. */
 static void host_release(void *p);
 
 typedef struct pslot {
-  dvec msg, count;
-  int *h_count;
+  dvec msg;        /* the masks on the device (k_node_masks) */
   cudaEvent_t ev;
   size_t n;
-  void *h_masks;   /* node_masks_async's masks, copied here (pinned) in stream order */
+  void *h_masks;   /* ... copied here (pinned) */
   size_t h_masks_cap;
 } pslot;
 
-/* The exchange's stream, at the device's highest priority: its pack and unpack kernels (xpack)
- * take the SMs as the interior's P2G and G2P free them, instead of queueing behind every CTA of
- * those. */
+/* The exchange's stream, at the device's highest priority: its kernels take the SMs as the
+ * interior's P2G and G2P free them, instead of queueing behind every CTA of those. */
 static int xstream_get(cuda_state *s) {
   if (s->xstream) return DR_OK;
   int least = 0, greatest = 0;
@@ -3515,10 +2991,7 @@ static int pslot_get(cuda_state *s, int slot, pslot **out) {
     s->n_pslot = cap;
   }
   pslot *x = &s->pslot[slot];
-  if (!x->ev) {
-    CU(cudaEventCreateWithFlags(&x->ev, cudaEventDisableTiming));
-    CU(cudaHostAlloc((void **)&x->h_count, sizeof(int), cudaHostAllocDefault));
-  }
+  if (!x->ev) CU(cudaEventCreateWithFlags(&x->ev, cudaEventDisableTiming));
   DR_TRY(xstream_get(s));
   *out = x;
   return DR_OK;
@@ -3527,8 +3000,7 @@ static int pslot_get(cuda_state *s, int slot, pslot **out) {
 static void pslots_free(cuda_state *s) {
   for (int k = 0; k < s->n_pslot; ++k) {
     pslot *x = &s->pslot[k];
-    dvec_free(&x->msg), dvec_free(&x->count);
-    if (x->h_count) cudaFreeHost(x->h_count);
+    dvec_free(&x->msg);
     host_release(x->h_masks);
     if (x->ev) cudaEventDestroy(x->ev);
   }
@@ -3539,26 +3011,24 @@ static void pslots_free(cuda_state *s) {
   s->xstream = NULL;
 }
 
-/* The start of a pack in two halves (pack_sparse_async, node_masks_async). xearly: with the
- * boundary's P2G on xstream (head_on), the interior's P2G goes on the step's stream now, before
- * the packs' host work (the device held only the boundary's short launch meanwhile); sim.c's
- * p2g_part(P2G_INTERIOR) then only joins the two streams. */
-static int pack_begin(cuda_state *s) {
-  if (s->head_on && s->xearly && !s->interior_on) {
+/* The start of the masks in two halves (node_masks_async): with the boundary's P2G on xstream
+ * (head_on), the interior's P2G goes on the step's stream now, before the exchange's host work
+ * (the device held only the boundary's short launch meanwhile); sim.c's p2g_part(P2G_INTERIOR)
+ * then only joins the two streams. */
+static int masks_begin(cuda_state *s) {
+  if (s->head_on && !s->interior_on) {
     DR_TRY(launch_p2g_interior(s));
     s->interior_on = 1;
   }
   return DR_OK;
 }
 
-/* The stream of such a pack. xpack: xstream, after the boundary's P2G; the interior's P2G, queued
- * on the step's stream, runs beside it (it writes no shared block, which is all the pack reads).
- * With head_on the pack follows the boundary's P2G in xstream's own order, and waits for the
- * step's stream (which may hold the interior's P2G already) only after fresh: a list uploaded or
- * a buffer grown just now (not in the steady state), ordered on the step's stream. */
-static int pack_stream(cuda_state *s, int fresh, cudaStream_t *st) {
-  *st = s->stream;
-  if (!s->xpack) return DR_OK;
+/* The stream of the masks: xstream, after the boundary's P2G; the interior's P2G, queued on the
+ * step's stream, runs beside it (it writes no shared block, which is all the masks read). With
+ * head_on they follow the boundary's P2G in xstream's own order, and wait for the step's stream
+ * (which may hold the interior's P2G already) only after fresh: a list uploaded or a buffer grown
+ * just now (not in the steady state), ordered on the step's stream. */
+static int masks_stream(cuda_state *s, int fresh, cudaStream_t *st) {
   if (!s->head_on || fresh) {
     if (!s->xp2g_ev) CU(cudaEventCreateWithFlags(&s->xp2g_ev, cudaEventDisableTiming));
     CU(cudaEventRecord(s->xp2g_ev, s->stream));
@@ -3569,52 +3039,11 @@ static int pack_stream(cuda_state *s, int fresh, cudaStream_t *st) {
 }
 
 /* ... with its slot holding the list's length; *x NULL where the list is empty (nothing to queue). */
-static int pack_slot(cuda_state *s, int slot, size_t n, pslot **x) {
-  DR_TRY(pack_begin(s));
+static int masks_slot(cuda_state *s, int slot, size_t n, pslot **x) {
+  DR_TRY(masks_begin(s));
   DR_TRY(pslot_get(s, slot, x));
   (*x)->n = n;
   if (n == 0) *x = NULL;
-  return DR_OK;
-}
-
-static int pack_sparse_async(void *state, int slot, const int32_t *idx, size_t n) {
-  cuda_state *s = (cuda_state *)state;
-  pslot *x = NULL;
-  DR_TRY(pack_slot(s, slot, n, &x));
-  if (!x) return DR_OK;
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
-  const int32_t *didx;
-  const int n_xl = s->n_xl;
-  const void *msg = x->msg.ptr, *count = x->count.ptr;
-  DR_TRY(indices_for(s, idx, n, &didx, "pack_sparse_async"));
-  DVEC(x->msg, SPARSE_MASK_BYTES(n) + n * (size_t)sums_floats(s) * esz, "exchange buffer");
-  DVEC(x->count, sizeof(int), "exchange count");
-  cudaStream_t st;
-  DR_TRY(pack_stream(s, s->n_xl != n_xl || x->msg.ptr != msg || x->count.ptr != count, &st));
-  DR_TRY(pack_sparse_queue(s, didx, n, dp<char>(x->msg), dp<int>(x->count), st));
-  CU(cudaMemcpyAsync(x->h_count, x->count.ptr, sizeof(int), cudaMemcpyDeviceToHost, st));
-  CU(cudaEventRecord(x->ev, st));
-  return DR_OK;
-}
-
-/* Waits for the slot's pack only (not for what was queued after it), then copies its message on
- * xstream, so that the step's stream runs on. */
-static int pack_sparse_wait(void *state, int slot, void *out, size_t *bytes) {
-  cuda_state *s = (cuda_state *)state;
-  if (slot < 0 || slot >= s->n_pslot)
-    return dr_fail(DR_EINTERNAL, "cuda backend: pack_sparse_wait(%d) without its pack_sparse_async", slot);
-  pslot *x = &s->pslot[slot];
-  const size_t head = SPARSE_MASK_BYTES(x->n);
-  *bytes = head;
-  if (x->n == 0) return DR_OK;
-  CU(cudaEventSynchronize(x->ev));
-  DR_TRY(xbad_check(s, "pack_sparse", x->n)); /* k_sparse_words' and k_pack_words' marks (mapped memory) */
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
-  *bytes = head + (size_t)*x->h_count * (size_t)sums_floats(s) * esz;
-  CU(cudaStreamWaitEvent(s->xstream, x->ev, 0));
-  CU(cudaMemcpyAsync(out, x->msg.ptr, *bytes, cudaMemcpyDefault, s->xstream));
-  CU(cudaStreamSynchronize(s->xstream));
-  TRACE("count %d", *x->h_count);
   return DR_OK;
 }
 
@@ -3637,85 +3066,12 @@ static int recv_place(cuda_state *s, size_t bytes, char **msg) {
   return DR_OK;
 }
 
-static int recv_copy(cuda_state *s, const void *in, size_t bytes, char **msg) {
-  DR_TRY(recv_place(s, bytes, msg));
-  CU(cudaMemcpyAsync(*msg, in, bytes, cudaMemcpyDefault, s->xstream));
-  return DR_OK;
-}
-
-/* The step's stream waits for what xstream has queued (the received copies, with xpack the
- * unpacks): the shared blocks' update and the boundary's G2P come after. */
+/* The step's stream waits for what xstream has queued (the received copies, the unpacks): the
+ * shared blocks' update and the boundary's G2P come after. */
 static int recv_join(cuda_state *s) {
   if (!s->xrecv_ev) CU(cudaEventCreateWithFlags(&s->xrecv_ev, cudaEventDisableTiming));
   CU(cudaEventRecord(s->xrecv_ev, s->xstream));
   CU(cudaStreamWaitEvent(s->stream, s->xrecv_ev, 0));
-  return DR_OK;
-}
-
-/* A sparse message's mask checked on the host against its length: the blocks it marks, each of
- * vb bytes, must fill it, and no bit may lie past the n listed blocks. The mask is read where it
- * lies (host memory), or copied first (a CUDA-aware MPI's device buffer). */
-static int sparse_marked(cuda_state *s, size_t n, const void *in, size_t bytes, size_t vb, size_t *marked_out) {
-  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
-  size_t marked = 0;
-  int beyond = 0;
-  if (bytes >= head && head > 0) {
-    const unsigned long long *mask = (const unsigned long long *)in;
-    cudaPointerAttributes pa;
-    CU(cudaPointerGetAttributes(&pa, in));
-    if (pa.type == cudaMemoryTypeDevice) {
-      if (s->h_mask_cap < head) {
-        free(s->h_mask);
-        s->h_mask = (unsigned long long *)malloc(head);
-        s->h_mask_cap = s->h_mask ? head : 0;
-        if (!s->h_mask) return dr_fail(DR_ENOMEM, "out of host memory for a sparse exchange mask (%zu bytes)", head);
-      }
-      CU(cudaMemcpy(s->h_mask, in, head, cudaMemcpyDefault));
-      mask = s->h_mask;
-    }
-    for (size_t w = 0; w < nw; ++w) marked += (size_t)__builtin_popcountll(mask[w]);
-    beyond = n % 64 && (mask[n / 64] >> (n % 64)) != 0;
-  }
-  if (bytes < head || bytes != head + marked * vb || beyond)
-    return dr_fail(DR_EINTERNAL, "rank exchange: a message of %zu bytes for %zu shared blocks does not match its mask "
-                   "(%zu blocks marked, %zu bytes each)", bytes, n, marked, vb);
-  *marked_out = marked;
-  return DR_OK;
-}
-
-static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
-  cuda_state *s = (cuda_state *)state;
-  const size_t head = SPARSE_MASK_BYTES(n);
-  const int bs = sums_floats(s);
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float), vb = (size_t)bs * esz;
-  size_t marked = 0;
-  DR_TRY(sparse_marked(s, n, in, bytes, vb, &marked));
-  if (marked == 0) return DR_OK;
-  const int32_t *didx;
-  DR_TRY(indices_for(s, idx, n, &didx, "unpack_add_sparse"));
-  const int32_t nb = (int32_t)s->n_blocks;
-  char *msg; /* the copy overlaps the interior's P2G, grid update and G2P (recv_copy) */
-  DR_TRY(recv_copy(s, in, bytes, &msg));
-  /* xpack: the unpack too, on xstream; the interior's grid update and G2P beside it touch no
-   * shared block, which is all it writes. Else on the step's stream, after the copy. */
-  if (!s->xpack) DR_TRY(recv_join(s));
-  cudaStream_t st = s->xpack ? s->xstream : s->stream;
-  const unsigned long long *dmask = reinterpret_cast<const unsigned long long *>(msg);
-  if (s->det)
-    k_unpack_words<long long><<<(unsigned)n, MASK_THREADS, 0, st>>>(
-        n, bs, didx, nb, s->d_xbad, dmask, reinterpret_cast<const long long *>(msg + head),
-        dp<long long>(s->igrid[s->par]), NULL, dp<uint8_t>(s->touched[s->par]));
-  else
-    k_unpack_words<float><<<(unsigned)n, MASK_THREADS, 0, st>>>(
-        n, bs, didx, nb, s->d_xbad, dmask, reinterpret_cast<const float *>(msg + head), dp<float>(s->grid[s->par]),
-        grid0_of(s, s->par), dp<uint8_t>(s->touched[s->par]));
-  LAUNCHED("k_unpack_words");
-  /* (armed for xtail, the shared update waits for it on xstream itself: grid_update_part) */
-  if (s->xpack && !s->tail_armed) DR_TRY(recv_join(s));
-  /* No wait here: the host queues the shared blocks' grid update and G2P behind the unpacks at
-   * once. in stays unchanged until the next g2p returns (backend.h), which waits for the stream,
-   * and its check of h_xbad names this call (unpack_check_n). */
-  s->unpack_check_n = n;
   return DR_OK;
 }
 
@@ -3724,7 +3080,7 @@ static int unpack_add_sparse(void *state, const int32_t *idx, size_t n, const vo
 static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
   cuda_state *s = (cuda_state *)state;
   pslot *x = NULL;
-  DR_TRY(pack_slot(s, slot, n, &x));
+  DR_TRY(masks_slot(s, slot, n, &x));
   if (!x) return DR_OK;
   const int32_t *didx;
   const int n_xl = s->n_xl;
@@ -3733,7 +3089,7 @@ static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n)
   DVEC(x->msg, n * sizeof(unsigned long long), "exchange buffer");
   DR_TRY(host_pinned(&x->h_masks, &x->h_masks_cap, n * sizeof(unsigned long long), "the exchange's node masks"));
   cudaStream_t st;
-  DR_TRY(pack_stream(s, s->n_xl != n_xl || x->msg.ptr != msg, &st));
+  DR_TRY(masks_stream(s, s->n_xl != n_xl || x->msg.ptr != msg, &st));
   const int bs = sums_floats(s);
   const int32_t nb = (int32_t)s->n_blocks;
   unsigned long long *mask = dp<unsigned long long>(x->msg);
@@ -3781,7 +3137,7 @@ static int nodes_pack_begin(cuda_state *s, size_t n, const uint64_t *mask, const
   const size_t mb = (n * sizeof(uint64_t) + 255) & ~(size_t)255;
   DR_TRY(xstream_get(s));
   DVEC(s->xnodes, mb + n * sizeof(uint32_t), "exchange node masks");
-  DR_TRY(sparse_scratch(s, bytes, msg));
+  DR_TRY(message_buffer(s, bytes, msg));
   *dmask = dp<unsigned long long>(s->xnodes);
   *dbase = reinterpret_cast<const unsigned *>(dp<char>(s->xnodes) + mb);
   CU(cudaMemcpyAsync((void *)*dmask, mask, n * sizeof(uint64_t), cudaMemcpyHostToDevice, s->xstream));
@@ -3841,8 +3197,12 @@ static int nodes_recv(cuda_state *s, const void *in, size_t bytes, size_t n, con
   return DR_OK;
 }
 
-/* As unpack_add_sparse: the copies on xstream at once (nodes_recv), the unpack on xstream (xpack)
- * or on the step's stream, no wait. */
+/* The copies on xstream at once (nodes_recv), so that they overlap what the step's stream still
+ * runs, and the unpack on xstream too: the interior's grid update and G2P beside it touch no shared
+ * block, which is all it writes. No wait here: the host queues the shared blocks' grid update and
+ * G2P behind the unpacks at once (recv_join, or with tail_armed grid_update_part, which waits for
+ * them on xstream itself). in stays unchanged until the next g2p returns (backend.h), which waits
+ * for the stream, and its check of h_xbad names this call (unpack_check_n). */
 static int unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
                             const void *in) {
   cuda_state *s = (cuda_state *)state;
@@ -3854,8 +3214,7 @@ static int unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uin
   const unsigned long long *m;
   const unsigned *b;
   DR_TRY(nodes_recv(s, in, bytes, n, mask, base, &msg, &m, &b));
-  if (!s->xpack) DR_TRY(recv_join(s));
-  cudaStream_t st = s->xpack ? s->xstream : s->stream;
+  cudaStream_t st = s->xstream;
   const int bs = sums_floats(s);
   const int32_t nb = (int32_t)s->n_blocks;
   if (s->det)
@@ -3865,7 +3224,7 @@ static int unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uin
     k_move_nodes<float, true><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
         n, bs, didx, nb, s->d_xbad, m, b, dp<float>(s->grid[s->par]), grid0_of(s, s->par), reinterpret_cast<float *>(msg));
   LAUNCHED("k_move_nodes (unpack)");
-  if (s->xpack && !s->tail_armed) DR_TRY(recv_join(s));
+  if (!s->tail_armed) DR_TRY(recv_join(s));
   s->unpack_check_n = n; /* the next g2p checks the index marks and waits for the stream */
   return DR_OK;
 }
@@ -3934,7 +3293,7 @@ static int shared_list(cuda_state *s, cudaStream_t st) {
   return DR_OK;
 }
 
-/* xtail (DRIFT_XSTREAM_TAIL, with g2p_interior and xpack, no colliders): the shared blocks' update
+/* The tail on xstream (one GPU, with g2p_interior, no colliders): the shared blocks' update
  * and then the boundary's G2P (g2p) go on xstream, behind the unpacks there and behind xint_ev
  * (the step's stream up to the interior's grid update), so that they run beside the interior's
  * G2P instead of after it: both are short launches of few packets whose time is their warps'
@@ -4226,10 +3585,10 @@ static int p2g_part(void *state, float dt, int part) {
   cuda_state *s = (cuda_state *)state;
   if (part == P2G_INTERIOR) {
     if (s->part_skip) return DR_OK;
-    if (!s->interior_on) /* else pack_sparse_async queued it (xearly) */
+    if (!s->interior_on) /* else node_masks_async queued it (masks_begin) */
       DR_TRY(launch_p2g_interior(s));
     s->interior_on = 0;
-    /* xhead: the interior's grid update (next on this stream) reads blocks both parts scatter into */
+    /* head_on: the interior's grid update (next on this stream) reads blocks both parts scatter into */
     if (s->head_on) CU(cudaStreamWaitEvent(s->stream, s->xhead_ev, 0));
     s->head_on = 0;
     return DR_OK;
@@ -4248,13 +3607,13 @@ static int p2g_part(void *state, float dt, int part) {
     DR_TRY(clear_grid(s, s->par));
   }
   DR_TRY(boundary_order(s));
-  /* xhead (DRIFT_XSTREAM_HEAD): the boundary's P2G on xstream (high priority), where the pack
+  /* One GPU: the boundary's P2G on xstream (high priority), where the pack
    * follows it, beside the interior's P2G on the step's stream instead of before it: a short
    * launch whose time is its warps' latency. Both scatter by atomic additions (float or, in
    * deterministic mode, fixed-point: the same sums in any order) and into interior blocks alike;
    * the pack reads only shared blocks, which only boundary packets reach; the interior's grid
    * update waits for xhead_ev (p2g_part(P2G_INTERIOR)). */
-  if (s->xhead && s->xpack && s->n_boundary > 0) {
+  if (s->nm == 1 && s->n_boundary > 0) {
     DR_TRY(xstream_get(s));
     if (!s->xbeg_ev) CU(cudaEventCreateWithFlags(&s->xbeg_ev, cudaEventDisableTiming));
     if (!s->xhead_ev) CU(cudaEventCreateWithFlags(&s->xhead_ev, cudaEventDisableTiming));
@@ -4280,9 +3639,9 @@ static int g2p_interior(void *state, float dt) {
   s->g2p_rest = 0;
   if (s->n_packets == 0) return DR_OK;
   DR_TRY(boundary_order(s)); /* once per mapping and marks; a setup step's comes here */
-  /* xtail: the step's stream so far (the boundary's and the interior's P2G, the interior's grid
+  /* one GPU: the step's stream so far (the boundary's and the interior's P2G, the interior's grid
    * update), for the shared blocks' update on xstream (grid_update_part) */
-  if (s->xtail && s->xpack && !s->push && s->bnd.n_colliders == 0) {
+  if (s->nm == 1 && !s->push && s->bnd.n_colliders == 0) {
     DR_TRY(xstream_get(s));
     if (!s->xint_ev) CU(cudaEventCreateWithFlags(&s->xint_ev, cudaEventDisableTiming));
     CU(cudaEventRecord(s->xint_ev, s->stream));
@@ -4814,7 +4173,6 @@ static void destroy(void *state) {
   cudaGetLastError();
   free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
   host_release(s->h_codes);
-  free(s->h_mask);
   free(s->xl);
   free(s->mats);
   free(s);
@@ -4867,14 +4225,14 @@ static int upload(cuda_state *s, const particles *p) {
   return DR_OK;
 }
 
-/* An island member's device vectors from stream-ordered pools (DRIFT_DVEC_POOL, default 2).
+/* An island member's device vectors from stream-ordered pools.
  * With peer access enabled, every cudaMalloc maps the buffer into each peer and every cudaFree
  * waits for the device and unmaps it: a rebuild-mapping whose grid grew paid 10-20x what one GPU
  * pays (docs/performance.md, session of 2026-11-27). The vectors that no peer reads (particles,
  * particle blocks, block codes, the island's velocities and tags, ...) come from pool[0], which
  * grants no peer access; a growth frees the old buffer in the stream's order and never waits.
- * The vectors the peers read (P2G buffers, touched flags, the hash table) come from pool[1]
- * (DRIFT_DVEC_POOL=1: from cudaMalloc), mapped into every peer (cudaMemPoolSetAccess) and kept
+ * The vectors the peers read (P2G buffers, touched flags, the hash table) come from pool[1],
+ * mapped into every peer (cudaMemPoolSetAccess) and kept
  * mapped as buffers are freed and reused. The pools keep what is freed (release threshold: all;
  * a growth the device cannot hold returns the pool's unused memory and tries again, dvec_alloc),
  * so the steady state allocates nothing from the driver; the old buffers of a growth are last read before the
@@ -4883,9 +4241,8 @@ static int upload(cuda_state *s, const particles *p) {
  * peers' buffers (dvec_swap), so they are in the same pool as those. One GPU, and ranks of one
  * GPU each, keep cudaMalloc. */
 static int dvec_pools(cuda_state *s) {
-  const int mode = s->dvec_pool;
-  if (s->nm < 2 || mode <= 0) return DR_OK;
-  for (int k = 0; k < (mode >= 2 ? 2 : 1); ++k) {
+  if (s->nm < 2) return DR_OK;
+  for (int k = 0; k < 2; ++k) {
     cudaMemPoolProps pp;
     memset(&pp, 0, sizeof pp);
     pp.allocType = cudaMemAllocationTypePinned;
@@ -4896,7 +4253,7 @@ static int dvec_pools(cuda_state *s) {
     uint64_t keep_all = UINT64_MAX;
     CU(cudaMemPoolSetAttribute(s->pool[k], cudaMemPoolAttrReleaseThreshold, &keep_all));
   }
-  if (s->pool[1]) { /* every other device of the island once (DRIFT_DEVICES may name one several times) */
+  { /* every other device of the island once (DRIFT_DEVICES may name one several times) */
     cudaMemAccessDesc acc[MAX_GPUS - 1];
     memset(acc, 0, sizeof acc);
     size_t n = 0;
@@ -4921,8 +4278,7 @@ static int dvec_pools(cuda_state *s) {
                    &s->igrid[0], &s->igrid[1], &s->old_grid, &s->old_grid0, &s->old_touched, &s->old_igrid,
                    &s->table_keys, &s->table_vals};
   for (size_t k = 0; k < sizeof priv / sizeof *priv; ++k) priv[k]->pool = s->pool[0], priv[k]->st = s->stream;
-  if (s->pool[1])
-    for (size_t k = 0; k < sizeof peers / sizeof *peers; ++k) peers[k]->pool = s->pool[1], peers[k]->st = s->stream;
+  for (size_t k = 0; k < sizeof peers / sizeof *peers; ++k) peers[k]->pool = s->pool[1], peers[k]->st = s->stream;
   return DR_OK;
 }
 
@@ -4942,11 +4298,10 @@ static int setup(cuda_state *s, const particles *p) {
   }
   CU(cudaEventCreateWithFlags(&s->bar_ev, cudaEventDisableTiming)); /* island_barrier "events" */
   CU(cudaEventCreateWithFlags(&s->rebuilt_ev, cudaEventDisableTiming));
-  const int ctl_kernel = env_flag("DRIFT_CTL_KERNEL", 1);
-  CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), ctl_kernel ? cudaHostAllocMapped : cudaHostAllocDefault));
+  CU(cudaHostAlloc((void **)&s->h_slot, 2 * sizeof(step_ctl), cudaHostAllocMapped));
   memset(s->h_slot, 0, 2 * sizeof(step_ctl));
   CU(cudaHostAlloc((void **)&s->h_rc, sizeof(rebuild_count), cudaHostAllocDefault));
-  if (ctl_kernel) CU(cudaHostGetDevicePointer((void **)&s->d_slot, s->h_slot, 0));
+  CU(cudaHostGetDevicePointer((void **)&s->d_slot, s->h_slot, 0));
   CU(cudaHostAlloc((void **)&s->h_xbad, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
   s->h_xbad[0] = s->h_xbad[1] = 0;
   CU(cudaHostGetDevicePointer((void **)&s->d_xbad, s->h_xbad, 0));
@@ -4966,7 +4321,6 @@ static int setup(cuda_state *s, const particles *p) {
   c0.fix_bad_id = ~0ULL;
   c0.done = 1;
   c0.stamps = s->stamps != NULL;
-  c0.box_ratio = s->box_ratio;
   CU(cudaMemcpyAsync(s->ctl.ptr, &c0, sizeof c0, cudaMemcpyHostToDevice, s->stream));
   /* the colliders on the device (boundary.h); the faces' types and frictions travel by value */
   const boundary_params *hb = &s->prm.boundary;
@@ -5010,15 +4364,14 @@ static int setup(cuda_state *s, const particles *p) {
     s->bnd.ls_table = dp<int32_t>(s->d_ls_table);
     s->bnd.ls_bricks = dp<float>(s->d_ls_bricks);
   }
-  /* the collider cache (k_cc_fill): mesh colliders without keyframes, unless
-   * DRIFT_COLLIDER_CACHE=0; each one's box: its frames' lattices, placed by its (constant) pose,
-   * widened by a cell */
+  /* the collider cache (k_cc_fill): mesh colliders without keyframes; each one's box: its frames'
+   * lattices, placed by its (constant) pose, widened by a cell */
   s->n_cc = 0;
   {
     const char *e = getenv("DRIFT_COLLIDER_CACHE");
     s->cc_every = e && atoi(e) == 2;
   }
-  if (hb->n_colliders > 0 && env_flag("DRIFT_COLLIDER_CACHE", 1)) {
+  if (hb->n_colliders > 0) {
     int idx[64];
     int *index = hb->n_colliders <= 64 ? idx : (int *)malloc((size_t)hb->n_colliders * sizeof(int));
     if (!index) return dr_fail(DR_ENOMEM, "collider cache: out of host memory");
@@ -5082,53 +4435,8 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
   s->prm.materials = s->mats;
   s->device = device;
   s->nm = 1;
-  /* the measurement switches that take a whole number: a value out of range stops the run with
-   * one line naming it */
-  long headroom = DVEC_HEADROOM, pheadroom = DVEC_PACKET_HEADROOM, fill = 0, persist = 0, spread = 1;
-  const char *bad = NULL, *want = NULL;
-  if ((bad = env_long("DRIFT_DVEC_HEADROOM", 2, 64, &headroom))) want = "a whole number from 2 to 64";
-  else if ((bad = env_long("DRIFT_DVEC_PACKET_HEADROOM", 2, 64, &pheadroom))) want = "a whole number from 2 to 64";
-  else if ((bad = env_long("DRIFT_PACKET_FILL", 0, LANES, &fill))) want = "particles a packet from 1 to 32 (0: 32)";
-  else if ((bad = env_long("DRIFT_P2G_PERSIST", 0, 32, &persist)))
-    want = "P2G's looping CUDA blocks a multiprocessor, 1 to 32 (0: one packet a warp)";
-  else if ((bad = env_long("DRIFT_P2G_SPREAD", 0, 1, &spread)))
-    want = "1 (P2G's packets in a scattered order) or 0 (in the list's order)";
-  if (bad) {
-    free(s->mats);
-    free(s);
-    return dr_fail(DR_EINPUT, "%s='%s': expected %s", bad, getenv(bad), want);
-  }
-  g_dvec_headroom = (size_t)headroom;
-  g_dvec_pheadroom = (size_t)pheadroom;
-  s->fill = fill > 0 ? (int)fill : LANES;
-  s->p2g_persist = (int)persist;
-  s->bar_warp = env_flag("DRIFT_BARRIER_WARP", 1);
-  s->p2g_spread = (int)spread;
   s->keys64 = env_flag("DRIFT_SORT_KEYS64", 0);
-  s->box_ratio = 1.0f; /* p2g_box (DRIFT_P2G_NODESUM builds): a measurement switch */
-  const char *br = getenv("DRIFT_P2G_BOX_RATIO");
-  if (br && *br) {
-    char *end = NULL;
-    const double r = strtod(br, &end);
-    if (end == br || *end || !(r >= 0.0) || r > 1e9) {
-      free(s->mats);
-      free(s);
-      return dr_fail(DR_EINPUT, "DRIFT_P2G_BOX_RATIO='%s': expected a ratio from 0 to 1e9", br);
-    }
-    s->box_ratio = (float)r;
-  }
-  s->void_steps = env_flag("DRIFT_VOID_STEP", 1); /* the top of this file; island_create: not with events */
-  s->dvec_pool = 2;
-  const char *dp_env = getenv("DRIFT_DVEC_POOL");
-  if (dp_env && *dp_env) {
-    if (strcmp(dp_env, "0") && strcmp(dp_env, "1") && strcmp(dp_env, "2")) {
-      free(s->mats);
-      free(s);
-      return dr_fail(DR_EINPUT, "DRIFT_DVEC_POOL='%s': expected 0 (cudaMalloc), 1 (private vectors pooled) or 2 "
-                     "(the peers' too)", dp_env);
-    }
-    s->dvec_pool = atoi(dp_env);
-  }
+  s->void_steps = 1; /* the top of this file; island_create: not with events */
   s->barrier_timeout_ns = 120ULL * 1000000000ULL;
   const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
   if (bt && *bt) {
@@ -5162,7 +4470,6 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
     if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
     else s->marks->period = atol(gm), s->marks->gate_at = -1;
   }
-  g_dvec_keep_old = env_flag("DRIFT_DVEC_KEEP_OLD", 0);
   const char *gs = getenv("DRIFT_GPU_STAMPS");
   g_dvec_log = gs && atol(gs) > 0;
   if (g_dvec_log && !(s->stamps = (gpu_stamps *)calloc(1, sizeof *s->stamps)))
@@ -5210,19 +4517,15 @@ static int member_new(const sim_params *prm, int device, cuda_state **out) {
 
 /* ---- the island on the host --------------------------------------------------------------- */
 
-/* The rank exchange on an island (island_blocks .. island_unpack_add): one list of exchange_setup
- * (the rank-level block indices it shares with one other rank), as each member sees it. */
+/* The rank exchange on an island (island_blocks .. island_unpack_add_nodes): one list of
+ * exchange_setup (the rank-level block indices it shares with one other rank), as each member
+ * sees it. */
 typedef struct island_xlist {
   const int32_t *host;            /* exchange_setup's list (rank-level indices), and its length */
   size_t n;
-  int32_t *idx[MAX_GPUS];         /* member k's block indices of the listed blocks it holds, */
-  size_t *pos[MAX_GPUS];          /* ... their positions in the list, */
+  int32_t *idx[MAX_GPUS];         /* member k's block indices of the listed blocks it holds (its marks), */
   size_t cnt[MAX_GPUS];           /* ... and how many */
-  int32_t *own_idx[MAX_GPUS];     /* the same for the blocks member k owns (the lowest member holding */
-  size_t *own_pos[MAX_GPUS];      /* a block): unpack_add adds the other ranks' sums there only, and */
-  size_t own_cnt[MAX_GPUS];       /* the island's reduction brings them to every member */
-  dvec own_map[MAX_GPUS];         /* on member k: its owned blocks as int2 (block index, position) (k_island_pack) */
-  dvec link_map;                  /* on member 0: [n][nm] every member's index of each listed block, or -1 (sparse) */
+  dvec link_map;                  /* on member 0: [n][nm] every member's index of each listed block, or -1 */
 } island_xlist;
 
 /* The island's host threads. Host work of the members runs one thread per member (member 0's on
@@ -5234,8 +4537,8 @@ typedef struct island_xlist {
  * A job touches its own member's state only; what needs the peers (the tags, the merge of the
  * flags) runs on the caller's thread after island_each has seen every job end. A thread waits
  * for the next job spinning for CREW_SPIN_NS (the next step's launch comes within a step), then
- * on a condition variable (between frames). DRIFT_ISLAND_THREADS=0 runs the members' jobs one
- * after another on the caller's thread instead. */
+ * on a condition variable (between frames). A rank with fewer usable cores than GPUs runs the
+ * members' jobs one after another on the caller's thread instead (crew_start). */
 #define CREW_SPIN_NS 2000000
 struct island;
 typedef int (*member_job)(struct island *I, int k);
@@ -5275,13 +4578,10 @@ typedef struct island {
   size_t n_codes, cap_codes;
   island_xlist *xl;         /* mark_shared's lists since the last exchange_setup */
   int n_xl, cap_xl;
-  void *xbuf;               /* host staging of one member's sums (pack, unpack_add) */
-  size_t xbuf_bytes;
   void *rec;                /* island_emigrate_records: every member's records (pinned) */
   size_t rec_cap;
   void *rec_in;             /* island_add_records: one member's share (pinned) */
   size_t rec_in_cap;
-  int rebuild_sync;         /* DRIFT_ISLAND_REBUILD_SYNC=1: the host waits for every member's rebuild (job_rebuild) */
 } island;
 
 /* Makes s's device current before launching on it (one GPU: it already is, since setup). */
@@ -5329,7 +4629,7 @@ static void *crew_main(void *arg) {
   return NULL;
 }
 
-/* Starts the threads of members 1 .. nm - 1 (none for one GPU, or with DRIFT_ISLAND_THREADS=0). */
+/* Starts the threads of members 1 .. nm - 1 (none for one GPU, or with fewer cores than GPUs). */
 static int crew_start(struct island *I);
 static void crew_stop(struct island *I);
 
@@ -5424,11 +4724,11 @@ static int usable_cores(void) {
 
 static int crew_start(island *I) {
   crew *c = &I->crew;
-  if (I->nm < 2 || !env_flag("DRIFT_ISLAND_THREADS", 1)) return DR_OK;
+  if (I->nm < 2) return DR_OK;
   /* A thread per member only where they can run side by side: on fewer cores the members'
    * threads (and CUDA's spinning waits) take turns on them, and an island of 4 under mpirun's
    * default binding to one core ran 16 x l = 46 ten times slower than with a core each (4 x
-   * H200, docs/performance.md). One thread then drives every member, as DRIFT_ISLAND_THREADS=0. */
+   * H200, docs/performance.md). One thread then drives every member. */
   const int cores = usable_cores();
   if (cores > 0 && cores < I->nm) {
     log_info("cuda island: rank %d may run on %d host core%s (its CPU affinity), fewer than its %d GPUs: one host "
@@ -5544,16 +4844,12 @@ static int island_tag(island *I) {
  * device side is queued, ending with rebuilt_ev. The peers' k_tag, which reads the member's
  * table by P2P, waits for that event on the device (tag_member); their next k_grid reads its
  * moved primed sums (keep_primed) only after the step's barrier, which the member reaches after
- * its rebuild in stream order. So the host goes on to tag and capture while the devices rebuild.
- * (Before: the host waited for every member's rebuild here, and the devices idled through the
- * tagging, the capture and the next launch; DRIFT_ISLAND_REBUILD_SYNC=1 still does, for A/B.) */
+ * its rebuild in stream order. So the host goes on to tag and capture while the devices rebuild
+ * (a wait here would idle the devices through the tagging, the capture and the next launch). */
 static int job_rebuild(island *I, int k) {
   cuda_state *s = I->m[k];
   DR_TRY(rebuild_now(s));
-  if (I->nm > 1) {
-    CU(cudaEventRecord(s->rebuilt_ev, s->stream));
-    if (I->rebuild_sync) CU(cudaStreamSynchronize(s->stream));
-  }
+  if (I->nm > 1) CU(cudaEventRecord(s->rebuilt_ev, s->stream));
   return DR_OK;
 }
 
@@ -5947,12 +5243,13 @@ static int island_grid_update(void *state, float dt) {
 }
 
 /* The grid update of the blocks not shared with other ranks (GRID_INTERIOR, while their sums are
- * in flight: sim.c's advance_frame_ranks) or shared with them (GRID_SHARED, once unpack_add has
- * added the other ranks' sums into each block's owner member). Every member holding a block shared
+ * in flight: sim.c's advance_frame_ranks) or shared with them (GRID_SHARED, once unpack_add_nodes
+ * has added the other ranks' sums into each block's owner member). Every member holding a block shared
  * with another rank marked it (island_mark_shared), so the interior pass leaves it on every member.
  * Each pass starts with a barrier of all members: the first orders every member's P2G before its
- * peers read it (as island_grid_update's), the second orders the owner's unpack_add (queued on the
- * owner's stream before this call) before the other members read the owner's sums. A block's
+ * peers read it (as island_grid_update's), the second orders the unpack (queued on member 0's
+ * stream before this call, adding into the owners' copies by P2P) before the other members read
+ * the owner's sums. A block's
  * reduction reads only P2G buffers, which neither pass writes (the velocities go to the separate
  * buffer and each pass clears only its own blocks of the other parity), so the two passes are the
  * whole update of island_grid_update split by blocks, with one barrier more. p2p_atomics pushes
@@ -5962,8 +5259,8 @@ static int island_grid_update_part(void *state, float dt, int part) {
   island *I = (island *)state;
   if (I->m[0]->atomics) {
     if (part == GRID_INTERIOR) return DR_OK;
-    /* every owner's unpack_add (a plain addition into its copy) before any peer's k_push adds
-     * into that copy with atomics */
+    /* the unpack into the owners' copies (plain additions) before any peer's k_push adds into
+     * them with atomics */
     DR_TRY(island_barrier_all(I));
     return island_grid_update(state, dt);
   }
@@ -5980,10 +5277,10 @@ static int island_grid_update_part(void *state, float dt, int part) {
  * interior (island_grid_update_part(GRID_INTERIOR)) while the shared sums are in flight. A member's
  * G2P reads only its own copies of the blocks, which that member's interior update has finished
  * (the island's sums of them were read from the peers' P2G buffers, which no later kernel of the
- * step writes); member 0's unpack (island_unpack_add_sparse, by P2P into the owners' copies) and
+ * step writes); member 0's unpack (island_unpack_add_nodes, by P2P into the owners' copies) and
  * the shared update after it touch only blocks shared with other ranks, which these packets never
  * read. island_g2p_queue then runs each member's boundary packets (g2p_rest). Members have no
- * xstream (xpack, xtail: one GPU's), so nothing here goes beside the step's stream. */
+ * xstream (one GPU's alone), so nothing here goes beside the step's stream. */
 static int island_g2p_interior(void *state, float dt) {
   island *I = (island *)state;
   for (int k = 0; k < I->nm; ++k) {
@@ -6000,7 +5297,7 @@ static int island_g2p_queue(island *I) {
     cuda_state *s = I->m[k];
     DR_TRY(use(s));
     /* the flags are read below, before the next step; after g2p_interior, the boundary packets */
-    if (s->tail_on) { /* xtail: the boundary's G2P behind the shared update on xstream (grid_update_part) */
+    if (s->tail_on) { /* the boundary's G2P behind the shared update on xstream (grid_update_part) */
       if (!s->xtail_ev) CU(cudaEventCreateWithFlags(&s->xtail_ev, cudaEventDisableTiming));
       DR_TRY(launch_g2p_on(s, s->par, 0, dp<int32_t>(s->pk_order), s->n_boundary, 1, s->xstream));
       CU(cudaEventRecord(s->xtail_ev, s->xstream));
@@ -6039,15 +5336,14 @@ static int island_g2p_collect(island *I) {
     memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
     if (s->vmax > vmax) vmax = s->vmax;
     s->need_rebuild |= c->leave != 0;
-    s->emig = c->emig != 0;
   }
   for (int k = 0; k < I->nm; ++k)
     if (I->m[k]->h_slot[I->m[k]->last_par].bar_stuck) return fail_barrier(I, k, &I->m[k]->h_slot[I->m[k]->last_par]);
-  for (int k = 0; k < I->nm; ++k) /* the unpacks queued before this G2P (unpack_add_sparse) */
+  for (int k = 0; k < I->nm; ++k) /* the unpacks queued before this G2P (unpack_add_nodes) */
     if (I->m[k]->unpack_check_n) {
       const size_t n = I->m[k]->unpack_check_n;
       I->m[k]->unpack_check_n = 0;
-      DR_TRY(xbad_check(I->m[k], "unpack_add_sparse", n));
+      DR_TRY(xbad_check(I->m[k], "unpack_add_nodes", n));
     }
   if (fix >= 0) return fail_fix(I->m[fix], I->m[fix]->h_slot[I->m[fix]->last_par].fix_bad_id);
   if (bad >= 0) return fail_bad(I->m[bad], I->m[bad]->h_slot[I->m[bad]->last_par].bad_id);
@@ -6060,27 +5356,6 @@ static int island_g2p(void *state, float dt) {
   island *I = (island *)state;
   DR_TRY(island_g2p_queue(I));
   return island_g2p_collect(I);
-}
-
-/* backend.h's set_home: every member's box, an argument of its next G2P launches (the phases
- * launch G2P step by step; the frame loop's graphs, of one rank, never check a box). */
-static int island_set_home(void *state, const int32_t lo[3], const int32_t hi[3]) {
-  island *I = (island *)state;
-  for (int k = 0; k < I->nm; ++k) {
-    cuda_state *s = I->m[k];
-    for (int a = 0; a < 3; ++a) s->home.lo[a] = lo[a], s->home.hi[a] = hi[a];
-    s->emig = 0;
-    s->home_on = 1;
-  }
-  return DR_OK;
-}
-
-/* backend.h's emigrants: a particle lay outside its home box after the last g2p. */
-static int island_emigrants(void *state) {
-  const island *I = (const island *)state;
-  int any = 0;
-  for (int k = 0; k < I->nm; ++k) any |= I->m[k]->emig;
-  return any;
 }
 
 static int island_set_time(void *state, double t) {
@@ -6196,13 +5471,6 @@ static int island_gate_open(void *state, int go) {
   return rc;
 }
 
-static int set_home(void *state, const int32_t lo[3], const int32_t hi[3]) {
-  island one = solo(state);
-  return island_set_home(&one, lo, hi);
-}
-
-static int emigrants(void *state) { return ((cuda_state *)state)->emig; }
-
 static int island_download(void *state, particles *out) {
   island *I = (island *)state;
   size_t n = 0;
@@ -6262,14 +5530,7 @@ static int island_stats(void *state, backend_stats *out) {
 
 static void island_xl_free(island *I) {
   for (int j = 0; j < I->n_xl; ++j)
-    for (int k = 0; k < I->nm; ++k) {
-      free(I->xl[j].idx[k]);
-      free(I->xl[j].pos[k]);
-      free(I->xl[j].own_idx[k]);
-      free(I->xl[j].own_pos[k]);
-      if (I->xl[j].own_map[k].ptr) (void)use(I->m[k]);
-      dvec_free(&I->xl[j].own_map[k]);
-    }
+    for (int k = 0; k < I->nm; ++k) free(I->xl[j].idx[k]);
   for (int j = 0; j < I->n_xl; ++j) {
     if (I->xl[j].link_map.ptr) (void)use(I->m[0]);
     dvec_free(&I->xl[j].link_map);
@@ -6286,7 +5547,6 @@ static void island_destroy(void *state) {
   free(I->xl);
   free(I->codes);
   for (int k = 0; k < I->nm; ++k) free(I->where[k]);
-  free(I->xbuf);
   host_release(I->rec);
   host_release(I->rec_in);
   free(I);
@@ -6374,10 +5634,10 @@ static int island_add_particles(void *state, const particles *p) {
 
 /* ---- several ranks, each driving an island (mpi/exchange.c through backend.h) ----------------
  * The rank's grid blocks are the union of its members' (island_blocks). For a block shared with
- * another rank, pack sends the sum of the members' P2G sums of it (each member packs the blocks
- * it holds; the host adds them in member order, so that deterministic mode's int64 sums stay
- * exact and the float sums do not depend on timing), and unpack_add adds what the other ranks
- * sent into its owner's sums only (the lowest member holding it, as k_owner): the island's own
+ * another rank, the node exchange sends the sum of the members' P2G sums of it (member 0 adds
+ * them in member order, so that deterministic mode's int64 sums stay exact and the float sums do
+ * not depend on timing), and adds what the other ranks sent into its owner's sums only (the
+ * lowest member holding it, as k_owner): the island's own
  * reduction in the grid update then brings the whole to every member holding the block
  * (double_buffer: each member's k_grid adds its peers' sums; p2p_atomics: k_push into the
  * owner's). island_grid_update_part updates the blocks not shared with other ranks while their
@@ -6454,53 +5714,27 @@ static int island_mark_shared(void *state, const int32_t *idx, size_t n) {
   const size_t m = n ? n : 1;
   for (int k = 0; k < I->nm; ++k) {
     e->idx[k] = (int32_t *)dr_malloc(m * sizeof(int32_t), "island shared-block lists");
-    e->pos[k] = (size_t *)dr_malloc(m * sizeof(size_t), "island shared-block lists");
-    e->own_idx[k] = (int32_t *)dr_malloc(m * sizeof(int32_t), "island shared-block lists");
-    e->own_pos[k] = (size_t *)dr_malloc(m * sizeof(size_t), "island shared-block lists");
-    if (!e->idx[k] || !e->pos[k] || !e->own_idx[k] || !e->own_pos[k]) return DR_ENOMEM;
+    if (!e->idx[k]) return DR_ENOMEM;
   }
   for (size_t j = 0; j < n; ++j) {
     const int32_t u = idx[j];
     if (u < 0 || (size_t)u >= I->n_codes)
       return dr_fail(DR_EINTERNAL, "cuda island: mark_shared: block %d of a list is not among the rank's %zu blocks",
                      (int)u, I->n_codes);
-    int owner = -1;
     for (int k = 0; k < I->nm; ++k) {
       const int32_t w = I->where[k][u];
-      if (w < 0) continue;
-      e->idx[k][e->cnt[k]] = w;
-      e->pos[k][e->cnt[k]++] = j;
-      if (owner < 0) owner = k;
+      if (w >= 0) e->idx[k][e->cnt[k]++] = w;
     }
-    e->own_idx[owner][e->own_cnt[owner]] = I->where[owner][u];
-    e->own_pos[owner][e->own_cnt[owner]++] = j;
   }
-  for (int k = 0; k < I->nm; ++k) { /* both lists registered now (the device copies pack and unpack_add use) */
+  for (int k = 0; k < I->nm; ++k) { /* each member's marks (its interior and shared blocks) */
     DR_TRY(use(I->m[k]));
     DR_TRY(mark_shared(I->m[k], e->idx[k], e->cnt[k]));
-    DR_TRY(mark_shared(I->m[k], e->own_idx[k], e->own_cnt[k]));
   }
-  /* the owners' (block, position) pairs on their devices, for the exchange on the devices */
-  int2 *pairs = (int2 *)dr_malloc(m * sizeof(int2), "island shared-block lists");
-  if (!pairs) return DR_ENOMEM;
+  /* every member's index of each listed block, on member 0 (the node exchange) */
+  int32_t *lm = (int32_t *)dr_malloc(m * (size_t)I->nm * sizeof(int32_t), "island shared-block lists");
+  if (!lm) return DR_ENOMEM;
   int rc = DR_OK;
-  for (int k = 0; k < I->nm && rc == DR_OK; ++k) {
-    if (e->own_cnt[k] == 0) continue;
-    for (size_t t = 0; t < e->own_cnt[k]; ++t) pairs[t] = make_int2(e->own_idx[k][t], (int)e->own_pos[k][t]);
-    rc = use(I->m[k]);
-    if (rc == DR_OK) rc = dvec_reserve_at(&e->own_map[k], e->own_cnt[k] * sizeof(int2), 1, 1, "island shared-block lists",
-                                          __FILE__, __LINE__);
-    if (rc == DR_OK) {
-      const cudaError_t ce = cudaMemcpy(e->own_map[k].ptr, pairs, e->own_cnt[k] * sizeof(int2), cudaMemcpyHostToDevice);
-      if (ce != cudaSuccess) rc = dr_fail(DR_EINTERNAL, "cudaMemcpy failed (%s:%d): %s (island shared-block lists)",
-                                          __FILE__, __LINE__, cudaGetErrorString(ce));
-    }
-  }
-  free(pairs);
-  /* every member's index of each listed block, on member 0 (the sparse exchange) */
-  int32_t *lm = rc == DR_OK ? (int32_t *)dr_malloc(m * (size_t)I->nm * sizeof(int32_t), "island shared-block lists") : NULL;
-  if (rc == DR_OK && !lm) rc = DR_ENOMEM;
-  if (rc == DR_OK && n > 0) {
+  if (n > 0) {
     for (size_t j = 0; j < n; ++j)
       for (int k = 0; k < I->nm; ++k) lm[j * (size_t)I->nm + k] = I->where[k][idx[j]];
     rc = use(I->m[0]);
@@ -6514,87 +5748,6 @@ static int island_mark_shared(void *state, const int32_t *idx, size_t n) {
   }
   free(lm);
   return rc;
-}
-
-static int island_staging(island *I, size_t bytes) {
-  if (I->xbuf_bytes >= bytes && I->xbuf) return DR_OK;
-  free(I->xbuf);
-  I->xbuf = dr_malloc(bytes ? bytes : 1, "island exchange staging");
-  I->xbuf_bytes = I->xbuf ? bytes : 0;
-  return I->xbuf ? DR_OK : DR_ENOMEM;
-}
-
-/* Whether the devices can read and write buf (the exchange's message): pinned host memory (mapped:
- * island_alloc_sums) or device memory; else the members' sums go through the host. */
-static int island_reaches(void *buf) {
-  cudaPointerAttributes pa;
-  if (cudaPointerGetAttributes(&pa, buf) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return (pa.type == cudaMemoryTypeHost && pa.devicePointer == buf) || pa.type == cudaMemoryTypeDevice;
-}
-
-/* The island's sums of the listed blocks, on the devices (k_island_pack): every member's P2G must
- * be complete before an owner reads its peers' copies, hence a barrier first; each owner writes
- * its blocks into out, and the host waits for all of them before the message leaves. The peers'
- * copies are not written again before the next barrier (the grid update's), which no member
- * passes before every owner's pack has run. */
-static int island_pack_dev(island *I, const island_xlist *e, void *out) {
-  const int bs = sums_floats(I->m[0]);
-  const int det = I->m[0]->det;
-  DR_TRY(island_barrier_all(I));
-  for (int k = 0; k < I->nm; ++k) {
-    cuda_state *s = I->m[k];
-    if (e->own_cnt[k] == 0) continue;
-    DR_TRY(use(s));
-    const int par = s->par;
-    const island_view iv = view_of(s, par);
-    const int2 *map = dp<int2>(e->own_map[k]);
-    const int32_t nb = (int32_t)s->n_blocks;
-    if (det)
-      k_island_pack<long long><<<(unsigned)e->own_cnt[k], MASK_THREADS, 0, s->stream>>>(
-          e->own_cnt[k], bs, map, nb, s->d_xbad, dp<uint8_t>(s->touched[par]), NULL, NULL,
-          dp<long long>(s->igrid[par]), dp<int32_t>(s->tags), iv, (long long *)out);
-    else
-      k_island_pack<float><<<(unsigned)e->own_cnt[k], MASK_THREADS, 0, s->stream>>>(
-          e->own_cnt[k], bs, map, nb, s->d_xbad, dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]),
-          grid0_of(s, par), NULL, dp<int32_t>(s->tags), iv, (float *)out);
-    LAUNCHED("k_island_pack");
-  }
-  for (int k = 0; k < I->nm; ++k) {
-    if (e->own_cnt[k] == 0) continue;
-    DR_TRY(use(I->m[k]));
-    CU(cudaStreamSynchronize(I->m[k]->stream));
-    DR_TRY(xbad_check(I->m[k], "pack (k_island_pack)", e->own_cnt[k]));
-  }
-  return DR_OK;
-}
-
-/* A received message added into the owners' copies on their devices (k_island_unpack), without
- * waiting: the shared blocks' grid update starts with a barrier, which orders every owner's
- * unpack before its peers read the owner's copy. in stays unchanged until the next g2p. */
-static int island_unpack_dev(island *I, const island_xlist *e, const void *in) {
-  const int bs = sums_floats(I->m[0]);
-  for (int k = 0; k < I->nm; ++k) {
-    cuda_state *s = I->m[k];
-    if (e->own_cnt[k] == 0) continue;
-    DR_TRY(use(s));
-    const int par = s->par;
-    const int2 *map = dp<int2>(e->own_map[k]);
-    const int32_t nb = (int32_t)s->n_blocks;
-    if (s->det)
-      k_island_unpack<long long><<<(unsigned)e->own_cnt[k], MASK_THREADS, 0, s->stream>>>(
-          e->own_cnt[k], bs, map, nb, s->d_xbad, (const long long *)in, dp<long long>(s->igrid[par]), NULL,
-          dp<uint8_t>(s->touched[par]));
-    else
-      k_island_unpack<float><<<(unsigned)e->own_cnt[k], MASK_THREADS, 0, s->stream>>>(
-          e->own_cnt[k], bs, map, nb, s->d_xbad, (const float *)in, dp<float>(s->grid[par]), grid0_of(s, par),
-          dp<uint8_t>(s->touched[par]));
-    LAUNCHED("k_island_unpack");
-    s->unpack_check_n = e->own_cnt[k]; /* island_g2p checks the index marks */
-  }
-  return DR_OK;
 }
 
 /* Every member's buffers of the step's parity, as member 0's kernels see them (island_bufs). */
@@ -6614,84 +5767,13 @@ static island_bufs island_bufs_of(island *I) {
   return b;
 }
 
-/* backend.h's pack_sparse on an island, on member 0: after a barrier that orders every member's
- * P2G first, the mask of the listed blocks any member touched (k_island_words), then their island
- * sums in mask order (k_island_pack_words, the peers' copies read by P2P), copied to out. As for
- * island_pack, no member writes its copy of a shared block again before the grid update's
- * barrier, which no member passes before member 0 has packed. */
-static int island_pack_sparse(void *state, const int32_t *idx, size_t n, void *out, size_t *bytes) {
-  island *I = (island *)state;
-  const island_xlist *e = island_find(I, idx, n, "pack_sparse");
-  if (!e) return DR_EINTERNAL;
-  const size_t head = SPARSE_MASK_BYTES(n), nw = (n + 63) / 64;
-  *bytes = head;
-  if (n == 0) return DR_OK;
-  cuda_state *s = I->m[0];
-  const int bs = sums_floats(s);
-  const size_t esz = s->det ? sizeof(long long) : sizeof(float);
-  DR_TRY(island_barrier_all(I));
-  DR_TRY(use(s));
-  char *msg;
-  DR_TRY(sparse_scratch(s, head + n * bs * esz, &msg));
-  const island_bufs b = island_bufs_of(I);
-  const int32_t *lm = dp<int32_t>(e->link_map);
-  unsigned long long *mask = reinterpret_cast<unsigned long long *>(msg);
-  k_island_words<<<blocks_for(nw * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(n, lm, b, s->d_xbad, mask);
-  LAUNCHED("k_island_words");
-  if (s->det)
-    k_island_pack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
-        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<long long *>(msg + head), dp<int>(s->count));
-  else
-    k_island_pack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
-        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<float *>(msg + head), dp<int>(s->count));
-  LAUNCHED("k_island_pack_words");
-  int total = 0;
-  DR_TRY(read_count(s, s->count.ptr, &total));
-  *bytes = head + (size_t)total * bs * esz;
-  CU(cudaMemcpyAsync(out, msg, *bytes, cudaMemcpyDefault, s->stream));
-  CU(cudaStreamSynchronize(s->stream));
-  return xbad_check(s, "pack_sparse (k_island_pack_words)", n);
-}
-
-/* backend.h's unpack_add_sparse on an island, on member 0: the message's marked blocks added
- * into each block's owner, by P2P where that is another member (k_island_unpack_words), without
- * waiting. The shared blocks' grid update starts with a barrier, which orders this before any
- * member reads an owner's copy (and, with p2p_atomics, before the pushes into it); no member
- * writes its copy of a shared block between the interior's barrier and that one. */
-static int island_unpack_add_sparse(void *state, const int32_t *idx, size_t n, const void *in, size_t bytes) {
-  island *I = (island *)state;
-  const island_xlist *e = island_find(I, idx, n, "unpack_add_sparse");
-  if (!e) return DR_EINTERNAL;
-  cuda_state *s = I->m[0];
-  const size_t head = SPARSE_MASK_BYTES(n);
-  const int bs = sums_floats(s);
-  const size_t vb = (size_t)bs * (s->det ? sizeof(long long) : sizeof(float));
-  size_t marked = 0;
-  DR_TRY(use(s));
-  DR_TRY(sparse_marked(s, n, in, bytes, vb, &marked));
-  if (marked == 0) return DR_OK;
-  char *msg;
-  DR_TRY(recv_copy(s, in, bytes, &msg));
-  DR_TRY(recv_join(s)); /* the unpack below, on the step's stream, after the copy */
-  const island_bufs b = island_bufs_of(I);
-  const int32_t *lm = dp<int32_t>(e->link_map);
-  const unsigned long long *mask = reinterpret_cast<const unsigned long long *>(msg);
-  if (s->det)
-    k_island_unpack_words<long long><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
-        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<const long long *>(msg + head));
-  else
-    k_island_unpack_words<float><<<(unsigned)n, MASK_THREADS, 0, s->stream>>>(
-        n, bs, lm, b, s->d_xbad, mask, reinterpret_cast<const float *>(msg + head));
-  LAUNCHED("k_island_unpack_words");
-  s->unpack_check_n = n; /* island_g2p checks the index marks */
-  return DR_OK;
-}
-
 /* backend.h's node exchange on an island (k_island_node_masks ...), on member 0. The masks follow
- * a barrier that orders every member's (boundary) P2G first, as island_pack_sparse; the values
+ * a barrier that orders every member's (boundary) P2G first; the values
  * are packed on member 0's xstream, beside the interior's work that the host queued since on every
  * member (it writes no block shared with another rank, and no member writes one before the shared
- * update's barrier); the unpack is island_unpack_add_sparse's. */
+ * update's barrier); the unpack is queued on member 0's step stream without a wait: the shared
+ * blocks' grid update starts with a barrier, which orders it before any member reads an owner's
+ * copy (and, with p2p_atomics, before the pushes into it). */
 static int island_node_masks(void *state, const int32_t *idx, size_t n, uint64_t *out) {
   island *I = (island *)state;
   const island_xlist *e = island_find(I, idx, n, "node_masks");
@@ -6701,7 +5783,7 @@ static int island_node_masks(void *state, const int32_t *idx, size_t n, uint64_t
   DR_TRY(island_barrier_all(I));
   DR_TRY(use(s));
   char *msg;
-  DR_TRY(sparse_scratch(s, n * sizeof(uint64_t), &msg));
+  DR_TRY(message_buffer(s, n * sizeof(uint64_t), &msg));
   const island_bufs b = island_bufs_of(I);
   const int32_t *lm = dp<int32_t>(e->link_map);
   const int bs = sums_floats(s);
@@ -6772,55 +5854,10 @@ static int island_unpack_add_nodes(void *state, const int32_t *idx, size_t n, co
   return DR_OK;
 }
 
-static int island_pack(void *state, const int32_t *idx, size_t n, void *out) {
-  island *I = (island *)state;
-  const island_xlist *e = island_find(I, idx, n, "pack");
-  if (!e) return DR_EINTERNAL;
-  if (n > 0 && island_reaches(out)) return island_pack_dev(I, e, out);
-  const size_t bs = (size_t)sums_floats(I->m[0]), esz = I->m[0]->det ? sizeof(long long) : sizeof(float);
-  memset(out, 0, n * bs * esz);
-  DR_TRY(island_staging(I, n * bs * esz));
-  for (int k = 0; k < I->nm; ++k) {
-    if (e->cnt[k] == 0) continue;
-    DR_TRY(use(I->m[k]));
-    DR_TRY(pack(I->m[k], e->idx[k], e->cnt[k], I->xbuf));
-    for (size_t t = 0; t < e->cnt[k]; ++t) {
-      const size_t at = e->pos[k][t] * bs;
-      if (I->m[0]->det) {
-        long long *o = (long long *)out + at;
-        const long long *v = (const long long *)I->xbuf + t * bs;
-        for (size_t c = 0; c < bs; ++c) o[c] = (long long)((unsigned long long)o[c] + (unsigned long long)v[c]);
-      } else {
-        float *o = (float *)out + at;
-        const float *v = (const float *)I->xbuf + t * bs;
-        for (size_t c = 0; c < bs; ++c) o[c] += v[c];
-      }
-    }
-  }
-  return DR_OK;
-}
-
-static int island_unpack_add(void *state, const int32_t *idx, size_t n, const void *in) {
-  island *I = (island *)state;
-  const island_xlist *e = island_find(I, idx, n, "unpack_add");
-  if (!e) return DR_EINTERNAL;
-  if (n > 0 && island_reaches((void *)in)) return island_unpack_dev(I, e, in);
-  const size_t row = (size_t)sums_floats(I->m[0]) * (I->m[0]->det ? sizeof(long long) : sizeof(float));
-  DR_TRY(island_staging(I, n * row));
-  for (int k = 0; k < I->nm; ++k) {
-    if (e->own_cnt[k] == 0) continue;
-    for (size_t t = 0; t < e->own_cnt[k]; ++t)
-      memcpy((char *)I->xbuf + t * row, (const char *)in + e->own_pos[k][t] * row, row);
-    DR_TRY(use(I->m[k]));
-    DR_TRY(unpack_add(I->m[k], e->own_idx[k], e->own_cnt[k], I->xbuf));
-  }
-  return DR_OK;
-}
-
-/* The rank exchange's buffers of an island: pinned host memory that every member maps (the
- * owners' k_island_pack writes the message there, k_island_unpack reads it), or, for a CUDA-aware
- * MPI, member 0's device memory, which the others reach by P2P. sim.c's migration buffers come
- * from here too (pinned). */
+/* The rank exchange's buffers of an island: pinned host memory, portable and mapped for every
+ * member (member 0's copies of the node exchange's messages read and write it), or, for a
+ * CUDA-aware MPI, member 0's device memory. sim.c's migration buffers come from here too
+ * (pinned). */
 static int island_alloc_sums(void *state, size_t bytes, int device, void **ptr) {
   island *I = (island *)state;
   *ptr = NULL;
@@ -6964,7 +6001,6 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   island *I = (island *)dr_calloc(1, sizeof *I, "cuda island");
   if (!I) return DR_ENOMEM;
   I->nm = nm;
-  I->rebuild_sync = env_flag("DRIFT_ISLAND_REBUILD_SYNC", 0);
   particles parts[MAX_GPUS];
   memset(parts, 0, sizeof parts);
   int rc = DR_OK;
@@ -6976,7 +6012,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
     s->me = k;
     s->events = prm->island_barrier == ISLAND_BARRIER_EVENTS;
     s->atomics = prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS;
-    s->begin_barrier = !s->events && !s->atomics && s->bar_warp && env_flag("DRIFT_BEGIN_BARRIER", 1);
+    s->begin_barrier = !s->events && !s->atomics;
     s->void_steps &= !s->events; /* no device barrier at the beginning to share the flag */
     for (int q = 0, j = 0; j < nm; ++j)
       if (j != k) s->peer[q++] = I->m[j];
@@ -7011,46 +6047,34 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   out->add_particles = island_add_particles;
   /* several ranks, each with its island */
   out->blocks = island_blocks;
-  out->pack = island_pack;
-  out->unpack_add = island_unpack_add;
   out->mark_shared = island_mark_shared;
   out->grid_update_part = island_grid_update_part;
   out->wants_rebuild = island_wants_rebuild_be;
   out->set_particles = island_set_particles;
   out->emigrate = island_emigrate;
-  out->emigrate_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? island_emigrate_records : NULL;
-  out->add_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? island_add_records : NULL;
-  out->reserve_records = out->emigrate_records ? island_reserve_records : NULL;
+  out->emigrate_records = island_emigrate_records;
+  out->add_records = island_add_records;
+  out->reserve_records = island_reserve_records;
   out->particle_blocks = island_particle_blocks;
-  /* as for one GPU (DRIFT_SPLIT_P2G=0, DRIFT_SPLIT_G2P=0: off): the boundary's P2G first, its sums
-   * sent while the interior scatters; the interior's G2P while they are in flight. Without them an
-   * island's messages had nothing to overlap but the interior's grid update: 2 ranks x 2 GPUs ran
-   * weak_4 at 55 ms a frame against 27.6 for 1 x 2 on weak_2 (4 x H200; docs/performance.md).
-   * p2p_atomics keeps the whole step (its grid update is not split: island_grid_update_part). */
+  /* as for one GPU: the boundary's P2G first, its sums sent while the interior scatters; the
+   * interior's G2P while they are in flight (docs/performance.md). p2p_atomics keeps the whole
+   * step (its grid update is not split: island_grid_update_part). */
   const int split = !I->m[0]->atomics;
-  out->p2g_part = split && env_flag("DRIFT_SPLIT_P2G", 1) ? island_p2g_part : NULL;
-  out->g2p_interior = split && env_flag("DRIFT_SPLIT_G2P", 1) ? island_g2p_interior : NULL;
+  out->p2g_part = split ? island_p2g_part : NULL;
+  out->g2p_interior = split ? island_g2p_interior : NULL;
   /* each step's P2G queued ahead of the ranks' vote, behind a gate on every member (as one GPU's;
    * DRIFT_STEP_AHEAD, by default on where the node's ranks have GPUs of their own) */
   for (int k = 0; k < nm; ++k) I->m[k]->ahead_on = ahead_default(prm, nm);
   out->g2p_ahead = island_g2p_ahead;
   out->g2p_collect = island_g2p_collect_be;
   out->gate_open = island_gate_open;
-  out->set_home = env_flag("DRIFT_HOME_FLAG", 0) ? island_set_home : NULL; /* as one GPU's */
-  out->emigrants = out->set_home ? island_emigrants : NULL;
   out->alloc_sums = island_alloc_sums;
   out->free_sums = free_sums;
-  /* the sparse exchange of one GPU, packed and unpacked by member 0 over P2P (DRIFT_ISLAND_SPARSE=0:
-   * the dense island_pack and island_unpack_add) */
-  const int island_sparse = DRIFT_CUDA_SPARSE && env_flag("DRIFT_ISLAND_SPARSE", 1);
-  out->pack_sparse = island_sparse ? island_pack_sparse : NULL;
-  out->unpack_add_sparse = island_sparse ? island_unpack_add_sparse : NULL;
-  /* the node exchange, as one GPU's off by default (DRIFT_NODE_EXCHANGE=1 on every rank: on); the
-   * masks in one call (a barrier: not queued behind the step vote's gate) */
-  const int nodes = island_sparse && env_flag("DRIFT_NODE_EXCHANGE", 0);
-  out->node_masks = nodes ? island_node_masks : NULL;
-  out->pack_nodes = nodes ? island_pack_nodes : NULL;
-  out->unpack_add_nodes = nodes ? island_unpack_add_nodes : NULL;
+  /* the node exchange of one GPU, packed and unpacked by member 0 over P2P; the masks in one call
+   * (a barrier: not queued behind the step vote's gate) */
+  out->node_masks = island_node_masks;
+  out->pack_nodes = island_pack_nodes;
+  out->unpack_add_nodes = island_unpack_add_nodes;
   out->block_sums = sums_floats(I->m[0]);
   out->sums_int64 = I->m[0]->det;
   size_t held = 0;
@@ -7059,7 +6083,7 @@ static int island_create(const sim_params *prm, const int *dev, int nm, particle
   for (int k = 0; k < nm; ++k) {
     held += (size_t)held_bytes(I->m[k]);
     len += snprintf(line + len, sizeof line - (size_t)len, "%s%d: %zu (packets of up to %d)", k ? ", " : "", dev[k],
-                    I->m[k]->n, I->m[k]->fill);
+                    I->m[k]->n, LANES);
     if (len >= (int)sizeof line) len = (int)sizeof line - 1;
   }
   log_info("cuda island: %d GPUs (%s), %s; particles split along %c, %zu grid blocks on GPU 0, %.1f MiB of device "
@@ -7130,75 +6154,41 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
   out->destroy = destroy;
   /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
   out->blocks = ON_DEVICE(blocks);
-  out->pack = ON_DEVICE(pack);
-  out->unpack_add = ON_DEVICE(unpack_add);
-  out->pack_sparse = DRIFT_CUDA_SPARSE ? ON_DEVICE(pack_sparse) : NULL;
-  /* the pack in two halves, the interior's P2G queued between them (DRIFT_PACK_ASYNC=0: off) */
-  out->pack_sparse_async = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? ON_DEVICE(pack_sparse_async) : NULL;
-  out->pack_sparse_wait = DRIFT_CUDA_SPARSE && env_flag("DRIFT_PACK_ASYNC", 1) ? ON_DEVICE(pack_sparse_wait) : NULL;
-  out->unpack_add_sparse = DRIFT_CUDA_SPARSE ? ON_DEVICE(unpack_add_sparse) : NULL;
-  /* the node exchange (mpi/exchange.h), off by default here (DRIFT_NODE_EXCHANGE=1 on every rank: on):
-   * weak_2 on 2 ranks sharing one H200 sent 387 kB a step against 1525 and ran 90 ms a frame
-   * against 82 (the second round's wait, behind the other process's share of the GPU); its time on
-   * a GPU a rank is not yet measured (docs/performance.md) */
-  const int nodes = DRIFT_CUDA_SPARSE && env_flag("DRIFT_NODE_EXCHANGE", 0);
-  out->node_masks = nodes ? ON_DEVICE(node_masks) : NULL;
-  out->node_masks_async = nodes ? ON_DEVICE(node_masks_async) : NULL;
-  out->node_masks_wait = nodes ? ON_DEVICE(node_masks_wait) : NULL;
-  out->pack_nodes = nodes ? ON_DEVICE(pack_nodes) : NULL;
-  out->unpack_add_nodes = nodes ? ON_DEVICE(unpack_add_nodes) : NULL;
+  /* the node exchange (mpi/exchange.h): the masks in two halves, the interior's P2G queued
+   * between them */
+  out->node_masks = ON_DEVICE(node_masks);
+  out->node_masks_async = ON_DEVICE(node_masks_async);
+  out->node_masks_wait = ON_DEVICE(node_masks_wait);
+  out->pack_nodes = ON_DEVICE(pack_nodes);
+  out->unpack_add_nodes = ON_DEVICE(unpack_add_nodes);
   out->mark_shared = ON_DEVICE(mark_shared);
   out->grid_update_part = ON_DEVICE(grid_update_part);
   out->wants_rebuild = wants_rebuild;
   out->set_particles = ON_DEVICE(set_particles);
   out->add_particles = ON_DEVICE(add_particles);
   out->emigrate = ON_DEVICE(emigrate);
-  /* the same with the particles as records packed and unpacked on the device (DRIFT_MIGRATE_RECORDS=0:
-   * sim.c packs on the host, as for an island) */
-  out->emigrate_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? ON_DEVICE(emigrate_records) : NULL;
-  out->add_records = env_flag("DRIFT_MIGRATE_RECORDS", 1) ? ON_DEVICE(add_records) : NULL;
-  out->reserve_records = out->emigrate_records ? ON_DEVICE(reserve_records) : NULL;
+  /* the same with the particles as records packed and unpacked on the device */
+  out->emigrate_records = ON_DEVICE(emigrate_records);
+  out->add_records = ON_DEVICE(add_records);
+  out->reserve_records = ON_DEVICE(reserve_records);
   out->particle_blocks = ON_DEVICE(particle_blocks);
-  /* p2g_part on by default (DRIFT_SPLIT_P2G=0: off): 2 x H200, 2 ranks x 1 GPU, Sand Blocks l = 46
-   * 38.1-40.2 ms a frame against 45.7-46.0, weak_2 58.9-60.6 against 63.6-64.4 (docs/performance.md) */
-  out->p2g_part = env_flag("DRIFT_SPLIT_P2G", 1) ? ON_DEVICE(p2g_part) : NULL;
-  /* the interior's G2P while the sums are in flight (DRIFT_SPLIT_G2P=0: off; docs/performance.md) */
-  out->g2p_interior = env_flag("DRIFT_SPLIT_G2P", 1) ? ON_DEVICE(g2p_interior) : NULL;
+  /* the boundary's P2G first, its sums sent while the interior scatters; the interior's G2P
+   * while they are in flight (docs/performance.md) */
+  out->p2g_part = ON_DEVICE(p2g_part);
+  out->g2p_interior = ON_DEVICE(g2p_interior);
   /* the next step queued before the step vote, behind a gate on the device (DRIFT_STEP_AHEAD=0: after
    * the vote; docs/performance.md) */
   s->ahead_on = ahead_default(prm, 1);
   out->g2p_ahead = ON_DEVICE(g2p_ahead);
   out->g2p_collect = ON_DEVICE(g2p_collect);
   out->gate_open = ON_DEVICE(gate_open);
-  /* DRIFT_HOME_FLAG=1: G2P flags the particles past the rank's box, so that a rebuild-mapping
-   * where none is skips emigrate and the migration's messages. Off: it pays nothing in weak_2,
-   * where some particle has crossed at most rebuild-mappings (46 of 262 skipped; 2 x H200, a47539d,
-   * weak_2 30.64 and 30.97 ms a frame without, 31.14 and 30.79 with; docs/performance.md). The
-   * rank tests run it, with DRIFT_CHECK_EMIGRANTS=1 */
-  out->set_home = env_flag("DRIFT_HOME_FLAG", 0) ? ON_DEVICE(set_home) : NULL;
-  out->emigrants = out->set_home ? emigrants : NULL;
-  /* the pack and unpack kernels on the exchange's stream, beside the interior's P2G and G2P
-   * (DRIFT_XSTREAM_PACK=0: on the step's stream, between them; docs/performance.md) */
-  s->xpack = env_flag("DRIFT_XSTREAM_PACK", 1);
-  /* the shared blocks' update and the boundary's G2P on the exchange's stream, beside the
-   * interior's G2P (DRIFT_XSTREAM_TAIL=0: after it, on the step's stream; grid_update_part) */
-  s->xtail = env_flag("DRIFT_XSTREAM_TAIL", 1);
-  /* the boundary's P2G on the exchange's stream, beside the interior's (DRIFT_XSTREAM_HEAD=0:
-   * before it, on the step's stream; p2g_part) */
-  s->xhead = env_flag("DRIFT_XSTREAM_HEAD", 1);
-  /* ... and the interior's P2G queued before the packs' host work, not after it
-   * (DRIFT_INTERIOR_EARLY=0: after; pack_sparse_async) */
-  s->xearly = env_flag("DRIFT_INTERIOR_EARLY", 1);
-  /* the shared blocks' grid update over their list instead of every block (DRIFT_GRID_LIST=0:
-   * every block; weak_2 0.3-0.5 ms a frame faster with the list on 4 x H200, docs/performance.md) */
-  s->grid_list = env_flag("DRIFT_GRID_LIST", 1);
   out->block_sums = sums_floats(s); /* = int_floats(s) */
   out->sums_int64 = s->det;
   out->alloc_sums = alloc_sums;
   out->free_sums = free_sums;
   log_info("cuda backend: device %d (%s), %zu particles in %zu packets of up to %d, %zu grid blocks, %.1f MiB of "
            "device memory%s",
-           s->device, s->device_name, n, s->n_packets, s->fill, s->n_blocks, held_bytes(s) / 1048576.0,
+           s->device, s->device_name, n, s->n_packets, LANES, s->n_blocks, held_bytes(s) / 1048576.0,
            s->det ? " (deterministic: int64 P2G sums)" : "");
   return DR_OK;
 }

@@ -1,7 +1,7 @@
-// p2g.cuh - the packet layout, the step's control record, and the P2G of one warp's packet (both
-// reductions: p2g_warp's shuffles, p2g_gather's records; p2g_any picks the build's). Included by
-// backend_cuda.cu (nvcc) and, with the CUDA built-ins emulated warp by warp on the host, by
-// tests/gpu/test_p2g_warp.cc, which checks both reductions where there is no GPU
+// p2g.cuh - the packet layout, the step's control record, and the P2G of one warp's packet
+// (p2g_gather's records, with or without the box sums; p2g_any). Included by backend_cuda.cu
+// (nvcc) and, with the CUDA built-ins emulated warp by warp on the host, by
+// tests/gpu/test_p2g_warp.cc, which checks it where there is no GPU
 // (backend_cuda.cu's header comment describes the pipeline).
 #ifndef DRIFT_GPU_P2G_CUH
 #define DRIFT_GPU_P2G_CUH
@@ -75,10 +75,9 @@ typedef struct step_ctl {
   int done;                    /* the frame is complete: the step's kernels return at once */
   int performed;               /* this step did work (0 for a step queued after the frame ended, or voided) */
   int void_on;                 /* a step begun after one whose particles left the free zone does nothing (voided;
-                                * the frame loop's graphs, DRIFT_VOID_STEP: see the top of backend_cuda.cu) */
+                                * the frame loop's graphs: see the top of backend_cuda.cu) */
   int voided;                  /* this step did nothing: the one before it needs a rebuild-mapping first */
   unsigned int leave;          /* a particle left its inner free zone in this step */
-  unsigned int emig;           /* a particle lies outside the rank's box after this step (ranks: set_home) */
   unsigned int vmax_bits;      /* largest speed of this step (float bits; non-negative floats order as uints) */
   int bad_material;
   unsigned long long bad_id;   /* smallest id of a non-finite, runaway or lost particle; ~0 if none */
@@ -96,8 +95,6 @@ typedef struct step_ctl {
                                 * from a checkpoint written after G2P2G steps); k_grid clears it */
   int stamps;                  /* DRIFT_GPU_STAMPS: the step's kernels write stamp[] (the device's global ns) */
   unsigned gate_stuck;         /* k_begin_gated gave up waiting for the host's gate_open (the step voided) */
-  float box_ratio;             /* the box sums (p2g_box) take a packet whose per-cell walk issues more than this
-                                * times its box's nodes in atomics (DRIFT_P2G_BOX_RATIO) */
   unsigned long long gate_ns;  /* the device's wait at this step's gate for the ranks' vote (k_begin_gated; 0 for
                                 * a step begun without one), ns */
   unsigned long long stamp[8]; /* ... indexed by enum stamp_at (backend_cuda.cu); k_begin zeroes the others */
@@ -160,7 +157,7 @@ __device__ static inline int warp_sort(unsigned *key, unsigned *scratch) {
   return (int)(v & 31u);
 }
 
-/* Steps 1-2 of P2G, shared by its two reductions (p2g_warp, p2g_gather): this lane's cell in the
+/* Steps 1-2 of P2G (p2g_gather): this lane's cell in the
  * free zone and the warp's lanes sorted by it (src: the lane whose particle this lane takes, key
  * its cell, KEY_NONE for none), then that particle's plasticity and stress, its affine momentum
  * matrix A (APIC's m C with the stress impulse -dt V0 (4/dx^2) tau), m, m v, and where it lies
@@ -266,158 +263,22 @@ __device__ __forceinline__ void p2g_add_node_fix(fixp fp, uint8_t *__restrict__ 
   if (mark) touched[blk] = 1;
 }
 
-/* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
- * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet. */
-/* The P2G of one warp's packet p (all 32 lanes call it). OLD (ASFLIP): the momentum without the
- * stress impulse into grid0 too. DET: fixed-point sums into fp.ig instead of float sums. */
-template <bool OLD, bool DET>
-__device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
-                                         const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
-                                         float *__restrict__ pk, const uint64_t *__restrict__ pid,
-                                         const material_params *__restrict__ mats, float3 origin, float dx,
-                                         float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
-                                         float *__restrict__ grid0, float (*s_w)[LANES], unsigned *s_sort,
-                                         fixp fp, int plastic) {
-  const int lane = threadIdx.x & 31;
-  int fix_bad = 0; /* DET: a contribution of this lane's particle out of range */
-  const int2 h = hdr[p];
-  const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
-  const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
-  float *base = pk + p * PK_FLOATS;
-
-  p2g_lane L;
-  p2g_particle<OLD>(ctl, dt, p, h, P, base, pid, mats, origin, inv_dx, s_sort, plastic, L);
-  const unsigned key = L.key;
-  const int src = L.src, valid = L.valid;
-  const float m = L.m;
-  const float *mv = L.mv, *A = L.A, *mC = L.mC, *fx = L.fx;
-  const int *d = L.d;
-  if (valid) {
-    for (int a = 0; a < 3; ++a) {
-      float w[3], dw[3];
-      bspline_weights(fx[a], w, dw);
-      for (int e = 0; e < 3; ++e) s_w[3 * a + e][lane] = w[e];
-    }
-  } else {
-    for (int q = 0; q < 9; ++q) s_w[q][lane] = 0.0f;
-  }
-  __syncwarp();
-
-  /* 3. Segments of equal cells; lane + s < seg_end keeps a sum inside its segment. */
-  const unsigned key_before = __shfl_up_sync(FULL, key, 1); /* every lane shuffles: not inside || */
-  const unsigned heads = __ballot_sync(FULL, lane == 0 || key_before != key);
-  const unsigned above = heads & ~((2u << lane) - 1u);
-  const int seg_end = above ? __ffs((int)above) - 1 : 32;
-  const int is_head = (heads >> lane) & 1u;
-  const int longest = __reduce_max_sync(FULL, is_head ? seg_end - lane : 0);
-  float *g = grid;
-
-  /* Per axis and stencil offset e: the offset from the particle (x_i - x_p) and where the node
-   * lies (block offset from P, node inside the block), computed once instead of per node. */
-  float r[3][3];
-  int bo[3][3], no[3][3];
-#pragma unroll
-  for (int a = 0; a < 3; ++a)
-#pragma unroll
-    for (int e = 0; e < 3; ++e) {
-      const int t = d[a] + e; /* 0..11: free-zone offset of the node */
-      r[a][e] = ((float)e - fx[a]) * dx;
-      bo[a][e] = t >> 2;
-      no[a][e] = t & 3;
-    }
-#pragma unroll
-  for (int ei = 0; ei < 3; ++ei) {
-    const float wi = s_w[ei][lane];
-    const float pi1 = mv[0] + A[0] * r[0][ei], pi2 = mv[1] + A[3] * r[0][ei], pi3 = mv[2] + A[6] * r[0][ei];
-#pragma unroll
-    for (int ej = 0; ej < 3; ++ej) {
-      const float wij = wi * s_w[3 + ej][lane];
-      const float pj1 = pi1 + A[1] * r[1][ej], pj2 = pi2 + A[4] * r[1][ej], pj3 = pi3 + A[7] * r[1][ej];
-#pragma unroll
-      for (int ek = 0; ek < 3; ++ek) {
-        const float w = wij * s_w[6 + ek][lane];
-        float v0 = w * m;
-        float v1 = w * (pj1 + A[2] * r[2][ek]);
-        float v2 = w * (pj2 + A[5] * r[2][ek]);
-        float v3 = w * (pj3 + A[8] * r[2][ek]);
-        float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f;
-        if (OLD) { /* uniform over the warp */
-          const float r0 = r[0][ei], r1 = r[1][ej], r2 = r[2][ek];
-          o0 = w * (mv[0] + mC[0] * r0 + mC[1] * r1 + mC[2] * r2);
-          o1 = w * (mv[1] + mC[3] * r0 + mC[4] * r1 + mC[5] * r2);
-          o2 = w * (mv[2] + mC[6] * r0 + mC[7] * r1 + mC[8] * r2);
-        }
-        if (DET) { /* each lane's contributions as integers first: the sums do not depend on the order */
-          long long i0 = fix_to(v0, fp.sm, &fix_bad), i1 = fix_to(v1, fp.sp, &fix_bad);
-          long long i2 = fix_to(v2, fp.sp, &fix_bad), i3 = fix_to(v3, fp.sp, &fix_bad);
-          long long j0 = 0, j1 = 0, j2 = 0;
-          if (OLD) {
-            j0 = fix_to(o0, fp.sp, &fix_bad), j1 = fix_to(o1, fp.sp, &fix_bad), j2 = fix_to(o2, fp.sp, &fix_bad);
-          }
-          for (int s = 1; s < longest; s <<= 1) {
-            const long long t0 = __shfl_down_sync(FULL, i0, s), t1 = __shfl_down_sync(FULL, i1, s);
-            const long long t2 = __shfl_down_sync(FULL, i2, s), t3 = __shfl_down_sync(FULL, i3, s);
-            if (lane + s < seg_end) i0 += t0, i1 += t1, i2 += t2, i3 += t3;
-            if (OLD) {
-              const long long u0 = __shfl_down_sync(FULL, j0, s), u1 = __shfl_down_sync(FULL, j1, s);
-              const long long u2 = __shfl_down_sync(FULL, j2, s);
-              if (lane + s < seg_end) j0 += u0, j1 += u1, j2 += u2;
-            }
-          }
-          const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
-          const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
-          const int blk = __shfl_sync(FULL, my_nbr, nb);
-          if (is_head && valid)
-            p2g_add_node_fix<OLD>(fp, touched, blk, node, i0, i1, i2, i3, j0, j1, j2,
-                                  (ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0));
-        } else {
-          for (int s = 1; s < longest; s <<= 1) {
-            const float t0 = __shfl_down_sync(FULL, v0, s), t1 = __shfl_down_sync(FULL, v1, s);
-            const float t2 = __shfl_down_sync(FULL, v2, s), t3 = __shfl_down_sync(FULL, v3, s);
-            if (lane + s < seg_end) v0 += t0, v1 += t1, v2 += t2, v3 += t3;
-            if (OLD) {
-              const float u0 = __shfl_down_sync(FULL, o0, s), u1 = __shfl_down_sync(FULL, o1, s);
-              const float u2 = __shfl_down_sync(FULL, o2, s);
-              if (lane + s < seg_end) o0 += u0, o1 += u1, o2 += u2;
-            }
-          }
-          /* the physical block among the 27 (= sparse_neighbor(bo - 1)) and the node inside it */
-          const int nb = (bo[0][ei] * 3 + bo[1][ej]) * 3 + bo[2][ek];
-          const int node = sparse_node_in_block(no[0][ei], no[1][ej], no[2][ek]);
-          const int blk = __shfl_sync(FULL, my_nbr, nb);
-          if (is_head && valid)
-            p2g_add_node<OLD>(g, grid0, touched, blk, node, v0, v1, v2, v3, o0, o1, o2,
-                              (ei == 0 || no[0][ei] == 0) && (ej == 0 || no[1][ej] == 0) && (ek == 0 || no[2][ek] == 0));
-        }
-      }
-    }
-  }
-  if (DET && fix_bad) { /* only a valid lane can bring a non-zero, hence a bad, contribution */
-    atomicOr(&ctl->fix_bad, 1u);
-    atomicMin(&ctl->fix_bad_id, (unsigned long long)pid[p * LANES + src]);
-  }
-}
-
-/* P2G's default reduction since the session of 2026-11-26 (-DDRIFT_P2G_GATHER=0 builds the
- * shuffle reduction, p2g_warp, instead). p2g_warp reduces each of the 27 stencil nodes over the lanes of a cell with a
- * chain of shuffles (3-4 rounds of 4 for the 5-8 lanes of a cell in Sand Blocks: most of P2G's
- * instructions and its largest stall, docs/performance.md). Here the warp's lanes first store
+/* P2G of one warp's packet (MLS-MPM, Hu et al. 2018: plasticity, stress and forces fused in, the
+ * stress entering as -dt V0 (4/dx^2) tau next to APIC's m C). A reduction of each of the 27
+ * stencil nodes over the lanes of a cell by a chain of shuffles (3-4 rounds of 4 for the 5-8 lanes
+ * of a cell in Sand Blocks) was most of P2G's instructions and its largest stall
+ * (docs/performance.md). Instead the warp's lanes first store
  * their particles, in cell order, as records in shared memory: m, b = m v - dx A fx, dx A (the
  * affine momentum, so that a node at stencil offset e gets w (m, b + dx A e)) and the B-spline
  * weights (below). Then lane n < 27 takes stencil node n = (ei, ej, ek) of every
  * cell and walks the records in order, adding w (m, b + dx A e) in registers; where a cell's run
  * of records ends it issues that node's one global atomic and starts again. Every lane reads the
  * same record at the same time (a broadcast; the weights it reads lie in distinct banks), the
- * walk has no shuffle and no dependence between records, and it issues the same atomics as
- * p2g_warp: one per node and cell. Lanes 27-31 walk idle. DET: each record's contribution becomes
- * an integer (fix_to) before the lane adds it, as in p2g_warp, so the sums do not depend on the
- * order. Tested on the host
- * (tests/gpu/test_p2g_warp.cc). On one H200 it made Sand Blocks l = 46 7.7% faster (2.34e9 to
- * 2.52e9 particle-steps/s), its G2P2G variant 13.9% and l = 12 3.9%, with registers down to 64
- * in every P2G kernel (docs/performance.md, session of 2026-11-26). */
-#ifndef DRIFT_P2G_GATHER
-#define DRIFT_P2G_GATHER 1
-#endif
+ * walk has no shuffle and no dependence between records, and it issues one atomic per node and
+ * cell. Lanes 27-31 walk idle. DET: each record's contribution becomes an integer (fix_to) before
+ * the lane adds it, so the sums do not depend on the order. Tested on the host
+ * (tests/gpu/test_p2g_warp.cc). Against the shuffles it made Sand Blocks l = 46 7.7% faster on one
+ * H200, its G2P2G variant 13.9% and l = 12 3.9% (docs/performance.md). */
 /* Floats per record and where its weights start: m, b[3], dx A[9] (row-major), then for ASFLIP
  * bo[3] = m v - dx mC fx and dx mC[9], then the weights, then (DET) the lane, padded so that the
  * float4 loads stay aligned.
@@ -432,7 +293,7 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
 #define GREC_SRC(OLD) (GREC_W(OLD) + GREC_WFLOATS) /* deterministic mode: the record's lane in the packet */
 #define GREC_FLOATS(OLD) ((GREC_SRC(OLD) + 1 + 3) / 4 * 4)
 
-/* The box sums (p2g_gather's NODESUM: k_g2p2g's DRIFT_G2P2G_NODESUM, k_p2g's DRIFT_P2G_NODESUM; p2g_any). The
+/* The box sums (p2g_gather's NODESUM: k_g2p2g's G2P2G_NODESUM, k_p2g's P2G_NODESUM; p2g_any). The
  * per-cell walk below issues 27 global atomics a cell (108 floats), so a packet whose particles
  * spread over more cells (they cross cell faces between two rebuild-mappings: the boxes thrown
  * across an island's split, docs/performance.md, 2026-11-28 fifteenth) adds more, to nodes that
@@ -446,9 +307,8 @@ __device__ __forceinline__ void p2g_warp(step_ctl *ctl, float dt, size_t p, cons
  * nodes 9 steps later: 2.1-3.1x fewer global atomics, for shared adds and a flush of the box.
  * A packet whose box holds more than N nodes (spread over the free zone) takes the per-cell
  * walk's global atomics, as does deterministic mode (its int64 sums; the same totals either way),
- * and so does a packet whose walk would issue at most step_ctl's box_ratio times its box's nodes
- * (DRIFT_P2G_BOX_RATIO; 0: every packet whose box fits), where the box's zeroing and flush cost
- * more than the atomics they save. */
+ * and so does a packet whose walk would issue at most as many atomics as its box has nodes, where
+ * the box's zeroing and flush cost more than the atomics they save. */
 template <int NODESUM, bool OLD, bool DET>
 struct p2g_box {
   static constexpr int C = OLD ? 7 : 4;                      /* floats a node */
@@ -523,7 +383,7 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
     }
     const int nodes = ext[0] * ext[1] * ext[2];
     /* warp-uniform; 0: the per-cell walk's atomics (27 a cell), where the box would not save enough */
-    box = ext[0] > 2 && nodes <= NODESUM && 27.0f * (float)__popc(ends) > ctl->box_ratio * (float)nodes ? nodes : 0;
+    box = ext[0] > 2 && nodes <= NODESUM && 27.0f * (float)__popc(ends) > (float)nodes ? nodes : 0;
     if (BC == 4) /* a node a float4 (s_rec's records end 16-byte aligned) */
       for (int i = lane; i < box; i += LANES) reinterpret_cast<float4 *>(s_box)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     else
@@ -617,22 +477,17 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
   }
 }
 
-/* The P2G of a warp's packet by the reduction the build chose, with the box sums (p2g_box) of at
- * most NODESUM nodes a packet (0: none); s_p2g: P2G_SMEM floats of the warp's shared memory
- * (p2g_warp's weights, or p2g_gather's records and box). The box sums pay where P2G is latency-bound
+/* The P2G of a warp's packet (p2g_gather), with the box sums (p2g_box) of at most NODESUM nodes a
+ * packet (0: none); s_p2g: P2G_SMEM floats of the warp's shared memory (p2g_gather's records and
+ * box). The box sums pay where P2G is latency-bound
  * and lose where it is throughput-bound (1 x H200, docs/performance.md, 2026-11-28 sixteenth:
  * Sand Blocks l = 12, whose steps are the fused G2P2G's, 1.167 against 1.295 ms a frame; l = 46,
  * k_p2g's, 30.3 against 26.1 with the box, 26.7 with the box compiled in and never taken), so
  * k_g2p2g, which runs below parallel.g2p2g_below particles a GPU, takes them
- * (DRIFT_G2P2G_NODESUM, default 216) and k_p2g does not (DRIFT_P2G_NODESUM, default 0). */
-#ifndef DRIFT_P2G_NODESUM /* k_p2g's p2g_box: 0 (off), or the most nodes of a packet's box it takes */
-#define DRIFT_P2G_NODESUM 0
-#endif
-#ifndef DRIFT_G2P2G_NODESUM /* k_g2p2g's */
-#define DRIFT_G2P2G_NODESUM 216
-#endif
-#define P2G_SMEM(OLD, DET, NODESUM) \
-  (DRIFT_P2G_GATHER ? GREC_FLOATS(OLD) * LANES + p2g_box<NODESUM, OLD, DET>::FLOATS : 9 * LANES)
+ * (G2P2G_NODESUM) and k_p2g does not (P2G_NODESUM). */
+#define P2G_NODESUM 0     /* k_p2g: no box sums */
+#define G2P2G_NODESUM 216 /* k_g2p2g: the most nodes of a packet's box it takes */
+#define P2G_SMEM(OLD, DET, NODESUM) (GREC_FLOATS(OLD) * LANES + p2g_box<NODESUM, OLD, DET>::FLOATS)
 template <bool OLD, bool DET, int NODESUM>
 __device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                         const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
@@ -641,12 +496,8 @@ __device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const
                                         float *__restrict__ grid, uint8_t *__restrict__ touched,
                                         float *__restrict__ grid0, float *s_p2g, unsigned *s_sort, fixp fp,
                                         int plastic) {
-  if (DRIFT_P2G_GATHER)
-    p2g_gather<OLD, DET, NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched,
-                                  grid0, s_p2g, s_sort, fp, plastic);
-  else
-    p2g_warp<OLD, DET>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched, grid0,
-                       reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, plastic);
+  p2g_gather<OLD, DET, NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched,
+                                grid0, s_p2g, s_sort, fp, plastic);
 }
 
 
@@ -688,8 +539,8 @@ __device__ __forceinline__ void g2p_nodes_direct(int ok, const int d[3], const f
       }
 }
 
-/* The same gather through a tile in shared memory: G2P's default since the session of 2026-11-27
- * (-DDRIFT_G2P_TILE=0 builds the direct gather). On one H100, A/B of two rounds, 60 frames:
+/* The same gather through a tile in shared memory, G2P's own. Against the direct gather, on one
+ * H100, A/B of two rounds, 60 frames:
  * Crawling in Snow at the paper's step +2.5% (58.1 to 59.6 fps), Sand Blocks l = 46 +1.9%, l = 23
  * +2%, 16 x l = 46 +1.1%, l = 12 and the Fountain within noise (docs/performance.md). The warp's particles sit in a few cells of one particle block, so their stencils
  * overlap: the union of the stencils is the box [lo, hi + 2] of the lanes' offsets d (a warp
@@ -702,15 +553,12 @@ __device__ __forceinline__ void g2p_nodes_direct(int ok, const int d[3], const f
  * old velocities would double the tile) and tile NULL take g2p_nodes_direct. Returns whether the
  * tile served. Every lane of the warp calls it; the control flow is uniform over the warp (the
  * box is the warp's). */
-#ifndef DRIFT_G2P_TILE
-#define DRIFT_G2P_TILE 1
-#endif
 #define G2P_TILE_NODES 216 /* float4 each: 3,456 bytes a warp */
 static_assert(G2P_TILE_NODES <= 512, "g2p_nodes_tiled's float quotients are exact for boxes of up to 512 nodes");
-/* A kernel's tile per warp (one float4 where the build or the variant takes no tile), and the
- * pointer g2p_nodes gets (NULL: no tile). */
-#define G2P_TILE_FLOAT4S(OLD) (DRIFT_G2P_TILE && !(OLD) ? G2P_TILE_NODES : 1)
-#define G2P_TILE_OF(OLD, t) (DRIFT_G2P_TILE && !(OLD) ? (t) : (float4 *)0)
+/* A kernel's tile per warp (one float4 where the variant takes no tile: ASFLIP), and the pointer
+ * g2p_nodes gets (NULL: no tile). */
+#define G2P_TILE_FLOAT4S(OLD) (!(OLD) ? G2P_TILE_NODES : 1)
+#define G2P_TILE_OF(OLD, t) (!(OLD) ? (t) : (float4 *)0)
 __device__ __forceinline__ int g2p_nodes_tiled(int ok, const int d[3], const float fx[3], const float w[3][3],
                                                float dx, int my_nbr, const float *__restrict__ grid, float v[3],
                                                float B[9], float4 *tile) {

@@ -1,8 +1,8 @@
 // test_g2p_nodes.cc - G2P's gather of a warp's stencil nodes (gpu/p2g.cuh) on the host, the
 // warp's built-ins emulated lane by lane (warp_emu.h): g2p_nodes_direct (each node read from the
 // grid through its block) and g2p_nodes with a tile (the union of the warp's stencils loaded once
-// into shared memory, the default; -DDRIFT_G2P_TILE=0 builds only the direct one), after locate() and the B-spline weights, as k_g2p
-// runs them. Expected:
+// into shared memory, k_g2p's own; the direct gather serves ASFLIP and boxes too large for the
+// tile), after locate() and the B-spline weights, as k_g2p runs them. Expected:
 //  - the direct gather is v = sum_i w_i v_i and B = sum_i w_i v_i (x_i - x_p)^T over the 27
 //    nodes of the particle's stencil, written here from the definitions in global node
 //    coordinates (which block and node hold node i; the quadratic B-spline of the distance);

@@ -1,8 +1,8 @@
 // test_p2g_warp.cc - the CUDA backend's P2G of one warp's packet (gpu/p2g.cuh) run on the host,
 // the warp's built-ins emulated lane by lane (warp_emu.h), so that its warp logic is tested
-// where there is no GPU: the lanes' sort by cell, the segments of equal cells, the reductions
-// (p2g_warp's segmented shuffles in float and in deterministic mode's fixed point, p2g_gather's
-// records in shared memory), which physical block and node each sum lands in, the touched marks
+// where there is no GPU: the lanes' sort by cell, the segments of equal cells, the reduction
+// (p2g_gather's records in shared memory, in float and in deterministic mode's fixed point, with
+// and without the box sums), which physical block and node each sum lands in, the touched marks
 // and the lost-particle flag. The expectation is written here from the definitions (MLS-MPM's
 // scatter of w (m, m v + A (x_i - x_p)) with the quadratic B-spline of the distance, nodes
 // counted in global coordinates), not from the kernel's free-zone offsets, and the grid's totals
@@ -150,16 +150,16 @@ sums reference(const packet &P, const material_params *mats, const int *nbr) {
   return R;
 }
 
-/* NODES: p2g_gather's box sums (DRIFT_P2G_NODESUM) where a packet's box holds at most 96 nodes,
- * the per-cell walk's global atomics elsewhere; NODES_ALL: the box for every packet (up to 12^3
- * nodes); NODES_RATIO: the box where the walk would issue more than 1.5 times its nodes in atomics
- * (step_ctl's box_ratio; 0 in the others). Deterministic mode keeps the global atomics: the same
+/* GATHER: p2g_gather without the box sums (k_p2g's P2G_NODESUM = 0). NODES: its box sums
+ * (k_g2p2g's) where a packet's box holds at most 96 nodes and the walk would issue more atomics
+ * than the box has nodes, the per-cell walk's global atomics elsewhere; NODES_ALL: the same with
+ * boxes of up to 2000 nodes (12^3 and more). Deterministic mode keeps the global atomics: the same
  * sums, bitwise. */
-enum variant { SHUFFLE, GATHER, FIXED, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED, NODES_RATIO };
-const char *variant_name[] = {"p2g_warp", "p2g_gather", "p2g_warp (deterministic)", "p2g_gather (deterministic)",
-                              "p2g_gather, box <= 96", "p2g_gather, box <= 96 (deterministic)",
-                              "p2g_gather, box", "p2g_gather, box (deterministic)", "p2g_gather, box where it saves"};
-bool is_fixed(variant v) { return v == FIXED || v == GATHER_FIXED || v == NODES_FIXED || v == NODES_ALL_FIXED; }
+enum variant { GATHER, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED };
+const char *variant_name[] = {"p2g_gather", "p2g_gather (deterministic)", "p2g_gather, box <= 96",
+                              "p2g_gather, box <= 96 (deterministic)", "p2g_gather, box",
+                              "p2g_gather, box (deterministic)"};
+bool is_fixed(variant v) { return v == GATHER_FIXED || v == NODES_FIXED || v == NODES_ALL_FIXED; }
 
 /* Runs one reduction over the packet; returns the grid as doubles, in the reference's layout. */
 template <bool OLD>
@@ -181,7 +181,6 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
   std::memset(ctl, 0, sizeof *ctl);
   ctl->bad_id = ~0ULL;
   ctl->fix_bad_id = ~0ULL;
-  if (var == NODES_RATIO) ctl->box_ratio = 1.5f;
   emu_run_warp([&](int) {
     if (var == NODES)
       p2g_gather<OLD, false, 96>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
@@ -189,7 +188,7 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
     else if (var == NODES_FIXED)
       p2g_gather<OLD, true, 96>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
                                 grid.data(), touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
-    else if (var == NODES_ALL || var == NODES_RATIO)
+    else if (var == NODES_ALL)
       p2g_gather<OLD, false, 2000>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX,
                                    grid.data(), touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
     else if (var == NODES_ALL_FIXED)
@@ -198,15 +197,9 @@ sums run(const packet &P, variant var, const material_params *mats, const int *n
     else if (var == GATHER)
       p2g_gather<OLD, false>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
                              touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
-    else if (var == GATHER_FIXED)
+    else
       p2g_gather<OLD, true>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
                             touched.data(), grid0.data(), s_p2g, s_sort, fp, 1);
-    else if (var == SHUFFLE)
-      p2g_warp<OLD, false>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
-                           touched.data(), grid0.data(), reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, 1);
-    else
-      p2g_warp<OLD, true>(ctl, DT, 0, &hdr, PB, nbr, S.pk.data(), id.data(), mats, ORIGIN, DX, INV_DX, grid.data(),
-                          touched.data(), grid0.data(), reinterpret_cast<float (*)[LANES]>(s_p2g), s_sort, fp, 1);
   });
   const bool fixed = is_fixed(var);
   S.g.assign((size_t)NBLK * BLOCK_NODES * 4, 0.0);
@@ -240,8 +233,7 @@ double channel_max(const std::vector<double> &g, int nc, int c) {
 
 template <bool OLD> void check_packet(const packet &P, const material_params *mats, const int *nbr) {
   const sums R = reference(P, mats, nbr);
-  for (variant var :
-       {SHUFFLE, GATHER, FIXED, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED, NODES_RATIO}) {
+  for (variant var : {GATHER, GATHER_FIXED, NODES, NODES_FIXED, NODES_ALL, NODES_ALL_FIXED}) {
     step_ctl ctl;
     const sums S = run<OLD>(P, var, mats, nbr, &ctl);
     const char *v = variant_name[var];
@@ -341,7 +333,7 @@ int main() {
   {
     /* a packet as Sand Blocks' are some steps after their sort (tools/packet_drift.py): 8 cells of
      * a 2 x 2 x 2 cube whose stencils share nodes (64 in its box against 216 atomics in the walk:
-     * NODES_RATIO takes the box here and the walk in the packets above) */
+     * the box sums take it) */
     std::vector<std::array<int, 3>> cells;
     for (int k = 0; k < 32; ++k) cells.push_back({3 + (k & 1), 3 + (k >> 1 & 1), 3 + (k >> 2 & 1)});
     packets.push_back(make_packet("8 cells of a cube, 4 lanes each, shuffled", &rng, shuffled(cells, &rng), -1));

@@ -109,12 +109,6 @@ template <class T> static inline T __shfl_up_sync(unsigned, T v, unsigned d) {
   const int lane = emu_lane();
   return lane >= (int)d ? all[lane - (int)d] : v;
 }
-template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned d) {
-  T all[32];
-  emu_gather(v, all);
-  const int lane = emu_lane();
-  return lane + (int)d < 32 ? all[lane + (int)d] : v;
-}
 static inline unsigned __ballot_sync(unsigned, int pred) {
   int all[32];
   emu_gather(pred ? 1 : 0, all);
@@ -151,7 +145,6 @@ static inline void __syncwarp(unsigned = 0xffffffffu) {
 }
 
 static inline int __popc(unsigned v) { return __builtin_popcount(v); }
-static inline int __ffs(int v) { return __builtin_ffs(v); }
 static inline int __float_as_int(float f) {
   int i;
   std::memcpy(&i, &f, sizeof i);
