@@ -1,16 +1,17 @@
 #!/bin/bash
-# A/B of a build-time variant of the CUDA backend on a GPU machine, in one call of the device
-# tool (a build, the variant's tests and alternating benchmarks, so that device time goes on
-# measuring and not on starting machines).
+# A/B of this tree against another (a commit, BASE) on a GPU machine, in one call of the device
+# tool (a build, B's tests and alternating benchmarks, so that device time goes on measuring and
+# not on starting machines).
 #
-# Builds the tree twice, side by side: A as it is, B with extra CUDA flags (a -D that
-# gpu/backend_cuda.cu reads: DRIFT_P2G_GATHER, DRIFT_WARPS, P2G_MIN_BLOCKS, ...). Runs the gpu
-# tests matching TESTS on B, which must pass before any of B's figures mean anything. Then runs
-# `drift bench` with the arguments given on A and on B in turn, ROUNDS times each (A B A B ...:
-# both builds see the same machine, clocks and neighbours), and prints one line per run and scene.
+# Builds A (BASE's tree, else this tree as it is) and B (this tree, with the extra CUDA flags
+# given, "" for none) side by side. Runs the gpu tests matching TESTS on B, which must pass before
+# any of B's figures mean anything. Then runs `drift bench` with the arguments given on A and on B
+# in turn, ROUNDS times each (A B A B ...: both builds see the same machine, clocks and
+# neighbours), and prints one line per run and scene.
 #
 #   here:              tools/pack-device-deps.sh .device          (once; carried as .device)
-#   on the GPU:        tools/device_ab.sh "-DDRIFT_P2G_GATHER=1" jobs/bench/sand_blocks_l46.json \
+#                      tools/archive-base.sh main .abbase          (A's tree; carried as .abbase)
+#   on the GPU:        BASE=.abbase tools/device_ab.sh "" jobs/bench/sand_blocks_l46.json \
 #                          jobs/bench/sand_blocks_l12.json --frames 30 --profile-frames 0
 #
 # env: DEPS   what pack-device-deps.sh packed (default .device)
@@ -20,9 +21,9 @@
 #      BASE   a folder holding another tree (tools/archive-base.sh COMMIT .abbase, carried): A is built
 #             from it instead of this tree, so that B (this tree, flags may be "") is measured against
 #             a commit
-#      C_ENV  a third variant c: B's build run with this environment (e.g. "DRIFT_COLLIDER_CACHE=0")
+#      C_ENV  a third variant c: B's build run with this environment (e.g. "DRIFT_STEP_AHEAD=off")
 #      ALTS   more variants of B's build, one per ';'-separated environment (after C_ENV's), named d, e,
-#             ... in order, e.g. ALTS="DRIFT_DVEC_POOL=0; DRIFT_BARRIER_WARP=0 DRIFT_BEGIN_BARRIER=0"
+#             ... in order, e.g. ALTS="DRIFT_MIGRATE_MARGIN=2; DRIFT_PINNED_MAX_MB=64 DRIFT_CUDA_AWARE_MPI=off"
 #             (each round runs a, b, then every variant, so that all see the same machine)
 #      RUNNER what runs drift bench (default nothing: drift itself; "mpirun -n 2 --oversubscribe" for
 #             ranks: drift bench writes the CSV on rank 0)
