@@ -6,8 +6,8 @@
 # G2P, across a rebuild-mapping; median us). A VARIANT is a space-separated list of VAR=VALUE
 # settings and drift bench flags; "" is the tree as it is.
 #
-#   on the GPUs: tools/device_island_members.sh 4 "" "DRIFT_P2G_SPREAD=0" "DRIFT_DEVICES=3,2,1,0" \
-#                  "--island-barrier events"                      (carry .device)
+#   on the GPUs: tools/device_island_members.sh 4 "" "--devices 3,2,1,0" "--island-barrier events" \
+#                  "--island-reduce p2p_atomics"                  (carry .device)
 #
 # env: SCENE     the scene (default jobs/bench/sand_blocks_l46x16.json)
 #      FRAMES    frames a run (default 20)

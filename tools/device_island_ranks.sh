@@ -5,7 +5,7 @@
 # rank 1: 1,1; on a 4-GPU machine, ISLANDS="0,1 2,3" gives islands of distinct GPUs), A B A B,
 # one line per run: ms per frame and rebuild-mappings per frame.
 #
-#   here:        rm -rf .abbase && mkdir .abbase && git archive main | tar -x -C .abbase
+#   here:        tools/archive-base.sh main .abbase
 #   on the GPUs: tools/device_island_ranks.sh          (carry .device and .abbase)
 #
 # env: BASE     folder holding A's tree (default .abbase)
@@ -15,7 +15,7 @@
 #      SCENE    the scene (default jobs/bench/weak_2.json; jobs/bench/weak_4.json on islands of 2
 #               distinct GPUs is weak scaling's 3.1M particles per GPU)
 #      B_ALT    environment settings (VAR=VALUE, space-separated), one more run of B for each,
-#               e.g. "DRIFT_ISLAND_SPARSE=0 DRIFT_SPLIT_P2G=0"
+#               e.g. "DRIFT_STEP_AHEAD=off DRIFT_CUDA_AWARE_MPI=off"
 #      OUT      the output folder (default: the device tool's $OUT, else ./ab-out)
 # Exit status: 0, or 1 when a build fails (then nothing runs).
 set -uo pipefail

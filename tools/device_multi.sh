@@ -21,14 +21,13 @@
 #           events, --island-reduce p2p_atomics) on l = 12 and 16 x l = 46 on G GPUs, and the
 #           largest case with CUDA_MODULE_LOADING=EAGER; with B_ALT (VAR=VALUE, space-separated:
 #           device_env.sh's each_alt), the family once more on 1, 2 and G GPUs with each setting,
-#           e.g. B_ALT=DRIFT_GRAPH_STEPS=1 (one step a graph launch), before the alternatives.
+#           e.g. B_ALT=DRIFT_BARRIER_TIMEOUT=30, before the alternatives.
 #   scenes  issue #9: Fountain and Crawling in Snow (both steps) on 1, 2 and G GPUs.
 #   ranks   issue #8 on one host: the dam break on 2 ranks x 1 GPU against 1 rank x 2 GPUs
 #           (compare_frames by particle id at the last frame), the same Sand Blocks l = 46 timed
 #           both ways, and weak scaling from 1 to 2 ranks of 1 GPU (jobs/bench/weak_1.json,
 #           weak_2.json, weak_4.json where there are 4 GPUs: 3.1M particles per GPU), and the
-#           2-rank runs again with DRIFT_SPLIT_P2G=0 (the whole P2G before the exchange; p2g_part
-#           is the default).
+#           2-rank runs again with --steps-ahead off (each step's G2P queued after the ranks' vote).
 #   trace   DRIFT_TRACE=1 runs of l = 12 on G GPUs (10 frames), of 16 x l = 46 on 1 and G GPUs and
 #           of weak_2 (2 ranks, 60 frames),
 #           each summed by tools/trace_summary.py, whole (trace_*.summary.txt), over its last
@@ -36,7 +35,7 @@
 # env: FRAMES (bench frames; default each scene's own), ISLAND_ALTS (0: island without the alternatives),
 #      TESTS_LIMIT, BENCH_LIMIT (seconds), JOBS (ctest -j), DEPS and OUT (tools/device_env.sh).
 set -uo pipefail
-[ $# -gt 0 ] || { sed -n 2,35p "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
@@ -121,11 +120,12 @@ for step in "$@"; do
         --profile-frames 0 --csv "$out/weak_2.csv" >"$out/weak_2.log" 2>&1
       [ "$ngpu" -ge 4 ] && lim 150 mpirun -n 4 --oversubscribe "$drift" bench jobs/bench/weak_4.json --backend cuda --gpus 1 \
         "${frames[@]}" --profile-frames 0 --csv "$out/weak_4.csv" >"$out/weak_4.log" 2>&1
-      # the same with p2g_part (the interior's P2G while the shared sums travel)
-      DRIFT_SPLIT_P2G=0 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda \
-        --gpus 1 "${frames[@]}" --profile-frames 0 --csv "$out/ranks_2x1_whole.csv" >"$out/ranks_2x1_whole.log" 2>&1
-      DRIFT_SPLIT_P2G=0 lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 \
-        "${frames[@]}" --profile-frames 0 --csv "$out/weak_2_whole.csv" >"$out/weak_2_whole.log" 2>&1
+      # the same with each step's G2P queued only after the ranks' vote (--steps-ahead's default,
+      # auto, is on where each rank has GPUs of its own)
+      lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/sand_blocks_l46.json --backend cuda --steps-ahead off \
+        --gpus 1 "${frames[@]}" --profile-frames 0 --csv "$out/ranks_2x1_noahead.csv" >"$out/ranks_2x1_noahead.log" 2>&1
+      lim 150 mpirun -n 2 --oversubscribe "$drift" bench jobs/bench/weak_2.json --backend cuda --gpus 1 --steps-ahead off \
+        "${frames[@]}" --profile-frames 0 --csv "$out/weak_2_noahead.csv" >"$out/weak_2_noahead.log" 2>&1
       note "ranks: $((SECONDS - t0)) s"
       ;;
     trace)

@@ -6,7 +6,7 @@
 # weak_N and weak_1 run once more under DRIFT_TRACE, summed frame by frame
 # (tools/trace_summary.py --frames) into trace_weak_N.frames.txt and trace_weak_1.frames.txt.
 #
-#   here:        rm -rf .abbase && mkdir .abbase && git archive main | tar -x -C .abbase
+#   here:        tools/archive-base.sh main .abbase
 #   on the GPUs: tools/device_weak.sh 2          (carry .device and .abbase)
 #
 # N: ranks, one GPU each (2 or 4; jobs/bench/weak_N.json).
@@ -15,7 +15,7 @@
 #      ROUNDS  runs of weak_N on each build (default 2)
 #      EXTRA   more weak_M scenes to run once on A and B, e.g. "2" on a 4-GPU machine
 #      B_ALT   environment settings (VAR=VALUE, space-separated), one more run of B's weak_N for
-#              each, e.g. a switch's other side
+#              each, e.g. "DRIFT_STEP_AHEAD=off DRIFT_MIGRATE_MARGIN=2"
 #      TRACE   1: the traced runs of B
 #      MARKS   N: B's weak_N once more under DRIFT_GPU_MARKS=N (each rank's stream timeline between
 #              backend entries, summed by pair, and every N steps above 1) into marks_weak_N.txt,
