@@ -6,7 +6,7 @@
 A run with DRIFT_GPU_STAMPS=1 logs, for each member, the median (and more) microseconds between
 two of its step's stamps, e.g. "gpu stamps, device 3 (member 3 of 4): 720 steps; median (mean,
 count; 10th percentile) us from a stamp to the next:  begin>p2g 10.46 (11.65, 720; p10 9.80)
-p2g>barrier 422.02 (...)" (logs before 2026-11-28 lack the count's label and the percentile).
+p2g>barrier 422.02 (...)" (older logs may lack the count's label and the percentile: still read).
 Prints per LOG its ms a frame (the bench table's or CSV's, where the log has it) and a row per
 member of the medians that pace a step: where ranks drive the phases, the device's wait at the
 gate for the step vote (gate>begin); k_begin (begin>p2g), P2G (p2g>barrier; p2g>grid with the

@@ -5,7 +5,7 @@
 The second form writes SCENE's box bodies resized to SIDE cells about their centres (places and
 velocities kept), a frame each step (time.fps = 1 / dt) for STEPS steps into FRAMES_DIR: e.g.
 `packet_drift.py --scene jobs/bench/sand_blocks_l46x16.json 23 /tmp/f 120 > s.json; drift run s.json
---backend cpu; packet_drift.py /tmp/f 108 9` (docs/performance.md, 2026-11-28 fifteenth).
+--backend cpu; packet_drift.py /tmp/f 108 9`.
 
 How a P2G packet's global atomics grow as its particles move across the lattice after the sort
 that made it (issue 4: the island's end members hold the boxes thrown across the split axis, and
@@ -20,13 +20,12 @@ STEPS, default 12) it prints per member, over its packets:
   groups     distinct base cells a packet (k_p2g: one segmented reduction each, whose leader adds
              27 nodes x 4 channels to the grid by global atomics: 108 a group)
   footprint  distinct grid nodes the packet's stencils cover (what a packet would add by global
-             atomics if it summed its particles' contributions node by node first, e.g. in
-             shared memory: 4 channels a node)
+             atomics if it summed its particles' contributions node by node first, in shared
+             memory: 4 channels a node; k_p2g does not, docs/performance.md's decisions)
 and the atomics of each scheme (groups x 108, footprint x 4), with the members' max / mean; then
 over all members the box a packet's stencils span (its cells' box, 2 nodes wider on every axis:
-what the box sums of branch g2p2g-box, not on main, zero and flush 32 nodes a pass): its mean
-nodes, and the share of packets whose box holds more than 64, 96 and 128 nodes (3, 4 and 5 passes
-or more).
+what k_g2p2g's box sums zero and flush, 32 nodes a pass): its mean nodes, and the share of
+packets whose box holds more than 64, 96 and 128 nodes (3, 4 and 5 passes or more).
 """
 import glob
 import sys
