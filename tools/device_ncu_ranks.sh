@@ -8,7 +8,8 @@
 #
 #   on the GPUs: tools/device_ncu_ranks.sh [N] [F]     (default 2 ranks, frame 30; carry .device)
 #
-# env: KERNELS ncu's kernel-name regex (default k_grid|k_g2p|k_p2g|k_pack|k_unpack|k_sparse|k_shared)
+# env: KERNELS ncu's kernel-name regex (default k_grid|k_g2p|k_p2g|pack_nodes|k_shared: pack_nodes
+#              matches the node exchange's k_island_pack_nodes and k_island_unpack_nodes)
 #      SKIP    launches of those kernels skipped after the resume (default 40: its rebuild-mapping
 #              and set-up step)
 #      COUNT   kernels profiled a process (default 80)
@@ -22,7 +23,7 @@
 set -uo pipefail
 n=${1:-2}
 frame=${2:-30}
-kernels=${KERNELS:-k_grid|k_g2p|k_p2g|k_pack|k_unpack|k_sparse|k_shared}
+kernels=${KERNELS:-k_grid|k_g2p|k_p2g|pack_nodes|k_shared}
 skip=${SKIP:-40}
 count=${COUNT:-80}
 ncu=${NCU-ncu}
