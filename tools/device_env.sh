@@ -94,8 +94,8 @@ device_ab_start() {
 }
 
 # each_alt PREFIX FUNC ARGS...: for each VAR=VALUE of B_ALT (space-separated), FUNC PREFIXi ARGS...
-# run with that setting exported (i = 1, 2, ...), then a line naming it: B's runs with a switch's
-# other side (device_weak.sh, device_island_ranks.sh).
+# run with that setting exported (i = 1, 2, ...), then a line naming it: B's runs with another
+# value of a setting (device_weak.sh, device_island_ranks.sh).
 each_alt() {
   local prefix=$1 fn=$2 i=0 alt
   shift 2
