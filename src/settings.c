@@ -94,10 +94,10 @@ static const setting_entry TABLE[SET_N] = {
                          .offset = OFF(sort_keys64), .dflt = "0",
                          .help = "cuda: 64-bit sort keys in the rebuild-mapping where 32 bits would do"},
     [SET_COLLIDER_CACHE] = {.env = "DRIFT_COLLIDER_CACHE", .type = T_INT, .kind = SETTING_DEBUG,
-                            .offset = OFF(collider_cache), .dflt = "1", .lo = 0, .hi = 2, .meta = "0|1|2",
-                            .want = "a whole number (0: off, 1: on, 2: refilled every step)",
-                            .help = "cuda: the level sets of mesh colliders without keyframes, cached (1), "
-                                    "refilled every step (2) or not (0)"},
+                            .offset = OFF(collider_cache), .dflt = "1", .lo = 1, .hi = 2, .meta = "1|2",
+                            .want = "1 (cached) or 2 (refilled every step, a test hook)",
+                            .help = "cuda: the samples of mesh colliders' level sets kept per grid node (1) or "
+                                    "refilled every step (2), which tests compare against the cache"},
 };
 
 /* A bool's spellings. Returns 1 or 0, or -1 for none of them. */
