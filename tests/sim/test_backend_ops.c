@@ -209,8 +209,10 @@ static void node_exchange(int det) {
         mode);
   const int ints = A.sums_int64;
   CHECK(ints == det, "%s: sums_int64 %d", mode, ints);
-  const size_t esz = ints ? sizeof(int64_t) : sizeof(float), ch = (size_t)A.block_sums / 64,
-               vb = (size_t)A.block_sums * esz;
+  /* values per block: block_sums, or where it is 0 mass and momentum (4 channels), as exchange.c reads it */
+  const size_t bsums = A.block_sums > 0 ? (size_t)A.block_sums : 4 * BLOCK_NODES;
+  const size_t esz = ints ? sizeof(int64_t) : sizeof(float), ch = bsums / BLOCK_NODES, vb = bsums * esz;
+  CHECK(bsums % BLOCK_NODES == 0, "%s: block_sums %d is not a multiple of %d nodes", mode, A.block_sums, BLOCK_NODES);
   uint64_t *mask = malloc(sizeof *mask * n), *mask_b = malloc(sizeof *mask_b * n), *ones = malloc(sizeof *ones * n);
   uint32_t *base = malloc(sizeof *base * n);
   char *whole = malloc(vb * n);
@@ -270,7 +272,7 @@ static void node_exchange(int det) {
   MUST(B.pack_nodes(B.state, t, nt, ones, base, sum));
   size_t not_sum = 0, not_double = 0;
   double vmax = 0, dmax = 0;
-  for (size_t v = 0; v < nt * (size_t)A.block_sums; ++v) {
+  for (size_t v = 0; v < nt * bsums; ++v) {
     if (ints) {
       int64_t a, o, s;
       memcpy(&a, msg + v * esz, esz), memcpy(&o, own + v * esz, esz), memcpy(&s, sum + v * esz, esz);
@@ -288,10 +290,10 @@ static void node_exchange(int det) {
   if (!ints) not_double = dmax > 1e-5 * vmax;
   if (ints)
     printf("%s: %zu touched blocks sent, %zu values; own sums against the message: %zu differ\n", mode, nt,
-           nt * (size_t)A.block_sums, not_double);
+           nt * bsums, not_double);
   else
     printf("%s: %zu touched blocks sent, %zu values; own sums against the message: largest difference %g of %g\n",
-           mode, nt, nt * (size_t)A.block_sums, dmax, vmax);
+           mode, nt, nt * bsums, dmax, vmax);
   CHECK(not_sum == 0, "%s: %zu values after unpack_add_nodes are not the backend's own sums plus the message", mode,
         not_sum);
   CHECK(not_double == 0, "%s: the two backends' sums differ (%s)", mode, ints ? "values" : "beyond rounding");
