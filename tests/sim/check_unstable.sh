@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # check_unstable.sh - a run that blows up names the body and material of the particle that broke.
 #
-#   check_unstable.sh OUT_DIR BODY SHAPE MATERIAL [LAUNCHER...] -- DRIFT_EXE run SCENE ARGS...
+#   check_unstable.sh [-w WARNING] OUT_DIR BODY SHAPE MATERIAL [LAUNCHER...] -- DRIFT_EXE run SCENE ARGS...
 #
 # Runs the command (under LAUNCHER, e.g. mpirun -n 2) and checks: exit status 7 (DR_EPHYSICS), a
 # last line "drift: frame F, step S: particle ID (bodies[BODY] (SHAPE), material MATERIAL) reached a
-# non-finite state ...", an id whose body bits (id >> 48, src/particles.h) are BODY, the same frame
+# non-finite state ...", with -w a line matching WARNING (a grep regex) before it, an id whose body bits (id >> 48, src/particles.h) are BODY, the same frame
 # and step in every rank's line, and no frame file after frame 0 in OUT_DIR. Exit 77 when the cuda backend was asked for and no GPU is visible.
 set -u
+warning=""
+if [ "${1:-}" = "-w" ]; then
+  warning=$2
+  shift 2
+fi
 out_dir=$1 body=$2 shape=$3 material=$4
 shift 4
 cmd=()
@@ -20,6 +25,7 @@ echo "$out"
 if echo "$out" | grep -q 'no CUDA device is visible'; then exit 77; fi
 fail() { echo "FAIL: $*"; exit 1; }
 [ "$rc" -eq 7 ] || fail "exit status $rc, expected 7"
+[ -z "$warning" ] || echo "$out" | grep -q -- "$warning" || fail "no line matching '$warning'"
 line=$(echo "$out" | grep -E "^drift: frame 1, step [0-9]+: particle [0-9]+ \(bodies\[$body\] \($shape\), material $material\) reached a non-finite state" | head -n 1)
 [ -n "$line" ] || fail "no message naming bodies[$body] ($shape) and material $material"
 id=$(echo "$line" | sed -E 's/.*: particle ([0-9]+) .*/\1/')
