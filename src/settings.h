@@ -64,7 +64,7 @@ typedef struct drift_settings {
   char island_skew[SETTINGS_TEXT_MAX]; /* MEMBER:pre|post:US, checked by the CUDA backend; "" if unset */
   double balance_prior_ms;    /* ms, a rebalance's cost before one is measured; 0 if unset */
   int sort_keys64;            /* 64-bit sort keys where 32 bits would do */
-  int collider_cache;         /* 0 off, 1 filled once, 2 refilled every step */
+  int collider_cache;         /* 1 filled once per mesh frame and mapping, 2 refilled every step */
   /* per setting: where its value came from, and its text as given ("" for a default) */
   unsigned char from[SET_N];
   char text[SET_N][SETTINGS_TEXT_MAX];
