@@ -55,8 +55,8 @@ int sim_step_speed(sim *S, float *vmax) {
  * rank raise SIGTERM, exit, or fail without telling the others, before substep STEP, or fail
  * alone in its part of the first rebuild-mapping of several ranks from there on (redistribute). */
 static int parse_test_hook(sim *S) {
-  const char *h = getenv("DRIFT_TEST_HOOK");
-  if (!h || !*h) return DR_OK;
+  const char *h = settings()->test_hook;
+  if (!*h) return DR_OK;
   char action[16];
   int rank = -1;
   unsigned long long step = 0;
@@ -160,6 +160,10 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->frame_dt = 1.0 / s->fps;
   if (s->dt > 0) S->substeps_fixed = (int)ceil(S->frame_dt / s->dt - 1e-9);
   S->wave_speed = scene_wave_speed(s);
+  if ((rc = settings_check())) {
+    dr_mark_agreed(); /* every rank reads the same environment */
+    goto fail;
+  }
   if ((rc = parse_test_hook(S))) {
     dr_mark_agreed(); /* every rank reads the same variable */
     goto fail;
@@ -223,17 +227,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   balance_init(&S->bal, s->balance_threshold, s->balance_cost);
   /* For the tests only (test_ranks): a rebalance's fixed cost before one is measured, so that
    * the cost rule moves the cuts of a small scene on a fast device within a few frames. */
-  const char *prior = getenv("DRIFT_BALANCE_PRIOR_MS");
-  if (prior && *prior) {
-    char *end = NULL;
-    const double ms = strtod(prior, &end);
-    if (end == prior || *end || !(ms > 0.0) || ms > 1e6) {
-      rc = dr_fail(DR_EINPUT, "DRIFT_BALANCE_PRIOR_MS='%s': expected milliseconds, above 0", prior);
-      dr_mark_agreed(); /* every rank reads the same variable */
-      goto fail;
-    }
-    S->bal.fixed_s = 1e-3 * ms;
-  }
+  if (settings()->from[SET_BALANCE_PRIOR_MS]) S->bal.fixed_s = 1e-3 * settings()->balance_prior_ms;
   S->inv_dx = 1.0f / (float)s->dx;
   for (int a = 0; a < 3; ++a) S->origin[a] = (float)(s->domain_min[a] - GRID_PAD * s->dx);
   if (opt->resume) {

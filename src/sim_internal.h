@@ -58,7 +58,7 @@ struct sim {
   int with_logjp;       /* frames carry logjp: the scene has an nacc material */
   char (*body_label)[48];  /* "bodies[2] (box)" per body, for messages */
   const char **body_names; /* pointers into body_label, as sim_params wants them */
-  /* several ranks (DESIGN.md, "Between ranks") */
+  /* several ranks (docs/architecture.md) */
   decomp dec;           /* every rank's box of blocks */
   exchange ex;          /* shared blocks and their per-step exchange */
   float origin[3], inv_dx; /* the grid's origin and 1/dx as the backends compute them */
@@ -79,7 +79,7 @@ struct sim {
   int ahead_rc;         /* ... what queueing its P2G returned */
   int ahead_early;      /* ... its node masks were queued (exchange_pack), the interior's P2G after them */
   int migrate_margin;   /* blocks a particle may stray past its rank's box before it migrates at a
-                         * rebuild-mapping whose cuts stay (DRIFT_MIGRATE_MARGIN, default 1; vote_op) */
+                         * rebuild-mapping whose cuts stay (--migrate-margin, the ranks' largest; vote_op) */
   rank_frame_stats fs;  /* since the last progress line */
   uint64_t fs_steps0;   /* steps at the last progress line */
   double vote_wait_s0;  /* the backend's vote_wait_s at the last ranks line (log_ranks) */
@@ -106,7 +106,7 @@ struct sim {
   unsigned char *mig_buf[3];
   size_t mig_cap[3];
   void (*mig_free[3])(void *ptr, int device); /* the backend's free_sums where pinned, else NULL */
-  struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (README, "Tests") */
+  struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (docs/debugging.md) */
     int action;         /* hook_action */
     int rank;
     uint64_t step;

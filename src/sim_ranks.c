@@ -25,7 +25,7 @@
  * the host first (blocks(); the backend keeps them), then the step's whole P2G is queued; then
  * the ranks agree on the rebuild-mapping (redistribute's last part, S->setup_rc: where it failed
  * on any rank, *agreed says so and every rank stops), and the exchange is set up (host work and
- * messages with the neighbours, about 0.3 ms for 44,000 blocks, weak_2 on 2 x H200), both while
+ * messages with the neighbours, a fraction of a millisecond for tens of thousands of blocks), both while
  * the device runs the P2G. Collective: every rank sets up, whatever its P2G returned. */
 static int setup_exchange_during_p2g(sim *S, float dt, int *agreed) {
   backend *b = &S->be;
@@ -71,11 +71,9 @@ static void vote_reduce(void *in, void *inout, int *len, MPI_Datatype *type) {
 /* The vote's element type and reduction, made once a run. */
 static int vote_op(sim *S) {
   if (S->vote_op) return DR_OK;
-  /* For A/B measurements: a wider margin migrates fewer particles back and forth across a cut,
-   * a narrower one keeps the band of shared blocks thinner. The ranks take the largest asked. */
-  const char *mme = getenv("DRIFT_MIGRATE_MARGIN");
-  int mm = mme && *mme ? atoi(mme) : 1;
-  mm = mm < 0 ? 0 : mm > 4 ? 4 : mm;
+  /* --migrate-margin: a wider margin migrates fewer particles back and forth across a cut, a
+   * narrower one keeps the band of shared blocks thinner. The ranks take the largest asked. */
+  int mm = settings()->migrate_margin;
   DR_MPI(MPI_Allreduce(MPI_IN_PLACE, &mm, 1, MPI_INT, MPI_MAX, S->comm));
   S->migrate_margin = mm;
   MPI_Datatype t;
@@ -228,7 +226,7 @@ int sim_advance_frame_ranks(sim *S, double t0, double t1) {
     if (S->opt.profile) S->st.phase_seconds[PHASE_GRID] += sim_now() - ph, ph = sim_now(); /* the exchange included */
     log_trace("step %d: g2p", k);
     /* Fixed steps: the next step of the frame is queued behind a gate before the vote (queue_ahead),
-     * so that the device runs it as soon as the ranks agree (DRIFT_STEP_AHEAD=0 in the backend: off) */
+     * so that the device runs it as soon as the ranks agree (--steps-ahead off: off) */
     const int next_ahead = rc == DR_OK && b->g2p_ahead && S->substeps_fixed > 0 && k + 1 < S->substeps_fixed;
     if (next_ahead) {
       int armed = 0;
