@@ -140,7 +140,7 @@ static int mig_reserve(sim *S, int k, size_t bytes) {
   if (bytes <= S->mig_cap[k] && S->mig_buf[k]) return DR_OK;
   const size_t cap = hostmem_capacity(S->mig_cap[k], bytes);
   sim_mig_release(S, k);
-  /* pinned up to DRIFT_PINNED_MAX_MB, pageable past it (hostmem.h) */
+  /* pinned up to --pinned-max-mb, pageable past it (hostmem.h) */
   const int pinned = S->be.state && S->be.alloc_sums && S->be.free_sums && cap <= hostmem_pinned_max();
   void *q = NULL;
   if (pinned) DR_TRY(S->be.alloc_sums(S->be.state, cap, 0, &q));
@@ -245,11 +245,10 @@ static int unpack_records(sim *S, size_t n, particles *q) {
 }
 
 /* Several ranks, at the start: the host memory for the particles of the largest rebalance the
- * threshold lets come (at an imbalance x, about x times the rank's count moves: weak_2's moved
- * 622,399 of 3,114,752 at 20%), reserved now, so that no rebalance pins memory or faults it in
- * (weak_2 on 2 x H200: 110 ms of its 159 ms rebalance frame went to 70 MB of new pinned buffers,
- * and an MPI receive into fresh pages runs at a quarter of its speed). Grown later, as before,
- * if a rebalance needs more. */
+ * threshold lets come (at an imbalance x, about x times the rank's count moves), reserved now,
+ * so that no rebalance pins memory or faults it in: pinning new buffers costs more than the
+ * rebalance's copies, and an MPI receive into fresh pages runs at a fraction of its speed
+ * (hostmem.h). Grown later if a rebalance needs more. */
 int sim_reserve_migration(sim *S) {
   const double frac = S->bal.threshold < 0.1 ? 0.1 : S->bal.threshold > 0.5 ? 0.5 : S->bal.threshold;
   const size_t n = (size_t)(frac * (double)sim_rank_count(S)) + 4096, rec = particles_record_bytes();
@@ -274,7 +273,7 @@ int sim_migrate(sim *S, const particles *p, int margin, particles *q) {
 
 /* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven (from the
  * backend's per-block counts, particle_blocks), then sends the particles that left this rank's
- * box by more than the margin (a block, DRIFT_MIGRATE_MARGIN; by any amount after new cuts) to
+ * box by more than the margin (--migrate-margin, a block; by any amount after new cuts) to
  * the rank that owns their position (emigrate, migrate), and hands the backend those that
  * arrive: the particles that stay never leave the backend (on a GPU they never cross to the
  * host). */
