@@ -37,10 +37,9 @@ typedef struct balance_model {
 #define BALANCE_COST_MIN_IMBALANCE 0.02
 /* balance_by time: the load is each rank's compute time since the cuts last moved, and neither
  * rule moves the cuts before that holds this many steps. Timed over a rebuild interval alone (a
- * few steps, the first ones with the start's costs in them) the load is noise of several percent:
- * weak_2 on 2 x H200 with a threshold of 3% moved the cuts at the first rebuild-mapping and then
- * at almost every frame, 0.35-4.4M particles each time, and ran at 62 ms a frame instead of 30
- * (docs/performance.md, 2026-11-27 tenth). */
+ * few steps, the first ones with the start's costs in them) the load is noise of several percent,
+ * and a low threshold then moves the cuts at almost every frame, millions of particles each time
+ * (docs/performance.md, the decisions table). */
 #define BALANCE_TIME_MIN_STEPS 100
 /* The priors, from weak_2's rebalance on 2 x H100 with the buffers reserved at the start
  * (docs/performance.md): 623,190 particles moved in 32.4 ms, of which 6.2 ms the histogram and

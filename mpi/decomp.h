@@ -1,4 +1,4 @@
-/* decomp.h - spatial subdomains of the ranks (DESIGN.md, "Between ranks"): recursive coordinate
+/* decomp.h - spatial subdomains of the ranks (docs/architecture.md): recursive coordinate
  * bisection on particle counts gives every rank a box of whole grid blocks. Boxes tile the
  * whole block range, so every position has exactly one owner. Block coordinates are those of
  * physics/sparse.h (block I holds nodes 4I..4I+3; a particle belongs to the block of its base

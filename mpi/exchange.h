@@ -1,5 +1,5 @@
 /* exchange.h - the grid blocks that several ranks touch, and the per-step exchange of their
- * nodal sums (DESIGN.md, "Between ranks"). Discovery at rebuild-mapping: ranks swap the
+ * nodal sums (docs/architecture.md). Discovery at rebuild-mapping: ranks swap the
  * bounding boxes of their blocks (one allgather), then sorted block-code lists only with ranks
  * whose boxes come within one block; the intersections are the shared blocks. Every step, after
  * P2G, the node exchange (non-blocking point-to-point with every rank that shares blocks), in two

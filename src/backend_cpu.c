@@ -35,6 +35,7 @@
 #include "physics/sparse.h"
 #include "physics/transfer.h"
 #include "scene.h"
+#include "settings.h"
 
 #define NCOLORS 27
 #define CH_APIC 4   /* grid channels: mass, momentum x, y, z (the grid update makes it velocity) */
@@ -85,7 +86,7 @@ typedef struct cpu_state {
   float vmax;
   /* backend.h's gate (g2p_ahead, gate_open): the CPU computes at once, so the calls that a GPU
    * would queue behind the gate are deferred until it opens (run) or dropped (voided) */
-  int ahead_on;                   /* DRIFT_STEP_AHEAD (default 1): g2p_ahead arms the gate */
+  int ahead_on;                   /* --steps-ahead (auto: on): g2p_ahead arms the gate */
   int gate_armed;
   int gate_p2g;                   /* p2g(gate_dt) waits behind the gate */
   float gate_dt;
@@ -717,7 +718,7 @@ static int p2g_part(void *state, float dt, int part) { return part == P2G_BOUNDA
 /* backend.h's g2p_ahead, g2p_collect and gate_open: g2p at once, then the gate defers the next
  * step's p2g and node masks (p2g, node_masks_async) until it opens, in their order; a voided gate
  * drops them. Nothing to gain on a CPU, but the ranks' loop runs the same order of calls as on
- * a GPU, so that the tests check it here (DRIFT_STEP_AHEAD=0: off). */
+ * a GPU, so that the tests check it here (--steps-ahead off: off). */
 static int g2p_ahead(void *state, float dt, int *armed) {
   cpu_state *s = state;
   *armed = 0;
@@ -847,8 +848,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
                    .mark_shared = mark_shared, .grid_update_part = grid_update_part,
                    .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .particle_blocks = particle_blocks, .p2g_part = p2g_part, .set_time = set_time,
                    .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};
-  const char *sa = getenv("DRIFT_STEP_AHEAD");
-  s->ahead_on = !(sa && !strcmp(sa, "0"));
+  s->ahead_on = settings()->steps_ahead != SETTING_OFF; /* auto: on for the CPU */
   out->g2p_ahead = g2p_ahead, out->g2p_collect = g2p_collect, out->gate_open = gate_open;
   int rebuilt;
   int rc = rebuild(s, 1, &rebuilt);

@@ -1,15 +1,15 @@
 /* hostmem.h - host buffers that a GPU copies to or from and MPI sends or receives (particle
- * records between ranks, in sim.c and gpu/backend_cuda.cu): page-locked up to a size, pageable
- * past it.
+ * records between ranks, in sim_migrate.c and gpu/backend_cuda.cu): page-locked up to a size,
+ * pageable past it.
  *
- * Page-locking costs time in proportion to the size: the 70 MB of records of weak_2's rebalance
- * took about 60 ms to pin on each side (2 x H100), more than copying them. Past
+ * Page-locking costs time in proportion to the size: the tens of MB of records of a large
+ * rebalance take longer to pin than to copy. Past
  * --pinned-max-mb (DRIFT_PINNED_MAX_MB; 0, the default: no limit, every such buffer pinned) a buffer is pageable
  * instead: the GPU copies through the driver's own staging, and the pages come in when it is
  * made, in 2 MiB huge pages where the kernel gives them (madvise).
  *
  * Several ranks reserve these buffers at the start for the largest rebalance the threshold
- * allows (sim.c, reserve_migration), so that no rebalance pays for pinning or faulting. */
+ * allows (sim_migrate.c, sim_reserve_migration), so that no rebalance pays for pinning or faulting. */
 #ifndef DRIFT_HOSTMEM_H
 #define DRIFT_HOSTMEM_H
 

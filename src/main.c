@@ -72,7 +72,8 @@ static const char *usage_end =
     "Exit status: 0 success, 2 bad input, 3 I/O, 4 out of memory, 5 MPI, 6 CUDA,\n"
     "7 the simulation became unstable, 8 internal error, 9 stopped by a signal after\n"
     "writing a checkpoint (continue with --resume).\n"
-    "Scene format and output layout: README.md. Debugging aids: drift --help-debug.\n";
+    "Scene format: docs/scene-format.md. Output layout: docs/output.md.\n"
+    "Debugging aids: drift --help-debug.\n";
 
 static void print_usage(FILE *f) {
   fputs(usage, f);
@@ -215,8 +216,8 @@ static int cmd_check(const char *path) {
   printf("memory: about %.1f MiB (particles %.1f MiB, grid about %.0f blocks %.1f MiB)\n", mib(pbytes + gbytes),
          mib(pbytes), blocks, mib(gbytes));
   /* CUDA backend, one GPU: two packet buffers (sorting) with the growth headroom of its device
-   * vectors, keys, the mapping and two grid buffers; the Sand Blocks scenes measured 727 to 774
-   * bytes per particle on an H100 (docs/performance.md), of which this is the rounded figure. */
+   * vectors, keys, the mapping and two grid buffers: 727 to 774 bytes per particle in the Sand
+   * Blocks scenes (docs/performance.md), of which this is the rounded figure. */
   printf("device memory (cuda, one GPU): about %.1f MiB (about 0.75 KiB per particle)\n", mib(768.0 * (double)total));
   double fdt = 1.0 / s.fps, dt = scene_initial_dt(&s);
   if (s.dt > 0)

@@ -9,7 +9,7 @@
 
 /* Every per-particle attribute, one line each: X(field, C type, values per particle, meaning).
  * The struct below, growing and freeing (particles.c), whole-particle records (migration between
- * ranks in sim.c) and checkpoints (io/checkpoint.c) all go through this list, so a new
+ * ranks in sim_migrate.c) and checkpoints (io/checkpoint.c) all go through this list, so a new
  * attribute (e.g. a plastic-state scalar for a snow model) is one line here, its initial value
  * in particles_push, and its use in the backends. Types: float, uint64_t or int32_t. */
 #define PARTICLE_ATTRIBUTES(X)                                                                     \

@@ -3,7 +3,7 @@
  * scene_load() reads the file, rejects anything a user could get wrong (unknown keys, wrong
  * types, out-of-range or inconsistent values, bodies outside the domain, an empty scene) with a
  * one-line message "FILE: KEY: what is wrong" and DR_EINPUT, and otherwise fills a scene whose
- * defaults are documented in README.md ("Scene files"). scene_parse() does the same for bytes
+ * defaults are documented in docs/scene-format.md. scene_parse() does the same for bytes
  * already in memory (the fuzz target, tests/fuzz/). */
 #ifndef DRIFT_SCENE_H
 #define DRIFT_SCENE_H

@@ -1,5 +1,6 @@
-/* fixed.h - the fixed-point P2G sums of deterministic mode (parallel.deterministic, README).
- * Shared by the CPU and CUDA backends and the time loop that chooses the scales.
+/* fixed.h - the fixed-point P2G sums of deterministic mode (parallel.deterministic in
+ * docs/scene-format.md). Shared by the CPU and CUDA backends and the time loop that chooses the
+ * scales.
  *
  * Float sums depend on the order of their additions, and that order depends on the threads, the
  * GPU's scheduling, the particle order and how the particles are split between ranks. Integer

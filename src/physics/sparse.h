@@ -1,5 +1,5 @@
 /* sparse.h - the sparse block grid's addressing, shared by the CPU and CUDA backends (the
- * paper, section 4; DESIGN.md, "One time step on one device").
+ * paper, section 4; docs/architecture.md).
  *
  * Nodes: node (i,j,k) sits at origin + (i,j,k) dx, where origin = domain_min - GRID_PAD dx, so
  * that every index touched by a particle inside the domain is positive.

@@ -37,10 +37,9 @@
 /* Sweeps of the two phases. Jacobi converges quadratically; 3 + 1 (12 plane rotations) reach
  * float round-off for every input the tests throw at it (random, graded to 1e-6, rank deficient,
  * repeated): tests/physics/test_svd.c's largest reconstruction errors are those of 4 + 2
- * (8.3e-7 / 8.7e-7 / 8.3e-7), while 2 + 1 and 3 + 0 fail it (docs/performance.md, 2026-11-27
- * second). The default was 4 + 2 while P2G waited on its loads (a third fewer rotations bought
- * 1-2% on the GPU); with P2G issue-bound (2026-11-27 fifth: the SVD 32% of its instructions) the
- * rotations are P2G's time. */
+ * (8.3e-7 / 8.7e-7 / 8.3e-7), while 2 + 1 and 3 + 0 fail it. 3 + 1 rather than 4 + 2: P2G is
+ * bound by the instructions it issues, of which the SVD is about a third, so the rotations are
+ * P2G's time (docs/performance.md, the decisions table). */
 #ifndef DR_SVD_JACOBI_SWEEPS
 #define DR_SVD_JACOBI_SWEEPS 3
 #endif

@@ -23,6 +23,7 @@
  * Exits 77 (skipped) where no CUDA device is usable. */
 #include "gpu_query.h"
 #include "physics/constitutive.h"
+#include "settings.h"
 #include "sim/simtest.h"
 
 /* Differences between two runs' particles, matched by id. */
@@ -91,9 +92,15 @@ static void compare(const char *name, const char *json) {
   char gname[256];
   gpu_count(&ngpu, gname, sizeof gname);
   const char *had = getenv("DRIFT_DEVICES");
-  if (ngpu < 2 && !had) setenv("DRIFT_DEVICES", "0,0", 1);
+  if (ngpu < 2 && !had) {
+    setenv("DRIFT_DEVICES", "0,0", 1);
+    MUST(settings_reload()); /* settings.h reads the environment once */
+  }
   MUST(sim_create(&s, &o2, MPI_COMM_WORLD, &C));
-  if (ngpu < 2 && !had) unsetenv("DRIFT_DEVICES");
+  if (ngpu < 2 && !had) {
+    unsetenv("DRIFT_DEVICES");
+    MUST(settings_reload());
+  }
   CHECK(!strcmp(sim_backend_name(A), "cpu") && !strcmp(sim_backend_name(B), "cuda"), "backends %s, %s",
         sim_backend_name(A), sim_backend_name(B));
   double L = 0;

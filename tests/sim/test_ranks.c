@@ -13,6 +13,7 @@
  * missing shared block, a lost or duplicated particle, a stale mapping) give errors of order
  * a cell and of order the velocity. */
 #include "balance.h"
+#include "settings.h"
 #include "sim/simtest.h"
 
 /* argv[2] "p2p_atomics": every scene's islands reduce by P2P atomics (parallel.island_reduce),
@@ -144,6 +145,7 @@ int main(int argc, char **argv) {
    * millisecond, and with the default the imbalance lost too little time in 10 frames to move
    * the cuts on 2 x H100 (tree aa12717). */
   setenv("DRIFT_BALANCE_PRIOR_MS", "0.2", 1);
+  MUST(settings_reload()); /* settings.h reads the environment once */
   compare("dam break, cuts moved by the cost rule",
           "{\"domain\":{\"min\":[0,0,0],\"max\":[0.8,0.4,0.24],\"dx\":0.02},"
           "\"time\":{\"frames\":10,\"fps\":25,\"dt\":0.0008},"
@@ -152,6 +154,7 @@ int main(int argc, char **argv) {
           "\"boundary\":{\"type\":\"slip\"},\"parallel\":{\"backend\":\"cpu\",\"balance_threshold\":100}}",
           1);
   unsetenv("DRIFT_BALANCE_PRIOR_MS");
+  MUST(settings_reload());
   /* The same with the load measured in compute time: the cuts depend on timings, the physics
    * must not. */
   compare("dam break, balanced by time",

@@ -1,0 +1,183 @@
+/* sim_internal.h - what the files of the time loop share, and no one else includes: the struct
+ * sim, the step vote's entries, the load balance's pairs, and the functions one sim file calls
+ * in another (prefix sim_). sim.h stays the public interface.
+ *
+ * The files: sim.c (create, destroy, the run and one rank's frame loop, step sizes, stops and
+ * the tests' hook), sim_ranks.c (the frame loop of several ranks: the step vote, the step queued
+ * ahead of it, the exchange set up during P2G), sim_migrate.c (the decomposition, load counts,
+ * rebalance, migration and redistribute), sim_output.c (frames, their totals, checkpoints and
+ * resume), sim_sources.c (particle sources' emission rounds).
+ *
+ * Invariants: every rank holds the same decomposition (dec) and takes the same decisions from
+ * agreed figures only (the step vote's sums are of whole numbers, exact in any order); the ranks
+ * call the collective functions below in the same order. */
+#ifndef DRIFT_SIM_INTERNAL_H
+#define DRIFT_SIM_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "balance.h"
+#include "decomp.h"
+#include "emit.h"
+#include "exchange.h"
+#include "sim.h"
+#include "xdmf.h"
+
+/* What the progress line reports about the ranks, summed over a frame on this rank. */
+typedef struct rank_frame_stats {
+  double bytes, wait;   /* bytes sent to other ranks; seconds waiting on MPI */
+  uint64_t migrated;
+  int rebalanced;
+} rank_frame_stats;
+
+/* DRIFT_TEST_HOOK's actions (parse_test_hook): raise SIGTERM, exit, fail alone before a substep,
+ * or fail alone in a rebuild-mapping of several ranks (redistribute). */
+enum hook_action { HOOK_NONE, HOOK_SIGNAL, HOOK_EXIT, HOOK_FAIL, HOOK_REBUILD };
+
+struct sim {
+  const scene *sc;
+  MPI_Comm comm;
+  int rank, nranks;
+  sim_options opt;
+  const char *out_dir;
+  material_params *mats;
+  collider *colliders;    /* the scene's colliders as the kernels see them */
+  collider_key *collider_keys;
+  sim_params prm;
+  backend be;
+  sim_status st;
+  double frame_dt;      /* s */
+  int substeps_fixed;   /* fixed dt: substeps per frame; 0 when adaptive */
+  double wave_speed;    /* m/s, for the CFL step */
+  particles host;       /* download buffer for frames, reused */
+  xdmf_frame *written;  /* frames in the XDMF file */
+  int n_written;
+  const char **mat_names;
+  int with_logjp;       /* frames carry logjp: the scene has an nacc material */
+  char (*body_label)[48];  /* "bodies[2] (box)" per body, for messages */
+  const char **body_names; /* pointers into body_label, as sim_params wants them */
+  /* several ranks (docs/architecture.md) */
+  decomp dec;           /* every rank's box of blocks */
+  exchange ex;          /* shared blocks and their per-step exchange */
+  float origin[3], inv_dx; /* the grid's origin and 1/dx as the backends compute them */
+  balance_model bal;    /* when the cuts move: threshold and cost rules (balance.h) */
+  /* this rank's last rebalance, for the next vote (0: none since): its time (ns) and emigrants */
+  double rebal_ns, rebal_moved;
+  int setup_pending;    /* the mapping changed (redistribute): the next step sets up the exchange */
+  int setup_rc;         /* ... and this rank's part of that rebuild-mapping returned this, which the ranks
+                         * agree on in that step, once its P2G is queued (setup_exchange_during_p2g) */
+  double compute_seconds; /* this rank's time in P2G, grid update and G2P since the last rebuild */
+  double win_seconds;     /* ... and since the cuts last moved (balance_by time: its load, BALANCE_TIME_MIN_STEPS) */
+  long win_steps;         /* the steps since the cuts last moved (the same on every rank) */
+  MPI_Datatype vote_type; /* the step vote's element (step_vote), and its reduction */
+  MPI_Op vote_op;
+  /* The next step queued ahead of the vote (backend.h's g2p_ahead; advance_frame_ranks): */
+  int gate_shut;        /* g2p_ahead armed the backend's gate: gate_open follows the vote */
+  int ahead;            /* the step about to run was queued ahead and its gate opened */
+  int ahead_rc;         /* ... what queueing its P2G returned */
+  int ahead_early;      /* ... its node masks were queued (exchange_pack), the interior's P2G after them */
+  int migrate_margin;   /* blocks a particle may stray past its rank's box before it migrates at a
+                         * rebuild-mapping whose cuts stay (--migrate-margin, the ranks' largest; vote_op) */
+  rank_frame_stats fs;  /* since the last progress line */
+  uint64_t fs_steps0;   /* steps at the last progress line */
+  double vote_wait_s0;  /* the backend's vote_wait_s at the last ranks line (log_ranks) */
+  /* Where the next substep starts: frame st.frame + 1, after step_in_frame substeps, at time
+   * t_in_frame; part-way into the frame only after a resume from a checkpoint written on a
+   * signal, or when a signal stopped the run. */
+  int step_in_frame;
+  double t_in_frame;    /* s */
+  int vmax_pending;     /* 1: the next step's dt comes from vmax_next (the checkpoint's), not the backend */
+  float vmax_next;      /* m/s */
+  uint64_t rebuilds_base; /* rebuild-mappings before the backend was created (a resume) */
+  int resumed;          /* the run continues from a checkpoint */
+  int resume_projected; /* ... and its particles already hold the next return mapping (ckpt_state.projected) */
+  char resumed_from[4096];
+  int stop_signal;      /* the signal that stopped the run (any rank's), 0 while running */
+  emit_state em;        /* particle sources (emit.h): counts and the last frame emitted */
+  particles emitted;    /* this rank's particles of an emission round (reused) */
+  particles appended;   /* download + append when the backend has no add_particles (reused) */
+  particles leaving, arriving; /* redistribute without the backend's records calls (reused) */
+  /* migrate's records (particles_pack's layout; reused, grown 2x): 0 those sent, grouped by
+   * rank; 1 those the rank ends with (kept, then received); 2 the emigrants packed from
+   * particles where the backend has no emigrate_records. Pinned host memory where the backend
+   * gives it (alloc_sums: the GPU copies them without a bounce), else malloc. */
+  unsigned char *mig_buf[3];
+  size_t mig_cap[3];
+  void (*mig_free[3])(void *ptr, int device); /* the backend's free_sums where pinned, else NULL */
+  struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (docs/debugging.md) */
+    int action;         /* hook_action */
+    int rank;
+    uint64_t step;
+  } hook;
+};
+
+/* The step vote of several ranks (step_vote): what it carries, the largest over the ranks of the
+ * entries before VOTE_SUMS, the sum of those from it. */
+enum {
+  VOTE_VMAX,     /* m/s: the next step's dt */
+  VOTE_REBUILD,  /* a rank wants a rebuild-mapping */
+  VOTE_STATUS,   /* the first failure */
+  VOTE_SIGNAL,   /* a signal */
+  VOTE_FAILED,   /* the failure came from the step just done */
+  VOTE_LOAD_MAX, /* the load balance's measure (particles or compute seconds; balance_by) */
+  VOTE_N_MAX,    /* particles */
+  VOTE_REBAL_NS, /* the time the last rebalance took, ns (0: none since the last vote) */
+  VOTE_SUMS,
+  VOTE_LOAD_SUM = VOTE_SUMS,
+  VOTE_N_SUM,
+  VOTE_TIME_SUM,  /* compute time since the last rebuild-mapping, ns */
+  VOTE_MOVED_SUM, /* the particles the last rebalance moved (0: none since the last vote) */
+  VOTE_N
+};
+
+/* The load balance's counts: (block code, particles x weight) pairs, one per particle block the
+ * backend reports (particle_blocks; a block may come twice, from two members of an island, and
+ * the cuts add its counts), or one per block of a histogram (particles_load). */
+typedef struct load_pairs {
+  uint64_t *v; /* v[2k] the code, v[2k + 1] the count */
+  size_t n, cap;
+  uint64_t weight;
+} load_pairs;
+
+/* Wall time, s (CLOCK_MONOTONIC). */
+static inline double sim_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* sim.c: the step loop's pieces that the ranks' loop shares */
+double sim_next_dt(const sim *S, double t, double t1, int k, double vmax);
+int sim_step_speed(sim *S, float *vmax);
+int sim_test_hook(sim *S);
+int sim_stop_at(sim *S, int sig, double t, int k);
+
+/* sim_ranks.c */
+int sim_advance_frame_ranks(sim *S, double t0, double t1);
+int sim_log_ranks(sim *S, double seconds);
+
+/* sim_migrate.c */
+size_t sim_rank_count(const sim *S);
+int sim_keep_own(void *ctx, const double x[3]);
+int sim_initial_decomposition(sim *S);
+int sim_particles_load(const sim *S, const particles *p, load_pairs *L);
+int sim_rebalance(sim *S, const load_pairs *L);
+void sim_mig_release(sim *S, int k);
+int sim_reserve_migration(sim *S);
+int sim_migrate(sim *S, const particles *p, int margin, particles *q);
+int sim_redistribute(sim *S, const double *glob);
+
+/* sim_output.c */
+int sim_make_dirs(const char *path);
+int sim_write_checkpoint(sim *S);
+int sim_resume_from_checkpoint(sim *S, particles *p);
+int sim_list_earlier_frames(sim *S);
+int sim_write_frame(sim *S);
+int sim_stop_with_checkpoint(sim *S);
+
+/* sim_sources.c */
+int sim_emit_frame(sim *S, int f, double t0);
+
+#endif

@@ -1,0 +1,379 @@
+/* sim_migrate.c - particles between ranks: the initial decomposition (recursive bisection of the
+ * scene's particle counts per block), the load counts and new cuts (rebalance), the particle
+ * records that migrate to their owners, and redistribute, a rebuild-mapping of several ranks.
+ *
+ * Invariants: every rank cuts the same counts the same way, so all hold the same boxes (dec); a
+ * particle's block is computed as the backends compute it (float, the grid's origin), so host
+ * and backend agree on its owner; the particles that stay never leave the backend; the ranks
+ * agree on every failure before a particle exchange, so none enters it alone. */
+#define _POSIX_C_SOURCE 200809L
+#include "sim_internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "error.h"
+#include "hostmem.h"
+#include "log.h"
+#include "physics/bspline.h"
+#include "physics/sparse.h"
+#include "sample.h"
+
+/* This rank's particles: the backend's own count (no device traffic), else its stats. */
+size_t sim_rank_count(const sim *S) {
+  if (S->be.count) return S->be.count(S->be.state);
+  backend_stats bs = {0};
+  return S->be.stats(S->be.state, &bs) == DR_OK ? (size_t)bs.n_particles : 0;
+}
+
+/* The particle block of a position, computed as the backends do (float, same origin). */
+static void particle_block(const sim *S, const float x[3], int32_t blk[3]) {
+  for (int a = 0; a < 3; ++a) blk[a] = bspline_base((x[a] - S->origin[a]) * S->inv_dx) >> 2;
+}
+
+static int owner_of(const sim *S, const float x[3]) {
+  int32_t blk[3];
+  particle_block(S, x, blk);
+  return decomp_owner(&S->dec, blk);
+}
+
+int sim_keep_own(void *ctx, const double x[3]) {
+  const sim *S = ctx;
+  const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
+  return owner_of(S, xf) == S->rank;
+}
+
+static int count_point(void *ctx, const double x[3]) {
+  void **c = ctx;
+  const sim *S = c[0];
+  const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
+  int32_t blk[3];
+  particle_block(S, xf, blk);
+  return hist_add(c[1], sparse_block_code(blk[0], blk[1], blk[2]), 1);
+}
+
+/* Recursive bisection of the scene's particle counts per block. Every rank visits the sampled
+ * positions (none is stored) and cuts the same histogram, so all get the same boxes. */
+int sim_initial_decomposition(sim *S) {
+  block_hist h = {0};
+  void *ctx[2] = {S, &h};
+  int rc = sample_visit(S->sc, count_point, ctx);
+  if (rc == DR_OK) rc = decomp_rcb(&h, S->nranks, &S->dec);
+  hist_free(&h);
+  return rc;
+}
+
+static int load_push(load_pairs *L, uint64_t code, uint64_t count) {
+  if (L->n == L->cap) {
+    const size_t cap = L->cap ? 2 * L->cap : 4096;
+    uint64_t *v = realloc(L->v, sizeof *v * 2 * cap);
+    if (!v) return dr_fail(DR_ENOMEM, "out of host memory for the load balance (%zu blocks)", L->n);
+    L->v = v, L->cap = cap;
+  }
+  L->v[2 * L->n] = code;
+  L->v[2 * L->n + 1] = count * L->weight;
+  ++L->n;
+  return DR_OK;
+}
+
+static int load_add(void *ctx, const int32_t blk[3], uint64_t count) {
+  return load_push(ctx, sparse_block_code(blk[0], blk[1], blk[2]), count);
+}
+
+/* The particles of p per particle block (a histogram first: one pair per block, not per particle). */
+int sim_particles_load(const sim *S, const particles *p, load_pairs *L) {
+  block_hist h = {0};
+  int rc = DR_OK;
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
+    int32_t blk[3];
+    particle_block(S, p->x + 3 * i, blk);
+    rc = hist_add(&h, sparse_block_code(blk[0], blk[1], blk[2]), 1);
+  }
+  for (size_t i = 0; rc == DR_OK && i < h.cap; ++i)
+    if (h.code[i] != UINT64_MAX) rc = load_push(L, h.code[i], h.count[i]);
+  hist_free(&h);
+  return rc;
+}
+
+/* New cuts from the ranks' load pairs, gathered on every rank and cut as they come
+ * (decomp_rcb_pairs: no merging into one histogram). */
+int sim_rebalance(sim *S, const load_pairs *L) {
+  int rc = DR_OK;
+  int *counts = malloc(sizeof *counts * (size_t)S->nranks), *displs = malloc(sizeof *displs * (size_t)S->nranks);
+  uint64_t *all = NULL;
+  if (!counts || !displs) rc = dr_fail(DR_ENOMEM, "out of host memory for the load balance");
+  if (rc == DR_OK && 2 * L->n > INT_MAX) rc = dr_fail(DR_EINTERNAL, "load balance: %zu blocks exceed MPI's int counts", L->n);
+  int n2 = (int)(2 * L->n);
+  if (rc == DR_OK) {
+    int e = MPI_Allgather(&n2, 1, MPI_INT, counts, 1, MPI_INT, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allgather(histogram sizes)");
+  }
+  size_t total = 0;
+  for (int r = 0; rc == DR_OK && r < S->nranks; ++r) displs[r] = (int)total, total += (size_t)counts[r];
+  if (rc == DR_OK && total > INT_MAX) rc = dr_fail(DR_EINTERNAL, "load balance: %zu values exceed MPI's int counts", total);
+  if (rc == DR_OK && !(all = malloc(sizeof *all * (total ? total : 1))))
+    rc = dr_fail(DR_ENOMEM, "out of host memory for the load balance");
+  if (rc == DR_OK) {
+    int e = MPI_Allgatherv(L->v, n2, MPI_UINT64_T, all, counts, displs, MPI_UINT64_T, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allgatherv(histograms)");
+  }
+  if (rc == DR_OK) {
+    decomp_free(&S->dec);
+    rc = decomp_rcb_pairs(all, total / 2, S->nranks, &S->dec);
+  }
+  free(counts), free(displs), free(all);
+  return rc;
+}
+
+void sim_mig_release(sim *S, int k) {
+  if (S->mig_buf[k] && S->mig_free[k]) S->mig_free[k](S->mig_buf[k], 0);
+  else free(S->mig_buf[k]);
+  S->mig_buf[k] = NULL, S->mig_cap[k] = 0, S->mig_free[k] = NULL;
+}
+
+/* migrate's record buffer k of at least bytes, kept between calls (its contents are not kept
+ * when it grows). */
+static int mig_reserve(sim *S, int k, size_t bytes) {
+  if (bytes <= S->mig_cap[k] && S->mig_buf[k]) return DR_OK;
+  const size_t cap = hostmem_capacity(S->mig_cap[k], bytes);
+  sim_mig_release(S, k);
+  /* pinned up to --pinned-max-mb, pageable past it (hostmem.h) */
+  const int pinned = S->be.state && S->be.alloc_sums && S->be.free_sums && cap <= hostmem_pinned_max();
+  void *q = NULL;
+  if (pinned) DR_TRY(S->be.alloc_sums(S->be.state, cap, 0, &q));
+  else q = cap > ((size_t)2 << 20) ? hostmem_pageable(cap) : malloc(cap);
+  if (!q) return dr_fail(DR_ENOMEM, "out of host memory for migration (%zu bytes of particle records)", cap);
+  S->mig_buf[k] = q, S->mig_cap[k] = cap, S->mig_free[k] = pinned ? S->be.free_sums : NULL;
+  return DR_OK;
+}
+
+/* Sends the particle records recs [n] (particles_pack's layout) whose block lies outside this
+ * rank's box by more than margin blocks to the rank that owns their position, and leaves in
+ * S->mig_buf[1] the records this rank ends with: those it keeps (in their order), then those it
+ * receives (by rank); *nq of them. recs is left unchanged and may be any buffer but
+ * S->mig_buf[0] and [1]. rc: this rank's outcome so far (how recs came), agreed on with the
+ * outcome of the records' destinations in one vote. Collective over S->comm; the ranks agree on
+ * every failure before the particles' exchange; that exchange's own failure (MPI's) is this
+ * rank's, for the caller's next agreement (two fewer collectives a migration). */
+static int migrate_records(sim *S, int rc, const unsigned char *recs, size_t n, int margin, size_t *nq) {
+  const int R = S->nranks;
+  const size_t rec = particles_record_bytes();
+  *nq = 0;
+  if (rc != DR_OK) n = 0;
+  int *dest = malloc(sizeof *dest * (n ? n : 1));
+  int *scount = calloc((size_t)R, sizeof *scount), *rcount = calloc((size_t)R, sizeof *rcount);
+  int *sdispl = calloc((size_t)R, sizeof *sdispl), *rdispl = calloc((size_t)R, sizeof *rdispl);
+  int *fill = calloc((size_t)R, sizeof *fill);
+  MPI_Datatype rec_type = MPI_DATATYPE_NULL;
+  if (!dest || !scount || !rcount || !sdispl || !rdispl || !fill) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
+  /* one record per particle, as one MPI datatype: counts stay in particles, not bytes */
+  if (rc == DR_OK) {
+    int e = MPI_Type_contiguous((int)rec, MPI_BYTE, &rec_type);
+    if (e == MPI_SUCCESS) e = MPI_Type_commit(&rec_type);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Type_commit(particle record)");
+  }
+  const int32_t *mybox = S->dec.box[S->rank];
+  size_t keep = 0;
+  int one = -1; /* the only rank every record goes to, if there is one (-2: several) */
+  for (size_t i = 0; rc == DR_OK && i < n; ++i) {
+    float x[3]; /* the record starts with the position (PARTICLE_ATTRIBUTES) */
+    memcpy(x, recs + rec * i, sizeof x);
+    int32_t blk[3];
+    particle_block(S, x, blk);
+    int out = 0;
+    for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
+    dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;
+    if (dest[i] != S->rank) ++scount[dest[i]];
+    else ++keep;
+    one = one == -1 || one == dest[i] ? dest[i] : -2;
+  }
+  rc = comm_agree(S->comm, rc);
+  if (rc == DR_OK) {
+    int e = MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoall(migration counts)");
+  }
+  size_t stot = 0, rtot = 0;
+  for (int r = 0; rc == DR_OK && r < R; ++r) sdispl[r] = (int)stot, stot += (size_t)scount[r];
+  for (int r = 0; rc == DR_OK && r < R; ++r) rdispl[r] = (int)rtot, rtot += (size_t)rcount[r];
+  if (rc == DR_OK && (stot > INT_MAX || rtot > INT_MAX))
+    rc = dr_fail(DR_EINTERNAL, "migration: %zu particles to send and %zu to receive on rank %d exceed MPI's int counts",
+                 stot, rtot, S->rank);
+  /* every record to one other rank (two ranks, and any cut a particle crosses): sent as it is */
+  const unsigned char *sbuf = NULL;
+  if (rc == DR_OK && one >= 0 && one != S->rank) sbuf = recs;
+  else if (rc == DR_OK) rc = mig_reserve(S, 0, rec * stot);
+  if (rc == DR_OK) rc = mig_reserve(S, 1, rec * (keep + rtot));
+  unsigned char *qbuf = rc == DR_OK ? S->mig_buf[1] : NULL;
+  if (rc == DR_OK && !sbuf) {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      unsigned char *to = dest[i] == S->rank ? qbuf + rec * kept++
+                                             : S->mig_buf[0] + rec * (size_t)(sdispl[dest[i]] + fill[dest[i]]++);
+      memcpy(to, recs + rec * i, rec);
+    }
+    sbuf = S->mig_buf[0];
+  }
+  rc = comm_agree(S->comm, rc); /* nobody enters the exchange alone */
+  if (rc == DR_OK) {
+    int e = MPI_Alltoallv(sbuf, scount, sdispl, rec_type, qbuf + rec * keep, rcount, rdispl, rec_type, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoallv(particles)");
+  }
+  if (rc == DR_OK) *nq = keep + rtot;
+  S->fs.migrated += stot;
+  if (rec_type != MPI_DATATYPE_NULL) MPI_Type_free(&rec_type);
+  free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(fill);
+  return rc;
+}
+
+/* p's particles as records in S->mig_buf[2] (for migrate_records). */
+static int pack_records(sim *S, const particles *p) {
+  const size_t rec = particles_record_bytes();
+  DR_TRY(mig_reserve(S, 2, rec * p->n));
+  for (size_t i = 0; i < p->n; ++i) particles_pack(p, i, S->mig_buf[2] + rec * i);
+  return DR_OK;
+}
+
+/* The first n records migrate_records left in S->mig_buf[1], appended to q. */
+static int unpack_records(sim *S, size_t n, particles *q) {
+  const size_t rec = particles_record_bytes();
+  DR_TRY(particles_reserve(q, q->n + n));
+  for (size_t k = 0; k < n; ++k) DR_TRY(particles_push_record(q, S->mig_buf[1] + rec * k));
+  return DR_OK;
+}
+
+/* Several ranks, at the start: the host memory for the particles of the largest rebalance the
+ * threshold lets come (at an imbalance x, about x times the rank's count moves), reserved now,
+ * so that no rebalance pins memory or faults it in: pinning new buffers costs more than the
+ * rebalance's copies, and an MPI receive into fresh pages runs at a fraction of its speed
+ * (hostmem.h). Grown later if a rebalance needs more. */
+int sim_reserve_migration(sim *S) {
+  const double frac = S->bal.threshold < 0.1 ? 0.1 : S->bal.threshold > 0.5 ? 0.5 : S->bal.threshold;
+  const size_t n = (size_t)(frac * (double)sim_rank_count(S)) + 4096, rec = particles_record_bytes();
+  const double t0 = sim_now();
+  DR_TRY(mig_reserve(S, 1, rec * n)); /* those received (and kept) */
+  if (S->nranks > 2) DR_TRY(mig_reserve(S, 0, rec * n)); /* grouped by destination (two ranks: sent as they are) */
+  if (S->be.emigrate_records && S->be.reserve_records) DR_TRY(S->be.reserve_records(S->be.state, n));
+  else if (!S->be.emigrate_records) DR_TRY(mig_reserve(S, 2, rec * n)); /* packed from emigrate */
+  log_trace("migration: host memory for %zu particle records reserved in %.1f ms", n, 1e3 * (sim_now() - t0));
+  return DR_OK;
+}
+
+/* migrate_records for particles (a resume's slices): fills q (empty on entry) with the particles
+ * this rank keeps and those it receives. p is left unchanged. Collective. */
+int sim_migrate(sim *S, const particles *p, int margin, particles *q) {
+  size_t nq = 0;
+  int rc = pack_records(S, p); /* before mig_buf[2] is read: it may move */
+  rc = migrate_records(S, rc, S->mig_buf[2], p->n, margin, &nq);
+  if (rc == DR_OK) rc = unpack_records(S, nq, q);
+  return comm_agree(S->comm, rc);
+}
+
+/* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven (from the
+ * backend's per-block counts, particle_blocks), then sends the particles that left this rank's
+ * box by more than the margin (--migrate-margin, a block; by any amount after new cuts) to
+ * the rank that owns their position (emigrate, migrate), and hands the backend those that
+ * arrive: the particles that stay never leave the backend (on a GPU they never cross to the
+ * host). */
+int sim_redistribute(sim *S, const double *glob) {
+  const double t_start = sim_now();
+  /* the load (particles, or compute time since the cuts last moved: balance_by), agreed in the
+   * step vote that asked for this rebuild-mapping (step_vote) */
+  const int by_time = S->sc->balance_by == BALANCE_TIME;
+  const double my_seconds = S->win_seconds, my_n = (double)sim_rank_count(S);
+  /* loads: particles, or compute time in ns (vote) */
+  const double lmax[2] = {glob[VOTE_LOAD_MAX], glob[VOTE_N_MAX]}, lsum[2] = {glob[VOTE_LOAD_SUM], glob[VOTE_N_SUM]};
+  int rc = DR_OK;
+  S->compute_seconds = 0;
+  const double mean = lsum[0] / S->nranks, imbalance = mean > 0 ? lmax[0] / mean - 1.0 : 0.0;
+  const uint64_t nmax = (uint64_t)lmax[1];
+  /* the threshold and cost rules (balance.h), from agreed figures only: every rank decides alike */
+  double estimate = 0;
+  /* by time: the load is each rank's compute time since the cuts last moved, and the cuts stay
+   * until that holds BALANCE_TIME_MIN_STEPS steps (balance.h) */
+  const int settled = !by_time || S->win_steps >= BALANCE_TIME_MIN_STEPS;
+  if (!settled) log_trace("redistribute: %ld steps timed since the cuts last moved: too few to move them", S->win_steps);
+  const balance_why why = balance_decide(&S->bal, settled ? imbalance : 0.0, 1e-9 * glob[VOTE_TIME_SUM] / S->nranks,
+                                         lsum[1] / S->nranks, &estimate);
+  const int cuts_move = why != BALANCE_STAY;
+  if (cuts_move) S->win_seconds = 0, S->win_steps = 0;
+  log_trace("redistribute: load agreed");
+  int margin = S->migrate_margin;
+  if (cuts_move) {
+    /* weights: 1 per particle, or this rank's cost per particle relative to the mean (x1000) */
+    uint64_t weight = 1;
+    if (by_time && my_n > 0 && lsum[0] > 0) {
+      const double cost = my_seconds / my_n, mean_cost = 1e-9 * lsum[0] / lsum[1];
+      weight = (uint64_t)(1000.0 * cost / mean_cost + 0.5);
+      if (weight < 1) weight = 1;
+    }
+    load_pairs L = {.weight = weight};
+    rc = comm_agree(S->comm, S->be.particle_blocks(S->be.state, load_add, &L));
+    log_trace("redistribute: load counted");
+    if (rc == DR_OK) rc = comm_agree(S->comm, sim_rebalance(S, &L));
+    free(L.v);
+    log_trace("redistribute: cuts computed");
+    if (rc) return rc;
+    margin = 0;
+    S->fs.rebalanced = 1;
+    if (why == BALANCE_THRESHOLD)
+      log_info("load balance: the largest %s is %.0f%% above the mean (threshold %.0f%%; largest rank %llu "
+               "particles): cuts moved",
+               by_time ? "compute time" : "particle count", 100.0 * imbalance, 100.0 * S->bal.threshold,
+               (unsigned long long)nmax);
+    else
+      log_info("load balance: the largest %s is %.1f%% above the mean; the %.1f ms of steps lost to it since the "
+               "cuts last moved exceed a rebalance's %s cost, %.1f ms (largest rank %llu particles): cuts moved",
+               by_time ? "compute time" : "particle count", 100.0 * imbalance, 1e3 * S->bal.lost_prev_s,
+               S->bal.measured ? "measured" : "estimated", 1e3 * estimate, (unsigned long long)nmax);
+  }
+  const int32_t *box = S->dec.box[S->rank];
+  const int32_t lo[3] = {box[0] - margin, box[1] - margin, box[2] - margin},
+                hi[3] = {box[3] + margin, box[4] + margin, box[5] + margin};
+  /* the emigrants as records: packed by the backend where it can (on a GPU, on the device), else
+   * from the particles emigrate gives */
+  const void *gone = NULL;
+  size_t n_gone = 0, n_in = 0;
+  if (S->be.emigrate_records) {
+    rc = S->be.emigrate_records(S->be.state, lo, hi, &gone, &n_gone);
+  } else {
+    particles *out = &S->leaving;
+    out->n = 0;
+    rc = S->be.emigrate(S->be.state, lo, hi, out);
+    if (rc == DR_OK) rc = pack_records(S, out);
+    gone = S->mig_buf[2], n_gone = rc == DR_OK ? out->n : 0;
+  }
+  log_trace("redistribute: %zu particles emigrate", n_gone);
+  /* agreed in migrate_records; its exchange's own failure in the next step's (S->setup_rc) */
+  rc = migrate_records(S, rc, (const unsigned char *)gone, n_gone, margin, &n_in);
+  log_trace("redistribute: %zu particles arrive", n_in);
+  if (rc == DR_OK && S->hook.action == HOOK_REBUILD && S->hook.rank == S->rank && S->st.steps + 1 >= S->hook.step) {
+    S->hook.action = HOOK_NONE; /* the tests' hook: this rank's part of a rebuild-mapping fails, the others' do not */
+    rc = dr_fail(DR_EINTERNAL, "DRIFT_TEST_HOOK: rank %d fails alone in its rebuild-mapping before step %llu", S->rank,
+                 (unsigned long long)S->st.steps + 1);
+  }
+  if (rc == DR_OK && n_in > 0 && S->be.add_records) {
+    rc = S->be.add_records(S->be.state, S->mig_buf[1], n_in);
+  } else if (rc == DR_OK && n_in > 0) {
+    particles *in = &S->arriving;
+    in->n = 0;
+    rc = unpack_records(S, n_in, in);
+    if (rc == DR_OK) rc = S->be.add_particles(S->be.state, in);
+  } else if (rc == DR_OK) {
+    int rebuilt = 0;
+    rc = S->be.rebuild(S->be.state, 1, &rebuilt);
+  }
+  log_trace("redistribute: rebuilt");
+  /* The ranks agree on this rank's part (rc) in the step that follows, once its P2G is queued, so
+   * that the device does not wait for the slowest rank's rebuild-mapping; then the exchange is set
+   * up for the new mapping while the device runs that P2G (setup_exchange_during_p2g). */
+  S->setup_pending = 1;
+  S->setup_rc = rc;
+  if (cuts_move) { /* this rank's part of the rebalance's cost, for the next vote */
+    S->rebal_ns = nearbyint(1e9 * (sim_now() - t_start));
+    S->rebal_moved = (double)n_gone;
+  }
+  return DR_OK;
+}

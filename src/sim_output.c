@@ -1,0 +1,289 @@
+/* sim_output.c - what the run writes and reads back: frames (HDF5, a preview, frames.xdmf) with
+ * their totals, checkpoints, the resume from one, the list of frames written before a resume, and
+ * the checkpoint a signal's stop writes. docs/output.md describes the files.
+ *
+ * Invariants: writing is collective, every rank calls these in the same order, and their
+ * failures are agreed (comm_agree); a checkpoint holds the state before a substep (the end of
+ * frame st.frame, or part-way into the next after a stop) and resuming from it takes the run on
+ * the same path; frames.xdmf lists each frame once (a frame written again replaces its entry). */
+#define _POSIX_C_SOURCE 200809L
+#include "sim_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "comm.h"
+#include "error.h"
+#include "h5frame.h"
+#include "log.h"
+#include "preview.h"
+#include "signals.h"
+
+/* mkdir -p; the message names the folder. */
+int sim_make_dirs(const char *path) {
+  char buf[4096];
+  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+    return dr_fail(DR_EIO, "%s: output folder path too long", path);
+  for (char *q = buf + 1;; ++q) {
+    if (*q == '/' || *q == 0) {
+      char c = *q;
+      *q = 0;
+      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return dr_fail(DR_EIO, "cannot create output folder %s: %s", buf, strerror(errno));
+      *q = c;
+      if (!c) break;
+    }
+  }
+  struct stat sb;
+  if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return dr_fail(DR_EIO, "output folder %s exists but is not a folder", path);
+  return DR_OK;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------ */
+
+/* Collective. Writes DIR/checkpoint_NNNNN.h5 of the state the run stands at: the end of frame
+ * st.frame, or part-way into the next one after a stop. */
+int sim_write_checkpoint(sim *S) {
+  const double t0 = sim_now();
+  int rc = comm_agree(S->comm, S->be.download(S->be.state, &S->host));
+  backend_stats bs;
+  if (rc == DR_OK) rc = comm_agree(S->comm, S->be.stats(S->be.state, &bs));
+  float vmax = 0.0f, vall = 0.0f;
+  if (rc == DR_OK) rc = comm_agree(S->comm, sim_step_speed(S, &vmax));
+  DR_TRY(rc);
+  DR_MPI(MPI_Allreduce(&vmax, &vall, 1, MPI_FLOAT, MPI_MAX, S->comm));
+  /* G2P2G already applied the next step's return mapping (one rank only: several ranks step
+   * phase by phase, never fused, so every rank says 0 there) */
+  int mine = S->be.projected ? S->be.projected(S->be.state) : 0, projected = 0;
+  DR_MPI(MPI_Allreduce(&mine, &projected, 1, MPI_INT, MPI_MAX, S->comm));
+  S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
+  const ckpt_state st = {.frame = S->st.frame, .step_in_frame = S->step_in_frame, .time = S->t_in_frame,
+                         .steps = S->st.steps, .rebuilds = S->st.rebuilds, .last_dt = S->st.last_dt, .vmax = vall,
+                         .scene_hash = S->sc->hash, .emit_frame = S->em.frame_done, .n_sources = S->em.n,
+                         .emitted = S->em.emitted, .projected = projected};
+  const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
+  DR_TRY(ckpt_write(S->comm, S->out_dir, &st, &sc, &S->host, S->sc->checkpoint_keep));
+  char path[4096];
+  ckpt_path(S->out_dir, S->st.frame, path, sizeof path);
+  log_info("checkpoint %s (frame %d%s, t %.4f s)", path, S->st.frame, S->step_in_frame ? " and part of the next" : "",
+           S->t_in_frame);
+  S->st.io_seconds += sim_now() - t0;
+  return DR_OK;
+}
+
+/* Continues from a checkpoint instead of sampling the scene. Reads it (the file given, or the
+ * newest whole one in a folder; default the output folder), refuses one from another scene
+ * unless --force, and leaves in *p the particles this rank owns. Every rank reads an even slice;
+ * on several ranks the cuts are then made from all slices (rebalance, as when the load drifts)
+ * and the particles move to their owners (migrate, as at a rebuild-mapping), so no rank ever
+ * holds the whole scene. Restores the time, the step counts and the step-size controller. */
+int sim_resume_from_checkpoint(sim *S, particles *p) {
+  const char *where = S->opt.resume && S->opt.resume[0] ? S->opt.resume : S->out_dir;
+  ckpt_state st = {0};
+  particles slice = {0};
+  int kind = 0, rc = DR_OK; /* 0 missing, 1 a folder, 2 something else */
+  if (S->rank == 0) {
+    struct stat sb;
+    kind = stat(where, &sb) != 0 ? 0 : S_ISDIR(sb.st_mode) ? 1 : 2;
+  }
+  DR_MPI(MPI_Bcast(&kind, 1, MPI_INT, 0, S->comm));
+  if (kind == 0 && !(S->opt.resume && S->opt.resume[0])) {
+    rc = dr_fail(DR_EINPUT, "--resume: nothing to resume from: the output folder %s does not exist", where);
+    dr_mark_agreed(); /* every rank knows (the broadcast) */
+    return rc;
+  }
+  if (kind == 1) {
+    rc = ckpt_read_latest(S->comm, where, &st, &slice, S->resumed_from, sizeof S->resumed_from);
+  } else {
+    snprintf(S->resumed_from, sizeof S->resumed_from, "%s", where);
+    rc = ckpt_read(S->comm, where, &st, &slice);
+  }
+  /* the same scene file, byte for byte (the same on every rank) */
+  if (rc == DR_OK && st.scene_hash != S->sc->hash) {
+    if (!S->opt.force)
+      rc = dr_fail(DR_EINPUT,
+                   "checkpoint %s comes from another scene file than %s (scene hash %016llx, the file's %016llx); "
+                   "--force continues from it with this scene",
+                   S->resumed_from, S->sc->path, (unsigned long long)st.scene_hash, (unsigned long long)S->sc->hash);
+    else
+      log_info("warning: checkpoint %s comes from another scene file than %s; continuing with this scene (--force)",
+               S->resumed_from, S->sc->path);
+  }
+  /* materials the scene defines (only --force lets another scene through) */
+  if (rc == DR_OK) {
+    double bad[2] = {0, -1}, all[2];
+    for (size_t i = 0; i < slice.n; ++i)
+      if (slice.material[i] < 0 || slice.material[i] >= S->sc->n_materials)
+        bad[0] += 1, bad[1] = fmax(bad[1], slice.material[i]);
+    int e = MPI_Allreduce(bad, all, 2, MPI_DOUBLE, MPI_MAX, S->comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(material check)");
+    else if (all[0] > 0)
+      rc = dr_fail(DR_EINPUT, "checkpoint %s: particles of material %.0f, but %s defines %d material(s)", S->resumed_from,
+                   all[1], S->sc->path, S->sc->n_materials);
+  }
+  rc = comm_agree(S->comm, rc);
+  if (rc == DR_OK && S->nranks > 1) {
+    load_pairs L = {.weight = 1};
+    rc = comm_agree(S->comm, sim_particles_load(S, &slice, &L));
+    if (rc == DR_OK) rc = comm_agree(S->comm, sim_rebalance(S, &L));
+    free(L.v);
+    if (rc == DR_OK) rc = sim_migrate(S, &slice, 0, p);
+    S->fs.migrated = 0; /* reading is not migration */
+    particles_free(&slice);
+  } else {
+    *p = slice; /* one rank: the slice is everything */
+  }
+  /* the particle sources go on from their counts (emit.h); another scene's (--force) must match */
+  if (rc == DR_OK && st.n_sources != S->em.n)
+    rc = dr_fail(DR_EINPUT, "checkpoint %s holds %d particle source(s), but %s defines %d", S->resumed_from,
+                 st.n_sources, S->sc->path, S->em.n);
+  if (rc == DR_OK) {
+    for (int i = 0; i < S->em.n; ++i) S->em.emitted[i] = st.emitted[i];
+    S->em.frame_done = st.emit_frame;
+  } else {
+    dr_mark_agreed(); /* the same checkpoint on every rank */
+  }
+  free(st.emitted);
+  if (rc) return rc;
+  S->resumed = 1;
+  S->st.frame = st.frame;
+  S->st.time = st.time;
+  S->st.steps = st.steps;
+  S->fs_steps0 = st.steps;
+  S->st.last_dt = st.last_dt;
+  S->st.rebuilds = st.rebuilds;
+  S->t_in_frame = st.time;
+  S->step_in_frame = st.step_in_frame;
+  S->resume_projected = st.projected;
+  S->vmax_pending = 1;
+  S->vmax_next = (float)st.vmax;
+  log_info("resuming from %s: frame %d%s, t %.4f s, %llu steps, %llu particles (written by %d rank%s, read by %d)",
+           S->resumed_from, st.frame, st.step_in_frame ? " and part of the next" : "", st.time,
+           (unsigned long long)st.steps, (unsigned long long)st.n_particles, st.ranks, st.ranks == 1 ? "" : "s",
+           S->nranks);
+  return DR_OK;
+}
+
+/* After a resume: the frames the run wrote before it, for frames.xdmf (rank 0; those missing
+ * are left out). */
+int sim_list_earlier_frames(sim *S) {
+  if (S->rank != 0 || !S->opt.write_output) return DR_OK;
+  for (int f = 0; f <= S->st.frame; f += S->sc->output_every) {
+    char path[4400];
+    h5frame_path(S->out_dir, f, path, sizeof path);
+    if (access(path, F_OK) != 0) continue;
+    /* each frame's own count (particle sources change it from frame to frame) */
+    uint64_t n = 0;
+    int jp = 0;
+    if (h5frame_count(path, &n, &jp) != DR_OK) { /* unreadable: left out, as a missing one */
+      dr_clear();
+      continue;
+    }
+    xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
+    if (!w) return dr_fail(DR_ENOMEM, "out of host memory for the frame list");
+    S->written = w;
+    S->written[S->n_written++] = (xdmf_frame){.frame = f, .time = f * S->frame_dt, .n = n, .logjp = jp};
+  }
+  return DR_OK;
+}
+
+/* The frame's totals (sim_status): this rank's particles' count, mass, momentum, kinetic and
+ * gravitational potential energy (above the domain's lowest corner), summed in double. */
+enum { TOT_N, TOT_MASS, TOT_P, TOT_KE = TOT_P + 3, TOT_PE, TOT_COUNT };
+static void frame_totals(const sim *S, const particles *h, double tot[TOT_COUNT]) {
+  const double *g = S->sc->gravity, *lo = S->sc->domain_min;
+  const float *x = h->x, *v = h->v, *mass = h->mass;
+  double ms = 0.0, p0 = 0.0, p1 = 0.0, p2 = 0.0, ke = 0.0, pe = 0.0;
+  /* threads: a node's rank may hold tens of millions of particles, read once more per frame */
+  const long n = (long)h->n;
+#pragma omp parallel for schedule(static) reduction(+ : ms, p0, p1, p2, ke, pe)
+  for (long i = 0; i < n; ++i) {
+    const double m = mass[i], vx = v[3 * i], vy = v[3 * i + 1], vz = v[3 * i + 2];
+    ms += m;
+    p0 += m * vx, p1 += m * vy, p2 += m * vz;
+    ke += 0.5 * m * (vx * vx + vy * vy + vz * vz);
+    pe -= m * (g[0] * ((double)x[3 * i] - lo[0]) + g[1] * ((double)x[3 * i + 1] - lo[1]) +
+               g[2] * ((double)x[3 * i + 2] - lo[2]));
+  }
+  tot[TOT_N] = (double)h->n; /* exact below 2^53 */
+  tot[TOT_MASS] = ms, tot[TOT_P] = p0, tot[TOT_P + 1] = p1, tot[TOT_P + 2] = p2, tot[TOT_KE] = ke, tot[TOT_PE] = pe;
+}
+
+int sim_write_frame(sim *S) {
+  double t0 = sim_now();
+  DR_TRY(S->be.download(S->be.state, &S->host));
+  /* The totals go in one non-blocking allreduce, which travels while the frame is written (the
+   * writes' collectives come in the same order on every rank) */
+  double tot[TOT_COUNT], all[TOT_COUNT];
+  frame_totals(S, &S->host, tot);
+  MPI_Request req;
+  DR_MPI(MPI_Iallreduce(tot, all, TOT_COUNT, MPI_DOUBLE, MPI_SUM, S->comm, &req));
+  h5frame_meta meta = {.frame = S->st.frame, .time = S->st.time, .dx = S->sc->dx,
+                       .n_materials = S->sc->n_materials, .material_names = S->mat_names,
+                       .with_logjp = S->with_logjp};
+  h5frame_data d = {.n = S->host.n, .position = S->host.x, .velocity = S->host.v, .id = S->host.id,
+                    .material = S->host.material, .owner = S->host.owner, .logjp = S->host.logjp};
+  int rc = h5frame_write(S->comm, S->out_dir, &meta, &d);
+  if (rc == DR_OK && S->sc->preview) {
+    preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
+    for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
+    const preview_data pd = {.n = S->host.n, .position = S->host.x, .vol0 = S->host.vol0,
+                             .material = S->host.material, .owner = S->host.owner};
+    rc = preview_write(S->comm, S->out_dir, S->st.frame, &pp, &pd);
+  }
+  DR_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE)); /* also after a failed write: no request left behind */
+  DR_TRY(rc);
+  const uint64_t n_all = (uint64_t)all[TOT_N];
+  S->st.totals_frame = S->st.frame;
+  S->st.mass = all[TOT_MASS];
+  for (int a = 0; a < 3; ++a) S->st.momentum[a] = all[TOT_P + a];
+  S->st.kinetic_energy = all[TOT_KE];
+  S->st.potential_energy = all[TOT_PE];
+  log_info("frame %d totals: mass %.6g kg  momentum (%.6g, %.6g, %.6g) kg m/s  kinetic energy %.6g J  "
+           "potential energy %.6g J", S->st.frame, all[TOT_MASS], all[TOT_P], all[TOT_P + 1], all[TOT_P + 2],
+           all[TOT_KE], all[TOT_PE]);
+  /* a rerun of a frame (after a resume) replaces its entry */
+  int i = 0;
+  while (i < S->n_written && S->written[i].frame != S->st.frame) ++i;
+  if (i == S->n_written) {
+    xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
+    if (!w) return dr_fail(DR_ENOMEM, "out of host memory for the frame list");
+    S->written = w;
+    ++S->n_written;
+  }
+  S->written[i] = (xdmf_frame){.frame = S->st.frame, .time = S->st.time, .n = n_all, .logjp = S->with_logjp};
+  rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
+  DR_TRY(comm_agree(S->comm, rc));
+  S->st.io_seconds += sim_now() - t0;
+  return DR_OK;
+}
+
+/* A signal stopped the run (every rank knows): all write a checkpoint of where it stands. */
+int sim_stop_with_checkpoint(sim *S) {
+  const char *sig = signals_name(S->stop_signal);
+  log_info("%s: stopping at frame %d, %d step(s) into frame %d (t %.4f s); writing a checkpoint", sig, S->st.frame,
+           S->step_in_frame, S->st.frame + 1, S->t_in_frame);
+  int rc = S->opt.write_output ? sim_write_checkpoint(S) : DR_OK;
+  if (rc) {
+    char cause[1024];
+    snprintf(cause, sizeof cause, "%s", dr_message());
+    dr_clear();
+    rc = dr_fail(rc, "stopped by %s, but the checkpoint could not be written: %s", sig, cause);
+    dr_mark_agreed(); /* write_checkpoint's failures are agreed */
+    return rc;
+  }
+  char path[4096];
+  ckpt_path(S->out_dir, S->st.frame, path, sizeof path);
+  rc = dr_fail(DR_ESTOPPED, "stopped by %s at frame %d + %d step(s), t %.4f s: checkpoint %s written; continue with: "
+               "drift run %s --out %s --resume", sig, S->st.frame, S->step_in_frame, S->t_in_frame, path, S->sc->path,
+               S->out_dir);
+  dr_mark_agreed();
+  return rc;
+}
