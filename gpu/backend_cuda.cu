@@ -1,5 +1,5 @@
 // backend_cuda.cu - the CUDA backend: the single-GPU pipeline of the paper (sections 3-4;
-// DESIGN.md, "One time step on one device") behind backend.h, on the shared header-only physics.
+// docs/architecture.md) behind backend.h, on the shared header-only physics.
 //
 // Particles. AoSoA: packets of 32 particles, one per warp, attribute a of lane l of packet p at
 // pk[p * PK_FLOATS + a * 32 + l] (PK_ATTRS attributes: x, v, C, F, mass, volume, material, logJp); ids
@@ -46,7 +46,8 @@
 //
 // G2P. One thread per particle. The warp first loads the box of its lanes' stencils (6^3 nodes
 // right after a rebuild-mapping) into shared memory once, then each lane reads its 27 nodes there
-// (g2p_nodes, gpu/p2g.cuh; 1-2.5% faster on one H100 than reading each node from the grid; ASFLIP
+// (g2p_nodes, gpu/p2g.cuh; faster than reading each node from the grid, see docs/performance.md
+// (decisions); ASFLIP
 // and a box too large for the tile do that). Particles inside a collider's box are left to
 // k_collide (the particle collision step).
 //
@@ -67,8 +68,8 @@
 // clears). k_g2p2g's P2G also adds each cell group's 27 nodes into a box in the warp's shared
 // memory and issues one global atomic a node the packet reached (the box sums, gpu/p2g.cuh,
 // G2P2G_NODESUM): where P2G is latency-bound, as in these small scenes, each warp's chain of
-// global atomics is the step's critical path (Sand Blocks l = 12 12% faster on one H200); k_p2g,
-// throughput-bound, keeps its atomics (P2G_NODESUM = 0; the box costs it 17% at l = 46).
+// global atomics is the step's critical path; k_p2g, throughput-bound, keeps its atomics
+// (P2G_NODESUM = 0; the box would cost it time; see docs/performance.md (decisions)).
 //
 // Ranks (sim.c drives the phases step by step, one vote a step): with fixed steps the next step's
 // P2G is queued with this step's G2P, before the vote, behind a gate (g2p_ahead): its first kernel,
@@ -426,11 +427,8 @@ int cuda_setup(cuda_state *s, const particles *p) {
   /* the collider cache (k_cc_fill): mesh colliders without keyframes; each one's box: its frames'
    * lattices, placed by its (constant) pose, widened by a cell */
   s->n_cc = 0;
-  {
-    const char *e = getenv("DRIFT_COLLIDER_CACHE");
-    s->cc_every = e && atoi(e) == 2;
-  }
-  if (hb->n_colliders > 0) {
+  s->cc_every = settings()->collider_cache == 2;
+  if (hb->n_colliders > 0 && settings()->collider_cache != 0) {
     int idx[64];
     int *index = hb->n_colliders <= 64 ? idx : (int *)malloc((size_t)hb->n_colliders * sizeof(int));
     if (!index) return dr_fail(DR_ENOMEM, "collider cache: out of host memory");
@@ -494,22 +492,11 @@ int cuda_member_new(const sim_params *prm, int device, cuda_state **out) {
   s->prm.materials = s->mats;
   s->device = device;
   s->nm = 1;
-  s->keys64 = env_flag("DRIFT_SORT_KEYS64", 0);
+  s->keys64 = settings()->sort_keys64;
   s->void_steps = 1; /* the top of this file; island_create: not with events */
-  s->barrier_timeout_ns = 120ULL * 1000000000ULL;
-  const char *bt = getenv("DRIFT_BARRIER_TIMEOUT");
-  if (bt && *bt) {
-    char *end = NULL;
-    const double sec = strtod(bt, &end);
-    if (end == bt || *end || !(sec > 0.0) || sec > 1e6) {
-      free(s->mats);
-      free(s);
-      return dr_fail(DR_EINPUT, "DRIFT_BARRIER_TIMEOUT='%s': expected seconds, above 0", bt);
-    }
-    s->barrier_timeout_ns = (unsigned long long)(sec * 1e9);
-  }
-  const char *sk = getenv("DRIFT_ISLAND_SKEW");
-  if (sk && *sk) {
+  s->barrier_timeout_ns = (unsigned long long)(settings()->barrier_timeout * 1e9); /* settings.c checks it */
+  const char *sk = settings()->island_skew;
+  if (*sk) {
     char where[8] = "";
     double us = 0.0;
     int member = -1, used = 0;
@@ -517,22 +504,15 @@ int cuda_member_new(const sim_params *prm, int device, cuda_state **out) {
         (strcmp(where, "pre") && strcmp(where, "post")) || !(us > 0.0) || us > 1e6) {
       free(s->mats);
       free(s);
-      return dr_fail(DR_EINPUT, "DRIFT_ISLAND_SKEW='%s': expected MEMBER:pre|post:MICROSECONDS (a test hook)", sk);
+      char src[SETTINGS_TEXT_MAX + 64];
+      return dr_fail(DR_EINPUT, "%s: expected MEMBER:pre|post:MICROSECONDS (a test hook)",
+                     settings_source(SET_ISLAND_SKEW, src, sizeof src));
     }
     s->skew_member = member;
     s->skew_where = strcmp(where, "pre") ? SKEW_POST : SKEW_PRE;
     s->skew_ns = (unsigned long long)(us * 1e3);
   }
-  const char *gm = getenv("DRIFT_GPU_MARKS");
-  if (gm && atol(gm) > 0) { /* freed by destroy, which logs them */
-    s->marks = (gpu_marks *)calloc(1, sizeof *s->marks);
-    if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
-    else s->marks->period = atol(gm), s->marks->gate_at = -1;
-  }
-  const char *gs = getenv("DRIFT_GPU_STAMPS");
-  g_dvec_log = gs && atol(gs) > 0;
-  if (g_dvec_log && !(s->stamps = (gpu_stamps *)calloc(1, sizeof *s->stamps)))
-    fprintf(stderr, "DRIFT_GPU_STAMPS: out of host memory for the stamps; none are kept\n");
+  timeline_new(s);
   s->g2p2g_below = prm->g2p2g_below > 0 ? (size_t)prm->g2p2g_below : 0;
   /* Deterministic mode: no fused G2P2G. Inside one kernel the compiler may contract G2P's and
    * P2G's arithmetic into other FMAs than across two kernels, so the fused path would not be

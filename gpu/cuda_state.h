@@ -36,6 +36,7 @@ extern "C" {
 #include "hostmem.h"
 #include "log.h"
 #include "scene.h"
+#include "settings.h"
 }
 #include "backend_cuda.h"
 #include "p2g.cuh"
@@ -90,7 +91,7 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
 /* ---- device vectors ----------------------------------------------------------------------- */
 
 /* A device buffer that grows to 4x its capacity when a request needs more than half of it, so
- * that the steady state allocates nothing (DESIGN.md). */
+ * that the steady state allocates nothing (docs/architecture.md). */
 typedef struct dvec {
   void *ptr;
   size_t bytes;
@@ -383,7 +384,7 @@ __device__ __forceinline__ bool in_box(const col_box &b, const float x[3]) {
          x[2] <= b.hi[2];
 }
 
-/* ---- rebuild-mapping ---------------------------------------------------------------------- */
+/* ---- CUB calls and tracing ---------------------------------------------------------------- */
 
 /* CUB calls: query the scratch size, grow the one scratch buffer if needed, run. */
 #define CUB_RUN(call_with_temp)                                                                    \
@@ -616,6 +617,7 @@ int marks_record(cuda_state *s, const char *name, int tag, int end, int step_end
 void stamps_take(cuda_state *s, const step_ctl *c);
 void stamps_free(cuda_state *s);
 void marks_free(cuda_state *s);
+void timeline_new(cuda_state *s);
 
 /* backend_cuda.cu */
 int cuda_read_count(cuda_state *s, const void *dev, int *out);

@@ -122,7 +122,7 @@ void dvec_swap(dvec *a, dvec *b) {
 /* An island member's device vectors from stream-ordered pools.
  * With peer access enabled, every cudaMalloc maps the buffer into each peer and every cudaFree
  * waits for the device and unmaps it: a rebuild-mapping whose grid grew paid 10-20x what one GPU
- * pays (docs/performance.md, session of 2026-11-27). The vectors that no peer reads (particles,
+ * pays (see docs/performance.md (decisions)). The vectors that no peer reads (particles,
  * particle blocks, block codes, the island's velocities and tags, ...) come from pool[0], which
  * grants no peer access; a growth frees the old buffer in the stream's order and never waits.
  * The vectors the peers read (P2G buffers, touched flags, the hash table) come from pool[1],

@@ -12,6 +12,7 @@
 __global__ static void k_publish(step_ctl *c) {
   if (c->mode == DT_ADAPTIVE) c->vmax_pub[c->step_seq & 1u] = c->vmax_bits;
 }
+
 /* A frame's start: its steps are k0, k0 + 1, ... from t_start (k0 > 0: resumed part-way); vmax0
  * >= 0 replaces the last step's speed for the first dt (frame_plan). */
 __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int k0, float vmax0, double t1, int mode,
@@ -40,31 +41,29 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
  * two processes on one GPU (no MPS) take turns by time slices, so the other rank's G2P, which the
  * vote waits for, would wait for the gate's slice to end. */
 int island_ahead_default(const sim_params *prm, int n) {
-  const char *e = getenv("DRIFT_STEP_AHEAD");
-  if (e && *e) return strcmp(e, "0") != 0;
+  const int sa = settings()->steps_ahead;
+  if (sa != SETTING_AUTO) return sa == SETTING_ON;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
-  const char *list = getenv("DRIFT_DEVICES");
   const int local = prm->local_size > 0 ? prm->local_size : 1;
-  return !(list && *list && local > 1) && local * n <= count;
+  return !(settings()->n_devices > 0 && local > 1) && local * n <= count;
 }
 
 int island_devices(const sim_params *prm, int *dev, int *n) {
   int count = 0;
   CU(cudaGetDeviceCount(&count));
-  const char *list = getenv("DRIFT_DEVICES");
-  if (list && *list) {
-    *n = 0;
-    const char *c = list;
-    while (*c) {
-      char *end = NULL;
-      const long d = strtol(c, &end, 10);
-      if (end == c || d < 0 || d >= count || *n == MAX_GPUS || (*end && *end != ','))
-        return dr_fail(DR_EINPUT, "DRIFT_DEVICES='%s': expected a comma-separated list of at most %d device numbers "
-                       "below %d (the visible devices)", list, MAX_GPUS, count);
-      dev[(*n)++] = (int)d;
-      c = *end ? end + 1 : end;
+  static_assert(MAX_GPUS == SETTINGS_MAX_DEVICES, "settings.h's list of devices is an island's");
+  const drift_settings *set = settings();
+  if (set->n_devices > 0) { /* settings.c checked the list's length and that each is >= 0 */
+    for (int k = 0; k < set->n_devices; ++k) {
+      if (set->devices[k] >= count) {
+        char buf[SETTINGS_TEXT_MAX + 64];
+        return dr_fail(DR_EINPUT, "%s: expected GPU numbers below %d (the visible devices)",
+                       settings_source(SET_DEVICES, buf, sizeof buf), count);
+      }
+      dev[k] = set->devices[k];
     }
+    *n = set->n_devices;
     return DR_OK;
   }
   const int local = prm->local_size > 0 ? prm->local_size : 1;
@@ -565,7 +564,7 @@ int island_g2p_collect(island *I) {
     s->vote_wait_s += 1e-9 * (double)c->gate_ns;
     if (c->gate_stuck)
       return dr_fail(DR_EINTERNAL, "cuda backend: device %d: a step queued behind a gate waited %.0f s for the host "
-                     "to open it, and was voided (DRIFT_BARRIER_TIMEOUT)", s->device, s->barrier_timeout_ns * 1e-9);
+                     "to open it, and was voided (--barrier-timeout)", s->device, s->barrier_timeout_ns * 1e-9);
     if (c->fix_bad && fix < 0) fix = k;
     if (c->bad_id != ~0ULL && bad < 0) bad = k;
     memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);

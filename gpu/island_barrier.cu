@@ -3,7 +3,7 @@
 // owners' sums (k_tag, k_owner, k_push, k_pull); the host's side of the barrier for the "events"
 // variant, and the failure report of a barrier that timed out. Why this is race-free follows.
 //
-// Several GPUs of one rank run as one island (the paper, section 5; DESIGN.md, "The island"):
+// Several GPUs of one rank run as one island (the paper, section 5; docs/architecture.md):
 // each member holds a static share of the particles and its own sparse grid; a grid block that
 // several members touch has a copy on each. Every step:
 //
@@ -62,9 +62,9 @@
 // host's barriers in place of the spin locks. A member's captured graph holds no dependency on
 // another member's stream (only external event nodes, or one multi-device graph, could carry
 // one), so in this mode the step's kernels are launched directly, stage by stage over the
-// members (island_step_events). We chose that over one multi-device graph: the paper measured
-// the host's latency of cudaStreamWaitEvent per barrier, and a graph would turn the waits into
-// edges resolved by the driver, without those host calls, i.e. measure something else. The
+// members (island_step_events). We chose that over one multi-device graph: the paper's comparison is
+// of the host's latency of cudaStreamWaitEvent per barrier, and a graph would turn the waits into
+// edges resolved by the driver, without those host calls, i.e. compare something else. The
 // price is a host launch per kernel instead of one graph launch per step, which the
 // comparison includes (docs/performance.md).
 //
@@ -298,7 +298,7 @@ int island_fail_barrier(const island *I, int k, const step_ctl *c) {
   const int peer = c->bar_peer < s->me ? c->bar_peer : c->bar_peer + 1;
   return dr_fail(DR_EINTERNAL, "cuda island: GPU %d (device %d) waited %.0f s at island barrier %u for GPU %d (device %d), "
                  "which stood at barrier %u: the island's members fell out of step (a bug in drift; the time limit is "
-                 "DRIFT_BARRIER_TIMEOUT)", k, s->device, s->barrier_timeout_ns * 1e-9, c->bar_stuck, peer,
+                 "--barrier-timeout)", k, s->device, s->barrier_timeout_ns * 1e-9, c->bar_stuck, peer,
                  I->m[peer]->device, c->bar_peer_seen);
 }
 

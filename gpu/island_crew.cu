@@ -67,9 +67,9 @@ int crew_start(island *I) {
   crew *c = &I->crew;
   if (I->nm < 2) return DR_OK;
   /* A thread per member only where they can run side by side: on fewer cores the members'
-   * threads (and CUDA's spinning waits) take turns on them, and an island of 4 under mpirun's
-   * default binding to one core ran 16 x l = 46 ten times slower than with a core each (4 x
-   * H200, docs/performance.md). One thread then drives every member. */
+   * threads (and CUDA's spinning waits) take turns on them, and an island under mpirun's
+   * default binding to one core runs many times slower than with a core each (see
+   * docs/performance.md (decisions)). One thread then drives every member. */
   const int cores = usable_cores();
   if (cores > 0 && cores < I->nm) {
     log_info("cuda island: rank %d may run on %d host core%s (its CPU affinity), fewer than its %d GPUs: one host "

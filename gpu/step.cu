@@ -275,9 +275,8 @@ typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const 
  * theorem). The list is sorted by grid block, so in order the few thousand warps in flight work
  * on a few thousand neighbouring packets, whose particles scatter to the same grid nodes: their
  * global atomics (a lane group's reduced sums, one a node) queue at the same L2 addresses. Spread,
- * the atomics, loads and instructions are the same and their addresses differ; measured on one
- * H100 (docs/performance.md, 2026-11-27 fifth): Sand Blocks l = 46 36.1 -> 30.0 ms a frame,
- * l = 23 6.3 -> 5.4, 16 x l = 46 122.2 -> 115.0. m = 0 (in order) where n < 3. */
+ * the atomics, loads and instructions are the same and their addresses differ (faster on every
+ * scene tried: see docs/performance.md (decisions)). m = 0 (in order) where n < 3. */
 static p2g_order spread_of(const cuda_state *s, size_t n) {
   p2g_order o = {0, 0};
   if (n < 3) return o;

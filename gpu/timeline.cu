@@ -240,3 +240,17 @@ void marks_free(cuda_state *s) {
   free(m);
   s->marks = NULL;
 }
+
+/* The marks and stamps a member keeps, as the settings ask (--help-debug); out of host memory,
+ * none are kept (a debugging aid does not fail the run). */
+void timeline_new(cuda_state *s) {
+  const int gm = settings()->gpu_marks;
+  if (gm > 0) { /* freed by destroy, which logs them */
+    s->marks = (gpu_marks *)calloc(1, sizeof *s->marks);
+    if (!s->marks) fprintf(stderr, "DRIFT_GPU_MARKS: out of host memory for the marks; none are kept\n");
+    else s->marks->period = gm, s->marks->gate_at = -1;
+  }
+  g_dvec_log = settings()->gpu_stamps;
+  if (g_dvec_log && !(s->stamps = (gpu_stamps *)calloc(1, sizeof *s->stamps)))
+    fprintf(stderr, "DRIFT_GPU_STAMPS: out of host memory for the stamps; none are kept\n");
+}
