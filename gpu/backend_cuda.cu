@@ -21,7 +21,7 @@
 //
 // One step (k_begin, k_p2g, k_grid, k_g2p) is one CUDA graph launch (one graph per grid-buffer
 // parity, re-instantiated after each rebuild; an island with parallel.island_barrier "events"
-// launches the kernels directly, see the island below): dt (fixed or adaptive) is computed on the device
+// launches the kernels directly, see gpu/island_barrier.cu): dt (fixed or adaptive) is computed on the device
 // from the last step's largest speed, and the step's flags (left the free zone, largest speed, a
 // non-finite particle) are copied to pinned host memory. The host reads a step's flags after
 // STEP_LAG (one) more step is queued, so the device never waits for the host. The step queued
@@ -137,7 +137,6 @@ static int rebuild(void *state, int force, int *rebuilt) {
   *rebuilt = 1;
   return DR_OK;
 }
-
 
 /* Opens the armed gate for the spinning k_begin_gated (go), or voids its step: the gate's number and
  * the outcome in one word of mapped memory. */
@@ -652,57 +651,59 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
     return rc;
   }
   particles_free(p);
-  out->name = "cuda";
-  out->n_devices = 1;
-  out->state = s;
-  out->rebuild = ON_DEVICE(rebuild);
-  out->p2g = ON_DEVICE(cuda_p2g);
-  out->grid_update = ON_DEVICE(grid_update);
-  out->g2p = ON_DEVICE(g2p);
-  out->finish = ON_DEVICE(finish);
-  out->set_time = ON_DEVICE(set_time);
-  out->advance_frame = ON_DEVICE(advance_frame);
-  out->max_speed = ON_DEVICE(max_speed);
-  out->download = ON_DEVICE(cuda_download);
-  out->projected = projected;
-  out->set_projected = ON_DEVICE(cuda_set_projected);
-  out->stats = ON_DEVICE(cuda_stats);
-  out->count = count;
-  out->destroy = cuda_destroy;
-  /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
-  out->blocks = ON_DEVICE(cuda_blocks);
-  /* the node exchange (mpi/exchange.h): the masks in two halves, the interior's P2G queued
-   * between them */
-  out->node_masks = ON_DEVICE(cuda_node_masks);
-  out->node_masks_async = ON_DEVICE(cuda_node_masks_async);
-  out->node_masks_wait = ON_DEVICE(cuda_node_masks_wait);
-  out->pack_nodes = ON_DEVICE(cuda_pack_nodes);
-  out->unpack_add_nodes = ON_DEVICE(cuda_unpack_add_nodes);
-  out->mark_shared = ON_DEVICE(cuda_mark_shared);
-  out->grid_update_part = ON_DEVICE(grid_update_part);
-  out->wants_rebuild = wants_rebuild;
-  out->set_particles = ON_DEVICE(cuda_set_particles);
-  out->add_particles = ON_DEVICE(cuda_add_particles);
-  out->emigrate = ON_DEVICE(cuda_emigrate);
-  /* the same with the particles as records packed and unpacked on the device */
-  out->emigrate_records = ON_DEVICE(cuda_emigrate_records);
-  out->add_records = ON_DEVICE(cuda_add_records);
-  out->reserve_records = ON_DEVICE(cuda_reserve_records);
-  out->particle_blocks = ON_DEVICE(cuda_particle_blocks);
-  /* the boundary's P2G first, its sums sent while the interior scatters; the interior's G2P
-   * while they are in flight (docs/performance.md) */
-  out->p2g_part = ON_DEVICE(cuda_p2g_part);
-  out->g2p_interior = ON_DEVICE(cuda_g2p_interior);
-  /* the next step queued before the step vote, behind a gate on the device (DRIFT_STEP_AHEAD=0: after
-   * the vote; docs/performance.md) */
+  /* the next step queued before the step vote, behind a gate on the device (--steps-ahead off:
+   * after the vote; docs/performance.md) */
   s->ahead_on = island_ahead_default(prm, 1);
-  out->g2p_ahead = ON_DEVICE(g2p_ahead);
-  out->g2p_collect = ON_DEVICE(g2p_collect);
-  out->gate_open = ON_DEVICE(gate_open);
-  out->block_sums = xdev_sums_floats(s); /* = int_floats(s) */
-  out->sums_int64 = s->det;
-  out->alloc_sums = cuda_alloc_sums;
-  out->free_sums = cuda_free_sums;
+  *out = backend{
+      .name = "cuda",
+      .n_devices = 1,
+      .state = s,
+      .set_time = ON_DEVICE(set_time),
+      .rebuild = ON_DEVICE(rebuild),
+      .p2g = ON_DEVICE(cuda_p2g),
+      /* the boundary's P2G first, its sums sent while the interior scatters; the interior's G2P
+       * while they are in flight (docs/performance.md) */
+      .p2g_part = ON_DEVICE(cuda_p2g_part),
+      .grid_update = ON_DEVICE(grid_update),
+      .g2p = ON_DEVICE(g2p),
+      .g2p_ahead = ON_DEVICE(g2p_ahead),
+      .g2p_collect = ON_DEVICE(g2p_collect),
+      .gate_open = ON_DEVICE(gate_open),
+      .max_speed = ON_DEVICE(max_speed),
+      .finish = ON_DEVICE(finish),
+      .advance_frame = ON_DEVICE(advance_frame),
+      .download = ON_DEVICE(cuda_download),
+      /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
+      .blocks = ON_DEVICE(cuda_blocks),
+      .block_sums = xdev_sums_floats(s), /* = int_floats(s) */
+      .sums_int64 = s->det,
+      /* the node exchange (mpi/exchange.h): the masks in two halves, the interior's P2G queued
+       * between them */
+      .node_masks = ON_DEVICE(cuda_node_masks),
+      .node_masks_async = ON_DEVICE(cuda_node_masks_async),
+      .node_masks_wait = ON_DEVICE(cuda_node_masks_wait),
+      .pack_nodes = ON_DEVICE(cuda_pack_nodes),
+      .unpack_add_nodes = ON_DEVICE(cuda_unpack_add_nodes),
+      .mark_shared = ON_DEVICE(cuda_mark_shared),
+      .grid_update_part = ON_DEVICE(grid_update_part),
+      .g2p_interior = ON_DEVICE(cuda_g2p_interior),
+      .alloc_sums = cuda_alloc_sums,
+      .free_sums = cuda_free_sums,
+      .wants_rebuild = wants_rebuild,
+      .set_particles = ON_DEVICE(cuda_set_particles),
+      .add_particles = ON_DEVICE(cuda_add_particles),
+      .emigrate = ON_DEVICE(cuda_emigrate),
+      /* the same with the particles as records packed and unpacked on the device */
+      .emigrate_records = ON_DEVICE(cuda_emigrate_records),
+      .add_records = ON_DEVICE(cuda_add_records),
+      .reserve_records = ON_DEVICE(cuda_reserve_records),
+      .particle_blocks = ON_DEVICE(cuda_particle_blocks),
+      .projected = projected,
+      .set_projected = ON_DEVICE(cuda_set_projected),
+      .stats = ON_DEVICE(cuda_stats),
+      .count = count,
+      .destroy = cuda_destroy,
+  };
   log_info("cuda backend: device %d (%s), %zu particles in %zu packets of up to %d, %zu grid blocks, %.1f MiB of "
            "device memory%s",
            s->device, s->device_name, n, s->n_packets, LANES, s->n_blocks, cuda_held_bytes(s) / 1048576.0,

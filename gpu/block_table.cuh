@@ -6,7 +6,6 @@
 #ifndef DRIFT_GPU_BLOCK_TABLE_CUH
 #define DRIFT_GPU_BLOCK_TABLE_CUH
 
-
 /* ---- hash table --------------------------------------------------------------------------- */
 
 #define TABLE_EMPTY 0xffffffffffffffffULL /* cudaMemset 0xff makes every key empty */
@@ -17,7 +16,6 @@ __device__ static inline uint64_t table_hash(uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
-
 
 __device__ static inline int32_t table_find(const unsigned long long *keys, const int32_t *vals, size_t mask,
                                             uint64_t code) {

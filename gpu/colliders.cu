@@ -5,7 +5,6 @@
 
 #include "cuda_state.h"
 
-
 col_box colliders_box_local(const collider *c) {
   col_box b;
   float e = 0.0f;

@@ -58,7 +58,7 @@ enum { SKEW_PRE = 1, SKEW_POST = 2 }; /* DRIFT_ISLAND_SKEW (launch_skew) */
 #define GRID_BLOCKS_PER_CTA 4 /* grid update: grid blocks of 64 nodes per CUDA block (docs/performance.md) */
 /* Steps queued ahead of the host's reading of a step's flags: with one the device never waits for
  * the host (a wait would cost a few microseconds between graph launches). Where the queued step
- * cannot be voided (see the top of this file) it eats a cell of the free zone's slack. */
+ * cannot be voided (see the top of gpu/backend_cuda.cu) it eats a cell of the free zone's slack. */
 #define STEP_LAG 1
 
 /* The particle kernels' launch bounds (the compiler chooses the registers). */
@@ -132,7 +132,7 @@ template <typename T> static inline T *dp(const dvec &v) { return (T *)v.ptr; }
 #define MAX_GPUS 8
 typedef struct island_view {
   int np;                                   /* peers (members - 1); 0 for one GPU */
-  unsigned long long timeout_ns;            /* a barrier gives up after this long (see above) */
+  unsigned long long timeout_ns;            /* a barrier gives up after this long (gpu/island_barrier.cu) */
   int spin;                                 /* 1: barriers are spin locks (k_begin spins for vmax); 0: events */
   const int8_t *own;                        /* p2p_atomics: [n_blocks] the owner's peer slot, -1 for this member; else NULL */
   unsigned *bar;                            /* this member's barrier count */
@@ -216,7 +216,7 @@ typedef struct cuda_state {
   dvec d_poses;                 /* [n_colliders] where they are in this step's grid update (k_poses) */
   bool push;                    /* a slip or separate collider: particles take the particle collision step */
   dvec d_colbox;                /* [n_colliders] col_box: where each collider can hold a particle, in its own frame */
-  /* The collider cache (COLCACHE below): mesh colliders without keyframes keep, per grid node
+  /* The collider cache (gpu/colliders.cu): mesh colliders without keyframes keep, per grid node
    * near them, their level-set samples (mesh_samples) while their frame stays. */
   int n_cc;                     /* cached colliders (0: none) */
   int cc_every;                 /* DRIFT_COLLIDER_CACHE=2: refill at every step (the test of staleness) */
@@ -332,7 +332,7 @@ typedef struct cuda_state {
   int par;                      /* the grid buffer the next step uses */
   int last_par;                 /* the buffer of the last completed step (its record: island_g2p's checks) */
 
-  /* the island (see "the island" above); nm = 1: this GPU alone */
+  /* the island (gpu/island_barrier.cu); nm = 1: this GPU alone */
   int nm, me;                   /* members, and this member's index (the device in owner) */
   struct cuda_state *peer[MAX_GPUS - 1];
   dvec tags;                    /* [n_blocks][nm - 1] int32: the peers' indices of each block (k_tag) */
@@ -434,6 +434,8 @@ typedef struct island_xlist {
   dvec link_map;                  /* on member 0: [n][nm] every member's index of each listed block, or -1 */
 } island_xlist;
 
+/* The island's host threads (gpu/island_crew.cu): one seat a member; a thread waits for the next
+ * job spinning for CREW_SPIN_NS, then on the condition variable go. */
 #define CREW_SPIN_NS 2000000
 struct island;
 typedef int (*member_job)(struct island *I, int k);

@@ -8,7 +8,6 @@
 unsigned long g_dvec_allocs;
 int g_dvec_log;
 
-
 static int dvec_fail(size_t need, const char *what, const char *file, int line) {
   cudaGetLastError();
   size_t freeb = 0, total = 0;

@@ -7,7 +7,6 @@
 
 #include "cuda_state.h"
 
-
 /* cuda_p2g_part: flag[p] = 1 where packet p's particle block has a block shared with another rank
  * among its 27 physical cuda_blocks (its particles' stencils lie in them); iota[p] = p. */
 __global__ static void k_pk_boundary(size_t n_packets, const int2 *hdr, const int32_t *pb_nbr, const uint8_t *shared,
@@ -22,7 +21,6 @@ __global__ static void k_pk_boundary(size_t n_packets, const int2 *hdr, const in
 }
 
 /* ---- the rank exchange (mpi/exchange.c) --------------------------------------------------- */
-
 
 /* Sums of the listed blocks, block after block, bs floats each (backend.h's block_sums): the 4
  * channels of grid buffer g x 64 nodes, channel-major, then with ASFLIP (g0) the 3 channels of
@@ -288,7 +286,6 @@ static int indices_for(cuda_state *s, const int32_t *idx, size_t n, const int32_
   *out = device_indices(s, idx, n);
   return DR_OK;
 }
-
 
 /* The codes in pinned memory: the exchange set-up reads them at every rebuild-mapping of a rank.
  * Copied once a mapping (only rebuild_now changes them): a second call returns at once, without
@@ -653,7 +650,6 @@ int xdev_shared_list(cuda_state *s, cudaStream_t st) {
   s->shared_stale = 0;
   return DR_OK;
 }
-
 
 /* cuda_p2g_part's order: the boundary packets (k_pk_boundary) first, the others after them (in
  * reverse order: cub's partition), computed once per mapping and marks (one read of the count). */

@@ -154,7 +154,6 @@ static int island_wants_rebuild(const island *I) {
   return any;
 }
 
-
 /* island_barrier "events": one step on grid buffer par on every member, the kernels launched
  * directly stage by stage (step_launch's stages), the host's barriers in between; adaptive
  * steps first exchange the last vmax (k_publish, barrier, then k_begin reads the peers'). */
@@ -752,56 +751,58 @@ int island_create(const sim_params *prm, const int *dev, int nm, particles *p, b
     return rc;
   }
   particles_free(p);
-  out->name = "cuda";
-  out->n_devices = nm;
-  out->state = I;
-  out->rebuild = island_rebuild_phase;
-  out->p2g = island_p2g;
-  out->grid_update = island_grid_update;
-  out->g2p = island_g2p;
-  out->finish = island_finish;
-  out->set_time = island_set_time;
-  out->advance_frame = island_advance_frame;
-  out->max_speed = island_max_speed;
-  out->download = island_download;
-  out->projected = island_projected;
-  out->set_projected = island_set_projected;
-  out->stats = island_stats;
-  out->count = island_count;
-  out->destroy = island_destroy;
-  out->add_particles = island_add_particles;
-  /* several ranks, each with its island */
-  out->blocks = island_blocks;
-  out->mark_shared = island_mark_shared;
-  out->grid_update_part = island_grid_update_part;
-  out->wants_rebuild = island_wants_rebuild_be;
-  out->set_particles = island_set_particles;
-  out->emigrate = island_emigrate;
-  out->emigrate_records = island_emigrate_records;
-  out->add_records = island_add_records;
-  out->reserve_records = island_reserve_records;
-  out->particle_blocks = island_particle_blocks;
+  /* each step's P2G queued ahead of the ranks' vote, behind a gate on every member (as one GPU's;
+   * --steps-ahead, by default on where the node's ranks have GPUs of their own) */
+  for (int k = 0; k < nm; ++k) I->m[k]->ahead_on = island_ahead_default(prm, nm);
   /* as for one GPU: the boundary's P2G first, its sums sent while the interior scatters; the
    * interior's G2P while they are in flight (docs/performance.md). p2p_atomics keeps the whole
    * step (its grid update is not split: island_grid_update_part). */
   const int split = !I->m[0]->atomics;
-  out->p2g_part = split ? island_p2g_part : NULL;
-  out->g2p_interior = split ? island_g2p_interior : NULL;
-  /* each step's P2G queued ahead of the ranks' vote, behind a gate on every member (as one GPU's;
-   * DRIFT_STEP_AHEAD, by default on where the node's ranks have GPUs of their own) */
-  for (int k = 0; k < nm; ++k) I->m[k]->ahead_on = island_ahead_default(prm, nm);
-  out->g2p_ahead = island_g2p_ahead;
-  out->g2p_collect = island_g2p_collect_be;
-  out->gate_open = island_gate_open;
-  out->alloc_sums = island_alloc_sums;
-  out->free_sums = cuda_free_sums;
-  /* the node exchange of one GPU, packed and unpacked by member 0 over P2P; the masks in one call
-   * (a barrier: not queued behind the step vote's gate) */
-  out->node_masks = island_node_masks;
-  out->pack_nodes = island_pack_nodes;
-  out->unpack_add_nodes = island_unpack_add_nodes;
-  out->block_sums = xdev_sums_floats(I->m[0]);
-  out->sums_int64 = I->m[0]->det;
+  *out = backend{
+      .name = "cuda",
+      .n_devices = nm,
+      .state = I,
+      .set_time = island_set_time,
+      .rebuild = island_rebuild_phase,
+      .p2g = island_p2g,
+      .p2g_part = split ? island_p2g_part : NULL,
+      .grid_update = island_grid_update,
+      .g2p = island_g2p,
+      .g2p_ahead = island_g2p_ahead,
+      .g2p_collect = island_g2p_collect_be,
+      .gate_open = island_gate_open,
+      .max_speed = island_max_speed,
+      .finish = island_finish,
+      .advance_frame = island_advance_frame,
+      .download = island_download,
+      /* several ranks, each with its island */
+      .blocks = island_blocks,
+      .block_sums = xdev_sums_floats(I->m[0]),
+      .sums_int64 = I->m[0]->det,
+      /* the node exchange of one GPU, packed and unpacked by member 0 over P2P; the masks in one
+       * call (a barrier: not queued behind the step vote's gate) */
+      .node_masks = island_node_masks,
+      .pack_nodes = island_pack_nodes,
+      .unpack_add_nodes = island_unpack_add_nodes,
+      .mark_shared = island_mark_shared,
+      .grid_update_part = island_grid_update_part,
+      .g2p_interior = split ? island_g2p_interior : NULL,
+      .alloc_sums = island_alloc_sums,
+      .free_sums = cuda_free_sums,
+      .wants_rebuild = island_wants_rebuild_be,
+      .set_particles = island_set_particles,
+      .add_particles = island_add_particles,
+      .emigrate = island_emigrate,
+      .emigrate_records = island_emigrate_records,
+      .add_records = island_add_records,
+      .reserve_records = island_reserve_records,
+      .particle_blocks = island_particle_blocks,
+      .projected = island_projected,
+      .set_projected = island_set_projected,
+      .stats = island_stats,
+      .count = island_count,
+      .destroy = island_destroy,
+  };
   size_t held = 0;
   char line[512];
   int len = 0;

@@ -2,7 +2,7 @@
 // member's host work (rebuild-mapping, graph capture, step launches), island_each hands a job to
 // every member and waits for all, island_sync waits for every member's stream.
 //
-// The island's host threads. Host work of the members runs one thread per member (member 0's on
+// Host work of the members runs one thread per member (member 0's on
 // the caller's thread), so that the island pays one member's host time instead of the sum:
 //  - the rebuild-mapping (three reads of a count, each a synchronisation of the member's stream,
 //    between short kernels) and the capture of the member's step graphs;
@@ -54,7 +54,6 @@ static void *crew_main(void *arg) {
   }
   return NULL;
 }
-
 
 /* The host cores this process may run on (its affinity; 0 where it cannot tell). */
 static int usable_cores(void) {

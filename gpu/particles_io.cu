@@ -6,7 +6,6 @@
 
 #include "cuda_state.h"
 
-
 /* emigrate: flag[i] = 1 where slot i holds a particle whose particle block (as sim.c's
  * particle_block computes it) lies outside [lo, hi) on some axis. */
 __global__ static void k_leave(size_t n_slots, const float *pk, const int2 *hdr, float3 origin, float inv_dx, int3 lo,

@@ -212,7 +212,7 @@ int rebuild_push_buffers(cuda_state *s, size_t n_packets) {
  * wrote (the mark goes with the write, p2g_warp; k_grid cleared the buffer's other marks before
  * it), i.e. at the stencil nodes b..b+2 of some particle's base node b, and that scatter is
  * complete: the G2P2G zone test (k_g2p2g's zone) leaves a cell of slack for the move before
- * it and one per queued step (the top of this file), so each stencil lay inside the particle's
+ * it and one per queued step (the top of gpu/backend_cuda.cu), so each stencil lay inside the particle's
  * old physical cuda_blocks (a particle faster than DR_RUNAWAY_CELLS, or one whose stencil left them,
  * is flagged, step_fail_bad, and the run stops). Nothing moves the particles between that scatter
  * and this rebuild, which assigns each to the particle block P = (b + 1) >> 2 of the same base

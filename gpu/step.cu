@@ -10,7 +10,6 @@
 #include "grid.cuh"
 #include "g2p.cuh"
 
-
 /* ---- the step ----------------------------------------------------------------------------- */
 
 /* Whether an island's members share values at a step's beginning: adaptive steps the largest
@@ -48,7 +47,7 @@ __device__ static void begin_publish(step_ctl *c, const island_view &iv) {
 __device__ static void begin_step(step_ctl *c, const island_view &iv) {
   c->performed = 0;
   unsigned vmax_bits = c->vmax_bits, leave = c->leave;
-  if (begin_shares(c, iv)) { /* the island's values (see the island above) */
+  if (begin_shares(c, iv)) { /* the island's values (see the top of gpu/island_barrier.cu) */
     const unsigned slot = c->step_seq++ & 1u;
     for (int q = 0; q < iv.np; ++q) {
       const volatile step_ctl *p = iv.peer_ctl[q];
@@ -101,7 +100,6 @@ __global__ static void k_begin(step_ctl *c, island_view iv) {
   if (threadIdx.x == 0) begin_step(c, iv);
 }
 
-
 /* An island step with nothing between its beginning and its barrier (G2P2G, whose P2G the last
  * step did; the first step after G2P2G frames) begins and passes the barrier in one kernel: one
  * launch less a step (step_launch), and the one barrier
@@ -114,7 +112,6 @@ __global__ static void k_begin_barrier(step_ctl *c, island_view iv) {
   stamp(c, ST_BAR_OUT);
   if (threadIdx.x == 0) begin_step(c, iv);
 }
-
 
 /* cuda_set_projected: the next P2G leaves out the return mapping (step_ctl.projected). */
 __global__ static void k_set_projected(step_ctl *c) { c->projected = 1; }
@@ -163,7 +160,6 @@ __global__ static void k_begin_gated(step_ctl *c, const volatile unsigned *gate,
     c->performed = 0;
   }
 }
-
 
 /* k_p2g's order of packets (spread_of: packet i x m mod n; m = 0: the list's order). magic is
  * floor((2^64 - 1) / n), so that the remainder takes a multiply-high and one correction instead
@@ -216,7 +212,6 @@ __global__ static void k_find_material(size_t n_slots, const uint64_t *pid, cons
 }
 
 /* ---- launching a step --------------------------------------------------------------------- */
-
 
 /* The island's view of the peers for a step on buffer par (pointers change only at rebuild-mapping,
  * after which the graphs are captured again). */
@@ -331,7 +326,6 @@ int step_p2g_interior(cuda_state *s) {
   return step_p2g_of(s, s->par, step_interior_list(s), step_interior_count(s));
 }
 
-
 int step_grid_on(cuda_state *s, int par, int part, cudaStream_t st) {
   if (s->n_blocks == 0) return DR_OK;
   /* GRID_SHARED on one GPU: over the shared blocks' list instead of every block, as many CUDA
@@ -363,7 +357,7 @@ int step_grid_on(cuda_state *s, int par, int part, cudaStream_t st) {
 int step_grid(cuda_state *s, int par, int part) { return step_grid_on(s, par, part, s->stream); }
 
 /* The steps that run on this mapping after the one whose particles leave the zone G2P checks: 0
- * where the next step is voided, else STEP_LAG (the events barrier; the top of this file). */
+ * where the next step is voided, else STEP_LAG (the events barrier; the top of gpu/backend_cuda.cu). */
 static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
 
 /* G2P of the n packets order lists (all of them in their order where order is NULL), then, with
@@ -435,7 +429,6 @@ static int launch_g2p2g(cuda_state *s, int par) {
   LAUNCHED("k_g2p2g");
   return DR_OK;
 }
-
 
 /* A step on grid buffer par in three stages, split where the island's barriers go:
  *   head (k_begin, P2G unless fused, k_push) | barrier | grid update | [p2p_atomics: barrier] |
@@ -518,7 +511,6 @@ void step_drop_graphs(cuda_state *s) {
   s->graphs_valid = 0;
 }
 
-
 /* Captures the step of each parity as a CUDA graph (after every rebuild: sizes and buffers
  * change with the mapping). */
 int step_capture_graphs(cuda_state *s) {
@@ -553,7 +545,6 @@ int step_capture_graphs(cuda_state *s) {
   s->graphs_valid = 1;
   return DR_OK;
 }
-
 
 /* Deterministic mode: a P2G contribution out of the fixed-point range (physics/fixed.h). */
 int step_fail_fix(cuda_state *s, unsigned long long id) {

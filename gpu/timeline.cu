@@ -4,7 +4,6 @@
 
 #include "cuda_state.h"
 
-
 /* ---- the stream's timeline (DRIFT_GPU_MARKS) ------------------------------------------------
  * A diagnostic for the phases that several ranks drive: every backend entry (on_device) records an
  * event on the member's stream as it begins and as it ends, and the time from each mark to the
