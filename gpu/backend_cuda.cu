@@ -77,7 +77,7 @@
 // then begins the step or voids it (a rebuild-mapping comes first; its kernels return at once), so
 // that the device starts the step as the ranks agree instead of after the host's launches. A rank's
 // island gates every member and opens them alike (island_g2p_ahead). Not where the node's ranks
-// share GPUs (DRIFT_STEP_AHEAD): a spinning kernel holds its GPU against the other process's time
+// share GPUs (--steps-ahead): a spinning kernel holds its GPU against the other process's time
 // slices.
 //
 // Deterministic mode (parallel.deterministic, physics/fixed.h): every lane turns its
@@ -90,6 +90,21 @@
 // out of range sets step_ctl.fix_bad, read with the step's other flags (no extra host sync).
 //
 // Every CUDA call and launch is checked (CU, LAUNCHED): the message names the call, file, line.
+//
+// The backend's files (gpu/cuda_state.h declares what they share):
+//   backend_cuda.cu      this overview; setup and member creation, one GPU's phases (backend.h) and
+//                        its ops table (backend_cuda_create)
+//   dvec.cu              device vectors and an island member's stream-ordered pools
+//   rebuild.cu           rebuild-mapping (sort, particle blocks, packets, grid blocks, hash table)
+//   step.cu              the step's kernels and launches, the CUDA graphs (P2G: p2g.cuh; the grid
+//                        update: grid.cuh; G2P and G2P2G: g2p.cuh)
+//   colliders.cu         collider poses and boxes, the collider cache
+//   island_barrier.cu    the island's barrier and reduction between members, and why they are race-free
+//   island_crew.cu       the island's host threads
+//   island.cu            the island's ops and its creation
+//   exchange_device.cu   the rank exchange on the device (node masks, packs, unpacks)
+//   particles_io.cu      upload, download, adding and emigrating particles and records
+//   timeline.cu          the GPU marks and stamps (debugging aids)
 
 #include "cuda_state.h"
 

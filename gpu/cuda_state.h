@@ -52,7 +52,7 @@ extern "C" {
 /* The packet layout (A_*, LANES, PK_FLOATS), the grid block's (BLOCK_FLOATS, gidx), the step's control
  * record and the P2G of one warp's packet: gpu/p2g.cuh. */
 #define WARPS 4 /* warps per CUDA block in the particle kernels (the paper's choice; docs/performance.md) */
-enum { SKEW_PRE = 1, SKEW_POST = 2 }; /* DRIFT_ISLAND_SKEW (launch_skew) */
+enum { SKEW_PRE = 1, SKEW_POST = 2 }; /* DRIFT_ISLAND_SKEW (step_skew, gpu/step.cu) */
 #define THREADS (WARPS * LANES)
 #define SIMPLE_THREADS 256            /* one-thread-per-item kernels of the rebuild */
 #define GRID_BLOCKS_PER_CTA 4 /* grid update: grid blocks of 64 nodes per CUDA block (docs/performance.md) */
@@ -287,7 +287,7 @@ typedef struct cuda_state {
    * the device until the host writes (gate_seq << 1) | go into *h_gate (mapped pinned) */
   unsigned *h_gate, *d_gate;
   unsigned gate_seq;
-  int ahead_on;                 /* DRIFT_STEP_AHEAD (default 1): g2p_ahead arms the gate */
+  int ahead_on;                 /* --steps-ahead (island_ahead_default): g2p_ahead arms the gate */
   int gate_armed;               /* g2p_ahead armed it; gate_open not yet called */
   int gate_queued;              /* ... and a k_begin_gated waits on it */
   double vote_wait_s;           /* the steps' waits at the gate so far (step_ctl.gate_ns; backend_stats) */

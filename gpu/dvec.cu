@@ -146,7 +146,7 @@ int dvec_pools(cuda_state *s) {
     uint64_t keep_all = UINT64_MAX;
     CU(cudaMemPoolSetAttribute(s->pool[k], cudaMemPoolAttrReleaseThreshold, &keep_all));
   }
-  { /* every other device of the island once (DRIFT_DEVICES may name one several times) */
+  { /* every other device of the island once (--devices may name one several times) */
     cudaMemAccessDesc acc[MAX_GPUS - 1];
     memset(acc, 0, sizeof acc);
     size_t n = 0;

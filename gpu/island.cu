@@ -32,11 +32,7 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
   if (mode == DT_FIXED) c->dt = (float)dt_fixed; /* the priming P2G of G2P2G reads it */
 }
 
-/* Which devices this rank drives: DRIFT_DEVICES (a list, for tests: the same device may appear
- * twice, so that the island's code runs on one GPU), else parallel.gpus_per_rank GPUs (0: the
- * visible GPUs shared evenly among the ranks of the node), starting after those of the node's
- * lower ranks. */
-/* DRIFT_STEP_AHEAD (g2p_ahead): 1 or 0 as set; by default on where this node's ranks have GPUs of
+/* --steps-ahead (g2p_ahead): on or off as set; by default on where this node's ranks have GPUs of
  * their own (n each), off where they share them: a step waiting at its gate holds its GPU, and
  * two processes on one GPU (no MPS) take turns by time slices, so the other rank's G2P, which the
  * vote waits for, would wait for the gate's slice to end. */
@@ -49,6 +45,10 @@ int island_ahead_default(const sim_params *prm, int n) {
   return !(settings()->n_devices > 0 && local > 1) && local * n <= count;
 }
 
+/* Which devices this rank drives: --devices (a list, for tests: the same device may appear
+ * twice, so that the island's code runs on one GPU), else parallel.gpus_per_rank GPUs (0: the
+ * visible GPUs shared evenly among the ranks of the node), starting after those of the node's
+ * lower ranks. */
 int island_devices(const sim_params *prm, int *dev, int *n) {
   int count = 0;
   CU(cudaGetDeviceCount(&count));
@@ -451,7 +451,7 @@ static int island_p2g_part(void *state, float dt, int part) {
 
 /* The stages of step_launch between P2G and G2P, member by member between the barriers. Every
  * member's barrier is launched before any member's grid update (island_barrier_all): where
- * members share a device (DRIFT_DEVICES=0,0) their streams may share a hardware queue, in which
+ * members share a device (--devices 0,0) their streams may share a hardware queue, in which
  * a grid update queued behind its member's spinning barrier would keep the next member's barrier
  * from starting (a deadlock the launch order avoids). */
 static int island_grid_update(void *state, float dt) {

@@ -45,7 +45,7 @@
 // peer's count (read by P2P) has reached it. One thread per GPU publishes; the polling is spread
 // over a warp, lane q reading peer q (island_barrier_warp). Where nothing runs between a step's
 // k_begin and its barrier, one kernel does both (k_begin_barrier). The host is not involved.
-// A barrier that waits longer than DRIFT_BARRIER_TIMEOUT seconds (default 120; a step takes
+// A barrier that waits longer than --barrier-timeout seconds (default 120; a step takes
 // milliseconds) gives up, records where it stood in the step record, and lets the step finish;
 // the host reads the record with the step's flags and fails the run naming the members and
 // counts, so a member falling out of step (a bug) ends the job with an explanation, not a hang.
@@ -97,7 +97,7 @@
 //    (P2G, k_push reading it, k_pull overwriting it, G2P, the clear), in stream order.
 //  - Pushes may overlap the owner's own P2G(n) into the same nodes (no barrier between them,
 //    as in the paper's scheme): both are atomic additions at the owner's memory. On one device
-//    (DRIFT_DEVICES=0,0) they are that device's atomics; between two devices, island_peers
+//    (--devices 0,0) they are that device's atomics; between two devices, island_peers
 //    demands native P2P atomics (cudaDevP2PAttrNativeAtomicSupported, NVLink), which the
 //    owner's memory performs like its own. The sums' order varies (float rounding), as with
 //    double buffering; deterministic mode pushes its int64 sums, so the result stays exact.

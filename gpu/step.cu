@@ -413,7 +413,7 @@ static decltype(&k_g2p2g<OLD, DET, false>) g2p2g_kernel(bool col) {
   return col ? k_g2p2g<OLD, DET, true> : k_g2p2g<OLD, DET, false>;
 }
 
-static int launch_g2p2g(cuda_state *s, int par) {
+static int step_g2p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
   const bool col = s->push;
   (s->asflip ? (s->det ? g2p2g_kernel<true, true>(col) : g2p2g_kernel<true, false>(col))
@@ -464,7 +464,7 @@ int step_record_out(cuda_state *s, int par) {
 
 int step_tail(cuda_state *s, int par) {
   DR_TRY(island_launch_pull(s, par));
-  DR_TRY(s->graph_fused ? launch_g2p2g(s, par) : step_g2p(s, par, lag_of(s)));
+  DR_TRY(s->graph_fused ? step_g2p2g(s, par) : step_g2p(s, par, lag_of(s)));
   return step_record_out(s, par);
 }
 
@@ -482,7 +482,7 @@ __global__ static void k_delay(unsigned long long ns) {
   } while (t - t0 < ns);
 }
 
-static int launch_skew(cuda_state *s, int where) {
+static int step_skew(cuda_state *s, int where) {
   if (s->skew_where != where || s->nm < 2 || s->me != s->skew_member) return DR_OK;
   k_delay<<<1, 1, 0, s->stream>>>(s->skew_ns);
   LAUNCHED("k_delay");
@@ -496,10 +496,10 @@ int step_launch(cuda_state *s, int par, int with_p2g) {
     LAUNCHED("k_begin_barrier");
   } else {
     DR_TRY(step_head(s, par, with_p2g));
-    DR_TRY(launch_skew(s, SKEW_PRE));
+    DR_TRY(step_skew(s, SKEW_PRE));
     DR_TRY(island_launch_barrier(s, par));
   }
-  DR_TRY(launch_skew(s, SKEW_POST));
+  DR_TRY(step_skew(s, SKEW_POST));
   DR_TRY(step_grid(s, par, GRID_ALL));
   if (s->atomics) DR_TRY(island_launch_barrier(s, par));
   return step_tail(s, par);

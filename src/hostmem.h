@@ -1,5 +1,5 @@
 /* hostmem.h - host buffers that a GPU copies to or from and MPI sends or receives (particle
- * records between ranks, in sim.c and gpu/backend_cuda.cu): page-locked up to a size, pageable
+ * records between ranks, in sim.c and gpu/particles_io.cu): page-locked up to a size, pageable
  * past it.
  *
  * Page-locking costs time in proportion to the size: the 70 MB of records of weak_2's rebalance

@@ -22,6 +22,7 @@
  *     mapping) gives errors of order the velocity itself.
  * Exits 77 (skipped) where no CUDA device is usable. */
 #include "gpu_query.h"
+#include "settings.h"
 #include "physics/constitutive.h"
 #include "sim/simtest.h"
 
@@ -66,7 +67,7 @@ static diffs diff_runs(const scene *s, const particles *pa, const particles *pb,
   return r;
 }
 
-/* The CUDA backend's choice (backend_cuda.cu, island_advance_frame): G2P2G for fixed steps below
+/* The CUDA backend's choice (gpu/island.cu, island_advance_frame): G2P2G for fixed steps below
  * parallel.g2p2g_below particles per GPU, never in deterministic mode. */
 static int fuses(const scene *s, size_t n, int gpus) {
   return s->dt > 0 && !s->deterministic && n / (size_t)gpus < (size_t)s->g2p2g_below;
@@ -91,9 +92,15 @@ static void compare(const char *name, const char *json) {
   char gname[256];
   gpu_count(&ngpu, gname, sizeof gname);
   const char *had = getenv("DRIFT_DEVICES");
-  if (ngpu < 2 && !had) setenv("DRIFT_DEVICES", "0,0", 1);
+  if (ngpu < 2 && !had) { /* settings.h reads the environment once: read it again */
+    setenv("DRIFT_DEVICES", "0,0", 1);
+    settings_reload();
+  }
   MUST(sim_create(&s, &o2, MPI_COMM_WORLD, &C));
-  if (ngpu < 2 && !had) unsetenv("DRIFT_DEVICES");
+  if (ngpu < 2 && !had) {
+    unsetenv("DRIFT_DEVICES");
+    settings_reload();
+  }
   CHECK(!strcmp(sim_backend_name(A), "cpu") && !strcmp(sim_backend_name(B), "cuda"), "backends %s, %s",
         sim_backend_name(A), sim_backend_name(B));
   double L = 0;
