@@ -122,7 +122,7 @@ int cuda_read_count(cuda_state *s, const void *dev, int *out) {
  * (the step's stream up to the interior's grid update), so that they run beside the interior's
  * G2P instead of after it: both are short launches of few packets whose time is their warps'
  * latency, which the interior's G2P now hides. No race: the shared update writes only shared
- * cuda_blocks (their velocities, and their other-parity sums, which it clears), which the interior's
+ * blocks (their velocities, and their other-parity sums, which it clears), which the interior's
  * G2P never reads (its stencils reach no shared block: xdev_boundary_order); the boundary's G2P reads
  * interior blocks that xint_ev ordered finished and shared blocks that xstream just updated, and
  * writes only its own packets; the flags of both G2Ps meet in step_ctl by atomics (any order gives
@@ -178,7 +178,7 @@ int cuda_p2g(void *state, float dt) {
   return step_p2g(s, s->par);
 }
 
-/* backend.h's cuda_p2g_part (ranks: sim.c sends the boundary's sums while the interior scatters). The
+/* backend.h's p2g_part (ranks: sim.c sends the boundary's sums while the interior scatters). The
  * boundary call does what p2g does before its P2G (the step's dt, primed sums), then scatters the
  * boundary packets; the interior call scatters the rest, on the same stream. */
 int cuda_p2g_part(void *state, float dt, int part) {
@@ -227,7 +227,7 @@ int cuda_p2g_part(void *state, float dt, int part) {
   return step_p2g_of(s, s->par, dp<int32_t>(s->pk_order), s->n_boundary);
 }
 
-/* backend.h's cuda_g2p_interior (ranks): the G2P of the packets whose stencils reach no block shared
+/* backend.h's g2p_interior (ranks): the G2P of the packets whose stencils reach no block shared
  * with another rank (xdev_boundary_order's interior list), queued behind grid_update_part(GRID_INTERIOR)
  * while the shared blocks' sums are in flight. Those packets read only interior blocks, which that
  * update has finished, and no later kernel of the step writes them (the unpack and the shared
@@ -356,7 +356,7 @@ void cuda_destroy(void *state) {
   free(s);
 }
 
-/* Allocation and cuda_upload (particles in packets of 32 in their given order, then a first
+/* Allocation and upload (particles in packets of 32 in their given order, then a first
  * rebuild-mapping sorts them); on failure the caller destroys s. */
 int cuda_setup(cuda_state *s, const particles *p) {
   CU(cudaSetDevice(s->device));

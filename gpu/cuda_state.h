@@ -101,7 +101,7 @@ typedef struct dvec {
 } dvec;
 
 /* Device allocations made (every member's; DRIFT_GPU_STAMPS tells the rebuild-mappings that made
- * some). The first allocation of a vector sized by the grid's cuda_blocks (DVEC_GRID) is DVEC_HEADROOM
+ * some). The first allocation of a vector sized by the grid's blocks (DVEC_GRID) is DVEC_HEADROOM
  * times what it needs then (half full like the others: it grows with the first rebuild-mapping
  * that needs more; the grid of falling material does, and cudaFree waits for the device). One
  * sized by the particles' packets (packets, ids, headers, sort keys, CUB's storage; DVEC_PK) is

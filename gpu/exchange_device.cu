@@ -8,7 +8,7 @@
 #include "cuda_state.h"
 
 /* cuda_p2g_part: flag[p] = 1 where packet p's particle block has a block shared with another rank
- * among its 27 physical cuda_blocks (its particles' stencils lie in them); iota[p] = p. */
+ * among its 27 physical blocks (its particles' stencils lie in them); iota[p] = p. */
 __global__ static void k_pk_boundary(size_t n_packets, const int2 *hdr, const int32_t *pb_nbr, const uint8_t *shared,
                                      uint8_t *flag, int32_t *iota) {
   const size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -48,7 +48,7 @@ __global__ static void k_mark(size_t n, const int32_t *idx, int32_t nb, int *bad
   if (i < n && index_ok(idx[i], nb, bad)) flags[idx[i]] = 1;
 }
 
-/* The node exchange (backend.h's cuda_node_masks, cuda_pack_nodes, cuda_unpack_add_nodes; mpi/exchange.h):
+/* The node exchange (backend.h's node_masks, pack_nodes, unpack_add_nodes; mpi/exchange.h):
  * one warp per listed block, a lane for nodes lane and lane + 32. k_node_masks writes the block's
  * mask of nodes where some channel of this step's sums is non-zero (0 for an untouched block);
  * the pack and the unpack move the values of the nodes the mask marks, block k's from
@@ -237,7 +237,7 @@ static const int32_t *device_indices(cuda_state *s, const int32_t *idx, size_t n
 }
 
 /* After the sync that follows an exchange kernel: an index that kernel found outside the
- * mapping's cuda_blocks (index_ok) becomes an error naming the call. */
+ * mapping's blocks (index_ok) becomes an error naming the call. */
 int xdev_xbad_check(cuda_state *s, const char *call, size_t n) {
   if (!s->h_xbad[0]) return DR_OK;
   const int blk = s->h_xbad[1];
@@ -443,7 +443,7 @@ int cuda_node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
   const int32_t *didx;
   const int n_xl = s->n_xl;
   const void *msg = x->msg.ptr;
-  DR_TRY(indices_for(s, idx, n, &didx, "cuda_node_masks_async"));
+  DR_TRY(indices_for(s, idx, n, &didx, "node_masks_async"));
   DVEC(x->msg, n * sizeof(unsigned long long), "exchange buffer");
   DR_TRY(cuda_host_pinned(&x->h_masks, &x->h_masks_cap, n * sizeof(unsigned long long), "the exchange's node masks"));
   cudaStream_t st;
@@ -467,11 +467,11 @@ int cuda_node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
 int cuda_node_masks_wait(void *state, int slot, uint64_t *out) {
   cuda_state *s = (cuda_state *)state;
   if (slot < 0 || slot >= s->n_pslot)
-    return dr_fail(DR_EINTERNAL, "cuda backend: cuda_node_masks_wait(%d) without its cuda_node_masks_async", slot);
+    return dr_fail(DR_EINTERNAL, "cuda backend: node_masks_wait(%d) without its node_masks_async", slot);
   pslot *x = &s->pslot[slot];
   if (x->n == 0) return DR_OK;
   CU(cudaEventSynchronize(x->ev));
-  DR_TRY(xdev_xbad_check(s, "cuda_node_masks_async (k_node_masks)", x->n));
+  DR_TRY(xdev_xbad_check(s, "node_masks_async (k_node_masks)", x->n));
   memcpy(out, x->h_masks, x->n * sizeof(uint64_t));
   return DR_OK;
 }
@@ -522,7 +522,7 @@ int cuda_pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *m
   const size_t bytes = nodes_bytes(s, nodes_marked(mask, base, n));
   if (bytes == 0) return DR_OK;
   const int32_t *didx;
-  DR_TRY(indices_for(s, idx, n, &didx, "cuda_pack_nodes"));
+  DR_TRY(indices_for(s, idx, n, &didx, "pack_nodes"));
   const unsigned long long *dmask;
   const unsigned *dbase;
   char *msg;
@@ -538,7 +538,7 @@ int cuda_pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *m
         n, bs, didx, nb, s->d_xbad, dmask, dbase, dp<float>(s->grid[s->par]), grid0_of(s, s->par),
         reinterpret_cast<float *>(msg));
   LAUNCHED("k_move_nodes (pack)");
-  return nodes_pack_end(s, out, msg, bytes, n, "cuda_pack_nodes (k_move_nodes)");
+  return nodes_pack_end(s, out, msg, bytes, n, "pack_nodes (k_move_nodes)");
 }
 
 /* A received node message, its masks and their prefix sums copied to s's device on xstream at once,
@@ -567,7 +567,7 @@ int cuda_unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint6
   const size_t bytes = nodes_bytes(s, nodes_marked(mask, base, n));
   if (bytes == 0) return DR_OK;
   const int32_t *didx;
-  DR_TRY(indices_for(s, idx, n, &didx, "cuda_unpack_add_nodes"));
+  DR_TRY(indices_for(s, idx, n, &didx, "unpack_add_nodes"));
   char *msg;
   const unsigned long long *m;
   const unsigned *b;
@@ -619,12 +619,12 @@ int cuda_mark_shared(void *state, const int32_t *idx, size_t n) {
   }
   if (n == 0) return DR_OK;
   s->shared_bound += n; /* a block two links share counts twice: a bound */
-  DR_TRY(register_indices(s, idx, n, "cuda_mark_shared"));
+  DR_TRY(register_indices(s, idx, n, "mark_shared"));
   k_mark<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       n, device_indices(s, idx, n), (int32_t)s->n_blocks, s->d_xbad, dp<uint8_t>(s->shared));
   LAUNCHED("k_mark");
   CU(cudaStreamSynchronize(s->stream));
-  return xdev_xbad_check(s, "cuda_mark_shared (k_mark)", n);
+  return xdev_xbad_check(s, "mark_shared (k_mark)", n);
 }
 
 /* xdev_shared_list: the marked blocks' indices, in no particular order (each block's update is its
@@ -659,7 +659,7 @@ int xdev_boundary_order(cuda_state *s) {
   const size_t n = s->n_packets;
   s->n_boundary = 0;
   if (n > 0) {
-    DVEC(s->pk_order, n * sizeof(int32_t), "packet order (cuda_p2g_part)");
+    DVEC(s->pk_order, n * sizeof(int32_t), "packet order (p2g_part)");
     uint8_t *flag = dp<uint8_t>(s->keys[0]); /* the sort's scratch (>= n_packets * LANES * 8 bytes) */
     int32_t *iota = dp<int32_t>(s->vals[0]);
     k_pk_boundary<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
@@ -670,7 +670,7 @@ int xdev_boundary_order(cuda_state *s) {
     int nb = 0;
     DR_TRY(cuda_read_count(s, s->count.ptr, &nb));
     s->n_boundary = (size_t)nb;
-    TRACE("cuda_p2g_part: %d of %zu packets on device %d reach shared blocks", nb, n, s->device);
+    TRACE("p2g_part: %d of %zu packets on device %d reach shared blocks", nb, n, s->device);
   }
   s->order_stale = 0;
   return DR_OK;
@@ -729,7 +729,7 @@ int island_blocks(void *state, const uint64_t **codes, size_t *n) {
 static const island_xlist *island_find(const island *I, const int32_t *idx, size_t n, const char *call) {
   for (int j = I->n_xl - 1; j >= 0; --j)
     if (I->xl[j].host == idx && I->xl[j].n == n) return &I->xl[j];
-  dr_fail(DR_EINTERNAL, "cuda island: %s: a shared-block list of %zu blocks that cuda_mark_shared did not see (issue #8)",
+  dr_fail(DR_EINTERNAL, "cuda island: %s: a shared-block list of %zu blocks that mark_shared did not see (issue #8)",
           call, n);
   return NULL;
 }
@@ -763,7 +763,7 @@ int island_mark_shared(void *state, const int32_t *idx, size_t n) {
   for (size_t j = 0; j < n; ++j) {
     const int32_t u = idx[j];
     if (u < 0 || (size_t)u >= I->n_codes)
-      return dr_fail(DR_EINTERNAL, "cuda island: cuda_mark_shared: block %d of a list is not among the rank's %zu blocks",
+      return dr_fail(DR_EINTERNAL, "cuda island: mark_shared: block %d of a list is not among the rank's %zu blocks",
                      (int)u, I->n_codes);
     for (int k = 0; k < I->nm; ++k) {
       const int32_t w = I->where[k][u];
@@ -820,7 +820,7 @@ static island_bufs island_bufs_of(island *I) {
  * copy (and, with p2p_atomics, before the pushes into it). */
 int island_node_masks(void *state, const int32_t *idx, size_t n, uint64_t *out) {
   island *I = (island *)state;
-  const island_xlist *e = island_find(I, idx, n, "cuda_node_masks");
+  const island_xlist *e = island_find(I, idx, n, "node_masks");
   if (!e) return DR_EINTERNAL;
   if (n == 0) return DR_OK;
   cuda_state *s = I->m[0];
@@ -841,13 +841,13 @@ int island_node_masks(void *state, const int32_t *idx, size_t n, uint64_t *out) 
   LAUNCHED("k_island_node_masks");
   CU(cudaMemcpyAsync(out, mask, n * sizeof(uint64_t), cudaMemcpyDeviceToHost, s->stream));
   CU(cudaStreamSynchronize(s->stream));
-  return xdev_xbad_check(s, "cuda_node_masks (k_island_node_masks)", n);
+  return xdev_xbad_check(s, "node_masks (k_island_node_masks)", n);
 }
 
 int island_pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
                       void *out) {
   island *I = (island *)state;
-  const island_xlist *e = island_find(I, idx, n, "cuda_pack_nodes");
+  const island_xlist *e = island_find(I, idx, n, "pack_nodes");
   if (!e) return DR_EINTERNAL;
   cuda_state *s = I->m[0];
   const size_t bytes = nodes_bytes(s, nodes_marked(mask, base, n));
@@ -867,13 +867,13 @@ int island_pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t 
     k_island_pack_nodes<float><<<blocks_for(n * 32, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->xstream>>>(
         n, bs, lm, b, s->d_xbad, dmask, dbase, reinterpret_cast<float *>(msg));
   LAUNCHED("k_island_pack_nodes");
-  return nodes_pack_end(s, out, msg, bytes, n, "cuda_pack_nodes (k_island_pack_nodes)");
+  return nodes_pack_end(s, out, msg, bytes, n, "pack_nodes (k_island_pack_nodes)");
 }
 
 int island_unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
                             const void *in) {
   island *I = (island *)state;
-  const island_xlist *e = island_find(I, idx, n, "cuda_unpack_add_nodes");
+  const island_xlist *e = island_find(I, idx, n, "unpack_add_nodes");
   if (!e) return DR_EINTERNAL;
   cuda_state *s = I->m[0];
   const size_t bytes = nodes_bytes(s, nodes_marked(mask, base, n));

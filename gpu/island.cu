@@ -437,7 +437,7 @@ static int island_p2g(void *state, float dt) {
   return DR_OK;
 }
 
-/* backend.h's cuda_p2g_part on the island: each member's (its boundary: blocks it shares with other
+/* backend.h's p2g_part on the island: each member's (its boundary: blocks it shares with other
  * ranks, island_mark_shared); the boundary call first does island_p2g's care of primed sums. */
 static int island_p2g_part(void *state, float dt, int part) {
   island *I = (island *)state;
@@ -505,7 +505,7 @@ static int island_grid_update_part(void *state, float dt, int part) {
   return DR_OK;
 }
 
-/* backend.h's cuda_g2p_interior on the island: each member's G2P of its packets whose stencils reach no
+/* backend.h's g2p_interior on the island: each member's G2P of its packets whose stencils reach no
  * block shared with another rank (its xdev_boundary_order), queued behind its grid update of the
  * interior (island_grid_update_part(GRID_INTERIOR)) while the shared sums are in flight. A member's
  * G2P reads only its own copies of the blocks, which that member's interior update has finished
@@ -576,7 +576,7 @@ int island_g2p_collect(island *I) {
     if (I->m[k]->unpack_check_n) {
       const size_t n = I->m[k]->unpack_check_n;
       I->m[k]->unpack_check_n = 0;
-      DR_TRY(xdev_xbad_check(I->m[k], "cuda_unpack_add_nodes", n));
+      DR_TRY(xdev_xbad_check(I->m[k], "unpack_add_nodes", n));
     }
   if (fix >= 0) return step_fail_fix(I->m[fix], I->m[fix]->h_slot[I->m[fix]->last_par].fix_bad_id);
   if (bad >= 0) return step_fail_bad(I->m[bad], I->m[bad]->h_slot[I->m[bad]->last_par].bad_id);

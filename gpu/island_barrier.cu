@@ -29,7 +29,7 @@
 //    nothing reads the old buffers while they are swapped out. Each member records rebuilt_ev
 //    after its rebuild, and a member's k_tag waits on its GPU for every peer's event
 //    (job_rebuild, island_tag_member), so the hash tables k_tag reads are complete; the primed sums
-//    that a member's rebuild moves to its new cuda_blocks (keep_primed) are read by the peers only in
+//    that a member's rebuild moves to its new blocks (keep_primed) are read by the peers only in
 //    their k_grid after the next barrier, which the member reaches after its rebuild in stream
 //    order (p2p_atomics: a member's k_push comes after its k_tag, so after the owners' clears of
 //    their rebuilt buffers). The host captures the next graphs meanwhile: the peers' buffers are

@@ -253,7 +253,7 @@ static int append_records(cuda_state *s, const void *rec, size_t m) {
   return DR_OK;
 }
 
-/* backend.h's cuda_add_records (sim.c's buffers are pinned by cuda_alloc_sums): append_records, then the
+/* backend.h's add_records (sim.c's buffers are pinned by alloc_sums): append_records, then the
  * rebuild-mapping, as cuda_add_particles. */
 int cuda_add_records(void *state, const void *rec, size_t m) {
   cuda_state *s = (cuda_state *)state;
@@ -286,7 +286,7 @@ static size_t unpack_host(const cuda_state *s, const float *pk, const uint64_t *
   return i;
 }
 
-/* backend.h's emigrate and cuda_emigrate_records: the particles whose block lies outside [lo, hi) leave
+/* backend.h's emigrate and emigrate_records: the particles whose block lies outside [lo, hi) leave
  * the device. Only they cross to the host (k_leave flags them, a scan numbers them in slot order,
  * k_leave_records packs them); their slots are marked gone, and the caller's next rebuild-mapping
  * (cuda_add_particles, cuda_add_records or rebuild) sorts them out of the mapping. Until then the device
@@ -332,7 +332,7 @@ static int left(cuda_state *s, int m) {
   return DR_OK;
 }
 
-/* backend.h's cuda_emigrate_records: the leaving particles packed as records on the device
+/* backend.h's emigrate_records: the leaving particles packed as records on the device
  * (k_leave_records) and copied once into pinned host memory, which sim.c sends as it is; no
  * attribute-by-attribute unpacking on the host. */
 int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec, size_t *n) {
@@ -359,7 +359,7 @@ int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3],
   return left(s, m);
 }
 
-/* backend.h's cuda_reserve_records: the device and host buffers of cuda_emigrate_records for n records.
+/* backend.h's reserve_records: the device and host buffers of cuda_emigrate_records for n records.
  * cuda_add_records reads sim.c's buffer, which sim.c reserves. */
 int cuda_reserve_records(void *state, size_t n) {
   cuda_state *s = (cuda_state *)state;
@@ -414,7 +414,7 @@ int cuda_download(void *state, particles *out) {
   return rc;
 }
 
-/* backend.h's cuda_particle_blocks: the mapping's particle cuda_blocks (pb_coord) and their counts
+/* backend.h's particle_blocks: the mapping's particle blocks (pb_coord) and their counts
  * (pb_start's differences), copied to the host; the particles stay on the device. */
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx) {
   cuda_state *s = (cuda_state *)state;
@@ -595,7 +595,7 @@ int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], parti
   return DR_OK;
 }
 
-/* backend.h's cuda_emigrate_records on the island: each member packs its leaving particles on its
+/* backend.h's emigrate_records on the island: each member packs its leaving particles on its
  * device (cuda_emigrate_records), and the island's buffer holds them all, member by member. */
 int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec,
                             size_t *n) {
@@ -621,7 +621,7 @@ int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3
   return DR_OK;
 }
 
-/* backend.h's cuda_add_records on the island: as island_add_particles (the new particles go to the
+/* backend.h's add_records on the island: as island_add_particles (the new particles go to the
  * members along the split axis, each up to its even share), each member's share gathered into
  * pinned memory and unpacked on its device (append_records); then every member rebuilds. */
 int island_add_records(void *state, const void *rec, size_t m) {
@@ -654,7 +654,7 @@ int island_add_records(void *state, const void *rec, size_t m) {
   return island_rebuild(I);
 }
 
-/* backend.h's cuda_reserve_records for an island: its own buffers (the records of all members, and a
+/* backend.h's reserve_records for an island: its own buffers (the records of all members, and a
  * member's share of the arrivals), and every member's, each for all n: the particles leaving
  * the rank may all come from the member at one end of the island's axis. */
 int island_reserve_records(void *state, size_t n) {

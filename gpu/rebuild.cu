@@ -213,7 +213,7 @@ int rebuild_push_buffers(cuda_state *s, size_t n_packets) {
  * it), i.e. at the stencil nodes b..b+2 of some particle's base node b, and that scatter is
  * complete: the G2P2G zone test (k_g2p2g's zone) leaves a cell of slack for the move before
  * it and one per queued step (the top of gpu/backend_cuda.cu), so each stencil lay inside the particle's
- * old physical cuda_blocks (a particle faster than DR_RUNAWAY_CELLS, or one whose stencil left them,
+ * old physical blocks (a particle faster than DR_RUNAWAY_CELLS, or one whose stencil left them,
  * is flagged, step_fail_bad, and the run stops). Nothing moves the particles between that scatter
  * and this rebuild, which assigns each to the particle block P = (b + 1) >> 2 of the same base
  * node (k_keys computes b as locate() does), so b - 4P is in [-1, 2] and the stencil in [-1, 4]
@@ -229,7 +229,7 @@ static int keep_primed(cuda_state *s, size_t old_nb) {
     dvec_swap(&s->grid[q], &s->old_grid);
     if (s->asflip) dvec_swap(&s->grid0[q], &s->old_grid0);
   }
-  DVEC(s->old_to_new, old_nb * sizeof(int32_t), "grid cuda_blocks (G2P2G across a rebuild)");
+  DVEC(s->old_to_new, old_nb * sizeof(int32_t), "grid blocks (G2P2G across a rebuild)");
   return DR_OK;
 }
 
@@ -408,11 +408,11 @@ int rebuild_now(cuda_state *s) {
     CU(cudaMemsetAsync(s->grid[k].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), st));
     CU(cudaMemsetAsync(s->touched[k].ptr, 0, s->n_blocks, st));
     if (s->asflip) {
-      DVEC_GRID(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid cuda_blocks (ASFLIP)");
+      DVEC_GRID(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
       CU(cudaMemsetAsync(s->grid0[k].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), st));
     }
     if (s->det) {
-      DVEC_GRID(s->igrid[k], s->n_blocks * int_floats(s) * sizeof(long long), "grid cuda_blocks (fixed point)");
+      DVEC_GRID(s->igrid[k], s->n_blocks * int_floats(s) * sizeof(long long), "grid blocks (fixed point)");
       CU(cudaMemsetAsync(s->igrid[k].ptr, 0, s->n_blocks * int_floats(s) * sizeof(long long), st));
     }
   }
@@ -427,12 +427,12 @@ int rebuild_now(cuda_state *s) {
   }
   if (s->nm > 1) { /* the island: the grid update's output (or the owners) and the peers' block indices (k_tag) */
     if (s->atomics) {
-      DVEC_GRID(s->own, s->n_blocks, "grid cuda_blocks (island owners)");
+      DVEC_GRID(s->own, s->n_blocks, "grid blocks (island owners)");
     } else {
-      DVEC_GRID(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid cuda_blocks (island velocities)");
-      if (s->asflip) DVEC_GRID(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid cuda_blocks (island, ASFLIP)");
+      DVEC_GRID(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
+      if (s->asflip) DVEC_GRID(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
     }
-    DVEC_GRID(s->tags, s->n_blocks * (size_t)(s->nm - 1) * sizeof(int32_t), "grid cuda_blocks (island tags)");
+    DVEC_GRID(s->tags, s->n_blocks * (size_t)(s->nm - 1) * sizeof(int32_t), "grid blocks (island tags)");
   }
   DVEC_GRID(s->shared, s->n_blocks, "grid blocks");
   CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, st));

@@ -41,6 +41,7 @@ static void marks_entry(const char *pretty, int tag, char *out, size_t cap) {
   const char *f = pretty; /* the last " = " names F ("[with A = {float}; int (* F)(void*, A ...) = g2p]") */
   for (const char *q = strstr(pretty, " = "); q; q = strstr(q + 3, " = ")) f = q + 3;
   if (*f == '&') ++f;
+  if (!strncmp(f, "cuda_", 5)) f += 5; /* the op's name (cuda_p2g: p2g), as backend.h calls it */
   size_t k = 0;
   while (f[k] && f[k] != ']' && f[k] != ';' && k + 1 < cap) out[k] = f[k], ++k;
   out[k] = 0;
