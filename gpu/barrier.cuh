@@ -6,6 +6,8 @@
 #ifndef DRIFT_GPU_BARRIER_CUH
 #define DRIFT_GPU_BARRIER_CUH
 
+#include "cuda_state.h"
+
 /* This member's arrival: its count, after everything it wrote before (visible to the peers first). */
 __device__ __forceinline__ unsigned island_publish(step_ctl *c, const island_view &iv) {
   const unsigned seq = ++c->bar_seq;

@@ -6,6 +6,8 @@
 #ifndef DRIFT_GPU_BLOCK_TABLE_CUH
 #define DRIFT_GPU_BLOCK_TABLE_CUH
 
+#include "cuda_state.h"
+
 /* ---- hash table --------------------------------------------------------------------------- */
 
 #define TABLE_EMPTY 0xffffffffffffffffULL /* cudaMemset 0xff makes every key empty */

@@ -5,6 +5,8 @@
 #ifndef DRIFT_GPU_G2P_CUH
 #define DRIFT_GPU_G2P_CUH
 
+#include "cuda_state.h"
+
 /* The particle collision step (physics/boundary.h) of one particle. Only the COL variants of
  * k_g2p and k_g2p2g call it (scenes with a slip or separate collider). Out of line, CUDA 13 for
  * sm_90 gives k_g2p 80 registers (ASFLIP: 80; without it 56 and 72) and k_g2p2g 96 instead of

@@ -8,6 +8,8 @@
 #ifndef DRIFT_GPU_GRID_CUH
 #define DRIFT_GPU_GRID_CUH
 
+#include "cuda_state.h"
+
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
  * fused with clearing the other buffer where the step before touched it. One thread per node;
  * a node's channels read and written as one vector (node_load, node_store).
