@@ -277,17 +277,16 @@ __device__ __forceinline__ void p2g_add_node_fix(fixp fp, uint8_t *__restrict__ 
  * walk has no shuffle and no dependence between records, and it issues one atomic per node and
  * cell. Lanes 27-31 walk idle. DET: each record's contribution becomes an integer (fix_to) before
  * the lane adds it, so the sums do not depend on the order. Tested on the host
- * (tests/gpu/test_p2g_warp.cc). Against the shuffles it made Sand Blocks l = 46 7.7% faster on one
- * H200, its G2P2G variant 13.9% and l = 12 3.9% (docs/performance.md). */
+ * (tests/gpu/test_p2g_warp.cc). It replaced a reduction by shuffles, which was slower on every
+ * scene tried (see docs/performance.md (decisions)). */
 /* Floats per record and where its weights start: m, b[3], dx A[9] (row-major), then for ASFLIP
  * bo[3] = m v - dx mC fx and dx mC[9], then the weights, then (DET) the lane, padded so that the
  * float4 loads stay aligned.
  * The weights: the 9 products wx wy of the first two axes' weights ((ei, ej) at 3 ei + ej), then
  * the 3 weights of the third, so that a lane's weight in the walk is 2 loads and 1 product
  * instead of 3 loads and 2 products (a record's 9 products cost its lane 9). The sums are
- * bitwise those of the 9 weights: w is (wx wy) wz either way. One H100, Sand Blocks l = 46, with
- * the SVD polish gate (svd.h): k_p2g 304.4M -> 298.2M warp instructions, 482 -> 478 us
- * (docs/performance.md, 2026-11-27 sixth). */
+ * bitwise those of the 9 weights: w is (wx wy) wz either way (fewer warp instructions in k_p2g;
+ * see docs/performance.md (decisions)). */
 #define GREC_WFLOATS 12
 #define GREC_W(OLD) ((OLD) ? 25 : 13)
 #define GREC_SRC(OLD) (GREC_W(OLD) + GREC_WFLOATS) /* deterministic mode: the record's lane in the packet */
@@ -296,7 +295,7 @@ __device__ __forceinline__ void p2g_add_node_fix(fixp fp, uint8_t *__restrict__ 
 /* The box sums (p2g_gather's NODESUM: k_g2p2g's G2P2G_NODESUM, k_p2g's P2G_NODESUM; p2g_any). The
  * per-cell walk below issues 27 global atomics a cell (108 floats), so a packet whose particles
  * spread over more cells (they cross cell faces between two rebuild-mappings: the boxes thrown
- * across an island's split, docs/performance.md, 2026-11-28 fifteenth) adds more, to nodes that
+ * across an island's split) adds more, to nodes that
  * its cells' stencils share. With the box sums the walk is the same, but where a cell's run ends
  * each of the 27 lanes adds its node's sums into the warp's box in shared memory (the box its
  * cells' stencils span, their cells' box 2 nodes wider on every axis, 4 floats a node, 7 with
@@ -479,11 +478,9 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
 
 /* The P2G of a warp's packet (p2g_gather), with the box sums (p2g_box) of at most NODESUM nodes a
  * packet (0: none); s_p2g: P2G_SMEM floats of the warp's shared memory (p2g_gather's records and
- * box). The box sums pay where P2G is latency-bound
- * and lose where it is throughput-bound (1 x H200, docs/performance.md, 2026-11-28 sixteenth:
- * Sand Blocks l = 12, whose steps are the fused G2P2G's, 1.167 against 1.295 ms a frame; l = 46,
- * k_p2g's, 30.3 against 26.1 with the box, 26.7 with the box compiled in and never taken), so
- * k_g2p2g, which runs below parallel.g2p2g_below particles a GPU, takes them
+ * box). The box sums pay where P2G is latency-bound (the small scenes whose steps are the
+ * fused G2P2G's) and lose where it is throughput-bound (the large ones, k_p2g's; see
+ * docs/performance.md (decisions)), so k_g2p2g, which runs below parallel.g2p2g_below particles a GPU, takes them
  * (G2P2G_NODESUM) and k_p2g does not (P2G_NODESUM). */
 #define P2G_NODESUM 0     /* k_p2g: no box sums */
 #define G2P2G_NODESUM 216 /* k_g2p2g: the most nodes of a packet's box it takes */
@@ -539,10 +536,9 @@ __device__ __forceinline__ void g2p_nodes_direct(int ok, const int d[3], const f
       }
 }
 
-/* The same gather through a tile in shared memory, G2P's own. Against the direct gather, on one
- * H100, A/B of two rounds, 60 frames:
- * Crawling in Snow at the paper's step +2.5% (58.1 to 59.6 fps), Sand Blocks l = 46 +1.9%, l = 23
- * +2%, 16 x l = 46 +1.1%, l = 12 and the Fountain within noise (docs/performance.md). The warp's particles sit in a few cells of one particle block, so their stencils
+/* The same gather through a tile in shared memory, G2P's own: faster than the direct gather on
+ * the larger scenes, within noise on the small ones (see docs/performance.md (decisions)). The
+ * warp's particles sit in a few cells of one particle block, so their stencils
  * overlap: the union of the stencils is the box [lo, hi + 2] of the lanes' offsets d (a warp
  * minimum and maximum per axis), 6 x 6 x 6 nodes right after a rebuild-mapping. The warp loads
  * that box once into the tile (a node per lane and round, its block through lane nb's my_nbr),

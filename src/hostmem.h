@@ -1,6 +1,6 @@
 /* hostmem.h - host buffers that a GPU copies to or from and MPI sends or receives (particle
- * records between ranks, in sim_migrate.c and gpu/backend_cuda.cu): page-locked up to a size,
- * pageable past it.
+ * records between ranks, in src/sim_migrate.c and gpu/particles_io.cu): page-locked up to a size, pageable
+ * past it.
  *
  * Page-locking costs time in proportion to the size: the tens of MB of records of a large
  * rebalance take longer to pin than to copy. Past

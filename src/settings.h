@@ -44,7 +44,7 @@ enum setting_from { SETTING_DEFAULT, SETTING_ENV, SETTING_OPTION };
 /* The values of an on|off|auto setting (which also takes 1 and 0, as a bool does). */
 enum { SETTING_OFF = 0, SETTING_ON = 1, SETTING_AUTO = 2 };
 
-#define SETTINGS_MAX_DEVICES 8 /* an island's GPUs at most (gpu/backend_cuda.cu, MAX_GPUS) */
+#define SETTINGS_MAX_DEVICES 8 /* an island's GPUs at most (gpu/cuda_state.h, MAX_GPUS) */
 #define SETTINGS_TEXT_MAX 256
 
 typedef struct drift_settings {

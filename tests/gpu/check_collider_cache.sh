@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check_collider_cache.sh DRIFT COMPARE_FRAMES SCENE FRAMES
 #
-# The collider cache of the CUDA grid update (gpu/backend_cuda.cu, k_cc_fill). SCENE (a mesh
+# The collider cache of the CUDA grid update (gpu/colliders.cu, k_cc_fill). SCENE (a mesh
 # collider without keyframes whose sequence changes frame during the run: Crawling in Snow) runs
 # FRAMES frames in deterministic mode (parallel.deterministic: the P2G sums are exact, so a run
 # repeats bitwise) two ways, compared by particle id at every frame: the cache as it runs

@@ -14,7 +14,7 @@
 # included, runs, only not across NVLink). Exit 77 (skipped) without a GPU.
 #
 # FLAGs go to the island runs: --island-barrier events and --island-reduce p2p_atomics run the
-# paper's alternatives (gpu/backend_cuda.cu, "the island"), whose island must agree likewise
+# paper's alternatives (gpu/island_barrier.cu), whose island must agree likewise
 # (and which the island's log line must name).
 set -u
 drift=$1 compare=$2 scene=$3 xtol=$4 vtol=$5 counts=${6:-"2 4"}

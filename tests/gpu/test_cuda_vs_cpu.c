@@ -67,7 +67,7 @@ static diffs diff_runs(const scene *s, const particles *pa, const particles *pb,
   return r;
 }
 
-/* The CUDA backend's choice (backend_cuda.cu, island_advance_frame): G2P2G for fixed steps below
+/* The CUDA backend's choice (gpu/island.cu, island_advance_frame): G2P2G for fixed steps below
  * parallel.g2p2g_below particles per GPU, never in deterministic mode. */
 static int fuses(const scene *s, size_t n, int gpus) {
   return s->dt > 0 && !s->deterministic && n / (size_t)gpus < (size_t)s->g2p2g_below;
