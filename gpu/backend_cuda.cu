@@ -442,7 +442,7 @@ int cuda_setup(cuda_state *s, const particles *p) {
    * lattices, placed by its (constant) pose, widened by a cell */
   s->n_cc = 0;
   s->cc_every = settings()->collider_cache == 2;
-  if (hb->n_colliders > 0 && settings()->collider_cache != 0) {
+  if (hb->n_colliders > 0) {
     int idx[64];
     int *index = hb->n_colliders <= 64 ? idx : (int *)malloc((size_t)hb->n_colliders * sizeof(int));
     if (!index) return dr_fail(DR_ENOMEM, "collider cache: out of host memory");

@@ -69,7 +69,7 @@ int island_devices(const sim_params *prm, int *dev, int *n) {
   const int local = prm->local_size > 0 ? prm->local_size : 1;
   const int want = prm->gpus > 0 ? prm->gpus : (count / local > 0 ? count / local : 1);
   if (want > count) {
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    const char *cvd = settings_cuda_visible_devices();
     return dr_fail(DR_EINPUT, "parallel.gpus_per_rank %d: only %d GPU%s visible%s%s%s", want, count,
                    count == 1 ? " is" : "s are", cvd ? " (CUDA_VISIBLE_DEVICES=" : "", cvd ? cvd : "", cvd ? ")" : "");
   }

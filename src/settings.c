@@ -315,6 +315,8 @@ const char *settings_source(setting_id id, char *buf, size_t len) {
   return buf;
 }
 
+const char *settings_cuda_visible_devices(void) { return getenv("CUDA_VISIBLE_DEVICES"); }
+
 /* Prints text from column 19, in lines of at most 100 characters; the first line after head
  * where head leaves room, else on a line of its own. */
 static void wrapped(FILE *f, const char *head, const char *text) {

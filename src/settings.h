@@ -98,6 +98,10 @@ int settings_read(drift_settings *out, int *argc, char **argv);
  * for the message of a user that checks the value further (a string, the device count). */
 const char *settings_source(setting_id id, char *buf, size_t len);
 
+/* The CUDA runtime's CUDA_VISIBLE_DEVICES (NULL where unset): not a drift setting, read here so
+ * that a message about too few GPUs can quote it. */
+const char *settings_cuda_visible_devices(void);
+
 /* Lists the settings of kind (SETTING_USER: the options; SETTING_DEBUG: the variables) with
  * their values, defaults and help, for drift --help and --help-debug. */
 void settings_print_help(FILE *f, int kind);
