@@ -26,7 +26,7 @@ __global__ static void k_pk_boundary(size_t n_packets, const int2 *hdr, const in
  * channels of grid buffer g x 64 nodes, channel-major, then with ASFLIP (g0) the 3 channels of
  * the momentum without the stress impulse. One thread per value. */
 /* An exchange kernel's block index must lie in [0, nb) of the current mapping. One that does not
- * (a stale or corrupted list: issue #8) is not used; it goes to bad[1] and bad[0] is set (mapped
+ * (a stale or corrupted list) is not used; it goes to bad[1] and bad[0] is set (mapped
  * pinned host memory, plain stores: no atomics over PCIe; with several bad indices any one is
  * reported), and the host turns it into an error after its sync (xdev_xbad_check). Always on: one
  * compare per value. */
@@ -244,7 +244,7 @@ int xdev_xbad_check(cuda_state *s, const char *call, size_t n) {
   s->h_xbad[0] = s->h_xbad[1] = 0;
   return dr_fail(DR_EINTERNAL,
                  "cuda backend: %s: block index %d of a shared-block list (%zu blocks) is outside the %zu grid blocks "
-                 "of the current mapping (rebuild %llu): a stale or corrupted exchange list (issue #8)",
+                 "of the current mapping (rebuild %llu): a stale or corrupted exchange list",
                  call, blk, n, s->n_blocks, (unsigned long long)s->rebuilds);
 }
 
@@ -255,7 +255,7 @@ static int register_indices(cuda_state *s, const int32_t *idx, size_t n, const c
     if (idx[k] < 0 || (size_t)idx[k] >= s->n_blocks)
       return dr_fail(DR_EINTERNAL,
                      "cuda backend: %s: entry %zu of a shared-block list of %zu is block %d, outside the %zu grid "
-                     "blocks of the current mapping (rebuild %llu): a stale or corrupted exchange list (issue #8)",
+                     "blocks of the current mapping (rebuild %llu): a stale or corrupted exchange list",
                      call, k, n, (int)idx[k], s->n_blocks, (unsigned long long)s->rebuilds);
   if (s->n_xl == s->xl_cap) {
     const int cap = s->xl_cap ? 2 * s->xl_cap : 16;
@@ -280,7 +280,7 @@ static int indices_for(cuda_state *s, const int32_t *idx, size_t n, const int32_
   if (e && e->mapping != s->rebuilds) /* every rebuild-mapping must be followed by exchange_setup */
     return dr_fail(DR_EINTERNAL,
                    "cuda backend: %s: a shared-block list registered at rebuild %llu is used after rebuild %llu "
-                   "(%zu grid blocks now): exchange_setup did not follow the rebuild-mapping (issue #8)",
+                   "(%zu grid blocks now): exchange_setup did not follow the rebuild-mapping",
                    call, (unsigned long long)e->mapping, (unsigned long long)s->rebuilds, s->n_blocks);
   if (!e) DR_TRY(register_indices(s, idx, n, call));
   *out = device_indices(s, idx, n);
@@ -729,7 +729,7 @@ int island_blocks(void *state, const uint64_t **codes, size_t *n) {
 static const island_xlist *island_find(const island *I, const int32_t *idx, size_t n, const char *call) {
   for (int j = I->n_xl - 1; j >= 0; --j)
     if (I->xl[j].host == idx && I->xl[j].n == n) return &I->xl[j];
-  dr_fail(DR_EINTERNAL, "cuda island: %s: a shared-block list of %zu blocks that mark_shared did not see (issue #8)",
+  dr_fail(DR_EINTERNAL, "cuda island: %s: a shared-block list of %zu blocks that mark_shared did not see",
           call, n);
   return NULL;
 }

@@ -167,7 +167,9 @@ typedef struct backend {
    * boundary's P2G completed (the interior's P2G, queued before it, touches none), and returns
    * once out holds the message. unpack_add_nodes adds such a message to the listed blocks (each
    * block it marks is one this rank's P2G touched: the AND holds this rank's mask); in, mask and
-   * base stay unchanged until the next g2p returns (cuda: the copy is queued, not waited for). */
+   * base stay unchanged until the next g2p returns (cuda: the copy is queued, not waited for).
+   * Each idx list these take is one that mark_shared was given since its last reset (an island
+   * keeps each member's part of every such list). */
   int (*node_masks)(void *state, const int32_t *idx, size_t n, uint64_t *out);
   int (*node_masks_async)(void *state, int slot, const int32_t *idx, size_t n);
   int (*node_masks_wait)(void *state, int slot, uint64_t *out);

@@ -186,6 +186,10 @@ static backend scattered(const sim_params *prm, int32_t **idx, size_t *n) {
   MUST(b.blocks(b.state, &codes, n));
   *idx = malloc(sizeof **idx * (*n ? *n : 1));
   for (size_t k = 0; k < *n; ++k) (*idx)[k] = (int32_t)k;
+  /* every block shared, as exchange_setup marks its lists: the node exchange's calls take only lists
+   * that mark_shared has seen (an island keeps its members' parts of each) */
+  MUST(b.mark_shared(b.state, NULL, 0));
+  MUST(b.mark_shared(b.state, *idx, *n));
   particles_free(&p);
   return b;
 }
@@ -219,7 +223,7 @@ static void node_exchange(int det) {
   for (size_t k = 0; k < n; ++k) ones[k] = ~0ull, base[k] = (uint32_t)(64 * k);
   MUST(A.node_masks(A.state, idx, n, mask));
   MUST(A.pack_nodes(A.state, idx, n, ones, base, whole));
-  MUST(B.node_masks(B.state, idx, n, mask_b));
+  MUST(B.node_masks(B.state, idx_b, n, mask_b));
   CHECK(!memcmp(mask, mask_b, sizeof *mask * n), "%s: two backends of the same particles mark different nodes", mode);
 
   /* the masks against the sums; channel 0 is the mass */
@@ -264,6 +268,8 @@ static void node_exchange(int det) {
   size_t nt = 0;
   for (size_t k = 0; k < n; ++k)
     if (mask[k]) t[nt++] = (int32_t)k;
+  MUST(A.mark_shared(A.state, t, nt));
+  MUST(B.mark_shared(B.state, t, nt));
   char *msg = malloc(vb * (nt ? nt : 1)), *own = malloc(vb * (nt ? nt : 1)), *sum = malloc(vb * (nt ? nt : 1));
   MUST(A.pack_nodes(A.state, t, nt, ones, base, msg));
   MUST(B.pack_nodes(B.state, t, nt, ones, base, own));
