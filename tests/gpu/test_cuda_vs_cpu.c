@@ -158,8 +158,8 @@ static void compare(const char *name, const char *json) {
    * 1e-3 (a packet that lost its plastic state would differ by the whole initial_compression,
    * 0.1); each or three times the GPU's own noise, whichever is larger. A case whose material
    * yields (logJp moves) takes logJp within 0.03: the largest single-particle difference is one
-   * particle on the yield surface, chaotic under float atomics; on one H100 (2026-11-25, six
-   * runs) 1 and 2 GPUs differed by 0.0068 to 0.0203 and CPU and CUDA by 0.0202 to 0.0203, so
+   * particle on the yield surface, chaotic under float atomics; in six runs on one H100
+   * 1 and 2 GPUs differed by 0.0068 to 0.0203 and CPU and CUDA by 0.0202 to 0.0203, so
    * three times one run's noise was as likely as not to fall below the CPU's difference. A lost
    * plastic state (0.1) still fails. */
   const double tx = fmax(1e-4, 3 * noise_x), tv = fmax(1e-2, 3 * noise_v), tr = fmax(1e-3, 3 * noise_rms);
