@@ -688,6 +688,7 @@ extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend 
       .finish = ON_DEVICE(finish),
       .advance_frame = ON_DEVICE(advance_frame),
       .download = ON_DEVICE(cuda_download),
+      .capture = ON_DEVICE(cuda_capture),
       /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
       .blocks = ON_DEVICE(cuda_blocks),
       .block_sums = xdev_sums_floats(s), /* = int_floats(s) */

@@ -599,9 +599,11 @@ int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3],
 int cuda_reserve_records(void *state, size_t n);
 int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
 int cuda_download(void *state, particles *out);
+int cuda_capture(void *state, unsigned mask, particles *out);
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx);
 int cuda_upload(cuda_state *s, const particles *p);
 int island_download(void *state, particles *out);
+int island_capture(void *state, unsigned mask, particles *out);
 int island_split(island *I, const particles *p, particles *parts);
 int island_add_particles(void *state, const particles *p);
 int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);

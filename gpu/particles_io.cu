@@ -414,6 +414,114 @@ int cuda_download(void *state, particles *out) {
   return rc;
 }
 
+/* ---- capture: a frame's fields straight into pinned host memory ------------------------------ */
+
+/* Where capture writes each attribute (host pointers that kernels reach: pinned memory); NULL
+ * where not asked for. The arrays start at the member's first particle (an island's members
+ * write one after the other). */
+typedef struct capture_out {
+  float *x, *v, *C, *F, *mass, *vol0, *logjp;
+  uint64_t *id;
+  int32_t *material, *owner;
+} capture_out;
+
+/* k_capture's scan input: each packet's live lanes. */
+__global__ static void k_packet_counts(size_t np, const int2 *hdr, uint32_t *count) {
+  const size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (p < np) count[p] = (uint32_t)hdr[p].y;
+}
+
+/* One packet's k-component attribute at a (its live lanes 0 .. m-1) to dst's rows start ..
+ * start + m - 1: the warp's stores are contiguous in dst (k floats a particle), as the bus
+ * to host memory wants them; the packet's reads are gathered from device memory. */
+__device__ static inline void capture_attr(float *dst, const float *q, int a, int k, uint32_t start, int m, int lane) {
+  if (!dst) return;
+  for (int j = lane; j < k * m; j += LANES) dst[(size_t)k * start + j] = q[(a + j % k) * LANES + j / k];
+}
+
+/* A warp per packet: its live particles, in lane order, to rows start[p] .. of out: download's
+ * order (unpack_host), so that a frame written from either is the same. */
+__global__ static void k_capture(size_t np, const float *pk, const uint64_t *pid, const int2 *hdr, const uint32_t *start,
+                                 int32_t owner, capture_out out) {
+  const size_t p = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / LANES;
+  const int lane = threadIdx.x % LANES;
+  if (p >= np) return;
+  const int m = hdr[p].y;
+  const uint32_t o = start[p];
+  const float *q = pk + p * PK_FLOATS;
+  capture_attr(out.x, q, A_X, 3, o, m, lane);
+  capture_attr(out.v, q, A_V, 3, o, m, lane);
+  capture_attr(out.C, q, A_C, 9, o, m, lane);
+  capture_attr(out.F, q, A_F, 9, o, m, lane);
+  capture_attr(out.mass, q, A_M, 1, o, m, lane);
+  capture_attr(out.vol0, q, A_VOL, 1, o, m, lane);
+  capture_attr(out.logjp, q, A_JP, 1, o, m, lane);
+  capture_attr((float *)out.material, q, A_MAT, 1, o, m, lane); /* the int's bits, as the packets hold them */
+  if (lane < m) {
+    if (out.id) out.id[o + lane] = pid[p * LANES + lane];
+    if (out.owner) out.owner[o + lane] = owner;
+  }
+}
+
+/* Queues the capture of this GPU's particles into out's arrays from row at on s->stream. */
+static int capture_queue(cuda_state *s, unsigned mask, const particles *out, size_t at) {
+  if (s->n == 0) return DR_OK;
+  const size_t np = s->n_packets;
+  cudaStream_t st = s->stream;
+  uint32_t *count = dp<uint32_t>(s->vals[0]), *start = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= np */
+  k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), count);
+  LAUNCHED("k_packet_counts");
+  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, count, start, (int)np, st));
+#define CAPTURE_AT_(field, k) (mask & PA_BIT(field) ? out->field + (size_t)(k) * at : NULL)
+  const capture_out o = {CAPTURE_AT_(x, 3),    CAPTURE_AT_(v, 3),     CAPTURE_AT_(C, 9),
+                         CAPTURE_AT_(F, 9),    CAPTURE_AT_(mass, 1),  CAPTURE_AT_(vol0, 1),
+                         CAPTURE_AT_(logjp, 1), CAPTURE_AT_(id, 1),   CAPTURE_AT_(material, 1),
+                         CAPTURE_AT_(owner, 1)};
+#undef CAPTURE_AT_
+  const int32_t owner = s->prm.rank * 256 + s->me;
+  k_capture<<<blocks_for(np * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      np, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<int2>(s->hdr), start, owner, o);
+  LAUNCHED("k_capture");
+  return DR_OK;
+}
+
+/* The capture's end on one GPU: waits, and checks that the packets held the particles counted. */
+static int capture_done(cuda_state *s) {
+  if (s->n == 0) return DR_OK;
+  int last_start = 0, last_count = 0;
+  DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[1]) + s->n_packets - 1, &last_start)); /* waits for the stream */
+  DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[0]) + s->n_packets - 1, &last_count));
+  if ((size_t)last_start + (size_t)last_count != s->n)
+    return dr_fail(DR_EINTERNAL, "cuda backend: capture: %zu particles in the packets, %zu expected",
+                   (size_t)last_start + (size_t)last_count, s->n);
+  return DR_OK;
+}
+
+int cuda_capture(void *state, unsigned mask, particles *out) {
+  cuda_state *s = (cuda_state *)state;
+  out->n = s->n;
+  DR_TRY(capture_queue(s, mask, out, 0));
+  return capture_done(s);
+}
+
+/* The island's: every member writes its rows after the members before it (download's order),
+ * all at once, then each is waited for. */
+int island_capture(void *state, unsigned mask, particles *out) {
+  island *I = (island *)state;
+  size_t at = 0;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(capture_queue(I->m[k], mask, out, at));
+    at += I->m[k]->n;
+  }
+  out->n = at;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(capture_done(I->m[k]));
+  }
+  return DR_OK;
+}
+
 /* backend.h's particle_blocks: the mapping's particle blocks (pb_coord) and their counts
  * (pb_start's differences), copied to the host; the particles stay on the device. */
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx) {

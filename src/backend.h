@@ -140,6 +140,13 @@ typedef struct backend {
   int (*advance_frame)(void *state, const frame_plan *plan, frame_report *rep);
   /* Copies the particles out (out is resized as needed; allocates). Order is unspecified. */
   int (*download)(void *state, particles *out);
+  /* Copies the attributes in mask (PA_BIT) of the count() particles held into out's arrays of
+   * those attributes, which the caller allocated for at least that many particles (with
+   * alloc_sums, device 0, where the backend has it: cuda writes them from the device, which
+   * reaches pinned memory only); sets out->n and leaves out's other arrays alone. The order is
+   * download's, so that a frame written from either holds the same rows. Returns once out holds
+   * them; the particles may step on at once (sim_output.c: frames written behind the compute). */
+  int (*capture)(void *state, unsigned mask, particles *out);
   /* The rank exchange (mpi/exchange.h; NULL where a backend does not take part in several ranks:
    * sim.c refuses one without blocks, node_masks, pack_nodes and unpack_add_nodes there). */
   /* The current mapping's block codes, sorted; a code's position is its dense block index. */
@@ -187,9 +194,10 @@ typedef struct backend {
    * particles whose stencils reach no block that mark_shared marked, while the shared sums are in
    * flight; the next g2p then does the rest and everything g2p does after its G2P. */
   int (*g2p_interior)(void *state, float dt);
-  /* Optional: memory for the shared sums that pack_nodes writes and unpack_add_nodes reads: pinned host
-   * memory (device = 0; cuda: copies without a pageable bounce), or device memory (device = 1)
-   * that a CUDA-aware MPI sends from directly. NULL: the rank exchange uses malloc. */
+  /* Optional: memory for the shared sums that pack_nodes writes and unpack_add_nodes reads, and
+   * for capture's arrays: pinned host memory (device = 0; cuda: copies without a pageable
+   * bounce, and kernels of every GPU of the island reach it), or device memory (device = 1)
+   * that a CUDA-aware MPI sends from directly. NULL: malloc serves. */
   int (*alloc_sums)(void *state, size_t bytes, int device, void **ptr);
   void (*free_sums)(void *ptr, int device); /* needs no state: may run after destroy */
   /* Whether the last g2p asked for a rebuild-mapping. */

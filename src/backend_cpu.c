@@ -525,6 +525,30 @@ static int download(void *state, particles *out) {
   return DR_OK;
 }
 
+/* backend.h's capture: the arrays of mask, copied in slices over the threads. */
+static int capture(void *state, unsigned mask, particles *out) {
+  cpu_state *s = state;
+  const size_t n = s->p.n;
+  out->n = n;
+  const int32_t owner = s->prm.rank * 256;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    if (!(mask >> a & 1u) || n == 0) continue;
+    char *dst = particles_attr(out, a);
+    const char *src = particles_attr(&s->p, a);
+    const size_t bytes = n * particle_attrs[a].bytes, slice = (size_t)1 << 22;
+    const long slices = (long)((bytes + slice - 1) / slice);
+#pragma omp parallel for schedule(static)
+    for (long k = 0; k < slices; ++k) {
+      const size_t b = (size_t)k * slice, e = b + slice < bytes ? b + slice : bytes;
+      if (a == PA_owner)
+        for (size_t i = b / sizeof(int32_t); i < e / sizeof(int32_t); ++i) ((int32_t *)dst)[i] = owner;
+      else
+        memcpy(dst + b, src + b, e - b);
+    }
+  }
+  return DR_OK;
+}
+
 static size_t count(void *state) { return ((cpu_state *)state)->p.n; }
 
 static int stats(void *state, backend_stats *out) {
@@ -841,7 +865,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   s->p = *p;
   memset(p, 0, sizeof *p);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
-                   .g2p = g2p, .max_speed = max_speed, .download = download, .stats = stats, .count = count, .destroy = destroy,
+                   .g2p = g2p, .max_speed = max_speed, .download = download, .capture = capture, .stats = stats, .count = count, .destroy = destroy,
                    .blocks = blocks, .node_masks = node_masks, .node_masks_async = node_masks_async,
                    .node_masks_wait = node_masks_wait, .pack_nodes = pack_nodes, .unpack_add_nodes = unpack_add_nodes,
                    .wants_rebuild = wants_rebuild,

@@ -17,10 +17,13 @@ void log_info(const char *fmt, ...) {
   if (rank_ != 0 || quiet_) return;
   va_list ap;
   va_start(ap, fmt);
+  /* one locked write per line: the frame writer's thread logs too (writer.h) */
+  flockfile(stderr);
   vfprintf(stderr, fmt, ap);
-  va_end(ap);
   fputc('\n', stderr);
   fflush(stderr);
+  funlockfile(stderr);
+  va_end(ap);
 }
 
 static double trace_t0_ = -1.0;

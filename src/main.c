@@ -358,7 +358,9 @@ static int cmd_run(int argc, char **argv) {
  * MPI_Abort ends the whole job instead of MPI_Finalize, which would wait with them. */
 static int with_mpi(int (*command)(int, char **), int argc, char **argv, int abort_alone, int settings_rc) {
   int provided;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  /* MPI_THREAD_MULTIPLE: frames are written by a thread of their own (writer.h), which runs
+   * without it (writes in the main thread) where the library does not give it */
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "drift: MPI_Init_thread failed\n");
     return DR_EMPI;
   }

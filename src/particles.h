@@ -47,6 +47,12 @@ typedef struct particle_attr {
 #define PARTICLE_COUNT_(field, type, k, what) +1
 enum { PARTICLE_ATTRS = 0 PARTICLE_ATTRIBUTES(PARTICLE_COUNT_) };
 #undef PARTICLE_COUNT_
+/* Each attribute's index in particle_attrs (PA_x, PA_v, ...), and its bit in a mask of
+ * attributes (backend.h's capture). */
+#define PARTICLE_INDEX_(field, type, k, what) PA_##field,
+enum particle_attr_index { PARTICLE_ATTRIBUTES(PARTICLE_INDEX_) };
+#undef PARTICLE_INDEX_
+#define PA_BIT(field) (1u << PA_##field)
 extern const particle_attr particle_attrs[PARTICLE_ATTRS];
 
 /* The array of attribute a (an index into particle_attrs). */

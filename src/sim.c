@@ -289,6 +289,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     rc = S->rank == 0 ? sim_make_dirs(S->out_dir) : DR_OK;
     if (rc == DR_OK && S->resumed) rc = sim_list_earlier_frames(S);
     rc = comm_agree(comm, rc);
+    if (rc == DR_OK) rc = comm_agree(comm, writer_create(comm, &S->writer));
     if (rc) goto fail;
   }
   *out = S;
@@ -424,7 +425,7 @@ int sim_run(sim *S) {
     double w = sim_now();
     int rc = sim_advance_frame(S);
     if (rc == DR_ESTOPPED) return sim_stop_with_checkpoint(S);
-    if (rc) {
+    if (rc && !S->output_failed) {
       /* Name the frame and step where physics broke down; the message of the cause follows. */
       const int agreed = dr_agreed();
       char cause[1024];
@@ -434,6 +435,7 @@ int sim_run(sim *S) {
       if (agreed) dr_mark_agreed();
       return rc;
     }
+    if (rc) return rc; /* the writer's: its message names the frame or checkpoint */
     double ms = 1e3 * (sim_now() - w), elapsed = sim_now() - start;
     double eta = elapsed / (f - first + 1) * (st->frames - f);
     log_info("frame %d/%d  t %.4f s  substeps %llu  rebuilds %llu  particles %llu  %.1f ms/frame  ETA %.0f s", f,
@@ -442,13 +444,15 @@ int sim_run(sim *S) {
     steps_before = st->steps;
     rebuilds_before = st->rebuilds;
   }
+  DR_TRY(sim_flush(S));
   double total = sim_now() - start;
   const uint64_t steps_run = st->steps - steps_start;
   double rate = st->step_seconds > 0 ? (double)st->particles * (double)steps_run / st->step_seconds : 0;
-  log_info("done: %d frames, %llu substeps, %llu rebuilds, %llu particles in %.2f s (%.2f s stepping, %.2f s writing); "
-           "%.3g particle-steps/s",
+  log_info("done: %d frames, %llu substeps, %llu rebuilds, %llu particles in %.2f s (%.2f s stepping, %.2f s "
+           "capturing and waiting for the writer; it wrote for %.2f s%s); %.3g particle-steps/s",
            st->frames, (unsigned long long)st->steps, (unsigned long long)st->rebuilds,
-           (unsigned long long)st->particles, total, st->step_seconds, st->io_seconds, rate);
+           (unsigned long long)st->particles, total, st->step_seconds, st->io_seconds, st->write_seconds,
+           S->writer && writer_threaded(S->writer) ? " behind the steps" : "", rate);
   if (S->opt.write_output) log_info("frames: %s/frame_*.h5; open %s/frames.xdmf in ParaView", S->out_dir, S->out_dir);
   return DR_OK;
 }
@@ -464,6 +468,7 @@ int sim_gpus(const sim *S) { return S->be.n_devices; }
 void sim_destroy(sim **Sp) {
   sim *S = *Sp;
   if (!S) return;
+  sim_output_destroy(S); /* first: its jobs read the state below */
   exchange_destroy(&S->ex);
   decomp_free(&S->dec);
   backend_destroy(&S->be);

@@ -35,7 +35,9 @@ typedef struct sim_status {
   uint64_t rebuilds;    /* rebuild-mappings so far */
   uint64_t particles;   /* all ranks */
   double step_seconds;  /* wall time in substeps */
-  double io_seconds;    /* wall time writing frames */
+  double io_seconds;    /* wall time the run spent on output: capturing frames and checkpoints, and
+                         * waiting for the writer where it fell behind */
+  double write_seconds; /* wall time the writer spent writing, behind the steps (at the last sim_flush) */
   double last_dt;       /* s */
   double phase_seconds[PHASE_COUNT]; /* wall time per phase (only with sim_options.profile) */
   double rank_bytes;    /* bytes sent between ranks so far, all ranks */
@@ -43,7 +45,8 @@ typedef struct sim_status {
   uint64_t rebalances;  /* times the cuts between ranks moved */
   double mpi_wait_seconds;  /* the frames' largest rank's host time waiting on MPI (the ranks line's MPI wait), s */
   double vote_wait_seconds; /* ... and its device time waiting at the step vote (device at the vote), s */
-  /* The totals of the last frame written (all ranks' particles, summed in double; write_frame):
+  /* The totals of the last frame written (all ranks' particles, summed in double; the frame's
+   * writer computes them: up to date after sim_flush):
    * mass kg, momentum kg m/s, kinetic energy J, and the gravitational potential energy J of the
    * particles above the domain's lowest corner (-sum m g . (x - domain.min)). totals_frame: that
    * frame, -1 before any is written. */
@@ -57,10 +60,13 @@ typedef struct sim sim;
  * writing output, the output folder (nothing is written before the scene proved valid).
  * Collective over comm. Allocates *out. */
 int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out);
-/* Simulates the next frame (the rest of it after a resume part-way); writes it, and a checkpoint,
- * if output is on and they are due. DR_ESTOPPED: a signal came (any rank's); the run stands
- * before a substep of the frame. */
+/* Simulates the next frame (the rest of it after a resume part-way); captures it, and a
+ * checkpoint, for the writer if output is on and they are due, and returns while they are
+ * written. DR_ESTOPPED: a signal came (any rank's); the run stands before a substep of the frame. */
 int sim_advance_frame(sim *S);
+/* Collective. Waits until the frames and checkpoints queued are written; returns the first
+ * failure among them (the frame or checkpoint named). */
+int sim_flush(sim *S);
 /* Writes frame 0 (unless resumed) and runs the remaining frames with one progress line per frame
  * and a summary. After a signal, writes a checkpoint and fails with DR_ESTOPPED. */
 int sim_run(sim *S);

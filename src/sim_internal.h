@@ -19,10 +19,12 @@
 #include <time.h>
 
 #include "balance.h"
+#include "checkpoint.h"
 #include "decomp.h"
 #include "emit.h"
 #include "exchange.h"
 #include "sim.h"
+#include "writer.h"
 #include "xdmf.h"
 
 /* What the progress line reports about the ranks, summed over a frame on this rank. */
@@ -31,6 +33,37 @@ typedef struct rank_frame_stats {
   uint64_t migrated;
   int rebalanced;
 } rank_frame_stats;
+
+/* A frame's totals, summed over the ranks (sim_output.c frame_totals). */
+enum { TOT_N, TOT_MASS, TOT_P, TOT_KE = TOT_P + 3, TOT_PE, TOT_COUNT };
+
+/* Frames captured at once: one being written while the next is captured, so that a frame's
+ * steps overlap the writing of the frame before; a third waits for the first (back-pressure). */
+enum { SIM_FRAME_SLOTS = 2 };
+
+/* A frame captured for the writer (sim_output.c): the attributes of mask in host memory from
+ * the backend's alloc_sums (pinned on a GPU) or malloc, kept frame after frame. The job that
+ * writes it owns it from writer_submit until writer_wait(ticket). */
+typedef struct frame_slot {
+  struct sim *S;
+  particles p;       /* only the arrays of mask are allocated, cap particles each */
+  unsigned mask;     /* PA_BIT of each attribute captured */
+  size_t cap;
+  int frame;
+  double time;       /* s */
+  int queued;        /* a job was queued and not yet waited for */
+  uint64_t ticket;
+  double totals[TOT_COUNT]; /* the job's result: all ranks' sums */
+} frame_slot;
+
+/* A checkpoint captured for the writer: the particles in sim.ckpt_p, its figures here. */
+typedef struct ckpt_slot {
+  struct sim *S;
+  ckpt_state st;
+  uint64_t *emitted;  /* a copy of the sources' counts at the capture (st.emitted points here) */
+  int queued;
+  uint64_t ticket;
+} ckpt_slot;
 
 /* DRIFT_TEST_HOOK's actions (parse_test_hook): raise SIGTERM, exit, fail alone before a substep,
  * or fail alone in a rebuild-mapping of several ranks (redistribute). */
@@ -51,8 +84,16 @@ struct sim {
   double frame_dt;      /* s */
   int substeps_fixed;   /* fixed dt: substeps per frame; 0 when adaptive */
   double wave_speed;    /* m/s, for the CFL step */
-  particles host;       /* download buffer for frames, reused */
-  xdmf_frame *written;  /* frames in the XDMF file */
+  particles host;       /* download buffer for the particle sources' resampling, reused */
+  /* output, written behind the compute (sim_output.c): the writer, the frames' slots (the next
+   * one to fill: next_slot), the checkpoint's; the frames in the XDMF file (the writer's) */
+  writer *writer;
+  frame_slot slots[SIM_FRAME_SLOTS];
+  int next_slot;
+  ckpt_slot ckpt;
+  particles ckpt_p;     /* the checkpoint's particles, reused */
+  int output_failed;    /* the failure being returned is the writer's (a frame or a checkpoint) */
+  xdmf_frame *written;
   int n_written;
   const char **mat_names;
   int with_logjp;       /* frames carry logjp: the scene has an nacc material */
@@ -176,6 +217,8 @@ int sim_resume_from_checkpoint(sim *S, particles *p);
 int sim_list_earlier_frames(sim *S);
 int sim_write_frame(sim *S);
 int sim_stop_with_checkpoint(sim *S);
+int sim_output_failed(sim *S, int rc);
+void sim_output_destroy(sim *S);
 
 /* sim_sources.c */
 int sim_emit_frame(sim *S, int f, double t0);

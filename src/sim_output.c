@@ -24,6 +24,7 @@
 #include "log.h"
 #include "preview.h"
 #include "signals.h"
+#include "writer.h"
 
 /* mkdir -p; the message names the folder. */
 int sim_make_dirs(const char *path) {
@@ -46,13 +47,32 @@ int sim_make_dirs(const char *path) {
   return DR_OK;
 }
 
-/* ---- checkpoints ------------------------------------------------------------------------ */
+/* ---- frames and checkpoints, written behind the compute (writer.h) ----------------------- */
 
-/* Collective. Writes DIR/checkpoint_NNNNN.h5 of the state the run stands at: the end of frame
- * st.frame, or part-way into the next one after a stop. */
+/* A checkpoint's job: the state captured in S->ckpt_p and its figures, written by the writer. */
+static int checkpoint_job(MPI_Comm comm, void *ctx) {
+  ckpt_slot *c = ctx;
+  sim *S = c->S;
+  const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
+  DR_TRY(ckpt_write(comm, S->out_dir, &c->st, &sc, &S->ckpt_p, S->sc->checkpoint_keep));
+  char path[4096];
+  ckpt_path(S->out_dir, c->st.frame, path, sizeof path);
+  log_info("checkpoint %s (frame %d%s, t %.4f s)", path, c->st.frame, c->st.step_in_frame ? " and part of the next" : "",
+           c->st.time);
+  return DR_OK;
+}
+
+/* Collective. Captures the state the run stands at (the end of frame st.frame, or part-way into
+ * the next one after a stop) and queues DIR/checkpoint_NNNNN.h5 for the writer; the previous
+ * checkpoint, whose buffer this one reuses, is waited for first. */
 int sim_write_checkpoint(sim *S) {
   const double t0 = sim_now();
-  int rc = comm_agree(S->comm, S->be.download(S->be.state, &S->host));
+  ckpt_slot *c = &S->ckpt;
+  if (c->queued) {
+    c->queued = 0;
+    DR_TRY(sim_output_failed(S, writer_wait(S->writer, c->ticket)));
+  }
+  int rc = comm_agree(S->comm, S->be.download(S->be.state, &S->ckpt_p));
   backend_stats bs;
   if (rc == DR_OK) rc = comm_agree(S->comm, S->be.stats(S->be.state, &bs));
   float vmax = 0.0f, vall = 0.0f;
@@ -64,16 +84,20 @@ int sim_write_checkpoint(sim *S) {
   int mine = S->be.projected ? S->be.projected(S->be.state) : 0, projected = 0;
   DR_MPI(MPI_Allreduce(&mine, &projected, 1, MPI_INT, MPI_MAX, S->comm));
   S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
-  const ckpt_state st = {.frame = S->st.frame, .step_in_frame = S->step_in_frame, .time = S->t_in_frame,
-                         .steps = S->st.steps, .rebuilds = S->st.rebuilds, .last_dt = S->st.last_dt, .vmax = vall,
-                         .scene_hash = S->sc->hash, .emit_frame = S->em.frame_done, .n_sources = S->em.n,
-                         .emitted = S->em.emitted, .projected = projected};
-  const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
-  DR_TRY(ckpt_write(S->comm, S->out_dir, &st, &sc, &S->host, S->sc->checkpoint_keep));
-  char path[4096];
-  ckpt_path(S->out_dir, S->st.frame, path, sizeof path);
-  log_info("checkpoint %s (frame %d%s, t %.4f s)", path, S->st.frame, S->step_in_frame ? " and part of the next" : "",
-           S->t_in_frame);
+  /* the sources' counts go on changing: the job writes a copy */
+  if (S->em.n > 0) {
+    uint64_t *e = realloc(c->emitted, sizeof *e * (size_t)S->em.n);
+    if (!e) return dr_fail(DR_ENOMEM, "out of host memory for the checkpoint's source counts");
+    c->emitted = e;
+    memcpy(e, S->em.emitted, sizeof *e * (size_t)S->em.n);
+  }
+  c->S = S;
+  c->st = (ckpt_state){.frame = S->st.frame, .step_in_frame = S->step_in_frame, .time = S->t_in_frame,
+                       .steps = S->st.steps, .rebuilds = S->st.rebuilds, .last_dt = S->st.last_dt, .vmax = vall,
+                       .scene_hash = S->sc->hash, .emit_frame = S->em.frame_done, .n_sources = S->em.n,
+                       .emitted = c->emitted, .projected = projected};
+  DR_TRY(writer_submit(S->writer, checkpoint_job, c, &c->ticket));
+  c->queued = 1;
   S->st.io_seconds += sim_now() - t0;
   return DR_OK;
 }
@@ -196,7 +220,6 @@ int sim_list_earlier_frames(sim *S) {
 
 /* The frame's totals (sim_status): this rank's particles' count, mass, momentum, kinetic and
  * gravitational potential energy (above the domain's lowest corner), summed in double. */
-enum { TOT_N, TOT_MASS, TOT_P, TOT_KE = TOT_P + 3, TOT_PE, TOT_COUNT };
 static void frame_totals(const sim *S, const particles *h, double tot[TOT_COUNT]) {
   const double *g = S->sc->gravity, *lo = S->sc->domain_min;
   const float *x = h->x, *v = h->v, *mass = h->mass;
@@ -216,53 +239,152 @@ static void frame_totals(const sim *S, const particles *h, double tot[TOT_COUNT]
   tot[TOT_MASS] = ms, tot[TOT_P] = p0, tot[TOT_P + 1] = p1, tot[TOT_P + 2] = p2, tot[TOT_KE] = ke, tot[TOT_PE] = pe;
 }
 
-int sim_write_frame(sim *S) {
-  double t0 = sim_now();
-  DR_TRY(S->be.download(S->be.state, &S->host));
-  /* The totals go in one non-blocking allreduce, which travels while the frame is written (the
-   * writes' collectives come in the same order on every rank) */
-  double tot[TOT_COUNT], all[TOT_COUNT];
-  frame_totals(S, &S->host, tot);
+/* A frame's job, on the writer's thread: the totals (one allreduce that travels while the file
+ * is written), the HDF5 file, the preview, and frames.xdmf once the frame is whole. */
+static int frame_job(MPI_Comm comm, void *ctx) {
+  frame_slot *f = ctx;
+  sim *S = f->S;
+  const particles *h = &f->p;
+  double tot[TOT_COUNT];
+  frame_totals(S, h, tot);
   MPI_Request req;
-  DR_MPI(MPI_Iallreduce(tot, all, TOT_COUNT, MPI_DOUBLE, MPI_SUM, S->comm, &req));
-  h5frame_meta meta = {.frame = S->st.frame, .time = S->st.time, .dx = S->sc->dx,
-                       .n_materials = S->sc->n_materials, .material_names = S->mat_names,
-                       .with_logjp = S->with_logjp};
-  h5frame_data d = {.n = S->host.n, .position = S->host.x, .velocity = S->host.v, .id = S->host.id,
-                    .material = S->host.material, .owner = S->host.owner, .logjp = S->host.logjp};
-  int rc = h5frame_write(S->comm, S->out_dir, &meta, &d);
+  DR_MPI(MPI_Iallreduce(tot, f->totals, TOT_COUNT, MPI_DOUBLE, MPI_SUM, comm, &req));
+  h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
+                       .material_names = S->mat_names, .with_logjp = S->with_logjp};
+  h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
+                    .owner = h->owner, .logjp = h->logjp};
+  int rc = h5frame_write(comm, S->out_dir, &meta, &d);
   if (rc == DR_OK && S->sc->preview) {
     preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
     for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
-    const preview_data pd = {.n = S->host.n, .position = S->host.x, .vol0 = S->host.vol0,
-                             .material = S->host.material, .owner = S->host.owner};
-    rc = preview_write(S->comm, S->out_dir, S->st.frame, &pp, &pd);
+    const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material,
+                             .owner = h->owner};
+    rc = preview_write(comm, S->out_dir, f->frame, &pp, &pd);
   }
   DR_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE)); /* also after a failed write: no request left behind */
   DR_TRY(rc);
-  const uint64_t n_all = (uint64_t)all[TOT_N];
-  S->st.totals_frame = S->st.frame;
-  S->st.mass = all[TOT_MASS];
-  for (int a = 0; a < 3; ++a) S->st.momentum[a] = all[TOT_P + a];
-  S->st.kinetic_energy = all[TOT_KE];
-  S->st.potential_energy = all[TOT_PE];
+  const double *all = f->totals;
   log_info("frame %d totals: mass %.6g kg  momentum (%.6g, %.6g, %.6g) kg m/s  kinetic energy %.6g J  "
-           "potential energy %.6g J", S->st.frame, all[TOT_MASS], all[TOT_P], all[TOT_P + 1], all[TOT_P + 2],
+           "potential energy %.6g J", f->frame, all[TOT_MASS], all[TOT_P], all[TOT_P + 1], all[TOT_P + 2],
            all[TOT_KE], all[TOT_PE]);
   /* a rerun of a frame (after a resume) replaces its entry */
   int i = 0;
-  while (i < S->n_written && S->written[i].frame != S->st.frame) ++i;
+  while (i < S->n_written && S->written[i].frame != f->frame) ++i;
   if (i == S->n_written) {
     xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
-    if (!w) return dr_fail(DR_ENOMEM, "out of host memory for the frame list");
-    S->written = w;
-    ++S->n_written;
+    rc = w ? DR_OK : dr_fail(DR_ENOMEM, "out of host memory for the frame list");
+    if (w) S->written = w, ++S->n_written;
   }
-  S->written[i] = (xdmf_frame){.frame = S->st.frame, .time = S->st.time, .n = n_all, .logjp = S->with_logjp};
-  rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
+  if (rc == DR_OK) {
+    S->written[i] = (xdmf_frame){.frame = f->frame, .time = f->time, .n = (uint64_t)all[TOT_N], .logjp = S->with_logjp};
+    rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
+  }
+  return comm_agree(comm, rc);
+}
+
+/* Where a job of the writer failed: the run stops with its message, not as a step's failure. */
+int sim_output_failed(sim *S, int rc) {
+  if (rc) S->output_failed = 1;
+  return rc;
+}
+
+/* A slot's job is done: its totals become the status's (frames complete in order). */
+static int slot_done(sim *S, frame_slot *f) {
+  if (!f->queued) return DR_OK;
+  f->queued = 0;
+  DR_TRY(sim_output_failed(S, writer_wait(S->writer, f->ticket)));
+  const double *all = f->totals;
+  if (f->frame >= S->st.totals_frame) {
+    S->st.totals_frame = f->frame;
+    S->st.mass = all[TOT_MASS];
+    for (int a = 0; a < 3; ++a) S->st.momentum[a] = all[TOT_P + a];
+    S->st.kinetic_energy = all[TOT_KE];
+    S->st.potential_energy = all[TOT_PE];
+  }
+  return DR_OK;
+}
+
+/* The attributes a frame captures: what h5frame writes, the mass for the totals, the initial
+ * volume for the preview. */
+static unsigned frame_mask(const sim *S) {
+  unsigned m = PA_BIT(x) | PA_BIT(v) | PA_BIT(id) | PA_BIT(material) | PA_BIT(owner) | PA_BIT(mass);
+  if (S->with_logjp) m |= PA_BIT(logjp);
+  if (S->sc->preview) m |= PA_BIT(vol0);
+  return m;
+}
+
+static void slot_release(sim *S, frame_slot *f) {
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    void **arr = (void **)((char *)&f->p + particle_attrs[a].offset);
+    if (!*arr) continue;
+    if (S->be.free_sums) S->be.free_sums(*arr, 0);
+    else free(*arr);
+    *arr = NULL;
+  }
+  f->cap = 0;
+}
+
+/* Room in slot f for n particles of the frame's attributes: the backend's pinned memory where it
+ * has it (a GPU writes there directly), grown a quarter past the need, kept frame after frame. */
+static int slot_reserve(sim *S, frame_slot *f, size_t n) {
+  const unsigned mask = frame_mask(S);
+  if (n <= f->cap && mask == f->mask) return DR_OK;
+  slot_release(S, f);
+  const size_t cap = n + n / 4 + 1024;
+  f->mask = mask;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    if (!(mask >> a & 1u)) continue;
+    void **arr = (void **)((char *)&f->p + particle_attrs[a].offset);
+    const size_t bytes = cap * particle_attrs[a].bytes;
+    if (S->be.alloc_sums) DR_TRY(S->be.alloc_sums(S->be.state, bytes, 0, arr));
+    else if (!(*arr = dr_malloc(bytes, "a frame's particles"))) return DR_ENOMEM;
+  }
+  f->cap = cap;
+  return DR_OK;
+}
+
+/* Collective. Captures frame st.frame into the next slot (waiting for the job that last used it:
+ * back-pressure when the disk is slower than the steps) and queues it for the writer; returns
+ * before it is written. */
+int sim_write_frame(sim *S) {
+  const double t0 = sim_now();
+  frame_slot *f = &S->slots[S->next_slot];
+  S->next_slot = (S->next_slot + 1) % SIM_FRAME_SLOTS;
+  DR_TRY(slot_done(S, f));
+  const size_t n = S->be.count ? S->be.count(S->be.state) : 0;
+  int rc = slot_reserve(S, f, n);
+  if (rc == DR_OK) rc = S->be.capture(S->be.state, f->mask, &f->p);
   DR_TRY(comm_agree(S->comm, rc));
+  f->S = S;
+  f->frame = S->st.frame;
+  f->time = S->st.time;
+  DR_TRY(writer_submit(S->writer, frame_job, f, &f->ticket));
+  f->queued = 1;
   S->st.io_seconds += sim_now() - t0;
   return DR_OK;
+}
+
+int sim_flush(sim *S) {
+  if (!S->writer) return DR_OK;
+  const double t0 = sim_now();
+  int rc = sim_output_failed(S, writer_drain(S->writer));
+  for (int k = 0; k < SIM_FRAME_SLOTS && rc == DR_OK; ++k) {
+    /* the slots in the order they were filled, oldest first */
+    rc = slot_done(S, &S->slots[(S->next_slot + k) % SIM_FRAME_SLOTS]);
+  }
+  if (rc == DR_OK) S->ckpt.queued = 0;
+  S->st.io_seconds += sim_now() - t0;
+  S->st.write_seconds = writer_busy_seconds(S->writer);
+  return rc;
+}
+
+void sim_output_destroy(sim *S) {
+  writer_destroy(&S->writer); /* waits for what is queued: the buffers below are its */
+  for (int k = 0; k < SIM_FRAME_SLOTS; ++k) {
+    slot_release(S, &S->slots[k]);
+  }
+  particles_free(&S->ckpt_p);
+  free(S->ckpt.emitted);
 }
 
 /* A signal stopped the run (every rank knows): all write a checkpoint of where it stands. */
@@ -270,7 +392,10 @@ int sim_stop_with_checkpoint(sim *S) {
   const char *sig = signals_name(S->stop_signal);
   log_info("%s: stopping at frame %d, %d step(s) into frame %d (t %.4f s); writing a checkpoint", sig, S->st.frame,
            S->step_in_frame, S->st.frame + 1, S->t_in_frame);
-  int rc = S->opt.write_output ? sim_write_checkpoint(S) : DR_OK;
+  /* the frames in flight first, whole; then the checkpoint, waited for */
+  int rc = S->opt.write_output ? sim_flush(S) : DR_OK;
+  if (rc == DR_OK && S->opt.write_output) rc = sim_write_checkpoint(S);
+  if (rc == DR_OK && S->opt.write_output) rc = sim_flush(S);
   if (rc) {
     char cause[1024];
     snprintf(cause, sizeof cause, "%s", dr_message());

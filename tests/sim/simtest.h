@@ -138,7 +138,8 @@ static inline int finish(const char *name) {
 }
 
 static inline void init(int *argc, char ***argv) {
-  MPI_Init(argc, argv);
+  int provided; /* as drift: the frames' writer runs on a thread of its own (writer.h) */
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   log_set_quiet(1);
 }
 

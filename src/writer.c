@@ -1,0 +1,194 @@
+/* writer.c - output written behind the compute (see writer.h).
+ *
+ * Invariants: jobs run one at a time, in ticket order, on the writer's thread (or in
+ * writer_submit's caller where there is none); done counts the jobs that have run or were
+ * skipped after a failure; failed_at is the first failed ticket (UINT64_MAX: none), and its
+ * message and agreement are kept for every later writer_wait. The thread blocks the signals
+ * the run handles (signals.h), so that they reach the main thread, which decides the stop. */
+#define _POSIX_C_SOURCE 200809L
+#include "writer.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "error.h"
+
+typedef struct job {
+  writer_fn fn;
+  void *ctx;
+} job;
+
+struct writer {
+  MPI_Comm comm;
+  int threaded;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t wake; /* the thread: a job was queued, or stop */
+  pthread_cond_t done_cv; /* waiters: a job is done */
+  job queue[WRITER_QUEUE];
+  uint64_t queued, done; /* tickets handed out; jobs done (run or skipped) */
+  int stop;
+  uint64_t failed_at;    /* the first failed ticket, UINT64_MAX while none failed */
+  int fail_rc, fail_agreed;
+  char fail_msg[1024];
+  double busy_s, wait_s;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs job ticket t (the lock not held); records a failure. */
+static void run_job(writer *w, uint64_t t, job j) {
+  int rc = DR_OK, agreed = 0;
+  char msg[sizeof w->fail_msg] = "";
+  if (w->failed_at == UINT64_MAX) { /* read without the lock: only this thread writes it */
+    const double t0 = now_s();
+    dr_clear();
+    rc = j.fn(w->comm, j.ctx);
+    if (rc) {
+      agreed = dr_agreed();
+      snprintf(msg, sizeof msg, "%s", dr_message());
+      dr_clear();
+    }
+    w->busy_s += now_s() - t0;
+  }
+  pthread_mutex_lock(&w->lock);
+  if (rc && w->failed_at == UINT64_MAX) {
+    w->failed_at = t;
+    w->fail_rc = rc;
+    w->fail_agreed = agreed;
+    snprintf(w->fail_msg, sizeof w->fail_msg, "%s", msg);
+  }
+  w->done = t + 1;
+  pthread_cond_broadcast(&w->done_cv);
+  pthread_mutex_unlock(&w->lock);
+}
+
+static void *thread_main(void *arg) {
+  writer *w = arg;
+  pthread_mutex_lock(&w->lock);
+  for (;;) {
+    while (w->done == w->queued && !w->stop) pthread_cond_wait(&w->wake, &w->lock);
+    if (w->done == w->queued) break; /* stop, and nothing left */
+    const uint64_t t = w->done;
+    const job j = w->queue[t % WRITER_QUEUE];
+    pthread_mutex_unlock(&w->lock);
+    run_job(w, t, j);
+    pthread_mutex_lock(&w->lock);
+  }
+  pthread_mutex_unlock(&w->lock);
+  return NULL;
+}
+
+int writer_create(MPI_Comm comm, writer **out) {
+  *out = NULL;
+  writer *w = dr_calloc(1, sizeof *w, "the frame writer");
+  if (!w) return DR_ENOMEM;
+  w->failed_at = UINT64_MAX;
+  w->comm = MPI_COMM_NULL;
+  int e = MPI_Comm_dup(comm, &w->comm);
+  if (e != MPI_SUCCESS) {
+    free(w);
+    return comm_fail(e, __FILE__, __LINE__, "MPI_Comm_dup(the frame writer's communicator)");
+  }
+  int level = MPI_THREAD_SINGLE;
+  e = MPI_Query_thread(&level);
+  if (e != MPI_SUCCESS) {
+    MPI_Comm_free(&w->comm);
+    free(w);
+    return comm_fail(e, __FILE__, __LINE__, "MPI_Query_thread");
+  }
+  /* every rank of one job gets the same level: all take the same path */
+  w->threaded = level >= MPI_THREAD_MULTIPLE;
+  if (w->threaded) {
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    pthread_cond_init(&w->done_cv, NULL);
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM), sigaddset(&block, SIGINT), sigaddset(&block, SIGUSR1), sigaddset(&block, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &block, &old); /* the thread inherits the mask */
+    const int pe = pthread_create(&w->thread, NULL, thread_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pe != 0) {
+      pthread_cond_destroy(&w->done_cv);
+      pthread_cond_destroy(&w->wake);
+      pthread_mutex_destroy(&w->lock);
+      MPI_Comm_free(&w->comm);
+      free(w);
+      return dr_fail(DR_EINTERNAL, "pthread_create failed (the frame writer): %s", strerror(pe));
+    }
+  }
+  *out = w;
+  return DR_OK;
+}
+
+int writer_submit(writer *w, writer_fn fn, void *ctx, uint64_t *ticket) {
+  if (!w->threaded) {
+    const uint64_t t = w->queued++;
+    *ticket = t;
+    run_job(w, t, (job){fn, ctx});
+    return DR_OK;
+  }
+  const double t0 = now_s();
+  pthread_mutex_lock(&w->lock);
+  while (w->queued - w->done >= WRITER_QUEUE) pthread_cond_wait(&w->done_cv, &w->lock);
+  const uint64_t t = w->queued++;
+  w->queue[t % WRITER_QUEUE] = (job){fn, ctx};
+  *ticket = t;
+  pthread_cond_signal(&w->wake);
+  pthread_mutex_unlock(&w->lock);
+  w->wait_s += now_s() - t0;
+  return DR_OK;
+}
+
+/* The status of ticket t, once done > t (the lock held where threaded). */
+static int status_of(writer *w, uint64_t t) {
+  if (w->failed_at > t) return DR_OK;
+  const int rc = dr_fail(w->fail_rc, "%s", w->fail_msg);
+  if (w->fail_agreed) dr_mark_agreed();
+  return rc;
+}
+
+int writer_wait(writer *w, uint64_t ticket) {
+  if (!w->threaded) return ticket < w->done ? status_of(w, ticket) : DR_OK;
+  const double t0 = now_s();
+  pthread_mutex_lock(&w->lock);
+  while (w->done <= ticket && ticket < w->queued) pthread_cond_wait(&w->done_cv, &w->lock);
+  const int rc = ticket < w->done ? status_of(w, ticket) : DR_OK;
+  pthread_mutex_unlock(&w->lock);
+  w->wait_s += now_s() - t0;
+  return rc;
+}
+
+int writer_drain(writer *w) { return w->queued ? writer_wait(w, w->queued - 1) : DR_OK; }
+
+int writer_threaded(const writer *w) { return w->threaded; }
+double writer_busy_seconds(const writer *w) { return w->busy_s; }
+double writer_wait_seconds(const writer *w) { return w->wait_s; }
+
+void writer_destroy(writer **wp) {
+  writer *w = *wp;
+  if (!w) return;
+  if (w->threaded) {
+    pthread_mutex_lock(&w->lock);
+    w->stop = 1;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->done_cv);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+  }
+  if (w->comm != MPI_COMM_NULL) MPI_Comm_free(&w->comm);
+  free(w);
+  *wp = NULL;
+}
