@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_write.h"
 #include "comm.h"
 #include "error.h"
 #include "gpu_query.h"
@@ -62,6 +63,7 @@ typedef struct bench_args {
   int gpus[8], n_gpus; /* --gpus LIST: each case on each of these GPU counts (cuda); none: the scene's */
   int deterministic;   /* 1: every case in float and in deterministic mode */
   int island[2];       /* --island-barrier, --island-reduce (enum island_*_kind), or -1: the scene's */
+  const char *write_dir; /* --write DIR: each case once more with its frames written there (bench_write.c) */
 } bench_args;
 
 typedef struct bench_result {
@@ -91,6 +93,8 @@ typedef struct bench_result {
   double vote_wait_s;    /* the largest rank's device time waiting at the step vote, frame by frame */
   uint64_t migrated;     /* particles moved between ranks */
   uint64_t rebalances;   /* times the cuts moved */
+  int wrote;             /* --write: w holds the run that wrote its frames */
+  bench_write_result w;
 } bench_result;
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, const char *what, int *out) {
@@ -110,7 +114,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     int has_value = !strcmp(f, "--frames") || !strcmp(f, "--backend") || !strcmp(f, "--csv") ||
                     !strcmp(f, "--profile-frames") || !strcmp(f, "--profile-from") || !strcmp(f, "--gpus") ||
                     !strcmp(f, "--island-barrier") ||
-                    !strcmp(f, "--island-reduce");
+                    !strcmp(f, "--island-reduce") || !strcmp(f, "--write");
     if (has_value && i + 1 >= argc) return dr_fail(DR_EINPUT, "%s needs a value (see drift --help)", f);
     if (!strcmp(f, "--frames")) {
       DR_TRY(parse_int(f, argv[++i], 1, 100000000, "a whole number of frames >= 1", &a->frames));
@@ -138,6 +142,9 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       DR_TRY(scene_island_flag(f, argv[++i], a->island));
     } else if (!strcmp(f, "--deterministic")) {
       a->deterministic = 1;
+    } else if (!strcmp(f, "--write")) {
+      a->write_dir = argv[++i];
+      if (!*a->write_dir) return dr_fail(DR_EINPUT, "--write: the folder name is empty");
     } else if (!strcmp(f, "--csv")) {
       a->csv = argv[++i];
       if (!*a->csv) return dr_fail(DR_EINPUT, "--csv: the file name is empty");
@@ -225,6 +232,10 @@ static int run_case(const scene *s, const bench_args *a, bench_result *r) {
   sim_destroy(&S);
   DR_TRY(rc);
   DR_MPI(MPI_Comm_size(MPI_COMM_WORLD, &r->ranks));
+  if (a->write_dir) {
+    DR_TRY(bench_write_case(s, &opt, a->write_dir, r->name, r->frames > 0 ? 1e3 * r->seconds / r->frames : 0, &r->w));
+    r->wrote = 1;
+  }
 
   if (a->profile_frames > 0) {
     /* --profile-from F: the first F frames run as in the timed run (fused frames on the device,
@@ -440,6 +451,8 @@ int bench_main(int argc, char **argv) {
   if (!rc && a.csv && rank == 0) rc = csv_open(a.csv, tmp, sizeof tmp, &csv);
   if (!rc && rank == 0) print_header();
   const int n_counts = a.n_gpus > 0 ? a.n_gpus : 1;
+  bench_result *wrote = NULL; /* --write: the cases' rows, for the table after the main one */
+  int n_wrote = 0;
   for (int i = 0; !rc && i < a.n_scenes; ++i) {
     /* --gpus: the case on each GPU count; --deterministic: in float mode, then in deterministic
      * mode (a shallow copy of the scene with the key set); else as the scene says */
@@ -465,9 +478,21 @@ int bench_main(int argc, char **argv) {
           print_row(&r);
           if (csv) csv_row(csv, &r);
         }
+        if (r.wrote) {
+          bench_result *w = realloc(wrote, sizeof *w * (size_t)(n_wrote + 1));
+          if (!w) rc = dr_fail(DR_ENOMEM, "out of host memory");
+          else wrote = w, wrote[n_wrote++] = r;
+        }
       }
     }
   }
+  if (!rc && n_wrote > 0 && rank == 0) {
+    printf("\nframes written every frame into %s (stepping: the table above; fs: plain writes of the same bytes)\n",
+           a.write_dir);
+    bench_write_header();
+    for (int i = 0; i < n_wrote; ++i) bench_write_row(wrote[i].name, &wrote[i].w);
+  }
+  free(wrote);
   if (csv) {
     if (!rc) rc = csv_finish(csv, tmp, a.csv);
     else fclose(csv), remove(tmp);

@@ -25,7 +25,7 @@ static const char *usage =
     "       drift check SCENE.json\n"
     "       drift bench [SCENE.json ...] [--frames N] [--backend auto|cpu|cuda] [--csv FILE]\n"
     "                   [--profile-frames K] [--profile-from F] [--gpus LIST] [--deterministic]\n"
-    "                   [--island-barrier B] [--island-reduce R]\n"
+    "                   [--island-barrier B] [--island-reduce R] [--write DIR]\n"
     "       drift --help | --help-debug | --version\n"
     "\n"
     "  run     simulate the scene; writes DIR/frame_NNNNN.h5 and DIR/frames.xdmf (open it in\n"
@@ -63,6 +63,9 @@ static const char *usage =
     "                   its --profile-frames frames are frames F+1.. of the scene (default 0)\n"
     "  --deterministic  bench: run every scene in float and in deterministic mode\n"
     "                   (parallel.deterministic) and report the cost of the latter\n"
+    "  --write DIR      bench: run every scene once more writing its frames into DIR/CASE/,\n"
+    "                   and write the same bytes plainly; a second table puts the run's time\n"
+    "                   beside the stepping time and the writer's speed beside the filesystem's\n"
     "\n"
     "Settings of run and bench, each also read from its environment variable (the option wins):\n";
 

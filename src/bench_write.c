@@ -1,0 +1,137 @@
+/* bench_write.c - drift bench --write DIR: the main job's figures (see bench.h). A case runs once
+ * more with its frames written into DIR/CASE/ every frame, as `drift run` writes them, and the
+ * filesystem under DIR writes the same bytes on its own, so that three figures stand side by side:
+ *   stepping   ms a frame without output (bench's timed run);
+ *   writing    ms a frame of the run that writes its frames: from the first step to the last
+ *              frame's file closed (sim_flush), frame 0 included, as a user's shot runs;
+ *   filesystem GB/s of plain writes of the same bytes: as many files as frames, each of a frame's
+ *              size, in 16 MiB write() calls, closed, not synced (drift does not sync its frames
+ *              either), then removed.
+ * The writer's own speed is the frames' bytes over the seconds its jobs ran (sim_status
+ * write_seconds); where the disk is slower than the steps, it is what bounds the run. */
+#define _POSIX_C_SOURCE 200809L
+#include "bench_write.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "error.h"
+#include "h5frame.h"
+#include "log.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The bytes of the frames 0 .. frames in dir (rank 0). */
+static double frame_bytes(const char *dir, int frames) {
+  double sum = 0;
+  for (int f = 0; f <= frames; ++f) {
+    char path[4400];
+    h5frame_path(dir, f, path, sizeof path);
+    struct stat sb;
+    if (stat(path, &sb) == 0) sum += (double)sb.st_size;
+  }
+  return sum;
+}
+
+/* Writes files files of bytes each into dir in 16 MiB calls (rank 0); *gbs: GB/s. */
+static int filesystem_speed(const char *dir, int files, double bytes, double *gbs) {
+  const size_t chunk = (size_t)16 << 20;
+  char *buf = dr_malloc(chunk, "the filesystem's speed test");
+  if (!buf) return DR_ENOMEM;
+  memset(buf, 0x5a, chunk);
+  int rc = DR_OK;
+  const double t0 = now_s();
+  for (int k = 0; k < files && rc == DR_OK; ++k) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/.fs_speed_%05d", dir, k);
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+      rc = dr_fail(DR_EIO, "bench --write: cannot create %s: %s", path, strerror(errno));
+      break;
+    }
+    for (double left = bytes; left > 0 && rc == DR_OK;) {
+      const size_t n = left < (double)chunk ? (size_t)left : chunk;
+      const ssize_t w = write(fd, buf, n);
+      if (w < 0) rc = dr_fail(DR_EIO, "bench --write: writing %s: %s", path, strerror(errno));
+      else left -= (double)w;
+    }
+    if (close(fd) != 0 && rc == DR_OK) rc = dr_fail(DR_EIO, "bench --write: closing %s: %s", path, strerror(errno));
+  }
+  const double t = now_s() - t0;
+  for (int k = 0; k < files; ++k) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/.fs_speed_%05d", dir, k);
+    (void)unlink(path);
+  }
+  free(buf);
+  *gbs = t > 0 ? (double)files * bytes / t / 1e9 : 0;
+  return rc;
+}
+
+int bench_write_case(const scene *s, const sim_options *base, const char *dir, const char *name, double step_ms,
+                     bench_write_result *r) {
+  memset(r, 0, sizeof *r);
+  r->step_ms = step_ms;
+  int rank = 0;
+  DR_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  char out[4096];
+  if (snprintf(out, sizeof out, "%s/%s", dir, name) >= (int)sizeof out)
+    return dr_fail(DR_EINPUT, "bench --write %s: the folder name is too long", dir);
+  sim_options opt = *base;
+  opt.write_output = 1;
+  opt.out_dir = out;
+  opt.profile = 0;
+  sim *S = NULL;
+  DR_TRY(sim_create(s, &opt, MPI_COMM_WORLD, &S));
+  const sim_status *st = sim_get_status(S);
+  r->frames = st->frames;
+  DR_MPI(MPI_Barrier(MPI_COMM_WORLD));
+  const double t0 = MPI_Wtime();
+  int rc = sim_run(S); /* frame 0, every frame, the flush: as drift run */
+  const double t = MPI_Wtime() - t0;
+  r->write_ms = r->frames > 0 ? 1e3 * t / r->frames : 0;
+  r->writer_s = st->write_seconds;
+  r->wait_s = st->io_seconds;
+  sim_destroy(&S);
+  DR_TRY(rc);
+  if (rank == 0) {
+    const double bytes = frame_bytes(out, r->frames);
+    r->frame_mib = bytes / (r->frames + 1) / 1048576.0;
+    r->writer_gbs = r->writer_s > 0 ? bytes / r->writer_s / 1e9 : 0;
+    rc = filesystem_speed(out, r->frames + 1, bytes / (r->frames + 1), &r->fs_gbs);
+  }
+  DR_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (rc) {
+    if (rank != 0) dr_fail(rc, "bench --write: rank 0 failed; see its message");
+    dr_mark_agreed();
+    return rc;
+  }
+  log_info("bench %s: frames written into %s/: %.1f MiB a frame; stepping %.2f ms a frame, writing %.2f ms (%.2fx); "
+           "the writer at %.2f GB/s, the filesystem at %.2f GB/s",
+           name, out, r->frame_mib, r->step_ms, r->write_ms, r->step_ms > 0 ? r->write_ms / r->step_ms : 0,
+           r->writer_gbs, r->fs_gbs);
+  return DR_OK;
+}
+
+void bench_write_header(void) {
+  printf("%-20s %6s %10s %12s %12s %9s %12s %12s %10s\n", "case", "frames", "MiB/frame", "step ms/fr", "write ms/fr",
+         "write/step", "writer GB/s", "fs GB/s", "writer/fs");
+}
+
+void bench_write_row(const char *name, const bench_write_result *r) {
+  printf("%-20s %6d %10.1f %12.2f %12.2f %9.2f %12.2f %12.2f %9.0f%%\n", name, r->frames, r->frame_mib, r->step_ms,
+         r->write_ms, r->step_ms > 0 ? r->write_ms / r->step_ms : 0, r->writer_gbs, r->fs_gbs,
+         r->fs_gbs > 0 ? 100.0 * r->writer_gbs / r->fs_gbs : 0);
+  fflush(stdout);
+}
