@@ -98,6 +98,10 @@ static const setting_entry TABLE[SET_N] = {
                             .want = "1 (cached) or 2 (refilled every step, a test hook)",
                             .help = "cuda: the samples of mesh colliders' level sets kept per grid node (1) or "
                                     "refilled every step (2), which tests compare against the cache"},
+    [SET_WRITER_INLINE] = {.env = "DRIFT_WRITER_INLINE", .type = T_BOOL, .kind = SETTING_DEBUG,
+                           .offset = OFF(writer_inline), .dflt = "0",
+                           .help = "tests: frames and checkpoints written in the main thread, between the "
+                                   "steps, as where MPI lacks MPI_THREAD_MULTIPLE (writer.h)"},
 };
 
 /* A bool's spellings. Returns 1 or 0, or -1 for none of them. */

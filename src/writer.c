@@ -17,6 +17,7 @@
 
 #include "comm.h"
 #include "error.h"
+#include "settings.h"
 
 typedef struct job {
   writer_fn fn;
@@ -106,8 +107,8 @@ int writer_create(MPI_Comm comm, writer **out) {
     free(w);
     return comm_fail(e, __FILE__, __LINE__, "MPI_Query_thread");
   }
-  /* every rank of one job gets the same level: all take the same path */
-  w->threaded = level >= MPI_THREAD_MULTIPLE;
+  /* every rank of one job gets the same level and settings: all take the same path */
+  w->threaded = level >= MPI_THREAD_MULTIPLE && !settings()->writer_inline;
   if (w->threaded) {
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->wake, NULL);

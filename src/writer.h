@@ -14,8 +14,9 @@
  * that failure (its message, and whether the ranks agreed on it), and none of them runs, so the
  * files written before it stay as they are and nothing after it is written.
  *
- * Where MPI does not give MPI_THREAD_MULTIPLE (MPI_Query_thread), there is no thread:
- * writer_submit runs the job at once, in the caller's thread, with the same results. */
+ * Where MPI does not give MPI_THREAD_MULTIPLE (MPI_Query_thread), or DRIFT_WRITER_INLINE is set
+ * (a test hook), there is no thread: writer_submit runs the job at once, in the caller's thread,
+ * with the same files as a result. */
 #ifndef DRIFT_WRITER_H
 #define DRIFT_WRITER_H
 

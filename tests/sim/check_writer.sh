@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# check_writer.sh - frames and checkpoints written behind the compute (src/writer.h), through the
+# drift command line.
+#
+#   check_writer.sh DRIFT_EXE COMPARE_EXE SCENE MODE [BACKEND]
+#
+# SCENE is a dam break (tests/sim/resume_dam_break.json: 6 frames, a checkpoint every 3), run in
+# deterministic mode (parallel.deterministic) so that two runs give bitwise the same particles.
+#   same    (BACKEND cpu or cuda; 1 rank, and 2 where mpirun exists) every frame and checkpoint
+#           written by the writer's thread equals, value for value and attribute for attribute
+#           (h5diff), the one written in the main thread between the steps (DRIFT_WRITER_INLINE=1:
+#           the path without MPI_THREAD_MULTIPLE); frames.xdmf the same.
+#   full    (cpu) the output folder on a small tmpfs that fills at frame 4: exit 3, one line
+#           naming frame_00004.h5 and the reason; frames 0-3 whole and equal to a run with room;
+#           no frame 4 or later, no temporary file; frames.xdmf lists frames 0-3 only. Exits 77
+#           (skipped) where tmpfs cannot be mounted (not root, or a container that forbids it).
+#   signal  (cpu) SIGTERM (DRIFT_TEST_HOOK) at the first step after frame 3, while frame 3 is
+#           being written: exit 9, frame 3 and checkpoint 3 whole (equal to the straight run's),
+#           and the run resumed from it ends with the straight run's frame 6, bitwise particle
+#           by particle (COMPARE_EXE, tolerance 0: a resume sorts the rows afresh).
+set -u
+
+if [ $# -lt 4 ]; then
+  echo "usage: $0 DRIFT_EXE COMPARE_EXE SCENE same|full|signal [cpu|cuda]" >&2
+  exit 2
+fi
+drift=$1
+compare=$2
+scene=$3
+mode=$4
+backend=${5:-cpu}
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+unset DRIFT_WRITER_INLINE
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/drift-writer.XXXXXX") || exit 1
+mounted=""
+cleanup() {
+  [ -n "$mounted" ] && umount "$mounted" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+cd "$tmp" || exit 1
+sed -e 's/"parallel": {/"parallel": { "deterministic": true,/' -e "s/\"backend\": \"cpu\"/\"backend\": \"$backend\"/" \
+  "$scene" >scene.json
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# run LABEL EXPECTED_STATUS CMD...: runs CMD (output in LABEL.log), checks its exit status; a
+# cuda run on a machine without a GPU skips the test.
+run() {
+  local label=$1 want=$2
+  shift 2
+  timeout 300 "$@" >"$label.log" 2>&1
+  local rc=$?
+  if [ "$backend" = cuda ] && grep -q "no CUDA device is visible" "$label.log"; then
+    echo "skipped: no GPU"
+    exit 77
+  fi
+  if [ "$rc" -ne "$want" ]; then
+    fail "$label: exit status $rc, expected $want; output:"
+    tail -n 15 "$label.log"
+  fi
+  return 0
+}
+
+# same_files LABEL A B NAME...: each file NAME of folder A equals B's (h5diff: every dataset's
+# values and every attribute; exit 0 only when none differs).
+same_files() {
+  local label=$1 a=$2 b=$3
+  shift 3
+  for name in "$@"; do
+    if [ ! -f "$a/$name" ] || [ ! -f "$b/$name" ]; then
+      fail "$label: $a/$name or $b/$name is missing"
+      continue
+    fi
+    h5diff -q "$a/$name" "$b/$name" >/dev/null 2>&1 || fail "$label: $a/$name and $b/$name differ: $(h5diff "$a/$name" "$b/$name" 2>&1 | head -n 5)"
+  done
+}
+
+frames06="frame_00000.h5 frame_00001.h5 frame_00002.h5 frame_00003.h5 frame_00004.h5 frame_00005.h5 frame_00006.h5"
+
+case $mode in
+same)
+  run threaded 0 "$drift" run scene.json --out T
+  grep -q "behind the steps" threaded.log || fail "threaded: the run did not write behind the steps: $(tail -n 2 threaded.log)"
+  DRIFT_WRITER_INLINE=1 run inline 0 "$drift" run scene.json --out I
+  grep -q "behind the steps" inline.log && fail "inline: DRIFT_WRITER_INLINE=1 still wrote behind the steps"
+  same_files "threaded against inline" T I $frames06 checkpoint_00003.h5 checkpoint_00006.h5
+  cmp -s T/frames.xdmf I/frames.xdmf || fail "frames.xdmf differs: $(diff T/frames.xdmf I/frames.xdmf | head -n 5)"
+  if command -v mpirun >/dev/null; then
+    run threaded2 0 mpirun --oversubscribe -n 2 "$drift" run scene.json --out T2
+    DRIFT_WRITER_INLINE=1 run inline2 0 mpirun --oversubscribe -x DRIFT_WRITER_INLINE -n 2 "$drift" run scene.json --out I2
+    same_files "2 ranks, threaded against inline" T2 I2 $frames06 checkpoint_00003.h5 checkpoint_00006.h5
+  fi
+  ;;
+full)
+  run room 0 "$drift" run scene.json --out A
+  size=$(stat -c %s A/frame_00000.h5)
+  mkdir -p N
+  # room for frames 0-3 and a little, not for frame 4 (no checkpoints: they would fill it first)
+  kib=$(((4 * size + size / 2) / 1024))
+  if ! mount -t tmpfs -o "size=${kib}k" drift-test N 2>/dev/null; then
+    echo "skipped: cannot mount a tmpfs here (not root, or not allowed)"
+    exit 77
+  fi
+  mounted=$tmp/N
+  sed 's/"checkpoint_every": 3/"checkpoint_every": 0/' scene.json >nockpt.json
+  run full 3 "$drift" run nockpt.json --out N
+  lines=$(grep -c "^drift:" full.log)
+  [ "$lines" -eq 1 ] || fail "full: $lines error lines, expected one: $(grep "^drift:" full.log)"
+  grep "^drift:" full.log | grep -q "frame_00004.h5" || fail "full: the message does not name frame_00004.h5: $(grep "^drift:" full.log)"
+  same_files "full: the frames before" A N frame_00000.h5 frame_00001.h5 frame_00002.h5 frame_00003.h5
+  for f in 4 5 6; do
+    [ ! -e "N/frame_0000$f.h5" ] || fail "full: N/frame_0000$f.h5 exists"
+  done
+  [ -z "$(find N -name '*.tmp')" ] || fail "full: temporary files left: $(ls -A N)"
+  listed=$(grep -o 'frame_0000[0-9].h5' N/frames.xdmf | sort -u | tr '\n' ' ')
+  [ "$listed" = "frame_00000.h5 frame_00001.h5 frame_00002.h5 frame_00003.h5 " ] ||
+    fail "full: frames.xdmf lists '$listed', expected frames 0-3"
+  ;;
+signal)
+  run straight 0 "$drift" run scene.json --out A
+  # the first step of frame 4 follows frame 3's capture: frame 3 is in flight when it comes
+  steps3=$(grep "^frame [1-3]/6 " straight.log | sed 's/.*substeps \([0-9]*\).*/\1/' | awk '{s += $1} END {print s}')
+  DRIFT_TEST_HOOK="signal:0:$((steps3 + 1))" run signal 9 "$drift" run scene.json --out S
+  grep -q "checkpoint_00003.h5" signal.log || fail "signal: no checkpoint 3 named: $(tail -n 3 signal.log)"
+  same_files "signal: the frame in flight" A S frame_00000.h5 frame_00001.h5 frame_00002.h5 frame_00003.h5
+  [ -z "$(find S -name '*.tmp')" ] || fail "signal: temporary files left: $(ls -A S)"
+  run resume 0 "$drift" run scene.json --out S --resume
+  out=$("$compare" A/frame_00006.h5 S/frame_00006.h5 0 0) || fail "signal: resumed: frame 6 differs from the straight run's: $out"
+  ;;
+*)
+  echo "unknown mode $mode" >&2
+  exit 2
+  ;;
+esac
+
+if [ "$failures" -gt 0 ]; then
+  echo "check_writer.sh $mode: $failures failure(s)"
+  exit 1
+fi
+echo "check_writer.sh $mode: all checks passed"
