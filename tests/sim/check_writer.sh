@@ -2,13 +2,13 @@
 # check_writer.sh - frames and checkpoints written behind the compute (src/writer.h), through the
 # drift command line.
 #
-#   check_writer.sh DRIFT_EXE COMPARE_EXE SCENE MODE [BACKEND]
+#   check_writer.sh DRIFT_EXE COMPARE_EXE SAME_EXE SCENE MODE [BACKEND]
 #
 # SCENE is a dam break (tests/sim/resume_dam_break.json: 6 frames, a checkpoint every 3), run in
 # deterministic mode (parallel.deterministic) so that two runs give bitwise the same particles.
 #   same    (BACKEND cpu or cuda; 1 rank, and 2 where mpirun exists) every frame and checkpoint
 #           written by the writer's thread equals, value for value and attribute for attribute
-#           (h5diff), the one written in the main thread between the steps (DRIFT_WRITER_INLINE=1:
+#           (SAME_EXE, tests/sim/same_h5.c), the one written in the main thread between the steps (DRIFT_WRITER_INLINE=1:
 #           the path without MPI_THREAD_MULTIPLE); frames.xdmf the same.
 #   full    (cpu) the output folder on a small tmpfs that fills at frame 4: exit 3, one line
 #           naming frame_00004.h5 and the reason; frames 0-3 whole and equal to a run with room;
@@ -20,15 +20,16 @@
 #           by particle (COMPARE_EXE, tolerance 0: a resume sorts the rows afresh).
 set -u
 
-if [ $# -lt 4 ]; then
-  echo "usage: $0 DRIFT_EXE COMPARE_EXE SCENE same|full|signal [cpu|cuda]" >&2
+if [ $# -lt 5 ]; then
+  echo "usage: $0 DRIFT_EXE COMPARE_EXE SAME_EXE SCENE same|full|signal [cpu|cuda]" >&2
   exit 2
 fi
 drift=$1
 compare=$2
-scene=$3
-mode=$4
-backend=${5:-cpu}
+same_h5=$3
+scene=$4
+mode=$5
+backend=${6:-cpu}
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset DRIFT_WRITER_INLINE
 
@@ -67,8 +68,8 @@ run() {
   return 0
 }
 
-# same_files LABEL A B NAME...: each file NAME of folder A equals B's (h5diff: every dataset's
-# values and every attribute; exit 0 only when none differs).
+# same_files LABEL A B NAME...: each file NAME of folder A equals B's (same_h5: every dataset's
+# values and every attribute, bitwise).
 same_files() {
   local label=$1 a=$2 b=$3
   shift 3
@@ -77,7 +78,8 @@ same_files() {
       fail "$label: $a/$name or $b/$name is missing"
       continue
     fi
-    h5diff -q "$a/$name" "$b/$name" >/dev/null 2>&1 || fail "$label: $a/$name and $b/$name differ: $(h5diff "$a/$name" "$b/$name" 2>&1 | head -n 5)"
+    local out
+    out=$("$same_h5" "$a/$name" "$b/$name" 2>&1) || fail "$label: $a/$name and $b/$name differ: $out"
   done
 }
 

@@ -1,0 +1,52 @@
+#!/bin/bash
+# The write path on a GPU machine, in one call of the device tool: builds build-b (unless there),
+# runs the GPU tests of the write path (TESTS), then `drift bench --write` on the scenes given,
+# into the machine's disk and into /dev/shm (memory), on one rank and on RANKS ranks sharing the
+# node, and prints the tables last (logs under $OUT/write).
+#
+#   here:        tools/pack-device-deps.sh .device      (once; carried as .device)
+#   on the GPU:  tools/device_write.sh jobs/bench/sand_blocks_l46.json jobs/bench/sand_blocks_l46x16.json
+#
+# env: DEPS    what pack-device-deps.sh packed (default .device)
+#      TESTS   ctest -R regex run first (default the write path's; empty: none)
+#      FRAMES  frames of each case (default 20)
+#      RANKS   ranks of the shared-file run (default 2; 0: none)
+#      DISK    a folder on the disk (default /tmp/drift-write)
+set -uo pipefail
+# shellcheck source=tools/device_env.sh
+. "$(dirname "$0")/device_env.sh"
+cd "$root" || exit 1
+export PACK=0
+device_build_b
+work=$out/write
+mkdir -p "$work"
+tests=${TESTS-test_backend_ops|writer_|test_totals|test_preview|signal_cuda|pvpython}
+frames=${FRAMES:-20}
+ranks=${RANKS:-2}
+disk=${DISK:-/tmp/drift-write}
+if [ -n "$tests" ]; then
+  ctest --test-dir build-b -R "$tests" --output-on-failure -j 4 >"$work/tests.log" 2>&1
+  echo "tests (-R '$tests'): exit $?, $(grep 'tests passed' "$work/tests.log")"
+  grep -E "Failed|\*\*\*" "$work/tests.log" | head -20
+fi
+# bench_into LABEL DIR [RUNNER...]: the scenes, written into DIR (emptied before and after)
+bench_into() {
+  local label=$1 dir=$2
+  shift 2
+  rm -rf "$dir" && mkdir -p "$dir"
+  "$@" build-b/drift bench "${scenes[@]}" --backend cuda --frames "$frames" --profile-frames 0 --write "$dir" \
+    >"$work/$label.out" 2>"$work/$label.log"
+  echo "$label: exit $?"
+  rm -rf "$dir"
+}
+scenes=("$@")
+bench_into disk "$disk"
+bench_into shm /dev/shm/drift-write
+if [ "$ranks" -gt 1 ]; then
+  bench_into "disk_$ranks" "$disk" mpirun --oversubscribe -n "$ranks"
+  bench_into "shm_$ranks" /dev/shm/drift-write mpirun --oversubscribe -n "$ranks"
+fi
+for f in "$work"/*.out; do
+  echo "== $(basename "$f" .out)"
+  sed -n '/^frames written/,$p' "$f"
+done
