@@ -567,7 +567,7 @@ int step_begin(cuda_state *s, float dt) {
                                           s->barrier_timeout_ns);
     LAUNCHED("k_begin_gated");
     s->gate_queued = 1;
-    marks_gate(s, 1); /* the marks a fold may wait for: those recorded so far */
+    timeline_marks_gate(s, 1); /* the marks a fold may wait for: those recorded so far */
     return DR_OK;
   }
   if (s->gate_armed) return dr_fail(DR_EINTERNAL, "cuda backend: a second step begun behind one gate");
