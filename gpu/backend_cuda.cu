@@ -97,7 +97,7 @@
 //   dvec.cu              device vectors and an island member's stream-ordered pools
 //   rebuild.cu           rebuild-mapping (sort, particle blocks, packets, grid blocks, hash table)
 //   step.cu              the step's kernels and launches, the CUDA graphs (P2G: p2g.cuh; the grid
-//                        update: grid.cuh; G2P and G2P2G: g2p.cuh)
+//                        update: grid.cuh; G2P and G2P2G: g2p.cuh; the views they take: views.cuh)
 //   colliders.cu         collider poses and boxes, the collider cache
 //   island_barrier.cu    the island's barrier and reduction between members, and why they are race-free
 //   island_crew.cu       the island's host threads

@@ -6,13 +6,14 @@
 // again (gpu/step.cu).
 //
 // A kernel takes a view's members as its own parameters, not the struct: PARTICLE_PARAMS in its
-// signature, PARTICLE_ARGS(v) at its launch. nvcc honours __restrict__ on a kernel's parameters
-// only: on a struct member it is dropped, and a local __restrict__ copy keeps it only in a kernel
-// that reads no clock, whereas every step kernel stamps the global timer (stamp). Without it the
-// loads of read-only data are no longer read-only loads (LDG.CONSTANT) and loads and stores lose
-// their freedom to reorder: the kernels' machine code and registers change. Through the macros
-// each kernel keeps its parameters' qualifiers and its code. The step's scalars carry no
-// qualifiers and travel as a plain struct (step_scalars).
+// signature, PARTICLE_ARGS(v) at its launch. nvcc honours __restrict__ on a kernel's parameters.
+// It drops it on a struct member, and a local __restrict__ copy brings it back only where the
+// compiler proves that nothing in the whole kernel writes the data (a clock read such as stamp's
+// defeats that), which it does in none of these kernels. Without it the loads of read-only data
+// are no longer read-only loads (LDG.CONSTANT) and loads and stores lose their freedom to
+// reorder: the kernels' machine code and registers change. Through the macros each kernel keeps
+// its parameters, their qualifiers and its code. The step's scalars carry no qualifiers and
+// travel as a plain struct (step_scalars).
 #ifndef DRIFT_GPU_VIEWS_CUH
 #define DRIFT_GPU_VIEWS_CUH
 
