@@ -97,7 +97,7 @@
 //   dvec.cu              device vectors and an island member's stream-ordered pools
 //   rebuild.cu           rebuild-mapping (sort, particle blocks, packets, grid blocks, hash table)
 //   step.cu              the step's kernels and launches, the CUDA graphs (P2G: p2g.cuh; the grid
-//                        update: grid.cuh; G2P and G2P2G: g2p.cuh)
+//                        update: grid.cuh; G2P and G2P2G: g2p.cuh; the views they take: views.cuh)
 //   colliders.cu         collider poses and boxes, the collider cache
 //   island_barrier.cu    the island's barrier and reduction between members, and why they are race-free
 //   island_crew.cu       the island's host threads
@@ -158,7 +158,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
 static void gate_write(cuda_state *s, int go) {
   __atomic_store_n(s->h_gate, (s->gate_seq << 1) | (go ? 1u : 0u), __ATOMIC_RELEASE);
   s->gate_armed = 0;
-  marks_gate(s, 0); /* the marks behind it complete now */
+  timeline_marks_gate(s, 0); /* the marks behind it complete now */
 }
 
 int cuda_p2g(void *state, float dt) {
@@ -311,8 +311,8 @@ void cuda_destroy(void *state) {
   if (!s) return;
   if (s->stream) cudaSetDevice(s->device);
   if (s->h_gate && s->gate_armed) gate_write(s, 0); /* a gate left shut (an exit between g2p_ahead and the vote) */
-  marks_free(s);
-  stamps_free(s);
+  timeline_marks_free(s);
+  timeline_stamps_free(s);
   step_drop_graphs(s);
   dvec *all[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
                  &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
@@ -640,9 +640,9 @@ template <typename... A, int (*F)(void *, A...)> struct on_device<F> {
     int tag = -1; /* cuda_p2g_part's and grid_update_part's part */
     if constexpr (std::is_same_v<std::tuple<A...>, std::tuple<float, int>>) tag = std::get<1>(std::make_tuple(a...));
     const int step_end = (const void *)F == (const void *)&g2p;
-    DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 0, 0));
+    DR_TRY(timeline_marks_record(s, __PRETTY_FUNCTION__, tag, 0, 0));
     const int rc = F(state, a...);
-    if (rc == DR_OK) DR_TRY(marks_record(s, __PRETTY_FUNCTION__, tag, 1, step_end));
+    if (rc == DR_OK) DR_TRY(timeline_marks_record(s, __PRETTY_FUNCTION__, tag, 1, step_end));
     return rc;
   }
 };

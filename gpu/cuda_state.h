@@ -162,7 +162,7 @@ __device__ static inline unsigned long long global_ns() {
  * thread of the first CTA, as the kernel begins; k_barrier also as its own count is published
  * and as it leaves; k_begin_gated, ranks, as it reaches the gate: gate > begin is the device's wait
  * for the step vote). In the order a step runs them; island_take, and island_g2p_collect where
- * ranks drive the phases, sum the time from each stamp to the next per member (stamps_take). */
+ * ranks drive the phases, sum the time from each stamp to the next per member (timeline_stamps_take). */
 enum stamp_at { ST_GATE, ST_BEGIN, ST_P2G, ST_BAR_IN, ST_BAR_SET, ST_BAR_OUT, ST_GRID, ST_G2P, ST_COUNT };
 static_assert(ST_COUNT <= (int)(sizeof(((step_ctl *)0)->stamp) / sizeof(unsigned long long)), "step_ctl.stamp");
 __device__ __forceinline__ void stamp(step_ctl *c, int at) {
@@ -616,11 +616,11 @@ int island_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[
 int island_set_particles(void *state, particles *p);
 
 /* timeline.cu */
-void marks_gate(cuda_state *s, int shut);
-int marks_record(cuda_state *s, const char *name, int tag, int end, int step_end);
-void stamps_take(cuda_state *s, const step_ctl *c);
-void stamps_free(cuda_state *s);
-void marks_free(cuda_state *s);
+void timeline_marks_gate(cuda_state *s, int shut);
+int timeline_marks_record(cuda_state *s, const char *name, int tag, int end, int step_end);
+void timeline_stamps_take(cuda_state *s, const step_ctl *c);
+void timeline_stamps_free(cuda_state *s);
+void timeline_marks_free(cuda_state *s);
 void timeline_new(cuda_state *s);
 
 /* backend_cuda.cu */

@@ -5,7 +5,7 @@
 #ifndef DRIFT_GPU_G2P_CUH
 #define DRIFT_GPU_G2P_CUH
 
-#include "cuda_state.h"
+#include "views.cuh"
 
 /* The particle collision step (physics/boundary.h) of one particle. Only the COL variants of
  * k_g2p and k_g2p2g call it (scenes with a slip or separate collider). Out of line, CUDA 13 for
@@ -158,11 +158,11 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
 /* The particle collision step of the particles k_g2p left (push_mask), then the rest of their
  * G2P (as g2p_warp ends it). One warp per packet; a packet with no such lane returns at once. */
 __global__ static void PARTICLE_BOUNDS
-k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
-          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin, float3 dmin, float3 dmax, float dx,
-          float inv_dx, const unsigned *__restrict__ push_mask, const float *__restrict__ push_room,
-          const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int zone_lo,
-          int zone_hi) {
+k_collide(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, const __grid_constant__ boundary_params bp,
+          COLLIDER_PARAMS) {
+  const float3 origin = sc.origin, dmin = sc.dmin, dmax = sc.dmax;
+  const float dx = sc.dx, inv_dx = sc.inv_dx;
+  const int zone_lo = sc.zone_lo, zone_hi = sc.zone_hi;
   if (ctl->done) return;
   const size_t p = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (p >= n_packets) return;
@@ -208,13 +208,9 @@ k_collide(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const i
  * moved within its run-to-run noise: docs/performance.md.) */
 template <bool OLD, bool COL, bool MAT>
 __global__ static void PARTICLE_BOUNDS
-k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
-      const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
-      float3 dmin, float3 dmax, float dx, float inv_dx, const float *__restrict__ grid,
-      const material_params *__restrict__ g2p_mats, const float *__restrict__ grid0,
-      const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses,
-      const col_box *__restrict__ wbox, unsigned *__restrict__ push_mask, float *__restrict__ push_room, int zone_lo,
-      int zone_hi, const int32_t *__restrict__ order) {
+k_g2p(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, const float *__restrict__ grid,
+      const float *__restrict__ grid0, const __grid_constant__ boundary_params bp, COLLIDER_PARAMS,
+      const int32_t *__restrict__ order) {
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
   stamp(ctl, ST_G2P);
@@ -222,9 +218,10 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   const size_t i = (size_t)blockIdx.x * WARPS + warp;
   if (i >= n_packets) return;
   const size_t p = order ? (size_t)order[i] : i; /* cuda_g2p_interior: n_packets of the list order */
-  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax,
-                                           dx, inv_dx, grid, zone_lo, zone_hi, g2p_mats, grid0, bp, poses, wbox,
-                                           push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]));
+  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, sc.origin, sc.dmin,
+                                                 sc.dmax, sc.dx, sc.inv_dx, grid, sc.zone_lo, sc.zone_hi, mats, grid0,
+                                                 bp, poses, wbox, push_mask, push_room,
+                                                 G2P_TILE_OF(OLD, s_tile[warp]));
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same
@@ -235,13 +232,9 @@ k_g2p(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
  * warp's own writes to its packet are visible to its lanes after __syncwarp. */
 template <bool OLD, bool DET, bool COL>
 __global__ static void PARTICLE_BOUNDS
-k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
-        const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
-        const material_params *__restrict__ mats, float3 origin, float3 dmin, float3 dmax, float dx, float inv_dx,
-        const float *__restrict__ grid, float *__restrict__ grid_next, uint8_t *__restrict__ touched_next,
-        const float *__restrict__ grid0, float *__restrict__ grid0_next, fixp fp,
-        const __grid_constant__ boundary_params bp, const collider_pose *__restrict__ poses, int g2p_mat, int zone_lo,
-        int zone_hi) {
+k_g2p2g(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, const float *__restrict__ grid,
+        const float *__restrict__ grid0, P2G_TARGET_PARAMS, const __grid_constant__ boundary_params bp,
+        COLLIDER_PARAMS, int g2p_mat) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, G2P2G_NODESUM)];
   __shared__ unsigned s_sort[WARPS][LANES];
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
@@ -251,12 +244,13 @@ k_g2p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int
   const size_t p = (size_t)blockIdx.x * WARPS + warp;
   if (p >= n_packets) return;
   const float dt = ctl->dt;
-  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, origin, dmin, dmax, dx,
-                                             inv_dx, grid, zone_lo, zone_hi, g2p_mat ? mats : nullptr, grid0, bp,
-                                             poses, nullptr, nullptr, nullptr, G2P_TILE_OF(OLD, s_tile[warp]));
+  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, true>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, sc.origin, sc.dmin,
+                                                   sc.dmax, sc.dx, sc.inv_dx, grid, sc.zone_lo, sc.zone_hi,
+                                                   g2p_mat ? mats : nullptr, grid0, bp, poses, nullptr, nullptr,
+                                                   nullptr, G2P_TILE_OF(OLD, s_tile[warp]));
   __syncwarp();
-  p2g_any<OLD, DET, G2P2G_NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx,
-                                         grid_next, touched_next, grid0_next, s_p2g[warp], s_sort[warp], fp, 1);
+  p2g_any<OLD, DET, G2P2G_NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, sc.origin, sc.dx, sc.inv_dx,
+                                   p2g_grid, p2g_touched, p2g_grid0, s_p2g[warp], s_sort[warp], p2g_fp, 1);
 }
 
 #endif

@@ -8,7 +8,7 @@
 #ifndef DRIFT_GPU_GRID_CUH
 #define DRIFT_GPU_GRID_CUH
 
-#include "cuda_state.h"
+#include "views.cuh"
 
 /* Grid update of buffer g (velocity from momentum, gravity, walls; untouched blocks skipped)
  * fused with clearing the other buffer where the step before touched it. One thread per node;
@@ -20,15 +20,10 @@
 #define GRID_MIN_CTAS 4 /* CUDA blocks of k_grid an SM must hold at once */
 template <bool DET, bool COL>
 __global__ static void __launch_bounds__(GRID_BLOCKS_PER_CTA * BLOCK_NODES, GRID_MIN_CTAS)
-k_grid(step_ctl *__restrict__ ctl, size_t n_blocks, float dx, float3 origin, float3 gravity, boundary_params bp,
-       const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
-       const uint64_t *__restrict__ block_code, uint8_t *__restrict__ touched, float *__restrict__ g,
-       uint8_t *__restrict__ touched_next, float *__restrict__ g_next, const uint8_t *__restrict__ shared,
-       int part, float *__restrict__ g0, float *__restrict__ g0_next, const int32_t *__restrict__ tags,
-       island_view iv, float *__restrict__ vel, float *__restrict__ vel0, const long long *__restrict__ ig,
-       long long *__restrict__ ig_next, double inv_sm, double inv_sp, const int *__restrict__ cc_index,
-       const int32_t *__restrict__ cc_slot, const mesh_samples *__restrict__ cc_vals,
-       const int32_t *__restrict__ list, const int *__restrict__ list_n) {
+k_grid(step_ctl *__restrict__ ctl, GRID_PARAMS, int part, step_scalars sc, boundary_params bp, COLLIDER_PARAMS,
+       island_view iv) {
+  const float dx = sc.dx;
+  const float3 origin = sc.origin, gravity = sc.gravity;
   if (ctl->done) return; /* uniform over the CUDA block */
   stamp(ctl, ST_GRID);
   if (blockIdx.x == 0 && threadIdx.x == 0 && ctl->projected) ctl->projected = 0; /* the P2G before took it */

@@ -234,7 +234,7 @@ static int island_take(island *I, int par, frame_report *rep, int *stop, int syn
     cuda_state *s = I->m[k];
     const step_ctl *c = &s->h_slot[par];
     s->last_par = par;
-    stamps_take(s, c);
+    timeline_stamps_take(s, c);
     memcpy(&s->vmax, &c->vmax_bits, sizeof s->vmax);
     if (s->vmax > vmax) vmax = s->vmax;
     s->need_rebuild |= c->leave != 0;
@@ -559,7 +559,7 @@ int island_g2p_collect(island *I) {
     else CU(cudaStreamSynchronize(s->stream));
     s->xrecv_used = 0; /* the step's unpacks are done with their messages */
     const step_ctl *c = &s->h_slot[s->last_par];
-    stamps_take(s, c);
+    timeline_stamps_take(s, c);
     s->vote_wait_s += 1e-9 * (double)c->gate_ns;
     if (c->gate_stuck)
       return dr_fail(DR_EINTERNAL, "cuda backend: device %d: a step queued behind a gate waited %.0f s for the host "

@@ -6,6 +6,7 @@
 // rebuild-mapping, after which they are captured again (graphs_valid).
 
 #include "cuda_state.h"
+#include "views.cuh"
 #include "barrier.cuh"
 #include "grid.cuh"
 #include "g2p.cuh"
@@ -182,11 +183,8 @@ __device__ __forceinline__ int p2g_order_index(p2g_order o, int i, int n) {
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet, taken in spread_of's order. */
 template <bool OLD, bool DET>
 __global__ static void PARTICLE_BOUNDS
-k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
-      const int32_t *__restrict__ pb_nbr, float *__restrict__ pk, const uint64_t *__restrict__ pid,
-      const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx, float *__restrict__ grid,
-      uint8_t *__restrict__ touched, float *__restrict__ grid0, fixp fp, const int32_t *__restrict__ order,
-      p2g_order spread) {
+k_p2g(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, P2G_TARGET_PARAMS,
+      const int32_t *__restrict__ order, p2g_order spread) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, P2G_NODESUM)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -197,8 +195,8 @@ k_p2g(step_ctl *ctl, size_t n_packets, const int2 *__restrict__ hdr, const int32
   if (i >= n) return; /* the whole warp */
   const int j = p2g_order_index(spread, i, n); /* spread_of: the packets in work at once lie far apart */
   p2g_any<OLD, DET, P2G_NODESUM>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk, pid,
-                                 mats, origin, dx, inv_dx, grid, touched, grid0, s_p2g[warp], s_sort[warp], fp,
-                                 !ctl->projected);
+                                 mats, sc.origin, sc.dx, sc.inv_dx, p2g_grid, p2g_touched, p2g_grid0, s_p2g[warp],
+                                 s_sort[warp], p2g_fp, !ctl->projected);
 }
 
 /* Material of the particle with the given id (for the message about a bad particle). */
@@ -260,9 +258,7 @@ int step_clear_grid(cuda_state *s, int par) {
   return DR_OK;
 }
 
-typedef void (*p2g_fn)(step_ctl *, size_t, const int2 *, const int32_t *, const int32_t *, float *, const uint64_t *,
-                       const material_params *, float3, float, float, float *, uint8_t *, float *, fixp,
-                       const int32_t *, p2g_order);
+typedef decltype(&k_p2g<false, false>) p2g_fn;
 
 /* k_p2g's order of packets: the i-th packet taken is packet i x m
  * mod n, m coprime with n and near n / phi, so that packets taken one after another lie about
@@ -301,11 +297,10 @@ static p2g_fn p2g_kernel(const cuda_state *s) {
 int step_p2g_on(cuda_state *s, int par, const int32_t *order, size_t n, cudaStream_t st) {
   if (n == 0) return DR_OK;
   const p2g_fn k = p2g_kernel(s);
-  k<<<blocks_for(n, WARPS), THREADS, 0, st>>>(
-      dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
-      dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
-      make_float3(s->origin[0], s->origin[1], s->origin[2]), s->prm.dx, s->inv_dx, dp<float>(s->grid[par]),
-      dp<uint8_t>(s->touched[par]), grid0_of(s, par), fix_of(s, par), order, spread_of(s, n));
+  const particle_view pv = particle_view_of(s);
+  const p2g_target to = p2g_target_of(s, par);
+  k<<<blocks_for(n, WARPS), THREADS, 0, st>>>(dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(pv), step_scalars_of(s, 0, 0),
+                                              P2G_TARGET_ARGS(to), order, spread_of(s, n));
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -337,19 +332,12 @@ int step_grid_on(cuda_state *s, int par, int part, cudaStream_t st) {
   if (n_launch == 0) return DR_OK;
   DR_TRY(colliders_poses(s, st));
   const bool col = s->bnd.n_colliders > 0;
+  const grid_view gv = grid_view_of(s, par, listed);
+  const collider_view cv = collider_view_of(s);
   (s->det ? (col ? k_grid<true, true> : k_grid<true, false>) : (col ? k_grid<false, true> : k_grid<false, false>))
-      <<<blocks_for(n_launch, GRID_BLOCKS_PER_CTA),
-                                            GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, st>>>(
-      dp<step_ctl>(s->ctl), s->n_blocks, s->prm.dx, make_float3(s->origin[0], s->origin[1], s->origin[2]),
-      make_float3(s->prm.gravity[0], s->prm.gravity[1], s->prm.gravity[2]), s->bnd, dp<collider_pose>(s->d_poses),
-      dp<col_box>(s->d_wbox), dp<uint64_t>(s->block_code),
-      dp<uint8_t>(s->touched[par]), dp<float>(s->grid[par]), dp<uint8_t>(s->touched[1 - par]),
-      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->shared), part, grid0_of(s, par), s->det ? NULL : grid0_of(s, 1 - par),
-      dp<int32_t>(s->tags), step_view_of(s, par), separate_vel(s) ? dp<float>(s->vel) : NULL,
-      separate_vel(s) && s->asflip ? dp<float>(s->vel0) : NULL, fix_of(s, par).ig, fix_of(s, 1 - par).ig,
-      1.0 / (double)s->prm.fix_scale[0], 1.0 / (double)s->prm.fix_scale[1],
-      s->n_cc > 0 && s->cc_total > 0 ? dp<int>(s->cc_index) : NULL, dp<int32_t>(s->cc_slot),
-      dp<mesh_samples>(s->cc_vals), listed ? dp<int32_t>(s->shared_idx) : NULL, listed ? dp<int>(s->shared_n) : NULL);
+      <<<blocks_for(n_launch, GRID_BLOCKS_PER_CTA), GRID_BLOCKS_PER_CTA * BLOCK_NODES, 0, st>>>(
+          dp<step_ctl>(s->ctl), GRID_ARGS(gv), part, step_scalars_of(s, 0, 0), s->bnd, COLLIDER_ARGS(cv),
+          step_view_of(s, par));
   LAUNCHED("k_grid");
   return DR_OK;
 }
@@ -378,24 +366,20 @@ static decltype(&k_g2p<false, false, false>) g2p_kernel(const cuda_state *s, boo
 int step_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide,
                   cudaStream_t st) {
   const bool col = s->push;
-  const int zone_lo = FREE_ZONE_LO + lag, zone_hi = FREE_ZONE_HI - lag;
+  const particle_view pv = particle_view_of(s);
+  const step_scalars sc = step_scalars_of(s, FREE_ZONE_LO + lag, FREE_ZONE_HI - lag);
+  const collider_view cv = collider_view_of(s);
   if (n > 0) {
-    g2p_kernel(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(
-        dp<step_ctl>(s->ctl), n, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
-        dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
-        make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
-        s->inv_dx, vel_of(s, par), s->g2p_mat ? dp<material_params>(s->d_mats) : nullptr, vel0_of(s, par), s->bnd,
-        dp<collider_pose>(s->d_poses), dp<col_box>(s->d_wbox), dp<unsigned>(s->push_mask), dp<float>(s->push_room),
-        zone_lo, zone_hi, order);
+    particle_view g2p_pv = pv;
+    if (!s->g2p_mat) g2p_pv.mats = nullptr; /* G2P reads no material (k_g2p's MAT) */
+    g2p_kernel(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(g2p_pv), sc,
+                                                                 vel_of(s, par), vel0_of(s, par), s->bnd,
+                                                                 COLLIDER_ARGS(cv), order);
     LAUNCHED("k_g2p");
   }
   if (col && collide && s->n_packets > 0) {
-    k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, st>>>(
-        dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<float>(s->pk[s->cur]),
-        dp<uint64_t>(s->pid[s->cur]), make_float3(s->origin[0], s->origin[1], s->origin[2]),
-        make_float3(s->dmin[0], s->dmin[1], s->dmin[2]), make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx,
-        s->inv_dx, dp<unsigned>(s->push_mask), dp<float>(s->push_room), s->bnd, dp<collider_pose>(s->d_poses), zone_lo,
-        zone_hi);
+    k_collide<<<blocks_for(s->n_packets, WARPS), THREADS, 0, st>>>(dp<step_ctl>(s->ctl), s->n_packets,
+                                                                   PARTICLE_ARGS(pv), sc, s->bnd, COLLIDER_ARGS(cv));
     LAUNCHED("k_collide");
   }
   return DR_OK;
@@ -416,16 +400,15 @@ static decltype(&k_g2p2g<OLD, DET, false>) g2p2g_kernel(bool col) {
 static int step_g2p2g(cuda_state *s, int par) {
   if (s->n_packets == 0) return DR_OK;
   const bool col = s->push;
+  const particle_view pv = particle_view_of(s);
+  const p2g_target next = p2g_target_of(s, 1 - par);
+  const collider_view cv = collider_view_of(s);
   (s->asflip ? (s->det ? g2p2g_kernel<true, true>(col) : g2p2g_kernel<true, false>(col))
              : (s->det ? g2p2g_kernel<false, true>(col) : g2p2g_kernel<false, false>(col)))
       <<<blocks_for(s->n_packets, WARPS), THREADS, 0, s->stream>>>(
-      dp<step_ctl>(s->ctl), s->n_packets, dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<int32_t>(s->pb_nbr),
-      dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<material_params>(s->d_mats),
-      make_float3(s->origin[0], s->origin[1], s->origin[2]), make_float3(s->dmin[0], s->dmin[1], s->dmin[2]),
-      make_float3(s->dmax[0], s->dmax[1], s->dmax[2]), s->prm.dx, s->inv_dx, vel_of(s, par),
-      dp<float>(s->grid[1 - par]), dp<uint8_t>(s->touched[1 - par]), vel0_of(s, par), grid0_of(s, 1 - par),
-      fix_of(s, 1 - par), s->bnd, dp<collider_pose>(s->d_poses), s->g2p_mat, FREE_ZONE_LO + lag_of(s) + 1,
-      FREE_ZONE_HI - lag_of(s) - 1);
+          dp<step_ctl>(s->ctl), s->n_packets, PARTICLE_ARGS(pv),
+          step_scalars_of(s, FREE_ZONE_LO + lag_of(s) + 1, FREE_ZONE_HI - lag_of(s) - 1), vel_of(s, par),
+          vel0_of(s, par), P2G_TARGET_ARGS(next), s->bnd, COLLIDER_ARGS(cv), s->g2p_mat);
   LAUNCHED("k_g2p2g");
   return DR_OK;
 }
@@ -584,7 +567,7 @@ int step_begin(cuda_state *s, float dt) {
                                           s->barrier_timeout_ns);
     LAUNCHED("k_begin_gated");
     s->gate_queued = 1;
-    marks_gate(s, 1); /* the marks a fold may wait for: those recorded so far */
+    timeline_marks_gate(s, 1); /* the marks a fold may wait for: those recorded so far */
     return DR_OK;
   }
   if (s->gate_armed) return dr_fail(DR_EINTERNAL, "cuda backend: a second step begun behind one gate");

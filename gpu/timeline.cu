@@ -115,7 +115,7 @@ static void marks_log(const cuda_state *s, marks_table *t, const char *what, int
 
 /* DRIFT_GPU_MARKS beside the step vote's gate: shut (k_begin_gated queued), the marks so far are
  * the ones a fold may wait for; open, every one again. */
-void marks_gate(cuda_state *s, int shut) {
+void timeline_marks_gate(cuda_state *s, int shut) {
   gpu_marks *m = s->marks;
   if (!m) return;
   if (!shut) m->gate_at = -1;
@@ -124,7 +124,7 @@ void marks_gate(cuda_state *s, int shut) {
 
 /* One mark on the member's stream; an end mark of an entry that waited for its stream folds, and
  * the end of every period-th g2p logs the window. */
-int marks_record(cuda_state *s, const char *name, int tag, int end, int step_end) {
+int timeline_marks_record(cuda_state *s, const char *name, int tag, int end, int step_end) {
   gpu_marks *m = s->marks;
   if (m->n == MARKS_POOL) DR_TRY(marks_fold(m));
   if (m->n == MARKS_POOL) return DR_OK; /* every mark behind a shut gate (not in a step of ~20 entries): this one lost */
@@ -173,7 +173,7 @@ static void stamps_add(gpu_stamps *g, int a, int b, unsigned long long t0, unsig
 }
 
 /* A performed step's stamps (its flags' copy in the host's slot). */
-void stamps_take(cuda_state *s, const step_ctl *c) {
+void timeline_stamps_take(cuda_state *s, const step_ctl *c) {
   gpu_stamps *g = s->stamps;
   if (!g || !c->performed) return;
   ++g->steps;
@@ -201,7 +201,7 @@ static int by_float(const void *a, const void *b) {
 }
 
 /* Logs the stamps' medians, means and 10th percentiles (one write: the ranks of a node share stderr), and frees them. */
-void stamps_free(cuda_state *s) {
+void timeline_stamps_free(cuda_state *s) {
   gpu_stamps *g = s->stamps;
   if (!g) return;
   char line[4096];
@@ -230,7 +230,7 @@ void stamps_free(cuda_state *s) {
 }
 
 /* Logs the run's sums and frees the marks. */
-void marks_free(cuda_state *s) {
+void timeline_marks_free(cuda_state *s) {
   gpu_marks *m = s->marks;
   if (!m) return;
   if (marks_fold(m) != DR_OK) dr_clear();

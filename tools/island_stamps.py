@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The island's stamps (DRIFT_GPU_STAMPS=1, gpu/timeline.cu stamps_take) as one line a member.
+"""The island's stamps (DRIFT_GPU_STAMPS=1, gpu/timeline.cu timeline_stamps_take) as one line a member.
 
     tools/island_stamps.py LOG...
 
