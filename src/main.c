@@ -229,9 +229,9 @@ static int cmd_check(const char *path) {
              limit, scene_wave_speed(&s));
   }
   else
-    /* in double: a tiny cfl with a stiff material can ask for more substeps than an int holds */
-    printf("step: adaptive, cfl %g: initial dt %.4g s (wave speed %.4g m/s), about %.0f substeps per frame at rest\n",
-           s.cfl, dt, scene_wave_speed(&s), ceil(fdt / (s.cfl * s.dx / scene_wave_speed(&s)) - 1e-9));
+    printf("step: adaptive, cfl %g: initial dt %.4g s (wave speed %.4g m/s), about %.0f substeps per frame at rest "
+           "(at most %d: time.max_substeps)\n", s.cfl, dt, scene_wave_speed(&s), scene_substeps_at_rest(&s),
+           s.max_substeps);
   int written = s.frames / s.output_every + 1;
   printf("frames: %d at %g fps (%.4g s), %d files of %.1f MiB in %s/\n", s.frames, s.fps, s.frames * fdt, written,
          mib((double)total * 40 + 4096), s.output_dir);

@@ -90,12 +90,27 @@ static int test_hook_at(sim *S, uint64_t done) {
 /* The tests' hook before substep st.steps + 1. */
 int sim_test_hook(sim *S) { return test_hook_at(S, S->st.steps); }
 
+/* A frame that takes long says how far it got, every PROGRESS_EVERY_S of wall time (rank 0's
+ * line; one clock read per step otherwise). t < 0: the time is not known here (cuda's queue). */
+#define PROGRESS_EVERY_S 30.0
+void sim_progress_in_frame(sim *S, double t, uint64_t k) {
+  const double now = sim_now();
+  if (now < S->progress_at) return;
+  S->progress_at = now + PROGRESS_EVERY_S;
+  const int f = S->st.frame + 1;
+  if (t >= 0)
+    log_info("frame %d: t %.6g s of %.6g s, %llu substeps so far", f, t, f * S->frame_dt, (unsigned long long)k);
+  else
+    log_info("frame %d: %llu substeps so far (ends at t %.6g s)", f, (unsigned long long)k, f * S->frame_dt);
+}
+
 /* frame_plan.stop, for a backend that runs a frame's steps itself (cuda): before it queues the
  * frame's step queued + 1, the tests' signal hook (as before every substep here) and a look at
  * the signal flag, so that a signal stops the run within a step as on the host's loop. */
 static int frame_stop(void *ctx, uint64_t queued) {
   sim *S = ctx;
   if (S->hook.action == HOOK_SIGNAL) (void)test_hook_at(S, S->st.steps + queued); /* it only raises SIGTERM */
+  sim_progress_in_frame(S, -1.0, (uint64_t)S->step_in_frame + queued);
   return signals_pending();
 }
 
@@ -341,6 +356,7 @@ static int advance_frame_host(sim *S, double t0, double t1) {
     if (dt == 0.0) break;
     const int sig = signals_pending();
     if (sig) return sim_stop_at(S, sig, t, k);
+    sim_progress_in_frame(S, t, (uint64_t)k);
     /* fixed steps: the time from the step count, as the frame's end is (no sum of rounded dt) */
     S->st.time = S->substeps_fixed > 0 ? t0 + k * dt : t;
     DR_TRY(substep(S, dt));
@@ -354,6 +370,7 @@ int sim_advance_frame(sim *S) {
   const double t0 = (f - 1) * S->frame_dt, t1 = f * S->frame_dt;
   if (S->em.n > 0 && S->em.frame_done < f) DR_TRY(sim_emit_frame(S, f, t0));
   double w0 = sim_now();
+  S->progress_at = w0 + PROGRESS_EVERY_S;
   int rc;
   if (S->nranks > 1) {
     rc = sim_advance_frame_ranks(S, t0, t1);
