@@ -53,7 +53,9 @@ static const char *usage =
     "                   continue from a checkpoint: FILE, or the newest whole\n"
     "                   checkpoint_NNNNN.h5 in DIR (default: the output folder), on any\n"
     "                   number of ranks. The scene file must be the one it came from.\n"
-    "  --force          resume from a checkpoint of another scene file\n"
+    "  --force          an output folder that holds an earlier run's output: delete drift's\n"
+    "                   files there first (with --resume: continue from a checkpoint of another\n"
+    "                   scene file)\n"
     "  --csv FILE       bench: also write the table as CSV to FILE\n"
     "  --profile-frames K\n"
     "                   bench: frames of a second, profiled run that measures the share of\n"
@@ -314,7 +316,6 @@ static int parse_run_args(int argc, char **argv, const char **scene_path, sim_op
     }
   }
   if (!path) return dr_fail(DR_EINPUT, "run needs a scene file (see drift --help)");
-  if (opt.force && !opt.resume) return dr_fail(DR_EINPUT, "--force goes with --resume (see drift --help)");
   *scene_path = path;
   *opt_out = opt;
   *quiet_out = quiet;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -159,10 +160,22 @@ static int deterministic_scales(sim *S, const particles *p) {
   return DR_OK;
 }
 
+/* Rank 0: creates the output folder and claims it (outdir.h) before any work, so that a run
+ * into a folder in use, or holding another run's output, is refused at once and writes nothing. */
+static int claim_out_dir(sim *S) {
+  const sim_options *o = &S->opt;
+  struct stat sb;
+  /* --resume from the output folder itself: a missing folder is the resume's to report */
+  if (o->resume && !o->resume[0] && stat(S->out_dir, &sb) != 0) return DR_OK;
+  DR_TRY(sim_make_dirs(S->out_dir));
+  return outdir_claim(S->out_dir, o->resume ? OUTDIR_RESUME : o->force ? OUTDIR_FORCE : OUTDIR_NEW, &S->lock);
+}
+
 int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out) {
   *out = NULL;
   sim *S = dr_calloc(1, sizeof *S, "simulation");
   if (!S) return DR_ENOMEM;
+  S->lock.fd = -1;
   int rc = DR_OK;
   S->sc = s;
   S->comm = comm;
@@ -183,6 +196,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     dr_mark_agreed(); /* every rank reads the same variable */
     goto fail;
   }
+  if (opt->write_output && (rc = comm_agree(comm, S->rank == 0 ? claim_out_dir(S) : DR_OK))) goto fail;
 
   S->mats = dr_malloc(sizeof(material_params) * (size_t)s->n_materials, "materials");
   S->mat_names = dr_malloc(sizeof(char *) * (size_t)s->n_materials, "materials");
@@ -481,6 +495,7 @@ int sim_gpus(const sim *S) { return S->be.n_devices; }
 void sim_destroy(sim **Sp) {
   sim *S = *Sp;
   if (!S) return;
+  outdir_release(&S->lock);
   exchange_destroy(&S->ex);
   decomp_free(&S->dec);
   backend_destroy(&S->be);

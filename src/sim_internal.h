@@ -22,6 +22,7 @@
 #include "decomp.h"
 #include "emit.h"
 #include "exchange.h"
+#include "outdir.h"
 #include "sim.h"
 #include "xdmf.h"
 
@@ -42,6 +43,7 @@ struct sim {
   int rank, nranks;
   sim_options opt;
   const char *out_dir;
+  outdir_lock lock;     /* rank 0, writing output: the output folder's, for the whole run */
   material_params *mats;
   collider *colliders;    /* the scene's colliders as the kernels see them */
   collider_key *collider_keys;
