@@ -322,6 +322,57 @@ static int parse_run_args(int argc, char **argv, const char **scene_path, sim_op
   return DR_OK;
 }
 
+/* drift run's command line as given, settings' options included (settings_init takes those out of
+ * argv): the resume hint after a signal carries them. */
+static char **run_argv_;
+static int run_argc_;
+
+/* Appends s to buf (cap bytes) as one shell word: as it is when it holds only characters no shell
+ * treats specially, else in single quotes. Returns 0 when it does not fit. */
+static int append_word(char *buf, size_t cap, const char *s) {
+  size_t n = strlen(buf);
+  const int plain = *s && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./,:=+@%^-") == strlen(s);
+  if (n + 2 >= cap) return 0;
+  if (n) buf[n++] = ' ';
+  if (!plain) buf[n++] = '\'';
+  for (; *s; ++s) {
+    const char *piece = *s == '\'' ? "'\\''" : NULL;
+    const size_t k = piece ? 4 : 1;
+    if (n + k + 2 >= cap) return 0;
+    if (piece) memcpy(buf + n, piece, k);
+    else buf[n] = *s;
+    n += k;
+  }
+  if (!plain) buf[n++] = '\'';
+  buf[n] = 0;
+  return 1;
+}
+
+/* The command that continues this run from its output folder after a signal: drift run SCENE
+ * --out DIR --resume and the other options as given (--frames, --backend, --gpus, the settings'
+ * --devices ...), without the earlier --out, --resume and --force. NULL when it does not fit. */
+static const char *continue_command(const char *path, const char *out_dir, const sim_options *opt) {
+  static char cmd[900];
+  cmd[0] = 0;
+  int ok = append_word(cmd, sizeof cmd, "drift") && append_word(cmd, sizeof cmd, "run") &&
+           append_word(cmd, sizeof cmd, path) && append_word(cmd, sizeof cmd, "--out") &&
+           append_word(cmd, sizeof cmd, out_dir) && append_word(cmd, sizeof cmd, "--resume");
+  for (int i = 2; ok && i < run_argc_; ++i) {
+    const char *a = run_argv_[i];
+    if (a == path || !strcmp(a, "--force") || !strncmp(a, "--resume=", 9)) continue;
+    if (!strcmp(a, "--out")) {
+      ++i;
+      continue;
+    }
+    if (!strcmp(a, "--resume")) {
+      if (i + 1 < run_argc_ && run_argv_[i + 1] == opt->resume) ++i;
+      continue;
+    }
+    ok = append_word(cmd, sizeof cmd, a);
+  }
+  return ok ? cmd : NULL;
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *path = NULL;
   sim_options opt;
@@ -336,6 +387,7 @@ static int cmd_run(int argc, char **argv) {
   }
   /* the command line's island variants replace the scene's keys (they change no result beyond rounding) */
   scene_set_island(&s, island);
+  opt.continue_with = continue_command(path, opt.out_dir ? opt.out_dir : s.output_dir, &opt);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   log_set_rank(rank);
@@ -385,6 +437,10 @@ static int with_mpi(int (*command)(int, char **), int argc, char **argv, int abo
 int main(int argc, char **argv) {
   /* the settings' options leave argv here, wherever they stand; a bad value (or a bad
    * environment) fails the commands below, not --help */
+  run_argc_ = argc;
+  run_argv_ = malloc(sizeof *run_argv_ * (size_t)(argc + 1));
+  if (run_argv_) memcpy(run_argv_, argv, sizeof *run_argv_ * (size_t)(argc + 1));
+  else run_argc_ = 0;
   const int settings_rc = settings_init(&argc, argv);
   if (argc < 2) {
     print_usage(stderr);
