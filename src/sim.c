@@ -92,8 +92,9 @@ static int test_hook_at(sim *S, uint64_t done) {
 int sim_test_hook(sim *S) { return test_hook_at(S, S->st.steps); }
 
 /* A frame that takes long says how far it got, every PROGRESS_EVERY_S of wall time (rank 0's
- * line; one clock read per step otherwise). t < 0: the time is not known here (cuda's queue). */
-#define PROGRESS_EVERY_S 30.0
+ * line; one clock read per step otherwise; DRIFT_PROGRESS_S for the tests). t < 0: the time is
+ * not known here (cuda's queue). */
+#define PROGRESS_EVERY_S (settings()->progress_s > 0 ? settings()->progress_s : 30.0)
 void sim_progress_in_frame(sim *S, double t, uint64_t k) {
   const double now = sim_now();
   if (now < S->progress_at) return;
