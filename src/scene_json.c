@@ -1,4 +1,7 @@
-/* scene_json.c - the scene loader's checked reads of JSON values and its messages.
+/* scene_json.c - the scene loader's checked reads of JSON values and its messages, and the scan
+ * of the JSON text for what cJSON would let through (sj_scan_text: strings are valid UTF-8 with no
+ * raw control character and no \u0000, integers read back exactly, no comment, no trailing comma,
+ * at most SJ_MAX_DEPTH levels) before cJSON reads it.
  *
  * Every getter reads one key of one object, checks its type and range, and on the first problem
  * records one line "FILE: KEY: what is wrong (got VALUE; expected WHAT)" through sj_fail, which
