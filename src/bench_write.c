@@ -91,6 +91,7 @@ int bench_write_case(const scene *s, const sim_options *base, const char *dir, c
   sim_options opt = *base;
   opt.write_output = 1;
   opt.out_dir = out;
+  opt.force = 1; /* bench's own folder: an earlier bench's frames there go (outdir.h) */
   opt.profile = 0;
   sim *S = NULL;
   DR_TRY(sim_create(s, &opt, MPI_COMM_WORLD, &S));

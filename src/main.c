@@ -53,7 +53,9 @@ static const char *usage =
     "                   continue from a checkpoint: FILE, or the newest whole\n"
     "                   checkpoint_NNNNN.h5 in DIR (default: the output folder), on any\n"
     "                   number of ranks. The scene file must be the one it came from.\n"
-    "  --force          resume from a checkpoint of another scene file\n"
+    "  --force          an output folder that holds an earlier run's output: delete drift's\n"
+    "                   files there first (with --resume: continue from a checkpoint of another\n"
+    "                   scene file)\n"
     "  --csv FILE       bench: also write the table as CSV to FILE\n"
     "  --profile-frames K\n"
     "                   bench: frames of a second, profiled run that measures the share of\n"
@@ -232,9 +234,9 @@ static int cmd_check(const char *path) {
              limit, scene_wave_speed(&s));
   }
   else
-    /* in double: a tiny cfl with a stiff material can ask for more substeps than an int holds */
-    printf("step: adaptive, cfl %g: initial dt %.4g s (wave speed %.4g m/s), about %.0f substeps per frame at rest\n",
-           s.cfl, dt, scene_wave_speed(&s), ceil(fdt / (s.cfl * s.dx / scene_wave_speed(&s)) - 1e-9));
+    printf("step: adaptive, cfl %g: initial dt %.4g s (wave speed %.4g m/s), about %.0f substeps per frame at rest "
+           "(at most %d: time.max_substeps)\n", s.cfl, dt, scene_wave_speed(&s), scene_substeps_at_rest(&s),
+           s.max_substeps);
   int written = s.frames / s.output_every + 1;
   printf("frames: %d at %g fps (%.4g s), %d files of %.1f MiB in %s/\n", s.frames, s.fps, s.frames * fdt, written,
          mib((double)total * 40 + 4096), s.output_dir);
@@ -317,11 +319,61 @@ static int parse_run_args(int argc, char **argv, const char **scene_path, sim_op
     }
   }
   if (!path) return dr_fail(DR_EINPUT, "run needs a scene file (see drift --help)");
-  if (opt.force && !opt.resume) return dr_fail(DR_EINPUT, "--force goes with --resume (see drift --help)");
   *scene_path = path;
   *opt_out = opt;
   *quiet_out = quiet;
   return DR_OK;
+}
+
+/* drift run's command line as given, settings' options included (settings_init takes those out of
+ * argv): the resume hint after a signal carries them. */
+static char **run_argv_;
+static int run_argc_;
+
+/* Appends s to buf (cap bytes) as one shell word: as it is when it holds only characters no shell
+ * treats specially, else in single quotes. Returns 0 when it does not fit. */
+static int append_word(char *buf, size_t cap, const char *s) {
+  size_t n = strlen(buf);
+  const int plain = *s && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./,:=+@%^-") == strlen(s);
+  if (n + 2 >= cap) return 0;
+  if (n) buf[n++] = ' ';
+  if (!plain) buf[n++] = '\'';
+  for (; *s; ++s) {
+    const char *piece = *s == '\'' ? "'\\''" : NULL;
+    const size_t k = piece ? 4 : 1;
+    if (n + k + 2 >= cap) return 0;
+    if (piece) memcpy(buf + n, piece, k);
+    else buf[n] = *s;
+    n += k;
+  }
+  if (!plain) buf[n++] = '\'';
+  buf[n] = 0;
+  return 1;
+}
+
+/* The command that continues this run from its output folder after a signal: drift run SCENE
+ * --out DIR --resume and the other options as given (--frames, --backend, --gpus, the settings'
+ * --devices ...), without the earlier --out, --resume and --force. NULL when it does not fit. */
+static const char *continue_command(const char *path, const char *out_dir, const sim_options *opt) {
+  static char cmd[900];
+  cmd[0] = 0;
+  int ok = append_word(cmd, sizeof cmd, "drift") && append_word(cmd, sizeof cmd, "run") &&
+           append_word(cmd, sizeof cmd, path) && append_word(cmd, sizeof cmd, "--out") &&
+           append_word(cmd, sizeof cmd, out_dir) && append_word(cmd, sizeof cmd, "--resume");
+  for (int i = 2; ok && i < run_argc_; ++i) {
+    const char *a = run_argv_[i];
+    if (a == path || !strcmp(a, "--force") || !strncmp(a, "--resume=", 9)) continue;
+    if (!strcmp(a, "--out")) {
+      ++i;
+      continue;
+    }
+    if (!strcmp(a, "--resume")) {
+      if (i + 1 < run_argc_ && run_argv_[i + 1] == opt->resume) ++i;
+      continue;
+    }
+    ok = append_word(cmd, sizeof cmd, a);
+  }
+  return ok ? cmd : NULL;
 }
 
 static int cmd_run(int argc, char **argv) {
@@ -338,6 +390,7 @@ static int cmd_run(int argc, char **argv) {
   }
   /* the command line's island variants replace the scene's keys (they change no result beyond rounding) */
   scene_set_island(&s, island);
+  opt.continue_with = continue_command(path, opt.out_dir ? opt.out_dir : s.output_dir, &opt);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   log_set_rank(rank);
@@ -389,6 +442,10 @@ static int with_mpi(int (*command)(int, char **), int argc, char **argv, int abo
 int main(int argc, char **argv) {
   /* the settings' options leave argv here, wherever they stand; a bad value (or a bad
    * environment) fails the commands below, not --help */
+  run_argc_ = argc;
+  run_argv_ = malloc(sizeof *run_argv_ * (size_t)(argc + 1));
+  if (run_argv_) memcpy(run_argv_, argv, sizeof *run_argv_ * (size_t)(argc + 1));
+  else run_argc_ = 0;
   const int settings_rc = settings_init(&argc, argv);
   if (argc < 2) {
     print_usage(stderr);

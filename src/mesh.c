@@ -1,4 +1,5 @@
 /* mesh.c - the OBJ reader (see mesh.h). */
+#define _POSIX_C_SOURCE 200809L /* fileno */
 #include "mesh.h"
 
 #include <errno.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "error.h"
 
@@ -66,6 +68,11 @@ int mesh_read_obj(const char *path, mesh *out, char *err, size_t errcap) {
   err[0] = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return obj_fail(err, errcap, path, 0, "cannot read the mesh: %s", strerror(errno));
+  struct stat sb; /* fopen opens a folder for reading on Linux; its size means nothing */
+  if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    fclose(f);
+    return obj_fail(err, errcap, path, 0, "cannot read the mesh: is a folder (expected an OBJ file)");
+  }
   if (fseek(f, 0, SEEK_END) != 0) {
     fclose(f);
     return obj_fail(err, errcap, path, 0, "cannot read the mesh: %s", strerror(errno));

@@ -49,7 +49,7 @@ static int parse_scene(const ctx *c, const cJSON *root, scene *s) {
   DR_TRY(scene_parse_colliders(c, root, s));
   DR_TRY(scene_parse_output(c, root, s));
   DR_TRY(scene_parse_parallel(c, root, s));
-  return 0;
+  return scene_check_substeps(c, s);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -124,9 +124,19 @@ static int parse_json(const ctx *c, const char *buf, size_t len, cJSON **root) {
   }
   /* the length includes the terminating NUL: cJSON then rejects trailing garbage */
   *root = cJSON_ParseWithLengthOpts(buf, len + 1, NULL, 1);
-  if (*root) return 0;
-  const char *at = cJSON_GetErrorPtr();
+  const char *at = *root ? NULL : cJSON_GetErrorPtr();
   size_t pos = (at && at >= buf && at <= buf + len) ? (size_t)(at - buf) : len;
+  /* what cJSON lets through, or reports later than where it is (a trailing comma is found at
+   * the bracket after it): the first problem in the file is the one reported */
+  size_t found;
+  char what[300];
+  if (sj_scan_text(buf, len, &found, what, sizeof what) && (*root || found <= pos)) {
+    cJSON_Delete(*root);
+    *root = NULL;
+    position(buf, found, &line, &col);
+    return sj_fail(c, NULL, "line %ld, column %ld: %s", line, col, what);
+  }
+  if (*root) return 0;
   position(buf, pos, &line, &col);
   if (pos >= len)
     return sj_fail(c, NULL, "line %ld, column %ld: not valid JSON (got the end of the file; expected "

@@ -113,6 +113,7 @@ typedef struct scene {
   double fps;
   double dt;             /* > 0: fixed step (rounded down so substeps land on frame times) */
   double cfl;            /* > 0: adaptive step; exactly one of dt, cfl is set */
+  int max_substeps;      /* the most substeps per frame at rest (check and run refuse more) */
   double gravity[3];     /* m/s^2, default (0, -9.81, 0) */
   int n_materials;
   scene_material *materials;
@@ -179,5 +180,9 @@ double scene_wave_speed(const scene *s);
 /* The step size the time loop starts with: the fixed dt (after rounding to land on frames), or
  * the CFL step for bodies at their initial velocities. */
 double scene_initial_dt(const scene *s);
+
+/* Substeps per frame at rest: the fixed step's count, or 1/fps over the CFL step cfl dx / c of
+ * the fastest wave c (in double: it may exceed an int), at least 1. */
+double scene_substeps_at_rest(const scene *s);
 
 #endif

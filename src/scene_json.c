@@ -1,4 +1,7 @@
-/* scene_json.c - the scene loader's checked reads of JSON values and its messages.
+/* scene_json.c - the scene loader's checked reads of JSON values and its messages, and the scan
+ * of the JSON text for what cJSON would let through (sj_scan_text: strings are valid UTF-8 with no
+ * raw control character and no \u0000, integers read back exactly, no comment, no trailing comma,
+ * at most SJ_MAX_DEPTH levels) before cJSON reads it.
  *
  * Every getter reads one key of one object, checks its type and range, and on the first problem
  * records one line "FILE: KEY: what is wrong (got VALUE; expected WHAT)" through sj_fail, which
@@ -165,6 +168,116 @@ static int edit_distance(const char *a, const char *b) {
     memcpy(prev, cur, sizeof(int) * (lb + 1));
   }
   return prev[lb];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The text before cJSON reads it: what cJSON lets through or reports at the wrong place. */
+
+/* Length of the UTF-8 sequence at p (n bytes left) under RFC 3629: no overlong form, no
+ * surrogate, nothing above U+10FFFF; 0 when p does not start one. */
+static size_t utf8_strict_len(const unsigned char *p, size_t n) {
+  const size_t k = utf8_len(p);
+  if (k == 0 || k > n) return 0;
+  for (size_t i = 1; i < k; ++i) /* utf8_len stops at a NUL, which is no continuation byte */
+    if ((p[i] & 0xC0) != 0x80) return 0;
+  if (k == 3 && ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0))) return 0;
+  if (k == 4 && ((p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))) return 0;
+  return k;
+}
+
+/* Whether an integer written without a fraction or exponent (digits t[0..n), a leading '-'
+ * allowed) reads back exactly as a double. */
+static int integer_exact(const char *t, size_t n) {
+  char tok[400], back[400];
+  if (n >= sizeof tok) return 0;
+  memcpy(tok, t, n);
+  tok[n] = 0;
+  const char *d = tok[0] == '-' ? tok + 1 : tok;
+  while (d[0] == '0' && d[1]) ++d;
+  if (strlen(d) <= 15) return 1; /* 15 digits always fit in a double's 53 bits */
+  const double v = fabs(strtod(tok, NULL));
+  if (!isfinite(v)) return 0;
+  snprintf(back, sizeof back, "%.0f", v);
+  return strcmp(back, d) == 0;
+}
+
+int sj_scan_text(const char *buf, size_t len, size_t *at, char *what, size_t cap) {
+  const unsigned char *b = (const unsigned char *)buf;
+  int depth = 0;
+  for (size_t i = 0; i < len;) {
+    const unsigned char ch = b[i];
+    if (ch == '"') { /* a string: to its closing quote */
+      size_t j = i + 1;
+      for (;;) {
+        if (j >= len) return 0; /* left open: cJSON says so */
+        if (b[j] == '"') break;
+        *at = j;
+        if (b[j] < 0x20) {
+          snprintf(what, cap, "a raw control character in a string (got byte \\x%02x; expected it escaped, e.g. "
+                   "\\n, or \\u%04x)", b[j], b[j]);
+          return 1;
+        }
+        if (b[j] == '\\') {
+          if (j + 5 < len && b[j + 1] == 'u' && !memcmp(buf + j + 2, "0000", 4)) {
+            snprintf(what, cap, "\\u0000 in a string (got a NUL character; expected none: it would cut the string)");
+            return 1;
+          }
+          j += 2;
+          continue;
+        }
+        if (b[j] >= 0x80) {
+          const size_t k = utf8_strict_len(b + j, len - j);
+          if (k == 0) {
+            snprintf(what, cap, "not valid UTF-8 in a string (got byte \\x%02x; expected text in UTF-8)", b[j]);
+            return 1;
+          }
+          j += k;
+          continue;
+        }
+        ++j;
+      }
+      i = j + 1;
+      continue;
+    }
+    *at = i;
+    if (ch == '/') {
+      snprintf(what, cap, "comments are not JSON (got \"%s\"; expected none)",
+               i + 1 < len && b[i + 1] == '*' ? "/*" : i + 1 < len && b[i + 1] == '/' ? "//" : "/");
+      return 1;
+    }
+    if (ch == ',') {
+      size_t j = i + 1;
+      while (j < len && (b[j] == ' ' || b[j] == '\t' || b[j] == '\n' || b[j] == '\r')) ++j;
+      if (j < len && (b[j] == '}' || b[j] == ']')) {
+        snprintf(what, cap, "trailing comma (got \",\" before \"%c\"; expected another item after it, or no comma)",
+                 b[j]);
+        return 1;
+      }
+    }
+    if ((ch == '[' || ch == '{') && ++depth > SJ_MAX_DEPTH) {
+      snprintf(what, cap, "nested deeper than %d levels (expected a scene's few levels of objects and arrays)",
+               SJ_MAX_DEPTH);
+      return 1;
+    }
+    if (ch == ']' || ch == '}') --depth;
+    if (ch == '-' || (ch >= '0' && ch <= '9')) { /* a number: an integer must read back exactly */
+      size_t j = i + 1;
+      int integer = 1;
+      while (j < len && (strchr("0123456789+-.eE", b[j]) && b[j])) integer &= !strchr(".eE", b[j++]);
+      if (integer && !integer_exact(buf + i, j - i)) {
+        char tok[48];
+        snprintf(tok, sizeof tok, "%.*s%s", (int)(j - i < 40 ? j - i : 40), buf + i, j - i > 40 ? "..." : "");
+        snprintf(what, cap, "an integer that a double does not hold exactly (got %s, read as %.17g; expected at "
+                 "most 2^53 = 9007199254740992 in magnitude, or a number with a decimal point or an exponent)", tok,
+                 strtod(buf + i, NULL));
+        return 1;
+      }
+      i = j;
+      continue;
+    }
+    ++i;
+  }
+  return 0;
 }
 
 /* ---------------------------------------------------------------------------------------------

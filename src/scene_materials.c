@@ -36,6 +36,13 @@ static const char *const NACC_KEYS[] = {"model",    "density",  "bulk_modulus", 
                                         "friction", "cohesion", "hardening",    "initial_compression",
                                         TRANSFER_KEYS};
 
+/* Physical ranges (docs/scene-format.md): from a light foam to past osmium, from a soft gel to
+ * past diamond's 1.2e12 Pa, and Tait exponents up to 20 (water's is 7); beyond them the wave speed
+ * asks for substeps no run finishes, or J^-gamma overflows single precision. */
+static const range DENSITY_RANGE = {1e-3, 1e5, 0, 0, "kg/m^3"};
+static const range STIFFNESS_RANGE = {1, 1e13, 0, 0, "Pa"};
+static const range GAMMA_RANGE = {1, 20, 0, 0, ""};
+
 /* NACC snow: bulk modulus and Poisson's ratio, the yield surface's friction M, cohesion beta,
  * hardening xi and the initial plastic state (defaults: the paper's Crawling in Snow, and the
  * usual initial_compression of -0.01). */
@@ -43,7 +50,7 @@ static int parse_nacc(const ctx *c, const cJSON *m, const char *where, scene_mat
   char key[KEY_LEN], a[32], b[32];
   material_params *p = &mat->params;
   double M, beta, xi, a0;
-  DR_TRY(sj_get_real(c, m, where, "bulk_modulus", 1, 0, (range){0, INFINITY, 1, 0, "Pa"}, &mat->bulk_modulus));
+  DR_TRY(sj_get_real(c, m, where, "bulk_modulus", 1, 0, STIFFNESS_RANGE, &mat->bulk_modulus));
   DR_TRY(sj_get_real(c, m, where, "poisson_ratio", 1, 0, (range){-1, 0.5, 1, 1, ""}, &mat->poisson_ratio));
   const double K = mat->bulk_modulus, nu = mat->poisson_ratio, E = 3 * K * (1 - 2 * nu);
   const double mu = E / (2 * (1 + nu));
@@ -103,8 +110,7 @@ static int parse_transfer(const ctx *c, const cJSON *m, const char *where, scene
 /* Young's modulus and Poisson's ratio of a solid, and the Lame parameters from them. */
 static int parse_elastic(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
   char key[KEY_LEN], a[32], b[32];
-  DR_TRY(sj_get_real(c, m, where, "youngs_modulus", 1, 0, (range){0, INFINITY, 1, 0, "Pa"},
-                     &mat->youngs_modulus));
+  DR_TRY(sj_get_real(c, m, where, "youngs_modulus", 1, 0, STIFFNESS_RANGE, &mat->youngs_modulus));
   DR_TRY(sj_get_real(c, m, where, "poisson_ratio", 1, 0, (range){-1, 0.5, 1, 1, ""},
                      &mat->poisson_ratio));
   double e = mat->youngs_modulus, nu = mat->poisson_ratio;
@@ -138,13 +144,11 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
   material_params *p = &mat->params;
   memset(p, 0, sizeof *p);
   p->model = model;
-  DR_TRY(sj_get_real(c, m, where, "density", 1, 0, (range){0, INFINITY, 1, 0, "kg/m^3"},
-                     &mat->density));
+  DR_TRY(sj_get_real(c, m, where, "density", 1, 0, DENSITY_RANGE, &mat->density));
   p->density = (float)mat->density;
   if (model == MODEL_WEAKLY_COMPRESSIBLE) {
-    DR_TRY(sj_get_real(c, m, where, "bulk_modulus", 1, 0, (range){0, INFINITY, 1, 0, "Pa"},
-                       &mat->bulk_modulus));
-    DR_TRY(sj_get_real(c, m, where, "gamma", 0, 7, (range){1, INFINITY, 0, 0, ""}, &mat->gamma));
+    DR_TRY(sj_get_real(c, m, where, "bulk_modulus", 1, 0, STIFFNESS_RANGE, &mat->bulk_modulus));
+    DR_TRY(sj_get_real(c, m, where, "gamma", 0, 7, GAMMA_RANGE, &mat->gamma));
     p->bulk = (float)mat->bulk_modulus;
     p->gamma = (float)mat->gamma;
     return parse_transfer(c, m, where, mat);

@@ -54,6 +54,14 @@ void sj_join(char key[KEY_LEN], const char *where, const char *name);
 void sj_list_names(char *buf, size_t cap, const char *const *names, int n);
 int sj_has_control_char(const char *s);
 
+/* The deepest nesting of objects and arrays a scene file may have. */
+#define SJ_MAX_DEPTH 100
+/* Scans the JSON text buf (len bytes) for what cJSON accepts or reports at the wrong place: raw
+ * control characters, invalid UTF-8 and \u0000 in strings, integers a double does not hold
+ * exactly, comments, trailing commas, nesting deeper than SJ_MAX_DEPTH. Returns 1 with the first
+ * one's byte offset in *at and a description in what (cap bytes), else 0. */
+int sj_scan_text(const char *buf, size_t len, size_t *at, char *what, size_t cap);
+
 /* scene_json.c: checked reads. required = 0: an absent key yields def and no error. */
 
 /* Fails unless v is an object; `expect` says what the object should hold. */
@@ -103,6 +111,10 @@ int scene_parse_boundary(const ctx *c, const cJSON *root, scene *s);    /* scene
 int scene_parse_colliders(const ctx *c, const cJSON *root, scene *s);   /* scene_colliders.c */
 int scene_parse_output(const ctx *c, const cJSON *root, scene *s);      /* scene_settings.c */
 int scene_parse_parallel(const ctx *c, const cJSON *root, scene *s);    /* scene_settings.c */
+
+/* scene_settings.c: after every section: the adaptive step's substeps per frame at rest (from
+ * the fastest wave) within time.max_substeps (a fixed dt is checked with time). */
+int scene_check_substeps(const ctx *c, const scene *s);
 
 /* scene_bodies.c: fails when the bounding box of a body leaves the domain; key names the value to
  * blame and what says which shape ("the sphere", "the cylinder", "the rotated box"). */

@@ -18,6 +18,10 @@
 #define MAX_CELLS_PER_AXIS 1048576.0   /* 2^20: block coordinates (cells / 4 + padding) fit in 19 bits, so a block code and a 6-bit cell code share one 64-bit sort key */
 #define MAX_CHECKPOINT_EVERY 100000000 /* as --frames */
 #define MAX_CHECKPOINT_KEEP 1000
+#define MIN_FPS 1e-3            /* time.fps: a frame of at most 1000 s of simulated time */
+#define MAX_FPS 1e4
+#define MIN_CFL 1e-3            /* time.cfl: below this a run is steps without motion */
+#define DEFAULT_MAX_SUBSTEPS 100000 /* time.max_substeps: past it a frame is a mistake, not a run */
 #define MAX_PREVIEW_SIZE 4096 /* output.preview_size: a 4096^2 picture needs 128 MiB of keys per rank */
 
 int scene_parse_domain(const ctx *c, const cJSON *root, scene *s) {
@@ -51,15 +55,15 @@ int scene_parse_domain(const ctx *c, const cJSON *root, scene *s) {
 }
 
 int scene_parse_time(const ctx *c, const cJSON *root, scene *s) {
-  static const char *const keys[] = {"frames", "fps", "dt", "cfl"};
+  static const char *const keys[] = {"frames", "fps", "dt", "cfl", "max_substeps"};
   const cJSON *t;
-  char a[32], b[32], g[GOT_LEN], h[GOT_LEN];
+  char a[32], b[32], e[32], g[GOT_LEN], h[GOT_LEN];
   DR_TRY(sj_get_section(c, root, "time", 1, "an object with keys frames, fps and dt or cfl", &t));
   DR_TRY(sj_need_object(c, t, "time", "with keys frames, fps and dt or cfl"));
-  DR_TRY(sj_check_keys(c, t, "time", keys, 4, NULL, 0, NULL));
+  DR_TRY(sj_check_keys(c, t, "time", keys, 5, NULL, 0, NULL));
   DR_TRY(sj_get_int32(c, t, "time", "frames", 1, 0, 1, INT_MAX, &s->frames));
-  DR_TRY(sj_get_real(c, t, "time", "fps", 1, 0, (range){0, INFINITY, 1, 0, "frames per second"},
-                     &s->fps));
+  DR_TRY(sj_get_real(c, t, "time", "fps", 1, 0, (range){MIN_FPS, MAX_FPS, 0, 0, "frames per second"}, &s->fps));
+  DR_TRY(sj_get_int32(c, t, "time", "max_substeps", 0, DEFAULT_MAX_SUBSTEPS, 1, INT_MAX, &s->max_substeps));
   const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dt");
   const cJSON *cfl = cJSON_GetObjectItemCaseSensitive(t, "cfl");
   if (dt && cfl)
@@ -67,7 +71,7 @@ int scene_parse_time(const ctx *c, const cJSON *root, scene *s) {
                    "dt for a fixed step or cfl for an adaptive one)", sj_got(g, dt), sj_got(h, cfl));
   if (!dt && !cfl)
     return sj_fail(c, "time", "neither dt nor cfl is given (expected exactly one: dt (s) for a fixed "
-                   "step or cfl (0 < cfl <= 1) for an adaptive one)");
+                   "step or cfl (0.001 <= cfl <= 1) for an adaptive one)");
   double frame = 1.0 / s->fps;
   s->dt = s->cfl = 0;
   if (dt) {
@@ -76,14 +80,16 @@ int scene_parse_time(const ctx *c, const cJSON *root, scene *s) {
     if (v > frame * (1 + REL_TOL))
       return sj_fail(c, "time.dt", "longer than one frame (got %s; expected dt <= 1/fps = %s s)",
                      sj_fmt_num(a, v), sj_fmt_num(b, frame));
-    /* the time loop counts a frame's substeps in an int */
-    if (ceil(frame / v - 1e-9) > INT_MAX)
-      return sj_fail(c, "time.dt", "too short: more than %d substeps per frame (got %s; expected dt >= "
-                     "1/fps / %d = %s s)", INT_MAX, sj_fmt_num(a, v), INT_MAX, sj_fmt_derived(b, frame / INT_MAX));
+    /* the time loop counts a frame's substeps in an int, and max_substeps bounds them */
+    const double n = ceil(frame / v - 1e-9);
+    if (n > s->max_substeps)
+      return sj_fail(c, "time.dt", "too short: %s substeps per frame, more than time.max_substeps = %d (got %s; "
+                     "expected dt >= 1/fps / %d = %s s, or a larger time.max_substeps)", sj_fmt_derived(e, n),
+                     s->max_substeps, sj_fmt_num(a, v), s->max_substeps, sj_fmt_derived(b, frame / s->max_substeps));
     s->dt = v;
     s->dt = scene_initial_dt(s); /* rounded down so that whole substeps fill each frame */
   } else {
-    DR_TRY(sj_get_real(c, t, "time", "cfl", 1, 0, (range){0, 1, 1, 0, ""}, &s->cfl));
+    DR_TRY(sj_get_real(c, t, "time", "cfl", 1, 0, (range){MIN_CFL, 1, 0, 0, ""}, &s->cfl));
   }
   return 0;
 }
@@ -236,4 +242,24 @@ double scene_initial_dt(const scene *s) {
   if (!(c > 0)) return frame;
   double dt = s->cfl * s->dx / c;
   return dt < frame ? dt : frame;
+}
+
+double scene_substeps_at_rest(const scene *s) {
+  const double frame = 1.0 / s->fps;
+  if (s->dt > 0) return fmax(1.0, ceil(frame / s->dt - 1e-9));
+  const double c = scene_wave_speed(s);
+  if (!(c > 0)) return 1.0;
+  return fmax(1.0, ceil(frame / (s->cfl * s->dx / c) - 1e-9));
+}
+
+int scene_check_substeps(const ctx *c, const scene *s) {
+  char a[32], b[32], d[32], e[32], f[32];
+  if (s->dt > 0) return 0; /* checked with time.dt */
+  const double n = scene_substeps_at_rest(s), w = scene_wave_speed(s);
+  if (n <= s->max_substeps) return 0;
+  return sj_fail(c, "time.cfl", "too many substeps: about %s substeps per frame at rest, more than time.max_substeps = "
+                 "%d (got cfl %s: 1/fps = %s s, cfl dx / c = %s s with c = %s m/s, the fastest wave; expected "
+                 "a larger cfl or dx, softer or denser materials, or a larger time.max_substeps)",
+                 sj_fmt_derived(a, n), s->max_substeps, sj_fmt_num(b, s->cfl), sj_fmt_derived(d, 1.0 / s->fps),
+                 sj_fmt_derived(e, s->cfl * s->dx / w), sj_fmt_derived(f, w));
 }

@@ -36,6 +36,7 @@ typedef enum setting_id {
   SET_SORT_KEYS64,
   SET_COLLIDER_CACHE,
   SET_WRITER_INLINE,
+  SET_PROGRESS_S,
   SET_N
 } setting_id;
 
@@ -67,6 +68,7 @@ typedef struct drift_settings {
   int sort_keys64;            /* 64-bit sort keys where 32 bits would do */
   int collider_cache;         /* 1 filled once per mesh frame and mapping, 2 refilled every step */
   int writer_inline;          /* frames written in the main thread, as without MPI_THREAD_MULTIPLE */
+  double progress_s;          /* s: wall time between progress lines inside a frame; 0 if unset (30 s) */
   /* per setting: where its value came from, and its text as given ("" for a default) */
   unsigned char from[SET_N];
   char text[SET_N][SETTINGS_TEXT_MAX];

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -90,12 +91,28 @@ static int test_hook_at(sim *S, uint64_t done) {
 /* The tests' hook before substep st.steps + 1. */
 int sim_test_hook(sim *S) { return test_hook_at(S, S->st.steps); }
 
+/* A frame that takes long says how far it got, every PROGRESS_EVERY_S of wall time (rank 0's
+ * line; one clock read per step otherwise; DRIFT_PROGRESS_S for the tests). t < 0: the time is
+ * not known here (cuda's queue). */
+#define PROGRESS_EVERY_S (settings()->progress_s > 0 ? settings()->progress_s : 30.0)
+void sim_progress_in_frame(sim *S, double t, uint64_t k) {
+  const double now = sim_now();
+  if (now < S->progress_at) return;
+  S->progress_at = now + PROGRESS_EVERY_S;
+  const int f = S->st.frame + 1;
+  if (t >= 0)
+    log_info("frame %d: t %.6g s of %.6g s, %llu substeps so far", f, t, f * S->frame_dt, (unsigned long long)k);
+  else
+    log_info("frame %d: %llu substeps so far (ends at t %.6g s)", f, (unsigned long long)k, f * S->frame_dt);
+}
+
 /* frame_plan.stop, for a backend that runs a frame's steps itself (cuda): before it queues the
  * frame's step queued + 1, the tests' signal hook (as before every substep here) and a look at
  * the signal flag, so that a signal stops the run within a step as on the host's loop. */
 static int frame_stop(void *ctx, uint64_t queued) {
   sim *S = ctx;
   if (S->hook.action == HOOK_SIGNAL) (void)test_hook_at(S, S->st.steps + queued); /* it only raises SIGTERM */
+  sim_progress_in_frame(S, -1.0, (uint64_t)S->step_in_frame + queued);
   return signals_pending();
 }
 
@@ -144,10 +161,22 @@ static int deterministic_scales(sim *S, const particles *p) {
   return DR_OK;
 }
 
+/* Rank 0: creates the output folder and claims it (outdir.h) before any work, so that a run
+ * into a folder in use, or holding another run's output, is refused at once and writes nothing. */
+static int claim_out_dir(sim *S) {
+  const sim_options *o = &S->opt;
+  struct stat sb;
+  /* --resume from the output folder itself: a missing folder is the resume's to report */
+  if (o->resume && !o->resume[0] && stat(S->out_dir, &sb) != 0) return DR_OK;
+  DR_TRY(sim_make_dirs(S->out_dir));
+  return outdir_claim(S->out_dir, o->resume ? OUTDIR_RESUME : o->force ? OUTDIR_FORCE : OUTDIR_NEW, &S->lock);
+}
+
 int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out) {
   *out = NULL;
   sim *S = dr_calloc(1, sizeof *S, "simulation");
   if (!S) return DR_ENOMEM;
+  S->lock.fd = -1;
   int rc = DR_OK;
   S->sc = s;
   S->comm = comm;
@@ -168,6 +197,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     dr_mark_agreed(); /* every rank reads the same variable */
     goto fail;
   }
+  if (opt->write_output && (rc = comm_agree(comm, S->rank == 0 ? claim_out_dir(S) : DR_OK))) goto fail;
 
   S->mats = dr_malloc(sizeof(material_params) * (size_t)s->n_materials, "materials");
   S->mat_names = dr_malloc(sizeof(char *) * (size_t)s->n_materials, "materials");
@@ -342,6 +372,7 @@ static int advance_frame_host(sim *S, double t0, double t1) {
     if (dt == 0.0) break;
     const int sig = signals_pending();
     if (sig) return sim_stop_at(S, sig, t, k);
+    sim_progress_in_frame(S, t, (uint64_t)k);
     /* fixed steps: the time from the step count, as the frame's end is (no sum of rounded dt) */
     S->st.time = S->substeps_fixed > 0 ? t0 + k * dt : t;
     DR_TRY(substep(S, dt));
@@ -355,6 +386,7 @@ int sim_advance_frame(sim *S) {
   const double t0 = (f - 1) * S->frame_dt, t1 = f * S->frame_dt;
   if (S->em.n > 0 && S->em.frame_done < f) DR_TRY(sim_emit_frame(S, f, t0));
   double w0 = sim_now();
+  S->progress_at = w0 + PROGRESS_EVERY_S;
   int rc;
   if (S->nranks > 1) {
     rc = sim_advance_frame_ranks(S, t0, t1);
@@ -469,6 +501,7 @@ void sim_destroy(sim **Sp) {
   sim *S = *Sp;
   if (!S) return;
   sim_output_destroy(S); /* first: its jobs read the state below */
+  outdir_release(&S->lock);
   exchange_destroy(&S->ex);
   decomp_free(&S->dec);
   backend_destroy(&S->be);

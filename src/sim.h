@@ -20,8 +20,11 @@ typedef struct sim_options {
                         * every phase to finish, so steps run slower: for drift bench, not for runs */
   const char *resume;  /* non-NULL: continue from this checkpoint file, or the newest whole one in
                         * this folder ("" = the output folder) instead of sampling the scene */
-  int force;           /* resume from a checkpoint of another scene file (its hash differs) */
+  int force;           /* with resume: from a checkpoint of another scene file (its hash differs);
+                        * without: delete an earlier run's output in the output folder first */
   int gpus;            /* overrides parallel.gpus_per_rank when > 0 (--gpus) */
+  const char *continue_with; /* the command that resumes this run after a signal, shell-quoted
+                              * (drift run builds it from its command line); NULL: a plain one */
 } sim_options;
 
 /* Phases of a step, as timed with sim_options.profile. */

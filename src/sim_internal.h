@@ -23,6 +23,7 @@
 #include "decomp.h"
 #include "emit.h"
 #include "exchange.h"
+#include "outdir.h"
 #include "sim.h"
 #include "writer.h"
 #include "xdmf.h"
@@ -75,6 +76,7 @@ struct sim {
   int rank, nranks;
   sim_options opt;
   const char *out_dir;
+  outdir_lock lock;     /* rank 0, writing output: the output folder's, for the whole run */
   material_params *mats;
   collider *colliders;    /* the scene's colliders as the kernels see them */
   collider_key *collider_keys;
@@ -136,6 +138,7 @@ struct sim {
   int resume_projected; /* ... and its particles already hold the next return mapping (ckpt_state.projected) */
   char resumed_from[4096];
   int stop_signal;      /* the signal that stopped the run (any rank's), 0 while running */
+  double progress_at;   /* wall time (sim_now) of the next progress line inside a frame */
   emit_state em;        /* particle sources (emit.h): counts and the last frame emitted */
   particles emitted;    /* this rank's particles of an emission round (reused) */
   particles appended;   /* download + append when the backend has no add_particles (reused) */
@@ -194,6 +197,7 @@ double sim_next_dt(const sim *S, double t, double t1, int k, double vmax);
 int sim_step_speed(sim *S, float *vmax);
 int sim_test_hook(sim *S);
 int sim_stop_at(sim *S, int sig, double t, int k);
+void sim_progress_in_frame(sim *S, double t, uint64_t k);
 
 /* sim_ranks.c */
 int sim_advance_frame_ranks(sim *S, double t0, double t1);

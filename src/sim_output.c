@@ -406,9 +406,13 @@ int sim_stop_with_checkpoint(sim *S) {
   }
   char path[4096];
   ckpt_path(S->out_dir, S->st.frame, path, sizeof path);
-  rc = dr_fail(DR_ESTOPPED, "stopped by %s at frame %d + %d step(s), t %.4f s: checkpoint %s written; continue with: "
-               "drift run %s --out %s --resume", sig, S->st.frame, S->step_in_frame, S->t_in_frame, path, S->sc->path,
-               S->out_dir);
+  if (S->opt.continue_with)
+    rc = dr_fail(DR_ESTOPPED, "stopped by %s at frame %d + %d step(s), t %.4f s: checkpoint %s written; continue with: "
+                 "%s", sig, S->st.frame, S->step_in_frame, S->t_in_frame, path, S->opt.continue_with);
+  else
+    rc = dr_fail(DR_ESTOPPED, "stopped by %s at frame %d + %d step(s), t %.4f s: checkpoint %s written; continue with: "
+                 "drift run %s --out %s --resume", sig, S->st.frame, S->step_in_frame, S->t_in_frame, path, S->sc->path,
+                 S->out_dir);
   dr_mark_agreed();
   return rc;
 }

@@ -173,6 +173,7 @@ int sim_advance_frame_ranks(sim *S, double t0, double t1) {
     const double dt = sim_next_dt(S, t, t1, k, v.glob[VOTE_VMAX]);
     if (dt == 0.0) break;
     if (v.glob[VOTE_SIGNAL] != 0) return sim_stop_at(S, (int)v.glob[VOTE_SIGNAL], t, k);
+    sim_progress_in_frame(S, t, (uint64_t)k);
     /* fixed steps: the time from the step count, as on one rank (advance_frame_host) */
     S->st.time = S->substeps_fixed > 0 ? t0 + k * dt : t;
     if (rc == DR_OK && b->set_time) rc = b->set_time(b->state, S->st.time);

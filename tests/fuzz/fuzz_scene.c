@@ -50,6 +50,8 @@ static void check_accepted(const scene *s, const uint8_t *data, size_t size) {
   REQUIRE((s->dt > 0) != (s->cfl > 0));
   /* the time loop counts a fixed step's substeps per frame in an int (sim.c) */
   REQUIRE(s->dt == 0 || ceil(1 / s->fps / s->dt - 1e-9) <= INT_MAX);
+  /* no frame asks for more substeps at rest than time.max_substeps (check and run refuse those) */
+  REQUIRE(s->max_substeps >= 1 && scene_substeps_at_rest(s) <= s->max_substeps);
   REQUIRE(s->n_materials >= 1 && s->materials && s->n_bodies >= 1 && s->bodies);
   REQUIRE(s->n_colliders >= 0 && (s->n_colliders == 0) == (s->colliders == NULL));
   REQUIRE(s->output_every >= 1 && s->output_every <= s->frames && s->output_dir[0]);

@@ -16,7 +16,7 @@
 #           part-way into a frame (fixed steps): exit 9, one line, resume from the file named;
 #           refusals with exit 2 and one line: another scene file (and --force taking it), a
 #           truncated file, a damaged file, a folder without checkpoints, a missing file, no
-#           output folder to resume from, --force alone; a
+#           output folder to resume from, a run into B without --resume or --force; a
 #           checkpoint write that fails (a folder in the way of its temporary name, which
 #           blocks root too): exit 3, one line naming it, no new file, the older checkpoint
 #           kept and still resumable.
@@ -184,8 +184,8 @@ one)
   run no_folder 2 "$drift" run scene.json --out nowhere --resume
   one_line "no output folder" no_folder.log "--resume: nothing to resume from: the output folder nowhere does not exist"
   [ ! -e nowhere ] || fail "no output folder: --resume created it"
-  run force_alone 2 "$drift" run scene.json --out B --force
-  one_line "--force alone" force_alone.log "--force goes with --resume"
+  run rerun 2 "$drift" run scene.json --out B
+  one_line "a run into another run's output" rerun.log "output folder B holds another run's output"
 
   # 4. A checkpoint write that fails (a folder where its temporary file goes): exit 3, the file
   # named, no checkpoint_00006.h5, checkpoint_00003.h5 kept and resumable.
@@ -240,13 +240,13 @@ ranks)
   # 5. A rank that dies, and one that fails alone, end the job (timeout would give 124).
   start=$(date +%s)
   run dies 1 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=exit:1:100 "$drift" run scene.json --out D
-  run fails_alone 8 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=fail:1:100 "$drift" run scene.json --out D
+  run fails_alone 8 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=fail:1:100 "$drift" run scene.json --out D --force
   grep -q "^drift: rank 1 failed alone; ending all 2 ranks" fails_alone.log || fail "fails alone: no 'ending all 2 ranks' line"
   grep -q "^drift: frame 2, step 100: DRIFT_TEST_HOOK: rank 1 fails alone" fails_alone.log || fail "fails alone: the cause is not printed"
   # A rank whose part of a rebuild-mapping fails alone: the ranks agree on it in the step after
   # (once its P2G is queued, sim.c's setup_exchange_during_p2g) and every rank stops there, each
   # with its message (an agreed stop: no MPI_Abort).
-  run rebuild_alone 8 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=rebuild:1:100 "$drift" run scene.json --out D
+  run rebuild_alone 8 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=rebuild:1:100 "$drift" run scene.json --out D --force
   grep -q "^drift: frame [0-9]*, step [0-9]*: DRIFT_TEST_HOOK: rank 1 fails alone in its rebuild-mapping before step" \
     rebuild_alone.log || fail "fails alone in a rebuild-mapping: the cause is not printed"
   grep -q "^drift: frame [0-9]*, step [0-9]*: another rank failed (status 8)" rebuild_alone.log ||

@@ -20,7 +20,7 @@ os.makedirs(out, exist_ok=True)
 env = dict(os.environ, DRIFT_TRACE="1")
 with open(log, "w") as err:
     run = subprocess.run([mpiexec, "-n", "2", "--oversubscribe", drift, "run", scene, "--backend", "cpu", "--frames", "3",
-                          "--out", out], env=env, stdout=subprocess.DEVNULL, stderr=err)
+                          "--out", out, "--force"], env=env, stdout=subprocess.DEVNULL, stderr=err)
 if run.returncode != 0:
     sys.exit(f"FAIL: drift run exited {run.returncode} (log: {log})")
 table = subprocess.run([sys.executable, tool, "--frames", log], capture_output=True, text=True)

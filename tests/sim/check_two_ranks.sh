@@ -14,7 +14,7 @@ if [ "$backend" = "cuda" ]; then
 else
   frames=2
 fi
-out=$("$mpiexec" -n 2 --oversubscribe "$drift" run "$scene" --backend "$backend" --frames $frames --out "$out_dir" 2>&1)
+out=$("$mpiexec" -n 2 --oversubscribe "$drift" run "$scene" --backend "$backend" --frames $frames --out "$out_dir" --force 2>&1)
 rc=$?
 echo "$out"
 fail() { echo "check_two_ranks.sh: $*"; exit 1; }

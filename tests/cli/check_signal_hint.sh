@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# check_signal_hint.sh - a run stopped by a signal says how to continue, and that command, pasted
+# as it is, continues it; and a signal to mpirun itself stops the job with a checkpoint.
+#
+#   check_signal_hint.sh DRIFT_EXE [MPIEXEC]
+#
+# 1. A scene path and an output folder with a space and a quote, --frames, --backend and a
+#    setting's option (--migrate-margin=1): DRIFT_TEST_HOOK raises SIGTERM part-way into frame 2;
+#    exit 9, one line ending "continue with: COMMAND"; COMMAND, run by the shell as printed (the
+#    drift of the build put first on PATH), resumes from the checkpoint and finishes (--frames
+#    carried: frame 3 is the last).
+# 2. With MPIEXEC: SIGUSR1 to mpirun itself once frame 1 is done: the checkpoint is written and
+#    mpirun exits 9; SIGTERM: the checkpoint is written (mpirun's own status is 1).
+set -u
+if [ $# -lt 1 ]; then
+  echo "usage: $0 DRIFT_EXE [MPIEXEC]" >&2
+  exit 2
+fi
+drift=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+mpiexec=${2:-}
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/drift-hint.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+mkdir bin
+ln -s "$drift" bin/drift
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+mkdir -p "my scenes"
+cat >"my scenes/jelly box.json" <<'EOF'
+{
+  "domain": {"min": [0, 0, 0], "max": [1, 1, 1], "dx": 0.1},
+  "time": {"frames": 100, "fps": 24, "dt": 0.002},
+  "materials": {"jelly": {"model": "fixed_corotated", "density": 1000, "youngs_modulus": 1e5, "poisson_ratio": 0.3}},
+  "bodies": [{"shape": "box", "min": [0.2, 0.2, 0.2], "max": [0.5, 0.5, 0.5], "material": "jelly"}]
+}
+EOF
+
+# 1. The hint, executed as printed. 21 steps a frame: step 30 is part-way into frame 2.
+out="it's out"
+DRIFT_TEST_HOOK=signal:0:30 timeout 60 "$drift" run "my scenes/jelly box.json" --frames 3 --backend cpu \
+  --migrate-margin=1 --out "$out" >signal.log 2>&1
+rc=$?
+[ "$rc" -eq 9 ] || fail "signal: exit status $rc, expected 9: $(cat signal.log)"
+hint=$(sed -n 's/^drift: stopped by SIGTERM .*; continue with: //p' signal.log)
+want="drift run 'my scenes/jelly box.json' --out 'it'\\''s out' --resume --frames 3 --backend cpu --migrate-margin=1"
+[ "$hint" = "$want" ] || fail "the hint is '$hint', expected '$want'"
+if [ -n "$hint" ]; then
+  PATH="$tmp/bin:$PATH" timeout 60 bash -c "$hint" >resume.log 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || fail "the hint, run as printed: exit status $rc: $(tail -n 3 resume.log)"
+  grep -q "^resuming from $out/checkpoint_00001.h5: frame 1 and part of the next" resume.log ||
+    fail "the hint did not resume from the checkpoint: $(head -n 3 resume.log)"
+  [ -f "$out/frame_00003.h5" ] && [ ! -e "$out/frame_00004.h5" ] || fail "the hint's run: frames $(ls "$out" | tr '\n' ' ')"
+fi
+
+# 2. Signals to mpirun itself (Open MPI): SIGUSR1 is forwarded to every rank, which stop with a
+# checkpoint, and mpirun exits with their status 9. SIGTERM and SIGINT mpirun handles itself: it
+# forwards SIGTERM to the ranks, which still write the checkpoint, but reports the job as aborted
+# with its own status 1 (orterun's abort path), whatever the ranks return (docs/running.md).
+if [ -n "$mpiexec" ]; then
+  for sig in USR1 TERM; do
+    "$mpiexec" --oversubscribe -n 2 "$drift" run "my scenes/jelly box.json" --out "M$sig" >"mpirun_$sig.log" 2>&1 &
+    mp=$!
+    for _ in $(seq 300); do grep -q '^frame 1/100' "mpirun_$sig.log" && break; sleep 0.1; done
+    kill "-$sig" "$mp"
+    wait "$mp"
+    rc=$?
+    want=9
+    [ "$sig" = TERM ] && want=1
+    [ "$rc" -eq "$want" ] || fail "SIG$sig to mpirun: exit status $rc, expected $want: $(tail -n 5 "mpirun_$sig.log")"
+    grep -q "^drift: stopped by SIG$sig at frame " "mpirun_$sig.log" || fail "SIG$sig to mpirun: no 'stopped by' line"
+    [ -n "$(ls "M$sig"/checkpoint_*.h5 2>/dev/null)" ] || fail "SIG$sig to mpirun: no checkpoint in M$sig: $(ls "M$sig")"
+  done
+fi
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
