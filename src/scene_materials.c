@@ -24,12 +24,14 @@ static const char *const MODEL_NAMES[] = {"fixed_corotated", "drucker_prager",
 static const char *const ALL_MATERIAL_KEYS[] = {"model",         "density",        "youngs_modulus",
                                                 "poisson_ratio", "friction_angle", "bulk_modulus",
                                                 "gamma",         "friction",       "cohesion",
-                                                "hardening",     "initial_compression", TRANSFER_KEYS};
-#define N_ALL_MATERIAL_KEYS (11 + N_TRANSFER_KEYS)
+                                                "hardening",     "initial_compression", "fit",
+                                                TRANSFER_KEYS};
+#define N_ALL_MATERIAL_KEYS (12 + N_TRANSFER_KEYS)
 static const char *const FIXED_COROTATED_KEYS[] = {"model", "density", "youngs_modulus",
                                                    "poisson_ratio", TRANSFER_KEYS};
 static const char *const DRUCKER_PRAGER_KEYS[] = {"model", "density", "youngs_modulus",
-                                                  "poisson_ratio", "friction_angle", TRANSFER_KEYS};
+                                                  "poisson_ratio", "friction_angle", "fit",
+                                                  TRANSFER_KEYS};
 static const char *const WEAKLY_COMPRESSIBLE_KEYS[] = {"model", "density", "bulk_modulus",
                                                        "gamma", TRANSFER_KEYS};
 static const char *const NACC_KEYS[] = {"model",    "density",  "bulk_modulus", "poisson_ratio",
@@ -69,6 +71,33 @@ static int parse_nacc(const ctx *c, const cJSON *m, const char *where, scene_mat
   return 0;
 }
 static const char *const TRANSFER_NAMES[] = {"apic", "asflip"};
+
+/* Drucker-Prager: which Mohr-Coulomb match the cone's slope comes from (key fit). */
+enum dp_fit { DP_FIT_COMPRESSION = 0, DP_FIT_PLANE_STRAIN = 1, DP_FIT_INSCRIBED = 2 };
+static const char *const DP_FIT_NAMES[] = {"compression", "plane_strain", "inscribed"};
+
+/* The kernels' cone slope alpha (yield |dev tau| + alpha tr tau <= 0, Frobenius norm) of friction
+ * angle phi (degrees) under a fit. alpha = sqrt(2) a, a the slope of the classical form
+ * sqrt(J2) + a I1 <= 0 (|dev tau| = sqrt(2 J2)), so each fit is a Mohr-Coulomb match of a:
+ *   compression   a = 2 sin(phi) / (sqrt(3) (3 - sin(phi))): the cone through the pyramid's
+ *                 compressive meridian (Klar et al. 2016, the outer cone);
+ *   plane_strain  a = sin(phi) / 3: Mohr-Coulomb in plane strain with the return mapping's
+ *                 volume-preserving flow (zero dilatancy), which makes the out-of-plane
+ *                 deviator vanish at yield so that sqrt(J2) is the Mohr circle's radius
+ *                 (Abaqus Analysis User's Guide, "Matching Mohr-Coulomb parameters to the
+ *                 Drucker-Prager model", tan beta = sqrt(3) sin(phi) for psi = 0); computed, as the
+ *                 user reads it, as the compression formula at sin(phi_fit) = 3 sin(phi) /
+ *                 (2 sqrt(3) + sin(phi));
+ *   inscribed     a = sin(phi) / sqrt(3 (3 + sin^2(phi))): the cone tangent to the pyramid's
+ *                 faces, nowhere stronger than Mohr-Coulomb (de Souza Neto, Peric & Owen 2008,
+ *                 sec. 6.4; also the plane-strain match under associated flow).
+ * The compression expression is kept as it was, so that fit "compression" is bitwise the default. */
+static double dp_alpha(double phi_deg, int fit) {
+  double sphi = sin(phi_deg * (PI / 180.0));
+  if (fit == DP_FIT_INSCRIBED) return sqrt(2.0 / 3.0) * sphi / sqrt(3.0 + sphi * sphi);
+  if (fit == DP_FIT_PLANE_STRAIN) sphi = 3.0 * sphi / (2.0 * sqrt(3.0) + sphi);
+  return sqrt(2.0 / 3.0) * 2.0 * sphi / (3.0 - sphi);
+}
 
 /* transfer (apic | asflip) and, with asflip only, its parameters. */
 static int parse_transfer(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
@@ -132,7 +161,7 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
                             : model == MODEL_DRUCKER_PRAGER ? DRUCKER_PRAGER_KEYS
                             : model == MODEL_NACC           ? NACC_KEYS
                                                             : WEAKLY_COMPRESSIBLE_KEYS;
-  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 5 : model == MODEL_NACC ? 8 : 4) + N_TRANSFER_KEYS;
+  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 6 : model == MODEL_NACC ? 8 : 4) + N_TRANSFER_KEYS;
   DR_TRY(sj_check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, N_ALL_MATERIAL_KEYS, variant));
 
   material_params *p = &mat->params;
@@ -157,8 +186,9 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
   if (model == MODEL_DRUCKER_PRAGER) {
     DR_TRY(sj_get_real(c, m, where, "friction_angle", 0, 30, (range){0, 90, 0, 1, "degrees"},
                        &mat->friction_angle));
-    double sphi = sin(mat->friction_angle * (PI / 180.0));
-    p->alpha = (float)(sqrt(2.0 / 3.0) * 2.0 * sphi / (3.0 - sphi));
+    int fit;
+    DR_TRY(sj_get_enum(c, m, where, "fit", DP_FIT_COMPRESSION, DP_FIT_NAMES, 3, &fit));
+    p->alpha = (float)dp_alpha(mat->friction_angle, fit);
   }
   return parse_transfer(c, m, where, mat);
 }

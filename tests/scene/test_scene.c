@@ -240,6 +240,71 @@ static void test_defaults(void) {
   unlink(path);
 }
 
+/* Drucker-Prager fit: each Mohr-Coulomb match as the kernels' alpha = sqrt(2) a, a the slope of
+ * sqrt(J2) + a I1 <= 0, from the closed forms (computed here, not with the parser's formula), and
+ * an unknown fit named with the valid values. */
+static double fit_alpha(const char *fit, double phi_deg) {
+  char text[1024];
+  scene s;
+  char path[64];
+  snprintf(text, sizeof text,
+           "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.25 },\n"
+           "  \"time\": { \"frames\": 1, \"fps\": 30 },\n"
+           "  \"materials\": { \"sand\": { \"model\": \"drucker_prager\", \"density\": 1600,"
+           " \"youngs_modulus\": 1e5, \"poisson_ratio\": 0.3, \"friction_angle\": %.17g%s%s%s } },\n"
+           "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [0.5, 0.5, 0.5],"
+           " \"material\": \"sand\" } ] }\n",
+           phi_deg, fit ? ", \"fit\": \"" : "", fit ? fit : "", fit ? "\"" : "");
+  double alpha = -1;
+  if (load_text(text, &s, path) == 0) {
+    alpha = s.materials[0].params.alpha;
+    scene_destroy(&s);
+  }
+  unlink(path);
+  return alpha;
+}
+
+static void test_dp_fit(void) {
+  const double r2 = sqrt(2.0), r3 = sqrt(3.0), deg = 3.14159265358979323846 / 180.0;
+  const double phis[] = {0, 20, 30, 35, 45, 89};
+  for (int i = 0; i < 6; ++i) {
+    const double s = sin(phis[i] * deg);
+    const double comp = r2 * 2 * s / (r3 * (3 - s)), plane = r2 * s / 3, insc = r2 * s / sqrt(3 * (3 + s * s));
+    CHECK_NEAR(fit_alpha(NULL, phis[i]), comp, F);
+    CHECK(fit_alpha(NULL, phis[i]) == fit_alpha("compression", phis[i])); /* the default, bitwise */
+    CHECK_NEAR(fit_alpha("plane_strain", phis[i]), plane, F);
+    CHECK_NEAR(fit_alpha("inscribed", phis[i]), insc, F);
+  }
+  /* phi = 30: the plane-strain cone is the compression cone of an angle of 22.24 degrees
+   * (sin = 3 (1/2) / (2 sqrt(3) + 1/2) = 0.378364), the inscribed one of 21.43 degrees */
+  const double s22 = 1.5 / (2 * r3 + 0.5);
+  CHECK_NEAR(asin(s22) / deg, 22.2335, 1e-4);
+  CHECK_NEAR(fit_alpha("plane_strain", 30), r2 * 2 * s22 / (r3 * (3 - s22)), F);
+  CHECK_NEAR(fit_alpha("plane_strain", 30), r2 / 6, F);
+  CHECK_NEAR(fit_alpha("inscribed", 30), r2 * 0.5 / sqrt(9.75), F);
+  CHECK(fit_alpha("inscribed", 30) < fit_alpha("plane_strain", 30) &&
+        fit_alpha("plane_strain", 30) < fit_alpha("compression", 30));
+
+  scene s;
+  char path[64];
+  const char *bad =
+      "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.25 },\n"
+      "  \"time\": { \"frames\": 1, \"fps\": 30 },\n"
+      "  \"materials\": { \"sand\": { \"model\": \"drucker_prager\", \"density\": 1600,"
+      " \"youngs_modulus\": 1e5, \"poisson_ratio\": 0.3, \"fit\": \"triaxial\" } },\n"
+      "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [0.5, 0.5, 0.5],"
+      " \"material\": \"sand\" } ] }\n";
+  write_temp(path, bad);
+  dr_clear();
+  CHECK(scene_load(path, &s) == DR_EINPUT);
+  const char *msg = dr_message();
+  CHECK(strstr(msg, "materials.sand.fit: unknown value") != NULL);
+  CHECK(strstr(msg, "\"triaxial\"") != NULL);
+  CHECK(strstr(msg, "compression, plane_strain, inscribed") != NULL);
+  CHECK(strchr(msg, '\n') == NULL);
+  unlink(path);
+}
+
 /* Particle sources: defaults, volume_rate turned into particles/s with dx^3 / ppc, resample. */
 static void test_emit(void) {
   static const char *text =
@@ -520,6 +585,7 @@ int main(void) {
   test_hash();
   test_emit();
   test_defaults();
+  test_dp_fit();
   test_fixed_dt();
   test_shapes();
   test_errors();
