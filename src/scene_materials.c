@@ -25,15 +25,15 @@ static const char *const ALL_MATERIAL_KEYS[] = {"model",         "density",     
                                                 "poisson_ratio", "friction_angle", "bulk_modulus",
                                                 "gamma",         "friction",       "cohesion",
                                                 "hardening",     "initial_compression", "fit",
-                                                TRANSFER_KEYS};
-#define N_ALL_MATERIAL_KEYS (12 + N_TRANSFER_KEYS)
+                                                "viscosity",     TRANSFER_KEYS};
+#define N_ALL_MATERIAL_KEYS (13 + N_TRANSFER_KEYS)
 static const char *const FIXED_COROTATED_KEYS[] = {"model", "density", "youngs_modulus",
                                                    "poisson_ratio", TRANSFER_KEYS};
 static const char *const DRUCKER_PRAGER_KEYS[] = {"model", "density", "youngs_modulus",
                                                   "poisson_ratio", "friction_angle", "fit",
                                                   TRANSFER_KEYS};
 static const char *const WEAKLY_COMPRESSIBLE_KEYS[] = {"model", "density", "bulk_modulus",
-                                                       "gamma", TRANSFER_KEYS};
+                                                       "gamma", "viscosity", TRANSFER_KEYS};
 static const char *const NACC_KEYS[] = {"model",    "density",  "bulk_modulus", "poisson_ratio",
                                         "friction", "cohesion", "hardening",    "initial_compression",
                                         TRANSFER_KEYS};
@@ -161,7 +161,7 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
                             : model == MODEL_DRUCKER_PRAGER ? DRUCKER_PRAGER_KEYS
                             : model == MODEL_NACC           ? NACC_KEYS
                                                             : WEAKLY_COMPRESSIBLE_KEYS;
-  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 6 : model == MODEL_NACC ? 8 : 4) + N_TRANSFER_KEYS;
+  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 6 : model == MODEL_NACC ? 8 : 5) + N_TRANSFER_KEYS;
   DR_TRY(sj_check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, N_ALL_MATERIAL_KEYS, variant));
 
   material_params *p = &mat->params;
@@ -174,8 +174,10 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
     DR_TRY(sj_get_real(c, m, where, "bulk_modulus", 1, 0, (range){0, INFINITY, 1, 0, "Pa"},
                        &mat->bulk_modulus));
     DR_TRY(sj_get_real(c, m, where, "gamma", 0, 7, (range){1, INFINITY, 0, 0, ""}, &mat->gamma));
+    DR_TRY(sj_get_real(c, m, where, "viscosity", 0, 0, (range){0, FLT_MAX, 0, 0, "Pa s"}, &mat->viscosity));
     p->bulk = (float)mat->bulk_modulus;
     p->gamma = (float)mat->gamma;
+    p->viscosity = (float)mat->viscosity;
     return parse_transfer(c, m, where, mat);
   }
   if (model == MODEL_NACC) {

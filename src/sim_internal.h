@@ -51,6 +51,7 @@ struct sim {
   double frame_dt;      /* s */
   int substeps_fixed;   /* fixed dt: substeps per frame; 0 when adaptive */
   double wave_speed;    /* m/s, for the CFL step */
+  double dt_max;        /* s, the adaptive step's cap: cfl scene_viscous_dt, 0 for none */
   particles host;       /* download buffer for frames, reused */
   xdmf_frame *written;  /* frames in the XDMF file */
   int n_written;

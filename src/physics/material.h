@@ -23,6 +23,7 @@ typedef struct material_params {
   float alpha;      /* Drucker-Prager: sqrt(2/3) * 2 sin(phi) / (3 - sin(phi)), phi = friction angle */
   float bulk;       /* weakly compressible, NACC: bulk modulus K (Pa) */
   float gamma;      /* weakly compressible: exponent */
+  float viscosity;  /* weakly compressible: dynamic viscosity mu (Pa s); 0: inviscid */
   float nacc_m2;    /* NACC: M^2, M the slope of the critical state line (friction) */
   float nacc_beta;  /* NACC: cohesion beta, the tensile strength as a fraction of p0 */
   float nacc_xi;    /* NACC: hardening xi: p0 = K (1e-5 + sinh(xi max(-logJp, 0))) */

@@ -249,7 +249,7 @@ static double fit_alpha(const char *fit, double phi_deg) {
   char path[64];
   snprintf(text, sizeof text,
            "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.25 },\n"
-           "  \"time\": { \"frames\": 1, \"fps\": 30 },\n"
+           "  \"time\": { \"frames\": 1, \"fps\": 30, \"cfl\": 0.5 },\n"
            "  \"materials\": { \"sand\": { \"model\": \"drucker_prager\", \"density\": 1600,"
            " \"youngs_modulus\": 1e5, \"poisson_ratio\": 0.3, \"friction_angle\": %.17g%s%s%s } },\n"
            "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [0.5, 0.5, 0.5],"
@@ -289,7 +289,7 @@ static void test_dp_fit(void) {
   char path[64];
   const char *bad =
       "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.25 },\n"
-      "  \"time\": { \"frames\": 1, \"fps\": 30 },\n"
+      "  \"time\": { \"frames\": 1, \"fps\": 30, \"cfl\": 0.5 },\n"
       "  \"materials\": { \"sand\": { \"model\": \"drucker_prager\", \"density\": 1600,"
       " \"youngs_modulus\": 1e5, \"poisson_ratio\": 0.3, \"fit\": \"triaxial\" } },\n"
       "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [0.5, 0.5, 0.5],"
@@ -302,6 +302,51 @@ static void test_dp_fit(void) {
   CHECK(strstr(msg, "\"triaxial\"") != NULL);
   CHECK(strstr(msg, "compression, plane_strain, inscribed") != NULL);
   CHECK(strchr(msg, '\n') == NULL);
+  unlink(path);
+}
+
+/* viscosity on weakly_compressible: parsed, 0 by default (no bound), the viscous bound
+ * density dx^2 / (6 mu) and the initial step capped at cfl times it; a negative value fails. */
+static void test_viscosity(void) {
+  const char *fmt =
+      "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [0.02, 0.02, 0.02], \"dx\": 0.001 },\n"
+      "  \"time\": { \"frames\": 1, \"fps\": 30, \"cfl\": 0.5 },\n"
+      "  \"materials\": { \"honey\": { \"model\": \"weakly_compressible\", \"density\": 1400,"
+      " \"bulk_modulus\": 2000%s },\n"
+      "                 \"water\": { \"model\": \"weakly_compressible\", \"density\": 1000,"
+      " \"bulk_modulus\": 2000, \"viscosity\": 0.001 } },\n"
+      "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0.005, 0.005, 0.005], \"max\": [0.01, 0.01, 0.01],"
+      " \"material\": \"honey\" } ] }\n";
+  char text[1200], path[64];
+  scene s;
+  snprintf(text, sizeof text, fmt, ", \"viscosity\": 2.5");
+  CHECK(load_text(text, &s, path) == 0);
+  if (s.n_materials == 2) {
+    CHECK(s.materials[0].viscosity == 2.5 && s.materials[0].params.viscosity == 2.5f);
+    CHECK(s.materials[1].viscosity == 0.001);
+    const double bound = 1400 * 1e-6 / (6 * 2.5); /* honey's, the smaller */
+    CHECK_NEAR(scene_viscous_dt(&s), bound, 1e-15);
+    /* CFL: 0.5 * 0.001 / sqrt(2000 * 7 / 1000) = 1.34e-4 s; viscous: 0.5 * 9.33e-5 s */
+    CHECK_NEAR(scene_initial_dt(&s), 0.5 * bound, 1e-15);
+  }
+  scene_destroy(&s);
+  unlink(path);
+  /* without viscosity (water's is too small to bind): the CFL step, no bound from honey */
+  snprintf(text, sizeof text, fmt, "");
+  CHECK(load_text(text, &s, path) == 0);
+  if (s.n_materials == 2) {
+    CHECK(s.materials[0].viscosity == 0 && s.materials[0].params.viscosity == 0.0f);
+    CHECK_NEAR(scene_viscous_dt(&s), 1000 * 1e-6 / (6 * 0.001), 1e-12);
+    CHECK_NEAR(scene_initial_dt(&s), 0.5 * 0.001 / sqrt(14.0), 1e-15);
+  }
+  scene_destroy(&s);
+  unlink(path);
+  snprintf(text, sizeof text, fmt, ", \"viscosity\": -1");
+  write_temp(path, text);
+  dr_clear();
+  CHECK(scene_load(path, &s) == DR_EINPUT);
+  CHECK(strstr(dr_message(), "materials.honey.viscosity") != NULL);
+  CHECK(strchr(dr_message(), '\n') == NULL);
   unlink(path);
 }
 
@@ -586,6 +631,7 @@ int main(void) {
   test_emit();
   test_defaults();
   test_dp_fit();
+  test_viscosity();
   test_fixed_dt();
   test_shapes();
   test_errors();
