@@ -26,7 +26,7 @@ static const char *const ALL_MATERIAL_KEYS[] = {"model",         "density",     
                                                 "gamma",         "friction",       "cohesion",
                                                 "hardening",     "initial_compression", "fit",
                                                 "viscosity",     TRANSFER_KEYS};
-#define N_ALL_MATERIAL_KEYS (13 + N_TRANSFER_KEYS)
+#define N_ALL_MATERIAL_KEYS ((int)(sizeof ALL_MATERIAL_KEYS / sizeof ALL_MATERIAL_KEYS[0]))
 static const char *const FIXED_COROTATED_KEYS[] = {"model", "density", "youngs_modulus",
                                                    "poisson_ratio", TRANSFER_KEYS};
 static const char *const DRUCKER_PRAGER_KEYS[] = {"model", "density", "youngs_modulus",
@@ -161,7 +161,12 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
                             : model == MODEL_DRUCKER_PRAGER ? DRUCKER_PRAGER_KEYS
                             : model == MODEL_NACC           ? NACC_KEYS
                                                             : WEAKLY_COMPRESSIBLE_KEYS;
-  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 6 : model == MODEL_NACC ? 8 : 5) + N_TRANSFER_KEYS;
+#define N_KEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+  int n_keys = model == MODEL_FIXED_COROTATED  ? N_KEYS(FIXED_COROTATED_KEYS)
+               : model == MODEL_DRUCKER_PRAGER ? N_KEYS(DRUCKER_PRAGER_KEYS)
+               : model == MODEL_NACC           ? N_KEYS(NACC_KEYS)
+                                               : N_KEYS(WEAKLY_COMPRESSIBLE_KEYS);
+#undef N_KEYS
   DR_TRY(sj_check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, N_ALL_MATERIAL_KEYS, variant));
 
   material_params *p = &mat->params;
