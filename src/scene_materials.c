@@ -19,7 +19,6 @@
 static const char *const MODEL_NAMES[] = {"fixed_corotated", "drucker_prager",
                                           "weakly_compressible", "nacc"};
 /* Every model also takes the transfer keys (TRANSFER_KEYS, last in each list). */
-#define N_TRANSFER_KEYS 4
 #define TRANSFER_KEYS "transfer", "flip_blend", "asflip_beta_min", "asflip_beta_max"
 static const char *const ALL_MATERIAL_KEYS[] = {"model",         "density",        "youngs_modulus",
                                                 "poisson_ratio", "friction_angle", "bulk_modulus",
@@ -82,15 +81,16 @@ static const char *const DP_FIT_NAMES[] = {"compression", "plane_strain", "inscr
  *   compression   a = 2 sin(phi) / (sqrt(3) (3 - sin(phi))): the cone through the pyramid's
  *                 compressive meridian (Klar et al. 2016, the outer cone);
  *   plane_strain  a = sin(phi) / 3: Mohr-Coulomb in plane strain with the return mapping's
- *                 volume-preserving flow (zero dilatancy), which makes the out-of-plane
- *                 deviator vanish at yield so that sqrt(J2) is the Mohr circle's radius
- *                 (Abaqus Analysis User's Guide, "Matching Mohr-Coulomb parameters to the
- *                 Drucker-Prager model", tan beta = sqrt(3) sin(phi) for psi = 0); computed, as the
- *                 user reads it, as the compression formula at sin(phi_fit) = 3 sin(phi) /
- *                 (2 sqrt(3) + sin(phi));
+ *                 volume-preserving flow (zero dilatancy): the out-of-plane deviator vanishes at
+ *                 yield, so sqrt(J2) is the in-plane Mohr circle's radius and I1 / 3 its centre,
+ *                 and radius = -sin(phi) centre is Mohr-Coulomb (the plane-strain match for a
+ *                 zero dilation angle, tan beta = sqrt(3) sin(phi) in Abaqus's q-p form);
+ *                 computed, as the user reads it, as the compression formula at
+ *                 sin(phi_fit) = 3 sin(phi) / (2 sqrt(3) + sin(phi));
  *   inscribed     a = sin(phi) / sqrt(3 (3 + sin^2(phi))): the cone tangent to the pyramid's
- *                 faces, nowhere stronger than Mohr-Coulomb (de Souza Neto, Peric & Owen 2008,
- *                 sec. 6.4; also the plane-strain match under associated flow).
+ *                 faces, nowhere stronger than Mohr-Coulomb (de Souza Neto, Peric & Owen,
+ *                 Computational Methods for Plasticity, 2008, ch. 6; the same as the plane-strain
+ *                 match under associated flow, a = tan(phi) / sqrt(9 + 12 tan^2(phi))).
  * The compression expression is kept as it was, so that fit "compression" is bitwise the default. */
 static double dp_alpha(double phi_deg, int fit) {
   double sphi = sin(phi_deg * (PI / 180.0));
