@@ -16,7 +16,8 @@ __global__ static void k_publish(step_ctl *c) {
 /* A frame's start: its steps are k0, k0 + 1, ... from t_start (k0 > 0: resumed part-way); vmax0
  * >= 0 replaces the last step's speed for the first dt (frame_plan). */
 __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int k0, float vmax0, double t1, int mode,
-                                     double dt_fixed, double cfl_dx, double wave_speed, int void_on) {
+                                     double dt_fixed, double cfl_dx, double wave_speed, double dt_max,
+                                     int void_on) {
   c->void_on = void_on;
   c->t0 = t0;
   c->t = t_start;
@@ -28,6 +29,7 @@ __global__ static void k_frame_begin(step_ctl *c, double t0, double t_start, int
   c->dt_fixed = dt_fixed;
   c->cfl_dx = cfl_dx;
   c->wave_speed = wave_speed;
+  c->dt_max = dt_max;
   c->done = 0;
   if (mode == DT_FIXED) c->dt = (float)dt_fixed; /* the priming P2G of G2P2G reads it */
 }
@@ -299,7 +301,7 @@ int island_advance_frame(void *state, const frame_plan *plan, frame_report *rep)
     DR_TRY(use(s));
     k_frame_begin<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), plan->t0, plan->t_start, plan->k0, plan->vmax0,
                                           plan->t1, adaptive ? DT_ADAPTIVE : DT_FIXED, dt_fixed, plan->cfl_dx,
-                                          plan->wave_speed, s->void_steps);
+                                          plan->wave_speed, plan->dt_max, s->void_steps);
     LAUNCHED("k_frame_begin");
     /* Primed sums (the last G2P2G's P2G of this frame's first step) serve a fused or an
      * unfused first step alike, if they took this frame's dt. Else P2G runs again, as cuda_p2g()

@@ -68,6 +68,7 @@ typedef struct step_ctl {
   double t0;                   /* the frame's start */
   double t_pose;               /* the step's end, where the colliders stand (k_poses) */
   double cfl_dx, wave_speed;   /* adaptive step: dt = cfl dx / (c + vmax) */
+  double dt_max;               /* adaptive step: > 0 caps that dt (frame_plan.dt_max) */
   double dt_fixed;             /* fixed step (sim.c's double; each step takes it as a float) */
   int k;                       /* steps begun in this frame */
   float dt;                    /* this step's dt */
@@ -205,6 +206,11 @@ __device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, 
     const int kept = mat.model == MODEL_NACC; /* the plastic state logJp: only NACC reads and writes it */
     float logjp = kept ? base[A_JP * LANES + src] : 0.0f;
     constitutive_apply(&mat, F, &logjp, tau, plastic);
+    if (mat.model == MODEL_WEAKLY_COMPRESSIBLE && mat.viscosity > 0.0f) {
+      float C[9];
+      for (int q = 0; q < 9; ++q) C[q] = base[(A_C + q) * LANES + src];
+      constitutive_add_viscous(&mat, F, C, tau);
+    }
     for (int q = 0; q < 9; ++q) base[(A_F + q) * LANES + src] = F[q];
     if (kept) base[A_JP * LANES + src] = logjp;
     L.m = base[A_M * LANES + src];

@@ -76,6 +76,7 @@ __device__ static void begin_step(step_ctl *c, const island_view &iv) {
       return;
     }
     dt = c->cfl_dx / (c->wave_speed + (double)__uint_as_float(vmax_bits));
+    if (c->dt_max > 0.0 && dt > c->dt_max) dt = c->dt_max; /* sim_next_dt's viscous cap */
     if (dt >= rem) dt = rem;
     else if (dt > 0.5 * rem) dt = 0.5 * rem;
   }

@@ -71,6 +71,8 @@ typedef struct frame_plan {
   double cfl_dx;      /* adaptive: cfl * dx (m); dt = cfl_dx / (wave_speed + max |v|), the last two
                        * steps of the frame sharing what is left (as sim.c does step by step) */
   double wave_speed;  /* adaptive: the fastest elastic wave (m/s) */
+  double dt_max;      /* adaptive: > 0 caps dt before the frame's end shares it (sim.c's viscous bound,
+                       * the same test: dt > dt_max); 0: no cap */
   int k0;             /* steps of this frame already taken (a run resumed part-way into the frame) */
   double t_start;     /* where this call's first step starts (s): t0, or later when k0 > 0 */
   float vmax0;        /* >= 0: the speed the first step's dt comes from (a checkpoint's, or a source's

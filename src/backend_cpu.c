@@ -308,6 +308,7 @@ static int p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_
   constitutive_apply(&s->mats[p->material[i]], F, p->logjp + i, tau, !s->projected);
   const float m = p->mass[i];
   const float *v = p->v + 3 * i, *C = p->C + 9 * i;
+  constitutive_add_viscous(&s->mats[p->material[i]], F, C, tau);
   /* MLS-MPM (Hu et al. 2018): the stress enters as -dt V0 (4/dx^2) tau next to APIC's m C. */
   const float k = -dt * p->vol0[i] * 4.0f * s->inv_dx * s->inv_dx;
   float A[9], mC[9];

@@ -35,6 +35,7 @@ typedef struct scene_material {
   char name[SCENE_NAME_MAX];
   /* user-facing values, kept for reporting */
   double density, youngs_modulus, poisson_ratio, friction_angle, bulk_modulus, gamma;
+  double viscosity; /* weakly_compressible: dynamic viscosity (Pa s), 0 when inviscid */
   double flip_blend, beta_min, beta_max; /* transfer asflip */
   double nacc_friction, nacc_cohesion, nacc_hardening, nacc_initial; /* nacc: M, beta, xi, initial logJp */
   material_params params; /* what the kernels use */
@@ -177,8 +178,13 @@ uint64_t scene_hash_bytes(const void *bytes, size_t len);
 /* Largest elastic wave speed over the scene's materials (m/s), used by the CFL step. */
 double scene_wave_speed(const scene *s);
 
+/* The viscous diffusion bound on the step (s): min over the viscous materials of
+ * density dx^2 / (6 viscosity) (explicit viscosity is stable below it); 0 when no material is
+ * viscous (no bound). The adaptive step takes at most cfl times this. */
+double scene_viscous_dt(const scene *s);
+
 /* The step size the time loop starts with: the fixed dt (after rounding to land on frames), or
- * the CFL step for bodies at their initial velocities. */
+ * the CFL step for bodies at their initial velocities, at most cfl scene_viscous_dt. */
 double scene_initial_dt(const scene *s);
 
 /* Substeps per frame at rest: the fixed step's count, or 1/fps over the CFL step cfl dx / c of

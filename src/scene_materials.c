@@ -19,19 +19,20 @@
 static const char *const MODEL_NAMES[] = {"fixed_corotated", "drucker_prager",
                                           "weakly_compressible", "nacc"};
 /* Every model also takes the transfer keys (TRANSFER_KEYS, last in each list). */
-#define N_TRANSFER_KEYS 4
 #define TRANSFER_KEYS "transfer", "flip_blend", "asflip_beta_min", "asflip_beta_max"
 static const char *const ALL_MATERIAL_KEYS[] = {"model",         "density",        "youngs_modulus",
                                                 "poisson_ratio", "friction_angle", "bulk_modulus",
                                                 "gamma",         "friction",       "cohesion",
-                                                "hardening",     "initial_compression", TRANSFER_KEYS};
-#define N_ALL_MATERIAL_KEYS (11 + N_TRANSFER_KEYS)
+                                                "hardening",     "initial_compression", "fit",
+                                                "viscosity",     TRANSFER_KEYS};
+#define N_ALL_MATERIAL_KEYS ((int)(sizeof ALL_MATERIAL_KEYS / sizeof ALL_MATERIAL_KEYS[0]))
 static const char *const FIXED_COROTATED_KEYS[] = {"model", "density", "youngs_modulus",
                                                    "poisson_ratio", TRANSFER_KEYS};
 static const char *const DRUCKER_PRAGER_KEYS[] = {"model", "density", "youngs_modulus",
-                                                  "poisson_ratio", "friction_angle", TRANSFER_KEYS};
+                                                  "poisson_ratio", "friction_angle", "fit",
+                                                  TRANSFER_KEYS};
 static const char *const WEAKLY_COMPRESSIBLE_KEYS[] = {"model", "density", "bulk_modulus",
-                                                       "gamma", TRANSFER_KEYS};
+                                                       "gamma", "viscosity", TRANSFER_KEYS};
 static const char *const NACC_KEYS[] = {"model",    "density",  "bulk_modulus", "poisson_ratio",
                                         "friction", "cohesion", "hardening",    "initial_compression",
                                         TRANSFER_KEYS};
@@ -76,6 +77,34 @@ static int parse_nacc(const ctx *c, const cJSON *m, const char *where, scene_mat
   return 0;
 }
 static const char *const TRANSFER_NAMES[] = {"apic", "asflip"};
+
+/* Drucker-Prager: which Mohr-Coulomb match the cone's slope comes from (key fit). */
+enum dp_fit { DP_FIT_COMPRESSION = 0, DP_FIT_PLANE_STRAIN = 1, DP_FIT_INSCRIBED = 2 };
+static const char *const DP_FIT_NAMES[] = {"compression", "plane_strain", "inscribed"};
+
+/* The kernels' cone slope alpha (yield |dev tau| + alpha tr tau <= 0, Frobenius norm) of friction
+ * angle phi (degrees) under a fit. alpha = sqrt(2) a, a the slope of the classical form
+ * sqrt(J2) + a I1 <= 0 (|dev tau| = sqrt(2 J2)), so each fit is a Mohr-Coulomb match of a:
+ *   compression   a = 2 sin(phi) / (sqrt(3) (3 - sin(phi))): the cone through the pyramid's
+ *                 compressive meridian (Klar et al. 2016, the outer cone);
+ *   plane_strain  a = sin(phi) / 3: Mohr-Coulomb in plane strain with the return mapping's
+ *                 volume-preserving flow (zero dilatancy): the out-of-plane deviator vanishes at
+ *                 yield, so sqrt(J2) is the in-plane Mohr circle's radius and I1 / 3 its centre,
+ *                 and radius = -sin(phi) centre is Mohr-Coulomb (the plane-strain match for a
+ *                 zero dilation angle, tan beta = sqrt(3) sin(phi) in Abaqus's q-p form);
+ *                 computed, as the user reads it, as the compression formula at
+ *                 sin(phi_fit) = 3 sin(phi) / (2 sqrt(3) + sin(phi));
+ *   inscribed     a = sin(phi) / sqrt(3 (3 + sin^2(phi))): the cone tangent to the pyramid's
+ *                 faces, nowhere stronger than Mohr-Coulomb (de Souza Neto, Peric & Owen,
+ *                 Computational Methods for Plasticity, 2008, ch. 6; the same as the plane-strain
+ *                 match under associated flow, a = tan(phi) / sqrt(9 + 12 tan^2(phi))).
+ * The compression expression is kept as it was, so that fit "compression" is bitwise the default. */
+static double dp_alpha(double phi_deg, int fit) {
+  double sphi = sin(phi_deg * (PI / 180.0));
+  if (fit == DP_FIT_INSCRIBED) return sqrt(2.0 / 3.0) * sphi / sqrt(3.0 + sphi * sphi);
+  if (fit == DP_FIT_PLANE_STRAIN) sphi = 3.0 * sphi / (2.0 * sqrt(3.0) + sphi);
+  return sqrt(2.0 / 3.0) * 2.0 * sphi / (3.0 - sphi);
+}
 
 /* transfer (apic | asflip) and, with asflip only, its parameters. */
 static int parse_transfer(const ctx *c, const cJSON *m, const char *where, scene_material *mat) {
@@ -138,7 +167,12 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
                             : model == MODEL_DRUCKER_PRAGER ? DRUCKER_PRAGER_KEYS
                             : model == MODEL_NACC           ? NACC_KEYS
                                                             : WEAKLY_COMPRESSIBLE_KEYS;
-  int n_keys = (model == MODEL_DRUCKER_PRAGER ? 5 : model == MODEL_NACC ? 8 : 4) + N_TRANSFER_KEYS;
+#define N_KEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+  int n_keys = model == MODEL_FIXED_COROTATED  ? N_KEYS(FIXED_COROTATED_KEYS)
+               : model == MODEL_DRUCKER_PRAGER ? N_KEYS(DRUCKER_PRAGER_KEYS)
+               : model == MODEL_NACC           ? N_KEYS(NACC_KEYS)
+                                               : N_KEYS(WEAKLY_COMPRESSIBLE_KEYS);
+#undef N_KEYS
   DR_TRY(sj_check_keys(c, m, where, keys, n_keys, ALL_MATERIAL_KEYS, N_ALL_MATERIAL_KEYS, variant));
 
   material_params *p = &mat->params;
@@ -149,8 +183,10 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
   if (model == MODEL_WEAKLY_COMPRESSIBLE) {
     DR_TRY(sj_get_real(c, m, where, "bulk_modulus", 1, 0, STIFFNESS_RANGE, &mat->bulk_modulus));
     DR_TRY(sj_get_real(c, m, where, "gamma", 0, 7, GAMMA_RANGE, &mat->gamma));
+    DR_TRY(sj_get_real(c, m, where, "viscosity", 0, 0, (range){0, FLT_MAX, 0, 0, "Pa s"}, &mat->viscosity));
     p->bulk = (float)mat->bulk_modulus;
     p->gamma = (float)mat->gamma;
+    p->viscosity = (float)mat->viscosity;
     return parse_transfer(c, m, where, mat);
   }
   if (model == MODEL_NACC) {
@@ -161,8 +197,9 @@ static int parse_material(const ctx *c, const cJSON *m, const char *where, scene
   if (model == MODEL_DRUCKER_PRAGER) {
     DR_TRY(sj_get_real(c, m, where, "friction_angle", 0, 30, (range){0, 90, 0, 1, "degrees"},
                        &mat->friction_angle));
-    double sphi = sin(mat->friction_angle * (PI / 180.0));
-    p->alpha = (float)(sqrt(2.0 / 3.0) * 2.0 * sphi / (3.0 - sphi));
+    int fit;
+    DR_TRY(sj_get_enum(c, m, where, "fit", DP_FIT_COMPRESSION, DP_FIT_NAMES, 3, &fit));
+    p->alpha = (float)dp_alpha(mat->friction_angle, fit);
   }
   return parse_transfer(c, m, where, mat);
 }

@@ -225,6 +225,17 @@ double scene_wave_speed(const scene *s) {
   return c;
 }
 
+double scene_viscous_dt(const scene *s) {
+  double dt = 0;
+  for (int i = 0; i < s->n_materials; ++i) {
+    const scene_material *m = &s->materials[i];
+    if (m->params.model != MODEL_WEAKLY_COMPRESSIBLE || !(m->viscosity > 0)) continue;
+    const double di = m->density * s->dx * s->dx / (6.0 * m->viscosity);
+    if (dt == 0 || di < dt) dt = di;
+  }
+  return dt;
+}
+
 double scene_initial_dt(const scene *s) {
   double frame = 1.0 / s->fps;
   if (s->dt > 0) {
@@ -241,6 +252,8 @@ double scene_initial_dt(const scene *s) {
   double c = scene_wave_speed(s) + vmax;
   if (!(c > 0)) return frame;
   double dt = s->cfl * s->dx / c;
+  const double visc = s->cfl * scene_viscous_dt(s);
+  if (visc > 0 && dt > visc) dt = visc;
   return dt < frame ? dt : frame;
 }
 

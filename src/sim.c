@@ -30,12 +30,13 @@
 /* ---- the step loop: step sizes, stops, test hooks ------------------------------------------ */
 
 /* The next substep's dt, or 0 when the frame is complete: a fixed step, or the adaptive
- * cfl dx / (c + max |v|) with the last two substeps of a frame sharing what is left, so that no
+ * cfl dx / (c + max |v|) (at most dt_max, the viscous bound) with the last two substeps of a frame sharing what is left, so that no
  * substep is tiny and the frame ends exactly at t1. k: substeps done in the frame so far. */
 double sim_next_dt(const sim *S, double t, double t1, int k, double vmax) {
   if (S->substeps_fixed > 0) return k < S->substeps_fixed ? S->frame_dt / S->substeps_fixed : 0.0;
   if (!(t1 - t > 1e-9 * S->frame_dt)) return 0.0;
   double dt = S->sc->cfl * S->sc->dx / (S->wave_speed + vmax);
+  if (S->dt_max > 0 && dt > S->dt_max) dt = S->dt_max;
   const double rem = t1 - t;
   if (dt >= rem) dt = rem;
   else if (dt > 0.5 * rem) dt = 0.5 * rem;
@@ -189,6 +190,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->frame_dt = 1.0 / s->fps;
   if (s->dt > 0) S->substeps_fixed = (int)ceil(S->frame_dt / s->dt - 1e-9);
   S->wave_speed = scene_wave_speed(s);
+  S->dt_max = s->cfl * scene_viscous_dt(s);
   if ((rc = settings_check())) {
     dr_mark_agreed(); /* every rank reads the same environment */
     goto fail;
@@ -404,7 +406,7 @@ int sim_advance_frame(sim *S) {
     if (sig) return sim_stop_at(S, sig, t_start, k0);
     frame_plan plan = {.t0 = t0, .t1 = t1, .fixed_steps = S->substeps_fixed,
                        .dt_fixed = S->substeps_fixed > 0 ? S->frame_dt / S->substeps_fixed : 0.0,
-                       .cfl_dx = S->sc->cfl * S->sc->dx, .wave_speed = S->wave_speed,
+                       .cfl_dx = S->sc->cfl * S->sc->dx, .wave_speed = S->wave_speed, .dt_max = S->dt_max,
                        .k0 = k0, .t_start = t_start, .vmax0 = S->vmax_pending ? S->vmax_next : -1.0f,
                        .stop = frame_stop, .stop_ctx = S};
     frame_report rep = {0};
@@ -444,6 +446,10 @@ int sim_run(sim *S) {
     log_info("warning: the fixed step %.3g s is larger than dx / c = %.3g s (c = %.4g m/s, the fastest elastic wave); "
              "the run is likely to blow up: use a smaller time.dt or time.cfl",
              S->frame_dt / S->substeps_fixed, cfl_dt, S->wave_speed);
+  const double visc_dt = scene_viscous_dt(S->sc);
+  if (S->substeps_fixed > 0 && visc_dt > 0 && S->frame_dt / S->substeps_fixed > visc_dt)
+    log_info("warning: the fixed step %.3g s is larger than the viscous bound density dx^2 / (6 viscosity) = %.3g s; "
+             "the run is likely to blow up: use a smaller time.dt or time.cfl", S->frame_dt / S->substeps_fixed, visc_dt);
   log_info("drift %s: %llu particles, %s backend, %d frames at %g fps, frames in %s/", DRIFT_VERSION,
            (unsigned long long)st->particles, S->be.name, st->frames, S->sc->fps, S->out_dir);
   if (S->opt.write_output && !S->resumed) DR_TRY(sim_write_frame(S));

@@ -89,6 +89,7 @@ struct sim {
   particles host;       /* download buffer for the particle sources' resampling, reused */
   /* output, written behind the compute (sim_output.c): the writer, the frames' slots (the next
    * one to fill: next_slot), the checkpoint's; the frames in the XDMF file (the writer's) */
+  double dt_max;        /* s, the adaptive step's cap: cfl scene_viscous_dt, 0 for none */
   writer *writer;
   frame_slot slots[SIM_FRAME_SLOTS];
   int next_slot;

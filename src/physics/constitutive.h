@@ -18,7 +18,8 @@
  *       animation"): St.Venant-Kirchhoff elasticity in Hencky (log) strain,
  *       psi = mu |log s|^2 + lambda/2 (tr log s)^2, with their return mapping onto the yield cone
  *       (no cohesion, no hardening: alpha is fixed).
- *   MODEL_WEAKLY_COMPRESSIBLE  Tait-type fluid, p = K (J^-gamma - 1), only J = det F is kept.
+ *   MODEL_WEAKLY_COMPRESSIBLE  Tait-type fluid, p = K (J^-gamma - 1), only J = det F is kept;
+ *       with viscosity mu > 0 a Newtonian deviatoric stress on top (constitutive_add_viscous).
  *   MODEL_NACC                 Snow: non-associative Cam-Clay of Wolper et al. 2019 ("CD-MPM:
  *       Continuum Damage Material Point Methods for Dynamic Fracture Animation", the NACC of the
  *       paper's Crawling in Snow): compressible neo-Hookean elasticity
@@ -193,6 +194,19 @@ DR_HD void constitutive_weakly_compressible_(const material_params *m, float F[9
     F[i] = diag ? c : 0.0f;
     tau[i] = diag ? kt : 0.0f;
   }
+}
+
+/* The Newtonian viscous stress of the weakly compressible fluid, added to its Kirchhoff stress
+ * tau (after constitutive_apply, F = cbrt(J) I): tau += mu J (C + C^T - 2/3 tr(C) I), the Cauchy
+ * stress 2 mu dev(D) times J, D the rate of deformation. C is the particle's APIC affine matrix,
+ * MLS-MPM's estimate of the velocity gradient (C_ab = dv_a/dx_b, from the last G2P). Nothing is
+ * added (tau bitwise as it was) for another model or mu = 0. Explicit, so the step is bounded by
+ * viscous diffusion as well: scene_viscous_dt. Shared by both backends' P2G. */
+DR_HD void constitutive_add_viscous(const material_params *m, const float F[9], const float C[9], float tau[9]) {
+  if (!(m->model == MODEL_WEAKLY_COMPRESSIBLE && m->viscosity > 0.0f)) return;
+  const float k = m->viscosity * m3_det(F), tr3 = (2.0f / 3.0f) * (C[0] + C[4] + C[8]);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) tau[3 * i + j] += k * (C[3 * i + j] + C[3 * j + i] - (i == j ? tr3 : 0.0f));
 }
 
 /* ---- the deformation update of G2P ---- */
@@ -414,6 +428,7 @@ DR_HD void material_from_user(material_params *m, int model, float density, floa
   m->alpha = 0.81649658092772603f * 2.0f * sp / (3.0f - sp); /* sqrt(2/3) */
   m->bulk = bulk;
   m->gamma = gamma;
+  m->viscosity = 0.0f;
   m->transfer = TRANSFER_APIC;
   m->flip_blend = m->beta_min = m->beta_max = 0.0f;
   m->nacc_m2 = m->nacc_beta = m->nacc_xi = m->nacc_logjp0 = 0.0f;

@@ -20,9 +20,11 @@ typedef struct material_params {
   int model;        /* enum material_model */
   float density;    /* kg/m^3 */
   float mu, lambda; /* Lame parameters (Pa), from youngs_modulus and poisson_ratio (solids) */
-  float alpha;      /* Drucker-Prager: sqrt(2/3) * 2 sin(phi) / (3 - sin(phi)), phi = friction angle */
+  float alpha;      /* Drucker-Prager: the cone's slope from friction angle phi and the scene's fit
+                     * (scene_materials.c); "compression": sqrt(2/3) * 2 sin(phi) / (3 - sin(phi)) */
   float bulk;       /* weakly compressible, NACC: bulk modulus K (Pa) */
   float gamma;      /* weakly compressible: exponent */
+  float viscosity;  /* weakly compressible: dynamic viscosity mu (Pa s); 0: inviscid */
   float nacc_m2;    /* NACC: M^2, M the slope of the critical state line (friction) */
   float nacc_beta;  /* NACC: cohesion beta, the tensile strength as a fraction of p0 */
   float nacc_xi;    /* NACC: hardening xi: p0 = K (1e-5 + sinh(xi max(-logJp, 0))) */

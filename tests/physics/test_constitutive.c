@@ -534,6 +534,56 @@ static void test_fluid(check_rng *rng) {
   }
 }
 
+/* The fluid's viscous stress: tau += mu J (C + C^T - 2/3 tr C I) against the formula written out
+ * here for random C and J, traceless and symmetric; nothing added (bitwise) with mu = 0 or for
+ * another model; a simple shear C = [[0, g], [0, 0]] gives the Newtonian tau_xy = mu g J. */
+static void test_viscous(check_rng *rng) {
+  material_params m;
+  material_from_user(&m, MODEL_WEAKLY_COMPRESSIBLE, 1000.0f, 0, 0, 0, 1e5f, 7.0f);
+  CHECK(m.viscosity == 0.0f, "viscosity defaults to %g", m.viscosity);
+  double max_err = 0;
+  for (int t = 0; t < 200; ++t) {
+    float C[9], F[9], tau[9], tau0[9];
+    for (int q = 0; q < 9; ++q) C[q] = (float)check_rng_range(rng, -50, 50);
+    const float Fv[9] = {(float)check_rng_range(rng, 0.8, 1.0), 0, 0, 0, 1, 0, 0, 0, 1};
+    memcpy(F, Fv, sizeof F);
+    m.viscosity = 0.0f;
+    constitutive_update(&m, F, tau0);
+    memcpy(tau, tau0, sizeof tau);
+    constitutive_add_viscous(&m, F, C, tau);
+    CHECK(memcmp(tau, tau0, sizeof tau) == 0, "mu = 0 changed tau");
+    const double mu = check_rng_range(rng, 1e-3, 10);
+    m.viscosity = (float)mu;
+    constitutive_add_viscous(&m, F, C, tau);
+    const double J = fdet(F), tr = (double)C[0] + C[4] + C[8];
+    double dev_tr = 0;
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        const double want = tau0[3 * i + j] + mu * J * ((double)C[3 * i + j] + C[3 * j + i] - (i == j ? 2.0 * tr / 3 : 0));
+        max_err = fmax(max_err, fabs(tau[3 * i + j] - want) / (mu * 100 + fabs(tau0[0])));
+        if (i == j) dev_tr += tau[3 * i + j] - tau0[3 * i + j];
+      }
+    CHECK(fabs(dev_tr) <= 1e-5 * mu * 100 + 1e-6 * fabs(tau0[0]), "viscous stress has trace %g", dev_tr);
+    CHECK(tau[1] == tau[3] && tau[2] == tau[6] && tau[5] == tau[7], "viscous stress not symmetric");
+  }
+  CHECK(max_err <= 1e-6, "viscous stress off by %g (relative)", max_err);
+  {
+    const float C[9] = {0, 2.0f, 0, 0, 0, 0, 0, 0, 0};
+    float F[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1}, tau[9];
+    m.viscosity = 1.5f;
+    constitutive_update(&m, F, tau);
+    constitutive_add_viscous(&m, F, C, tau);
+    CHECK(tau[1] == 3.0f && tau[3] == 3.0f && tau[0] == 0 && tau[4] == 0 && tau[8] == 0,
+          "simple shear: tau_xy %g, expected mu g = 3", tau[1]);
+    material_params s = solid(MODEL_FIXED_COROTATED, 0.0f);
+    s.viscosity = 1.5f; /* not a fluid: ignored */
+    float t1[9] = {1, 2, 3, 2, 5, 6, 3, 6, 9}, t0[9];
+    memcpy(t0, t1, sizeof t0);
+    constitutive_add_viscous(&s, F, C, t1);
+    CHECK(memcmp(t0, t1, sizeof t0) == 0, "a solid got a viscous stress");
+  }
+}
+
 int main(void) {
   printf("test_constitutive: fixed corotated, Drucker-Prager, weakly compressible\n");
   check_rng rng = {777};
@@ -541,5 +591,6 @@ int main(void) {
   test_fixed_corotated(&rng);
   test_drucker_prager(&rng);
   test_fluid(&rng);
+  test_viscous(&rng);
   return check_summary("test_constitutive");
 }

@@ -240,6 +240,116 @@ static void test_defaults(void) {
   unlink(path);
 }
 
+/* Drucker-Prager fit: each Mohr-Coulomb match as the kernels' alpha = sqrt(2) a, a the slope of
+ * sqrt(J2) + a I1 <= 0, from the closed forms (computed here, not with the parser's formula), and
+ * an unknown fit named with the valid values. */
+static double fit_alpha(const char *fit, double phi_deg) {
+  char text[1024];
+  scene s;
+  char path[64];
+  snprintf(text, sizeof text,
+           "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.25 },\n"
+           "  \"time\": { \"frames\": 1, \"fps\": 30, \"cfl\": 0.5 },\n"
+           "  \"materials\": { \"sand\": { \"model\": \"drucker_prager\", \"density\": 1600,"
+           " \"youngs_modulus\": 1e5, \"poisson_ratio\": 0.3, \"friction_angle\": %.17g%s%s%s } },\n"
+           "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [0.5, 0.5, 0.5],"
+           " \"material\": \"sand\" } ] }\n",
+           phi_deg, fit ? ", \"fit\": \"" : "", fit ? fit : "", fit ? "\"" : "");
+  double alpha = -1;
+  if (load_text(text, &s, path) == 0) {
+    alpha = s.materials[0].params.alpha;
+    scene_destroy(&s);
+  }
+  unlink(path);
+  return alpha;
+}
+
+static void test_dp_fit(void) {
+  const double r2 = sqrt(2.0), r3 = sqrt(3.0), deg = 3.14159265358979323846 / 180.0;
+  const double phis[] = {0, 20, 30, 35, 45, 89};
+  for (int i = 0; i < 6; ++i) {
+    const double s = sin(phis[i] * deg);
+    const double comp = r2 * 2 * s / (r3 * (3 - s)), plane = r2 * s / 3, insc = r2 * s / sqrt(3 * (3 + s * s));
+    CHECK_NEAR(fit_alpha(NULL, phis[i]), comp, F);
+    CHECK(fit_alpha(NULL, phis[i]) == fit_alpha("compression", phis[i])); /* the default, bitwise */
+    CHECK_NEAR(fit_alpha("plane_strain", phis[i]), plane, F);
+    CHECK_NEAR(fit_alpha("inscribed", phis[i]), insc, F);
+  }
+  /* phi = 30: the plane-strain cone is the compression cone of an angle of 22.24 degrees
+   * (sin = 3 (1/2) / (2 sqrt(3) + 1/2) = 0.378364), the inscribed one of 21.43 degrees */
+  const double s22 = 1.5 / (2 * r3 + 0.5);
+  CHECK_NEAR(asin(s22) / deg, 22.2335, 1e-4);
+  CHECK_NEAR(fit_alpha("plane_strain", 30), r2 * 2 * s22 / (r3 * (3 - s22)), F);
+  CHECK_NEAR(fit_alpha("plane_strain", 30), r2 / 6, F);
+  CHECK_NEAR(fit_alpha("inscribed", 30), r2 * 0.5 / sqrt(9.75), F);
+  CHECK(fit_alpha("inscribed", 30) < fit_alpha("plane_strain", 30) &&
+        fit_alpha("plane_strain", 30) < fit_alpha("compression", 30));
+
+  scene s;
+  char path[64];
+  const char *bad =
+      "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.25 },\n"
+      "  \"time\": { \"frames\": 1, \"fps\": 30, \"cfl\": 0.5 },\n"
+      "  \"materials\": { \"sand\": { \"model\": \"drucker_prager\", \"density\": 1600,"
+      " \"youngs_modulus\": 1e5, \"poisson_ratio\": 0.3, \"fit\": \"triaxial\" } },\n"
+      "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0, 0, 0], \"max\": [0.5, 0.5, 0.5],"
+      " \"material\": \"sand\" } ] }\n";
+  write_temp(path, bad);
+  dr_clear();
+  CHECK(scene_load(path, &s) == DR_EINPUT);
+  const char *msg = dr_message();
+  CHECK(strstr(msg, "materials.sand.fit: unknown value") != NULL);
+  CHECK(strstr(msg, "\"triaxial\"") != NULL);
+  CHECK(strstr(msg, "compression, plane_strain, inscribed") != NULL);
+  CHECK(strchr(msg, '\n') == NULL);
+  unlink(path);
+}
+
+/* viscosity on weakly_compressible: parsed, 0 by default (no bound), the viscous bound
+ * density dx^2 / (6 mu) and the initial step capped at cfl times it; a negative value fails. */
+static void test_viscosity(void) {
+  const char *fmt =
+      "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [0.02, 0.02, 0.02], \"dx\": 0.001 },\n"
+      "  \"time\": { \"frames\": 1, \"fps\": 30, \"cfl\": 0.5 },\n"
+      "  \"materials\": { \"honey\": { \"model\": \"weakly_compressible\", \"density\": 1400,"
+      " \"bulk_modulus\": 2000%s },\n"
+      "                 \"water\": { \"model\": \"weakly_compressible\", \"density\": 1000,"
+      " \"bulk_modulus\": 2000, \"viscosity\": 0.001 } },\n"
+      "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0.005, 0.005, 0.005], \"max\": [0.01, 0.01, 0.01],"
+      " \"material\": \"honey\" } ] }\n";
+  char text[1200], path[64];
+  scene s;
+  snprintf(text, sizeof text, fmt, ", \"viscosity\": 2.5");
+  CHECK(load_text(text, &s, path) == 0);
+  if (s.n_materials == 2) {
+    CHECK(s.materials[0].viscosity == 2.5 && s.materials[0].params.viscosity == 2.5f);
+    CHECK(s.materials[1].viscosity == 0.001);
+    const double bound = 1400 * 1e-6 / (6 * 2.5); /* honey's, the smaller */
+    CHECK_NEAR(scene_viscous_dt(&s), bound, 1e-15);
+    /* CFL: 0.5 * 0.001 / sqrt(2000 * 7 / 1000) = 1.34e-4 s; viscous: 0.5 * 9.33e-5 s */
+    CHECK_NEAR(scene_initial_dt(&s), 0.5 * bound, 1e-15);
+  }
+  scene_destroy(&s);
+  unlink(path);
+  /* without viscosity (water's is too small to bind): the CFL step, no bound from honey */
+  snprintf(text, sizeof text, fmt, "");
+  CHECK(load_text(text, &s, path) == 0);
+  if (s.n_materials == 2) {
+    CHECK(s.materials[0].viscosity == 0 && s.materials[0].params.viscosity == 0.0f);
+    CHECK_NEAR(scene_viscous_dt(&s), 1000 * 1e-6 / (6 * 0.001), 1e-12);
+    CHECK_NEAR(scene_initial_dt(&s), 0.5 * 0.001 / sqrt(14.0), 1e-15);
+  }
+  scene_destroy(&s);
+  unlink(path);
+  snprintf(text, sizeof text, fmt, ", \"viscosity\": -1");
+  write_temp(path, text);
+  dr_clear();
+  CHECK(scene_load(path, &s) == DR_EINPUT);
+  CHECK(strstr(dr_message(), "materials.honey.viscosity") != NULL);
+  CHECK(strchr(dr_message(), '\n') == NULL);
+  unlink(path);
+}
+
 /* Particle sources: defaults, volume_rate turned into particles/s with dx^3 / ppc, resample. */
 static void test_emit(void) {
   static const char *text =
@@ -520,6 +630,8 @@ int main(void) {
   test_hash();
   test_emit();
   test_defaults();
+  test_dp_fit();
+  test_viscosity();
   test_fixed_dt();
   test_shapes();
   test_errors();
