@@ -262,7 +262,10 @@ double scene_substeps_at_rest(const scene *s) {
   if (s->dt > 0) return fmax(1.0, ceil(frame / s->dt - 1e-9));
   const double c = scene_wave_speed(s);
   if (!(c > 0)) return 1.0;
-  return fmax(1.0, ceil(frame / (s->cfl * s->dx / c) - 1e-9));
+  double dt = s->cfl * s->dx / c;
+  const double visc = s->cfl * scene_viscous_dt(s); /* viscous liquids: the diffusion bound too */
+  if (visc > 0 && dt > visc) dt = visc;
+  return fmax(1.0, ceil(frame / dt - 1e-9));
 }
 
 int scene_check_substeps(const ctx *c, const scene *s) {
