@@ -145,7 +145,7 @@ static int check_args(int rank, const char *dir, const h5frame_meta *meta, const
     return dr_fail(DR_EINTERNAL, "h5frame_write: bad field set 0x%x (position is always written)", meta->fields);
   for (int f = 0; f < H5FRAME_FIELDS && d->n > 0; ++f)
     if ((meta->fields & H5FRAME_BIT(f)) && !field_array(d, f))
-      return dr_fail(DR_EINTERNAL, "h5frame_write: rank %d has %zu particles but a NULL %s array", rank, d->n,
+      return dr_fail(DR_EINTERNAL, "h5frame_write: rank %d has %zu particles but a NULL array (%s)", rank, d->n,
                      h5frame_field_names[f]);
   return 0;
 }
