@@ -90,6 +90,11 @@ static void check_frame(const char *dir, const h5frame_meta *meta, const frame_b
   check_attr_string(f, "units", "SI: m, s, kg");
   check_attr_string(f, "materials", materials);
   check_attr_string(f, "owner_encoding", "rank*256+device");
+  char names[256] = "";
+  for (int k = 0; k < H5FRAME_FIELDS; k++) /* the datasets written, in h5frame.h's order */
+    if (want & H5FRAME_BIT(k))
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? "," : "", h5frame_field_names[k]);
+  check_attr_string(f, "fields", names);
   CHECK(H5Fclose(f) >= 0, "H5Fclose %s", path);
 }
 
