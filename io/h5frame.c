@@ -30,11 +30,49 @@ void h5frame_path(const char *dir, int frame, char *out, size_t len) {
   h5util_numbered_path(dir, "frame", frame, out, len);
 }
 
+const char *const h5frame_field_names[H5FRAME_FIELDS] = {"position", "velocity", "id",     "material", "owner",
+                                                         "logjp",    "J",        "F",      "stress",   "C"};
+const int h5frame_field_columns[H5FRAME_FIELDS] = {3, 3, 1, 1, 1, 1, 1, 9, 6, 9};
+
+/* A field's type in the file (little-endian) and in memory. */
+typedef struct field_type {
+  hid_t file, mem;
+} field_type;
+
+/* Field f's types (a function: the predefined types are the library's variables, set once it is
+ * open). */
+static field_type field_type_of(int f) {
+  switch (f) {
+  case H5FRAME_ID: return (field_type){H5T_STD_U64LE, H5T_NATIVE_UINT64};
+  case H5FRAME_MATERIAL:
+  case H5FRAME_OWNER: return (field_type){H5T_STD_I32LE, H5T_NATIVE_INT32};
+  default: return (field_type){H5T_IEEE_F32LE, H5T_NATIVE_FLOAT};
+  }
+}
+
+/* Field f's array in d. */
+static const void *field_array(const h5frame_data *d, int f) {
+  switch (f) {
+  case H5FRAME_POSITION: return d->position;
+  case H5FRAME_VELOCITY: return d->velocity;
+  case H5FRAME_ID: return d->id;
+  case H5FRAME_MATERIAL: return d->material;
+  case H5FRAME_OWNER: return d->owner;
+  case H5FRAME_LOGJP: return d->logjp;
+  case H5FRAME_J: return d->J;
+  case H5FRAME_F: return d->F;
+  case H5FRAME_STRESS: return d->stress;
+  case H5FRAME_C: return d->C;
+  default: return NULL;
+  }
+}
+
 /* What write_contents needs (h5util_write_file's ctx). */
 typedef struct frame_job {
   const h5frame_meta *meta;
   const h5frame_data *d;
   const char *materials;
+  const char *fields; /* the names of meta->fields joined by ',' */
   uint64_t total, offset;
   const char *path; /* the temporary file, for messages */
 } frame_job;
@@ -64,27 +102,17 @@ static int write_contents(hid_t file, void *ctx) {
   if (!st) st = h5util_attr_string(file, "units", "SI: m, s, kg", path);
   if (!st) st = h5util_attr_string(file, "materials", materials, path);
   if (!st) st = h5util_attr_string(file, "owner_encoding", "rank*256+device", path);
+  if (!st) st = h5util_attr_string(file, "fields", job->fields, path);
   if (st) goto fail;
 
   H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2",
        "group /particles");
-  st = h5util_write_rows(group, "position", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, total, offset, n,
-                     d->position, dcpl, dxpl, path);
-  if (!st)
-    st = h5util_write_rows(group, "velocity", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, total, offset, n,
-                       d->velocity, dcpl, dxpl, path);
-  if (!st)
-    st = h5util_write_rows(group, "id", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, total, offset, n, d->id,
-                       dcpl, dxpl, path);
-  if (!st)
-    st = h5util_write_rows(group, "material", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, total, offset, n,
-                       d->material, dcpl, dxpl, path);
-  if (!st)
-    st = h5util_write_rows(group, "owner", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, total, offset, n,
-                       d->owner, dcpl, dxpl, path);
-  if (!st && meta->with_logjp)
-    st = h5util_write_rows(group, "logjp", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, total, offset, n, d->logjp,
-                           dcpl, dxpl, path);
+  for (int f = 0; f < H5FRAME_FIELDS && !st; ++f) {
+    if (!(meta->fields & H5FRAME_BIT(f))) continue;
+    const field_type t = field_type_of(f);
+    st = h5util_write_rows(group, h5frame_field_names[f], t.file, t.mem, h5frame_field_columns[f], total, offset,
+                           n, field_array(d, f), dcpl, dxpl, path);
+  }
   if (st) goto fail;
   H5CK(H5Gclose(group), "H5Gclose", "group /particles");
   group = H5I_INVALID_HID;
@@ -113,10 +141,12 @@ static int check_args(int rank, const char *dir, const h5frame_meta *meta, const
   for (int i = 0; i < meta->n_materials; i++)
     if (!meta->material_names[i])
       return dr_fail(DR_EINTERNAL, "h5frame_write: material name %d is NULL", i);
-  if (d->n > 0 && (!d->position || !d->velocity || !d->id || !d->material || !d->owner ||
-                   (meta->with_logjp && !d->logjp)))
-    return dr_fail(DR_EINTERNAL, "h5frame_write: rank %d has %zu particles but a NULL array", rank,
-                   d->n);
+  if (!(meta->fields & H5FRAME_BIT(H5FRAME_POSITION)) || (meta->fields >> H5FRAME_FIELDS))
+    return dr_fail(DR_EINTERNAL, "h5frame_write: bad field set 0x%x (position is always written)", meta->fields);
+  for (int f = 0; f < H5FRAME_FIELDS && d->n > 0; ++f)
+    if ((meta->fields & H5FRAME_BIT(f)) && !field_array(d, f))
+      return dr_fail(DR_EINTERNAL, "h5frame_write: rank %d has %zu particles but a NULL array (%s)", rank, d->n,
+                     h5frame_field_names[f]);
   return 0;
 }
 
@@ -137,6 +167,17 @@ static int join_materials(const h5frame_meta *meta, char **out) {
   s[k] = 0;
   *out = s;
   return 0;
+}
+
+/* The names of the fields asked for, joined by ',' (the root attribute fields). */
+static void join_fields(unsigned fields, char *out, size_t cap) {
+  size_t k = 0;
+  out[0] = 0;
+  for (int f = 0; f < H5FRAME_FIELDS; ++f)
+    if (fields & H5FRAME_BIT(f)) {
+      int w = snprintf(out + k, cap - k, "%s%s", k ? "," : "", h5frame_field_names[f]);
+      if (w > 0 && (size_t)w < cap - k) k += (size_t)w;
+    }
 }
 
 static int phase1(int rank, const char *dir, const h5frame_meta *meta, const h5frame_data *d,
@@ -165,9 +206,11 @@ static int phase1(int rank, const char *dir, const h5frame_meta *meta, const h5f
  * (its data plus a margin for the metadata). Starting on a full disk is the one way a frame
  * write can leave HDF5 1.10 unable to close the file, which crashes it later (see the H5Fflush
  * in h5util.c). Best effort: quotas and other writers are not seen. */
-static int check_space(const char *dir, const char *final, uint64_t total, size_t materials_len) {
-  const double need = (double)total * (2 * 3 * sizeof(float) + sizeof(uint64_t) + 2 * sizeof(int32_t)) + 16384.0 +
-                      (double)materials_len;
+static int check_space(const char *dir, const char *final, unsigned fields, uint64_t total, size_t materials_len) {
+  double per = 0; /* bytes per particle: 4 per value, 8 for the id */
+  for (int f = 0; f < H5FRAME_FIELDS; ++f)
+    if (fields & H5FRAME_BIT(f)) per += (f == H5FRAME_ID ? 8.0 : 4.0) * h5frame_field_columns[f];
+  const double need = (double)total * per + 16384.0 + (double)materials_len;
   return h5util_check_space(dir, final, need);
 }
 
@@ -178,35 +221,46 @@ int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, cons
   uint64_t offset = 0, total = 0;
 
   tmp[0] = final[0] = 0;
+  char fields[128];
+  h5frame_meta m; /* fields 0: the default set */
+  if (meta && !meta->fields) {
+    m = *meta;
+    m.fields = H5FRAME_DEFAULT_FIELDS;
+    meta = &m;
+  }
   h5util_quiet();
   DR_MPI(MPI_Comm_rank(comm, &rank));
 
   /* 1. local checks, agreed before any collective HDF5 call; the counts */
   st = comm_agree(comm, phase1(rank, dir, meta, d, tmp, final, &materials));
   if (!st) st = h5util_counts(comm, (uint64_t)d->n, &offset, &total);
-  if (!st) st = comm_agree(comm, rank == 0 ? check_space(dir, final, total, strlen(materials)) : 0);
+  if (!st) st = comm_agree(comm, rank == 0 ? check_space(dir, final, meta->fields, total, strlen(materials)) : 0);
   /* 2. the file, under a temporary name until complete */
   if (!st) {
-    frame_job job = {.meta = meta, .d = d, .materials = materials, .total = total, .offset = offset, .path = tmp};
+    join_fields(meta->fields, fields, sizeof fields);
+    frame_job job = {.meta = meta, .d = d, .materials = materials, .fields = fields, .total = total, .offset = offset, .path = tmp};
     st = h5util_write_file(comm, tmp, final, H5UTIL_REMOVE_FINAL, write_contents, &job);
   }
   free(materials);
   return st;
 }
 
-int h5frame_count(const char *path, uint64_t *n, int *has_logjp) {
+int h5frame_count(const char *path, uint64_t *n, unsigned *fields) {
   h5util_quiet();
   *n = 0;
-  if (has_logjp) *has_logjp = 0;
+  if (fields) *fields = 0;
   hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), a = H5I_INVALID_HID;
   if (file < 0) return dr_fail(DR_EIO, "frame %s cannot be opened", path);
   int rc = DR_OK;
   if (H5Aexists(file, "n_particles") <= 0 || (a = H5Aopen(file, "n_particles", H5P_DEFAULT)) < 0 ||
       H5Aread(a, H5T_NATIVE_UINT64, n) < 0)
     rc = dr_fail(DR_EIO, "frame %s: attribute n_particles cannot be read", path);
-  if (rc == DR_OK && has_logjp)
-    *has_logjp = H5Lexists(file, "/particles", H5P_DEFAULT) > 0 &&
-                 H5Lexists(file, "/particles/logjp", H5P_DEFAULT) > 0;
+  if (rc == DR_OK && fields && H5Lexists(file, "/particles", H5P_DEFAULT) > 0)
+    for (int f = 0; f < H5FRAME_FIELDS; ++f) {
+      char name[64];
+      snprintf(name, sizeof name, "/particles/%s", h5frame_field_names[f]);
+      if (H5Lexists(file, name, H5P_DEFAULT) > 0) *fields |= H5FRAME_BIT(f);
+    }
   if (a >= 0) H5Aclose(a);
   H5Fclose(file);
   return rc;

@@ -6,11 +6,18 @@
  *   /particles/id        uint64  [N]     stable over the run
  *   /particles/material  int32   [N]     index into the scene's materials, in file order
  *   /particles/owner     int32   [N]     rank * 256 + device that computed the particle
- *   /particles/logjp     float32 [N]     log Jp, the plastic volume change of NACC snow (only where
- *                                        the scene has an nacc material; 0 for other materials)
+ *   /particles/logjp     float32 [N]     log Jp, the plastic volume change of NACC snow (0 for other
+ *                                        materials)
+ *   /particles/J         float32 [N]     det F
+ *   /particles/F         float32 [N][9]  deformation gradient (elastic part), row-major
+ *   /particles/stress    float32 [N][6]  Cauchy stress, Pa: xx yy zz xy yz zx
+ *   /particles/C         float32 [N][9]  APIC affine velocity matrix, 1/s, row-major
  *   root attributes: time (double, s), frame (int), dx (double, m), n_particles (uint64),
  *                    units (string), materials (string: names separated by ','),
- *                    owner_encoding (string)
+ *                    owner_encoding (string), fields (string: the datasets written, separated by
+ *                    ',', in the order above)
+ * Which datasets a frame holds is the scene's output.fields (h5frame_meta.fields); position is
+ * always among them (the XDMF geometry). The datasets present keep this order and these types.
  * N is the sum over ranks; each rank writes its particles as one hyperslab at the offset given
  * by an exclusive scan of the counts, through the MPI-IO driver with collective transfers (one
  * rank included). The file is written as DIR/.frame_NNNNN.h5.tmp and renamed when complete, so
@@ -22,6 +29,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The datasets a frame may hold, in the order they are written; bit H5FRAME_BIT(f) of
+ * h5frame_meta.fields asks for field f. */
+enum h5frame_field {
+  H5FRAME_POSITION, H5FRAME_VELOCITY, H5FRAME_ID, H5FRAME_MATERIAL, H5FRAME_OWNER, H5FRAME_LOGJP,
+  H5FRAME_J, H5FRAME_F, H5FRAME_STRESS, H5FRAME_C, H5FRAME_FIELDS
+};
+#define H5FRAME_BIT(f) (1u << (f))
+/* Every frame's fields unless the scene says otherwise (logjp is added where there is NACC snow). */
+#define H5FRAME_DEFAULT_FIELDS                                                                    \
+  (H5FRAME_BIT(H5FRAME_POSITION) | H5FRAME_BIT(H5FRAME_VELOCITY) | H5FRAME_BIT(H5FRAME_ID) |      \
+   H5FRAME_BIT(H5FRAME_MATERIAL) | H5FRAME_BIT(H5FRAME_OWNER))
+/* The fields' dataset names ("position", ..., "J", "F", "stress", "C") and values per particle. */
+extern const char *const h5frame_field_names[H5FRAME_FIELDS];
+extern const int h5frame_field_columns[H5FRAME_FIELDS];
+
 typedef struct h5frame_data {
   size_t n;                /* particles on this rank (may be 0) */
   const float *position;   /* 3n */
@@ -29,8 +51,13 @@ typedef struct h5frame_data {
   const uint64_t *id;      /* n */
   const int32_t *material; /* n */
   const int32_t *owner;    /* n */
-  const float *logjp;      /* n; read only with h5frame_meta.with_logjp */
+  const float *logjp;      /* n */
+  const float *J;          /* n */
+  const float *F;          /* 9n */
+  const float *stress;     /* 6n */
+  const float *C;          /* 9n */
 } h5frame_data;
+/* Only the arrays of the fields asked for are read (the others may be NULL). */
 
 typedef struct h5frame_meta {
   int frame;
@@ -38,16 +65,17 @@ typedef struct h5frame_meta {
   double dx;   /* m */
   int n_materials;
   const char *const *material_names;
-  int with_logjp; /* write /particles/logjp (the same on every rank) */
+  unsigned fields; /* H5FRAME_BIT of each dataset to write, position included (the same on every
+                    * rank); 0: H5FRAME_DEFAULT_FIELDS */
 } h5frame_meta;
 
 /* Collective over comm. Writes DIR/frame_NNNNN.h5; DIR must exist. On failure no file is left
  * under the final name or the temporary one, and every rank returns the same non-zero status. */
 int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d);
 
-/* Reads the particle count (root attribute n_particles) of the frame file at path, and whether
- * it holds /particles/logjp (has_logjp may be NULL); one rank. */
-int h5frame_count(const char *path, uint64_t *n, int *has_logjp);
+/* Reads the particle count (root attribute n_particles) of the frame file at path, and the fields
+ * it holds (H5FRAME_BIT of each dataset present; fields may be NULL); one rank. */
+int h5frame_count(const char *path, uint64_t *n, unsigned *fields);
 
 /* The final path of a frame: DIR/frame_NNNNN.h5 (writes at most len bytes). */
 void h5frame_path(const char *dir, int frame, char *out, size_t len);

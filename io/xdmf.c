@@ -9,10 +9,13 @@
  *     first n values of DIR/frames_vertices.bin: int64 little-endian 0, 1, ..., M-1, where M is
  *     the largest particle count so far. It is written once and rewritten only when M grows;
  *   - Geometry XYZ: frame_NNNNN.h5:/particles/position (relative paths: the folder can move);
- *   - node attributes velocity (Vector, Float 4), id, material and owner (Scalar, Int 4), and
- *     logjp (Scalar, Float 4) in scenes with NACC snow. The id
- *     is declared Int 8 although it is stored as uint64: both ParaView readers read "UInt 8" as
- *     32-bit and would cut ids at 2^32, while ids never reach 2^63.
+ *   - a node attribute for each dataset of the frame but position (xdmf_frame.fields, in
+ *     h5frame.h's order), of XDMF 3's AttributeType: velocity Vector (Float 4); id, material and
+ *     owner Scalar (Int 8, Int 4, Int 4); logjp and J Scalar (Float 4); F and C Tensor (9 values
+ *     a particle, row-major); stress Tensor6 (the 6 values of a symmetric tensor, xx yy zz xy yz
+ *     zx, VTK's order for symmetric tensors). The id is declared Int 8 although it is stored as
+ *     uint64: both ParaView readers read "UInt 8" as 32-bit and would cut ids at 2^32, while ids
+ *     never reach 2^63.
  * A frame without particles keeps the same items with zero sizes (the HDF5 datasets exist with
  * zero rows); the Xdmf3 readers give an empty grid for it. (The legacy "XDMF Reader" of
  * ParaView, Xdmf 2, reads the other frames but reports an error for an empty one.)
@@ -29,6 +32,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "h5frame.h"
 
 enum { XDMF_PATH_MAX = 4096 };
 
@@ -138,11 +142,14 @@ static void write_body(FILE *f, const xdmf_frame *frames, int n_frames) {
     fprintf(f, "        <Geometry GeometryType=\"XYZ\">\n");
     hdf_item(f, fr, 3, "Float", 4, "position");
     fprintf(f, "        </Geometry>\n");
-    attribute(f, fr, "velocity", "Vector", 3, "Float", 4);
-    attribute(f, fr, "id", "Scalar", 1, "Int", 8);
-    attribute(f, fr, "material", "Scalar", 1, "Int", 4);
-    attribute(f, fr, "owner", "Scalar", 1, "Int", 4);
-    if (fr->logjp) attribute(f, fr, "logjp", "Scalar", 1, "Float", 4);
+    const unsigned fields = fr->fields ? fr->fields : H5FRAME_DEFAULT_FIELDS;
+    for (int k = H5FRAME_POSITION + 1; k < H5FRAME_FIELDS; ++k)
+      if (fields & H5FRAME_BIT(k)) {
+        const int cols = h5frame_field_columns[k];
+        const int integer = k == H5FRAME_ID || k == H5FRAME_MATERIAL || k == H5FRAME_OWNER;
+        const char *type = k == H5FRAME_STRESS ? "Tensor6" : cols == 9 ? "Tensor" : cols == 3 ? "Vector" : "Scalar";
+        attribute(f, fr, h5frame_field_names[k], type, cols, integer ? "Int" : "Float", k == H5FRAME_ID ? 8 : 4);
+      }
     fprintf(f, "      </Grid>\n");
   }
   fprintf(f, "    </Grid>\n"

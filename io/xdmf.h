@@ -13,7 +13,7 @@ typedef struct xdmf_frame {
   int frame;
   double time;   /* s */
   uint64_t n;    /* particles in the frame (all ranks) */
-  int logjp;     /* the frame holds /particles/logjp (NACC snow's plastic state) */
+  unsigned fields; /* the datasets the frame holds: H5FRAME_BIT of each (h5frame.h); 0: the default set */
 } xdmf_frame;
 
 /* Called by one rank only. */

@@ -126,6 +126,8 @@ typedef struct scene {
   scene_collider *colliders;
   char output_dir[4096]; /* default "frames" */
   int output_every;      /* default 1 */
+  unsigned output_fields; /* H5FRAME_BIT (io/h5frame.h) of each dataset a frame holds, position always;
+                           * default H5FRAME_DEFAULT_FIELDS, and logjp where a material is nacc */
   int checkpoint_every;  /* write a checkpoint every this many frames; 0 = never (default) */
   int checkpoint_keep;   /* checkpoints kept in the output folder, >= 1, default 2 */
   int preview;           /* 1: a PNG picture beside each frame file (io/preview.h), default 0 */

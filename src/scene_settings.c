@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "h5frame.h"
 #include "scene_parse.h"
 
 #define MIN_CELLS_PER_AXIS 4.0
@@ -99,15 +100,46 @@ int scene_parse_gravity(const ctx *c, const cJSON *root, scene *s) {
   return sj_get_vec3(c, root, "", "gravity", 0, def, "m/s^2", s->gravity);
 }
 
+/* output.fields: an array of distinct field names (h5frame_field_names), position among them. */
+static int parse_fields(const ctx *c, const cJSON *o, scene *s) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "fields");
+  char g[GOT_LEN], list[200], key[64];
+  if (!v) return 0;
+  sj_list_names(list, sizeof list, h5frame_field_names, H5FRAME_FIELDS);
+  if (!cJSON_IsArray(v))
+    return sj_fail(c, "output.fields", "wrong type (got %s; expected an array of names from: %s)", sj_got(g, v), list);
+  unsigned fields = 0;
+  int i = 0;
+  for (const cJSON *e = v->child; e; e = e->next, ++i) {
+    snprintf(key, sizeof key, "output.fields[%d]", i);
+    int f = 0;
+    while (f < H5FRAME_FIELDS && !(cJSON_IsString(e) && strcmp(e->valuestring, h5frame_field_names[f]) == 0)) ++f;
+    if (f == H5FRAME_FIELDS)
+      return sj_fail(c, key, "unknown field (got %s; expected one of: %s)", sj_got(g, e), list);
+    if (fields & H5FRAME_BIT(f))
+      return sj_fail(c, key, "%s listed twice (got %s; expected each field once)", h5frame_field_names[f], sj_got(g, e));
+    fields |= H5FRAME_BIT(f);
+  }
+  if (!(fields & H5FRAME_BIT(H5FRAME_POSITION)))
+    return sj_fail(c, "output.fields", "position missing (got %s; position is always written: the XDMF geometry "
+                   "needs it; expected it among: %s)", sj_got(g, v), list);
+  s->output_fields = fields;
+  return 0;
+}
+
 int scene_parse_output(const ctx *c, const cJSON *root, scene *s) {
   static const char *const keys[] = {"dir",     "every",         "checkpoint_every", "checkpoint_keep",
-                                     "preview", "preview_color", "preview_size",     "preview_view"};
+                                     "preview", "preview_color", "preview_size",     "preview_view",
+                                     "fields"};
   static const char *const colors[] = {"material", "owner"};
   static const char *const views[] = {"front", "side", "top"};
   const cJSON *o;
   const char *dir = "frames";
   char g[GOT_LEN];
   s->output_every = 1;
+  s->output_fields = H5FRAME_DEFAULT_FIELDS;
+  for (int m = 0; m < s->n_materials; ++m) /* materials are parsed before output */
+    if (s->materials[m].params.model == MODEL_NACC) s->output_fields |= H5FRAME_BIT(H5FRAME_LOGJP);
   s->checkpoint_every = 0;
   s->checkpoint_keep = 2;
   s->preview = 0;
@@ -117,8 +149,8 @@ int scene_parse_output(const ctx *c, const cJSON *root, scene *s) {
   DR_TRY(sj_get_section(c, root, "output", 0, "", &o));
   if (o) {
     DR_TRY(sj_need_object(c, o, "output", "with keys dir, every, checkpoint_every, checkpoint_keep, preview, "
-                          "preview_color, preview_size, preview_view"));
-    DR_TRY(sj_check_keys(c, o, "output", keys, 8, NULL, 0, NULL));
+                          "preview_color, preview_size, preview_view, fields"));
+    DR_TRY(sj_check_keys(c, o, "output", keys, 9, NULL, 0, NULL));
     DR_TRY(sj_get_string(c, o, "output", "dir", 0, dir, "a non-empty string, a directory", &dir));
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "dir");
     if (!*dir)
@@ -145,6 +177,7 @@ int scene_parse_output(const ctx *c, const cJSON *root, scene *s) {
     DR_TRY(sj_get_enum(c, o, "output", "preview_color", 0, colors, 2, &s->preview_color));
     DR_TRY(sj_get_int32(c, o, "output", "preview_size", 0, 512, 16, MAX_PREVIEW_SIZE, &s->preview_size));
     DR_TRY(sj_get_enum(c, o, "output", "preview_view", 0, views, 3, &s->preview_view));
+    DR_TRY(parse_fields(c, o, s));
   }
   snprintf(s->output_dir, sizeof s->output_dir, "%s", dir);
   return 0;

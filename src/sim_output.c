@@ -22,6 +22,7 @@
 #include "error.h"
 #include "h5frame.h"
 #include "log.h"
+#include "physics/constitutive.h"
 #include "preview.h"
 #include "signals.h"
 #include "writer.h"
@@ -205,15 +206,15 @@ int sim_list_earlier_frames(sim *S) {
     if (access(path, F_OK) != 0) continue;
     /* each frame's own count (particle sources change it from frame to frame) */
     uint64_t n = 0;
-    int jp = 0;
-    if (h5frame_count(path, &n, &jp) != DR_OK) { /* unreadable: left out, as a missing one */
+    unsigned fields = 0;
+    if (h5frame_count(path, &n, &fields) != DR_OK) { /* unreadable: left out, as a missing one */
       dr_clear();
       continue;
     }
     xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
     if (!w) return dr_fail(DR_ENOMEM, "out of host memory for the frame list");
     S->written = w;
-    S->written[S->n_written++] = (xdmf_frame){.frame = f, .time = f * S->frame_dt, .n = n, .logjp = jp};
+    S->written[S->n_written++] = (xdmf_frame){.frame = f, .time = f * S->frame_dt, .n = n, .fields = fields};
   }
   return DR_OK;
 }
@@ -239,8 +240,40 @@ static void frame_totals(const sim *S, const particles *h, double tot[TOT_COUNT]
   tot[TOT_MASS] = ms, tot[TOT_P] = p0, tot[TOT_P + 1] = p1, tot[TOT_P + 2] = p2, tot[TOT_KE] = ke, tot[TOT_PE] = pe;
 }
 
+/* The fields a frame derives on the host from the captured F (into the slot's J and stress):
+ * J = det F, and the Cauchy stress sigma = tau / J from the Kirchhoff stress tau that P2G scatters
+ * (constitutive_apply, on a copy of F and logjp: the return mapping is applied unless the state
+ * already holds it, so the stress is the admissible one the next step starts from). Drucker-Prager
+ * and NACC treat an inverted F as its mirror image, so they divide by |J|; a degenerate particle
+ * (J = 0) gets a zero stress. */
+static void frame_derived(const sim *S, frame_slot *f) {
+  const particles *h = &f->p;
+  const long n = (long)h->n;
+  const unsigned fields = S->sc->output_fields;
+  if (fields & H5FRAME_BIT(H5FRAME_J)) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; ++i) f->J[i] = m3_det(h->F + 9 * i);
+  }
+  if (!(fields & H5FRAME_BIT(H5FRAME_STRESS))) return;
+  const int plastic = !f->projected;
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; ++i) {
+    const material_params *m = &S->mats[h->material[i]];
+    float F[9], tau[9], logjp = h->logjp ? h->logjp[i] : m->nacc_logjp0;
+    for (int q = 0; q < 9; ++q) F[q] = h->F[9 * i + q];
+    constitutive_apply(m, F, &logjp, tau, plastic);
+    float J = m3_det(F);
+    if (m->model == MODEL_DRUCKER_PRAGER || m->model == MODEL_NACC) J = fabsf(J);
+    const float r = J != 0.0f ? 1.0f / J : 0.0f;
+    float *s = f->stress + 6 * i;
+    s[0] = tau[0] * r, s[1] = tau[4] * r, s[2] = tau[8] * r; /* xx yy zz */
+    s[3] = tau[1] * r, s[4] = tau[5] * r, s[5] = tau[2] * r; /* xy yz zx */
+  }
+}
+
 /* A frame's job, on the writer's thread: the totals (one allreduce that travels while the file
- * is written), the HDF5 file, the preview, and frames.xdmf once the frame is whole. */
+ * is written), the derived fields, the HDF5 file, the preview, and frames.xdmf once the frame is
+ * whole. */
 static int frame_job(MPI_Comm comm, void *ctx) {
   frame_slot *f = ctx;
   sim *S = f->S;
@@ -249,10 +282,11 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   frame_totals(S, h, tot);
   MPI_Request req;
   DR_MPI(MPI_Iallreduce(tot, f->totals, TOT_COUNT, MPI_DOUBLE, MPI_SUM, comm, &req));
+  frame_derived(S, f);
   h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
-                       .material_names = S->mat_names, .with_logjp = S->with_logjp};
+                       .material_names = S->mat_names, .fields = S->sc->output_fields};
   h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
-                    .owner = h->owner, .logjp = h->logjp};
+                    .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
   int rc = h5frame_write(comm, S->out_dir, &meta, &d);
   if (rc == DR_OK && S->sc->preview) {
     preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
@@ -276,7 +310,8 @@ static int frame_job(MPI_Comm comm, void *ctx) {
     if (w) S->written = w, ++S->n_written;
   }
   if (rc == DR_OK) {
-    S->written[i] = (xdmf_frame){.frame = f->frame, .time = f->time, .n = (uint64_t)all[TOT_N], .logjp = S->with_logjp};
+    S->written[i] = (xdmf_frame){.frame = f->frame, .time = f->time, .n = (uint64_t)all[TOT_N],
+                                 .fields = S->sc->output_fields};
     rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
   }
   return comm_agree(comm, rc);
@@ -304,12 +339,21 @@ static int slot_done(sim *S, frame_slot *f) {
   return DR_OK;
 }
 
-/* The attributes a frame captures: what h5frame writes, the mass for the totals, the initial
- * volume for the preview. */
+/* The attributes a frame captures: what its fields need (output.fields: F for J; F, the material
+ * and, with NACC snow, logjp for the stress), the position, velocity and mass for the totals, the
+ * initial volume, material and owner for the preview. */
 static unsigned frame_mask(const sim *S) {
-  unsigned m = PA_BIT(x) | PA_BIT(v) | PA_BIT(id) | PA_BIT(material) | PA_BIT(owner) | PA_BIT(mass);
-  if (S->with_logjp) m |= PA_BIT(logjp);
-  if (S->sc->preview) m |= PA_BIT(vol0);
+  const unsigned fl = S->sc->output_fields;
+#define WANTS_(field) (fl & H5FRAME_BIT(field))
+  unsigned m = PA_BIT(x) | PA_BIT(v) | PA_BIT(mass);
+  if (WANTS_(H5FRAME_ID)) m |= PA_BIT(id);
+  if (WANTS_(H5FRAME_MATERIAL) || WANTS_(H5FRAME_STRESS)) m |= PA_BIT(material);
+  if (WANTS_(H5FRAME_OWNER)) m |= PA_BIT(owner);
+  if (WANTS_(H5FRAME_LOGJP) || (WANTS_(H5FRAME_STRESS) && S->with_logjp)) m |= PA_BIT(logjp);
+  if (WANTS_(H5FRAME_J) || WANTS_(H5FRAME_F) || WANTS_(H5FRAME_STRESS)) m |= PA_BIT(F);
+  if (WANTS_(H5FRAME_C)) m |= PA_BIT(C);
+#undef WANTS_
+  if (S->sc->preview) m |= PA_BIT(vol0) | PA_BIT(material) | PA_BIT(owner);
   return m;
 }
 
@@ -321,6 +365,9 @@ static void slot_release(sim *S, frame_slot *f) {
     else free(*arr);
     *arr = NULL;
   }
+  free(f->J);
+  free(f->stress);
+  f->J = f->stress = NULL;
   f->cap = 0;
 }
 
@@ -339,6 +386,11 @@ static int slot_reserve(sim *S, frame_slot *f, size_t n) {
     if (S->be.alloc_sums) DR_TRY(S->be.alloc_sums(S->be.state, bytes, 0, arr));
     else if (!(*arr = dr_malloc(bytes, "a frame's particles"))) return DR_ENOMEM;
   }
+  const unsigned fields = S->sc->output_fields;
+  if ((fields & H5FRAME_BIT(H5FRAME_J)) && !(f->J = dr_malloc(cap * sizeof(float), "a frame's J")))
+    return DR_ENOMEM;
+  if ((fields & H5FRAME_BIT(H5FRAME_STRESS)) && !(f->stress = dr_malloc(6 * cap * sizeof(float), "a frame's stress")))
+    return DR_ENOMEM;
   f->cap = cap;
   return DR_OK;
 }
@@ -358,6 +410,7 @@ int sim_write_frame(sim *S) {
   f->S = S;
   f->frame = S->st.frame;
   f->time = S->st.time;
+  f->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
   DR_TRY(writer_submit(S->writer, frame_job, f, &f->ticket));
   f->queued = 1;
   S->st.io_seconds += sim_now() - t0;

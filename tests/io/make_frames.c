@@ -1,8 +1,9 @@
-/* make_frames DIR N_FRAMES N[,N1,...] - writes N_FRAMES frames and DIR/frames.xdmf for the
- * ParaView test (pvpython_open.py). N is the particle count of every frame, or a comma-separated
- * list of one count per frame (0 allowed). DIR is created if missing. Values are a function of
- * (frame, particle); ids start at 2^32 + 1000 * frame (so that a reader that cuts them to 32 bits
- * is caught) and frame k has time 0.25 * k. */
+/* make_frames DIR N_FRAMES N[,N1,...] [--all-fields] - writes N_FRAMES frames and DIR/frames.xdmf
+ * for the ParaView test (pvpython_open.py). N is the particle count of every frame, or a
+ * comma-separated list of one count per frame (0 allowed). DIR is created if missing. Values are
+ * a function of (frame, particle); ids start at 2^32 + 1000 * frame (so that a reader that cuts
+ * them to 32 bits is caught) and frame k has time 0.25 * k. The frames hold the default fields,
+ * or with --all-fields every field of h5frame.h (logjp, J, F, stress and C too). */
 #include <errno.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -39,7 +40,7 @@ static int parse_counts(const char *arg, int n_frames, uint64_t *counts) {
   return *p == 0 ? 0 : -1;
 }
 
-static int write_all(const char *dir, int n_frames, const uint64_t *counts) {
+static int write_all(const char *dir, int n_frames, const uint64_t *counts, int all_fields) {
   static const char *const names[] = {"sand", "water"};
   xdmf_frame frames[MAX_FRAMES];
   for (int k = 0; k < n_frames; k++) {
@@ -47,8 +48,10 @@ static int write_all(const char *dir, int n_frames, const uint64_t *counts) {
     float *pos = malloc(3 * n * sizeof *pos + 1), *vel = malloc(3 * n * sizeof *vel + 1);
     uint64_t *id = malloc(n * sizeof *id + 1);
     int32_t *mat = malloc(n * sizeof *mat + 1), *own = malloc(n * sizeof *own + 1);
-    if (!pos || !vel || !id || !mat || !own) {
-      free(pos), free(vel), free(id), free(mat), free(own);
+    /* the opt-in fields: one buffer, cut in four (logjp and J n values each, F 9n, stress 6n, C 9n) */
+    float *more = all_fields ? malloc(26 * n * sizeof *more + 1) : NULL;
+    if (!pos || !vel || !id || !mat || !own || (all_fields && !more)) {
+      free(pos), free(vel), free(id), free(mat), free(own), free(more);
       return dr_fail(DR_ENOMEM, "make_frames: out of memory for %zu particles", n);
     }
     for (size_t i = 0; i < n; i++) {
@@ -60,14 +63,26 @@ static int write_all(const char *dir, int n_frames, const uint64_t *counts) {
       mat[i] = (int32_t)(i % 2);
       own[i] = 0;
     }
+    float *jp = more, *J = more ? more + n : NULL, *F = more ? more + 2 * n : NULL;
+    float *stress = more ? more + 11 * n : NULL, *C = more ? more + 17 * n : NULL;
+    for (size_t i = 0; i < n && more; i++) {
+      jp[i] = -0.001f * (float)i;
+      J[i] = 1.0f + 0.001f * (float)i;
+      for (int q = 0; q < 9; q++) {
+        F[9 * i + q] = (q % 4 == 0 ? 1.0f : 0.0f) + 0.0001f * (float)(q + i);
+        C[9 * i + q] = 0.01f * (float)q;
+      }
+      for (int q = 0; q < 6; q++) stress[6 * i + q] = 100.0f * (float)(q + 1);
+    }
+    const unsigned fields = all_fields ? (1u << H5FRAME_FIELDS) - 1 : H5FRAME_DEFAULT_FIELDS;
     h5frame_meta meta = {.frame = k, .time = 0.25 * k, .dx = 0.01, .n_materials = 2,
-                         .material_names = names};
+                         .material_names = names, .fields = fields};
     h5frame_data d = {.n = n, .position = pos, .velocity = vel, .id = id, .material = mat,
-                      .owner = own};
+                      .owner = own, .logjp = jp, .J = J, .F = F, .stress = stress, .C = C};
     int st = h5frame_write(MPI_COMM_WORLD, dir, &meta, &d);
-    free(pos), free(vel), free(id), free(mat), free(own);
+    free(pos), free(vel), free(id), free(mat), free(own), free(more);
     if (st) return st;
-    frames[k] = (xdmf_frame){.frame = k, .time = meta.time, .n = counts[k]};
+    frames[k] = (xdmf_frame){.frame = k, .time = meta.time, .n = counts[k], .fields = fields};
     DR_TRY(xdmf_write(dir, frames, k + 1));
   }
   return 0;
@@ -77,15 +92,16 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int st = 0;
   uint64_t counts[MAX_FRAMES];
-  int n_frames = argc == 4 ? atoi(argv[2]) : 0;
+  const int all_fields = argc == 5 && !strcmp(argv[4], "--all-fields");
+  int n_frames = argc == 4 || all_fields ? atoi(argv[2]) : 0;
   if (n_frames < 1 || n_frames > MAX_FRAMES || parse_counts(argv[3], n_frames, counts) != 0) {
-    fprintf(stderr, "usage: make_frames DIR N_FRAMES(1..%d) N[,N1,...]\n", MAX_FRAMES);
+    fprintf(stderr, "usage: make_frames DIR N_FRAMES(1..%d) N[,N1,...] [--all-fields]\n", MAX_FRAMES);
     st = DR_EINPUT;
   } else if (mkdir(argv[1], 0755) != 0 && errno != EEXIST) {
     fprintf(stderr, "make_frames: mkdir %s: %s\n", argv[1], strerror(errno));
     st = DR_EIO;
   } else {
-    st = write_all(argv[1], n_frames, counts);
+    st = write_all(argv[1], n_frames, counts, all_fields);
     if (st) fprintf(stderr, "make_frames: %s\n", dr_message());
     else printf("make_frames: %d frames in %s\n", n_frames, argv[1]);
   }

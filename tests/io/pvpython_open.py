@@ -1,12 +1,13 @@
 """pvpython_open.py - opens DIR/frames.xdmf with ParaView's default reader and checks it.
 
-usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG] [--array NAME]...
+usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG] [--array NAME[:K]]...
 
 N is the particle count of every frame, or one count per frame separated by commas. Checks that
 the reader finds N_FRAMES time steps and, after updating the pipeline at each of them, that the
 grid has the expected number of points and as many vertex cells, and point arrays velocity
 (3 components), id (1 component, 64-bit integer), material and owner (1 component each), and each
---array NAME (1 component), with one value per point; with --id-min, that every id is at least V (a reader that cuts ids to 32 bits
+--array NAME[:K] (K components, default 1: F:9 and C:9 for the Tensor fields, stress:6 for the
+Tensor6), with one value per point; with --id-min, that every id is at least V (a reader that cuts ids to 32 bits
 fails this when V >= 2^32). With --render, also draws the last non-empty step in the default
 representation, coloured by material, saves PNG and checks that the particles cover some pixels
 (this needs a display: run under xvfb-run -a -s "-screen 0 1280x1024x24 -noreset",
@@ -34,7 +35,8 @@ def parse_args(argv):
             args["id_min"] = int(argv[i + 1])
             i += 2
         elif argv[i] == "--array" and i + 1 < len(argv):
-            args["arrays"].append(argv[i + 1])
+            name, _, comps = argv[i + 1].partition(":")
+            args["arrays"].append((name, int(comps) if comps else 1))
             i += 2
         elif argv[i] == "--render" and i + 1 < len(argv):
             args["render"] = argv[i + 1]
@@ -43,7 +45,7 @@ def parse_args(argv):
             pos.append(argv[i])
             i += 1
     if len(pos) != 3:
-        fail("usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG] [--array NAME]...")
+        fail("usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG] [--array NAME[:K]]...")
     args["dir"] = pos[0]
     n_frames = int(pos[1])
     counts = [int(c) for c in pos[2].split(",")]
@@ -78,7 +80,7 @@ def check_step(k, t, data, n, id_min, extra=()):
         found.append(pd.GetArrayName(i))
     if n == 0:
         return "%s: 0 points, arrays %s" % (name, found)
-    for array_name, comps in (("velocity", 3), ("id", 1), ("material", 1), ("owner", 1)) + tuple((e, 1) for e in extra):
+    for array_name, comps in (("velocity", 3), ("id", 1), ("material", 1), ("owner", 1)) + tuple(extra):
         a = pd.GetArray(array_name)
         if a is None:
             fail("%s: no point array %s (arrays: %s)" % (name, array_name, found))

@@ -68,13 +68,13 @@ static void check_frame(const char *dir, const h5frame_meta *meta, const frame_b
     CHECK(!memcmp(r.own, b->own, n * sizeof(int32_t)), "%s: owners differ", path);
   /* NACC snow's plastic state: written only when asked for */
   const int has = H5Lexists(f, "/particles/logjp", H5P_DEFAULT) > 0;
-  CHECK(has == (meta->with_logjp != 0), "%s: /particles/logjp %s", path, has ? "written unasked" : "missing");
+  CHECK(has == ((meta->fields & H5FRAME_BIT(H5FRAME_LOGJP)) != 0), "%s: /particles/logjp %s", path, has ? "written unasked" : "missing");
   if (has && !read_dataset(f, "/particles/logjp", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, d1, r.jp))
     CHECK(!memcmp(r.jp, b->jp, n * sizeof(float)), "%s: logjp differs", path);
   uint64_t cnt = 0;
-  int cjp = -1;
-  CHECK(h5frame_count(path, &cnt, &cjp) == 0 && cnt == n && cjp == has, "h5frame_count %s: %llu, logjp %d",
-        path, (unsigned long long)cnt, cjp);
+  unsigned cf = 0, want = (meta->fields ? meta->fields : H5FRAME_DEFAULT_FIELDS);
+  CHECK(h5frame_count(path, &cnt, &cf) == 0 && cnt == n && cf == want, "h5frame_count %s: %llu, fields 0x%x, want 0x%x",
+        path, (unsigned long long)cnt, cf, want);
 
   double t = -1, dx = -1;
   int32_t frame = -1;
@@ -90,6 +90,11 @@ static void check_frame(const char *dir, const h5frame_meta *meta, const frame_b
   check_attr_string(f, "units", "SI: m, s, kg");
   check_attr_string(f, "materials", materials);
   check_attr_string(f, "owner_encoding", "rank*256+device");
+  char names[256] = "";
+  for (int k = 0; k < H5FRAME_FIELDS; k++) /* the datasets written, in h5frame.h's order */
+    if (want & H5FRAME_BIT(k))
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? "," : "", h5frame_field_names[k]);
+  check_attr_string(f, "fields", names);
   CHECK(H5Fclose(f) >= 0, "H5Fclose %s", path);
 }
 
@@ -112,7 +117,7 @@ static void test_write_read(const char *dir) {
   fill(&b, 2, 9);
   d = data_of(&b);
   meta.time = 0.25;
-  meta.with_logjp = 1;
+  meta.fields = H5FRAME_DEFAULT_FIELDS | H5FRAME_BIT(H5FRAME_LOGJP);
   st = h5frame_write(MPI_COMM_WORLD, dir, &meta, &d);
   CHECK(st == 0, "h5frame_write (overwrite): %s", dr_message());
   check_frame(dir, &meta, &b, "sand,water,jelly");
@@ -336,12 +341,13 @@ static void test_xdmf(const char *dir) {
   static const char *const names[] = {"sand"};
   const xdmf_frame frames[3] = {{.frame = 0, .time = 0.0, .n = 5},
                                 {.frame = 5, .time = 0.1, .n = 0},
-                                {.frame = 10, .time = 1.0 / 3.0, .n = 3, .logjp = 1}};
+                                {.frame = 10, .time = 1.0 / 3.0, .n = 3,
+                                 .fields = H5FRAME_DEFAULT_FIELDS | H5FRAME_BIT(H5FRAME_LOGJP)}};
   frame_buf b;
   for (int k = 0; k < 3; k++) {
     fill(&b, (size_t)frames[k].n, k);
     h5frame_meta meta = {.frame = frames[k].frame, .time = frames[k].time, .dx = 0.1,
-                         .n_materials = 1, .material_names = names, .with_logjp = frames[k].logjp};
+                         .n_materials = 1, .material_names = names, .fields = frames[k].fields};
     h5frame_data d = data_of(&b);
     CHECK(h5frame_write(MPI_COMM_WORLD, dir, &meta, &d) == 0, "h5frame_write: %s", dr_message());
     CHECK(xdmf_write(dir, frames, k + 1) == 0, "xdmf_write: %s", dr_message());
@@ -392,8 +398,9 @@ static void test_xdmf(const char *dir) {
       CHECK(q && (!next || q < next), "frame %d: no attribute %s", fr->frame, attrs[a]);
     }
     const char *jp = strstr(p, "<Attribute Name=\"logjp\"");
-    CHECK((jp && (!next || jp < next)) == (fr->logjp != 0), "frame %d: attribute logjp %s", fr->frame,
-          fr->logjp ? "missing" : "listed for a frame without it");
+    const int want_jp = (fr->fields & H5FRAME_BIT(H5FRAME_LOGJP)) != 0;
+    CHECK((jp && (!next || jp < next)) == want_jp, "frame %d: attribute logjp %s", fr->frame,
+          want_jp ? "missing" : "listed for a frame without it");
     grids++;
     p++;
   }
