@@ -262,6 +262,7 @@ static void frame_derived(const sim *S, frame_slot *f) {
     float F[9], tau[9], logjp = h->logjp ? h->logjp[i] : m->nacc_logjp0;
     for (int q = 0; q < 9; ++q) F[q] = h->F[9 * i + q];
     constitutive_apply(m, F, &logjp, tau, plastic);
+    if (h->C) constitutive_add_viscous(m, F, h->C + 9 * i, tau); /* as P2G: viscous liquids */
     float J = m3_det(F);
     if (m->model == MODEL_DRUCKER_PRAGER || m->model == MODEL_NACC) J = fabsf(J);
     const float r = J != 0.0f ? 1.0f / J : 0.0f;
@@ -351,7 +352,7 @@ static unsigned frame_mask(const sim *S) {
   if (WANTS_(H5FRAME_OWNER)) m |= PA_BIT(owner);
   if (WANTS_(H5FRAME_LOGJP) || (WANTS_(H5FRAME_STRESS) && S->with_logjp)) m |= PA_BIT(logjp);
   if (WANTS_(H5FRAME_J) || WANTS_(H5FRAME_F) || WANTS_(H5FRAME_STRESS)) m |= PA_BIT(F);
-  if (WANTS_(H5FRAME_C)) m |= PA_BIT(C);
+  if (WANTS_(H5FRAME_C) || WANTS_(H5FRAME_STRESS)) m |= PA_BIT(C); /* stress: a viscous liquid's */
 #undef WANTS_
   if (S->sc->preview) m |= PA_BIT(vol0) | PA_BIT(material) | PA_BIT(owner);
   return m;
