@@ -30,9 +30,6 @@ void h5frame_path(const char *dir, int frame, char *out, size_t len) {
   h5util_numbered_path(dir, "frame", frame, out, len);
 }
 
-const char *const h5frame_field_names[H5FRAME_FIELDS] = {"position", "velocity", "id",     "material", "owner",
-                                                         "logjp",    "J",        "F",      "stress",   "C"};
-const int h5frame_field_columns[H5FRAME_FIELDS] = {3, 3, 1, 1, 1, 1, 1, 9, 6, 9};
 
 /* A field's type in the file (little-endian) and in memory. */
 typedef struct field_type {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "error.h"
-#include "h5frame.h"
+#include "frame_fields.h"
 #include "scene_parse.h"
 
 #define MIN_CELLS_PER_AXIS 4.0
