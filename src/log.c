@@ -15,15 +15,20 @@ void log_set_quiet(int quiet) { quiet_ = quiet; }
 
 void log_info(const char *fmt, ...) {
   if (rank_ != 0 || quiet_) return;
+  /* one write per line: the frame writer's thread logs too (writer.h), and under mpirun the
+   * ranks' stderr meet in one stream, where two writes of a line could take another rank's
+   * line between them */
+  char line[2048];
   va_list ap;
   va_start(ap, fmt);
-  /* one locked write per line: the frame writer's thread logs too (writer.h) */
-  flockfile(stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  fflush(stderr);
-  funlockfile(stderr);
+  int k = vsnprintf(line, sizeof line - 1, fmt, ap);
   va_end(ap);
+  if (k < 0) return;
+  if (k > (int)sizeof line - 2) k = (int)sizeof line - 2;
+  line[k] = '\n';
+  line[k + 1] = 0;
+  fputs(line, stderr);
+  fflush(stderr);
 }
 
 static double trace_t0_ = -1.0;

@@ -92,7 +92,7 @@ static void print_debug_help(void) {
 }
 
 static int fail(int code) {
-  fprintf(stderr, "drift: %s\n", dr_message());
+  fprintf(stderr, "drift: %s\n", dr_message()); /* one write: stderr is unbuffered */
   return code;
 }
 
