@@ -240,8 +240,7 @@ static int write_contents(hid_t file, void *ctx) {
   int st = 0;
   const int32_t format = CKPT_FORMAT;
   hid_t group = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
-  H5CK(dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
-  H5CK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
+  if ((st = h5util_transfer(file, &dxpl, path))) goto fail;
   H5CK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "dataset properties");
   H5CK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time", "dataset properties");
 
@@ -323,7 +322,7 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_
   DR_TRY(comm_agree(comm, rank == 0 ? h5util_check_space(dir, final, need) : 0));
   /* 2. the file, under a temporary name until complete; an older file of the same name (a
    * checkpoint of the same frame) stays until the rename replaces it */
-  DR_TRY(h5util_write_file(comm, tmp, final, H5UTIL_CHECKSUMMED, write_contents, &job));
+  DR_TRY(h5util_write_file(comm, tmp, final, H5UTIL_CHECKSUMMED | H5UTIL_DURABLE, write_contents, &job));
   /* 3. old checkpoints go only now that the new one is complete */
   if (rank == 0) prune(dir, st->frame, keep < 1 ? 1 : keep);
   return DR_OK;

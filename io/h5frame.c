@@ -4,13 +4,14 @@
  * can fail, so that a failure seen by one rank makes every rank take the same path:
  *   1. local checks (arguments, paths, the output folder on rank 0), the counts (MPI_Exscan,
  *      MPI_Allreduce), the materials string, free space on rank 0;
- *   2. h5util_write_file (io/h5util.c): DIR/.frame_NNNNN.h5.tmp created through the MPI-IO
- *      driver, the group, datasets, root attributes and collective hyperslab writes, a flush,
- *      the close, and rank 0's rename to DIR/frame_NNNNN.h5.
+ *   2. h5util_write_file (io/h5util.c): DIR/.frame_NNNNN.h5.tmp created (the MPI-IO driver on
+ *      several ranks, sec2 on one), the root attributes, the group and the datasets, their
+ *      metadata flushed, then the rows (collective hyperslab writes), the close (no sync), and
+ *      rank 0's rename to DIR/frame_NNNNN.h5.
  * On failure every handle is closed and, once the file was being created, rank 0 removes the
  * temporary file and any file under the final name (after a failed write, the frame this call
  * was to write does not exist, not even an older version of it). */
-#define _POSIX_C_SOURCE 200809L /* stat */
+#define _POSIX_C_SOURCE 200809L /* stat, pwrite */
 #include "h5frame.h"
 
 #include <errno.h>
@@ -18,11 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "error.h"
 #include "h5util.h"
+#include "settings.h"
 
 enum { H5FRAME_PATH_MAX = H5UTIL_PATH_MAX };
 
@@ -74,7 +78,46 @@ typedef struct frame_job {
   const char *path; /* the temporary file, for messages */
 } frame_job;
 
-/* Everything between H5Fcreate and H5Fclose: group, attributes, datasets. */
+/* This rank's rows of every dataset written with pwrite at the dataset's offset in the file
+ * (contiguous and allocated at creation, its metadata already flushed), where the file's and the
+ * memory's types are the same bytes (*done 1; else 0, and H5Dwrite converts). */
+static int put_raw(const char *path, const hid_t *dset, const h5frame_data *d, uint64_t offset, unsigned fields,
+                   int *done) {
+  *done = 0;
+  for (int f = 0; f < H5FRAME_FIELDS; ++f)
+    if ((fields & H5FRAME_BIT(f)) && H5Tequal(field_type_of(f).file, field_type_of(f).mem) <= 0) return 0;
+  *done = 1;
+  if (d->n == 0) return 0;
+  const int fd = open(path, O_WRONLY);
+  if (fd < 0) return dr_fail(DR_EIO, "opening %s: %s", path, strerror(errno));
+  int st = 0;
+  for (int f = 0; f < H5FRAME_FIELDS && !st; ++f) {
+    if (!(fields & H5FRAME_BIT(f))) continue;
+    const haddr_t at = H5Dget_offset(dset[f]);
+    if (at == HADDR_UNDEF) {
+      st = dr_fail(DR_EIO, "H5Dget_offset: %s in %s", h5frame_field_names[f], path);
+      break;
+    }
+    const size_t row = H5Tget_size(field_type_of(f).mem) * (size_t)h5frame_field_columns[f];
+    const char *buf = field_array(d, f);
+    off_t pos = (off_t)(at + offset * row);
+    for (size_t left = d->n * row; left > 0;) {
+      const ssize_t w = pwrite(fd, buf, left, pos);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        st = dr_fail(DR_EIO, "writing %s in %s: %s", h5frame_field_names[f], path, w < 0 ? strerror(errno) : "no progress");
+        break;
+      }
+      buf += w, pos += w, left -= (size_t)w;
+    }
+  }
+  if (close(fd) != 0 && !st) st = dr_fail(DR_EIO, "closing %s: %s", path, strerror(errno));
+  return st;
+}
+
+/* Everything between H5Fcreate and H5Fclose: group, attributes and datasets, their metadata
+ * flushed before any row is written (h5util.c: a full disk shows up in the rows, while the file
+ * can still be closed, and the frame is not synced to the disk). */
 static int write_contents(hid_t file, void *ctx) {
   const frame_job *job = ctx;
   const h5frame_meta *meta = job->meta;
@@ -83,14 +126,17 @@ static int write_contents(hid_t file, void *ctx) {
   const uint64_t total = job->total, offset = job->offset;
   int st = 0;
   hid_t group = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
+  hid_t dset[H5FRAME_FIELDS];
+  for (int f = 0; f < H5FRAME_FIELDS; ++f) dset[f] = H5I_INVALID_HID;
   uint64_t n = (uint64_t)d->n;
   int32_t frame = (int32_t)meta->frame;
 
-  H5CK(dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
-  H5CK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
-  /* Every element is written, so the fill value would only cost a second pass over the file. */
+  if ((st = h5util_transfer(file, &dxpl, path))) goto fail;
+  /* Every element is written, so the fill value would only cost a second pass over the file; the
+   * space is allocated at creation, so that the flush below leaves no metadata for the close. */
   H5CK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "dataset properties");
   H5CK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time", "dataset properties");
+  H5CK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", "dataset properties");
 
   st = h5util_attr_scalar(file, "time", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &meta->time, path);
   if (!st) st = h5util_attr_scalar(file, "frame", H5T_STD_I32LE, H5T_NATIVE_INT32, &frame, path);
@@ -104,13 +150,24 @@ static int write_contents(hid_t file, void *ctx) {
 
   H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2",
        "group /particles");
-  for (int f = 0; f < H5FRAME_FIELDS && !st; ++f) {
-    if (!(meta->fields & H5FRAME_BIT(f))) continue;
-    const field_type t = field_type_of(f);
-    st = h5util_write_rows(group, h5frame_field_names[f], t.file, t.mem, h5frame_field_columns[f], total, offset,
-                           n, field_array(d, f), dcpl, dxpl, path);
-  }
+  for (int f = 0; f < H5FRAME_FIELDS && !st; ++f)
+    if (meta->fields & H5FRAME_BIT(f))
+      st = h5util_create_rows(group, h5frame_field_names[f], field_type_of(f).file, h5frame_field_columns[f], total,
+                              dcpl, &dset[f], path);
   if (st) goto fail;
+  H5CK(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", "writing the metadata");
+  int raw = 0;
+  if (settings()->h5_raw && total > 0 && (st = put_raw(path, dset, d, offset, meta->fields, &raw))) goto fail;
+  for (int f = 0; f < H5FRAME_FIELDS && !st && !raw; ++f)
+    if (dset[f] >= 0)
+      st = h5util_put_rows(dset[f], field_type_of(f).mem, h5frame_field_columns[f], total, offset, n, field_array(d, f),
+                           dxpl, h5frame_field_names[f], path);
+  if (st) goto fail;
+  for (int f = 0; f < H5FRAME_FIELDS; ++f)
+    if (dset[f] >= 0) {
+      H5CK(H5Dclose(dset[f]), "H5Dclose", h5frame_field_names[f]);
+      dset[f] = H5I_INVALID_HID;
+    }
   H5CK(H5Gclose(group), "H5Gclose", "group /particles");
   group = H5I_INVALID_HID;
   H5CK(H5Pclose(dcpl), "H5Pclose", "dataset properties");
@@ -119,6 +176,7 @@ static int write_contents(hid_t file, void *ctx) {
   dxpl = H5I_INVALID_HID;
   return 0;
 fail:
+  for (int f = 0; f < H5FRAME_FIELDS; ++f) H5_DROP(H5Dclose, dset[f]);
   H5_DROP(H5Gclose, group);
   H5_DROP(H5Pclose, dcpl);
   H5_DROP(H5Pclose, dxpl);
@@ -201,8 +259,8 @@ static int phase1(int rank, const char *dir, const h5frame_meta *meta, const h5f
 
 /* Rank 0: fails early when the folder's file system has clearly too little room for the frame
  * (its data plus a margin for the metadata). Starting on a full disk is the one way a frame
- * write can leave HDF5 1.10 unable to close the file, which crashes it later (see the H5Fflush
- * in h5util.c). Best effort: quotas and other writers are not seen. */
+ * write can leave HDF5 1.10 unable to close the file, which crashes it later (see
+ * h5util.c's phases). Best effort: quotas and other writers are not seen. */
 static int check_space(const char *dir, const char *final, unsigned fields, uint64_t total, size_t materials_len) {
   double per = 0; /* bytes per particle: 4 per value, 8 for the id */
   for (int f = 0; f < H5FRAME_FIELDS; ++f)

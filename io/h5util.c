@@ -4,9 +4,14 @@
  * that can fail, so that a failure seen by one rank makes every rank take the same path. (A
  * failure inside a phase that only some ranks see could still leave the others waiting in a
  * collective HDF5 call; HDF5's collective calls fail alike on all ranks in practice.)
- *   1. H5Fcreate of the temporary file through the MPI-IO driver;
- *   2. the caller's contents, then an H5Fflush (a full disk shows up here, where a failure is
- *      still harmless);
+ *   1. H5Fcreate of the temporary file: through the MPI-IO driver where several ranks share it,
+ *      through the POSIX (sec2) driver where one rank writes it alone;
+ *   2. the caller's contents; a durable file (a checkpoint) is then flushed and synced to the
+ *      disk (H5Fflush: the MPI-IO driver's flush is an MPI_File_sync; fsync with sec2), where a
+ *      failure (a full disk) is still harmless. A frame is not synced: its contents write the
+ *      metadata first (h5util_create_rows, H5Fflush) and the rows after, so that a full disk
+ *      shows up while the file can still be closed (an MPI-IO flush after the rows would sync
+ *      every frame to the disk: a frame at the disk's synced speed instead of the page cache's);
  *   3. closing everything; after a failure, the file is emptied first so that closing it finds
  *      room for HDF5's last metadata writes (a failing H5Fclose leaves HDF5 1.10.8 with a
  *      half-closed file that crashes it at MPI_Finalize);
@@ -22,6 +27,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "settings.h"
 
 void h5util_quiet(void) {
   static int done;
@@ -70,31 +76,71 @@ fail:
   return st;
 }
 
-int h5util_write_rows(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int cols, uint64_t total,
-                      uint64_t offset, uint64_t n, const void *buf, hid_t dcpl, hid_t dxpl, const char *path) {
-  int st = 0;
-  int rank = cols > 1 ? 2 : 1;
-  hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID, dset = H5I_INVALID_HID;
-  hsize_t dims[2] = {(hsize_t)total, (hsize_t)cols};
-  hsize_t mdims[2] = {(hsize_t)(n > 0 ? n : 1), (hsize_t)cols};
+int h5util_uses_mpio(hid_t file) {
+  const hid_t fapl = H5Fget_access_plist(file);
+  if (fapl < 0) return -1;
+  const hid_t driver = H5Pget_driver(fapl);
+  (void)H5Pclose(fapl);
+  return driver < 0 ? -1 : driver == H5FD_MPIO;
+}
 
-  H5CK(fspace = H5Screate_simple(rank, dims, NULL), "H5Screate_simple", name);
-  H5CK(dset = H5Dcreate2(loc, name, ftype, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT), "H5Dcreate2", name);
-  H5CK(mspace = H5Screate_simple(rank, mdims, NULL), "H5Screate_simple", name);
+int h5util_transfer(hid_t file, hid_t *dxpl, const char *path) {
+  int st = 0, mpio = h5util_uses_mpio(file);
+  H5CK(mpio, "H5Fget_access_plist", "file access properties");
+  H5CK(*dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
+  if (mpio) H5CK(H5Pset_dxpl_mpio(*dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
+  return 0;
+fail:
+  H5_DROP(H5Pclose, *dxpl);
+  return st;
+}
+
+int h5util_create_rows(hid_t loc, const char *name, hid_t ftype, int cols, uint64_t total, hid_t dcpl, hid_t *dset,
+                       const char *path) {
+  int st = 0;
+  hid_t fspace = H5I_INVALID_HID;
+  hsize_t dims[2] = {(hsize_t)total, (hsize_t)cols};
+  *dset = H5I_INVALID_HID;
+  H5CK(fspace = H5Screate_simple(cols > 1 ? 2 : 1, dims, NULL), "H5Screate_simple", name);
+  H5CK(*dset = H5Dcreate2(loc, name, ftype, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT), "H5Dcreate2", name);
+  H5CK(H5Sclose(fspace), "H5Sclose", name);
+  return 0;
+fail:
+  H5_DROP(H5Sclose, fspace);
+  return st;
+}
+
+int h5util_put_rows(hid_t dset, hid_t mtype, int cols, uint64_t total, uint64_t offset, uint64_t n, const void *buf,
+                    hid_t dxpl, const char *name, const char *path) {
+  int st = 0;
+  hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
+  hsize_t mdims[2] = {(hsize_t)(n > 0 ? n : 1), (hsize_t)cols};
+  H5CK(fspace = H5Dget_space(dset), "H5Dget_space", name);
+  H5CK(mspace = H5Screate_simple(cols > 1 ? 2 : 1, mdims, NULL), "H5Screate_simple", name);
   if ((st = h5util_select_rows(fspace, mspace, offset, n, cols, &buf, name, path))) goto fail;
   /* A zero-sized contiguous dataset has no storage address, and HDF5 1.10's collective write
    * fails on it ("addr overflow"); every rank knows total, so all skip the write alike. */
   if (total > 0) H5CK(H5Dwrite(dset, mtype, mspace, fspace, dxpl, buf), "H5Dwrite", name);
   H5CK(H5Sclose(mspace), "H5Sclose", name);
   mspace = H5I_INVALID_HID;
-  H5CK(H5Dclose(dset), "H5Dclose", name);
-  dset = H5I_INVALID_HID;
   H5CK(H5Sclose(fspace), "H5Sclose", name);
   return 0;
 fail:
   H5_DROP(H5Sclose, mspace);
-  H5_DROP(H5Dclose, dset);
   H5_DROP(H5Sclose, fspace);
+  return st;
+}
+
+int h5util_write_rows(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int cols, uint64_t total,
+                      uint64_t offset, uint64_t n, const void *buf, hid_t dcpl, hid_t dxpl, const char *path) {
+  int st = 0;
+  hid_t dset = H5I_INVALID_HID;
+  if ((st = h5util_create_rows(loc, name, ftype, cols, total, dcpl, &dset, path))) return st;
+  if ((st = h5util_put_rows(dset, mtype, cols, total, offset, n, buf, dxpl, name, path))) goto fail;
+  H5CK(H5Dclose(dset), "H5Dclose", name);
+  return 0;
+fail:
+  H5_DROP(H5Dclose, dset);
   return st;
 }
 
@@ -156,11 +202,17 @@ int h5util_check_space(const char *dir, const char *final, double need) {
   return 0;
 }
 
-/* Creates the temporary file through the MPI-IO driver (collective). */
+/* Creates the temporary file (collective): through the MPI-IO driver where several ranks write
+ * it, else through sec2, whose writes go straight to write(2) (the MPI-IO layer adds nothing for
+ * one writer). */
 static int create_file(MPI_Comm comm, const char *path, int checksummed, hid_t *fapl, hid_t *file) {
-  int st = 0;
+  int st = 0, nranks = 1;
+  DR_MPI(MPI_Comm_size(comm, &nranks));
   H5CK(*fapl = H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", "file access properties");
-  H5CK(H5Pset_fapl_mpio(*fapl, comm, MPI_INFO_NULL), "H5Pset_fapl_mpio", "file access properties");
+  if (nranks > 1 || settings()->h5_mpio)
+    H5CK(H5Pset_fapl_mpio(*fapl, comm, MPI_INFO_NULL), "H5Pset_fapl_mpio", "file access properties");
+  else
+    H5CK(H5Pset_fapl_sec2(*fapl), "H5Pset_fapl_sec2", "file access properties");
   /* The 1.8 format's superblock and object headers (attributes included) carry checksums, so a
    * damaged header is found when the file is read. */
   if (checksummed)
@@ -184,12 +236,18 @@ static int close_file(const char *path, hid_t *fapl, hid_t *file) {
   return st;
 }
 
-/* The contents, then the metadata written while a failure (a full disk) is still harmless: a
- * failing H5Fclose leaves HDF5 1.10 with a half-closed file that crashes it at MPI_Finalize. */
-static int fill_file(hid_t file, int (*contents)(hid_t, void *), void *ctx, const char *path) {
+/* The contents; a durable file's are then on the disk (see the phases above). */
+static int fill_file(hid_t file, int durable, int (*contents)(hid_t, void *), void *ctx, const char *path) {
   int st = contents(file, ctx);
-  if (st) return st;
+  if (st || !durable) return st;
   H5CK(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", "writing the metadata");
+  const int mpio = h5util_uses_mpio(file);
+  H5CK(mpio, "H5Fget_access_plist", "file access properties");
+  if (!mpio) { /* the MPI-IO driver's flush synced it already */
+    int *fd = NULL;
+    H5CK(H5Fget_vfd_handle(file, H5P_DEFAULT, (void **)&fd), "H5Fget_vfd_handle", "syncing the file");
+    if (fsync(*fd) != 0) return dr_fail(DR_EIO, "syncing %s: %s", path, strerror(errno));
+  }
   return 0;
 fail:
   return st;
@@ -205,7 +263,7 @@ int h5util_write_file(MPI_Comm comm, const char *tmp, const char *final, int fla
   int st = comm_agree(comm, create_file(comm, tmp, flags & H5UTIL_CHECKSUMMED, &fapl, &file));
   int opened = !st; /* the same on every rank */
   /* 2. contents */
-  if (!st) st = comm_agree(comm, fill_file(file, contents, ctx, tmp));
+  if (!st) st = comm_agree(comm, fill_file(file, flags & H5UTIL_DURABLE, contents, ctx, tmp));
   /* 3. close, after a failure too, so that every rank has let go of the file before it goes */
   if (!st) {
     st = comm_agree(comm, close_file(tmp, &fapl, &file));

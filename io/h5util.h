@@ -39,9 +39,20 @@ int h5util_attr_scalar(hid_t loc, const char *name, hid_t ftype, hid_t mtype, co
 /* A fixed-length, null-terminated ASCII string attribute (size strlen + 1, so "" is valid too). */
 int h5util_attr_string(hid_t loc, const char *name, const char *value, const char *path);
 
-/* Creates NAME in loc with `total` rows of `cols` values (cols = 1: a 1-D dataset) and writes
- * this rank's `n` rows at row `offset` with the transfer properties dxpl (collective). Ranks
- * with n = 0 select nothing but still take part. */
+/* 1 where file goes through the MPI-IO driver, 0 where not, -1 on failure. */
+int h5util_uses_mpio(hid_t file);
+/* *dxpl: transfer properties for rows of file, collective where it goes through MPI-IO. */
+int h5util_transfer(hid_t file, hid_t *dxpl, const char *path);
+
+/* Creates NAME in loc with `total` rows of `cols` values (cols = 1: a 1-D dataset) with the
+ * creation properties dcpl; *dset is its open handle (collective). */
+int h5util_create_rows(hid_t loc, const char *name, hid_t ftype, int cols, uint64_t total, hid_t dcpl, hid_t *dset,
+                       const char *path);
+/* Writes this rank's `n` rows at row `offset` of dset (`total` rows of `cols` values) with the
+ * transfer properties dxpl (collective). Ranks with n = 0 select nothing but still take part. */
+int h5util_put_rows(hid_t dset, hid_t mtype, int cols, uint64_t total, uint64_t offset, uint64_t n, const void *buf,
+                    hid_t dxpl, const char *name, const char *path);
+/* h5util_create_rows, h5util_put_rows and the dataset closed. */
 int h5util_write_rows(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int cols, uint64_t total,
                       uint64_t offset, uint64_t n, const void *buf, hid_t dcpl, hid_t dxpl, const char *path);
 
@@ -67,11 +78,14 @@ int h5util_check_space(const char *dir, const char *final, double need);
 /* How h5util_write_file writes. */
 enum {
   H5UTIL_CHECKSUMMED = 1,    /* the 1.8 file format or later: checksummed superblock and headers */
-  H5UTIL_REMOVE_FINAL = 2    /* on failure, also remove an older file under the final name */
+  H5UTIL_REMOVE_FINAL = 2,   /* on failure, also remove an older file under the final name */
+  H5UTIL_DURABLE = 4         /* on the disk (synced) before it takes the final name: checkpoints */
 };
 
-/* Writes one file collectively: creates `tmp` through the MPI-IO driver, calls contents(file,
- * ctx) on every rank, flushes, closes, and rank 0 renames tmp to final. The ranks agree on the
+/* Writes one file collectively: creates `tmp` (the MPI-IO driver on several ranks, sec2 on one),
+ * calls contents(file, ctx) on every rank, with H5UTIL_DURABLE flushes and syncs it, closes it,
+ * and rank 0 renames tmp to final. Without H5UTIL_DURABLE, contents should write the metadata
+ * before the rows (create every dataset, H5Fflush, then put the rows: h5util.c says why). The ranks agree on the
  * outcome after each phase, so that no rank goes on into a collective call that another skips,
  * and all return the same status. On failure every handle is closed and rank 0 removes tmp (and,
  * with H5UTIL_REMOVE_FINAL, any file under `final`). contents must return the same status on

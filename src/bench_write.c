@@ -6,7 +6,7 @@
  *              frame's file closed (sim_flush), frame 0 included, as a user's shot runs;
  *   filesystem GB/s of plain writes of the same bytes: as many files as frames, each of a frame's
  *              size, in 16 MiB write() calls, closed, not synced (drift does not sync its frames
- *              either), then removed.
+ *              either), then removed; twice, the faster kept.
  * The writer's own speed is the frames' bytes over the seconds its jobs ran (sim_status
  * write_seconds); where the disk is slower than the steps, it is what bounds the run. */
 #define _POSIX_C_SOURCE 200809L
@@ -110,7 +110,11 @@ int bench_write_case(const scene *s, const sim_options *base, const char *dir, c
     const double bytes = frame_bytes(out, r->frames);
     r->frame_mib = bytes / (r->frames + 1) / 1048576.0;
     r->writer_gbs = r->writer_s > 0 ? bytes / r->writer_s / 1e9 : 0;
+    /* twice, the faster kept: the page cache's write-back of the run's frames slows the first */
+    double again = 0;
     rc = filesystem_speed(out, r->frames + 1, bytes / (r->frames + 1), &r->fs_gbs);
+    if (rc == DR_OK) rc = filesystem_speed(out, r->frames + 1, bytes / (r->frames + 1), &again);
+    if (again > r->fs_gbs) r->fs_gbs = again;
   }
   DR_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
   if (rc) {

@@ -1,14 +1,18 @@
 #!/bin/bash
-# The write path on a GPU machine, in one call of the device tool: builds build-b (unless there),
-# runs the GPU tests of the write path (TESTS), then `drift bench --write` on the scenes given,
-# into the machine's disk and into /dev/shm (memory), on one rank and on RANKS ranks sharing the
-# node, and prints the tables last (logs under $OUT/write).
+# The write path on a GPU machine, in one call of the device tool: builds build-b (and build-a
+# from BASE's tree, unless there), runs the GPU tests of the write path (TESTS), then
+# `drift bench --write` on the scenes given, into the machine's disk and into /dev/shm (memory),
+# on one rank and on RANKS ranks sharing the node, for each build (A first, then B, then B with
+# each B_ALT setting), and prints the tables last (logs under $OUT/write).
 #
 #   here:        tools/pack-device-deps.sh .device      (once; carried as .device)
+#                tools/archive-base.sh COMMIT .abbase   (A's tree, where BASE=.abbase; carried)
 #   on the GPU:  tools/device_write.sh jobs/bench/sand_blocks_l46.json jobs/bench/sand_blocks_l46x16.json
 #
 # env: DEPS    what pack-device-deps.sh packed (default .device)
-#      TESTS   ctest -R regex run first (default the write path's; empty: none)
+#      BASE    A's tree (tools/archive-base.sh), measured before B; unset: B alone
+#      B_ALT   space-separated VAR=VALUE settings, each a further run of B with it exported
+#      TESTS   ctest -R regex run on B first (default the write path's; empty: none)
 #      FRAMES  frames of each case (default 20)
 #      RANKS   ranks of the shared-file run (default 2; 0: none)
 #      DISK    a folder on the disk (default /tmp/drift-write)
@@ -17,7 +21,12 @@ set -uo pipefail
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
 export PACK=0
-device_build_b
+if [ -n "${BASE:-}" ]; then
+  [ -x build-a/drift ] && [ -x build-b/drift ] || device_build_pair "$root/$BASE" "" || exit 1
+  echo "A: $(base_name "$BASE")"
+else
+  device_build_b
+fi
 work=$out/write
 mkdir -p "$work"
 tests=${TESTS-test_backend_ops|writer_|test_totals|test_preview|signal_cuda|pvpython}
@@ -29,23 +38,35 @@ if [ -n "$tests" ]; then
   echo "tests (-R '$tests'): exit $?, $(grep 'tests passed' "$work/tests.log")"
   grep -E "Failed|\*\*\*" "$work/tests.log" | head -20
 fi
-# bench_into LABEL DIR [RUNNER...]: the scenes, written into DIR (emptied before and after)
+# bench_into LABEL BUILD DIR [RUNNER...]: the scenes, written into DIR (emptied before and after)
 bench_into() {
-  local label=$1 dir=$2
-  shift 2
+  local label=$1 build=$2 dir=$3
+  shift 3
   rm -rf "$dir" && mkdir -p "$dir"
-  "$@" build-b/drift bench "${scenes[@]}" --backend cuda --frames "$frames" --profile-frames 0 --write "$dir" \
+  "$@" "$build/drift" bench "${scenes[@]}" --backend cuda --frames "$frames" --profile-frames 0 --write "$dir" \
     >"$work/$label.out" 2>"$work/$label.log"
   echo "$label: exit $?"
   rm -rf "$dir"
 }
+# variant LABEL BUILD: every place and rank count for one build
+variant() {
+  bench_into "$1-disk" "$2" "$disk"
+  bench_into "$1-shm" "$2" /dev/shm/drift-write
+  if [ "$ranks" -gt 1 ]; then
+    bench_into "$1-disk-$ranks" "$2" "$disk" mpirun --oversubscribe -n "$ranks"
+    bench_into "$1-shm-$ranks" "$2" /dev/shm/drift-write mpirun --oversubscribe -n "$ranks"
+  fi
+}
 scenes=("$@")
-bench_into disk "$disk"
-bench_into shm /dev/shm/drift-write
-if [ "$ranks" -gt 1 ]; then
-  bench_into "disk_$ranks" "$disk" mpirun --oversubscribe -n "$ranks"
-  bench_into "shm_$ranks" /dev/shm/drift-write mpirun --oversubscribe -n "$ranks"
-fi
+[ -n "${BASE:-}" ] && variant a build-a
+variant b build-b
+i=0
+for alt in ${B_ALT:-}; do
+  i=$((i + 1))
+  # shellcheck disable=SC2163
+  (export "$alt" && variant "b$i" build-b)
+  echo "b$i: $alt"
+done
 for f in "$work"/*.out; do
   echo "== $(basename "$f" .out)"
   sed -n '/^frames written/,$p' "$f"
