@@ -15,6 +15,7 @@
 #      TESTS   ctest -R regex run on B first (default the write path's; empty: none)
 #      FRAMES  frames of each case (default 20)
 #      RANKS   ranks of the shared-file run (default 2; 0: none)
+#      ONE     0: no one-rank runs (default 1)
 #      DISK    a folder on the disk (default /tmp/drift-write)
 set -uo pipefail
 # shellcheck source=tools/device_env.sh
@@ -50,8 +51,10 @@ bench_into() {
 }
 # variant LABEL BUILD: every place and rank count for one build
 variant() {
-  bench_into "$1-disk" "$2" "$disk"
-  bench_into "$1-shm" "$2" /dev/shm/drift-write
+  if [ "${ONE:-1}" != 0 ]; then
+    bench_into "$1-disk" "$2" "$disk"
+    bench_into "$1-shm" "$2" /dev/shm/drift-write
+  fi
   if [ "$ranks" -gt 1 ]; then
     bench_into "$1-disk-$ranks" "$2" "$disk" mpirun --oversubscribe -n "$ranks"
     bench_into "$1-shm-$ranks" "$2" /dev/shm/drift-write mpirun --oversubscribe -n "$ranks"
@@ -68,6 +71,7 @@ for alt in ${B_ALT:-}; do
   echo "b$i: $alt"
 done
 for f in "$work"/*.out; do
-  echo "== $(basename "$f" .out)"
-  sed -n '/^frames written/,$p' "$f"
+  printf '%-22s ' "$(basename "$f" .out)"
+  sed -n '/^frames written/,$p' "$f" | awk 'NR>2' | tr '\n' ' '
+  echo
 done
