@@ -322,7 +322,7 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_
   DR_TRY(comm_agree(comm, rank == 0 ? h5util_check_space(dir, final, need) : 0));
   /* 2. the file, under a temporary name until complete; an older file of the same name (a
    * checkpoint of the same frame) stays until the rename replaces it */
-  DR_TRY(h5util_write_file(comm, tmp, final, H5UTIL_CHECKSUMMED | H5UTIL_DURABLE, write_contents, &job));
+  DR_TRY(h5util_write_file(comm, tmp, final, H5UTIL_CHECKSUMMED, write_contents, &job));
   /* 3. old checkpoints go only now that the new one is complete */
   if (rank == 0) prune(dir, st->frame, keep < 1 ? 1 : keep);
   return DR_OK;

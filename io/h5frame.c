@@ -1,39 +1,44 @@
-/* h5frame.c - one frame of particles in one HDF5 file, written collectively (see h5frame.h).
+/* h5frame.c - one frame of particles in one HDF5 file, written by all ranks (see h5frame.h).
  *
- * The write goes in phases; the ranks agree on the outcome (comm_agree) after each phase that
- * can fail, so that a failure seen by one rank makes every rank take the same path:
- *   1. local checks (arguments, paths, the output folder on rank 0), the counts (MPI_Exscan,
- *      MPI_Allreduce), the materials string, free space on rank 0;
- *   2. h5util_write_file (io/h5util.c): DIR/.frame_NNNNN.h5.tmp created (the MPI-IO driver on
- *      several ranks, sec2 on one), the root attributes, the group and the datasets, their
- *      metadata flushed, then the rows (collective hyperslab writes), the close (no sync), and
- *      rank 0's rename to DIR/frame_NNNNN.h5.
- * On failure every handle is closed and, once the file was being created, rank 0 removes the
- * temporary file and any file under the final name (after a failed write, the frame this call
- * was to write does not exist, not even an older version of it). */
+ * The write goes in three steps, so that the rows, the bulk of the bytes, are written by a
+ * thread that makes no MPI and no HDF5 call (the run's writer, sim_output.c) while the main
+ * thread steps on with MPI:
+ *   h5frame_begin (collective): local checks, the counts (MPI_Exscan, MPI_Allreduce); rank 0
+ *     checks the free space and creates DIR/.frame_NNNNN.h5.tmp through HDF5's POSIX driver
+ *     (sec2) with its attributes, the group and every dataset, contiguous and allocated at
+ *     creation but not written (no fill), and closes it; the datasets' byte offsets in the file
+ *     (H5Dget_offset) are broadcast, and the ranks agree on the outcome;
+ *   h5frame_put (local): this rank's rows of each dataset written with pwrite(2) at the
+ *     dataset's offset plus the rows before this rank's: large contiguous writes from the
+ *     caller's arrays, no copy and no conversion (the file's types are the memory's on the
+ *     little-endian hosts drift runs on: h5frame_begin refuses others);
+ *   h5frame_end (collective): the ranks agree on their h5frame_put outcomes; rank 0 renames the
+ *     file to DIR/frame_NNNNN.h5, or after a failure removes it and any file under the final
+ *     name (after a failed write, the frame does not exist, not even an older version of it).
+ * Nothing is synced: a frame goes to the page cache at the speed of memory, as any file a
+ * program writes; checkpoints, which a restart needs, are synced (checkpoint.c).
+ * Measured: collective MPI-IO from a writer thread crawled while the main thread's steps used
+ * MPI (two ranks on one H200: 0.48 GB/s against 2.42 written between the steps, in the
+ * decisions table of docs/performance.md). */
 #define _POSIX_C_SOURCE 200809L /* stat, pwrite */
 #include "h5frame.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm.h"
 #include "error.h"
 #include "h5util.h"
-#include "settings.h"
-
-enum { H5FRAME_PATH_MAX = H5UTIL_PATH_MAX };
 
 void h5frame_path(const char *dir, int frame, char *out, size_t len) {
   h5util_numbered_path(dir, "frame", frame, out, len);
 }
-
 
 /* A field's type in the file (little-endian) and in memory. */
 typedef struct field_type {
@@ -49,6 +54,11 @@ static field_type field_type_of(int f) {
   case H5FRAME_OWNER: return (field_type){H5T_STD_I32LE, H5T_NATIVE_INT32};
   default: return (field_type){H5T_IEEE_F32LE, H5T_NATIVE_FLOAT};
   }
+}
+
+/* Bytes of one row of field f (in memory and in the file alike). */
+static size_t row_bytes(int f) {
+  return (f == H5FRAME_ID ? 8u : 4u) * (size_t)h5frame_field_columns[f];
 }
 
 /* Field f's array in d. */
@@ -68,140 +78,18 @@ static const void *field_array(const h5frame_data *d, int f) {
   }
 }
 
-/* What write_contents needs (h5util_write_file's ctx). */
-typedef struct frame_job {
-  const h5frame_meta *meta;
-  const h5frame_data *d;
-  const char *materials;
-  const char *fields; /* the names of meta->fields joined by ',' */
-  uint64_t total, offset;
-  const char *path; /* the temporary file, for messages */
-} frame_job;
+/* ---- h5frame_begin ---- */
 
-/* This rank's rows of every dataset written with pwrite at the dataset's offset in the file
- * (contiguous and allocated at creation, its metadata already flushed), where the file's and the
- * memory's types are the same bytes (*done 1; else 0, and H5Dwrite converts). */
-static int put_raw(const char *path, const hid_t *dset, const h5frame_data *d, uint64_t offset, unsigned fields,
-                   int *done) {
-  *done = 0;
-  for (int f = 0; f < H5FRAME_FIELDS; ++f)
-    if ((fields & H5FRAME_BIT(f)) && H5Tequal(field_type_of(f).file, field_type_of(f).mem) <= 0) return 0;
-  *done = 1;
-  if (d->n == 0) return 0;
-  const int fd = open(path, O_WRONLY);
-  if (fd < 0) return dr_fail(DR_EIO, "opening %s: %s", path, strerror(errno));
-  int st = 0;
-  for (int f = 0; f < H5FRAME_FIELDS && !st; ++f) {
-    if (!(fields & H5FRAME_BIT(f))) continue;
-    const haddr_t at = H5Dget_offset(dset[f]);
-    if (at == HADDR_UNDEF) {
-      st = dr_fail(DR_EIO, "H5Dget_offset: %s in %s", h5frame_field_names[f], path);
-      break;
-    }
-    const size_t row = H5Tget_size(field_type_of(f).mem) * (size_t)h5frame_field_columns[f];
-    const char *buf = field_array(d, f);
-    off_t pos = (off_t)(at + offset * row);
-    for (size_t left = d->n * row; left > 0;) {
-      const ssize_t w = pwrite(fd, buf, left, pos);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        st = dr_fail(DR_EIO, "writing %s in %s: %s", h5frame_field_names[f], path, w < 0 ? strerror(errno) : "no progress");
-        break;
-      }
-      buf += w, pos += w, left -= (size_t)w;
-    }
-  }
-  if (close(fd) != 0 && !st) st = dr_fail(DR_EIO, "closing %s: %s", path, strerror(errno));
-  return st;
-}
-
-/* Everything between H5Fcreate and H5Fclose: group, attributes and datasets, their metadata
- * flushed before any row is written (h5util.c: a full disk shows up in the rows, while the file
- * can still be closed, and the frame is not synced to the disk). */
-static int write_contents(hid_t file, void *ctx) {
-  const frame_job *job = ctx;
-  const h5frame_meta *meta = job->meta;
-  const h5frame_data *d = job->d;
-  const char *materials = job->materials, *path = job->path;
-  const uint64_t total = job->total, offset = job->offset;
-  int st = 0;
-  hid_t group = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
-  hid_t dset[H5FRAME_FIELDS];
-  for (int f = 0; f < H5FRAME_FIELDS; ++f) dset[f] = H5I_INVALID_HID;
-  uint64_t n = (uint64_t)d->n;
-  int32_t frame = (int32_t)meta->frame;
-
-  if ((st = h5util_transfer(file, &dxpl, path))) goto fail;
-  /* Every element is written, so the fill value would only cost a second pass over the file; the
-   * space is allocated at creation, so that the flush below leaves no metadata for the close. */
-  H5CK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "dataset properties");
-  H5CK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time", "dataset properties");
-  H5CK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", "dataset properties");
-
-  st = h5util_attr_scalar(file, "time", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &meta->time, path);
-  if (!st) st = h5util_attr_scalar(file, "frame", H5T_STD_I32LE, H5T_NATIVE_INT32, &frame, path);
-  if (!st) st = h5util_attr_scalar(file, "dx", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &meta->dx, path);
-  if (!st) st = h5util_attr_scalar(file, "n_particles", H5T_STD_U64LE, H5T_NATIVE_UINT64, &total, path);
-  if (!st) st = h5util_attr_string(file, "units", "SI: m, s, kg", path);
-  if (!st) st = h5util_attr_string(file, "materials", materials, path);
-  if (!st) st = h5util_attr_string(file, "owner_encoding", "rank*256+device", path);
-  if (!st) st = h5util_attr_string(file, "fields", job->fields, path);
-  if (st) goto fail;
-
-  H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2",
-       "group /particles");
-  for (int f = 0; f < H5FRAME_FIELDS && !st; ++f)
-    if (meta->fields & H5FRAME_BIT(f))
-      st = h5util_create_rows(group, h5frame_field_names[f], field_type_of(f).file, h5frame_field_columns[f], total,
-                              dcpl, &dset[f], path);
-  if (st) goto fail;
-  H5CK(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", "writing the metadata");
-  int raw = 0;
-  if (settings()->h5_raw && total > 0 && (st = put_raw(path, dset, d, offset, meta->fields, &raw))) goto fail;
-  for (int f = 0; f < H5FRAME_FIELDS && !st && !raw; ++f)
-    if (dset[f] >= 0)
-      st = h5util_put_rows(dset[f], field_type_of(f).mem, h5frame_field_columns[f], total, offset, n, field_array(d, f),
-                           dxpl, h5frame_field_names[f], path);
-  if (st) goto fail;
-  for (int f = 0; f < H5FRAME_FIELDS; ++f)
-    if (dset[f] >= 0) {
-      H5CK(H5Dclose(dset[f]), "H5Dclose", h5frame_field_names[f]);
-      dset[f] = H5I_INVALID_HID;
-    }
-  H5CK(H5Gclose(group), "H5Gclose", "group /particles");
-  group = H5I_INVALID_HID;
-  H5CK(H5Pclose(dcpl), "H5Pclose", "dataset properties");
-  dcpl = H5I_INVALID_HID;
-  H5CK(H5Pclose(dxpl), "H5Pclose", "transfer properties");
-  dxpl = H5I_INVALID_HID;
-  return 0;
-fail:
-  for (int f = 0; f < H5FRAME_FIELDS; ++f) H5_DROP(H5Dclose, dset[f]);
-  H5_DROP(H5Gclose, group);
-  H5_DROP(H5Pclose, dcpl);
-  H5_DROP(H5Pclose, dxpl);
-  return st;
-}
-
-/* ---- phase 1: local checks ---- */
-
-static int check_args(int rank, const char *dir, const h5frame_meta *meta, const h5frame_data *d) {
-  if (!dir || !meta || !d)
-    return dr_fail(DR_EINTERNAL, "h5frame_write: %s is NULL",
-                   !dir ? "the output folder" : !meta ? "the frame metadata" : "the particle data");
-  if (meta->frame < 0)
-    return dr_fail(DR_EINTERNAL, "h5frame_write: negative frame number %d", meta->frame);
+static int check_meta(const char *dir, const h5frame_meta *meta) {
+  if (!dir || !meta)
+    return dr_fail(DR_EINTERNAL, "h5frame_begin: %s is NULL", !dir ? "the output folder" : "the frame metadata");
+  if (meta->frame < 0) return dr_fail(DR_EINTERNAL, "h5frame_begin: negative frame number %d", meta->frame);
   if (meta->n_materials < 0 || (meta->n_materials > 0 && !meta->material_names))
-    return dr_fail(DR_EINTERNAL, "h5frame_write: bad material list (%d names)", meta->n_materials);
+    return dr_fail(DR_EINTERNAL, "h5frame_begin: bad material list (%d names)", meta->n_materials);
   for (int i = 0; i < meta->n_materials; i++)
-    if (!meta->material_names[i])
-      return dr_fail(DR_EINTERNAL, "h5frame_write: material name %d is NULL", i);
+    if (!meta->material_names[i]) return dr_fail(DR_EINTERNAL, "h5frame_begin: material name %d is NULL", i);
   if (!(meta->fields & H5FRAME_BIT(H5FRAME_POSITION)) || (meta->fields >> H5FRAME_FIELDS))
-    return dr_fail(DR_EINTERNAL, "h5frame_write: bad field set 0x%x (position is always written)", meta->fields);
-  for (int f = 0; f < H5FRAME_FIELDS && d->n > 0; ++f)
-    if ((meta->fields & H5FRAME_BIT(f)) && !field_array(d, f))
-      return dr_fail(DR_EINTERNAL, "h5frame_write: rank %d has %zu particles but a NULL array (%s)", rank, d->n,
-                     h5frame_field_names[f]);
+    return dr_fail(DR_EINTERNAL, "h5frame_begin: bad field set 0x%x (position is always written)", meta->fields);
   return 0;
 }
 
@@ -235,71 +123,186 @@ static void join_fields(unsigned fields, char *out, size_t cap) {
     }
 }
 
-static int phase1(int rank, const char *dir, const h5frame_meta *meta, const h5frame_data *d,
-                  char *tmp, char *final, char **materials) {
-  DR_TRY(check_args(rank, dir, meta, d));
-  char name[64];
-  snprintf(name, sizeof name, ".frame_%05d.h5.tmp", meta->frame);
-  int k = snprintf(tmp, H5FRAME_PATH_MAX, "%s%s%s", dir, dir[0] ? "/" : "", name);
-  if (k < 0 || k >= H5FRAME_PATH_MAX)
-    return dr_fail(DR_EINPUT, "output folder path too long (%zu characters): %.64s...",
-                   strlen(dir), dir);
-  h5frame_path(dir, meta->frame, final, H5FRAME_PATH_MAX);
+/* The paths of file f, the folder checked (rank 0). */
+static int paths(int rank, const char *dir, int frame, h5frame_file *f) {
+  int k = snprintf(f->tmp, sizeof f->tmp, "%s%s.frame_%05d.h5.tmp", dir, dir[0] ? "/" : "", frame);
+  if (k < 0 || k >= (int)sizeof f->tmp)
+    return dr_fail(DR_EINPUT, "output folder path too long (%zu characters): %.64s...", strlen(dir), dir);
+  h5frame_path(dir, frame, f->final, sizeof f->final);
   if (rank == 0) {
     /* A clearer message than H5Fcreate's for the commonest mistake. */
     struct stat sb;
     if (stat(dir[0] ? dir : ".", &sb) != 0)
-      return dr_fail_at(DR_EIO, __FILE__, __LINE__, "stat", "output folder %s: %s", dir,
-                        strerror(errno));
-    if (dir[0] && !S_ISDIR(sb.st_mode))
-      return dr_fail(DR_EIO, "output folder %s is not a folder", dir);
+      return dr_fail(DR_EIO, "output folder %s: %s", dir, strerror(errno));
+    if (dir[0] && !S_ISDIR(sb.st_mode)) return dr_fail(DR_EIO, "output folder %s is not a folder", dir);
   }
-  return join_materials(meta, materials);
+  for (int q = 0; q < H5FRAME_FIELDS; ++q)
+    if ((f->fields & H5FRAME_BIT(q)) && H5Tequal(field_type_of(q).file, field_type_of(q).mem) <= 0)
+      return dr_fail(DR_EINTERNAL, "frames need a little-endian host (%s)", h5frame_field_names[q]);
+  return 0;
 }
 
 /* Rank 0: fails early when the folder's file system has clearly too little room for the frame
- * (its data plus a margin for the metadata). Starting on a full disk is the one way a frame
- * write can leave HDF5 1.10 unable to close the file, which crashes it later (see
- * h5util.c's phases). Best effort: quotas and other writers are not seen. */
-static int check_space(const char *dir, const char *final, unsigned fields, uint64_t total, size_t materials_len) {
-  double per = 0; /* bytes per particle: 4 per value, 8 for the id */
-  for (int f = 0; f < H5FRAME_FIELDS; ++f)
-    if (fields & H5FRAME_BIT(f)) per += (f == H5FRAME_ID ? 8.0 : 4.0) * h5frame_field_columns[f];
-  const double need = (double)total * per + 16384.0 + (double)materials_len;
-  return h5util_check_space(dir, final, need);
+ * (its rows plus a margin for the metadata). Best effort: quotas and other writers are not seen;
+ * a full disk met by the rows is reported by h5frame_put. */
+static int check_space(const h5frame_file *f, const char *dir, size_t materials_len) {
+  double per = 0;
+  for (int q = 0; q < H5FRAME_FIELDS; ++q)
+    if (f->fields & H5FRAME_BIT(q)) per += (double)row_bytes(q);
+  return h5util_check_space(dir, f->final, (double)f->total * per + 16384.0 + (double)materials_len);
 }
 
-int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d) {
-  int rank = 0, st = 0;
-  char tmp[H5FRAME_PATH_MAX], final[H5FRAME_PATH_MAX];
-  char *materials = NULL;
-  uint64_t offset = 0, total = 0;
-
-  tmp[0] = final[0] = 0;
+/* Rank 0: the file with everything but the rows; f->at: the datasets' offsets. */
+static int create_skeleton(const h5frame_meta *meta, const char *materials, h5frame_file *f) {
+  const char *path = f->tmp;
+  int st = 0;
+  hid_t file = H5I_INVALID_HID, group = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, dset = H5I_INVALID_HID;
+  const int32_t frame = (int32_t)meta->frame;
   char fields[128];
+  join_fields(f->fields, fields, sizeof fields);
+  H5CK(file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "H5Fcreate", "creating the file");
+  /* every row is written, so a fill value would only cost a second pass over the file; the space
+   * is allocated at creation, so that each dataset has its offset */
+  H5CK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "dataset properties");
+  H5CK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time", "dataset properties");
+  H5CK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", "dataset properties");
+  st = h5util_attr_scalar(file, "time", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &meta->time, path);
+  if (!st) st = h5util_attr_scalar(file, "frame", H5T_STD_I32LE, H5T_NATIVE_INT32, &frame, path);
+  if (!st) st = h5util_attr_scalar(file, "dx", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &meta->dx, path);
+  if (!st) st = h5util_attr_scalar(file, "n_particles", H5T_STD_U64LE, H5T_NATIVE_UINT64, &f->total, path);
+  if (!st) st = h5util_attr_string(file, "units", "SI: m, s, kg", path);
+  if (!st) st = h5util_attr_string(file, "materials", materials, path);
+  if (!st) st = h5util_attr_string(file, "owner_encoding", "rank*256+device", path);
+  if (!st) st = h5util_attr_string(file, "fields", fields, path);
+  if (st) goto fail;
+  H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2",
+       "group /particles");
+  for (int q = 0; q < H5FRAME_FIELDS; ++q) {
+    f->at[q] = 0;
+    if (!(f->fields & H5FRAME_BIT(q))) continue;
+    if ((st = h5util_create_rows(group, h5frame_field_names[q], field_type_of(q).file, h5frame_field_columns[q],
+                                 f->total, dcpl, &dset, path)))
+      goto fail;
+    const haddr_t at = H5Dget_offset(dset);
+    /* an empty dataset has no storage, and no rows go there */
+    if (at == HADDR_UNDEF && f->total > 0) {
+      st = dr_fail(DR_EIO, "H5Dget_offset failed: %s in %s", h5frame_field_names[q], path);
+      goto fail;
+    }
+    f->at[q] = at == HADDR_UNDEF ? 0 : (uint64_t)at;
+    H5CK(H5Dclose(dset), "H5Dclose", h5frame_field_names[q]);
+    dset = H5I_INVALID_HID;
+  }
+  H5CK(H5Gclose(group), "H5Gclose", "group /particles");
+  group = H5I_INVALID_HID;
+  H5CK(H5Pclose(dcpl), "H5Pclose", "dataset properties");
+  dcpl = H5I_INVALID_HID;
+  /* the close writes the metadata and sets the file's size: the rows' space is the file's */
+  H5CK(H5Fclose(file), "H5Fclose", "writing the metadata");
+  return 0;
+fail:
+  H5_DROP(H5Dclose, dset);
+  H5_DROP(H5Gclose, group);
+  H5_DROP(H5Pclose, dcpl);
+  H5_DROP(H5Fclose, file);
+  (void)unlink(path);
+  return st;
+}
+
+int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size_t n, h5frame_file *f) {
+  int rank = 0;
+  char *materials = NULL;
   h5frame_meta m; /* fields 0: the default set */
   if (meta && !meta->fields) {
     m = *meta;
     m.fields = H5FRAME_DEFAULT_FIELDS;
     meta = &m;
   }
+  memset(f, 0, sizeof *f);
   h5util_quiet();
   DR_MPI(MPI_Comm_rank(comm, &rank));
-
-  /* 1. local checks, agreed before any collective HDF5 call; the counts */
-  st = comm_agree(comm, phase1(rank, dir, meta, d, tmp, final, &materials));
-  if (!st) st = h5util_counts(comm, (uint64_t)d->n, &offset, &total);
-  if (!st) st = comm_agree(comm, rank == 0 ? check_space(dir, final, meta->fields, total, strlen(materials)) : 0);
-  /* 2. the file, under a temporary name until complete */
+  int st = check_meta(dir, meta);
   if (!st) {
-    join_fields(meta->fields, fields, sizeof fields);
-    frame_job job = {.meta = meta, .d = d, .materials = materials, .fields = fields, .total = total, .offset = offset, .path = tmp};
-    st = h5util_write_file(comm, tmp, final, H5UTIL_REMOVE_FINAL, write_contents, &job);
+    f->fields = meta->fields;
+    f->frame = meta->frame;
+    st = paths(rank, dir, meta->frame, f);
+  }
+  if (!st) st = join_materials(meta, &materials);
+  st = comm_agree(comm, st);
+  if (!st) st = h5util_counts(comm, (uint64_t)n, &f->offset, &f->total);
+  if (!st && rank == 0) {
+    st = check_space(f, dir, strlen(materials));
+    if (!st) st = create_skeleton(meta, materials, f);
   }
   free(materials);
+  DR_TRY(comm_agree(comm, st));
+  DR_MPI(MPI_Bcast(f->at, H5FRAME_FIELDS, MPI_UINT64_T, 0, comm));
+  f->n = n;
+  f->begun = 1;
+  return DR_OK;
+}
+
+/* ---- h5frame_put ---- */
+
+int h5frame_put(const h5frame_file *f, const h5frame_data *d) {
+  if (!f->begun) return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d was not begun", f->frame);
+  if (!d || d->n != f->n)
+    return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: %zu particles, begun with %zu", f->frame, d ? d->n : 0,
+                   f->n);
+  for (int q = 0; q < H5FRAME_FIELDS; ++q)
+    if ((f->fields & H5FRAME_BIT(q)) && d->n > 0 && !field_array(d, q))
+      return dr_fail(DR_EINTERNAL, "h5frame_put: %zu particles but a NULL array (%s)", d->n, h5frame_field_names[q]);
+  if (d->n == 0) return DR_OK;
+  const int fd = open(f->tmp, O_WRONLY);
+  if (fd < 0) return dr_fail(DR_EIO, "writing %s: %s", f->final, strerror(errno));
+  int st = DR_OK;
+  for (int q = 0; q < H5FRAME_FIELDS && !st; ++q) {
+    if (!(f->fields & H5FRAME_BIT(q))) continue;
+    const size_t row = row_bytes(q);
+    const char *buf = field_array(d, q);
+    off_t at = (off_t)(f->at[q] + f->offset * row);
+    for (size_t left = d->n * row; left > 0;) {
+      const ssize_t w = pwrite(fd, buf, left, at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        st = dr_fail(DR_EIO, "writing %s of %s: %s", h5frame_field_names[q], f->final,
+                     w < 0 ? strerror(errno) : "the write made no progress");
+        break;
+      }
+      buf += w, at += w, left -= (size_t)w;
+    }
+  }
+  if (close(fd) != 0 && !st) st = dr_fail(DR_EIO, "writing %s: %s", f->final, strerror(errno));
   return st;
 }
 
+/* ---- h5frame_end ---- */
+
+int h5frame_end(MPI_Comm comm, h5frame_file *f, int put_status) {
+  int rank = 0;
+  DR_MPI(MPI_Comm_rank(comm, &rank));
+  int st = comm_agree(comm, put_status);
+  if (!st && rank == 0 && rename(f->tmp, f->final) != 0)
+    st = dr_fail(DR_EIO, "publishing %s: %s", f->final, strerror(errno));
+  st = comm_agree(comm, st);
+  if (st && rank == 0) {
+    (void)unlink(f->tmp);
+    (void)unlink(f->final);
+  }
+  f->begun = 0;
+  return st;
+}
+
+int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d) {
+  if (!d) return dr_fail(DR_EINTERNAL, "h5frame_write: the particle data is NULL");
+  h5frame_file *f = dr_malloc(sizeof *f, "a frame's file");
+  int st = f ? DR_OK : DR_ENOMEM;
+  st = comm_agree(comm, st);
+  if (!st) st = h5frame_begin(comm, dir, meta, d->n, f);
+  if (!st) st = h5frame_end(comm, f, h5frame_put(f, d));
+  free(f);
+  return st;
+}
 int h5frame_count(const char *path, uint64_t *n, unsigned *fields) {
   h5util_quiet();
   *n = 0;

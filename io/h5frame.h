@@ -18,10 +18,10 @@
  *                    ',', in the order above)
  * Which datasets a frame holds is the scene's output.fields (h5frame_meta.fields); position is
  * always among them (the XDMF geometry). The datasets present keep this order and these types.
- * N is the sum over ranks; each rank writes its particles as one hyperslab at the offset given
- * by an exclusive scan of the counts, through the MPI-IO driver with collective transfers (one
- * rank included). The file is written as DIR/.frame_NNNNN.h5.tmp and renamed when complete, so
- * a file under its final name is always whole. */
+ * N is the sum over ranks; each rank's particles are the rows at the offset given by an exclusive
+ * scan of the counts. The datasets are contiguous (no chunks, no filters), so any HDF5 reader
+ * reads them as usual. The file is written as DIR/.frame_NNNNN.h5.tmp and renamed when complete,
+ * so a file under its final name is always whole. h5frame.c says how the writing is split. */
 #ifndef DRIFT_H5FRAME_H
 #define DRIFT_H5FRAME_H
 
@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "frame_fields.h"
+#include "h5util.h"
 
 typedef struct h5frame_data {
   size_t n;                /* particles on this rank (may be 0) */
@@ -56,8 +57,28 @@ typedef struct h5frame_meta {
                     * rank); 0: H5FRAME_DEFAULT_FIELDS */
 } h5frame_meta;
 
-/* Collective over comm. Writes DIR/frame_NNNNN.h5; DIR must exist. On failure no file is left
- * under the final name or the temporary one, and every rank returns the same non-zero status. */
+/* A frame being written (h5frame_begin .. h5frame_end). */
+typedef struct h5frame_file {
+  char tmp[H5UTIL_PATH_MAX], final[H5UTIL_PATH_MAX];
+  int frame;
+  unsigned fields;                /* H5FRAME_BIT of each dataset */
+  uint64_t total, offset;         /* rows in all; rows before this rank's */
+  size_t n;                       /* this rank's rows */
+  uint64_t at[H5FRAME_FIELDS];    /* each dataset's byte offset in the file */
+  int begun;
+} h5frame_file;
+
+/* Collective over comm. Creates DIR/.frame_NNNNN.h5.tmp with everything but the rows, for n
+ * particles on this rank (DIR must exist); on failure no file is left and every rank returns the
+ * same non-zero status. */
+int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size_t n, h5frame_file *f);
+/* This rank's rows (d->n must be h5frame_begin's n); no MPI and no HDF5 call, so any thread may
+ * call it while the caller's other threads use both. Returns this rank's status only. */
+int h5frame_put(const h5frame_file *f, const h5frame_data *d);
+/* Collective over comm. Agrees on every rank's put_status (h5frame_put's); publishes the file
+ * under DIR/frame_NNNNN.h5, or after a failure removes it and any file under that name. */
+int h5frame_end(MPI_Comm comm, h5frame_file *f, int put_status);
+/* Collective over comm: h5frame_begin, h5frame_put and h5frame_end. */
 int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d);
 
 /* Reads the particle count (root attribute n_particles) of the frame file at path, and the fields

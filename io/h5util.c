@@ -6,12 +6,9 @@
  * collective HDF5 call; HDF5's collective calls fail alike on all ranks in practice.)
  *   1. H5Fcreate of the temporary file: through the MPI-IO driver where several ranks share it,
  *      through the POSIX (sec2) driver where one rank writes it alone;
- *   2. the caller's contents; a durable file (a checkpoint) is then flushed and synced to the
- *      disk (H5Fflush: the MPI-IO driver's flush is an MPI_File_sync; fsync with sec2), where a
- *      failure (a full disk) is still harmless. A frame is not synced: its contents write the
- *      metadata first (h5util_create_rows, H5Fflush) and the rows after, so that a full disk
- *      shows up while the file can still be closed (an MPI-IO flush after the rows would sync
- *      every frame to the disk: a frame at the disk's synced speed instead of the page cache's);
+ *   2. the caller's contents, then a flush and a sync to the disk (H5Fflush: the MPI-IO
+ *      driver's flush is an MPI_File_sync; fsync with sec2): a checkpoint is on the disk before
+ *      it takes its final name, and a full disk shows up here, where a failure is still harmless;
  *   3. closing everything; after a failure, the file is emptied first so that closing it finds
  *      room for HDF5's last metadata writes (a failing H5Fclose leaves HDF5 1.10.8 with a
  *      half-closed file that crashes it at MPI_Finalize);
@@ -27,7 +24,6 @@
 #include <unistd.h>
 
 #include "comm.h"
-#include "settings.h"
 
 void h5util_quiet(void) {
   static int done;
@@ -209,7 +205,7 @@ static int create_file(MPI_Comm comm, const char *path, int checksummed, hid_t *
   int st = 0, nranks = 1;
   DR_MPI(MPI_Comm_size(comm, &nranks));
   H5CK(*fapl = H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", "file access properties");
-  if (nranks > 1 || settings()->h5_mpio)
+  if (nranks > 1)
     H5CK(H5Pset_fapl_mpio(*fapl, comm, MPI_INFO_NULL), "H5Pset_fapl_mpio", "file access properties");
   else
     H5CK(H5Pset_fapl_sec2(*fapl), "H5Pset_fapl_sec2", "file access properties");
@@ -236,10 +232,10 @@ static int close_file(const char *path, hid_t *fapl, hid_t *file) {
   return st;
 }
 
-/* The contents; a durable file's are then on the disk (see the phases above). */
-static int fill_file(hid_t file, int durable, int (*contents)(hid_t, void *), void *ctx, const char *path) {
+/* The contents, then on the disk (see the phases above). */
+static int fill_file(hid_t file, int (*contents)(hid_t, void *), void *ctx, const char *path) {
   int st = contents(file, ctx);
-  if (st || !durable) return st;
+  if (st) return st;
   H5CK(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", "writing the metadata");
   const int mpio = h5util_uses_mpio(file);
   H5CK(mpio, "H5Fget_access_plist", "file access properties");
@@ -263,7 +259,7 @@ int h5util_write_file(MPI_Comm comm, const char *tmp, const char *final, int fla
   int st = comm_agree(comm, create_file(comm, tmp, flags & H5UTIL_CHECKSUMMED, &fapl, &file));
   int opened = !st; /* the same on every rank */
   /* 2. contents */
-  if (!st) st = comm_agree(comm, fill_file(file, flags & H5UTIL_DURABLE, contents, ctx, tmp));
+  if (!st) st = comm_agree(comm, fill_file(file, contents, ctx, tmp));
   /* 3. close, after a failure too, so that every rank has let go of the file before it goes */
   if (!st) {
     st = comm_agree(comm, close_file(tmp, &fapl, &file));
@@ -286,7 +282,6 @@ int h5util_write_file(MPI_Comm comm, const char *tmp, const char *final, int fla
   }
   if (st && rank == 0) {
     (void)unlink(tmp);
-    if (flags & H5UTIL_REMOVE_FINAL) (void)unlink(final);
   }
   return st;
 }

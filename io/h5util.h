@@ -1,7 +1,7 @@
 /* h5util.h - what the collective HDF5 files of io/ share: checked HDF5 calls, attributes,
  * datasets written as one hyperslab per rank, and the write-to-a-temporary-name-then-rename
- * sequence with its failure handling (h5util_write_file). Frames (h5frame.c) and checkpoints
- * (checkpoint.c) are built on it. */
+ * sequence with its failure handling (h5util_write_file, which checkpoint.c uses). Frames
+ * (h5frame.c) use the attributes, the datasets' creation and the free-space check. */
 #ifndef DRIFT_H5UTIL_H
 #define DRIFT_H5UTIL_H
 
@@ -77,18 +77,14 @@ int h5util_check_space(const char *dir, const char *final, double need);
 
 /* How h5util_write_file writes. */
 enum {
-  H5UTIL_CHECKSUMMED = 1,    /* the 1.8 file format or later: checksummed superblock and headers */
-  H5UTIL_REMOVE_FINAL = 2,   /* on failure, also remove an older file under the final name */
-  H5UTIL_DURABLE = 4         /* on the disk (synced) before it takes the final name: checkpoints */
+  H5UTIL_CHECKSUMMED = 1     /* the 1.8 file format or later: checksummed superblock and headers */
 };
 
 /* Writes one file collectively: creates `tmp` (the MPI-IO driver on several ranks, sec2 on one),
- * calls contents(file, ctx) on every rank, with H5UTIL_DURABLE flushes and syncs it, closes it,
- * and rank 0 renames tmp to final. Without H5UTIL_DURABLE, contents should write the metadata
- * before the rows (create every dataset, H5Fflush, then put the rows: h5util.c says why). The ranks agree on the
- * outcome after each phase, so that no rank goes on into a collective call that another skips,
- * and all return the same status. On failure every handle is closed and rank 0 removes tmp (and,
- * with H5UTIL_REMOVE_FINAL, any file under `final`). contents must return the same status on
+ * calls contents(file, ctx) on every rank, flushes and syncs it to the disk, closes it, and rank
+ * 0 renames tmp to final. The ranks agree on the outcome after each phase, so that no rank goes
+ * on into a collective call that another skips, and all return the same status. On failure every
+ * handle is closed and rank 0 removes tmp. contents must return the same status on
  * every rank for the same outcome of its collective calls. flags: H5UTIL_* or 0. */
 int h5util_write_file(MPI_Comm comm, const char *tmp, const char *final, int flags,
                       int (*contents)(hid_t file, void *ctx), void *ctx);

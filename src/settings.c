@@ -106,10 +106,6 @@ static const setting_entry TABLE[SET_N] = {
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "
                                    "steps, as where MPI lacks MPI_THREAD_MULTIPLE (writer.h)"},
-    [SET_H5_MPIO] = {.env = "DRIFT_H5_MPIO", .type = T_BOOL, .kind = SETTING_DEBUG, .offset = OFF(h5_mpio),
-                     .dflt = "0", .help = "A/B: one rank's frames and checkpoints through the MPI-IO driver"},
-    [SET_H5_RAW] = {.env = "DRIFT_H5_RAW", .type = T_BOOL, .kind = SETTING_DEBUG, .offset = OFF(h5_raw),
-                    .dflt = "0", .help = "A/B: a frame's rows written by each rank with pwrite at the datasets' offsets"},
 };
 
 /* A bool's spellings. Returns 1 or 0, or -1 for none of them. */

@@ -37,8 +37,6 @@ typedef enum setting_id {
   SET_COLLIDER_CACHE,
   SET_WRITER_INLINE,
   SET_PROGRESS_S,
-  SET_H5_MPIO,
-  SET_H5_RAW,
   SET_N
 } setting_id;
 
@@ -71,8 +69,6 @@ typedef struct drift_settings {
   int collider_cache;         /* 1 filled once per mesh frame and mapping, 2 refilled every step */
   int writer_inline;          /* frames written in the main thread, as without MPI_THREAD_MULTIPLE */
   double progress_s;          /* s: wall time between progress lines inside a frame; 0 if unset (30 s) */
-  int h5_mpio;                /* A/B: one rank's files through the MPI-IO driver too */
-  int h5_raw;                 /* A/B: a frame's rows written with pwrite at their datasets' offsets */
   /* per setting: where its value came from, and its text as given ("" for a default) */
   unsigned char from[SET_N];
   char text[SET_N][SETTINGS_TEXT_MAX];

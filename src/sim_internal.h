@@ -23,6 +23,7 @@
 #include "decomp.h"
 #include "emit.h"
 #include "exchange.h"
+#include "h5frame.h"
 #include "outdir.h"
 #include "sim.h"
 #include "writer.h"
@@ -55,9 +56,13 @@ typedef struct frame_slot {
   int projected;     /* p's F and logjp already hold the next step's return mapping (backend.h) */
   int frame;
   double time;       /* s */
-  int queued;        /* a job was queued and not yet waited for */
+  int queued;        /* a job was queued and not yet completed (slot_done) */
   uint64_t ticket;
-  double totals[TOT_COUNT]; /* the job's result: all ranks' sums */
+  h5frame_file file; /* the frame's file, begun by the main thread; its rows are the job's */
+  int put_rc;        /* the job's result: this rank's rows written (h5frame_put's status) */
+  char put_msg[1024]; /* and its message */
+  double local[TOT_COUNT];  /* the job's result: this rank's sums */
+  double totals[TOT_COUNT]; /* all ranks' sums, once the frame is complete */
 } frame_slot;
 
 /* A checkpoint captured for the writer: the particles in sim.ckpt_p, its figures here. */

@@ -272,32 +272,48 @@ static void frame_derived(const sim *S, frame_slot *f) {
   }
 }
 
-/* A frame's job, on the writer's thread: the totals (one allreduce that travels while the file
- * is written), the derived fields, the HDF5 file, the preview, and frames.xdmf once the frame is
- * whole. */
+/* A frame's job, on the writer's thread: this rank's totals, the derived fields and rows
+ * (h5frame_put: no MPI, no HDF5), and the preview (collective over the writer's communicator).
+ * The rows' status is the slot's (put_rc), agreed by the main thread at the frame's completion
+ * (slot_done), so that a failure seen by one rank never stops one rank's writer alone: every
+ * rank's writer runs the same jobs, and their collective calls meet. */
 static int frame_job(MPI_Comm comm, void *ctx) {
   frame_slot *f = ctx;
   sim *S = f->S;
   const particles *h = &f->p;
-  double tot[TOT_COUNT];
-  frame_totals(S, h, tot);
-  MPI_Request req;
-  DR_MPI(MPI_Iallreduce(tot, f->totals, TOT_COUNT, MPI_DOUBLE, MPI_SUM, comm, &req));
+  frame_totals(S, h, f->local);
   frame_derived(S, f);
-  h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
-                       .material_names = S->mat_names, .fields = S->sc->output_fields};
   h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
                     .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
-  int rc = h5frame_write(comm, S->out_dir, &meta, &d);
-  if (rc == DR_OK && S->sc->preview) {
-    preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
-    for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
-    const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material,
-                             .owner = h->owner};
-    rc = preview_write(comm, S->out_dir, f->frame, &pp, &pd);
+  f->put_rc = h5frame_put(&f->file, &d);
+  if (f->put_rc) { /* its message, for slot_done (this thread's record is the writer's) */
+    snprintf(f->put_msg, sizeof f->put_msg, "%s", dr_message());
+    dr_clear();
   }
-  DR_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE)); /* also after a failed write: no request left behind */
-  DR_TRY(rc);
+  if (!S->sc->preview) return DR_OK;
+  preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
+  for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
+  const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material, .owner = h->owner};
+  return preview_write(comm, S->out_dir, f->frame, &pp, &pd);
+}
+
+/* Where a job of the writer failed: the run stops with its message, not as a step's failure. */
+int sim_output_failed(sim *S, int rc) {
+  if (rc) S->output_failed = 1;
+  return rc;
+}
+
+/* Completes the slot's frame (collective; frames complete in order): waits for its job, agrees
+ * on every rank's rows (h5frame_end publishes the file or removes it), sums the totals, and lists
+ * the frame in frames.xdmf; its totals become the status's. */
+static int slot_done(sim *S, frame_slot *f) {
+  if (!f->queued) return DR_OK;
+  f->queued = 0;
+  DR_TRY(sim_output_failed(S, writer_wait(S->writer, f->ticket)));
+  if (f->put_rc) dr_fail(f->put_rc, "%s", f->put_msg);
+  int rc = h5frame_end(S->comm, &f->file, f->put_rc);
+  if (rc) return sim_output_failed(S, rc);
+  DR_MPI(MPI_Allreduce(f->local, f->totals, TOT_COUNT, MPI_DOUBLE, MPI_SUM, S->comm));
   const double *all = f->totals;
   log_info("frame %d totals: mass %.6g kg  momentum (%.6g, %.6g, %.6g) kg m/s  kinetic energy %.6g J  "
            "potential energy %.6g J", f->frame, all[TOT_MASS], all[TOT_P], all[TOT_P + 1], all[TOT_P + 2],
@@ -315,21 +331,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
                                  .fields = S->sc->output_fields};
     rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
   }
-  return comm_agree(comm, rc);
-}
-
-/* Where a job of the writer failed: the run stops with its message, not as a step's failure. */
-int sim_output_failed(sim *S, int rc) {
-  if (rc) S->output_failed = 1;
-  return rc;
-}
-
-/* A slot's job is done: its totals become the status's (frames complete in order). */
-static int slot_done(sim *S, frame_slot *f) {
-  if (!f->queued) return DR_OK;
-  f->queued = 0;
-  DR_TRY(sim_output_failed(S, writer_wait(S->writer, f->ticket)));
-  const double *all = f->totals;
+  DR_TRY(sim_output_failed(S, comm_agree(S->comm, rc)));
   if (f->frame >= S->st.totals_frame) {
     S->st.totals_frame = f->frame;
     S->st.mass = all[TOT_MASS];
@@ -411,6 +413,26 @@ int sim_write_frame(sim *S) {
   f->S = S;
   f->frame = S->st.frame;
   f->time = S->st.time;
+  /* the file, before the job: HDF5 in this thread, so never while a checkpoint is in the writer's
+   * (HDF5 is not thread-safe) */
+  ckpt_slot *c = &S->ckpt;
+  if (c->queued) {
+    c->queued = 0;
+    DR_TRY(sim_output_failed(S, writer_wait(S->writer, c->ticket)));
+  }
+  h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
+                       .material_names = S->mat_names, .fields = S->sc->output_fields};
+  rc = h5frame_begin(S->comm, S->out_dir, &meta, n, &f->file);
+  if (rc) { /* the frames before are completed, whole, before the run stops on this one */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dr_message());
+    dr_clear();
+    (void)sim_flush(S);
+    dr_clear();
+    dr_fail(rc, "%s", msg);
+    dr_mark_agreed(); /* h5frame_begin's failures are agreed */
+    return sim_output_failed(S, rc);
+  }
   f->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
   DR_TRY(writer_submit(S->writer, frame_job, f, &f->ticket));
   f->queued = 1;
@@ -435,6 +457,8 @@ int sim_flush(sim *S) {
 void sim_output_destroy(sim *S) {
   writer_destroy(&S->writer); /* waits for what is queued: the buffers below are its */
   for (int k = 0; k < SIM_FRAME_SLOTS; ++k) {
+    /* a frame begun and never completed (the run stopped on a failure) leaves no file */
+    if (S->slots[k].file.begun && S->rank == 0) (void)unlink(S->slots[k].file.tmp);
     slot_release(S, &S->slots[k]);
   }
   particles_free(&S->ckpt_p);

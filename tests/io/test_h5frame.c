@@ -186,7 +186,7 @@ static void test_failures(const char *base) {
   CHECK(mkdir(blocker, 0700) == 0, "mkdir %s: %s", blocker, strerror(errno));
   f = fopen(inside, "w");
   CHECK(f && fclose(f) == 0, "cannot create %s", inside);
-  expect_failure(base, 4, &d, "rename failed", "frame_00004.h5");
+  expect_failure(base, 4, &d, "Is a directory", "frame_00004.h5");
   remove(inside);
   rmdir(blocker);
 
