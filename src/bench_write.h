@@ -14,7 +14,8 @@ typedef struct bench_write_result {
   double writer_s;   /* seconds the writer's jobs ran */
   double wait_s;     /* seconds the run spent capturing and waiting for the writer */
   double writer_gbs; /* the frames' bytes over writer_s */
-  double fs_gbs;     /* plain writes of the same bytes */
+  double fs_gbs;     /* plain writes of the same bytes, from a frame-sized buffer in memory */
+  double fs_hot_gbs; /* the same from one 16 MiB buffer, as dd from /dev/zero (cache-resident) */
 } bench_write_result;
 
 /* Collective. Runs the scene s (options base, with output into DIR/NAME/) and measures the

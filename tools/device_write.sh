@@ -16,6 +16,7 @@
 #      FRAMES  frames of each case (default 20)
 #      RANKS   ranks of the shared-file run (default 2; 0: none)
 #      ONE     0: no one-rank runs (default 1)
+#      PREFIX  put before each run's label (default none: a second call in the same $OUT names its own)
 #      DISK    a folder on the disk (default /tmp/drift-write)
 set -uo pipefail
 # shellcheck source=tools/device_env.sh
@@ -41,7 +42,7 @@ if [ -n "$tests" ]; then
 fi
 # bench_into LABEL BUILD DIR [RUNNER...]: the scenes, written into DIR (emptied before and after)
 bench_into() {
-  local label=$1 build=$2 dir=$3
+  local label=${PREFIX:-}$1 build=$2 dir=$3
   shift 3
   rm -rf "$dir" && mkdir -p "$dir"
   "$@" "$build/drift" bench "${scenes[@]}" --backend cuda --frames "$frames" --profile-frames 0 --write "$dir" \
