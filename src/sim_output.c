@@ -27,6 +27,8 @@
 #include "signals.h"
 #include "writer.h"
 
+static int complete_frames(sim *S);
+
 /* mkdir -p; the message names the folder. */
 int sim_make_dirs(const char *path) {
   char buf[4096];
@@ -68,6 +70,9 @@ static int checkpoint_job(MPI_Comm comm, void *ctx) {
  * checkpoint, whose buffer this one reuses, is waited for first. */
 int sim_write_checkpoint(sim *S) {
   const double t0 = sim_now();
+  /* the frames in flight complete first: a checkpoint on the disk means every frame up to its
+   * own is too (a resume from it writes the frames after it only) */
+  DR_TRY(complete_frames(S));
   ckpt_slot *c = &S->ckpt;
   if (c->queued) {
     c->queued = 0;
@@ -440,14 +445,17 @@ int sim_write_frame(sim *S) {
   return DR_OK;
 }
 
+/* Completes the frames in flight, oldest first (collective). */
+static int complete_frames(sim *S) {
+  for (int k = 0; k < SIM_FRAME_SLOTS; ++k) DR_TRY(slot_done(S, &S->slots[(S->next_slot + k) % SIM_FRAME_SLOTS]));
+  return DR_OK;
+}
+
 int sim_flush(sim *S) {
   if (!S->writer) return DR_OK;
   const double t0 = sim_now();
   int rc = sim_output_failed(S, writer_drain(S->writer));
-  for (int k = 0; k < SIM_FRAME_SLOTS && rc == DR_OK; ++k) {
-    /* the slots in the order they were filled, oldest first */
-    rc = slot_done(S, &S->slots[(S->next_slot + k) % SIM_FRAME_SLOTS]);
-  }
+  if (rc == DR_OK) rc = complete_frames(S);
   if (rc == DR_OK) S->ckpt.queued = 0;
   S->st.io_seconds += sim_now() - t0;
   S->st.write_seconds = writer_busy_seconds(S->writer);
