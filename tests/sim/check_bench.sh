@@ -12,7 +12,8 @@
 # a missing value, a bad backend, a bad frame count and a missing scene (also after a good one:
 # nothing may run) exit with status 2 and one line on stderr starting "drift: "; without scene
 # arguments the default scenes (jobs/bench/) are found and read before anything runs, so an
-# unwritable --csv path fails at once with status 3. Prints every failure, exits 1 if any.
+# unwritable --csv path fails at once with status 3. Then --write: the frames written as drift run
+# writes them and the write table's row. Prints every failure, exits 1 if any.
 set -u
 
 if [ $# -ne 5 ]; then
@@ -152,6 +153,36 @@ expect_error "missing scene" 2 "$missing: cannot read" bench "$missing" --backen
 expect_error "missing scene after a good one" 2 "$missing: cannot read" bench "$scene_a" "$missing" --backend cpu
 expect_error "default scenes, unwritable csv" 3 "cannot write $tmp/no/such/folder/out.csv.tmp" \
   bench --backend cpu --csv "$tmp/no/such/folder/out.csv"
+
+# --write DIR: the case run once more with its frames written into DIR/CASE/, as drift run writes
+# them (frames 0-2, whole, listed in frames.xdmf, no temporary file), beside the filesystem's own
+# speed (its test files removed); one row of the write table with the frame count, a frame's size
+# (the files' mean) and the ratios.
+wdir="$tmp/written"
+"$drift" bench "$scene_a" --backend cpu --frames 2 --profile-frames 0 --write "$wdir" >"$tmp/wout" 2>"$tmp/werr"
+rc=$?
+[ "$rc" -eq 0 ] || { fail "bench --write: exit status $rc"; cat "$tmp/werr"; }
+case_name=$(basename "$scene_a" .json)
+for f in 0 1 2; do
+  [ -s "$wdir/$case_name/frame_0000$f.h5" ] || fail "bench --write: $wdir/$case_name/frame_0000$f.h5 missing"
+done
+listed=$(grep -o 'frame_[0-9]*\.h5' "$wdir/$case_name/frames.xdmf" 2>/dev/null | sort -u | tr '\n' ' ')
+[ "$listed" = "frame_00000.h5 frame_00001.h5 frame_00002.h5 " ] || fail "bench --write: frames.xdmf lists '$listed'"
+left=$(find "$wdir" -name '*.tmp' -o -name '.fs_speed_*' | head -3)
+[ -z "$left" ] || fail "bench --write left behind: $left"
+row=$(awk -v c="$case_name" '/^frames written/ { t = 1 } t && $1 == c' "$tmp/wout")
+if [ -z "$row" ]; then
+  fail "bench --write: no row for $case_name in the write table"; cat "$tmp/wout"
+else
+  set -- $row
+  mean=$(stat -c %s "$wdir/$case_name"/frame_0000[012].h5 | awk '{ s += $1 } END { printf "%.1f", s / NR / 1048576 }')
+  [ "$2" = 2 ] || fail "bench --write: frames column '$2', expected 2"
+  [ "$3" = "$mean" ] || fail "bench --write: MiB a frame '$3', the files' mean is $mean"
+  awk -v w="$5" -v s="$4" -v r="$6" 'BEGIN { exit !(w > 0 && s > 0 && (r - w / s) ^ 2 < 0.0001) }' ||
+    fail "bench --write: write/step '$6' is not write '$5' over step '$4'"
+  awk -v g="$7" -v f="$8" -v p="$9" 'BEGIN { sub("%", "", p); exit !(g > 0 && f > 0 && (p - 100 * g / f) ^ 2 < 1) }' ||
+    fail "bench --write: writer/fs '$9' is not writer '$7' over fs '$8'"
+fi
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
