@@ -12,7 +12,9 @@
  *              (fs hot): the page cache's copy is faster from a cached source than any writer of
  *              a frame can be.
  * The writer's own speed is the frames' bytes over the seconds its jobs ran (sim_status
- * write_seconds); where the disk is slower than the steps, it is what bounds the run. */
+ * write_seconds); where the disk is slower than the steps, it is what bounds the run. "main" is
+ * the main thread's time a frame in the output (sim_status io_seconds: the capture, the file's
+ * skeleton, the completion, and the waits for the writer). */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_write.h"
 
@@ -145,13 +147,14 @@ int bench_write_case(const scene *s, const sim_options *base, const char *dir, c
 }
 
 void bench_write_header(void) {
-  printf("%-20s %6s %10s %12s %12s %9s %12s %12s %10s %12s\n", "case", "frames", "MiB/frame", "step ms/fr",
-         "write ms/fr", "write/step", "writer GB/s", "fs GB/s", "writer/fs", "fs hot GB/s");
+  printf("%-20s %6s %10s %12s %12s %9s %12s %12s %10s %12s %11s\n", "case", "frames", "MiB/frame", "step ms/fr",
+         "write ms/fr", "write/step", "writer GB/s", "fs GB/s", "writer/fs", "fs hot GB/s", "main ms/fr");
 }
 
 void bench_write_row(const char *name, const bench_write_result *r) {
-  printf("%-20s %6d %10.1f %12.2f %12.2f %9.2f %12.2f %12.2f %9.0f%% %12.2f\n", name, r->frames, r->frame_mib,
+  printf("%-20s %6d %10.1f %12.2f %12.2f %9.2f %12.2f %12.2f %9.0f%% %12.2f %11.2f\n", name, r->frames, r->frame_mib,
          r->step_ms, r->write_ms, r->step_ms > 0 ? r->write_ms / r->step_ms : 0, r->writer_gbs, r->fs_gbs,
-         r->fs_gbs > 0 ? 100.0 * r->writer_gbs / r->fs_gbs : 0, r->fs_hot_gbs);
+         r->fs_gbs > 0 ? 100.0 * r->writer_gbs / r->fs_gbs : 0, r->fs_hot_gbs,
+         r->frames > 0 ? 1e3 * r->wait_s / (r->frames + 1) : 0);
   fflush(stdout);
 }
