@@ -12,25 +12,14 @@
 # 2. With MPIEXEC: SIGUSR1 to mpirun itself once frame 1 is done: the checkpoint is written and
 #    mpirun exits 9; SIGTERM: the checkpoint is written (mpirun's own status is 1).
 set -u
-if [ $# -lt 1 ]; then
-  echo "usage: $0 DRIFT_EXE [MPIEXEC]" >&2
-  exit 2
-fi
-drift=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-mpiexec=${2:-}
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/../lib.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/drift-hint.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+lib_usage 1 "$0 DRIFT_EXE [MPIEXEC]" "$@"
+drift=$(lib_abs "$1")
+mpiexec=${2:-}
+lib_setup hint
 mkdir bin
 ln -s "$drift" bin/drift
-
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 
 mkdir -p "my scenes"
 cat >"my scenes/jelly box.json" <<'EOF'
@@ -80,5 +69,4 @@ if [ -n "$mpiexec" ]; then
   done
 fi
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+lib_finish check_signal_hint.sh

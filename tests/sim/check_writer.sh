@@ -19,54 +19,21 @@
 #           and the run resumed from it ends with the straight run's frame 6, bitwise particle
 #           by particle (COMPARE_EXE, tolerance 0: a resume sorts the rows afresh).
 set -u
+. "$(dirname "$0")/../lib.sh"
 
-if [ $# -lt 5 ]; then
-  echo "usage: $0 DRIFT_EXE COMPARE_EXE SAME_EXE SCENE same|full|signal [cpu|cuda]" >&2
-  exit 2
-fi
+lib_usage 5 "$0 DRIFT_EXE COMPARE_EXE SAME_EXE SCENE same|full|signal [cpu|cuda]" "$@"
 drift=$1
 compare=$2
 same_h5=$3
 scene=$4
 mode=$5
 backend=${6:-cpu}
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset DRIFT_WRITER_INLINE
+run_timeout=300 # run's limit per command
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/drift-writer.XXXXXX") || exit 1
-mounted=""
-cleanup() {
-  [ -n "$mounted" ] && umount "$mounted" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
+lib_setup writer
 sed -e 's/"parallel": {/"parallel": { "deterministic": true,/' -e "s/\"backend\": \"cpu\"/\"backend\": \"$backend\"/" \
   "$scene" >scene.json
-
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-
-# run LABEL EXPECTED_STATUS CMD...: runs CMD (output in LABEL.log), checks its exit status; a
-# cuda run on a machine without a GPU skips the test.
-run() {
-  local label=$1 want=$2
-  shift 2
-  timeout 300 "$@" >"$label.log" 2>&1
-  local rc=$?
-  if [ "$backend" = cuda ] && grep -q "no CUDA device is visible" "$label.log"; then
-    echo "skipped: no GPU"
-    exit 77
-  fi
-  if [ "$rc" -ne "$want" ]; then
-    fail "$label: exit status $rc, expected $want; output:"
-    tail -n 15 "$label.log"
-  fi
-  return 0
-}
 
 # same_files LABEL A B NAME...: each file NAME of folder A equals B's (same_h5: every dataset's
 # values and every attribute, bitwise).
@@ -141,8 +108,4 @@ signal)
   ;;
 esac
 
-if [ "$failures" -gt 0 ]; then
-  echo "check_writer.sh $mode: $failures failure(s)"
-  exit 1
-fi
-echo "check_writer.sh $mode: all checks passed"
+lib_finish "check_writer.sh $mode"
