@@ -199,16 +199,19 @@ static int phase1(int rank, const char *dir, const h5frame_meta *meta, const h5f
   return join_materials(meta, materials);
 }
 
-/* Rank 0: fails early when the folder's file system has clearly too little room for the frame
- * (its data plus a margin for the metadata). Starting on a full disk is the one way a frame
- * write can leave HDF5 1.10 unable to close the file, which crashes it later (see the H5Fflush
- * in h5util.c). Best effort: quotas and other writers are not seen. */
-static int check_space(const char *dir, const char *final, unsigned fields, uint64_t total, size_t materials_len) {
-  double per = 0; /* bytes per particle: 4 per value, 8 for the id */
+/* Rank 0: fails early when the folder's file system has too little room for the frame (every
+ * field's data, a margin for the metadata, and the file due right after it: meta's after_*).
+ * Starting on a full disk is the one way a frame write can leave HDF5 1.10 unable to close the
+ * file, which crashes it later (see the H5Fflush in h5util.c). Best effort: quotas and other
+ * writers are not seen. */
+static int check_space(const char *dir, const char *final, const h5frame_meta *meta, uint64_t total,
+                       size_t materials_len) {
+  double per = 0; /* bytes per particle: each field's values at their file type's size */
   for (int f = 0; f < H5FRAME_FIELDS; ++f)
-    if (fields & H5FRAME_BIT(f)) per += (f == H5FRAME_ID ? 8.0 : 4.0) * h5frame_field_columns[f];
-  const double need = (double)total * per + 16384.0 + (double)materials_len;
-  return h5util_check_space(dir, final, need);
+    if (meta->fields & H5FRAME_BIT(f)) per += (double)H5Tget_size(field_type_of(f).file) * h5frame_field_columns[f];
+  const double after = (double)total * meta->after_per_particle + meta->after_bytes;
+  const double need = (double)total * per + 16384.0 + (double)materials_len + after;
+  return h5util_check_space(dir, final, need, after > 0 ? ", the checkpoint due with it included" : "");
 }
 
 int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d) {
@@ -231,7 +234,7 @@ int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, cons
   /* 1. local checks, agreed before any collective HDF5 call; the counts */
   st = comm_agree(comm, phase1(rank, dir, meta, d, tmp, final, &materials));
   if (!st) st = h5util_counts(comm, (uint64_t)d->n, &offset, &total);
-  if (!st) st = comm_agree(comm, rank == 0 ? check_space(dir, final, meta->fields, total, strlen(materials)) : 0);
+  if (!st) st = comm_agree(comm, rank == 0 ? check_space(dir, final, meta, total, strlen(materials)) : 0);
   /* 2. the file, under a temporary name until complete */
   if (!st) {
     join_fields(meta->fields, fields, sizeof fields);

@@ -93,6 +93,7 @@ static void print_debug_help(void) {
 
 static int fail(int code) {
   fprintf(stderr, "drift: %s\n", dr_message()); /* one write: stderr is unbuffered */
+  if (dr_where()[0]) log_trace("the failure above was found at %s", dr_where());
   return code;
 }
 

@@ -434,8 +434,7 @@ int sim_advance_frame(sim *S) {
   DR_TRY(S->be.stats(S->be.state, &bs));
   S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
   if (S->opt.write_output && f % S->sc->output_every == 0) DR_TRY(sim_write_frame(S));
-  if (S->opt.write_output && S->sc->checkpoint_every > 0 && f % S->sc->checkpoint_every == 0)
-    DR_TRY(sim_write_checkpoint(S));
+  if (sim_checkpoint_due(S, f)) DR_TRY(sim_write_checkpoint(S));
   return DR_OK;
 }
 

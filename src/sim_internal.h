@@ -55,6 +55,7 @@ typedef struct frame_slot {
   int projected;     /* p's F and logjp already hold the next step's return mapping (backend.h) */
   int frame;
   double time;       /* s */
+  int ckpt_due;      /* a checkpoint follows this frame (its room is checked with the frame's) */
   int queued;        /* a job was queued and not yet waited for */
   uint64_t ticket;
   double totals[TOT_COUNT]; /* the job's result: all ranks' sums */
@@ -190,6 +191,12 @@ typedef struct load_pairs {
 } load_pairs;
 
 /* Wall time, s (CLOCK_MONOTONIC). */
+/* Whether frame f is followed by a checkpoint (scene output.checkpoint_every; frame 0, the
+ * scene as sampled, never is). */
+static inline int sim_checkpoint_due(const struct sim *S, int f) {
+  return f > 0 && S->opt.write_output && S->sc->checkpoint_every > 0 && f % S->sc->checkpoint_every == 0;
+}
+
 static inline double sim_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -286,6 +286,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   frame_derived(S, f);
   h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
                        .material_names = S->mat_names, .fields = S->sc->output_fields};
+  if (f->ckpt_due) ckpt_size(S->sc->text_len, &meta.after_per_particle, &meta.after_bytes);
   h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
                     .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
   int rc = h5frame_write(comm, S->out_dir, &meta, &d);
@@ -411,6 +412,7 @@ int sim_write_frame(sim *S) {
   f->S = S;
   f->frame = S->st.frame;
   f->time = S->st.time;
+  f->ckpt_due = sim_checkpoint_due(S, S->st.frame);
   f->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
   DR_TRY(writer_submit(S->writer, frame_job, f, &f->ticket));
   f->queued = 1;
