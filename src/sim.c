@@ -191,6 +191,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   if (s->dt > 0) S->substeps_fixed = (int)ceil(S->frame_dt / s->dt - 1e-9);
   S->wave_speed = scene_wave_speed(s);
   S->dt_max = s->cfl * scene_viscous_dt(s);
+  comm_watchdog_set(S->nranks > 1 ? s->watchdog_s : 0);
   if ((rc = settings_check())) {
     dr_mark_agreed(); /* every rank reads the same environment */
     goto fail;
@@ -425,6 +426,7 @@ int sim_advance_frame(sim *S) {
   }
   S->st.step_seconds += sim_now() - w0;
   if (rc) return rc;
+  comm_watchdog_frame(sim_now() - w0); /* slow frames raise the watchdog's limit (comm.h) */
   if (S->nranks > 1) DR_TRY(sim_log_ranks(S, sim_now() - w0));
   S->st.time = t1;
   S->st.frame = f;
