@@ -76,6 +76,10 @@ const char *h5util_reason(const char *call, const char *path, char *out, size_t 
   /* 2. the MPI-IO driver keeps no errno: try the operation's precondition directly */
   if (!strcmp(call, "H5Fcreate") || !strcmp(call, "H5Fopen")) {
     const int fd = open(path, !strcmp(call, "H5Fcreate") ? O_WRONLY | O_CREAT | O_CLOEXEC : O_RDONLY | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EISDIR) { /* something in the way of the temporary name itself: name it */
+      snprintf(out, len, "%s: %s", path, strerror(errno));
+      return out;
+    }
     if (fd < 0) {
       snprintf(out, len, "%s", strerror(errno));
       return out;

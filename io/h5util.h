@@ -33,7 +33,8 @@ int h5util_fail(const char *call, const char *what, const char *path, const char
 /* The system's reason for the HDF5 call that just failed on the file at path, into out: the
  * errno text that HDF5's error stack carries (the sec2 driver's "error message = '...'");
  * else, through the MPI-IO driver, which keeps no errno, the cause tried directly: for a call
- * that creates or opens the file, opening path for writing (errno), for one that writes, the
+ * that creates or opens the file, opening path for writing (errno; a folder in the way of a
+ * temporary name is named with it), for one that writes, the
  * folder's free space (statvfs: under 1 MiB is "No space left on device"); else MPI's error
  * string from the stack; else "HDF5 gave no reason". */
 const char *h5util_reason(const char *call, const char *path, char *out, size_t len);
