@@ -66,11 +66,19 @@ enum { TAG_ROLL = 901 };                  /* the roll call's messages, apart fro
 static const double COMM_ROLL_SECONDS = 2.0; /* how long a roll call listens for answers */
 
 static double limit_s_;      /* the scene's limit; 0: none */
+static MPI_Comm roll_comm_ = MPI_COMM_NULL; /* the roll call's: every rank calls it here, whichever wait expired */
 static double longest_frame_; /* s */
 static int where_frame_ = -1;
 static unsigned long long where_step_;
 
-void comm_watchdog_set(double seconds) { limit_s_ = seconds > 0 ? seconds : 0; }
+int comm_watchdog_set(MPI_Comm comm, double seconds) {
+  if (roll_comm_ != MPI_COMM_NULL) MPI_Comm_free(&roll_comm_);
+  limit_s_ = seconds > 0 ? seconds : 0;
+  longest_frame_ = 0;
+  where_frame_ = -1;
+  if (limit_s_ > 0) DR_MPI(MPI_Comm_dup(comm, &roll_comm_));
+  return DR_OK;
+}
 
 void comm_watchdog_frame(double seconds) {
   if (seconds > longest_frame_) longest_frame_ = seconds;
@@ -128,7 +136,8 @@ static void roll_call(MPI_Comm comm, char *out, size_t len, int *count) {
 }
 
 /* The limit passed: one line, then the job ends with DR_ESTALLED. */
-static void expire(MPI_Comm comm, int n, MPI_Request *req, const int *peer, const char *phase, double waited) {
+static void expire(int n, MPI_Request *req, const int *peer, const char *phase, double waited) {
+  MPI_Comm comm = roll_comm_ != MPI_COMM_NULL ? roll_comm_ : MPI_COMM_WORLD;
   char who[512] = "";
   int count = 0;
   int *late = peer ? calloc((size_t)n, sizeof *late) : NULL;
@@ -159,7 +168,10 @@ static void expire(MPI_Comm comm, int n, MPI_Request *req, const int *peer, cons
   exit(DR_ESTALLED); /* MPI_Abort does not return */
 }
 
+void comm_watchdog_expire(const char *phase, double waited) { expire(0, NULL, NULL, phase, waited); }
+
 int comm_wait(MPI_Comm comm, int n, MPI_Request *req, MPI_Status *st, const int *peer, const char *phase) {
+  (void)comm; /* the requests know it; the roll call has its own */
   if (n <= 0) return DR_OK;
   const double limit = comm_watchdog_limit();
   if (limit <= 0) {
@@ -173,7 +185,7 @@ int comm_wait(MPI_Comm comm, int n, MPI_Request *req, MPI_Status *st, const int 
     if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Testall");
     if (flag) return DR_OK;
     const double waited = MPI_Wtime() - t0;
-    if (waited > limit) expire(comm, n, req, peer, phase, waited);
+    if (waited > limit) expire(n, req, peer, phase, waited);
   }
 }
 

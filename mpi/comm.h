@@ -30,8 +30,9 @@ int comm_agree(MPI_Comm comm, int status);
  * The limit is the scene's parallel.watchdog_s, raised to COMM_WATCHDOG_FRAMES times the longest
  * frame this rank has seen (comm_watchdog_frame), so that slow frames never trip it. */
 enum { COMM_WATCHDOG_FRAMES = 4 };
-/* Sets the limit (s; 0: no watchdog: comm_wait blocks as MPI_Waitall does). */
-void comm_watchdog_set(double seconds);
+/* Collective over comm (duplicated for the roll call). Sets the limit (s; 0: no watchdog:
+ * comm_wait blocks as MPI_Waitall does); comm_watchdog_set(MPI_COMM_NULL, 0) lets go of it. */
+int comm_watchdog_set(MPI_Comm comm, double seconds);
 /* A frame took this long (wall-clock s, this rank): the limit becomes at least
  * COMM_WATCHDOG_FRAMES times the longest. */
 void comm_watchdog_frame(double seconds);
@@ -46,6 +47,10 @@ double comm_watchdog_limit(void);
  * the watchdog's line ("the step vote"). Returns 0 or comm_fail's status; never returns after the
  * limit. */
 int comm_wait(MPI_Comm comm, int n, MPI_Request *req, MPI_Status *st, const int *peer, const char *phase);
+
+/* A wait outside comm_wait passed the limit (the frame writer's, whose collective write another
+ * rank never joins): the roll call, the line, MPI_Abort(DR_ESTALLED). Does not return. */
+void comm_watchdog_expire(const char *phase, double waited);
 
 /* MPI_Allreduce through comm_wait (MPI_Iallreduce). */
 int comm_allreduce(const void *in, void *out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *phase);

@@ -191,7 +191,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   if (s->dt > 0) S->substeps_fixed = (int)ceil(S->frame_dt / s->dt - 1e-9);
   S->wave_speed = scene_wave_speed(s);
   S->dt_max = s->cfl * scene_viscous_dt(s);
-  comm_watchdog_set(S->nranks > 1 ? s->watchdog_s : 0);
+  if ((rc = comm_watchdog_set(comm, S->nranks > 1 ? s->watchdog_s : 0))) goto fail;
   if ((rc = settings_check())) {
     dr_mark_agreed(); /* every rank reads the same environment */
     goto fail;
@@ -508,6 +508,7 @@ void sim_destroy(sim **Sp) {
   sim *S = *Sp;
   if (!S) return;
   sim_output_destroy(S); /* first: its jobs read the state below */
+  (void)comm_watchdog_set(MPI_COMM_NULL, 0);
   outdir_release(&S->lock);
   exchange_destroy(&S->ex);
   decomp_free(&S->dec);
