@@ -298,6 +298,11 @@ static int write_checks(int rank, const char *dir, const ckpt_state *st, const c
   return DR_OK;
 }
 
+void ckpt_size(size_t scene_len, double *per_particle, double *fixed) {
+  *per_particle = (double)particles_record_bytes();
+  *fixed = (double)scene_len + 65536.0;
+}
+
 int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
                int keep) {
   int rank = 0, nranks = 1;
@@ -318,8 +323,10 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_
   full.ranks = nranks;
   job.st = &full;
   job.state_hash = state_hash(&full);
-  const double need = (double)job.total * (double)particles_record_bytes() + (double)sc->len + 65536.0;
-  DR_TRY(comm_agree(comm, rank == 0 ? h5util_check_space(dir, final, need) : 0));
+  double per = 0, fixed = 0;
+  ckpt_size(sc->len, &per, &fixed);
+  const double need = (double)job.total * per + fixed;
+  DR_TRY(comm_agree(comm, rank == 0 ? h5util_check_space(dir, final, need, "") : 0));
   /* 2. the file, under a temporary name until complete; an older file of the same name (a
    * checkpoint of the same frame) stays until the rename replaces it */
   DR_TRY(h5util_write_file(comm, tmp, final, H5UTIL_CHECKSUMMED, write_contents, &job));

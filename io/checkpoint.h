@@ -57,6 +57,10 @@ typedef struct ckpt_scene {
   const char *path;
 } ckpt_scene;
 
+/* The room a checkpoint takes (the free-space checks': it needs at most per_particle bytes a
+ * particle plus fixed, a scene text of scene_len bytes and a margin for the metadata). */
+void ckpt_size(size_t scene_len, double *per_particle, double *fixed);
+
 /* DIR/checkpoint_NNNNN.h5. */
 void ckpt_path(const char *dir, int frame, char *out, size_t len);
 

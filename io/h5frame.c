@@ -142,14 +142,17 @@ static int paths(int rank, const char *dir, int frame, h5frame_file *f) {
   return 0;
 }
 
-/* Rank 0: fails early when the folder's file system has clearly too little room for the frame
- * (its rows plus a margin for the metadata). Best effort: quotas and other writers are not seen;
- * a full disk met by the rows is reported by h5frame_put. */
-static int check_space(const h5frame_file *f, const char *dir, size_t materials_len) {
+/* Rank 0: fails early when the folder's file system has too little room for the frame (its rows,
+ * a margin for the metadata, and the file due right after it: meta's after_*). Best effort:
+ * quotas and other writers are not seen; a full disk met by the rows is reported by
+ * h5frame_put. */
+static int check_space(const h5frame_file *f, const h5frame_meta *meta, const char *dir, size_t materials_len) {
   double per = 0;
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
     if (f->fields & H5FRAME_BIT(q)) per += (double)row_bytes(q);
-  return h5util_check_space(dir, f->final, (double)f->total * per + 16384.0 + (double)materials_len);
+  const double after = (double)f->total * meta->after_per_particle + meta->after_bytes;
+  const double need = (double)f->total * per + 16384.0 + (double)materials_len + after;
+  return h5util_check_space(dir, f->final, need, after > 0 ? ", the checkpoint due with it included" : "");
 }
 
 /* Rank 0: the file with everything but the rows; f->at: the datasets' offsets. */
@@ -231,7 +234,7 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
   st = comm_agree(comm, st);
   if (!st) st = h5util_counts(comm, (uint64_t)n, &f->offset, &f->total);
   if (!st && rank == 0) {
-    st = check_space(f, dir, strlen(materials));
+    st = check_space(f, meta, dir, strlen(materials));
     if (!st) st = create_skeleton(meta, materials, f);
   }
   free(materials);

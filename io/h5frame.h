@@ -55,6 +55,9 @@ typedef struct h5frame_meta {
   const char *const *material_names;
   unsigned fields; /* H5FRAME_BIT of each dataset to write, position included (the same on every
                     * rank); 0: H5FRAME_DEFAULT_FIELDS */
+  /* room the free-space check keeps for a file written right after the frame (the checkpoint
+   * due with it): bytes a particle and in all; 0: none */
+  double after_per_particle, after_bytes;
 } h5frame_meta;
 
 /* A frame being written (h5frame_begin .. h5frame_end). */

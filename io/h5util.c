@@ -18,8 +18,10 @@
 #include "h5util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -31,6 +33,90 @@ void h5util_quiet(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     done = 1;
   }
+}
+
+const char *h5util_final_name(const char *path, char *out, size_t len) {
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  const size_t n = strlen(base);
+  if (base[0] == '.' && n > 5 && !strcmp(base + n - 4, ".tmp"))
+    snprintf(out, len, "%.*s%.*s", (int)(base - path), path, (int)(n - 5), base + 1);
+  else
+    snprintf(out, len, "%s", path);
+  return out;
+}
+
+/* Copies the quoted text after `key` in one of the error stack's descriptions. */
+typedef struct stack_find {
+  const char *key;
+  char *out;
+  size_t len;
+  int found;
+} stack_find;
+
+static herr_t find_in_entry(unsigned n, const H5E_error2_t *e, void *ctx) {
+  (void)n;
+  stack_find *f = ctx;
+  const char *at = e->desc ? strstr(e->desc, f->key) : NULL;
+  if (f->found || !at) return 0;
+  at += strlen(f->key);
+  const char *end = strchr(at, '\'');
+  const int k = end ? (int)(end - at) : (int)strlen(at);
+  snprintf(f->out, f->len, "%.*s", k, at);
+  f->found = 1;
+  return 0;
+}
+
+static int from_stack(const char *key, char *out, size_t len) {
+  stack_find f = {.key = key, .out = out, .len = len, .found = 0};
+  /* innermost entry first: it is nearest to the cause */
+  if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, find_in_entry, &f) < 0) return 0;
+  return f.found && out[0];
+}
+
+const char *h5util_reason(const char *call, const char *path, char *out, size_t len) {
+  /* 1. the errno text the sec2 driver (and others) leave in the stack; a folder in the way of the
+   * temporary name itself is named with it (the published name is not the one in the way) */
+  if (from_stack("error message = '", out, len)) {
+    struct stat sb;
+    if (!strcmp(out, strerror(EISDIR)) && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+      char reason[256];
+      snprintf(reason, sizeof reason, "%s", out);
+      snprintf(out, len, "%s: %s", path, reason);
+    }
+    return out;
+  }
+  /* 2. the MPI-IO driver keeps no errno: try the operation's precondition directly */
+  if (!strcmp(call, "H5Fcreate") || !strcmp(call, "H5Fopen")) {
+    const int fd = open(path, !strcmp(call, "H5Fcreate") ? O_WRONLY | O_CREAT | O_CLOEXEC : O_RDONLY | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EISDIR) { /* something in the way of the temporary name itself: name it */
+      snprintf(out, len, "%s: %s", path, strerror(errno));
+      return out;
+    }
+    if (fd < 0) {
+      snprintf(out, len, "%s", strerror(errno));
+      return out;
+    }
+    close(fd); /* a file created here is the temporary one, which the failed write removes */
+  }
+  char dir[H5UTIL_PATH_MAX];
+  const char *slash = strrchr(path, '/');
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+  struct statvfs fs;
+  if (statvfs(dir, &fs) == 0 && (double)fs.f_bavail * (double)fs.f_frsize < 1048576.0) {
+    snprintf(out, len, "%s", strerror(ENOSPC));
+    return out;
+  }
+  /* 3. what MPI said */
+  if (from_stack("MPI error string is '", out, len)) return out;
+  return NULL;
+}
+
+int h5util_fail(const char *call, const char *what, const char *path, const char *file, int line) {
+  char name[H5UTIL_PATH_MAX], why[256];
+  h5util_final_name(path, name, sizeof name);
+  const char *reason = h5util_reason(call, path, why, sizeof why);
+  if (reason) return dr_fail_place(DR_EIO, file, line, "%s: %s (%s failed: %s)", name, reason, call, what);
+  return dr_fail_place(DR_EIO, file, line, "%s: %s failed: %s", name, call, what);
 }
 
 int h5util_attr_scalar(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *value, const char *path) {
@@ -186,14 +272,15 @@ const char *h5util_human_bytes(double bytes, char *out, size_t len) {
   return out;
 }
 
-int h5util_check_space(const char *dir, const char *final, double need) {
+int h5util_check_space(const char *dir, const char *final, double need, const char *what) {
   struct statvfs fs;
   if (statvfs(dir[0] ? dir : ".", &fs) != 0) return 0; /* no answer: let HDF5 find out */
   const double avail = (double)fs.f_bavail * (double)fs.f_frsize;
   if (avail < need) {
     char a[32], b[32];
-    return dr_fail(DR_EIO, "no room for %s: it needs about %s, %s are free", final,
-                   h5util_human_bytes(need, a, sizeof a), h5util_human_bytes(avail, b, sizeof b));
+    return dr_fail(DR_EIO, "no room for %s: %s: it needs about %s (%.0f bytes%s), %s (%.0f bytes) are free", final,
+                   strerror(ENOSPC), h5util_human_bytes(need, a, sizeof a), need, what,
+                   h5util_human_bytes(avail, b, sizeof b), avail);
   }
   return 0;
 }
@@ -224,10 +311,10 @@ fail:
  * seen here). Called after a failure too, without overwriting the first message. */
 static int close_file(const char *path, hid_t *fapl, hid_t *file) {
   int st = 0;
-  if (*file >= 0 && H5Fclose(*file) < 0) st = dr_fail_at(DR_EIO, __FILE__, __LINE__, "H5Fclose", "closing %s", path);
+  if (*file >= 0 && H5Fclose(*file) < 0) st = h5util_fail("H5Fclose", "closing the file", path, __FILE__, __LINE__);
   *file = H5I_INVALID_HID;
   if (*fapl >= 0 && H5Pclose(*fapl) < 0 && !st)
-    st = dr_fail_at(DR_EIO, __FILE__, __LINE__, "H5Pclose", "file access properties in %s", path);
+    st = h5util_fail("H5Pclose", "file access properties", path, __FILE__, __LINE__);
   *fapl = H5I_INVALID_HID;
   return st;
 }
@@ -242,7 +329,10 @@ static int fill_file(hid_t file, int (*contents)(hid_t, void *), void *ctx, cons
   if (!mpio) { /* the MPI-IO driver's flush synced it already */
     int *fd = NULL;
     H5CK(H5Fget_vfd_handle(file, H5P_DEFAULT, (void **)&fd), "H5Fget_vfd_handle", "syncing the file");
-    if (fsync(*fd) != 0) return dr_fail(DR_EIO, "syncing %s: %s", path, strerror(errno));
+    if (fsync(*fd) != 0) {
+      char name[H5UTIL_PATH_MAX];
+      return dr_fail(DR_EIO, "%s: %s (fsync failed)", h5util_final_name(path, name, sizeof name), strerror(errno));
+    }
   }
   return 0;
 fail:
@@ -277,7 +367,7 @@ int h5util_write_file(MPI_Comm comm, const char *tmp, const char *final, int fla
   /* 4. publish under the final name */
   if (!st) {
     if (rank == 0 && rename(tmp, final) != 0)
-      st = dr_fail_at(DR_EIO, __FILE__, __LINE__, "rename", "%s -> %s: %s", tmp, final, strerror(errno));
+      st = dr_fail_at(DR_EIO, __FILE__, __LINE__, "rename", "%s: %s (from %s)", final, strerror(errno), tmp);
     st = comm_agree(comm, st);
   }
   if (st && rank == 0) {

@@ -15,14 +15,32 @@
 enum { H5UTIL_PATH_MAX = 4096 };
 
 /* Checks an HDF5 call (negative return = failure) inside a function that has a local `int st`, a
- * `const char *path` naming the file being written or read and a `fail:` label. */
+ * `const char *path` naming the file being written or read and a `fail:` label. The message
+ * (h5util_fail) names the file by its final name and gives the system's reason. */
 #define H5CK(expr, call, what)                                                                     \
   do {                                                                                             \
     if ((expr) < 0) {                                                                              \
-      st = dr_fail_at(DR_EIO, __FILE__, __LINE__, call, "%s in %s", what, path);                   \
+      st = h5util_fail(call, what, path, __FILE__, __LINE__);                                      \
       goto fail;                                                                                   \
     }                                                                                              \
   } while (0)
+
+/* Records (DR_EIO) "FILE: REASON (CALL failed: WHAT)" for an HDF5 call that just failed on the
+ * file at path. FILE is the name the user will look for: a temporary DIR/.NAME.tmp is named
+ * DIR/NAME. REASON is the system's (h5util_reason). */
+int h5util_fail(const char *call, const char *what, const char *path, const char *file, int line);
+
+/* The system's reason for the HDF5 call that just failed on the file at path, into out: the
+ * errno text that HDF5's error stack carries (the sec2 driver's "error message = '...'");
+ * else, through the MPI-IO driver, which keeps no errno, the cause tried directly: for a call
+ * that creates or opens the file, opening path for writing (errno; a folder in the way of a
+ * temporary name is named with it), for one that writes, the
+ * folder's free space (statvfs: under 1 MiB is "No space left on device"); else MPI's error
+ * string from the stack; else "HDF5 gave no reason". */
+const char *h5util_reason(const char *call, const char *path, char *out, size_t len);
+
+/* The name of the file a temporary path stands for: DIR/.NAME.tmp -> DIR/NAME (others as they are). */
+const char *h5util_final_name(const char *path, char *out, size_t len);
 
 /* Closes a handle on an error path (the first failure's message is the one kept). */
 #define H5_DROP(closer, h)                                                                         \
@@ -71,9 +89,10 @@ int h5util_counts(MPI_Comm comm, uint64_t n, uint64_t *offset, uint64_t *total);
 /* "12 KiB", "3.4 MiB", "1.2 GiB". */
 const char *h5util_human_bytes(double bytes, char *out, size_t len);
 
-/* Fails early (DR_EIO, naming `final`) when the folder's file system has clearly less room than
- * `need` bytes. Best effort: quotas and other writers are not seen. */
-int h5util_check_space(const char *dir, const char *final, double need);
+/* Fails early (DR_EIO, naming `final`, the bytes needed and free; `what` is added after the
+ * figure, e.g. ", the checkpoint due with it included") when the folder's file system has less
+ * room than `need` bytes. Best effort: quotas and other writers are not seen. */
+int h5util_check_space(const char *dir, const char *final, double need, const char *what);
 
 /* How h5util_write_file writes. */
 enum {

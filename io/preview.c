@@ -159,7 +159,7 @@ static void on_png_warning(png_structp png, png_const_charp msg) { (void)png, (v
  * messages. */
 static int png_write(const char *tmp, const char *final, const unsigned char *rgb, int W, int H) {
   FILE *volatile f = fopen(tmp, "wb");
-  if (!f) return dr_fail(DR_EIO, "cannot write preview %s: %s: %s", final, tmp, strerror(errno));
+  if (!f) return dr_fail(DR_EIO, "cannot write preview %s: %s", final, strerror(errno));
   png_err err = {.msg = ""};
   png_structp volatile png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &err, on_png_error, on_png_warning);
   png_infop volatile info = png ? png_create_info_struct(png) : NULL;
@@ -192,7 +192,7 @@ static int png_write(const char *tmp, const char *final, const unsigned char *rg
   const int flushed = fflush(f) == 0 && !ferror(f);
   const int e = errno;
   if (fclose(f) != 0 || !flushed)
-    return dr_fail(DR_EIO, "cannot write preview %s: %s: %s", final, tmp, strerror(flushed ? errno : e));
+    return dr_fail(DR_EIO, "cannot write preview %s: %s", final, strerror(flushed ? errno : e));
   return DR_OK;
 }
 #else
@@ -222,7 +222,7 @@ static int write_picture(const char *tmp, const char *final, const uint64_t *key
   int rc = png_write(tmp, final, rgb, W, H);
   free(rgb);
   if (rc == DR_OK && rename(tmp, final) != 0)
-    rc = dr_fail(DR_EIO, "cannot write preview %s: rename from %s: %s", final, tmp, strerror(errno));
+    rc = dr_fail(DR_EIO, "cannot write preview %s: %s (renaming %s)", final, strerror(errno), tmp);
   if (rc) (void)unlink(tmp);
   return rc;
 }

@@ -62,13 +62,13 @@ static int finish(FILE *f, const char *tmp, const char *final) {
   }
   if (err) {
     (void)unlink(tmp);
-    return dr_fail_at(DR_EIO, __FILE__, __LINE__, call, "writing %s: %s", tmp, strerror(err));
+    return dr_fail_at(DR_EIO, __FILE__, __LINE__, call, "cannot write %s: %s", final, strerror(err));
   }
   if (rename(tmp, final) != 0) {
     int e = errno;
     (void)unlink(tmp);
-    return dr_fail_at(DR_EIO, __FILE__, __LINE__, "rename", "%s -> %s: %s", tmp, final,
-                      strerror(e));
+    return dr_fail_at(DR_EIO, __FILE__, __LINE__, "rename", "cannot write %s: %s (renaming %s)", final,
+                      strerror(e), tmp);
   }
   return 0;
 }
@@ -82,7 +82,7 @@ static int write_vertices(const char *dir, uint64_t m) {
   if (stat(final, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size / 8 >= m) return 0;
 
   FILE *f = fopen(tmp, "wb");
-  if (!f) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "fopen", "%s: %s", tmp, strerror(errno));
+  if (!f) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "fopen", "cannot write %s: %s", final, strerror(errno));
   errno = 0;
   enum { CHUNK = 8192 };
   static unsigned char buf[CHUNK * 8];
@@ -172,7 +172,7 @@ int xdmf_write(const char *dir, const xdmf_frame *frames, int n_frames) {
   DR_TRY(join_path(tmp, dir, ".frames.xdmf.tmp"));
   DR_TRY(join_path(final, dir, "frames.xdmf"));
   FILE *f = fopen(tmp, "w");
-  if (!f) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "fopen", "%s: %s", tmp, strerror(errno));
+  if (!f) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "fopen", "cannot write %s: %s", final, strerror(errno));
   errno = 0;
   write_body(f, frames, n_frames); /* fprintf's errors stick in ferror(f), checked by finish() */
   return finish(f, tmp, final);

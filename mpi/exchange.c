@@ -43,9 +43,11 @@ void exchange_free(exchange *x) {
   free(x->links);
   free(x->req);
   free(x->status);
+  free(x->peer);
   x->links = NULL;
   x->req = NULL;
   x->status = NULL;
+  x->peer = NULL;
   x->nlinks = 0;
   x->n_shared = 0;
 }
@@ -163,7 +165,8 @@ int exchange_setup(exchange *x, MPI_Comm comm, backend *b) {
   x->links = calloc((size_t)(nn ? nn : 1), sizeof *x->links);
   x->req = malloc(sizeof *x->req * 2 * (size_t)(nn ? nn : 1));
   x->status = malloc(sizeof *x->status * 2 * (size_t)(nn ? nn : 1));
-  if (!their_n || !their || !near_codes || !req || !x->links || !x->req || !x->status) {
+  x->peer = malloc(sizeof *x->peer * 2 * (size_t)(nn ? nn : 1));
+  if (!their_n || !their || !near_codes || !req || !x->links || !x->req || !x->status || !x->peer) {
     free(their_n), free(their), free(near_codes), free(req), free(nbr), free(boxes);
     return dr_fail(DR_ENOMEM, "out of host memory for the rank links");
   }
@@ -317,7 +320,8 @@ int exchange_start(exchange *x, backend *b) {
 int exchange_finish(exchange *x, backend *b) {
   if (x->nlinks == 0) return x->start_rc;
   double t0 = wtime();
-  DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, x->status));
+  for (int k = 0; k < 2 * x->nlinks; ++k) x->peer[k] = x->links[k / 2].rank;
+  DR_TRY(comm_wait(x->comm, 2 * x->nlinks, x->req, x->status, x->peer, "the rank exchange's node masks"));
   x->wait_seconds += wtime() - t0;
   const size_t vals = x->block_sums / BLOCK_NODES; /* per node */
   for (int k = 0; k < x->nlinks; ++k) {
@@ -353,7 +357,7 @@ int exchange_finish(exchange *x, backend *b) {
     x->bytes_sent += (double)L->send_bytes;
   }
   t0 = wtime();
-  DR_MPI(MPI_Waitall(2 * x->nlinks, x->req, x->status));
+  DR_TRY(comm_wait(x->comm, 2 * x->nlinks, x->req, x->status, x->peer, "the rank exchange's node sums"));
   x->wait_seconds += wtime() - t0;
   if (x->start_rc) return x->start_rc;
   for (int k = 0; k < x->nlinks; ++k) {

@@ -43,6 +43,7 @@ typedef struct exchange {
   size_t sum_bytes;       /* bytes per value: 4 (float) or 8 (int64 fixed point, deterministic mode) */
   MPI_Request *req;
   MPI_Status *status;     /* the requests' (a message's length) */
+  int *peer;              /* [2 nlinks] the rank of each request (the watchdog's line) */
   int device_sums;        /* send and recv are device memory (CUDA-aware MPI) */
   void (*free_sums)(void *ptr, int device); /* the backend's, or NULL for free() */
   /* Every link's send and recv buffers lie in two arenas that only grow (2x), kept from one

@@ -4,7 +4,8 @@
  * failure records one user-facing message with dr_fail() and returns a non-zero status; callers
  * pass it up with DR_TRY(). Only main() prints the message and chooses the exit code.
  * Messages for bad input name the file and key; messages for failed library calls (MPI, HDF5,
- * CUDA, the C library) name the call, the source file and the line. */
+ * CUDA, the C library) name the call and the system's reason. The source file and line of a
+ * failure are kept apart (dr_where), for the trace (DRIFT_TRACE), not for the user's line. */
 #ifndef DRIFT_ERROR_H
 #define DRIFT_ERROR_H
 
@@ -19,16 +20,21 @@ enum {
   DR_ECUDA = 6,     /* CUDA runtime or kernel */
   DR_EPHYSICS = 7,  /* NaN, Inf, runaway velocity */
   DR_EINTERNAL = 8, /* a bug in drift */
-  DR_ESTOPPED = 9   /* stopped by a signal (SIGTERM, SIGINT, SIGUSR1) after writing a checkpoint */
+  DR_ESTOPPED = 9,  /* stopped by a signal (SIGTERM, SIGINT, SIGUSR1) after writing a checkpoint */
+  DR_ESTALLED = 10  /* a rank stopped answering (comm.h's watchdog): restart from the last checkpoint */
 };
 
 /* Records the message (printf format) and returns code. The first message recorded since the
  * last dr_clear() wins: it is the one nearest to the cause. */
 int dr_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Same, prefixed with "call failed (file:line): ". */
+/* Same, prefixed with "call failed: "; file:line is kept for dr_where. */
 int dr_fail_at(int code, const char *file, int line, const char *call, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* dr_fail, recording where in drift's source the failure was found (for dr_where). */
+int dr_fail_place(int code, const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 const char *dr_message(void);
+/* "file:line" of the recorded failure where it was given (dr_fail_at, dr_fail_place), else "". */
+const char *dr_where(void);
 /* Forgets the message, and that it was agreed. */
 void dr_clear(void);
 

@@ -76,7 +76,8 @@ static const char *usage_end =
     "SIGTERM, SIGINT or SIGUSR1 stop a run before its next step with a checkpoint.\n"
     "Exit status: 0 success, 2 bad input, 3 I/O, 4 out of memory, 5 MPI, 6 CUDA,\n"
     "7 the simulation became unstable, 8 internal error, 9 stopped by a signal after\n"
-    "writing a checkpoint (continue with --resume).\n"
+    "writing a checkpoint (continue with --resume), 10 a rank stopped answering for\n"
+    "longer than parallel.watchdog_s (continue with --resume from the last checkpoint).\n"
     "Scene format: docs/scene-format.md. Output layout: docs/output.md.\n"
     "Debugging aids: drift --help-debug.\n";
 
@@ -93,6 +94,7 @@ static void print_debug_help(void) {
 
 static int fail(int code) {
   fprintf(stderr, "drift: %s\n", dr_message()); /* one write: stderr is unbuffered */
+  if (dr_where()[0]) log_trace("the failure above was found at %s", dr_where());
   return code;
 }
 

@@ -209,7 +209,7 @@ void scene_set_island(scene *s, const int island[2]) {
 int scene_parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   static const char *const keys[] = {"backend",       "gpus_per_rank",  "g2p2g_below",  "balance_threshold",
                                      "balance_by",    "balance_cost",   "deterministic", "island_barrier",
-                                     "island_reduce"};
+                                     "island_reduce", "watchdog_s"};
   static const char *const balance_by[] = {"particles", "time"};
   static const char *const backends[] = {"auto", "cpu", "cuda"};
   const cJSON *p;
@@ -222,16 +222,18 @@ int scene_parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   s->deterministic = 0;
   s->island_barrier = ISLAND_BARRIER_SPIN;
   s->island_reduce = ISLAND_REDUCE_DOUBLE_BUFFER;
+  s->watchdog_s = 300;
   DR_TRY(sj_get_section(c, root, "parallel", 0, "", &p));
   if (!p) return 0;
   DR_TRY(sj_need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold, balance_by, "
-                                       "balance_cost, deterministic, island_barrier, island_reduce"));
-  DR_TRY(sj_check_keys(c, p, "parallel", keys, 9, NULL, 0, NULL));
+                                       "balance_cost, deterministic, island_barrier, island_reduce, watchdog_s"));
+  DR_TRY(sj_check_keys(c, p, "parallel", keys, 10, NULL, 0, NULL));
   DR_TRY(sj_get_bool(c, p, "parallel", "balance_cost", 1, &s->balance_cost));
   DR_TRY(sj_get_bool(c, p, "parallel", "deterministic", 0, &s->deterministic));
   DR_TRY(sj_get_enum(c, p, "parallel", "balance_by", BALANCE_PARTICLES, balance_by, 2, &s->balance_by));
   DR_TRY(sj_get_real(c, p, "parallel", "balance_threshold", 0, 0.2, (range){0, INFINITY, 0, 0, ""},
                      &s->balance_threshold));
+  DR_TRY(sj_get_real(c, p, "parallel", "watchdog_s", 0, 300, (range){1, 1e6, 0, 0, "s"}, &s->watchdog_s));
   DR_TRY(sj_get_enum(c, p, "parallel", "backend", BACKEND_AUTO, backends, 3, &s->backend));
   DR_TRY(sj_get_enum(c, p, "parallel", "island_barrier", ISLAND_BARRIER_SPIN, scene_island_barrier_names, 2,
                      &s->island_barrier));

@@ -191,6 +191,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   if (s->dt > 0) S->substeps_fixed = (int)ceil(S->frame_dt / s->dt - 1e-9);
   S->wave_speed = scene_wave_speed(s);
   S->dt_max = s->cfl * scene_viscous_dt(s);
+  if ((rc = comm_watchdog_set(comm, S->nranks > 1 ? s->watchdog_s : 0))) goto fail;
   if ((rc = settings_check())) {
     dr_mark_agreed(); /* every rank reads the same environment */
     goto fail;
@@ -425,6 +426,7 @@ int sim_advance_frame(sim *S) {
   }
   S->st.step_seconds += sim_now() - w0;
   if (rc) return rc;
+  comm_watchdog_frame(sim_now() - w0); /* slow frames raise the watchdog's limit (comm.h) */
   if (S->nranks > 1) DR_TRY(sim_log_ranks(S, sim_now() - w0));
   S->st.time = t1;
   S->st.frame = f;
@@ -434,8 +436,7 @@ int sim_advance_frame(sim *S) {
   DR_TRY(S->be.stats(S->be.state, &bs));
   S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
   if (S->opt.write_output && f % S->sc->output_every == 0) DR_TRY(sim_write_frame(S));
-  if (S->opt.write_output && S->sc->checkpoint_every > 0 && f % S->sc->checkpoint_every == 0)
-    DR_TRY(sim_write_checkpoint(S));
+  if (sim_checkpoint_due(S, f)) DR_TRY(sim_write_checkpoint(S));
   return DR_OK;
 }
 
@@ -507,6 +508,7 @@ void sim_destroy(sim **Sp) {
   sim *S = *Sp;
   if (!S) return;
   sim_output_destroy(S); /* first: its jobs read the state below */
+  (void)comm_watchdog_set(MPI_COMM_NULL, 0);
   outdir_release(&S->lock);
   exchange_destroy(&S->ex);
   decomp_free(&S->dec);

@@ -195,6 +195,12 @@ typedef struct load_pairs {
 } load_pairs;
 
 /* Wall time, s (CLOCK_MONOTONIC). */
+/* Whether frame f is followed by a checkpoint (scene output.checkpoint_every; frame 0, the
+ * scene as sampled, never is). */
+static inline int sim_checkpoint_due(const struct sim *S, int f) {
+  return f > 0 && S->opt.write_output && S->sc->checkpoint_every > 0 && f % S->sc->checkpoint_every == 0;
+}
+
 static inline double sim_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -192,8 +192,10 @@ static int migrate_records(sim *S, int rc, const unsigned char *recs, size_t n, 
   }
   rc = comm_agree(S->comm, rc);
   if (rc == DR_OK) {
-    int e = MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, S->comm);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoall(migration counts)");
+    MPI_Request req;
+    int e = MPI_Ialltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, S->comm, &req);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Ialltoall(migration counts)");
+    else rc = comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the migration's counts");
   }
   size_t stot = 0, rtot = 0;
   for (int r = 0; rc == DR_OK && r < R; ++r) sdispl[r] = (int)stot, stot += (size_t)scount[r];
@@ -218,8 +220,10 @@ static int migrate_records(sim *S, int rc, const unsigned char *recs, size_t n, 
   }
   rc = comm_agree(S->comm, rc); /* nobody enters the exchange alone */
   if (rc == DR_OK) {
-    int e = MPI_Alltoallv(sbuf, scount, sdispl, rec_type, qbuf + rec * keep, rcount, rdispl, rec_type, S->comm);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Alltoallv(particles)");
+    MPI_Request req;
+    int e = MPI_Ialltoallv(sbuf, scount, sdispl, rec_type, qbuf + rec * keep, rcount, rdispl, rec_type, S->comm, &req);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Ialltoallv(particles)");
+    else rc = comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the migration of particles");
   }
   if (rc == DR_OK) *nq = keep + rtot;
   S->fs.migrated += stot;

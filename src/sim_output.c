@@ -427,6 +427,8 @@ int sim_write_frame(sim *S) {
   }
   h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
                        .material_names = S->mat_names, .fields = S->sc->output_fields};
+  /* the free-space check keeps room for the checkpoint due with this frame */
+  if (sim_checkpoint_due(S, f->frame)) ckpt_size(S->sc->text_len, &meta.after_per_particle, &meta.after_bytes);
   rc = h5frame_begin(S->comm, S->out_dir, &meta, n, &f->file);
   if (rc) { /* the frames before are completed, whole, before the run stops on this one */
     char msg[1024];

@@ -116,7 +116,8 @@ static int vote(sim *S, step_vote *v, int *rc) {
   S->rebal_ns = S->rebal_moved = 0;
   DR_TRY(vote_op(S));
   const double w = MPI_Wtime();
-  DR_MPI(MPI_Allreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm));
+  comm_watchdog_where(S->st.frame, S->st.steps);
+  DR_TRY(comm_allreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm, "the step vote"));
   S->fs.wait += MPI_Wtime() - w;
   return DR_OK;
 }
@@ -276,8 +277,8 @@ int sim_log_ranks(sim *S, double seconds) {
   double mx[4] = {seconds > 0 ? S->fs.wait / seconds : 0, (double)bs.n_particles, S->fs.rebalanced,
                   seconds > 0 ? vote_wait / seconds : 0},
          gmx[4];
-  DR_MPI(MPI_Allreduce(sum, gsum, 4, MPI_DOUBLE, MPI_SUM, S->comm));
-  DR_MPI(MPI_Allreduce(mx, gmx, 4, MPI_DOUBLE, MPI_MAX, S->comm));
+  DR_TRY(comm_allreduce(sum, gsum, 4, MPI_DOUBLE, MPI_SUM, S->comm, "the frame's rank figures"));
+  DR_TRY(comm_allreduce(mx, gmx, 4, MPI_DOUBLE, MPI_MAX, S->comm, "the frame's rank figures"));
   const double mean = gsum[3] / S->nranks;
   S->st.rank_bytes += gsum[0];
   S->st.migrated += (uint64_t)gsum[2];

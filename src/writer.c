@@ -38,6 +38,7 @@ struct writer {
   int fail_rc, fail_agreed;
   char fail_msg[1024];
   double busy_s, wait_s;
+  double longest_s; /* the longest job so far (the watchdog's limit for waits on the writer) */
 };
 
 static double now_s(void) {
@@ -48,6 +49,7 @@ static double now_s(void) {
 
 /* Runs job ticket t (the lock not held); records a failure. */
 static void run_job(writer *w, uint64_t t, job j) {
+  const double t_start = now_s();
   int rc = DR_OK, agreed = 0;
   char msg[sizeof w->fail_msg] = "";
   if (w->failed_at == UINT64_MAX) { /* read without the lock: only this thread writes it */
@@ -61,7 +63,9 @@ static void run_job(writer *w, uint64_t t, job j) {
     }
     w->busy_s += now_s() - t0;
   }
+  const double took = now_s() - t_start;
   pthread_mutex_lock(&w->lock);
+  if (took > w->longest_s) w->longest_s = took;
   if (rc && w->failed_at == UINT64_MAX) {
     w->failed_at = t;
     w->fail_rc = rc;
@@ -87,6 +91,27 @@ static void *thread_main(void *arg) {
   }
   pthread_mutex_unlock(&w->lock);
   return NULL;
+}
+
+/* One wait on done_cv (the lock held) for a caller that began waiting at t0. With the watchdog
+ * (comm.h) the wait has a limit: a job stuck in a collective write that another rank never joins
+ * ends the job as a step's wait on a stalled rank does. The limit is the watchdog's, or
+ * COMM_WATCHDOG_FRAMES times the longest job so far where that is longer. */
+static void wait_done(writer *w, double t0) {
+  const double limit = comm_watchdog_limit();
+  if (limit <= 0) {
+    pthread_cond_wait(&w->done_cv, &w->lock);
+    return;
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts); /* done_cv's clock */
+  ts.tv_sec += 1;
+  pthread_cond_timedwait(&w->done_cv, &w->lock, &ts);
+  const double waited = now_s() - t0;
+  if (waited > limit && waited > COMM_WATCHDOG_FRAMES * w->longest_s) {
+    pthread_mutex_unlock(&w->lock);
+    comm_watchdog_expire("the frame writer (a frame or checkpoint written by all ranks together)", waited);
+  }
 }
 
 int writer_create(MPI_Comm comm, writer **out) {
@@ -141,7 +166,7 @@ int writer_submit(writer *w, writer_fn fn, void *ctx, uint64_t *ticket) {
   }
   const double t0 = now_s();
   pthread_mutex_lock(&w->lock);
-  while (w->queued - w->done >= WRITER_QUEUE) pthread_cond_wait(&w->done_cv, &w->lock);
+  while (w->queued - w->done >= WRITER_QUEUE) wait_done(w, t0);
   const uint64_t t = w->queued++;
   w->queue[t % WRITER_QUEUE] = (job){fn, ctx};
   *ticket = t;
@@ -163,7 +188,7 @@ int writer_wait(writer *w, uint64_t ticket) {
   if (!w->threaded) return ticket < w->done ? status_of(w, ticket) : DR_OK;
   const double t0 = now_s();
   pthread_mutex_lock(&w->lock);
-  while (w->done <= ticket && ticket < w->queued) pthread_cond_wait(&w->done_cv, &w->lock);
+  while (w->done <= ticket && ticket < w->queued) wait_done(w, t0);
   const int rc = ticket < w->done ? status_of(w, ticket) : DR_OK;
   pthread_mutex_unlock(&w->lock);
   w->wait_s += now_s() - t0;

@@ -10,6 +10,10 @@
  * flight and a disk slower than the GPU makes the run wait (back-pressure). At most WRITER_QUEUE
  * jobs are queued; writer_submit waits for room beyond that.
  *
+ * Stalls: with the watchdog (comm.h: several ranks), a wait on the writer has its limit too
+ * (the watchdog's, or 4 times the longest job so far): a job stuck in a collective write that a
+ * stopped rank never joins ends the job with exit status 10 rather than hanging.
+ *
  * Failures: the first job that fails stops the writer: it and every job queued after it report
  * that failure (its message, and whether the ranks agreed on it), and none of them runs, so the
  * files written before it stay as they are and nothing after it is written.

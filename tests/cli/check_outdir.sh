@@ -10,28 +10,12 @@
 # 3. A run into a folder that holds another scene's output is refused (exit 2, nothing changed);
 #    --force removes drift's files there (and only those) and runs; --resume still continues.
 set -u
-if [ $# -lt 1 ]; then
-  echo "usage: $0 DRIFT_EXE [MPIEXEC]" >&2
-  exit 2
-fi
-drift=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+. "$(dirname "$0")/../lib.sh"
+
+lib_usage 1 "$0 DRIFT_EXE [MPIEXEC]" "$@"
+drift=$(lib_abs "$1")
 mpiexec=${2:-}
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/drift-outdir.XXXXXX") || exit 1
-bg=""
-cleanup() {
-  [ -n "$bg" ] && kill "$bg" 2>/dev/null && wait "$bg" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+lib_setup outdir
 
 # scene FILE FRAMES EVERY E: a box of jelly, 216 particles, about 10 substeps a frame.
 scene() {
@@ -115,5 +99,4 @@ timeout 60 "$drift" run b.json --out S --resume --frames 3 >resume.log 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && [ -f S/frame_00003.h5 ] || fail "--resume into the folder: exit status $rc: $(tail -n 3 resume.log)"
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+lib_finish check_outdir.sh

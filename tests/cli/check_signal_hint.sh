@@ -10,27 +10,18 @@
 #    drift of the build put first on PATH), resumes from the checkpoint and finishes (--frames
 #    carried: frame 3 is the last).
 # 2. With MPIEXEC: SIGUSR1 to mpirun itself once frame 1 is done: the checkpoint is written and
-#    mpirun exits 9; SIGTERM: the checkpoint is written (mpirun's own status is 1).
+#    mpirun exits 9; SIGTERM and SIGINT: the checkpoint is written (mpirun's own status is 1).
+# 3. With MPIEXEC: jobs/drift.sbatch (no Slurm, 2 ranks) given SIGTERM, or a Ctrl-C (SIGINT to
+#    its process group): exit 9 and a checkpoint.
 set -u
-if [ $# -lt 1 ]; then
-  echo "usage: $0 DRIFT_EXE [MPIEXEC]" >&2
-  exit 2
-fi
-drift=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-mpiexec=${2:-}
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/../lib.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/drift-hint.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+lib_usage 1 "$0 DRIFT_EXE [MPIEXEC]" "$@"
+drift=$(lib_abs "$1")
+mpiexec=${2:-}
+lib_setup hint
 mkdir bin
 ln -s "$drift" bin/drift
-
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 
 mkdir -p "my scenes"
 cat >"my scenes/jelly box.json" <<'EOF'
@@ -65,20 +56,44 @@ fi
 # forwards SIGTERM to the ranks, which still write the checkpoint, but reports the job as aborted
 # with its own status 1 (orterun's abort path), whatever the ranks return (docs/running.md).
 if [ -n "$mpiexec" ]; then
-  for sig in USR1 TERM; do
-    "$mpiexec" --oversubscribe -n 2 "$drift" run "my scenes/jelly box.json" --out "M$sig" >"mpirun_$sig.log" 2>&1 &
+  for sig in USR1 TERM INT; do
+    # frames enough that the run is still going when the signal comes (a frame takes milliseconds)
+    "$mpiexec" --oversubscribe -n 2 "$drift" run "my scenes/jelly box.json" --out "M$sig" --frames 100000 \
+      >"mpirun_$sig.log" 2>&1 &
     mp=$!
-    for _ in $(seq 300); do grep -q '^frame 1/100' "mpirun_$sig.log" && break; sleep 0.1; done
+    for _ in $(seq 300); do grep -q '^frame 1/100000' "mpirun_$sig.log" && break; sleep 0.1; done
     kill "-$sig" "$mp"
     wait "$mp"
     rc=$?
     want=9
-    [ "$sig" = TERM ] && want=1
+    [ "$sig" != USR1 ] && want=1
     [ "$rc" -eq "$want" ] || fail "SIG$sig to mpirun: exit status $rc, expected $want: $(tail -n 5 "mpirun_$sig.log")"
-    grep -q "^drift: stopped by SIG$sig at frame " "mpirun_$sig.log" || fail "SIG$sig to mpirun: no 'stopped by' line"
+    got=$sig
+    [ "$sig" = INT ] && got=TERM # what mpirun sends the ranks
+    grep -q "^drift: stopped by SIG$got at frame " "mpirun_$sig.log" || fail "SIG$sig to mpirun: no 'stopped by SIG$got' line"
     [ -n "$(ls "M$sig"/checkpoint_*.h5 2>/dev/null)" ] || fail "SIG$sig to mpirun: no checkpoint in M$sig: $(ls "M$sig")"
   done
 fi
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+# 3. Where the status can be 9 however the signal comes: jobs/drift.sbatch (no Slurm: mpirun -n 2
+# here) passes SIGTERM, SIGINT and SIGHUP on as SIGUSR1. SIGTERM to the script, and a terminal's
+# Ctrl-C (SIGINT to the script's whole process group, mpirun included: the script runs it in a
+# session of its own so that only the script gets it): exit 9 and a checkpoint. setsid makes the
+# group, env --default-signal undoes the SIGINT that bash ignores in background commands.
+sbatch=$(dirname "$0")/../../jobs/drift.sbatch
+if [ -n "$mpiexec" ]; then
+  for how in TERM ctrl-c; do
+    DRIFT_BIN=$drift NRANKS=2 OVERSUBSCRIBE=1 setsid env --default-signal=INT bash "$sbatch" "my scenes/jelly box.json" \
+      "J$how" --frames 100000 >"sbatch_$how.log" 2>&1 &
+    sp=$!
+    for _ in $(seq 300); do grep -q '^frame 1/100000' "sbatch_$how.log" && break; sleep 0.1; done
+    if [ "$how" = TERM ]; then kill -TERM "$sp"; else kill -INT -- "-$sp"; fi
+    wait "$sp"
+    rc=$?
+    [ "$rc" -eq 9 ] || fail "drift.sbatch, $how: exit status $rc, expected 9: $(tail -n 5 "sbatch_$how.log")"
+    grep -q "^drift: stopped by SIGUSR1 at frame " "sbatch_$how.log" || fail "drift.sbatch, $how: no 'stopped by SIGUSR1' line"
+    [ -n "$(ls "J$how"/checkpoint_*.h5 2>/dev/null)" ] || fail "drift.sbatch, $how: no checkpoint in J$how"
+  done
+fi
+
+lib_finish check_signal_hint.sh

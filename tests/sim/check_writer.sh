@@ -11,7 +11,7 @@
 #           (SAME_EXE, tests/sim/same_h5.c), the one written in the main thread between the steps (DRIFT_WRITER_INLINE=1:
 #           the path without MPI_THREAD_MULTIPLE); frames.xdmf the same.
 #   full    (cpu) the output folder on a small tmpfs that fills at frame 4: exit 3, one line
-#           naming frame_00004.h5 and the reason; frames 0-3 whole and equal to a run with room;
+#           naming N/frame_00004.h5 and the reason, "No space left on device"; frames 0-3 whole and equal to a run with room;
 #           no frame 4 or later, no temporary file; frames.xdmf lists frames 0-3 only. Exits 77
 #           (skipped) where tmpfs cannot be mounted (not root, or a container that forbids it).
 #   signal  (cpu) SIGTERM (DRIFT_TEST_HOOK) at the first step after frame 3, while frame 3 is
@@ -19,54 +19,21 @@
 #           and the run resumed from it ends with the straight run's frame 6, bitwise particle
 #           by particle (COMPARE_EXE, tolerance 0: a resume sorts the rows afresh).
 set -u
+. "$(dirname "$0")/../lib.sh"
 
-if [ $# -lt 5 ]; then
-  echo "usage: $0 DRIFT_EXE COMPARE_EXE SAME_EXE SCENE same|full|signal [cpu|cuda]" >&2
-  exit 2
-fi
+lib_usage 5 "$0 DRIFT_EXE COMPARE_EXE SAME_EXE SCENE same|full|signal [cpu|cuda]" "$@"
 drift=$1
 compare=$2
 same_h5=$3
 scene=$4
 mode=$5
 backend=${6:-cpu}
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset DRIFT_WRITER_INLINE
+run_timeout=300 # run's limit per command
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/drift-writer.XXXXXX") || exit 1
-mounted=""
-cleanup() {
-  [ -n "$mounted" ] && umount "$mounted" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
+lib_setup writer
 sed -e 's/"parallel": {/"parallel": { "deterministic": true,/' -e "s/\"backend\": \"cpu\"/\"backend\": \"$backend\"/" \
   "$scene" >scene.json
-
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-
-# run LABEL EXPECTED_STATUS CMD...: runs CMD (output in LABEL.log), checks its exit status; a
-# cuda run on a machine without a GPU skips the test.
-run() {
-  local label=$1 want=$2
-  shift 2
-  timeout 300 "$@" >"$label.log" 2>&1
-  local rc=$?
-  if [ "$backend" = cuda ] && grep -q "no CUDA device is visible" "$label.log"; then
-    echo "skipped: no GPU"
-    exit 77
-  fi
-  if [ "$rc" -ne "$want" ]; then
-    fail "$label: exit status $rc, expected $want; output:"
-    tail -n 15 "$label.log"
-  fi
-  return 0
-}
 
 # same_files LABEL A B NAME...: each file NAME of folder A equals B's (same_h5: every dataset's
 # values and every attribute, bitwise).
@@ -112,9 +79,7 @@ full)
   mounted=$tmp/N
   sed 's/"checkpoint_every": 3/"checkpoint_every": 0/' scene.json >nockpt.json
   run full 3 "$drift" run nockpt.json --out N
-  lines=$(grep -c "^drift:" full.log)
-  [ "$lines" -eq 1 ] || fail "full: $lines error lines, expected one: $(grep "^drift:" full.log)"
-  grep "^drift:" full.log | grep -q "frame_00004.h5" || fail "full: the message does not name frame_00004.h5: $(grep "^drift:" full.log)"
+  one_line full full.log "N/frame_00004.h5: No space left on device"
   same_files "full: the frames before" A N frame_00000.h5 frame_00001.h5 frame_00002.h5 frame_00003.h5
   for f in 4 5 6; do
     [ ! -e "N/frame_0000$f.h5" ] || fail "full: N/frame_0000$f.h5 exists"
@@ -141,8 +106,4 @@ signal)
   ;;
 esac
 
-if [ "$failures" -gt 0 ]; then
-  echo "check_writer.sh $mode: $failures failure(s)"
-  exit 1
-fi
-echo "check_writer.sh $mode: all checks passed"
+lib_finish "check_writer.sh $mode"

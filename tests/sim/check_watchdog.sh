@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# check_watchdog.sh - a rank that stops answering ends the job with the watchdog's status (issue
+# 56, item 4; mpi/comm.h).
+#
+#   check_watchdog.sh DRIFT_EXE COMPARE_EXE SCENE MPIEXEC
+#
+# SCENE (tests/sim/resume_dam_break.json, run for 100 frames) on 2 ranks with
+# parallel.watchdog_s 3 and a checkpoint every frame. Once frame 1 is logged, rank 1 is stopped
+# (SIGSTOP), as a hung GPU or a lost node would leave it. Then: mpirun exits with status 10
+# (DR_ESTALLED) within the limit + 12 s; rank 0 says in one line that it waited the limit for
+# rank 1, and in which phase and step. The limit is 3 s, or 4 times the longest frame logged
+# where that is longer (a loaded machine). Every published frame reads back whole (COMPARE_EXE,
+# the file against itself), only temporary files may be left beside them, and the run resumes
+# from its newest checkpoint (what a requeued batch job does). The stopped rank is ended
+# (SIGCONT, SIGKILL) so that nothing lingers.
+set -u
+. "$(dirname "$0")/../lib.sh"
+
+lib_usage 4 "$0 DRIFT_EXE COMPARE_EXE SCENE MPIEXEC" "$@"
+drift=$1
+compare=$2
+scene=$3
+mpiexec=$4
+lib_setup watchdog
+sed -e 's/"parallel": {/"parallel": { "watchdog_s": 3,/' -e 's/"checkpoint_every": 3/"checkpoint_every": 1/' \
+  "$scene" >scene.json
+
+stopped=""
+end_stopped() {
+  if [ -n "$stopped" ]; then
+    kill -CONT "$stopped" 2>/dev/null
+    kill -KILL "$stopped" 2>/dev/null
+  fi
+}
+trap 'end_stopped; lib_cleanup' EXIT
+
+# rank_pid R: the pid of the drift process of rank R among mpirun's descendants
+rank_pid() {
+  local env
+  for env in /proc/[0-9]*/environ; do
+    local pid=${env#/proc/}
+    pid=${pid%/environ}
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = drift ] || continue
+    tr '\0' '\n' <"$env" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" || continue
+    tr '\0' '\n' <"$env" 2>/dev/null | grep -qx "DRIFT_WATCHDOG_TEST=$$" && echo "$pid" && return
+  done
+}
+
+DRIFT_WATCHDOG_TEST=$$ "$mpiexec" --oversubscribe -x DRIFT_WATCHDOG_TEST -n 2 "$drift" run scene.json --frames 100 \
+  --out W >run.log 2>&1 &
+bg=$!
+for _ in $(seq 600); do grep -q '^frame 1/100' run.log && break; sleep 0.1; done
+grep -q '^frame 1/100' run.log || fail "no frame 1 within 60 s: $(tail -n 3 run.log)"
+stopped=$(rank_pid 1)
+[ -n "$stopped" ] || fail "rank 1's process not found"
+kill -STOP "$stopped"
+start=$(date +%s%N)
+wait "$bg"
+rc=$?
+bg=""
+s=$((($(date +%s%N) - start) / 1000000))
+end_stopped
+echo "mpirun exited with $rc, $s ms after rank 1 stopped"
+[ "$rc" -eq 10 ] || fail "mpirun's exit status $rc, expected 10: $(tail -n 8 run.log)"
+line=$(grep '^drift: rank 0 waited' run.log)
+echo "$line"
+# the limit: 3 s, or 4 times the longest frame logged where that is longer (a loaded machine)
+longest=$(sed -n 's/^frame [0-9]*\/100 .* \([0-9.]*\) ms\/frame.*/\1/p' run.log | sort -g | tail -n 1)
+limit=$(awk -v f="${longest:-0}" 'BEGIN { l = 4 * f / 1000; print (l > 3 ? l : 3) }')
+waited=$(echo "$line" | sed -n 's/^drift: rank 0 waited \([0-9]*\) s .*/\1/p')
+echo "limit ${limit} s (longest frame ${longest:-?} ms), waited ${waited:-?} s, ended after $s ms"
+awk -v w="${waited:-0}" -v l="$limit" 'BEGIN { exit !(w >= 3 && w <= l + 1) }' ||
+  fail "rank 0 waited ${waited:-?} s, expected the limit, $limit s"
+# past the limit: the roll call (2 s) and MPI_Abort; 10 s of slack for a loaded machine
+awk -v ms="$s" -v l="$limit" 'BEGIN { exit !(ms < 1000 * (l + 12)) }' ||
+  fail "the job ended $s ms after rank 1 stopped, expected under the limit ($limit s) + 12 s"
+[ "$(grep -c '^drift: rank 0 waited' run.log)" -eq 1 ] || fail "expected one line from rank 0: $(grep '^drift:' run.log)"
+echo "$line" | grep -q "for rank 1 in the [a-z' -]*.* (frame [0-9]*, step [0-9]*): it stopped answering" ||
+  fail "the line does not name rank 1, the phase and the step: $line"
+echo "$line" | grep -q "exit status 10" || fail "the line does not give the exit status: $line"
+for f in W/frame_*.h5; do
+  out=$("$compare" "$f" "$f" 0 0 2>&1) || fail "$f does not read back whole: $out"
+done
+echo "left in W: $(ls -A W | tr '\n' ' ')"
+others=$(ls -A W | grep -v -e '^frame_[0-9]*\.h5$' -e '^checkpoint_[0-9]*\.h5$' -e '^frames\.xdmf$' \
+  -e '^frames_vertices\.bin$' -e '^\.[a-z_0-9.]*\.tmp$' -e '^\.drift\.lock$')
+[ -z "$others" ] || fail "unexpected files in W: $others"
+# the restart a batch job makes: from the newest checkpoint, one frame further
+last=$(ls W | sed -n 's/^checkpoint_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -n 1)
+if [ -n "$last" ]; then
+  run restart 0 "$drift" run scene.json --out W --resume --frames $((last + 1))
+  grep -q "^resuming from W/checkpoint_" restart.log || fail "the restart did not resume: $(head -n 3 restart.log)"
+else
+  fail "no checkpoint was written before rank 1 stopped"
+fi
+
+lib_finish check_watchdog.sh
