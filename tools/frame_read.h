@@ -1,5 +1,5 @@
 /* frame_read - reads drift's frame files (DIR/frame_NNNNN.h5, the layout of io/h5frame.h and
- * docs/output.md) with HDF5 alone: the measuring tools (tools/drift_front.c,
+ * docs/output.md) with HDF5 alone: the measuring tools (tools/drift_front.c, tools/drift_probe.c,
  * tests/validation/check_poiseuille.c) and the tests that read a run's frames back
  * (tests/sim/test_frames.c, tests/sim/test_fields.c).
  *
