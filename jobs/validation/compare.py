@@ -236,6 +236,15 @@ def main():
             rows.append([k + 1] + vals + errs)
         md += ["", "Errors: the mean's and the amplitude's relative to the reference amplitude, the frequency's to the "
                "reference frequency.", ""]
+        t, u = csm3.read_probe(os.path.join(args.dir, r["case"] + ".csv"))
+        for c in ("ux", "uy"):
+            rm, ra, rf = csm3.REFERENCE[c]
+            sw = csm3.first_swing(t, u[c], 1 / rf)
+            if sw:
+                e = csm3.swing_errors(c, sw)
+                md.append(f"First swing, {c}: lowest {sw[1] * 1e3:.3f} mm ({100 * e[0]:+.1f}% against "
+                          f"{(rm - ra) * 1e3:.3f}) at {sw[0]:.4f} s ({100 * e[1]:+.1f}% against {0.5 / rf:.4f}).")
+        md.append("")
         keys = ["cycle", "ux_mean_mm", "ux_amplitude_mm", "ux_frequency_hz", "uy_mean_mm", "uy_amplitude_mm",
                 "uy_frequency_hz", "ux_mean_err", "ux_amplitude_err", "ux_frequency_err", "uy_mean_err",
                 "uy_amplitude_err", "uy_frequency_err"]

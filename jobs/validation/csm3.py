@@ -12,8 +12,8 @@ swing's figures lie within TOLERANCE of the reference's.
 
 A cycle k is the k-th minimum of the displacement and the maximum after it (the run starts at the
 top of the swing, at rest): mean = (max + min) / 2, amplitude = (max - min) / 2, as the reference
-defines them over a period. The frequency is 1 / the time between the successive minima (for the
-last cycle, between the maxima) of the same component. Extrema are the smallest (largest) sample
+defines them over a period. The frequency is 1 / the time between the successive minima of the
+same component (for the last cycle, 1 / twice the time from its minimum to its maximum). Extrema are the smallest (largest) sample
 within a quarter of a period each side, refined by the parabola through it and its neighbours.
 
 The first swing, from the release at rest (the top of the swing) to the first minimum, needs a
@@ -85,13 +85,7 @@ def cycles(t, v, period_guess):
         if not after:
             break
         tx, vx = after[0]
-        if k + 1 < len(mins):
-            period = mins[k + 1][0] - tm
-        else:
-            before = [p for p in maxs if p[0] < tm]
-            if not before:
-                break
-            period = tx - before[-1][0]
+        period = mins[k + 1][0] - tm if k + 1 < len(mins) else 2 * (tx - tm)
         res.append(((vx + vm) / 2, (vx - vm) / 2, 1 / period))
     return res
 
