@@ -4,7 +4,7 @@
  *
  *   drift_front DIR [--bin B] [--min N] [--wall W]
  *
- * Reads every DIR/frame_NNNNN.h5 in frame order (HDF5 directly, the layout of io/h5frame.h) and
+ * Reads every DIR/frame_NNNNN.h5 in frame order (HDF5 alone, through tools/frame_read.h) and
  * prints CSV on stdout, one row per frame (lines starting with '#' before the header say how):
  *
  *   frame,time,front,height,back,bottom,beyond
@@ -30,13 +30,13 @@
  * Exit status: 0; 1 no frame or an empty frame; 2 bad arguments or a file that cannot be read.
  * Every HDF5 call is checked; the HDF5 error stack is silenced and the failing call named. */
 #define _POSIX_C_SOURCE 200809L
-#include <dirent.h>
-#include <hdf5.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "frame_read.h"
 
 static int fail(const char *path, const char *what) {
   fprintf(stderr, "drift_front: %s: %s\n", path, what);
@@ -45,40 +45,21 @@ static int fail(const char *path, const char *what) {
 
 /* Reads a frame's positions (malloc'ed into *x, 3n floats), time and cell size. */
 static int read_frame(const char *path, float **x, size_t *n, double *time, double *dx) {
-  *x = NULL;
-  *n = 0;
-  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) return fail(path, "cannot open (H5Fopen)");
-  int rc = 0;
-  hid_t d = H5Dopen2(f, "/particles/position", H5P_DEFAULT);
-  hid_t sp = d >= 0 ? H5Dget_space(d) : H5I_INVALID_HID;
-  hsize_t dims[2] = {0, 0};
-  if (d < 0) rc = fail(path, "no /particles/position (H5Dopen2)");
-  else if (sp < 0 || H5Sget_simple_extent_ndims(sp) != 2 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0 || dims[1] != 3)
-    rc = fail(path, "/particles/position is not [N][3] (H5Sget_simple_extent_dims)");
-  if (!rc) {
-    *n = (size_t)dims[0];
-    *x = malloc(sizeof(float) * 3 * (*n) + 1);
-    if (!*x) rc = fail(path, "out of memory");
-    else if (*n > 0 && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, *x) < 0)
-      rc = fail(path, "cannot read /particles/position (H5Dread)");
-  }
-  if (sp >= 0 && H5Sclose(sp) < 0 && !rc) rc = fail(path, "H5Sclose");
-  if (d >= 0 && H5Dclose(d) < 0 && !rc) rc = fail(path, "H5Dclose");
-  const char *names[2] = {"time", "dx"};
-  double *vals[2] = {time, dx};
-  for (int k = 0; k < 2 && !rc; ++k) {
-    hid_t a = H5Aopen(f, names[k], H5P_DEFAULT);
-    if (a < 0) rc = fail(path, names[k][0] == 't' ? "no attribute time (H5Aopen)" : "no attribute dx (H5Aopen)");
-    else if (H5Aread(a, H5T_NATIVE_DOUBLE, vals[k]) < 0) rc = fail(path, "cannot read an attribute (H5Aread)");
-    if (a >= 0 && H5Aclose(a) < 0 && !rc) rc = fail(path, "H5Aclose");
-  }
-  if (H5Fclose(f) < 0 && !rc) rc = fail(path, "H5Fclose");
+  frame_file ff;
+  void *pos = NULL;
+  int rc = frame_open(&ff, path);
+  if (!rc) rc = frame_dataset(&ff, "position", H5T_NATIVE_FLOAT, 3, &pos, n);
+  if (!rc) rc = frame_attr(&ff, "time", H5T_NATIVE_DOUBLE, time);
+  if (!rc) rc = frame_attr(&ff, "dx", H5T_NATIVE_DOUBLE, dx);
+  if (frame_close(&ff) < 0 && !rc) rc = -1;
   if (rc) {
-    free(*x);
+    fprintf(stderr, "drift_front: %s\n", ff.err);
+    free(pos);
     *x = NULL;
+    return 2;
   }
-  return rc;
+  *x = pos;
+  return 0;
 }
 
 /* The extent of the run of occupied bins: values v[i] (only those with keep[i], or all when keep
@@ -119,11 +100,6 @@ static void run_extent(const float *v, int stride, const unsigned char *keep, si
   free(count), free(top), free(bottom);
 }
 
-static int by_number(const void *a, const void *b) {
-  const int x = *(const int *)a, y = *(const int *)b;
-  return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
   const char *dir = NULL;
   double bin = 0, wall = 0;
@@ -142,35 +118,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: drift_front DIR [--bin B (m, > 0)] [--min N (>= 1)] [--wall W (m, > 0)]\n");
     return 2;
   }
-  if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) return fail(dir, "cannot silence the HDF5 error stack (H5Eset_auto2)");
+  if (frame_quiet() < 0) return fail(dir, "cannot silence the HDF5 error stack (H5Eset_auto2)");
 
   /* The frames in DIR, in frame order. */
-  DIR *dh = opendir(dir);
-  if (!dh) return fail(dir, "cannot open the folder");
-  int *frames = NULL, nf = 0, cap = 0;
-  for (struct dirent *e; (e = readdir(dh));) {
-    int num;
-    char tail;
-    if (sscanf(e->d_name, "frame_%d.h%c", &num, &tail) != 2 || tail != '5' || strlen(e->d_name) != 14) continue;
-    if (nf == cap) {
-      cap = cap ? 2 * cap : 64;
-      int *grown = realloc(frames, sizeof *frames * (size_t)cap);
-      if (!grown) {
-        closedir(dh);
-        free(frames);
-        return fail(dir, "out of memory");
-      }
-      frames = grown;
-    }
-    frames[nf++] = num;
+  int *frames = NULL, nf = 0;
+  char err[4352];
+  if (frame_list(dir, &frames, &nf, err, sizeof err) < 0) {
+    fprintf(stderr, "drift_front: %s\n", err);
+    return 2;
   }
-  closedir(dh);
   if (nf == 0) {
     fprintf(stderr, "drift_front: %s: no frame_NNNNN.h5 files\n", dir);
-    free(frames);
     return 1;
   }
-  qsort(frames, (size_t)nf, sizeof *frames, by_number);
 
   double x0 = 0, y0 = 0;
   int rc = 0;

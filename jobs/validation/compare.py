@@ -3,13 +3,15 @@
 
   compare.py --scale coarse|paper --dir DIR [--check]
 
-Reads jobs/validation/cases.csv and DIR/CASE.csv (drift_front's output, one row per frame), writes
-DIR/columns.csv, DIR/dam_break_front.csv, DIR/summary.md and, where matplotlib is installed,
-DIR/columns.png and DIR/dam_break.png. Cases without a measurement in DIR are left out.
+Reads jobs/validation/cases.csv and DIR/CASE.csv (drift_front's output, one row per frame; the
+beam's: drift_probe's), writes DIR/columns.csv, DIR/dam_break_front.csv, DIR/beam_csm3_cycles.csv,
+DIR/summary.md and, where matplotlib is installed, DIR/columns.png and DIR/dam_break.png. Cases
+without a measurement in DIR are left out.
 --check also tests the figures against the tolerances of the CTest test `validation_coarse`
 (CELLS and SCATTER below, justified in docs/validation.md) and exits 1 when one is out of them:
 the column's runout and final height within the tolerance of Lube et al.'s laws; the dam break's
-front no further behind Martin & Moyce's than the tolerance and not ahead of Ritter's.
+front no further behind Martin & Moyce's than the tolerance and not ahead of Ritter's. (The beam
+has its own test, csm3.py --check.)
 
 Published references (full citations in docs/validation.md):
 - Column, 2D (Lube, Huppert, Sparks & Freundt 2005, Phys. Rev. E 72, 041301):
@@ -20,6 +22,8 @@ Published references (full citations in docs/validation.md):
   PySPH (pysph/examples/db_exp_data.py, mm_data_2; the a = 1.125 in column's, mm_data_1, are
   plotted too). Ritter's (1892) shallow-water front,
   Z = 1 + 2 T for n^2 = 2, is shown as the inviscid upper bound.
+- Elastic beam (Turek & Hron 2006, CSM3): point A's displacement, mean +- amplitude [frequency]
+  (csm3.py).
 Standard library only, matplotlib optional.
 """
 import argparse
@@ -27,6 +31,8 @@ import csv
 import math
 import os
 import sys
+
+import csm3
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -209,6 +215,43 @@ def main():
             if not off <= tol:
                 failures.append(f"{c['case']}: height {c['height']:.3f} off Lube's {c['height_lube']:.3f} by {off:.3f} "
                                 f"(tolerance {tol:.3f} = {CELLS} cells + {100 * SCATTER:.0f}%)")
+
+    # The beam: each full cycle of point A's swing against Turek & Hron's CSM3.
+    for r in cases:
+        if r["kind"] != "beam":
+            continue
+        meas = csm3.measure(os.path.join(args.dir, r["case"] + ".csv"))
+        md += [f"## Elastic beam against Turek & Hron (2006), CSM3 ({float(r['H0']) / float(r['dx']):g} cells across)", "",
+               "| cycle | ux mean (mm) | ux amplitude | ux frequency (Hz) | uy mean | uy amplitude | uy frequency |",
+               "| --- | --- | --- | --- | --- | --- | --- |"]
+        ref = [v * s for c in ("ux", "uy") for v, s in zip(csm3.REFERENCE[c], (1e3, 1e3, 1))]
+        md.append("| Turek & Hron | " + " | ".join(f"{v:.3f}" if i % 3 != 2 else f"{v:.4f}" for i, v in enumerate(ref)) + " |")
+        rows = []
+        for k in range(min(len(meas["ux"]), len(meas["uy"]))):
+            vals = [v * s for c in ("ux", "uy") for v, s in zip(meas[c][k], (1e3, 1e3, 1))]
+            errs = [(v - rv) / (rv if i % 3 == 2 else ref[3 * (i // 3) + 1]) for i, (v, rv) in enumerate(zip(vals, ref))]
+            md.append(f"| {k + 1} | " + " | ".join(
+                (f"{v:.3f}" if i % 3 != 2 else f"{v:.4f}") + f" ({100 * e:+.1f}%)" for i, (v, e) in enumerate(zip(vals, errs)))
+                + " |")
+            rows.append([k + 1] + vals + errs)
+        md += ["", "Errors: the mean's and the amplitude's relative to the reference amplitude, the frequency's to the "
+               "reference frequency.", ""]
+        t, u = csm3.read_probe(os.path.join(args.dir, r["case"] + ".csv"))
+        for c in ("ux", "uy"):
+            rm, ra, rf = csm3.REFERENCE[c]
+            sw = csm3.first_swing(t, u[c], 1 / rf)
+            if sw:
+                e = csm3.swing_errors(c, sw)
+                md.append(f"First swing, {c}: lowest {sw[1] * 1e3:.3f} mm ({100 * e[0]:+.1f}% against "
+                          f"{(rm - ra) * 1e3:.3f}) at {sw[0]:.4f} s ({100 * e[1]:+.1f}% against {0.5 / rf:.4f}).")
+        md.append("")
+        keys = ["cycle", "ux_mean_mm", "ux_amplitude_mm", "ux_frequency_hz", "uy_mean_mm", "uy_amplitude_mm",
+                "uy_frequency_hz", "ux_mean_err", "ux_amplitude_err", "ux_frequency_err", "uy_mean_err",
+                "uy_amplitude_err", "uy_frequency_err"]
+        with open(os.path.join(args.dir, r["case"] + "_cycles.csv"), "w") as f:
+            f.write(",".join(keys) + "\n")
+            for row in rows:
+                f.write(",".join(f"{v:.6g}" for v in row) + "\n")
 
     text = "\n".join(md)
     with open(os.path.join(args.dir, "summary.md"), "w") as f:

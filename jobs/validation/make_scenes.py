@@ -3,6 +3,8 @@
 
   jobs/validation/SCALE/column_aA.json   quasi-2D granular column collapses, aspect ratio a = H0/L0
   jobs/validation/SCALE/dam_break.json   Martin & Moyce (1952)'s water column, n^2 = H/a = 2
+  jobs/validation/SCALE/beam_csm3.json   Turek & Hron (2006)'s CSM3: an elastic beam fixed to a
+                                         cylinder, swinging under gravity
   jobs/validation/cases.csv              one row per scene: what jobs/validation/run.sh runs
 
 for SCALE = coarse (the CPU runs and the CTest test) and paper (the finer runs for a GPU). The two
@@ -38,10 +40,23 @@ A_DAM = 0.05715  # m (2.25 in)
 BULK = 1.0e5  # Pa: sound speed sqrt(K gamma / rho) = 26 m/s, about 12 x the front speed
 T_DAM = 6.0  # run to T = t sqrt(2 g / a) = 6 (Z about 8)
 
+# The elastic beam: Turek & Hron (2006), CSM3. A beam 0.35 m long from where it meets a rigid
+# cylinder (centre (0.2, 0.2) m, radius 0.05 m) to its tip, point A = (0.6, 0.2) m, and H_BEAM
+# thick, released from rest, straight, under gravity G_BEAM along -y. Their material is
+# St. Venant-Kirchhoff with rho 1000 kg/m^3, nu 0.4, mu 0.5e6 Pa, i.e. E = 2 mu (1 + nu) = 1.4e6 Pa;
+# drift's fixed_corotated with the same E and nu has the same Lame parameters (mu 0.5e6, lambda
+# 2e6 Pa) and so the same small-strain response (docs/validation.md: the beam's strains are a few
+# per cent at most).
+CYL_C, CYL_R = (0.2, 0.2), 0.05
+BEAM_TIP_X, H_BEAM = 0.6, 0.02
+RHO_BEAM, E_BEAM, NU_BEAM, G_BEAM = 1000.0, 1.4e6, 0.4, 2.0
+T_BEAM = 3.0  # s: about 3.3 periods of the reference's 1.0995 Hz
+FPS_BEAM = 100  # frames a second: about 90 samples a period for the tip's extrema
+
 SCALES = {
-    # cells across L0 (column) and across a (dam break)
-    "coarse": {"column": 10, "dam": 16, "frames": 40, "dam_frames": 60},
-    "paper": {"column": 64, "dam": 96, "frames": 40, "dam_frames": 60},
+    # cells across L0 (column), across a (dam break), across the beam's thickness (beam)
+    "coarse": {"column": 10, "dam": 16, "beam": 4, "frames": 40, "dam_frames": 60},
+    "paper": {"column": 64, "dam": 96, "beam": 16, "frames": 40, "dam_frames": 60},
 }
 
 
@@ -103,6 +118,48 @@ def dam_break(n_cells, frames):
     }, t_end, h
 
 
+def beam(n_cells):
+    """CSM3 with n_cells across the beam's thickness.
+
+    The clamp: a static sticky cylinder collider, Turek & Hron's rigid cylinder, and the beam's
+    particles start inside it (from x = 0.225, half way to its centre), so that the beam's end is
+    held across its whole thickness as a clamp holds it. A sticky collider holds the grid nodes
+    within half a cell outside its surface; with the grid's nodes on x = 0.25 (the domain starts at
+    x = 0.15, a whole number of cells for every dx here), the last held node across the beam's
+    thickness stands at x = 0.25, where the reference's beam leaves the cylinder (x = 0.249 at its
+    faces, 0.25 on its axis): the free length is the reference's 0.35 m.
+    Plane strain, as the reference's 2D computation: a slab one cell thick in z, in a domain five
+    cells deep between slip walls. A face acts on the node layers within 2.5 dx of it, so the z-
+    face holds the layers z = 0, dx, 2 dx and the z+ face 3 dx, 4 dx, 5 dx: every node's z velocity
+    is zero and the slab cannot thicken or thin (the other validation scenes' slab, two cells
+    thick in eight, keeps three free node layers in z, which let a bent beam's slab change its
+    thickness, partly plane stress: at 4 cells across, the first swing went 5 % deeper).
+    """
+    dx = H_BEAM / n_cells
+    z0 = 2 * dx
+    y0 = CYL_C[1] - H_BEAM / 2
+    # The domain: the cylinder and the beam's whole swing (the tip goes down to y = 0.07 and the
+    # beam's lower face to about 0.06), every face more than 3 dx from the material.
+    frames = int(round(T_BEAM * FPS_BEAM))
+    return {
+        "description": f"Turek & Hron (2006) CSM3: an elastic beam ({BEAM_TIP_X - 0.25:g} m x {H_BEAM:g} m) fixed to a "
+                       f"rigid cylinder, swinging under gravity {G_BEAM:g} m/s^2; {n_cells} cells across the beam, a "
+                       f"plane-strain slab. Point A = ({BEAM_TIP_X:g}, {CYL_C[1]:g}) m. Compared in docs/validation.md; "
+                       f"written by jobs/validation/make_scenes.py.",
+        "domain": {"min": [0.15, 0, 0], "max": [0.66, 0.26, fmt(5 * dx)], "dx": fmt(dx)},
+        "time": {"frames": frames, "fps": FPS_BEAM, "cfl": 0.5},
+        "gravity": [0, -G_BEAM, 0],
+        "materials": {"beam": {"model": "fixed_corotated", "density": RHO_BEAM, "youngs_modulus": E_BEAM,
+                               "poisson_ratio": NU_BEAM}},
+        "bodies": [{"shape": "box", "min": [fmt(CYL_C[0] + CYL_R / 2), fmt(y0), fmt(z0)],
+                    "max": [BEAM_TIP_X, fmt(y0 + H_BEAM), fmt(z0 + dx)], "material": "beam", "ppc": 8}],
+        "boundary": {"type": "slip"},
+        "colliders": [{"shape": "cylinder", "center": [CYL_C[0], CYL_C[1], fmt(2.5 * dx)], "axis": [0, 0, 1],
+                       "radius": CYL_R, "height": 1, "type": "sticky"}],
+        "output": {"fields": ["position", "id"]},
+    }, T_BEAM, dx
+
+
 def dump(obj, path):
     """JSON with the short arrays on one line (the style of jobs/scenes/)."""
     def enc(v, ind):
@@ -137,6 +194,12 @@ def main():
         rel = f"{scale}/dam_break.json"
         dump(scene, os.path.join(HERE, rel))
         rows.append(f"{scale},dam_break,dam,{rel},2,{A_DAM:g},{h:g},{t_end:.6g},{A_DAM / s['dam']:.9g}")
+        scene, t_end, dx = beam(s["beam"])
+        rel = f"{scale}/beam_csm3.json"
+        dump(scene, os.path.join(HERE, rel))
+        # a: the beam's length over its thickness; L0: its length; H0: its thickness
+        rows.append(f"{scale},beam_csm3,beam,{rel},{(BEAM_TIP_X - 0.25) / H_BEAM:g},{BEAM_TIP_X - 0.25:g},{H_BEAM:g},"
+                    f"{t_end:.6g},{dx:.9g}")
     with open(os.path.join(HERE, "cases.csv"), "w") as f:
         f.write("\n".join(rows) + "\n")
 

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # run.sh - the validation runs of docs/validation.md: granular column collapses at several aspect
-# ratios against Lube et al. (2005), and Martin & Moyce (1952)'s dam break.
+# ratios against Lube et al. (2005), Martin & Moyce (1952)'s dam break, and Turek & Hron (2006)'s
+# elastic beam (CSM3).
 #
 #   jobs/validation/run.sh [--backend cpu|cuda] [--scale coarse|paper] [--out DIR] [--only CASE]
 #                          [--drop-frames]
 #
 # Runs every scene of the scale listed in jobs/validation/cases.csv (written, with the scenes, by
 # make_scenes.py) with build/drift, measures each run's frames with build/drift_front (front and
-# height at the wall, one CSV row per frame: DIR/CASE.csv), and compares them with the published
-# figures (compare.py): DIR/columns.csv, DIR/dam_break_front.csv, DIR/summary.md, and with
+# height at the wall, one CSV row per frame: DIR/CASE.csv; the beam: build/drift_probe, the
+# displacement of its tip, point A) and compares them with the published figures (compare.py):
+# DIR/columns.csv, DIR/dam_break_front.csv, DIR/beam_csm3_cycles.csv, DIR/summary.md, and with
 # matplotlib, DIR/columns.png and DIR/dam_break.png. DIR/timing.csv has each run's wall time.
 # Defaults: --backend cpu, --scale coarse, --out validation-SCALE-BACKEND. --only runs one case
-# (e.g. column_a1) and compares what DIR holds. DRIFT_BIN and DRIFT_FRONT_BIN name other binaries
-# (default: build/drift and build/drift_front of this checkout). Frames stay in DIR/CASE/ unless
-# --drop-frames (the paper scale writes about 2 GB of them). On the CPU backend, OMP_NUM_THREADS
-# applies as for drift run.
+# (e.g. column_a1) and compares what DIR holds. DRIFT_BIN, DRIFT_FRONT_BIN and DRIFT_PROBE_BIN
+# name other binaries (default: build/drift, build/drift_front and build/drift_probe of this
+# checkout). Frames stay in DIR/CASE/ unless --drop-frames (the paper scale writes about 2 GB of
+# them). On the CPU backend, OMP_NUM_THREADS applies as for drift run.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -26,7 +28,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?}; shift 2 ;;
     --only) only=${2:?}; shift 2 ;;
     --drop-frames) drop=1; shift ;;
-    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,14 +37,15 @@ case "$scale" in coarse | paper) ;; *) echo "run.sh: --scale coarse or paper, no
 out=${out:-validation-$scale-$backend}
 drift=${DRIFT_BIN:-$root/build/drift}
 front=${DRIFT_FRONT_BIN:-$root/build/drift_front}
-for b in "$drift" "$front"; do
+probe=${DRIFT_PROBE_BIN:-$root/build/drift_probe}
+for b in "$drift" "$front" "$probe"; do
   [ -x "$b" ] || { echo "run.sh: $b not found: build first (cmake --build build)" >&2; exit 2; }
 done
 mkdir -p "$out"
 [ -f "$out/timing.csv" ] || echo "case,backend,scale,particles,wall_s" >"$out/timing.csv"
 
 ran=0
-while IFS=, read -r s case _ scene _; do
+while IFS=, read -r s case kind scene _ _ _ _ dx; do
   [ "$s" = "$scale" ] || continue
   [ -z "$only" ] || [ "$only" = "$case" ] || continue
   ran=1
@@ -59,7 +62,12 @@ while IFS=, read -r s case _ scene _; do
   n=$(sed -n 's/^done: .* \([0-9][0-9]*\) particles in .*/\1/p' "$log" | tail -n 1)
   awk -v c="$case" -v b="$backend" -v s="$scale" -v n="${n:-?}" -v t0="$t0" -v t1="$t1" \
     'BEGIN { printf "%s,%s,%s,%s,%.1f\n", c, b, s, n, t1 - t0 }' >>"$out/timing.csv"
-  "$front" "$out/$case" >"$out/$case.csv"
+  if [ "$kind" = beam ]; then
+    # Point A, the beam's tip on its axis, at the slab's mid-plane (make_scenes.py: z = 2.5 dx).
+    "$probe" "$out/$case" 0.6 0.2 "$(awk -v d="$dx" 'BEGIN { printf "%.9g", 2.5 * d }')" >"$out/$case.csv"
+  else
+    "$front" "$out/$case" >"$out/$case.csv"
+  fi
   [ "$drop" = 0 ] || rm -rf "${out:?}/$case"
 done <"$here/cases.csv"
 [ "$ran" = 1 ] || { echo "run.sh: no case '$only' at scale $scale in $here/cases.csv" >&2; exit 2; }

@@ -9,37 +9,32 @@
  * position and J writes those two datasets and nothing else. */
 #include <hdf5.h>
 
+#include "frame_read.h"
 #include "h5frame.h"
 #include "simtest.h"
 
 #define N_FRAMES 3
 
-/* /particles/NAME of file f as doubles, checked to have n rows of cols values (cols 1: 1-D);
+/* /particles/NAME of the frame as doubles, checked to have n rows of cols values (cols 1: 1-D);
  * NULL (and a failed check) when missing or of another shape. Allocates. */
-static double *read_ds(hid_t f, const char *name, size_t n, int cols) {
-  char path[128];
-  snprintf(path, sizeof path, "/particles/%s", name);
-  if (H5Lexists(f, path, H5P_DEFAULT) <= 0) {
-    CHECK(0, "%s missing", path);
+static double *read_ds(frame_file *ff, const char *name, size_t n, int cols) {
+  void *v = NULL;
+  size_t rows = 0;
+  if (frame_dataset(ff, name, H5T_NATIVE_DOUBLE, cols, &v, &rows) < 0) {
+    CHECK(0, "%s", ff->err);
     return NULL;
   }
-  hid_t d = H5Dopen2(f, path, H5P_DEFAULT), sp = H5Dget_space(d);
-  hsize_t dims[2] = {0, 0};
-  const int rank = H5Sget_simple_extent_ndims(sp);
-  H5Sget_simple_extent_dims(sp, dims, NULL);
-  H5Sclose(sp);
-  const int ok = rank == (cols > 1 ? 2 : 1) && dims[0] == n && (cols == 1 || dims[1] == (hsize_t)cols);
-  CHECK(ok, "%s: rank %d, dims [%llu][%llu], want [%zu][%d]", path, rank, (unsigned long long)dims[0],
-        (unsigned long long)dims[1], n, cols);
-  double *v = ok ? malloc(sizeof(double) * n * (size_t)cols + 8) : NULL;
-  if (v) CHECK(H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0, "%s: H5Dread", path);
-  H5Dclose(d);
+  CHECK(rows == n, "/particles/%s: %zu rows, want %zu", name, rows, n);
+  if (rows != n) {
+    free(v);
+    return NULL;
+  }
   return v;
 }
 
-static void read_string_attr(hid_t f, const char *name, char *out, size_t cap) {
+static void read_string_attr(const frame_file *ff, const char *name, char *out, size_t cap) {
   out[0] = 0;
-  hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+  hid_t a = H5Aopen(ff->f, name, H5P_DEFAULT);
   CHECK(a >= 0, "no root attribute %s", name);
   if (a < 0) return;
   hid_t t = H5Aget_type(a);
@@ -107,22 +102,19 @@ static void run(const char *json, const char *out, scene *s) {
   sim_destroy(&S);
 }
 
-static hid_t open_frame(const char *out, int frame) {
+/* Opens frame FRAME of the run in OUT; a file that cannot be opened fails the test and exits. */
+static void open_frame(const char *out, int frame, frame_file *ff) {
   char path[4400];
   snprintf(path, sizeof path, "%s/frame_%05d.h5", out, frame);
-  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) {
-    fprintf(stderr, "FAIL: cannot open %s\n", path);
+  if (frame_open(ff, path) < 0) {
+    fprintf(stderr, "FAIL: %s\n", ff->err);
     exit(1);
   }
-  return f;
 }
 
-static size_t frame_count(hid_t f) {
+static size_t frame_count(frame_file *ff) {
   uint64_t n = 0;
-  hid_t a = H5Aopen(f, "n_particles", H5P_DEFAULT);
-  H5Aread(a, H5T_NATIVE_UINT64, &n);
-  H5Aclose(a);
+  CHECK(frame_attr(ff, "n_particles", H5T_NATIVE_UINT64, &n) == 0, "%s", ff->err);
   return (size_t)n;
 }
 
@@ -173,17 +165,18 @@ int main(int argc, char **argv) {
 
   double stress_max = 0;
   for (int frame = 0; frame <= 2; ++frame) {
-    hid_t f = open_frame(out, frame);
-    const size_t n = frame_count(f);
+    frame_file f;
+    open_frame(out, frame, &f);
+    const size_t n = frame_count(&f);
     CHECK(n == 2 * 4 * 4 * 4 * 8, "frame %d: %zu particles, want 1024", frame, n);
     char fields[256];
-    read_string_attr(f, "fields", fields, sizeof fields);
+    read_string_attr(&f, "fields", fields, sizeof fields);
     CHECK(!strcmp(fields, "position,velocity,id,material,owner,logjp,J,F,stress,C"), "frame %d: fields \"%s\"", frame,
           fields);
-    double *x = read_ds(f, "position", n, 3), *v = read_ds(f, "velocity", n, 3), *id = read_ds(f, "id", n, 1);
-    double *mat = read_ds(f, "material", n, 1), *own = read_ds(f, "owner", n, 1), *jp = read_ds(f, "logjp", n, 1);
-    double *J = read_ds(f, "J", n, 1), *F = read_ds(f, "F", n, 9), *sg = read_ds(f, "stress", n, 6);
-    double *C = read_ds(f, "C", n, 9);
+    double *x = read_ds(&f, "position", n, 3), *v = read_ds(&f, "velocity", n, 3), *id = read_ds(&f, "id", n, 1);
+    double *mat = read_ds(&f, "material", n, 1), *own = read_ds(&f, "owner", n, 1), *jp = read_ds(&f, "logjp", n, 1);
+    double *J = read_ds(&f, "J", n, 1), *F = read_ds(&f, "F", n, 9), *sg = read_ds(&f, "stress", n, 6);
+    double *C = read_ds(&f, "C", n, 9);
     if (!(x && v && id && mat && own && jp && J && F && sg && C)) exit(finish("test_fields"));
     size_t bad_j = 0, bad_s = 0, bad_jp = 0, bad_c = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -213,7 +206,7 @@ int main(int argc, char **argv) {
     CHECK(bad_jp == 0, "frame %d: logjp not 0 for %zu particles (no snow)", frame, bad_jp);
     CHECK(bad_c == 0, "frame %d: %zu values of C not finite (or, in frame 0, not 0)", frame, bad_c);
     free(x), free(v), free(id), free(mat), free(own), free(jp), free(J), free(F), free(sg), free(C);
-    H5Fclose(f);
+    CHECK(frame_close(&f) == 0, "%s", f.err);
   }
   printf("largest stress component %.4g Pa\n", stress_max);
   /* the jelly hit the floor at 2 m/s: stresses of kPa, far above the tolerance */
@@ -240,20 +233,21 @@ int main(int argc, char **argv) {
       "\"output\":{\"fields\":[\"J\",\"position\"]}}";
   run(two, out, &s);
   for (int frame = 0; frame <= 1; ++frame) {
-    hid_t f = open_frame(out, frame);
-    const size_t n = frame_count(f);
+    frame_file f;
+    open_frame(out, frame, &f);
+    const size_t n = frame_count(&f);
     char fields[256];
-    read_string_attr(f, "fields", fields, sizeof fields);
+    read_string_attr(&f, "fields", fields, sizeof fields);
     CHECK(!strcmp(fields, "position,J"), "frame %d: fields \"%s\", want \"position,J\"", frame, fields);
     hsize_t links = 0;
-    hid_t g = H5Gopen2(f, "/particles", H5P_DEFAULT);
+    hid_t g = H5Gopen2(f.f, "/particles", H5P_DEFAULT);
     H5G_info_t info;
     if (H5Gget_info(g, &info) >= 0) links = info.nlinks;
     H5Gclose(g);
     CHECK(links == 2, "frame %d: %llu datasets in /particles, want 2", frame, (unsigned long long)links);
-    free(read_ds(f, "position", n, 3));
-    free(read_ds(f, "J", n, 1));
-    H5Fclose(f);
+    free(read_ds(&f, "position", n, 3));
+    free(read_ds(&f, "J", n, 1));
+    CHECK(frame_close(&f) == 0, "%s", f.err);
   }
   snprintf(path, sizeof path, "%s/frames.xdmf", out);
   slurp(path, xml, sizeof xml);

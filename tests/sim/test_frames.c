@@ -2,53 +2,38 @@
  * right particle count, the initial state in frame 0 (positions inside the bodies, the bodies'
  * velocities, materials in file order, unique ids), the time/frame/dx attributes, ids that are
  * the same set in every frame, and an XDMF file that names exactly the written frames. */
-#include <hdf5.h>
 #include <sys/stat.h>
 
+#include "frame_read.h"
 #include "simtest.h"
 
+/* Frame FRAME of the run in DIR; a file that cannot be read fails the test and exits. */
 static void read_frame(const char *dir, int frame, size_t *n, float **x, float **v, uint64_t **id, int32_t **mat,
                        double *time, double *dx) {
   char path[4400];
   snprintf(path, sizeof path, "%s/frame_%05d.h5", dir, frame);
-  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) {
-    fprintf(stderr, "FAIL: cannot open %s\n", path);
+  frame_file ff;
+  void *p[4] = {NULL, NULL, NULL, NULL};
+  size_t rows[4] = {0, 0, 0, 0};
+  int fr = -1;
+  int rc = frame_open(&ff, path);
+  if (!rc) rc = frame_dataset(&ff, "position", H5T_NATIVE_FLOAT, 3, &p[0], &rows[0]);
+  if (!rc) rc = frame_dataset(&ff, "velocity", H5T_NATIVE_FLOAT, 3, &p[1], &rows[1]);
+  if (!rc) rc = frame_dataset(&ff, "id", H5T_NATIVE_UINT64, 1, &p[2], &rows[2]);
+  if (!rc) rc = frame_dataset(&ff, "material", H5T_NATIVE_INT32, 1, &p[3], &rows[3]);
+  if (!rc) rc = frame_attr(&ff, "time", H5T_NATIVE_DOUBLE, time);
+  if (!rc) rc = frame_attr(&ff, "dx", H5T_NATIVE_DOUBLE, dx);
+  if (!rc) rc = frame_attr(&ff, "frame", H5T_NATIVE_INT, &fr);
+  if (frame_close(&ff) < 0 && !rc) rc = -1;
+  if (rc) {
+    fprintf(stderr, "FAIL: %s\n", ff.err);
     exit(1);
   }
-  hid_t d = H5Dopen2(f, "/particles/position", H5P_DEFAULT);
-  hid_t sp = H5Dget_space(d);
-  hsize_t dims[2];
-  H5Sget_simple_extent_dims(sp, dims, NULL);
-  H5Sclose(sp);
-  *n = dims[0];
-  *x = malloc(sizeof(float) * 3 * dims[0] + 1);
-  *v = malloc(sizeof(float) * 3 * dims[0] + 1);
-  *id = malloc(sizeof(uint64_t) * dims[0] + 1);
-  *mat = malloc(sizeof(int32_t) * dims[0] + 1);
-  H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, *x);
-  H5Dclose(d);
-  d = H5Dopen2(f, "/particles/velocity", H5P_DEFAULT);
-  H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, *v);
-  H5Dclose(d);
-  d = H5Dopen2(f, "/particles/id", H5P_DEFAULT);
-  H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, *id);
-  H5Dclose(d);
-  d = H5Dopen2(f, "/particles/material", H5P_DEFAULT);
-  H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, *mat);
-  H5Dclose(d);
-  hid_t a = H5Aopen(f, "time", H5P_DEFAULT);
-  H5Aread(a, H5T_NATIVE_DOUBLE, time);
-  H5Aclose(a);
-  a = H5Aopen(f, "dx", H5P_DEFAULT);
-  H5Aread(a, H5T_NATIVE_DOUBLE, dx);
-  H5Aclose(a);
-  int fr = -1;
-  a = H5Aopen(f, "frame", H5P_DEFAULT);
-  H5Aread(a, H5T_NATIVE_INT, &fr);
-  H5Aclose(a);
+  CHECK(rows[1] == rows[0] && rows[2] == rows[0] && rows[3] == rows[0], "frame %d: datasets of %zu, %zu, %zu, %zu rows",
+        frame, rows[0], rows[1], rows[2], rows[3]);
   CHECK(fr == frame, "frame attribute %d in frame %d", fr, frame);
-  H5Fclose(f);
+  *n = rows[0];
+  *x = p[0], *v = p[1], *id = p[2], *mat = p[3];
 }
 
 static int cmp_u64(const void *a, const void *b) {

@@ -3,46 +3,24 @@
  *   u(s) = rho g s (W - s) / (2 mu),  s = x - X0,  peak rho g W^2 / (8 mu) at s = W / 2,
  * the liquid falling along -y between no-slip walls at x = X0 and X0 + W.
  *
- * Reads /particles/position and /particles/velocity of one frame (HDF5, the layout of
- * io/h5frame.h), keeps the particles with Y_LO <= y <= Y_HI (the column's middle, away from its
- * ends), bins them by x in 16 bins over [X0, X0 + W] and compares each bin's mean -v_y with the
+ * Reads /particles/position and /particles/velocity of one frame (tools/frame_read.h), keeps the
+ * particles with Y_LO <= y <= Y_HI (the column's middle, away from its ends), bins them by x in 16 bins over [X0, X0 + W] and compares each bin's mean -v_y with the
  * mean of u over the same particles' x. Prints the table and:
  *   peak error  = max bin mean / max analytic bin mean - 1
  *   shape error = max over bins |mean -v_y - mean u| / (rho g W^2 / (8 mu))
  * Exit 0 when both are within TOL (a fraction), 1 when not, 2 on bad arguments or an unreadable
  * frame. Every HDF5 call is checked. */
-#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "frame_read.h"
 
 enum { BINS = 16 };
 
 static int fail(const char *path, const char *what) {
   fprintf(stderr, "check_poiseuille: %s: %s\n", path, what);
   return 2;
-}
-
-/* Reads the [n][3] float dataset name into *out (malloc'ed). */
-static int read3(hid_t f, const char *path, const char *name, float **out, size_t *n) {
-  *out = NULL;
-  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
-  if (d < 0) return fail(path, "a dataset is missing (H5Dopen2)");
-  int rc = 0;
-  hid_t sp = H5Dget_space(d);
-  hsize_t dims[2] = {0, 0};
-  if (sp < 0 || H5Sget_simple_extent_ndims(sp) != 2 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0 || dims[1] != 3)
-    rc = fail(path, "a dataset is not [N][3] (H5Sget_simple_extent_dims)");
-  if (!rc) {
-    *n = (size_t)dims[0];
-    *out = malloc(sizeof(float) * 3 * *n + 1);
-    if (!*out) rc = fail(path, "out of memory");
-    else if (*n > 0 && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0)
-      rc = fail(path, "cannot read a dataset (H5Dread)");
-  }
-  if (sp >= 0 && H5Sclose(sp) < 0 && !rc) rc = fail(path, "H5Sclose");
-  if (H5Dclose(d) < 0 && !rc) rc = fail(path, "H5Dclose");
-  return rc;
 }
 
 int main(int argc, char **argv) {
@@ -58,19 +36,21 @@ int main(int argc, char **argv) {
     if (*end || !(a[i] == a[i])) return fail(argv[i + 2], "not a number");
   }
   const double x0 = a[0], W = a[1], rho = a[2], mu = a[3], g = a[4], ylo = a[5], yhi = a[6], tol = a[7];
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) return fail(path, "cannot open (H5Fopen)");
-  float *x = NULL, *v = NULL;
+  if (frame_quiet() < 0) return fail(path, "cannot silence the HDF5 error stack (H5Eset_auto2)");
+  frame_file ff;
+  void *xp = NULL, *vp = NULL;
   size_t n = 0, nv = 0;
-  int rc = read3(f, path, "/particles/position", &x, &n);
-  if (!rc) rc = read3(f, path, "/particles/velocity", &v, &nv);
-  if (H5Fclose(f) < 0 && !rc) rc = fail(path, "H5Fclose");
-  if (!rc && nv != n) rc = fail(path, "position and velocity differ in length");
+  int rc = frame_open(&ff, path);
+  if (!rc) rc = frame_dataset(&ff, "position", H5T_NATIVE_FLOAT, 3, &xp, &n);
+  if (!rc) rc = frame_dataset(&ff, "velocity", H5T_NATIVE_FLOAT, 3, &vp, &nv);
+  if (frame_close(&ff) < 0 && !rc) rc = -1;
+  if (rc) fprintf(stderr, "check_poiseuille: %s\n", ff.err);
+  else if (nv != n) rc = fail(path, "position and velocity differ in length");
   if (rc) {
-    free(x), free(v);
-    return rc;
+    free(xp), free(vp);
+    return 2;
   }
+  float *x = xp, *v = vp;
   const double peak = rho * g * W * W / (8 * mu);
   double sum_v[BINS] = {0}, sum_u[BINS] = {0}, sum_x[BINS] = {0};
   long cnt[BINS] = {0};
