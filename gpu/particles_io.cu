@@ -108,12 +108,12 @@ int cuda_set_particles(void *state, particles *p) {
  * kept between calls (particles added, and those that emigrate). */
 static int host_packets(cuda_state *s, size_t n) {
   if (n <= s->h_add_cap) return DR_OK;
-  free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
+  memtally_free(s->h_add), memtally_free(s->h_add_id), memtally_free(s->h_add_hdr);
   size_t cap = s->h_add_cap ? s->h_add_cap : 64;
   while (cap < n) cap *= 2;
-  s->h_add = (float *)dr_malloc(cap * PK_FLOATS * sizeof(float), "particle staging");
-  s->h_add_id = (uint64_t *)dr_malloc(cap * LANES * sizeof(uint64_t), "particle staging");
-  s->h_add_hdr = (int2 *)dr_malloc(cap * sizeof(int2), "particle staging");
+  s->h_add = (float *)memtally_malloc(MT_TRANSFER, cap * PK_FLOATS * sizeof(float), "particle staging");
+  s->h_add_id = (uint64_t *)memtally_malloc(MT_TRANSFER, cap * LANES * sizeof(uint64_t), "particle staging");
+  s->h_add_hdr = (int2 *)memtally_malloc(MT_TRANSFER, cap * sizeof(int2), "particle staging");
   s->h_add_cap = s->h_add && s->h_add_id && s->h_add_hdr ? cap : 0;
   return s->h_add_cap ? DR_OK : DR_ENOMEM;
 }
@@ -136,6 +136,7 @@ void cuda_host_release(void *p) {
 int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what) {
   if (need <= *cap && *p) return DR_OK;
   const size_t c = hostmem_capacity(*cap, need); /* weak_2's rebalance: pinning 128 MiB took about 60 ms */
+  if (*p) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)*cap);
   cuda_host_release(*p);
   *p = NULL;
   *cap = 0;
@@ -143,6 +144,7 @@ int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what) {
     *p = hostmem_pageable(c);
     if (!*p) return dr_fail(DR_ENOMEM, "out of host memory: %zu bytes for %s", c, what);
     *cap = c;
+    memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)c);
     return DR_OK;
   }
   const cudaError_t e = cudaHostAlloc(p, c, cudaHostAllocPortable);
@@ -153,6 +155,7 @@ int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what) {
                    cudaGetErrorString(e), c, what);
   }
   *cap = c;
+  memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)c);
   return DR_OK;
 }
 
@@ -570,11 +573,11 @@ int cuda_upload(cuda_state *s, const particles *p) {
   DVEC(s->pblock, n * sizeof(int32_t), "particle block indices");
   DVEC(s->head, n * sizeof(int32_t), "particle block indices");
   if (n > 0) {
-    float *pk = (float *)dr_malloc(s->n_packets * PK_FLOATS * sizeof(float), "particle upload");
-    uint64_t *id = (uint64_t *)dr_malloc(slots * sizeof(uint64_t), "particle upload");
-    int2 *hdr = (int2 *)dr_malloc(s->n_packets * sizeof(int2), "particle upload");
+    float *pk = (float *)memtally_malloc(MT_TRANSFER, s->n_packets * PK_FLOATS * sizeof(float), "particle upload");
+    uint64_t *id = (uint64_t *)memtally_malloc(MT_TRANSFER, slots * sizeof(uint64_t), "particle upload");
+    int2 *hdr = (int2 *)memtally_malloc(MT_TRANSFER, s->n_packets * sizeof(int2), "particle upload");
     if (!pk || !id || !hdr) {
-      free(pk), free(id), free(hdr);
+      memtally_free(pk), memtally_free(id), memtally_free(hdr);
       return DR_ENOMEM;
     }
     packets_from_particles(p, n, s->n_packets, pk, id, hdr);
@@ -590,7 +593,7 @@ int cuda_upload(cuda_state *s, const particles *p) {
     if (e == cudaSuccess)
       e = cudaMemcpyAsync(s->hdr.ptr, hdr, s->n_packets * sizeof(int2), cudaMemcpyHostToDevice, s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    free(pk), free(id), free(hdr);
+    memtally_free(pk), memtally_free(id), memtally_free(hdr);
     if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync(particle upload)", __FILE__, __LINE__);
   }
   s->cur = 0;
