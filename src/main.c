@@ -135,11 +135,10 @@ static double gib(double b) { return b / 1073741824.0; }
 
 /* "particles 1.2, sort 0.3, ... MiB": a plan's bytes by kind. */
 static void print_kinds(const memplan_bytes *m) {
-  static const char *const names[MT_KINDS] = {"particles", "sort", "mapping", "grid", "transfer"};
   const char *sep = "";
   for (int k = 0; k < MT_KINDS; ++k) {
     if (m->kind[k] <= 0) continue;
-    printf("%s%s %.1f", sep, names[k], mib(m->kind[k]));
+    printf("%s%s %.1f", sep, memtally_kind_name(k), mib(m->kind[k]));
     sep = ", ";
   }
   printf(" MiB");
@@ -501,14 +500,21 @@ static int refuse_unless_fits(const scene *s, const sim_options *opt, memplan *p
   return rc;
 }
 
-/* The run's last lines: its counted peaks (memtally.h) against the plan. */
+/* The run's last lines: the busiest rank's counted peaks (memtally.h) against the plan, which is
+ * the busiest rank's. Collective. */
 static void log_memory(const memplan *plan) {
-  const double host = (double)memtally_peak(MEMTALLY_HOST);
+  double peak[MEMTALLY_PLACES];
+  for (int p = 0; p < MEMTALLY_PLACES; ++p) peak[p] = (double)memtally_peak(p);
+  if (MPI_Allreduce(MPI_IN_PLACE, peak, MEMTALLY_PLACES, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS) return;
+  const double host = peak[MEMTALLY_HOST];
   log_info("memory: host peak %.1f MiB counted, plan %.1f MiB (%+.1f%%)", mib(host), mib(plan->host.total),
            plan->host.total > 0 ? 100.0 * (host / plan->host.total - 1.0) : 0.0);
+  for (int k = 0; k < MT_KINDS; ++k)
+    log_trace("memory: host %s: plan %.2f MiB, held at the end %.2f MiB", memtally_kind_name(k), mib(plan->host.kind[k]),
+              mib((double)memtally_now(MEMTALLY_HOST, k)));
   if (plan->cfg.backend != BACKEND_CUDA) return;
   for (int p = 1; p < MEMTALLY_PLACES; ++p) {
-    const double d = (double)memtally_peak(p);
+    const double d = peak[p];
     if (d > 0)
       log_info("memory: device %d peak %.1f MiB counted, plan %.1f MiB (%+.1f%%)", p - 1, mib(d), mib(plan->device.total),
                plan->device.total > 0 ? 100.0 * (d / plan->device.total - 1.0) : 0.0);

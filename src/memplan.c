@@ -99,7 +99,7 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));
   }
-  if (s->checkpoint_every > 0) add(m, MT_PARTICLES, rec * l->most);
+  if (s->checkpoint_every > 0 && l->frames >= s->checkpoint_every) add(m, MT_PARTICLES, rec * l->most);
 }
 
 void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
@@ -225,10 +225,13 @@ static void bytes_for(const scene *s, const memplan_config *c, const memplan_loa
  * fewer particles of the same ppc fill a smaller volume). */
 static memplan_load load_of(const memplan *p, double f) {
   const int R = p->cfg.ranks > 0 ? p->cfg.ranks : 1;
-  memplan_load l = {.start = ceil(f * (double)p->particles / R), .most = ceil(f * (double)p->most / R),
+  const double share = 1.0 / R + (R > 1 ? p->slab : 0.0); /* the busiest rank's, at most 1 */
+  const double busiest = share < 1.0 ? share : 1.0;
+  memplan_load l = {.start = ceil(f * (double)p->particles * busiest), .most = ceil(f * (double)p->most * busiest),
                     .pblocks = ceil(f * p->pblocks / R), .blocks = ceil(f * p->blocks / R),
                     .start_all = f * (double)p->particles, .ranks = R,
-                    .devices = p->cfg.devices > 0 ? p->cfg.devices : 1};
+                    .devices = p->cfg.devices > 0 ? p->cfg.devices : 1,
+                    .frames = p->cfg.frames > 0 ? p->cfg.frames : p->frames};
   return l;
 }
 
@@ -236,6 +239,7 @@ int memplan_create(const scene *s, const memplan_config *c, memplan *out) {
   memset(out, 0, sizeof *out);
   out->cfg = *c;
   const int frames = c->frames > 0 ? c->frames : s->frames;
+  out->frames = s->frames;
   out->n_bodies = s->n_bodies;
   out->n_materials = s->n_materials;
   out->body = calloc((size_t)(s->n_bodies ? s->n_bodies : 1), sizeof *out->body);
@@ -245,7 +249,8 @@ int memplan_create(const scene *s, const memplan_config *c, memplan *out) {
     memplan_destroy(out);
     return dr_fail(DR_ENOMEM, "out of host memory for the memory plan");
   }
-  double pb_all = 0.0, blocks_all = 0.0, cells = 1.0;
+  double pb_all = 0.0, blocks_all = 0.0, cells = 1.0, lo_all[3], hi_all[3];
+  for (int a = 0; a < 3; ++a) lo_all[a] = s->domain_max[a], hi_all[a] = s->domain_min[a];
   for (int a = 0; a < 3; ++a) cells *= ceil((s->domain_max[a] - s->domain_min[a]) / (4 * s->dx)) + 3;
   for (int b = 0; b < s->n_bodies; ++b) {
     out->body[b] = memplan_body_particles(s, b);
@@ -253,11 +258,18 @@ int memplan_create(const scene *s, const memplan_config *c, memplan *out) {
     out->material[s->bodies[b].material] += out->body[b];
     out->particles += out->body[b];
     out->most += out->body[b] + out->source[b];
-    double pb, phys;
+    double pb, phys, lo[3], hi[3];
     body_blocks(s, b, &pb, &phys);
+    scene_body_bounds(&s->bodies[b], lo, hi);
+    for (int a = 0; a < 3; ++a) lo_all[a] = fmin(lo_all[a], lo[a]), hi_all[a] = fmax(hi_all[a], hi[a]);
     pb_all += pb;
     blocks_all += phys;
   }
+  /* the cuts between ranks fall on block faces (mpi/decomp.h): the busiest rank may hold a slab of
+   * blocks more than its share, a block thick across the bodies' longest extent */
+  double extent = 0.0;
+  for (int a = 0; a < 3; ++a) extent = fmax(extent, hi_all[a] - lo_all[a]);
+  out->slab = extent > 0 ? fmin(1.0, 4.0 * s->dx / extent) : 1.0;
   out->pblocks = fmin(pb_all, cells); /* never more than the domain holds */
   out->blocks = fmin(blocks_all, cells);
   out->load = load_of(out, 1.0);

@@ -9,8 +9,10 @@
  * shape's count at every frame it is active, at most max_particles: a bound); particle blocks
  * and grid blocks from each body's bounding box (sparse.h's particle blocks, their 3x3x3
  * physical blocks), scaled by the shape's share of the box; overlaps between bodies are counted
- * twice (a bound). The decomposition splits the particles evenly between ranks (mpi/decomp.h cuts
- * the histogram at its halves) and an island's members likewise.
+ * twice (a bound). The decomposition splits the particles between ranks at block faces
+ * (mpi/decomp.h cuts the histogram at its halves): the busiest rank holds its share and at most a
+ * slab of blocks a block thick across the bodies' longest extent more; an island's members split
+ * theirs evenly.
  *
  * The formulas, one function a backend (memplan_cpu, memplan_cuda), follow the allocations:
  * memsizes.h's capacities and growth rules, which the allocating code uses too. The host's
@@ -40,6 +42,7 @@ typedef struct memplan_load {
   double start_all; /* particles at the start on all ranks (the migration reserve's base is this rank's share) */
   int ranks;
   int devices;     /* GPUs of the rank (cuda) */
+  int frames;      /* frames run (a checkpoint's copy only where one is written along the way) */
 } memplan_load;
 
 typedef struct memplan_config {
@@ -53,6 +56,7 @@ typedef struct memplan_config {
 
 typedef struct memplan {
   memplan_config cfg;
+  int frames;           /* the scene's time.frames */
   int n_bodies, n_materials;
   uint64_t *body;       /* [n_bodies] particles at the start (a source: 0) */
   uint64_t *source;     /* [n_bodies] the most a source emits over the run (others: 0) */
@@ -60,6 +64,7 @@ typedef struct memplan {
   uint64_t particles;   /* at the start, all ranks */
   uint64_t most;        /* at most over the run, all ranks */
   double pblocks, blocks; /* all ranks, at the start */
+  double slab;          /* the share of the particles a rank may hold beyond 1 / ranks */
   memplan_load load;    /* the busiest rank's */
   memplan_bytes host;   /* the busiest rank's host memory at its peak */
   memplan_bytes device; /* each of its devices (cuda; zero on the cpu) */

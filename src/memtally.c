@@ -17,6 +17,11 @@ typedef struct header {
   int64_t kind;
 } header;
 
+const char *memtally_kind_name(int kind) {
+  static const char *const names[MT_KINDS] = {"particles", "sort", "mapping", "grid", "transfer"};
+  return kind >= 0 && kind < MT_KINDS ? names[kind] : "?";
+}
+
 void memtally_count(int place, int kind, int64_t bytes) {
   if (place < 0 || place >= MEMTALLY_PLACES || kind < 0 || kind >= MT_KINDS || bytes == 0) return;
   atomic_fetch_add_explicit(&held_[place][kind], bytes, memory_order_relaxed);

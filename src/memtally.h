@@ -26,6 +26,8 @@ enum memtally_kind {
 #define MEMTALLY_HOST 0
 #define MEMTALLY_PLACES 9 /* the host, then devices 0 .. 7 (place 1 + device) */
 
+/* "particles", "sort", "mapping", "grid", "transfer". */
+const char *memtally_kind_name(int kind);
 /* Counts bytes (negative: released) of kind at place. */
 void memtally_count(int place, int kind, int64_t bytes);
 /* Bytes of kind held now at place (kind MT_KINDS: all kinds). */
