@@ -148,10 +148,10 @@ void memplan_cuda(const scene *s, const memplan_load *l, double device_free, mem
   /* packets: ceil(n / 32) as uploaded, then one a particle block more than full ones at most
    * (a rebuild starts a packet at every particle block): half a packet a block on average */
   const double up = ceil(n0 / lanes), sorted = ceil(n / lanes) + ceil(pb / 2.0);
-  /* the host: the sampled slice and the upload's staging (particles_io.cu), then the frames */
+  /* the host: the sampled slice and the upload's bounded staging (particles_io.cu), then the frames */
   memplan_bytes start = {{0}, 0}, run = {{0}, 0};
   add(&start, MT_PARTICLES, rec * (double)mem_doubled(MEM_FIRST_PARTICLES, (size_t)l->start));
-  add(&start, MT_TRANSFER, up * (pk + lanes * sizeof(uint64_t) + 2 * sizeof(int32_t)));
+  add(&start, MT_TRANSFER, fmin(up, MEM_UPLOAD_PACKETS) * (pk + lanes * sizeof(uint64_t) + 2 * sizeof(int32_t)));
   host_steady(s, l, l->ranks > 2 ? 2 : 1, &run); /* emigrate_records: the records leave from the device */
   *host = larger(&start, &run);
 
@@ -176,6 +176,14 @@ void memplan_cuda(const scene *s, const memplan_load *l, double device_free, mem
   add(device, MT_SORT, dvec_after(tmp_seq, 1, MEM_FIRST_PACKETS, &left));
   add(device, MT_PARTICLES, dvec_after(pk_seq1, 2, MEM_FIRST_PACKETS, &left));
   add(device, MT_PARTICLES, dvec_after(id_seq1, 1, MEM_FIRST_PACKETS, &left));
+  int push = 0; /* a slip or separate collider: G2P leaves particles to the collision step */
+  for (int c = 0; c < s->n_colliders; ++c) push |= s->colliders[c].type != BOUNDARY_STICKY;
+  if (push) {
+    const double mask_seq[2] = {up * sizeof(unsigned), sorted * sizeof(unsigned)};
+    const double room_seq[2] = {up * lanes * sizeof(float), sorted * lanes * sizeof(float)};
+    add(device, MT_TRANSFER, dvec_after(mask_seq, 2, MEM_FIRST_DVEC, &left));
+    add(device, MT_TRANSFER, dvec_after(room_seq, 2, MEM_FIRST_DVEC, &left));
+  }
   /* particle blocks and their neighbours (DVEC_GRID) */
   const double pb_seq[5][1] = {{3 * pb * 4}, {(pb + 1) * 4}, {(pb + 1) * 4}, {27 * pb * 4}, {27 * pb * 8}};
   for (int k = 0; k < 5; ++k) add(device, MT_MAPPING, dvec_after(pb_seq[k], 1, MEM_FIRST_GRID, &left));

@@ -52,6 +52,10 @@ static inline double mem_migration_share(double threshold) {
 #define MEM_BLOCK_FLOATS 256
 #define MEM_OLD_FLOATS 192
 
+/* The CUDA backend's upload stages at most this many packets (32 particles each: 1M particles,
+ * 120 MiB) on the host at a time (gpu/particles_io.cu, cuda_upload). */
+#define MEM_UPLOAD_PACKETS 32768
+
 /* A device vector's capacity (bytes) after a request for need bytes, holding bytes now: unchanged
  * where it fits (exact: need <= bytes; else half full: 2 need <= bytes), else exact: need; a first
  * allocation: first x need; a growth: 4x the old capacity or 2x the need, whichever is more; at
