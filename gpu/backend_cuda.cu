@@ -349,7 +349,7 @@ void cuda_destroy(void *state) {
     if (s->pool[k]) cudaMemPoolDestroy(s->pool[k]);
   if (s->stream) cudaStreamDestroy(s->stream);
   cudaGetLastError();
-  free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
+  memtally_free(s->h_add), memtally_free(s->h_add_id), memtally_free(s->h_add_hdr);
   cuda_host_release(s->h_codes);
   free(s->xl);
   free(s->mats);

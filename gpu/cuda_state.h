@@ -35,6 +35,8 @@ extern "C" {
 #include "error.h"
 #include "hostmem.h"
 #include "log.h"
+#include "memsizes.h"
+#include "memtally.h"
 #include "scene.h"
 #include "settings.h"
 }
@@ -98,6 +100,7 @@ typedef struct dvec {
   cudaMemPool_t pool;       /* an island member's stream-ordered pool (dvec_pools), else NULL: cudaMalloc */
   cudaStream_t st;          /* ... and the stream its growths are ordered on */
   int pooled;               /* ptr came from pool (it travels with ptr through dvec_swap) */
+  int place, kind;          /* where memtally.h counts bytes (1 + the device) and as what */
 } dvec;
 
 /* Device allocations made (every member's; DRIFT_GPU_STAMPS tells the rebuild-mappings that made
@@ -110,8 +113,8 @@ typedef struct dvec {
  * on an island the growth maps the new memory for every member and each member grows at its own
  * rebuild-mapping, which the others wait for (docs/performance.md). */
 extern unsigned long g_dvec_allocs;
-#define DVEC_HEADROOM 2
-#define DVEC_PACKET_HEADROOM 4
+#define DVEC_HEADROOM MEM_FIRST_GRID
+#define DVEC_PACKET_HEADROOM MEM_FIRST_PACKETS
 extern int g_dvec_log;      /* DRIFT_GPU_STAMPS=1: each growth logged, with the host's time in cudaFree and cudaMalloc */
 
 /* The host's monotonic clock (ns): the growths' log here, the island's crew below. */
@@ -121,7 +124,7 @@ static inline double now_ns(void) {
   return t.tv_sec * 1e9 + t.tv_nsec;
 }
 static inline double now_ms(void) { return now_ns() * 1e-6; }
-#define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, 2, (what), __FILE__, __LINE__))
+#define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, MEM_FIRST_DVEC, (what), __FILE__, __LINE__))
 #define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, 1, (what), __FILE__, __LINE__))
 #define DVEC_GRID(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, DVEC_HEADROOM, (what), __FILE__, __LINE__))
 #define DVEC_PK(v, need, what)                                                                                   \

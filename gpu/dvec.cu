@@ -46,22 +46,52 @@ static cudaError_t dvec_alloc(dvec *v, void **p, size_t cap) {
   return cudaMallocFromPoolAsync(p, cap, v->pool, v->st);
 }
 
-/* Room for need bytes: none if exact, else growing 4x when half full, the first time first x need. */
+/* What memtally.h counts a vector as, from the name its allocation gives (the DVEC macros' what). */
+static int dvec_kind(const char *what) {
+  if (!strncmp(what, "particle packets", 16) || !strncmp(what, "particle ids", 12) ||
+      !strncmp(what, "packet headers", 14))
+    return MT_PARTICLES;
+  if (!strncmp(what, "particle sort keys", 18) || !strncmp(what, "particle block indices", 22) ||
+      !strncmp(what, "CUB", 3))
+    return MT_SORT;
+  if (!strncmp(what, "particle blocks", 15) || !strncmp(what, "physical block codes", 20) ||
+      !strncmp(what, "block hash table", 16))
+    return MT_MAPPING;
+  if (!strncmp(what, "grid blocks", 11)) return MT_GRID;
+  return MT_TRANSFER;
+}
+
+/* v's new buffer of cap bytes counted (memtally.h) on the current device, as what is. */
+static void dvec_counted(dvec *v, size_t cap, const char *what) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError(), dev = 0;
+  v->place = 1 + dev;
+  v->kind = dvec_kind(what);
+  memtally_count(v->place, v->kind, (int64_t)cap);
+}
+
+static void dvec_uncounted(dvec *v) {
+  if (v->ptr) memtally_count(v->place, v->kind, -(int64_t)v->bytes);
+}
+
+/* Room for need bytes: none if exact, else growing 4x when half full, the first time first x need
+ * (memsizes.h's rule, which the memory plan follows). */
 int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const char *what, const char *file,
                     int line) {
   if (exact ? need <= v->bytes : 2 * need <= v->bytes) return DR_OK;
   /* a first allocation above 2x its need only where it takes at most an eighth of the device's
    * free memory: a scene near the device's size starts at 2x */
-  if (!exact && !v->bytes && first > 2) {
+  if (!exact && !v->bytes && first > MEM_FIRST_DVEC) {
     size_t freeb = 0, total = 0;
-    if (cudaMemGetInfo(&freeb, &total) != cudaSuccess || first * need > freeb / 8) first = 2;
+    if (cudaMemGetInfo(&freeb, &total) != cudaSuccess || first * need > freeb / MEM_PACKETS_FREE_SHARE)
+      first = MEM_FIRST_DVEC;
     (void)cudaGetLastError();
   }
-  size_t cap = exact ? need : v->bytes ? (4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need) : first * need;
-  if (cap < 256) cap = 256;
+  const size_t cap = mem_dvec_capacity(v->bytes, need, exact, first);
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   const size_t from = v->bytes;
   const double t0 = g_dvec_log ? now_ms() : 0.0;
+  dvec_uncounted(v);
   CU(dvec_release(v)); /* contents are never kept across a growth */
   v->ptr = NULL;
   v->bytes = 0;
@@ -72,6 +102,7 @@ int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const char *w
   }
   v->bytes = cap;
   v->pooled = v->pool != NULL;
+  dvec_counted(v, cap, what);
   if (g_dvec_log) dvec_logged(what, from, cap, t1 - t0, now_ms() - t1, file, line);
   return DR_OK;
 }
@@ -81,8 +112,7 @@ int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const char *w
 int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st, const char *what, const char *file,
                       int line) {
   if (2 * need <= v->bytes) return DR_OK;
-  size_t cap = 4 * v->bytes > 2 * need ? 4 * v->bytes : 2 * need;
-  if (cap < 256) cap = 256;
+  const size_t cap = mem_dvec_capacity(v->bytes, need, 0, MEM_FIRST_DVEC);
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   void *q = NULL;
   const double t0 = g_dvec_log ? now_ms() : 0.0;
@@ -97,15 +127,18 @@ int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st, const 
     }
   }
   const size_t from = v->bytes;
+  dvec_uncounted(v);
   CU(dvec_release(v));
   v->ptr = q;
   v->bytes = cap;
   v->pooled = v->pool != NULL;
+  dvec_counted(v, cap, what);
   if (g_dvec_log) dvec_logged(what, from, cap, now_ms() - t1, t1 - t0, file, line); /* free: with the copy */
   return DR_OK;
 }
 
 void dvec_free(dvec *v) {
+  dvec_uncounted(v);
   if (v->ptr) cudaFree(v->ptr); /* also a pool's buffer (cudaFree waits for the device) */
   v->ptr = NULL;
   v->bytes = 0;

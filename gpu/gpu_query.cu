@@ -3,6 +3,9 @@
 #include <stdio.h>
 
 #include "gpu_query.h"
+extern "C" {
+#include "error.h"
+}
 
 extern "C" int gpu_count(int *count, char *name, int name_len) {
   *count = 0;
@@ -22,6 +25,24 @@ extern "C" int gpu_count(int *count, char *name, int name_len) {
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(name, (size_t)name_len, "%s", prop.name);
   }
+  return 0;
+}
+
+extern "C" int gpu_free_memory(int device, double *free_bytes, double *total_bytes) {
+  *free_bytes = 0.0;
+  if (total_bytes) *total_bytes = 0.0;
+  int prev = 0;
+  cudaError_t rc = cudaGetDevice(&prev);
+  if (rc == cudaSuccess) rc = cudaSetDevice(device);
+  size_t f = 0, t = 0;
+  if (rc == cudaSuccess) rc = cudaMemGetInfo(&f, &t);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    return dr_fail(DR_ECUDA, "cudaMemGetInfo on device %d failed: %s", device, cudaGetErrorString(rc));
+  }
+  cudaSetDevice(prev);
+  *free_bytes = (double)f;
+  if (total_bytes) *total_bytes = (double)t;
   return 0;
 }
 

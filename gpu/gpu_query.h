@@ -10,6 +10,11 @@ extern "C" {
  * without a driver has 0; that is not an error. *name gets device 0's name where there is one. */
 int gpu_count(int *count, char *name, int name_len);
 
+/* Free and total memory of device d in bytes (cudaMemGetInfo; it makes the device's context,
+ * which the run needs anyway). DR_ECUDA with a message naming the call where it fails; total may
+ * be NULL. */
+int gpu_free_memory(int device, double *free_bytes, double *total_bytes);
+
 /* Whether this build contains the CUDA backend. */
 int gpu_backend_built(void);
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memsizes.h"
 #include "physics/bspline.h"
 #include "physics/constitutive.h"
 #include "physics/fixed.h"
@@ -19,6 +20,9 @@
 enum { A_X = 0, A_V = 3, A_C = 6, A_F = 15, A_M = 24, A_VOL = 25, A_MAT = 26, A_JP = 27, PK_ATTRS = 28 };
 #define LANES 32
 #define PK_FLOATS (PK_ATTRS * LANES)
+/* the memory plan (src/memplan.c) sizes packets and grid blocks from memsizes.h's figures */
+static_assert(PK_ATTRS == MEM_PACKET_ATTRS && LANES == MEM_LANES, "memsizes.h: a packet's size");
+static_assert(4 * BLOCK_NODES == MEM_BLOCK_FLOATS && 3 * BLOCK_NODES == MEM_OLD_FLOATS, "memsizes.h: a block's size");
 #define BLOCK_FLOATS (4 * BLOCK_NODES)
 #define OLD_FLOATS (3 * BLOCK_NODES) /* ASFLIP: grid0[blk * OLD_FLOATS + channel * 64 + node] */
 #define ZONE 10                       /* free-zone cells per axis: FREE_ZONE_HI - FREE_ZONE_LO + 1 */

@@ -108,12 +108,12 @@ int cuda_set_particles(void *state, particles *p) {
  * kept between calls (particles added, and those that emigrate). */
 static int host_packets(cuda_state *s, size_t n) {
   if (n <= s->h_add_cap) return DR_OK;
-  free(s->h_add), free(s->h_add_id), free(s->h_add_hdr);
+  memtally_free(s->h_add), memtally_free(s->h_add_id), memtally_free(s->h_add_hdr);
   size_t cap = s->h_add_cap ? s->h_add_cap : 64;
   while (cap < n) cap *= 2;
-  s->h_add = (float *)dr_malloc(cap * PK_FLOATS * sizeof(float), "particle staging");
-  s->h_add_id = (uint64_t *)dr_malloc(cap * LANES * sizeof(uint64_t), "particle staging");
-  s->h_add_hdr = (int2 *)dr_malloc(cap * sizeof(int2), "particle staging");
+  s->h_add = (float *)memtally_malloc(MT_TRANSFER, cap * PK_FLOATS * sizeof(float), "particle staging");
+  s->h_add_id = (uint64_t *)memtally_malloc(MT_TRANSFER, cap * LANES * sizeof(uint64_t), "particle staging");
+  s->h_add_hdr = (int2 *)memtally_malloc(MT_TRANSFER, cap * sizeof(int2), "particle staging");
   s->h_add_cap = s->h_add && s->h_add_id && s->h_add_hdr ? cap : 0;
   return s->h_add_cap ? DR_OK : DR_ENOMEM;
 }
@@ -136,6 +136,7 @@ void cuda_host_release(void *p) {
 int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what) {
   if (need <= *cap && *p) return DR_OK;
   const size_t c = hostmem_capacity(*cap, need); /* weak_2's rebalance: pinning 128 MiB took about 60 ms */
+  if (*p) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)*cap);
   cuda_host_release(*p);
   *p = NULL;
   *cap = 0;
@@ -143,6 +144,7 @@ int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what) {
     *p = hostmem_pageable(c);
     if (!*p) return dr_fail(DR_ENOMEM, "out of host memory: %zu bytes for %s", c, what);
     *cap = c;
+    memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)c);
     return DR_OK;
   }
   const cudaError_t e = cudaHostAlloc(p, c, cudaHostAllocPortable);
@@ -153,6 +155,7 @@ int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what) {
                    cudaGetErrorString(e), c, what);
   }
   *cap = c;
+  memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)c);
   return DR_OK;
 }
 
@@ -185,18 +188,21 @@ static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t 
 
 /* Particles [0, n) of p into the host's packets (pk, id) and headers (hdr), packets of them,
  * in order: packet k holds particles [32k, 32k + 32), its free lanes zero. */
-static void packets_from_particles(const particles *p, size_t n, size_t packets, float *pk, uint64_t *id, int2 *hdr) {
+/* Particles first .. first + n - 1 of p into packets [packets] (pk, id, hdr) from the first lane. */
+static void packets_from_particles(const particles *p, size_t first, size_t n, size_t packets, float *pk, uint64_t *id,
+                                   int2 *hdr) {
   memset(pk, 0, packets * PK_FLOATS * sizeof(float));
   memset(id, 0, packets * LANES * sizeof(uint64_t));
   for (size_t i = 0; i < n; ++i) {
+    const size_t j = first + i;
     float *q = pk + (i / LANES) * PK_FLOATS + i % LANES;
-    for (int a = 0; a < 3; ++a) q[(A_X + a) * LANES] = p->x[3 * i + a], q[(A_V + a) * LANES] = p->v[3 * i + a];
-    for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * i + a], q[(A_F + a) * LANES] = p->F[9 * i + a];
-    q[A_M * LANES] = p->mass[i];
-    q[A_VOL * LANES] = p->vol0[i];
-    q[A_JP * LANES] = p->logjp[i];
-    memcpy(&q[A_MAT * LANES], &p->material[i], sizeof(int32_t));
-    id[i] = p->id[i];
+    for (int a = 0; a < 3; ++a) q[(A_X + a) * LANES] = p->x[3 * j + a], q[(A_V + a) * LANES] = p->v[3 * j + a];
+    for (int a = 0; a < 9; ++a) q[(A_C + a) * LANES] = p->C[9 * j + a], q[(A_F + a) * LANES] = p->F[9 * j + a];
+    q[A_M * LANES] = p->mass[j];
+    q[A_VOL * LANES] = p->vol0[j];
+    q[A_JP * LANES] = p->logjp[j];
+    memcpy(&q[A_MAT * LANES], &p->material[j], sizeof(int32_t));
+    id[i] = p->id[j];
   }
   for (size_t k = 0; k < packets; ++k) hdr[k] = make_int2(-1, (int)(n - k * LANES < LANES ? n - k * LANES : LANES));
 }
@@ -211,7 +217,7 @@ static int append_particles(cuda_state *s, const particles *p) {
   DR_TRY(host_packets(s, add_packets));
   float *pk = s->h_add;
   uint64_t *id = s->h_add_id;
-  packets_from_particles(p, m, add_packets, pk, id, s->h_add_hdr);
+  packets_from_particles(p, 0, m, add_packets, pk, id, s->h_add_hdr);
   CU(cudaMemcpyAsync(dp<float>(s->pk[s->cur]) + old_packets * PK_FLOATS, pk, add_packets * PK_FLOATS * sizeof(float),
                      cudaMemcpyHostToDevice, st));
   CU(cudaMemcpyAsync(dp<uint64_t>(s->pid[s->cur]) + old_packets * LANES, id, add_packets * LANES * sizeof(uint64_t),
@@ -570,27 +576,35 @@ int cuda_upload(cuda_state *s, const particles *p) {
   DVEC(s->pblock, n * sizeof(int32_t), "particle block indices");
   DVEC(s->head, n * sizeof(int32_t), "particle block indices");
   if (n > 0) {
-    float *pk = (float *)dr_malloc(s->n_packets * PK_FLOATS * sizeof(float), "particle upload");
-    uint64_t *id = (uint64_t *)dr_malloc(slots * sizeof(uint64_t), "particle upload");
-    int2 *hdr = (int2 *)dr_malloc(s->n_packets * sizeof(int2), "particle upload");
+    /* through a bounded staging buffer (memsizes.h: MEM_UPLOAD_PACKETS packets), reused chunk
+     * after chunk, so that the host holds no second full copy of the particles */
+    const size_t cp = s->n_packets < MEM_UPLOAD_PACKETS ? s->n_packets : MEM_UPLOAD_PACKETS;
+    float *pk = (float *)memtally_malloc(MT_TRANSFER, cp * PK_FLOATS * sizeof(float), "particle upload");
+    uint64_t *id = (uint64_t *)memtally_malloc(MT_TRANSFER, cp * LANES * sizeof(uint64_t), "particle upload");
+    int2 *hdr = (int2 *)memtally_malloc(MT_TRANSFER, cp * sizeof(int2), "particle upload");
     if (!pk || !id || !hdr) {
-      free(pk), free(id), free(hdr);
+      memtally_free(pk), memtally_free(id), memtally_free(hdr);
       return DR_ENOMEM;
     }
-    packets_from_particles(p, n, s->n_packets, pk, id, hdr);
-    /* On s->stream, which the rebuild-mapping's kernels use next: s->stream is non-blocking, so
-     * a plain cudaMemcpy (the legacy default stream) would not be ordered before them, and a
-     * pageable cudaMemcpy may return before its DMA lands: k_keys could then read headers or
-     * packets that an earlier run left in reused device memory (test_preview's second run in
-     * one process failed at its first step). The synchronisation lets the host buffers go. */
-    cudaError_t e = cudaMemcpyAsync(s->pk[0].ptr, pk, s->n_packets * PK_FLOATS * sizeof(float), cudaMemcpyHostToDevice,
-                                    s->stream);
-    if (e == cudaSuccess)
-      e = cudaMemcpyAsync(s->pid[0].ptr, id, slots * sizeof(uint64_t), cudaMemcpyHostToDevice, s->stream);
-    if (e == cudaSuccess)
-      e = cudaMemcpyAsync(s->hdr.ptr, hdr, s->n_packets * sizeof(int2), cudaMemcpyHostToDevice, s->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    free(pk), free(id), free(hdr);
+    cudaError_t e = cudaSuccess;
+    for (size_t k0 = 0; k0 < s->n_packets && e == cudaSuccess; k0 += cp) {
+      const size_t kp = s->n_packets - k0 < cp ? s->n_packets - k0 : cp, first = k0 * LANES;
+      packets_from_particles(p, first, n - first < kp * LANES ? n - first : kp * LANES, kp, pk, id, hdr);
+      /* On s->stream, which the rebuild-mapping's kernels use next: s->stream is non-blocking, so
+       * a plain cudaMemcpy (the legacy default stream) would not be ordered before them, and a
+       * pageable cudaMemcpy may return before its DMA lands: k_keys could then read headers or
+       * packets that an earlier run left in reused device memory (test_preview's second run in
+       * one process failed at its first step). The synchronisation lets the staging be reused. */
+      e = cudaMemcpyAsync(dp<float>(s->pk[0]) + k0 * PK_FLOATS, pk, kp * PK_FLOATS * sizeof(float),
+                          cudaMemcpyHostToDevice, s->stream);
+      if (e == cudaSuccess)
+        e = cudaMemcpyAsync(dp<uint64_t>(s->pid[0]) + k0 * LANES, id, kp * LANES * sizeof(uint64_t),
+                            cudaMemcpyHostToDevice, s->stream);
+      if (e == cudaSuccess)
+        e = cudaMemcpyAsync(dp<int2>(s->hdr) + k0, hdr, kp * sizeof(int2), cudaMemcpyHostToDevice, s->stream);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    }
+    memtally_free(pk), memtally_free(id), memtally_free(hdr);
     if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync(particle upload)", __FILE__, __LINE__);
   }
   s->cur = 0;

@@ -28,6 +28,8 @@
 #include "backend.h"
 #include "error.h"
 #include "grid.h"
+#include "memsizes.h"
+#include "memtally.h"
 #include "physics/boundary.h"
 #include "physics/bspline.h"
 #include "physics/constitutive.h"
@@ -96,16 +98,26 @@ typedef struct cpu_state {
 
 /* ---- storage ------------------------------------------------------------------------------ */
 
+/* Counted allocations (memtally.h) of count elements of ptr's type, of one kind. */
+#define MT_ALLOC(ptr, count, kind, what)                                                           \
+  do {                                                                                             \
+    if (!((ptr) = memtally_malloc((kind), sizeof(*(ptr)) * (size_t)(count), (what)))) return DR_ENOMEM; \
+  } while (0)
+#define MT_ALLOC0(ptr, count, kind, what)                                                          \
+  do {                                                                                             \
+    if (!((ptr) = memtally_calloc((kind), (size_t)(count), sizeof(*(ptr)), (what)))) return DR_ENOMEM; \
+  } while (0)
+
+/* Capacities double from memsizes.h's first ones, as the memory plan (memplan.c) counts them. */
 static int grow_particles(cpu_state *s, size_t n) {
   if (n <= s->cap_n && s->cap_n) return DR_OK; /* (a first call allocates, even for no particle) */
-  size_t cap = s->cap_n ? s->cap_n : 1024;
-  while (cap < n) cap *= 2;
-  free(s->pblock);
-  free(s->sort_key);
+  const size_t cap = mem_doubled(s->cap_n ? s->cap_n : MEM_FIRST_PARTICLES, n);
+  memtally_free(s->pblock);
+  memtally_free(s->sort_key);
   s->pblock = NULL;
   s->sort_key = NULL;
-  DR_ALLOC(s->pblock, cap, "particle block indices");
-  DR_ALLOC(s->sort_key, 2 * cap, "particle sort keys");
+  MT_ALLOC(s->pblock, cap, MT_SORT, "particle block indices");
+  MT_ALLOC(s->sort_key, 2 * cap, MT_SORT, "particle sort keys");
   DR_TRY(particles_reserve(&s->tmp, cap));
   s->cap_n = cap;
   return DR_OK;
@@ -113,30 +125,34 @@ static int grow_particles(cpu_state *s, size_t n) {
 
 static int grow_pblocks(cpu_state *s, size_t n) {
   if (n <= s->cap_pb && s->cap_pb) return DR_OK;
-  size_t cap = s->cap_pb ? s->cap_pb : 256;
-  while (cap < n) cap *= 2;
-  free(s->pb_coord), free(s->pb_nbr), free(s->pb_start), free(s->color_pb), free(s->nbr_codes);
+  const size_t cap = mem_doubled(s->cap_pb ? s->cap_pb : MEM_FIRST_PBLOCKS, n);
+  memtally_free(s->pb_coord), memtally_free(s->pb_nbr), memtally_free(s->pb_start), memtally_free(s->color_pb);
+  memtally_free(s->nbr_codes);
   s->pb_coord = NULL, s->pb_nbr = NULL, s->pb_start = NULL, s->color_pb = NULL, s->nbr_codes = NULL;
-  DR_ALLOC(s->pb_coord, 3 * cap, "particle blocks");
-  DR_ALLOC(s->pb_nbr, 27 * cap, "particle blocks");
-  DR_ALLOC(s->pb_start, cap + 1, "particle blocks");
-  DR_ALLOC(s->color_pb, cap, "particle blocks");
-  DR_ALLOC(s->nbr_codes, 27 * cap, "physical block codes");
+  MT_ALLOC(s->pb_coord, 3 * cap, MT_MAPPING, "particle blocks");
+  MT_ALLOC(s->pb_nbr, 27 * cap, MT_MAPPING, "particle blocks");
+  MT_ALLOC(s->pb_start, cap + 1, MT_MAPPING, "particle blocks");
+  MT_ALLOC(s->color_pb, cap, MT_MAPPING, "particle blocks");
+  MT_ALLOC(s->nbr_codes, 27 * cap, MT_MAPPING, "physical block codes");
   s->cap_pb = cap;
   return DR_OK;
 }
 
+static void free_blocks(cpu_state *s) {
+  memtally_free(s->block_code), memtally_free(s->grid), memtally_free(s->touched), memtally_free(s->shared);
+  memtally_free(s->igrid);
+  s->block_code = NULL, s->grid = NULL, s->touched = NULL, s->shared = NULL, s->igrid = NULL;
+}
+
 static int grow_blocks(cpu_state *s, size_t n) {
   if (n <= s->cap_blocks && s->cap_blocks) return DR_OK;
-  size_t cap = s->cap_blocks ? s->cap_blocks : 1024;
-  while (cap < n) cap *= 2;
-  free(s->block_code), free(s->grid), free(s->touched), free(s->shared), free(s->igrid);
-  s->block_code = NULL, s->grid = NULL, s->touched = NULL, s->shared = NULL, s->igrid = NULL;
-  DR_ALLOC0(s->shared, cap, "grid blocks");
-  if (s->det) DR_ALLOC(s->igrid, s->bf * cap, "grid blocks (fixed point)");
-  DR_ALLOC(s->block_code, cap, "grid blocks");
-  DR_ALLOC(s->grid, s->bf * cap, "grid blocks");
-  DR_ALLOC0(s->touched, cap, "grid blocks");
+  const size_t cap = mem_doubled(s->cap_blocks ? s->cap_blocks : MEM_FIRST_BLOCKS, n);
+  free_blocks(s);
+  MT_ALLOC0(s->shared, cap, MT_GRID, "grid blocks");
+  if (s->det) MT_ALLOC(s->igrid, s->bf * cap, MT_GRID, "grid blocks (fixed point)");
+  MT_ALLOC(s->block_code, cap, MT_GRID, "grid blocks");
+  MT_ALLOC(s->grid, s->bf * cap, MT_GRID, "grid blocks");
+  MT_ALLOC0(s->touched, cap, MT_GRID, "grid blocks");
   s->cap_blocks = cap;
   return DR_OK;
 }
@@ -820,9 +836,10 @@ static void destroy(void *state) {
   if (!s) return;
   particles_free(&s->p);
   particles_free(&s->tmp);
-  free(s->pblock), free(s->sort_key);
-  free(s->pb_coord), free(s->pb_nbr), free(s->pb_start), free(s->color_pb), free(s->nbr_codes);
-  free(s->block_code), free(s->grid), free(s->touched), free(s->shared), free(s->igrid);
+  memtally_free(s->pblock), memtally_free(s->sort_key);
+  memtally_free(s->pb_coord), memtally_free(s->pb_nbr), memtally_free(s->pb_start), memtally_free(s->color_pb);
+  memtally_free(s->nbr_codes);
+  free_blocks(s);
   grid_table_free(&s->table);
   free(s->poses);
   free(s->mats);

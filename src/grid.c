@@ -4,19 +4,20 @@
 #include <stdlib.h>
 
 #include "error.h"
+#include "memsizes.h"
+#include "memtally.h"
 #include "rng.h"
 
 int grid_table_reset(block_table *t, size_t n) {
-  size_t cap = 64;
-  while (cap < 2 * n) cap <<= 1;
+  const size_t cap = mem_table_capacity(n);
   if (cap > t->cap) {
-    free(t->keys);
-    free(t->vals);
+    memtally_free(t->keys);
+    memtally_free(t->vals);
     t->keys = NULL;
     t->vals = NULL;
     t->cap = 0;
-    DR_ALLOC(t->keys, cap, "block hash table");
-    DR_ALLOC(t->vals, cap, "block hash table");
+    if (!(t->keys = memtally_malloc(MT_MAPPING, sizeof *t->keys * cap, "block hash table"))) return DR_ENOMEM;
+    if (!(t->vals = memtally_malloc(MT_MAPPING, sizeof *t->vals * cap, "block hash table"))) return DR_ENOMEM;
     t->cap = cap;
   }
   for (size_t i = 0; i < t->cap; ++i) t->keys[i] = GRID_EMPTY;
@@ -47,8 +48,8 @@ int32_t grid_table_find(const block_table *t, uint64_t code) {
 }
 
 void grid_table_free(block_table *t) {
-  free(t->keys);
-  free(t->vals);
+  memtally_free(t->keys);
+  memtally_free(t->vals);
   t->keys = NULL;
   t->vals = NULL;
   t->cap = t->count = 0;

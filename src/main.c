@@ -8,9 +8,12 @@
 #include <string.h>
 
 #include "bench.h"
+#include "comm.h"
 #include "error.h"
 #include "gpu_query.h"
 #include "log.h"
+#include "memplan.h"
+#include "memtally.h"
 #include "particles.h"
 #include "preview.h"
 #include "sample.h"
@@ -130,6 +133,54 @@ static double mib(double b) { return b / 1048576.0; }
 
 static const char *const SHAPE_NAMES_CHECK[] = {"box", "sphere", "cylinder"};
 
+static double gib(double b) { return b / 1073741824.0; }
+
+/* "particles 1.2, sort 0.3, ... MiB": a plan's bytes by kind. */
+static void print_kinds(const memplan_bytes *m) {
+  const char *sep = "";
+  for (int k = 0; k < MT_KINDS; ++k) {
+    if (m->kind[k] <= 0) continue;
+    printf("%s%s %.1f", sep, memtally_kind_name(k), mib(m->kind[k]));
+    sep = ", ";
+  }
+  printf(" MiB");
+}
+
+/* drift check's memory lines: the plan of each backend, the free memory now, and a warning
+ * where the plan does not fit here (check may run elsewhere than the run: it warns; run refuses). */
+static void print_plan(const scene *s, const memplan *cpu, const memplan *cuda, int ngpu, double dev_free) {
+  const double n = cpu->most > 0 ? (double)cpu->most : 1.0;
+  if (cpu->most > cpu->particles)
+    printf("particles at most: %llu (the sources' most over %d frames)\n", (unsigned long long)cpu->most, s->frames);
+  printf("grid: about %.0f blocks of 4^3 nodes around %.0f particle blocks\n", cpu->blocks, cpu->pblocks);
+  printf("memory plan, cpu backend: host %.1f MiB at its peak (%.0f B a particle): ", mib(cpu->host.total),
+         cpu->host.total / n);
+  print_kinds(&cpu->host);
+  printf("\n");
+  if (gpu_backend_built()) {
+    printf("memory plan, cuda backend: each of %d GPU(s) %.1f MiB (%.0f B a particle)%s: ", cuda->cfg.devices,
+           mib(cuda->device.total), cuda->device.total * cuda->cfg.devices / n,
+           dev_free > 0 ? "" : " at least (no GPU here: first allocations at their smaller headroom)");
+    print_kinds(&cuda->device);
+    printf("; host %.1f MiB (%.0f B a particle)\n", mib(cuda->host.total), cuda->host.total / n);
+  }
+  double host_free = 0.0;
+  const char *limit = "unknown";
+  memplan_host_free(&host_free, &limit);
+  printf("free here: host %.2f GiB (%s)", gib(host_free), limit);
+  if (ngpu > 0) printf(", device 0 %.2f GiB", gib(dev_free));
+  printf("\n");
+  if (host_free > 0 && cpu->host.total > host_free)
+    printf("warning: the cpu backend's plan (%.2f GiB) does not fit in this host's free memory (%.2f GiB, %s); about "
+           "%llu particles would\n", gib(cpu->host.total), gib(host_free), limit,
+           (unsigned long long)memplan_fitting(s, cpu, host_free, 0.0));
+  if (ngpu > 0 && gpu_backend_built() && (cuda->device.total > dev_free || (host_free > 0 && cuda->host.total > host_free)))
+    printf("warning: the cuda backend's plan (%.2f GiB a GPU, host %.2f GiB) does not fit in this machine's free memory "
+           "(device 0 %.2f GiB, host %.2f GiB); about %llu particles would\n", gib(cuda->device.total),
+           gib(cuda->host.total), gib(dev_free), gib(host_free),
+           (unsigned long long)memplan_fitting(s, cuda, host_free, dev_free));
+}
+
 static int cmd_check(const char *path) {
   scene s;
   DR_TRY(scene_load(path, &s));
@@ -138,12 +189,27 @@ static int cmd_check(const char *path) {
   for (int a = 0; a < 3; ++a) n[a] = (int)((s.domain_max[a] - s.domain_min[a]) / s.dx + 0.5);
   printf("domain [%g, %g, %g] - [%g, %g, %g] m, dx %g m (%d x %d x %d cells)\n", s.domain_min[0], s.domain_min[1],
          s.domain_min[2], s.domain_max[0], s.domain_max[1], s.domain_max[2], s.dx, n[0], n[1], n[2]);
+  /* the particles and the memory from the plan in closed form (memplan.h): nothing is sampled */
+  memplan plan, plan_cuda;
+  const memplan_config cpu_cfg = {.backend = BACKEND_CPU, .ranks = 1, .devices = 1};
+  memplan_config cuda_cfg = {.backend = BACKEND_CUDA, .ranks = 1, .devices = s.gpus_per_rank > 0 ? s.gpus_per_rank : 1};
+  int ngpu = 0;
+  gpu_count(&ngpu, NULL, 0);
+  double dev_free = 0.0;
+  if (ngpu > 0) (void)gpu_free_memory(0, &dev_free, NULL);
+  cuda_cfg.device_free = dev_free;
+  DR_TRY(memplan_create(&s, &cpu_cfg, &plan));
+  int rc_plan = memplan_create(&s, &cuda_cfg, &plan_cuda);
+  if (rc_plan) {
+    memplan_destroy(&plan);
+    scene_destroy(&s);
+    return rc_plan;
+  }
   uint64_t total = 0;
   uint64_t *per_mat = calloc((size_t)s.n_materials, sizeof *per_mat);
   double *mass = calloc((size_t)s.n_materials, sizeof *mass);
-  double blocks = 0;
   if (!per_mat || !mass) {
-    free(per_mat), free(mass), scene_destroy(&s);
+    free(per_mat), free(mass), memplan_destroy(&plan), memplan_destroy(&plan_cuda), scene_destroy(&s);
     return dr_fail(DR_ENOMEM, "out of host memory");
   }
   printf("bodies:\n");
@@ -163,19 +229,14 @@ static int cmd_check(const char *path) {
                SHAPE_NAMES_CHECK[B->shape], s.materials[B->material].name, B->ppc, e->start, until, cap);
       continue;
     }
-    uint64_t c = sample_count(&s, b);
+    const uint64_t c = plan.body[b];
     if (c == 0) {
-      free(per_mat), free(mass), scene_destroy(&s);
+      free(per_mat), free(mass), memplan_destroy(&plan), memplan_destroy(&plan_cuda), scene_destroy(&s);
       return dr_fail(DR_EINPUT, "%s: bodies[%d]: the body holds no particle (raise ppc or make it larger than dx)", path, b);
     }
     total += c;
     per_mat[B->material] += c;
     mass[B->material] += sample_shape_volume(&s, b) * s.materials[B->material].density;
-    double lo[3], hi[3];
-    scene_body_bounds(B, lo, hi);
-    double nb = 1;
-    for (int a = 0; a < 3; ++a) nb *= ceil((hi[a] - lo[a]) / (4 * s.dx)) + 3;
-    blocks += nb;
     if (B->shape == SHAPE_BOX)
       printf("  [%d] box [%g, %g, %g] - [%g, %g, %g]%s  material %s  ppc %d  -> %llu particles\n", b, B->min[0],
              B->min[1], B->min[2], B->max[0], B->max[1], B->max[2], B->rotated ? " (rotated)" : "",
@@ -217,15 +278,7 @@ static int cmd_check(const char *path) {
     printf("mesh level sets: %d, %.1f MiB (brick tables %.1f MiB, bricks %.1f MiB)\n", s.collider_levelsets->n,
            mib(4.0 * (double)s.collider_levelsets->table_n + 4.0 * (double)s.collider_levelsets->bricks_n),
            mib(4.0 * (double)s.collider_levelsets->table_n), mib(4.0 * (double)s.collider_levelsets->bricks_n));
-  /* CPU backend: particle state twice (sorting), keys and indices; grid blocks of 4 x 64 floats
-   * around the bodies. The CUDA backend reports its own figure when it starts. */
-  double pbytes = (double)total * (2 * (double)particles_record_bytes() + 20), gbytes = blocks * (1024 + 24);
-  printf("memory: about %.1f MiB (particles %.1f MiB, grid about %.0f blocks %.1f MiB)\n", mib(pbytes + gbytes),
-         mib(pbytes), blocks, mib(gbytes));
-  /* CUDA backend, one GPU: two packet buffers (sorting) with the growth headroom of its device
-   * vectors, keys, the mapping and two grid buffers: 727 to 774 bytes per particle in the Sand
-   * Blocks scenes (docs/performance.md), of which this is the rounded figure. */
-  printf("device memory (cuda, one GPU): about %.1f MiB (about 0.75 KiB per particle)\n", mib(768.0 * (double)total));
+  print_plan(&s, &plan, &plan_cuda, ngpu, dev_free);
   double fdt = 1.0 / s.fps, dt = scene_initial_dt(&s);
   if (s.dt > 0)
   {
@@ -260,6 +313,7 @@ static int cmd_check(const char *path) {
     printf("checkpoints: none along the way (output.checkpoint_every); one of %.1f MiB if a signal stops the run\n",
            mib(ckpt));
   free(per_mat), free(mass);
+  memplan_destroy(&plan), memplan_destroy(&plan_cuda);
   scene_destroy(&s);
   return DR_OK;
 }
@@ -378,6 +432,97 @@ static const char *continue_command(const char *path, const char *out_dir, const
   return ok ? cmd : NULL;
 }
 
+/* Refuses a run whose memory plan (memplan.h) does not fit in the free memory of this host (the
+ * plan times the ranks of this node) or of a device it will use (the plan times the members
+ * sharing it), before anything is sampled, allocated or written: DR_ENOMEM naming what does not
+ * fit, the plan, the free bytes and the particles that would fit. Every rank checks its node and
+ * its devices; the ranks agree on the outcome. *plan: the busiest rank's plan (memplan_destroy it). */
+static int refuse_unless_fits(const scene *s, const sim_options *opt, memplan *plan) {
+  int ranks = 1, local_rank = 0, local = 1, ngpu = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  DR_TRY(comm_agree(MPI_COMM_WORLD, comm_local(MPI_COMM_WORLD, &local_rank, &local)));
+  gpu_count(&ngpu, NULL, 0);
+  const int kind = opt->backend >= 0 ? opt->backend : s->backend;
+  const int cuda = gpu_backend_built() && ngpu > 0 && (kind == BACKEND_CUDA || kind == BACKEND_AUTO);
+  /* the devices this rank drives, as gpu/island.c's island_devices picks them, and how many
+   * members (of this rank and the node's others) each carries */
+  int dev[SETTINGS_MAX_DEVICES], nd = 0, share = 1;
+  if (cuda) {
+    const drift_settings *set = settings();
+    if (set->n_devices > 0) {
+      for (int k = 0; k < set->n_devices; ++k) dev[nd++] = set->devices[k] < ngpu ? set->devices[k] : 0;
+      for (int k = 0; k < nd; ++k) {
+        int same = 0;
+        for (int j = 0; j < nd; ++j) same += dev[j] == dev[k];
+        share = same > share ? same : share;
+      }
+      share *= local; /* the node's ranks take the same list */
+    } else {
+      const int g = opt->gpus > 0 ? opt->gpus : s->gpus_per_rank;
+      const int want = g > 0 ? g : (ngpu / local > 0 ? ngpu / local : 1);
+      for (int k = 0; k < want && k < SETTINGS_MAX_DEVICES; ++k) dev[nd++] = (local_rank * want + k) % ngpu;
+      share = (local * want + ngpu - 1) / ngpu;
+    }
+  }
+  double dev_free = 0.0;
+  int worst = -1;
+  for (int k = 0; k < nd; ++k) {
+    double f = 0.0;
+    DR_TRY(comm_agree(MPI_COMM_WORLD, gpu_free_memory(dev[k], &f, NULL)));
+    if (worst < 0 || f < dev_free) dev_free = f, worst = dev[k];
+  }
+  const memplan_config cfg = {.backend = cuda ? BACKEND_CUDA : BACKEND_CPU, .ranks = ranks, .devices = nd > 0 ? nd : 1,
+                              .frames = opt->frames, .device_free = dev_free / share};
+  DR_TRY(memplan_create(s, &cfg, plan));
+  double host_free = 0.0;
+  const char *limit = "unknown";
+  memplan_host_free(&host_free, &limit);
+  const double host_need = plan->host.total * local, dev_need = plan->device.total * share;
+  int rc = DR_OK;
+  const double n = (double)plan->load.most;
+  if (host_free > 0 && host_need > host_free) {
+    const uint64_t fit = memplan_fitting(s, plan, host_free / local, cuda ? dev_free / share : 0.0);
+    rc = dr_fail(DR_ENOMEM, "%s: the run does not fit in host memory: its plan needs %.2f GiB (%d rank(s) here, "
+                 "%.0f particles on the busiest, %.0f B a particle) and %.2f GiB are free (%s); about %llu particles "
+                 "would fit (drift check prints the plan)", s->path, gib(host_need), local, n,
+                 plan->host.total / (n > 0 ? n : 1.0), gib(host_free), limit, (unsigned long long)fit);
+  } else if (cuda && dev_need > dev_free) {
+    const uint64_t fit = memplan_fitting(s, plan, host_free > 0 ? host_free / local : 0.0, dev_free / share);
+    rc = dr_fail(DR_ENOMEM, "%s: the run does not fit in device memory: its plan needs %.2f GiB on GPU %d (%d "
+                 "member(s) there, %.0f particles on each, %.0f B a particle) and %.2f GiB are free (cudaMemGetInfo); "
+                 "about %llu particles would fit (drift check prints the plan)", s->path, gib(dev_need), worst, share,
+                 n / (nd > 0 ? nd : 1), plan->device.total * (nd > 0 ? nd : 1) / (n > 0 ? n : 1.0), gib(dev_free),
+                 (unsigned long long)fit);
+  }
+  rc = comm_agree(MPI_COMM_WORLD, rc);
+  if (rc) memplan_destroy(plan);
+  else
+    log_trace("memory plan: host %.1f MiB, %.1f MiB a device; free: host %.1f MiB (%s), device %.1f MiB",
+              mib(plan->host.total), mib(plan->device.total), mib(host_free), limit, mib(dev_free));
+  return rc;
+}
+
+/* The run's last lines: the busiest rank's counted peaks (memtally.h) against the plan, which is
+ * the busiest rank's. Collective. */
+static void log_memory(const memplan *plan) {
+  double peak[MEMTALLY_PLACES];
+  for (int p = 0; p < MEMTALLY_PLACES; ++p) peak[p] = (double)memtally_peak(p);
+  if (MPI_Allreduce(MPI_IN_PLACE, peak, MEMTALLY_PLACES, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS) return;
+  const double host = peak[MEMTALLY_HOST];
+  log_info("memory: host peak %.1f MiB counted, plan %.1f MiB (%+.1f%%)", mib(host), mib(plan->host.total),
+           plan->host.total > 0 ? 100.0 * (host / plan->host.total - 1.0) : 0.0);
+  for (int k = 0; k < MT_KINDS; ++k)
+    log_trace("memory: host %s: plan %.2f MiB, held at the end %.2f MiB", memtally_kind_name(k), mib(plan->host.kind[k]),
+              mib((double)memtally_now(MEMTALLY_HOST, k)));
+  if (plan->cfg.backend != BACKEND_CUDA) return;
+  for (int p = 1; p < MEMTALLY_PLACES; ++p) {
+    const double d = peak[p];
+    if (d > 0)
+      log_info("memory: device %d peak %.1f MiB counted, plan %.1f MiB (%+.1f%%)", p - 1, mib(d), mib(plan->device.total),
+               plan->device.total > 0 ? 100.0 * (d / plan->device.total - 1.0) : 0.0);
+  }
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *path = NULL;
   sim_options opt;
@@ -402,10 +547,18 @@ static int cmd_run(int argc, char **argv) {
     scene_destroy(&s);
     return rc0;
   }
+  memplan plan;
+  rc = refuse_unless_fits(&s, &opt, &plan);
+  if (rc) {
+    scene_destroy(&s);
+    return rc;
+  }
   sim *S = NULL;
   rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
   if (!rc) rc = sim_run(S);
+  if (!rc) log_memory(&plan);
   sim_destroy(&S);
+  memplan_destroy(&plan);
   scene_destroy(&s);
   return rc;
 }

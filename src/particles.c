@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "error.h"
+#include "memsizes.h"
+#include "memtally.h"
 
 #define ATTR_(field, type, k, what) {#field, offsetof(particles, field), sizeof(type) * (k)},
 const particle_attr particle_attrs[PARTICLE_ATTRS] = {PARTICLE_ATTRIBUTES(ATTR_)};
@@ -16,9 +18,8 @@ int particles_reserve(particles *p, size_t cap) {
   if (cap <= p->cap) return DR_OK;
 #define GROW_(field, type, k, what)                                                                \
   do {                                                                                             \
-    void *q_ = realloc(p->field, sizeof(type) * (k) * cap);                                        \
-    if (!q_) return dr_fail(DR_ENOMEM, "out of host memory: %zu particles need %.1f MiB", cap,     \
-                            (double)sizeof(type) * (k) * cap / 1048576.0);                         \
+    void *q_ = memtally_realloc(MT_PARTICLES, p->field, sizeof(type) * (k) * cap, "particles (" #field ")"); \
+    if (!q_) return DR_ENOMEM;                                                                     \
     p->field = q_;                                                                                 \
   } while (0);
   PARTICLE_ATTRIBUTES(GROW_)
@@ -29,7 +30,7 @@ int particles_reserve(particles *p, size_t cap) {
 
 int particles_push(particles *p, const float x[3], const float v[3], float mass, float vol0,
                    uint64_t id, int32_t material) {
-  if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : 1024));
+  if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : MEM_FIRST_PARTICLES));
   size_t i = p->n++;
   memcpy(p->x + 3 * i, x, 3 * sizeof(float));
   memcpy(p->v + 3 * i, v, 3 * sizeof(float));
@@ -45,7 +46,7 @@ int particles_push(particles *p, const float x[3], const float v[3], float mass,
 }
 
 void particles_free(particles *p) {
-#define FREE_(field, type, k, what) free(p->field);
+#define FREE_(field, type, k, what) memtally_free(p->field);
   PARTICLE_ATTRIBUTES(FREE_)
 #undef FREE_
   memset(p, 0, sizeof *p);
@@ -69,7 +70,7 @@ void particles_pack(const particles *p, size_t i, void *record) {
 }
 
 int particles_push_record(particles *p, const void *record) {
-  if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : 1024));
+  if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : MEM_FIRST_PARTICLES));
   const size_t i = p->n++;
   const unsigned char *r = record;
 #define UNPACK_(field, type, k, what)                                                              \
@@ -81,7 +82,7 @@ int particles_push_record(particles *p, const void *record) {
 }
 
 int particles_push_copy(particles *p, const particles *src, size_t i) {
-  if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : 1024));
+  if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : MEM_FIRST_PARTICLES));
   const size_t j = p->n++;
 #define COPY_(field, type, k, what) memcpy(p->field + (size_t)(k) * j, src->field + (size_t)(k) * i, sizeof(type) * (k));
   PARTICLE_ATTRIBUTES(COPY_)

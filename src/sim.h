@@ -83,5 +83,8 @@ const char *sim_backend_name(const sim *S);
 /* GPUs this rank drives (0 for the cpu backend). */
 int sim_gpus(const sim *S);
 void sim_destroy(sim **S);
+/* The particle attributes a frame of scene s captures (PA_BIT mask): what its output.fields, its
+ * totals and its preview need. */
+unsigned sim_frame_mask(const scene *s);
 
 #endif

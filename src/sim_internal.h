@@ -51,6 +51,7 @@ typedef struct frame_slot {
   particles p;       /* only the arrays of mask are allocated, cap particles each */
   unsigned mask;     /* PA_BIT of each attribute captured */
   size_t cap;
+  size_t tallied;    /* bytes of this slot counted in memtally.h's tally */
   float *J, *stress; /* the fields derived on the host by the job (scene.output_fields asks for
                       * them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc, kept as p's */
   int projected;     /* p's F and logjp already hold the next step's return mapping (backend.h) */

@@ -18,6 +18,8 @@
 #include "error.h"
 #include "hostmem.h"
 #include "log.h"
+#include "memsizes.h"
+#include "memtally.h"
 #include "physics/bspline.h"
 #include "physics/sparse.h"
 #include "sample.h"
@@ -129,6 +131,7 @@ int sim_rebalance(sim *S, const load_pairs *L) {
 }
 
 void sim_mig_release(sim *S, int k) {
+  if (S->mig_buf[k]) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)S->mig_cap[k]);
   if (S->mig_buf[k] && S->mig_free[k]) S->mig_free[k](S->mig_buf[k], 0);
   else free(S->mig_buf[k]);
   S->mig_buf[k] = NULL, S->mig_cap[k] = 0, S->mig_free[k] = NULL;
@@ -147,6 +150,7 @@ static int mig_reserve(sim *S, int k, size_t bytes) {
   else q = cap > ((size_t)2 << 20) ? hostmem_pageable(cap) : malloc(cap);
   if (!q) return dr_fail(DR_ENOMEM, "out of host memory for migration (%zu bytes of particle records)", cap);
   S->mig_buf[k] = q, S->mig_cap[k] = cap, S->mig_free[k] = pinned ? S->be.free_sums : NULL;
+  memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)cap);
   return DR_OK;
 }
 
@@ -254,8 +258,8 @@ static int unpack_records(sim *S, size_t n, particles *q) {
  * rebalance's copies, and an MPI receive into fresh pages runs at a fraction of its speed
  * (hostmem.h). Grown later if a rebalance needs more. */
 int sim_reserve_migration(sim *S) {
-  const double frac = S->bal.threshold < 0.1 ? 0.1 : S->bal.threshold > 0.5 ? 0.5 : S->bal.threshold;
-  const size_t n = (size_t)(frac * (double)sim_rank_count(S)) + 4096, rec = particles_record_bytes();
+  const double frac = mem_migration_share(S->bal.threshold);
+  const size_t n = (size_t)(frac * (double)sim_rank_count(S)) + MEM_MIGRATION_EXTRA, rec = particles_record_bytes();
   const double t0 = sim_now();
   DR_TRY(mig_reserve(S, 1, rec * n)); /* those received (and kept) */
   if (S->nranks > 2) DR_TRY(mig_reserve(S, 0, rec * n)); /* grouped by destination (two ranks: sent as they are) */

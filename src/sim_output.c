@@ -22,6 +22,8 @@
 #include "error.h"
 #include "h5frame.h"
 #include "log.h"
+#include "memsizes.h"
+#include "memtally.h"
 #include "physics/constitutive.h"
 #include "preview.h"
 #include "signals.h"
@@ -350,18 +352,20 @@ static int slot_done(sim *S, frame_slot *f) {
 /* The attributes a frame captures: what its fields need (output.fields: F for J; F, the material
  * and, with NACC snow, logjp for the stress), the position, velocity and mass for the totals, the
  * initial volume, material and owner for the preview. */
-static unsigned frame_mask(const sim *S) {
-  const unsigned fl = S->sc->output_fields;
+unsigned sim_frame_mask(const scene *s) {
+  const unsigned fl = s->output_fields;
+  int with_logjp = 0;
+  for (int m = 0; m < s->n_materials; ++m) with_logjp |= s->materials[m].params.model == MODEL_NACC;
 #define WANTS_(field) (fl & H5FRAME_BIT(field))
   unsigned m = PA_BIT(x) | PA_BIT(v) | PA_BIT(mass);
   if (WANTS_(H5FRAME_ID)) m |= PA_BIT(id);
   if (WANTS_(H5FRAME_MATERIAL) || WANTS_(H5FRAME_STRESS)) m |= PA_BIT(material);
   if (WANTS_(H5FRAME_OWNER)) m |= PA_BIT(owner);
-  if (WANTS_(H5FRAME_LOGJP) || (WANTS_(H5FRAME_STRESS) && S->with_logjp)) m |= PA_BIT(logjp);
+  if (WANTS_(H5FRAME_LOGJP) || (WANTS_(H5FRAME_STRESS) && with_logjp)) m |= PA_BIT(logjp);
   if (WANTS_(H5FRAME_J) || WANTS_(H5FRAME_F) || WANTS_(H5FRAME_STRESS)) m |= PA_BIT(F);
   if (WANTS_(H5FRAME_C) || WANTS_(H5FRAME_STRESS)) m |= PA_BIT(C); /* stress: a viscous liquid's */
 #undef WANTS_
-  if (S->sc->preview) m |= PA_BIT(vol0) | PA_BIT(material) | PA_BIT(owner);
+  if (s->preview) m |= PA_BIT(vol0) | PA_BIT(material) | PA_BIT(owner);
   return m;
 }
 
@@ -373,6 +377,8 @@ static void slot_release(sim *S, frame_slot *f) {
     else free(*arr);
     *arr = NULL;
   }
+  memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)f->tallied);
+  f->tallied = 0;
   free(f->J);
   free(f->stress);
   f->J = f->stress = NULL;
@@ -382,10 +388,10 @@ static void slot_release(sim *S, frame_slot *f) {
 /* Room in slot f for n particles of the frame's attributes: the backend's pinned memory where it
  * has it (a GPU writes there directly), grown a quarter past the need, kept frame after frame. */
 static int slot_reserve(sim *S, frame_slot *f, size_t n) {
-  const unsigned mask = frame_mask(S);
+  const unsigned mask = sim_frame_mask(S->sc);
   if (n <= f->cap && mask == f->mask) return DR_OK;
   slot_release(S, f);
-  const size_t cap = n + n / 4 + 1024;
+  const size_t cap = mem_frame_capacity(n);
   f->mask = mask;
   for (int a = 0; a < PARTICLE_ATTRS; ++a) {
     if (!(mask >> a & 1u)) continue;
@@ -393,12 +399,17 @@ static int slot_reserve(sim *S, frame_slot *f, size_t n) {
     const size_t bytes = cap * particle_attrs[a].bytes;
     if (S->be.alloc_sums) DR_TRY(S->be.alloc_sums(S->be.state, bytes, 0, arr));
     else if (!(*arr = dr_malloc(bytes, "a frame's particles"))) return DR_ENOMEM;
+    f->tallied += bytes;
+    memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)bytes);
   }
   const unsigned fields = S->sc->output_fields;
   if ((fields & H5FRAME_BIT(H5FRAME_J)) && !(f->J = dr_malloc(cap * sizeof(float), "a frame's J")))
     return DR_ENOMEM;
   if ((fields & H5FRAME_BIT(H5FRAME_STRESS)) && !(f->stress = dr_malloc(6 * cap * sizeof(float), "a frame's stress")))
     return DR_ENOMEM;
+  const size_t derived = cap * sizeof(float) * ((f->J ? 1 : 0) + (f->stress ? 6 : 0));
+  f->tallied += derived;
+  memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)derived);
   f->cap = cap;
   return DR_OK;
 }

@@ -1,0 +1,69 @@
+/* memsizes.h - how the buffers that grow with a scene are sized: the first capacity and the
+ * growth of each, shared by the code that allocates them (particles.c, grid.c, backend_cpu.c,
+ * sim_output.c, sim_migrate.c through hostmem.h) and the memory plan (memplan.c), so that the
+ * plan's bytes are the allocations' own rule and not a copy of it. */
+#ifndef DRIFT_MEMSIZES_H
+#define DRIFT_MEMSIZES_H
+
+#include <stddef.h>
+
+#define MEM_FIRST_PARTICLES 1024 /* a particle slice's first capacity (particles.c, backend_cpu.c) */
+#define MEM_FIRST_PBLOCKS 256    /* the CPU backend's first capacity of particle blocks */
+#define MEM_FIRST_BLOCKS 1024    /* the CPU backend's first capacity of grid blocks */
+#define MEM_FIRST_TABLE 64       /* the host block hash table's first capacity (grid.c) */
+
+/* The capacity a buffer that starts at first and doubles when full has once it holds n. */
+static inline size_t mem_doubled(size_t first, size_t n) {
+  size_t c = first;
+  while (c < n) c *= 2;
+  return c;
+}
+
+/* The host block hash table's capacity for n blocks: a power of two, at least twice n (grid.c). */
+static inline size_t mem_table_capacity(size_t n) { return mem_doubled(MEM_FIRST_TABLE, 2 * n); }
+
+/* A frame slot's capacity for n particles: a quarter past the need, kept frame after frame
+ * (sim_output.c). */
+static inline size_t mem_frame_capacity(size_t n) { return n + n / 4 + 1024; }
+
+/* The share of a rank's particles for which several ranks reserve migration records at the
+ * start (sim_migrate.c, sim_reserve_migration): the balance threshold within [0.1, 0.5], and
+ * MEM_MIGRATION_EXTRA records more. */
+#define MEM_MIGRATION_EXTRA 4096
+static inline double mem_migration_share(double threshold) {
+  return threshold < 0.1 ? 0.1 : threshold > 0.5 ? 0.5 : threshold;
+}
+
+/* ---- the CUDA backend's device vectors (gpu/dvec.cu) ---------------------------------------- */
+
+/* Headrooms of a vector's first allocation: DVEC_GRID's (grid blocks) and DVEC_PK's (packets, ids,
+ * headers, sort keys), which falls back to MEM_FIRST_DVEC where MEM_FIRST_PACKETS times the need
+ * would take more than 1/MEM_PACKETS_FREE_SHARE of the device's free memory. */
+#define MEM_FIRST_DVEC 2
+#define MEM_FIRST_GRID 2
+#define MEM_FIRST_PACKETS 4
+#define MEM_PACKETS_FREE_SHARE 8
+#define MEM_DVEC_MIN 256 /* the smallest allocation, bytes */
+/* A packet: MEM_PACKET_ATTRS floats for each of its MEM_LANES particles (gpu/p2g.cuh's PK_ATTRS,
+ * LANES); a grid block: MEM_BLOCK_FLOATS floats (4 channels x 64 nodes), and ASFLIP's
+ * MEM_OLD_FLOATS beside them. */
+#define MEM_PACKET_ATTRS 28
+#define MEM_LANES 32
+#define MEM_BLOCK_FLOATS 256
+#define MEM_OLD_FLOATS 192
+
+/* The CUDA backend's upload stages at most this many packets (32 particles each: 1M particles,
+ * 120 MiB) on the host at a time (gpu/particles_io.cu, cuda_upload). */
+#define MEM_UPLOAD_PACKETS 32768
+
+/* A device vector's capacity (bytes) after a request for need bytes, holding bytes now: unchanged
+ * where it fits (exact: need <= bytes; else half full: 2 need <= bytes), else exact: need; a first
+ * allocation: first x need; a growth: 4x the old capacity or 2x the need, whichever is more; at
+ * least MEM_DVEC_MIN. */
+static inline size_t mem_dvec_capacity(size_t bytes, size_t need, int exact, size_t first) {
+  if (exact ? need <= bytes : 2 * need <= bytes) return bytes;
+  size_t cap = exact ? need : bytes ? (4 * bytes > 2 * need ? 4 * bytes : 2 * need) : first * need;
+  return cap < MEM_DVEC_MIN ? MEM_DVEC_MIN : cap;
+}
+
+#endif

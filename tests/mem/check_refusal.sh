@@ -1,0 +1,32 @@
+#!/bin/bash
+# check_refusal.sh DRIFT SCENE OUT LIMIT_BYTES: drift run of a scene whose memory plan exceeds the
+# address space that prlimit --as allows is refused before anything is sampled, allocated or
+# written: exit status 4, one line naming host memory, the plan, the free bytes and RLIMIT_AS, a
+# count of particles that would fit (fewer than the scene's, more than none), no output folder, and
+# at once (sampling 134M particles would take minutes here). drift check under the same limit
+# warns and exits 0.
+drift=$1 scene=$2 out=$3 limit=$4
+rm -rf "$out"
+fail() { echo "check_refusal.sh: $*"; exit 1; }
+command -v prlimit > /dev/null || { echo "prlimit (util-linux) is missing: skipped"; exit 77; }
+t0=$(date +%s.%N)
+err=$(prlimit --as="$limit" "$drift" run "$scene" --out "$out" --backend cpu 2>&1 > /dev/null)
+rc=$?
+t1=$(date +%s.%N)
+echo "$err"
+[ $rc -eq 4 ] || fail "exit status $rc, expected 4 (out of memory)"
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "expected one line on stderr"
+printf '%s' "$err" | grep -q "^drift: $scene: the run does not fit in host memory: its plan needs [0-9.]* GiB .* and [0-9.]* GiB are free (RLIMIT_AS (ulimit -v)); about [0-9]* particles would fit" ||
+  fail "the message does not name the plan, the free memory, RLIMIT_AS and the particles that fit"
+fit=$(printf '%s' "$err" | sed -n 's/.*about \([0-9]*\) particles would fit.*/\1/p')
+[ "$fit" -gt 0 ] && [ "$fit" -lt 134217728 ] || fail "about $fit particles would fit: expected between 0 and the scene's 134217728"
+[ -e "$out" ] && fail "$out was created"
+awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }' || fail "the refusal took $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') s"
+chk=$(prlimit --as="$limit" "$drift" check "$scene" 2>&1)
+rc=$?
+[ $rc -eq 0 ] || fail "drift check exited $rc under the limit, expected 0 (a warning)"
+printf '%s\n' "$chk" | grep -q "^warning: the cpu backend's plan .* does not fit in this host's free memory .*RLIMIT_AS" ||
+  fail "drift check gave no warning: $chk"
+[ -e "$out" ] && fail "$out was created by check"
+echo "check_refusal.sh: refused with exit 4 in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s; $fit particles would fit"
+exit 0
