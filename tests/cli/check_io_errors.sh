@@ -50,10 +50,11 @@ if [ -n "$mpiexec" ]; then
 fi
 [ -z "$(ls -A FULL)" ] || fail "HDF5: files left in FULL: $(ls -A FULL)"
 
-# 2. an unwritable output folder, before any work
+# 2. an unwritable output folder, before any work (a scene of 8M particles, whose sampling would
+# take seconds, and whose memory plan, about 3 GiB, fits: the plan is checked before any work too)
 cat >big.json <<'JSON'
 {
-  "domain": {"min": [0, 0, 0], "max": [1, 1, 1], "dx": 0.005},
+  "domain": {"min": [0, 0, 0], "max": [1, 1, 1], "dx": 0.01},
   "time": {"frames": 2, "fps": 24, "cfl": 0.5},
   "materials": {"jelly": {"model": "fixed_corotated", "density": 1000, "youngs_modulus": 1e5, "poisson_ratio": 0.3}},
   "bodies": [{"shape": "box", "min": [0, 0, 0], "max": [1, 1, 1], "material": "jelly"}]
