@@ -22,6 +22,7 @@
 
 #include "h5frame.h"
 #include "physics/check.h"
+#include "run_tool.h"
 
 enum { MAXP = 4096 };
 static float pos[3 * MAXP], vel[3 * MAXP];
@@ -46,16 +47,6 @@ static int write_frame(const char *dir, int frame) {
   h5frame_meta meta = {.frame = frame, .time = 0.5 * frame, .dx = DX, .n_materials = 1, .material_names = names};
   h5frame_data d = {.n = np, .position = pos, .velocity = vel, .id = ids, .material = mat, .owner = own};
   return h5frame_write(MPI_COMM_WORLD, dir, &meta, &d);
-}
-
-/* Runs CMD, returns its exit status, its stdout in out (up to len bytes). */
-static int run(const char *cmd, char *out, size_t len) {
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t n = fread(out, 1, len - 1, p);
-  out[n] = 0;
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 int main(int argc, char **argv) {
@@ -89,7 +80,7 @@ int main(int argc, char **argv) {
   CHECK(write_frame(frames, 1) == 0, "cannot write frame 1");
 
   snprintf(cmd, sizeof cmd, "'%s' '%s'", tool, frames);
-  CHECK(run(cmd, out, sizeof out) == 0, "drift_front failed on %s", frames);
+  CHECK(run_tool(cmd, out, sizeof out) == 0, "drift_front failed on %s", frames);
   printf("%s", out);
   const char *row = strstr(out, "frame,time,front,height,back,bottom,beyond\n");
   CHECK(row != NULL, "no CSV header");
@@ -119,17 +110,17 @@ int main(int argc, char **argv) {
   /* --min 9: the film's bins (8 particles each) no longer count; bin 10, holding the film's first
    * 8 particles, touches the block: its last one is the end. */
   snprintf(cmd, sizeof cmd, "'%s' '%s' --min 9 | tail -n 1", tool, frames);
-  CHECK(run(cmd, out, sizeof out) == 0, "drift_front --min 9 failed");
+  CHECK(run_tool(cmd, out, sizeof out) == 0, "drift_front --min 9 failed");
   double fr9 = NAN;
   CHECK(sscanf(out, "%*d,%*f,%lf", &fr9) == 1 && fabs(fr9 - 43.5 * S) < 2e-6,
         "--min 9: front %.6f, expected %.6f (the film's first bin, touching)", fr9, 43.5 * S);
 
   snprintf(cmd, sizeof cmd, "'%s' '%s/empty' 2>&1", tool, dir);
-  CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "no frame_NNNNN.h5"), "empty folder: %s", out);
+  CHECK(run_tool(cmd, out, sizeof out) == 1 && strstr(out, "no frame_NNNNN.h5"), "empty folder: %s", out);
   snprintf(cmd, sizeof cmd, "'%s' '%s/missing' 2>&1", tool, dir);
-  CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "cannot open"), "missing folder: %s", out);
+  CHECK(run_tool(cmd, out, sizeof out) == 2 && strstr(out, "cannot open"), "missing folder: %s", out);
   snprintf(cmd, sizeof cmd, "'%s' '%s' --min 0 2>&1", tool, frames);
-  CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "usage"), "--min 0: %s", out);
+  CHECK(run_tool(cmd, out, sizeof out) == 2 && strstr(out, "usage"), "--min 0: %s", out);
   MPI_Finalize();
   return check_summary("test_drift_front");
 }

@@ -21,6 +21,7 @@
 
 #include "h5frame.h"
 #include "physics/check.h"
+#include "run_tool.h"
 
 enum { N = 100 };
 static float pos[3 * N], vel[3 * N];
@@ -32,16 +33,6 @@ static int write_frame(const char *dir, int frame, size_t n) {
   h5frame_meta meta = {.frame = frame, .time = 0.01 * frame, .dx = 0.01, .n_materials = 1, .material_names = names};
   h5frame_data d = {.n = n, .position = pos, .velocity = vel, .id = ids, .material = mat, .owner = own};
   return h5frame_write(MPI_COMM_WORLD, dir, &meta, &d);
-}
-
-/* Runs CMD, returns its exit status, its stdout in out (up to len bytes). */
-static int run(const char *cmd, char *out, size_t len) {
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t n = fread(out, 1, len - 1, p);
-  out[n] = 0;
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* The row of frame FRAME in drift_probe's CSV: ux, uy, uz. 0 when found. */
@@ -96,7 +87,7 @@ int main(int argc, char **argv) {
 
   for (int k = 1; k <= 5; k += 4) {
     snprintf(cmd, sizeof cmd, "'%s' '%s' 0.0502 0.0501 0.03 --k %d", tool, frames, k);
-    CHECK(run(cmd, out, sizeof out) == 0, "--k %d: drift_probe failed: %s", k, out);
+    CHECK(run_tool(cmd, out, sizeof out) == 0, "--k %d: drift_probe failed: %s", k, out);
     CHECK(strstr(out, "\nframe,time,ux,uy,uz,x,y,z\n") != NULL, "--k %d: no CSV header in: %s", k, out);
     double u0[3], u1[3];
     CHECK(row(out, 0, u0) == 0 && row(out, 1, u1) == 0, "--k %d: frames 0 and 1 missing in: %s", k, out);
@@ -110,17 +101,17 @@ int main(int argc, char **argv) {
   }
 
   snprintf(cmd, sizeof cmd, "'%s' '%s' 0.05 0.05 0.03 2>&1", tool, gone);
-  CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "7 of the 8 followed particles"), "a particle gone: %s", out);
+  CHECK(run_tool(cmd, out, sizeof out) == 1 && strstr(out, "7 of the 8 followed particles"), "a particle gone: %s", out);
   snprintf(cmd, sizeof cmd, "'%s' '%s' 0.05 0.05 0.03 --k 0 2>&1", tool, frames);
-  CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "usage"), "--k 0: %s", out);
+  CHECK(run_tool(cmd, out, sizeof out) == 2 && strstr(out, "usage"), "--k 0: %s", out);
   snprintf(cmd, sizeof cmd, "'%s' '%s' 0.05 0.05 0.03 --k 200 2>&1", tool, frames);
-  CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "fewer than --k 200"), "--k 200: %s", out);
+  CHECK(run_tool(cmd, out, sizeof out) == 1 && strstr(out, "fewer than --k 200"), "--k 200: %s", out);
   snprintf(cmd, sizeof cmd, "'%s' '%s/empty' 0.05 0.05 0.03 2>&1", tool, dir);
-  CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "no frame_NNNNN.h5"), "empty folder: %s", out);
+  CHECK(run_tool(cmd, out, sizeof out) == 1 && strstr(out, "no frame_NNNNN.h5"), "empty folder: %s", out);
   snprintf(cmd, sizeof cmd, "'%s' '%s/missing' 0.05 0.05 0.03 2>&1", tool, dir);
-  CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "cannot open"), "missing folder: %s", out);
+  CHECK(run_tool(cmd, out, sizeof out) == 2 && strstr(out, "cannot open"), "missing folder: %s", out);
   snprintf(cmd, sizeof cmd, "'%s' '%s' 0.05 0.05 2>&1", tool, frames);
-  CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "usage"), "no Z: %s", out);
+  CHECK(run_tool(cmd, out, sizeof out) == 2 && strstr(out, "usage"), "no Z: %s", out);
 
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
