@@ -5,7 +5,8 @@
 #   check_watchdog.sh DRIFT_EXE COMPARE_EXE SCENE MPIEXEC
 #
 # SCENE (tests/sim/resume_dam_break.json, run for 100 frames) on 2 ranks with
-# parallel.watchdog_s 3 and a checkpoint every frame. Once frame 1 is logged, rank 1 is stopped
+# parallel.watchdog_s 3 and a checkpoint every frame. Once frame 1 is logged and a checkpoint is
+# on the disk, rank 1 is stopped
 # (SIGSTOP), as a hung GPU or a lost node would leave it. Then: mpirun exits with status 10
 # (DR_ESTALLED) within the limit + 12 s; rank 0 says in one line that it waited the limit for
 # rank 1, and in which phase and step. The limit is 3 s, or 4 times the longest frame logged
@@ -51,6 +52,10 @@ DRIFT_WATCHDOG_TEST=$$ "$mpiexec" --oversubscribe -x DRIFT_WATCHDOG_TEST -n 2 "$
 bg=$!
 for _ in $(seq 600); do grep -q '^frame 1/100' run.log && break; sleep 0.1; done
 grep -q '^frame 1/100' run.log || fail "no frame 1 within 60 s: $(tail -n 3 run.log)"
+# a checkpoint on the disk first (the frame's line comes before its frame and checkpoint are
+# written), so that the restart below has one to resume from
+for _ in $(seq 600); do ls W/checkpoint_*.h5 >/dev/null 2>&1 && break; sleep 0.1; done
+ls W/checkpoint_*.h5 >/dev/null 2>&1 || fail "no checkpoint within 60 s of frame 1: $(tail -n 3 run.log)"
 stopped=$(rank_pid 1)
 [ -n "$stopped" ] || fail "rank 1's process not found"
 kill -STOP "$stopped"
