@@ -73,29 +73,26 @@ static int from_stack(const char *key, char *out, size_t len) {
   return f.found && out[0];
 }
 
+/* out = "PATH: REASON" where a folder stands in the way of path itself (the temporary name: the
+ * published name is not the one in the way), else REASON. */
+static const char *with_folder_in_the_way(const char *path, const char *reason, char *out, size_t len) {
+  char r[256];
+  struct stat sb;
+  snprintf(r, sizeof r, "%s", reason);
+  if (!strcmp(r, strerror(EISDIR)) && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+    snprintf(out, len, "%s: %s", path, r);
+  else
+    snprintf(out, len, "%s", r);
+  return out;
+}
+
 const char *h5util_reason(const char *call, const char *path, char *out, size_t len) {
-  /* 1. the errno text the sec2 driver (and others) leave in the stack; a folder in the way of the
-   * temporary name itself is named with it (the published name is not the one in the way) */
-  if (from_stack("error message = '", out, len)) {
-    struct stat sb;
-    if (!strcmp(out, strerror(EISDIR)) && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-      char reason[256];
-      snprintf(reason, sizeof reason, "%s", out);
-      snprintf(out, len, "%s: %s", path, reason);
-    }
-    return out;
-  }
+  /* 1. the errno text the sec2 driver (and others) leave in the stack */
+  if (from_stack("error message = '", out, len)) return with_folder_in_the_way(path, out, out, len);
   /* 2. the MPI-IO driver keeps no errno: try the operation's precondition directly */
   if (!strcmp(call, "H5Fcreate") || !strcmp(call, "H5Fopen")) {
     const int fd = open(path, !strcmp(call, "H5Fcreate") ? O_WRONLY | O_CREAT | O_CLOEXEC : O_RDONLY | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == EISDIR) { /* something in the way of the temporary name itself: name it */
-      snprintf(out, len, "%s: %s", path, strerror(errno));
-      return out;
-    }
-    if (fd < 0) {
-      snprintf(out, len, "%s", strerror(errno));
-      return out;
-    }
+    if (fd < 0) return with_folder_in_the_way(path, strerror(errno), out, len);
     close(fd); /* a file created here is the temporary one, which the failed write removes */
   }
   char dir[H5UTIL_PATH_MAX];
@@ -158,7 +155,8 @@ fail:
   return st;
 }
 
-int h5util_uses_mpio(hid_t file) {
+/* 1 where file goes through the MPI-IO driver, 0 where not, -1 on failure. */
+static int uses_mpio(hid_t file) {
   const hid_t fapl = H5Fget_access_plist(file);
   if (fapl < 0) return -1;
   const hid_t driver = H5Pget_driver(fapl);
@@ -167,7 +165,7 @@ int h5util_uses_mpio(hid_t file) {
 }
 
 int h5util_transfer(hid_t file, hid_t *dxpl, const char *path) {
-  int st = 0, mpio = h5util_uses_mpio(file);
+  int st = 0, mpio = uses_mpio(file);
   H5CK(mpio, "H5Fget_access_plist", "file access properties");
   H5CK(*dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
   if (mpio) H5CK(H5Pset_dxpl_mpio(*dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
@@ -192,7 +190,8 @@ fail:
   return st;
 }
 
-int h5util_put_rows(hid_t dset, hid_t mtype, int cols, uint64_t total, uint64_t offset, uint64_t n, const void *buf,
+/* This rank's `n` rows at row `offset` of dset (`total` rows of `cols` values), collective. */
+static int put_rows(hid_t dset, hid_t mtype, int cols, uint64_t total, uint64_t offset, uint64_t n, const void *buf,
                     hid_t dxpl, const char *name, const char *path) {
   int st = 0;
   hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
@@ -218,7 +217,7 @@ int h5util_write_rows(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int
   int st = 0;
   hid_t dset = H5I_INVALID_HID;
   if ((st = h5util_create_rows(loc, name, ftype, cols, total, dcpl, &dset, path))) return st;
-  if ((st = h5util_put_rows(dset, mtype, cols, total, offset, n, buf, dxpl, name, path))) goto fail;
+  if ((st = put_rows(dset, mtype, cols, total, offset, n, buf, dxpl, name, path))) goto fail;
   H5CK(H5Dclose(dset), "H5Dclose", name);
   return 0;
 fail:
@@ -324,7 +323,7 @@ static int fill_file(hid_t file, int (*contents)(hid_t, void *), void *ctx, cons
   int st = contents(file, ctx);
   if (st) return st;
   H5CK(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", "writing the metadata");
-  const int mpio = h5util_uses_mpio(file);
+  const int mpio = uses_mpio(file);
   H5CK(mpio, "H5Fget_access_plist", "file access properties");
   if (!mpio) { /* the MPI-IO driver's flush synced it already */
     int *fd = NULL;

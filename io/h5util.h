@@ -57,8 +57,6 @@ int h5util_attr_scalar(hid_t loc, const char *name, hid_t ftype, hid_t mtype, co
 /* A fixed-length, null-terminated ASCII string attribute (size strlen + 1, so "" is valid too). */
 int h5util_attr_string(hid_t loc, const char *name, const char *value, const char *path);
 
-/* 1 where file goes through the MPI-IO driver, 0 where not, -1 on failure. */
-int h5util_uses_mpio(hid_t file);
 /* *dxpl: transfer properties for rows of file, collective where it goes through MPI-IO. */
 int h5util_transfer(hid_t file, hid_t *dxpl, const char *path);
 
@@ -66,11 +64,9 @@ int h5util_transfer(hid_t file, hid_t *dxpl, const char *path);
  * creation properties dcpl; *dset is its open handle (collective). */
 int h5util_create_rows(hid_t loc, const char *name, hid_t ftype, int cols, uint64_t total, hid_t dcpl, hid_t *dset,
                        const char *path);
-/* Writes this rank's `n` rows at row `offset` of dset (`total` rows of `cols` values) with the
- * transfer properties dxpl (collective). Ranks with n = 0 select nothing but still take part. */
-int h5util_put_rows(hid_t dset, hid_t mtype, int cols, uint64_t total, uint64_t offset, uint64_t n, const void *buf,
-                    hid_t dxpl, const char *name, const char *path);
-/* h5util_create_rows, h5util_put_rows and the dataset closed. */
+/* h5util_create_rows, then this rank's `n` rows written at row `offset` with the transfer
+ * properties dxpl (collective; ranks with n = 0 select nothing but still take part), and the
+ * dataset closed. */
 int h5util_write_rows(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int cols, uint64_t total,
                       uint64_t offset, uint64_t n, const void *buf, hid_t dcpl, hid_t dxpl, const char *path);
 
