@@ -31,7 +31,7 @@ for scene in "$@"; do
   plan=$(grep -o 'each of 1 GPU(s) [0-9.]* MiB ([0-9]* B a particle)' "$out/$name.check.log" | head -1)
   counted=$(grep -o 'device 0 peak [0-9.]* MiB counted, plan [0-9.]* MiB ([-+0-9.]*%)' "$out/$name.run.log" | head -1)
   pss=$(grep -o '[0-9.]*e+[0-9]* particle-steps/s' "$out/$name.run.log" | tail -1)
-  rows+=("$name | $n | rc $rc | $(printf '%.0f' "$(echo "$t1 - $t0" | bc)") s | smi ${base}->${peak} MiB | rss ${rss} KiB | $plan | $counted | $pss")
+  rows+=("$name | $n | rc $rc | $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') s | smi ${base}->${peak} MiB | rss ${rss} KiB | $plan | $counted | $pss")
 done
 echo "scene | particles | exit | wall | nvidia-smi used (MiB) | host peak RSS | check's plan | counted against plan | rate"
 printf '%s\n' "${rows[@]}"
