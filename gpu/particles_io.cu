@@ -99,8 +99,8 @@ int cuda_set_particles(void *state, particles *p) {
 
 /* Appends p's particles in new packets after the current ones (the packets of the last mapping
  * keep their partly filled lanes; k_keys sorts empty lanes last); the caller's rebuild-mapping
- * then sorts everything. Device buffers grow 4x when more than half full (contents kept), so a source
- * emitting frame after frame allocates only now and then; the host staging packets grow only. A
+ * then sorts everything. Device buffers grow by their headroom when full (contents kept; memsizes.h),
+ * so a source emitting frame after frame allocates only now and then; the host staging packets grow only. A
  * G2P2G frame after this starts from an unprimed P2G: the primed sums (keep_primed) lack the new
  * particles, and the P2G that adds them runs again over the old ones too, applying their return
  * mapping a second time (not exact for NACC; a P2G of the new particles alone would be). */
@@ -176,8 +176,8 @@ static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t 
   DVEC_KEEP(s->hdr, packets * sizeof(int2), old_packets * sizeof(int2), st, "packet headers");
   DR_TRY(rebuild_push_buffers(s, packets));
   for (int k = 0; k < 2; ++k) {
-    DVEC_PK(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
-    DVEC_PK(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
+    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
   DVEC(s->pblock, (s->n + m) * sizeof(int32_t), "particle block indices");
   DVEC(s->head, (s->n + m) * sizeof(int32_t), "particle block indices");
@@ -565,13 +565,13 @@ int cuda_upload(cuda_state *s, const particles *p) {
   s->n_gone = 0; /* and no slot of theirs was emigrate's */
   s->n_packets = (n + LANES - 1) / LANES;
   const size_t slots = s->n_packets * LANES;
-  DVEC_PK(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
-  DVEC_PK(s->pid[0], slots * sizeof(uint64_t), "particle ids");
-  DVEC_PK(s->hdr, s->n_packets * sizeof(int2), "packet headers");
+  DVEC(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
+  DVEC(s->pid[0], slots * sizeof(uint64_t), "particle ids");
+  DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   DR_TRY(rebuild_push_buffers(s, s->n_packets));
   for (int k = 0; k < 2; ++k) {
-    DVEC_PK(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
-    DVEC_PK(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
+    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
   DVEC(s->pblock, n * sizeof(int32_t), "particle block indices");
   DVEC(s->head, n * sizeof(int32_t), "particle block indices");

@@ -268,12 +268,12 @@ template <typename K> static int sort_particles(cuda_state *s, int end_bit) {
   int n_pb = 0;
   DR_TRY(cuda_read_count(s, dp<int32_t>(s->pblock) + (n - 1), &n_pb));
   s->n_pb = (size_t)n_pb;
-  DVEC_GRID(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->pb_packets, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
-  DVEC_GRID(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  DVEC(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC(s->pb_packets, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  DVEC(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
   k_pblocks<K><<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n, keys, dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_coord),
       dp<uint64_t>(s->nbr_codes[0]));
@@ -359,7 +359,7 @@ int rebuild_now(cuda_state *s) {
   const int m = 27 * n_pb;
   CUB_RUN(cub::DeviceRadixSort::SortKeys(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[0]),
                                          dp<uint64_t>(s->nbr_codes[1]), m, 0, s->code_bits, st));
-  DVEC_GRID(s->block_code, (size_t)m * sizeof(uint64_t), "grid blocks");
+  DVEC(s->block_code, (size_t)m * sizeof(uint64_t), "grid blocks");
   rebuild_count *drc = dp<rebuild_count>(s->count);
   CUB_RUN(cub::DeviceSelect::Unique(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
                                     &drc->n, m, st));
@@ -382,37 +382,37 @@ int rebuild_now(cuda_state *s) {
 
   /* 5. Move the particles into their packets. */
   const int nxt = 1 - s->cur;
-  DVEC_PK(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
-  DVEC_PK(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
+  DVEC(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
+  DVEC(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
   k_scatter<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill,
       dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
   LAUNCHED("k_scatter");
   s->cur = nxt;
   s->n_packets = (size_t)n_packets;
-  DVEC_PK(s->hdr, s->n_packets * sizeof(int2), "packet headers");
+  DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   DR_TRY(rebuild_push_buffers(s, s->n_packets));
   k_headers<<<blocks_for(s->n_pb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill, dp<int2>(s->hdr));
   LAUNCHED("k_headers");
   /* the sort buffers cover every slot of the next rebuild */
   for (int k = 0; k < 2; ++k) {
-    DVEC_PK(s->keys[k], s->n_packets * LANES * sizeof(uint64_t), "particle sort keys");
-    DVEC_PK(s->vals[k], s->n_packets * LANES * sizeof(uint32_t), "particle sort keys");
+    DVEC(s->keys[k], s->n_packets * LANES * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], s->n_packets * LANES * sizeof(uint32_t), "particle sort keys");
   }
 
   s->n_blocks = (size_t)nb;
   for (int k = 0; k < 2; ++k) {
-    DVEC_GRID(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
-    DVEC_GRID(s->touched[k], s->n_blocks, "grid blocks");
+    DVEC(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
+    DVEC(s->touched[k], s->n_blocks, "grid blocks");
     CU(cudaMemsetAsync(s->grid[k].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), st));
     CU(cudaMemsetAsync(s->touched[k].ptr, 0, s->n_blocks, st));
     if (s->asflip) {
-      DVEC_GRID(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
+      DVEC(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
       CU(cudaMemsetAsync(s->grid0[k].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), st));
     }
     if (s->det) {
-      DVEC_GRID(s->igrid[k], s->n_blocks * int_floats(s) * sizeof(long long), "grid blocks (fixed point)");
+      DVEC(s->igrid[k], s->n_blocks * int_floats(s) * sizeof(long long), "grid blocks (fixed point)");
       CU(cudaMemsetAsync(s->igrid[k].ptr, 0, s->n_blocks * int_floats(s) * sizeof(long long), st));
     }
   }
@@ -427,23 +427,23 @@ int rebuild_now(cuda_state *s) {
   }
   if (s->nm > 1) { /* the island: the grid update's output (or the owners) and the peers' block indices (k_tag) */
     if (s->atomics) {
-      DVEC_GRID(s->own, s->n_blocks, "grid blocks (island owners)");
+      DVEC(s->own, s->n_blocks, "grid blocks (island owners)");
     } else {
-      DVEC_GRID(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
-      if (s->asflip) DVEC_GRID(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
+      DVEC(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
+      if (s->asflip) DVEC(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
     }
-    DVEC_GRID(s->tags, s->n_blocks * (size_t)(s->nm - 1) * sizeof(int32_t), "grid blocks (island tags)");
+    DVEC(s->tags, s->n_blocks * (size_t)(s->nm - 1) * sizeof(int32_t), "grid blocks (island tags)");
   }
-  DVEC_GRID(s->shared, s->n_blocks, "grid blocks");
+  DVEC(s->shared, s->n_blocks, "grid blocks");
   CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, st));
 
   /* 6. Hash table code -> dense index, then each particle block's 27 physical blocks. */
   size_t cap = 64;
   while (cap < 2 * s->n_blocks) cap <<= 1;
-  if (cap > s->table_cap) {
-    DVEC_EXACT(s->table_keys, 2 * cap * sizeof(uint64_t), "block hash table");
-    DVEC_EXACT(s->table_vals, 2 * cap * sizeof(int32_t), "block hash table");
-    s->table_cap = 2 * cap; /* room to grow 4x before the next allocation */
+  if (cap > s->table_cap) { /* the power of two is the headroom: the table is at most half full */
+    DVEC_EXACT(s->table_keys, cap * sizeof(uint64_t), "block hash table");
+    DVEC_EXACT(s->table_vals, cap * sizeof(int32_t), "block hash table");
+    s->table_cap = cap;
   }
   const size_t mask = s->table_cap - 1;
   CU(cudaMemsetAsync(s->table_keys.ptr, 0xff, s->table_cap * sizeof(uint64_t), st));
