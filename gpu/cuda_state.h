@@ -234,10 +234,9 @@ typedef struct cuda_state {
 
   size_t n;                     /* particles */
   size_t n_packets;             /* packets of the current mapping */
-  dvec pk[2];                   /* packets; pk[cur] is current, the other the target of a rebuild */
-  dvec pid[2];                  /* [slots] uint64 ids */
+  dvec pk;                      /* [n_packets PK_FLOATS] the packets (a rebuild moves them in place: reorder) */
+  dvec pid;                     /* [slots] uint64 ids */
   dvec hdr;                     /* [n_packets] int2: particle block, valid lanes */
-  int cur;
   dvec d_mats;
 
   dvec keys[2], vals[2];        /* [slots] sort keys and slot indices */
@@ -490,6 +489,7 @@ int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st, const 
                       int line);
 void dvec_free(dvec *v);
 void dvec_swap(dvec *a, dvec *b);
+int dvec_take(dvec *v, dvec *from);
 int dvec_pools(cuda_state *s);
 
 /* rebuild.cu */

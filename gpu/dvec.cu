@@ -136,6 +136,23 @@ void dvec_free(dvec *v) {
   v->pooled = 0;
 }
 
+/* v's buffer released as a growth releases it (in its stream's order where pooled), and from's
+ * buffer v's from now on (from left empty). For a buffer grown by hand beside the one it replaces
+ * (the rebuild's packets, when the new ones outgrow the old). */
+int dvec_take(dvec *v, dvec *from) {
+  dvec_uncounted(v);
+  CU(dvec_release(v));
+  v->ptr = from->ptr;
+  v->bytes = from->bytes;
+  v->pooled = from->pooled;
+  v->place = from->place;
+  v->kind = from->kind;
+  from->ptr = NULL;
+  from->bytes = 0;
+  from->pooled = 0;
+  return DR_OK;
+}
+
 void dvec_swap(dvec *a, dvec *b) {
   const dvec t = *a;
   *a = *b;
@@ -186,7 +203,7 @@ int dvec_pools(cuda_state *s) {
     }
     if (n > 0) CU(cudaMemPoolSetAccess(s->pool[1], acc, n));
   }
-  dvec *priv[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->keys[0], &s->keys[1], &s->vals[0],
+  dvec *priv[] = {&s->pk, &s->pid, &s->hdr, &s->keys[0], &s->keys[1], &s->vals[0],
                   &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr,
                   &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->old_code, &s->shared, &s->tags,
                   &s->vel, &s->vel0, &s->own, &s->old_to_new, &s->pk_order, &s->push_mask, &s->push_room,

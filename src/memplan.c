@@ -148,12 +148,17 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
 
   /* a device, in the order its buffers are first allocated: the upload, then the rebuilds */
   memset(device, 0, sizeof *device);
-  const double pk_seq0[3] = {up * pk, sorted * pk, sorted * pk}, pk_seq1[2] = {sorted * pk, sorted * pk};
-  const double id_seq0[3] = {up * lanes * 8, sorted * lanes * 8, sorted * lanes * 8}, id_seq1[1] = {sorted * lanes * 8};
+  const double pk_seq[2] = {up * pk, sorted * pk}, id_seq[2] = {up * lanes * 8, sorted * lanes * 8};
   const double hdr_seq[2] = {up * 8, sorted * 8};
   const double key_seq[2] = {up * lanes * 8, sorted * lanes * 8}, val_seq[2] = {up * lanes * 4, sorted * lanes * 4};
-  add(device, MT_PARTICLES, dvec_after(pk_seq0, 3));
-  add(device, MT_PARTICLES, dvec_after(id_seq0, 3));
+  /* the packets and ids: one buffer each, which a rebuild reorders in place; where the sorted
+   * packets outgrow the upload's buffer, the move goes into a new one and both are held while it
+   * runs (gpu/rebuild.cu, reorder), counted here as if held to the end */
+  for (int k = 0; k < 2; ++k) {
+    const double *seq = k ? id_seq : pk_seq;
+    const double first = dvec_after(seq, 1), last = dvec_after(seq, 2);
+    add(device, MT_PARTICLES, last + (last > first ? first : 0.0));
+  }
   add(device, MT_PARTICLES, dvec_after(hdr_seq, 2));
   for (int k = 0; k < 2; ++k) {
     add(device, MT_SORT, dvec_after(key_seq, 2));
@@ -162,10 +167,9 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   const double idx_seq[2] = {n0 * sizeof(int32_t), n * sizeof(int32_t)};
   for (int k = 0; k < 2; ++k) add(device, MT_SORT, dvec_after(idx_seq, 2)); /* pblock, head */
   /* CUB's radix sort of (key, index) pairs keeps its own copy of both: the largest temporary */
-  const double tmp_seq[1] = {sorted * lanes * (sizeof(uint64_t) + sizeof(uint32_t))};
-  add(device, MT_SORT, dvec_after(tmp_seq, 1));
-  add(device, MT_PARTICLES, dvec_after(pk_seq1, 2));
-  add(device, MT_PARTICLES, dvec_after(id_seq1, 1));
+  const double tmp_seq[2] = {up * lanes * (sizeof(uint64_t) + sizeof(uint32_t)),
+                             sorted * lanes * (sizeof(uint64_t) + sizeof(uint32_t))};
+  add(device, MT_SORT, dvec_after(tmp_seq, 2));
   int push = 0; /* a slip or separate collider: G2P leaves particles to the collision step */
   for (int c = 0; c < s->n_colliders; ++c) push |= s->colliders[c].type != BOUNDARY_STICKY;
   if (push) {
