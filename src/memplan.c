@@ -178,7 +178,7 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
     add(device, MT_TRANSFER, dvec_after(mask_seq, 2));
     add(device, MT_TRANSFER, dvec_after(room_seq, 2));
   }
-  /* particle blocks and their neighbours (DVEC_GRID) */
+  /* particle blocks and their neighbours */
   const double pb_seq[5][1] = {{3 * pb * 4}, {(pb + 1) * 4}, {(pb + 1) * 4}, {27 * pb * 4}, {27 * pb * 8}};
   for (int k = 0; k < 5; ++k) add(device, MT_MAPPING, dvec_after(pb_seq[k], 1));
   add(device, MT_MAPPING, dvec_after(pb_seq[4], 1)); /* nbr_codes[1] */
