@@ -337,14 +337,20 @@ template <typename K> static int sort_particles(cuda_state *s, int end_bit) {
   const int ns = (int)n_slots, ni = (int)n;
   TRACE("rebuild: %d-bit sort keys", (int)(8 * sizeof(K)));
 
-  /* 1. Keys of every slot and a stable radix sort: valid particles first, by block and cell. */
+  /* 1. Keys of every slot and a stable radix sort: valid particles first, by block and cell. The
+   *    sort runs through CUB's double buffer, between keys[0] and keys[1] (vals likewise), so that
+   *    its temporary storage holds no copy of the pairs (12 B a slot); the sorted keys and slots
+   *    are then swapped into keys[1] and vals[1] where the passes left them in [0]. */
   k_keys<K><<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n_slots, dp<float>(s->pk), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint8_t>(s->gone), s->n_gone,
       dp<K>(s->keys[0]), dp<uint32_t>(s->vals[0]));
   LAUNCHED("k_keys");
   s->n_gone = 0; /* the sort drops them: they are the slots past the n valid particles */
-  CUB_RUN(cub::DeviceRadixSort::SortPairs(temp_ptr, temp_bytes, dp<K>(s->keys[0]), dp<K>(s->keys[1]),
-                                          dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]), ns, 0, end_bit, st));
+  cub::DoubleBuffer<K> dk(dp<K>(s->keys[0]), dp<K>(s->keys[1]));
+  cub::DoubleBuffer<uint32_t> dv(dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]));
+  CUB_RUN(cub::DeviceRadixSort::SortPairs(temp_ptr, temp_bytes, dk, dv, ns, 0, end_bit, st));
+  if (dk.Current() != dp<K>(s->keys[1])) dvec_swap(&s->keys[0], &s->keys[1]);
+  if (dv.Current() != dp<uint32_t>(s->vals[1])) dvec_swap(&s->vals[0], &s->vals[1]);
   const K *keys = dp<K>(s->keys[1]);
 
   /* 2. Particle blocks: runs of equal block code, numbered by an inclusive scan of the heads. */

@@ -166,9 +166,11 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   }
   const double idx_seq[2] = {n0 * sizeof(int32_t), n * sizeof(int32_t)};
   for (int k = 0; k < 2; ++k) add(device, MT_SORT, dvec_after(idx_seq, 2)); /* pblock, head */
-  /* CUB's radix sort of (key, index) pairs keeps its own copy of both: the largest temporary */
-  const double tmp_seq[2] = {up * lanes * (sizeof(uint64_t) + sizeof(uint32_t)),
-                             sorted * lanes * (sizeof(uint64_t) + sizeof(uint32_t))};
+  /* CUB's temporary storage, the most of its calls: the particles' sort through its double buffer
+   * holds its look-back, 1 KiB a tile of at least 4,096 slots, up to 2^28 slots (a portion); the
+   * block codes' sort a copy of its 27 pb codes */
+  const double look = 0.25 * fmin(sorted * lanes, 268435456.0), codes = 27.0 * pb * sizeof(uint64_t);
+  const double tmp_seq[2] = {fmax(0.25 * fmin(up * lanes, 268435456.0), codes), fmax(look, codes)};
   add(device, MT_SORT, dvec_after(tmp_seq, 2));
   int push = 0; /* a slip or separate collider: G2P leaves particles to the collision step */
   for (int c = 0; c < s->n_colliders; ++c) push |= s->colliders[c].type != BOUNDARY_STICKY;
