@@ -473,12 +473,12 @@ int rebuild_now(cuda_state *s) {
   DR_TRY(codes_early(s, (size_t)nb)); /* the stream is idle here: block_code is final */
 
   /* 5. The new packets' headers, then the particles moved into them (reorder). */
-  s->n_packets = (size_t)n_packets;
-  DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers"); /* the old headers' last reader was k_keys */
+  DVEC(s->hdr, (size_t)n_packets * sizeof(int2), "packet headers"); /* the old headers' last reader was k_keys */
   k_headers<<<blocks_for(s->n_pb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill, dp<int2>(s->hdr));
   LAUNCHED("k_headers");
-  DR_TRY(reorder(s, s->n_packets, fill));
+  DR_TRY(reorder(s, (size_t)n_packets, fill));
+  s->n_packets = (size_t)n_packets;
   DR_TRY(rebuild_push_buffers(s, s->n_packets));
   /* the sort buffers cover every slot of the next rebuild */
   for (int k = 0; k < 2; ++k) {
