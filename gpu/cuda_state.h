@@ -92,8 +92,10 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
 
 /* ---- device vectors ----------------------------------------------------------------------- */
 
-/* A device buffer that grows to 4x its capacity when a request needs more than half of it, so
- * that the steady state allocates nothing (docs/architecture.md). */
+/* A device buffer that grows, when a request needs more than its capacity, to the need and a
+ * bounded headroom (memsizes.h: an eighth, or up to MEM_DVEC_SLACK for small buffers), so that the
+ * steady state allocates nothing once the scene's extent settles and a particle costs the device
+ * little more than its bytes (docs/architecture.md). */
 typedef struct dvec {
   void *ptr;
   size_t bytes;
@@ -104,17 +106,10 @@ typedef struct dvec {
 } dvec;
 
 /* Device allocations made (every member's; DRIFT_GPU_STAMPS tells the rebuild-mappings that made
- * some). The first allocation of a vector sized by the grid's blocks (DVEC_GRID) is DVEC_HEADROOM
- * times what it needs then (half full like the others: it grows with the first rebuild-mapping
- * that needs more; the grid of falling material does, and cudaFree waits for the device). One
- * sized by the particles' packets (packets, ids, headers, sort keys, CUB's storage; DVEC_PK) is
- * DVEC_PACKET_HEADROOM times its need: packets fill less as material spreads, so a first
- * allocation at 2x grows at one of the first rebuild-mappings of nearly every scene that moves;
- * on an island the growth maps the new memory for every member and each member grows at its own
- * rebuild-mapping, which the others wait for (docs/performance.md). */
+ * some). Every vector follows memsizes.h's rule (mem_dvec_capacity), first allocations and growths
+ * alike; a growth frees the old buffer (cudaFree waits for the device; on an island the pools
+ * order it on the stream) and keeps nothing unless through DVEC_KEEP. DVEC_EXACT: no headroom. */
 extern unsigned long g_dvec_allocs;
-#define DVEC_HEADROOM MEM_FIRST_GRID
-#define DVEC_PACKET_HEADROOM MEM_FIRST_PACKETS
 extern int g_dvec_log;      /* DRIFT_GPU_STAMPS=1: each growth logged, with the host's time in cudaFree and cudaMalloc */
 
 /* The host's monotonic clock (ns): the growths' log here, the island's crew below. */
@@ -124,11 +119,8 @@ static inline double now_ns(void) {
   return t.tv_sec * 1e9 + t.tv_nsec;
 }
 static inline double now_ms(void) { return now_ns() * 1e-6; }
-#define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, MEM_FIRST_DVEC, (what), __FILE__, __LINE__))
-#define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, 1, (what), __FILE__, __LINE__))
-#define DVEC_GRID(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, DVEC_HEADROOM, (what), __FILE__, __LINE__))
-#define DVEC_PK(v, need, what)                                                                                   \
-  DR_TRY(dvec_reserve_at(&(v), (need), 0, DVEC_PACKET_HEADROOM, (what), __FILE__, __LINE__))
+#define DVEC(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 0, (what), __FILE__, __LINE__))
+#define DVEC_EXACT(v, need, what) DR_TRY(dvec_reserve_at(&(v), (need), 1, (what), __FILE__, __LINE__))
 #define DVEC_KEEP(v, need, keep, st, what) DR_TRY(dvec_grow_keep_at(&(v), (need), (keep), (st), (what), __FILE__, __LINE__))
 
 template <typename T> static inline T *dp(const dvec &v) { return (T *)v.ptr; }
@@ -242,10 +234,9 @@ typedef struct cuda_state {
 
   size_t n;                     /* particles */
   size_t n_packets;             /* packets of the current mapping */
-  dvec pk[2];                   /* packets; pk[cur] is current, the other the target of a rebuild */
-  dvec pid[2];                  /* [slots] uint64 ids */
+  dvec pk;                      /* [n_packets PK_FLOATS] the packets (a rebuild moves them in place: reorder) */
+  dvec pid;                     /* [slots] uint64 ids */
   dvec hdr;                     /* [n_packets] int2: particle block, valid lanes */
-  int cur;
   dvec d_mats;
 
   dvec keys[2], vals[2];        /* [slots] sort keys and slot indices */
@@ -395,7 +386,7 @@ __device__ __forceinline__ bool in_box(const col_box &b, const float x[3]) {
     size_t temp_bytes = 0;                                                                         \
     void *temp_ptr = NULL;                                                                         \
     CU(call_with_temp);                                                                            \
-    DVEC_PK(s->temp, temp_bytes, "CUB temporary storage");                                         \
+    DVEC(s->temp, temp_bytes, "CUB temporary storage");                                            \
     temp_bytes = s->temp.bytes;                                                                    \
     temp_ptr = s->temp.ptr;                                                                        \
     CU(call_with_temp);                                                                            \
@@ -493,12 +484,12 @@ static inline int use(const cuda_state *s) {
 /* ---- functions shared between the backend's files --------------------------------------- */
 
 /* dvec.cu */
-int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const char *what, const char *file,
-                    int line);
+int dvec_reserve_at(dvec *v, size_t need, int exact, const char *what, const char *file, int line);
 int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st, const char *what, const char *file,
                       int line);
 void dvec_free(dvec *v);
 void dvec_swap(dvec *a, dvec *b);
+int dvec_take(dvec *v, dvec *from);
 int dvec_pools(cuda_state *s);
 
 /* rebuild.cu */

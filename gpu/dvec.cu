@@ -1,4 +1,4 @@
-// dvec.cu - device vectors: growth (4x when a request needs more than half), the stream-ordered
+// dvec.cu - device vectors: growth (to the need and a bounded headroom, memsizes.h), the stream-ordered
 // pools of an island's members (dvec_pools), and the log of growths (--help-debug: DRIFT_GPU_STAMPS).
 // A growth never keeps the contents except through dvec_grow_keep_at; a pooled buffer goes back to
 // its pool in its stream's order, so that nothing still queued on that stream reads freed memory.
@@ -74,20 +74,11 @@ static void dvec_uncounted(dvec *v) {
   if (v->ptr) memtally_count(v->place, v->kind, -(int64_t)v->bytes);
 }
 
-/* Room for need bytes: none if exact, else growing 4x when half full, the first time first x need
- * (memsizes.h's rule, which the memory plan follows). */
-int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const char *what, const char *file,
-                    int line) {
-  if (exact ? need <= v->bytes : 2 * need <= v->bytes) return DR_OK;
-  /* a first allocation above 2x its need only where it takes at most an eighth of the device's
-   * free memory: a scene near the device's size starts at 2x */
-  if (!exact && !v->bytes && first > MEM_FIRST_DVEC) {
-    size_t freeb = 0, total = 0;
-    if (cudaMemGetInfo(&freeb, &total) != cudaSuccess || first * need > freeb / MEM_PACKETS_FREE_SHARE)
-      first = MEM_FIRST_DVEC;
-    (void)cudaGetLastError();
-  }
-  const size_t cap = mem_dvec_capacity(v->bytes, need, exact, first);
+/* Room for need bytes: exactly that if exact, else need and its headroom whenever need is more
+ * than the capacity (memsizes.h's rule, which the memory plan follows). */
+int dvec_reserve_at(dvec *v, size_t need, int exact, const char *what, const char *file, int line) {
+  if (need <= v->bytes) return DR_OK;
+  const size_t cap = mem_dvec_capacity(v->bytes, need, exact);
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   const size_t from = v->bytes;
   const double t0 = g_dvec_log ? now_ms() : 0.0;
@@ -111,8 +102,8 @@ int dvec_reserve_at(dvec *v, size_t need, int exact, size_t first, const char *w
  * buffer; the old one is freed after the copy). For appending particles (cuda_add_particles). */
 int dvec_grow_keep_at(dvec *v, size_t need, size_t keep, cudaStream_t st, const char *what, const char *file,
                       int line) {
-  if (2 * need <= v->bytes) return DR_OK;
-  const size_t cap = mem_dvec_capacity(v->bytes, need, 0, MEM_FIRST_DVEC);
+  if (need <= v->bytes) return DR_OK;
+  const size_t cap = mem_dvec_capacity(v->bytes, need, 0);
   __atomic_add_fetch(&g_dvec_allocs, 1, __ATOMIC_RELAXED);
   void *q = NULL;
   const double t0 = g_dvec_log ? now_ms() : 0.0;
@@ -143,6 +134,23 @@ void dvec_free(dvec *v) {
   v->ptr = NULL;
   v->bytes = 0;
   v->pooled = 0;
+}
+
+/* v's buffer released as a growth releases it (in its stream's order where pooled), and from's
+ * buffer v's from now on (from left empty). For a buffer grown by hand beside the one it replaces
+ * (the rebuild's packets, when the new ones outgrow the old). */
+int dvec_take(dvec *v, dvec *from) {
+  dvec_uncounted(v);
+  CU(dvec_release(v));
+  v->ptr = from->ptr;
+  v->bytes = from->bytes;
+  v->pooled = from->pooled;
+  v->place = from->place;
+  v->kind = from->kind;
+  from->ptr = NULL;
+  from->bytes = 0;
+  from->pooled = 0;
+  return DR_OK;
 }
 
 void dvec_swap(dvec *a, dvec *b) {
@@ -195,7 +203,7 @@ int dvec_pools(cuda_state *s) {
     }
     if (n > 0) CU(cudaMemPoolSetAccess(s->pool[1], acc, n));
   }
-  dvec *priv[] = {&s->pk[0], &s->pk[1], &s->pid[0], &s->pid[1], &s->hdr, &s->keys[0], &s->keys[1], &s->vals[0],
+  dvec *priv[] = {&s->pk, &s->pid, &s->hdr, &s->keys[0], &s->keys[1], &s->vals[0],
                   &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr,
                   &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->old_code, &s->shared, &s->tags,
                   &s->vel, &s->vel0, &s->own, &s->old_to_new, &s->pk_order, &s->push_mask, &s->push_room,

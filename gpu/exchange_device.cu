@@ -782,7 +782,7 @@ int island_mark_shared(void *state, const int32_t *idx, size_t n) {
     for (size_t j = 0; j < n; ++j)
       for (int k = 0; k < I->nm; ++k) lm[j * (size_t)I->nm + k] = I->where[k][idx[j]];
     rc = use(I->m[0]);
-    if (rc == DR_OK) rc = dvec_reserve_at(&e->link_map, n * (size_t)I->nm * sizeof(int32_t), 1, 1,
+    if (rc == DR_OK) rc = dvec_reserve_at(&e->link_map, n * (size_t)I->nm * sizeof(int32_t), 1,
                                           "island shared-block lists", __FILE__, __LINE__);
     if (rc == DR_OK) {
       const cudaError_t ce = cudaMemcpy(e->link_map.ptr, lm, n * (size_t)I->nm * sizeof(int32_t), cudaMemcpyHostToDevice);

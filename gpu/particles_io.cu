@@ -99,8 +99,8 @@ int cuda_set_particles(void *state, particles *p) {
 
 /* Appends p's particles in new packets after the current ones (the packets of the last mapping
  * keep their partly filled lanes; k_keys sorts empty lanes last); the caller's rebuild-mapping
- * then sorts everything. Device buffers grow 4x when more than half full (contents kept), so a source
- * emitting frame after frame allocates only now and then; the host staging packets grow only. A
+ * then sorts everything. Device buffers grow by their headroom when full (contents kept; memsizes.h),
+ * so a source emitting frame after frame allocates only now and then; the host staging packets grow only. A
  * G2P2G frame after this starts from an unprimed P2G: the primed sums (keep_primed) lack the new
  * particles, and the P2G that adds them runs again over the old ones too, applying their return
  * mapping a second time (not exact for NACC; a P2G of the new particles alone would be). */
@@ -170,14 +170,14 @@ static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t 
   const size_t old_packets = s->n_packets, add_packets = (m + LANES - 1) / LANES;
   const size_t packets = old_packets + add_packets, slots = packets * LANES;
   cudaStream_t st = s->stream;
-  DVEC_KEEP(s->pk[s->cur], packets * PK_FLOATS * sizeof(float), old_packets * PK_FLOATS * sizeof(float), st,
+  DVEC_KEEP(s->pk, packets * PK_FLOATS * sizeof(float), old_packets * PK_FLOATS * sizeof(float), st,
             "particle packets");
-  DVEC_KEEP(s->pid[s->cur], slots * sizeof(uint64_t), old_packets * LANES * sizeof(uint64_t), st, "particle ids");
+  DVEC_KEEP(s->pid, slots * sizeof(uint64_t), old_packets * LANES * sizeof(uint64_t), st, "particle ids");
   DVEC_KEEP(s->hdr, packets * sizeof(int2), old_packets * sizeof(int2), st, "packet headers");
   DR_TRY(rebuild_push_buffers(s, packets));
   for (int k = 0; k < 2; ++k) {
-    DVEC_PK(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
-    DVEC_PK(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
+    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
   DVEC(s->pblock, (s->n + m) * sizeof(int32_t), "particle block indices");
   DVEC(s->head, (s->n + m) * sizeof(int32_t), "particle block indices");
@@ -218,9 +218,9 @@ static int append_particles(cuda_state *s, const particles *p) {
   float *pk = s->h_add;
   uint64_t *id = s->h_add_id;
   packets_from_particles(p, 0, m, add_packets, pk, id, s->h_add_hdr);
-  CU(cudaMemcpyAsync(dp<float>(s->pk[s->cur]) + old_packets * PK_FLOATS, pk, add_packets * PK_FLOATS * sizeof(float),
+  CU(cudaMemcpyAsync(dp<float>(s->pk) + old_packets * PK_FLOATS, pk, add_packets * PK_FLOATS * sizeof(float),
                      cudaMemcpyHostToDevice, st));
-  CU(cudaMemcpyAsync(dp<uint64_t>(s->pid[s->cur]) + old_packets * LANES, id, add_packets * LANES * sizeof(uint64_t),
+  CU(cudaMemcpyAsync(dp<uint64_t>(s->pid) + old_packets * LANES, id, add_packets * LANES * sizeof(uint64_t),
                      cudaMemcpyHostToDevice, st));
   CU(cudaMemcpyAsync(dp<int2>(s->hdr) + old_packets, s->h_add_hdr, add_packets * sizeof(int2), cudaMemcpyHostToDevice,
                      st));
@@ -250,8 +250,8 @@ static int append_records(cuda_state *s, const void *rec, size_t m) {
   DVEC(s->xrec, m * REC_WORDS * sizeof(uint32_t), "arriving particles");
   CU(cudaMemcpyAsync(s->xrec.ptr, rec, m * REC_WORDS * sizeof(uint32_t), cudaMemcpyHostToDevice, st));
   k_records_in<<<blocks_for(add_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      m, add_packets, dp<uint32_t>(s->xrec), dp<float>(s->pk[s->cur]) + old_packets * PK_FLOATS,
-      dp<uint64_t>(s->pid[s->cur]) + old_packets * LANES, dp<int2>(s->hdr) + old_packets);
+      m, add_packets, dp<uint32_t>(s->xrec), dp<float>(s->pk) + old_packets * PK_FLOATS,
+      dp<uint64_t>(s->pid) + old_packets * LANES, dp<int2>(s->hdr) + old_packets);
   LAUNCHED("k_records_in");
   s->n += m;
   s->n_packets = old_packets + add_packets;
@@ -308,7 +308,7 @@ static int leave_flags(cuda_state *s, const int32_t lo[3], const int32_t hi[3], 
   const size_t n_slots = s->n_packets * LANES;
   uint32_t *flag = dp<uint32_t>(s->vals[0]), *upto = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= n_slots */
   k_leave<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), make_float3(s->origin[0], s->origin[1], s->origin[2]),
+      n_slots, dp<float>(s->pk), dp<int2>(s->hdr), make_float3(s->origin[0], s->origin[1], s->origin[2]),
       s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone, flag);
   LAUNCHED("k_leave");
   CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, flag, upto, (int)n_slots, st));
@@ -353,7 +353,7 @@ int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3],
   const size_t n_slots = s->n_packets * LANES, bytes = (size_t)m * REC_WORDS * sizeof(uint32_t);
   DVEC(s->xrec, bytes, "emigrating particles");
   k_leave_records<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, flag, upto, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), s->prm.rank * 256 + s->me,
+      n_slots, flag, upto, dp<float>(s->pk), dp<uint64_t>(s->pid), s->prm.rank * 256 + s->me,
       dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
   LAUNCHED("k_leave_records");
   if (s->h_rec_cap < bytes) CU(cudaStreamSynchronize(st)); /* nothing queued copies into the old buffer */
@@ -402,8 +402,8 @@ int cuda_download(void *state, particles *out) {
     cudaError_t e_ = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream);          \
     if (e_ != cudaSuccess) rc = cuda_fail(e_, "cudaMemcpyAsync(" #dst ")", __FILE__, __LINE__);    \
   }
-  DL(pk, s->pk[s->cur].ptr, np * PK_FLOATS * sizeof(float));
-  DL(id, s->pid[s->cur].ptr, np * LANES * sizeof(uint64_t));
+  DL(pk, s->pk.ptr, np * PK_FLOATS * sizeof(float));
+  DL(id, s->pid.ptr, np * LANES * sizeof(uint64_t));
   DL(hdr, s->hdr.ptr, np * sizeof(int2));
 #undef DL
   if (!rc) {
@@ -486,7 +486,7 @@ static int capture_queue(cuda_state *s, unsigned mask, const particles *out, siz
 #undef CAPTURE_AT_
   const int32_t owner = s->prm.rank * 256 + s->me;
   k_capture<<<blocks_for(np * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      np, dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<int2>(s->hdr), start, owner, o);
+      np, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), start, owner, o);
   LAUNCHED("k_capture");
   return DR_OK;
 }
@@ -565,13 +565,13 @@ int cuda_upload(cuda_state *s, const particles *p) {
   s->n_gone = 0; /* and no slot of theirs was emigrate's */
   s->n_packets = (n + LANES - 1) / LANES;
   const size_t slots = s->n_packets * LANES;
-  DVEC_PK(s->pk[0], s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
-  DVEC_PK(s->pid[0], slots * sizeof(uint64_t), "particle ids");
-  DVEC_PK(s->hdr, s->n_packets * sizeof(int2), "packet headers");
+  DVEC(s->pk, s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
+  DVEC(s->pid, slots * sizeof(uint64_t), "particle ids");
+  DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   DR_TRY(rebuild_push_buffers(s, s->n_packets));
   for (int k = 0; k < 2; ++k) {
-    DVEC_PK(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
-    DVEC_PK(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
+    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
   DVEC(s->pblock, n * sizeof(int32_t), "particle block indices");
   DVEC(s->head, n * sizeof(int32_t), "particle block indices");
@@ -595,10 +595,10 @@ int cuda_upload(cuda_state *s, const particles *p) {
        * pageable cudaMemcpy may return before its DMA lands: k_keys could then read headers or
        * packets that an earlier run left in reused device memory (test_preview's second run in
        * one process failed at its first step). The synchronisation lets the staging be reused. */
-      e = cudaMemcpyAsync(dp<float>(s->pk[0]) + k0 * PK_FLOATS, pk, kp * PK_FLOATS * sizeof(float),
+      e = cudaMemcpyAsync(dp<float>(s->pk) + k0 * PK_FLOATS, pk, kp * PK_FLOATS * sizeof(float),
                           cudaMemcpyHostToDevice, s->stream);
       if (e == cudaSuccess)
-        e = cudaMemcpyAsync(dp<uint64_t>(s->pid[0]) + k0 * LANES, id, kp * LANES * sizeof(uint64_t),
+        e = cudaMemcpyAsync(dp<uint64_t>(s->pid) + k0 * LANES, id, kp * LANES * sizeof(uint64_t),
                             cudaMemcpyHostToDevice, s->stream);
       if (e == cudaSuccess)
         e = cudaMemcpyAsync(dp<int2>(s->hdr) + k0, hdr, kp * sizeof(int2), cudaMemcpyHostToDevice, s->stream);
@@ -607,7 +607,6 @@ int cuda_upload(cuda_state *s, const particles *p) {
     memtally_free(pk), memtally_free(id), memtally_free(hdr);
     if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync(particle upload)", __FILE__, __LINE__);
   }
-  s->cur = 0;
   return DR_OK;
 }
 

@@ -99,25 +99,55 @@ __global__ static void k_headers(size_t n_pb, const int32_t *pb_start, const int
     hdr[p] = make_int2((int)q, min(fill, count - j * fill));
 }
 
-/* Moves sorted particle i (from slot perm[i] of the old packets) to its new packet and lane. The
- * old and new packets are distinct buffers (__restrict__), so that a thread's loads of its
- * particle's attributes are all in flight at once: without it the compiler orders each load
- * after the store before it, and a thread waits for one gathered load after another. */
-__global__ static void k_scatter(size_t n, const uint32_t *__restrict__ perm, const int32_t *__restrict__ pblock,
-                                 const int32_t *__restrict__ pb_start, const int32_t *__restrict__ pb_packets, int fill,
-                                 const float *__restrict__ src, const uint64_t *__restrict__ src_id,
-                                 float *__restrict__ dst, uint64_t *__restrict__ dst_id) {
+/* The particles' move into their new packets (reorder), one group of attributes at a time through
+ * scratch that the rebuild no longer needs. A packet's layout is [packet][attribute][lane], so the
+ * words of attribute a of every packet, old or new, are the same set of offsets (a * LANES + lane
+ * within PK_FLOATS): writing a's new values overwrites only a's old ones. Once every particle's a
+ * is gathered (k_reorder_gather, in sorted order: scratch i holds sorted particle i's), the new
+ * layout's a can be written (k_reorder_put) over the old in the same buffer; the other attributes
+ * are untouched until their own pass. Ids (one slot array) the same, in the last pass. */
+#define REORDER_SLOTS 6 /* floats a particle of scratch in a pass (reorder) */
+typedef struct reorder_pass {
+  float *sc[REORDER_SLOTS]; /* [n] each: attribute a0 + g of sorted particle i at sc[g][i] */
+  uint64_t *ids;            /* [n] the ids, in the pass that moves them; else NULL */
+  int a0, na;
+} reorder_pass;
+
+/* Sorted particle i's attributes of the pass (and its id) from old slot perm[i] into the scratch. */
+__global__ static void k_reorder_gather(size_t n, const uint32_t *__restrict__ perm, const float *src,
+                                        const uint64_t *src_id, reorder_pass ps) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   const uint32_t from = perm[i];
-  const int32_t q = pblock[i];
-  const int r = (int)i - pb_start[q];
-  const size_t p = (size_t)pb_packets[q] + r / fill;
-  const int lane = r % fill;
-  const float *s = src + (size_t)(from / LANES) * PK_FLOATS + from % LANES;
+  const float *q = src + (size_t)(from / LANES) * PK_FLOATS + from % LANES;
+  float v[REORDER_SLOTS];
+  for (int g = 0; g < REORDER_SLOTS; ++g)
+    if (g < ps.na) v[g] = q[(ps.a0 + g) * LANES]; /* every load in flight before the stores */
+  for (int g = 0; g < REORDER_SLOTS; ++g)
+    if (g < ps.na) ps.sc[g][i] = v[g];
+  if (ps.ids) ps.ids[i] = src_id[from];
+}
+
+/* New slot (packet p, lane) of particle block q = hdr[p].x holds sorted particle
+ * pb_start[q] + (p - pb_packets[q]) fill + lane (k_headers' packets); lanes past hdr[p].y keep
+ * whatever they held, as no one reads them. */
+__global__ static void k_reorder_put(size_t n_slots, const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_start,
+                                     const int32_t *__restrict__ pb_packets, int fill, reorder_pass ps, float *dst,
+                                     uint64_t *dst_id) {
+  const size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (j >= n_slots) return;
+  const size_t p = j / LANES;
+  const int lane = (int)(j % LANES);
+  const int2 h = hdr[p];
+  if (lane >= h.y) return;
+  const size_t i = (size_t)pb_start[h.x] + (p - (size_t)pb_packets[h.x]) * fill + lane;
+  float v[REORDER_SLOTS];
+  for (int g = 0; g < REORDER_SLOTS; ++g)
+    if (g < ps.na) v[g] = ps.sc[g][i]; /* every load in flight before the stores */
   float *d = dst + p * PK_FLOATS + lane;
-  for (int a = 0; a < PK_ATTRS; ++a) d[a * LANES] = s[a * LANES];
-  dst_id[p * LANES + lane] = src_id[from];
+  for (int g = 0; g < REORDER_SLOTS; ++g)
+    if (g < ps.na) d[(ps.a0 + g) * LANES] = v[g];
+  if (ps.ids) dst_id[j] = ps.ids[i];
 }
 
 __global__ static void k_pb_nbr(size_t m, const uint64_t *nbr_codes, const unsigned long long *keys,
@@ -188,6 +218,62 @@ __global__ static void k_unvoid(step_ctl *c) {
   c->voided = 0;
 }
 
+/* Step 5 of a rebuild-mapping: the n sorted particles (old slot vals[1][i]) into the n_packets
+ * packets whose headers k_headers wrote, in place (the kernels above) through scratch the rebuild
+ * is done with: the sort's keys[0] and keys[1] (2 floats a particle each: their capacity is 8 B a
+ * slot of the old packets, and n <= those slots), its unsorted indices vals[0] and the heads
+ * (1 float each). vals[1], the permutation, is read by every pass. Where the new packets outgrow a
+ * buffer, the particles move into a new one instead (memsizes.h's rule), which replaces the old
+ * at the end: only then are two copies of that buffer held. */
+static int reorder_passes(cuda_state *s, size_t n_packets, int fill, float *pk, uint64_t *pid) {
+  static_assert(PK_ATTRS % REORDER_SLOTS > 0 && PK_ATTRS % REORDER_SLOTS <= REORDER_SLOTS - 2,
+                "reorder: the last pass has room for the ids (two floats a particle) beside its attributes");
+  const size_t n = s->n, n_slots = n_packets * LANES;
+  cudaStream_t st = s->stream;
+  float *k0 = dp<float>(s->keys[0]), *k1 = dp<float>(s->keys[1]);
+  float *slot[REORDER_SLOTS] = {k0, k0 + n, k1, k1 + n, dp<float>(s->vals[0]), dp<float>(s->head)};
+  for (int a0 = 0; a0 < PK_ATTRS; a0 += REORDER_SLOTS) {
+    reorder_pass ps;
+    memset(&ps, 0, sizeof ps);
+    ps.a0 = a0;
+    ps.na = PK_ATTRS - a0 < REORDER_SLOTS ? PK_ATTRS - a0 : REORDER_SLOTS;
+    if (a0 + ps.na < PK_ATTRS) {
+      for (int g = 0; g < ps.na; ++g) ps.sc[g] = slot[g];
+    } else { /* the last: the ids in keys[1], the attributes in the other slots */
+      const int other[REORDER_SLOTS - 2] = {0, 1, 4, 5};
+      for (int g = 0; g < ps.na; ++g) ps.sc[g] = slot[other[g]];
+      ps.ids = (uint64_t *)k1;
+    }
+    k_reorder_gather<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n, dp<uint32_t>(s->vals[1]), dp<float>(s->pk), dp<uint64_t>(s->pid), ps);
+    LAUNCHED("k_reorder_gather");
+    k_reorder_put<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, dp<int2>(s->hdr), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill, ps, pk, pid);
+    LAUNCHED("k_reorder_put");
+  }
+  return DR_OK;
+}
+
+static int reorder(cuda_state *s, size_t n_packets, int fill) {
+  const size_t pk_bytes = n_packets * PK_FLOATS * sizeof(float), id_bytes = n_packets * LANES * sizeof(uint64_t);
+  dvec pk_new = s->pk, pid_new = s->pid; /* the pool and stream of the buffers they would replace */
+  pk_new.ptr = pid_new.ptr = NULL;
+  pk_new.bytes = pid_new.bytes = 0;
+  int rc = DR_OK;
+  if (pk_bytes > s->pk.bytes)
+    rc = dvec_reserve_at(&pk_new, pk_bytes, 0, "particle packets", __FILE__, __LINE__);
+  if (rc == DR_OK && id_bytes > s->pid.bytes)
+    rc = dvec_reserve_at(&pid_new, id_bytes, 0, "particle ids", __FILE__, __LINE__);
+  if (rc == DR_OK)
+    rc = reorder_passes(s, n_packets, fill, dp<float>(pk_new.ptr ? pk_new : s->pk),
+                        dp<uint64_t>(pid_new.ptr ? pid_new : s->pid));
+  if (rc == DR_OK && pk_new.ptr) rc = dvec_take(&s->pk, &pk_new);
+  if (rc == DR_OK && pid_new.ptr) rc = dvec_take(&s->pid, &pid_new);
+  dvec_free(&pk_new); /* left only where something failed */
+  dvec_free(&pid_new);
+  return rc;
+}
+
 /* The buffers through which k_g2p leaves particles to k_collide, for n_packets packets (only in
  * scenes with a slip or separate collider). */
 int rebuild_push_buffers(cuda_state *s, size_t n_packets) {
@@ -251,14 +337,20 @@ template <typename K> static int sort_particles(cuda_state *s, int end_bit) {
   const int ns = (int)n_slots, ni = (int)n;
   TRACE("rebuild: %d-bit sort keys", (int)(8 * sizeof(K)));
 
-  /* 1. Keys of every slot and a stable radix sort: valid particles first, by block and cell. */
+  /* 1. Keys of every slot and a stable radix sort: valid particles first, by block and cell. The
+   *    sort runs through CUB's double buffer, between keys[0] and keys[1] (vals likewise), so that
+   *    its temporary storage holds no copy of the pairs (12 B a slot); the sorted keys and slots
+   *    are then swapped into keys[1] and vals[1] where the passes left them in [0]. */
   k_keys<K><<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, dp<float>(s->pk[s->cur]), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint8_t>(s->gone), s->n_gone,
+      n_slots, dp<float>(s->pk), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint8_t>(s->gone), s->n_gone,
       dp<K>(s->keys[0]), dp<uint32_t>(s->vals[0]));
   LAUNCHED("k_keys");
   s->n_gone = 0; /* the sort drops them: they are the slots past the n valid particles */
-  CUB_RUN(cub::DeviceRadixSort::SortPairs(temp_ptr, temp_bytes, dp<K>(s->keys[0]), dp<K>(s->keys[1]),
-                                          dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]), ns, 0, end_bit, st));
+  cub::DoubleBuffer<K> dk(dp<K>(s->keys[0]), dp<K>(s->keys[1]));
+  cub::DoubleBuffer<uint32_t> dv(dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]));
+  CUB_RUN(cub::DeviceRadixSort::SortPairs(temp_ptr, temp_bytes, dk, dv, ns, 0, end_bit, st));
+  if (dk.Current() != dp<K>(s->keys[1])) dvec_swap(&s->keys[0], &s->keys[1]);
+  if (dv.Current() != dp<uint32_t>(s->vals[1])) dvec_swap(&s->vals[0], &s->vals[1]);
   const K *keys = dp<K>(s->keys[1]);
 
   /* 2. Particle blocks: runs of equal block code, numbered by an inclusive scan of the heads. */
@@ -268,12 +360,12 @@ template <typename K> static int sort_particles(cuda_state *s, int end_bit) {
   int n_pb = 0;
   DR_TRY(cuda_read_count(s, dp<int32_t>(s->pblock) + (n - 1), &n_pb));
   s->n_pb = (size_t)n_pb;
-  DVEC_GRID(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->pb_packets, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), "particle blocks");
-  DVEC_GRID(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
-  DVEC_GRID(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  DVEC(s->pb_coord, 3 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC(s->pb_start, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC(s->pb_packets, (s->n_pb + 1) * sizeof(int32_t), "particle blocks");
+  DVEC(s->pb_nbr, 27 * s->n_pb * sizeof(int32_t), "particle blocks");
+  DVEC(s->nbr_codes[0], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
+  DVEC(s->nbr_codes[1], 27 * s->n_pb * sizeof(uint64_t), "physical block codes");
   k_pblocks<K><<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       n, keys, dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_coord),
       dp<uint64_t>(s->nbr_codes[0]));
@@ -354,12 +446,12 @@ int rebuild_now(cuda_state *s) {
 
   /* 4. Physical blocks: the 3x3x3 neighbourhoods of all particle blocks, sorted and unique, so
    *    that dense block indices follow Morton order. Before the move, so that one read brings
-   *    both counts and the move (the longest kernel of the rebuild) runs while the host captures
+   *    both counts and the move (the longest part of the rebuild) runs while the host captures
    *    the step's graphs. */
   const int m = 27 * n_pb;
   CUB_RUN(cub::DeviceRadixSort::SortKeys(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[0]),
                                          dp<uint64_t>(s->nbr_codes[1]), m, 0, s->code_bits, st));
-  DVEC_GRID(s->block_code, (size_t)m * sizeof(uint64_t), "grid blocks");
+  DVEC(s->block_code, (size_t)m * sizeof(uint64_t), "grid blocks");
   rebuild_count *drc = dp<rebuild_count>(s->count);
   CUB_RUN(cub::DeviceSelect::Unique(temp_ptr, temp_bytes, dp<uint64_t>(s->nbr_codes[1]), dp<uint64_t>(s->block_code),
                                     &drc->n, m, st));
@@ -380,39 +472,32 @@ int rebuild_now(cuda_state *s) {
   const int nb = rc.n, n_packets = rc.packets;
   DR_TRY(codes_early(s, (size_t)nb)); /* the stream is idle here: block_code is final */
 
-  /* 5. Move the particles into their packets. */
-  const int nxt = 1 - s->cur;
-  DVEC_PK(s->pk[nxt], (size_t)n_packets * PK_FLOATS * sizeof(float), "particle packets");
-  DVEC_PK(s->pid[nxt], (size_t)n_packets * LANES * sizeof(uint64_t), "particle ids");
-  k_scatter<<<blocks_for(n, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n, dp<uint32_t>(s->vals[1]), dp<int32_t>(s->pblock), dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill,
-      dp<float>(s->pk[s->cur]), dp<uint64_t>(s->pid[s->cur]), dp<float>(s->pk[nxt]), dp<uint64_t>(s->pid[nxt]));
-  LAUNCHED("k_scatter");
-  s->cur = nxt;
-  s->n_packets = (size_t)n_packets;
-  DVEC_PK(s->hdr, s->n_packets * sizeof(int2), "packet headers");
-  DR_TRY(rebuild_push_buffers(s, s->n_packets));
+  /* 5. The new packets' headers, then the particles moved into them (reorder). */
+  DVEC(s->hdr, (size_t)n_packets * sizeof(int2), "packet headers"); /* the old headers' last reader was k_keys */
   k_headers<<<blocks_for(s->n_pb, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       s->n_pb, dp<int32_t>(s->pb_start), dp<int32_t>(s->pb_packets), fill, dp<int2>(s->hdr));
   LAUNCHED("k_headers");
+  DR_TRY(reorder(s, (size_t)n_packets, fill));
+  s->n_packets = (size_t)n_packets;
+  DR_TRY(rebuild_push_buffers(s, s->n_packets));
   /* the sort buffers cover every slot of the next rebuild */
   for (int k = 0; k < 2; ++k) {
-    DVEC_PK(s->keys[k], s->n_packets * LANES * sizeof(uint64_t), "particle sort keys");
-    DVEC_PK(s->vals[k], s->n_packets * LANES * sizeof(uint32_t), "particle sort keys");
+    DVEC(s->keys[k], s->n_packets * LANES * sizeof(uint64_t), "particle sort keys");
+    DVEC(s->vals[k], s->n_packets * LANES * sizeof(uint32_t), "particle sort keys");
   }
 
   s->n_blocks = (size_t)nb;
   for (int k = 0; k < 2; ++k) {
-    DVEC_GRID(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
-    DVEC_GRID(s->touched[k], s->n_blocks, "grid blocks");
+    DVEC(s->grid[k], s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks");
+    DVEC(s->touched[k], s->n_blocks, "grid blocks");
     CU(cudaMemsetAsync(s->grid[k].ptr, 0, s->n_blocks * BLOCK_FLOATS * sizeof(float), st));
     CU(cudaMemsetAsync(s->touched[k].ptr, 0, s->n_blocks, st));
     if (s->asflip) {
-      DVEC_GRID(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
+      DVEC(s->grid0[k], s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (ASFLIP)");
       CU(cudaMemsetAsync(s->grid0[k].ptr, 0, s->n_blocks * OLD_FLOATS * sizeof(float), st));
     }
     if (s->det) {
-      DVEC_GRID(s->igrid[k], s->n_blocks * int_floats(s) * sizeof(long long), "grid blocks (fixed point)");
+      DVEC(s->igrid[k], s->n_blocks * int_floats(s) * sizeof(long long), "grid blocks (fixed point)");
       CU(cudaMemsetAsync(s->igrid[k].ptr, 0, s->n_blocks * int_floats(s) * sizeof(long long), st));
     }
   }
@@ -427,23 +512,23 @@ int rebuild_now(cuda_state *s) {
   }
   if (s->nm > 1) { /* the island: the grid update's output (or the owners) and the peers' block indices (k_tag) */
     if (s->atomics) {
-      DVEC_GRID(s->own, s->n_blocks, "grid blocks (island owners)");
+      DVEC(s->own, s->n_blocks, "grid blocks (island owners)");
     } else {
-      DVEC_GRID(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
-      if (s->asflip) DVEC_GRID(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
+      DVEC(s->vel, s->n_blocks * BLOCK_FLOATS * sizeof(float), "grid blocks (island velocities)");
+      if (s->asflip) DVEC(s->vel0, s->n_blocks * OLD_FLOATS * sizeof(float), "grid blocks (island, ASFLIP)");
     }
-    DVEC_GRID(s->tags, s->n_blocks * (size_t)(s->nm - 1) * sizeof(int32_t), "grid blocks (island tags)");
+    DVEC(s->tags, s->n_blocks * (size_t)(s->nm - 1) * sizeof(int32_t), "grid blocks (island tags)");
   }
-  DVEC_GRID(s->shared, s->n_blocks, "grid blocks");
+  DVEC(s->shared, s->n_blocks, "grid blocks");
   CU(cudaMemsetAsync(s->shared.ptr, 0, s->n_blocks, st));
 
   /* 6. Hash table code -> dense index, then each particle block's 27 physical blocks. */
   size_t cap = 64;
   while (cap < 2 * s->n_blocks) cap <<= 1;
-  if (cap > s->table_cap) {
-    DVEC_EXACT(s->table_keys, 2 * cap * sizeof(uint64_t), "block hash table");
-    DVEC_EXACT(s->table_vals, 2 * cap * sizeof(int32_t), "block hash table");
-    s->table_cap = 2 * cap; /* room to grow 4x before the next allocation */
+  if (cap > s->table_cap) { /* the power of two is the headroom: the table is at most half full */
+    DVEC_EXACT(s->table_keys, cap * sizeof(uint64_t), "block hash table");
+    DVEC_EXACT(s->table_vals, cap * sizeof(int32_t), "block hash table");
+    s->table_cap = cap;
   }
   const size_t mask = s->table_cap - 1;
   CU(cudaMemsetAsync(s->table_keys.ptr, 0xff, s->table_cap * sizeof(uint64_t), st));

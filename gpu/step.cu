@@ -533,7 +533,7 @@ int step_capture_graphs(cuda_state *s) {
 /* Deterministic mode: a P2G contribution out of the fixed-point range (physics/fixed.h). */
 int step_fail_fix(cuda_state *s, unsigned long long id) {
   k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      s->n_packets * LANES, dp<uint64_t>(s->pid[s->cur]), dp<int2>(s->hdr), dp<float>(s->pk[s->cur]), id,
+      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk), id,
       dp<step_ctl>(s->ctl));
   LAUNCHED("k_find_material");
   step_ctl c;
@@ -551,7 +551,7 @@ int step_fail_fix(cuda_state *s, unsigned long long id) {
 
 int step_fail_bad(cuda_state *s, unsigned long long id) {
   k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      s->n_packets * LANES, dp<uint64_t>(s->pid[s->cur]), dp<int2>(s->hdr), dp<float>(s->pk[s->cur]), id,
+      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk), id,
       dp<step_ctl>(s->ctl));
   LAUNCHED("k_find_material");
   step_ctl c;

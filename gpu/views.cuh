@@ -21,7 +21,7 @@
 
 /* ---- particles ---------------------------------------------------------------------------- */
 
-/* A member's particles on its current packet list (s->cur): the packets' headers, the particle
+/* A member's particles on its packets: the packets' headers, the particle
  * blocks, the packets. P2G, G2P, G2P2G and the particle collision step share it. */
 typedef struct particle_view {
   const int2 *hdr;             /* [n_packets] (particle block, lanes filled) */
@@ -41,8 +41,8 @@ static inline particle_view particle_view_of(const cuda_state *s) {
   v.hdr = dp<int2>(s->hdr);
   v.pb_coord = dp<int32_t>(s->pb_coord);
   v.pb_nbr = dp<int32_t>(s->pb_nbr);
-  v.pk = dp<float>(s->pk[s->cur]);
-  v.pid = dp<uint64_t>(s->pid[s->cur]);
+  v.pk = dp<float>(s->pk);
+  v.pid = dp<uint64_t>(s->pid);
   v.mats = dp<material_params>(s->d_mats);
   return v;
 }

@@ -158,9 +158,8 @@ static void print_plan(const scene *s, const memplan *cpu, const memplan *cuda, 
   print_kinds(&cpu->host);
   printf("\n");
   if (gpu_backend_built()) {
-    printf("memory plan, cuda backend: each of %d GPU(s) %.1f MiB (%.0f B a particle)%s: ", cuda->cfg.devices,
-           mib(cuda->device.total), cuda->device.total * cuda->cfg.devices / n,
-           dev_free > 0 ? "" : " at least (no GPU here: first allocations at their smaller headroom)");
+    printf("memory plan, cuda backend: each of %d GPU(s) %.1f MiB (%.0f B a particle): ", cuda->cfg.devices,
+           mib(cuda->device.total), cuda->device.total * cuda->cfg.devices / n);
     print_kinds(&cuda->device);
     printf("; host %.1f MiB (%.0f B a particle)\n", mib(cuda->host.total), cuda->host.total / n);
   }
@@ -197,7 +196,6 @@ static int cmd_check(const char *path) {
   gpu_count(&ngpu, NULL, 0);
   double dev_free = 0.0;
   if (ngpu > 0) (void)gpu_free_memory(0, &dev_free, NULL);
-  cuda_cfg.device_free = dev_free;
   DR_TRY(memplan_create(&s, &cpu_cfg, &plan));
   int rc_plan = memplan_create(&s, &cuda_cfg, &plan_cuda);
   if (rc_plan) {
@@ -472,7 +470,7 @@ static int refuse_unless_fits(const scene *s, const sim_options *opt, memplan *p
     if (worst < 0 || f < dev_free) dev_free = f, worst = dev[k];
   }
   const memplan_config cfg = {.backend = cuda ? BACKEND_CUDA : BACKEND_CPU, .ranks = ranks, .devices = nd > 0 ? nd : 1,
-                              .frames = opt->frames, .device_free = dev_free / share};
+                              .frames = opt->frames};
   DR_TRY(memplan_create(s, &cfg, plan));
   double host_free = 0.0;
   const char *limit = "unknown";

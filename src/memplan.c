@@ -124,23 +124,14 @@ void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
   *host = larger(&start, &run);
 }
 
-/* One device vector's capacity after its needs in turn (gpu/dvec.cu's rule); *free_left loses
- * what it takes. first > MEM_FIRST_DVEC only where first x need fits in the share of the free
- * memory, as dvec_reserve_at decides. */
-static double dvec_after(const double *need, int n, size_t first, double *free_left) {
+/* One device vector's capacity after its needs in turn (gpu/dvec.cu's rule, memsizes.h). */
+static double dvec_after(const double *need, int n) {
   size_t bytes = 0;
-  for (int k = 0; k < n; ++k) {
-    size_t f = first;
-    if (!bytes && f > MEM_FIRST_DVEC && (*free_left <= 0 || f * need[k] > *free_left / MEM_PACKETS_FREE_SHARE))
-      f = MEM_FIRST_DVEC;
-    bytes = mem_dvec_capacity(bytes, (size_t)need[k], 0, f);
-  }
-  *free_left -= (double)bytes;
+  for (int k = 0; k < n; ++k) bytes = mem_dvec_capacity(bytes, (size_t)need[k], 0);
   return (double)bytes;
 }
 
-void memplan_cuda(const scene *s, const memplan_load *l, double device_free, memplan_bytes *host,
-                  memplan_bytes *device) {
+void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, memplan_bytes *device) {
   const double rec = (double)particles_record_bytes();
   const int nd = l->devices > 0 ? l->devices : 1;
   const double n = l->most / nd, n0 = l->start / nd, pb = l->pblocks / nd, nb = l->blocks / nd;
@@ -157,67 +148,72 @@ void memplan_cuda(const scene *s, const memplan_load *l, double device_free, mem
 
   /* a device, in the order its buffers are first allocated: the upload, then the rebuilds */
   memset(device, 0, sizeof *device);
-  double left = device_free;
-  const double pk_seq0[3] = {up * pk, sorted * pk, sorted * pk}, pk_seq1[2] = {sorted * pk, sorted * pk};
-  const double id_seq0[3] = {up * lanes * 8, sorted * lanes * 8, sorted * lanes * 8}, id_seq1[1] = {sorted * lanes * 8};
+  const double pk_seq[2] = {up * pk, sorted * pk}, id_seq[2] = {up * lanes * 8, sorted * lanes * 8};
   const double hdr_seq[2] = {up * 8, sorted * 8};
   const double key_seq[2] = {up * lanes * 8, sorted * lanes * 8}, val_seq[2] = {up * lanes * 4, sorted * lanes * 4};
-  add(device, MT_PARTICLES, dvec_after(pk_seq0, 3, MEM_FIRST_PACKETS, &left));
-  add(device, MT_PARTICLES, dvec_after(id_seq0, 3, MEM_FIRST_PACKETS, &left));
-  add(device, MT_PARTICLES, dvec_after(hdr_seq, 2, MEM_FIRST_PACKETS, &left));
+  /* the packets and ids: one buffer each, which a rebuild reorders in place; where the sorted
+   * packets outgrow the upload's buffer, the move goes into a new one and both are held while it
+   * runs (gpu/rebuild.cu, reorder), counted here as if held to the end */
   for (int k = 0; k < 2; ++k) {
-    add(device, MT_SORT, dvec_after(key_seq, 2, MEM_FIRST_PACKETS, &left));
-    add(device, MT_SORT, dvec_after(val_seq, 2, MEM_FIRST_PACKETS, &left));
+    const double *seq = k ? id_seq : pk_seq;
+    const double first = dvec_after(seq, 1), last = dvec_after(seq, 2);
+    add(device, MT_PARTICLES, last + (last > first ? first : 0.0));
+  }
+  add(device, MT_PARTICLES, dvec_after(hdr_seq, 2));
+  for (int k = 0; k < 2; ++k) {
+    add(device, MT_SORT, dvec_after(key_seq, 2));
+    add(device, MT_SORT, dvec_after(val_seq, 2));
   }
   const double idx_seq[2] = {n0 * sizeof(int32_t), n * sizeof(int32_t)};
-  for (int k = 0; k < 2; ++k) add(device, MT_SORT, dvec_after(idx_seq, 2, MEM_FIRST_DVEC, &left)); /* pblock, head */
-  /* CUB's radix sort of (key, index) pairs keeps its own copy of both: the largest temporary */
-  const double tmp_seq[1] = {sorted * lanes * (sizeof(uint64_t) + sizeof(uint32_t))};
-  add(device, MT_SORT, dvec_after(tmp_seq, 1, MEM_FIRST_PACKETS, &left));
-  add(device, MT_PARTICLES, dvec_after(pk_seq1, 2, MEM_FIRST_PACKETS, &left));
-  add(device, MT_PARTICLES, dvec_after(id_seq1, 1, MEM_FIRST_PACKETS, &left));
+  for (int k = 0; k < 2; ++k) add(device, MT_SORT, dvec_after(idx_seq, 2)); /* pblock, head */
+  /* CUB's temporary storage, the most of its calls: the particles' sort through its double buffer
+   * holds its look-back, 1 KiB a tile of at least 4,096 slots, up to 2^28 slots (a portion); the
+   * block codes' sort a copy of its 27 pb codes */
+  const double look = 0.25 * fmin(sorted * lanes, 268435456.0), codes = 27.0 * pb * sizeof(uint64_t);
+  const double tmp_seq[2] = {fmax(0.25 * fmin(up * lanes, 268435456.0), codes), fmax(look, codes)};
+  add(device, MT_SORT, dvec_after(tmp_seq, 2));
   int push = 0; /* a slip or separate collider: G2P leaves particles to the collision step */
   for (int c = 0; c < s->n_colliders; ++c) push |= s->colliders[c].type != BOUNDARY_STICKY;
   if (push) {
     const double mask_seq[2] = {up * sizeof(unsigned), sorted * sizeof(unsigned)};
     const double room_seq[2] = {up * lanes * sizeof(float), sorted * lanes * sizeof(float)};
-    add(device, MT_TRANSFER, dvec_after(mask_seq, 2, MEM_FIRST_DVEC, &left));
-    add(device, MT_TRANSFER, dvec_after(room_seq, 2, MEM_FIRST_DVEC, &left));
+    add(device, MT_TRANSFER, dvec_after(mask_seq, 2));
+    add(device, MT_TRANSFER, dvec_after(room_seq, 2));
   }
-  /* particle blocks and their neighbours (DVEC_GRID) */
+  /* particle blocks and their neighbours */
   const double pb_seq[5][1] = {{3 * pb * 4}, {(pb + 1) * 4}, {(pb + 1) * 4}, {27 * pb * 4}, {27 * pb * 8}};
-  for (int k = 0; k < 5; ++k) add(device, MT_MAPPING, dvec_after(pb_seq[k], 1, MEM_FIRST_GRID, &left));
-  add(device, MT_MAPPING, dvec_after(pb_seq[4], 1, MEM_FIRST_GRID, &left)); /* nbr_codes[1] */
-  /* the hash table: exact, twice the power of two of twice the blocks (rebuild.cu) */
-  add(device, MT_MAPPING, 2.0 * (double)mem_table_capacity((size_t)nb) * (sizeof(uint64_t) + sizeof(int32_t)));
+  for (int k = 0; k < 5; ++k) add(device, MT_MAPPING, dvec_after(pb_seq[k], 1));
+  add(device, MT_MAPPING, dvec_after(pb_seq[4], 1)); /* nbr_codes[1] */
+  /* the hash table: exact, the power of two of twice the blocks (rebuild.cu) */
+  add(device, MT_MAPPING, (double)mem_table_capacity((size_t)nb) * (sizeof(uint64_t) + sizeof(int32_t)));
   /* grid blocks: codes (sized by the 27 neighbours before they are made unique), two buffers */
   int asflip = 0;
   for (int m = 0; m < s->n_materials; ++m) asflip |= s->materials[m].params.transfer == TRANSFER_ASFLIP;
   const double code_seq[1] = {27 * pb * sizeof(uint64_t)};
-  add(device, MT_GRID, dvec_after(code_seq, 1, MEM_FIRST_GRID, &left));
+  add(device, MT_GRID, dvec_after(code_seq, 1));
   const double g_seq[1] = {nb * MEM_BLOCK_FLOATS * sizeof(float)}, t_seq[1] = {nb};
   const double g0_seq[1] = {nb * MEM_OLD_FLOATS * sizeof(float)};
   const double ig_seq[1] = {nb * (asflip ? 7.0 : 4.0) * BLOCK_NODES * sizeof(int64_t)};
   for (int k = 0; k < 2; ++k) {
-    add(device, MT_GRID, dvec_after(g_seq, 1, MEM_FIRST_GRID, &left));
-    add(device, MT_GRID, dvec_after(t_seq, 1, MEM_FIRST_GRID, &left));
-    if (asflip) add(device, MT_GRID, dvec_after(g0_seq, 1, MEM_FIRST_GRID, &left));
-    if (s->deterministic) add(device, MT_GRID, dvec_after(ig_seq, 1, MEM_FIRST_GRID, &left));
+    add(device, MT_GRID, dvec_after(g_seq, 1));
+    add(device, MT_GRID, dvec_after(t_seq, 1));
+    if (asflip) add(device, MT_GRID, dvec_after(g0_seq, 1));
+    if (s->deterministic) add(device, MT_GRID, dvec_after(ig_seq, 1));
   }
   if (nd > 1) { /* the island: the grid update's output and the peers' block indices */
-    add(device, MT_GRID, dvec_after(g_seq, 1, MEM_FIRST_GRID, &left));
-    if (asflip) add(device, MT_GRID, dvec_after(g0_seq, 1, MEM_FIRST_GRID, &left));
+    add(device, MT_GRID, dvec_after(g_seq, 1));
+    if (asflip) add(device, MT_GRID, dvec_after(g0_seq, 1));
     const double tag_seq[1] = {nb * (nd - 1) * sizeof(int32_t)};
-    add(device, MT_GRID, dvec_after(tag_seq, 1, MEM_FIRST_GRID, &left));
+    add(device, MT_GRID, dvec_after(tag_seq, 1));
   }
-  add(device, MT_GRID, dvec_after(t_seq, 1, MEM_FIRST_GRID, &left)); /* shared */
+  add(device, MT_GRID, dvec_after(t_seq, 1)); /* shared */
   if (s->collider_levelsets) /* mesh colliders' level sets, uploaded once */
     add(device, MT_TRANSFER,
         4.0 * (double)s->collider_levelsets->table_n + 4.0 * (double)(s->collider_levelsets->bricks_n + 1));
-  if (l->ranks > 1) { /* the migration records on the device (reserve_records): 2x their need */
+  if (l->ranks > 1) { /* the migration records on the device (reserve_records) */
     const double recs = mem_migration_share(s->balance_threshold) * l->start + MEM_MIGRATION_EXTRA;
     const double r_seq[1] = {recs * rec};
-    add(device, MT_TRANSFER, dvec_after(r_seq, 1, MEM_FIRST_DVEC, &left));
+    add(device, MT_TRANSFER, dvec_after(r_seq, 1));
   }
 }
 
@@ -225,7 +221,7 @@ void memplan_cuda(const scene *s, const memplan_load *l, double device_free, mem
 static void bytes_for(const scene *s, const memplan_config *c, const memplan_load *l, memplan_bytes *host,
                       memplan_bytes *device) {
   memset(device, 0, sizeof *device);
-  if (c->backend == BACKEND_CUDA) memplan_cuda(s, l, c->device_free, host, device);
+  if (c->backend == BACKEND_CUDA) memplan_cuda(s, l, host, device);
   else memplan_cpu(s, l, host);
 }
 

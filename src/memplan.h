@@ -50,8 +50,6 @@ typedef struct memplan_config {
   int ranks;          /* >= 1 */
   int devices;        /* GPUs a rank (cuda), >= 1 */
   int frames;         /* frames run (0: the scene's) */
-  double device_free; /* bytes free on the device before the run (0: unknown; buffers then start at
-                       * their smaller first capacity, so the device figure is the least) */
 } memplan_config;
 
 typedef struct memplan {
@@ -81,9 +79,8 @@ uint64_t memplan_source_particles(const scene *s, int b, int frames);
 
 /* The CPU backend's host bytes for load l. */
 void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host);
-/* The CUDA backend's host bytes and each device's for load l; device_free as in memplan_config. */
-void memplan_cuda(const scene *s, const memplan_load *l, double device_free, memplan_bytes *host,
-                  memplan_bytes *device);
+/* The CUDA backend's host bytes and each device's for load l. */
+void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, memplan_bytes *device);
 
 /* The particles (all ranks, at most over the run) that would fit in host_free bytes a rank and
  * device_free bytes a device (0: not checked) by the same formulas, the blocks kept. */

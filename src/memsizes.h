@@ -36,13 +36,13 @@ static inline double mem_migration_share(double threshold) {
 
 /* ---- the CUDA backend's device vectors (gpu/dvec.cu) ---------------------------------------- */
 
-/* Headrooms of a vector's first allocation: DVEC_GRID's (grid blocks) and DVEC_PK's (packets, ids,
- * headers, sort keys), which falls back to MEM_FIRST_DVEC where MEM_FIRST_PACKETS times the need
- * would take more than 1/MEM_PACKETS_FREE_SHARE of the device's free memory. */
-#define MEM_FIRST_DVEC 2
-#define MEM_FIRST_GRID 2
-#define MEM_FIRST_PACKETS 4
-#define MEM_PACKETS_FREE_SHARE 8
+/* A device vector's headroom: an eighth of its need, or MEM_DVEC_SLACK where that is more (but at
+ * most 3x the need): the small buffers of a scene (grid-sized vectors, a small scene's packets)
+ * keep room to grow for a while at a cost that does not matter (at most MEM_DVEC_SLACK a vector,
+ * a few hundred MiB a device in all), while the particles' buffers of a large scene carry an
+ * eighth more than they need, not 2x-8x: the headroom bounds the device's bytes a particle
+ * (docs/performance.md, Memory). */
+#define MEM_DVEC_SLACK ((size_t)8 << 20)
 #define MEM_DVEC_MIN 256 /* the smallest allocation, bytes */
 /* A packet: MEM_PACKET_ATTRS floats for each of its MEM_LANES particles (gpu/p2g.cuh's PK_ATTRS,
  * LANES); a grid block: MEM_BLOCK_FLOATS floats (4 channels x 64 nodes), and ASFLIP's
@@ -57,12 +57,16 @@ static inline double mem_migration_share(double threshold) {
 #define MEM_UPLOAD_PACKETS 32768
 
 /* A device vector's capacity (bytes) after a request for need bytes, holding bytes now: unchanged
- * where it fits (exact: need <= bytes; else half full: 2 need <= bytes), else exact: need; a first
- * allocation: first x need; a growth: 4x the old capacity or 2x the need, whichever is more; at
- * least MEM_DVEC_MIN. */
-static inline size_t mem_dvec_capacity(size_t bytes, size_t need, int exact, size_t first) {
-  if (exact ? need <= bytes : 2 * need <= bytes) return bytes;
-  size_t cap = exact ? need : bytes ? (4 * bytes > 2 * need ? 4 * bytes : 2 * need) : first * need;
+ * where it fits (need <= bytes), else exact: need; not exact (a first allocation or a growth
+ * alike): need plus its headroom (MEM_DVEC_SLACK's rule above); at least MEM_DVEC_MIN. */
+static inline size_t mem_dvec_capacity(size_t bytes, size_t need, int exact) {
+  if (need <= bytes) return bytes;
+  size_t room = 0;
+  if (!exact) {
+    const size_t small = need < MEM_DVEC_SLACK / 3 ? 3 * need : MEM_DVEC_SLACK;
+    room = need / 8 > small ? need / 8 : small;
+  }
+  const size_t cap = need + room;
   return cap < MEM_DVEC_MIN ? MEM_DVEC_MIN : cap;
 }
 

@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
   const int frames = atoi(argv[2]);
   double free0 = 0.0, total = 0.0, free1 = 0.0;
   CHECK(gpu_free_memory(0, &free0, &total) == 0, "cudaMemGetInfo");
-  const memplan_config cfg = {.backend = BACKEND_CUDA, .ranks = 1, .devices = 1, .frames = frames, .device_free = free0};
+  const memplan_config cfg = {.backend = BACKEND_CUDA, .ranks = 1, .devices = 1, .frames = frames};
   memplan plan;
   CHECK(memplan_create(&s, &cfg, &plan) == 0, "no plan");
   sim_options opt = {.backend = BACKEND_CUDA, .frames = frames, .gpus = 1, .write_output = 0};
