@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Writes the validation scenes of docs/validation.md (python3, standard library only):
 
-  jobs/validation/SCALE/column_aA.json   quasi-2D granular column collapses, aspect ratio a = H0/L0
+  jobs/validation/SCALE/column_aA.json   quasi-2D granular column collapses, aspect ratio a = H0/L0,
+                                         sand with the cone's default fit ("compression")
+  jobs/validation/SCALE/column_aA_ps.json  the same columns with "fit": "plane_strain" (the cone
+                                         matching Mohr-Coulomb in plane strain)
   jobs/validation/SCALE/dam_break.json   Martin & Moyce (1952)'s water column, n^2 = H/a = 2
   jobs/validation/SCALE/beam_csm3.json   Turek & Hron (2006)'s CSM3: an elastic beam fixed to a
                                          cylinder, swinging under gravity
@@ -34,6 +37,9 @@ RHO_SAND = 1600.0
 # is no larger than it must be.
 E_OVER_RHO_G_H0 = 100.0
 FLOOR_FRICTION = math.tan(math.radians(PHI))  # a rough floor: basal friction = internal friction
+# The drucker_prager cone's Mohr-Coulomb match (docs/scene-format.md): every column is written with
+# each fit, the case name taking the suffix ("compression" is drift's default).
+FITS = {"compression": "", "plane_strain": "_ps"}
 
 # The dam break: Martin & Moyce 1952, the a = 2.25 in column with n^2 = 2 (height 2a).
 A_DAM = 0.05715  # m (2.25 in)
@@ -69,7 +75,7 @@ def fmt(v):
     return float(f"{v:.9g}")
 
 
-def column(a, n_cells, frames):
+def column(a, n_cells, frames, fit):
     dx = L0 / n_cells
     h0 = a * L0
     x0 = y0 = 3 * dx  # wall-side face and floor of the column: clear of the wall node layers
@@ -81,14 +87,14 @@ def column(a, n_cells, frames):
     e = E_OVER_RHO_G_H0 * RHO_SAND * G * h0
     return {
         "description": f"Quasi-2D granular column collapse, a = H0/L0 = {a:g} (L0 = {L0:g} m, H0 = {h0:g} m), "
-                       f"{n_cells} cells across L0; sand phi = {PHI:g} deg on a rough floor (friction tan phi) "
+                       f"{n_cells} cells across L0; sand phi = {PHI:g} deg (cone fit {fit}) on a rough floor (friction tan phi) "
                        f"between slip walls. Compared with Lube et al. 2005 in docs/validation.md; written by "
                        f"jobs/validation/make_scenes.py.",
         "domain": {"min": [0, 0, 0], "max": [fmt(lx), fmt(ly), fmt(lz)], "dx": fmt(dx)},
         "time": {"frames": frames, "fps": fmt(frames / t_end), "cfl": 0.5},
         "materials": {
             "sand": {"model": "drucker_prager", "density": RHO_SAND, "youngs_modulus": fmt(e),
-                     "poisson_ratio": 0.3, "friction_angle": PHI}
+                     "poisson_ratio": 0.3, "friction_angle": PHI, "fit": fit}
         },
         "bodies": [{"shape": "box", "min": [fmt(x0), fmt(y0), fmt(z0)],
                     "max": [fmt(x0 + L0), fmt(y0 + h0), fmt(z0 + 2 * dx)], "material": "sand", "ppc": 8}],
@@ -184,12 +190,13 @@ def main():
     rows = ["scale,case,kind,scene,a,L0,H0,t_end,dx"]
     for scale, s in SCALES.items():
         os.makedirs(os.path.join(HERE, scale), exist_ok=True)
-        for a in ASPECTS:
-            scene, t_end, h0 = column(a, s["column"], s["frames"])
-            name = f"column_a{a:g}"
-            rel = f"{scale}/{name}.json"
-            dump(scene, os.path.join(HERE, rel))
-            rows.append(f"{scale},{name},column,{rel},{a:g},{L0:g},{h0:g},{t_end:.6g},{L0 / s['column']:.9g}")
+        for fit, suffix in FITS.items():
+            for a in ASPECTS:
+                scene, t_end, h0 = column(a, s["column"], s["frames"], fit)
+                name = f"column_a{a:g}{suffix}"
+                rel = f"{scale}/{name}.json"
+                dump(scene, os.path.join(HERE, rel))
+                rows.append(f"{scale},{name},column,{rel},{a:g},{L0:g},{h0:g},{t_end:.6g},{L0 / s['column']:.9g}")
         scene, t_end, h = dam_break(s["dam"], s["dam_frames"])
         rel = f"{scale}/dam_break.json"
         dump(scene, os.path.join(HERE, rel))
