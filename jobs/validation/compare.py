@@ -72,8 +72,14 @@ def lube_height(a):
     return a if a < 1.15 else a ** 0.4
 
 
-# The drucker_prager cone's fits, in the order the tables list them (docs/scene-format.md).
-FITS = ["compression", "plane_strain", "inscribed"]
+# The column cases by the suffix of their name (make_scenes.py), in the order the tables and the
+# plots list them.
+VARIANTS = {
+    "": 'sand with "fit": "compression" (the default)',
+    "_ps": 'sand with "fit": "plane_strain"',
+    "_ps_gate": '"plane_strain", released by a gate lifted at 1 m/s',
+    "_ps_walls": '"plane_strain", in a channel L0 wide between side walls of friction tan 20 deg',
+}
 
 
 def scene_fit(path):
@@ -157,7 +163,10 @@ def main():
         height = last["height"] / l0
         lo, hi = lube_runout(a)
         href = lube_height(a)
-        col.append({"case": r["case"], "fit": fit, "a": a, "runout": runout, "runout_lube_lo": lo, "runout_lube_hi": hi,
+        variant = r["case"][len(f"column_a{a:g}"):]
+        if variant not in VARIANTS:
+            raise SystemExit(f"compare.py: case {r['case']}: unknown column variant '{variant}'")
+        col.append({"case": r["case"], "variant": variant, "fit": fit, "a": a, "runout": runout, "runout_lube_lo": lo, "runout_lube_hi": hi,
                     "runout_err": band_error(runout, lo, hi), "height": height, "height_lube": href,
                     "height_err": (height - href) / href, "L0_frame0": fr[0]["front"] / l0,
                     "H0_frame0": fr[0]["height"] / (a * l0), "creep_last_quarter": (last["front"] - q["front"]) / l0,
@@ -169,11 +178,11 @@ def main():
             f.write(",".join(keys) + "\n")
             for c in col:
                 f.write(",".join(f"{c[k]:.4g}" if isinstance(c[k], float) else str(c[k]) for k in keys) + "\n")
-        for fit in FITS:
-            fc = [c for c in col if c["fit"] == fit]
+        for variant, what in VARIANTS.items():
+            fc = [c for c in col if c["variant"] == variant]
             if not fc:
                 continue
-            md += [f"## Granular column collapse (Lube et al. 2005, 2D): sand with \"fit\": \"{fit}\"", "",
+            md += [f"## Granular column collapse (Lube et al. 2005, 2D): {what}", "",
                    "| a | runout (L_inf-L0)/L0 | Lube 2005 | error | H_inf/L0 | Lube 2005 | error | front moved in last quarter (L0) |",
                    "| --- | --- | --- | --- | --- | --- | --- | --- |"]
             md += [column_row(c) for c in fc]
@@ -297,19 +306,19 @@ def main():
         pw = [(x, 1.9 * x ** (2 / 3)) for x in aa if x > 2.8]
         ax[0].plot(*zip(*lin), "k-", label="Lube et al. 2005: 1.2 a (a < 1.8)")
         ax[0].plot(*zip(*pw), "k--", label="Lube et al. 2005: 1.9 a^(2/3) (a > 2.8)")
-        for i, fit in enumerate(f for f in FITS if any(c["fit"] == f for c in col)):
-            fc = [c for c in col if c["fit"] == fit]
-            ax[0].plot([c["a"] for c in fc], [c["runout"] for c in fc], "os^"[i], color=f"C{i + 1}",
-                       label=f"drift ({args.scale}, {fit})")
+        for i, variant in enumerate(v for v in VARIANTS if any(c["variant"] == v for c in col)):
+            fc = [c for c in col if c["variant"] == variant]
+            ax[0].plot([c["a"] for c in fc], [c["runout"] for c in fc], "os^v"[i], color=f"C{i + 1}",
+                       label=f"drift ({args.scale}): column_aA{variant}")
         ax[0].set(xscale="log", yscale="log", xlabel="a = H0/L0", ylabel="(L_inf - L0)/L0", title="runout")
         ax[0].legend(fontsize=8)
         ax[1].plot([x for x in aa if x < 1.15], [x for x in aa if x < 1.15], "k-", label="Lube et al. 2005: a (a < 1.15)")
         ax[1].plot([x for x in aa if x > 1.15], [x ** 0.4 for x in aa if x > 1.15], "k--",
                    label="Lube et al. 2005: a^(2/5) (a > 1.15)")
-        for i, fit in enumerate(f for f in FITS if any(c["fit"] == f for c in col)):
-            fc = [c for c in col if c["fit"] == fit]
-            ax[1].plot([c["a"] for c in fc], [c["height"] for c in fc], "os^"[i], color=f"C{i + 1}",
-                       label=f"drift ({args.scale}, {fit})")
+        for i, variant in enumerate(v for v in VARIANTS if any(c["variant"] == v for c in col)):
+            fc = [c for c in col if c["variant"] == variant]
+            ax[1].plot([c["a"] for c in fc], [c["height"] for c in fc], "os^v"[i], color=f"C{i + 1}",
+                       label=f"drift ({args.scale}): column_aA{variant}")
         ax[1].set(xscale="log", yscale="log", xlabel="a = H0/L0", ylabel="H_inf/L0", title="final height at the wall")
         ax[1].legend(fontsize=8)
         fig.tight_layout()
