@@ -166,7 +166,8 @@ def main():
         variant = r["case"][len(f"column_a{a:g}"):]
         if variant not in VARIANTS:
             raise SystemExit(f"compare.py: case {r['case']}: unknown column variant '{variant}'")
-        col.append({"case": r["case"], "variant": variant, "fit": fit, "a": a, "runout": runout, "runout_lube_lo": lo, "runout_lube_hi": hi,
+        col.append({"case": r["case"], "variant": variant, "fit": fit, "a": a, "runout": runout,
+                    "runout_lube_lo": lo, "runout_lube_hi": hi,
                     "runout_err": band_error(runout, lo, hi), "height": height, "height_lube": href,
                     "height_err": (height - href) / href, "L0_frame0": fr[0]["front"] / l0,
                     "H0_frame0": fr[0]["height"] / (a * l0), "creep_last_quarter": (last["front"] - q["front"]) / l0,
