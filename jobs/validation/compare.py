@@ -28,6 +28,7 @@ Standard library only, matplotlib optional.
 """
 import argparse
 import csv
+import json
 import math
 import os
 import sys
@@ -69,6 +70,34 @@ def lube_runout(a):
 def lube_height(a):
     """H_inf/L0 of Lube et al. 2005 (2D)."""
     return a if a < 1.15 else a ** 0.4
+
+
+# The column cases by the suffix of their name (make_scenes.py), in the order the tables and the
+# plots list them.
+VARIANTS = {
+    "": 'sand with "fit": "compression" (the default)',
+    "_ps": 'sand with "fit": "plane_strain"',
+    "_ps_gate": '"plane_strain", released by a gate lifted at 1 m/s',
+    "_ps_walls": '"plane_strain", in a channel L0 wide between side walls of friction tan 20 deg',
+}
+
+
+def scene_fit(path):
+    """The fit of the scene's drucker_prager material ("compression" when the key is absent, as
+    drift reads it)."""
+    with open(path) as f:
+        scene = json.load(f)
+    for m in scene["materials"].values():
+        if m.get("model") == "drucker_prager":
+            return m.get("fit", "compression")
+    raise SystemExit(f"compare.py: {path}: no drucker_prager material")
+
+
+def column_row(c):
+    ref = (f"{c['runout_lube_lo']:.2f}" if c["runout_lube_lo"] == c["runout_lube_hi"]
+           else f"{c['runout_lube_lo']:.2f} to {c['runout_lube_hi']:.2f} (transition)")
+    return (f"| {c['a']:g} | {c['runout']:.2f} | {ref} | {100 * c['runout_err']:+.0f}% | {c['height']:.2f} | "
+            f"{c['height_lube']:.2f} | {100 * c['height_err']:+.0f}% | {c['creep_last_quarter']:.3f} |")
 
 
 def band_error(value, lo, hi):
@@ -127,33 +156,38 @@ def main():
         if r["kind"] != "column":
             continue
         a, l0 = float(r["a"]), float(r["L0"])
+        fit = scene_fit(os.path.join(HERE, r["scene"]))
         fr = read_front(os.path.join(args.dir, r["case"] + ".csv"))
         last, q = fr[-1], fr[max(0, len(fr) - 1 - len(fr) // 4)]
         runout = (last["front"] - l0) / l0
         height = last["height"] / l0
         lo, hi = lube_runout(a)
         href = lube_height(a)
-        col.append({"case": r["case"], "a": a, "runout": runout, "runout_lube_lo": lo, "runout_lube_hi": hi,
+        variant = r["case"][len(f"column_a{a:g}"):]
+        if variant not in VARIANTS:
+            raise SystemExit(f"compare.py: case {r['case']}: unknown column variant '{variant}'")
+        col.append({"case": r["case"], "variant": variant, "fit": fit, "a": a, "runout": runout,
+                    "runout_lube_lo": lo, "runout_lube_hi": hi,
                     "runout_err": band_error(runout, lo, hi), "height": height, "height_lube": href,
                     "height_err": (height - href) / href, "L0_frame0": fr[0]["front"] / l0,
                     "H0_frame0": fr[0]["height"] / (a * l0), "creep_last_quarter": (last["front"] - q["front"]) / l0,
                     "t_end": last["time"], "beyond": int(last["beyond"]), "dx": float(r["dx"]), "L0": l0})
     if col:
-        keys = ["case", "a", "runout", "runout_lube_lo", "runout_lube_hi", "runout_err", "height", "height_lube",
+        keys = ["case", "fit", "a", "runout", "runout_lube_lo", "runout_lube_hi", "runout_err", "height", "height_lube",
                 "height_err", "L0_frame0", "H0_frame0", "creep_last_quarter", "t_end", "beyond"]
         with open(os.path.join(args.dir, "columns.csv"), "w") as f:
             f.write(",".join(keys) + "\n")
             for c in col:
                 f.write(",".join(f"{c[k]:.4g}" if isinstance(c[k], float) else str(c[k]) for k in keys) + "\n")
-        md += ["## Granular column collapse (Lube et al. 2005, 2D)", "",
-               "| a | runout (L_inf-L0)/L0 | Lube 2005 | error | H_inf/L0 | Lube 2005 | error | front moved in last quarter (L0) |",
-               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for c in col:
-            ref = (f"{c['runout_lube_lo']:.2f}" if c["runout_lube_lo"] == c["runout_lube_hi"]
-                   else f"{c['runout_lube_lo']:.2f} to {c['runout_lube_hi']:.2f} (transition)")
-            md.append(f"| {c['a']:g} | {c['runout']:.2f} | {ref} | {100 * c['runout_err']:+.0f}% | {c['height']:.2f} | "
-                      f"{c['height_lube']:.2f} | {100 * c['height_err']:+.0f}% | {c['creep_last_quarter']:.3f} |")
-        md.append("")
+        for variant, what in VARIANTS.items():
+            fc = [c for c in col if c["variant"] == variant]
+            if not fc:
+                continue
+            md += [f"## Granular column collapse (Lube et al. 2005, 2D): {what}", "",
+                   "| a | runout (L_inf-L0)/L0 | Lube 2005 | error | H_inf/L0 | Lube 2005 | error | front moved in last quarter (L0) |",
+                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            md += [column_row(c) for c in fc]
+            md.append("")
 
     # Dam break: Z(T) against Martin & Moyce, RMS over the laboratory points inside the run.
     for r in cases:
@@ -273,13 +307,19 @@ def main():
         pw = [(x, 1.9 * x ** (2 / 3)) for x in aa if x > 2.8]
         ax[0].plot(*zip(*lin), "k-", label="Lube et al. 2005: 1.2 a (a < 1.8)")
         ax[0].plot(*zip(*pw), "k--", label="Lube et al. 2005: 1.9 a^(2/3) (a > 2.8)")
-        ax[0].plot([c["a"] for c in col], [c["runout"] for c in col], "o", color="C1", label=f"drift ({args.scale})")
+        for i, variant in enumerate(v for v in VARIANTS if any(c["variant"] == v for c in col)):
+            fc = [c for c in col if c["variant"] == variant]
+            ax[0].plot([c["a"] for c in fc], [c["runout"] for c in fc], "os^v"[i], color=f"C{i + 1}",
+                       label=f"drift ({args.scale}): column_aA{variant}")
         ax[0].set(xscale="log", yscale="log", xlabel="a = H0/L0", ylabel="(L_inf - L0)/L0", title="runout")
         ax[0].legend(fontsize=8)
         ax[1].plot([x for x in aa if x < 1.15], [x for x in aa if x < 1.15], "k-", label="Lube et al. 2005: a (a < 1.15)")
         ax[1].plot([x for x in aa if x > 1.15], [x ** 0.4 for x in aa if x > 1.15], "k--",
                    label="Lube et al. 2005: a^(2/5) (a > 1.15)")
-        ax[1].plot([c["a"] for c in col], [c["height"] for c in col], "o", color="C1", label=f"drift ({args.scale})")
+        for i, variant in enumerate(v for v in VARIANTS if any(c["variant"] == v for c in col)):
+            fc = [c for c in col if c["variant"] == variant]
+            ax[1].plot([c["a"] for c in fc], [c["height"] for c in fc], "os^v"[i], color=f"C{i + 1}",
+                       label=f"drift ({args.scale}): column_aA{variant}")
         ax[1].set(xscale="log", yscale="log", xlabel="a = H0/L0", ylabel="H_inf/L0", title="final height at the wall")
         ax[1].legend(fontsize=8)
         fig.tight_layout()

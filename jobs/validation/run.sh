@@ -3,7 +3,7 @@
 # ratios against Lube et al. (2005), Martin & Moyce (1952)'s dam break, and Turek & Hron (2006)'s
 # elastic beam (CSM3).
 #
-#   jobs/validation/run.sh [--backend cpu|cuda] [--scale coarse|paper] [--out DIR] [--only CASE]
+#   jobs/validation/run.sh [--backend cpu|cuda] [--scale coarse|paper] [--out DIR] [--only PATTERN]
 #                          [--drop-frames]
 #
 # Runs every scene of the scale listed in jobs/validation/cases.csv (written, with the scenes, by
@@ -12,8 +12,12 @@
 # displacement of its tip, point A) and compares them with the published figures (compare.py):
 # DIR/columns.csv, DIR/dam_break_front.csv, DIR/beam_csm3_cycles.csv, DIR/summary.md, and with
 # matplotlib, DIR/columns.png and DIR/dam_break.png. DIR/timing.csv has each run's wall time.
-# Defaults: --backend cpu, --scale coarse, --out validation-SCALE-BACKEND. --only runs one case
-# (e.g. column_a1) and compares what DIR holds. DRIFT_BIN, DRIFT_FRONT_BIN and DRIFT_PROBE_BIN
+# The columns come with each of the sand's cone fits, column_aA (the default, "compression") and
+# column_aA_ps ("plane_strain"), and for a <= 2 with the laboratory's gate (column_aA_ps_gate) or
+# side walls (column_aA_ps_walls).
+# Defaults: --backend cpu, --scale coarse, --out validation-SCALE-BACKEND. --only runs the cases
+# whose name matches a shell pattern (column_a1, 'column_*_ps', 'column_a[48]*') and compares what
+# DIR holds. DRIFT_BIN, DRIFT_FRONT_BIN and DRIFT_PROBE_BIN
 # name other binaries (default: build/drift, build/drift_front and build/drift_probe of this
 # checkout). Frames stay in DIR/CASE/ unless --drop-frames (the paper scale writes about 2 GB of
 # them). On the CPU backend, OMP_NUM_THREADS applies as for drift run.
@@ -28,7 +32,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?}; shift 2 ;;
     --only) only=${2:?}; shift 2 ;;
     --drop-frames) drop=1; shift ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,14 +45,23 @@ probe=${DRIFT_PROBE_BIN:-$root/build/drift_probe}
 for b in "$drift" "$front" "$probe"; do
   [ -x "$b" ] || { echo "run.sh: $b not found: build first (cmake --build build)" >&2; exit 2; }
 done
+# The case CASE of SCALE is to run: --only's pattern (none: every case) matches its name.
+wanted() {
+  [ "$1" = "$scale" ] || return 1
+  [ -n "$only" ] || return 0
+  # shellcheck disable=SC2254 # $only is a pattern on purpose
+  case "$2" in $only) return 0 ;; *) return 1 ;; esac
+}
+any=0
+while IFS=, read -r s case _; do
+  if wanted "$s" "$case"; then any=1; fi
+done <"$here/cases.csv"
+[ "$any" = 1 ] || { echo "run.sh: no case matching '${only:-*}' at scale $scale in $here/cases.csv" >&2; exit 2; }
 mkdir -p "$out"
 [ -f "$out/timing.csv" ] || echo "case,backend,scale,particles,wall_s" >"$out/timing.csv"
 
-ran=0
 while IFS=, read -r s case kind scene _ _ _ _ dx; do
-  [ "$s" = "$scale" ] || continue
-  [ -z "$only" ] || [ "$only" = "$case" ] || continue
-  ran=1
+  wanted "$s" "$case" || continue
   echo "run.sh: $case ($scene, $backend)" >&2
   t0=$(date +%s.%N)
   log="$out/$case.log"
@@ -70,7 +83,6 @@ while IFS=, read -r s case kind scene _ _ _ _ dx; do
   fi
   [ "$drop" = 0 ] || rm -rf "${out:?}/$case"
 done <"$here/cases.csv"
-[ "$ran" = 1 ] || { echo "run.sh: no case '$only' at scale $scale in $here/cases.csv" >&2; exit 2; }
 
 # The comparison wants python3; the plots want matplotlib, which a python3 first on PATH (a
 # virtualenv, pyenv) may lack while the system's has it: PYTHON names one.
