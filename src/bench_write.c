@@ -110,9 +110,15 @@ static int filesystem_best(const char *dir, int files, double bytes, int hot, do
 /* Bytes of one row of frame field q. */
 static double field_row_bytes(int q) { return (q == H5FRAME_ID ? 8.0 : 4.0) * h5frame_field_columns[q]; }
 
+/* The name of file k of node_pass (the node's leader: its rank in the world). */
+static void node_file(char *out, size_t len, const char *dir, int leader, int k) {
+  snprintf(out, len, "%s/.fs_node_%d_%05d", dir, leader, k);
+}
+
 /* One timed pass of the frame's pattern (see fs node above) over files files of bytes each, on
- * the node's ranks; rank 0 of the node names the files after its rank in the world (leader).
- * *seconds: from the barrier before the first file to the barrier after the last. */
+ * the node's ranks. The node's rank 0 makes every file at its size first, as a frame's skeleton
+ * is made by the main thread, not the writers; *seconds: from the barrier after that to the
+ * barrier after every rank has written its rows of every file. */
 static int node_pass(MPI_Comm node, int leader, const char *dir, int files, double bytes, unsigned fields,
                      const char *buf, double *seconds) {
   int r = 0, R = 1;
@@ -123,19 +129,20 @@ static int node_pass(MPI_Comm node, int leader, const char *dir, int files, doub
     if (fields & H5FRAME_BIT(q)) per += field_row_bytes(q);
   const double rows = per > 0 ? floor(bytes / per) : 0;
   const uint64_t mine_first = (uint64_t)(rows * r / R), mine_end = (uint64_t)(rows * (r + 1) / R);
+  char path[4400];
   int rc = DR_OK;
+  for (int k = 0; k < files && rc == DR_OK && r == 0; ++k) {
+    node_file(path, sizeof path, dir, leader, k);
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)(rows * per)) != 0)
+      rc = dr_fail(DR_EIO, "bench --write: cannot make %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+  }
+  rc = comm_agree(node, rc);
   DR_MPI(MPI_Barrier(node));
   const double t0 = now_s();
   for (int k = 0; k < files && rc == DR_OK; ++k) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/.fs_node_%d_%05d", dir, leader, k);
-    if (r == 0) {
-      const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0 || ftruncate(fd, (off_t)(rows * per)) != 0)
-        rc = dr_fail(DR_EIO, "bench --write: cannot make %s: %s", path, strerror(errno));
-      if (fd >= 0) close(fd);
-    }
-    DR_TRY(comm_agree(node, rc));
+    node_file(path, sizeof path, dir, leader, k);
     const int fd = open(path, O_WRONLY);
     if (fd < 0) rc = dr_fail(DR_EIO, "bench --write: cannot open %s: %s", path, strerror(errno));
     double at = 0;
@@ -152,17 +159,14 @@ static int node_pass(MPI_Comm node, int leader, const char *dir, int files, doub
       at += row * rows;
     }
     if (fd >= 0 && close(fd) != 0 && rc == DR_OK) rc = dr_fail(DR_EIO, "bench --write: closing %s: %s", path, strerror(errno));
-    rc = comm_agree(node, rc);
   }
   DR_MPI(MPI_Barrier(node));
   *seconds = now_s() - t0;
-  if (r == 0)
-    for (int k = 0; k < files; ++k) {
-      char path[4400];
-      snprintf(path, sizeof path, "%s/.fs_node_%d_%05d", dir, leader, k);
-      (void)unlink(path);
-    }
-  return rc;
+  for (int k = 0; k < files && r == 0; ++k) {
+    node_file(path, sizeof path, dir, leader, k);
+    (void)unlink(path);
+  }
+  return comm_agree(node, rc);
 }
 
 /* The frame's pattern on rank 0's node (fs node above): the faster of two passes; *gbs and *ranks
