@@ -441,6 +441,9 @@ int sim_write_frame(sim *S) {
   const double t0 = sim_now();
   frame_slot *f = &S->slots[S->next_slot];
   S->next_slot = (S->next_slot + 1) % SIM_FRAME_SLOTS;
+  /* the checkpoint in flight is published first (its frames are already): it is on the disk one
+   * frame after it was captured at the latest, even where this frame's completion fails */
+  DR_TRY(ckpt_done(S));
   DR_TRY(slot_done(S, f));
   const size_t n = S->be.count ? S->be.count(S->be.state) : 0;
   int rc = slot_reserve(S, f, n);
@@ -449,9 +452,6 @@ int sim_write_frame(sim *S) {
   f->S = S;
   f->frame = S->st.frame;
   f->time = S->st.time;
-  /* the checkpoint in flight is published before the next frame's file is begun: it is on the
-   * disk one frame after it was captured at the latest */
-  DR_TRY(ckpt_done(S));
   h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
                        .material_names = S->mat_names, .fields = S->sc->output_fields};
   /* the free-space check keeps room for the checkpoint due with this frame */
