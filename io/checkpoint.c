@@ -1,8 +1,10 @@
 /* checkpoint.c - checkpoints written and read collectively (see checkpoint.h).
  *
  * Two tables drive the file: PARTICLE_ATTRIBUTES (particles.h) gives one dataset per particle
- * attribute, STATE below one root attribute per field of ckpt_state. Writing goes through
- * h5util_write_file (temporary name, agreed failures, rename). Reading checks, in order: the
+ * attribute, STATE below one root attribute per field of ckpt_state. Writing goes as h5rows.h
+ * says: ckpt_begin (rank 0's skeleton: the attributes, the scene and the sources written whole,
+ * the particle datasets allocated), ckpt_put (each rank's rows, then fsync), ckpt_end (agreed,
+ * renamed, the folder synced, old checkpoints pruned). Reading checks, in order: the
  * file opens as HDF5 (a truncated file does not: HDF5 compares its end with the size the
  * superblock records), the format number, every state attribute and their hash, the scene
  * bytes against the scene hash, every dataset's type and shape, then the sum of the row hashes
@@ -119,8 +121,11 @@ static uint64_t mix64(uint64_t z) {
  * (every attribute's values are 4 or 8 bytes). */
 static uint64_t row_sum(const particles *p, uint64_t first_row) {
   uint64_t sum = 0;
-  for (size_t i = 0; i < p->n; ++i) {
-    const uint64_t row = first_row + i;
+  const long n = (long)p->n;
+  /* threads: a sum, whose order does not matter; ckpt_begin runs it in the main thread */
+#pragma omp parallel for schedule(static) reduction(+ : sum)
+  for (long i = 0; i < n; ++i) {
+    const uint64_t row = first_row + (uint64_t)i;
     uint64_t h = FNV_BASIS;
     h = (h ^ (uint32_t)row) * FNV_PRIME;
     h = (h ^ (uint32_t)(row >> 32)) * FNV_PRIME;
@@ -225,76 +230,68 @@ static void prune(const char *dir, int frame, int keep) {
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
-typedef struct write_job {
-  const ckpt_state *st;
-  const ckpt_scene *sc;
-  const particles *p;
-  uint64_t total, offset, state_hash, particle_sum;
-  int rank;
-  const char *path; /* the temporary file, for messages */
-} write_job;
+_Static_assert((int)N_PATTRS <= (int)H5ROWS_MAX, "every particle dataset needs its slot in h5rows_file.at");
 
-static int write_contents(hid_t file, void *ctx) {
-  const write_job *job = ctx;
-  const char *path = job->path;
-  int st = 0;
+/* What rank 0's skeleton holds beside the rows. */
+typedef struct skeleton {
+  const ckpt_state *st; /* with n_particles and ranks set */
+  const ckpt_scene *sc;
+  uint64_t state_hash, particle_sum;
+} skeleton;
+
+/* Rank 0: the file with everything but the particle rows (the scene and the sources, small,
+ * written whole); f->rows.at: the particle datasets' offsets. */
+static int create_skeleton(const skeleton *k, ckpt_file *f) {
+  const char *path = f->rows.tmp;
   const int32_t format = CKPT_FORMAT;
-  hid_t group = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
-  if ((st = h5util_transfer(file, &dxpl, path))) goto fail;
+  hid_t file = H5I_INVALID_HID, group = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
+  int st = h5rows_create(&f->rows, &file);
+  if (st) goto fail;
   H5CK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "dataset properties");
   H5CK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time", "dataset properties");
-
   st = h5util_attr_scalar(file, "format", H5T_STD_I32LE, H5T_NATIVE_INT32, &format, path);
   for (int i = 0; !st && i < N_STATE; ++i)
     st = h5util_attr_scalar(file, STATE[i].name, file_type(STATE[i].kind), mem_type(STATE[i].kind),
-                            (const char *)job->st + STATE[i].offset, path);
-  if (!st) st = h5util_attr_scalar(file, "state_hash", H5T_STD_U64LE, H5T_NATIVE_UINT64, &job->state_hash, path);
-  if (!st) st = h5util_attr_scalar(file, "particle_sum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &job->particle_sum, path);
+                            (const char *)k->st + STATE[i].offset, path);
+  if (!st) st = h5util_attr_scalar(file, "state_hash", H5T_STD_U64LE, H5T_NATIVE_UINT64, &k->state_hash, path);
+  if (!st) st = h5util_attr_scalar(file, "particle_sum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &k->particle_sum, path);
   if (!st) st = h5util_attr_string(file, "drift_version", DRIFT_VERSION, path);
-  if (!st) st = h5util_attr_string(file, "scene_path", job->sc->path ? job->sc->path : "", path);
-  /* the scene's bytes: rank 0 writes them all */
+  if (!st) st = h5util_attr_string(file, "scene_path", k->sc->path ? k->sc->path : "", path);
   if (!st)
-    st = h5util_write_rows(file, "scene", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, job->sc->len, 0,
-                           job->rank == 0 ? job->sc->len : 0, job->sc->text, dcpl, dxpl, path);
-  /* the sources' counts: rank 0 writes them all */
+    st = h5util_write_rows(file, "scene", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, k->sc->len, 0, k->sc->len, k->sc->text,
+                           dcpl, H5P_DEFAULT, path);
   if (!st)
-    st = h5util_write_rows(file, "sources", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, (uint64_t)job->st->n_sources, 0,
-                           job->rank == 0 ? (uint64_t)job->st->n_sources : 0, job->st->emitted, dcpl, dxpl, path);
+    st = h5util_write_rows(file, "sources", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, (uint64_t)k->st->n_sources, 0,
+                           (uint64_t)k->st->n_sources, k->st->emitted, dcpl, H5P_DEFAULT, path);
   if (st) goto fail;
   H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2", "group /particles");
   for (int a = 0; !st && a < N_PATTRS; ++a)
-    st = h5util_write_rows(group, PATTRS[a].name, file_type(PATTRS[a].kind), mem_type(PATTRS[a].kind), PATTRS[a].k,
-                           job->total, job->offset, job->p->n, pattr_data(job->p, &PATTRS[a]), dcpl, dxpl, path);
+    st = h5rows_dataset(group, &f->rows, a, PATTRS[a].name, file_type(PATTRS[a].kind), PATTRS[a].k);
   if (st) goto fail;
   H5CK(H5Gclose(group), "H5Gclose", "group /particles");
   group = H5I_INVALID_HID;
   H5CK(H5Pclose(dcpl), "H5Pclose", "dataset properties");
-  dcpl = H5I_INVALID_HID;
-  H5CK(H5Pclose(dxpl), "H5Pclose", "transfer properties");
-  return 0;
+  return h5rows_close(&f->rows, file, 0);
 fail:
   H5_DROP(H5Gclose, group);
   H5_DROP(H5Pclose, dcpl);
-  H5_DROP(H5Pclose, dxpl);
-  return st;
+  return h5rows_close(&f->rows, file, st);
 }
 
-/* Local checks of ckpt_write: arguments, the paths, the folder (rank 0). */
+/* Local checks of ckpt_begin: arguments, the paths, the folder (rank 0), the types. */
 static int write_checks(int rank, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
-                        char *tmp, char *final) {
-  if (!dir || !st || !sc || !p || (sc->len && !sc->text))
-    return dr_fail(DR_EINTERNAL, "ckpt_write: an argument is NULL");
-  if (st->frame < 0) return dr_fail(DR_EINTERNAL, "ckpt_write: negative frame number %d", st->frame);
-  int k = snprintf(tmp, H5UTIL_PATH_MAX, "%s%s.checkpoint_%05d.h5.tmp", dir, dir[0] ? "/" : "", st->frame);
-  if (k < 0 || k >= H5UTIL_PATH_MAX)
-    return dr_fail(DR_EINPUT, "output folder path too long (%zu characters): %.64s...", strlen(dir), dir);
-  ckpt_path(dir, st->frame, final, H5UTIL_PATH_MAX);
-  if (rank == 0) {
-    struct stat sb;
-    if (stat(dir[0] ? dir : ".", &sb) != 0)
-      return dr_fail_at(DR_EIO, __FILE__, __LINE__, "stat", "checkpoint folder %s: %s", dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) return dr_fail(DR_EIO, "checkpoint folder %s is not a folder", dir);
-  }
+                        ckpt_file *f) {
+  if (!dir || !st || !sc || !p || (sc->len && !sc->text) || (st->n_sources > 0 && !st->emitted))
+    return dr_fail(DR_EINTERNAL, "ckpt_begin: an argument is NULL");
+  if (st->frame < 0) return dr_fail(DR_EINTERNAL, "ckpt_begin: negative frame number %d", st->frame);
+  DR_TRY(h5rows_paths(rank, dir, "checkpoint", st->frame, H5ROWS_CHECKSUMMED | H5ROWS_SYNCED, "checkpoint folder",
+                      &f->rows));
+  /* the rows go out as they are in memory */
+  for (int a = 0; a < N_PATTRS; ++a)
+    if (H5Tequal(file_type(PATTRS[a].kind), mem_type(PATTRS[a].kind)) <= 0)
+      return dr_fail(DR_EINTERNAL, "checkpoints need a little-endian host (%s)", PATTRS[a].name);
+  if (snprintf(f->dir, sizeof f->dir, "%s", dir) >= (int)sizeof f->dir)
+    return dr_fail(DR_EINPUT, "checkpoint folder path too long (%zu characters): %.64s...", strlen(dir), dir);
   return DR_OK;
 }
 
@@ -303,36 +300,69 @@ void ckpt_size(size_t scene_len, double *per_particle, double *fixed) {
   *fixed = (double)scene_len + 65536.0;
 }
 
-int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
-               int keep) {
+int ckpt_begin(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
+               int keep, ckpt_file *f) {
   int rank = 0, nranks = 1;
-  char tmp[H5UTIL_PATH_MAX], final[H5UTIL_PATH_MAX];
   h5util_quiet();
+  memset(f, 0, sizeof *f);
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
-  tmp[0] = final[0] = 0;
-  /* 1. local checks, the counts, the hashes, free space; agreed before any collective HDF5 call */
-  int rc = comm_agree(comm, write_checks(rank, dir, st, sc, p, tmp, final));
-  if (rc) return rc;
-  write_job job = {.sc = sc, .p = p, .rank = rank, .path = tmp};
-  DR_TRY(h5util_counts(comm, p->n, &job.offset, &job.total));
-  uint64_t mine = row_sum(p, job.offset);
-  DR_MPI(MPI_Allreduce(&mine, &job.particle_sum, 1, MPI_UINT64_T, MPI_SUM, comm));
+  /* 1. local checks, the counts, the hashes, free space; agreed before any collective call */
+  DR_TRY(comm_agree(comm, write_checks(rank, dir, st, sc, p, f)));
+  f->frame = st->frame;
+  f->keep = keep < 1 ? 1 : keep;
+  DR_TRY(h5rows_counts(comm, p->n, &f->rows));
+  skeleton k = {.sc = sc};
+  uint64_t mine = row_sum(p, f->rows.offset);
+  DR_MPI(MPI_Allreduce(&mine, &k.particle_sum, 1, MPI_UINT64_T, MPI_SUM, comm));
   ckpt_state full = *st;
-  full.n_particles = job.total;
+  full.n_particles = f->rows.total;
   full.ranks = nranks;
-  job.st = &full;
-  job.state_hash = state_hash(&full);
-  double per = 0, fixed = 0;
-  ckpt_size(sc->len, &per, &fixed);
-  const double need = (double)job.total * per + fixed;
-  DR_TRY(comm_agree(comm, rank == 0 ? h5util_check_space(dir, final, need, "") : 0));
-  /* 2. the file, under a temporary name until complete; an older file of the same name (a
-   * checkpoint of the same frame) stays until the rename replaces it */
-  DR_TRY(h5util_write_file(comm, tmp, final, H5UTIL_CHECKSUMMED, write_contents, &job));
+  k.st = &full;
+  k.state_hash = state_hash(&full);
+  int rc = DR_OK;
+  if (rank == 0) {
+    double per = 0, fixed = 0;
+    ckpt_size(sc->len, &per, &fixed);
+    rc = h5util_check_space(dir, f->rows.final, (double)f->rows.total * per + fixed, "");
+    /* 2. the skeleton, under the temporary name; an older file of the same name (a checkpoint of
+     * the same frame) stays until the rename replaces it */
+    if (!rc) rc = create_skeleton(&k, f);
+  }
+  return h5rows_share(comm, &f->rows, rc);
+}
+
+int ckpt_put(const ckpt_file *f, const particles *p) {
+  if (!f->rows.begun) return dr_fail(DR_EINTERNAL, "ckpt_put: checkpoint %d was not begun", f->frame);
+  if (p->n != f->rows.n)
+    return dr_fail(DR_EINTERNAL, "ckpt_put: checkpoint %d: %zu particles, begun with %zu", f->frame, p->n, f->rows.n);
+  /* every rank syncs, those without rows too: rank 0's sync covers the metadata */
+  int fd = -1;
+  DR_TRY(h5rows_open(&f->rows, &fd));
+  int st = DR_OK;
+  for (int a = 0; a < N_PATTRS && !st; ++a)
+    st = h5rows_put(fd, &f->rows, a, pattr_data(p, &PATTRS[a]), PATTRS[a].size * (size_t)PATTRS[a].k,
+                    PATTRS[a].name);
+  return h5rows_finish(&f->rows, fd, st);
+}
+
+int ckpt_end(MPI_Comm comm, ckpt_file *f, int put_status) {
+  int rank = 0;
+  DR_MPI(MPI_Comm_rank(comm, &rank));
+  DR_TRY(h5rows_end(comm, &f->rows, put_status));
   /* 3. old checkpoints go only now that the new one is complete */
-  if (rank == 0) prune(dir, st->frame, keep < 1 ? 1 : keep);
+  if (rank == 0) prune(f->dir, f->frame, f->keep);
   return DR_OK;
+}
+
+int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
+               int keep) {
+  ckpt_file *f = dr_malloc(sizeof *f, "a checkpoint's file");
+  int rc = comm_agree(comm, f ? DR_OK : DR_ENOMEM);
+  if (!rc) rc = ckpt_begin(comm, dir, st, sc, p, keep, f);
+  if (!rc) rc = ckpt_end(comm, f, ckpt_put(f, p));
+  free(f);
+  return rc;
 }
 
 /* ---- reading -------------------------------------------------------------------------------- */

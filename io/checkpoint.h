@@ -14,7 +14,9 @@
  *                     n_sources, projected), then state_hash (FNV-1a of those values and /sources), particle_sum (the sum over rows of a
  *                     hash of the row's index and bytes), drift_version and scene_path (strings).
  * The file is written as DIR/.checkpoint_NNNNN.h5.tmp with checksummed HDF5 metadata (the 1.8
- * format) and renamed when complete. Reading checks the metadata checksums (HDF5), the shapes,
+ * format), synced, and renamed when complete (the folder synced after the rename); the write is
+ * split as h5rows.h describes (ckpt_begin, ckpt_put, ckpt_end), so that the rows go out from
+ * the run's writer thread. Reading checks the metadata checksums (HDF5), the shapes,
  * state_hash, particle_sum and the scene bytes against scene_hash, so a truncated or damaged
  * file is refused rather than continued from. */
 #ifndef DRIFT_CHECKPOINT_H
@@ -24,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "h5rows.h"
 #include "particles.h"
 
 #define CKPT_FORMAT 3 /* raised when the layout changes; older files are refused (2: particle sources; 3: projected) */
@@ -64,11 +67,31 @@ void ckpt_size(size_t scene_len, double *per_particle, double *fixed);
 /* DIR/checkpoint_NNNNN.h5. */
 void ckpt_path(const char *dir, int frame, char *out, size_t len);
 
-/* Collective over comm. Writes DIR/checkpoint_NNNNN.h5 (NNNNN = st->frame; DIR must exist) from
- * every rank's particles p, then (rank 0) deletes the checkpoints of DIR beyond the newest `keep`
+/* A checkpoint being written (ckpt_begin .. ckpt_end). */
+typedef struct ckpt_file {
+  h5rows_file rows; /* the file: paths, counts, the particle datasets' offsets */
+  char dir[H5UTIL_PATH_MAX];
+  int frame, keep;
+} ckpt_file;
+
+/* Collective over comm. Begins DIR/checkpoint_NNNNN.h5 (NNNNN = st->frame; DIR must exist) for
+ * every rank's particles p: the counts, the particles' checksum, the free-space check, and rank
+ * 0's DIR/.checkpoint_NNNNN.h5.tmp with everything but the particle rows. On failure no file is
+ * left and every rank returns the same status. st and sc are not kept; p must stay unchanged
+ * until ckpt_put has written it. */
+int ckpt_begin(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
+               int keep, ckpt_file *f);
+/* This rank's particle rows (p as given to ckpt_begin), then the file synced; no MPI and no HDF5
+ * call, so any thread may call it while the caller's other threads use both. Returns this rank's
+ * status only. */
+int ckpt_put(const ckpt_file *f, const particles *p);
+/* Collective over comm. Agrees on every rank's put_status (ckpt_put's); publishes the file under
+ * DIR/checkpoint_NNNNN.h5, then (rank 0) deletes the checkpoints of DIR beyond the newest `keep`
  * and any numbered after this one (left by an earlier run that this one replaces; a resume would
  * otherwise pick them). On failure nothing is left under the temporary name, the checkpoints
  * that were there are all kept, and every rank returns the same status. */
+int ckpt_end(MPI_Comm comm, ckpt_file *f, int put_status);
+/* Collective over comm: ckpt_begin, ckpt_put and ckpt_end. */
 int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
                int keep);
 

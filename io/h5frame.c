@@ -1,36 +1,21 @@
 /* h5frame.c - one frame of particles in one HDF5 file, written by all ranks (see h5frame.h).
  *
- * The write goes in three steps, so that the rows, the bulk of the bytes, are written by a
- * thread that makes no MPI and no HDF5 call (the run's writer, sim_output.c) while the main
- * thread steps on with MPI:
- *   h5frame_begin (collective): local checks, the counts (MPI_Exscan, MPI_Allreduce); rank 0
- *     checks the free space and creates DIR/.frame_NNNNN.h5.tmp through HDF5's POSIX driver
- *     (sec2) with its attributes, the group and every dataset, contiguous and allocated at
- *     creation but not written (no fill), and closes it; the datasets' byte offsets in the file
- *     (H5Dget_offset) are broadcast, and the ranks agree on the outcome;
- *   h5frame_put (local): this rank's rows of each dataset written with pwrite(2) at the
- *     dataset's offset plus the rows before this rank's: large contiguous writes from the
- *     caller's arrays, no copy and no conversion (the file's types are the memory's on the
- *     little-endian hosts drift runs on: h5frame_begin refuses others);
- *   h5frame_end (collective): the ranks agree on their h5frame_put outcomes; rank 0 renames the
- *     file to DIR/frame_NNNNN.h5, or after a failure removes it and any file under the final
- *     name (after a failed write, the frame does not exist, not even an older version of it).
- * Nothing is synced: a frame goes to the page cache at the speed of memory, as any file a
- * program writes; checkpoints, which a restart needs, are synced (checkpoint.c).
+ * The write goes as h5rows.h describes: h5frame_begin in the main thread (the counts, rank 0's
+ * free-space check and the file's skeleton, the offsets shared), h5frame_put in the run's writer
+ * thread (this rank's rows by pwrite: no copy, no conversion, no MPI, no HDF5), h5frame_end in the
+ * main thread (agreed, renamed; after a failure the frame does not exist, not even an older
+ * version of it). Nothing is synced: a frame goes to the page cache at the speed of memory, as
+ * any file a program writes; checkpoints, which a restart needs, are synced (checkpoint.c).
  * Measured: collective MPI-IO from a writer thread crawled while the main thread's steps used
  * MPI (two ranks on one H200: 0.48 GB/s against 2.42 written between the steps, in the
  * decisions table of docs/performance.md). */
-#define _POSIX_C_SOURCE 200809L /* stat, pwrite */
+#define _POSIX_C_SOURCE 200809L
 #include "h5frame.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "comm.h"
 #include "error.h"
@@ -123,19 +108,9 @@ static void join_fields(unsigned fields, char *out, size_t cap) {
     }
 }
 
-/* The paths of file f, the folder checked (rank 0). */
+/* The paths of file f, the folder checked (rank 0), the types (little-endian host). */
 static int paths(int rank, const char *dir, int frame, h5frame_file *f) {
-  int k = snprintf(f->tmp, sizeof f->tmp, "%s%s.frame_%05d.h5.tmp", dir, dir[0] ? "/" : "", frame);
-  if (k < 0 || k >= (int)sizeof f->tmp)
-    return dr_fail(DR_EINPUT, "output folder path too long (%zu characters): %.64s...", strlen(dir), dir);
-  h5frame_path(dir, frame, f->final, sizeof f->final);
-  if (rank == 0) {
-    /* A clearer message than H5Fcreate's for the commonest mistake. */
-    struct stat sb;
-    if (stat(dir[0] ? dir : ".", &sb) != 0)
-      return dr_fail(DR_EIO, "output folder %s: %s", dir, strerror(errno));
-    if (dir[0] && !S_ISDIR(sb.st_mode)) return dr_fail(DR_EIO, "output folder %s is not a folder", dir);
-  }
+  DR_TRY(h5rows_paths(rank, dir, "frame", frame, H5ROWS_DROP_FINAL, "output folder", &f->rows));
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
     if ((f->fields & H5FRAME_BIT(q)) && H5Tequal(field_type_of(q).file, field_type_of(q).mem) <= 0)
       return dr_fail(DR_EINTERNAL, "frames need a little-endian host (%s)", h5frame_field_names[q]);
@@ -150,29 +125,23 @@ static int check_space(const h5frame_file *f, const h5frame_meta *meta, const ch
   double per = 0;
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
     if (f->fields & H5FRAME_BIT(q)) per += (double)row_bytes(q);
-  const double after = (double)f->total * meta->after_per_particle + meta->after_bytes;
-  const double need = (double)f->total * per + 16384.0 + (double)materials_len + after;
-  return h5util_check_space(dir, f->final, need, after > 0 ? ", the checkpoint due with it included" : "");
+  const double total = (double)f->rows.total, after = total * meta->after_per_particle + meta->after_bytes;
+  const double need = total * per + 16384.0 + (double)materials_len + after;
+  return h5util_check_space(dir, f->rows.final, need, after > 0 ? ", the checkpoint due with it included" : "");
 }
 
-/* Rank 0: the file with everything but the rows; f->at: the datasets' offsets. */
+/* Rank 0: the file with everything but the rows; f->rows.at: the datasets' offsets. */
 static int create_skeleton(const h5frame_meta *meta, const char *materials, h5frame_file *f) {
-  const char *path = f->tmp;
-  int st = 0;
-  hid_t file = H5I_INVALID_HID, group = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, dset = H5I_INVALID_HID;
+  const char *path = f->rows.tmp;
+  hid_t file = H5I_INVALID_HID, group = H5I_INVALID_HID;
   const int32_t frame = (int32_t)meta->frame;
   char fields[128];
   join_fields(f->fields, fields, sizeof fields);
-  H5CK(file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "H5Fcreate", "creating the file");
-  /* every row is written, so a fill value would only cost a second pass over the file; the space
-   * is allocated at creation, so that each dataset has its offset */
-  H5CK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "dataset properties");
-  H5CK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time", "dataset properties");
-  H5CK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", "dataset properties");
-  st = h5util_attr_scalar(file, "time", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &meta->time, path);
+  int st = h5rows_create(&f->rows, &file);
+  if (!st) st = h5util_attr_scalar(file, "time", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &meta->time, path);
   if (!st) st = h5util_attr_scalar(file, "frame", H5T_STD_I32LE, H5T_NATIVE_INT32, &frame, path);
   if (!st) st = h5util_attr_scalar(file, "dx", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &meta->dx, path);
-  if (!st) st = h5util_attr_scalar(file, "n_particles", H5T_STD_U64LE, H5T_NATIVE_UINT64, &f->total, path);
+  if (!st) st = h5util_attr_scalar(file, "n_particles", H5T_STD_U64LE, H5T_NATIVE_UINT64, &f->rows.total, path);
   if (!st) st = h5util_attr_string(file, "units", "SI: m, s, kg", path);
   if (!st) st = h5util_attr_string(file, "materials", materials, path);
   if (!st) st = h5util_attr_string(file, "owner_encoding", "rank*256+device", path);
@@ -180,36 +149,15 @@ static int create_skeleton(const h5frame_meta *meta, const char *materials, h5fr
   if (st) goto fail;
   H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2",
        "group /particles");
-  for (int q = 0; q < H5FRAME_FIELDS; ++q) {
-    f->at[q] = 0;
-    if (!(f->fields & H5FRAME_BIT(q))) continue;
-    if ((st = h5util_create_rows(group, h5frame_field_names[q], field_type_of(q).file, h5frame_field_columns[q],
-                                 f->total, dcpl, &dset, path)))
-      goto fail;
-    const haddr_t at = H5Dget_offset(dset);
-    /* an empty dataset has no storage, and no rows go there */
-    if (at == HADDR_UNDEF && f->total > 0) {
-      st = dr_fail(DR_EIO, "H5Dget_offset failed: %s in %s", h5frame_field_names[q], path);
-      goto fail;
-    }
-    f->at[q] = at == HADDR_UNDEF ? 0 : (uint64_t)at;
-    H5CK(H5Dclose(dset), "H5Dclose", h5frame_field_names[q]);
-    dset = H5I_INVALID_HID;
-  }
+  for (int q = 0; q < H5FRAME_FIELDS && !st; ++q)
+    if (f->fields & H5FRAME_BIT(q))
+      st = h5rows_dataset(group, &f->rows, q, h5frame_field_names[q], field_type_of(q).file, h5frame_field_columns[q]);
+  if (st) goto fail;
   H5CK(H5Gclose(group), "H5Gclose", "group /particles");
-  group = H5I_INVALID_HID;
-  H5CK(H5Pclose(dcpl), "H5Pclose", "dataset properties");
-  dcpl = H5I_INVALID_HID;
-  /* the close writes the metadata and sets the file's size: the rows' space is the file's */
-  H5CK(H5Fclose(file), "H5Fclose", "writing the metadata");
-  return 0;
+  return h5rows_close(&f->rows, file, 0);
 fail:
-  H5_DROP(H5Dclose, dset);
   H5_DROP(H5Gclose, group);
-  H5_DROP(H5Pclose, dcpl);
-  H5_DROP(H5Fclose, file);
-  (void)unlink(path);
-  return st;
+  return h5rows_close(&f->rows, file, st);
 }
 
 int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size_t n, h5frame_file *f) {
@@ -232,69 +180,35 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
   }
   if (!st) st = join_materials(meta, &materials);
   st = comm_agree(comm, st);
-  if (!st) st = h5util_counts(comm, (uint64_t)n, &f->offset, &f->total);
+  if (!st) st = h5rows_counts(comm, n, &f->rows);
   if (!st && rank == 0) {
     st = check_space(f, meta, dir, strlen(materials));
     if (!st) st = create_skeleton(meta, materials, f);
   }
   free(materials);
-  DR_TRY(comm_agree(comm, st));
-  DR_MPI(MPI_Bcast(f->at, H5FRAME_FIELDS, MPI_UINT64_T, 0, comm));
-  f->n = n;
-  f->begun = 1;
-  return DR_OK;
+  return h5rows_share(comm, &f->rows, st);
 }
 
 /* ---- h5frame_put ---- */
 
 int h5frame_put(const h5frame_file *f, const h5frame_data *d) {
-  if (!f->begun) return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d was not begun", f->frame);
-  if (!d || d->n != f->n)
+  if (!f->rows.begun) return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d was not begun", f->frame);
+  if (!d || d->n != f->rows.n)
     return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: %zu particles, begun with %zu", f->frame, d ? d->n : 0,
-                   f->n);
-  for (int q = 0; q < H5FRAME_FIELDS; ++q)
-    if ((f->fields & H5FRAME_BIT(q)) && d->n > 0 && !field_array(d, q))
-      return dr_fail(DR_EINTERNAL, "h5frame_put: %zu particles but a NULL array (%s)", d->n, h5frame_field_names[q]);
+                   f->rows.n);
   if (d->n == 0) return DR_OK;
-  const int fd = open(f->tmp, O_WRONLY);
-  if (fd < 0) return dr_fail(DR_EIO, "writing %s: %s", f->final, strerror(errno));
+  int fd = -1;
+  DR_TRY(h5rows_open(&f->rows, &fd));
   int st = DR_OK;
-  for (int q = 0; q < H5FRAME_FIELDS && !st; ++q) {
-    if (!(f->fields & H5FRAME_BIT(q))) continue;
-    const size_t row = row_bytes(q);
-    const char *buf = field_array(d, q);
-    off_t at = (off_t)(f->at[q] + f->offset * row);
-    for (size_t left = d->n * row; left > 0;) {
-      const ssize_t w = pwrite(fd, buf, left, at);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        st = dr_fail(DR_EIO, "writing %s of %s: %s", h5frame_field_names[q], f->final,
-                     w < 0 ? strerror(errno) : "the write made no progress");
-        break;
-      }
-      buf += w, at += w, left -= (size_t)w;
-    }
-  }
-  if (close(fd) != 0 && !st) st = dr_fail(DR_EIO, "writing %s: %s", f->final, strerror(errno));
-  return st;
+  for (int q = 0; q < H5FRAME_FIELDS && !st; ++q)
+    if (f->fields & H5FRAME_BIT(q))
+      st = h5rows_put(fd, &f->rows, q, field_array(d, q), row_bytes(q), h5frame_field_names[q]);
+  return h5rows_finish(&f->rows, fd, st);
 }
 
 /* ---- h5frame_end ---- */
 
-int h5frame_end(MPI_Comm comm, h5frame_file *f, int put_status) {
-  int rank = 0;
-  DR_MPI(MPI_Comm_rank(comm, &rank));
-  int st = comm_agree(comm, put_status);
-  if (!st && rank == 0 && rename(f->tmp, f->final) != 0)
-    st = dr_fail(DR_EIO, "publishing %s: %s", f->final, strerror(errno));
-  st = comm_agree(comm, st);
-  if (st && rank == 0) {
-    (void)unlink(f->tmp);
-    (void)unlink(f->final);
-  }
-  f->begun = 0;
-  return st;
-}
+int h5frame_end(MPI_Comm comm, h5frame_file *f, int put_status) { return h5rows_end(comm, &f->rows, put_status); }
 
 int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d) {
   if (!d) return dr_fail(DR_EINTERNAL, "h5frame_write: the particle data is NULL");

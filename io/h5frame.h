@@ -21,7 +21,7 @@
  * N is the sum over ranks; each rank's particles are the rows at the offset given by an exclusive
  * scan of the counts. The datasets are contiguous (no chunks, no filters), so any HDF5 reader
  * reads them as usual. The file is written as DIR/.frame_NNNNN.h5.tmp and renamed when complete,
- * so a file under its final name is always whole. h5frame.c says how the writing is split. */
+ * so a file under its final name is always whole. The writing is split as h5rows.h describes. */
 #ifndef DRIFT_H5FRAME_H
 #define DRIFT_H5FRAME_H
 
@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "frame_fields.h"
-#include "h5util.h"
+#include "h5rows.h"
 
 typedef struct h5frame_data {
   size_t n;                /* particles on this rank (may be 0) */
@@ -62,13 +62,9 @@ typedef struct h5frame_meta {
 
 /* A frame being written (h5frame_begin .. h5frame_end). */
 typedef struct h5frame_file {
-  char tmp[H5UTIL_PATH_MAX], final[H5UTIL_PATH_MAX];
+  h5rows_file rows; /* the file: paths, counts, the datasets' offsets (at[H5FRAME_*]) */
   int frame;
-  unsigned fields;                /* H5FRAME_BIT of each dataset */
-  uint64_t total, offset;         /* rows in all; rows before this rank's */
-  size_t n;                       /* this rank's rows */
-  uint64_t at[H5FRAME_FIELDS];    /* each dataset's byte offset in the file */
-  int begun;
+  unsigned fields;  /* H5FRAME_BIT of each dataset */
 } h5frame_file;
 
 /* Collective over comm. Creates DIR/.frame_NNNNN.h5.tmp with everything but the rows, for n

@@ -1,20 +1,5 @@
-/* h5util.c - shared pieces of the collective HDF5 files (see h5util.h).
- *
- * h5util_write_file goes in phases; the ranks agree on the outcome (comm_agree) after each phase
- * that can fail, so that a failure seen by one rank makes every rank take the same path. (A
- * failure inside a phase that only some ranks see could still leave the others waiting in a
- * collective HDF5 call; HDF5's collective calls fail alike on all ranks in practice.)
- *   1. H5Fcreate of the temporary file: through the MPI-IO driver where several ranks share it,
- *      through the POSIX (sec2) driver where one rank writes it alone;
- *   2. the caller's contents, then a flush and a sync to the disk (H5Fflush: the MPI-IO
- *      driver's flush is an MPI_File_sync; fsync with sec2): a checkpoint is on the disk before
- *      it takes its final name, and a full disk shows up here, where a failure is still harmless;
- *   3. closing everything; after a failure, the file is emptied first so that closing it finds
- *      room for HDF5's last metadata writes (a failing H5Fclose leaves HDF5 1.10.8 with a
- *      half-closed file that crashes it at MPI_Finalize);
- *   4. rank 0 renames the temporary file to its final name.
- * A failure before phase 1 (arguments, paths, counts) is the caller's to agree on. */
-#define _POSIX_C_SOURCE 200809L /* truncate, unlink */
+/* h5util.c - shared pieces of the HDF5 files of io/ (see h5util.h). */
+#define _POSIX_C_SOURCE 200809L /* open, stat */
 #include "h5util.h"
 
 #include <errno.h>
@@ -155,26 +140,6 @@ fail:
   return st;
 }
 
-/* 1 where file goes through the MPI-IO driver, 0 where not, -1 on failure. */
-static int uses_mpio(hid_t file) {
-  const hid_t fapl = H5Fget_access_plist(file);
-  if (fapl < 0) return -1;
-  const hid_t driver = H5Pget_driver(fapl);
-  (void)H5Pclose(fapl);
-  return driver < 0 ? -1 : driver == H5FD_MPIO;
-}
-
-int h5util_transfer(hid_t file, hid_t *dxpl, const char *path) {
-  int st = 0, mpio = uses_mpio(file);
-  H5CK(mpio, "H5Fget_access_plist", "file access properties");
-  H5CK(*dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
-  if (mpio) H5CK(H5Pset_dxpl_mpio(*dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
-  return 0;
-fail:
-  H5_DROP(H5Pclose, *dxpl);
-  return st;
-}
-
 int h5util_create_rows(hid_t loc, const char *name, hid_t ftype, int cols, uint64_t total, hid_t dcpl, hid_t *dset,
                        const char *path) {
   int st = 0;
@@ -190,7 +155,7 @@ fail:
   return st;
 }
 
-/* This rank's `n` rows at row `offset` of dset (`total` rows of `cols` values), collective. */
+/* `n` rows at row `offset` of dset (`total` rows of `cols` values). */
 static int put_rows(hid_t dset, hid_t mtype, int cols, uint64_t total, uint64_t offset, uint64_t n, const void *buf,
                     hid_t dxpl, const char *name, const char *path) {
   int st = 0;
@@ -199,8 +164,7 @@ static int put_rows(hid_t dset, hid_t mtype, int cols, uint64_t total, uint64_t 
   H5CK(fspace = H5Dget_space(dset), "H5Dget_space", name);
   H5CK(mspace = H5Screate_simple(cols > 1 ? 2 : 1, mdims, NULL), "H5Screate_simple", name);
   if ((st = h5util_select_rows(fspace, mspace, offset, n, cols, &buf, name, path))) goto fail;
-  /* A zero-sized contiguous dataset has no storage address, and HDF5 1.10's collective write
-   * fails on it ("addr overflow"); every rank knows total, so all skip the write alike. */
+  /* a zero-sized contiguous dataset has no storage address: nothing to write */
   if (total > 0) H5CK(H5Dwrite(dset, mtype, mspace, fspace, dxpl, buf), "H5Dwrite", name);
   H5CK(H5Sclose(mspace), "H5Sclose", name);
   mspace = H5I_INVALID_HID;
@@ -282,95 +246,4 @@ int h5util_check_space(const char *dir, const char *final, double need, const ch
                    h5util_human_bytes(avail, b, sizeof b), avail);
   }
   return 0;
-}
-
-/* Creates the temporary file (collective): through the MPI-IO driver where several ranks write
- * it, else through sec2, whose writes go straight to write(2) (the MPI-IO layer adds nothing for
- * one writer). */
-static int create_file(MPI_Comm comm, const char *path, int checksummed, hid_t *fapl, hid_t *file) {
-  int st = 0, nranks = 1;
-  DR_MPI(MPI_Comm_size(comm, &nranks));
-  H5CK(*fapl = H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", "file access properties");
-  if (nranks > 1)
-    H5CK(H5Pset_fapl_mpio(*fapl, comm, MPI_INFO_NULL), "H5Pset_fapl_mpio", "file access properties");
-  else
-    H5CK(H5Pset_fapl_sec2(*fapl), "H5Pset_fapl_sec2", "file access properties");
-  /* The 1.8 format's superblock and object headers (attributes included) carry checksums, so a
-   * damaged header is found when the file is read. */
-  if (checksummed)
-    H5CK(H5Pset_libver_bounds(*fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), "H5Pset_libver_bounds",
-         "file access properties");
-  H5CK(*file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, *fapl), "H5Fcreate", "creating the file");
-  return 0;
-fail:
-  return st;
-}
-
-/* Closes the file and its access properties (collective; H5Fclose flushes, so a full disk is
- * seen here). Called after a failure too, without overwriting the first message. */
-static int close_file(const char *path, hid_t *fapl, hid_t *file) {
-  int st = 0;
-  if (*file >= 0 && H5Fclose(*file) < 0) st = h5util_fail("H5Fclose", "closing the file", path, __FILE__, __LINE__);
-  *file = H5I_INVALID_HID;
-  if (*fapl >= 0 && H5Pclose(*fapl) < 0 && !st)
-    st = h5util_fail("H5Pclose", "file access properties", path, __FILE__, __LINE__);
-  *fapl = H5I_INVALID_HID;
-  return st;
-}
-
-/* The contents, then on the disk (see the phases above). */
-static int fill_file(hid_t file, int (*contents)(hid_t, void *), void *ctx, const char *path) {
-  int st = contents(file, ctx);
-  if (st) return st;
-  H5CK(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", "writing the metadata");
-  const int mpio = uses_mpio(file);
-  H5CK(mpio, "H5Fget_access_plist", "file access properties");
-  if (!mpio) { /* the MPI-IO driver's flush synced it already */
-    int *fd = NULL;
-    H5CK(H5Fget_vfd_handle(file, H5P_DEFAULT, (void **)&fd), "H5Fget_vfd_handle", "syncing the file");
-    if (fsync(*fd) != 0) {
-      char name[H5UTIL_PATH_MAX];
-      return dr_fail(DR_EIO, "%s: %s (fsync failed)", h5util_final_name(path, name, sizeof name), strerror(errno));
-    }
-  }
-  return 0;
-fail:
-  return st;
-}
-
-int h5util_write_file(MPI_Comm comm, const char *tmp, const char *final, int flags,
-                      int (*contents)(hid_t file, void *ctx), void *ctx) {
-  int rank = 0;
-  hid_t fapl = H5I_INVALID_HID, file = H5I_INVALID_HID;
-  h5util_quiet();
-  DR_MPI(MPI_Comm_rank(comm, &rank));
-  /* 1. the temporary file */
-  int st = comm_agree(comm, create_file(comm, tmp, flags & H5UTIL_CHECKSUMMED, &fapl, &file));
-  int opened = !st; /* the same on every rank */
-  /* 2. contents */
-  if (!st) st = comm_agree(comm, fill_file(file, contents, ctx, tmp));
-  /* 3. close, after a failure too, so that every rank has let go of the file before it goes */
-  if (!st) {
-    st = comm_agree(comm, close_file(tmp, &fapl, &file));
-  } else {
-    /* The file is garbage now. Emptying it first gives its blocks back, so that H5Fclose finds
-     * room for the metadata it still has to write even when the disk is full. */
-    if (opened) {
-      if (rank == 0 && truncate(tmp, 0) != 0) { /* best effort: the close below may still find room */
-      }
-      (void)comm_agree(comm, st); /* nobody writes before the truncation */
-    }
-    (void)close_file(tmp, &fapl, &file);
-    (void)comm_agree(comm, st);
-  }
-  /* 4. publish under the final name */
-  if (!st) {
-    if (rank == 0 && rename(tmp, final) != 0)
-      st = dr_fail_at(DR_EIO, __FILE__, __LINE__, "rename", "%s: %s (from %s)", final, strerror(errno), tmp);
-    st = comm_agree(comm, st);
-  }
-  if (st && rank == 0) {
-    (void)unlink(tmp);
-  }
-  return st;
 }

@@ -1,7 +1,6 @@
-/* h5util.h - what the collective HDF5 files of io/ share: checked HDF5 calls, attributes,
- * datasets written as one hyperslab per rank, and the write-to-a-temporary-name-then-rename
- * sequence with its failure handling (h5util_write_file, which checkpoint.c uses). Frames
- * (h5frame.c) use the attributes, the datasets' creation and the free-space check. */
+/* h5util.h - what the HDF5 files of io/ share: checked HDF5 calls and their messages,
+ * attributes, datasets written as one hyperslab, row selections, numbered paths, the counts over
+ * ranks and the free-space check. Frames and checkpoints are written as h5rows.h says. */
 #ifndef DRIFT_H5UTIL_H
 #define DRIFT_H5UTIL_H
 
@@ -52,21 +51,17 @@ const char *h5util_final_name(const char *path, char *out, size_t len);
 /* HDF5 prints its own error stack to stderr by default; drift reports one message instead. */
 void h5util_quiet(void);
 
-/* A scalar attribute (identical values on every rank: attribute writes are collective). */
+/* A scalar attribute. */
 int h5util_attr_scalar(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *value, const char *path);
 /* A fixed-length, null-terminated ASCII string attribute (size strlen + 1, so "" is valid too). */
 int h5util_attr_string(hid_t loc, const char *name, const char *value, const char *path);
 
-/* *dxpl: transfer properties for rows of file, collective where it goes through MPI-IO. */
-int h5util_transfer(hid_t file, hid_t *dxpl, const char *path);
-
 /* Creates NAME in loc with `total` rows of `cols` values (cols = 1: a 1-D dataset) with the
- * creation properties dcpl; *dset is its open handle (collective). */
+ * creation properties dcpl; *dset is its open handle. */
 int h5util_create_rows(hid_t loc, const char *name, hid_t ftype, int cols, uint64_t total, hid_t dcpl, hid_t *dset,
                        const char *path);
-/* h5util_create_rows, then this rank's `n` rows written at row `offset` with the transfer
- * properties dxpl (collective; ranks with n = 0 select nothing but still take part), and the
- * dataset closed. */
+/* h5util_create_rows, then `n` rows written at row `offset` with the transfer properties dxpl
+ * (n = 0 selects nothing), and the dataset closed. */
 int h5util_write_rows(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int cols, uint64_t total,
                       uint64_t offset, uint64_t n, const void *buf, hid_t dcpl, hid_t dxpl, const char *path);
 
@@ -89,19 +84,5 @@ const char *h5util_human_bytes(double bytes, char *out, size_t len);
  * figure, e.g. ", the checkpoint due with it included") when the folder's file system has less
  * room than `need` bytes. Best effort: quotas and other writers are not seen. */
 int h5util_check_space(const char *dir, const char *final, double need, const char *what);
-
-/* How h5util_write_file writes. */
-enum {
-  H5UTIL_CHECKSUMMED = 1     /* the 1.8 file format or later: checksummed superblock and headers */
-};
-
-/* Writes one file collectively: creates `tmp` (the MPI-IO driver on several ranks, sec2 on one),
- * calls contents(file, ctx) on every rank, flushes and syncs it to the disk, closes it, and rank
- * 0 renames tmp to final. The ranks agree on the outcome after each phase, so that no rank goes
- * on into a collective call that another skips, and all return the same status. On failure every
- * handle is closed and rank 0 removes tmp. contents must return the same status on
- * every rank for the same outcome of its collective calls. flags: H5UTIL_* or 0. */
-int h5util_write_file(MPI_Comm comm, const char *tmp, const char *final, int flags,
-                      int (*contents)(hid_t file, void *ctx), void *ctx);
 
 #endif

@@ -10,7 +10,14 @@
  *              frame's size, as a frame's rows come from memory; the same from one 16 MiB buffer,
  *              which stays in the CPU's cache as dd's source /dev/zero does, is printed beside it
  *              (fs hot): the page cache's copy is faster from a cached source than any writer of
- *              a frame can be.
+ *              a frame can be;
+ *   fs node    GB/s of the frame's own pattern on one node: every rank of rank 0's node writes its
+ *              share of each of a frame's datasets into one file at once (the file made at its
+ *              size first, as a frame's skeleton is; each rank's rows of a dataset one pwrite at
+ *              the dataset's offset plus the rows before its own), as many files as frames. With
+ *              one rank it is the pattern from one process; with several it is what the
+ *              filesystem gives several writers of one file, the reference for the run's writers
+ *              on several ranks (whose frames are written so).
  * The writer's own speed is the frames' bytes over the seconds its jobs ran (sim_status
  * write_seconds); where the disk is slower than the steps, it is what bounds the run. "main" is
  * the main thread's time a frame in the output (sim_status io_seconds: the capture, the file's
@@ -19,6 +26,7 @@
 #include "bench_write.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +36,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "frame_fields.h"
 #include "error.h"
 #include "h5frame.h"
 #include "log.h"
@@ -98,6 +107,104 @@ static int filesystem_best(const char *dir, int files, double bytes, int hot, do
   return DR_OK;
 }
 
+/* Bytes of one row of frame field q. */
+static double field_row_bytes(int q) { return (q == H5FRAME_ID ? 8.0 : 4.0) * h5frame_field_columns[q]; }
+
+/* The name of file k of node_pass (the node's leader: its rank in the world). */
+static void node_file(char *out, size_t len, const char *dir, int leader, int k) {
+  snprintf(out, len, "%s/.fs_node_%d_%05d", dir, leader, k);
+}
+
+/* One timed pass of the frame's pattern (see fs node above) over files files of bytes each, on
+ * the node's ranks. The node's rank 0 makes every file at its size first, as a frame's skeleton
+ * is made by the main thread, not the writers; *seconds: from the barrier after that to the
+ * barrier after every rank has written its rows of every file. */
+static int node_pass(MPI_Comm node, int leader, const char *dir, int files, double bytes, unsigned fields,
+                     const char *buf, double *seconds) {
+  int r = 0, R = 1;
+  DR_MPI(MPI_Comm_rank(node, &r));
+  DR_MPI(MPI_Comm_size(node, &R));
+  double per = 0;
+  for (int q = 0; q < H5FRAME_FIELDS; ++q)
+    if (fields & H5FRAME_BIT(q)) per += field_row_bytes(q);
+  const double rows = per > 0 ? floor(bytes / per) : 0;
+  const uint64_t mine_first = (uint64_t)(rows * r / R), mine_end = (uint64_t)(rows * (r + 1) / R);
+  char path[4400];
+  int rc = DR_OK;
+  for (int k = 0; k < files && rc == DR_OK && r == 0; ++k) {
+    node_file(path, sizeof path, dir, leader, k);
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)(rows * per)) != 0)
+      rc = dr_fail(DR_EIO, "bench --write: cannot make %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+  }
+  rc = comm_agree(node, rc);
+  DR_MPI(MPI_Barrier(node));
+  const double t0 = now_s();
+  for (int k = 0; k < files && rc == DR_OK; ++k) {
+    node_file(path, sizeof path, dir, leader, k);
+    const int fd = open(path, O_WRONLY);
+    if (fd < 0) rc = dr_fail(DR_EIO, "bench --write: cannot open %s: %s", path, strerror(errno));
+    double at = 0;
+    for (int q = 0; q < H5FRAME_FIELDS && rc == DR_OK; ++q) {
+      if (!(fields & H5FRAME_BIT(q))) continue;
+      const double row = field_row_bytes(q);
+      const char *b = buf;
+      off_t off = (off_t)(at + row * (double)mine_first);
+      for (size_t left = (size_t)(row * (double)(mine_end - mine_first)); left > 0 && rc == DR_OK;) {
+        const ssize_t w = pwrite(fd, b, left, off);
+        if (w <= 0) rc = dr_fail(DR_EIO, "bench --write: writing %s: %s", path, w < 0 ? strerror(errno) : "no progress");
+        else b += w, off += w, left -= (size_t)w;
+      }
+      at += row * rows;
+    }
+    if (fd >= 0 && close(fd) != 0 && rc == DR_OK) rc = dr_fail(DR_EIO, "bench --write: closing %s: %s", path, strerror(errno));
+  }
+  DR_MPI(MPI_Barrier(node));
+  *seconds = now_s() - t0;
+  for (int k = 0; k < files && r == 0; ++k) {
+    node_file(path, sizeof path, dir, leader, k);
+    (void)unlink(path);
+  }
+  return comm_agree(node, rc);
+}
+
+/* The frame's pattern on rank 0's node (fs node above): the faster of two passes; *gbs and *ranks
+ * (the node's) on every rank. Collective over the world. */
+static int filesystem_node(const char *dir, int files, double bytes, unsigned fields, double *gbs, int *ranks) {
+  MPI_Comm node = MPI_COMM_NULL;
+  int world = 0, leader = 0, R = 1;
+  DR_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world));
+  DR_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world, MPI_INFO_NULL, &node));
+  int rc = MPI_Comm_size(node, &R);
+  leader = world;
+  if (rc == MPI_SUCCESS) rc = MPI_Bcast(&leader, 1, MPI_INT, 0, node);
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&node);
+    return comm_fail(rc, __FILE__, __LINE__, "MPI_Comm_size/MPI_Bcast(the node's ranks)");
+  }
+  /* a rank's share of the rows, in one buffer that each dataset's rows are written from */
+  const size_t share = (size_t)(bytes / R) + 64;
+  char *buf = dr_malloc(share, "the filesystem's speed test");
+  if (buf) memset(buf, 0x5a, share);
+  rc = comm_agree(node, buf ? DR_OK : DR_ENOMEM);
+  double best = 0;
+  for (int pass = 0; pass < 2 && rc == DR_OK; ++pass) {
+    double t = 0;
+    rc = node_pass(node, leader, dir, files, bytes, fields, buf, &t);
+    if (rc == DR_OK && t > 0 && (double)files * bytes / t / 1e9 > best) best = (double)files * bytes / t / 1e9;
+  }
+  free(buf);
+  MPI_Comm_free(&node);
+  DR_TRY(rc);
+  /* rank 0's node */
+  double b[2] = {best, (double)R};
+  DR_MPI(MPI_Bcast(b, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  *gbs = b[0];
+  *ranks = (int)b[1];
+  return DR_OK;
+}
+
 int bench_write_case(const scene *s, const sim_options *base, const char *dir, const char *name, double step_ms,
                      bench_write_result *r) {
   memset(r, 0, sizeof *r);
@@ -125,11 +232,14 @@ int bench_write_case(const scene *s, const sim_options *base, const char *dir, c
   r->wait_s = st->io_seconds;
   sim_destroy(&S);
   DR_TRY(rc);
+  double bytes = rank == 0 ? frame_bytes(out, r->frames) : 0;
+  DR_MPI(MPI_Bcast(&bytes, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  const double per = bytes / (r->frames + 1);
+  DR_TRY(filesystem_node(out, r->frames + 1, per, s->output_fields ? s->output_fields : H5FRAME_DEFAULT_FIELDS,
+                         &r->fs_node_gbs, &r->node_ranks));
   if (rank == 0) {
-    const double bytes = frame_bytes(out, r->frames);
     r->frame_mib = bytes / (r->frames + 1) / 1048576.0;
     r->writer_gbs = r->writer_s > 0 ? bytes / r->writer_s / 1e9 : 0;
-    const double per = bytes / (r->frames + 1);
     rc = filesystem_best(out, r->frames + 1, per, 0, &r->fs_gbs);
     if (rc == DR_OK) rc = filesystem_best(out, r->frames + 1, per, 1, &r->fs_hot_gbs);
   }
@@ -140,21 +250,26 @@ int bench_write_case(const scene *s, const sim_options *base, const char *dir, c
     return rc;
   }
   log_info("bench %s: frames written into %s/: %.1f MiB a frame; stepping %.2f ms a frame, writing %.2f ms (%.2fx); "
-           "the writer at %.2f GB/s, the filesystem at %.2f GB/s (%.2f from a cached buffer)",
+           "the writer at %.2f GB/s, the filesystem at %.2f GB/s (%.2f from a cached buffer, %.2f from %d rank%s "
+           "into one file)",
            name, out, r->frame_mib, r->step_ms, r->write_ms, r->step_ms > 0 ? r->write_ms / r->step_ms : 0,
-           r->writer_gbs, r->fs_gbs, r->fs_hot_gbs);
+           r->writer_gbs, r->fs_gbs, r->fs_hot_gbs, r->fs_node_gbs, r->node_ranks, r->node_ranks == 1 ? "" : "s");
   return DR_OK;
 }
 
 void bench_write_header(void) {
-  printf("%-20s %6s %10s %12s %12s %9s %12s %12s %10s %12s %11s\n", "case", "frames", "MiB/frame", "step ms/fr",
-         "write ms/fr", "write/step", "writer GB/s", "fs GB/s", "writer/fs", "fs hot GB/s", "main ms/fr");
+  printf("%-20s %6s %10s %12s %12s %9s %12s %12s %10s %12s %11s %13s %13s\n", "case", "frames", "MiB/frame",
+         "step ms/fr", "write ms/fr", "write/step", "writer GB/s", "fs GB/s", "writer/fs", "fs hot GB/s", "main ms/fr",
+         "fs node GB/s", "writer/node");
 }
 
 void bench_write_row(const char *name, const bench_write_result *r) {
-  printf("%-20s %6d %10.1f %12.2f %12.2f %9.2f %12.2f %12.2f %9.0f%% %12.2f %11.2f\n", name, r->frames, r->frame_mib,
-         r->step_ms, r->write_ms, r->step_ms > 0 ? r->write_ms / r->step_ms : 0, r->writer_gbs, r->fs_gbs,
+  char node[32];
+  snprintf(node, sizeof node, "%.2f (%d)", r->fs_node_gbs, r->node_ranks);
+  printf("%-20s %6d %10.1f %12.2f %12.2f %9.2f %12.2f %12.2f %9.0f%% %12.2f %11.2f %13s %12.0f%%\n", name, r->frames,
+         r->frame_mib, r->step_ms, r->write_ms, r->step_ms > 0 ? r->write_ms / r->step_ms : 0, r->writer_gbs, r->fs_gbs,
          r->fs_gbs > 0 ? 100.0 * r->writer_gbs / r->fs_gbs : 0, r->fs_hot_gbs,
-         r->frames > 0 ? 1e3 * r->wait_s / (r->frames + 1) : 0);
+         r->frames > 0 ? 1e3 * r->wait_s / (r->frames + 1) : 0, node,
+         r->fs_node_gbs > 0 ? 100.0 * r->writer_gbs / r->fs_node_gbs : 0);
   fflush(stdout);
 }

@@ -16,6 +16,8 @@ typedef struct bench_write_result {
   double writer_gbs; /* the frames' bytes over writer_s */
   double fs_gbs;     /* plain writes of the same bytes, from a frame-sized buffer in memory */
   double fs_hot_gbs; /* the same from one 16 MiB buffer, as dd from /dev/zero (cache-resident) */
+  double fs_node_gbs; /* the frame's pattern: every rank of rank 0's node its rows into one file at once */
+  int node_ranks;     /* the ranks of rank 0's node (fs_node_gbs' writers) */
 } bench_write_result;
 
 /* Collective. Runs the scene s (options base, with output into DIR/NAME/) and measures the

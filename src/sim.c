@@ -470,6 +470,14 @@ int sim_run(sim *S) {
       char cause[1024];
       snprintf(cause, sizeof cause, "%s", dr_message());
       dr_clear();
+      /* every rank stops here (agreed, or the only rank): the frames and the checkpoint in
+       * flight, captured before the failure, are completed (a checkpoint is published by the main
+       * thread, h5rows.h), so that the run can be resumed from the last checkpoint (best effort:
+       * the failure's message wins) */
+      if ((agreed || S->nranks == 1) && S->opt.write_output) {
+        (void)sim_flush(S);
+        dr_clear();
+      }
       rc = dr_fail(rc, "frame %d, step %llu: %s", f, (unsigned long long)st->steps + 1, cause);
       if (agreed) dr_mark_agreed();
       return rc;

@@ -66,13 +66,18 @@ typedef struct frame_slot {
   double totals[TOT_COUNT]; /* all ranks' sums, once the frame is complete */
 } frame_slot;
 
-/* A checkpoint captured for the writer: the particles in sim.ckpt_p, its figures here. */
+/* A checkpoint captured for the writer: the particles in sim.ckpt_p, its figures here. Its file
+ * is begun by the main thread, its rows written by the writer's job (ckpt_put), and it is
+ * completed (ckpt_end) by the main thread before the next frame's or checkpoint's file. */
 typedef struct ckpt_slot {
   struct sim *S;
   ckpt_state st;
   uint64_t *emitted;  /* a copy of the sources' counts at the capture (st.emitted points here) */
   int queued;
   uint64_t ticket;
+  ckpt_file file;     /* begun by the main thread; its rows are the job's */
+  int put_rc;         /* the job's result: this rank's rows written and synced */
+  char put_msg[1024]; /* and its message */
 } ckpt_slot;
 
 /* DRIFT_TEST_HOOK's actions (parse_test_hook): raise SIGTERM, exit, fail alone before a substep,

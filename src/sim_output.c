@@ -54,32 +54,44 @@ int sim_make_dirs(const char *path) {
 
 /* ---- frames and checkpoints, written behind the compute (writer.h) ----------------------- */
 
-/* A checkpoint's job: the state captured in S->ckpt_p and its figures, written by the writer. */
+/* A checkpoint's job, on the writer's thread: this rank's rows of the state captured in
+ * S->ckpt_p, synced (ckpt_put: no MPI, no HDF5). Its status is the slot's (put_rc), agreed by the
+ * main thread at the checkpoint's completion (ckpt_done), as a frame's is. */
 static int checkpoint_job(MPI_Comm comm, void *ctx) {
+  (void)comm;
   ckpt_slot *c = ctx;
-  sim *S = c->S;
-  const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
-  DR_TRY(ckpt_write(comm, S->out_dir, &c->st, &sc, &S->ckpt_p, S->sc->checkpoint_keep));
-  char path[4096];
-  ckpt_path(S->out_dir, c->st.frame, path, sizeof path);
-  log_info("checkpoint %s (frame %d%s, t %.4f s)", path, c->st.frame, c->st.step_in_frame ? " and part of the next" : "",
-           c->st.time);
+  c->put_rc = ckpt_put(&c->file, &c->S->ckpt_p);
+  if (c->put_rc) { /* its message, for ckpt_done (this thread's record is the writer's) */
+    snprintf(c->put_msg, sizeof c->put_msg, "%s", dr_message());
+    dr_clear();
+  }
+  return DR_OK;
+}
+
+/* Completes the checkpoint in flight (collective): waits for its job, agrees on every rank's
+ * rows, and publishes it (ckpt_end: renamed, the folder synced, old ones pruned) or removes it. */
+static int ckpt_done(sim *S) {
+  ckpt_slot *c = &S->ckpt;
+  if (!c->queued) return DR_OK;
+  c->queued = 0;
+  DR_TRY(sim_output_failed(S, writer_wait(S->writer, c->ticket)));
+  if (c->put_rc) dr_fail(c->put_rc, "%s", c->put_msg);
+  DR_TRY(sim_output_failed(S, ckpt_end(S->comm, &c->file, c->put_rc)));
+  log_info("checkpoint %s (frame %d%s, t %.4f s)", c->file.rows.final, c->st.frame,
+           c->st.step_in_frame ? " and part of the next" : "", c->st.time);
   return DR_OK;
 }
 
 /* Collective. Captures the state the run stands at (the end of frame st.frame, or part-way into
- * the next one after a stop) and queues DIR/checkpoint_NNNNN.h5 for the writer; the previous
- * checkpoint, whose buffer this one reuses, is waited for first. */
+ * the next one after a stop), begins DIR/checkpoint_NNNNN.h5 and queues its rows for the writer;
+ * the previous checkpoint, whose buffer this one reuses, is completed first. */
 int sim_write_checkpoint(sim *S) {
   const double t0 = sim_now();
   /* the frames in flight complete first: a checkpoint on the disk means every frame up to its
    * own is too (a resume from it writes the frames after it only) */
   DR_TRY(complete_frames(S));
+  DR_TRY(ckpt_done(S));
   ckpt_slot *c = &S->ckpt;
-  if (c->queued) {
-    c->queued = 0;
-    DR_TRY(sim_output_failed(S, writer_wait(S->writer, c->ticket)));
-  }
   int rc = comm_agree(S->comm, S->be.download(S->be.state, &S->ckpt_p));
   backend_stats bs;
   if (rc == DR_OK) rc = comm_agree(S->comm, S->be.stats(S->be.state, &bs));
@@ -92,7 +104,7 @@ int sim_write_checkpoint(sim *S) {
   int mine = S->be.projected ? S->be.projected(S->be.state) : 0, projected = 0;
   DR_MPI(MPI_Allreduce(&mine, &projected, 1, MPI_INT, MPI_MAX, S->comm));
   S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
-  /* the sources' counts go on changing: the job writes a copy */
+  /* the sources' counts go on changing: the checkpoint holds a copy */
   if (S->em.n > 0) {
     uint64_t *e = realloc(c->emitted, sizeof *e * (size_t)S->em.n);
     if (!e) return dr_fail(DR_ENOMEM, "out of host memory for the checkpoint's source counts");
@@ -104,6 +116,14 @@ int sim_write_checkpoint(sim *S) {
                        .steps = S->st.steps, .rebuilds = S->st.rebuilds, .last_dt = S->st.last_dt, .vmax = vall,
                        .scene_hash = S->sc->hash, .emit_frame = S->em.frame_done, .n_sources = S->em.n,
                        .emitted = c->emitted, .projected = projected};
+  const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
+  rc = ckpt_begin(S->comm, S->out_dir, &c->st, &sc, &S->ckpt_p, S->sc->checkpoint_keep, &c->file);
+  if (rc) {
+    dr_mark_agreed(); /* ckpt_begin's failures are agreed */
+    return sim_output_failed(S, rc);
+  }
+  c->put_rc = DR_OK;
+  c->put_msg[0] = 0;
   DR_TRY(writer_submit(S->writer, checkpoint_job, c, &c->ticket));
   c->queued = 1;
   S->st.io_seconds += sim_now() - t0;
@@ -421,6 +441,9 @@ int sim_write_frame(sim *S) {
   const double t0 = sim_now();
   frame_slot *f = &S->slots[S->next_slot];
   S->next_slot = (S->next_slot + 1) % SIM_FRAME_SLOTS;
+  /* the checkpoint in flight is published first (its frames are already): it is on the disk one
+   * frame after it was captured at the latest, even where this frame's completion fails */
+  DR_TRY(ckpt_done(S));
   DR_TRY(slot_done(S, f));
   const size_t n = S->be.count ? S->be.count(S->be.state) : 0;
   int rc = slot_reserve(S, f, n);
@@ -429,13 +452,6 @@ int sim_write_frame(sim *S) {
   f->S = S;
   f->frame = S->st.frame;
   f->time = S->st.time;
-  /* the file, before the job: HDF5 in this thread, so never while a checkpoint is in the writer's
-   * (HDF5 is not thread-safe) */
-  ckpt_slot *c = &S->ckpt;
-  if (c->queued) {
-    c->queued = 0;
-    DR_TRY(sim_output_failed(S, writer_wait(S->writer, c->ticket)));
-  }
   h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
                        .material_names = S->mat_names, .fields = S->sc->output_fields};
   /* the free-space check keeps room for the checkpoint due with this frame */
@@ -469,7 +485,7 @@ int sim_flush(sim *S) {
   const double t0 = sim_now();
   int rc = sim_output_failed(S, writer_drain(S->writer));
   if (rc == DR_OK) rc = complete_frames(S);
-  if (rc == DR_OK) S->ckpt.queued = 0;
+  if (rc == DR_OK) rc = ckpt_done(S);
   S->st.io_seconds += sim_now() - t0;
   S->st.write_seconds = writer_busy_seconds(S->writer);
   return rc;
@@ -479,9 +495,10 @@ void sim_output_destroy(sim *S) {
   writer_destroy(&S->writer); /* waits for what is queued: the buffers below are its */
   for (int k = 0; k < SIM_FRAME_SLOTS; ++k) {
     /* a frame begun and never completed (the run stopped on a failure) leaves no file */
-    if (S->slots[k].file.begun && S->rank == 0) (void)unlink(S->slots[k].file.tmp);
+    if (S->rank == 0) h5rows_abandon(&S->slots[k].file.rows);
     slot_release(S, &S->slots[k]);
   }
+  if (S->rank == 0) h5rows_abandon(&S->ckpt.file.rows); /* a checkpoint begun, never completed */
   particles_free(&S->ckpt_p);
   free(S->ckpt.emitted);
 }

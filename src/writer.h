@@ -1,9 +1,10 @@
 /* writer.h - output written behind the compute: a thread of this rank that runs the run's write
  * jobs (frames, checkpoints) in the order they were queued, while the main thread steps on.
  *
- * Jobs are collective: every rank queues the same jobs in the same order, and a job's MPI and
- * HDF5 calls go over the writer's own communicator (a duplicate of the run's), so that they never
- * meet the step's messages. The main thread never calls HDF5 while a writer exists.
+ * Jobs are collective: every rank queues the same jobs in the same order, and a job's MPI calls
+ * (a frame's preview) go over the writer's own communicator (a duplicate of the run's), so that
+ * they never meet the step's messages. Jobs make no HDF5 call (HDF5 is not thread-safe): the main
+ * thread begins and ends the files, the jobs write their rows (h5rows.h).
  *
  * Bounds: the writer holds no buffers of its own; each job's data belongs to its caller, who
  * waits for the job (writer_wait) before reusing them, so the caller's buffers bound what is in

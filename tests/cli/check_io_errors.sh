@@ -6,10 +6,10 @@
 #
 # Needs root to mount tmpfs (root ignores permission bits, so a read-only mount stands for an
 # unwritable folder); exits 77 (skipped) where tmpfs cannot be mounted.
-# 1. HDF5 through MPI-IO (H5_ERRORS_EXE, tests/io/h5_errors.c, 1 rank and with MPIEXEC 2): a file
-#    created in a read-only folder says "Read-only file system", one that fills a 1 MiB tmpfs
-#    "No space left on device"; both name DIR/probe.h5 (not the temporary name, no source file)
-#    and leave nothing.
+# 1. A rows file as frames and checkpoints are written (H5_ERRORS_EXE, tests/io/h5_errors.c, 1
+#    rank and with MPIEXEC 2): one created in a read-only folder says "Read-only file system", one
+#    whose rows fill a 1 MiB tmpfs "No space left on device"; both name DIR/probe_00000.h5 (not
+#    the temporary name, no source file) and leave nothing.
 # 2. drift run into a read-only folder, and into a folder to be made in one: exit 3 within 5 s,
 #    one line naming the folder with "Read-only file system", no particles sampled (the scene has
 #    8 million: sampling alone takes seconds), nothing written.
@@ -21,13 +21,17 @@
 #    With a checkpoint due after frame 1 (output.checkpoint_every 1) and room for frame 1 alone,
 #    frame 1 is refused, "the checkpoint due with it included", with at least the checkpoint's
 #    particles' positions, velocities, F and C (96 bytes each) and 64 KiB on top; frame 0 whole.
+# 4. A disk that fills while a checkpoint's rows are written (CKPT_FULL_EXE, tests/io/ckpt_full.c,
+#    1 rank and with MPIEXEC 2, on a 512 KiB tmpfs): the write fails naming the checkpoint with
+#    "No space left on device", leaves no file, and the previous checkpoint reads back whole.
 set -u
 . "$(dirname "$0")/../lib.sh"
 
-lib_usage 2 "$0 DRIFT_EXE H5_ERRORS_EXE [MPIEXEC]" "$@"
+lib_usage 3 "$0 DRIFT_EXE H5_ERRORS_EXE CKPT_FULL_EXE [MPIEXEC]" "$@"
 drift=$(lib_abs "$1")
 h5_errors=$(lib_abs "$2")
-mpiexec=${3:-}
+ckpt_full=$(lib_abs "$3")
+mpiexec=${4:-}
 lib_setup io-errors
 
 mkdir RO FULL
@@ -41,7 +45,7 @@ extra="$tmp/FULL"
 trap 'umount "$extra" 2>/dev/null; lib_cleanup' EXIT
 mount -t tmpfs -o size=1m drift-test FULL || fail "cannot mount the second tmpfs"
 
-# 1. HDF5's own failures
+# 1. the write's own failures
 run h5_ro 0 "$h5_errors" RO "Read-only file system"
 run h5_full 0 "$h5_errors" FULL "No space left on device"
 if [ -n "$mpiexec" ]; then
@@ -111,5 +115,14 @@ got=$(sed -n 's/^drift: .* (\([0-9]*\) bytes, the checkpoint.*/\1/p' ckpt_full.l
 [ -f FULL/frame_00000.h5 ] && cmp -s <(stat -c %s FULL/frame_00000.h5) <(echo "$size") ||
   fail "checkpoint: frame 0 is not whole: $(ls -l FULL)"
 [ ! -e FULL/frame_00001.h5 ] || fail "checkpoint: FULL/frame_00001.h5 was written"
+
+# 4. a disk that fills while a checkpoint's rows are written
+umount FULL
+mount -t tmpfs -o size=512k drift-test FULL || fail "cannot mount the tmpfs for the checkpoint"
+run ckpt_rows_full 0 "$ckpt_full" FULL
+if [ -n "$mpiexec" ]; then
+  rm -rf FULL/*
+  run ckpt_rows_full_2 0 "$mpiexec" --oversubscribe -n 2 "$ckpt_full" FULL
+fi
 
 lib_finish check_io_errors.sh

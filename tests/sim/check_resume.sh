@@ -16,7 +16,8 @@
 #           part-way into a frame (fixed steps): exit 9, one line, resume from the file named;
 #           refusals with exit 2 and one line: another scene file (and --force taking it), a
 #           truncated file, a damaged file, a folder without checkpoints, a missing file, no
-#           output folder to resume from, a run into B without --resume or --force; a
+#           output folder to resume from, a run into B without --resume or --force; a step's
+#           failure (DRIFT_TEST_HOOK) after a checkpoint: exit 8, the checkpoint whole and resumable; a
 #           checkpoint write that fails (a folder in the way of its temporary name, which
 #           blocks root too): exit 3, one line naming it, no new file, the older checkpoint
 #           kept and still resumable.
@@ -120,6 +121,13 @@ one)
     echo "fixed steps: $out"
   done
   [ "$(steps fixed_resume.log)" = "$(steps fixed_straight.log)" ] || fail "fixed steps: $(steps fixed_resume.log) substeps, straight $(steps fixed_straight.log)"
+  # A step's failure part-way into frame 4 (before step 160), while checkpoint 3 may still be in
+  # flight: exit 8, checkpoint 3 published whole (the run completes what is in flight), resumable.
+  run fail_after 8 env DRIFT_TEST_HOOK=fail:0:160 "$drift" run fixed.json --out FA
+  [ -f FA/checkpoint_00003.h5 ] || fail "a step's failure after checkpoint 3: no FA/checkpoint_00003.h5: $(ls -A FA)"
+  [ -z "$(find FA -name '*.tmp')" ] || fail "a step's failure: temporary files left: $(ls -A FA)"
+  run fail_resume 0 "$drift" run fixed.json --out FA --resume
+  out=$("$compare" AF/frame_00006.h5 FA/frame_00006.h5 4e-6 1e-4) || fail "resumed after a step's failure: $out"
 
   # 3. Refusals: exit 2, one line naming the problem.
   { cat scene.json; echo; } >other.json # the same physics, another file: another hash

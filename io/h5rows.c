@@ -1,0 +1,171 @@
+/* h5rows.c - HDF5 files whose rows every rank writes by pwrite(2) (see h5rows.h).
+ *
+ * Invariants: between begin and end the file exists only under its temporary name, and its
+ * size is already final (H5Fclose after the datasets' early allocation); the rows' bytes are the
+ * only ones written after begin, each rank's at offsets no other rank writes, so the puts need no
+ * coordination; every status that decides whether a rank goes on into a collective call is
+ * agreed (comm_agree) first, so all ranks take the same path. */
+#define _POSIX_C_SOURCE 200809L /* stat, pwrite, fsync */
+#include "h5rows.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "error.h"
+
+int h5rows_paths(int rank, const char *dir, const char *prefix, int number, int flags, const char *what,
+                 h5rows_file *f) {
+  memset(f, 0, sizeof *f);
+  f->flags = flags;
+  const int k = snprintf(f->tmp, sizeof f->tmp, "%s%s.%s_%05d.h5.tmp", dir, dir[0] ? "/" : "", prefix, number);
+  if (k < 0 || k >= (int)sizeof f->tmp)
+    return dr_fail(DR_EINPUT, "%s path too long (%zu characters): %.64s...", what, strlen(dir), dir);
+  h5util_numbered_path(dir, prefix, number, f->final, sizeof f->final);
+  if (rank == 0) {
+    /* a clearer message than H5Fcreate's for the commonest mistake */
+    struct stat sb;
+    if (stat(dir[0] ? dir : ".", &sb) != 0) return dr_fail(DR_EIO, "%s %s: %s", what, dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return dr_fail(DR_EIO, "%s %s is not a folder", what, dir);
+  }
+  return DR_OK;
+}
+
+int h5rows_counts(MPI_Comm comm, size_t n, h5rows_file *f) {
+  f->n = n;
+  return h5util_counts(comm, (uint64_t)n, &f->offset, &f->total);
+}
+
+int h5rows_create(const h5rows_file *f, hid_t *file) {
+  const char *path = f->tmp;
+  int st = 0;
+  hid_t fapl = H5I_INVALID_HID;
+  *file = H5I_INVALID_HID;
+  H5CK(fapl = H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", "file access properties");
+  H5CK(H5Pset_fapl_sec2(fapl), "H5Pset_fapl_sec2", "file access properties");
+  /* the 1.8 format's superblock and object headers (attributes included) carry checksums, so a
+   * damaged header is found when the file is read */
+  if (f->flags & H5ROWS_CHECKSUMMED)
+    H5CK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), "H5Pset_libver_bounds",
+         "file access properties");
+  H5CK(*file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "H5Fcreate", "creating the file");
+  H5CK(H5Pclose(fapl), "H5Pclose", "file access properties");
+  return 0;
+fail:
+  H5_DROP(H5Pclose, fapl);
+  return st;
+}
+
+int h5rows_dataset(hid_t loc, h5rows_file *f, int k, const char *name, hid_t ftype, int cols) {
+  const char *path = f->tmp;
+  int st = 0;
+  hid_t dcpl = H5I_INVALID_HID, dset = H5I_INVALID_HID;
+  if (k < 0 || k >= H5ROWS_MAX) return dr_fail(DR_EINTERNAL, "h5rows_dataset: dataset index %d (%s)", k, name);
+  f->at[k] = 0;
+  /* every row is written, so a fill value would only cost a second pass over the file; the space
+   * is allocated at creation, so that the dataset has its offset */
+  H5CK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "dataset properties");
+  H5CK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time", "dataset properties");
+  H5CK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", "dataset properties");
+  if ((st = h5util_create_rows(loc, name, ftype, cols, f->total, dcpl, &dset, path))) goto fail;
+  const haddr_t at = H5Dget_offset(dset);
+  /* an empty dataset has no storage, and no rows go there */
+  if (at == HADDR_UNDEF && f->total > 0) {
+    st = dr_fail(DR_EIO, "H5Dget_offset failed: %s in %s", name, path);
+    goto fail;
+  }
+  f->at[k] = at == HADDR_UNDEF ? 0 : (uint64_t)at;
+  H5CK(H5Dclose(dset), "H5Dclose", name);
+  dset = H5I_INVALID_HID;
+  H5CK(H5Pclose(dcpl), "H5Pclose", "dataset properties");
+  return 0;
+fail:
+  H5_DROP(H5Dclose, dset);
+  H5_DROP(H5Pclose, dcpl);
+  return st;
+}
+
+int h5rows_close(h5rows_file *f, hid_t file, int st) {
+  const char *path = f->tmp;
+  /* the close writes the metadata and sets the file's size: the rows' space is the file's */
+  if (file >= 0 && H5Fclose(file) < 0 && !st) st = h5util_fail("H5Fclose", "writing the metadata", path, __FILE__, __LINE__);
+  if (st) (void)unlink(path);
+  return st;
+}
+
+int h5rows_share(MPI_Comm comm, h5rows_file *f, int st) {
+  DR_TRY(comm_agree(comm, st));
+  DR_MPI(MPI_Bcast(f->at, H5ROWS_MAX, MPI_UINT64_T, 0, comm));
+  f->begun = 1;
+  return DR_OK;
+}
+
+int h5rows_open(const h5rows_file *f, int *fd) {
+  if (!f->begun) return dr_fail(DR_EINTERNAL, "h5rows_open: %s was not begun", f->final);
+  *fd = open(f->tmp, O_WRONLY | O_CLOEXEC);
+  if (*fd < 0) return dr_fail(DR_EIO, "writing %s: %s", f->final, strerror(errno));
+  return DR_OK;
+}
+
+int h5rows_put(int fd, const h5rows_file *f, int k, const void *rows, size_t row_bytes, const char *name) {
+  if (f->n == 0) return DR_OK;
+  if (!rows) return dr_fail(DR_EINTERNAL, "h5rows_put: %zu rows of %s but a NULL array", f->n, name);
+  const char *buf = rows;
+  off_t at = (off_t)(f->at[k] + f->offset * row_bytes);
+  for (size_t left = f->n * row_bytes; left > 0;) {
+    const ssize_t w = pwrite(fd, buf, left, at);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      return dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, w < 0 ? strerror(errno) : "the write made no progress");
+    buf += w, at += w, left -= (size_t)w;
+  }
+  return DR_OK;
+}
+
+int h5rows_finish(const h5rows_file *f, int fd, int st) {
+  /* a full disk that a delayed allocation hides from pwrite shows up here */
+  if (!st && (f->flags & H5ROWS_SYNCED) && fsync(fd) != 0)
+    st = dr_fail(DR_EIO, "writing %s: %s (fsync failed)", f->final, strerror(errno));
+  if (close(fd) != 0 && !st) st = dr_fail(DR_EIO, "writing %s: %s", f->final, strerror(errno));
+  return st;
+}
+
+/* Rank 0: syncs the folder that holds path (the entry of a renamed file). */
+static int sync_folder(const char *path) {
+  char dir[H5UTIL_PATH_MAX];
+  const char *slash = strrchr(path, '/');
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+  const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return dr_fail(DR_EIO, "syncing the folder of %s: %s", path, strerror(errno));
+  /* file systems that cannot sync a folder say EINVAL: their renames are as durable as they get */
+  int st = DR_OK;
+  if (fsync(fd) != 0 && errno != EINVAL) st = dr_fail(DR_EIO, "syncing the folder of %s: %s", path, strerror(errno));
+  close(fd);
+  return st;
+}
+
+int h5rows_end(MPI_Comm comm, h5rows_file *f, int put_status) {
+  int rank = 0;
+  DR_MPI(MPI_Comm_rank(comm, &rank));
+  int st = comm_agree(comm, put_status);
+  if (!st && rank == 0) {
+    if (rename(f->tmp, f->final) != 0) st = dr_fail(DR_EIO, "publishing %s: %s", f->final, strerror(errno));
+    else if (f->flags & H5ROWS_SYNCED) st = sync_folder(f->final);
+  }
+  st = comm_agree(comm, st);
+  if (st && rank == 0) {
+    (void)unlink(f->tmp);
+    if (f->flags & H5ROWS_DROP_FINAL) (void)unlink(f->final);
+  }
+  f->begun = 0;
+  return st;
+}
+
+void h5rows_abandon(h5rows_file *f) {
+  if (f->begun) (void)unlink(f->tmp);
+  f->begun = 0;
+}
