@@ -289,7 +289,7 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
   }
   if (!st && f->precision == H5FRAME_HALF && pack16_fixed_for(meta->extent, &f->fixed) != 0)
     st = dr_fail(DR_EINPUT, "precision half: no 16-bit fixed point reaches the positions' extent %g m (expected from "
-                 "2^-60 to 2^31 m)", meta->extent);
+                 "2^-60 to 1.07e9 m)", meta->extent);
   if (!st) st = join_materials(meta, &materials);
   st = comm_agree(comm, st);
   if (!st) st = h5util_counts(comm, (uint64_t)n, &f->offset, &f->total);

@@ -121,10 +121,11 @@ int pack16_fixed_for(double extent, pack16_fixed *fx) {
     int p = (int)ceil(log2(extent / top));
     while (top * ldexp(1.0, p) < extent) ++p; /* log2's rounding either way */
     while (top * ldexp(1.0, p - 1) >= extent) --p;
-    /* HDF5's value m 2^(E - bias - m_bits + 1): E - bias = p + m_bits - 1 */
-    const int q = p + m - 1;
-    if (q > (1 << k) - 2) continue; /* E would reach all ones (inf, NaN): one more exponent bit */
-    *fx = (pack16_fixed){.exp_bits = k, .mant_bits = m, .exponent = q > 0 ? q : 0, .bias = q > 0 ? 0 : -q, .shift = p};
+    /* HDF5's value m 2^(E - bias - m_bits + 1): E - bias = p + m_bits - 1 = q, with bias >= 1
+     * (h5py takes H5Tget_ebias's 0 for a failure and cannot open a dataset of bias 0) */
+    const int q = p + m - 1, bias = q >= -1 ? 1 : -q;
+    if (q + bias > (1 << k) - 2) continue; /* E would reach all ones (inf, NaN): one more exponent bit */
+    *fx = (pack16_fixed){.exp_bits = k, .mant_bits = m, .exponent = q + bias, .bias = bias, .shift = p};
     return 0;
   }
   return -1;

@@ -30,13 +30,13 @@ typedef struct pack16_fixed {
   int exp_bits;  /* k: bits of the exponent field (1 to 5) */
   int mant_bits; /* 15 - k */
   int exponent;  /* E, the exponent field of every value (never all ones: that is inf and NaN) */
-  int bias;      /* HDF5's exponent bias, >= 0 */
+  int bias;      /* HDF5's exponent bias, >= 1 (h5py refuses 0) */
   int shift;     /* spacing 2^shift */
 } pack16_fixed;
 
 /* The finest fixed point whose range (2^mant_bits - 1) 2^shift reaches extent (m, the largest
  * |coordinate| to be stored): the fewest exponent bits that can place the spacing, so the most
- * mantissa bits. 0, or -1 where extent is not a positive finite number below 2^31. */
+ * mantissa bits. 0, or -1 where extent is not a positive finite number below 1.07e9 (1023 2^20). */
 int pack16_fixed_for(double extent, pack16_fixed *fx);
 double pack16_fixed_spacing(const pack16_fixed *fx); /* 2^shift */
 void pack16_fixed_encode(const pack16_fixed *fx, const float *in, uint16_t *out, size_t n);

@@ -4,7 +4,7 @@
  * a function of (frame, particle); ids start at 2^32 + 1000 * frame (so that a reader that cuts
  * them to 32 bits is caught) and frame k has time 0.25 * k. The frames hold the default fields,
  * or with --all-fields every field of h5frame.h (logjp, J, F, stress and C too); with --half at
- * output.precision "half" (the positions' fixed point for |x| <= 4 m: spacing 2^-10 m). */
+ * output.precision "half" (the positions' fixed point for |x| <= 2.5 m: spacing 2^-11 m). */
 #include <errno.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -78,7 +78,7 @@ static int write_all(const char *dir, int n_frames, const uint64_t *counts, int 
     const unsigned fields = all_fields ? (1u << H5FRAME_FIELDS) - 1 : H5FRAME_DEFAULT_FIELDS;
     h5frame_meta meta = {.frame = k, .time = 0.25 * k, .dx = 0.01, .n_materials = 2,
                          .material_names = names, .fields = fields,
-                         .precision = half ? H5FRAME_HALF : H5FRAME_FLOAT, .extent = 4.0};
+                         .precision = half ? H5FRAME_HALF : H5FRAME_FLOAT, .extent = 2.5};
     h5frame_data d = {.n = n, .position = pos, .velocity = vel, .id = id, .material = mat,
                       .owner = own, .logjp = jp, .J = J, .F = F, .stress = stress, .C = C};
     int st = h5frame_write(MPI_COMM_WORLD, dir, &meta, &d);

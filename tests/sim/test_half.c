@@ -135,7 +135,9 @@ int main(int argc, char **argv) {
           if (!(err <= b->abs + b->rel * fabs(x)) && bad++ < 3)
             fprintf(stderr, "frame %d: %s[%zu][%d]: half %.9g, float %.9g: error %.3g beyond %.3g\n", frame, b->name, i,
                     c, y, x, err, b->abs + b->rel * fabs(x));
-          worst[q] = fmax(worst[q], b->rel > 0 && x != 0 ? err / fabs(x) : err);
+          /* relative where the relative bound is the larger, else absolute */
+          if (b->rel == 0) worst[q] = fmax(worst[q], err);
+          else if (b->rel * fabs(x) >= b->abs) worst[q] = fmax(worst[q], err / fabs(x));
         }
       CHECK(bad == 0, "frame %d: %s: %zu values beyond the documented error", frame, b->name, bad);
       size_t vbf = 0, vbh = 0;
@@ -153,7 +155,7 @@ int main(int argc, char **argv) {
     free(idf), free(idh), free(kf), free(kh);
     CHECK(frame_close(&ff) == 0 && frame_close(&fh) == 0, "closing frame %d", frame);
   }
-  printf("largest error (relative where the bound is): ");
+  printf("largest error (relative where the relative bound dominates): ");
   for (int q = 0; q < 7; ++q) printf("%s %.3g%s", fields[q].name, worst[q], q < 6 ? ", " : "\n");
   CHECK(worst[0] > 0 && worst[1] > 0 && worst[4] > 0 && worst[5] > 0,
         "no rounding seen in position, velocity, F or stress: the half file holds the float values?");
