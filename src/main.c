@@ -303,6 +303,10 @@ static int cmd_check(const char *path) {
   if (s.output_precision == H5FRAME_HALF && pack16_fixed_for(sim_position_extent(&s), &fx) == 0)
     printf("half precision: positions to within %.3g m (a fixed point of spacing 2^%d m = dx / %.4g over |x| <= %.4g "
            "m)\n", 0.5 * pack16_fixed_spacing(&fx), fx.shift, s.dx / pack16_fixed_spacing(&fx), sim_position_extent(&s));
+  if (s.output_precision == H5FRAME_HALF && pack16_fixed_spacing(&fx) > s.dx / 8)
+    printf("warning: half precision's positions are coarser than dx / 8: the fixed point counts from 0, and the domain "
+           "reaches %.4g m from the origin; moving the scene near the origin makes them finer\n",
+           sim_position_extent(&s));
   if (s.preview) {
     static const char *const views[] = {"front (along -z)", "side (along -x)", "top (along -y)"};
     preview_params pp = {.size = s.preview_size, .view = s.preview_view};
