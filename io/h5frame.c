@@ -82,7 +82,8 @@ static int make_half_types(const h5frame_file *f, half_types *t) {
   t->bf16 = float16_type(8, 7, 127, H5T_NORM_IMPLIED);
   t->fixed = float16_type((size_t)x->exp_bits, (size_t)x->mant_bits, (size_t)x->bias, H5T_NORM_NONE);
   if (t->half < 0 || t->bf16 < 0 || t->fixed < 0)
-    return dr_fail(DR_EIO, "H5Tset_fields failed: the 16-bit types of %s (precision half)", f->final);
+    return dr_fail(DR_EIO, "H5Tcopy or H5Tset_fields, _precision, _size, _ebias, _norm failed: the 16-bit types of %s "
+                   "(precision half)", f->final);
   return 0;
 }
 
