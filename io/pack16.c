@@ -88,9 +88,7 @@ int pack16_half_fast(void) {
 
 void pack16_half(const float *in, uint16_t *out, size_t n) {
 #ifdef PACK16_X86
-  static int fast = -1; /* the same answer for every caller: a race only writes it twice */
-  if (fast < 0) fast = pack16_half_fast();
-  if (fast) {
+  if (pack16_half_fast()) { /* a few loads: the writer calls this once a buffer (1M values) */
     half_f16c(in, out, n);
     return;
   }
