@@ -2,7 +2,10 @@
  *
  * The write goes as h5rows.h describes: h5frame_begin in the main thread (the counts, rank 0's
  * free-space check and the file's skeleton, the offsets shared), h5frame_put in the run's writer
- * thread (this rank's rows by pwrite: no copy, no conversion, no MPI, no HDF5), h5frame_end in the
+ * thread (this rank's rows by pwrite, no MPI, no HDF5: at precision float straight from the
+ * caller's arrays, no copy and no conversion; at precision half each floating field converted a
+ * buffer at a time (the caller's, bounded and reused: H5FRAME_PACK_BYTES) by pack16.h's encoders
+ * and written from there), h5frame_end in the
  * main thread (agreed, renamed; after a failure the frame does not exist, not even an older
  * version of it). Nothing is synced: a frame goes to the page cache at the speed of memory, as
  * any file a program writes; checkpoints, which a restart needs, are synced (checkpoint.c).
@@ -25,7 +28,7 @@ void h5frame_path(const char *dir, int frame, char *out, size_t len) {
   h5util_numbered_path(dir, "frame", frame, out, len);
 }
 
-/* A field's type in the file (little-endian) and in memory. */
+/* A field's type in the file (little-endian) and in memory, at precision float. */
 typedef struct field_type {
   hid_t file, mem;
 } field_type;
@@ -41,9 +44,55 @@ static field_type field_type_of(int f) {
   }
 }
 
-/* Bytes of one row of field f (in memory and in the file alike). */
-static size_t row_bytes(int f) {
-  return (f == H5FRAME_ID ? 8u : 4u) * (size_t)h5frame_field_columns[f];
+/* A 16-bit little-endian HDF5 float: sign bit 15, the exponent above the mantissa (H5Tset_fields
+ * while the type is still 32 bits wide, then the precision and size: HDF5's order). */
+static hid_t float16_type(size_t esize, size_t msize, size_t bias, H5T_norm_t norm) {
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  if (t < 0) return t;
+  if (H5Tset_fields(t, 15, msize, esize, 0, msize) < 0 || H5Tset_precision(t, 16) < 0 || H5Tset_size(t, 2) < 0 ||
+      H5Tset_ebias(t, bias) < 0 || H5Tset_norm(t, norm) < 0) {
+    H5Tclose(t);
+    return H5I_INVALID_HID;
+  }
+  return t;
+}
+
+/* The file's types of the 16-bit encodings (precision half; closed with close_half_types). */
+typedef struct half_types {
+  hid_t half, bf16, fixed;
+} half_types;
+
+static int make_half_types(const h5frame_file *f, half_types *t) {
+  const pack16_fixed *x = &f->fixed;
+  t->half = float16_type(5, 10, 15, H5T_NORM_IMPLIED);
+  t->bf16 = float16_type(8, 7, 127, H5T_NORM_IMPLIED);
+  t->fixed = float16_type((size_t)x->exp_bits, (size_t)x->mant_bits, (size_t)x->bias, H5T_NORM_NONE);
+  if (t->half < 0 || t->bf16 < 0 || t->fixed < 0)
+    return dr_fail(DR_EIO, "H5Tcopy or H5Tset_fields, _precision, _size, _ebias, _norm failed: the 16-bit types of %s "
+                   "(precision half)", f->rows.final);
+  return 0;
+}
+
+/* Closes the types made (the others are H5I_INVALID_HID); the first failure is reported. */
+static int close_half_types(half_types *t, const char *path) {
+  hid_t *h[3] = {&t->half, &t->bf16, &t->fixed};
+  int st = 0;
+  for (int k = 0; k < 3; ++k) {
+    if (*h[k] >= 0 && H5Tclose(*h[k]) < 0 && !st)
+      st = dr_fail(DR_EIO, "H5Tclose failed: the 16-bit types of %s (precision half)", path);
+    *h[k] = H5I_INVALID_HID;
+  }
+  return st;
+}
+
+/* Field q's type in file f. */
+static hid_t file_type(const h5frame_file *f, const half_types *t, int q) {
+  switch (h5frame_encoding_of(q, f->precision)) {
+  case H5FRAME_ENC_HALF: return t->half;
+  case H5FRAME_ENC_BF16: return t->bf16;
+  case H5FRAME_ENC_FIXED: return t->fixed;
+  default: return field_type_of(q).file;
+  }
 }
 
 /* Field f's array in d. */
@@ -75,6 +124,8 @@ static int check_meta(const char *dir, const h5frame_meta *meta) {
     if (!meta->material_names[i]) return dr_fail(DR_EINTERNAL, "h5frame_begin: material name %d is NULL", i);
   if (!(meta->fields & H5FRAME_BIT(H5FRAME_POSITION)) || (meta->fields >> H5FRAME_FIELDS))
     return dr_fail(DR_EINTERNAL, "h5frame_begin: bad field set 0x%x (position is always written)", meta->fields);
+  if (meta->precision < 0 || meta->precision >= H5FRAME_PRECISIONS)
+    return dr_fail(DR_EINTERNAL, "h5frame_begin: bad precision %d", meta->precision);
   return 0;
 }
 
@@ -122,9 +173,7 @@ static int paths(int rank, const char *dir, int frame, h5frame_file *f) {
  * quotas and other writers are not seen; a full disk met by the rows is reported by
  * h5frame_put. */
 static int check_space(const h5frame_file *f, const h5frame_meta *meta, const char *dir, size_t materials_len) {
-  double per = 0;
-  for (int q = 0; q < H5FRAME_FIELDS; ++q)
-    if (f->fields & H5FRAME_BIT(q)) per += (double)row_bytes(q);
+  const double per = h5frame_particle_bytes(f->fields, f->precision);
   const double total = (double)f->rows.total, after = total * meta->after_per_particle + meta->after_bytes;
   const double need = total * per + 16384.0 + (double)materials_len + after;
   return h5util_check_space(dir, f->rows.final, need, after > 0 ? ", the checkpoint due with it included" : "");
@@ -134,6 +183,7 @@ static int check_space(const h5frame_file *f, const h5frame_meta *meta, const ch
 static int create_skeleton(const h5frame_meta *meta, const char *materials, h5frame_file *f) {
   const char *path = f->rows.tmp;
   hid_t file = H5I_INVALID_HID, group = H5I_INVALID_HID;
+  half_types types = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
   const int32_t frame = (int32_t)meta->frame;
   char fields[128];
   join_fields(f->fields, fields, sizeof fields);
@@ -146,16 +196,26 @@ static int create_skeleton(const h5frame_meta *meta, const char *materials, h5fr
   if (!st) st = h5util_attr_string(file, "materials", materials, path);
   if (!st) st = h5util_attr_string(file, "owner_encoding", "rank*256+device", path);
   if (!st) st = h5util_attr_string(file, "fields", fields, path);
+  if (!st && f->precision == H5FRAME_HALF) { /* float: the attributes above only, as ever */
+    const double spacing = pack16_fixed_spacing(&f->fixed);
+    st = h5util_attr_string(file, "precision", h5frame_precision_names[H5FRAME_HALF], path);
+    if (!st) st = h5util_attr_scalar(file, "position_spacing", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &spacing, path);
+  }
+  if (!st && f->precision == H5FRAME_HALF) st = make_half_types(f, &types);
   if (st) goto fail;
   H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2",
        "group /particles");
   for (int q = 0; q < H5FRAME_FIELDS && !st; ++q)
     if (f->fields & H5FRAME_BIT(q))
-      st = h5rows_dataset(group, &f->rows, q, h5frame_field_names[q], field_type_of(q).file, h5frame_field_columns[q]);
+      st = h5rows_dataset(group, &f->rows, q, h5frame_field_names[q], file_type(f, &types, q),
+                          h5frame_field_columns[q]);
   if (st) goto fail;
   H5CK(H5Gclose(group), "H5Gclose", "group /particles");
+  group = H5I_INVALID_HID;
+  if ((st = close_half_types(&types, path))) goto fail;
   return h5rows_close(&f->rows, file, 0);
 fail:
+  (void)close_half_types(&types, path);
   H5_DROP(H5Gclose, group);
   return h5rows_close(&f->rows, file, st);
 }
@@ -176,8 +236,12 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
   if (!st) {
     f->fields = meta->fields;
     f->frame = meta->frame;
+    f->precision = meta->precision;
     st = paths(rank, dir, meta->frame, f);
   }
+  if (!st && f->precision == H5FRAME_HALF && pack16_fixed_for(meta->extent, &f->fixed) != 0)
+    st = dr_fail(DR_EINPUT, "precision half: no 16-bit fixed point reaches the positions' extent %g m (expected from "
+                 "2^-60 to 1.07e9 m)", meta->extent);
   if (!st) st = join_materials(meta, &materials);
   st = comm_agree(comm, st);
   if (!st) st = h5rows_counts(comm, n, &f->rows);
@@ -191,18 +255,45 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
 
 /* ---- h5frame_put ---- */
 
-int h5frame_put(const h5frame_file *f, const h5frame_data *d) {
+/* Field q's rows from in, converted a buffer at a time into pack (cap 16-bit values: whole rows
+ * of them) and written from there. */
+static int put_packed(int fd, const h5frame_file *f, int q, const float *in, uint16_t *pack, size_t cap) {
+  const enum h5frame_encoding e = h5frame_encoding_of(q, f->precision);
+  const size_t cols = (size_t)h5frame_field_columns[q], rows = cap / cols, row = h5frame_row_bytes(q, f->precision);
+  for (size_t done = 0; done < f->rows.n;) {
+    const size_t k = f->rows.n - done < rows ? f->rows.n - done : rows;
+    const float *from = in + done * cols;
+    if (e == H5FRAME_ENC_HALF) pack16_half(from, pack, k * cols);
+    else if (e == H5FRAME_ENC_BF16) pack16_bf16(from, pack, k * cols);
+    else pack16_fixed_encode(&f->fixed, from, pack, k * cols);
+    DR_TRY(h5rows_put_range(fd, &f->rows, q, row, done, k, pack, h5frame_field_names[q]));
+    done += k;
+  }
+  return DR_OK;
+}
+
+int h5frame_put(const h5frame_file *f, const h5frame_data *d, void *pack, size_t pack_bytes) {
   if (!f->rows.begun) return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d was not begun", f->frame);
   if (!d || d->n != f->rows.n)
     return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: %zu particles, begun with %zu", f->frame, d ? d->n : 0,
                    f->rows.n);
+  for (int q = 0; q < H5FRAME_FIELDS; ++q)
+    if ((f->fields & H5FRAME_BIT(q)) && d->n > 0 && !field_array(d, q))
+      return dr_fail(DR_EINTERNAL, "h5frame_put: %zu particles but a NULL array (%s)", d->n, h5frame_field_names[q]);
+  if (f->precision == H5FRAME_HALF && (!pack || pack_bytes < H5FRAME_PACK_BYTES))
+    return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: precision half needs a buffer of %zu bytes (got %zu)", f->frame,
+                   H5FRAME_PACK_BYTES, pack ? pack_bytes : 0);
   if (d->n == 0) return DR_OK;
   int fd = -1;
   DR_TRY(h5rows_open(&f->rows, &fd));
   int st = DR_OK;
-  for (int q = 0; q < H5FRAME_FIELDS && !st; ++q)
-    if (f->fields & H5FRAME_BIT(q))
-      st = h5rows_put(fd, &f->rows, q, field_array(d, q), row_bytes(q), h5frame_field_names[q]);
+  for (int q = 0; q < H5FRAME_FIELDS && !st; ++q) {
+    if (!(f->fields & H5FRAME_BIT(q))) continue;
+    if (h5frame_encoding_of(q, f->precision) == H5FRAME_ENC_RAW)
+      st = h5rows_put(fd, &f->rows, q, field_array(d, q), h5frame_row_bytes(q, f->precision), h5frame_field_names[q]);
+    else
+      st = put_packed(fd, f, q, field_array(d, q), pack, pack_bytes / sizeof(uint16_t));
+  }
   return h5rows_finish(&f->rows, fd, st);
 }
 
@@ -215,8 +306,13 @@ int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, cons
   h5frame_file *f = dr_malloc(sizeof *f, "a frame's file");
   int st = f ? DR_OK : DR_ENOMEM;
   st = comm_agree(comm, st);
+  void *pack = NULL; /* one frame: a buffer of its own */
+  if (!st && meta && meta->precision == H5FRAME_HALF && !(pack = dr_malloc(H5FRAME_PACK_BYTES, "a frame's conversion")))
+    st = DR_ENOMEM;
+  st = comm_agree(comm, st);
   if (!st) st = h5frame_begin(comm, dir, meta, d->n, f);
-  if (!st) st = h5frame_end(comm, f, h5frame_put(f, d));
+  if (!st) st = h5frame_end(comm, f, h5frame_put(f, d, pack, H5FRAME_PACK_BYTES));
+  free(pack);
   free(f);
   return st;
 }

@@ -15,7 +15,12 @@
  *   root attributes: time (double, s), frame (int), dx (double, m), n_particles (uint64),
  *                    units (string), materials (string: names separated by ','),
  *                    owner_encoding (string), fields (string: the datasets written, separated by
- *                    ',', in the order above)
+ *                    ',', in the order above); with precision half also precision ("half") and
+ *                    position_spacing (double, m)
+ * With h5frame_meta.precision H5FRAME_HALF the floating datasets hold 16 bits a value instead, in
+ * HDF5 float types that any reader converts to float32 or double (frame_fields.h's
+ * h5frame_encoding_of: position a fixed point of the domain's extent, velocity, logjp, J and F
+ * IEEE binary16, stress and C a 16-bit float with float32's exponent; pack16.h).
  * Which datasets a frame holds is the scene's output.fields (h5frame_meta.fields); position is
  * always among them (the XDMF geometry). The datasets present keep this order and these types.
  * N is the sum over ranks; each rank's particles are the rows at the offset given by an exclusive
@@ -31,6 +36,7 @@
 
 #include "frame_fields.h"
 #include "h5rows.h"
+#include "pack16.h"
 
 typedef struct h5frame_data {
   size_t n;                /* particles on this rank (may be 0) */
@@ -55,6 +61,9 @@ typedef struct h5frame_meta {
   const char *const *material_names;
   unsigned fields; /* H5FRAME_BIT of each dataset to write, position included (the same on every
                     * rank); 0: H5FRAME_DEFAULT_FIELDS */
+  int precision;    /* enum h5frame_precision (the same on every rank) */
+  double extent;    /* precision half: the largest |coordinate| a position may have, m (the
+                     * domain's, the same on every rank); larger ones are stored as the largest */
   /* room the free-space check keeps for a file written right after the frame (the checkpoint
    * due with it): bytes a particle and in all; 0: none */
   double after_per_particle, after_bytes;
@@ -65,6 +74,8 @@ typedef struct h5frame_file {
   h5rows_file rows; /* the file: paths, counts, the datasets' offsets (at[H5FRAME_*]) */
   int frame;
   unsigned fields;  /* H5FRAME_BIT of each dataset */
+  int precision;    /* enum h5frame_precision */
+  pack16_fixed fixed; /* precision half: the positions' fixed point */
 } h5frame_file;
 
 /* Collective over comm. Creates DIR/.frame_NNNNN.h5.tmp with everything but the rows, for n
@@ -72,12 +83,15 @@ typedef struct h5frame_file {
  * same non-zero status. */
 int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size_t n, h5frame_file *f);
 /* This rank's rows (d->n must be h5frame_begin's n); no MPI and no HDF5 call, so any thread may
- * call it while the caller's other threads use both. Returns this rank's status only. */
-int h5frame_put(const h5frame_file *f, const h5frame_data *d);
+ * call it while the caller's other threads use both. At precision half the values are converted
+ * through pack (pack_bytes, at least H5FRAME_PACK_BYTES; the caller's, unused at float: may be
+ * NULL) and written from there. Returns this rank's status only. */
+int h5frame_put(const h5frame_file *f, const h5frame_data *d, void *pack, size_t pack_bytes);
 /* Collective over comm. Agrees on every rank's put_status (h5frame_put's); publishes the file
  * under DIR/frame_NNNNN.h5, or after a failure removes it and any file under that name. */
 int h5frame_end(MPI_Comm comm, h5frame_file *f, int put_status);
-/* Collective over comm: h5frame_begin, h5frame_put and h5frame_end. */
+/* Collective over comm: h5frame_begin, h5frame_put (with a conversion buffer of its own at
+ * precision half) and h5frame_end. */
 int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, const h5frame_data *d);
 
 /* Reads the particle count (root attribute n_particles) of the frame file at path, and the fields

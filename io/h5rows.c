@@ -112,11 +112,19 @@ int h5rows_open(const h5rows_file *f, int *fd) {
 }
 
 int h5rows_put(int fd, const h5rows_file *f, int k, const void *rows, size_t row_bytes, const char *name) {
-  if (f->n == 0) return DR_OK;
-  if (!rows) return dr_fail(DR_EINTERNAL, "h5rows_put: %zu rows of %s but a NULL array", f->n, name);
+  return h5rows_put_range(fd, f, k, row_bytes, 0, f->n, rows, name);
+}
+
+int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
+                     const void *rows, const char *name) {
+  if (count == 0) return DR_OK;
+  if (!rows) return dr_fail(DR_EINTERNAL, "h5rows_put: %zu rows of %s but a NULL array", count, name);
+  if (first > f->n || count > f->n - first)
+    return dr_fail(DR_EINTERNAL, "h5rows_put: rows %zu..%zu of %s, but this rank has %zu", first, first + count, name,
+                   f->n);
   const char *buf = rows;
-  off_t at = (off_t)(f->at[k] + f->offset * row_bytes);
-  for (size_t left = f->n * row_bytes; left > 0;) {
+  off_t at = (off_t)(f->at[k] + (f->offset + first) * row_bytes);
+  for (size_t left = count * row_bytes; left > 0;) {
     const ssize_t w = pwrite(fd, buf, left, at);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0)

@@ -72,6 +72,10 @@ int h5rows_share(MPI_Comm comm, h5rows_file *f, int st);
 /* Local, any thread: no MPI and no HDF5 call. Writes this rank's rows of dataset k (row_bytes
  * each, f->n of them, from rows; `name` for messages) into the open descriptor fd. */
 int h5rows_put(int fd, const h5rows_file *f, int k, const void *rows, size_t row_bytes, const char *name);
+/* The same for `count` of this rank's rows from row `first` on (rows holds those rows only): a
+ * field converted a buffer at a time (h5frame.c's precision half). */
+int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
+                     const void *rows, const char *name);
 /* Local, any thread. Opens f's temporary file for h5rows_put. */
 int h5rows_open(const h5rows_file *f, int *fd);
 /* Local, any thread. Syncs (a synced file) and closes fd; st: the status of the puts. Returns the

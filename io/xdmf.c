@@ -15,7 +15,11 @@
  *     a particle, row-major); stress Tensor6 (the 6 values of a symmetric tensor, xx yy zz xy yz
  *     zx, VTK's order for symmetric tensors). The id is declared Int 8 although it is stored as
  *     uint64: both ParaView readers read "UInt 8" as 32-bit and would cut ids at 2^32, while ids
- *     never reach 2^63.
+ *     never reach 2^63. Every floating dataset is declared Float 4 at either output.precision:
+ *     the readers read through the HDF5 library into the declared type, which converts a 16-bit
+ *     dataset (binary16, bf16 and the positions' fixed point are HDF5 float types) to float32;
+ *     checked with ParaView 5.11's Xdmf3 reader (tests/io pvpython_half). XDMF has no 16-bit
+ *     Float, and its Function items, which ParaView does not evaluate, are not needed.
  * A frame without particles keeps the same items with zero sizes (the HDF5 datasets exist with
  * zero rows); the Xdmf3 readers give an empty grid for it. (The legacy "XDMF Reader" of
  * ParaView, Xdmf 2, reads the other frames but reports an error for an empty one.)

@@ -10,10 +10,12 @@
 #include "bench.h"
 #include "comm.h"
 #include "error.h"
+#include "frame_fields.h"
 #include "gpu_query.h"
 #include "log.h"
 #include "memplan.h"
 #include "memtally.h"
+#include "pack16.h"
 #include "particles.h"
 #include "preview.h"
 #include "sample.h"
@@ -291,8 +293,18 @@ static int cmd_check(const char *path) {
            "(at most %d: time.max_substeps)\n", s.cfl, dt, scene_wave_speed(&s), scene_substeps_at_rest(&s),
            s.max_substeps);
   int written = s.frames / s.output_every + 1;
-  printf("frames: %d at %g fps (%.4g s), %d files of %.1f MiB in %s/\n", s.frames, s.fps, s.frames * fdt, written,
-         mib((double)total * 40 + 4096), s.output_dir);
+  printf("frames: %d at %g fps (%.4g s), %d files of %.1f MiB in %s/ (%u bytes a particle: output.fields at "
+         "precision %s)\n", s.frames, s.fps, s.frames * fdt, written,
+         mib((double)total * h5frame_particle_bytes(s.output_fields, s.output_precision) + 4096), s.output_dir,
+         h5frame_particle_bytes(s.output_fields, s.output_precision), h5frame_precision_names[s.output_precision]);
+  pack16_fixed fx;
+  if (s.output_precision == H5FRAME_HALF && pack16_fixed_for(sim_position_extent(&s), &fx) == 0)
+    printf("half precision: positions to within %.3g m (a fixed point of spacing 2^%d m = dx / %.4g over |x| <= %.4g "
+           "m)\n", 0.5 * pack16_fixed_spacing(&fx), fx.shift, s.dx / pack16_fixed_spacing(&fx), sim_position_extent(&s));
+  if (s.output_precision == H5FRAME_HALF && pack16_fixed_spacing(&fx) > s.dx / 8)
+    printf("warning: half precision's positions are coarser than dx / 8: the fixed point counts from 0, and the domain "
+           "reaches %.4g m from the origin; moving the scene near the origin makes them finer\n",
+           sim_position_extent(&s));
   if (s.preview) {
     static const char *const views[] = {"front (along -z)", "side (along -x)", "top (along -y)"};
     preview_params pp = {.size = s.preview_size, .view = s.preview_view};

@@ -89,12 +89,14 @@ static double frame_bytes(const scene *s) {
   return b;
 }
 
-/* What every backend's run holds on the host once it steps: the two frame slots, the migration
+/* What every backend's run holds on the host once it steps: the two frame slots (and at precision
+ * half the writer's conversion buffer), the migration
  * reserve (several ranks; `buffers` record buffers: they depend on the backend) and the
  * checkpoint's copy of the particles. */
 static void host_steady(const scene *s, const memplan_load *l, int buffers, memplan_bytes *m) {
   const double rec = (double)particles_record_bytes();
   add(m, MT_TRANSFER, 2.0 * (double)mem_frame_capacity((size_t)l->most) * frame_bytes(s));
+  if (s->output_precision == H5FRAME_HALF) add(m, MT_TRANSFER, (double)H5FRAME_PACK_BYTES); /* the writer's */
   if (l->ranks > 1) {
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));

@@ -128,6 +128,7 @@ typedef struct scene {
   int output_every;      /* default 1 */
   unsigned output_fields; /* H5FRAME_BIT (io/h5frame.h) of each dataset a frame holds, position always;
                            * default H5FRAME_DEFAULT_FIELDS, and logjp where a material is nacc */
+  int output_precision;  /* enum h5frame_precision (io/frame_fields.h): float (default) or half */
   int checkpoint_every;  /* write a checkpoint every this many frames; 0 = never (default) */
   int checkpoint_keep;   /* checkpoints kept in the output folder, >= 1, default 2 */
   int preview;           /* 1: a PNG picture beside each frame file (io/preview.h), default 0 */

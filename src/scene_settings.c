@@ -130,7 +130,7 @@ static int parse_fields(const ctx *c, const cJSON *o, scene *s) {
 int scene_parse_output(const ctx *c, const cJSON *root, scene *s) {
   static const char *const keys[] = {"dir",     "every",         "checkpoint_every", "checkpoint_keep",
                                      "preview", "preview_color", "preview_size",     "preview_view",
-                                     "fields"};
+                                     "fields",  "precision"};
   static const char *const colors[] = {"material", "owner"};
   static const char *const views[] = {"front", "side", "top"};
   const cJSON *o;
@@ -138,6 +138,7 @@ int scene_parse_output(const ctx *c, const cJSON *root, scene *s) {
   char g[GOT_LEN];
   s->output_every = 1;
   s->output_fields = H5FRAME_DEFAULT_FIELDS;
+  s->output_precision = H5FRAME_FLOAT;
   for (int m = 0; m < s->n_materials; ++m) /* materials are parsed before output */
     if (s->materials[m].params.model == MODEL_NACC) s->output_fields |= H5FRAME_BIT(H5FRAME_LOGJP);
   s->checkpoint_every = 0;
@@ -149,8 +150,8 @@ int scene_parse_output(const ctx *c, const cJSON *root, scene *s) {
   DR_TRY(sj_get_section(c, root, "output", 0, "", &o));
   if (o) {
     DR_TRY(sj_need_object(c, o, "output", "with keys dir, every, checkpoint_every, checkpoint_keep, preview, "
-                          "preview_color, preview_size, preview_view, fields"));
-    DR_TRY(sj_check_keys(c, o, "output", keys, 9, NULL, 0, NULL));
+                          "preview_color, preview_size, preview_view, fields, precision"));
+    DR_TRY(sj_check_keys(c, o, "output", keys, 10, NULL, 0, NULL));
     DR_TRY(sj_get_string(c, o, "output", "dir", 0, dir, "a non-empty string, a directory", &dir));
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "dir");
     if (!*dir)
@@ -178,6 +179,8 @@ int scene_parse_output(const ctx *c, const cJSON *root, scene *s) {
     DR_TRY(sj_get_int32(c, o, "output", "preview_size", 0, 512, 16, MAX_PREVIEW_SIZE, &s->preview_size));
     DR_TRY(sj_get_enum(c, o, "output", "preview_view", 0, views, 3, &s->preview_view));
     DR_TRY(parse_fields(c, o, s));
+    DR_TRY(sj_get_enum(c, o, "output", "precision", 0, h5frame_precision_names, H5FRAME_PRECISIONS,
+                       &s->output_precision));
   }
   snprintf(s->output_dir, sizeof s->output_dir, "%s", dir);
   return 0;

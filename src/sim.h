@@ -86,5 +86,8 @@ void sim_destroy(sim **S);
 /* The particle attributes a frame of scene s captures (PA_BIT mask): what its output.fields, its
  * totals and its preview need. */
 unsigned sim_frame_mask(const scene *s);
+/* The largest |coordinate| of scene s's domain, m: the range of its frames' positions (output.precision
+ * half stores them in a fixed point reaching it). */
+double sim_position_extent(const scene *s);
 
 #endif

@@ -109,6 +109,8 @@ struct sim {
   int next_slot;
   ckpt_slot ckpt;
   particles ckpt_p;     /* the checkpoint's particles, reused */
+  void *pack;           /* output.precision half: the writer's conversion buffer (H5FRAME_PACK_BYTES,
+                         * malloc, the run's first frame to its end; the writer runs one job at a time) */
   int output_failed;    /* the failure being returned is the writer's (a frame or a checkpoint) */
   xdmf_frame *written;
   int n_written;

@@ -312,7 +312,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   frame_derived(S, f);
   h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
                     .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
-  f->put_rc = h5frame_put(&f->file, &d);
+  f->put_rc = h5frame_put(&f->file, &d, S->pack, S->pack ? H5FRAME_PACK_BYTES : 0);
   if (f->put_rc) { /* its message, for slot_done (this thread's record is the writer's) */
     snprintf(f->put_msg, sizeof f->put_msg, "%s", dr_message());
     dr_clear();
@@ -367,6 +367,14 @@ static int slot_done(sim *S, frame_slot *f) {
     S->st.potential_energy = all[TOT_PE];
   }
   return DR_OK;
+}
+
+/* The largest |coordinate| a frame's position may hold: the domain's (the particles stay inside
+ * it), the same on every rank; precision half stores positions in a fixed point that reaches it. */
+double sim_position_extent(const scene *s) {
+  double e = 0.0;
+  for (int a = 0; a < 3; ++a) e = fmax(e, fmax(fabs(s->domain_min[a]), fabs(s->domain_max[a])));
+  return e;
 }
 
 /* The attributes a frame captures: what its fields need (output.fields: F for J; F, the material
@@ -447,13 +455,20 @@ int sim_write_frame(sim *S) {
   DR_TRY(slot_done(S, f));
   const size_t n = S->be.count ? S->be.count(S->be.state) : 0;
   int rc = slot_reserve(S, f, n);
+  if (rc == DR_OK && S->sc->output_precision == H5FRAME_HALF && !S->pack) { /* once a run */
+    if ((S->pack = dr_malloc(H5FRAME_PACK_BYTES, "the frames' conversion buffer")))
+      memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)H5FRAME_PACK_BYTES);
+    else
+      rc = DR_ENOMEM;
+  }
   if (rc == DR_OK) rc = S->be.capture(S->be.state, f->mask, &f->p);
   DR_TRY(comm_agree(S->comm, rc));
   f->S = S;
   f->frame = S->st.frame;
   f->time = S->st.time;
   h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
-                       .material_names = S->mat_names, .fields = S->sc->output_fields};
+                       .material_names = S->mat_names, .fields = S->sc->output_fields,
+                       .precision = S->sc->output_precision, .extent = sim_position_extent(S->sc)};
   /* the free-space check keeps room for the checkpoint due with this frame */
   if (sim_checkpoint_due(S, f->frame)) ckpt_size(S->sc->text_len, &meta.after_per_particle, &meta.after_bytes);
   rc = h5frame_begin(S->comm, S->out_dir, &meta, n, &f->file);
@@ -501,6 +516,9 @@ void sim_output_destroy(sim *S) {
   if (S->rank == 0) h5rows_abandon(&S->ckpt.file.rows); /* a checkpoint begun, never completed */
   particles_free(&S->ckpt_p);
   free(S->ckpt.emitted);
+  if (S->pack) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)H5FRAME_PACK_BYTES);
+  free(S->pack);
+  S->pack = NULL;
 }
 
 /* A signal stopped the run (every rank knows): all write a checkpoint of where it stands. */

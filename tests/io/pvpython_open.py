@@ -1,6 +1,7 @@
 """pvpython_open.py - opens DIR/frames.xdmf with ParaView's default reader and checks it.
 
 usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG] [--array NAME[:K]]...
+                                 [--compare REF_DIR --tol NAME:ABS:REL...]
 
 N is the particle count of every frame, or one count per frame separated by commas. Checks that
 the reader finds N_FRAMES time steps and, after updating the pipeline at each of them, that the
@@ -11,7 +12,11 @@ Tensor6), with one value per point; with --id-min, that every id is at least V (
 fails this when V >= 2^32). With --render, also draws the last non-empty step in the default
 representation, coloured by material, saves PNG and checks that the particles cover some pixels
 (this needs a display: run under xvfb-run -a -s "-screen 0 1280x1024x24 -noreset",
-as tests/io/xvfb_retry.sh does). Exit status 0 = all checks passed.
+as tests/io/xvfb_retry.sh does). With --compare, also opens REF_DIR/frames.xdmf the same way and
+checks, at every step, that the points and each array named by a --tol (position: the points)
+differ from REF_DIR's by at most ABS + REL * |reference value| in every component, and that their
+NaNs match: the values ParaView reads from DIR (output.precision "half") against those of the same
+frames at float. Exit status 0 = all checks passed.
 """
 import os
 import sys
@@ -27,7 +32,7 @@ def fail(msg):
 
 
 def parse_args(argv):
-    args = {"id_min": None, "render": None, "arrays": []}
+    args = {"id_min": None, "render": None, "arrays": [], "compare": None, "tol": {}}
     pos = []
     i = 1
     while i < len(argv):
@@ -37,6 +42,13 @@ def parse_args(argv):
         elif argv[i] == "--array" and i + 1 < len(argv):
             name, _, comps = argv[i + 1].partition(":")
             args["arrays"].append((name, int(comps) if comps else 1))
+            i += 2
+        elif argv[i] == "--compare" and i + 1 < len(argv):
+            args["compare"] = argv[i + 1]
+            i += 2
+        elif argv[i] == "--tol" and i + 1 < len(argv):
+            name, a, r = argv[i + 1].split(":")
+            args["tol"][name] = (float(a), float(r))
             i += 2
         elif argv[i] == "--render" and i + 1 < len(argv):
             args["render"] = argv[i + 1]
@@ -105,6 +117,38 @@ def check_step(k, t, data, n, id_min, extra=()):
                   for i in range(pd.GetNumberOfArrays())))
 
 
+def compare_step(name, data, ref, tol):
+    """The largest error of each compared array against the reference dataset, over its bound."""
+    import math
+    worst = {}
+    for array_name, (a_tol, r_tol) in sorted(tol.items()):
+        if array_name == "position":
+            a, b = data.GetPoints().GetData(), ref.GetPoints().GetData()
+        else:
+            a, b = data.GetPointData().GetArray(array_name), ref.GetPointData().GetArray(array_name)
+        if a is None or b is None:
+            fail("%s: %s missing in this or the reference frame" % (name, array_name))
+        if a.GetNumberOfTuples() != b.GetNumberOfTuples() or a.GetNumberOfComponents() != b.GetNumberOfComponents():
+            fail("%s: %s has %d x %d values, the reference %d x %d" % (
+                name, array_name, a.GetNumberOfTuples(), a.GetNumberOfComponents(), b.GetNumberOfTuples(),
+                b.GetNumberOfComponents()))
+        err = 0.0
+        for i in range(a.GetNumberOfTuples()):
+            for c in range(a.GetNumberOfComponents()):
+                x, r = a.GetComponent(i, c), b.GetComponent(i, c)
+                if math.isnan(x) or math.isnan(r):
+                    if math.isnan(x) != math.isnan(r):
+                        fail("%s: %s[%d][%d] %g, the reference %g" % (name, array_name, i, c, x, r))
+                    continue
+                bound = a_tol + r_tol * abs(r)
+                if not abs(x - r) <= bound:
+                    fail("%s: %s[%d][%d] %.9g, the reference %.9g: error %.3g beyond %.3g" % (
+                        name, array_name, i, c, x, r, abs(x - r), bound))
+                err = max(err, abs(x - r))
+        worst[array_name] = err
+    return ", ".join("%s %.3g" % (k, v) for k, v in sorted(worst.items()))
+
+
 def covered_pixels(png_a, png_b):
     from vtkmodules.vtkIOImage import vtkPNGReader
     imgs = []
@@ -157,10 +201,23 @@ def main():
         fail("%d time steps, want %d" % (len(steps), len(counts)))
     if steps != sorted(steps):
         fail("time steps out of order")
+    ref_reader = None
+    if args["compare"]:
+        ref_reader = OpenDataFile(os.path.join(args["compare"], "frames.xdmf"))
+        if ref_reader is None:
+            fail("ParaView found no reader for the reference %s" % args["compare"])
+        ref_reader.UpdatePipelineInformation()
+        if timesteps(ref_reader) != steps:
+            fail("the reference has time steps %s, want %s" % (timesteps(ref_reader), steps))
     for k, t in enumerate(steps):
         reader.UpdatePipeline(t)
         data = servermanager.Fetch(reader)
         print("pvpython_open: " + check_step(k, t, data, counts[k], args["id_min"], args["arrays"]))
+        if ref_reader is not None and counts[k] > 0:
+            ref_reader.UpdatePipeline(t)
+            ref = servermanager.Fetch(ref_reader)
+            print("pvpython_open: step %d against %s: largest errors %s" % (
+                k, args["compare"], compare_step("step %d" % k, data, ref, args["tol"])))
     if args["render"]:
         nonempty = [t for t, n in zip(steps, counts) if n > 0]
         if nonempty:

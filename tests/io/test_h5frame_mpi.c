@@ -1,9 +1,10 @@
 /* test_h5frame_mpi - several ranks (run with 3) write one frame collectively; rank 0 reads it
  * back and checks that the rows are the ranks' particles concatenated in rank order, with every
  * value. Counts differ per rank and one rank (rank 1) has none; a second frame has rank 0 empty,
- * a third has no particles at all. Failures seen by one rank or by all must give every rank the
+ * a third has no particles at all; the first's counts again at output.precision half. Failures seen by one rank or by all must give every rank the
  * same non-zero status and leave no file. */
 #define _XOPEN_SOURCE 700
+#include <math.h>
 #include <mpi.h>
 #include <sys/stat.h>
 
@@ -116,6 +117,61 @@ static void write_and_check(const char *dir, int frame, const size_t *counts, in
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* output.precision half on several ranks: all ranks write frame `frame` at half with the
+ * positions' extent 2500 m (a fixed point of spacing 2 m); rank 0 reads it through HDF5's
+ * conversion and finds each rank's rows in rank order: positions within 1 m (half the spacing),
+ * velocities within 2^-11 of the value (binary16) and ids equal; then removes the file (the
+ * checks below count the float frames). */
+static void write_and_check_half(const char *dir, int frame, const size_t *counts, int rank, int size) {
+  static const char *const names[] = {"sand", "water"};
+  rank_buf b;
+  fill(&b, counts[rank], rank, frame);
+  h5frame_meta meta = {.frame = frame, .time = 0.5 * frame, .dx = 0.02, .n_materials = 2, .material_names = names,
+                       .precision = H5FRAME_HALF, .extent = 2500.0};
+  h5frame_data d = data_of(&b);
+  dr_clear();
+  int st = h5frame_write(MPI_COMM_WORLD, dir, &meta, &d);
+  CHECK(st == 0, "rank %d: h5frame_write frame %d at half: %s", rank, frame, dr_message());
+  release(&b);
+  if (rank == 0 && st == 0) {
+    char path[4096];
+    h5frame_path(dir, frame, path, sizeof path);
+    size_t total = 0;
+    for (int r = 0; r < size; r++) total += counts[r];
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t dp = H5Dopen2(f, "/particles/position", H5P_DEFAULT), dv = H5Dopen2(f, "/particles/velocity", H5P_DEFAULT);
+    hid_t di = H5Dopen2(f, "/particles/id", H5P_DEFAULT);
+    float *pos = malloc(3 * total * sizeof(float) + 1), *vel = malloc(3 * total * sizeof(float) + 1);
+    uint64_t *id = malloc(total * sizeof(uint64_t) + 1);
+    CHECK(f >= 0 && dp >= 0 && dv >= 0 && di >= 0 &&
+              H5Dread(dp, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, pos) >= 0 &&
+              H5Dread(dv, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, vel) >= 0 &&
+              H5Dread(di, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, id) >= 0,
+          "%s: reading position, velocity and id", path);
+    size_t row = 0, bad = 0;
+    for (int r = 0; r < size; r++) {
+      rank_buf e;
+      fill(&e, counts[r], r, frame);
+      for (size_t i = 0; i < e.n; i++, row++) {
+        int same = id[row] == e.id[i];
+        for (int c = 0; c < 3; c++)
+          same &= fabsf(pos[3 * row + c] - e.pos[3 * i + c]) <= 1.0f &&
+                  fabsf(vel[3 * row + c] - e.vel[3 * i + c]) <= 0x1p-11f * fabsf(e.vel[3 * i + c]);
+        if (!same && bad++ < 3)
+          CHECK(0, "%s: row %zu: position (%g, %g, %g) velocity %g id %llu, want particle %zu of rank %d (%g, %g, %g), %g",
+                path, row, pos[3 * row], pos[3 * row + 1], pos[3 * row + 2], vel[3 * row], (unsigned long long)id[row],
+                i, r, e.pos[3 * i], e.pos[3 * i + 1], e.pos[3 * i + 2], e.vel[3 * i]);
+      }
+      release(&e);
+    }
+    CHECK(bad == 0, "%s: %zu rows wrong", path, bad);
+    H5Dclose(dp), H5Dclose(dv), H5Dclose(di), H5Fclose(f);
+    free(pos), free(vel), free(id);
+    CHECK(unlink(path) == 0, "removing %s", path);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* Every rank must get the same non-zero status, and frame `frame` must not exist. */
 static void expect_failure(const char *dir, int frame, int fail_rank, int rank, const char *want) {
   static const char *const names[] = {"sand", "water"};
@@ -168,6 +224,7 @@ int main(int argc, char **argv) {
   /* Rank 1 empty, the others 4 + 3 * rank (4, 10, ...). */
   for (int r = 0; r < size; r++) counts[r] = r == 1 ? 0 : (size_t)(4 + 3 * r);
   write_and_check(dir, 1, counts, rank, size);
+  write_and_check_half(dir, 11, counts, rank, size);
   /* Rank 0 empty. */
   for (int r = 0; r < size; r++) counts[r] = r == 0 ? 0 : (size_t)(2 + r);
   write_and_check(dir, 2, counts, rank, size);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "frame_fields.h"
 #include "scene.h"
 
 static int failures;
@@ -92,7 +93,8 @@ static const char *FULL =
     "  \"boundary\": { \"type\": \"separate\", \"friction\": 0.4, \"y-\": { \"friction\": 0.7 },"
     " \"x+\": { \"type\": \"slip\" }, \"z-\": {} },\n"
     "  \"output\": { \"dir\": \"out/frames\", \"every\": 5, \"checkpoint_every\": 10, \"checkpoint_keep\": 3,\n"
-    "              \"preview\": true, \"preview_color\": \"owner\", \"preview_size\": 300, \"preview_view\": \"top\" },\n"
+    "              \"preview\": true, \"preview_color\": \"owner\", \"preview_size\": 300, \"preview_view\": \"top\",\n"
+    "              \"precision\": \"half\" },\n"
     "  \"parallel\": { \"backend\": \"cuda\", \"gpus_per_rank\": 4, \"g2p2g_below\": 5000, \"balance_by\": \"time\", \"balance_threshold\": 0.5, \"balance_cost\": false,\n"
     "                \"deterministic\": true, \"watchdog_s\": 45,\n"
     "                \"island_barrier\": \"events\", \"island_reduce\": \"p2p_atomics\" }\n"
@@ -171,6 +173,7 @@ static void test_full(void) {
   CHECK(s.output_every == 5);
   CHECK(s.checkpoint_every == 10 && s.checkpoint_keep == 3);
   CHECK(s.preview == 1 && s.preview_color == 1 && s.preview_size == 300 && s.preview_view == 2); /* owner, top */
+  CHECK(s.output_precision == H5FRAME_HALF);
   CHECK(s.backend == BACKEND_CUDA);
   CHECK(s.gpus_per_rank == 4);
   CHECK(s.g2p2g_below == 5000);
@@ -213,6 +216,7 @@ static void test_defaults(void) {
   CHECK(s.output_every == 1);
   CHECK(s.checkpoint_every == 0 && s.checkpoint_keep == 2);
   CHECK(s.preview == 0 && s.preview_color == 0 && s.preview_size == 512 && s.preview_view == 0); /* material, front */
+  CHECK(s.output_precision == H5FRAME_FLOAT);
   CHECK(s.backend == BACKEND_AUTO);
   CHECK(s.gpus_per_rank == 0);
   CHECK(s.g2p2g_below == 100000);
