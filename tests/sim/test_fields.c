@@ -12,6 +12,7 @@
 #include "frame_read.h"
 #include "h5frame.h"
 #include "simtest.h"
+#include "frame_run.h"
 
 #define N_FRAMES 3
 
@@ -93,25 +94,6 @@ static void closed_form_stress(const material_params *m, const double F[9], doub
   s[0] = sig[0], s[1] = sig[4], s[2] = sig[8], s[3] = sig[1], s[4] = sig[5], s[5] = sig[2];
 }
 
-static void run(const char *json, const char *out, scene *s) {
-  scene_from_text(json, s);
-  sim_options opt = {.backend = test_backend_, .write_output = 1, .out_dir = out};
-  sim *S = NULL;
-  MUST(sim_create(s, &opt, MPI_COMM_WORLD, &S));
-  MUST(sim_run(S));
-  sim_destroy(&S);
-}
-
-/* Opens frame FRAME of the run in OUT; a file that cannot be opened fails the test and exits. */
-static void open_frame(const char *out, int frame, frame_file *ff) {
-  char path[4400];
-  snprintf(path, sizeof path, "%s/frame_%05d.h5", out, frame);
-  if (frame_open(ff, path) < 0) {
-    fprintf(stderr, "FAIL: %s\n", ff->err);
-    exit(1);
-  }
-}
-
 static size_t frame_count(frame_file *ff) {
   uint64_t n = 0;
   CHECK(frame_attr(ff, "n_particles", H5T_NATIVE_UINT64, &n) == 0, "%s", ff->err);
@@ -160,13 +142,13 @@ int main(int argc, char **argv) {
       "\"output\":{\"dir\":\"unused\",\"fields\":[\"position\",\"velocity\",\"id\",\"material\",\"owner\",\"logjp\","
       "\"J\",\"F\",\"stress\",\"C\"]}}";
   scene s;
-  run(json, out, &s);
+  frame_run(json, out, &s);
   CHECK(s.output_fields == (1u << H5FRAME_FIELDS) - 1, "output.fields parsed as 0x%x", s.output_fields);
 
   double stress_max = 0;
   for (int frame = 0; frame <= 2; ++frame) {
     frame_file f;
-    open_frame(out, frame, &f);
+    frame_run_open(out, frame, &f);
     const size_t n = frame_count(&f);
     CHECK(n == 2 * 4 * 4 * 4 * 8, "frame %d: %zu particles, want 1024", frame, n);
     char fields[256];
@@ -231,10 +213,10 @@ int main(int argc, char **argv) {
       "\"materials\":{\"jelly\":{\"model\":\"fixed_corotated\",\"density\":1000,\"youngs_modulus\":1e5,\"poisson_ratio\":0.3}},"
       "\"bodies\":[{\"shape\":\"box\",\"min\":[0.1,0.05,0.1],\"max\":[0.2,0.15,0.2],\"material\":\"jelly\"}],"
       "\"output\":{\"fields\":[\"J\",\"position\"]}}";
-  run(two, out, &s);
+  frame_run(two, out, &s);
   for (int frame = 0; frame <= 1; ++frame) {
     frame_file f;
-    open_frame(out, frame, &f);
+    frame_run_open(out, frame, &f);
     const size_t n = frame_count(&f);
     char fields[256];
     read_string_attr(&f, "fields", fields, sizeof fields);

@@ -18,28 +18,9 @@
 #include "frame_read.h"
 #include "h5frame.h"
 #include "simtest.h"
+#include "frame_run.h"
 
 #define N_FRAMES 2
-
-static void run(const char *json, const char *out) {
-  scene s;
-  scene_from_text(json, &s);
-  sim_options opt = {.backend = test_backend_, .write_output = 1, .out_dir = out};
-  sim *S = NULL;
-  MUST(sim_create(&s, &opt, MPI_COMM_WORLD, &S));
-  MUST(sim_run(S));
-  sim_destroy(&S);
-  scene_destroy(&s);
-}
-
-static void open_frame(const char *out, int frame, frame_file *ff) {
-  char path[4400];
-  snprintf(path, sizeof path, "%s/frame_%05d.h5", out, frame);
-  if (frame_open(ff, path) < 0) {
-    fprintf(stderr, "FAIL: %s\n", ff->err);
-    exit(1);
-  }
-}
 
 static double *read_ds(frame_file *ff, const char *name, size_t n, int cols) {
   void *v = NULL;
@@ -99,9 +80,12 @@ int main(int argc, char **argv) {
   snprintf(out_f, sizeof out_f, "%s/float", dir);
   snprintf(out_h, sizeof out_h, "%s/half", dir);
   snprintf(json, sizeof json, scene_fmt, "");
-  run(json, out_f);
+  scene sf, sh;
+  frame_run(json, out_f, &sf);
+  scene_destroy(&sf);
   snprintf(json, sizeof json, scene_fmt, ",\"precision\":\"half\"");
-  run(json, out_h);
+  frame_run(json, out_h, &sh);
+  scene_destroy(&sh);
 
   const double spacing = 0x1p-14, b16 = 0x1p-11, tiny16 = 0x1p-25, bf = 0x1p-8;
   const field_bound fields[] = {
@@ -113,8 +97,8 @@ int main(int argc, char **argv) {
   double worst[16] = {0};
   for (int frame = 0; frame <= N_FRAMES; ++frame) {
     frame_file ff, fh;
-    open_frame(out_f, frame, &ff);
-    open_frame(out_h, frame, &fh);
+    frame_run_open(out_f, frame, &ff);
+    frame_run_open(out_h, frame, &fh);
     uint64_t n = 0, nh = 0;
     CHECK(frame_attr(&ff, "n_particles", H5T_NATIVE_UINT64, &n) == 0 &&
               frame_attr(&fh, "n_particles", H5T_NATIVE_UINT64, &nh) == 0 && n == nh && n == 1024,
