@@ -308,11 +308,15 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   frame_slot *f = ctx;
   sim *S = f->S;
   const particles *h = &f->p;
+  const double t0 = sim_now();
   frame_totals(S, h, f->local);
   frame_derived(S, f);
+  const double t1 = sim_now();
   h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
                     .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
   f->put_rc = h5frame_put(&f->file, &d, S->pack, S->pack ? H5FRAME_PACK_BYTES : 0);
+  log_trace("writer: frame %d of %zu particles: totals and derived fields %.2f ms, rows %.2f ms", f->frame, h->n,
+            1e3 * (t1 - t0), 1e3 * (sim_now() - t1));
   if (f->put_rc) { /* its message, for slot_done (this thread's record is the writer's) */
     snprintf(f->put_msg, sizeof f->put_msg, "%s", dr_message());
     dr_clear();

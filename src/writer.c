@@ -5,18 +5,21 @@
  * skipped after a failure; failed_at is the first failed ticket (UINT64_MAX: none), and its
  * message and agreement are kept for every later writer_wait. The thread blocks the signals
  * the run handles (signals.h), so that they reach the main thread, which decides the stop. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "writer.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "error.h"
+#include "log.h"
 #include "settings.h"
 
 typedef struct job {
@@ -114,6 +117,27 @@ static void wait_done(writer *w, double t0) {
   }
 }
 
+/* The writer thread runs on the cores its rank may use. A rank confined to one core of several
+ * (Open MPI binds each of one or two ranks to a core unless told --bind-to none) leaves the writer
+ * that core's share with the main thread, which waits on the GPU and MPI by spinning: on one
+ * H200, two ranks of Sand Blocks l46 wrote their frames at 1.65 GB/s so bound and at 2.19 GB/s
+ * unbound (docs/performance.md). Rank 0 says so, once, for all ranks so bound. Collective. */
+static int writer_check_cores(MPI_Comm comm) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int bound = mine == 1 && online > 1, ranks = 0, nranks = 1;
+  int e = MPI_Allreduce(&bound, &ranks, 1, MPI_INT, MPI_SUM, comm);
+  if (e == MPI_SUCCESS) e = MPI_Comm_size(comm, &nranks);
+  if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(the ranks bound to one core)");
+  if (ranks > 0)
+    log_info("%d of %d rank(s) may run on one core only: the frame writer shares it with the steps and writes "
+             "slower; give each rank several cores (mpirun --bind-to none, srun --cpus-per-task=N)",
+             ranks, nranks);
+  return DR_OK;
+}
+
 int writer_create(MPI_Comm comm, writer **out) {
   *out = NULL;
   writer *w = dr_calloc(1, sizeof *w, "the frame writer");
@@ -134,6 +158,11 @@ int writer_create(MPI_Comm comm, writer **out) {
   }
   /* every rank of one job gets the same level and settings: all take the same path */
   w->threaded = level >= MPI_THREAD_MULTIPLE && !settings()->writer_inline;
+  if (w->threaded && (e = writer_check_cores(w->comm)) != DR_OK) {
+    MPI_Comm_free(&w->comm);
+    free(w);
+    return e;
+  }
   if (w->threaded) {
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->wake, NULL);

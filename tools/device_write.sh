@@ -15,8 +15,9 @@
 #      TESTS   ctest -R regex run on B first (default the write path's; empty: none)
 #      FRAMES  frames of each case (default 20)
 #      RANKS   ranks of the shared-file run (default 2; 0: none)
-#      BINDS   space-separated mpirun --bind-to values, each a shared-file run of its own (default:
-#              mpirun's own binding, labelled "mpi"); e.g. "core none"
+#      BINDS   space-separated mpirun --bind-to values, each a shared-file run of its own (default
+#              none, as jobs/drift.sbatch launches: Open MPI binds 1 or 2 ranks to a core each
+#              otherwise, and the writer thread shares that core with the steps); e.g. "core none"
 #      ONE     0: no one-rank runs (default 1)
 #      PREFIX  put before each run's label (default none: a second call in the same $OUT names its own)
 #      DISK    a folder on the disk (default /tmp/drift-write)
@@ -60,11 +61,9 @@ variant() {
   fi
   if [ "$ranks" -gt 1 ]; then
     local b
-    for b in ${BINDS:-mpi}; do
-      local flags=()
-      [ "$b" = mpi ] || flags=(--bind-to "$b")
-      bench_into "$1-disk-$ranks-$b" "$2" "$disk" mpirun --oversubscribe "${flags[@]}" -n "$ranks"
-      bench_into "$1-shm-$ranks-$b" "$2" /dev/shm/drift-write mpirun --oversubscribe "${flags[@]}" -n "$ranks"
+    for b in ${BINDS:-none}; do
+      bench_into "$1-disk-$ranks-$b" "$2" "$disk" mpirun --oversubscribe --bind-to "$b" -n "$ranks"
+      bench_into "$1-shm-$ranks-$b" "$2" /dev/shm/drift-write mpirun --oversubscribe --bind-to "$b" -n "$ranks"
     done
   fi
 }
