@@ -263,8 +263,11 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
  * fields instead, the last step the last block alone. Thread 0 is the caller's thread, so that a
  * failed write's message is the caller's (error.h keeps it per thread). The encoders work value
  * by value, so the chunks a block is split into give the bits of one call over the whole field.
- * The team is omp_get_max_threads() of the calling thread: the cores the process may use, which
- * OMP_NUM_THREADS or a binding caps; with one thread a step writes and then converts. */
+ * The team is one thread fewer than omp_get_max_threads() of the calling thread (the cores the
+ * process may use, which OMP_NUM_THREADS or a binding caps), at least one: the run's main thread
+ * keeps a core to drive the device meanwhile, and a team larger than the free cores spins and
+ * waits at each step's barrier for a thread without a core (on the 2-core CPU machine under load a
+ * team of two took 1.1-2x one thread's time). With one thread a step writes and then converts. */
 enum { PACK_CHUNK = 8192 }; /* values a thread converts at a time: 32 KiB read, 16 KiB written */
 
 /* Rows first .. first + rows - 1 of field q (q < 0: none), converted into buf. */
@@ -309,13 +312,14 @@ static int put_block(int fd, const h5frame_file *f, const pack_block *b) {
 static int put_raw(int fd, const h5frame_file *f, const h5frame_data *d) {
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
     if ((f->fields & H5FRAME_BIT(q)) && h5frame_encoding_of(q, f->precision) == H5FRAME_ENC_RAW)
-      DR_TRY(h5rows_put(fd, &f->rows, q, field_array(d, q), h5frame_row_bytes(q, f->precision), h5frame_field_names[q]));
+      DR_TRY(h5rows_put(fd, &f->rows, q, field_array(d, q), h5frame_row_bytes(q, f->precision),
+                        h5frame_field_names[q]));
   return DR_OK;
 }
 
 /* Every field of f, the floating ones converted through pack (two halves of cap values). */
 static int put_half(int fd, const h5frame_file *f, const h5frame_data *d, uint16_t *pack, size_t cap) {
-  const int threads = omp_get_max_threads();
+  const int threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
   pack_block prev = {.q = -1}, cur = {.q = -1};
   int st = DR_OK;
   for (int step = 0; !st; ++step) {
@@ -349,7 +353,8 @@ int h5frame_put(const h5frame_file *f, const h5frame_data *d, void *pack, size_t
   const size_t cap = pack ? pack_bytes / (2 * sizeof(uint16_t)) : 0;
   size_t widest = 0;
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
-    if ((f->fields & H5FRAME_BIT(q)) && (size_t)h5frame_field_columns[q] > widest) widest = (size_t)h5frame_field_columns[q];
+    if ((f->fields & H5FRAME_BIT(q)) && (size_t)h5frame_field_columns[q] > widest)
+      widest = (size_t)h5frame_field_columns[q];
   if (f->precision == H5FRAME_HALF && cap < widest)
     return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: precision half needs a buffer of at least %zu bytes (got %zu; "
                    "the run's is H5FRAME_PACK_BYTES)", f->frame, 2 * widest * sizeof(uint16_t), pack ? pack_bytes : 0);

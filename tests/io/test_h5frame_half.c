@@ -5,12 +5,12 @@
  * read back raw (the file's own 16-bit types, no conversion), and the integer fields unchanged.
  * Each case has a field larger than one block of the conversion buffer and a ragged last block
  * and chunk: a 64 KiB buffer (many blocks, a write overlapping each conversion) with 5,003
- * particles on 1, 2 and 3 threads, and the run's H5FRAME_PACK_BYTES with 470,011 particles (F's
- * 4.2M values: two blocks) on 1 and 2 threads.
+ * particles by teams of 1, 2 and 3 threads, and the run's H5FRAME_PACK_BYTES with 470,011
+ * particles (F's 4.2M values: two blocks) by teams of 1 and 2.
  *
  * With --speed N DIR it measures instead: h5frame_put of N particles of the default fields into
- * DIR at float and at half, on one thread and on omp_get_max_threads(), the best and the median
- * of 11, as ms and GB/s of the file's bytes (nothing checked). */
+ * DIR at float and at half, by a team of one and of omp_get_max_threads() - 1, the best and the
+ * median of 11, as ms and GB/s of the file's bytes (nothing checked). */
 #define _XOPEN_SOURCE 700
 #include <hdf5.h>
 #include <mpi.h>
@@ -54,7 +54,8 @@ static float f_of(uint32_t b) {
 /* One value of a floating field: mostly in the field's usual range, one in 16 of a special class. */
 static float value(int q) {
   const uint32_t r = next_u32(), sign = r & 0x80000000u;
-  if (q == H5FRAME_POSITION && (r & 0xf) != 0) return (float)((double)(r >> 4) / (double)(1u << 28) * 2 * extent - extent);
+  if (q == H5FRAME_POSITION && (r & 0xf) != 0)
+    return (float)((double)(r >> 4) / (double)(1u << 28) * 2 * extent - extent);
   switch (r & 0xf) {
   case 0: return f_of(sign | (next_u32() & 0x7fffffffu)); /* any bit pattern: NaN, inf, huge, tiny */
   case 1: return f_of(sign | 0x7f800000u);                /* inf */
@@ -94,7 +95,8 @@ static void free_frame(frame_arrays *a) {
 static h5frame_data data_of(const frame_arrays *a) {
   return (h5frame_data){.n = a->n, .position = a->f[H5FRAME_POSITION], .velocity = a->f[H5FRAME_VELOCITY],
                         .id = a->id, .material = a->material, .owner = a->owner, .logjp = a->f[H5FRAME_LOGJP],
-                        .J = a->f[H5FRAME_J], .F = a->f[H5FRAME_F], .stress = a->f[H5FRAME_STRESS], .C = a->f[H5FRAME_C]};
+                        .J = a->f[H5FRAME_J], .F = a->f[H5FRAME_F], .stress = a->f[H5FRAME_STRESS],
+                        .C = a->f[H5FRAME_C]};
 }
 
 static h5frame_meta meta_of(int frame, unsigned fields, int precision) {
@@ -102,13 +104,14 @@ static h5frame_meta meta_of(int frame, unsigned fields, int precision) {
                         .fields = fields, .precision = precision, .extent = extent};
 }
 
-/* Writes frame `frame` of a into dir through a buffer of pack_bytes on `threads` threads. */
+/* Writes frame `frame` of a into dir through a buffer of pack_bytes, converted by a team of
+ * `threads` (h5frame_put's team is one fewer than omp_get_max_threads(), at least one). */
 static int write_frame(const char *dir, int frame, unsigned fields, int precision, const frame_arrays *a, void *pack,
                        size_t pack_bytes, int threads, double *put_s) {
   h5frame_file f;
   const h5frame_meta meta = meta_of(frame, fields, precision);
   const h5frame_data d = data_of(a);
-  omp_set_num_threads(threads);
+  omp_set_num_threads(threads + 1);
   int st = h5frame_begin(MPI_COMM_WORLD, dir, &meta, a->n, &f);
   if (st) return st;
   struct timespec t0, t1;
@@ -248,7 +251,7 @@ static int speed(size_t n, const char *dir) {
   frame_arrays a;
   void *pack = malloc(H5FRAME_PACK_BYTES);
   if (!pack || alloc_frame(&a, n)) return fprintf(stderr, "out of memory\n"), 1;
-  const int threads[2] = {1, omp_get_max_threads()};
+  const int threads[2] = {1, omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1};
   printf("%zu particles, default fields: %.1f MiB at float, %.1f at half; h5frame_put, best and median of %d "
          "(the cases interleaved)\n", n, (double)n * h5frame_particle_bytes(H5FRAME_DEFAULT_FIELDS, H5FRAME_FLOAT) / 1048576.0,
          (double)n * h5frame_particle_bytes(H5FRAME_DEFAULT_FIELDS, H5FRAME_HALF) / 1048576.0, SPEED_REPS);
