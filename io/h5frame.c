@@ -258,17 +258,24 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
 /* ---- h5frame_put ---- */
 
 /* Precision half: the floating fields go through pack, split into two halves, a block of a
- * field's whole rows at a time, in steps: step k converts block k into one half over the OpenMP
- * team while the team's thread 0 writes block k - 1 from the other half; step 0 writes the integer
- * fields instead, the last step the last block alone. Thread 0 is the caller's thread, so that a
- * failed write's message is the caller's (error.h keeps it per thread). The encoders work value
- * by value, so the chunks a block is split into give the bits of one call over the whole field.
- * The team is one thread fewer than omp_get_max_threads() of the calling thread (the cores the
- * process may use, which OMP_NUM_THREADS or a binding caps), at least one: the run's main thread
- * keeps a core to drive the device meanwhile, and a team larger than the free cores spins and
- * waits at each step's barrier for a thread without a core (on the 2-core CPU machine under load a
- * team of two took 1.1-2x one thread's time). With one thread a step writes and then converts. */
-enum { PACK_CHUNK = 8192 }; /* values a thread converts at a time: 32 KiB read, 16 KiB written */
+ * field's whole rows at a time, in steps: in step k thread 0 of an OpenMP team (the caller's
+ * thread) queues block k's conversion into one half as tasks, writes block k - 1 from the other
+ * half while the team's other threads run the tasks, then runs what is left of them itself and
+ * waits for the rest (taskwait); step 0 writes the integer fields instead, the last step the last
+ * block alone. Tasks rather than a loop shared by the team: a thread that gets no core in time
+ * leaves its share to thread 0 instead of holding every step at a barrier. The writes stay on
+ * the caller's thread, so that a failure's message is the caller's (error.h keeps it per thread).
+ * The encoders work value by value, so a block split into tasks gives the bits of one call over
+ * the whole field. The team is one thread fewer than omp_get_max_threads() of the calling thread
+ * (the cores the process may use, which OMP_NUM_THREADS or a binding caps), at least one: the
+ * run's main thread keeps a core to drive the device meanwhile, and threads beyond the free cores
+ * spin for work they rarely get (on the 2-core CPU machine under load a team of two took 1.1-2x
+ * one thread's time). With one thread each task runs as it is queued: convert, then write. */
+enum {
+  PACK_CHUNK = 8192, /* values a task converts at least: 32 KiB read, 16 KiB written */
+  PACK_TASKS = 16    /* tasks a block at most, per thread (libgomp runs a task at once in its
+                      * creator beyond 64 queued a thread, which would convert before writing) */
+};
 
 /* Rows first .. first + rows - 1 of field q (q < 0: none), converted into buf. */
 typedef struct pack_block {
@@ -320,23 +327,26 @@ static int put_raw(int fd, const h5frame_file *f, const h5frame_data *d) {
 /* Every field of f, the floating ones converted through pack (two halves of cap values). */
 static int put_half(int fd, const h5frame_file *f, const h5frame_data *d, uint16_t *pack, size_t cap) {
   const int threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
-  pack_block prev = {.q = -1}, cur = {.q = -1};
   int st = DR_OK;
-  for (int step = 0; !st; ++step) {
-    cur = next_block(f, &cur, cap, pack + (size_t)(step & 1) * cap);
-    const size_t values = cur.q < 0 ? 0 : cur.rows * (size_t)h5frame_field_columns[cur.q];
-    const long chunks = (long)((values + PACK_CHUNK - 1) / PACK_CHUNK);
-#pragma omp parallel num_threads(threads) if (chunks > 0)
-    {
-      if (omp_get_thread_num() == 0) st = step == 0 ? put_raw(fd, f, d) : put_block(fd, f, &prev);
-#pragma omp for schedule(dynamic, 1)
-      for (long c = 0; c < chunks; ++c) {
-        const size_t lo = (size_t)c * PACK_CHUNK, hi = lo + PACK_CHUNK < values ? lo + PACK_CHUNK : values;
+#pragma omp parallel num_threads(threads)
+#pragma omp master
+  {
+    pack_block prev = {.q = -1}, cur = {.q = -1};
+    for (int step = 0; !st; ++step) {
+      cur = next_block(f, &cur, cap, pack + (size_t)(step & 1) * cap);
+      const size_t values = cur.q < 0 ? 0 : cur.rows * (size_t)h5frame_field_columns[cur.q];
+      const size_t per_task = (values + PACK_TASKS * (size_t)threads - 1) / (PACK_TASKS * (size_t)threads);
+      const size_t chunk = per_task > PACK_CHUNK ? per_task : PACK_CHUNK;
+      for (size_t lo = 0; lo < values; lo += chunk) {
+        const size_t hi = lo + chunk < values ? lo + chunk : values;
+#pragma omp task firstprivate(lo, hi, cur)
         encode(f, d, &cur, lo, hi);
       }
+      st = step == 0 ? put_raw(fd, f, d) : put_block(fd, f, &prev);
+#pragma omp taskwait
+      if (cur.q < 0) break;
+      prev = cur;
     }
-    if (cur.q < 0) break;
-    prev = cur;
   }
   return st;
 }
