@@ -270,7 +270,7 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
  * (the cores the process may use, which OMP_NUM_THREADS or a binding caps), at least one: the
  * run's main thread keeps a core to drive the device meanwhile, and threads beyond the free cores
  * spin for work they rarely get (on the 2-core CPU machine under load a team of two took 1.1-2x
- * one thread's time). With one thread each task runs as it is queued: convert, then write. */
+ * one thread's time). With one thread the tasks wait for the taskwait: write, then convert. */
 enum {
   PACK_CHUNK = 8192, /* values a task converts at least: 32 KiB read, 16 KiB written */
   PACK_TASKS = 16    /* tasks a block at most, per thread (libgomp runs a task at once in its
