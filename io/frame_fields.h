@@ -39,7 +39,8 @@ unsigned h5frame_row_bytes(int field, int precision);
 unsigned h5frame_particle_bytes(unsigned fields, int precision);
 
 /* Bytes of the buffer h5frame_put converts through at precision half (allocated once by the
- * caller, reused frame after frame): 1M values a pwrite. */
-#define H5FRAME_PACK_BYTES ((size_t)2 << 20)
+ * caller, reused frame after frame): two halves of 4M values, one converted while the other is
+ * written, so a pwrite of 8 MiB. */
+#define H5FRAME_PACK_BYTES ((size_t)16 << 20)
 
 #endif

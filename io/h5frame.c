@@ -4,8 +4,9 @@
  * free-space check and the file's skeleton, the offsets shared), h5frame_put in the run's writer
  * thread (this rank's rows by pwrite, no MPI, no HDF5: at precision float straight from the
  * caller's arrays, no copy and no conversion; at precision half each floating field converted a
- * buffer at a time (the caller's, bounded and reused: H5FRAME_PACK_BYTES) by pack16.h's encoders
- * and written from there), h5frame_end in the
+ * block at a time by pack16.h's encoders over the cores into one half of the caller's buffer
+ * (bounded and reused: H5FRAME_PACK_BYTES) while the block before is written from the other
+ * half, put_half below), h5frame_end in the
  * main thread (agreed, renamed; after a failure the frame does not exist, not even an older
  * version of it). Nothing is synced: a frame goes to the page cache at the speed of memory, as
  * any file a program writes; checkpoints, which a restart needs, are synced (checkpoint.c).
@@ -16,6 +17,7 @@
 #include "h5frame.h"
 
 #include <hdf5.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,21 +257,98 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
 
 /* ---- h5frame_put ---- */
 
-/* Field q's rows from in, converted a buffer at a time into pack (cap 16-bit values: whole rows
- * of them) and written from there. */
-static int put_packed(int fd, const h5frame_file *f, int q, const float *in, uint16_t *pack, size_t cap) {
-  const enum h5frame_encoding e = h5frame_encoding_of(q, f->precision);
-  const size_t cols = (size_t)h5frame_field_columns[q], rows = cap / cols, row = h5frame_row_bytes(q, f->precision);
-  for (size_t done = 0; done < f->rows.n;) {
-    const size_t k = f->rows.n - done < rows ? f->rows.n - done : rows;
-    const float *from = in + done * cols;
-    if (e == H5FRAME_ENC_HALF) pack16_half(from, pack, k * cols);
-    else if (e == H5FRAME_ENC_BF16) pack16_bf16(from, pack, k * cols);
-    else pack16_fixed_encode(&f->fixed, from, pack, k * cols);
-    DR_TRY(h5rows_put_range(fd, &f->rows, q, row, done, k, pack, h5frame_field_names[q]));
-    done += k;
+/* Precision half: the floating fields go through pack, split into two halves, a block of a
+ * field's whole rows at a time, in steps: in step k thread 0 of an OpenMP team (the caller's
+ * thread) queues block k's conversion into one half as tasks, writes block k - 1 from the other
+ * half while the team's other threads run the tasks, then runs what is left of them itself and
+ * waits for the rest (taskwait); step 0 writes the integer fields instead, the last step the last
+ * block alone. Tasks rather than a loop shared by the team: a thread that gets no core in time
+ * leaves its share to thread 0 instead of holding every step at a barrier. The writes stay on
+ * the caller's thread, so that a failure's message is the caller's (error.h keeps it per thread).
+ * The encoders work value by value, so a block split into tasks gives the bits of one call over
+ * the whole field. The team is one thread fewer than omp_get_max_threads() of the calling thread
+ * (the cores the process may use, which OMP_NUM_THREADS or a binding caps), at least one: the
+ * run's main thread keeps a core to drive the device meanwhile, and threads beyond the free cores
+ * spin for work they rarely get (on the 2-core CPU machine under load a team of two took 1.1-2x
+ * one thread's time). With one thread the tasks wait for the taskwait: write, then convert. */
+enum {
+  PACK_CHUNK = 8192, /* values a task converts at least: 32 KiB read, 16 KiB written */
+  PACK_TASKS = 16    /* tasks a block at most, per thread (libgomp runs a task at once in its
+                      * creator beyond 64 queued a thread, which would convert before writing) */
+};
+
+/* Rows first .. first + rows - 1 of field q (q < 0: none), converted into buf. */
+typedef struct pack_block {
+  int q;
+  size_t first, rows;
+  uint16_t *buf;
+} pack_block;
+
+/* The block after b (b->q < 0: the first), of at most cap values, to be converted into buf; its q
+ * is negative when none is left. */
+static pack_block next_block(const h5frame_file *f, const pack_block *b, size_t cap, uint16_t *buf) {
+  int q = b->q < 0 ? 0 : b->q;
+  size_t first = b->q < 0 ? 0 : b->first + b->rows;
+  for (; q < H5FRAME_FIELDS; ++q, first = 0)
+    if ((f->fields & H5FRAME_BIT(q)) && h5frame_encoding_of(q, f->precision) != H5FRAME_ENC_RAW && first < f->rows.n) {
+      const size_t rows = cap / (size_t)h5frame_field_columns[q], left = f->rows.n - first;
+      return (pack_block){q, first, left < rows ? left : rows, buf};
+    }
+  return (pack_block){-1, 0, 0, buf};
+}
+
+/* Values lo .. hi - 1 of block b converted. */
+static void encode(const h5frame_file *f, const h5frame_data *d, const pack_block *b, size_t lo, size_t hi) {
+  const float *in = (const float *)field_array(d, b->q) + b->first * (size_t)h5frame_field_columns[b->q] + lo;
+  uint16_t *out = b->buf + lo;
+  switch (h5frame_encoding_of(b->q, f->precision)) {
+  case H5FRAME_ENC_HALF: pack16_half(in, out, hi - lo); break;
+  case H5FRAME_ENC_BF16: pack16_bf16(in, out, hi - lo); break;
+  default: pack16_fixed_encode(&f->fixed, in, out, hi - lo); break;
   }
+}
+
+/* Writes block b (none: nothing). */
+static int put_block(int fd, const h5frame_file *f, const pack_block *b) {
+  if (b->q < 0) return DR_OK;
+  return h5rows_put_range(fd, &f->rows, b->q, h5frame_row_bytes(b->q, f->precision), b->first, b->rows, b->buf,
+                          h5frame_field_names[b->q]);
+}
+
+/* Writes the fields stored as they are in memory (all of them at precision float). */
+static int put_raw(int fd, const h5frame_file *f, const h5frame_data *d) {
+  for (int q = 0; q < H5FRAME_FIELDS; ++q)
+    if ((f->fields & H5FRAME_BIT(q)) && h5frame_encoding_of(q, f->precision) == H5FRAME_ENC_RAW)
+      DR_TRY(h5rows_put(fd, &f->rows, q, field_array(d, q), h5frame_row_bytes(q, f->precision),
+                        h5frame_field_names[q]));
   return DR_OK;
+}
+
+/* Every field of f, the floating ones converted through pack (two halves of cap values). */
+static int put_half(int fd, const h5frame_file *f, const h5frame_data *d, uint16_t *pack, size_t cap) {
+  const int threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
+  int st = DR_OK;
+#pragma omp parallel num_threads(threads)
+#pragma omp master
+  {
+    pack_block prev = {.q = -1}, cur = {.q = -1};
+    for (int step = 0; !st; ++step) {
+      cur = next_block(f, &cur, cap, pack + (size_t)(step & 1) * cap);
+      const size_t values = cur.q < 0 ? 0 : cur.rows * (size_t)h5frame_field_columns[cur.q];
+      const size_t per_task = (values + PACK_TASKS * (size_t)threads - 1) / (PACK_TASKS * (size_t)threads);
+      const size_t chunk = per_task > PACK_CHUNK ? per_task : PACK_CHUNK;
+      for (size_t lo = 0; lo < values; lo += chunk) {
+        const size_t hi = lo + chunk < values ? lo + chunk : values;
+#pragma omp task firstprivate(lo, hi, cur)
+        encode(f, d, &cur, lo, hi);
+      }
+      st = step == 0 ? put_raw(fd, f, d) : put_block(fd, f, &prev);
+#pragma omp taskwait
+      if (cur.q < 0) break;
+      prev = cur;
+    }
+  }
+  return st;
 }
 
 int h5frame_put(const h5frame_file *f, const h5frame_data *d, void *pack, size_t pack_bytes) {
@@ -280,20 +359,19 @@ int h5frame_put(const h5frame_file *f, const h5frame_data *d, void *pack, size_t
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
     if ((f->fields & H5FRAME_BIT(q)) && d->n > 0 && !field_array(d, q))
       return dr_fail(DR_EINTERNAL, "h5frame_put: %zu particles but a NULL array (%s)", d->n, h5frame_field_names[q]);
-  if (f->precision == H5FRAME_HALF && (!pack || pack_bytes < H5FRAME_PACK_BYTES))
-    return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: precision half needs a buffer of %zu bytes (got %zu)", f->frame,
-                   H5FRAME_PACK_BYTES, pack ? pack_bytes : 0);
+  /* each half of the buffer holds a row of the widest field */
+  const size_t cap = pack ? pack_bytes / (2 * sizeof(uint16_t)) : 0;
+  size_t widest = 0;
+  for (int q = 0; q < H5FRAME_FIELDS; ++q)
+    if ((f->fields & H5FRAME_BIT(q)) && (size_t)h5frame_field_columns[q] > widest)
+      widest = (size_t)h5frame_field_columns[q];
+  if (f->precision == H5FRAME_HALF && cap < widest)
+    return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: precision half needs a buffer of at least %zu bytes (got %zu; "
+                   "the run's is H5FRAME_PACK_BYTES)", f->frame, 2 * widest * sizeof(uint16_t), pack ? pack_bytes : 0);
   if (d->n == 0) return DR_OK;
   int fd = -1;
   DR_TRY(h5rows_open(&f->rows, &fd));
-  int st = DR_OK;
-  for (int q = 0; q < H5FRAME_FIELDS && !st; ++q) {
-    if (!(f->fields & H5FRAME_BIT(q))) continue;
-    if (h5frame_encoding_of(q, f->precision) == H5FRAME_ENC_RAW)
-      st = h5rows_put(fd, &f->rows, q, field_array(d, q), h5frame_row_bytes(q, f->precision), h5frame_field_names[q]);
-    else
-      st = put_packed(fd, f, q, field_array(d, q), pack, pack_bytes / sizeof(uint16_t));
-  }
+  const int st = f->precision == H5FRAME_HALF ? put_half(fd, f, d, pack, cap) : put_raw(fd, f, d);
   return h5rows_finish(&f->rows, fd, st);
 }
 
