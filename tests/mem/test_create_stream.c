@@ -29,7 +29,7 @@
 
 static const char *const MIXED =
     "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [1, 1, 1], \"dx\": 0.025 },"
-    "  \"time\": { \"frames\": 1, \"fps\": 24 },"
+    "  \"time\": { \"frames\": 1, \"fps\": 24, \"cfl\": 0.5 },"
     "  \"materials\": {"
     "    \"sand\": { \"model\": \"drucker_prager\", \"density\": 1600, \"youngs_modulus\": 3.5e5, \"poisson_ratio\": 0.3,"
     "              \"friction_angle\": 35 },"
@@ -40,7 +40,7 @@ static const char *const MIXED =
     "    { \"shape\": \"sphere\", \"center\": [0.5, 0.6, 0.5], \"radius\": 0.12, \"material\": \"snow\", \"ppc\": 5 },"
     "    { \"shape\": \"sphere\", \"center\": [0.8, 0.8, 0.8], \"radius\": 0.05, \"material\": \"sand\", \"ppc\": 8,"
     "      \"emit\": { \"mode\": \"resample\" } },"
-    "    { \"shape\": \"box\", \"min\": [0.55, 0.1, 0.2], \"max\": [0.9, 0.25, 0.5], \"rotation\": [0, 0, 1, 20],"
+    "    { \"shape\": \"box\", \"min\": [0.55, 0.1, 0.2], \"max\": [0.9, 0.25, 0.5], \"rotation\": { \"axis\": [0, 0, 1], \"angle\": 20 },"
     "      \"material\": \"sand\", \"ppc\": 27, \"seed\": 9 } ] }";
 
 /* A box of ppc 8 at dx 1/64 from 0.25 (binary fractions: cell faces exact): n^3 cells, about 8 n^3
@@ -50,7 +50,7 @@ static int box_scene(int n, scene *s) {
   const double hi = 0.25 + n / 64.0;
   snprintf(text, sizeof text,
            "{ \"domain\": { \"min\": [0, 0, 0], \"max\": [2, 2, 2], \"dx\": 0.015625 },"
-           "  \"time\": { \"frames\": 1, \"fps\": 24 },"
+           "  \"time\": { \"frames\": 1, \"fps\": 24, \"cfl\": 0.5 },"
            "  \"materials\": { \"sand\": { \"model\": \"drucker_prager\", \"density\": 1600, \"youngs_modulus\": 3.5e5,"
            "    \"poisson_ratio\": 0.3, \"friction_angle\": 35 } },"
            "  \"bodies\": [ { \"shape\": \"box\", \"min\": [0.25, 0.25, 0.25], \"max\": [%.8f, %.8f, %.8f], \"material\": "
