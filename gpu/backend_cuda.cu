@@ -357,8 +357,9 @@ void cuda_destroy(void *state) {
 }
 
 /* Allocation and upload (particles in packets of 32 in their given order, then a first
- * rebuild-mapping sorts them); on failure the caller destroys s. */
-int cuda_setup(cuda_state *s, const particles *p) {
+ * rebuild-mapping sorts them): p's, or src's chunk by chunk where src is not NULL; on failure the
+ * caller destroys s. */
+int cuda_setup(cuda_state *s, const particles *p, const particle_source *src) {
   CU(cudaSetDevice(s->device));
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, s->device));
@@ -485,7 +486,7 @@ int cuda_setup(cuda_state *s, const particles *p) {
       free(index);
     }
   }
-  DR_TRY(cuda_upload(s, p));
+  DR_TRY(src ? cuda_upload_from(s, src) : cuda_upload(s, p));
   DR_TRY(rebuild_now(s));
   CU(cudaStreamSynchronize(s->stream));
   return DR_OK;
@@ -648,24 +649,53 @@ template <typename... A, int (*F)(void *, A...)> struct on_device<F> {
 };
 #define ON_DEVICE(f) on_device<f>::call
 
+/* The devices of the backend (dev, nm); fails where n particles are more than they hold. */
+static int backend_devices(const sim_params *prm, size_t n, int *dev, int *nm) {
+  DR_TRY(island_devices(prm, dev, nm));
+  if (n / (size_t)*nm > (size_t)INT32_MAX / 2)
+    return dr_fail(DR_EINPUT, "%zu particles on %d GPU%s: the cuda backend holds at most %d per GPU", n, *nm,
+                   *nm > 1 ? "s" : "", INT32_MAX / 2);
+  return DR_OK;
+}
+
+static int create_one(const sim_params *prm, int device, const particles *p, const particle_source *src, backend *out);
+
 extern "C" int backend_cuda_create(const sim_params *prm, particles *p, backend *out) {
   memset(out, 0, sizeof *out);
   int dev[MAX_GPUS], nm = 0;
-  DR_TRY(island_devices(prm, dev, &nm));
-  if (p->n / (size_t)nm > (size_t)INT32_MAX / 2)
-    return dr_fail(DR_EINPUT, "%zu particles on %d GPU%s: the cuda backend holds at most %d per GPU", p->n, nm,
-                   nm > 1 ? "s" : "", INT32_MAX / 2);
+  DR_TRY(backend_devices(prm, p->n, dev, &nm));
   if (nm > 1) return island_create(prm, dev, nm, p, out);
+  DR_TRY(create_one(prm, dev[0], p, NULL, out));
+  particles_free(p);
+  return DR_OK;
+}
+
+extern "C" int backend_cuda_create_from(const sim_params *prm, const particle_source *src, backend *out) {
+  memset(out, 0, sizeof *out);
+  int dev[MAX_GPUS], nm = 0;
+  DR_TRY(backend_devices(prm, src->n, dev, &nm));
+  if (nm == 1) return create_one(prm, dev[0], NULL, src, out);
+  /* an island splits its particles along an axis of their bounding box, evenly by count
+   * (island_split sorts them all): it gathers them on the host first */
+  particles p;
+  memset(&p, 0, sizeof p);
+  int rc = backend_source_drain(src, &p, MEM_CREATE_CHUNK);
+  if (rc == DR_OK) rc = island_create(prm, dev, nm, &p, out);
+  particles_free(&p);
+  return rc;
+}
+
+/* One device's backend with p's particles, or src's chunk by chunk where src is not NULL. */
+static int create_one(const sim_params *prm, int device, const particles *p, const particle_source *src, backend *out) {
   cuda_state *s = NULL;
-  DR_TRY(cuda_member_new(prm, dev[0], &s));
+  DR_TRY(cuda_member_new(prm, device, &s));
   island_log_zone(s);
-  const size_t n = p->n;
-  int rc = cuda_setup(s, p);
+  const size_t n = src ? src->n : p->n;
+  int rc = cuda_setup(s, p, src);
   if (rc) {
     cuda_destroy(s);
     return rc;
   }
-  particles_free(p);
   /* the next step queued before the step vote, behind a gate on the device (--steps-ahead off:
    * after the vote; docs/performance.md) */
   s->ahead_on = island_ahead_default(prm, 1);

@@ -596,6 +596,7 @@ int cuda_download(void *state, particles *out);
 int cuda_capture(void *state, unsigned mask, particles *out);
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx);
 int cuda_upload(cuda_state *s, const particles *p);
+int cuda_upload_from(cuda_state *s, const particle_source *src);
 int island_download(void *state, particles *out);
 int island_capture(void *state, unsigned mask, particles *out);
 int island_split(island *I, const particles *p, particles *parts);
@@ -625,7 +626,7 @@ int cuda_g2p_interior(void *state, float dt);
 double cuda_held_bytes(const cuda_state *s);
 int cuda_stats(void *state, backend_stats *out);
 void cuda_destroy(void *state);
-int cuda_setup(cuda_state *s, const particles *p);
+int cuda_setup(cuda_state *s, const particles *p, const particle_source *src);
 int cuda_member_new(const sim_params *prm, int device, cuda_state **out);
 int cuda_gate_open_one(cuda_state *s, int go);
 

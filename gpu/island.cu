@@ -744,7 +744,7 @@ int island_create(const sim_params *prm, const int *dev, int nm, particles *p, b
       if (j != k) s->peer[q++] = I->m[j];
   }
   if (rc == DR_OK) island_log_zone(I->m[0]);
-  for (int k = 0; k < nm && rc == DR_OK; ++k) rc = cuda_setup(I->m[k], &parts[k]);
+  for (int k = 0; k < nm && rc == DR_OK; ++k) rc = cuda_setup(I->m[k], &parts[k], NULL);
   if (rc == DR_OK) rc = island_tag(I);
   if (rc == DR_OK) rc = crew_start(I);
   for (int k = 0; k < nm; ++k) particles_free(&parts[k]);

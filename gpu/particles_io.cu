@@ -556,10 +556,9 @@ int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3]
   return rc;
 }
 
-/* Puts particles on the device in packets of 32, in their given order (the next
- * rebuild-mapping sorts them); buffers grow as needed. */
-int cuda_upload(cuda_state *s, const particles *p) {
-  const size_t n = p->n;
+/* The device buffers of n particles in packets of 32 (as cuda_upload fills them; the next
+ * rebuild-mapping sorts them), grown as needed by their rule (memsizes.h), and the count. */
+static int upload_room(cuda_state *s, size_t n) {
   s->n = n;
   s->primed = 0; /* other particles: the sums are not theirs */
   s->n_gone = 0; /* and no slot of theirs was emigrate's */
@@ -575,39 +574,96 @@ int cuda_upload(cuda_state *s, const particles *p) {
   }
   DVEC(s->pblock, n * sizeof(int32_t), "particle block indices");
   DVEC(s->head, n * sizeof(int32_t), "particle block indices");
-  if (n > 0) {
-    /* through a bounded staging buffer (memsizes.h: MEM_UPLOAD_PACKETS packets), reused chunk
-     * after chunk, so that the host holds no second full copy of the particles */
-    const size_t cp = s->n_packets < MEM_UPLOAD_PACKETS ? s->n_packets : MEM_UPLOAD_PACKETS;
-    float *pk = (float *)memtally_malloc(MT_TRANSFER, cp * PK_FLOATS * sizeof(float), "particle upload");
-    uint64_t *id = (uint64_t *)memtally_malloc(MT_TRANSFER, cp * LANES * sizeof(uint64_t), "particle upload");
-    int2 *hdr = (int2 *)memtally_malloc(MT_TRANSFER, cp * sizeof(int2), "particle upload");
-    if (!pk || !id || !hdr) {
-      memtally_free(pk), memtally_free(id), memtally_free(hdr);
-      return DR_ENOMEM;
-    }
-    cudaError_t e = cudaSuccess;
-    for (size_t k0 = 0; k0 < s->n_packets && e == cudaSuccess; k0 += cp) {
-      const size_t kp = s->n_packets - k0 < cp ? s->n_packets - k0 : cp, first = k0 * LANES;
-      packets_from_particles(p, first, n - first < kp * LANES ? n - first : kp * LANES, kp, pk, id, hdr);
-      /* On s->stream, which the rebuild-mapping's kernels use next: s->stream is non-blocking, so
-       * a plain cudaMemcpy (the legacy default stream) would not be ordered before them, and a
-       * pageable cudaMemcpy may return before its DMA lands: k_keys could then read headers or
-       * packets that an earlier run left in reused device memory (test_preview's second run in
-       * one process failed at its first step). The synchronisation lets the staging be reused. */
-      e = cudaMemcpyAsync(dp<float>(s->pk) + k0 * PK_FLOATS, pk, kp * PK_FLOATS * sizeof(float),
-                          cudaMemcpyHostToDevice, s->stream);
-      if (e == cudaSuccess)
-        e = cudaMemcpyAsync(dp<uint64_t>(s->pid) + k0 * LANES, id, kp * LANES * sizeof(uint64_t),
-                            cudaMemcpyHostToDevice, s->stream);
-      if (e == cudaSuccess)
-        e = cudaMemcpyAsync(dp<int2>(s->hdr) + k0, hdr, kp * sizeof(int2), cudaMemcpyHostToDevice, s->stream);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    }
-    memtally_free(pk), memtally_free(id), memtally_free(hdr);
-    if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync(particle upload)", __FILE__, __LINE__);
+  return DR_OK;
+}
+
+/* The upload's bounded staging (memsizes.h: MEM_UPLOAD_PACKETS packets), reused piece after piece,
+ * so that the host holds no second full copy of the particles. */
+typedef struct upload_staging {
+  size_t cp; /* packets it holds */
+  float *pk;
+  uint64_t *id;
+  int2 *hdr;
+} upload_staging;
+
+static void staging_close(upload_staging *u) {
+  memtally_free(u->pk), memtally_free(u->id), memtally_free(u->hdr);
+  memset(u, 0, sizeof *u);
+}
+
+static int staging_open(upload_staging *u, size_t packets) {
+  memset(u, 0, sizeof *u);
+  u->cp = packets < MEM_UPLOAD_PACKETS ? packets : MEM_UPLOAD_PACKETS;
+  u->pk = (float *)memtally_malloc(MT_TRANSFER, u->cp * PK_FLOATS * sizeof(float), "particle upload");
+  u->id = (uint64_t *)memtally_malloc(MT_TRANSFER, u->cp * LANES * sizeof(uint64_t), "particle upload");
+  u->hdr = (int2 *)memtally_malloc(MT_TRANSFER, u->cp * sizeof(int2), "particle upload");
+  if (!u->pk || !u->id || !u->hdr) {
+    staging_close(u);
+    return DR_ENOMEM;
   }
   return DR_OK;
+}
+
+/* Particles first .. first + n - 1 of p into the device's packets from packet k0 on, piece by
+ * piece through the staging: packet k0 + k holds particles first + 32k .. of them. */
+static int upload_slice(cuda_state *s, const upload_staging *u, const particles *p, size_t first, size_t n,
+                        size_t k0) {
+  const size_t packets = (n + LANES - 1) / LANES;
+  for (size_t j = 0; j < packets; j += u->cp) {
+    const size_t kp = packets - j < u->cp ? packets - j : u->cp, at = j * LANES;
+    packets_from_particles(p, first + at, n - at < kp * LANES ? n - at : kp * LANES, kp, u->pk, u->id, u->hdr);
+    /* On s->stream, which the rebuild-mapping's kernels use next: s->stream is non-blocking, so
+     * a plain cudaMemcpy (the legacy default stream) would not be ordered before them, and a
+     * pageable cudaMemcpy may return before its DMA lands: k_keys could then read headers or
+     * packets that an earlier run left in reused device memory (test_preview's second run in
+     * one process failed at its first step). The synchronisation lets the staging be reused. */
+    CU(cudaMemcpyAsync(dp<float>(s->pk) + (k0 + j) * PK_FLOATS, u->pk, kp * PK_FLOATS * sizeof(float),
+                       cudaMemcpyHostToDevice, s->stream));
+    CU(cudaMemcpyAsync(dp<uint64_t>(s->pid) + (k0 + j) * LANES, u->id, kp * LANES * sizeof(uint64_t),
+                       cudaMemcpyHostToDevice, s->stream));
+    CU(cudaMemcpyAsync(dp<int2>(s->hdr) + k0 + j, u->hdr, kp * sizeof(int2), cudaMemcpyHostToDevice, s->stream));
+    CU(cudaStreamSynchronize(s->stream));
+  }
+  return DR_OK;
+}
+
+/* Puts particles on the device in packets of 32, in their given order (the next
+ * rebuild-mapping sorts them); buffers grow as needed. */
+int cuda_upload(cuda_state *s, const particles *p) {
+  DR_TRY(upload_room(s, p->n));
+  if (p->n == 0) return DR_OK;
+  upload_staging u;
+  DR_TRY(staging_open(&u, s->n_packets));
+  const int rc = upload_slice(s, &u, p, 0, p->n, 0);
+  staging_close(&u);
+  return rc;
+}
+
+/* The same from a source (backend.h's backend_create_from): the device buffers sized for src->n
+ * first, then chunk after chunk of MEM_CREATE_CHUNK particles (a multiple of 32: each chunk
+ * starts a packet, so the packets are cuda_upload's of them all), the host holding one chunk. */
+int cuda_upload_from(cuda_state *s, const particle_source *src) {
+  const size_t n = src->n;
+  DR_TRY(upload_room(s, n));
+  if (n == 0) return DR_OK;
+  upload_staging u;
+  DR_TRY(staging_open(&u, s->n_packets));
+  particles chunk;
+  memset(&chunk, 0, sizeof chunk);
+  int rc = particles_reserve(&chunk, n < MEM_CREATE_CHUNK ? n : MEM_CREATE_CHUNK);
+  for (size_t done = 0; rc == DR_OK && done < n;) {
+    const size_t want = n - done < MEM_CREATE_CHUNK ? n - done : MEM_CREATE_CHUNK;
+    chunk.n = 0;
+    rc = src->next(src->ctx, &chunk, want);
+    if (rc == DR_OK && chunk.n != want)
+      rc = dr_fail(DR_EINTERNAL, "cuda upload: a particle source gave %zu particles where %zu were asked (%zu of %zu)",
+                   chunk.n, want, done, n);
+    if (rc == DR_OK) rc = upload_slice(s, &u, &chunk, 0, want, done / LANES);
+    done += want;
+  }
+  particles_free(&chunk);
+  staging_close(&u);
+  return rc;
 }
 
 int island_download(void *state, particles *out) {

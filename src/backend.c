@@ -10,25 +10,56 @@
 #include "log.h"
 #include "scene.h"
 
-int backend_create(int kind, const sim_params *prm, particles *p, backend *out) {
-  memset(out, 0, sizeof *out);
+/* Whether kind runs on the cuda backend (auto: where a GPU is visible and the backend built);
+ * logs the choice of auto. */
+static int choose_cuda(int kind, int *cuda) {
   int ngpu = 0;
   char gpu_name[256];
   gpu_count(&ngpu, gpu_name, sizeof gpu_name);
+  *cuda = 0;
   if (kind == BACKEND_CUDA) {
     if (!gpu_backend_built())
       return dr_fail(DR_EINPUT, "the cuda backend is not part of this build; run with --backend cpu (or auto)");
     if (ngpu == 0) return dr_fail(DR_EINPUT, "backend cuda requested but no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
-    return backend_cuda_create(prm, p, out);
+    *cuda = 1;
+    return DR_OK;
   }
   if (kind == BACKEND_AUTO && ngpu > 0) {
     if (gpu_backend_built()) {
       log_info("backend auto: %d GPU(s) visible (%s), using cuda", ngpu, gpu_name);
-      return backend_cuda_create(prm, p, out);
+      *cuda = 1;
+      return DR_OK;
     }
     log_info("note: %d GPU(s) visible (%s) but this build has no cuda backend; using cpu", ngpu, gpu_name);
   }
-  return backend_cpu_create(prm, p, out);
+  return DR_OK;
+}
+
+int backend_create(int kind, const sim_params *prm, particles *p, backend *out) {
+  memset(out, 0, sizeof *out);
+  int cuda = 0;
+  DR_TRY(choose_cuda(kind, &cuda));
+  return cuda ? backend_cuda_create(prm, p, out) : backend_cpu_create(prm, p, out);
+}
+
+int backend_create_from(int kind, const sim_params *prm, const particle_source *src, backend *out) {
+  memset(out, 0, sizeof *out);
+  int cuda = 0;
+  DR_TRY(choose_cuda(kind, &cuda));
+  return cuda ? backend_cuda_create_from(prm, src, out) : backend_cpu_create_from(prm, src, out);
+}
+
+int backend_source_drain(const particle_source *src, particles *p, size_t max) {
+  DR_TRY(particles_reserve(p, p->n + src->n));
+  const size_t end = p->n + src->n;
+  while (p->n < end) {
+    const size_t before = p->n, want = end - p->n < max ? end - p->n : max;
+    DR_TRY(src->next(src->ctx, p, want));
+    if (p->n - before != want)
+      return dr_fail(DR_EINTERNAL, "a particle source gave %zu particles where %zu were asked (%zu of %zu in all)",
+                     p->n - before, want, p->n, end);
+  }
+  return DR_OK;
 }
 
 void backend_destroy(backend *b) {

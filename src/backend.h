@@ -255,9 +255,20 @@ typedef struct backend {
  * GPU and the CUDA backend are present, cpu otherwise). Takes the particles over: *p is left
  * empty. Logs the choice. */
 int backend_create(int kind, const sim_params *prm, particles *p, backend *out);
+/* The same with the particles from a source (particles.h), chunk by chunk (a run's creation: the
+ * sampled scene), so that no host copy of them all exists beside the backend's: the backend sizes
+ * its storage for src->n first (its buffers never grow with a copy), takes the chunks in order,
+ * and holds the same particles in the same order as backend_create given them in one array. */
+int backend_create_from(int kind, const sim_params *prm, const particle_source *src, backend *out);
 void backend_destroy(backend *b);
 
 /* The CPU reference backend. */
 int backend_cpu_create(const sim_params *prm, particles *p, backend *out);
+/* Its particles are its host memory: the chunks go straight into them, reserved for src->n as a
+ * slice grown from MEM_FIRST_PARTICLES would be (memsizes.h, the memory plan's rule). */
+int backend_cpu_create_from(const sim_params *prm, const particle_source *src, backend *out);
+/* Appends src's particles to p (reserved for them first) in chunks of at most max; fails where the
+ * source gives other than src->n. */
+int backend_source_drain(const particle_source *src, particles *p, size_t max);
 
 #endif

@@ -901,3 +901,12 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   }
   return DR_OK;
 }
+
+int backend_cpu_create_from(const sim_params *prm, const particle_source *src, backend *out) {
+  particles p = {0};
+  int rc = particles_reserve(&p, mem_doubled(MEM_FIRST_PARTICLES, src->n));
+  if (rc == DR_OK) rc = backend_source_drain(src, &p, MEM_CREATE_CHUNK);
+  if (rc == DR_OK) rc = backend_cpu_create(prm, &p, out);
+  particles_free(&p); /* taken over on success */
+  return rc;
+}

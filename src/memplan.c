@@ -141,9 +141,12 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   /* packets: ceil(n / 32) as uploaded, then one a particle block more than full ones at most
    * (a rebuild starts a packet at every particle block): half a packet a block on average */
   const double up = ceil(n0 / lanes), sorted = ceil(n / lanes) + ceil(pb / 2.0);
-  /* the host: the sampled slice and the upload's bounded staging (particles_io.cu), then the frames */
+  /* the host: the creation's chunk of sampled particles (sim.c streams them: memsizes.h's
+   * MEM_CREATE_CHUNK, or fewer) and the upload's bounded staging (particles_io.cu), then the
+   * frames. An island of several devices gathers all its particles for its split instead
+   * (backend_cuda_create_from), and its split copies them into the members' parts: twice them. */
   memplan_bytes start = {{0}, 0}, run = {{0}, 0};
-  add(&start, MT_PARTICLES, rec * (double)mem_doubled(MEM_FIRST_PARTICLES, (size_t)l->start));
+  add(&start, MT_PARTICLES, nd > 1 ? 2.0 * rec * l->start : rec * fmin(l->start, (double)MEM_CREATE_CHUNK));
   add(&start, MT_TRANSFER, fmin(up, MEM_UPLOAD_PACKETS) * (pk + lanes * sizeof(uint64_t) + 2 * sizeof(int32_t)));
   host_steady(s, l, l->ranks > 2 ? 2 : 1, &run); /* emigrate_records: the records leave from the device */
   *host = larger(&start, &run);

@@ -16,8 +16,9 @@
  *
  * The formulas, one function a backend (memplan_cpu, memplan_cuda), follow the allocations:
  * memsizes.h's capacities and growth rules, which the allocating code uses too. The host's
- * figure is the larger of two phases: the start (the sampled particles and, on a GPU, the
- * upload's staging) and the steady state (the backend's buffers on the CPU, the two frame slots,
+ * figure is the larger of two phases: the start (on the CPU the backend's particles, which the
+ * sampled scene streams into; on one GPU a chunk of them, MEM_CREATE_CHUNK, and the upload's
+ * staging; an island gathers them all for its split) and the steady state (the backend's buffers on the CPU, the two frame slots,
  * the migration reserve, the checkpoint's copy). Bytes are grouped by memtally.h's kinds, so
  * that a run's counted peak compares kind by kind. */
 #ifndef DRIFT_MEMPLAN_H

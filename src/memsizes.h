@@ -56,6 +56,11 @@ static inline double mem_migration_share(double threshold) {
  * 120 MiB) on the host at a time (gpu/particles_io.cu, cuda_upload). */
 #define MEM_UPLOAD_PACKETS 32768
 
+/* A run's creation samples its particles and hands them to the backend this many at a time
+ * (sim.c, backend.h's particle_source): the host holds one chunk, not the scene (the CUDA backend's
+ * upload stages one chunk's packets at a time: MEM_UPLOAD_PACKETS of them). A multiple of 32. */
+#define MEM_CREATE_CHUNK ((size_t)MEM_UPLOAD_PACKETS * MEM_LANES)
+
 /* A device vector's capacity (bytes) after a request for need bytes, holding bytes now: unchanged
  * where it fits (need <= bytes), else exact: need; not exact (a first allocation or a growth
  * alike): need plus its headroom (MEM_DVEC_SLACK's rule above); at least MEM_DVEC_MIN. */

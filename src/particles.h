@@ -36,6 +36,17 @@ typedef struct particles {
 #undef PARTICLES_FIELD_
 } particles;
 
+/* Particles handed over in bounded chunks instead of one array of them all (a backend's creation,
+ * backend.h: the sampled scene streams into it). n: the particles it gives in all. next appends
+ * the following min(max, what is left) particles to out (growing it where it lacks room), so
+ * that a consumer taking chunks of a multiple of 32 keeps them aligned on its packets; having
+ * appended none means that all n were given. */
+typedef struct particle_source {
+  size_t n;
+  int (*next)(void *ctx, particles *out, size_t max);
+  void *ctx;
+} particle_source;
+
 /* The same list as a table, for code that loops over attributes at run time (sorting in the
  * CPU backend): where each array pointer sits in struct particles, and its bytes per particle. */
 typedef struct particle_attr {

@@ -2,6 +2,7 @@
 #include "sample.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "error.h"
 #include "rng.h"
@@ -95,22 +96,6 @@ double sample_shape_volume(const scene *s, int bi) {
   return 4.0 / 3.0 * 3.14159265358979323846 * b->radius * b->radius * b->radius;
 }
 
-typedef struct push_ctx {
-  particles *p;
-  const scene_body *b;
-  int material;
-  sample_keep_fn keep;
-  void *keep_ctx;
-} push_ctx;
-
-static int push_one(void *ctx, const double x[3], uint64_t id) {
-  push_ctx *c = ctx;
-  if (c->keep && !c->keep(c->keep_ctx, x)) return DR_OK;
-  float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
-  float vf[3] = {(float)c->b->velocity[0], (float)c->b->velocity[1], (float)c->b->velocity[2]};
-  return particles_push(c->p, xf, vf, 0.0f, 0.0f, id, c->material);
-}
-
 int sample_scene(const scene *s, particles *p) { return sample_scene_where(s, NULL, NULL, p); }
 
 typedef struct visit_ctx {
@@ -133,24 +118,138 @@ int sample_visit(const scene *s, sample_point_fn fn, void *ctx) {
   return DR_OK;
 }
 
-int sample_scene_where(const scene *s, sample_keep_fn keep, void *keep_ctx, particles *p) {
+/* ---- the bodies as a particle source ---------------------------------------------------------- */
+
+struct sample_stream {
+  const scene *s;
+  sample_keep_fn keep;
+  void *keep_ctx;
+  size_t kept;      /* the particles keep accepts: the source's n */
+  double *vol;      /* [n_bodies] each body's particle volume (m^3), from its count */
+  double mass_max;  /* the largest particle mass (kg, as stored: in float) */
+  /* where next goes on: body bi, its cell (a linear index over its bounding cells, x fastest) and
+   * the point q of that cell, whose points pts holds when in_cell */
+  int bi, in_cell, q;
+  int64_t lo[3], nx, ny;
+  uint64_t cell, ncells;
+  double pts[3 * MAX_CELL_SAMPLES];
+};
+
+typedef struct count_ctx {
+  sample_keep_fn keep;
+  void *keep_ctx;
+  size_t kept;
+} count_ctx;
+
+static int count_kept(void *ctx, const double x[3], uint64_t id) {
+  (void)id;
+  count_ctx *c = ctx;
+  c->kept += c->keep(c->keep_ctx, x) != 0;
+  return DR_OK;
+}
+
+/* The stream's next body (sources skipped; bi = n_bodies at the end), at its first cell. */
+static void next_body(sample_stream *st) {
+  const scene *s = st->s;
+  while (++st->bi < s->n_bodies && s->bodies[st->bi].emit.mode != EMIT_NONE) {
+  }
+  st->in_cell = 0;
+  st->cell = 0;
+  st->ncells = 0;
+  if (st->bi >= s->n_bodies) return;
+  int64_t hi[3];
+  sample_body_cells(s, &s->bodies[st->bi], st->lo, hi);
+  st->nx = hi[0] - st->lo[0], st->ny = hi[1] - st->lo[1];
+  st->ncells = (uint64_t)(st->nx * st->ny * (hi[2] - st->lo[2]));
+}
+
+int sample_stream_open(const scene *s, sample_keep_fn keep, void *keep_ctx, sample_stream **out) {
+  *out = NULL;
+  sample_stream *st = dr_calloc(1, sizeof *st, "the sampling stream");
+  if (!st) return DR_ENOMEM;
+  st->vol = dr_calloc((size_t)(s->n_bodies ? s->n_bodies : 1), sizeof *st->vol, "the sampling stream");
+  if (!st->vol) {
+    sample_stream_close(&st);
+    return DR_ENOMEM;
+  }
+  st->s = s, st->keep = keep, st->keep_ctx = keep_ctx;
   for (int bi = 0; bi < s->n_bodies; ++bi) {
     if (s->bodies[bi].emit.mode != EMIT_NONE) continue; /* sources emit later (emit.h) */
-    size_t first = p->n;
-    push_ctx ctx = {p, &s->bodies[bi], s->bodies[bi].material, keep, keep_ctx};
+    count_ctx c = {keep, keep_ctx, 0};
     uint64_t n = 0;
-    DR_TRY(visit_body(s, bi, push_one, &ctx, &n));
-    if (n == 0)
-      return dr_fail(DR_EINPUT, "%s: bodies[%d]: the body holds no particle (it is thinner than its sampling; raise ppc or make it larger than dx)", s->path, bi);
-    double vol = sample_shape_volume(s, bi) / (double)n;
-    const scene_material *mat = &s->materials[s->bodies[bi].material];
-    double mass = vol * mat->density;
-    const float logjp = mat->params.model == MODEL_NACC ? mat->params.nacc_logjp0 : 0.0f;
-    for (size_t i = first; i < p->n; ++i) {
-      p->vol0[i] = (float)vol;
-      p->mass[i] = (float)mass;
-      p->logjp[i] = logjp; /* the plastic state starts at the material's initial_compression */
+    int rc = visit_body(s, bi, keep ? count_kept : NULL, &c, &n);
+    if (rc == DR_OK && n == 0)
+      rc = dr_fail(DR_EINPUT, "%s: bodies[%d]: the body holds no particle (it is thinner than its sampling; raise ppc or make it larger than dx)", s->path, bi);
+    if (rc) {
+      sample_stream_close(&st);
+      return rc;
     }
+    st->kept += keep ? c.kept : (size_t)n;
+    /* the body's volume shared by all its particles, whichever rank keeps them */
+    st->vol[bi] = sample_shape_volume(s, bi) / (double)n;
+    st->mass_max = fmax(st->mass_max, (double)(float)(st->vol[bi] * s->materials[s->bodies[bi].material].density));
+  }
+  st->bi = -1;
+  next_body(st);
+  *out = st;
+  return DR_OK;
+}
+
+static int stream_next(void *ctx, particles *out, size_t max) {
+  sample_stream *st = ctx;
+  const scene *s = st->s;
+  size_t added = 0;
+  while (added < max && st->bi < s->n_bodies) {
+    const int bi = st->bi;
+    const scene_body *b = &s->bodies[bi];
+    if (!st->in_cell) {
+      if (st->cell == st->ncells) {
+        next_body(st);
+        continue;
+      }
+      const uint64_t nx = (uint64_t)st->nx, ny = (uint64_t)st->ny;
+      const int64_t c[3] = {st->lo[0] + (int64_t)(st->cell % nx), st->lo[1] + (int64_t)(st->cell / nx % ny),
+                            st->lo[2] + (int64_t)(st->cell / (nx * ny))};
+      sample_cell(s, b, c, b->seed * 1000003ULL + (uint64_t)bi, st->cell, st->pts);
+      st->q = 0;
+      st->in_cell = 1;
+    }
+    const scene_material *mat = &s->materials[b->material];
+    const float vol = (float)st->vol[bi], mass = (float)(st->vol[bi] * mat->density);
+    const float logjp = mat->params.model == MODEL_NACC ? mat->params.nacc_logjp0 : 0.0f;
+    const float vf[3] = {(float)b->velocity[0], (float)b->velocity[1], (float)b->velocity[2]};
+    for (; st->q < b->ppc && added < max; ++st->q) {
+      const double *x = st->pts + 3 * st->q;
+      if (!scene_body_inside(b, x) || (st->keep && !st->keep(st->keep_ctx, x))) continue;
+      const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
+      const uint64_t id = ((uint64_t)bi << ID_CELL_BITS) | (st->cell * (uint64_t)b->ppc + (uint64_t)st->q);
+      DR_TRY(particles_push(out, xf, vf, mass, vol, id, b->material));
+      out->logjp[out->n - 1] = logjp; /* the plastic state starts at the material's initial_compression */
+      ++added;
+    }
+    if (st->q == b->ppc) st->in_cell = 0, ++st->cell;
   }
   return DR_OK;
+}
+
+particle_source sample_stream_source(sample_stream *st) {
+  return (particle_source){.n = st->kept, .next = stream_next, .ctx = st};
+}
+
+double sample_stream_mass_max(const sample_stream *st) { return st->mass_max; }
+
+void sample_stream_close(sample_stream **stp) {
+  sample_stream *st = *stp;
+  if (!st) return;
+  free(st->vol);
+  free(st);
+  *stp = NULL;
+}
+
+int sample_scene_where(const scene *s, sample_keep_fn keep, void *keep_ctx, particles *p) {
+  sample_stream *st = NULL;
+  DR_TRY(sample_stream_open(s, keep, keep_ctx, &st));
+  const int rc = stream_next(st, p, st->kept);
+  sample_stream_close(&st);
+  return rc;
 }

@@ -33,6 +33,18 @@ int sample_scene(const scene *s, particles *p);
  * the kept particles are exactly those sample_scene gives there, volumes included. */
 typedef int (*sample_keep_fn)(void *ctx, const double x[3]);
 int sample_scene_where(const scene *s, sample_keep_fn keep, void *ctx, particles *p);
+/* The same particles as a particle_source (particles.h), sampled chunk by chunk as the consumer
+ * asks (a run's creation streams them into its backend, none held beyond a chunk): open counts
+ * each body's particles in a pass that stores nothing (their volume needs the count) and the
+ * kept ones (the source's n); the source's chunks, one after the other, are exactly what
+ * sample_scene_where gives. The stream holds the scene and keep's ctx until closed. */
+typedef struct sample_stream sample_stream;
+int sample_stream_open(const scene *s, sample_keep_fn keep, void *ctx, sample_stream **out);
+particle_source sample_stream_source(sample_stream *st);
+/* The largest particle mass (kg, as the particles store it) of the scene's bodies, sources
+ * excepted: the same on every rank, whichever particles it keeps. */
+double sample_stream_mass_max(const sample_stream *st);
+void sample_stream_close(sample_stream **st);
 /* Calls fn(ctx, x) for every particle position of the scene without storing any (histograms),
  * the sources' shapes included as if sampled (where their particles will be: the initial cuts
  * between ranks). */

@@ -128,12 +128,11 @@ int sim_stop_at(sim *S, int sig, double t, int k) {
 }
 
 /* Deterministic mode: the fixed-point scales of physics/fixed.h, from the largest particle mass
- * (all ranks; masses never change, so a resume finds the same) and a speed bound from the scene
- * alone, so that every run of the scene, on any number of ranks, resumed or not, uses the same. */
-static int deterministic_scales(sim *S, const particles *p) {
+ * (m_max: this rank's; all ranks' is taken; masses never change, so a resume finds the same) and
+ * a speed bound from the scene alone, so that every run of the scene, on any number of ranks,
+ * resumed or not, uses the same. */
+static int deterministic_scales(sim *S, double m_max) {
   const scene *s = S->sc;
-  double m_max = 0.0;
-  for (size_t i = 0; i < p->n; ++i) m_max = fmax(m_max, p->mass[i]);
   if (S->nranks > 1) {
     double mine = m_max;
     DR_MPI(MPI_Allreduce(&mine, &m_max, 1, MPI_DOUBLE, MPI_MAX, S->comm));
@@ -159,6 +158,24 @@ static int deterministic_scales(sim *S, const particles *p) {
              "and %g per kg m/s (speed bound %.3g m/s); a contribution may reach %.3g kg m/s",
              (double)S->prm.fix_scale[0], m_max, (double)S->prm.fix_scale[1], v,
              (double)FIX_LIMIT / (double)S->prm.fix_scale[1]);
+  return DR_OK;
+}
+
+/* The largest mass of p's particles (kg), 0 for none. */
+static double particles_mass_max(const particles *p) {
+  double m_max = 0.0;
+  for (size_t i = 0; i < p->n; ++i) m_max = fmax(m_max, p->mass[i]);
+  return m_max;
+}
+
+/* The run's particle count (st.particles) from this rank's n: every rank's sum. */
+static int sim_count_all(sim *S, size_t n) {
+  S->st.particles = n;
+  if (S->nranks == 1) return DR_OK;
+  uint64_t mine = n, all = 0;
+  const int e = MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, S->comm);
+  if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(particle count)");
+  S->st.particles = all;
   return DR_OK;
 }
 
@@ -265,35 +282,32 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   for (int a = 0; a < 3; ++a) S->origin[a] = (float)(s->domain_min[a] - GRID_PAD * s->dx);
   if (opt->resume) {
     rc = sim_resume_from_checkpoint(S, &p);
-  } else if (S->nranks > 1) {
-    /* Every rank cuts the same histogram the same way, then samples only its own box. */
-    rc = sim_initial_decomposition(S);
-    if (rc == DR_OK) rc = sample_scene_where(s, sim_keep_own, S, &p);
-  } else {
-    rc = sample_scene(s, &p);
-  }
-  if (rc) {
-    particles_free(&p);
-    goto fail;
-  }
-  S->st.particles = p.n;
-  if (S->nranks > 1) {
-    uint64_t mine = p.n, all = 0;
-    int e = MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, comm);
-    if (e != MPI_SUCCESS) {
-      rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(particle count)");
+    if (rc == DR_OK) rc = sim_count_all(S, p.n);
+    if (rc == DR_OK && s->deterministic) rc = comm_agree(comm, deterministic_scales(S, particles_mass_max(&p)));
+    if (rc) {
       particles_free(&p);
       goto fail;
     }
-    S->st.particles = all;
-  }
-  if (s->deterministic) rc = comm_agree(comm, deterministic_scales(S, &p));
-  if (rc) {
+    rc = backend_create(opt->backend >= 0 ? opt->backend : s->backend, &S->prm, &p, &S->be);
     particles_free(&p);
-    goto fail;
+  } else {
+    /* The sampled scene streams into the backend (backend_create_from), a chunk at a time: the host
+     * holds no copy of all its particles. With several ranks every rank cuts the same histogram
+     * the same way, then samples only its own box. */
+    sample_stream *ss = NULL;
+    if (S->nranks > 1) rc = sim_initial_decomposition(S);
+    if (rc == DR_OK) rc = sample_stream_open(s, S->nranks > 1 ? sim_keep_own : NULL, S, &ss);
+    const particle_source src = rc == DR_OK ? sample_stream_source(ss) : (particle_source){0};
+    if (rc == DR_OK) rc = sim_count_all(S, src.n);
+    /* the masses come from the bodies: the scene's largest on every rank */
+    if (rc == DR_OK && s->deterministic) rc = comm_agree(comm, deterministic_scales(S, sample_stream_mass_max(ss)));
+    if (rc) {
+      sample_stream_close(&ss);
+      goto fail;
+    }
+    rc = backend_create_from(opt->backend >= 0 ? opt->backend : s->backend, &S->prm, &src, &S->be);
+    sample_stream_close(&ss);
   }
-  rc = backend_create(opt->backend >= 0 ? opt->backend : s->backend, &S->prm, &p, &S->be);
-  particles_free(&p);
   if (S->nranks > 1) {
     rc = comm_agree(comm, rc);
     /* what redistribute and the exchange (its node exchange) need of a backend */

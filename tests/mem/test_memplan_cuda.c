@@ -3,7 +3,8 @@
  * gpu/dvec.cu) within 5% of the plan, and the device's own account, cudaMemGetInfo's drop from
  * before the backend to the end of the run, within 5% of the counted bytes held then (plus what
  * the driver keeps for itself beside them: kernels' code and local memory, graphs; reported, at
- * most DRIVER_MIB). Exit 77 without a GPU. */
+ * most DRIVER_MIB). And the host's counted peak at the creation: a chunk of the streamed particles
+ * and the upload's staging (memsizes.h), not the scene's particles. Exit 77 without a GPU. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -12,7 +13,9 @@
 #include "check.h"
 #include "gpu_query.h"
 #include "memplan.h"
+#include "memsizes.h"
 #include "memtally.h"
+#include "particles.h"
 #include "scene.h"
 #include "sim.h"
 
@@ -46,6 +49,18 @@ int main(int argc, char **argv) {
   sim_options opt = {.backend = BACKEND_CUDA, .frames = frames, .gpus = 1, .write_output = 0};
   sim *S = NULL;
   int rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
+  /* the creation streams the particles (backend_create_from): the host holds a chunk of them and
+   * the upload's staging, not the scene (3.1M particles, 372 MiB as one array); 8 MiB for the
+   * rest of the set-up (the block codes' pinned buffer, the colliders) */
+  const double rec = (double)particles_record_bytes(), host_created = (double)memtally_peak(MEMTALLY_HOST);
+  const double chunk = rec * fmin((double)plan.particles, (double)MEM_CREATE_CHUNK);
+  const double staging = fmin(ceil(plan.particles / (double)MEM_LANES), (double)MEM_UPLOAD_PACKETS) *
+                         (MEM_PACKET_ATTRS * MEM_LANES * 4.0 + MEM_LANES * 8.0 + 8.0);
+  printf("host at the creation: counted peak %.1f MiB, a chunk and the staging %.1f MiB, the particles as one array "
+         "%.1f MiB\n", host_created / 1048576.0, (chunk + staging) / 1048576.0, rec * plan.particles / 1048576.0);
+  CHECK(rc != 0 || host_created <= chunk + staging + 8.0 * 1048576.0,
+        "the host's counted peak at the creation, %.1f MiB, exceeds a chunk and the staging (%.1f MiB) by more than 8 MiB",
+        host_created / 1048576.0, (chunk + staging) / 1048576.0);
   for (int f = 0; rc == 0 && f < frames; ++f) rc = sim_advance_frame(S);
   CHECK(rc == 0, "the run failed (%d)", rc);
   CHECK(gpu_free_memory(0, &free1, NULL) == 0, "cudaMemGetInfo");
