@@ -8,6 +8,8 @@
   jobs/validation/SCALE/column_aA_ps_gate.json, column_aA_ps_walls.json  the short ones (a <= 2)
                                          released by a lifted gate, or in a channel with
                                          frictional side walls
+  jobs/validation/SCALE/column_aA_lube.json  the plane-strain columns with the friction angle
+                                         quoted for Lube et al.'s fine quartz sand (LUBE_PHI)
   jobs/validation/SCALE/dam_break.json   Martin & Moyce (1952)'s water column, n^2 = H/a = 2
   jobs/validation/SCALE/beam_csm3.json   Turek & Hron (2006)'s CSM3: an elastic beam fixed to a
                                          cylinder, swinging under gravity
@@ -39,7 +41,8 @@ RHO_SAND = 1600.0
 # weight is the same small strain (about 1%) for every a, and the wave speed (which sets the step)
 # is no larger than it must be.
 E_OVER_RHO_G_H0 = 100.0
-FLOOR_FRICTION = math.tan(math.radians(PHI))  # a rough floor: basal friction = internal friction
+# The floor is rough: its Coulomb friction is tan phi of the column's sand (basal friction =
+# internal friction, as for a floor with grains glued on).
 # The drucker_prager cone's Mohr-Coulomb match (docs/scene-format.md): every column is written with
 # each fit, the case name taking the suffix ("compression" is drift's default).
 FITS = {"compression": "", "plane_strain": "_ps"}
@@ -55,6 +58,12 @@ GATE_SPEED = 1.0  # m/s
 # in place of the slab's frictionless z walls.
 CHANNEL_W = L0
 WALL_FRICTION = math.tan(math.radians(20.0))
+# "lube" (case suffix _lube, every a, plane-strain fit): the sand and the floor at the angle of
+# repose quoted for Lube et al. (2005)'s fine quartz sand (their Tables I and II as a public
+# project's test quotes them; the paper itself was not read: docs/validation.md, "The
+# experiment's figures"). The floor keeps basal friction = internal friction: the same quote has a
+# layer of grains settle on the floor, the flow running over it.
+LUBE_PHI = 29.5  # degrees
 
 # The dam break: Martin & Moyce 1952, the a = 2.25 in column with n^2 = 2 (height 2a).
 A_DAM = 0.05715  # m (2.25 in)
@@ -90,7 +99,7 @@ def fmt(v):
     return float(f"{v:.9g}")
 
 
-def column(a, n_cells, frames, fit, setup=None):
+def column(a, n_cells, frames, fit, setup=None, phi=PHI):
     dx = L0 / n_cells
     h0 = a * L0
     x0 = y0 = 3 * dx  # wall-side face and floor of the column: clear of the wall node layers
@@ -102,18 +111,18 @@ def column(a, n_cells, frames, fit, setup=None):
     e = E_OVER_RHO_G_H0 * RHO_SAND * G * h0
     scene = {
         "description": f"Quasi-2D granular column collapse, a = H0/L0 = {a:g} (L0 = {L0:g} m, H0 = {h0:g} m), "
-                       f"{n_cells} cells across L0; sand phi = {PHI:g} deg (cone fit {fit}) on a rough floor (friction tan phi) "
+                       f"{n_cells} cells across L0; sand phi = {phi:g} deg (cone fit {fit}) on a rough floor (friction tan phi) "
                        f"between slip walls. Compared with Lube et al. 2005 in docs/validation.md; written by "
                        f"jobs/validation/make_scenes.py.",
         "domain": {"min": [0, 0, 0], "max": [fmt(lx), fmt(ly), fmt(lz)], "dx": fmt(dx)},
         "time": {"frames": frames, "fps": fmt(frames / t_end), "cfl": 0.5},
         "materials": {
             "sand": {"model": "drucker_prager", "density": RHO_SAND, "youngs_modulus": fmt(e),
-                     "poisson_ratio": 0.3, "friction_angle": PHI, "fit": fit}
+                     "poisson_ratio": 0.3, "friction_angle": phi, "fit": fit}
         },
         "bodies": [{"shape": "box", "min": [fmt(x0), fmt(y0), fmt(z0)],
                     "max": [fmt(x0 + L0), fmt(y0 + h0), fmt(z0 + 2 * dx)], "material": "sand", "ppc": 8}],
-        "boundary": {"type": "slip", "y-": {"type": "separate", "friction": fmt(FLOOR_FRICTION)},
+        "boundary": {"type": "slip", "y-": {"type": "separate", "friction": fmt(math.tan(math.radians(phi)))},
                      "y+": {"type": "separate"}},
     }
     if setup == "gate":
@@ -240,6 +249,15 @@ def main():
                 rel = f"{scale}/{name}.json"
                 dump(scene, os.path.join(HERE, rel))
                 rows.append(f"{scale},{name},column,{rel},{a:g},{L0:g},{h0:g},{t_end:.6g},{L0 / s['column']:.9g}")
+        for a in ASPECTS:
+            scene, t_end, h0 = column(a, s["column"], s["frames"], "plane_strain", phi=LUBE_PHI)
+            scene["description"] = scene["description"].replace(
+                f"sand phi = {LUBE_PHI:g} deg", f"sand phi = {LUBE_PHI:g} deg (the angle of repose quoted for Lube et "
+                                                f"al.'s fine quartz sand)")
+            name = f"column_a{a:g}_lube"
+            rel = f"{scale}/{name}.json"
+            dump(scene, os.path.join(HERE, rel))
+            rows.append(f"{scale},{name},column,{rel},{a:g},{L0:g},{h0:g},{t_end:.6g},{L0 / s['column']:.9g}")
         scene, t_end, h = dam_break(s["dam"], s["dam_frames"])
         rel = f"{scale}/dam_break.json"
         dump(scene, os.path.join(HERE, rel))

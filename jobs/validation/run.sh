@@ -14,7 +14,8 @@
 # matplotlib, DIR/columns.png and DIR/dam_break.png. DIR/timing.csv has each run's wall time.
 # The columns come with each of the sand's cone fits, column_aA (the default, "compression") and
 # column_aA_ps ("plane_strain"), and for a <= 2 with the laboratory's gate (column_aA_ps_gate) or
-# side walls (column_aA_ps_walls).
+# side walls (column_aA_ps_walls), and column_aA_lube ("plane_strain" at the 29.5 deg quoted for
+# Lube et al.'s fine quartz sand).
 # Defaults: --backend cpu, --scale coarse, --out validation-SCALE-BACKEND. --only runs the cases
 # whose name matches a shell pattern (column_a1, 'column_*_ps', 'column_a[48]*') and compares what
 # DIR holds. DRIFT_BIN, DRIFT_FRONT_BIN and DRIFT_PROBE_BIN
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?}; shift 2 ;;
     --only) only=${2:?}; shift 2 ;;
     --drop-frames) drop=1; shift ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
