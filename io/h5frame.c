@@ -267,7 +267,7 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
  * the caller's thread, so that a failure's message is the caller's (error.h keeps it per thread).
  * The encoders work value by value, so a block split into tasks gives the bits of one call over
  * the whole field. The team is one thread fewer than omp_get_max_threads() of the calling thread
- * (the cores the process may use, which OMP_NUM_THREADS or a binding caps), at least one: the
+ * (in a run, the writer's team: its rank's share of the node's cores, writer.c), at least one: the
  * run's main thread keeps a core to drive the device meanwhile, and threads beyond the free cores
  * spin for work they rarely get (on the 2-core CPU machine under load a team of two took 1.1-2x
  * one thread's time). With one thread the tasks wait for the taskwait: write, then convert. */

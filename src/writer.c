@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "writer.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -41,6 +42,7 @@ struct writer {
   int fail_rc, fail_agreed;
   char fail_msg[1024];
   double busy_s, wait_s;
+  int team; /* the thread's OpenMP team (writer_cores) */
   double longest_s; /* the longest job so far (the watchdog's limit for waits on the writer) */
 };
 
@@ -82,6 +84,7 @@ static void run_job(writer *w, uint64_t t, job j) {
 
 static void *thread_main(void *arg) {
   writer *w = arg;
+  omp_set_num_threads(w->team); /* this thread's teams (writer_cores) */
   pthread_mutex_lock(&w->lock);
   for (;;) {
     while (w->done == w->queued && !w->stop) pthread_cond_wait(&w->wake, &w->lock);
@@ -117,18 +120,33 @@ static void wait_done(writer *w, double t0) {
   }
 }
 
-/* The writer thread runs on the cores its rank may use. A rank confined to one core of several
- * (Open MPI binds each of one or two ranks to a core unless told --bind-to none) leaves the writer
- * that core's share with the main thread, which waits on the GPU and MPI by spinning: on one
- * H200, two ranks of Sand Blocks l46 wrote their frames at 1.65 GB/s so bound and at 2.19 GB/s
- * unbound (docs/performance.md). Rank 0 says so, once, for all ranks so bound. Collective. */
-static int writer_check_cores(MPI_Comm comm) {
+/* The writer's OpenMP team (its jobs' loops: the totals, the half precision's conversion): the
+ * cores this rank may use, shared with the node's other ranks where they may use the same ones
+ * (mpirun --bind-to none: every rank sees every core; two teams of all of them, each spinning
+ * for work, took two ranks' totals from 6 to 12 ms a frame and their half frames' writers from
+ * 2.3 to 1.4 GB/s on one H200), capped by OMP_NUM_THREADS, at least 1.
+ *
+ * A rank confined to one core of several (Open MPI binds each of one or two ranks to a core unless
+ * told --bind-to none) leaves the writer that core's share with the main thread, which waits on
+ * the GPU and MPI by spinning: on one H200, two ranks of Sand Blocks l46 wrote their frames at
+ * 1.65 GB/s so bound and at 2.19 GB/s unbound (docs/performance.md). Rank 0 says so, once, for
+ * all ranks so bound. Collective. */
+static int writer_cores(MPI_Comm comm, int *team) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  MPI_Comm node = MPI_COMM_NULL;
+  int local = 1;
+  int e = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  if (e == MPI_SUCCESS) e = MPI_Comm_size(node, &local);
+  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+  if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Comm_split_type(the node's ranks)");
+  const int share = (long)mine * local > online ? mine / local : mine; /* cores shared: a rank's part */
+  *team = share < omp_get_max_threads() ? share : omp_get_max_threads();
+  if (*team < 1) *team = 1;
   int bound = mine == 1 && online > 1, ranks = 0, nranks = 1;
-  int e = MPI_Allreduce(&bound, &ranks, 1, MPI_INT, MPI_SUM, comm);
+  e = MPI_Allreduce(&bound, &ranks, 1, MPI_INT, MPI_SUM, comm);
   if (e == MPI_SUCCESS) e = MPI_Comm_size(comm, &nranks);
   if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(the ranks bound to one core)");
   if (ranks > 0)
@@ -158,7 +176,7 @@ int writer_create(MPI_Comm comm, writer **out) {
   }
   /* every rank of one job gets the same level and settings: all take the same path */
   w->threaded = level >= MPI_THREAD_MULTIPLE && !settings()->writer_inline;
-  if (w->threaded && (e = writer_check_cores(w->comm)) != DR_OK) {
+  if (w->threaded && (e = writer_cores(w->comm, &w->team)) != DR_OK) {
     MPI_Comm_free(&w->comm);
     free(w);
     return e;
