@@ -190,14 +190,14 @@ int sim_resume_from_checkpoint(sim *S, particles *p, ckpt_reader **reader) {
     const ckpt_rows_seen *seen = ckpt_reader_seen(*reader);
     rc = check_materials(S, seen->material_min, seen->material_max);
   } else if (rc == DR_OK) {
-    int32_t mine[2] = {INT32_MAX, INT32_MAX}, all[2]; /* the least material and the negated largest */
+    int64_t mine[2] = {INT32_MAX, INT32_MAX}, all[2]; /* the least material and the negated largest */
     for (size_t i = 0; i < slice.n; ++i) {
       if (slice.material[i] < mine[0]) mine[0] = slice.material[i];
-      if (-slice.material[i] < mine[1]) mine[1] = -slice.material[i];
+      if (-(int64_t)slice.material[i] < mine[1]) mine[1] = -(int64_t)slice.material[i];
     }
-    const int e = MPI_Allreduce(mine, all, 2, MPI_INT32_T, MPI_MIN, S->comm);
+    const int e = MPI_Allreduce(mine, all, 2, MPI_INT64_T, MPI_MIN, S->comm);
     if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(material check)");
-    else if (all[0] != INT32_MAX) rc = check_materials(S, all[0], -all[1]);
+    else if (all[0] <= -all[1]) rc = check_materials(S, (int32_t)all[0], (int32_t)-all[1]);
   }
   rc = comm_agree(S->comm, rc);
   if (rc == DR_OK && !stream) {
