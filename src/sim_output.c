@@ -207,6 +207,9 @@ int sim_resume_from_checkpoint(sim *S, particles *p, ckpt_reader **reader) {
     free(L.v);
     if (rc == DR_OK) rc = sim_migrate(S, &slice, 0, p);
     S->fs.migrated = 0; /* reading is not migration */
+    /* the migration's record buffers, sized for a whole slice here and allocated before the
+     * backend (pageable), go: sim_reserve_migration sizes the run's own after the backend */
+    for (int k = 0; k < (int)(sizeof S->mig_buf / sizeof S->mig_buf[0]); ++k) sim_mig_release(S, k);
   }
   particles_free(&slice);
   /* the particle sources go on from their counts (emit.h); another scene's (--force) must match */
