@@ -148,7 +148,7 @@ static void flip(const char *path, long offset) {
   fclose(f);
 }
 
-/* The file offset of a contiguous dataset's value at byte `at`. */
+/* The file offset of a contiguous dataset's first value. */
 static long data_offset(const char *path, const char *dset) {
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(f, dset, H5P_DEFAULT);
   haddr_t a = H5Dget_offset(d);
