@@ -115,23 +115,25 @@ static uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-/* The sum (mod 2^64) over this rank's rows of a hash of the row's index in the file and its
- * bytes in every attribute: a sum, so that any split of the rows among ranks adds up the same;
- * the index inside, so that rows swapped or moved are found too. Values go in as 32-bit words
- * (every attribute's values are 4 or 8 bytes). */
-static uint64_t row_sum(const particles *p, uint64_t first_row) {
+/* The sum (mod 2^64) over p's particles [from, from + count), rows first_row on of the file, of
+ * a hash of the row's index in the file and its bytes in every attribute: a sum, so that any
+ * split of the rows among ranks or chunks adds up the same; the index inside, so that rows
+ * swapped or moved are found too. Values go in as 32-bit words (every attribute's values are 4
+ * or 8 bytes). */
+static uint64_t row_sum(const particles *p, size_t from, size_t count, uint64_t first_row) {
   uint64_t sum = 0;
-  const long n = (long)p->n;
+  const long n = (long)count;
   /* threads: a sum, whose order does not matter; ckpt_begin runs it in the main thread */
 #pragma omp parallel for schedule(static) reduction(+ : sum)
   for (long i = 0; i < n; ++i) {
     const uint64_t row = first_row + (uint64_t)i;
+    const size_t at = from + (size_t)i;
     uint64_t h = FNV_BASIS;
     h = (h ^ (uint32_t)row) * FNV_PRIME;
     h = (h ^ (uint32_t)(row >> 32)) * FNV_PRIME;
     for (int a = 0; a < N_PATTRS; ++a) {
       const size_t bytes = PATTRS[a].size * (size_t)PATTRS[a].k;
-      const unsigned char *b = (const unsigned char *)pattr_data(p, &PATTRS[a]) + bytes * i;
+      const unsigned char *b = (const unsigned char *)pattr_data(p, &PATTRS[a]) + bytes * at;
       for (size_t o = 0; o < bytes; o += 4) {
         uint32_t w;
         memcpy(&w, b + o, 4);
@@ -313,7 +315,7 @@ int ckpt_begin(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_
   f->keep = keep < 1 ? 1 : keep;
   DR_TRY(h5rows_counts(comm, p->n, &f->rows));
   skeleton k = {.sc = sc};
-  uint64_t mine = row_sum(p, f->rows.offset);
+  uint64_t mine = row_sum(p, 0, p->n, f->rows.offset);
   DR_MPI(MPI_Allreduce(&mine, &k.particle_sum, 1, MPI_UINT64_T, MPI_SUM, comm));
   ckpt_state full = *st;
   full.n_particles = f->rows.total;
@@ -509,89 +511,231 @@ fail:
   return st;
 }
 
-int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *out, particles *slice) {
-  int rank = 0, nranks = 1, st = 0;
-  hid_t fapl = H5I_INVALID_HID, file = H5I_INVALID_HID, dxpl = H5I_INVALID_HID, group = H5I_INVALID_HID;
+/* An open checkpoint that passed every check but the rows' sum: the state, its hash, the scene,
+ * the sources, the particle datasets' types and shapes (dset: open, in PATTRS order). */
+typedef struct rfile {
+  hid_t fapl, file, dxpl, group, dset[N_PATTRS];
+  uint64_t particle_sum; /* the recorded sum of the row hashes */
+} rfile;
+
+static void rfile_close(rfile *f) {
+  for (int a = 0; a < N_PATTRS; ++a) H5_DROP(H5Dclose, f->dset[a]);
+  H5_DROP(H5Gclose, f->group);
+  H5_DROP(H5Pclose, f->dxpl);
+  H5_DROP(H5Fclose, f->file);
+  H5_DROP(H5Pclose, f->fapl);
+}
+
+/* Collective over comm: opens path and checks it in the order the comment at the top gives, up
+ * to the rows themselves; allocates out->emitted (NULL again on failure). Every rank returns the
+ * same status; on failure f holds nothing open. */
+static int rfile_open(MPI_Comm comm, const char *path, ckpt_state *out, rfile *f) {
+  int rank = 0, st = 0;
+  f->fapl = f->file = f->dxpl = f->group = H5I_INVALID_HID;
+  for (int a = 0; a < N_PATTRS; ++a) f->dset[a] = H5I_INVALID_HID;
   h5util_quiet();
-  DR_MPI(MPI_Comm_rank(comm, &rank));
-  DR_MPI(MPI_Comm_size(comm, &nranks));
-  slice->n = 0;
   out->emitted = NULL;
   out->n_sources = 0;
+  DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_TRY(comm_agree(comm, rank == 0 ? read_checks(path) : DR_OK));
   /* Opening is collective; a truncated file fails here (its end is before the recorded one). */
   st = DR_OK;
-  if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 || H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0)
+  if ((f->fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 || H5Pset_fapl_mpio(f->fapl, comm, MPI_INFO_NULL) < 0)
     st = dr_fail_at(DR_EIO, __FILE__, __LINE__, "H5Pset_fapl_mpio", "file access properties for %s", path);
-  else if ((file = H5Fopen(path, H5F_ACC_RDONLY, fapl)) < 0)
+  else if ((f->file = H5Fopen(path, H5F_ACC_RDONLY, f->fapl)) < 0)
     st = dr_fail(DR_EINPUT, "checkpoint %s: not a whole HDF5 file (truncated, damaged, or not a checkpoint)", path);
   if ((st = comm_agree(comm, st))) goto fail;
-  uint64_t particle_sum = 0, hash = 0;
-  if ((st = comm_agree(comm, read_state(file, out, &particle_sum, &hash, path)))) goto fail;
-  H5CK(dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
-  H5CK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
-  if ((st = comm_agree(comm, check_scene(file, out, dxpl, path)))) goto fail;
+  uint64_t hash = 0;
+  if ((st = comm_agree(comm, read_state(f->file, out, &f->particle_sum, &hash, path)))) goto fail;
+  H5CK(f->dxpl = H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "transfer properties");
+  H5CK(H5Pset_dxpl_mpio(f->dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", "transfer properties");
+  if ((st = comm_agree(comm, check_scene(f->file, out, f->dxpl, path)))) goto fail;
   /* the sources' counts (every rank reads them all), then the state's hash over everything */
   if (out->n_sources > 0 && !(out->emitted = malloc(sizeof *out->emitted * (size_t)out->n_sources)))
     st = dr_fail(DR_ENOMEM, "out of host memory for the particle sources of %s", path);
   if ((st = comm_agree(comm, st))) goto fail;
   {
     hid_t d = H5I_INVALID_HID;
-    if ((st = comm_agree(comm, open_rows(file, "sources", K_U64, 1, (uint64_t)out->n_sources, &d, path)))) {
+    if ((st = comm_agree(comm, open_rows(f->file, "sources", K_U64, 1, (uint64_t)out->n_sources, &d, path)))) {
       H5_DROP(H5Dclose, d);
       goto fail;
     }
     st = read_rows(d, "sources", H5T_NATIVE_UINT64, 1, (uint64_t)out->n_sources, 0, (uint64_t)out->n_sources,
-                   out->emitted, dxpl, path);
+                   out->emitted, f->dxpl, path);
     H5Dclose(d);
     if (!st && hash != state_hash(out)) st = dr_fail(DR_EINPUT, "checkpoint %s: damaged (the run's state does not match its hash)", path);
     if ((st = comm_agree(comm, st))) goto fail;
   }
-  /* this rank's even slice */
-  const uint64_t N = out->n_particles, R = (uint64_t)nranks, r = (uint64_t)rank;
-  const uint64_t first = N / R * r + N % R * r / R, end = N / R * (r + 1) + N % R * (r + 1) / R, n = end - first;
-  st = particles_reserve(slice, n);
-  if (!st && H5Lexists(file, "particles", H5P_DEFAULT) <= 0)
+  if (H5Lexists(f->file, "particles", H5P_DEFAULT) <= 0)
     st = dr_fail(DR_EINPUT, "checkpoint %s: damaged or not a drift checkpoint (no group 'particles')", path);
-  if (!st && (group = H5Gopen2(file, "particles", H5P_DEFAULT)) < 0)
+  else if ((f->group = H5Gopen2(f->file, "particles", H5P_DEFAULT)) < 0)
     st = dr_fail(DR_EINPUT, "checkpoint %s: damaged (group 'particles' cannot be opened)", path);
   if ((st = comm_agree(comm, st))) goto fail;
-  for (int a = 0; a < N_PATTRS; ++a) {
-    hid_t d = H5I_INVALID_HID;
-    if ((st = comm_agree(comm, open_rows(group, PATTRS[a].name, PATTRS[a].kind, PATTRS[a].k, N, &d, path)))) {
-      H5_DROP(H5Dclose, d);
+  for (int a = 0; a < N_PATTRS; ++a)
+    if ((st = comm_agree(comm, open_rows(f->group, PATTRS[a].name, PATTRS[a].kind, PATTRS[a].k, out->n_particles,
+                                         &f->dset[a], path))))
       goto fail;
-    }
-    st = read_rows(d, PATTRS[a].name, mem_type(PATTRS[a].kind), PATTRS[a].k, N, first, n, pattr_data(slice, &PATTRS[a]),
-                   dxpl, path);
-    H5Dclose(d);
-    if ((st = comm_agree(comm, st))) goto fail;
-  }
-  slice->n = n;
-  /* every bit of every row, summed over the ranks whatever their number */
-  uint64_t mine = row_sum(slice, first), all = 0;
-  int e = MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, comm);
-  if (e != MPI_SUCCESS) st = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(checkpoint checksum)");
-  else if (all != particle_sum)
-    st = dr_fail(DR_EINPUT, "checkpoint %s: damaged (the particle data does not match its checksum)", path);
-  if (st) goto fail;
-  H5Gclose(group);
-  H5Pclose(dxpl);
-  H5Fclose(file);
-  H5Pclose(fapl);
   return DR_OK;
 fail:
-  slice->n = 0;
   free(out->emitted);
   out->emitted = NULL;
-  H5_DROP(H5Gclose, group);
-  H5_DROP(H5Pclose, dxpl);
-  H5_DROP(H5Fclose, file);
-  H5_DROP(H5Pclose, fapl);
+  rfile_close(f);
   return st;
 }
 
-int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *slice, char *found, size_t len) {
+/* Rows [first, first + n) of particle attribute a into dst's array at particle dst->n (dst has
+ * room; dst->n unchanged). Collective transfers: every rank of the file's comm takes part, a rank
+ * with n = 0 too. */
+static int rfile_attr_rows(const rfile *f, int a, uint64_t first, uint64_t n, particles *dst, uint64_t total,
+                           const char *path) {
+  const pattr *A = &PATTRS[a];
+  void *at = n > 0 ? (char *)pattr_data(dst, A) + A->size * (size_t)A->k * dst->n : NULL;
+  return read_rows(f->dset[a], A->name, mem_type(A->kind), A->k, total, first, n, at, f->dxpl, path);
+}
+
+/* The sum of the row hashes over the ranks (mine: this rank's) against the recorded one. */
+static int check_sum(MPI_Comm comm, uint64_t mine, uint64_t want, const char *path) {
+  uint64_t all = 0;
+  const int e = MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, comm);
+  if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(checkpoint checksum)");
+  if (all != want) return dr_fail(DR_EINPUT, "checkpoint %s: damaged (the particle data does not match its checksum)", path);
+  return DR_OK;
+}
+
+int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *out, particles *slice) {
+  int rank = 0, nranks = 1;
+  rfile f;
+  DR_MPI(MPI_Comm_rank(comm, &rank));
+  DR_MPI(MPI_Comm_size(comm, &nranks));
+  slice->n = 0;
+  DR_TRY(rfile_open(comm, path, out, &f));
+  /* this rank's even slice */
+  const uint64_t N = out->n_particles, R = (uint64_t)nranks, r = (uint64_t)rank;
+  const uint64_t first = N / R * r + N % R * r / R, end = N / R * (r + 1) + N % R * (r + 1) / R, n = end - first;
+  int st = comm_agree(comm, particles_reserve(slice, n));
+  for (int a = 0; !st && a < N_PATTRS; ++a) st = comm_agree(comm, rfile_attr_rows(&f, a, first, n, slice, N, path));
+  if (!st) {
+    slice->n = n;
+    /* every bit of every row, summed over the ranks whatever their number */
+    st = check_sum(comm, row_sum(slice, 0, n, first), f.particle_sum, path);
+  }
+  rfile_close(&f);
+  if (st) {
+    slice->n = 0;
+    free(out->emitted);
+    out->emitted = NULL;
+  }
+  return st;
+}
+
+/* ---- reading a chunk at a time -------------------------------------------------------------- */
+
+struct ckpt_reader {
+  rfile f;
+  char path[H5UTIL_PATH_MAX];
+  uint64_t n;        /* rows */
+  uint64_t next_row; /* the next row to give */
+  uint64_t sum;      /* the row hashes' sum over rows [0, next_row) */
+  size_t chunk;      /* the most rows one hyperslab reads */
+  ckpt_rows_seen seen;
+};
+
+/* The next n rows appended to out (grown where it lacks room), hyperslabs of at most r->chunk
+ * rows; their hashes added to r->sum. */
+static int reader_rows(ckpt_reader *r, particles *out, uint64_t n) {
+  DR_TRY(particles_reserve(out, out->n + (size_t)n));
+  while (n > 0) {
+    const uint64_t k = n < r->chunk ? n : r->chunk;
+    for (int a = 0; a < N_PATTRS; ++a) DR_TRY(rfile_attr_rows(&r->f, a, r->next_row, k, out, r->n, r->path));
+    r->sum += row_sum(out, out->n, (size_t)k, r->next_row);
+    out->n += (size_t)k;
+    r->next_row += k;
+    n -= k;
+  }
+  return DR_OK;
+}
+
+/* The first pass: every row read a chunk at a time into one buffer of r->chunk particles, its
+ * sum held against the recorded one and the chunk's values folded into r->seen; then back to
+ * row 0 for the stream. */
+static int reader_verify(ckpt_reader *r) {
+  particles buf = {0};
+  int st = particles_reserve(&buf, (size_t)(r->n < r->chunk ? r->n : r->chunk));
+  r->seen = (ckpt_rows_seen){.material_min = INT32_MAX, .material_max = INT32_MIN, .mass_max = 0.0f};
+  while (!st && r->next_row < r->n) {
+    const uint64_t left = r->n - r->next_row, k = left < r->chunk ? left : r->chunk;
+    buf.n = 0;
+    if ((st = reader_rows(r, &buf, k))) break;
+    for (size_t i = 0; i < buf.n; ++i) {
+      if (buf.material[i] < r->seen.material_min) r->seen.material_min = buf.material[i];
+      if (buf.material[i] > r->seen.material_max) r->seen.material_max = buf.material[i];
+      if (buf.mass[i] > r->seen.mass_max) r->seen.mass_max = buf.mass[i];
+    }
+  }
+  particles_free(&buf);
+  if (!st && r->sum != r->f.particle_sum)
+    st = dr_fail(DR_EINPUT, "checkpoint %s: damaged (the particle data does not match its checksum)", r->path);
+  r->next_row = 0;
+  r->sum = 0;
+  return st;
+}
+
+/* particle_source.next: the next min(max, left) rows; with the last row given, their sum again
+ * against the recorded one (a file replaced between the passes is refused too). */
+static int reader_next(void *ctx, particles *out, size_t max) {
+  ckpt_reader *r = ctx;
+  const uint64_t left = r->n - r->next_row, k = left < (uint64_t)max ? left : (uint64_t)max;
+  DR_TRY(reader_rows(r, out, k));
+  if (k > 0 && r->next_row == r->n && r->sum != r->f.particle_sum)
+    return dr_fail(DR_EINPUT, "checkpoint %s: changed while it was read (the particle data no longer matches its checksum)",
+                   r->path);
+  return DR_OK;
+}
+
+int ckpt_open(const char *path, size_t chunk, ckpt_state *st, ckpt_reader **out) {
+  *out = NULL;
+  if (chunk == 0) return dr_fail(DR_EINTERNAL, "ckpt_open: a chunk of 0 rows");
+  ckpt_reader *r = dr_malloc(sizeof *r, "a checkpoint's reader");
+  if (!r) return DR_ENOMEM;
+  memset(r, 0, sizeof *r);
+  snprintf(r->path, sizeof r->path, "%s", path);
+  r->chunk = chunk;
+  int rc = rfile_open(MPI_COMM_SELF, path, st, &r->f);
+  if (rc) {
+    free(r);
+    return rc;
+  }
+  r->n = st->n_particles;
+  if ((rc = reader_verify(r))) {
+    ckpt_close(&r);
+    free(st->emitted);
+    st->emitted = NULL;
+    return rc;
+  }
+  *out = r;
+  return DR_OK;
+}
+
+particle_source ckpt_reader_source(ckpt_reader *r) {
+  return (particle_source){.n = (size_t)r->n, .next = reader_next, .ctx = r};
+}
+
+const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r) { return &r->seen; }
+
+void ckpt_close(ckpt_reader **r) {
+  if (!*r) return;
+  rfile_close(&(*r)->f);
+  free(*r);
+  *r = NULL;
+}
+
+/* ---- the newest whole checkpoint of a folder ------------------------------------------------- */
+
+/* Reads (or opens) one checkpoint; DR_EINPUT: not whole, the one before it is tried. */
+typedef int (*try_fn)(void *ctx, const char *path);
+
+/* Collective over comm: try on the checkpoints of dir, newest first, until one is whole. */
+static int read_latest(MPI_Comm comm, const char *dir, try_fn try, void *ctx, char *found, size_t len) {
   int rank = 0, *frames = NULL, n = 0;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   int rc = DR_OK;
@@ -613,7 +757,7 @@ int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *
   if (rc == DR_OK && n == 0) rc = dr_fail(DR_EINPUT, "--resume: no checkpoint_NNNNN.h5 in %s", dir);
   for (int i = 0; rc == DR_OK && i < n; ++i) {
     ckpt_path(dir, frames[i], found, len);
-    int r = ckpt_read(comm, found, st, slice);
+    int r = try(ctx, found);
     if (r == DR_OK) break;
     if (r != DR_EINPUT) {
       rc = r;
@@ -628,4 +772,36 @@ int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *
   }
   free(frames);
   return rc;
+}
+
+typedef struct read_try {
+  MPI_Comm comm;
+  ckpt_state *st;
+  particles *slice;
+} read_try;
+
+static int try_read(void *ctx, const char *path) {
+  read_try *t = ctx;
+  return ckpt_read(t->comm, path, t->st, t->slice);
+}
+
+int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *slice, char *found, size_t len) {
+  read_try t = {.comm = comm, .st = st, .slice = slice};
+  return read_latest(comm, dir, try_read, &t, found, len);
+}
+
+typedef struct open_try {
+  size_t chunk;
+  ckpt_state *st;
+  ckpt_reader **r;
+} open_try;
+
+static int try_open(void *ctx, const char *path) {
+  open_try *t = ctx;
+  return ckpt_open(path, t->chunk, t->st, t->r);
+}
+
+int ckpt_open_latest(const char *dir, size_t chunk, ckpt_state *st, ckpt_reader **r, char *found, size_t len) {
+  open_try t = {.chunk = chunk, .st = st, .r = r};
+  return read_latest(MPI_COMM_SELF, dir, try_open, &t, found, len);
 }

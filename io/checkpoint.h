@@ -1,7 +1,7 @@
 /* checkpoint.h - everything a run needs to continue exactly, in one HDF5 file, written
  * collectively by all ranks (like the frames: each rank one hyperslab at the offset of an
  * exclusive scan) and read back on any number of ranks (each an even slice; sim.c then moves the
- * particles to the ranks that own them).
+ * particles to the ranks that own them), or on one rank a chunk of rows at a time (ckpt_open).
  *
  * Layout of DIR/checkpoint_NNNNN.h5 (NNNNN = the last frame completed; a checkpoint written on
  * a signal may hold a state part-way into the next frame, see step_in_frame):
@@ -105,5 +105,36 @@ int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *st, particles *slice)
  * newest first, and says (log_info) why it passes over any that does not. Writes the chosen
  * file's path to found. DR_EINPUT when DIR holds none that is usable. */
 int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *slice, char *found, size_t len);
+
+/* A checkpoint read on the calling rank alone, a chunk of rows at a time, as a particle_source
+ * (particles.h): a one-rank resume streams it into the backend (backend_create_from), so the host
+ * never holds all its particles. Opening checks everything ckpt_read checks, the sum of the row
+ * hashes included, in a first pass over the rows (one buffer of `chunk` rows), before any row is
+ * handed out: a damaged file is refused before a backend is made from it, and a folder's older
+ * checkpoint can still be taken instead (ckpt_open_latest). That pass also gathers what the
+ * resume checks of every particle (ckpt_rows_seen). The stream then reads the rows again, in
+ * hyperslabs of at most `chunk` rows straight into the consumer's particles, and holds their sum
+ * against the recorded one once more with the last row. The cost of the two passes is a second
+ * read of the particle data; the host holds at most `chunk` rows of it at a time. */
+typedef struct ckpt_reader ckpt_reader;
+
+/* What the first pass saw over every row (material_min > material_max: no rows). */
+typedef struct ckpt_rows_seen {
+  int32_t material_min, material_max;
+  float mass_max; /* kg, 0 for no rows */
+} ckpt_rows_seen;
+
+/* Opens path on the calling rank alone (MPI_COMM_SELF) and reads its state into *st (st->emitted
+ * allocated, as ckpt_read does); *r: the reader (NULL on failure). chunk: the most rows read at
+ * once (MEM_CREATE_CHUNK in a run; the tests take less). The same refusals as ckpt_read: DR_EINPUT
+ * with one line naming the file and what is wrong, DR_EIO when it cannot be read. */
+int ckpt_open(const char *path, size_t chunk, ckpt_state *st, ckpt_reader **r);
+/* ckpt_open on the newest checkpoint of DIR that reads back whole, as ckpt_read_latest picks it;
+ * its path goes to found. */
+int ckpt_open_latest(const char *dir, size_t chunk, ckpt_state *st, ckpt_reader **r, char *found, size_t len);
+/* The rows as a source: n = st->n_particles; the reader must outlive it. One use only. */
+particle_source ckpt_reader_source(ckpt_reader *r);
+const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r);
+void ckpt_close(ckpt_reader **r);
 
 #endif

@@ -281,14 +281,22 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->inv_dx = 1.0f / (float)s->dx;
   for (int a = 0; a < 3; ++a) S->origin[a] = (float)(s->domain_min[a] - GRID_PAD * s->dx);
   if (opt->resume) {
-    rc = sim_resume_from_checkpoint(S, &p);
-    if (rc == DR_OK) rc = sim_count_all(S, p.n);
-    if (rc == DR_OK && s->deterministic) rc = comm_agree(comm, deterministic_scales(S, particles_mass_max(&p)));
+    /* One rank: the checkpoint streams into the backend (ckpt_open), as a sampled scene does.
+     * Several: each rank's particles, gathered from the checkpoint's slices (sim_output.c). */
+    ckpt_reader *ck = NULL;
+    rc = sim_resume_from_checkpoint(S, &p, &ck);
+    const particle_source src = ck ? ckpt_reader_source(ck) : (particle_source){0};
+    if (rc == DR_OK) rc = sim_count_all(S, ck ? src.n : p.n);
+    const double m_max = ck ? (double)ckpt_reader_seen(ck)->mass_max : particles_mass_max(&p);
+    if (rc == DR_OK && s->deterministic) rc = comm_agree(comm, deterministic_scales(S, m_max));
     if (rc) {
+      ckpt_close(&ck);
       particles_free(&p);
       goto fail;
     }
-    rc = backend_create(opt->backend >= 0 ? opt->backend : s->backend, &S->prm, &p, &S->be);
+    const int kind = opt->backend >= 0 ? opt->backend : s->backend;
+    rc = ck ? backend_create_from(kind, &S->prm, &src, &S->be) : backend_create(kind, &S->prm, &p, &S->be);
+    ckpt_close(&ck);
     particles_free(&p);
   } else {
     /* The sampled scene streams into the backend (backend_create_from), a chunk at a time: the host

@@ -240,7 +240,7 @@ int sim_redistribute(sim *S, const double *glob);
 /* sim_output.c */
 int sim_make_dirs(const char *path);
 int sim_write_checkpoint(sim *S);
-int sim_resume_from_checkpoint(sim *S, particles *p);
+int sim_resume_from_checkpoint(sim *S, particles *p, ckpt_reader **reader);
 int sim_list_earlier_frames(sim *S);
 int sim_write_frame(sim *S);
 int sim_stop_with_checkpoint(sim *S);

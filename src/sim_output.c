@@ -130,17 +130,32 @@ int sim_write_checkpoint(sim *S) {
   return DR_OK;
 }
 
+/* The checkpoint's materials (lo .. hi over all its particles; lo > hi: none) must be the
+ * scene's (only --force lets another scene through). */
+static int check_materials(const sim *S, int32_t lo, int32_t hi) {
+  if (lo > hi || (lo >= 0 && hi < S->sc->n_materials)) return DR_OK;
+  return dr_fail(DR_EINPUT, "checkpoint %s: particles of material %d, but %s defines %d material(s)", S->resumed_from,
+                 hi >= S->sc->n_materials ? (int)hi : (int)lo, S->sc->path, S->sc->n_materials);
+}
+
 /* Continues from a checkpoint instead of sampling the scene. Reads it (the file given, or the
  * newest whole one in a folder; default the output folder), refuses one from another scene
- * unless --force, and leaves in *p the particles this rank owns. Every rank reads an even slice;
- * on several ranks the cuts are then made from all slices (rebalance, as when the load drifts)
- * and the particles move to their owners (migrate, as at a rebuild-mapping), so no rank ever
- * holds the whole scene. Restores the time, the step counts and the step-size controller. */
-int sim_resume_from_checkpoint(sim *S, particles *p) {
+ * unless --force, and restores the time, the step counts and the step-size controller.
+ * One rank: *reader streams the particles (ckpt_open: checked whole first, then read a chunk of
+ * MEM_CREATE_CHUNK rows at a time into the backend, backend_create_from), *p stays empty.
+ * Several ranks: *reader is NULL and *p holds the particles this rank owns: every rank reads an
+ * even slice, the cuts are made from all slices (rebalance, as when the load drifts) and the
+ * particles move to their owners (migrate, as at a rebuild-mapping), so no rank holds the whole
+ * scene, but each holds its slice (124 B a particle, n / R of them) and then its own particles
+ * whole: the rebalance needs every slice's load before any particle moves, and the migration
+ * sends whole particles between ranks, which a stream of chunks would have to repeat chunk by
+ * chunk with every rank in step. */
+int sim_resume_from_checkpoint(sim *S, particles *p, ckpt_reader **reader) {
   const char *where = S->opt.resume && S->opt.resume[0] ? S->opt.resume : S->out_dir;
   ckpt_state st = {0};
   particles slice = {0};
   int kind = 0, rc = DR_OK; /* 0 missing, 1 a folder, 2 something else */
+  *reader = NULL;
   if (S->rank == 0) {
     struct stat sb;
     kind = stat(where, &sb) != 0 ? 0 : S_ISDIR(sb.st_mode) ? 1 : 2;
@@ -151,11 +166,13 @@ int sim_resume_from_checkpoint(sim *S, particles *p) {
     dr_mark_agreed(); /* every rank knows (the broadcast) */
     return rc;
   }
+  const int stream = S->nranks == 1;
   if (kind == 1) {
-    rc = ckpt_read_latest(S->comm, where, &st, &slice, S->resumed_from, sizeof S->resumed_from);
+    rc = stream ? ckpt_open_latest(where, MEM_CREATE_CHUNK, &st, reader, S->resumed_from, sizeof S->resumed_from)
+                : ckpt_read_latest(S->comm, where, &st, &slice, S->resumed_from, sizeof S->resumed_from);
   } else {
     snprintf(S->resumed_from, sizeof S->resumed_from, "%s", where);
-    rc = ckpt_read(S->comm, where, &st, &slice);
+    rc = stream ? ckpt_open(where, MEM_CREATE_CHUNK, &st, reader) : ckpt_read(S->comm, where, &st, &slice);
   }
   /* the same scene file, byte for byte (the same on every rank) */
   if (rc == DR_OK && st.scene_hash != S->sc->hash) {
@@ -168,30 +185,33 @@ int sim_resume_from_checkpoint(sim *S, particles *p) {
       log_info("warning: checkpoint %s comes from another scene file than %s; continuing with this scene (--force)",
                S->resumed_from, S->sc->path);
   }
-  /* materials the scene defines (only --force lets another scene through) */
-  if (rc == DR_OK) {
-    double bad[2] = {0, -1}, all[2];
-    for (size_t i = 0; i < slice.n; ++i)
-      if (slice.material[i] < 0 || slice.material[i] >= S->sc->n_materials)
-        bad[0] += 1, bad[1] = fmax(bad[1], slice.material[i]);
-    int e = MPI_Allreduce(bad, all, 2, MPI_DOUBLE, MPI_MAX, S->comm);
+  /* materials the scene defines: the reader's first pass saw every row; the slices, every rank's */
+  if (rc == DR_OK && stream) {
+    const ckpt_rows_seen *seen = ckpt_reader_seen(*reader);
+    rc = check_materials(S, seen->material_min, seen->material_max);
+  } else if (rc == DR_OK) {
+    int64_t mine[2] = {INT32_MAX, INT32_MAX}, all[2]; /* the least material and the negated largest */
+    for (size_t i = 0; i < slice.n; ++i) {
+      if (slice.material[i] < mine[0]) mine[0] = slice.material[i];
+      if (-(int64_t)slice.material[i] < mine[1]) mine[1] = -(int64_t)slice.material[i];
+    }
+    const int e = MPI_Allreduce(mine, all, 2, MPI_INT64_T, MPI_MIN, S->comm);
     if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(material check)");
-    else if (all[0] > 0)
-      rc = dr_fail(DR_EINPUT, "checkpoint %s: particles of material %.0f, but %s defines %d material(s)", S->resumed_from,
-                   all[1], S->sc->path, S->sc->n_materials);
+    else if (all[0] <= -all[1]) rc = check_materials(S, (int32_t)all[0], (int32_t)-all[1]);
   }
   rc = comm_agree(S->comm, rc);
-  if (rc == DR_OK && S->nranks > 1) {
+  if (rc == DR_OK && !stream) {
     load_pairs L = {.weight = 1};
     rc = comm_agree(S->comm, sim_particles_load(S, &slice, &L));
     if (rc == DR_OK) rc = comm_agree(S->comm, sim_rebalance(S, &L));
     free(L.v);
     if (rc == DR_OK) rc = sim_migrate(S, &slice, 0, p);
     S->fs.migrated = 0; /* reading is not migration */
-    particles_free(&slice);
-  } else {
-    *p = slice; /* one rank: the slice is everything */
+    /* the migration's record buffers, sized for a whole slice here and allocated before the
+     * backend (pageable), go: sim_reserve_migration sizes the run's own after the backend */
+    for (int k = 0; k < (int)(sizeof S->mig_buf / sizeof S->mig_buf[0]); ++k) sim_mig_release(S, k);
   }
+  particles_free(&slice);
   /* the particle sources go on from their counts (emit.h); another scene's (--force) must match */
   if (rc == DR_OK && st.n_sources != S->em.n)
     rc = dr_fail(DR_EINPUT, "checkpoint %s holds %d particle source(s), but %s defines %d", S->resumed_from,
@@ -203,7 +223,10 @@ int sim_resume_from_checkpoint(sim *S, particles *p) {
     dr_mark_agreed(); /* the same checkpoint on every rank */
   }
   free(st.emitted);
-  if (rc) return rc;
+  if (rc) {
+    ckpt_close(reader);
+    return rc;
+  }
   S->resumed = 1;
   S->st.frame = st.frame;
   S->st.time = st.time;
