@@ -1,0 +1,46 @@
+/* write_probe.c - the filesystem's speed for a frame-sized file written five ways: write() of 16 MiB
+ * pieces from one thread; THREADS threads each writing its slice; the space allocated first
+ * (posix_fallocate), then mmap and a copy by THREADS threads; mmap of a file sized by ftruncate and
+ * the same copy; allocated first, then write() from one thread. Not part of drift: a probe for
+ * choosing the write path (docs/performance.md, Decisions, Output).
+ *   gcc -O2 -fopenmp tools/write_probe.c -o write_probe && ./write_probe DIR MIB FILES THREADS */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+1e-9*t.tv_nsec;}
+int main(int c,char**v){
+  const char*dir=v[1]; size_t mb=atol(v[2]); int files=atoi(v[3]); int th=atoi(v[4]);
+  size_t n=mb<<20; char*buf=malloc(n); for(size_t i=0;i<n;i++)buf[i]=(char)(i*7);
+  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1"};
+  for(int mode=0;mode<5;mode++){
+    double t0=now(); char p[512];
+    for(int f=0;f<files;f++){
+      snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);
+      int fd=open(p,O_RDWR|O_CREAT|O_TRUNC,0644); if(fd<0){perror("open");return 1;}
+      if(mode==0){for(size_t o=0;o<n;){size_t k=n-o<(16u<<20)?n-o:(16u<<20);ssize_t w=pwrite(fd,buf+o,k,o);if(w<=0){perror("pwrite");return 1;}o+=w;}}
+      else if(mode==1){
+        #pragma omp parallel num_threads(th)
+        {int t=omp_get_thread_num();size_t a=n*t/th,b=n*(t+1)/th;for(size_t o=a;o<b;){ssize_t w=pwrite(fd,buf+o,b-o,o);if(w<=0){perror("pwrite");exit(1);}o+=w;}}
+      } else if(mode==4){
+        if(posix_fallocate(fd,0,n)){perror("fallocate");return 1;}
+        for(size_t o=0;o<n;){size_t k=n-o<(16u<<20)?n-o:(16u<<20);ssize_t w=pwrite(fd,buf+o,k,o);if(w<=0){perror("pwrite");return 1;}o+=w;}
+      } else {
+        if(mode==2){ if(posix_fallocate(fd,0,n)){perror("fallocate");return 1;} } else if(ftruncate(fd,n)){perror("ftruncate");return 1;}
+        char*m=mmap(NULL,n,PROT_WRITE,MAP_SHARED,fd,0); if(m==MAP_FAILED){perror("mmap");return 1;}
+        #pragma omp parallel num_threads(th)
+        {int t=omp_get_thread_num();size_t a=n*t/th,b=n*(t+1)/th;memcpy(m+a,buf+a,b-a);}
+        munmap(m,n);
+      }
+      close(fd);
+    }
+    double t=now()-t0; printf("%-18s %s %zu MiB x %d, %d threads: %.2f GB/s\n",names[mode],dir,mb,files,th,(double)n*files/t/1e9);
+    for(int f=0;f<files;f++){snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);unlink(p);}
+  }
+  return 0;
+}
