@@ -15,6 +15,7 @@
 #include <unistd.h>
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+1e-9*t.tv_nsec;}
 int main(int c,char**v){
+  if(c!=5){fprintf(stderr,"usage: write_probe DIR MIB FILES THREADS\n");return 2;}
   const char*dir=v[1]; size_t mb=atol(v[2]); int files=atoi(v[3]); int th=atoi(v[4]);
   size_t n=mb<<20; char*buf=malloc(n); for(size_t i=0;i<n;i++)buf[i]=(char)(i*7);
   const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1"};
