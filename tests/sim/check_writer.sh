@@ -91,7 +91,7 @@ full)
   ;;
 signal)
   run straight 0 "$drift" run scene.json --out A
-  # the first step of frame 4 follows frame 3's capture: frame 3 is in flight when it comes
+  # the first step of frame 4 follows frame 3's snapshot: frame 3 is in flight when it comes
   steps3=$(grep "^frame [1-3]/6 " straight.log | sed 's/.*substeps \([0-9]*\).*/\1/' | awk '{s += $1} END {print s}')
   DRIFT_TEST_HOOK="signal:0:$((steps3 + 1))" run signal 9 "$drift" run scene.json --out S
   grep -q "checkpoint_00003.h5" signal.log || fail "signal: no checkpoint 3 named: $(tail -n 3 signal.log)"
