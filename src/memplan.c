@@ -103,7 +103,7 @@ static double frame_bytes(const scene *s) {
  * buffers: they depend on the backend) and the checkpoint's copy of the particles. */
 static void host_steady(const scene *s, const memplan_load *l, int buffers, memplan_bytes *m) {
   const double rec = (double)particles_record_bytes();
-  add(m, MT_TRANSFER, (double)mem_frame_chunk_capacity((size_t)l->most) * frame_bytes(s));
+  add(m, MT_TRANSFER, (double)mem_frame_chunk_capacity((size_t)l->most, MEM_FRAME_CHUNK) * frame_bytes(s));
   if (s->output_precision == H5FRAME_HALF) add(m, MT_TRANSFER, (double)H5FRAME_PACK_BYTES); /* the writer's */
   if (l->ranks > 1) {
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;

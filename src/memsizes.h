@@ -31,10 +31,11 @@ static inline size_t mem_frame_capacity(size_t n) { return n + n / 4 + 1024; }
  * about 180 MiB with the default fields, 400 MiB with every field and its derived ones). */
 #define MEM_FRAME_CHUNK ((size_t)1 << 22)
 
-/* The frame slot's chunk capacity for n particles: the snapshot's rule, capped at MEM_FRAME_CHUNK. */
-static inline size_t mem_frame_chunk_capacity(size_t n) {
+/* The frame slot's chunk capacity for n particles: the snapshot's rule, capped at chunk
+ * (MEM_FRAME_CHUNK; sim_output.c: DRIFT_FRAME_CHUNK's fewer where a test sets it). */
+static inline size_t mem_frame_chunk_capacity(size_t n, size_t chunk) {
   const size_t c = mem_frame_capacity(n);
-  return c < MEM_FRAME_CHUNK ? c : MEM_FRAME_CHUNK;
+  return c < chunk ? c : chunk;
 }
 
 /* The share of a rank's particles for which several ranks reserve migration records at the

@@ -26,6 +26,7 @@
 #include "memtally.h"
 #include "physics/constitutive.h"
 #include "preview.h"
+#include "settings.h"
 #include "signals.h"
 #include "writer.h"
 
@@ -445,10 +446,11 @@ static void slot_release(sim *S, frame_slot *f) {
  * MEM_FRAME_CHUNK) of the frame's attributes (mask): the backend's pinned memory where it has it
  * (a GPU copies there without a bounce), kept frame after frame. */
 static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
-  const size_t need = n < MEM_FRAME_CHUNK ? n : MEM_FRAME_CHUNK;
+  const size_t chunk = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_FRAME_CHUNK;
+  const size_t need = n < chunk ? n : chunk;
   if (need <= f->cap && mask == f->mask) return DR_OK;
   slot_release(S, f);
-  const size_t cap = mem_frame_chunk_capacity(n);
+  const size_t cap = mem_frame_chunk_capacity(n, chunk);
   f->mask = mask;
   for (int a = 0; a < PARTICLE_ATTRS; ++a) {
     if (!(mask >> a & 1u)) continue;
