@@ -291,6 +291,7 @@ double cuda_held_bytes(const cuda_state *s) {
                        &s->shared_idx, &s->shared_n,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) b += (double)s->snap[a].bytes; /* the frame's snapshot */
   return b;
 }
 

@@ -625,6 +625,8 @@ static int stats(void *state, backend_stats *out) {
   out->bytes = (double)s->cap_n * (2 * particles_record_bytes() + sizeof(int32_t) + 2 * sizeof(uint64_t)) +
                (double)s->cap_blocks * (s->bf * (sizeof(float) + (s->det ? sizeof(int64_t) : 0)) + sizeof(uint64_t) + 1) +
                (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) /* the frame's snapshot */
+    if (particles_attr(&s->snap, a)) out->bytes += (double)s->snap_cap * particle_attrs[a].bytes;
   return DR_OK;
 }
 
