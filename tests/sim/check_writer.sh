@@ -13,7 +13,8 @@
 #   chunks  (BACKEND cpu or cuda) the frames written 1000 particles at a time (DRIFT_FRAME_CHUNK: 13
 #           chunks of the 12,480 particles), with the derived fields J and stress and a preview,
 #           equal value for value to those written in one chunk, their previews byte for byte;
-#           each frame's totals the same as printed, to 5 digits (the chunks' sums added in order).
+#           each frame's totals the same as printed, to 5 digits (the chunks' sums added in order);
+#           on 2 ranks (where mpirun exists) the frames and previews the same again.
 #   full    (cpu) the output folder on a small tmpfs that fills at frame 4: exit 3, one line
 #           naming N/frame_00004.h5 and the reason, "No space left on device"; frames 0-3 whole and equal to a run with room;
 #           no frame 4 or later, no temporary file; frames.xdmf lists frames 0-3 only. Exits 77
@@ -91,6 +92,14 @@ chunks)
       if (bad) print "differ" }')
     [ -z "$out" ] || fail "chunks: frame $f totals differ: '$a' against '$b'"
   done
+  if command -v mpirun >/dev/null; then
+    run whole2 0 mpirun --oversubscribe -n 2 "$drift" run chunks.json --out W2
+    DRIFT_FRAME_CHUNK=1000 run chunked2 0 mpirun --oversubscribe -x DRIFT_FRAME_CHUNK -n 2 "$drift" run chunks.json --out C2
+    same_files "2 ranks, chunks of 1000 against one" W2 C2 $frames06
+    for f in 0 3 6; do
+      cmp -s "W2/frame_0000$f.png" "C2/frame_0000$f.png" || fail "chunks, 2 ranks: preview frame_0000$f.png differs"
+    done
+  fi
   ;;
 full)
   run room 0 "$drift" run scene.json --out A
