@@ -291,6 +291,7 @@ double cuda_held_bytes(const cuda_state *s) {
                        &s->shared_idx, &s->shared_n,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) b += (double)s->snap[a].bytes; /* the frame's snapshot */
   return b;
 }
 
@@ -325,6 +326,7 @@ void cuda_destroy(void *state) {
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) dvec_free(&s->snap[a]);
   xdev_pslots_free(s);
   for (int k = 0; k < 2; ++k) {
     if (s->done_ev[k]) cudaEventDestroy(s->done_ev[k]);
@@ -718,7 +720,8 @@ static int create_one(const sim_params *prm, int device, const particles *p, con
       .finish = ON_DEVICE(finish),
       .advance_frame = ON_DEVICE(advance_frame),
       .download = ON_DEVICE(cuda_download),
-      .capture = ON_DEVICE(cuda_capture),
+      .snapshot = ON_DEVICE(cuda_snapshot),
+      .fetch = cuda_fetch, /* the writer's thread: sets its device itself */
       /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
       .blocks = ON_DEVICE(cuda_blocks),
       .block_sums = xdev_sums_floats(s), /* = int_floats(s) */

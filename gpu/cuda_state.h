@@ -243,6 +243,10 @@ typedef struct cuda_state {
   dvec gone;                    /* [n_gone] slots whose particles emigrate took (dropped by the next rebuild) */
   size_t n_gone;                /* slots gone covers (0: none) */
   dvec xrec;                    /* cuda_emigrate_records, cuda_add_records: particle records on the device */
+  dvec snap[PARTICLE_ATTRS];    /* backend.h's snapshot: [snap_n] rows of each attribute of snap_mask
+                                 * (k_capture from the packets; device memory, kept and grown) */
+  unsigned snap_mask;
+  size_t snap_n;
   uint32_t *h_rec;              /* cuda_emigrate_records: the records on the host (pinned, grow-only) */
   size_t h_rec_cap;             /* bytes */
   dvec pblock;                  /* [n] particle block of each sorted particle (an inclusive scan first) */
@@ -593,12 +597,14 @@ int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3],
 int cuda_reserve_records(void *state, size_t n);
 int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
 int cuda_download(void *state, particles *out);
-int cuda_capture(void *state, unsigned mask, particles *out);
+int cuda_snapshot(void *state, unsigned mask, size_t *n);
+int cuda_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx);
 int cuda_upload(cuda_state *s, const particles *p);
 int cuda_upload_from(cuda_state *s, const particle_source *src);
 int island_download(void *state, particles *out);
-int island_capture(void *state, unsigned mask, particles *out);
+int island_snapshot(void *state, unsigned mask, size_t *n);
+int island_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
 int island_split(island *I, const particles *p, particles *parts);
 int island_add_particles(void *state, const particles *p);
 int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);

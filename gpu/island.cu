@@ -777,7 +777,8 @@ int island_create(const sim_params *prm, const int *dev, int nm, particles *p, b
       .finish = island_finish,
       .advance_frame = island_advance_frame,
       .download = island_download,
-      .capture = island_capture,
+      .snapshot = island_snapshot,
+      .fetch = island_fetch,
       /* several ranks, each with its island */
       .blocks = island_blocks,
       .block_sums = xdev_sums_floats(I->m[0]),

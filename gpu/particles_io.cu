@@ -420,11 +420,10 @@ int cuda_download(void *state, particles *out) {
   return rc;
 }
 
-/* ---- capture: a frame's fields straight into pinned host memory ------------------------------ */
+/* ---- snapshot and fetch: a frame's fields on the device, then to the host in chunks ----------- */
 
-/* Where capture writes each attribute (host pointers that kernels reach: pinned memory); NULL
- * where not asked for. The arrays start at the member's first particle (an island's members
- * write one after the other). */
+/* Where k_capture writes each attribute (device pointers into the member's snapshot, s->snap);
+ * NULL where not asked for. */
 typedef struct capture_out {
   float *x, *v, *C, *F, *mass, *vol0, *logjp;
   uint64_t *id;
@@ -438,8 +437,8 @@ __global__ static void k_packet_counts(size_t np, const int2 *hdr, uint32_t *cou
 }
 
 /* One packet's k-component attribute at a (its live lanes 0 .. m-1) to dst's rows start ..
- * start + m - 1: the warp's stores are contiguous in dst (k floats a particle), as the bus
- * to host memory wants them; the packet's reads are gathered from device memory. */
+ * start + m - 1: the warp's stores are contiguous in dst (k floats a particle); the packet's
+ * reads are gathered. */
 __device__ static inline void capture_attr(float *dst, const float *q, int a, int k, uint32_t start, int m, int lane) {
   if (!dst) return;
   for (int j = lane; j < k * m; j += LANES) dst[(size_t)k * start + j] = q[(a + j % k) * LANES + j / k];
@@ -469,21 +468,27 @@ __global__ static void k_capture(size_t np, const float *pk, const uint64_t *pid
   }
 }
 
-/* Queues the capture of this GPU's particles into out's arrays from row at on s->stream. */
-static int capture_queue(cuda_state *s, unsigned mask, const particles *out, size_t at) {
+/* Queues the snapshot of this GPU's particles (the attributes of mask) into s->snap on s->stream,
+ * its vectors exact (DVEC_EXACT: no headroom, as the device's bytes a particle are the plan's
+ * bound; kept while the particles do not grow), the owner left out (the member's one value, which
+ * fetch writes on the host). */
+static int snapshot_queue(cuda_state *s, unsigned mask) {
+  s->snap_n = 0;
+  s->snap_mask = mask;
   if (s->n == 0) return DR_OK;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a)
+    if ((mask & ~PA_BIT(owner)) >> a & 1u) DVEC_EXACT(s->snap[a], s->n * particle_attrs[a].bytes, "frame snapshot");
   const size_t np = s->n_packets;
   cudaStream_t st = s->stream;
   uint32_t *count = dp<uint32_t>(s->vals[0]), *start = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= np */
   k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), count);
   LAUNCHED("k_packet_counts");
   CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, count, start, (int)np, st));
-#define CAPTURE_AT_(field, k) (mask & PA_BIT(field) ? out->field + (size_t)(k) * at : NULL)
-  const capture_out o = {CAPTURE_AT_(x, 3),    CAPTURE_AT_(v, 3),     CAPTURE_AT_(C, 9),
-                         CAPTURE_AT_(F, 9),    CAPTURE_AT_(mass, 1),  CAPTURE_AT_(vol0, 1),
-                         CAPTURE_AT_(logjp, 1), CAPTURE_AT_(id, 1),   CAPTURE_AT_(material, 1),
-                         CAPTURE_AT_(owner, 1)};
-#undef CAPTURE_AT_
+#define SNAP_(field, type) (mask & PA_BIT(field) ? dp<type>(s->snap[PA_##field]) : NULL)
+  const capture_out o = {SNAP_(x, float),    SNAP_(v, float),        SNAP_(C, float),    SNAP_(F, float),
+                         SNAP_(mass, float), SNAP_(vol0, float),     SNAP_(logjp, float), SNAP_(id, uint64_t),
+                         SNAP_(material, int32_t), NULL};
+#undef SNAP_
   const int32_t owner = s->prm.rank * 256 + s->me;
   k_capture<<<blocks_for(np * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       np, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), start, owner, o);
@@ -491,40 +496,90 @@ static int capture_queue(cuda_state *s, unsigned mask, const particles *out, siz
   return DR_OK;
 }
 
-/* The capture's end on one GPU: waits, and checks that the packets held the particles counted. */
-static int capture_done(cuda_state *s) {
+/* The snapshot's end on one GPU: waits, and checks that the packets held the particles counted. */
+static int snapshot_done(cuda_state *s) {
   if (s->n == 0) return DR_OK;
   int last_start = 0, last_count = 0;
   DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[1]) + s->n_packets - 1, &last_start)); /* waits for the stream */
   DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[0]) + s->n_packets - 1, &last_count));
   if ((size_t)last_start + (size_t)last_count != s->n)
-    return dr_fail(DR_EINTERNAL, "cuda backend: capture: %zu particles in the packets, %zu expected",
+    return dr_fail(DR_EINTERNAL, "cuda backend: snapshot: %zu particles in the packets, %zu expected",
                    (size_t)last_start + (size_t)last_count, s->n);
+  s->snap_n = s->n;
   return DR_OK;
 }
 
-int cuda_capture(void *state, unsigned mask, particles *out) {
+int cuda_snapshot(void *state, unsigned mask, size_t *n) {
   cuda_state *s = (cuda_state *)state;
-  out->n = s->n;
-  DR_TRY(capture_queue(s, mask, out, 0));
-  return capture_done(s);
+  *n = 0;
+  DR_TRY(snapshot_queue(s, mask));
+  DR_TRY(snapshot_done(s));
+  *n = s->snap_n;
+  return DR_OK;
 }
 
-/* The island's: every member writes its rows after the members before it (download's order),
- * all at once, then each is waited for. */
-int island_capture(void *state, unsigned mask, particles *out) {
+/* The island's: every member snapshots its own particles, all queued at once, then each is
+ * waited for; the island's rows are the members' one after another (download's order). */
+int island_snapshot(void *state, unsigned mask, size_t *n) {
   island *I = (island *)state;
-  size_t at = 0;
+  *n = 0;
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
-    DR_TRY(capture_queue(I->m[k], mask, out, at));
-    at += I->m[k]->n;
+    DR_TRY(snapshot_queue(I->m[k], mask));
   }
-  out->n = at;
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
-    DR_TRY(capture_done(I->m[k]));
+    DR_TRY(snapshot_done(I->m[k]));
+    *n += I->m[k]->snap_n;
   }
+  return DR_OK;
+}
+
+/* Rows first .. first + count - 1 of member s's snapshot into dst's rows at ... Runs on the
+ * writer's thread: it makes s's device its current one, and copies synchronously (the legacy
+ * stream: the snapshot was complete when snapshot returned, and the steps' streams never touch
+ * it), into dst's pinned memory. */
+static int fetch_member(cuda_state *s, unsigned mask, size_t first, size_t count, particles *dst, size_t at) {
+  if ((mask & s->snap_mask) != mask || first > s->snap_n || count > s->snap_n - first)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch of rows %zu .. %zu (mask 0x%x) from a snapshot of %zu (mask 0x%x)",
+                   first, first + count, mask, s->snap_n, s->snap_mask);
+  if (count == 0) return DR_OK;
+  CU(cudaSetDevice(s->device));
+  if (mask & PA_BIT(owner))
+    for (size_t i = 0; i < count; ++i) dst->owner[at + i] = s->prm.rank * 256 + s->me;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    if (!((mask & ~PA_BIT(owner)) >> a & 1u)) continue;
+    const size_t b = particle_attrs[a].bytes;
+    CU(cudaMemcpy((char *)particles_attr(dst, a) + at * b, (const char *)s->snap[a].ptr + first * b, count * b,
+                  cudaMemcpyDeviceToHost));
+  }
+  return DR_OK;
+}
+
+int cuda_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst) {
+  DR_TRY(fetch_member((cuda_state *)state, mask, first, count, dst, 0));
+  dst->n = count;
+  return DR_OK;
+}
+
+/* The island's: the range may span members; each gives its part of it. */
+int island_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst) {
+  island *I = (island *)state;
+  size_t base = 0, done = 0, total = 0;
+  for (int k = 0; k < I->nm; ++k) total += I->m[k]->snap_n;
+  if (first > total || count > total - first || (mask & I->m[0]->snap_mask) != mask)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch of rows %zu .. %zu (mask 0x%x) from a snapshot of %zu (mask 0x%x)",
+                   first, first + count, mask, total, I->m[0]->snap_mask);
+  for (int k = 0; k < I->nm && done < count; ++k) {
+    const size_t m = I->m[k]->snap_n, from = first + done;
+    if (from < base + m) {
+      const size_t take = base + m - from < count - done ? base + m - from : count - done;
+      DR_TRY(fetch_member(I->m[k], mask, from - base, take, dst, done));
+      done += take;
+    }
+    base += m;
+  }
+  dst->n = count;
   return DR_OK;
 }
 

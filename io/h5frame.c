@@ -284,14 +284,15 @@ typedef struct pack_block {
   uint16_t *buf;
 } pack_block;
 
-/* The block after b (b->q < 0: the first), of at most cap values, to be converted into buf; its q
- * is negative when none is left. */
-static pack_block next_block(const h5frame_file *f, const pack_block *b, size_t cap, uint16_t *buf) {
+/* The block after b (b->q < 0: the first) of d's n rows, of at most cap values, to be converted
+ * into buf; its q is negative when none is left. */
+static pack_block next_block(const h5frame_file *f, const h5frame_data *d, const pack_block *b, size_t cap,
+                             uint16_t *buf) {
   int q = b->q < 0 ? 0 : b->q;
   size_t first = b->q < 0 ? 0 : b->first + b->rows;
   for (; q < H5FRAME_FIELDS; ++q, first = 0)
-    if ((f->fields & H5FRAME_BIT(q)) && h5frame_encoding_of(q, f->precision) != H5FRAME_ENC_RAW && first < f->rows.n) {
-      const size_t rows = cap / (size_t)h5frame_field_columns[q], left = f->rows.n - first;
+    if ((f->fields & H5FRAME_BIT(q)) && h5frame_encoding_of(q, f->precision) != H5FRAME_ENC_RAW && first < d->n) {
+      const size_t rows = cap / (size_t)h5frame_field_columns[q], left = d->n - first;
       return (pack_block){q, first, left < rows ? left : rows, buf};
     }
   return (pack_block){-1, 0, 0, buf};
@@ -308,24 +309,26 @@ static void encode(const h5frame_file *f, const h5frame_data *d, const pack_bloc
   }
 }
 
-/* Writes block b (none: nothing). */
-static int put_block(int fd, const h5frame_file *f, const pack_block *b) {
+/* Writes block b (none: nothing) at the rows of d, which start at this rank's row `at`. */
+static int put_block(int fd, const h5frame_file *f, size_t at, const pack_block *b) {
   if (b->q < 0) return DR_OK;
-  return h5rows_put_range(fd, &f->rows, b->q, h5frame_row_bytes(b->q, f->precision), b->first, b->rows, b->buf,
+  return h5rows_put_range(fd, &f->rows, b->q, h5frame_row_bytes(b->q, f->precision), at + b->first, b->rows, b->buf,
                           h5frame_field_names[b->q]);
 }
 
-/* Writes the fields stored as they are in memory (all of them at precision float). */
-static int put_raw(int fd, const h5frame_file *f, const h5frame_data *d) {
+/* Writes the fields stored as they are in memory (all of them at precision float): d's rows at
+ * this rank's rows at .. at + d->n - 1. */
+static int put_raw(int fd, const h5frame_file *f, size_t at, const h5frame_data *d) {
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
     if ((f->fields & H5FRAME_BIT(q)) && h5frame_encoding_of(q, f->precision) == H5FRAME_ENC_RAW)
-      DR_TRY(h5rows_put(fd, &f->rows, q, field_array(d, q), h5frame_row_bytes(q, f->precision),
-                        h5frame_field_names[q]));
+      DR_TRY(h5rows_put_range(fd, &f->rows, q, h5frame_row_bytes(q, f->precision), at, d->n, field_array(d, q),
+                              h5frame_field_names[q]));
   return DR_OK;
 }
 
-/* Every field of f, the floating ones converted through pack (two halves of cap values). */
-static int put_half(int fd, const h5frame_file *f, const h5frame_data *d, uint16_t *pack, size_t cap) {
+/* Every field of d (at this rank's row at), the floating ones converted through pack (two halves
+ * of cap values). */
+static int put_half(int fd, const h5frame_file *f, size_t at, const h5frame_data *d, uint16_t *pack, size_t cap) {
   const int threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
   int st = DR_OK;
 #pragma omp parallel num_threads(threads)
@@ -333,7 +336,7 @@ static int put_half(int fd, const h5frame_file *f, const h5frame_data *d, uint16
   {
     pack_block prev = {.q = -1}, cur = {.q = -1};
     for (int step = 0; !st; ++step) {
-      cur = next_block(f, &cur, cap, pack + (size_t)(step & 1) * cap);
+      cur = next_block(f, d, &cur, cap, pack + (size_t)(step & 1) * cap);
       const size_t values = cur.q < 0 ? 0 : cur.rows * (size_t)h5frame_field_columns[cur.q];
       const size_t per_task = (values + PACK_TASKS * (size_t)threads - 1) / (PACK_TASKS * (size_t)threads);
       const size_t chunk = per_task > PACK_CHUNK ? per_task : PACK_CHUNK;
@@ -342,7 +345,7 @@ static int put_half(int fd, const h5frame_file *f, const h5frame_data *d, uint16
 #pragma omp task firstprivate(lo, hi, cur)
         encode(f, d, &cur, lo, hi);
       }
-      st = step == 0 ? put_raw(fd, f, d) : put_block(fd, f, &prev);
+      st = step == 0 ? put_raw(fd, f, at, d) : put_block(fd, f, at, &prev);
 #pragma omp taskwait
       if (cur.q < 0) break;
       prev = cur;
@@ -351,11 +354,11 @@ static int put_half(int fd, const h5frame_file *f, const h5frame_data *d, uint16
   return st;
 }
 
-int h5frame_put(const h5frame_file *f, const h5frame_data *d, void *pack, size_t pack_bytes) {
+int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void *pack, size_t pack_bytes) {
   if (!f->rows.begun) return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d was not begun", f->frame);
-  if (!d || d->n != f->rows.n)
-    return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: %zu particles, begun with %zu", f->frame, d ? d->n : 0,
-                   f->rows.n);
+  if (!d || first > f->rows.n || d->n > f->rows.n - first)
+    return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: rows %zu .. %zu of %zu particles begun with", f->frame, first,
+                   first + (d ? d->n : 0), f->rows.n);
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
     if ((f->fields & H5FRAME_BIT(q)) && d->n > 0 && !field_array(d, q))
       return dr_fail(DR_EINTERNAL, "h5frame_put: %zu particles but a NULL array (%s)", d->n, h5frame_field_names[q]);
@@ -371,7 +374,7 @@ int h5frame_put(const h5frame_file *f, const h5frame_data *d, void *pack, size_t
   if (d->n == 0) return DR_OK;
   int fd = -1;
   DR_TRY(h5rows_open(&f->rows, &fd));
-  const int st = f->precision == H5FRAME_HALF ? put_half(fd, f, d, pack, cap) : put_raw(fd, f, d);
+  const int st = f->precision == H5FRAME_HALF ? put_half(fd, f, first, d, pack, cap) : put_raw(fd, f, first, d);
   return h5rows_finish(&f->rows, fd, st);
 }
 
@@ -389,7 +392,7 @@ int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, cons
     st = DR_ENOMEM;
   st = comm_agree(comm, st);
   if (!st) st = h5frame_begin(comm, dir, meta, d->n, f);
-  if (!st) st = h5frame_end(comm, f, h5frame_put(f, d, pack, H5FRAME_PACK_BYTES));
+  if (!st) st = h5frame_end(comm, f, h5frame_put(f, 0, d, pack, H5FRAME_PACK_BYTES));
   free(pack);
   free(f);
   return st;

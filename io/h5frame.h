@@ -82,12 +82,13 @@ typedef struct h5frame_file {
  * particles on this rank (DIR must exist); on failure no file is left and every rank returns the
  * same non-zero status. */
 int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size_t n, h5frame_file *f);
-/* This rank's rows (d->n must be h5frame_begin's n); no MPI and no HDF5 call, so any thread may
- * call it while the caller's other threads use both. At precision half the values are converted
+/* d->n of this rank's rows, from its row `first` on (first + d->n at most h5frame_begin's n: a
+ * frame is put whole in one call or chunk by chunk, each row once); no MPI and no HDF5 call, so
+ * any thread may call it while the caller's other threads use both. At precision half the values are converted
  * through pack (the caller's; pack_bytes: H5FRAME_PACK_BYTES, or at least 4 bytes a value of the
  * widest row; unused at float: may be NULL) by an OpenMP team of omp_get_max_threads() - 1 of
  * the calling thread (at least 1), and written from there. Returns this rank's status only. */
-int h5frame_put(const h5frame_file *f, const h5frame_data *d, void *pack, size_t pack_bytes);
+int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void *pack, size_t pack_bytes);
 /* Collective over comm. Agrees on every rank's put_status (h5frame_put's); publishes the file
  * under DIR/frame_NNNNN.h5, or after a failure removes it and any file under that name. */
 int h5frame_end(MPI_Comm comm, h5frame_file *f, int put_status);

@@ -81,10 +81,13 @@ void preview_path(const char *dir, int frame, char *out, size_t len) {
   snprintf(out, len, "%s.png", h5);
 }
 
-static uint64_t pixel_key(float depth, const unsigned char rgb[3]) {
+/* A pixel's key: the depth's bits above the particle's colour source (its material, or its owner:
+ * both order as their palette indices do), so that the smallest key is the nearest particle and,
+ * of two at the same depth, the smaller palette index. */
+static uint64_t pixel_key(float depth, uint32_t source) {
   uint32_t bits;
   memcpy(&bits, &depth, sizeof bits); /* non-negative floats order as their bits do */
-  return (uint64_t)bits << 32 | (uint32_t)rgb[0] << 16 | (uint32_t)rgb[1] << 8 | rgb[2];
+  return (uint64_t)bits << 32 | source;
 }
 
 /* A particle's depth: 0 at the domain's face nearest the viewer, 1 at the far one (NaN stays). */
@@ -92,34 +95,32 @@ static double depth_of(const view_axes *ax, const preview_params *pp, const floa
   return (pp->domain_max[ax->d] - x[ax->d]) / (pp->domain_max[ax->d] - pp->domain_min[ax->d]);
 }
 
-/* Draws this rank's particles into keys[height][width] (UINT64_MAX: nothing drawn). ndev: the
- * owners' devices per rank, for the owner colours; range: the nearest and farthest depth of any
- * rank's particles, which the shades span. */
-static void rasterise(const preview_params *pp, const preview_data *d, int W, int H, int ndev, const double range[2],
-                      uint64_t *keys) {
+/* Draws particles into c's keys (UINT64_MAX: nothing drawn) and widens c's depth range and
+ * devices per rank over them. */
+static void rasterise(const preview_params *pp, const preview_data *d, preview_canvas *c) {
   const view_axes ax = axes_of(pp->view);
+  const int W = c->width, H = c->height;
   const double *lo = pp->domain_min, *hi = pp->domain_max;
   const double eu = hi[ax.u] - lo[ax.u], ev = hi[ax.v] - lo[ax.v];
-  const double span = range[1] - range[0] > 1e-6 ? range[1] - range[0] : 1.0;
   const double px_per_m = W / eu; /* the same along v, up to the rounding of H */
   for (size_t i = 0; i < d->n; ++i) {
     const float *x = d->position + 3 * i;
+    if (pp->color == PREVIEW_BY_OWNER && (d->owner[i] & 255) + 1 > c->ndev) c->ndev = (d->owner[i] & 255) + 1;
     double u = (x[ax.u] - lo[ax.u]) / eu, v = (x[ax.v] - lo[ax.v]) / ev;
     const double dep = depth_of(&ax, pp, x);
+    if (dep == dep) { /* the shades span every particle's depth that is a number */
+      const double dc = dep < 0 ? 0 : dep > 1 ? 1 : dep;
+      if (dc < c->range[0]) c->range[0] = dc;
+      if (dc > c->range[1]) c->range[1] = dc;
+    }
     if (!(u == u) || !(v == v) || !(dep == dep)) continue; /* NaN: nothing to draw */
     if (ax.u_flip) u = 1.0 - u;
     if (!ax.v_flip) v = 1.0 - v; /* rows run downwards */
     /* the backends keep particles inside the domain; clamp anyway, so the casts below stay defined */
     const double cx = fmin(fmax(u * W, -1.0), W + 1.0), cy = fmin(fmax(v * H, -1.0), H + 1.0);
     const float depth = (float)(dep < 0 ? 0 : dep > 1 ? 1 : dep);
-    const int k = pp->color == PREVIEW_BY_OWNER ? (d->owner[i] >> 8) * ndev + (d->owner[i] & 255) : d->material[i];
-    unsigned char rgb[3];
-    preview_palette(k, rgb);
-    double rel = (depth - range[0]) / span;
-    rel = rel < 0 ? 0 : rel > 1 ? 1 : rel;
-    const double shade = 1.0 - (1.0 - PREVIEW_SHADE_MIN) * rel;
-    for (int a = 0; a < 3; ++a) rgb[a] = (unsigned char)lround(rgb[a] * shade);
-    const uint64_t key = pixel_key(depth, rgb);
+    const uint32_t source = (uint32_t)(pp->color == PREVIEW_BY_OWNER ? d->owner[i] : d->material[i]);
+    const uint64_t key = pixel_key(depth, source);
     /* a disc of 0.6 of the particle spacing, so that neighbours' discs close the gaps */
     double r = d->vol0 ? 0.6 * cbrt((double)d->vol0[i]) * px_per_m : 0.0;
     if (!(r < 16.0)) r = r == r ? 16.0 : 0.0;
@@ -133,7 +134,7 @@ static void rasterise(const preview_params *pp, const preview_data *d, int W, in
         if (col < 0 || col >= W) continue;
         const double du = col + 0.5 - cx, dv = row + 0.5 - cy;
         if ((row != r0 || col != c0) && du * du + dv * dv > r * r) continue;
-        uint64_t *p = keys + (size_t)row * (size_t)W + (size_t)col;
+        uint64_t *p = c->keys + (size_t)row * (size_t)W + (size_t)col;
         if (key < *p) *p = key;
       }
     }
@@ -204,8 +205,25 @@ static int png_write(const char *tmp, const char *final, const unsigned char *rg
 }
 #endif
 
+/* A drawn pixel's colour: the palette colour of its key's source (color: enum preview_color; ndev:
+ * the devices per rank, which number the owner colours) times the shade of its depth within
+ * range, the nearest and farthest depth of any rank's particles. */
+static void pixel_colour(uint64_t key, int color, int ndev, const double range[2], unsigned char rgb[3]) {
+  const uint32_t source = (uint32_t)key, bits = (uint32_t)(key >> 32);
+  float depth;
+  memcpy(&depth, &bits, sizeof depth);
+  const int k = color == PREVIEW_BY_OWNER ? (int)(source >> 8) * ndev + (int)(source & 255) : (int)source;
+  preview_palette(k, rgb);
+  const double span = range[1] - range[0] > 1e-6 ? range[1] - range[0] : 1.0;
+  double rel = (depth - range[0]) / span;
+  rel = rel < 0 ? 0 : rel > 1 ? 1 : rel;
+  const double shade = 1.0 - (1.0 - PREVIEW_SHADE_MIN) * rel;
+  for (int a = 0; a < 3; ++a) rgb[a] = (unsigned char)lround(rgb[a] * shade);
+}
+
 /* Rank 0: the combined keys as colours, the domain's outline on the background, the PNG. */
-static int write_picture(const char *tmp, const char *final, const uint64_t *keys, int W, int H) {
+static int write_picture(const char *tmp, const char *final, const uint64_t *keys, int W, int H, int color, int ndev,
+                         const double range[2]) {
   unsigned char *rgb = malloc((size_t)W * (size_t)H * 3);
   if (!rgb) return dr_fail(DR_ENOMEM, "out of host memory for preview %s (%d x %d pixels)", final, W, H);
   for (int row = 0; row < H; ++row)
@@ -213,7 +231,7 @@ static int write_picture(const char *tmp, const char *final, const uint64_t *key
       const size_t i = (size_t)row * (size_t)W + (size_t)col;
       unsigned char *px = rgb + 3 * i;
       if (keys[i] != UINT64_MAX) {
-        px[0] = (unsigned char)(keys[i] >> 16), px[1] = (unsigned char)(keys[i] >> 8), px[2] = (unsigned char)keys[i];
+        pixel_colour(keys[i], color, ndev, range, px);
       } else {
         const int edge = row == 0 || col == 0 || row == H - 1 || col == W - 1;
         memcpy(px, edge ? preview_outline : preview_background, 3);
@@ -227,52 +245,73 @@ static int write_picture(const char *tmp, const char *final, const uint64_t *key
   return rc;
 }
 
-int preview_write(MPI_Comm comm, const char *dir, int frame, const preview_params *pp, const preview_data *d) {
-  int rank = 0, W = 0, H = 0;
+int preview_begin(const preview_params *pp, preview_canvas *c) {
+  memset(c, 0, sizeof *c);
+  preview_dims(pp, &c->width, &c->height);
+  const size_t npix = (size_t)c->width * (size_t)c->height;
+  c->range[0] = HUGE_VAL, c->range[1] = -HUGE_VAL;
+  if (!(c->keys = malloc(sizeof *c->keys * npix)))
+    return dr_fail(DR_ENOMEM, "out of host memory for a preview (%d x %d pixels)", c->width, c->height);
+  for (size_t i = 0; i < npix; ++i) c->keys[i] = UINT64_MAX;
+  return DR_OK;
+}
+
+void preview_add(preview_canvas *c, const preview_params *pp, const preview_data *d) {
+  if (c->keys) rasterise(pp, d, c);
+}
+
+int preview_end(MPI_Comm comm, const char *dir, int frame, const preview_params *pp, preview_canvas *c, int skip) {
+  int rank = 0;
+  const int W = c->width, H = c->height;
   DR_MPI(MPI_Comm_rank(comm, &rank));
-  preview_dims(pp, &W, &H);
   char final[H5UTIL_PATH_MAX + 8], tmp[H5UTIL_PATH_MAX + 32];
   preview_path(dir, frame, final, sizeof final);
   const int k = snprintf(tmp, sizeof tmp, "%s%s.frame_%05d.png.tmp", dir, dir[0] ? "/" : "", frame);
   if (k < 0 || k >= H5UTIL_PATH_MAX) {
+    free(c->keys);
+    c->keys = NULL;
     const int rc = dr_fail(DR_EIO, "cannot write preview in %s: the folder's path is too long", dir);
     dr_mark_agreed(); /* the same path on every rank */
     return rc;
   }
-  /* One allreduce (MIN) for what every rank's drawing must agree on: the nearest and farthest
-   * particle depth, which the shades span, and the devices per rank (max owner device + 1), which
-   * number the owner colours. Maxima travel negated. */
-  const view_axes ax = axes_of(pp->view);
-  double mine[3] = {HUGE_VAL, HUGE_VAL, -1.0}, all3[3];
-  for (size_t i = 0; i < d->n; ++i) {
-    double dep = depth_of(&ax, pp, d->position + 3 * i);
-    if (dep == dep) {
-      dep = dep < 0 ? 0 : dep > 1 ? 1 : dep;
-      if (dep < mine[0]) mine[0] = dep;
-      if (-dep < mine[1]) mine[1] = -dep;
-    }
-    if (pp->color == PREVIEW_BY_OWNER && -(double)((d->owner[i] & 255) + 1) < mine[2])
-      mine[2] = -(double)((d->owner[i] & 255) + 1);
+  /* a rank that skips (its frame's rows failed): no picture, on every rank */
+  int any = 0;
+  skip = skip != 0;
+  DR_MPI(MPI_Allreduce(&skip, &any, 1, MPI_INT, MPI_MAX, comm));
+  if (any) {
+    free(c->keys);
+    c->keys = NULL;
+    return DR_OK;
   }
-  DR_MPI(MPI_Allreduce(mine, all3, 3, MPI_DOUBLE, MPI_MIN, comm));
-  const double range[2] = {all3[0], -all3[1]};
-  const int ndev_all = (int)-all3[2];
   const size_t npix = (size_t)W * (size_t)H;
-  uint64_t *keys = malloc(sizeof *keys * npix), *all = rank == 0 ? malloc(sizeof *all * npix) : NULL;
-  int rc = keys && (rank != 0 || all) ? DR_OK
-                                      : dr_fail(DR_ENOMEM, "out of host memory for preview %s (%d x %d pixels)", final, W, H);
+  uint64_t *all = rank == 0 ? malloc(sizeof *all * npix) : NULL;
+  int rc = c->keys && (rank != 0 || all) ? DR_OK
+                                         : dr_fail(DR_ENOMEM, "out of host memory for preview %s (%d x %d pixels)", final, W, H);
   rc = comm_agree(comm, rc);
   if (rc == DR_OK) {
-    for (size_t i = 0; i < npix; ++i) keys[i] = UINT64_MAX;
-    rasterise(pp, d, W, H, ndev_all, range, keys);
+    /* One allreduce (MIN) for what the colours of every rank's particles depend on: the nearest
+     * and farthest particle depth, which the shades span, and the devices per rank (max owner
+     * device + 1), which number the owner colours. Maxima travel negated. */
+    double mine[3] = {c->range[0], -c->range[1], -(double)c->ndev}, all3[3];
+    int e = MPI_Allreduce(mine, all3, 3, MPI_DOUBLE, MPI_MIN, comm);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(preview depths)");
     /* the nearest particle of any rank, ties to the smaller colour: the smallest key */
-    int e = MPI_Reduce(keys, all, (int)npix, MPI_UINT64_T, MPI_MIN, 0, comm);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Reduce(preview pixels)");
+    if (rc == DR_OK && (e = MPI_Reduce(c->keys, all, (int)npix, MPI_UINT64_T, MPI_MIN, 0, comm)) != MPI_SUCCESS)
+      rc = comm_fail(e, __FILE__, __LINE__, "MPI_Reduce(preview pixels)");
+    const double range[2] = {all3[0], -all3[1]};
     /* an MPI failure is every rank's (MPI_ERRORS_RETURN on a collective); the PNG is rank 0's */
-    if (rc == DR_OK && rank == 0) rc = write_picture(tmp, final, all, W, H);
+    if (rc == DR_OK && rank == 0) rc = write_picture(tmp, final, all, W, H, pp->color, (int)-all3[2], range);
     rc = comm_agree(comm, rc);
   }
-  free(keys);
+  free(c->keys);
+  c->keys = NULL;
   free(all);
   return rc;
+}
+
+int preview_write(MPI_Comm comm, const char *dir, int frame, const preview_params *pp, const preview_data *d) {
+  preview_canvas c;
+  (void)preview_begin(pp, &c); /* its failure (out of memory) is preview_end's to agree on */
+  preview_add(&c, pp, d);
+  return preview_end(comm, dir, frame, pp, &c, 0);
 }

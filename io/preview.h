@@ -5,9 +5,12 @@
  * computed it (its owner, as the paper's figures colour particles by GPU), the nearest particle
  * winning each pixel (a depth buffer) and darker the farther it lies (over the particles' depths), on a dark background with
  * the domain's outline. Every rank draws its own particles into a buffer of one 64-bit key per
- * pixel, (depth bits << 32) | colour, so that "the nearer particle, and of two at the same depth
- * the smaller colour" is the smallest key: one MPI_Reduce with MPI_MIN combines the ranks, and
- * the picture does not depend on which rank held which particle. Rank 0 writes the PNG (libpng)
+ * pixel, (depth bits << 32) | colour source (the material or the owner, which order as their
+ * palette indices), so that "the nearer particle, and of two at the same depth the smaller palette
+ * index" is the smallest key: one MPI_Reduce with MPI_MIN combines the ranks, and the picture
+ * does not depend on which rank held which particle. The keys hold no shade, so that a rank draws
+ * its particles in chunks (preview_add) before the ranks know the depths the shades span; rank 0
+ * shades the combined pixels. Rank 0 writes the PNG (libpng)
  * as DIR/.frame_NNNNN.png.tmp and renames it, so a file under its final name is always whole. */
 #ifndef DRIFT_PREVIEW_H
 #define DRIFT_PREVIEW_H
@@ -52,6 +55,25 @@ void preview_dims(const preview_params *pp, int *width, int *height);
 
 /* DIR/frame_NNNNN.png, the frame file's path with .png for .h5 (writes at most len bytes). */
 void preview_path(const char *dir, int frame, char *out, size_t len);
+
+/* A picture being drawn, chunk after chunk of this rank's particles (preview_begin, preview_add,
+ * preview_end): its keys, and the depth range and devices per rank seen so far. */
+typedef struct preview_canvas {
+  int width, height;
+  uint64_t *keys; /* [height][width], malloc; NULL: begin failed */
+  double range[2]; /* nearest and farthest depth drawn (HUGE_VAL, -HUGE_VAL: none) */
+  int ndev;        /* 1 + the largest owner device drawn (by owner) */
+} preview_canvas;
+/* Local: the canvas, empty; fails (a one-line message) only out of memory, and the canvas is then
+ * to be given to preview_end all the same, which agrees on that failure. */
+int preview_begin(const preview_params *pp, preview_canvas *c);
+/* Local, any thread: draws the particles of d (a chunk of this rank's) on c. */
+void preview_add(preview_canvas *c, const preview_params *pp, const preview_data *d);
+/* Collective over comm: combines the ranks' canvases on rank 0, which writes DIR/frame_NNNNN.png
+ * as preview_write does (a canvas whose preview_begin failed fails every rank, agreed); frees c's
+ * keys. skip nonzero on any rank (its frame failed, so the canvas is partial): no picture, and
+ * every rank returns DR_OK (the frame's failure is reported where it happened). */
+int preview_end(MPI_Comm comm, const char *dir, int frame, const preview_params *pp, preview_canvas *c, int skip);
 
 /* Collective over comm. Draws this rank's particles, combines the ranks on rank 0, which writes
  * DIR/frame_NNNNN.png (DIR must exist). On failure (a one-line message naming the file) no file is

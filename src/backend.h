@@ -142,13 +142,19 @@ typedef struct backend {
   int (*advance_frame)(void *state, const frame_plan *plan, frame_report *rep);
   /* Copies the particles out (out is resized as needed; allocates). Order is unspecified. */
   int (*download)(void *state, particles *out);
-  /* Copies the attributes in mask (PA_BIT) of the count() particles held into out's arrays of
-   * those attributes, which the caller allocated for at least that many particles (with
-   * alloc_sums, device 0, where the backend has it: cuda writes them from the device, which
-   * reaches pinned memory only); sets out->n and leaves out's other arrays alone. The order is
-   * download's, so that a frame written from either holds the same rows. Returns once out holds
-   * them; the particles may step on at once (sim_output.c: frames written behind the compute). */
-  int (*capture)(void *state, unsigned mask, particles *out);
+  /* A frame's particles in two halves, so that the host never holds them all (sim_output.c):
+   * snapshot copies the attributes in mask (PA_BIT) of every particle held into a snapshot the
+   * backend owns, in its own memory (cuda: device buffers, each member of an island its own rows,
+   * the members one after another; cpu: host arrays), and sets *n to their number; it is valid
+   * until the next snapshot, and the particles may step on as soon as snapshot returns. The rows'
+   * order is download's, so that a frame written from either holds the same rows. fetch copies
+   * rows first .. first + count - 1 of the snapshot (attributes in mask, a subset of the
+   * snapshot's) into dst's arrays of those attributes, which the caller allocated for at least
+   * count particles (with alloc_sums, device 0, where the backend has it), sets dst->n = count and
+   * leaves dst's other arrays alone. fetch may run on another thread than the other calls (the
+   * writer's) while they run, but never with a snapshot. */
+  int (*snapshot)(void *state, unsigned mask, size_t *n);
+  int (*fetch)(void *state, unsigned mask, size_t first, size_t count, particles *dst);
   /* The rank exchange (mpi/exchange.h; NULL where a backend does not take part in several ranks:
    * sim.c refuses one without blocks, node_masks, pack_nodes and unpack_add_nodes there). */
   /* The current mapping's block codes, sorted; a code's position is its dense block index. */
@@ -197,7 +203,7 @@ typedef struct backend {
    * flight; the next g2p then does the rest and everything g2p does after its G2P. */
   int (*g2p_interior)(void *state, float dt);
   /* Optional: memory for the shared sums that pack_nodes writes and unpack_add_nodes reads, and
-   * for capture's arrays: pinned host memory (device = 0; cuda: copies without a pageable
+   * for fetch's arrays: pinned host memory (device = 0; cuda: copies without a pageable
    * bounce, and kernels of every GPU of the island reach it), or device memory (device = 1)
    * that a CUDA-aware MPI sends from directly. NULL: malloc serves. */
   int (*alloc_sums)(void *state, size_t bytes, int device, void **ptr);

@@ -60,6 +60,10 @@ typedef struct cpu_state {
   collider_pose *poses;         /* [n_colliders] where the colliders are in this grid update */
   particles p;                  /* sorted by (particle block, cell) at each rebuild */
   particles tmp;                /* permutation target at rebuild (grow-only) */
+  particles snap;               /* backend.h's snapshot: the arrays of snap_mask, snap_cap rows each
+                                 * (memtally_malloc, MT_TRANSFER), kept snapshot after snapshot */
+  unsigned snap_mask;
+  size_t snap_cap;
   int32_t *pblock;              /* [n] particle block of each particle */
   uint64_t *sort_key;           /* [2n]: (key, index) pairs */
   size_t cap_n;
@@ -542,27 +546,71 @@ static int download(void *state, particles *out) {
   return DR_OK;
 }
 
-/* backend.h's capture: the arrays of mask, copied in slices over the threads. */
-static int capture(void *state, unsigned mask, particles *out) {
-  cpu_state *s = state;
-  const size_t n = s->p.n;
-  out->n = n;
+/* Copies attribute a of rows [0, n) of src to dst (owner: this rank's value), in slices over the
+ * threads. */
+static void copy_attr(const cpu_state *s, int a, char *dst, const char *src, size_t n) {
   const int32_t owner = s->prm.rank * 256;
-  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-    if (!(mask >> a & 1u) || n == 0) continue;
-    char *dst = particles_attr(out, a);
-    const char *src = particles_attr(&s->p, a);
-    const size_t bytes = n * particle_attrs[a].bytes, slice = (size_t)1 << 22;
-    const long slices = (long)((bytes + slice - 1) / slice);
+  const size_t bytes = n * particle_attrs[a].bytes, slice = (size_t)1 << 22;
+  const long slices = (long)((bytes + slice - 1) / slice);
 #pragma omp parallel for schedule(static)
-    for (long k = 0; k < slices; ++k) {
-      const size_t b = (size_t)k * slice, e = b + slice < bytes ? b + slice : bytes;
-      if (a == PA_owner)
-        for (size_t i = b / sizeof(int32_t); i < e / sizeof(int32_t); ++i) ((int32_t *)dst)[i] = owner;
-      else
-        memcpy(dst + b, src + b, e - b);
-    }
+  for (long k = 0; k < slices; ++k) {
+    const size_t b = (size_t)k * slice, e = b + slice < bytes ? b + slice : bytes;
+    if (a == PA_owner)
+      for (size_t i = b / sizeof(int32_t); i < e / sizeof(int32_t); ++i) ((int32_t *)dst)[i] = owner;
+    else
+      memcpy(dst + b, src + b, e - b);
   }
+}
+
+static void snap_release(cpu_state *s) {
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    void **arr = (void **)((char *)&s->snap + particle_attrs[a].offset);
+    memtally_free(*arr);
+    *arr = NULL;
+  }
+  s->snap.n = s->snap_cap = 0;
+  s->snap_mask = 0;
+}
+
+/* backend.h's snapshot: the host is this backend's device, so the snapshot is a host copy of the
+ * mask's arrays, a quarter past the need (mem_frame_capacity, the memory plan's rule), kept; the
+ * owner left out (this rank's one value, which fetch writes). */
+static int snapshot(void *state, unsigned mask, size_t *n) {
+  cpu_state *s = state;
+  const size_t m = s->p.n;
+  if (m > s->snap_cap || mask != s->snap_mask) {
+    snap_release(s);
+    const size_t cap = mem_frame_capacity(m);
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      if (!((mask & ~PA_BIT(owner)) >> a & 1u)) continue;
+      void **arr = (void **)((char *)&s->snap + particle_attrs[a].offset);
+      if (!(*arr = memtally_malloc(MT_TRANSFER, cap * particle_attrs[a].bytes, "the frame's snapshot"))) {
+        snap_release(s);
+        return DR_ENOMEM;
+      }
+    }
+    s->snap_cap = cap, s->snap_mask = mask;
+  }
+  for (int a = 0; a < PARTICLE_ATTRS && m > 0; ++a)
+    if ((mask & ~PA_BIT(owner)) >> a & 1u) copy_attr(s, a, particles_attr(&s->snap, a), particles_attr(&s->p, a), m);
+  s->snap.n = m;
+  *n = m;
+  return DR_OK;
+}
+
+/* backend.h's fetch: rows of the snapshot, copied (any thread: the snapshot is not the particles). */
+static int fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst) {
+  cpu_state *s = state;
+  if ((mask & s->snap_mask) != mask || first > s->snap.n || count > s->snap.n - first)
+    return dr_fail(DR_EINTERNAL, "cpu backend: fetch of rows %zu .. %zu (mask 0x%x) from a snapshot of %zu (mask 0x%x)",
+                   first, first + count, mask, s->snap.n, s->snap_mask);
+  for (int a = 0; a < PARTICLE_ATTRS && count > 0; ++a)
+    if (a == PA_owner && (mask & PA_BIT(owner)))
+      copy_attr(s, a, particles_attr(dst, a), NULL, count);
+    else if (mask >> a & 1u)
+      memcpy(particles_attr(dst, a), (const char *)particles_attr(&s->snap, a) + first * particle_attrs[a].bytes,
+             count * particle_attrs[a].bytes);
+  dst->n = count;
   return DR_OK;
 }
 
@@ -577,6 +625,8 @@ static int stats(void *state, backend_stats *out) {
   out->bytes = (double)s->cap_n * (2 * particles_record_bytes() + sizeof(int32_t) + 2 * sizeof(uint64_t)) +
                (double)s->cap_blocks * (s->bf * (sizeof(float) + (s->det ? sizeof(int64_t) : 0)) + sizeof(uint64_t) + 1) +
                (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) /* the frame's snapshot */
+    if (particles_attr(&s->snap, a)) out->bytes += (double)s->snap_cap * particle_attrs[a].bytes;
   return DR_OK;
 }
 
@@ -836,6 +886,7 @@ static void destroy(void *state) {
   if (!s) return;
   particles_free(&s->p);
   particles_free(&s->tmp);
+  snap_release(s);
   memtally_free(s->pblock), memtally_free(s->sort_key);
   memtally_free(s->pb_coord), memtally_free(s->pb_nbr), memtally_free(s->pb_start), memtally_free(s->color_pb);
   memtally_free(s->nbr_codes);
@@ -883,7 +934,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   s->p = *p;
   memset(p, 0, sizeof *p);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
-                   .g2p = g2p, .max_speed = max_speed, .download = download, .capture = capture, .stats = stats, .count = count, .destroy = destroy,
+                   .g2p = g2p, .max_speed = max_speed, .download = download, .snapshot = snapshot, .fetch = fetch, .stats = stats, .count = count, .destroy = destroy,
                    .blocks = blocks, .node_masks = node_masks, .node_masks_async = node_masks_async,
                    .node_masks_wait = node_masks_wait, .pack_nodes = pack_nodes, .unpack_add_nodes = unpack_add_nodes,
                    .wants_rebuild = wants_rebuild,

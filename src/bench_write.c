@@ -20,7 +20,7 @@
  *              on several ranks (whose frames are written so).
  * The writer's own speed is the frames' bytes over the seconds its jobs ran (sim_status
  * write_seconds); where the disk is slower than the steps, it is what bounds the run. "main" is
- * the main thread's time a frame in the output (sim_status io_seconds: the capture, the file's
+ * the main thread's time a frame in the output (sim_status io_seconds: the snapshot, the file's
  * skeleton, the completion, and the waits for the writer). */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_write.h"

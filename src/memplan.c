@@ -78,24 +78,32 @@ static void add(memplan_bytes *m, int kind, double bytes) {
 /* The larger of the two phases (the host's peak is one of them). */
 static memplan_bytes larger(const memplan_bytes *a, const memplan_bytes *b) { return a->total >= b->total ? *a : *b; }
 
-/* Bytes a frame slot holds for each particle (sim_output.c: the mask's attributes, J, stress). */
-static double frame_bytes(const scene *s) {
-  const unsigned mask = sim_frame_mask(s);
+/* Bytes a frame's snapshot holds for each particle (backend.h: the mask's attributes), and the
+ * frame slot's chunk for each of its particles (sim_output.c: those, J and stress). */
+static double mask_bytes(unsigned mask) {
   double b = 0.0;
   for (int a = 0; a < PARTICLE_ATTRS; ++a)
     if (mask >> a & 1u) b += (double)particle_attrs[a].bytes;
+  return b;
+}
+
+/* the snapshot leaves the owner out (one value a device: fetch writes it) */
+static double snapshot_bytes(const scene *s) { return mask_bytes(sim_frame_mask(s) & ~PA_BIT(owner)); }
+
+static double frame_bytes(const scene *s) {
+  double b = mask_bytes(sim_frame_mask(s));
   if (s->output_fields & H5FRAME_BIT(H5FRAME_J)) b += sizeof(float);
   if (s->output_fields & H5FRAME_BIT(H5FRAME_STRESS)) b += 6 * sizeof(float);
   return b;
 }
 
-/* What every backend's run holds on the host once it steps: the two frame slots (and at precision
- * half the writer's conversion buffer), the migration
- * reserve (several ranks; `buffers` record buffers: they depend on the backend) and the
- * checkpoint's copy of the particles. */
+/* What every backend's run holds on the host once it steps: the frame slot's chunk (at most
+ * MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and at precision
+ * half the writer's conversion buffer), the migration reserve (several ranks; `buffers` record
+ * buffers: they depend on the backend) and the checkpoint's copy of the particles. */
 static void host_steady(const scene *s, const memplan_load *l, int buffers, memplan_bytes *m) {
   const double rec = (double)particles_record_bytes();
-  add(m, MT_TRANSFER, 2.0 * (double)mem_frame_capacity((size_t)l->most) * frame_bytes(s));
+  add(m, MT_TRANSFER, (double)mem_frame_chunk_capacity((size_t)l->most, MEM_FRAME_CHUNK) * frame_bytes(s));
   if (s->output_precision == H5FRAME_HALF) add(m, MT_TRANSFER, (double)H5FRAME_PACK_BYTES); /* the writer's */
   if (l->ranks > 1) {
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;
@@ -123,6 +131,8 @@ void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
   const double cap_b = (double)mem_doubled(MEM_FIRST_BLOCKS, (size_t)l->blocks);
   add(&run, MT_GRID, cap_b * (bf * sizeof(float) + (s->deterministic ? bf * sizeof(int64_t) : 0) + sizeof(uint64_t) + 2));
   host_steady(s, l, l->ranks > 2 ? 3 : 2, &run); /* no emigrate_records: its packed records on the host too */
+  /* the frame's snapshot: the host is this backend's device (backend_cpu.c) */
+  add(&run, MT_TRANSFER, (double)mem_frame_capacity((size_t)l->most) * snapshot_bytes(s));
   *host = larger(&start, &run);
 }
 
@@ -215,6 +225,11 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   if (s->collider_levelsets) /* mesh colliders' level sets, uploaded once */
     add(device, MT_TRANSFER,
         4.0 * (double)s->collider_levelsets->table_n + 4.0 * (double)(s->collider_levelsets->bricks_n + 1));
+  { /* the frame's snapshot: an exact vector an attribute but the owner (particles_io.cu, snapshot_queue) */
+    const unsigned mask = sim_frame_mask(s) & ~PA_BIT(owner);
+    for (int a = 0; a < PARTICLE_ATTRS; ++a)
+      if (mask >> a & 1u) add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(n * particle_attrs[a].bytes), 1));
+  }
   if (l->ranks > 1) { /* the migration records on the device (reserve_records) */
     const double recs = mem_migration_share(s->balance_threshold) * l->start + MEM_MIGRATION_EXTRA;
     const double r_seq[1] = {recs * rec};

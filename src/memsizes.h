@@ -22,9 +22,21 @@ static inline size_t mem_doubled(size_t first, size_t n) {
 /* The host block hash table's capacity for n blocks: a power of two, at least twice n (grid.c). */
 static inline size_t mem_table_capacity(size_t n) { return mem_doubled(MEM_FIRST_TABLE, 2 * n); }
 
-/* A frame slot's capacity for n particles: a quarter past the need, kept frame after frame
- * (sim_output.c). */
+/* A frame snapshot's capacity for n particles: a quarter past the need, kept frame after frame
+ * (the CPU backend's snapshot, backend_cpu.c). */
 static inline size_t mem_frame_capacity(size_t n) { return n + n / 4 + 1024; }
+
+/* The writer takes a frame from the backend's snapshot (backend.h) at most this many particles
+ * at a time (sim_output.c): the host's frame buffers hold one chunk, not the frame (4M particles:
+ * about 180 MiB with the default fields, 400 MiB with every field and its derived ones). */
+#define MEM_FRAME_CHUNK ((size_t)1 << 22)
+
+/* The frame slot's chunk capacity for n particles: the snapshot's rule, capped at chunk
+ * (MEM_FRAME_CHUNK; sim_output.c: DRIFT_FRAME_CHUNK's fewer where a test sets it). */
+static inline size_t mem_frame_chunk_capacity(size_t n, size_t chunk) {
+  const size_t c = mem_frame_capacity(n);
+  return c < chunk ? c : chunk;
+}
 
 /* The share of a rank's particles for which several ranks reserve migration records at the
  * start (sim_migrate.c, sim_reserve_migration): the balance threshold within [0.1, 0.5], and

@@ -59,7 +59,7 @@ typedef struct particle_attr {
 enum { PARTICLE_ATTRS = 0 PARTICLE_ATTRIBUTES(PARTICLE_COUNT_) };
 #undef PARTICLE_COUNT_
 /* Each attribute's index in particle_attrs (PA_x, PA_v, ...), and its bit in a mask of
- * attributes (backend.h's capture). */
+ * attributes (backend.h's snapshot and fetch). */
 #define PARTICLE_INDEX_(field, type, k, what) PA_##field,
 enum particle_attr_index { PARTICLE_ATTRIBUTES(PARTICLE_INDEX_) };
 #undef PARTICLE_INDEX_

@@ -102,6 +102,11 @@ static const setting_entry TABLE[SET_N] = {
                             .want = "1 (cached) or 2 (refilled every step, a test hook)",
                             .help = "cuda: the samples of mesh colliders' level sets kept per grid node (1) or "
                                     "refilled every step (2), which tests compare against the cache"},
+    [SET_FRAME_CHUNK] = {.env = "DRIFT_FRAME_CHUNK", .type = T_INT, .kind = SETTING_DEBUG,
+                         .offset = OFF(frame_chunk), .dflt = "0", .lo = 0, .hi = 4194304, .meta = "N",
+                         .want = "a whole number of particles (0: memsizes.h's MEM_FRAME_CHUNK, 4194304)",
+                         .help = "tests: particles the writer takes of a frame's snapshot at a time, fewer "
+                                 "than MEM_FRAME_CHUNK, so that small scenes write their frames in chunks"},
     [SET_WRITER_INLINE] = {.env = "DRIFT_WRITER_INLINE", .type = T_BOOL, .kind = SETTING_DEBUG,
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "

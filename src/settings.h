@@ -37,6 +37,7 @@ typedef enum setting_id {
   SET_COLLIDER_CACHE,
   SET_WRITER_INLINE,
   SET_PROGRESS_S,
+  SET_FRAME_CHUNK,
   SET_N
 } setting_id;
 
@@ -69,6 +70,7 @@ typedef struct drift_settings {
   int collider_cache;         /* 1 filled once per mesh frame and mapping, 2 refilled every step */
   int writer_inline;          /* frames written in the main thread, as without MPI_THREAD_MULTIPLE */
   double progress_s;          /* s: wall time between progress lines inside a frame; 0 if unset (30 s) */
+  int frame_chunk;            /* particles the writer fetches of a frame at a time; 0 if unset (MEM_FRAME_CHUNK) */
   /* per setting: where its value came from, and its text as given ("" for a default) */
   unsigned char from[SET_N];
   char text[SET_N][SETTINGS_TEXT_MAX];

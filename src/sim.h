@@ -83,7 +83,7 @@ const char *sim_backend_name(const sim *S);
 /* GPUs this rank drives (0 for the cpu backend). */
 int sim_gpus(const sim *S);
 void sim_destroy(sim **S);
-/* The particle attributes a frame of scene s captures (PA_BIT mask): what its output.fields, its
+/* The particle attributes a frame of scene s takes (PA_BIT mask: backend.h's snapshot): what its output.fields, its
  * totals and its preview need. */
 unsigned sim_frame_mask(const scene *s);
 /* The largest |coordinate| of scene s's domain, m: the range of its frames' positions (output.precision

@@ -39,21 +39,24 @@ typedef struct rank_frame_stats {
 /* A frame's totals, summed over the ranks (sim_output.c frame_totals). */
 enum { TOT_N, TOT_MASS, TOT_P, TOT_KE = TOT_P + 3, TOT_PE, TOT_COUNT };
 
-/* Frames captured at once: one being written while the next is captured, so that a frame's
- * steps overlap the writing of the frame before; a third waits for the first (back-pressure). */
-enum { SIM_FRAME_SLOTS = 2 };
+/* Frames in flight: one, since a frame is the backend's one snapshot (backend.h) until its job
+ * has fetched it: the steps of a frame overlap the writing of the frame before, and the next
+ * frame's snapshot waits for that writing (back-pressure). */
+enum { SIM_FRAME_SLOTS = 1 };
 
-/* A frame captured for the writer (sim_output.c): the attributes of mask in host memory from
- * the backend's alloc_sums (pinned on a GPU) or malloc, kept frame after frame. The job that
- * writes it owns it from writer_submit until writer_wait(ticket). */
+/* A frame taken for the writer (sim_output.c): the backend's snapshot of its n particles, which
+ * the job fetches a chunk at a time into p, the attributes of mask in host memory from the
+ * backend's alloc_sums (pinned on a GPU) or malloc, cap particles (at most MEM_FRAME_CHUNK), kept
+ * frame after frame. The job owns the slot from writer_submit until writer_wait(ticket). */
 typedef struct frame_slot {
   struct sim *S;
-  particles p;       /* only the arrays of mask are allocated, cap particles each */
-  unsigned mask;     /* PA_BIT of each attribute captured */
+  particles p;       /* a chunk: only the arrays of mask are allocated, cap particles each */
+  unsigned mask;     /* PA_BIT of each attribute of the snapshot */
   size_t cap;
+  size_t n;          /* the frame's particles on this rank (the snapshot's) */
   size_t tallied;    /* bytes of this slot counted in memtally.h's tally */
-  float *J, *stress; /* the fields derived on the host by the job (scene.output_fields asks for
-                      * them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc, kept as p's */
+  float *J, *stress; /* the fields derived on the host by the job, a chunk's (scene.output_fields
+                      * asks for them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc, kept */
   int projected;     /* p's F and logjp already hold the next step's return mapping (backend.h) */
   int frame;
   double time;       /* s */

@@ -26,6 +26,7 @@
 #include "memtally.h"
 #include "physics/constitutive.h"
 #include "preview.h"
+#include "settings.h"
 #include "signals.h"
 #include "writer.h"
 
@@ -270,8 +271,9 @@ int sim_list_earlier_frames(sim *S) {
 }
 
 /* The frame's totals (sim_status): this rank's particles' count, mass, momentum, kinetic and
- * gravitational potential energy (above the domain's lowest corner), summed in double. */
-static void frame_totals(const sim *S, const particles *h, double tot[TOT_COUNT]) {
+ * gravitational potential energy (above the domain's lowest corner), summed in double, a chunk
+ * of the frame at a time (first: the frame's first chunk). */
+static void frame_totals(const sim *S, const particles *h, int first, double tot[TOT_COUNT]) {
   const double *g = S->sc->gravity, *lo = S->sc->domain_min;
   const float *x = h->x, *v = h->v, *mass = h->mass;
   double ms = 0.0, p0 = 0.0, p1 = 0.0, p2 = 0.0, ke = 0.0, pe = 0.0;
@@ -286,8 +288,11 @@ static void frame_totals(const sim *S, const particles *h, double tot[TOT_COUNT]
     pe -= m * (g[0] * ((double)x[3 * i] - lo[0]) + g[1] * ((double)x[3 * i + 1] - lo[1]) +
                g[2] * ((double)x[3 * i + 2] - lo[2]));
   }
-  tot[TOT_N] = (double)h->n; /* exact below 2^53 */
-  tot[TOT_MASS] = ms, tot[TOT_P] = p0, tot[TOT_P + 1] = p1, tot[TOT_P + 2] = p2, tot[TOT_KE] = ke, tot[TOT_PE] = pe;
+  /* a frame's first chunk gives its sums as they are, the others add theirs: a frame of one chunk
+   * has the sums of one pass over all its particles */
+  const double sums[TOT_COUNT] = {[TOT_N] = (double)h->n, [TOT_MASS] = ms, [TOT_P] = p0, [TOT_P + 1] = p1,
+                                  [TOT_P + 2] = p2, [TOT_KE] = ke, [TOT_PE] = pe};
+  for (int k = 0; k < TOT_COUNT; ++k) tot[k] = first ? sums[k] : tot[k] + sums[k]; /* N: exact below 2^53 */
 }
 
 /* The fields a frame derives on the host from the captured F (into the slot's J and stress):
@@ -322,33 +327,53 @@ static void frame_derived(const sim *S, frame_slot *f) {
   }
 }
 
-/* A frame's job, on the writer's thread: this rank's totals, the derived fields and rows
- * (h5frame_put: no MPI, no HDF5), and the preview (collective over the writer's communicator).
- * The rows' status is the slot's (put_rc), agreed by the main thread at the frame's completion
- * (slot_done), so that a failure seen by one rank never stops one rank's writer alone: every
- * rank's writer runs the same jobs, and their collective calls meet. */
+/* A frame's job, on the writer's thread: the frame's rows fetched from the backend's snapshot a
+ * chunk at a time into the slot's buffers (MEM_FRAME_CHUNK particles at most), and for each chunk
+ * this rank's totals, the derived fields and the rows (h5frame_put at the chunk's first row: no
+ * MPI, no HDF5) and its part of the preview; then the preview's composite (collective over the
+ * writer's communicator). The rows' status is the slot's (put_rc: a fetch's or a put's failure,
+ * which stops the chunks), agreed by the main thread at the frame's completion (slot_done), so
+ * that a failure seen by one rank never stops one rank's writer alone: every rank's writer runs
+ * the same jobs, and their collective calls meet. */
 static int frame_job(MPI_Comm comm, void *ctx) {
   frame_slot *f = ctx;
   sim *S = f->S;
-  const particles *h = &f->p;
-  const double t0 = sim_now();
-  frame_totals(S, h, f->local);
-  frame_derived(S, f);
-  const double t1 = sim_now();
-  h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
-                    .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
-  f->put_rc = h5frame_put(&f->file, &d, S->pack, S->pack ? H5FRAME_PACK_BYTES : 0);
-  log_trace("writer: frame %d of %zu particles: totals and derived fields %.2f ms, rows %.2f ms", f->frame, h->n,
-            1e3 * (t1 - t0), 1e3 * (sim_now() - t1));
+  particles *h = &f->p;
+  const int preview = S->sc->preview;
+  preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
+  for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
+  preview_canvas pc = {0};
+  if (preview) (void)preview_begin(&pp, &pc); /* its failure (out of memory) is preview_end's */
+  double sums_s = 0.0, rows_s = 0.0;
+  int rc = DR_OK;
+  for (int k = 0; k < TOT_COUNT; ++k) f->local[k] = 0.0;
+  for (size_t first = 0; rc == DR_OK && first < f->n; first += f->cap) {
+    const size_t count = f->n - first < f->cap ? f->n - first : f->cap;
+    const double t0 = sim_now();
+    rc = S->be.fetch(S->be.state, f->mask, first, count, h);
+    if (rc) break;
+    frame_totals(S, h, first == 0, f->local);
+    frame_derived(S, f);
+    const double t1 = sim_now();
+    h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
+                      .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
+    rc = h5frame_put(&f->file, first, &d, S->pack, S->pack ? H5FRAME_PACK_BYTES : 0);
+    if (preview && rc == DR_OK) {
+      const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material, .owner = h->owner};
+      preview_add(&pc, &pp, &pd);
+    }
+    sums_s += t1 - t0, rows_s += sim_now() - t1;
+  }
+  f->local[TOT_N] = (double)f->n; /* exact below 2^53; also where the frame has no particles */
+  log_trace("writer: frame %d of %zu particles in chunks of %zu: fetch, totals and derived fields %.2f ms, rows "
+            "%.2f ms", f->frame, f->n, f->cap, 1e3 * sums_s, 1e3 * rows_s);
+  f->put_rc = rc;
   if (f->put_rc) { /* its message, for slot_done (this thread's record is the writer's) */
     snprintf(f->put_msg, sizeof f->put_msg, "%s", dr_message());
     dr_clear();
   }
-  if (!S->sc->preview) return DR_OK;
-  preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
-  for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
-  const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material, .owner = h->owner};
-  return preview_write(comm, S->out_dir, f->frame, &pp, &pd);
+  if (!preview) return DR_OK;
+  return preview_end(comm, S->out_dir, f->frame, &pp, &pc, f->put_rc);
 }
 
 /* Where a job of the writer failed: the run stops with its message, not as a step's failure. */
@@ -440,13 +465,15 @@ static void slot_release(sim *S, frame_slot *f) {
   f->cap = 0;
 }
 
-/* Room in slot f for n particles of the frame's attributes: the backend's pinned memory where it
- * has it (a GPU writes there directly), grown a quarter past the need, kept frame after frame. */
-static int slot_reserve(sim *S, frame_slot *f, size_t n) {
-  const unsigned mask = sim_frame_mask(S->sc);
-  if (n <= f->cap && mask == f->mask) return DR_OK;
+/* Room in slot f for a chunk of a frame of n particles (mem_frame_chunk_capacity: at most
+ * MEM_FRAME_CHUNK) of the frame's attributes (mask): the backend's pinned memory where it has it
+ * (a GPU copies there without a bounce), kept frame after frame. */
+static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
+  const size_t chunk = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_FRAME_CHUNK;
+  const size_t need = n < chunk ? n : chunk;
+  if (need <= f->cap && mask == f->mask) return DR_OK;
   slot_release(S, f);
-  const size_t cap = mem_frame_capacity(n);
+  const size_t cap = mem_frame_chunk_capacity(n, chunk);
   f->mask = mask;
   for (int a = 0; a < PARTICLE_ATTRS; ++a) {
     if (!(mask >> a & 1u)) continue;
@@ -469,9 +496,16 @@ static int slot_reserve(sim *S, frame_slot *f, size_t n) {
   return DR_OK;
 }
 
-/* Collective. Captures frame st.frame into the next slot (waiting for the job that last used it:
- * back-pressure when the disk is slower than the steps) and queues it for the writer; returns
- * before it is written. */
+/* Completes the frames in flight, oldest first (collective). */
+static int complete_frames(sim *S) {
+  for (int k = 0; k < SIM_FRAME_SLOTS; ++k) DR_TRY(slot_done(S, &S->slots[(S->next_slot + k) % SIM_FRAME_SLOTS]));
+  return DR_OK;
+}
+
+/* Collective. Takes frame st.frame as the backend's snapshot (backend.h) once the frame in flight
+ * is written (its job reads the one snapshot there is: back-pressure when the disk is slower than
+ * the steps, while the steps of the frame after it overlap its writing), and queues it for the
+ * writer, which fetches it chunk by chunk; returns before it is written. */
 int sim_write_frame(sim *S) {
   const double t0 = sim_now();
   frame_slot *f = &S->slots[S->next_slot];
@@ -479,17 +513,19 @@ int sim_write_frame(sim *S) {
   /* the checkpoint in flight is published first (its frames are already): it is on the disk one
    * frame after it was captured at the latest, even where this frame's completion fails */
   DR_TRY(ckpt_done(S));
-  DR_TRY(slot_done(S, f));
-  const size_t n = S->be.count ? S->be.count(S->be.state) : 0;
-  int rc = slot_reserve(S, f, n);
+  DR_TRY(complete_frames(S)); /* every frame job done: none reads the snapshot any more */
+  const unsigned mask = sim_frame_mask(S->sc);
+  size_t n = 0;
+  int rc = S->be.snapshot(S->be.state, mask, &n);
+  if (rc == DR_OK) rc = slot_reserve(S, f, mask, n);
   if (rc == DR_OK && S->sc->output_precision == H5FRAME_HALF && !S->pack) { /* once a run */
     if ((S->pack = dr_malloc(H5FRAME_PACK_BYTES, "the frames' conversion buffer")))
       memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)H5FRAME_PACK_BYTES);
     else
       rc = DR_ENOMEM;
   }
-  if (rc == DR_OK) rc = S->be.capture(S->be.state, f->mask, &f->p);
   DR_TRY(comm_agree(S->comm, rc));
+  f->n = n;
   f->S = S;
   f->frame = S->st.frame;
   f->time = S->st.time;
@@ -513,12 +549,6 @@ int sim_write_frame(sim *S) {
   DR_TRY(writer_submit(S->writer, frame_job, f, &f->ticket));
   f->queued = 1;
   S->st.io_seconds += sim_now() - t0;
-  return DR_OK;
-}
-
-/* Completes the frames in flight, oldest first (collective). */
-static int complete_frames(sim *S) {
-  for (int k = 0; k < SIM_FRAME_SLOTS; ++k) DR_TRY(slot_done(S, &S->slots[(S->next_slot + k) % SIM_FRAME_SLOTS]));
   return DR_OK;
 }
 

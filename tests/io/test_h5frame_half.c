@@ -104,10 +104,20 @@ static h5frame_meta meta_of(int frame, unsigned fields, int precision) {
                         .fields = fields, .precision = precision, .extent = extent};
 }
 
+/* Rows first .. first + n - 1 of d. */
+static h5frame_data rows_of(const h5frame_data *d, size_t first, size_t n) {
+  return (h5frame_data){.n = n, .position = d->position + 3 * first, .velocity = d->velocity + 3 * first,
+                        .id = d->id + first, .material = d->material + first, .owner = d->owner + first,
+                        .logjp = d->logjp + first, .J = d->J + first, .F = d->F + 9 * first,
+                        .stress = d->stress + 6 * first, .C = d->C + 9 * first};
+}
+
 /* Writes frame `frame` of a into dir through a buffer of pack_bytes, converted by a team of
- * `threads` (h5frame_put's team is one fewer than omp_get_max_threads(), at least one). */
+ * `threads` (h5frame_put's team is one fewer than omp_get_max_threads(), at least one); chunk > 0:
+ * put chunk rows at a time, last chunk first (as sim_output.c's writer puts a frame chunk by
+ * chunk, in any order: each row lands at its own offset). */
 static int write_frame(const char *dir, int frame, unsigned fields, int precision, const frame_arrays *a, void *pack,
-                       size_t pack_bytes, int threads, double *put_s) {
+                       size_t pack_bytes, int threads, size_t chunk, double *put_s) {
   h5frame_file f;
   const h5frame_meta meta = meta_of(frame, fields, precision);
   const h5frame_data d = data_of(a);
@@ -116,7 +126,13 @@ static int write_frame(const char *dir, int frame, unsigned fields, int precisio
   if (st) return st;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  const int put = h5frame_put(&f, &d, pack, pack_bytes);
+  int put = 0;
+  if (chunk == 0) put = h5frame_put(&f, 0, &d, pack, pack_bytes);
+  for (size_t k = chunk ? (a->n + chunk - 1) / chunk : 0; k-- > 0 && put == 0;) {
+    const size_t first = k * chunk, n = a->n - first < chunk ? a->n - first : chunk;
+    const h5frame_data part = rows_of(&d, first, n);
+    put = h5frame_put(&f, first, &part, pack, pack_bytes);
+  }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   if (put_s) *put_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   return h5frame_end(MPI_COMM_WORLD, &f, put);
@@ -154,7 +170,7 @@ static void encode_whole(int q, const float *in, uint16_t *out, size_t n) {
 }
 
 /* Writes every field of a at half through pack_bytes on threads threads and checks the file. */
-static void check_case(const char *dir, const frame_arrays *a, size_t pack_bytes, int threads) {
+static void check_case(const char *dir, const frame_arrays *a, size_t pack_bytes, int threads, size_t chunk) {
   unsigned all = 0;
   for (int q = 0; q < H5FRAME_FIELDS; ++q) all |= H5FRAME_BIT(q);
   void *pack = malloc(pack_bytes);
@@ -165,7 +181,7 @@ static void check_case(const char *dir, const frame_arrays *a, size_t pack_bytes
     CHECK(0, "out of memory");
     goto done;
   }
-  const int st = write_frame(dir, 0, all, H5FRAME_HALF, a, pack, pack_bytes, threads, NULL);
+  const int st = write_frame(dir, 0, all, H5FRAME_HALF, a, pack, pack_bytes, threads, chunk, NULL);
   CHECK(st == 0, "%zu particles, buffer %zu bytes, %d threads: h5frame write failed (%d): %s", a->n, pack_bytes, threads,
         st, dr_message());
   if (st) goto done;
@@ -212,12 +228,16 @@ static int checks(void) {
   if (!mkdtemp(dir)) return 1;
   frame_arrays a;
   if (alloc_frame(&a, 5003) == 0)
-    for (int t = 1; t <= 3; ++t) check_case(dir, &a, (size_t)64 << 10, t);
+    for (int t = 1; t <= 3; ++t) {
+      check_case(dir, &a, (size_t)64 << 10, t, 0);
+      check_case(dir, &a, (size_t)64 << 10, t, 1237); /* chunk by chunk: the same file */
+    }
   else CHECK(0, "out of memory");
   free_frame(&a);
   if (alloc_frame(&a, 470011) == 0) {
     CHECK(a.n * 9 > H5FRAME_PACK_BYTES / 4, "F fits one block of H5FRAME_PACK_BYTES: the case checks no block boundary");
-    for (int t = 1; t <= 2; ++t) check_case(dir, &a, H5FRAME_PACK_BYTES, t);
+    for (int t = 1; t <= 2; ++t) check_case(dir, &a, H5FRAME_PACK_BYTES, t, 0);
+    check_case(dir, &a, H5FRAME_PACK_BYTES, 2, 200003);
   } else CHECK(0, "out of memory");
   free_frame(&a);
   /* a buffer too small for two halves of one row of F is refused, naming the need */
@@ -228,7 +248,7 @@ static int checks(void) {
     const h5frame_data d = data_of(&small);
     uint16_t tiny[17];
     if (h5frame_begin(MPI_COMM_WORLD, dir, &meta, small.n, &f) == 0) {
-      const int put = h5frame_put(&f, &d, tiny, sizeof tiny);
+      const int put = h5frame_put(&f, 0, &d, tiny, sizeof tiny);
       CHECK(put == DR_EINTERNAL && strstr(dr_message(), "buffer"), "a 34-byte buffer: status %d, \"%s\"", put,
             dr_message());
       h5frame_end(MPI_COMM_WORLD, &f, put);
@@ -259,7 +279,7 @@ static int speed(size_t n, const char *dir) {
   for (int rep = 0; rep < SPEED_REPS; ++rep)
     for (int precision = 0; precision < H5FRAME_PRECISIONS; ++precision)
       for (int k = 0; k < 2; ++k)
-        if (write_frame(dir, 0, H5FRAME_DEFAULT_FIELDS, precision, &a, pack, H5FRAME_PACK_BYTES, threads[k],
+        if (write_frame(dir, 0, H5FRAME_DEFAULT_FIELDS, precision, &a, pack, H5FRAME_PACK_BYTES, threads[k], 0,
                         &s[precision][k][rep]))
           return fprintf(stderr, "%s\n", dr_message()), 1;
   for (int precision = 0; precision < H5FRAME_PRECISIONS; ++precision)

@@ -10,6 +10,11 @@
 #           written by the writer's thread equals, value for value and attribute for attribute
 #           (SAME_EXE, tests/sim/same_h5.c), the one written in the main thread between the steps (DRIFT_WRITER_INLINE=1:
 #           the path without MPI_THREAD_MULTIPLE); frames.xdmf the same.
+#   chunks  (BACKEND cpu or cuda) the frames written 1000 particles at a time (DRIFT_FRAME_CHUNK: 13
+#           chunks of the 12,480 particles), with the derived fields J and stress and a preview,
+#           equal value for value to those written in one chunk, their previews byte for byte;
+#           each frame's totals the same as printed, to 5 digits (the chunks' sums added in order);
+#           on 2 ranks (where mpirun exists) the frames and previews the same again.
 #   full    (cpu) the output folder on a small tmpfs that fills at frame 4: exit 3, one line
 #           naming N/frame_00004.h5 and the reason, "No space left on device"; frames 0-3 whole and equal to a run with room;
 #           no frame 4 or later, no temporary file; frames.xdmf lists frames 0-3 only. Exits 77
@@ -21,7 +26,7 @@
 set -u
 . "$(dirname "$0")/../lib.sh"
 
-lib_usage 5 "$0 DRIFT_EXE COMPARE_EXE SAME_EXE SCENE same|full|signal [cpu|cuda]" "$@"
+lib_usage 5 "$0 DRIFT_EXE COMPARE_EXE SAME_EXE SCENE same|chunks|full|signal [cpu|cuda]" "$@"
 drift=$1
 compare=$2
 same_h5=$3
@@ -66,6 +71,36 @@ same)
     same_files "2 ranks, threaded against inline" T2 I2 $frames06 checkpoint_00003.h5 checkpoint_00006.h5
   fi
   ;;
+chunks)
+  sed -e 's/"checkpoint_every": 3/"checkpoint_every": 0, "preview": true, "preview_size": 96, "fields": ["position", "velocity", "id", "material", "owner", "J", "stress"]/' \
+    scene.json >chunks.json
+  run whole 0 "$drift" run chunks.json --out W
+  DRIFT_TRACE=1 DRIFT_FRAME_CHUNK=1000 run chunked 0 "$drift" run chunks.json --out C
+  grep -q "in chunks of 1000" chunked.log || fail "chunked: no frame written in chunks of 1000: $(grep -m1 'writer: frame' chunked.log)"
+  same_files "chunks of 1000 against one" W C $frames06
+  for f in 0 1 2 3 4 5 6; do
+    cmp -s "W/frame_0000$f.png" "C/frame_0000$f.png" || fail "chunks: preview frame_0000$f.png differs"
+  done
+  for f in 0 3 6; do
+    a=$(grep "^frame $f totals" whole.log | head -n 1) b=$(grep "^frame $f totals" chunked.log | head -n 1)
+    [ -n "$a" ] && [ -n "$b" ] || fail "chunks: no totals line of frame $f"
+    out=$(awk -v a="$a" -v b="$b" 'BEGIN {
+      na = split(a, x, /[ (),]+/); split(b, y, /[ (),]+/); bad = 0
+      for (i = 1; i <= na; ++i) if (x[i] ~ /^-?[0-9.]+(e[-+]?[0-9]+)?$/) {
+        d = x[i] - y[i]; s = (x[i] < 0 ? -x[i] : x[i]) + 1e-30
+        if ((d < 0 ? -d : d) > 1e-5 * s + 1e-300) bad = 1 }
+      if (bad) print "differ" }')
+    [ -z "$out" ] || fail "chunks: frame $f totals differ: '$a' against '$b'"
+  done
+  if command -v mpirun >/dev/null; then
+    run whole2 0 mpirun --oversubscribe -n 2 "$drift" run chunks.json --out W2
+    DRIFT_FRAME_CHUNK=1000 run chunked2 0 mpirun --oversubscribe -x DRIFT_FRAME_CHUNK -n 2 "$drift" run chunks.json --out C2
+    same_files "2 ranks, chunks of 1000 against one" W2 C2 $frames06
+    for f in 0 3 6; do
+      cmp -s "W2/frame_0000$f.png" "C2/frame_0000$f.png" || fail "chunks, 2 ranks: preview frame_0000$f.png differs"
+    done
+  fi
+  ;;
 full)
   run room 0 "$drift" run scene.json --out A
   size=$(stat -c %s A/frame_00000.h5)
@@ -91,7 +126,7 @@ full)
   ;;
 signal)
   run straight 0 "$drift" run scene.json --out A
-  # the first step of frame 4 follows frame 3's capture: frame 3 is in flight when it comes
+  # the first step of frame 4 follows frame 3's snapshot: frame 3 is in flight when it comes
   steps3=$(grep "^frame [1-3]/6 " straight.log | sed 's/.*substeps \([0-9]*\).*/\1/' | awk '{s += $1} END {print s}')
   DRIFT_TEST_HOOK="signal:0:$((steps3 + 1))" run signal 9 "$drift" run scene.json --out S
   grep -q "checkpoint_00003.h5" signal.log || fail "signal: no checkpoint 3 named: $(tail -n 3 signal.log)"

@@ -4,8 +4,9 @@
  * island of two members on one GPU). Particles compare as sets (a backend's order is its own), by
  * id, every attribute bitwise but owner (the device that computed it). Expected:
  *   - create takes the particles over (leaves them empty), and download gives them back;
- *   - capture gives download's rows in its order, bitwise (owner included), and writes only the
- *     attributes asked for;
+ *   - snapshot, then fetch in chunks of 7 rows (which span an island's members), gives download's
+ *     rows in its order, bitwise (owner included); fetch writes only the attributes asked for, and
+ *     refuses rows past the snapshot's end and attributes it does not hold;
  *   - set_particles takes its particles over and the backend holds exactly them; add_particles
  *     leaves its own unchanged and the backend holds both sets;
  *   - after each of those, stats' n_particles and count (where present) give the download's count,
@@ -78,45 +79,64 @@ static int add_count(void *ctx, const int32_t blk[3], uint64_t count) {
   return DR_OK;
 }
 
-/* capture of every attribute (into the backend's alloc_sums memory, as sim_output.c does) gives
- * download's rows in download's order, bitwise, owner included; a capture of some attributes
- * writes those and the count only. */
-static void captures_as_download(const char *what, backend *b, const particles *down) {
+/* A snapshot of every attribute fetched 7 rows at a time (into the backend's alloc_sums memory, as
+ * sim_output.c does) gives download's rows in download's order, bitwise, owner included; a
+ * snapshot of some attributes: fetch writes those and the count only, and no row past its end. */
+static void snapshots_as_download(const char *what, backend *b, const particles *down) {
+  enum { CHUNK = 7 };
   particles c = {0};
   const size_t cap = down->n + 1;
-  void *mem[PARTICLE_ATTRS] = {0};
+  void *mem[PARTICLE_ATTRS] = {0}, *all[PARTICLE_ATTRS] = {0};
   for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-    if (b->alloc_sums) MUST(b->alloc_sums(b->state, cap * particle_attrs[a].bytes, 0, &mem[a]));
-    else mem[a] = malloc(cap * particle_attrs[a].bytes);
+    if (b->alloc_sums) MUST(b->alloc_sums(b->state, CHUNK * particle_attrs[a].bytes, 0, &mem[a]));
+    else mem[a] = malloc(CHUNK * particle_attrs[a].bytes);
+    all[a] = malloc(cap * particle_attrs[a].bytes);
     *(void **)((char *)&c + particle_attrs[a].offset) = mem[a];
   }
-  MUST(b->capture(b->state, (1u << PARTICLE_ATTRS) - 1, &c));
-  CHECK(c.n == down->n, "%s: capture gives %zu particles, download %zu", what, c.n, down->n);
-  for (int a = 0; a < PARTICLE_ATTRS && c.n == down->n; ++a)
-    CHECK(!memcmp(mem[a], particles_attr(down, a), down->n * particle_attrs[a].bytes),
-          "%s: capture's %s differs from download's", what, particle_attrs[a].name);
+  const unsigned every = (1u << PARTICLE_ATTRS) - 1;
+  size_t n = 0;
+  MUST(b->snapshot(b->state, every, &n));
+  CHECK(n == down->n, "%s: snapshot of %zu particles, download %zu", what, n, down->n);
+  for (size_t first = 0; first < n && n == down->n; first += CHUNK) {
+    const size_t count = n - first < CHUNK ? n - first : CHUNK;
+    c.n = 0;
+    MUST(b->fetch(b->state, every, first, count, &c));
+    CHECK(c.n == count, "%s: fetch of %zu rows gives %zu", what, count, c.n);
+    for (int a = 0; a < PARTICLE_ATTRS; ++a)
+      memcpy((char *)all[a] + first * particle_attrs[a].bytes, mem[a], count * particle_attrs[a].bytes);
+  }
+  for (int a = 0; a < PARTICLE_ATTRS && n == down->n; ++a)
+    CHECK(!memcmp(all[a], particles_attr(down, a), down->n * particle_attrs[a].bytes),
+          "%s: the snapshot's %s differs from download's", what, particle_attrs[a].name);
+  CHECK(b->fetch(b->state, every, n, 1, &c) != 0, "%s: fetch of row %zu of a snapshot of %zu succeeds", what, n, n);
+  dr_clear();
   /* positions and ids only: the other arrays keep what they hold */
-  memset(mem[PA_v], 0x7f, cap * particle_attrs[PA_v].bytes);
+  MUST(b->snapshot(b->state, PA_BIT(x) | PA_BIT(id), &n));
+  CHECK(n == down->n, "%s: snapshot of x and id of %zu particles, download %zu", what, n, down->n);
+  memset(mem[PA_v], 0x7f, CHUNK * particle_attrs[PA_v].bytes);
+  const size_t count = n < CHUNK ? n : CHUNK;
   c.n = 0;
-  MUST(b->capture(b->state, PA_BIT(x) | PA_BIT(id), &c));
-  CHECK(c.n == down->n, "%s: capture of x and id gives %zu particles, download %zu", what, c.n, down->n);
+  MUST(b->fetch(b->state, PA_BIT(x) | PA_BIT(id), 0, count, &c));
   int untouched = 1;
-  for (size_t i = 0; i < 3 * cap; ++i) untouched &= ((uint32_t *)mem[PA_v])[i] == 0x7f7f7f7fu;
-  CHECK(untouched, "%s: capture of x and id wrote the velocities", what);
-  CHECK(c.n != down->n || !memcmp(c.x, down->x, down->n * 3 * sizeof(float)), "%s: capture of x and id: x differs", what);
+  for (size_t i = 0; i < 3 * CHUNK; ++i) untouched &= ((uint32_t *)mem[PA_v])[i] == 0x7f7f7f7fu;
+  CHECK(untouched, "%s: fetch of x and id wrote the velocities", what);
+  CHECK(c.n == count && !memcmp(c.x, down->x, count * 3 * sizeof(float)), "%s: fetch of x and id: x differs", what);
+  CHECK(b->fetch(b->state, PA_BIT(v), 0, count, &c) != 0, "%s: fetch of v from a snapshot of x and id succeeds", what);
+  dr_clear();
   for (int a = 0; a < PARTICLE_ATTRS; ++a) {
     if (b->free_sums) b->free_sums(mem[a], 0);
     else free(mem[a]);
+    free(all[a]);
   }
 }
 
-/* b holds exactly want: download, capture, stats, count, and particle_blocks after a
+/* b holds exactly want: download, snapshot and fetch, stats, count, and particle_blocks after a
  * rebuild-mapping. */
 static void holds(const char *what, backend *b, const particles *want) {
   particles got = {0};
   MUST(b->download(b->state, &got));
   same_set(what, want, &got);
-  captures_as_download(what, b, &got);
+  snapshots_as_download(what, b, &got);
   backend_stats st;
   MUST(b->stats(b->state, &st));
   CHECK(st.n_particles == want->n, "%s: stats says %llu particles, expected %zu", what,
