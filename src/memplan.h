@@ -19,8 +19,9 @@
  * figure is the larger of two phases: the start (on the CPU the backend's particles, which the
  * sampled scene, or a one-rank resume's checkpoint, streams into; on one GPU a chunk of them,
  * MEM_CREATE_CHUNK, and the upload's staging; an island gathers them all for its split; a resume
- * on several ranks, whose slices and migration hold more at its start, is not planned apart) and the steady state (the backend's buffers on the CPU, the two frame slots,
- * the migration reserve, the checkpoint's copy). Bytes are grouped by memtally.h's kinds, so
+ * on several ranks, whose slices and migration hold more at its start, is not planned apart) and
+ * the steady state (the backend's buffers on the CPU, the frame's chunk slot and, on the CPU, its
+ * snapshot; the migration reserve, the checkpoint's copy). Bytes are grouped by memtally.h's kinds, so
  * that a run's counted peak compares kind by kind. */
 #ifndef DRIFT_MEMPLAN_H
 #define DRIFT_MEMPLAN_H
