@@ -1,10 +1,11 @@
-/* test_memplan_cuda.c SCENE FRAMES - the CUDA backend's memory plan (memplan.h) against what a run
+/* test_memplan_cuda.c SCENE FRAMES OUT - the CUDA backend's memory plan (memplan.h) against what a run
  * of SCENE allocates on device 0: the counted peak of its device vectors (memtally.h, counted in
  * gpu/dvec.cu) within 5% of the plan, and the device's own account, cudaMemGetInfo's drop from
  * before the backend to the end of the run, within 5% of the counted bytes held then (plus what
  * the driver keeps for itself beside them: kernels' code and local memory, graphs; reported, at
  * most DRIVER_MIB). And the host's counted peak at the creation: a chunk of the streamed particles
- * and the upload's staging (memsizes.h), not the scene's particles. Exit 77 without a GPU. */
+ * and the upload's staging (memsizes.h), not the scene's particles. The run writes its frames into
+ * OUT, as `drift run` does (the plan holds the frames' device snapshot). Exit 77 without a GPU. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -22,8 +23,8 @@
 #define DRIVER_MIB 512.0
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: test_memplan_cuda SCENE FRAMES\n");
+  if (argc != 4) {
+    fprintf(stderr, "usage: test_memplan_cuda SCENE FRAMES OUT\n");
     return 2;
   }
   int provided = 0;
@@ -46,7 +47,7 @@ int main(int argc, char **argv) {
   const memplan_config cfg = {.backend = BACKEND_CUDA, .ranks = 1, .devices = 1, .frames = frames};
   memplan plan;
   CHECK(memplan_create(&s, &cfg, &plan) == 0, "no plan");
-  sim_options opt = {.backend = BACKEND_CUDA, .frames = frames, .gpus = 1, .write_output = 0};
+  sim_options opt = {.backend = BACKEND_CUDA, .frames = frames, .gpus = 1, .write_output = 1, .out_dir = argv[3], .force = 1};
   sim *S = NULL;
   int rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
   /* the creation streams the particles (backend_create_from): the host holds a chunk of them and
@@ -62,6 +63,7 @@ int main(int argc, char **argv) {
         "the host's counted peak at the creation, %.1f MiB, exceeds a chunk and the staging (%.1f MiB) by more than 8 MiB",
         host_created / 1048576.0, (chunk + staging) / 1048576.0);
   for (int f = 0; rc == 0 && f < frames; ++f) rc = sim_advance_frame(S);
+  if (rc == 0) rc = sim_flush(S); /* the frames written */
   CHECK(rc == 0, "the run failed (%d)", rc);
   CHECK(gpu_free_memory(0, &free1, NULL) == 0, "cudaMemGetInfo");
   const double peak = (double)memtally_peak(1), now = (double)memtally_now(1, MT_KINDS), drop = free0 - free1;
