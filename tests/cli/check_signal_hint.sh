@@ -57,11 +57,15 @@ fi
 # with its own status 1 (orterun's abort path), whatever the ranks return (docs/running.md).
 if [ -n "$mpiexec" ]; then
   for sig in USR1 TERM INT; do
-    # frames enough that the run is still going when the signal comes (a frame takes milliseconds)
-    "$mpiexec" --oversubscribe -n 2 "$drift" run "my scenes/jelly box.json" --out "M$sig" --frames 100000 \
+    # frames enough that the run is still going when the signal comes (a frame takes milliseconds).
+    # --quiet: on SIGTERM or SIGINT mpirun sends the ranks SIGCONT, sleeps odls_base_sigkill_timeout
+    # (1 s), sends SIGTERM, sleeps again, then SIGKILL, and reads none of their output meanwhile; a
+    # second of progress lines (about 160 frames here) fills rank 0's stderr pipe, which then blocks
+    # in write() and never reaches the checkpoint before the SIGKILL (docs/running.md).
+    "$mpiexec" --oversubscribe -n 2 "$drift" run "my scenes/jelly box.json" --out "M$sig" --frames 100000 --quiet \
       >"mpirun_$sig.log" 2>&1 &
     mp=$!
-    for _ in $(seq 300); do grep -q '^frame 1/100000' "mpirun_$sig.log" && break; sleep 0.1; done
+    for _ in $(seq 300); do [ -e "M$sig/frame_00001.h5" ] && break; sleep 0.1; done
     kill "-$sig" "$mp"
     wait "$mp"
     rc=$?
