@@ -1,5 +1,5 @@
 /* io_check.h - helpers shared by the io tests: checks that count failures (check.h), reading a frame file
- * back with the HDF5 API, listing and removing test folders. Include after defining
+ * back with the HDF5 API, listing and removing test folders, damaging a file at a dataset's data. Include after defining
  * _XOPEN_SOURCE 700. */
 #ifndef DRIFT_TESTS_IO_CHECK_H
 #define DRIFT_TESTS_IO_CHECK_H
@@ -125,5 +125,26 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 }
 
 static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* Damages a file: inverts the byte at offset. */
+static inline void flip(const char *path, long offset) {
+  FILE *f = fopen(path, "r+b");
+  if (!f) return;
+  fseek(f, offset, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, offset, SEEK_SET);
+  fputc(c ^ 0xff, f);
+  fclose(f);
+}
+
+/* The file offset of a contiguous dataset's first value (serial HDF5). */
+static inline long data_offset(const char *path, const char *dset) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(f, dset, H5P_DEFAULT);
+  haddr_t a = H5Dget_offset(d);
+  H5Dclose(d);
+  H5Fclose(f);
+  CHECK(a != HADDR_UNDEF, "%s has no contiguous storage for %s", path, dset);
+  return (long)a;
+}
 
 #endif

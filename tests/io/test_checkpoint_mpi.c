@@ -138,27 +138,6 @@ static void copy_file(const char *src, const char *dst) {
   if (b) fclose(b);
 }
 
-/* Rank 0: flips the bits of the byte at offset in path. */
-static void flip(const char *path, long offset) {
-  FILE *f = fopen(path, "r+b");
-  if (!f) return;
-  fseek(f, offset, SEEK_SET);
-  int c = fgetc(f);
-  fseek(f, offset, SEEK_SET);
-  fputc(c ^ 0xff, f);
-  fclose(f);
-}
-
-/* The file offset of a contiguous dataset's first value (serial HDF5, rank 0). */
-static long data_offset(const char *path, const char *dset) {
-  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(f, dset, H5P_DEFAULT);
-  haddr_t a = H5Dget_offset(d);
-  H5Dclose(d);
-  H5Fclose(f);
-  CHECK(a != HADDR_UNDEF, "%s has no contiguous storage for %s", path, dset);
-  return (long)a;
-}
-
 static void test_refusals(const char *dir) {
   char good[4096], bad[4096];
   ckpt_path(dir, 3, good, sizeof good);

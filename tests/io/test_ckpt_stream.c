@@ -137,27 +137,6 @@ static void check_stream(const char *dir) {
   check_no_open_handles("after streaming");
 }
 
-/* Flips the bits of the byte at offset in path. */
-static void flip(const char *path, long offset) {
-  FILE *f = fopen(path, "r+b");
-  if (!f) return;
-  fseek(f, offset, SEEK_SET);
-  int c = fgetc(f);
-  fseek(f, offset, SEEK_SET);
-  fputc(c ^ 0xff, f);
-  fclose(f);
-}
-
-/* The file offset of a contiguous dataset's first value. */
-static long data_offset(const char *path, const char *dset) {
-  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(f, dset, H5P_DEFAULT);
-  haddr_t a = H5Dget_offset(d);
-  H5Dclose(d);
-  H5Fclose(f);
-  CHECK(a != HADDR_UNDEF, "%s has no contiguous storage for %s", path, dset);
-  return (long)a;
-}
-
 static void check_damaged(const char *dir) {
   CHECK(write_frame(dir, 5, 5000) == DR_OK, "writing frame 5: %s", dr_message());
   char path[4096], found[4096], older[4096];
