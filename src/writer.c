@@ -136,17 +136,13 @@ static int writer_cores(MPI_Comm comm, int *team) {
   CPU_ZERO(&set);
   const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  MPI_Comm node = MPI_COMM_NULL;
-  int local = 1;
-  int e = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  if (e == MPI_SUCCESS) e = MPI_Comm_size(node, &local);
-  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
-  if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Comm_split_type(the node's ranks)");
+  int local_rank = 0, local = 1;
+  DR_TRY(comm_local(comm, &local_rank, &local));
   const int share = (long)mine * local > online ? mine / local : mine; /* cores shared: a rank's part */
   *team = share < omp_get_max_threads() ? share : omp_get_max_threads();
   if (*team < 1) *team = 1;
   int bound = mine == 1 && online > 1, ranks = 0, nranks = 1;
-  e = MPI_Allreduce(&bound, &ranks, 1, MPI_INT, MPI_SUM, comm);
+  int e = MPI_Allreduce(&bound, &ranks, 1, MPI_INT, MPI_SUM, comm);
   if (e == MPI_SUCCESS) e = MPI_Comm_size(comm, &nranks);
   if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(the ranks bound to one core)");
   if (ranks > 0)
