@@ -90,20 +90,23 @@ static double mask_bytes(unsigned mask) {
 /* the snapshot leaves the owner out (one value a device: fetch writes it) */
 static double snapshot_bytes(const scene *s) { return mask_bytes(sim_frame_mask(s) & ~PA_BIT(owner)); }
 
-static double frame_bytes(const scene *s) {
-  double b = mask_bytes(sim_frame_mask(s));
+/* a chunk's fields derived on the host (one set: the chunk being written) */
+static double derived_bytes(const scene *s) {
+  double b = 0.0;
   if (s->output_fields & H5FRAME_BIT(H5FRAME_J)) b += sizeof(float);
   if (s->output_fields & H5FRAME_BIT(H5FRAME_STRESS)) b += 6 * sizeof(float);
   return b;
 }
 
-/* What every backend's run holds on the host once it steps: the frame slot's chunk (at most
- * MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and at precision
+/* What every backend's run holds on the host once it steps: the frame slot's chunk buffers (at
+ * most two of MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and at precision
  * half the writer's conversion buffer), the migration reserve (several ranks; `buffers` record
  * buffers: they depend on the backend) and the checkpoint's copy of the particles. */
 static void host_steady(const scene *s, const memplan_load *l, int buffers, memplan_bytes *m) {
   const double rec = (double)particles_record_bytes();
-  add(m, MT_TRANSFER, (double)mem_frame_chunk_capacity((size_t)l->most, MEM_FRAME_CHUNK) * frame_bytes(s));
+  const size_t chunk = mem_frame_chunk_capacity((size_t)l->most, MEM_FRAME_CHUNK);
+  const int bufs = mem_frame_buffers((size_t)l->most, chunk);
+  add(m, MT_TRANSFER, (double)chunk * (bufs * mask_bytes(sim_frame_mask(s)) + derived_bytes(s)));
   if (s->output_precision == H5FRAME_HALF) add(m, MT_TRANSFER, (double)H5FRAME_PACK_BYTES); /* the writer's */
   if (l->ranks > 1) {
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;

@@ -27,16 +27,26 @@ static inline size_t mem_table_capacity(size_t n) { return mem_doubled(MEM_FIRST
 static inline size_t mem_frame_capacity(size_t n) { return n + n / 4 + 1024; }
 
 /* The writer takes a frame from the backend's snapshot (backend.h) at most this many particles
- * at a time (sim_output.c): the host's frame buffers hold one chunk, not the frame (4M particles:
+ * at a time (sim_output.c): the host's frame buffers hold two chunks, not the frame (4M particles:
  * about 180 MiB with the default fields, 400 MiB with every field and its derived ones). */
 #define MEM_FRAME_CHUNK ((size_t)1 << 22)
+/* A frame of more than this many particles goes in about MEM_FRAME_PIECES chunks at least, so
+ * that the fetch of one overlaps the rows of the one before (sim_output.c frame_job). */
+#define MEM_FRAME_PIECE_MIN ((size_t)1 << 18)
+#define MEM_FRAME_PIECES 4
 
-/* The frame slot's chunk capacity for n particles: the snapshot's rule, capped at chunk
+/* The frame slot's chunk capacity for n particles: the snapshot's rule (a quarter past the need),
+ * split in MEM_FRAME_PIECES above MEM_FRAME_PIECE_MIN particles and capped at chunk
  * (MEM_FRAME_CHUNK; sim_output.c: DRIFT_FRAME_CHUNK's fewer where a test sets it). */
 static inline size_t mem_frame_chunk_capacity(size_t n, size_t chunk) {
-  const size_t c = mem_frame_capacity(n);
+  const size_t all = mem_frame_capacity(n), piece = all / MEM_FRAME_PIECES;
+  const size_t c = piece > MEM_FRAME_PIECE_MIN ? piece : all < MEM_FRAME_PIECE_MIN ? all : MEM_FRAME_PIECE_MIN;
   return c < chunk ? c : chunk;
 }
+
+/* The chunk buffers the writer holds for a frame of n particles in chunks of cap: two where it
+ * has more than one chunk (one fetched while the other is written), else one. */
+static inline int mem_frame_buffers(size_t n, size_t cap) { return n > cap ? 2 : 1; }
 
 /* The share of a rank's particles for which several ranks reserve migration records at the
  * start (sim_migrate.c, sim_reserve_migration): the balance threshold within [0.1, 0.5], and

@@ -39,18 +39,18 @@ typedef struct rank_frame_stats {
 /* A frame's totals, summed over the ranks (sim_output.c frame_totals). */
 enum { TOT_N, TOT_MASS, TOT_P, TOT_KE = TOT_P + 3, TOT_PE, TOT_COUNT };
 
-/* Frames in flight: one, since a frame is the backend's one snapshot (backend.h) until its job
- * has fetched it: the steps of a frame overlap the writing of the frame before, and the next
- * frame's snapshot waits for that writing (back-pressure). */
-enum { SIM_FRAME_SLOTS = 1 };
-
-/* A frame taken for the writer (sim_output.c): the backend's snapshot of its n particles, which
- * the job fetches a chunk at a time into p, the attributes of mask in host memory from the
- * backend's alloc_sums (pinned on a GPU) or malloc, cap particles (at most MEM_FRAME_CHUNK), kept
- * frame after frame. The job owns the slot from writer_submit until writer_wait(ticket). */
+/* The frame in flight (sim_output.c): the backend's snapshot of its n particles (backend.h), one
+ * frame since a frame is the backend's one snapshot until its job has fetched it: the steps of a
+ * frame overlap the writing of the frame before, and the next frame's snapshot waits for that
+ * writing (back-pressure). The job fetches it a chunk at a time into p[0] and p[1] in turn (the
+ * fetch of a chunk overlaps the rows of the one before; p[1] only where the frame has more than one
+ * chunk), the attributes of mask in host memory from the backend's alloc_sums (pinned on a GPU) or
+ * malloc, cap particles each (mem_frame_chunk_capacity), kept frame after frame. The job owns the
+ * slot from writer_submit until writer_wait(ticket). */
 typedef struct frame_slot {
   struct sim *S;
-  particles p;       /* a chunk: only the arrays of mask are allocated, cap particles each */
+  particles p[2];    /* two chunks' buffers: only the arrays of mask are allocated, cap particles each */
+  int bufs;          /* buffers allocated: 1, or 2 where a frame has more than one chunk */
   unsigned mask;     /* PA_BIT of each attribute of the snapshot */
   size_t cap;
   size_t n;          /* the frame's particles on this rank (the snapshot's) */
@@ -104,12 +104,11 @@ struct sim {
   int substeps_fixed;   /* fixed dt: substeps per frame; 0 when adaptive */
   double wave_speed;    /* m/s, for the CFL step */
   particles host;       /* download buffer for the particle sources' resampling, reused */
-  /* output, written behind the compute (sim_output.c): the writer, the frames' slots (the next
-   * one to fill: next_slot), the checkpoint's; the frames in the XDMF file (the writer's) */
+  /* output, written behind the compute (sim_output.c): the writer, the frame in flight, the
+   * checkpoint's; the frames in the XDMF file (the writer's) */
   double dt_max;        /* s, the adaptive step's cap: cfl scene_viscous_dt, 0 for none */
   writer *writer;
-  frame_slot slots[SIM_FRAME_SLOTS];
-  int next_slot;
+  frame_slot frame;     /* the frame in flight */
   ckpt_slot ckpt;
   particles ckpt_p;     /* the checkpoint's particles, reused */
   void *pack;           /* output.precision half: the writer's conversion buffer (H5FRAME_PACK_BYTES,

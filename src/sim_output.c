@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@
 #include "signals.h"
 #include "writer.h"
 
-static int complete_frames(sim *S);
+static int complete_frame(sim *S);
 
 /* mkdir -p; the message names the folder. */
 int sim_make_dirs(const char *path) {
@@ -90,7 +91,7 @@ int sim_write_checkpoint(sim *S) {
   const double t0 = sim_now();
   /* the frames in flight complete first: a checkpoint on the disk means every frame up to its
    * own is too (a resume from it writes the frames after it only) */
-  DR_TRY(complete_frames(S));
+  DR_TRY(complete_frame(S));
   DR_TRY(ckpt_done(S));
   ckpt_slot *c = &S->ckpt;
   int rc = comm_agree(S->comm, S->be.download(S->be.state, &S->ckpt_p));
@@ -295,14 +296,13 @@ static void frame_totals(const sim *S, const particles *h, int first, double tot
   for (int k = 0; k < TOT_COUNT; ++k) tot[k] = first ? sums[k] : tot[k] + sums[k]; /* N: exact below 2^53 */
 }
 
-/* The fields a frame derives on the host from the captured F (into the slot's J and stress):
+/* The fields a frame derives on the host from chunk h's F (into the slot's J and stress):
  * J = det F, and the Cauchy stress sigma = tau / J from the Kirchhoff stress tau that P2G scatters
  * (constitutive_apply, on a copy of F and logjp: the return mapping is applied unless the state
  * already holds it, so the stress is the admissible one the next step starts from). Drucker-Prager
  * and NACC treat an inverted F as its mirror image, so they divide by |J|; a degenerate particle
  * (J = 0) gets a zero stress. */
-static void frame_derived(const sim *S, frame_slot *f) {
-  const particles *h = &f->p;
+static void frame_derived(const sim *S, frame_slot *f, const particles *h) {
   const long n = (long)h->n;
   const unsigned fields = S->sc->output_fields;
   if (fields & H5FRAME_BIT(H5FRAME_J)) {
@@ -327,34 +327,81 @@ static void frame_derived(const sim *S, frame_slot *f) {
   }
 }
 
+/* A fetch of rows first .. first + count - 1 of the snapshot into dst, on a thread of its own
+ * (fetch_start) while the writer writes the chunk before; its failure's message is kept here
+ * (error.h's record is the thread's). */
+typedef struct fetch_job {
+  const sim *S;
+  unsigned mask;
+  size_t first, count;
+  particles *dst;
+  int rc, threaded;
+  pthread_t thread;
+  char msg[1024];
+} fetch_job;
+
+static void *fetch_run(void *arg) {
+  fetch_job *j = arg;
+  j->rc = j->S->be.fetch(j->S->be.state, j->mask, j->first, j->count, j->dst);
+  if (j->rc) {
+    snprintf(j->msg, sizeof j->msg, "%s", dr_message());
+    dr_clear();
+  }
+  return NULL;
+}
+
+/* Starts j on a thread of its own; where none can be started it runs now, on this one. */
+static void fetch_start(fetch_job *j) {
+  j->threaded = pthread_create(&j->thread, NULL, fetch_run, j) == 0;
+  if (!j->threaded) (void)fetch_run(j);
+}
+
+/* Waits for j; its failure becomes this thread's. */
+static int fetch_wait(fetch_job *j) {
+  if (j->threaded) (void)pthread_join(j->thread, NULL); /* fails only for a thread not joinable */
+  j->threaded = 0;
+  return j->rc ? dr_fail(j->rc, "%s", j->msg) : DR_OK;
+}
+
 /* A frame's job, on the writer's thread: the frame's rows fetched from the backend's snapshot a
- * chunk at a time into the slot's buffers (MEM_FRAME_CHUNK particles at most), and for each chunk
- * this rank's totals, the derived fields and the rows (h5frame_put at the chunk's first row: no
- * MPI, no HDF5) and its part of the preview; then the preview's composite (collective over the
- * writer's communicator). The rows' status is the slot's (put_rc: a fetch's or a put's failure,
- * which stops the chunks), agreed by the main thread at the frame's completion (slot_done), so
- * that a failure seen by one rank never stops one rank's writer alone: every rank's writer runs
- * the same jobs, and their collective calls meet. */
+ * chunk at a time (mem_frame_chunk_capacity) into the slot's two buffers in turn, the fetch of
+ * chunk k + 1 (on a thread of its own) overlapping the rest of chunk k: this rank's totals, the
+ * derived fields and the rows (h5frame_put at the chunk's first row: no MPI, no HDF5) and its
+ * part of the preview; then the preview's composite (collective over the writer's communicator).
+ * The rows' status is the slot's (put_rc: a fetch's or a put's failure, which stops the chunks),
+ * agreed by the main thread at the frame's completion (slot_done), so that a failure seen by one
+ * rank never stops one rank's writer alone: every rank's writer runs the same jobs, and their
+ * collective calls meet. */
 static int frame_job(MPI_Comm comm, void *ctx) {
   frame_slot *f = ctx;
   sim *S = f->S;
-  particles *h = &f->p;
   const int preview = S->sc->preview;
   preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
   for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
   preview_canvas pc = {0};
   if (preview) (void)preview_begin(&pp, &pc); /* its failure (out of memory) is preview_end's */
-  double sums_s = 0.0, rows_s = 0.0;
-  int rc = DR_OK;
+  double fetch_s = 0.0, sums_s = 0.0, rows_s = 0.0;
   for (int k = 0; k < TOT_COUNT; ++k) f->local[k] = 0.0;
-  for (size_t first = 0; rc == DR_OK && first < f->n; first += f->cap) {
-    const size_t count = f->n - first < f->cap ? f->n - first : f->cap;
-    const double t0 = sim_now();
-    rc = S->be.fetch(S->be.state, f->mask, first, count, h);
+  fetch_job next = {.S = S, .mask = f->mask, .count = f->n < f->cap ? f->n : f->cap, .dst = &f->p[0]};
+  double t0 = sim_now();
+  if (next.count > 0) fetch_start(&next);
+  int rc = DR_OK, k = 0;
+  for (size_t first = 0; first < f->n; first += f->cap, ++k) {
+    const int failed = fetch_wait(&next); /* chunk k is in p[k & 1] */
+    if (rc == DR_OK) rc = failed;
     if (rc) break;
-    frame_totals(S, h, first == 0, f->local);
-    frame_derived(S, f);
     const double t1 = sim_now();
+    fetch_s += t1 - t0;
+    particles *h = &f->p[k & 1];
+    const size_t after = first + f->cap;
+    if (after < f->n) { /* chunk k + 1 into the other buffer meanwhile */
+      next = (fetch_job){.S = S, .mask = f->mask, .first = after, .count = f->n - after < f->cap ? f->n - after : f->cap,
+                         .dst = &f->p[(k + 1) & 1]};
+      fetch_start(&next);
+    }
+    frame_totals(S, h, first == 0, f->local);
+    frame_derived(S, f, h);
+    const double t2 = sim_now();
     h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
                       .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
     rc = h5frame_put(&f->file, first, &d, S->pack, S->pack ? H5FRAME_PACK_BYTES : 0);
@@ -362,11 +409,14 @@ static int frame_job(MPI_Comm comm, void *ctx) {
       const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material, .owner = h->owner};
       preview_add(&pc, &pp, &pd);
     }
-    sums_s += t1 - t0, rows_s += sim_now() - t1;
+    t0 = sim_now();
+    sums_s += t2 - t1, rows_s += t0 - t2;
   }
+  if (next.threaded) (void)pthread_join(next.thread, NULL); /* a failure stopped the chunks: the fetch in flight
+                                                              * ends first, its status moot */
   f->local[TOT_N] = (double)f->n; /* exact below 2^53; also where the frame has no particles */
-  log_trace("writer: frame %d of %zu particles in chunks of %zu: fetch, totals and derived fields %.2f ms, rows "
-            "%.2f ms", f->frame, f->n, f->cap, 1e3 * sums_s, 1e3 * rows_s);
+  log_trace("writer: frame %d of %zu particles in chunks of %zu: waiting for fetches %.2f ms, totals and derived "
+            "fields %.2f ms, rows %.2f ms", f->frame, f->n, f->cap, 1e3 * fetch_s, 1e3 * sums_s, 1e3 * rows_s);
   f->put_rc = rc;
   if (f->put_rc) { /* its message, for slot_done (this thread's record is the writer's) */
     snprintf(f->put_msg, sizeof f->put_msg, "%s", dr_message());
@@ -450,40 +500,46 @@ unsigned sim_frame_mask(const scene *s) {
 }
 
 static void slot_release(sim *S, frame_slot *f) {
-  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-    void **arr = (void **)((char *)&f->p + particle_attrs[a].offset);
-    if (!*arr) continue;
-    if (S->be.free_sums) S->be.free_sums(*arr, 0);
-    else free(*arr);
-    *arr = NULL;
-  }
+  for (int b = 0; b < 2; ++b)
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      void **arr = (void **)((char *)&f->p[b] + particle_attrs[a].offset);
+      if (!*arr) continue;
+      if (S->be.free_sums) S->be.free_sums(*arr, 0);
+      else free(*arr);
+      *arr = NULL;
+    }
   memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)f->tallied);
   f->tallied = 0;
   free(f->J);
   free(f->stress);
   f->J = f->stress = NULL;
   f->cap = 0;
+  f->bufs = 0;
 }
 
-/* Room in slot f for a chunk of a frame of n particles (mem_frame_chunk_capacity: at most
- * MEM_FRAME_CHUNK) of the frame's attributes (mask): the backend's pinned memory where it has it
- * (a GPU copies there without a bounce), kept frame after frame. */
+/* Room in slot f for the chunks of a frame of n particles (mem_frame_chunk_capacity, at most
+ * MEM_FRAME_CHUNK particles; mem_frame_buffers of them) of the frame's attributes (mask): the
+ * backend's pinned memory where it has it (a GPU copies there without a bounce), kept frame after
+ * frame. */
 static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
   const size_t chunk = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_FRAME_CHUNK;
   const size_t need = n < chunk ? n : chunk;
-  if (need <= f->cap && mask == f->mask) return DR_OK;
+  if (need <= f->cap && mask == f->mask && mem_frame_buffers(n, f->cap) <= f->bufs) return DR_OK;
   slot_release(S, f);
   const size_t cap = mem_frame_chunk_capacity(n, chunk);
+  const int bufs = mem_frame_buffers(n, cap);
   f->mask = mask;
-  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-    if (!(mask >> a & 1u)) continue;
-    void **arr = (void **)((char *)&f->p + particle_attrs[a].offset);
-    const size_t bytes = cap * particle_attrs[a].bytes;
-    if (S->be.alloc_sums) DR_TRY(S->be.alloc_sums(S->be.state, bytes, 0, arr));
-    else if (!(*arr = dr_malloc(bytes, "a frame's particles"))) return DR_ENOMEM;
-    f->tallied += bytes;
-    memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)bytes);
-  }
+  for (int b = 0; b < bufs; ++b)
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      if (!(mask >> a & 1u)) continue;
+      void **arr = (void **)((char *)&f->p[b] + particle_attrs[a].offset);
+      const size_t bytes = cap * particle_attrs[a].bytes;
+      if (S->be.alloc_sums) DR_TRY(S->be.alloc_sums(S->be.state, bytes, 0, arr));
+      else if (!(*arr = dr_malloc(bytes, "a frame's particles"))) return DR_ENOMEM;
+      f->tallied += bytes;
+      memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)bytes);
+    }
+  f->bufs = bufs;
   const unsigned fields = S->sc->output_fields;
   if ((fields & H5FRAME_BIT(H5FRAME_J)) && !(f->J = dr_malloc(cap * sizeof(float), "a frame's J")))
     return DR_ENOMEM;
@@ -496,11 +552,8 @@ static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
   return DR_OK;
 }
 
-/* Completes the frames in flight, oldest first (collective). */
-static int complete_frames(sim *S) {
-  for (int k = 0; k < SIM_FRAME_SLOTS; ++k) DR_TRY(slot_done(S, &S->slots[(S->next_slot + k) % SIM_FRAME_SLOTS]));
-  return DR_OK;
-}
+/* Completes the frame in flight, if any (collective). */
+static int complete_frame(sim *S) { return slot_done(S, &S->frame); }
 
 /* Collective. Takes frame st.frame as the backend's snapshot (backend.h) once the frame in flight
  * is written (its job reads the one snapshot there is: back-pressure when the disk is slower than
@@ -508,12 +561,13 @@ static int complete_frames(sim *S) {
  * writer, which fetches it chunk by chunk; returns before it is written. */
 int sim_write_frame(sim *S) {
   const double t0 = sim_now();
-  frame_slot *f = &S->slots[S->next_slot];
-  S->next_slot = (S->next_slot + 1) % SIM_FRAME_SLOTS;
+  frame_slot *f = &S->frame;
   /* the checkpoint in flight is published first (its frames are already): it is on the disk one
    * frame after it was captured at the latest, even where this frame's completion fails */
   DR_TRY(ckpt_done(S));
-  DR_TRY(complete_frames(S)); /* every frame job done: none reads the snapshot any more */
+  const double t1 = sim_now();
+  DR_TRY(complete_frame(S)); /* every frame job done: none reads the snapshot any more */
+  const double t2 = sim_now();
   const unsigned mask = sim_frame_mask(S->sc);
   size_t n = 0;
   int rc = S->be.snapshot(S->be.state, mask, &n);
@@ -525,6 +579,7 @@ int sim_write_frame(sim *S) {
       rc = DR_ENOMEM;
   }
   DR_TRY(comm_agree(S->comm, rc));
+  const double t3 = sim_now();
   f->n = n;
   f->S = S;
   f->frame = S->st.frame;
@@ -548,7 +603,11 @@ int sim_write_frame(sim *S) {
   f->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
   DR_TRY(writer_submit(S->writer, frame_job, f, &f->ticket));
   f->queued = 1;
-  S->st.io_seconds += sim_now() - t0;
+  const double t4 = sim_now();
+  S->st.io_seconds += t4 - t0;
+  log_trace("main: frame %d: the checkpoint before %.2f ms, the frame before completed (its writing waited for) %.2f "
+            "ms, snapshot %.2f ms, file begun %.2f ms", f->frame, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
+            1e3 * (t4 - t3));
   return DR_OK;
 }
 
@@ -556,7 +615,7 @@ int sim_flush(sim *S) {
   if (!S->writer) return DR_OK;
   const double t0 = sim_now();
   int rc = sim_output_failed(S, writer_drain(S->writer));
-  if (rc == DR_OK) rc = complete_frames(S);
+  if (rc == DR_OK) rc = complete_frame(S);
   if (rc == DR_OK) rc = ckpt_done(S);
   S->st.io_seconds += sim_now() - t0;
   S->st.write_seconds = writer_busy_seconds(S->writer);
@@ -565,11 +624,9 @@ int sim_flush(sim *S) {
 
 void sim_output_destroy(sim *S) {
   writer_destroy(&S->writer); /* waits for what is queued: the buffers below are its */
-  for (int k = 0; k < SIM_FRAME_SLOTS; ++k) {
-    /* a frame begun and never completed (the run stopped on a failure) leaves no file */
-    if (S->rank == 0) h5rows_abandon(&S->slots[k].file.rows);
-    slot_release(S, &S->slots[k]);
-  }
+  /* a frame begun and never completed (the run stopped on a failure) leaves no file */
+  if (S->rank == 0) h5rows_abandon(&S->frame.file.rows);
+  slot_release(S, &S->frame);
   if (S->rank == 0) h5rows_abandon(&S->ckpt.file.rows); /* a checkpoint begun, never completed */
   particles_free(&S->ckpt_p);
   free(S->ckpt.emitted);
