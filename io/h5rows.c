@@ -21,6 +21,7 @@
 
 #include "comm.h"
 #include "error.h"
+#include "settings.h"
 
 int h5rows_paths(int rank, const char *dir, const char *prefix, int number, int flags, const char *what,
                  h5rows_file *f) {
@@ -146,7 +147,8 @@ static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
   const long page = sysconf(_SC_PAGESIZE);
   const off_t base = at - at % (page > 0 ? page : 4096);
   const size_t lead = (size_t)(at - base);
-  char *m = mmap(NULL, len + lead, PROT_READ | PROT_WRITE, MAP_SHARED, fd, base);
+  const int populate = settings()->write_mapped == 2 ? MAP_POPULATE : 0;
+  char *m = mmap(NULL, len + lead, PROT_READ | PROT_WRITE, MAP_SHARED | populate, fd, base);
   if (m == MAP_FAILED) return -1;
   const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
   const int team = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -180,7 +182,7 @@ int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
   size_t left = count * row_bytes;
   int allocated = 0;
   DR_TRY(allocate(fd, at, left, f, name, &allocated));
-  if (allocated && in_memory(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
+  if (allocated && settings()->write_mapped && in_memory(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
   while (left > 0) {
     const ssize_t w = pwrite(fd, buf, left, at);
     if (w < 0 && errno == EINTR) continue;

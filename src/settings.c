@@ -111,6 +111,10 @@ static const setting_entry TABLE[SET_N] = {
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "
                                    "steps, as where MPI lacks MPI_THREAD_MULTIPLE (writer.h)"},
+    [SET_WRITE_MAPPED] = {.env = "DRIFT_WRITE_MAPPED", .type = T_INT, .kind = SETTING_DEBUG,
+                          .offset = OFF(write_mapped), .dflt = "1", .lo = 0, .hi = 2, .meta = "0|1|2",
+                          .want = "0 (write), 1 (a mapping) or 2 (a mapping populated at once)",
+                          .help = "A/B: how rows go into a file in memory (tmpfs), until the figures decide"},
 };
 
 /* A bool's spellings. Returns 1 or 0, or -1 for none of them. */

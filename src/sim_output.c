@@ -523,10 +523,11 @@ static void slot_release(sim *S, frame_slot *f) {
  * frame. */
 static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
   const size_t chunk = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_FRAME_CHUNK;
-  const size_t need = n < chunk ? n : chunk;
-  if (need <= f->cap && mask == f->mask && mem_frame_buffers(n, f->cap) <= f->bufs) return DR_OK;
+  /* kept while it takes the frame in a few more chunks than it was sized for */
+  const size_t want = mem_frame_chunk_capacity(n, chunk);
+  if (f->cap >= want - want / 4 && mask == f->mask && mem_frame_buffers(n, f->cap) <= f->bufs) return DR_OK;
   slot_release(S, f);
-  const size_t cap = mem_frame_chunk_capacity(n, chunk);
+  const size_t cap = want;
   const int bufs = mem_frame_buffers(n, cap);
   f->mask = mask;
   for (int b = 0; b < bufs; ++b)

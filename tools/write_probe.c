@@ -1,9 +1,10 @@
-/* write_probe.c - the filesystem's speed for a frame-sized file written seven ways: write() of 16 MiB
+/* write_probe.c - the filesystem's speed for a frame-sized file written eight ways: write() of 16 MiB
  * pieces from one thread; THREADS threads each writing its slice; the space allocated first
  * (posix_fallocate), then mmap and a copy by THREADS threads; mmap of a file sized by ftruncate and
  * the same copy; allocated first, then write() from one thread; mapped, the space allocated 16 MiB
  * at a time by one thread while the others copy the pieces already allocated (pipelined); the
- * same with each thread allocating and copying slices of its own. Not part of drift: a probe for
+ * same with each thread allocating and copying slices of its own; allocated first, then a mapping
+ * populated at once (MAP_POPULATE) and the copy by THREADS threads. Not part of drift: a probe for
  * choosing the write path (docs/performance.md, Decisions, Output).
  *   gcc -O2 -fopenmp tools/write_probe.c -o write_probe && ./write_probe DIR MIB FILES THREADS */
 #define _GNU_SOURCE
@@ -20,8 +21,8 @@ int main(int c,char**v){
   if(c!=5){fprintf(stderr,"usage: write_probe DIR MIB FILES THREADS\n");return 2;}
   const char*dir=v[1]; size_t mb=atol(v[2]); int files=atoi(v[3]); int th=atoi(v[4]);
   size_t n=mb<<20; char*buf=malloc(n); for(size_t i=0;i<n;i++)buf[i]=(char)(i*7);
-  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT"};
-  for(int mode=0;mode<7;mode++){
+  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T"};
+  for(int mode=0;mode<8;mode++){
     double t0=now(); char p[512];
     for(int f=0;f<files;f++){
       snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);
@@ -33,6 +34,12 @@ int main(int c,char**v){
       } else if(mode==4){
         if(posix_fallocate(fd,0,n)){perror("fallocate");return 1;}
         for(size_t o=0;o<n;){size_t k=n-o<(16u<<20)?n-o:(16u<<20);ssize_t w=pwrite(fd,buf+o,k,o);if(w<=0){perror("pwrite");return 1;}o+=w;}
+      } else if(mode==7){
+        if(posix_fallocate(fd,0,n)){perror("fallocate");return 1;}
+        char*m=mmap(NULL,n,PROT_READ|PROT_WRITE,MAP_SHARED|MAP_POPULATE,fd,0); if(m==MAP_FAILED){perror("mmap");return 1;}
+        #pragma omp parallel num_threads(th)
+        {int t=omp_get_thread_num();size_t a=n*t/th,b=n*(t+1)/th;memcpy(m+a,buf+a,b-a);}
+        munmap(m,n);
       } else if(mode>=5){
         char*m=mmap(NULL,n,PROT_WRITE,MAP_SHARED,fd,0); if(m==MAP_FAILED){perror("mmap");return 1;}
         size_t piece=16u<<20;
