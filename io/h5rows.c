@@ -139,7 +139,8 @@ static int allocate(int fd, off_t at, size_t len, const h5rows_file *f, const ch
 enum { MAPPED_PIECE = 1 << 20 }; /* bytes a thread copies at a time into a mapping */
 
 /* Copies len bytes from buf into fd at `at` through a shared mapping of those pages, by the
- * calling thread's OpenMP team (one thread where it already runs in a team). Only for space that
+ * calling thread's OpenMP team (never called from inside a team: one thread faulting the pages
+ * in alone is slower than write()). Only for space that
  * allocate has allocated: the pages exist, so no store into them can fault for want of space (an
  * unallocated page of a mapping raises SIGBUS on a full filesystem instead of an error).
  * Returns 0, or -1 where the mapping cannot be made (the caller writes instead). */
@@ -147,12 +148,10 @@ static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
   const long page = sysconf(_SC_PAGESIZE);
   const off_t base = at - at % (page > 0 ? page : 4096);
   const size_t lead = (size_t)(at - base);
-  const int populate = settings()->write_mapped == 2 ? MAP_POPULATE : 0;
-  char *m = mmap(NULL, len + lead, PROT_READ | PROT_WRITE, MAP_SHARED | populate, fd, base);
+  char *m = mmap(NULL, len + lead, PROT_READ | PROT_WRITE, MAP_SHARED, fd, base);
   if (m == MAP_FAILED) return -1;
   const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
-  const int team = omp_in_parallel() ? 1 : omp_get_max_threads();
-#pragma omp parallel for schedule(static) num_threads(team)
+#pragma omp parallel for schedule(static)
   for (long k = 0; k < pieces; ++k) {
     const size_t lo = (size_t)k * MAPPED_PIECE, hi = lo + MAPPED_PIECE < len ? lo + MAPPED_PIECE : len;
     memcpy(m + lead + lo, buf + lo, hi - lo);
@@ -182,7 +181,8 @@ int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
   size_t left = count * row_bytes;
   int allocated = 0;
   DR_TRY(allocate(fd, at, left, f, name, &allocated));
-  if (allocated && settings()->write_mapped && in_memory(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
+  const int team = !omp_in_parallel() && omp_get_max_threads() > 1;
+  if (allocated && team && settings()->write_mapped && in_memory(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
   while (left > 0) {
     const ssize_t w = pwrite(fd, buf, left, at);
     if (w < 0 && errno == EINTR) continue;

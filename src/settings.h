@@ -70,7 +70,7 @@ typedef struct drift_settings {
   int sort_keys64;            /* 64-bit sort keys where 32 bits would do */
   int collider_cache;         /* 1 filled once per mesh frame and mapping, 2 refilled every step */
   int writer_inline;          /* frames written in the main thread, as without MPI_THREAD_MULTIPLE */
-  int write_mapped;           /* A/B: rows into tmpfs by write() (0), a mapping (1), a populated mapping (2) */
+  int write_mapped;           /* A/B: rows into tmpfs by write() (0) or a mapping (1) */
   double progress_s;          /* s: wall time between progress lines inside a frame; 0 if unset (30 s) */
   int frame_chunk;            /* particles the writer fetches of a frame at a time; 0 if unset (MEM_FRAME_CHUNK) */
   /* per setting: where its value came from, and its text as given ("" for a default) */

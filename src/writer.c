@@ -120,11 +120,15 @@ static void wait_done(writer *w, double t0) {
   }
 }
 
-/* The writer's OpenMP team (its jobs' loops: the totals, the half precision's conversion): the
- * cores this rank may use, shared with the node's other ranks where they may use the same ones
- * (mpirun --bind-to none: every rank sees every core; two teams of all of them, each spinning
- * for work, took two ranks' totals from 6 to 12 ms a frame and their half frames' writers from
- * 2.3 to 1.4 GB/s on one H200), capped by OMP_NUM_THREADS, at least 1.
+/* The writer's OpenMP team (its jobs' loops: the totals, the half precision's conversion, the
+ * copies into a file in memory): half the cores this rank may use, shared with the node's other
+ * ranks where they may use the same ones (mpirun --bind-to none: every rank sees every core; two
+ * teams of all of them, each spinning for work, took two ranks' totals from 6 to 12 ms a frame and
+ * their half frames' writers from 2.3 to 1.4 GB/s on one H200), capped by OMP_NUM_THREADS, at
+ * least 1. Half: the others run the main thread (which waits on the GPU and MPI by spinning), the
+ * frame's fetch thread, the CUDA driver's and MPI's; a team of every core loses its loops' barriers
+ * to them (one H200, 16 cores, Sand Blocks l46's frames: 55.5 ms a frame into the disk with a team
+ * of 16, 34.9 with 8; docs/performance.md).
  *
  * A rank confined to one core of several (Open MPI binds each of one or two ranks to a core unless
  * told --bind-to none) leaves the writer that core's share with the main thread, which waits on
@@ -139,7 +143,7 @@ static int writer_cores(MPI_Comm comm, int *team) {
   int local_rank = 0, local = 1;
   DR_TRY(comm_local(comm, &local_rank, &local));
   const int share = (long)mine * local > online ? mine / local : mine; /* cores shared: a rank's part */
-  *team = share < omp_get_max_threads() ? share : omp_get_max_threads();
+  *team = share / 2 < omp_get_max_threads() ? share / 2 : omp_get_max_threads();
   if (*team < 1) *team = 1;
   int bound = mine == 1 && online > 1, ranks = 0, nranks = 1;
   int e = MPI_Allreduce(&bound, &ranks, 1, MPI_INT, MPI_SUM, comm);
