@@ -55,8 +55,9 @@ int comm_local(MPI_Comm comm, int *local_rank, int *local_size) {
   DR_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int e = MPI_Comm_rank(node, local_rank);
   if (e == MPI_SUCCESS) e = MPI_Comm_size(node, local_size);
-  MPI_Comm_free(&node);
+  const int freed = MPI_Comm_free(&node);
   if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Comm_rank/size(node communicator)");
+  if (freed != MPI_SUCCESS) return comm_fail(freed, __FILE__, __LINE__, "MPI_Comm_free(node communicator)");
   return DR_OK;
 }
 

@@ -180,7 +180,7 @@ static int filesystem_node(const char *dir, int files, double bytes, unsigned fi
   leader = world;
   if (rc == MPI_SUCCESS) rc = MPI_Bcast(&leader, 1, MPI_INT, 0, node);
   if (rc != MPI_SUCCESS) {
-    MPI_Comm_free(&node);
+    (void)MPI_Comm_free(&node); /* the failure reported is the one before */
     return comm_fail(rc, __FILE__, __LINE__, "MPI_Comm_size/MPI_Bcast(the node's ranks)");
   }
   /* a rank's share of the rows, in one buffer that each dataset's rows are written from */
@@ -195,8 +195,9 @@ static int filesystem_node(const char *dir, int files, double bytes, unsigned fi
     if (rc == DR_OK && t > 0 && (double)files * bytes / t / 1e9 > best) best = (double)files * bytes / t / 1e9;
   }
   free(buf);
-  MPI_Comm_free(&node);
+  const int freed = MPI_Comm_free(&node);
   DR_TRY(rc);
+  if (freed != MPI_SUCCESS) return comm_fail(freed, __FILE__, __LINE__, "MPI_Comm_free(the node's ranks)");
   /* rank 0's node */
   double b[2] = {best, (double)R};
   DR_MPI(MPI_Bcast(b, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD));
