@@ -247,6 +247,8 @@ typedef struct cuda_state {
                                  * (k_capture from the packets; device memory, kept and grown) */
   unsigned snap_mask;
   size_t snap_n;
+  dvec rows;                    /* backend.h's fetch_rows: one chunk of rows of every attribute, attribute
+                                 * after attribute (k_capture_rows; device memory, kept and grown) */
   uint32_t *h_rec;              /* cuda_emigrate_records: the records on the host (pinned, grow-only) */
   size_t h_rec_cap;             /* bytes */
   dvec pblock;                  /* [n] particle block of each sorted particle (an inclusive scan first) */
@@ -599,12 +601,14 @@ int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particl
 int cuda_download(void *state, particles *out);
 int cuda_snapshot(void *state, unsigned mask, size_t *n);
 int cuda_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
+int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst);
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx);
 int cuda_upload(cuda_state *s, const particles *p);
 int cuda_upload_from(cuda_state *s, const particle_source *src);
 int island_download(void *state, particles *out);
 int island_snapshot(void *state, unsigned mask, size_t *n);
 int island_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
+int island_fetch_rows(void *state, size_t first, size_t count, particles *dst);
 int island_split(island *I, const particles *p, particles *parts);
 int island_add_particles(void *state, const particles *p);
 int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);

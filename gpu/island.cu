@@ -779,6 +779,7 @@ int island_create(const sim_params *prm, const int *dev, int nm, particles *p, b
       .download = island_download,
       .snapshot = island_snapshot,
       .fetch = island_fetch,
+      .fetch_rows = island_fetch_rows,
       /* several ranks, each with its island */
       .blocks = island_blocks,
       .block_sums = xdev_sums_floats(I->m[0]),

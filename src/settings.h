@@ -70,7 +70,8 @@ typedef struct drift_settings {
   int collider_cache;         /* 1 filled once per mesh frame and mapping, 2 refilled every step */
   int writer_inline;          /* frames written in the main thread, as without MPI_THREAD_MULTIPLE */
   double progress_s;          /* s: wall time between progress lines inside a frame; 0 if unset (30 s) */
-  int frame_chunk;            /* particles the writer fetches of a frame at a time; 0 if unset (MEM_FRAME_CHUNK) */
+  int frame_chunk;            /* particles the writer fetches of a frame, and of a checkpoint, at a time; 0 if
+                               * unset (MEM_FRAME_CHUNK, MEM_CKPT_CHUNK) */
   /* per setting: where its value came from, and its text as given ("" for a default) */
   unsigned char from[SET_N];
   char text[SET_N][SETTINGS_TEXT_MAX];
