@@ -97,10 +97,20 @@ static double frame_bytes(const scene *s) {
   return b;
 }
 
+/* Whether the run writes a checkpoint along the way (one at a signal's stop is not planned). */
+static int writes_checkpoints(const scene *s, const memplan_load *l) {
+  return s->checkpoint_every > 0 && l->frames >= s->checkpoint_every;
+}
+
+/* The rows of a checkpoint's chunk for n particles (sim_output.c's two buffers, and a device's
+ * staging of one: particles_io.cu's fetch_rows). */
+static double ckpt_chunk_rows(double n) { return (double)mem_frame_chunk_capacity((size_t)n, MEM_CKPT_CHUNK); }
+
 /* What every backend's run holds on the host once it steps: the frame slot's chunk (at most
  * MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and at precision
  * half the writer's conversion buffer), the migration reserve (several ranks; `buffers` record
- * buffers: they depend on the backend) and the checkpoint's copy of the particles. */
+ * buffers: they depend on the backend) and the checkpoint's two chunk buffers (at most
+ * MEM_CKPT_CHUNK particles each: the rows go from the backend to the disk a chunk at a time). */
 static void host_steady(const scene *s, const memplan_load *l, int buffers, memplan_bytes *m) {
   const double rec = (double)particles_record_bytes();
   add(m, MT_TRANSFER, (double)mem_frame_chunk_capacity((size_t)l->most, MEM_FRAME_CHUNK) * frame_bytes(s));
@@ -109,7 +119,7 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));
   }
-  if (s->checkpoint_every > 0 && l->frames >= s->checkpoint_every) add(m, MT_PARTICLES, rec * l->most);
+  if (writes_checkpoints(s, l)) add(m, MT_TRANSFER, 2.0 * rec * ckpt_chunk_rows(l->most));
 }
 
 void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
@@ -229,6 +239,14 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
     const unsigned mask = sim_frame_mask(s) & ~PA_BIT(owner);
     for (int a = 0; a < PARTICLE_ATTRS; ++a)
       if (mask >> a & 1u) add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(n * particle_attrs[a].bytes), 1));
+  }
+  if (writes_checkpoints(s, l)) { /* a checkpoint's chunk gathered on the device, the owner left out, each
+                                   * attribute from a multiple of 8 bytes (particles_io.cu, fetch_rows) */
+    const double rows = fmin(ckpt_chunk_rows(l->most), ceil(n));
+    double bytes = 0.0;
+    for (int a = 0; a < PARTICLE_ATTRS; ++a)
+      if (a != PA_owner) bytes += ceil(rows * (double)particle_attrs[a].bytes / 8.0) * 8.0;
+    add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)bytes, 1));
   }
   if (l->ranks > 1) { /* the migration records on the device (reserve_records) */
     const double recs = mem_migration_share(s->balance_threshold) * l->start + MEM_MIGRATION_EXTRA;

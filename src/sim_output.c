@@ -211,8 +211,11 @@ int sim_write_checkpoint(sim *S) {
   }
   c->put_rc = DR_OK;
   c->put_msg[0] = 0;
+  const double t1 = sim_now();
   rc = comm_agree(S->comm, ckpt_fetch(S, n));
   if (rc == DR_OK) {
+    log_trace("checkpoint %d: %zu particles fetched in chunks of %zu: %.2f ms", c->st.frame, n, c->cap,
+              1e3 * (sim_now() - t1));
     c->queued = 1;
     S->st.io_seconds += sim_now() - t0;
     return DR_OK;
