@@ -677,8 +677,10 @@ extern "C" int backend_cuda_create_from(const sim_params *prm, const particle_so
   int dev[MAX_GPUS], nm = 0;
   DR_TRY(backend_devices(prm, src->n, dev, &nm));
   if (nm == 1) return create_one(prm, dev[0], NULL, src, out);
-  /* an island splits its particles along an axis of their bounding box, evenly by count
-   * (island_split sorts them all): it gathers them on the host first */
+  /* an island splits its particles along an axis of their bounding box, evenly by count: it reads
+   * a source that can be read again once for the split, then once for each member; another it
+   * gathers on the host first */
+  if (src->rewind) return island_create_from(prm, dev, nm, src, out);
   particles p;
   memset(&p, 0, sizeof p);
   int rc = backend_source_drain(src, &p, MEM_CREATE_CHUNK);

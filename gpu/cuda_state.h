@@ -562,6 +562,7 @@ int island_g2p_ahead(void *state, float dt, int *armed);
 void island_xl_free(island *I);
 void island_log_zone(const cuda_state *s);
 int island_create(const sim_params *prm, const int *dev, int nm, particles *p, backend *out);
+int island_create_from(const sim_params *prm, const int *dev, int nm, const particle_source *src, backend *out);
 
 /* exchange_device.cu */
 int xdev_sums_floats(const cuda_state *s);
@@ -610,6 +611,22 @@ int island_snapshot(void *state, unsigned mask, size_t *n);
 int island_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
 int island_fetch_rows(void *state, size_t first, size_t count, particles *dst);
 int island_split(island *I, const particles *p, particles *parts);
+int island_assign_source(island *I, const particle_source *src, uint8_t **member);
+/* A member's particles of the island's source (island_create_from): the source read again from its
+ * start (rewind), the rows that island_assign_source gave member k taken in their order, a chunk
+ * of the source at a time (buf). */
+typedef struct member_source {
+  const particle_source *src;
+  const uint8_t *member;
+  int k;
+  size_t row; /* rows of src read: buf holds rows row - buf.n .. row - 1 */
+  particles buf;
+  size_t at;  /* buf's next row */
+} member_source;
+/* Rewinds src and makes *out the source of member k's rows (m: its state, member_source_close). */
+int member_source_open(const particle_source *src, const uint8_t *member, int k, member_source *m,
+                       particle_source *out);
+void member_source_close(member_source *m);
 int island_add_particles(void *state, const particles *p);
 int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
 int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec,

@@ -879,27 +879,117 @@ static coord_index *sorted_along(const particles *p, int axis, const char *what)
   return ci;
 }
 
-/* The static split (the paper's): along the longest axis of the particles' bounding box, evenly
- * by count. parts[k] receives member k's particles. */
-int island_split(island *I, const particles *p, particles *parts) {
+/* The static split (the paper's), on the positions alone (x: 3n floats): along the longest axis
+ * of the particles' bounding box, evenly by count in the order of that coordinate (ties by index):
+ * member[i] receives particle i's member; I->axis and I->cut are set. The host holds a
+ * (coordinate, index) pair a particle meanwhile (16 B, counted). */
+static_assert(MAX_GPUS <= 256, "island_assign numbers the members in a byte");
+static int island_assign(island *I, const float *x, size_t n, uint8_t *member) {
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
-  for (size_t i = 0; i < p->n; ++i)
-    for (int a = 0; a < 3; ++a) lo[a] = fminf(lo[a], p->x[3 * i + a]), hi[a] = fmaxf(hi[a], p->x[3 * i + a]);
+  for (size_t i = 0; i < n; ++i)
+    for (int a = 0; a < 3; ++a) lo[a] = fminf(lo[a], x[3 * i + a]), hi[a] = fmaxf(hi[a], x[3 * i + a]);
   I->axis = 0;
   for (int a = 1; a < 3; ++a)
     if (hi[a] - lo[a] > hi[I->axis] - lo[I->axis]) I->axis = a;
-  coord_index *ci = sorted_along(p, I->axis, "island split");
+  coord_index *ci = (coord_index *)memtally_malloc(MT_SORT, sizeof *ci * (n ? n : 1), "the island's split");
   if (!ci) return DR_ENOMEM;
-  int rc = DR_OK;
-  for (int k = 0; k < I->nm && rc == DR_OK; ++k) {
-    const size_t b = p->n * (size_t)k / (size_t)I->nm, e = p->n * (size_t)(k + 1) / (size_t)I->nm;
-    rc = particles_reserve(&parts[k], e - b);
-    for (size_t j = b; j < e && rc == DR_OK; ++j) rc = particles_push_copy(&parts[k], p, ci[j].i);
-    if (k > 0) I->cut[k - 1] = b < p->n ? ci[b].x : hi[I->axis];
+  for (size_t i = 0; i < n; ++i) ci[i] = (coord_index){x[3 * i + I->axis], i};
+  qsort(ci, n, sizeof *ci, by_coord);
+  for (int k = 0; k < I->nm; ++k) {
+    const size_t b = n * (size_t)k / (size_t)I->nm, e = n * (size_t)(k + 1) / (size_t)I->nm;
+    for (size_t j = b; j < e; ++j) member[ci[j].i] = (uint8_t)k;
+    if (k > 0) I->cut[k - 1] = b < n ? ci[b].x : hi[I->axis];
   }
-  free(ci);
+  memtally_free(ci);
+  return DR_OK;
+}
+
+/* parts[k] receives member k's particles of p (island_assign's split), in their order in p, the
+ * order a streamed creation gives each member too (island_create_from). */
+int island_split(island *I, const particles *p, particles *parts) {
+  uint8_t *member = (uint8_t *)memtally_malloc(MT_SORT, p->n ? p->n : 1, "the island's split");
+  if (!member) return DR_ENOMEM;
+  int rc = island_assign(I, p->x, p->n, member);
+  size_t count[MAX_GPUS] = {0};
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) ++count[member[i]];
+  for (int k = 0; k < I->nm && rc == DR_OK; ++k) rc = particles_reserve(&parts[k], count[k]);
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) rc = particles_push_copy(&parts[member[i]], p, i);
+  memtally_free(member);
   return rc;
 }
+
+/* The split of a source's particles (island_create_from), read once for their positions (12 B a
+ * particle on the host, counted, a chunk of MEM_CREATE_CHUNK particles at a time): *member (n
+ * bytes, memtally_malloc; NULL on failure) numbers each particle's member. */
+int island_assign_source(island *I, const particle_source *src, uint8_t **member) {
+  const size_t n = src->n;
+  *member = NULL;
+  float *x = (float *)memtally_malloc(MT_PARTICLES, 3 * sizeof(float) * (n ? n : 1), "the island's split");
+  if (!x) return DR_ENOMEM;
+  particles chunk;
+  memset(&chunk, 0, sizeof chunk);
+  int rc = particles_reserve(&chunk, n < MEM_CREATE_CHUNK ? n : MEM_CREATE_CHUNK);
+  for (size_t done = 0; rc == DR_OK && done < n;) {
+    const size_t want = n - done < MEM_CREATE_CHUNK ? n - done : MEM_CREATE_CHUNK;
+    chunk.n = 0;
+    rc = src->next(src->ctx, &chunk, want);
+    if (rc == DR_OK && chunk.n != want)
+      rc = dr_fail(DR_EINTERNAL, "cuda island: a particle source gave %zu particles where %zu were asked (%zu of %zu)",
+                   chunk.n, want, done, n);
+    if (rc == DR_OK) memcpy(x + 3 * done, chunk.x, 3 * sizeof(float) * want);
+    done += want;
+  }
+  particles_free(&chunk);
+  if (rc == DR_OK && !(*member = (uint8_t *)memtally_malloc(MT_SORT, n ? n : 1, "the island's split"))) rc = DR_ENOMEM;
+  if (rc == DR_OK) rc = island_assign(I, x, n, *member);
+  memtally_free(x);
+  if (rc) {
+    memtally_free(*member);
+    *member = NULL;
+  }
+  return rc;
+}
+
+/* member_source: a member's rows of the island's source, read again from its start (the source's
+ * rewind): those island_assign gave member k, in their order. */
+static int member_next(void *ctx, particles *out, size_t max) {
+  member_source *m = (member_source *)ctx;
+  size_t added = 0;
+  while (added < max) {
+    if (m->at == m->buf.n) { /* the source's next chunk */
+      if (m->row == m->src->n) break;
+      const size_t want = m->src->n - m->row < MEM_CREATE_CHUNK ? m->src->n - m->row : MEM_CREATE_CHUNK;
+      m->buf.n = 0;
+      m->at = 0;
+      DR_TRY(m->src->next(m->src->ctx, &m->buf, want));
+      if (m->buf.n != want)
+        return dr_fail(DR_EINTERNAL, "cuda island: a particle source gave %zu particles where %zu were asked", m->buf.n,
+                       want);
+      m->row += want;
+    }
+    const size_t base = m->row - m->buf.n;
+    for (; m->at < m->buf.n && added < max; ++m->at)
+      if (m->member[base + m->at] == m->k) {
+        DR_TRY(particles_push_copy(out, &m->buf, m->at));
+        ++added;
+      }
+  }
+  return DR_OK;
+}
+
+int member_source_open(const particle_source *src, const uint8_t *member, int k, member_source *m,
+                       particle_source *out) {
+  memset(m, 0, sizeof *m);
+  m->src = src, m->member = member, m->k = k;
+  DR_TRY(particles_reserve(&m->buf, src->n < MEM_CREATE_CHUNK ? src->n : MEM_CREATE_CHUNK)); /* no growth */
+  size_t n = 0;
+  for (size_t i = 0; i < src->n; ++i) n += member[i] == k;
+  *out = (particle_source){.n = n, .next = member_next, .ctx = m};
+  if (!src->rewind) return dr_fail(DR_EINTERNAL, "cuda island: a particle source that cannot be read twice");
+  return src->rewind(src->ctx);
+}
+
+void member_source_close(member_source *m) { particles_free(&m->buf); }
 
 /* New particles (sources, backend.h cuda_add_particles) on the island: taken in order along the split
  * axis and poured into the members in that order, each filled up to an even share of the new total

@@ -775,8 +775,17 @@ int ckpt_open(const char *path, size_t chunk, ckpt_state *st, ckpt_reader **out)
   return DR_OK;
 }
 
+/* particle_source.rewind: the rows again from row 0 (their sum held against the recorded one again
+ * with the last row). */
+static int reader_rewind(void *ctx) {
+  ckpt_reader *r = ctx;
+  r->next_row = 0;
+  r->sum = 0;
+  return DR_OK;
+}
+
 particle_source ckpt_reader_source(ckpt_reader *r) {
-  return (particle_source){.n = (size_t)r->n, .next = reader_next, .ctx = r};
+  return (particle_source){.n = (size_t)r->n, .next = reader_next, .ctx = r, .rewind = reader_rewind};
 }
 
 const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r) { return &r->seen; }

@@ -144,7 +144,8 @@ int ckpt_open(const char *path, size_t chunk, ckpt_state *st, ckpt_reader **r);
 /* ckpt_open on the newest checkpoint of DIR that reads back whole, as ckpt_read_latest picks it;
  * its path goes to found. */
 int ckpt_open_latest(const char *dir, size_t chunk, ckpt_state *st, ckpt_reader **r, char *found, size_t len);
-/* The rows as a source: n = st->n_particles; the reader must outlive it. One use only. */
+/* The rows as a source: n = st->n_particles; the reader must outlive it. It rewinds (an island's
+ * creation reads it once for the split, then once for each member). */
 particle_source ckpt_reader_source(ckpt_reader *r);
 const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r);
 void ckpt_close(ckpt_reader **r);

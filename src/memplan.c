@@ -163,11 +163,23 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   const double up = ceil(n0 / lanes), sorted = ceil(n / lanes) + ceil(pb / 2.0);
   /* the host: the creation's chunk of sampled particles (sim.c streams them: memsizes.h's
    * MEM_CREATE_CHUNK, or fewer) and the upload's bounded staging (particles_io.cu), then the
-   * frames. An island of several devices gathers all its particles for its split instead
-   * (backend_cuda_create_from), and its split copies them into the members' parts: twice them. */
+   * frames. An island of several devices reads its source once for the split (the positions,
+   * 12 B a particle, beside a chunk; then a (coordinate, index) pair of 16 B and the member's
+   * byte), then once for each member (the member's byte held, and a chunk of the source beside
+   * the upload's chunk and staging): island_assign_source, member_source. */
   memplan_bytes start = {{0}, 0}, run = {{0}, 0};
-  add(&start, MT_PARTICLES, nd > 1 ? 2.0 * rec * l->start : rec * fmin(l->start, (double)MEM_CREATE_CHUNK));
+  const double chunk = fmin(l->start, (double)MEM_CREATE_CHUNK);
+  add(&start, MT_PARTICLES, rec * chunk * (nd > 1 ? 2.0 : 1.0));
   add(&start, MT_TRANSFER, fmin(up, MEM_UPLOAD_PACKETS) * (pk + lanes * sizeof(uint64_t) + 2 * sizeof(int32_t)));
+  if (nd > 1) {
+    add(&start, MT_SORT, l->start); /* the members' bytes */
+    /* the positions, with the chunk they come through, then with the pairs and the bytes */
+    const double pos = 12.0 * l->start, pairs = 17.0 * l->start, stream = rec * chunk;
+    memplan_bytes split = {{0}, 0};
+    add(&split, MT_PARTICLES, pos + (stream >= pairs ? stream : 0.0));
+    add(&split, MT_SORT, stream >= pairs ? 0.0 : pairs);
+    start = larger(&start, &split);
+  }
   host_steady(s, l, l->ranks > 2 ? 2 : 1, &run); /* emigrate_records: the records leave from the device */
   *host = larger(&start, &run);
 
