@@ -102,15 +102,16 @@ static int writes_checkpoints(const scene *s, const memplan_load *l) {
   return s->checkpoint_every > 0 && l->frames >= s->checkpoint_every;
 }
 
-/* The rows of a checkpoint's chunk for n particles (sim_output.c's two buffers, and a device's
+/* The rows of a checkpoint's chunk for n particles (sim_output.c's buffers, and a device's
  * staging of one: particles_io.cu's fetch_rows). */
-static double ckpt_chunk_rows(double n) { return (double)mem_frame_chunk_capacity((size_t)n, MEM_CKPT_CHUNK); }
+static double ckpt_chunk_rows(double n) { return (double)mem_ckpt_rows((size_t)n, MEM_CKPT_CHUNK); }
 
 /* What every backend's run holds on the host once it steps: the frame slot's chunk (at most
  * MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and at precision
  * half the writer's conversion buffer), the migration reserve (several ranks; `buffers` record
- * buffers: they depend on the backend) and the checkpoint's two chunk buffers (at most
- * MEM_CKPT_CHUNK particles each: the rows go from the backend to the disk a chunk at a time). */
+ * buffers: they depend on the backend) and the checkpoint's chunk buffers (one of its n rows
+ * where they fit MEM_CKPT_CHUNK, else two of MEM_CKPT_CHUNK: the rows go from the backend to the
+ * disk a chunk at a time). */
 static void host_steady(const scene *s, const memplan_load *l, int buffers, memplan_bytes *m) {
   const double rec = (double)particles_record_bytes();
   add(m, MT_TRANSFER, (double)mem_frame_chunk_capacity((size_t)l->most, MEM_FRAME_CHUNK) * frame_bytes(s));
@@ -119,7 +120,8 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));
   }
-  if (writes_checkpoints(s, l)) add(m, MT_TRANSFER, 2.0 * rec * ckpt_chunk_rows(l->most));
+  if (writes_checkpoints(s, l))
+    add(m, MT_TRANSFER, mem_ckpt_buffers((size_t)l->most, MEM_CKPT_CHUNK) * rec * ckpt_chunk_rows(l->most));
 }
 
 void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {

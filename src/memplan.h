@@ -21,8 +21,8 @@
  * MEM_CREATE_CHUNK, and the upload's staging; an island gathers them all for its split; a resume
  * on several ranks, whose slices and migration hold more at its start, is not planned apart) and
  * the steady state (the backend's buffers on the CPU, the frame's chunk slot and, on the CPU, its
- * snapshot; the migration reserve, the checkpoint's two chunk buffers, MEM_CKPT_CHUNK particles
- * each at most). Bytes are grouped by memtally.h's kinds, so that a run's counted peak compares
+ * snapshot; the migration reserve, the checkpoint's chunk buffers: its rows where they fit one
+ * chunk, else two of MEM_CKPT_CHUNK particles). Bytes are grouped by memtally.h's kinds, so that a run's counted peak compares
  * kind by kind. */
 #ifndef DRIFT_MEMPLAN_H
 #define DRIFT_MEMPLAN_H

@@ -69,7 +69,8 @@ typedef struct frame_slot {
   double totals[TOT_COUNT]; /* all ranks' sums, once the frame is complete */
 } frame_slot;
 
-/* One of a checkpoint's two chunk buffers and the writer's job that writes it. */
+/* One of a checkpoint's chunk buffers (two where it takes more than one chunk) and the writer's job that
+ * writes it. */
 typedef struct ckpt_chunk {
   struct ckpt_slot *c;
   particles p;        /* every attribute, the slot's cap rows: the backend's alloc_sums (pinned on a GPU) or
@@ -92,7 +93,8 @@ typedef struct ckpt_slot {
   uint64_t ticket;    /* the last job's */
   ckpt_file file;     /* begun by the main thread; its rows are the jobs' */
   ckpt_chunk chunk[2];
-  size_t cap;         /* rows a chunk buffer holds (mem_frame_chunk_capacity: at most MEM_CKPT_CHUNK) */
+  size_t cap;         /* rows a chunk buffer holds (mem_ckpt_rows: at most MEM_CKPT_CHUNK) */
+  int buffers;        /* chunk buffers allocated: 1 where a checkpoint is one chunk, else 2 */
   size_t tallied;     /* their bytes, counted (memtally.h, MT_TRANSFER) */
   int put_rc;         /* the jobs' result: this rank's rows written and synced (the writer's until the last
                        * job is waited for) */

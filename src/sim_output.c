@@ -103,19 +103,24 @@ static void ckpt_release(sim *S) {
   memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)c->tallied);
   c->tallied = 0;
   c->cap = 0;
+  c->buffers = 0;
 }
 
-/* Room in the slot's two chunk buffers for a checkpoint of n particles: every attribute of
- * mem_frame_chunk_capacity(n, MEM_CKPT_CHUNK) rows each (DRIFT_FRAME_CHUNK's fewer where a test
- * sets it), the backend's pinned memory where it has it, kept checkpoint after checkpoint. */
+/* Room in the slot's chunk buffers for a checkpoint of n particles: every attribute of
+ * mem_ckpt_rows(n, MEM_CKPT_CHUNK) rows (DRIFT_FRAME_CHUNK's fewer where a test sets it), in one
+ * buffer where they are one chunk, else two (mem_ckpt_buffers); the backend's pinned memory where
+ * it has it, kept checkpoint after checkpoint (sized anew where particle sources outgrow it: a
+ * checkpoint is rare, and no headroom keeps a scene of one chunk at a copy's 124 B a particle). */
 static int ckpt_reserve(sim *S, size_t n) {
   ckpt_slot *c = &S->ckpt;
   const size_t set = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_CKPT_CHUNK;
   const size_t chunk = set < MEM_CKPT_CHUNK ? set : MEM_CKPT_CHUNK;
-  if ((n < chunk ? n : chunk) <= c->cap) return DR_OK;
+  const size_t cap = mem_ckpt_rows(n, chunk);
+  const int buffers = mem_ckpt_buffers(n, chunk);
+  if (cap <= c->cap && buffers <= c->buffers) return DR_OK;
   ckpt_release(S);
-  const size_t cap = mem_frame_chunk_capacity(n, chunk);
-  for (int b = 0; b < 2; ++b)
+  c->buffers = buffers;
+  for (int b = 0; b < buffers; ++b)
     for (int a = 0; a < PARTICLE_ATTRS; ++a) {
       void **arr = (void **)((char *)&c->chunk[b].p + particle_attrs[a].offset);
       const size_t bytes = cap * particle_attrs[a].bytes;
@@ -137,6 +142,8 @@ static int ckpt_reserve(sim *S, size_t n) {
  * device's plan holds), and overlap only the writing of the last chunk and the sync. Local; the
  * status is this rank's (a fetch's or the writer's). */
 static int ckpt_fetch(sim *S, size_t n) {
+  if (n > S->ckpt.cap && S->ckpt.buffers < 2)
+    return dr_fail(DR_EINTERNAL, "a checkpoint of %zu particles in chunks of %zu with one buffer", n, S->ckpt.cap);
   ckpt_slot *c = &S->ckpt;
   size_t first = 0;
   int b = 0;

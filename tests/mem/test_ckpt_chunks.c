@@ -6,9 +6,9 @@
  *     of kind transfer (memtally.h) than the other: 2 x 1000 x 124 B (every attribute of
  *     particles.h), and its counted host peak is at most that above the other's and at least the
  *     other's (a host copy of the particles would be 124 B x 108,000 = 13 MB more);
- *   - the memory plan (memplan.h) holds, for the scene with checkpoints, two buffers of 124 B a
- *     row of MEM_CKPT_CHUNK's rule (mem_frame_chunk_capacity) more transfer memory, the same
- *     particle memory, and not 124 B a particle more;
+ *   - the memory plan (memplan.h) holds, for the scene with checkpoints, the buffers of a run's
+ *     MEM_CKPT_CHUNK more transfer memory (108,000 particles are one chunk there: one buffer of
+ *     them, 124 B a particle), and the same particle memory;
  *   - the checkpoint reads back whole (ckpt_read: every check, the rows' checksum included) and
  *     its rows are those download gives of the particles at the run's end (sim_particles), row
  *     for row and bit for bit: fetch_rows keeps download's order, chunk after chunk.
@@ -110,11 +110,12 @@ int main(int argc, char **argv) {
         "the checkpoint raised the host peak by %lld B, want 0 .. %lld (a copy of the particles: %lld)",
         (long long)(w.peak - n.peak), (long long)buffers, (long long)COUNT * (long long)particles_record_bytes());
 
-  /* 2. the plan: two buffers of MEM_CKPT_CHUNK's rule, no particle memory more */
-  const double rows = (double)mem_frame_chunk_capacity((size_t)w.most, MEM_CKPT_CHUNK);
-  const double want = 2.0 * rows * (double)particles_record_bytes();
-  printf("plan: transfer %.0f B with, %.0f B without (two chunks of %.0f rows: %.0f B)\n", w.plan_transfer,
-         n.plan_transfer, rows, want);
+  /* 2. the plan: a run's MEM_CKPT_CHUNK holds the scene in one chunk, no particle memory more */
+  CHECK(w.most == COUNT && COUNT < MEM_CKPT_CHUNK, "the plan's %llu particles, want %d, below MEM_CKPT_CHUNK",
+        (unsigned long long)w.most, COUNT);
+  const double want = (double)COUNT * (double)particles_record_bytes(); /* one buffer of every row */
+  printf("plan: transfer %.0f B with, %.0f B without (one chunk of %d rows: %.0f B)\n", w.plan_transfer,
+         n.plan_transfer, COUNT, want);
   CHECK(w.plan_transfer - n.plan_transfer == want, "the plan adds %.0f B of transfer memory, want %.0f",
         w.plan_transfer - n.plan_transfer, want);
   CHECK(w.plan_particles == n.plan_particles, "the plan adds %.0f B of particle memory for the checkpoint, want 0",
