@@ -288,7 +288,7 @@ double cuda_held_bytes(const cuda_state *s) {
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
                        &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
-                       &s->shared_idx, &s->shared_n,
+                       &s->shared_idx, &s->shared_n, &s->rows,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   for (int a = 0; a < PARTICLE_ATTRS; ++a) b += (double)s->snap[a].bytes; /* the frame's snapshot */
@@ -322,7 +322,7 @@ void cuda_destroy(void *state) {
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
                  &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
-                       &s->shared_idx, &s->shared_n,
+                       &s->shared_idx, &s->shared_n, &s->rows,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
@@ -677,8 +677,10 @@ extern "C" int backend_cuda_create_from(const sim_params *prm, const particle_so
   int dev[MAX_GPUS], nm = 0;
   DR_TRY(backend_devices(prm, src->n, dev, &nm));
   if (nm == 1) return create_one(prm, dev[0], NULL, src, out);
-  /* an island splits its particles along an axis of their bounding box, evenly by count
-   * (island_split sorts them all): it gathers them on the host first */
+  /* an island splits its particles along an axis of their bounding box, evenly by count: it reads
+   * a source that can be read again once for the split, then once for each member; another it
+   * gathers on the host first */
+  if (src->rewind) return island_create_from(prm, dev, nm, src, out);
   particles p;
   memset(&p, 0, sizeof p);
   int rc = backend_source_drain(src, &p, MEM_CREATE_CHUNK);
@@ -722,6 +724,7 @@ static int create_one(const sim_params *prm, int device, const particles *p, con
       .download = ON_DEVICE(cuda_download),
       .snapshot = ON_DEVICE(cuda_snapshot),
       .fetch = cuda_fetch, /* the writer's thread: sets its device itself */
+      .fetch_rows = ON_DEVICE(cuda_fetch_rows),
       /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
       .blocks = ON_DEVICE(cuda_blocks),
       .block_sums = xdev_sums_floats(s), /* = int_floats(s) */

@@ -247,6 +247,8 @@ typedef struct cuda_state {
                                  * (k_capture from the packets; device memory, kept and grown) */
   unsigned snap_mask;
   size_t snap_n;
+  dvec rows;                    /* backend.h's fetch_rows: one chunk of rows of every attribute, attribute
+                                 * after attribute (k_capture_rows; device memory, kept and grown) */
   uint32_t *h_rec;              /* cuda_emigrate_records: the records on the host (pinned, grow-only) */
   size_t h_rec_cap;             /* bytes */
   dvec pblock;                  /* [n] particle block of each sorted particle (an inclusive scan first) */
@@ -560,6 +562,7 @@ int island_g2p_ahead(void *state, float dt, int *armed);
 void island_xl_free(island *I);
 void island_log_zone(const cuda_state *s);
 int island_create(const sim_params *prm, const int *dev, int nm, particles *p, backend *out);
+int island_create_from(const sim_params *prm, const int *dev, int nm, const particle_source *src, backend *out);
 
 /* exchange_device.cu */
 int xdev_sums_floats(const cuda_state *s);
@@ -599,13 +602,31 @@ int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particl
 int cuda_download(void *state, particles *out);
 int cuda_snapshot(void *state, unsigned mask, size_t *n);
 int cuda_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
+int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst);
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx);
 int cuda_upload(cuda_state *s, const particles *p);
 int cuda_upload_from(cuda_state *s, const particle_source *src);
 int island_download(void *state, particles *out);
 int island_snapshot(void *state, unsigned mask, size_t *n);
 int island_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
+int island_fetch_rows(void *state, size_t first, size_t count, particles *dst);
 int island_split(island *I, const particles *p, particles *parts);
+int island_assign_source(island *I, const particle_source *src, uint8_t **member);
+/* A member's particles of the island's source (island_create_from): the source read again from its
+ * start (rewind), the rows that island_assign_source gave member k taken in their order, a chunk
+ * of the source at a time (buf). */
+typedef struct member_source {
+  const particle_source *src;
+  const uint8_t *member;
+  int k;
+  size_t row; /* rows of src read: buf holds rows row - buf.n .. row - 1 */
+  particles buf;
+  size_t at;  /* buf's next row */
+} member_source;
+/* Rewinds src and makes *out the source of member k's rows (m: its state, member_source_close). */
+int member_source_open(const particle_source *src, const uint8_t *member, int k, member_source *m,
+                       particle_source *out);
+void member_source_close(member_source *m);
 int island_add_particles(void *state, const particles *p);
 int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
 int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec,

@@ -722,16 +722,23 @@ void island_log_zone(const cuda_state *s) {
                           : "the free zone less a cell a queued step");
 }
 
-int island_create(const sim_params *prm, const int *dev, int nm, particles *p, backend *out) {
+/* The island with p's particles, or src's where src is not NULL: src is read once for the split
+ * (island_assign_source: the positions), then once more for each member, which takes its own rows
+ * as they come (member_source, cuda_upload_from's chunks), so that the host holds the positions
+ * and a byte a particle, never the particles; p is split on the host (island_split). Either way
+ * member k holds its particles in their order in p or src. */
+static int island_make(const sim_params *prm, const int *dev, int nm, particles *p, const particle_source *src,
+                       backend *out) {
   DR_TRY(island_peers(dev, nm, prm->island_reduce == ISLAND_REDUCE_P2P_ATOMICS));
   island *I = (island *)dr_calloc(1, sizeof *I, "cuda island");
   if (!I) return DR_ENOMEM;
   I->nm = nm;
   particles parts[MAX_GPUS];
   memset(parts, 0, sizeof parts);
+  uint8_t *member = NULL;
   int rc = DR_OK;
   for (int k = 0; k < nm && rc == DR_OK; ++k) rc = cuda_member_new(prm, dev[k], &I->m[k]);
-  if (rc == DR_OK) rc = island_split(I, p, parts);
+  if (rc == DR_OK) rc = src ? island_assign_source(I, src, &member) : island_split(I, p, parts);
   for (int k = 0; k < nm && rc == DR_OK; ++k) {
     cuda_state *s = I->m[k];
     s->nm = nm;
@@ -744,15 +751,26 @@ int island_create(const sim_params *prm, const int *dev, int nm, particles *p, b
       if (j != k) s->peer[q++] = I->m[j];
   }
   if (rc == DR_OK) island_log_zone(I->m[0]);
-  for (int k = 0; k < nm && rc == DR_OK; ++k) rc = cuda_setup(I->m[k], &parts[k], NULL);
+  for (int k = 0; k < nm && rc == DR_OK; ++k) {
+    if (!src) {
+      rc = cuda_setup(I->m[k], &parts[k], NULL);
+      continue;
+    }
+    member_source ms;
+    particle_source mine;
+    rc = member_source_open(src, member, k, &ms, &mine);
+    if (rc == DR_OK) rc = cuda_setup(I->m[k], NULL, &mine);
+    member_source_close(&ms);
+  }
   if (rc == DR_OK) rc = island_tag(I);
   if (rc == DR_OK) rc = crew_start(I);
   for (int k = 0; k < nm; ++k) particles_free(&parts[k]);
+  memtally_free(member);
   if (rc) {
     island_destroy(I);
     return rc;
   }
-  particles_free(p);
+  if (p) particles_free(p);
   /* each step's P2G queued ahead of the ranks' vote, behind a gate on every member (as one GPU's;
    * --steps-ahead, by default on where the node's ranks have GPUs of their own) */
   for (int k = 0; k < nm; ++k) I->m[k]->ahead_on = island_ahead_default(prm, nm);
@@ -779,6 +797,7 @@ int island_create(const sim_params *prm, const int *dev, int nm, particles *p, b
       .download = island_download,
       .snapshot = island_snapshot,
       .fetch = island_fetch,
+      .fetch_rows = island_fetch_rows,
       /* several ranks, each with its island */
       .blocks = island_blocks,
       .block_sums = xdev_sums_floats(I->m[0]),
@@ -821,4 +840,12 @@ int island_create(const sim_params *prm, const int *dev, int nm, particles *p, b
            I->m[0]->n_blocks, held / 1048576.0, scene_island_barrier_names[I->m[0]->events],
            scene_island_reduce_names[I->m[0]->atomics]);
   return DR_OK;
+}
+
+int island_create(const sim_params *prm, const int *dev, int nm, particles *p, backend *out) {
+  return island_make(prm, dev, nm, p, NULL, out);
+}
+
+int island_create_from(const sim_params *prm, const int *dev, int nm, const particle_source *src, backend *out) {
+  return island_make(prm, dev, nm, NULL, src, out);
 }

@@ -583,6 +583,128 @@ int island_fetch(void *state, unsigned mask, size_t first, size_t count, particl
   return DR_OK;
 }
 
+/* ---- fetch_rows: a checkpoint's rows of the particles themselves, a chunk at a time ------------ */
+
+/* One packet's k-component attribute at a (its live lanes 0 .. m-1, rows o .. o + m - 1) to dst,
+ * the rows of [first, first + count) only, row r at dst's row r - first. */
+__device__ static inline void rows_attr(float *dst, const float *q, int a, int k, size_t o, int m, int lane,
+                                        size_t first, size_t count) {
+  for (int j = lane; j < k * m; j += LANES) {
+    const size_t row = o + (size_t)(j / k);
+    if (row >= first && row < first + count) dst[(size_t)k * (row - first) + j % k] = q[(a + j % k) * LANES + j / k];
+  }
+}
+
+/* Rows [first, first + count) of the packets' particles in download's order (start: each packet's
+ * first row, the exclusive scan of its live lanes) to out's arrays (row r at r - first). A warp a
+ * packet, from packet p0 = first / 32 on (a packet holds at most 32 rows, so none before p0 holds
+ * a row >= first) in a grid-stride loop; a warp stops at the first packet past the range (the
+ * rows rise with the packets), so the grid need not cover every packet. */
+__global__ static void k_capture_rows(size_t np, size_t p0, const float *pk, const uint64_t *pid, const int2 *hdr,
+                                      const uint32_t *start, size_t first, size_t count, capture_out out) {
+  const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / LANES;
+  const size_t warps = (gridDim.x * (size_t)blockDim.x) / LANES;
+  const int lane = threadIdx.x % LANES;
+  for (size_t p = p0 + warp; p < np; p += warps) {
+    const size_t o = start[p];
+    if (o >= first + count) return;
+    const int m = hdr[p].y;
+    if (o + (size_t)m <= first) continue;
+    const float *q = pk + p * PK_FLOATS;
+    rows_attr(out.x, q, A_X, 3, o, m, lane, first, count);
+    rows_attr(out.v, q, A_V, 3, o, m, lane, first, count);
+    rows_attr(out.C, q, A_C, 9, o, m, lane, first, count);
+    rows_attr(out.F, q, A_F, 9, o, m, lane, first, count);
+    rows_attr(out.mass, q, A_M, 1, o, m, lane, first, count);
+    rows_attr(out.vol0, q, A_VOL, 1, o, m, lane, first, count);
+    rows_attr(out.logjp, q, A_JP, 1, o, m, lane, first, count);
+    rows_attr((float *)out.material, q, A_MAT, 1, o, m, lane, first, count); /* the int's bits, as the packets hold them */
+    const size_t row = o + (size_t)lane;
+    if (lane < m && row >= first && row < first + count) out.id[row - first] = pid[p * LANES + lane];
+  }
+}
+
+/* Rows first .. first + count - 1 of member s's particles (download's order) into dst's rows at
+ * `at` ... on the caller's thread (the one that steps; s's device current): gathered on the device
+ * into s->rows (every attribute but the owner, attribute after attribute, count rows each), then
+ * copied on s->stream, after whatever the steps queued, into dst's pinned memory; the owner is the
+ * member's one value, written on the host. The call with first 0 numbers the rows first (the
+ * packets' row starts, into the sort's scratch as the snapshot puts them); the later calls of the
+ * checkpoint read them (backend.h: nothing steps between the calls). */
+static int fetch_rows_member(cuda_state *s, size_t first, size_t count, particles *dst, size_t at) {
+  if (first > s->n || count > s->n - first)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count,
+                   s->n);
+  if (count == 0) return DR_OK;
+  const size_t np = s->n_packets;
+  cudaStream_t st = s->stream;
+  uint32_t *cnt = dp<uint32_t>(s->vals[0]), *start = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= np */
+  if (first == 0) {
+    k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), cnt);
+    LAUNCHED("k_packet_counts");
+    CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, cnt, start, (int)np, st));
+    int last_start = 0, last_count = 0; /* the packets hold the particles counted (as the snapshot checks) */
+    DR_TRY(cuda_read_count(s, start + np - 1, &last_start));
+    DR_TRY(cuda_read_count(s, cnt + np - 1, &last_count));
+    if ((size_t)last_start + (size_t)last_count != s->n)
+      return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows: %zu particles in the packets, %zu expected",
+                     (size_t)last_start + (size_t)last_count, s->n);
+  }
+  size_t bytes = 0, off[PARTICLE_ATTRS] = {0}; /* each attribute's count rows from a multiple of 8 bytes (the ids') */
+  for (int a = 0; a < PARTICLE_ATTRS; ++a)
+    if (a != PA_owner) off[a] = bytes, bytes += (count * particle_attrs[a].bytes + 7) / 8 * 8;
+  DVEC_EXACT(s->rows, bytes, "checkpoint rows");
+  char *base = (char *)s->rows.ptr;
+#define ROWS_(field, type) ((type *)(base + off[PA_##field]))
+  const capture_out o = {ROWS_(x, float),    ROWS_(v, float),    ROWS_(C, float),        ROWS_(F, float),
+                         ROWS_(mass, float), ROWS_(vol0, float), ROWS_(logjp, float),    ROWS_(id, uint64_t),
+                         ROWS_(material, int32_t), NULL};
+#undef ROWS_
+  const size_t p0 = first / LANES, warps = np - p0 < count ? np - p0 : count;
+  k_capture_rows<<<blocks_for(warps * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      np, p0, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), start, first, count, o);
+  LAUNCHED("k_capture_rows");
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    if (a == PA_owner) continue;
+    const size_t b = particle_attrs[a].bytes;
+    CU(cudaMemcpyAsync((char *)particles_attr(dst, a) + at * b, base + off[a], count * b,
+                       cudaMemcpyDeviceToHost, st));
+  }
+  CU(cudaStreamSynchronize(st));
+  for (size_t i = 0; i < count; ++i) dst->owner[at + i] = s->prm.rank * 256 + s->me;
+  return DR_OK;
+}
+
+int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst) {
+  DR_TRY(fetch_rows_member((cuda_state *)state, first, count, dst, 0));
+  dst->n = count;
+  return DR_OK;
+}
+
+/* The island's: its rows are the members' one after another (download's order); the range may
+ * span members, each gives its part of it. The calls come in row order, so each member's first
+ * part starts at its row 0 (which numbers its rows). */
+int island_fetch_rows(void *state, size_t first, size_t count, particles *dst) {
+  island *I = (island *)state;
+  size_t base = 0, done = 0, total = 0;
+  for (int k = 0; k < I->nm; ++k) total += I->m[k]->n;
+  if (first > total || count > total - first)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count,
+                   total);
+  for (int k = 0; k < I->nm && done < count; ++k) {
+    const size_t m = I->m[k]->n, from = first + done;
+    if (from < base + m) {
+      const size_t take = base + m - from < count - done ? base + m - from : count - done;
+      DR_TRY(use(I->m[k]));
+      DR_TRY(fetch_rows_member(I->m[k], from - base, take, dst, done));
+      done += take;
+    }
+    base += m;
+  }
+  dst->n = count;
+  return DR_OK;
+}
+
 /* backend.h's particle_blocks: the mapping's particle blocks (pb_coord) and their counts
  * (pb_start's differences), copied to the host; the particles stay on the device. */
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx) {
@@ -757,27 +879,117 @@ static coord_index *sorted_along(const particles *p, int axis, const char *what)
   return ci;
 }
 
-/* The static split (the paper's): along the longest axis of the particles' bounding box, evenly
- * by count. parts[k] receives member k's particles. */
-int island_split(island *I, const particles *p, particles *parts) {
+/* The static split (the paper's), on the positions alone (x: 3n floats): along the longest axis
+ * of the particles' bounding box, evenly by count in the order of that coordinate (ties by index):
+ * member[i] receives particle i's member; I->axis and I->cut are set. The host holds a
+ * (coordinate, index) pair a particle meanwhile (16 B, counted). */
+static_assert(MAX_GPUS <= 256, "island_assign numbers the members in a byte");
+static int island_assign(island *I, const float *x, size_t n, uint8_t *member) {
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
-  for (size_t i = 0; i < p->n; ++i)
-    for (int a = 0; a < 3; ++a) lo[a] = fminf(lo[a], p->x[3 * i + a]), hi[a] = fmaxf(hi[a], p->x[3 * i + a]);
+  for (size_t i = 0; i < n; ++i)
+    for (int a = 0; a < 3; ++a) lo[a] = fminf(lo[a], x[3 * i + a]), hi[a] = fmaxf(hi[a], x[3 * i + a]);
   I->axis = 0;
   for (int a = 1; a < 3; ++a)
     if (hi[a] - lo[a] > hi[I->axis] - lo[I->axis]) I->axis = a;
-  coord_index *ci = sorted_along(p, I->axis, "island split");
+  coord_index *ci = (coord_index *)memtally_malloc(MT_SORT, sizeof *ci * (n ? n : 1), "the island's split");
   if (!ci) return DR_ENOMEM;
-  int rc = DR_OK;
-  for (int k = 0; k < I->nm && rc == DR_OK; ++k) {
-    const size_t b = p->n * (size_t)k / (size_t)I->nm, e = p->n * (size_t)(k + 1) / (size_t)I->nm;
-    rc = particles_reserve(&parts[k], e - b);
-    for (size_t j = b; j < e && rc == DR_OK; ++j) rc = particles_push_copy(&parts[k], p, ci[j].i);
-    if (k > 0) I->cut[k - 1] = b < p->n ? ci[b].x : hi[I->axis];
+  for (size_t i = 0; i < n; ++i) ci[i] = (coord_index){x[3 * i + I->axis], i};
+  qsort(ci, n, sizeof *ci, by_coord);
+  for (int k = 0; k < I->nm; ++k) {
+    const size_t b = n * (size_t)k / (size_t)I->nm, e = n * (size_t)(k + 1) / (size_t)I->nm;
+    for (size_t j = b; j < e; ++j) member[ci[j].i] = (uint8_t)k;
+    if (k > 0) I->cut[k - 1] = b < n ? ci[b].x : hi[I->axis];
   }
-  free(ci);
+  memtally_free(ci);
+  return DR_OK;
+}
+
+/* parts[k] receives member k's particles of p (island_assign's split), in their order in p, the
+ * order a streamed creation gives each member too (island_create_from). */
+int island_split(island *I, const particles *p, particles *parts) {
+  uint8_t *member = (uint8_t *)memtally_malloc(MT_SORT, p->n ? p->n : 1, "the island's split");
+  if (!member) return DR_ENOMEM;
+  int rc = island_assign(I, p->x, p->n, member);
+  size_t count[MAX_GPUS] = {0};
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) ++count[member[i]];
+  for (int k = 0; k < I->nm && rc == DR_OK; ++k) rc = particles_reserve(&parts[k], count[k]);
+  for (size_t i = 0; rc == DR_OK && i < p->n; ++i) rc = particles_push_copy(&parts[member[i]], p, i);
+  memtally_free(member);
   return rc;
 }
+
+/* The split of a source's particles (island_create_from), read once for their positions (12 B a
+ * particle on the host, counted, a chunk of MEM_CREATE_CHUNK particles at a time): *member (n
+ * bytes, memtally_malloc; NULL on failure) numbers each particle's member. */
+int island_assign_source(island *I, const particle_source *src, uint8_t **member) {
+  const size_t n = src->n;
+  *member = NULL;
+  float *x = (float *)memtally_malloc(MT_PARTICLES, 3 * sizeof(float) * (n ? n : 1), "the island's split");
+  if (!x) return DR_ENOMEM;
+  particles chunk;
+  memset(&chunk, 0, sizeof chunk);
+  int rc = particles_reserve(&chunk, n < MEM_CREATE_CHUNK ? n : MEM_CREATE_CHUNK);
+  for (size_t done = 0; rc == DR_OK && done < n;) {
+    const size_t want = n - done < MEM_CREATE_CHUNK ? n - done : MEM_CREATE_CHUNK;
+    chunk.n = 0;
+    rc = src->next(src->ctx, &chunk, want);
+    if (rc == DR_OK && chunk.n != want)
+      rc = dr_fail(DR_EINTERNAL, "cuda island: a particle source gave %zu particles where %zu were asked (%zu of %zu)",
+                   chunk.n, want, done, n);
+    if (rc == DR_OK) memcpy(x + 3 * done, chunk.x, 3 * sizeof(float) * want);
+    done += want;
+  }
+  particles_free(&chunk);
+  if (rc == DR_OK && !(*member = (uint8_t *)memtally_malloc(MT_SORT, n ? n : 1, "the island's split"))) rc = DR_ENOMEM;
+  if (rc == DR_OK) rc = island_assign(I, x, n, *member);
+  memtally_free(x);
+  if (rc) {
+    memtally_free(*member);
+    *member = NULL;
+  }
+  return rc;
+}
+
+/* member_source: a member's rows of the island's source, read again from its start (the source's
+ * rewind): those island_assign gave member k, in their order. */
+static int member_next(void *ctx, particles *out, size_t max) {
+  member_source *m = (member_source *)ctx;
+  size_t added = 0;
+  while (added < max) {
+    if (m->at == m->buf.n) { /* the source's next chunk */
+      if (m->row == m->src->n) break;
+      const size_t want = m->src->n - m->row < MEM_CREATE_CHUNK ? m->src->n - m->row : MEM_CREATE_CHUNK;
+      m->buf.n = 0;
+      m->at = 0;
+      DR_TRY(m->src->next(m->src->ctx, &m->buf, want));
+      if (m->buf.n != want)
+        return dr_fail(DR_EINTERNAL, "cuda island: a particle source gave %zu particles where %zu were asked", m->buf.n,
+                       want);
+      m->row += want;
+    }
+    const size_t base = m->row - m->buf.n;
+    for (; m->at < m->buf.n && added < max; ++m->at)
+      if (m->member[base + m->at] == m->k) {
+        DR_TRY(particles_push_copy(out, &m->buf, m->at));
+        ++added;
+      }
+  }
+  return DR_OK;
+}
+
+int member_source_open(const particle_source *src, const uint8_t *member, int k, member_source *m,
+                       particle_source *out) {
+  memset(m, 0, sizeof *m);
+  m->src = src, m->member = member, m->k = k;
+  DR_TRY(particles_reserve(&m->buf, src->n < MEM_CREATE_CHUNK ? src->n : MEM_CREATE_CHUNK)); /* no growth */
+  size_t n = 0;
+  for (size_t i = 0; i < src->n; ++i) n += member[i] == k;
+  *out = (particle_source){.n = n, .next = member_next, .ctx = m};
+  if (!src->rewind) return dr_fail(DR_EINTERNAL, "cuda island: a particle source that cannot be read twice");
+  return src->rewind(src->ctx);
+}
+
+void member_source_close(member_source *m) { particles_free(&m->buf); }
 
 /* New particles (sources, backend.h cuda_add_particles) on the island: taken in order along the split
  * axis and poured into the members in that order, each filled up to an even share of the new total

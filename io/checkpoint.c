@@ -3,8 +3,10 @@
  * Two tables drive the file: PARTICLE_ATTRIBUTES (particles.h) gives one dataset per particle
  * attribute, STATE below one root attribute per field of ckpt_state. Writing goes as h5rows.h
  * says: ckpt_begin (rank 0's skeleton: the attributes, the scene and the sources written whole,
- * the particle datasets allocated), ckpt_put (each rank's rows, then fsync), ckpt_end (agreed,
- * renamed, the folder synced, old checkpoints pruned). Reading checks, in order: the
+ * the particle datasets allocated, particle_sum 0), ckpt_put_rows (each rank's rows, a chunk at a
+ * time, their hashes summed), ckpt_put_finish (fsync), ckpt_end (agreed; the ranks' sums added
+ * and written into particle_sum by rank 0, synced; renamed, the folder synced, old checkpoints
+ * pruned). Reading checks, in order: the
  * file opens as HDF5 (a truncated file does not: HDF5 compares its end with the size the
  * superblock records), the format number, every state attribute and their hash, the scene
  * bytes against the scene hash, every dataset's type and shape, then the sum of the row hashes
@@ -123,7 +125,7 @@ static uint64_t mix64(uint64_t z) {
 static uint64_t row_sum(const particles *p, size_t from, size_t count, uint64_t first_row) {
   uint64_t sum = 0;
   const long n = (long)count;
-  /* threads: a sum, whose order does not matter; ckpt_begin runs it in the main thread */
+  /* threads: a sum, whose order does not matter (ckpt_put_rows runs it on the writer's thread) */
 #pragma omp parallel for schedule(static) reduction(+ : sum)
   for (long i = 0; i < n; ++i) {
     const uint64_t row = first_row + (uint64_t)i;
@@ -281,9 +283,8 @@ fail:
 }
 
 /* Local checks of ckpt_begin: arguments, the paths, the folder (rank 0), the types. */
-static int write_checks(int rank, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
-                        ckpt_file *f) {
-  if (!dir || !st || !sc || !p || (sc->len && !sc->text) || (st->n_sources > 0 && !st->emitted))
+static int write_checks(int rank, const char *dir, const ckpt_state *st, const ckpt_scene *sc, ckpt_file *f) {
+  if (!dir || !st || !sc || (sc->len && !sc->text) || (st->n_sources > 0 && !st->emitted))
     return dr_fail(DR_EINTERNAL, "ckpt_begin: an argument is NULL");
   if (st->frame < 0) return dr_fail(DR_EINTERNAL, "ckpt_begin: negative frame number %d", st->frame);
   DR_TRY(h5rows_paths(rank, dir, "checkpoint", st->frame, H5ROWS_CHECKSUMMED | H5ROWS_SYNCED, "checkpoint folder",
@@ -302,21 +303,22 @@ void ckpt_size(size_t scene_len, double *per_particle, double *fixed) {
   *fixed = (double)scene_len + 65536.0;
 }
 
-int ckpt_begin(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
-               int keep, ckpt_file *f) {
+int ckpt_begin(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, size_t n, int keep,
+               ckpt_file *f) {
   int rank = 0, nranks = 1;
   h5util_quiet();
   memset(f, 0, sizeof *f);
+  f->fd = -1;
   DR_MPI(MPI_Comm_rank(comm, &rank));
   DR_MPI(MPI_Comm_size(comm, &nranks));
-  /* 1. local checks, the counts, the hashes, free space; agreed before any collective call */
-  DR_TRY(comm_agree(comm, write_checks(rank, dir, st, sc, p, f)));
+  /* 1. local checks, the counts, free space; agreed before any collective call */
+  DR_TRY(comm_agree(comm, write_checks(rank, dir, st, sc, f)));
   f->frame = st->frame;
   f->keep = keep < 1 ? 1 : keep;
-  DR_TRY(h5rows_counts(comm, p->n, &f->rows));
-  skeleton k = {.sc = sc};
-  uint64_t mine = row_sum(p, 0, p->n, f->rows.offset);
-  DR_MPI(MPI_Allreduce(&mine, &k.particle_sum, 1, MPI_UINT64_T, MPI_SUM, comm));
+  DR_TRY(h5rows_counts(comm, n, &f->rows));
+  /* the particles' checksum is known once every row is put: the skeleton holds 0 in its place,
+   * and ckpt_end writes the sum before the file is published */
+  skeleton k = {.sc = sc, .particle_sum = 0};
   ckpt_state full = *st;
   full.n_particles = f->rows.total;
   full.ranks = nranks;
@@ -334,24 +336,81 @@ int ckpt_begin(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_
   return h5rows_share(comm, &f->rows, rc);
 }
 
-int ckpt_put(const ckpt_file *f, const particles *p) {
-  if (!f->rows.begun) return dr_fail(DR_EINTERNAL, "ckpt_put: checkpoint %d was not begun", f->frame);
-  if (p->n != f->rows.n)
-    return dr_fail(DR_EINTERNAL, "ckpt_put: checkpoint %d: %zu particles, begun with %zu", f->frame, p->n, f->rows.n);
+int ckpt_put_rows(ckpt_file *f, size_t first, const particles *rows) {
+  if (!f->rows.begun) return dr_fail(DR_EINTERNAL, "ckpt_put_rows: checkpoint %d was not begun", f->frame);
+  if (first != f->put || rows->n > f->rows.n - first)
+    return dr_fail(DR_EINTERNAL, "ckpt_put_rows: checkpoint %d: rows %zu .. %zu, %zu put of %zu begun", f->frame, first,
+                   first + rows->n, f->put, f->rows.n);
+  if (f->fd < 0) DR_TRY(h5rows_open(&f->rows, &f->fd));
+  for (int a = 0; a < N_PATTRS; ++a)
+    DR_TRY(h5rows_put_range(f->fd, &f->rows, a, PATTRS[a].size * (size_t)PATTRS[a].k, first, rows->n,
+                            pattr_data(rows, &PATTRS[a]), PATTRS[a].name));
+  f->sum += row_sum(rows, 0, rows->n, f->rows.offset + first);
+  f->put += rows->n;
+  return DR_OK;
+}
+
+int ckpt_put_finish(ckpt_file *f, int st) {
+  if (!st && f->put != f->rows.n)
+    st = dr_fail(DR_EINTERNAL, "ckpt_put_finish: checkpoint %d: %zu rows put of %zu begun", f->frame, f->put,
+                 f->rows.n);
   /* every rank syncs, those without rows too: rank 0's sync covers the metadata */
-  int fd = -1;
-  DR_TRY(h5rows_open(&f->rows, &fd));
-  int st = DR_OK;
-  for (int a = 0; a < N_PATTRS && !st; ++a)
-    st = h5rows_put(fd, &f->rows, a, pattr_data(p, &PATTRS[a]), PATTRS[a].size * (size_t)PATTRS[a].k,
-                    PATTRS[a].name);
-  return h5rows_finish(&f->rows, fd, st);
+  if (!st && f->fd < 0) st = h5rows_open(&f->rows, &f->fd);
+  if (f->fd < 0) return st;
+  st = h5rows_finish(&f->rows, f->fd, st);
+  f->fd = -1;
+  return st;
+}
+
+int ckpt_put(ckpt_file *f, const particles *p) {
+  if (p->n != f->rows.n)
+    return ckpt_put_finish(f, dr_fail(DR_EINTERNAL, "ckpt_put: checkpoint %d: %zu particles, begun with %zu", f->frame,
+                                      p->n, f->rows.n));
+  return ckpt_put_finish(f, ckpt_put_rows(f, 0, p));
+}
+
+/* Rank 0: the particles' checksum (every rank's rows summed) into the temporary file's attribute,
+ * which the skeleton created with 0 (the same size: HDF5 rewrites it in place, and the file's
+ * size stays), then the file synced again. */
+static int write_sum(const ckpt_file *f, uint64_t sum) {
+  const char *path = f->rows.tmp;
+  int st = 0, fd = -1;
+  hid_t fapl = H5I_INVALID_HID, file = H5I_INVALID_HID, attr = H5I_INVALID_HID;
+  H5CK(fapl = H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", "file access properties");
+  H5CK(H5Pset_fapl_sec2(fapl), "H5Pset_fapl_sec2", "file access properties");
+  H5CK(file = H5Fopen(path, H5F_ACC_RDWR, fapl), "H5Fopen", "writing the particles' checksum");
+  H5CK(attr = H5Aopen(file, "particle_sum", H5P_DEFAULT), "H5Aopen", "attribute particle_sum");
+  H5CK(H5Awrite(attr, H5T_NATIVE_UINT64, &sum), "H5Awrite", "attribute particle_sum");
+  H5CK(H5Aclose(attr), "H5Aclose", "attribute particle_sum");
+  attr = H5I_INVALID_HID;
+  H5CK(H5Fclose(file), "H5Fclose", "writing the particles' checksum");
+  file = H5I_INVALID_HID;
+  H5CK(H5Pclose(fapl), "H5Pclose", "file access properties");
+  fapl = H5I_INVALID_HID;
+  if ((st = h5rows_open(&f->rows, &fd))) goto fail;
+  return h5rows_finish(&f->rows, fd, DR_OK); /* synced: the checksum is on the disk before the rename */
+fail:
+  H5_DROP(H5Aclose, attr);
+  H5_DROP(H5Fclose, file);
+  H5_DROP(H5Pclose, fapl);
+  return st;
 }
 
 int ckpt_end(MPI_Comm comm, ckpt_file *f, int put_status) {
   int rank = 0;
   DR_MPI(MPI_Comm_rank(comm, &rank));
-  DR_TRY(h5rows_end(comm, &f->rows, put_status));
+  if (f->fd >= 0) { /* a put left unfinished (the caller's failure): its descriptor goes */
+    (void)close(f->fd);
+    f->fd = -1;
+  }
+  int st = comm_agree(comm, put_status);
+  if (!st) {
+    uint64_t all = 0;
+    const int e = MPI_Allreduce(&f->sum, &all, 1, MPI_UINT64_T, MPI_SUM, comm);
+    if (e != MPI_SUCCESS) st = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(checkpoint checksum)");
+    else if (rank == 0) st = write_sum(f, all);
+  }
+  DR_TRY(h5rows_end(comm, &f->rows, st));
   /* 3. old checkpoints go only now that the new one is complete */
   if (rank == 0) prune(f->dir, f->frame, f->keep);
   return DR_OK;
@@ -361,7 +420,7 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_
                int keep) {
   ckpt_file *f = dr_malloc(sizeof *f, "a checkpoint's file");
   int rc = comm_agree(comm, f ? DR_OK : DR_ENOMEM);
-  if (!rc) rc = ckpt_begin(comm, dir, st, sc, p, keep, f);
+  if (!rc) rc = ckpt_begin(comm, dir, st, sc, p->n, keep, f);
   if (!rc) rc = ckpt_end(comm, f, ckpt_put(f, p));
   free(f);
   return rc;
@@ -716,8 +775,17 @@ int ckpt_open(const char *path, size_t chunk, ckpt_state *st, ckpt_reader **out)
   return DR_OK;
 }
 
+/* particle_source.rewind: the rows again from row 0 (their sum held against the recorded one again
+ * with the last row). */
+static int reader_rewind(void *ctx) {
+  ckpt_reader *r = ctx;
+  r->next_row = 0;
+  r->sum = 0;
+  return DR_OK;
+}
+
 particle_source ckpt_reader_source(ckpt_reader *r) {
-  return (particle_source){.n = (size_t)r->n, .next = reader_next, .ctx = r};
+  return (particle_source){.n = (size_t)r->n, .next = reader_next, .ctx = r, .rewind = reader_rewind};
 }
 
 const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r) { return &r->seen; }

@@ -15,8 +15,10 @@
  *                     hash of the row's index and bytes), drift_version and scene_path (strings).
  * The file is written as DIR/.checkpoint_NNNNN.h5.tmp with checksummed HDF5 metadata (the 1.8
  * format), synced, and renamed when complete (the folder synced after the rename); the write is
- * split as h5rows.h describes (ckpt_begin, ckpt_put, ckpt_end), so that the rows go out from
- * the run's writer thread. Reading checks the metadata checksums (HDF5), the shapes,
+ * split as h5rows.h describes (ckpt_begin, ckpt_put_rows, ckpt_end), so that the rows go out
+ * from the run's writer thread a chunk at a time as the run fetches them from its backend; the
+ * particles' checksum (particle_sum), known once every row is put, is written into the temporary
+ * file by ckpt_end before it is published. Reading checks the metadata checksums (HDF5), the shapes,
  * state_hash, particle_sum and the scene bytes against scene_hash, so a truncated or damaged
  * file is refused rather than continued from. */
 #ifndef DRIFT_CHECKPOINT_H
@@ -72,20 +74,30 @@ typedef struct ckpt_file {
   h5rows_file rows; /* the file: paths, counts, the particle datasets' offsets */
   char dir[H5UTIL_PATH_MAX];
   int frame, keep;
+  /* the puts' (one thread at a time, in row order) */
+  int fd;           /* the temporary file, open for the puts (-1: not open) */
+  size_t put;       /* this rank's rows put so far */
+  uint64_t sum;     /* their row hashes' sum (the file's particle_sum, over every rank's, at ckpt_end) */
 } ckpt_file;
 
 /* Collective over comm. Begins DIR/checkpoint_NNNNN.h5 (NNNNN = st->frame; DIR must exist) for
- * every rank's particles p: the counts, the particles' checksum, the free-space check, and rank
- * 0's DIR/.checkpoint_NNNNN.h5.tmp with everything but the particle rows. On failure no file is
- * left and every rank returns the same status. st and sc are not kept; p must stay unchanged
- * until ckpt_put has written it. */
-int ckpt_begin(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
-               int keep, ckpt_file *f);
-/* This rank's particle rows (p as given to ckpt_begin), then the file synced; no MPI and no HDF5
- * call, so any thread may call it while the caller's other threads use both. Returns this rank's
- * status only. */
-int ckpt_put(const ckpt_file *f, const particles *p);
-/* Collective over comm. Agrees on every rank's put_status (ckpt_put's); publishes the file under
+ * n particles of this rank: the counts, the free-space check, and rank 0's
+ * DIR/.checkpoint_NNNNN.h5.tmp with everything but the particle rows and their checksum. On
+ * failure no file is left and every rank returns the same status. st and sc are not kept. */
+int ckpt_begin(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, size_t n, int keep,
+               ckpt_file *f);
+/* This rank's rows first .. first + rows->n - 1 (every attribute of rows), written at their
+ * place in the file, their hashes added to f->sum. Puts come in row order (first: the rows put so
+ * far), from one thread at a time; no MPI and no HDF5 call, so any thread may make them while the
+ * caller's other threads use both. Returns this rank's status only. */
+int ckpt_put_rows(ckpt_file *f, size_t first, const particles *rows);
+/* After the puts (st: their status; a failure is passed through): checks that every row of this
+ * rank was put, syncs the file and closes it (a rank without rows syncs too). Local, any thread. */
+int ckpt_put_finish(ckpt_file *f, int st);
+/* ckpt_put_rows of all this rank's rows at once (p->n as begun), then ckpt_put_finish. */
+int ckpt_put(ckpt_file *f, const particles *p);
+/* Collective over comm. Agrees on every rank's put_status (ckpt_put_finish's); sums the ranks'
+ * row hashes into the file's particle_sum (rank 0, synced), publishes the file under
  * DIR/checkpoint_NNNNN.h5, then (rank 0) deletes the checkpoints of DIR beyond the newest `keep`
  * and any numbered after this one (left by an earlier run that this one replaces; a resume would
  * otherwise pick them). On failure nothing is left under the temporary name, the checkpoints
@@ -132,7 +144,8 @@ int ckpt_open(const char *path, size_t chunk, ckpt_state *st, ckpt_reader **r);
 /* ckpt_open on the newest checkpoint of DIR that reads back whole, as ckpt_read_latest picks it;
  * its path goes to found. */
 int ckpt_open_latest(const char *dir, size_t chunk, ckpt_state *st, ckpt_reader **r, char *found, size_t len);
-/* The rows as a source: n = st->n_particles; the reader must outlive it. One use only. */
+/* The rows as a source: n = st->n_particles; the reader must outlive it. It rewinds (an island's
+ * creation reads it once for the split, then once for each member). */
 particle_source ckpt_reader_source(ckpt_reader *r);
 const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r);
 void ckpt_close(ckpt_reader **r);

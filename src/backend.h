@@ -155,6 +155,13 @@ typedef struct backend {
    * writer's) while they run, but never with a snapshot. */
   int (*snapshot)(void *state, unsigned mask, size_t *n);
   int (*fetch)(void *state, unsigned mask, size_t first, size_t count, particles *dst);
+  /* A checkpoint's particles a chunk at a time, so that the host never holds them all
+   * (sim_output.c): rows first .. first + count - 1 of the particles as they stand, every
+   * attribute, in download's order, into dst's arrays, which the caller allocated for at least
+   * count particles (with alloc_sums, device 0, where the backend has it); sets dst->n = count.
+   * The calls of one checkpoint come in row order from first 0 on (cuda: the first numbers the
+   * rows), on the thread that steps, and nothing steps or changes the particles between them. */
+  int (*fetch_rows)(void *state, size_t first, size_t count, particles *dst);
   /* The rank exchange (mpi/exchange.h; NULL where a backend does not take part in several ranks:
    * sim.c refuses one without blocks, node_masks, pack_nodes and unpack_add_nodes there). */
   /* The current mapping's block codes, sorted; a code's position is its dense block index. */

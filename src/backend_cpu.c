@@ -614,6 +614,22 @@ static int fetch(void *state, unsigned mask, size_t first, size_t count, particl
   return DR_OK;
 }
 
+/* backend.h's fetch_rows: rows of the particles themselves, copied (the owner: this rank's). */
+static int fetch_rows(void *state, size_t first, size_t count, particles *dst) {
+  cpu_state *s = state;
+  if (first > s->p.n || count > s->p.n - first)
+    return dr_fail(DR_EINTERNAL, "cpu backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count,
+                   s->p.n);
+  for (int a = 0; a < PARTICLE_ATTRS && count > 0; ++a)
+    if (a == PA_owner)
+      copy_attr(s, a, particles_attr(dst, a), NULL, count);
+    else
+      memcpy(particles_attr(dst, a), (const char *)particles_attr(&s->p, a) + first * particle_attrs[a].bytes,
+             count * particle_attrs[a].bytes);
+  dst->n = count;
+  return DR_OK;
+}
+
 static size_t count(void *state) { return ((cpu_state *)state)->p.n; }
 
 static int stats(void *state, backend_stats *out) {
@@ -934,7 +950,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   s->p = *p;
   memset(p, 0, sizeof *p);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
-                   .g2p = g2p, .max_speed = max_speed, .download = download, .snapshot = snapshot, .fetch = fetch, .stats = stats, .count = count, .destroy = destroy,
+                   .g2p = g2p, .max_speed = max_speed, .download = download, .snapshot = snapshot, .fetch = fetch, .fetch_rows = fetch_rows, .stats = stats, .count = count, .destroy = destroy,
                    .blocks = blocks, .node_masks = node_masks, .node_masks_async = node_masks_async,
                    .node_masks_wait = node_masks_wait, .pack_nodes = pack_nodes, .unpack_add_nodes = unpack_add_nodes,
                    .wants_rebuild = wants_rebuild,

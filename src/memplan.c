@@ -98,10 +98,21 @@ static double derived_bytes(const scene *s) {
   return b;
 }
 
+/* Whether the run writes a checkpoint along the way (one at a signal's stop is not planned). */
+static int writes_checkpoints(const scene *s, const memplan_load *l) {
+  return s->checkpoint_every > 0 && l->frames >= s->checkpoint_every;
+}
+
+/* The rows of a checkpoint's chunk for n particles (sim_output.c's buffers, and a device's
+ * staging of one: particles_io.cu's fetch_rows). */
+static double ckpt_chunk_rows(double n) { return (double)mem_ckpt_rows((size_t)n, MEM_CKPT_CHUNK); }
+
 /* What every backend's run holds on the host once it steps: the frame slot's chunk buffers (at
  * most two of MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and at precision
  * half the writer's conversion buffer), the migration reserve (several ranks; `buffers` record
- * buffers: they depend on the backend) and the checkpoint's copy of the particles. */
+ * buffers: they depend on the backend) and the checkpoint's chunk buffers (one of its n rows
+ * where they fit MEM_CKPT_CHUNK, else two of MEM_CKPT_CHUNK: the rows go from the backend to the
+ * disk a chunk at a time). */
 static void host_steady(const scene *s, const memplan_load *l, int buffers, memplan_bytes *m) {
   const double rec = (double)particles_record_bytes();
   const size_t chunk = mem_frame_chunk_capacity((size_t)l->most, MEM_FRAME_CHUNK);
@@ -112,7 +123,8 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));
   }
-  if (s->checkpoint_every > 0 && l->frames >= s->checkpoint_every) add(m, MT_PARTICLES, rec * l->most);
+  if (writes_checkpoints(s, l))
+    add(m, MT_TRANSFER, mem_ckpt_buffers((size_t)l->most, MEM_CKPT_CHUNK) * rec * ckpt_chunk_rows(l->most));
 }
 
 void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
@@ -156,11 +168,23 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   const double up = ceil(n0 / lanes), sorted = ceil(n / lanes) + ceil(pb / 2.0);
   /* the host: the creation's chunk of sampled particles (sim.c streams them: memsizes.h's
    * MEM_CREATE_CHUNK, or fewer) and the upload's bounded staging (particles_io.cu), then the
-   * frames. An island of several devices gathers all its particles for its split instead
-   * (backend_cuda_create_from), and its split copies them into the members' parts: twice them. */
+   * frames. An island of several devices reads its source once for the split (the positions,
+   * 12 B a particle, beside a chunk; then a (coordinate, index) pair of 16 B and the member's
+   * byte), then once for each member (the member's byte held, and a chunk of the source beside
+   * the upload's chunk and staging): island_assign_source, member_source. */
   memplan_bytes start = {{0}, 0}, run = {{0}, 0};
-  add(&start, MT_PARTICLES, nd > 1 ? 2.0 * rec * l->start : rec * fmin(l->start, (double)MEM_CREATE_CHUNK));
+  const double chunk = fmin(l->start, (double)MEM_CREATE_CHUNK);
+  add(&start, MT_PARTICLES, rec * chunk * (nd > 1 ? 2.0 : 1.0));
   add(&start, MT_TRANSFER, fmin(up, MEM_UPLOAD_PACKETS) * (pk + lanes * sizeof(uint64_t) + 2 * sizeof(int32_t)));
+  if (nd > 1) {
+    add(&start, MT_SORT, l->start); /* the members' bytes */
+    /* the positions, with the chunk they come through, then with the pairs and the bytes */
+    const double pos = 12.0 * l->start, pairs = 17.0 * l->start, stream = rec * chunk;
+    memplan_bytes split = {{0}, 0};
+    add(&split, MT_PARTICLES, pos + (stream >= pairs ? stream : 0.0));
+    add(&split, MT_SORT, stream >= pairs ? 0.0 : pairs);
+    start = larger(&start, &split);
+  }
   host_steady(s, l, l->ranks > 2 ? 2 : 1, &run); /* emigrate_records: the records leave from the device */
   *host = larger(&start, &run);
 
@@ -232,6 +256,14 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
     const unsigned mask = sim_frame_mask(s) & ~PA_BIT(owner);
     for (int a = 0; a < PARTICLE_ATTRS; ++a)
       if (mask >> a & 1u) add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(n * particle_attrs[a].bytes), 1));
+  }
+  if (writes_checkpoints(s, l)) { /* a checkpoint's chunk gathered on the device, the owner left out, each
+                                   * attribute from a multiple of 8 bytes (particles_io.cu, fetch_rows) */
+    const double rows = fmin(ckpt_chunk_rows(l->most), ceil(n));
+    double bytes = 0.0;
+    for (int a = 0; a < PARTICLE_ATTRS; ++a)
+      if (a != PA_owner) bytes += ceil(rows * (double)particle_attrs[a].bytes / 8.0) * 8.0;
+    add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)bytes, 1));
   }
   if (l->ranks > 1) { /* the migration records on the device (reserve_records) */
     const double recs = mem_migration_share(s->balance_threshold) * l->start + MEM_MIGRATION_EXTRA;

@@ -21,8 +21,9 @@
  * MEM_CREATE_CHUNK, and the upload's staging; an island gathers them all for its split; a resume
  * on several ranks, whose slices and migration hold more at its start, is not planned apart) and
  * the steady state (the backend's buffers on the CPU, the frame's chunk slot and, on the CPU, its
- * snapshot; the migration reserve, the checkpoint's copy). Bytes are grouped by memtally.h's kinds, so
- * that a run's counted peak compares kind by kind. */
+ * snapshot; the migration reserve, the checkpoint's chunk buffers: its rows where they fit one
+ * chunk, else two of MEM_CKPT_CHUNK particles). Bytes are grouped by memtally.h's kinds, so that a run's counted peak compares
+ * kind by kind. */
 #ifndef DRIFT_MEMPLAN_H
 #define DRIFT_MEMPLAN_H
 
@@ -45,7 +46,7 @@ typedef struct memplan_load {
   double start_all; /* particles at the start on all ranks (the migration reserve's base is this rank's share) */
   int ranks;
   int devices;     /* GPUs of the rank (cuda) */
-  int frames;      /* frames run (a checkpoint's copy only where one is written along the way) */
+  int frames;      /* frames run (a checkpoint's chunks only where one is written along the way) */
 } memplan_load;
 
 typedef struct memplan_config {

@@ -48,6 +48,15 @@ static inline size_t mem_frame_chunk_capacity(size_t n, size_t chunk) {
  * has more than one chunk (one fetched while the other is written), else one. */
 static inline int mem_frame_buffers(size_t n, size_t cap) { return n > cap ? 2 : 1; }
 
+/* A checkpoint's rows go from the backend to the disk in chunks of at most this many particles
+ * (every attribute: 124 B a particle), one fetched while the writer writes the one before
+ * (sim_output.c); the backend's device stages one chunk too (cuda: its rows gathered from the
+ * packets). For n particles: one buffer of n rows where they fit one chunk (no more than a copy
+ * of them), else two of MEM_CKPT_CHUNK (2 x 124 MiB): mem_ckpt_rows, mem_ckpt_buffers. */
+#define MEM_CKPT_CHUNK ((size_t)1 << 20)
+static inline size_t mem_ckpt_rows(size_t n, size_t chunk) { return n < chunk ? n : chunk; }
+static inline int mem_ckpt_buffers(size_t n, size_t chunk) { return n > chunk ? 2 : 1; }
+
 /* The share of a rank's particles for which several ranks reserve migration records at the
  * start (sim_migrate.c, sim_reserve_migration): the balance threshold within [0.1, 0.5], and
  * MEM_MIGRATION_EXTRA records more. */

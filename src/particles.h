@@ -45,6 +45,9 @@ typedef struct particle_source {
   size_t n;
   int (*next)(void *ctx, particles *out, size_t max);
   void *ctx;
+  /* Optional (NULL: one pass only): starts the source again from its first particle, so that a
+   * consumer may read it more than once (an island's creation: the split, then each member's). */
+  int (*rewind)(void *ctx);
 } particle_source;
 
 /* The same list as a table, for code that loops over attributes at run time (sorting in the

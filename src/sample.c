@@ -232,8 +232,17 @@ static int stream_next(void *ctx, particles *out, size_t max) {
   return DR_OK;
 }
 
+/* The same particles again from the first body's first cell (the sampling is a function of the
+ * scene: bitwise the same). */
+static int stream_rewind(void *ctx) {
+  sample_stream *st = ctx;
+  st->bi = -1;
+  next_body(st);
+  return DR_OK;
+}
+
 particle_source sample_stream_source(sample_stream *st) {
-  return (particle_source){.n = st->kept, .next = stream_next, .ctx = st};
+  return (particle_source){.n = st->kept, .next = stream_next, .ctx = st, .rewind = stream_rewind};
 }
 
 double sample_stream_mass_max(const sample_stream *st) { return st->mass_max; }

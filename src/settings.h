@@ -72,7 +72,8 @@ typedef struct drift_settings {
   int writer_inline;          /* frames written in the main thread, as without MPI_THREAD_MULTIPLE */
   int write_mapped;           /* A/B: rows into tmpfs by write() (0) or a mapping (1) */
   double progress_s;          /* s: wall time between progress lines inside a frame; 0 if unset (30 s) */
-  int frame_chunk;            /* particles the writer fetches of a frame at a time; 0 if unset (MEM_FRAME_CHUNK) */
+  int frame_chunk;            /* particles the writer fetches of a frame, and of a checkpoint, at a time; 0 if
+                               * unset (MEM_FRAME_CHUNK, MEM_CKPT_CHUNK) */
   /* per setting: where its value came from, and its text as given ("" for a default) */
   unsigned char from[SET_N];
   char text[SET_N][SETTINGS_TEXT_MAX];

@@ -69,17 +69,35 @@ typedef struct frame_slot {
   double totals[TOT_COUNT]; /* all ranks' sums, once the frame is complete */
 } frame_slot;
 
-/* A checkpoint captured for the writer: the particles in sim.ckpt_p, its figures here. Its file
- * is begun by the main thread, its rows written by the writer's job (ckpt_put), and it is
+/* One of a checkpoint's chunk buffers (two where it takes more than one chunk) and the writer's job that
+ * writes it. */
+typedef struct ckpt_chunk {
+  struct ckpt_slot *c;
+  particles p;        /* every attribute, the slot's cap rows: the backend's alloc_sums (pinned on a GPU) or
+                       * malloc, kept; p.n: the rows fetched into it */
+  size_t first;       /* their first row (this rank's rows) */
+  int last;           /* the checkpoint's last chunk: its job finishes the file (synced) */
+  int queued;         /* its job was queued and not yet waited for */
+  uint64_t ticket;
+} ckpt_chunk;
+
+/* A checkpoint in flight. Its file is begun by the main thread, which then fetches the rows from
+ * the backend a chunk at a time (backend.h's fetch_rows) into one buffer while the writer's job
+ * writes the other (ckpt_put_rows); the steps wait for the last fetch only, and the checkpoint is
  * completed (ckpt_end) by the main thread before the next frame's or checkpoint's file. */
 typedef struct ckpt_slot {
   struct sim *S;
   ckpt_state st;
   uint64_t *emitted;  /* a copy of the sources' counts at the capture (st.emitted points here) */
-  int queued;
-  uint64_t ticket;
-  ckpt_file file;     /* begun by the main thread; its rows are the job's */
-  int put_rc;         /* the job's result: this rank's rows written and synced */
+  int queued;         /* its last job queued, the checkpoint not yet completed (ckpt_done) */
+  uint64_t ticket;    /* the last job's */
+  ckpt_file file;     /* begun by the main thread; its rows are the jobs' */
+  ckpt_chunk chunk[2];
+  size_t cap;         /* rows a chunk buffer holds (mem_ckpt_rows: at most MEM_CKPT_CHUNK) */
+  int buffers;        /* chunk buffers allocated: 1 where a checkpoint is one chunk, else 2 */
+  size_t tallied;     /* their bytes, counted (memtally.h, MT_TRANSFER) */
+  int put_rc;         /* the jobs' result: this rank's rows written and synced (the writer's until the last
+                       * job is waited for) */
   char put_msg[1024]; /* and its message */
 } ckpt_slot;
 
@@ -110,7 +128,6 @@ struct sim {
   writer *writer;
   frame_slot frame;     /* the frame in flight */
   ckpt_slot ckpt;
-  particles ckpt_p;     /* the checkpoint's particles, reused */
   void *pack;           /* output.precision half: the writer's conversion buffer (H5FRAME_PACK_BYTES,
                          * malloc, the run's first frame to its end; the writer runs one job at a time) */
   int output_failed;    /* the failure being returned is the writer's (a frame or a checkpoint) */

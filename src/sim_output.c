@@ -56,26 +56,33 @@ int sim_make_dirs(const char *path) {
 
 /* ---- frames and checkpoints, written behind the compute (writer.h) ----------------------- */
 
-/* A checkpoint's job, on the writer's thread: this rank's rows of the state captured in
- * S->ckpt_p, synced (ckpt_put: no MPI, no HDF5). Its status is the slot's (put_rc), agreed by the
- * main thread at the checkpoint's completion (ckpt_done), as a frame's is. */
+/* A checkpoint's job, on the writer's thread: one chunk of this rank's rows (ckpt_put_rows: no
+ * MPI, no HDF5), and with the last chunk the file synced (ckpt_put_finish). The jobs' status is
+ * the slot's (put_rc: the first failure, after which the later chunks are not written), agreed by
+ * the main thread at the checkpoint's completion (ckpt_done), as a frame's is. */
 static int checkpoint_job(MPI_Comm comm, void *ctx) {
   (void)comm;
-  ckpt_slot *c = ctx;
-  c->put_rc = ckpt_put(&c->file, &c->S->ckpt_p);
-  if (c->put_rc) { /* its message, for ckpt_done (this thread's record is the writer's) */
+  ckpt_chunk *k = ctx;
+  ckpt_slot *c = k->c;
+  int rc = c->put_rc;
+  if (rc == DR_OK && k->p.n > 0) rc = ckpt_put_rows(&c->file, k->first, &k->p);
+  if (k->last) rc = ckpt_put_finish(&c->file, rc);
+  if (rc && !c->put_rc) { /* its message, for ckpt_done (this thread's record is the writer's) */
+    c->put_rc = rc;
     snprintf(c->put_msg, sizeof c->put_msg, "%s", dr_message());
     dr_clear();
   }
   return DR_OK;
 }
 
-/* Completes the checkpoint in flight (collective): waits for its job, agrees on every rank's
- * rows, and publishes it (ckpt_end: renamed, the folder synced, old ones pruned) or removes it. */
+/* Completes the checkpoint in flight (collective): waits for its jobs, agrees on every rank's
+ * rows, and publishes it (ckpt_end: the checksum written, renamed, the folder synced, old ones
+ * pruned) or removes it. */
 static int ckpt_done(sim *S) {
   ckpt_slot *c = &S->ckpt;
   if (!c->queued) return DR_OK;
   c->queued = 0;
+  c->chunk[0].queued = c->chunk[1].queued = 0; /* the jobs run in order: the last one is the last to run */
   DR_TRY(sim_output_failed(S, writer_wait(S->writer, c->ticket)));
   if (c->put_rc) dr_fail(c->put_rc, "%s", c->put_msg);
   DR_TRY(sim_output_failed(S, ckpt_end(S->comm, &c->file, c->put_rc)));
@@ -84,9 +91,91 @@ static int ckpt_done(sim *S) {
   return DR_OK;
 }
 
-/* Collective. Captures the state the run stands at (the end of frame st.frame, or part-way into
- * the next one after a stop), begins DIR/checkpoint_NNNNN.h5 and queues its rows for the writer;
- * the previous checkpoint, whose buffer this one reuses, is completed first. */
+static void ckpt_release(sim *S) {
+  ckpt_slot *c = &S->ckpt;
+  for (int b = 0; b < 2; ++b)
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      void **arr = (void **)((char *)&c->chunk[b].p + particle_attrs[a].offset);
+      if (!*arr) continue;
+      if (S->be.free_sums) S->be.free_sums(*arr, 0);
+      else free(*arr);
+      *arr = NULL;
+    }
+  memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)c->tallied);
+  c->tallied = 0;
+  c->cap = 0;
+  c->buffers = 0;
+}
+
+/* Room in the slot's chunk buffers for a checkpoint of n particles: every attribute of
+ * mem_ckpt_rows(n, MEM_CKPT_CHUNK) rows (DRIFT_FRAME_CHUNK's fewer where a test sets it), in one
+ * buffer where they are one chunk, else two (mem_ckpt_buffers); the backend's pinned memory where
+ * it has it, kept checkpoint after checkpoint (sized anew where particle sources outgrow it: a
+ * checkpoint is rare, and no headroom keeps a scene of one chunk at a copy's 124 B a particle). */
+static int ckpt_reserve(sim *S, size_t n) {
+  ckpt_slot *c = &S->ckpt;
+  const size_t set = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_CKPT_CHUNK;
+  const size_t chunk = set < MEM_CKPT_CHUNK ? set : MEM_CKPT_CHUNK;
+  const size_t cap = mem_ckpt_rows(n, chunk);
+  const int buffers = mem_ckpt_buffers(n, chunk);
+  if (cap <= c->cap && buffers <= c->buffers) return DR_OK;
+  ckpt_release(S);
+  c->buffers = buffers;
+  for (int b = 0; b < buffers; ++b)
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      void **arr = (void **)((char *)&c->chunk[b].p + particle_attrs[a].offset);
+      const size_t bytes = cap * particle_attrs[a].bytes;
+      if (S->be.alloc_sums) DR_TRY(S->be.alloc_sums(S->be.state, bytes, 0, arr));
+      else if (!(*arr = dr_malloc(bytes, "a checkpoint's chunk"))) return DR_ENOMEM;
+      c->tallied += bytes;
+      memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)bytes);
+    }
+  c->cap = cap;
+  return DR_OK;
+}
+
+/* This rank's n rows of the checkpoint begun in c->file, from the backend to the writer a chunk
+ * at a time: chunk k is fetched (main thread) into one buffer while the writer writes chunk k - 1
+ * from the other; before a buffer is fetched into again, the job that wrote it is waited for.
+ * Returns with every chunk fetched and the last one's job queued (c->ticket). A checkpoint is
+ * rare: the steps wait for its fetches (fetch_rows reads the particles themselves, which must not
+ * move meanwhile; a copy of them on the device would take 124 B a particle, more than the
+ * device's plan holds), and overlap only the writing of the last chunk and the sync. Local; the
+ * status is this rank's (a fetch's or the writer's). */
+static int ckpt_fetch(sim *S, size_t n) {
+  if (n > S->ckpt.cap && S->ckpt.buffers < 2)
+    return dr_fail(DR_EINTERNAL, "a checkpoint of %zu particles in chunks of %zu with one buffer", n, S->ckpt.cap);
+  ckpt_slot *c = &S->ckpt;
+  size_t first = 0;
+  int b = 0;
+  do {
+    ckpt_chunk *k = &c->chunk[b];
+    if (k->queued) {
+      k->queued = 0;
+      DR_TRY(writer_wait(S->writer, k->ticket));
+    }
+    const size_t count = n - first < c->cap ? n - first : c->cap;
+    k->p.n = 0;
+    if (count > 0) DR_TRY(S->be.fetch_rows(S->be.state, first, count, &k->p));
+    if (k->p.n != count)
+      return dr_fail(DR_EINTERNAL, "%s backend: fetch_rows gave %zu rows where %zu were asked", S->be.name, k->p.n,
+                     count);
+    k->c = c;
+    k->first = first;
+    k->last = first + count == n;
+    DR_TRY(writer_submit(S->writer, checkpoint_job, k, &k->ticket));
+    k->queued = 1;
+    c->ticket = k->ticket;
+    first += count;
+    b ^= 1;
+  } while (first < n);
+  return DR_OK;
+}
+
+/* Collective. Begins DIR/checkpoint_NNNNN.h5 of the state the run stands at (the end of frame
+ * st.frame, or part-way into the next one after a stop), and hands its rows to the writer as they
+ * are fetched from the backend (ckpt_fetch); returns once the last is fetched, before they are
+ * all written. The previous checkpoint, whose buffers this one reuses, is completed first. */
 int sim_write_checkpoint(sim *S) {
   const double t0 = sim_now();
   /* the frames in flight complete first: a checkpoint on the disk means every frame up to its
@@ -94,9 +183,12 @@ int sim_write_checkpoint(sim *S) {
   DR_TRY(complete_frame(S));
   DR_TRY(ckpt_done(S));
   ckpt_slot *c = &S->ckpt;
-  int rc = comm_agree(S->comm, S->be.download(S->be.state, &S->ckpt_p));
   backend_stats bs;
-  if (rc == DR_OK) rc = comm_agree(S->comm, S->be.stats(S->be.state, &bs));
+  int rc = comm_agree(S->comm, S->be.stats(S->be.state, &bs));
+  if (rc == DR_OK && !S->be.fetch_rows)
+    rc = dr_fail(DR_EINTERNAL, "%s backend: no fetch_rows, which checkpoints need", S->be.name);
+  if (rc == DR_OK) rc = ckpt_reserve(S, (size_t)bs.n_particles);
+  rc = comm_agree(S->comm, rc);
   float vmax = 0.0f, vall = 0.0f;
   if (rc == DR_OK) rc = comm_agree(S->comm, sim_step_speed(S, &vmax));
   DR_TRY(rc);
@@ -119,17 +211,36 @@ int sim_write_checkpoint(sim *S) {
                        .scene_hash = S->sc->hash, .emit_frame = S->em.frame_done, .n_sources = S->em.n,
                        .emitted = c->emitted, .projected = projected};
   const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
-  rc = ckpt_begin(S->comm, S->out_dir, &c->st, &sc, &S->ckpt_p, S->sc->checkpoint_keep, &c->file);
+  const size_t n = (size_t)bs.n_particles;
+  rc = ckpt_begin(S->comm, S->out_dir, &c->st, &sc, n, S->sc->checkpoint_keep, &c->file);
   if (rc) {
     dr_mark_agreed(); /* ckpt_begin's failures are agreed */
     return sim_output_failed(S, rc);
   }
   c->put_rc = DR_OK;
   c->put_msg[0] = 0;
-  DR_TRY(writer_submit(S->writer, checkpoint_job, c, &c->ticket));
-  c->queued = 1;
-  S->st.io_seconds += sim_now() - t0;
-  return DR_OK;
+  const double t1 = sim_now();
+  rc = comm_agree(S->comm, ckpt_fetch(S, n));
+  if (rc == DR_OK) {
+    log_trace("checkpoint %d: %zu particles fetched in chunks of %zu: %.2f ms", c->st.frame, n, c->cap,
+              1e3 * (sim_now() - t1));
+    c->queued = 1;
+    S->st.io_seconds += sim_now() - t0;
+    return DR_OK;
+  }
+  /* a rank's fetch or writer failed (every rank knows): the jobs queued end, and the file goes */
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", dr_message());
+  for (int b = 0; b < 2; ++b)
+    if (c->chunk[b].queued) {
+      c->chunk[b].queued = 0;
+      (void)writer_wait(S->writer, c->chunk[b].ticket);
+    }
+  (void)ckpt_end(S->comm, &c->file, rc); /* removes it, every rank told */
+  dr_clear();
+  dr_fail(rc, "%s", msg);
+  dr_mark_agreed();
+  return sim_output_failed(S, rc);
 }
 
 /* The checkpoint's materials (lo .. hi over all its particles; lo > hi: none) must be the
@@ -628,8 +739,9 @@ void sim_output_destroy(sim *S) {
   /* a frame begun and never completed (the run stopped on a failure) leaves no file */
   if (S->rank == 0) h5rows_abandon(&S->frame.file.rows);
   slot_release(S, &S->frame);
+  if (S->ckpt.file.rows.begun && S->ckpt.file.fd >= 0) (void)close(S->ckpt.file.fd); /* its puts unfinished */
   if (S->rank == 0) h5rows_abandon(&S->ckpt.file.rows); /* a checkpoint begun, never completed */
-  particles_free(&S->ckpt_p);
+  ckpt_release(S);
   free(S->ckpt.emitted);
   if (S->pack) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)H5FRAME_PACK_BYTES);
   free(S->pack);

@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
   /* 2. checkpoint 2 begun with room, its rows written once the disk is full */
   ckpt_file *f = calloc(1, sizeof *f);
   dr_clear();
-  int rc = ckpt_begin(MPI_COMM_WORLD, dir, &s2, &SC, &p2, 1, f);
+  int rc = ckpt_begin(MPI_COMM_WORLD, dir, &s2, &SC, p2.n, 1, f);
   CHECK(rc == DR_OK, "checkpoint 2 begun: %s", dr_message());
   if (rc == DR_OK) {
     if (rank == 0) fill(dir);

@@ -4,7 +4,7 @@
  *     anywhere (1, 100, 1000, 7, the rest), the stream gives the particles of a checkpoint of 5000
  *     bitwise as ckpt_read gives the whole file, and those are the particles written (each value
  *     a formula of the particle's index, rebuilt here); the state reads back the same; past its n
- *     the stream gives nothing;
+ *     the stream gives nothing; rewound, it gives the same rows again (twice);
  *   - what the first pass saw (ckpt_rows_seen) is the formulas' least and largest material and
  *     largest mass;
  *   - a byte flipped in a particle dataset is refused by ckpt_open (DR_EINPUT, one line naming the
@@ -117,6 +117,16 @@ static void check_stream(const char *dir) {
   const size_t before = streamed.n;
   CHECK(src.next(src.ctx, &streamed, 5) == DR_OK && streamed.n == before, "the stream gave particles past its n");
   CHECK(same(&streamed, &whole), "the stream's %zu particles differ from ckpt_read's %zu", streamed.n, whole.n);
+  /* rewound (an island reads it once for the split, then once for each member): the same rows */
+  CHECK(src.rewind != NULL, "the reader's source does not rewind");
+  for (int pass = 0; src.rewind && pass < 2; ++pass) {
+    particles again = {0};
+    int rc = src.rewind(src.ctx);
+    while (rc == DR_OK && again.n < src.n) rc = src.next(src.ctx, &again, pass ? 4096 : 999);
+    CHECK(rc == DR_OK && same(&again, &whole), "pass %d after a rewind: %zu particles, not ckpt_read's (%s)", pass,
+          again.n, rc ? dr_message() : "they differ");
+    particles_free(&again);
+  }
 
   /* the first pass's view against the formulas */
   int32_t lo = INT32_MAX, hi = INT32_MIN;

@@ -1,7 +1,8 @@
 /* test_create_stream - the run's creation streams its particles (sample.h's sample_stream, a
  * particle_source of particles.h) instead of sampling the scene into one host array:
  *   - the stream's chunks, asked for in sizes that cut cells and bodies anywhere (1, 7, 1000, the
- *     rest), are bitwise the particles sample_scene_where gives in one go, with and without a
+ *     rest), are bitwise the particles sample_scene_where gives in one go, and so are those of the
+ *     stream rewound (after a part-way read, and after a whole one), with and without a
  *     rank's keep function, over a box, a rotated box, a sphere of a NACC material (its initial
  *     plastic state) and a source (never sampled);
  *   - independent of the stream: each body's count is sample_count's, its particles' volumes sum
@@ -94,6 +95,35 @@ static int drain(const scene *s, sample_keep_fn keep, const size_t *sizes, int n
   return rc;
 }
 
+/* The stream read part-way (7 particles), rewound, read whole (chunks of 1000), rewound and read
+ * whole again: each whole read is `expect`, bitwise (an island's creation reads its source once
+ * for the split and once for each member, which may stop before the end). */
+static void check_rewind(const scene *s, sample_keep_fn keep, const particles *expect) {
+  sample_stream *st = NULL;
+  if (sample_stream_open(s, keep, NULL, &st)) {
+    CHECK(0, "the stream: %s", dr_message());
+    return;
+  }
+  const particle_source src = sample_stream_source(st);
+  CHECK(src.rewind != NULL, "the sampling stream does not rewind");
+  particles part = {0}, again = {0};
+  int rc = src.next(src.ctx, &part, 7);
+  for (int pass = 0; rc == DR_OK && src.rewind && pass < 2; ++pass) {
+    again.n = 0;
+    rc = src.rewind(src.ctx);
+    while (rc == DR_OK && again.n < src.n) {
+      const size_t before = again.n;
+      rc = src.next(src.ctx, &again, 1000);
+      if (again.n == before) break;
+    }
+    CHECK(rc == DR_OK && same(expect, &again), "pass %d after a rewind differs (%zu particles, want %zu): %s", pass,
+          again.n, expect->n, rc ? dr_message() : "");
+  }
+  particles_free(&part);
+  particles_free(&again);
+  sample_stream_close(&st);
+}
+
 static void check_mixed(void) {
   scene s;
   if (scene_parse("mixed", MIXED, strlen(MIXED), &s)) {
@@ -110,6 +140,8 @@ static void check_mixed(void) {
   CHECK(drain(&s, keep_low_x, sizes + 2, 3, &kept_chunked) == DR_OK, "the kept stream: %s", dr_message());
   CHECK(same(&kept, &kept_chunked), "the chunked kept stream differs from sample_scene_where");
   CHECK(kept.n > 0 && kept.n < whole.n, "keep took %zu of %zu particles", kept.n, whole.n);
+  check_rewind(&s, NULL, &whole);
+  check_rewind(&s, keep_low_x, &kept);
 
   /* independent expectations: counts, volumes, ids, and keep's particles the whole's it accepts */
   size_t at = 0;

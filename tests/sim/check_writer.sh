@@ -10,11 +10,13 @@
 #           written by the writer's thread equals, value for value and attribute for attribute
 #           (SAME_EXE, tests/sim/same_h5.c), the one written in the main thread between the steps (DRIFT_WRITER_INLINE=1:
 #           the path without MPI_THREAD_MULTIPLE); frames.xdmf the same.
-#   chunks  (BACKEND cpu or cuda) the frames written 1000 particles at a time (DRIFT_FRAME_CHUNK: 13
-#           chunks of the 12,480 particles), with the derived fields J and stress and a preview,
-#           equal value for value to those written in one chunk, their previews byte for byte;
-#           each frame's totals the same as printed, to 5 digits (the chunks' sums added in order);
-#           on 2 ranks (where mpirun exists) the frames and previews the same again.
+#   chunks  (BACKEND cpu or cuda) the frames and checkpoints written 1000 particles at a time
+#           (DRIFT_FRAME_CHUNK: 13 chunks of the 12,480 particles), with the derived fields J and
+#           stress and a preview, equal value for value to those written in one chunk (checkpoints:
+#           every dataset and attribute, the rows' checksum included), their previews byte for
+#           byte; each frame's totals the same as printed, to 5 digits (the chunks' sums added in
+#           order); on 2 ranks (where mpirun exists) the frames, checkpoints and previews the same
+#           again.
 #   full    (cpu) the output folder on a small tmpfs that fills at frame 4: exit 3, one line
 #           naming N/frame_00004.h5 and the reason, "No space left on device"; frames 0-3 whole and equal to a run with room;
 #           no frame 4 or later, no temporary file; frames.xdmf lists frames 0-3 only. Exits 77
@@ -72,12 +74,14 @@ same)
   fi
   ;;
 chunks)
-  sed -e 's/"checkpoint_every": 3/"checkpoint_every": 0, "preview": true, "preview_size": 96, "fields": ["position", "velocity", "id", "material", "owner", "J", "stress"]/' \
+  sed -e 's/"checkpoint_every": 3/"checkpoint_every": 3, "preview": true, "preview_size": 96, "fields": ["position", "velocity", "id", "material", "owner", "J", "stress"]/' \
     scene.json >chunks.json
   run whole 0 "$drift" run chunks.json --out W
   DRIFT_TRACE=1 DRIFT_FRAME_CHUNK=1000 run chunked 0 "$drift" run chunks.json --out C
-  grep -q "in chunks of 1000" chunked.log || fail "chunked: no frame written in chunks of 1000: $(grep -m1 'writer: frame' chunked.log)"
-  same_files "chunks of 1000 against one" W C $frames06
+  grep -q "writer: frame .* in chunks of 1000" chunked.log || fail "chunked: no frame written in chunks of 1000: $(grep -m1 'writer: frame' chunked.log)"
+  grep -q "^trace.*checkpoint 3: 12480 particles fetched in chunks of 1000" chunked.log ||
+    fail "chunked: checkpoint 3 not fetched in chunks of 1000: $(grep -m1 'fetched in chunks' chunked.log)"
+  same_files "chunks of 1000 against one" W C $frames06 checkpoint_00003.h5 checkpoint_00006.h5
   for f in 0 1 2 3 4 5 6; do
     cmp -s "W/frame_0000$f.png" "C/frame_0000$f.png" || fail "chunks: preview frame_0000$f.png differs"
   done
@@ -95,7 +99,7 @@ chunks)
   if command -v mpirun >/dev/null; then
     run whole2 0 mpirun --oversubscribe -n 2 "$drift" run chunks.json --out W2
     DRIFT_FRAME_CHUNK=1000 run chunked2 0 mpirun --oversubscribe -x DRIFT_FRAME_CHUNK -n 2 "$drift" run chunks.json --out C2
-    same_files "2 ranks, chunks of 1000 against one" W2 C2 $frames06
+    same_files "2 ranks, chunks of 1000 against one" W2 C2 $frames06 checkpoint_00003.h5 checkpoint_00006.h5
     for f in 0 3 6; do
       cmp -s "W2/frame_0000$f.png" "C2/frame_0000$f.png" || fail "chunks, 2 ranks: preview frame_0000$f.png differs"
     done

@@ -6,7 +6,9 @@
  *   - create takes the particles over (leaves them empty), and download gives them back;
  *   - snapshot, then fetch in chunks of 7 rows (which span an island's members), gives download's
  *     rows in its order, bitwise (owner included); fetch writes only the attributes asked for, and
- *     refuses rows past the snapshot's end and attributes it does not hold;
+ *     refuses rows past the snapshot's end and attributes it does not hold; fetch_rows (a
+ *     checkpoint's chunks of the particles themselves) in chunks of 7 from row 0 gives download's
+ *     rows too, bitwise, and refuses rows past the end;
  *   - set_particles takes its particles over and the backend holds exactly them; add_particles
  *     leaves its own unchanged and the backend holds both sets;
  *   - after each of those, stats' n_particles and count (where present) give the download's count,
@@ -122,6 +124,23 @@ static void snapshots_as_download(const char *what, backend *b, const particles 
   CHECK(untouched, "%s: fetch of x and id wrote the velocities", what);
   CHECK(c.n == count && !memcmp(c.x, down->x, count * 3 * sizeof(float)), "%s: fetch of x and id: x differs", what);
   CHECK(b->fetch(b->state, PA_BIT(v), 0, count, &c) != 0, "%s: fetch of v from a snapshot of x and id succeeds", what);
+  dr_clear();
+  /* a checkpoint's way: fetch_rows of the particles themselves, 7 rows at a time from row 0 */
+  CHECK(b->fetch_rows != NULL, "%s: the backend has no fetch_rows", what);
+  for (size_t first = 0; b->fetch_rows && first < down->n; first += CHUNK) {
+    const size_t rows = down->n - first < CHUNK ? down->n - first : CHUNK;
+    c.n = 0;
+    MUST(b->fetch_rows(b->state, first, rows, &c));
+    CHECK(c.n == rows, "%s: fetch_rows of %zu rows gives %zu", what, rows, c.n);
+    for (int a = 0; a < PARTICLE_ATTRS; ++a)
+      memcpy((char *)all[a] + first * particle_attrs[a].bytes, mem[a], rows * particle_attrs[a].bytes);
+  }
+  for (int a = 0; a < PARTICLE_ATTRS && b->fetch_rows; ++a)
+    CHECK(!memcmp(all[a], particles_attr(down, a), down->n * particle_attrs[a].bytes),
+          "%s: fetch_rows' %s differs from download's", what, particle_attrs[a].name);
+  if (b->fetch_rows)
+    CHECK(b->fetch_rows(b->state, down->n, 1, &c) != 0, "%s: fetch_rows of row %zu of %zu succeeds", what, down->n,
+          down->n);
   dr_clear();
   for (int a = 0; a < PARTICLE_ATTRS; ++a) {
     if (b->free_sums) b->free_sums(mem[a], 0);
