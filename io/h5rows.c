@@ -21,7 +21,6 @@
 
 #include "comm.h"
 #include "error.h"
-#include "settings.h"
 
 int h5rows_paths(int rank, const char *dir, const char *prefix, int number, int flags, const char *what,
                  h5rows_file *f) {
@@ -182,7 +181,7 @@ int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
   int allocated = 0;
   DR_TRY(allocate(fd, at, left, f, name, &allocated));
   const int team = !omp_in_parallel() && omp_get_max_threads() > 1;
-  if (allocated && team && settings()->write_mapped && in_memory(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
+  if (allocated && team && in_memory(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
   while (left > 0) {
     const ssize_t w = pwrite(fd, buf, left, at);
     if (w < 0 && errno == EINTR) continue;

@@ -113,10 +113,6 @@ static const setting_entry TABLE[SET_N] = {
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "
                                    "steps, as where MPI lacks MPI_THREAD_MULTIPLE (writer.h)"},
-    [SET_WRITE_MAPPED] = {.env = "DRIFT_WRITE_MAPPED", .type = T_INT, .kind = SETTING_DEBUG,
-                          .offset = OFF(write_mapped), .dflt = "1", .lo = 0, .hi = 1, .meta = "0|1",
-                          .want = "0 (write) or 1 (a mapping)",
-                          .help = "A/B: how rows go into a file in memory (tmpfs), until the figures decide"},
 };
 
 /* A bool's spellings. Returns 1 or 0, or -1 for none of them. */

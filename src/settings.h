@@ -36,7 +36,6 @@ typedef enum setting_id {
   SET_SORT_KEYS64,
   SET_COLLIDER_CACHE,
   SET_WRITER_INLINE,
-  SET_WRITE_MAPPED,
   SET_PROGRESS_S,
   SET_FRAME_CHUNK,
   SET_N
@@ -70,7 +69,6 @@ typedef struct drift_settings {
   int sort_keys64;            /* 64-bit sort keys where 32 bits would do */
   int collider_cache;         /* 1 filled once per mesh frame and mapping, 2 refilled every step */
   int writer_inline;          /* frames written in the main thread, as without MPI_THREAD_MULTIPLE */
-  int write_mapped;           /* A/B: rows into tmpfs by write() (0) or a mapping (1) */
   double progress_s;          /* s: wall time between progress lines inside a frame; 0 if unset (30 s) */
   int frame_chunk;            /* particles the writer fetches of a frame, and of a checkpoint, at a time; 0 if
                                * unset (MEM_FRAME_CHUNK, MEM_CKPT_CHUNK) */
