@@ -53,6 +53,15 @@
 #define COMPACT_S_EXP_MIN (-6)  /* S - I's least: its step is at least 2^(-6-14) = 2^-20 */
 #define COMPACT_ID_BITS 48
 
+/* Each attribute's bits in the record (memplan.c counts a compact frame snapshot from them). */
+#define COMPACT_BITS_X (3 * COMPACT_X_BITS)
+#define COMPACT_BITS_V (COMPACT_EXP_BITS + 3 * (COMPACT_V_MAG + 1))
+#define COMPACT_BITS_C (COMPACT_EXP_BITS + 9 * (COMPACT_C_MAG + 1))
+#define COMPACT_BITS_F (2 + 3 * COMPACT_Q_BITS + COMPACT_EXP_BITS + 6 * (COMPACT_S_MAG + 1))
+#define COMPACT_BITS_LOGJP 16
+#define COMPACT_BITS_KIND 16 /* mass, vol0, material (and the id's body) */
+#define COMPACT_BITS_ID COMPACT_ID_BITS
+
 typedef struct compact_record {
   uint32_t w[COMPACT_WORDS];
 } compact_record;
@@ -331,6 +340,24 @@ DR_HD int compact_encode(const compact_frame *f, const int32_t blk[3], const com
     ++changed;
   }
   return changed;
+}
+
+/* F and logjp as a compact store holds them, in place (P2G's return mapping writes them back:
+ * the rest of the record stays as it was), with compact_encode's fixed-point pass. */
+DR_HD void compact_round_f(float F[9], float *logjp) {
+  compact_f_code c, c2;
+  compact_f_encode_(F, &c);
+  for (int it = 0; it < 3; ++it) {
+    compact_f_decode_(&c, F);
+    if (it == 2) break;
+    compact_f_encode_(F, &c2);
+    int same = c2.iq == c.iq && c2.ks == c.ks;
+    for (int i = 0; i < 3; ++i) same &= c2.q[i] == c.q[i];
+    for (int i = 0; i < 6; ++i) same &= c2.s[i] == c.s[i];
+    if (same) break;
+    c = c2;
+  }
+  *logjp = compact_half_decode_(compact_half_encode_(*logjp));
 }
 
 /* The state as a compact store holds it: decode(encode(s)) in place, the block x's own (the CPU
