@@ -972,8 +972,9 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   }
   s->prm.boundary.band = 0.5f * prm->dx; /* colliders: nodes within half a cell (boundary.h) */
   s->compact = prm->storage == STORAGE_COMPACT;
-  for (int a = 0; a < 3; ++a) s->cframe.origin[a] = prm->domain_min[a] - GRID_PAD * (double)prm->dx;
-  s->cframe.dx = (double)prm->dx;
+  double origin[3];
+  for (int a = 0; a < 3; ++a) origin[a] = prm->domain_min[a] - GRID_PAD * (double)prm->dx;
+  s->cframe = compact_frame_make(origin, (double)prm->dx);
   s->p = *p;
   memset(p, 0, sizeof *p);
   compact_round_from(s, 0);

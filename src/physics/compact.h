@@ -3,18 +3,25 @@
  * floats, and back. Shared by the CPU backend (which rounds its float state through it, so that
  * its numerics are those of a compact store) and, later, the CUDA backend's packets.
  *
- * The record, bit by bit (words little-end first, fields in this order, 478 of 480 bits):
- *   x      63  3 x 21-bit signed offsets from the particle block's origin, in 2^-17 cells:
- *              [-8, 8) cells around the block (a particle block is 4 cells; a particle stays
- *              within a block of it between rebuild-mappings). The lattice is the grid's own
- *              (origin + k dx 2^-17), so the CPU, whose block is the particle's own, and a packet,
+ * The record, bit by bit (words little-end first, fields in this order, 472 of 480 bits):
+ *   x      66  3 x 22-bit signed lattice offsets from the particle block's origin: [-8, 8)
+ *              cells around the block (a particle block is 4 cells; a particle stays within a
+ *              block of it between rebuild-mappings). The lattice is k q metres, q the power of
+ *              two in (dx 2^-18, dx 2^-17], so that it nests with the floats' own grids: where
+ *              floats are coarser than q (|x| >= 2^24 q, about 100 dx) every float is a lattice
+ *              point and the position is stored exactly, elsewhere it rounds once to q. A lattice
+ *              not commensurate with the floats (k dx 2^-17 from the grid's origin) rounds twice
+ *              through two grids at every step and holds back slow particles: the elastic beam
+ *              of docs/validation.md drifted 0.01 cells from float storage in 0.1 s with it,
+ *              0.0002 with this one. The CPU, whose block is the particle's own, and a packet,
  *              whose block is its particle block, store the same positions.
  *   v      57  a shared exponent (6 bits) and 3 x (sign + 16 bits): |error| <= 2^-16 max|v_i|.
- *   C     123  a shared exponent (6 bits) and 9 x (sign + 12 bits): |error| <= 2^-12 max|C_ij|.
+ *   C     114  a shared exponent (6 bits) and 9 x (sign + 11 bits): |error| <= 2^-11 max|C_ij|
+ *              (the beam with 22 bits moved as with 12: C is rebuilt from the grid every step).
  *   F     155  the polar decomposition F = R S: R as a unit quaternion (the largest component
  *              dropped, 2 bits its index, the other three 19-bit signed in 2^-18 steps: each
  *              within 2^-19 of R's), S - I (symmetric, 6 values) in a shared exponent (6 bits)
- *              and 6 x (sign + 14 bits): |error| <= 2^-14 max|S - I| or 2^-21, whichever is more: the
+ *              and 6 x (sign + 14 bits): |error| <= 2^-14 max|S - I| or 2^-22, whichever is more: the
  *              floor that keeps the round trip idempotent (below). Sand's elastic strains of
  *              1e-4 keep their relative precision where F's entries, O(1) under rotation, would
  *              lose it in any 16-bit or shared-exponent format of F or F - I; a rotation error
@@ -27,9 +34,8 @@
  * Idempotency: a resume uploads the floats a checkpoint holds and encodes them again, so
  * decode(encode(decode(r))) == decode(r) bitwise. The formats hold it by construction: each
  * decode lies at its code's centre within a known rounding noise, below a quarter of the code's
- * step (positions: the float's own rounding, equal codes then or a code that decodes to the same
- * float; v, C: exact decode and the least exponent that holds the values; F: R's float noise
- * about 1e-7 against a step of 3.8e-6, S's about 2e-7 against a step of at least 9.5e-7); compact_encode
+ * step (positions: none, the lattice and the floats nest; v, C: exact decode and the least exponent that holds the values; F: R's float noise
+ * about 1e-7 against a step of 3.8e-6, S's at most 2.1e-7 against a step of at least 4.8e-7); compact_encode
  * then re-encodes its own decode until the code is a fixed point (at most twice more), which
  * makes the round trip a projection also where a value sits on a rounding boundary.
  * tests/physics/test_compact.c holds the bounds and the idempotency. */
@@ -42,15 +48,15 @@
 #include "physics/svd.h"
 
 #define COMPACT_WORDS 15        /* 32-bit words a particle */
-#define COMPACT_X_FRAC 17       /* position: fraction bits a cell */
-#define COMPACT_X_BITS 21       /* a position offset's bits (signed: [-8, 8) cells) */
+#define COMPACT_X_FRAC 17       /* position: the lattice step q <= dx 2^-17 (and > dx 2^-18) */
+#define COMPACT_X_BITS 22       /* a position offset's bits (signed: [-8, 8) cells, 2^21 q >= 8 dx) */
 #define COMPACT_V_MAG 16        /* v: magnitude bits a component */
-#define COMPACT_C_MAG 12        /* C */
+#define COMPACT_C_MAG 11        /* C */
 #define COMPACT_S_MAG 14        /* S - I */
 #define COMPACT_Q_BITS 19       /* a quaternion component's bits (signed, 2^-18 steps) */
 #define COMPACT_EXP_BITS 6      /* a shared exponent's bits */
 #define COMPACT_EXP_MIN (-40)   /* the least shared exponent: v, C below 2^-40 are zero */
-#define COMPACT_S_EXP_MIN (-6)  /* S - I's least: its step is at least 2^(-6-14) = 2^-20 */
+#define COMPACT_S_EXP_MIN (-7)  /* S - I's least: its step is at least 2^(-7-14) = 2^-21 */
 #define COMPACT_ID_BITS 48
 
 /* Each attribute's bits in the record (memplan.c counts a compact frame snapshot from them). */
@@ -67,11 +73,23 @@ typedef struct compact_record {
 } compact_record;
 
 /* The lattice of positions: the grid origin (domain_min - GRID_PAD dx) and dx, both as the
- * scene gives them (double), so that every backend decodes the same floats. */
+ * scene gives them (double), so that every backend decodes the same floats, and the lattice
+ * step q (compact_frame_make). */
 typedef struct compact_frame {
   double origin[3];
   double dx;
+  double q; /* a power of two, metres: dx 2^-18 < q <= dx 2^-17 */
 } compact_frame;
+
+DR_HD compact_frame compact_frame_make(const double origin[3], double dx) {
+  compact_frame f;
+  for (int a = 0; a < 3; ++a) f.origin[a] = origin[a];
+  f.dx = dx;
+  int e;
+  frexp(dx, &e); /* dx in [2^(e-1), 2^e) */
+  f.q = ldexp(1.0, e - 1 - COMPACT_X_FRAC);
+  return f;
+}
 
 /* ---- bits ------------------------------------------------------------------------------- */
 
@@ -157,22 +175,20 @@ DR_HD float compact_half_decode_(uint32_t h) {
 
 /* ---- positions ---------------------------------------------------------------------------- */
 
-/* The lattice coordinate of x along axis a: cells from the origin in 2^-COMPACT_X_FRAC steps. */
-DR_HD int64_t compact_x_units_(const compact_frame *f, int a, float x) {
-  return (int64_t)llrint(((double)x - f->origin[a]) / f->dx * (double)(1 << COMPACT_X_FRAC));
+/* The lattice coordinate of x: x / q rounded (exact where q divides x: a power of two). */
+DR_HD int64_t compact_x_units_(const compact_frame *f, float x) { return (int64_t)llrint((double)x / f->q); }
+
+/* The lattice coordinate of particle block b's origin along axis a (rounded down). */
+DR_HD int64_t compact_x_base_(const compact_frame *f, int a, int32_t b) {
+  return (int64_t)floor((f->origin[a] + 4.0 * f->dx * (double)b) / f->q);
 }
 
-DR_HD float compact_x_float_(const compact_frame *f, int a, int64_t u) {
-  return (float)(f->origin[a] + (double)u * f->dx / (double)(1 << COMPACT_X_FRAC));
-}
+DR_HD float compact_x_float_(const compact_frame *f, int64_t u) { return (float)((double)u * f->q); }
 
 /* The particle block (4 cells an axis, sparse.h's) whose origin the CPU measures x from: the
  * block of x's cell. */
 DR_HD void compact_x_block(const compact_frame *f, const float x[3], int32_t blk[3]) {
-  for (int a = 0; a < 3; ++a) {
-    const int64_t u = compact_x_units_(f, a, x[a]);
-    blk[a] = (int32_t)(u >= 0 ? u >> (COMPACT_X_FRAC + 2) : -((-u - 1) >> (COMPACT_X_FRAC + 2)) - 1);
-  }
+  for (int a = 0; a < 3; ++a) blk[a] = (int32_t)floor(((double)x[a] - f->origin[a]) / (4.0 * f->dx));
 }
 
 /* ---- F = R S ------------------------------------------------------------------------------ */
@@ -264,7 +280,7 @@ DR_HD void compact_encode_once_(const compact_frame *f, const int32_t blk[3], co
   int pos = 0;
   const int64_t lim = (int64_t)1 << (COMPACT_X_BITS - 1);
   for (int a = 0; a < 3; ++a) {
-    int64_t o = compact_x_units_(f, a, s->x[a]) - ((int64_t)blk[a] << (COMPACT_X_FRAC + 2));
+    int64_t o = compact_x_units_(f, s->x[a]) - compact_x_base_(f, a, blk[a]);
     o = o < -lim ? -lim : o > lim - 1 ? lim - 1 : o; /* beyond [-8, 8) cells: clamped (the caller's block is wrong) */
     compact_put_signed_(r->w, &pos, COMPACT_X_BITS, (int32_t)o);
   }
@@ -293,7 +309,7 @@ DR_HD void compact_decode(const compact_frame *f, const int32_t blk[3], const co
   int pos = 0;
   for (int a = 0; a < 3; ++a) {
     const int64_t o = compact_get_signed_(r->w, &pos, COMPACT_X_BITS);
-    s->x[a] = compact_x_float_(f, a, ((int64_t)blk[a] << (COMPACT_X_FRAC + 2)) + o);
+    s->x[a] = compact_x_float_(f, compact_x_base_(f, a, blk[a]) + o);
   }
   int32_t m[9];
   int k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);

@@ -120,7 +120,9 @@ static void rnd_state(check_rng *r, const compact_frame *fr, double lo_e, double
 }
 
 static void test_record(check_rng *r) {
-  const compact_frame frames[3] = {{{-0.03, -0.03, -0.03}, 0.01}, {{-2.0, -1.5, -0.5}, 1.0 / 256}, {{-52.0, 10.0, -3.0}, 0.05}};
+  const double o[3][3] = {{-0.03, -0.03, -0.03}, {-2.0, -1.5, -0.5}, {-52.0, 10.0, -3.0}};
+  const compact_frame frames[3] = {compact_frame_make(o[0], 0.01), compact_frame_make(o[1], 1.0 / 256),
+                                   compact_frame_make(o[2], 0.05)};
   const double strains[4][2] = {{-6, -4}, {-4, -2}, {-2, -0.5}, {-0.5, 0}};
   long passes = 0, records = 0;
   for (int fi = 0; fi < 3; ++fi)
@@ -142,9 +144,9 @@ static void test_record(check_rng *r) {
         compact_decode(fr, blk, &rec, &d, &k2, &id2);
         CHECK(k2 == kind && id2 == id, "kind %u id %llu -> %u %llu", kind, (unsigned long long)id, k2,
               (unsigned long long)id2);
-        /* positions: half a step of dx 2^-17 and the float's rounding */
+        /* positions: half the lattice step q <= dx 2^-17, q a power of two (and 0 where floats are coarser) */
         for (int a = 0; a < 3; ++a) {
-          const double bound = fr->dx * ldexp(1.0, -COMPACT_X_FRAC - 1) + 1.5 * ldexp(fabs((double)s.x[a]), -24) + 1e-30;
+          const double bound = 0.5 * fr->q; /* the lattice nests with the floats: one rounding */
           CHECK(fabs((double)d.x[a] - s.x[a]) <= bound, "x %.9g -> %.9g (dx %g)", s.x[a], d.x[a], fr->dx);
         }
         const double bv = ldexp(dmax3(s.v, 3), -COMPACT_V_MAG), bc = ldexp(dmax3(s.C, 9), -COMPACT_C_MAG);
@@ -156,14 +158,14 @@ static void test_record(check_rng *r) {
          * (angle <= 4 sqrt(3) 2^-19 < 1.4e-5): R^T R' = I + W with |W|_2 <= angle leaves an
          * antisymmetric part (W S + S W) / 2 of at most angle |S|_2 <= 3 angle max|S_ij| and tilts
          * the symmetric part by (W (S - I) - (S - I) W) / 2, at most 3 angle max|S - I|; S - I's
-         * format adds max(2^-14 max|S - I|, 2^-21) an entry; F's float rounding 4e-7 more. */
+         * format adds max(2^-14 max|S - I|, 2^-22) an entry; F's float rounding 4e-7 more. */
         double emax = 0, smax = 0;
         for (int i = 0; i < 9; ++i) emax = fmax(emax, fabs(S[i] - (i % 4 == 0 ? 1.0 : 0.0))), smax = fmax(smax, fabs(S[i]));
         const double angle = 4.0 * sqrt(3.0) * ldexp(1.0, -19);
         double P[9];
         for (int i = 0; i < 3; ++i)
           for (int j = 0; j < 3; ++j) P[3 * i + j] = R[i] * d.F[j] + R[3 + i] * d.F[3 + j] + R[6 + i] * d.F[6 + j];
-        const double bs = fmax(ldexp(emax, -COMPACT_S_MAG), ldexp(1.0, -21)) + 3.0 * angle * emax + 4e-7 * smax;
+        const double bs = fmax(ldexp(emax, -COMPACT_S_MAG), ldexp(1.0, COMPACT_S_EXP_MIN - COMPACT_S_MAG - 1)) + 3.0 * angle * emax + 4e-7 * smax;
         for (int i = 0; i < 3; ++i)
           for (int j = 0; j < 3; ++j) {
             const double sym = 0.5 * (P[3 * i + j] + P[3 * j + i]), anti = 0.5 * (P[3 * i + j] - P[3 * j + i]);
@@ -191,7 +193,8 @@ static void test_record(check_rng *r) {
 /* A position measured from a neighbouring block (a packet's, the particle having moved) decodes
  * to the same float as from its own block, within [-8, 8) cells. */
 static void test_blocks(check_rng *r) {
-  const compact_frame fr = {{-0.5, -0.5, -0.5}, 1.0 / 128};
+  const double o[3] = {-0.5, -0.5, -0.5};
+  const compact_frame fr = compact_frame_make(o, 1.0 / 128);
   for (int t = 0; t < 5000; ++t) {
     compact_state s;
     double R[9], S[9];
