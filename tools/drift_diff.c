@@ -3,9 +3,9 @@
  *
  *   drift_diff DIR_A DIR_B [GRAVITY_Y]
  *
- * Reads DIR_A/frame_NNNNN.h5 and DIR_B's of the same number (both need position, velocity and id,
- * the default fields; mass where written, else every particle's is taken as 1 kg and the energies
- * are sums per unit mass) and prints CSV on stdout, one row a frame both hold:
+ * Reads DIR_A/frame_NNNNN.h5 and DIR_B's of the same number (both need position and id; velocity
+ * where written, else zero (no kinetic energy); mass where written, else every particle's is
+ * taken as 1 kg and the energies are sums per unit mass) and prints CSV on stdout, one row a frame both hold:
  *
  *   frame,time,n,rms_dx,max_dx,rms_v,ek_a,ek_b,ep_a,ep_b
  *
@@ -49,7 +49,11 @@ static int load(const char *dir, int number, run_frame *f) {
   memset(f, 0, sizeof *f);
   int rc = frame_open(&ff, path);
   if (!rc) rc = frame_dataset(&ff, "position", H5T_NATIVE_FLOAT, 3, (void **)&f->x, &n[0]);
-  if (!rc) rc = frame_dataset(&ff, "velocity", H5T_NATIVE_FLOAT, 3, (void **)&f->v, &n[1]);
+  if (!rc && frame_dataset(&ff, "velocity", H5T_NATIVE_FLOAT, 3, (void **)&f->v, &n[1])) { /* absent: 0 */
+    f->v = calloc(3 * (n[0] ? n[0] : 1), sizeof(float));
+    n[1] = n[0];
+    if (!f->v) rc = -1, snprintf(ff.err, sizeof ff.err, "%s: out of memory", path);
+  }
   if (!rc && frame_dataset(&ff, "mass", H5T_NATIVE_FLOAT, 1, (void **)&f->m, &n[2])) n[2] = n[0]; /* absent: m = 1 */
   if (!rc) rc = frame_dataset(&ff, "id", H5T_NATIVE_UINT64, 1, (void **)&f->id, &n[3]);
   if (!rc) rc = frame_attr(&ff, "time", H5T_NATIVE_DOUBLE, &f->time);

@@ -8,21 +8,24 @@
  *              cells around the block (a particle block is 4 cells; a particle stays within a
  *              block of it between rebuild-mappings). The lattice is k q metres, q the power of
  *              two in (dx 2^-18, dx 2^-17], so that it nests with the floats' own grids: where
- *              floats are coarser than q (|x| >= 2^24 q, about 100 dx) every float is a lattice
- *              point and the position is stored exactly, elsewhere it rounds once to q. A lattice
- *              not commensurate with the floats (k dx 2^-17 from the grid's origin) rounds twice
- *              through two grids at every step and holds back slow particles: the elastic beam
- *              of docs/validation.md drifted 0.01 cells from float storage in 0.1 s with it,
- *              0.0002 with this one. The CPU, whose block is the particle's own, and a packet,
- *              whose block is its particle block, store the same positions.
+ *              floats are coarser than q (|x| >= 2^23 q, 32 to 64 cells from 0) every float is a
+ *              lattice point and the position is stored exactly, elsewhere it rounds once to q.
+ *              A lattice not commensurate with the floats (k dx 2^-17 from the grid's origin)
+ *              rounds twice through two grids at every step and holds back slow particles: the
+ *              elastic beam of docs/validation.md stood 0.013 cells from float storage at 0.1 s
+ *              with it, 0.0033 with this one (the rest: S - I's floor, below). The CPU, whose
+ *              block is the particle's own, and a packet, whose block is its particle block,
+ *              store the same positions.
  *   v      57  a shared exponent (6 bits) and 3 x (sign + 16 bits): |error| <= 2^-16 max|v_i|.
  *   C     114  a shared exponent (6 bits) and 9 x (sign + 11 bits): |error| <= 2^-11 max|C_ij|
  *              (the beam with 22 bits moved as with 12: C is rebuilt from the grid every step).
  *   F     155  the polar decomposition F = R S: R as a unit quaternion (the largest component
  *              dropped, 2 bits its index, the other three 19-bit signed in 2^-18 steps: each
  *              within 2^-19 of R's), S - I (symmetric, 6 values) in a shared exponent (6 bits)
- *              and 6 x (sign + 14 bits): |error| <= 2^-14 max|S - I| or 2^-22, whichever is more: the
- *              floor that keeps the round trip idempotent (below). Sand's elastic strains of
+ *              and 6 x (sign + 14 bits): |error| <= 2^-14 max|S - I| or 2^-22, whichever is
+ *              more: the floor that keeps the round trip idempotent (below); a step's strain
+ *              increment below the floor's half step is lost (float storage loses those below
+ *              about 6e-8), which slow elastic motion shows (docs/validation.md, the beam). Sand's elastic strains of
  *              1e-4 keep their relative precision where F's entries, O(1) under rotation, would
  *              lose it in any 16-bit or shared-exponent format of F or F - I; a rotation error
  *              rotates the stress and leaves its magnitude (the models are objective).
@@ -34,10 +37,11 @@
  * Idempotency: a resume uploads the floats a checkpoint holds and encodes them again, so
  * decode(encode(decode(r))) == decode(r) bitwise. The formats hold it by construction: each
  * decode lies at its code's centre within a known rounding noise, below a quarter of the code's
- * step (positions: none, the lattice and the floats nest; v, C: exact decode and the least exponent that holds the values; F: R's float noise
- * about 1e-7 against a step of 3.8e-6, S's at most 2.1e-7 against a step of at least 4.8e-7); compact_encode
- * then re-encodes its own decode until the code is a fixed point (at most twice more), which
- * makes the round trip a projection also where a value sits on a rounding boundary.
+ * step (positions: none, the lattice and the floats nest; v, C: exact decode and the least
+ * exponent that holds the values; F: R's float noise about 1e-7 against a step of 3.8e-6, S's at
+ * most 2.1e-7 against a step of at least 4.8e-7); compact_encode then re-encodes its own decode
+ * until the code is a fixed point (at most twice more), which makes the round trip a projection
+ * also where a value sits on a rounding boundary.
  * tests/physics/test_compact.c holds the bounds and the idempotency. */
 #ifndef DRIFT_PHYSICS_COMPACT_H
 #define DRIFT_PHYSICS_COMPACT_H
