@@ -12,11 +12,18 @@
 
 /* Whether kind runs on the cuda backend (auto: where a GPU is visible and the backend built);
  * logs the choice of auto. */
-static int choose_cuda(int kind, int *cuda) {
+static int choose_cuda(int kind, const sim_params *prm, int *cuda) {
   int ngpu = 0;
   char gpu_name[256];
   gpu_count(&ngpu, gpu_name, sizeof gpu_name);
   *cuda = 0;
+  if (prm->storage == STORAGE_COMPACT) { /* the CUDA backend's compact packets are not built */
+    if (kind == BACKEND_CUDA)
+      return dr_fail(DR_EINPUT, "parallel.storage \"compact\" runs on the cpu backend only (the cuda backend holds "
+                                "float packets); run with --backend cpu or storage \"float\"");
+    if (kind == BACKEND_AUTO && ngpu > 0) log_info("backend auto: parallel.storage \"compact\" runs on cpu");
+    return DR_OK;
+  }
   if (kind == BACKEND_CUDA) {
     if (!gpu_backend_built())
       return dr_fail(DR_EINPUT, "the cuda backend is not part of this build; run with --backend cpu (or auto)");
@@ -38,14 +45,14 @@ static int choose_cuda(int kind, int *cuda) {
 int backend_create(int kind, const sim_params *prm, particles *p, backend *out) {
   memset(out, 0, sizeof *out);
   int cuda = 0;
-  DR_TRY(choose_cuda(kind, &cuda));
+  DR_TRY(choose_cuda(kind, prm, &cuda));
   return cuda ? backend_cuda_create(prm, p, out) : backend_cpu_create(prm, p, out);
 }
 
 int backend_create_from(int kind, const sim_params *prm, const particle_source *src, backend *out) {
   memset(out, 0, sizeof *out);
   int cuda = 0;
-  DR_TRY(choose_cuda(kind, &cuda));
+  DR_TRY(choose_cuda(kind, prm, &cuda));
   return cuda ? backend_cuda_create_from(prm, src, out) : backend_cpu_create_from(prm, src, out);
 }
 

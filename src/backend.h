@@ -34,6 +34,8 @@ typedef struct sim_params {
   float fix_scale[2];                  /* deterministic: units per kg (mass) and per kg m/s (momentum) */
   int island_barrier;                  /* cuda, several GPUs: enum island_barrier_kind (scene.h) */
   int island_reduce;                   /* cuda, several GPUs: enum island_reduce_kind (scene.h) */
+  int storage;                         /* enum storage_kind (scene.h): compact rounds the state through
+                                        * physics/compact.h's record (the cpu backend; cuda refuses it) */
 } sim_params;
 
 /* A particle that moves more than this many cells in one step has broken the CFL condition

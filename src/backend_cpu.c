@@ -32,6 +32,7 @@
 #include "memtally.h"
 #include "physics/boundary.h"
 #include "physics/bspline.h"
+#include "physics/compact.h"
 #include "physics/constitutive.h"
 #include "physics/fixed.h"
 #include "physics/sparse.h"
@@ -81,6 +82,9 @@ typedef struct cpu_state {
   float *grid;         /* [n_blocks][channels][64] */
   int64_t *igrid;      /* deterministic mode only: [n_blocks][channels][64] fixed-point P2G sums */
   int det;             /* deterministic mode (prm.deterministic) */
+  int compact;         /* parallel.storage "compact": the state rounds through physics/compact.h's record
+                        * where a compact store would write it (P2G's return mapping, G2P's end, arrival) */
+  compact_frame cframe; /* the record's position lattice: the grid origin and dx */
   int projected;       /* the next P2G leaves out the return mapping (set_projected) */
   double inv_scale[2]; /* 1 / prm.fix_scale */
   uint8_t *touched;    /* [n_blocks] */
@@ -326,6 +330,7 @@ static int p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_
   float *F = p->F + 9 * i;
   float tau[9];
   constitutive_apply(&s->mats[p->material[i]], F, p->logjp + i, tau, !s->projected);
+  if (s->compact) compact_round_f(F, p->logjp + i); /* the packet's write-back of F and logjp */
   const float m = p->mass[i];
   const float *v = p->v + 3 * i, *C = p->C + 9 * i;
   constitutive_add_viscous(&s->mats[p->material[i]], F, C, tau);
@@ -457,6 +462,34 @@ static int grid_update_part(void *state, float dt, int part) {
 
 static int grid_update(void *state, float dt) { return grid_update_part(state, dt, GRID_ALL); }
 
+/* ---- compact storage ---------------------------------------------------------------------- */
+
+/* Particle i's state through the compact record and back (physics/compact.h's compact_round). */
+static void compact_round_particle(cpu_state *s, size_t i) {
+  particles *p = &s->p;
+  compact_state c;
+  memcpy(c.x, p->x + 3 * i, sizeof c.x);
+  memcpy(c.v, p->v + 3 * i, sizeof c.v);
+  memcpy(c.C, p->C + 9 * i, sizeof c.C);
+  memcpy(c.F, p->F + 9 * i, sizeof c.F);
+  c.logjp = p->logjp[i];
+  compact_round(&s->cframe, &c);
+  memcpy(p->x + 3 * i, c.x, sizeof c.x);
+  memcpy(p->v + 3 * i, c.v, sizeof c.v);
+  memcpy(p->C + 9 * i, c.C, sizeof c.C);
+  memcpy(p->F + 9 * i, c.F, sizeof c.F);
+  p->logjp[i] = c.logjp;
+}
+
+/* Particles first..n-1 as a compact store receives them (creation, a resume, arrivals from
+ * other ranks, sources): rounded, which leaves the rounded state of a checkpoint as it is
+ * (the round trip is idempotent). */
+static void compact_round_from(cpu_state *s, size_t first) {
+  if (!s->compact) return;
+#pragma omp parallel for schedule(static)
+  for (long i = (long)first; i < (long)s->p.n; ++i) compact_round_particle(s, (size_t)i);
+}
+
 /* ---- G2P --------------------------------------------------------------------------------- */
 
 static int g2p(void *state, float dt) {
@@ -516,6 +549,11 @@ static int g2p(void *state, float dt) {
 #pragma omp critical(drift_cpu_bad)
       if (bad < 0 || p->id[i] < p->id[(size_t)bad]) bad = (long)i;
       continue;
+    }
+    if (s->compact) { /* the state a compact store keeps (after the checks: a saturated code would hide a NaN) */
+      compact_round_particle(s, i);
+      sp2 = 0.0f;
+      for (int a = 0; a < 3; ++a) sp2 += p->v[3 * i + a] * p->v[3 * i + a];
     }
     vmax = fmaxf(vmax, sqrtf(sp2));
     int b[3];
@@ -797,6 +835,7 @@ static int set_particles(void *state, particles *p) {
   particles_free(&s->p);
   s->p = *p;
   memset(p, 0, sizeof *p);
+  compact_round_from(s, 0);
   int rebuilt;
   return rebuild(s, 1, &rebuilt);
 }
@@ -814,6 +853,7 @@ static int add_particles(void *state, const particles *p) {
     memcpy((char *)particles_attr(&s->p, a) + b * n, particles_attr(p, a), b * p->n);
   }
   s->p.n = n + p->n;
+  compact_round_from(s, n);
   int rebuilt;
   return rebuild(s, 1, &rebuilt);
 }
@@ -947,8 +987,13 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
     s->prm.boundary.hi[a] = (float)(prm->domain_max[a] - 2.5 * prm->dx);
   }
   s->prm.boundary.band = 0.5f * prm->dx; /* colliders: nodes within half a cell (boundary.h) */
+  s->compact = prm->storage == STORAGE_COMPACT;
+  double origin[3];
+  for (int a = 0; a < 3; ++a) origin[a] = prm->domain_min[a] - GRID_PAD * (double)prm->dx;
+  s->cframe = compact_frame_make(origin, (double)prm->dx);
   s->p = *p;
   memset(p, 0, sizeof *p);
+  compact_round_from(s, 0);
   *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
                    .g2p = g2p, .max_speed = max_speed, .download = download, .snapshot = snapshot, .fetch = fetch, .fetch_rows = fetch_rows, .stats = stats, .count = count, .destroy = destroy,
                    .blocks = blocks, .node_masks = node_masks, .node_masks_async = node_masks_async,

@@ -83,7 +83,9 @@ uint64_t memplan_source_particles(const scene *s, int b, int frames);
 
 /* The CPU backend's host bytes for load l. */
 void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host);
-/* The CUDA backend's host bytes and each device's for load l. */
+/* The CUDA backend's host bytes and each device's for load l; in compact storage (the scene's
+ * parallel.storage) those of the compact packets' layout (docs/performance.md, Compact storage),
+ * which the backend does not hold yet. */
 void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, memplan_bytes *device);
 
 /* The particles (all ranks, at most over the run) that would fit in host_free bytes a rank and

@@ -100,6 +100,8 @@ enum balance_kind { BALANCE_PARTICLES = 0, BALANCE_TIME = 1 };
  * defaults) or the alternative its ablations measured (section "Ablation study on multiple GPUs") */
 enum island_barrier_kind { ISLAND_BARRIER_SPIN = 0, ISLAND_BARRIER_EVENTS = 1 };
 enum island_reduce_kind { ISLAND_REDUCE_DOUBLE_BUFFER = 0, ISLAND_REDUCE_P2P_ATOMICS = 1 };
+/* parallel.storage: how a backend holds its particles (compact: physics/compact.h's record) */
+enum storage_kind { STORAGE_FLOAT = 0, STORAGE_COMPACT = 1 };
 /* Their names in scene files and on the command line, by enum value. */
 extern const char *const scene_island_barrier_names[2]; /* "spin", "events" */
 extern const char *const scene_island_reduce_names[2];  /* "double_buffer", "p2p_atomics" */
@@ -149,6 +151,7 @@ typedef struct scene {
                           * whatever the threads, GPUs and ranks; default 0 */
   int island_barrier;    /* enum island_barrier_kind, default spin */
   int island_reduce;     /* enum island_reduce_kind, default double_buffer */
+  int storage;           /* enum storage_kind, default float */
   char *text;            /* the file's bytes, NUL-terminated (owned; checkpoints store them) */
   size_t text_len;
   uint64_t hash;         /* scene_hash_bytes of text: a checkpoint names the scene it came from */

@@ -212,9 +212,10 @@ void scene_set_island(scene *s, const int island[2]) {
 int scene_parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   static const char *const keys[] = {"backend",       "gpus_per_rank",  "g2p2g_below",  "balance_threshold",
                                      "balance_by",    "balance_cost",   "deterministic", "island_barrier",
-                                     "island_reduce", "watchdog_s"};
+                                     "island_reduce", "storage",       "watchdog_s"};
   static const char *const balance_by[] = {"particles", "time"};
   static const char *const backends[] = {"auto", "cpu", "cuda"};
+  static const char *const storages[] = {"float", "compact"};
   const cJSON *p;
   s->backend = BACKEND_AUTO;
   s->gpus_per_rank = 0;
@@ -226,11 +227,12 @@ int scene_parse_parallel(const ctx *c, const cJSON *root, scene *s) {
   s->island_barrier = ISLAND_BARRIER_SPIN;
   s->island_reduce = ISLAND_REDUCE_DOUBLE_BUFFER;
   s->watchdog_s = 300;
+  s->storage = STORAGE_FLOAT;
   DR_TRY(sj_get_section(c, root, "parallel", 0, "", &p));
   if (!p) return 0;
   DR_TRY(sj_need_object(c, p, "parallel", "with keys backend, gpus_per_rank, g2p2g_below, balance_threshold, balance_by, "
-                                       "balance_cost, deterministic, island_barrier, island_reduce, watchdog_s"));
-  DR_TRY(sj_check_keys(c, p, "parallel", keys, 10, NULL, 0, NULL));
+                                       "balance_cost, deterministic, island_barrier, island_reduce, storage, watchdog_s"));
+  DR_TRY(sj_check_keys(c, p, "parallel", keys, 11, NULL, 0, NULL));
   DR_TRY(sj_get_bool(c, p, "parallel", "balance_cost", 1, &s->balance_cost));
   DR_TRY(sj_get_bool(c, p, "parallel", "deterministic", 0, &s->deterministic));
   DR_TRY(sj_get_enum(c, p, "parallel", "balance_by", BALANCE_PARTICLES, balance_by, 2, &s->balance_by));
@@ -238,6 +240,7 @@ int scene_parse_parallel(const ctx *c, const cJSON *root, scene *s) {
                      &s->balance_threshold));
   DR_TRY(sj_get_real(c, p, "parallel", "watchdog_s", 0, 300, (range){1, 1e6, 0, 0, "s"}, &s->watchdog_s));
   DR_TRY(sj_get_enum(c, p, "parallel", "backend", BACKEND_AUTO, backends, 3, &s->backend));
+  DR_TRY(sj_get_enum(c, p, "parallel", "storage", STORAGE_FLOAT, storages, 2, &s->storage));
   DR_TRY(sj_get_enum(c, p, "parallel", "island_barrier", ISLAND_BARRIER_SPIN, scene_island_barrier_names, 2,
                      &s->island_barrier));
   DR_TRY(sj_get_enum(c, p, "parallel", "island_reduce", ISLAND_REDUCE_DOUBLE_BUFFER, scene_island_reduce_names, 2,

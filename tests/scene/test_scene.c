@@ -97,7 +97,7 @@ static const char *FULL =
     "              \"precision\": \"half\" },\n"
     "  \"parallel\": { \"backend\": \"cuda\", \"gpus_per_rank\": 4, \"g2p2g_below\": 5000, \"balance_by\": \"time\", \"balance_threshold\": 0.5, \"balance_cost\": false,\n"
     "                \"deterministic\": true, \"watchdog_s\": 45,\n"
-    "                \"island_barrier\": \"events\", \"island_reduce\": \"p2p_atomics\" }\n"
+    "                \"island_barrier\": \"events\", \"island_reduce\": \"p2p_atomics\", \"storage\": \"compact\" }\n"
     "}\n";
 
 static void test_full(void) {
@@ -179,6 +179,7 @@ static void test_full(void) {
   CHECK(s.g2p2g_below == 5000);
   CHECK(s.balance_by == BALANCE_TIME && s.balance_threshold == 0.5 && s.balance_cost == 0 && s.deterministic == 1);
   CHECK(s.island_barrier == ISLAND_BARRIER_EVENTS && s.island_reduce == ISLAND_REDUCE_P2P_ATOMICS);
+  CHECK(s.storage == STORAGE_COMPACT);
   CHECK(s.watchdog_s == 45);
 
   /* fastest wave: water, sqrt(2e5 * 6.5 / 1000); sand sqrt((lambda + 2 mu) / 1600) = 17.16 */
@@ -222,6 +223,7 @@ static void test_defaults(void) {
   CHECK(s.g2p2g_below == 100000);
   CHECK(s.balance_by == BALANCE_PARTICLES && s.balance_threshold == 0.2 && s.balance_cost == 1 && s.deterministic == 0);
   CHECK(s.island_barrier == ISLAND_BARRIER_SPIN && s.island_reduce == ISLAND_REDUCE_DOUBLE_BUFFER);
+  CHECK(s.storage == STORAGE_FLOAT);
   CHECK(s.watchdog_s == 300);
   CHECK(s.n_materials == 2 && s.n_bodies == 2);
   if (s.n_materials == 2 && s.n_bodies == 2) {

@@ -1,0 +1,395 @@
+/* compact.h - the compact particle record of parallel.storage "compact" (docs/scene-format.md,
+ * docs/performance.md's Memory): a particle's state in 15 32-bit words (60 B) instead of 124 B of
+ * floats, and back. Shared by the CPU backend (which rounds its float state through it, so that
+ * its numerics are those of a compact store) and, later, the CUDA backend's packets.
+ *
+ * The record, bit by bit (words little-end first, fields in this order, 472 of 480 bits):
+ *   x      66  3 x 22-bit signed lattice offsets from the particle block's origin: [-8, 8)
+ *              cells around the block (a particle block is 4 cells; a particle stays within a
+ *              block of it between rebuild-mappings). The lattice is k q metres, q the power of
+ *              two in (dx 2^-18, dx 2^-17], so that it nests with the floats' own grids: where
+ *              floats are coarser than q (|x| >= 2^23 q, 32 to 64 cells from 0) every float is a
+ *              lattice point and the position is stored exactly, elsewhere it rounds once to q.
+ *              A lattice not commensurate with the floats (k dx 2^-17 from the grid's origin)
+ *              rounds twice through two grids at every step and holds back slow particles: the
+ *              elastic beam of docs/validation.md stood 0.013 cells from float storage at 0.1 s
+ *              with it, 0.0033 with this one (the rest: S - I's floor, below). The CPU, whose
+ *              block is the particle's own, and a packet, whose block is its particle block,
+ *              store the same positions.
+ *   v      57  a shared exponent (6 bits) and 3 x (sign + 16 bits): |error| <= 2^-16 max|v_i|.
+ *   C     114  a shared exponent (6 bits) and 9 x (sign + 11 bits): |error| <= 2^-11 max|C_ij|
+ *              (the beam with 22 bits moved as with 12: C is rebuilt from the grid every step).
+ *   F     155  the polar decomposition F = R S: R as a unit quaternion (the largest component
+ *              dropped, 2 bits its index, the other three 19-bit signed in 2^-18 steps: each
+ *              within 2^-19 of R's), S - I (symmetric, 6 values) in a shared exponent (6 bits)
+ *              and 6 x (sign + 14 bits): |error| <= 2^-14 max|S - I| or 2^-22, whichever is
+ *              more: the floor that keeps the round trip idempotent (below); a step's strain
+ *              increment below the floor's half step is lost (float storage loses those below
+ *              about 6e-8), which slow elastic motion shows (docs/validation.md, the beam). Sand's elastic strains of
+ *              1e-4 keep their relative precision where F's entries, O(1) under rotation, would
+ *              lose it in any 16-bit or shared-exponent format of F or F - I; a rotation error
+ *              rotates the stress and leaves its magnitude (the models are objective).
+ *   logjp  16  IEEE half (NACC's plastic state: 2^-11 relative).
+ *   kind   16  the index of the particle's (mass, vol0, material, body) in a table of the run's
+ *              distinct ones (lossless: a body's particles share their mass and volume).
+ *   id     48  the id's low 48 bits (its body, PARTICLE_ID_BODY_SHIFT up, is the kind's).
+ *
+ * Idempotency: a resume uploads the floats a checkpoint holds and encodes them again, so
+ * decode(encode(decode(r))) == decode(r) bitwise. The formats hold it by construction: each
+ * decode lies at its code's centre within a known rounding noise, below a quarter of the code's
+ * step (positions: none, the lattice and the floats nest; v, C: exact decode and the least
+ * exponent that holds the values; F: R's float noise about 1e-7 against a step of 3.8e-6, S's at
+ * most 2.1e-7 against a step of at least 4.8e-7); compact_encode then re-encodes its own decode
+ * until the code is a fixed point (at most twice more), which makes the round trip a projection
+ * also where a value sits on a rounding boundary.
+ * tests/physics/test_compact.c holds the bounds and the idempotency. */
+#ifndef DRIFT_PHYSICS_COMPACT_H
+#define DRIFT_PHYSICS_COMPACT_H
+
+#include <stdint.h>
+
+#include "physics/common.h"
+#include "physics/svd.h"
+
+#define COMPACT_WORDS 15        /* 32-bit words a particle */
+#define COMPACT_X_FRAC 17       /* position: the lattice step q <= dx 2^-17 (and > dx 2^-18) */
+#define COMPACT_X_BITS 22       /* a position offset's bits (signed: [-8, 8) cells, 2^21 q >= 8 dx) */
+#define COMPACT_V_MAG 16        /* v: magnitude bits a component */
+#define COMPACT_C_MAG 11        /* C */
+#define COMPACT_S_MAG 14        /* S - I */
+#define COMPACT_Q_BITS 19       /* a quaternion component's bits (signed, 2^-18 steps) */
+#define COMPACT_EXP_BITS 6      /* a shared exponent's bits */
+#define COMPACT_EXP_MIN (-40)   /* the least shared exponent: v, C below 2^-40 are zero */
+#define COMPACT_S_EXP_MIN (-7)  /* S - I's least: its step is at least 2^(-7-14) = 2^-21 */
+#define COMPACT_ID_BITS 48
+
+/* Each attribute's bits in the record (memplan.c counts a compact frame snapshot from them). */
+#define COMPACT_BITS_X (3 * COMPACT_X_BITS)
+#define COMPACT_BITS_V (COMPACT_EXP_BITS + 3 * (COMPACT_V_MAG + 1))
+#define COMPACT_BITS_C (COMPACT_EXP_BITS + 9 * (COMPACT_C_MAG + 1))
+#define COMPACT_BITS_F (2 + 3 * COMPACT_Q_BITS + COMPACT_EXP_BITS + 6 * (COMPACT_S_MAG + 1))
+#define COMPACT_BITS_LOGJP 16
+#define COMPACT_BITS_KIND 16 /* mass, vol0, material (and the id's body) */
+#define COMPACT_BITS_ID COMPACT_ID_BITS
+
+typedef struct compact_record {
+  uint32_t w[COMPACT_WORDS];
+} compact_record;
+
+/* The lattice of positions: the grid origin (domain_min - GRID_PAD dx) and dx, both as the
+ * scene gives them (double), so that every backend decodes the same floats, and the lattice
+ * step q (compact_frame_make). */
+typedef struct compact_frame {
+  double origin[3];
+  double dx;
+  double q; /* a power of two, metres: dx 2^-18 < q <= dx 2^-17 */
+} compact_frame;
+
+DR_HD compact_frame compact_frame_make(const double origin[3], double dx) {
+  compact_frame f;
+  for (int a = 0; a < 3; ++a) f.origin[a] = origin[a];
+  f.dx = dx;
+  int e;
+  frexp(dx, &e); /* dx in [2^(e-1), 2^e) */
+  f.q = ldexp(1.0, e - 1 - COMPACT_X_FRAC);
+  return f;
+}
+
+/* ---- bits ------------------------------------------------------------------------------- */
+
+/* Writes the low `bits` (1..32) of v at bit *pos of w (zeroed beforehand), advancing *pos. */
+DR_HD void compact_put_(uint32_t *w, int *pos, int bits, uint32_t v) {
+  const uint64_t m = bits == 32 ? 0xffffffffull : ((1ull << bits) - 1);
+  const uint64_t t = ((uint64_t)v & m) << (*pos & 31);
+  w[*pos >> 5] |= (uint32_t)t;
+  if ((*pos & 31) + bits > 32) w[(*pos >> 5) + 1] |= (uint32_t)(t >> 32);
+  *pos += bits;
+}
+
+DR_HD uint32_t compact_get_(const uint32_t *w, int *pos, int bits) {
+  const uint64_t m = bits == 32 ? 0xffffffffull : ((1ull << bits) - 1);
+  uint64_t t = w[*pos >> 5] >> (*pos & 31);
+  if ((*pos & 31) + bits > 32) t |= (uint64_t)w[(*pos >> 5) + 1] << (32 - (*pos & 31));
+  *pos += bits;
+  return (uint32_t)(t & m);
+}
+
+/* A signed value in `bits` bits (two's complement) and back. */
+DR_HD void compact_put_signed_(uint32_t *w, int *pos, int bits, int32_t v) { compact_put_(w, pos, bits, (uint32_t)v); }
+DR_HD int32_t compact_get_signed_(const uint32_t *w, int *pos, int bits) {
+  const uint32_t u = compact_get_(w, pos, bits);
+  return (u >> (bits - 1)) & 1u ? (int32_t)(u | ~((bits == 32 ? 0u : (1u << bits)) - 1u)) : (int32_t)u;
+}
+
+/* ---- shared exponent -------------------------------------------------------------------- */
+
+/* n values as one exponent e (emin <= e < emin + 2^COMPACT_EXP_BITS) and n signed integers m_i
+ * with |m_i| <= 2^mag - 1: value_i = m_i 2^(e - mag) (exact in float). e is the least one whose
+ * rounded magnitudes all fit, so that decoding and encoding again gives the same code; values
+ * beyond the largest exponent saturate; NaN gives 0. Returns e - emin. */
+DR_HD int compact_se_encode_(const float *v, int n, int mag, int emin, int32_t *m) {
+  const int emax = emin + (1 << COMPACT_EXP_BITS) - 1;
+  const float lim = (float)((1 << mag) - 1);
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = fmaxf(amax, fabsf(v[i])); /* fmaxf drops NaN */
+  int e = emin;
+  if (amax > 0.0f) {
+    int ex;
+    frexpf(amax, &ex); /* amax < 2^ex */
+    /* the least e whose rounded magnitudes fit (amax >= 2^(ex-1): ex - 1 only where clamped) */
+    e = ex - 1 < emin ? emin : ex - 1 > emax ? emax : ex - 1;
+    while (e < emax && !(rintf(ldexpf(amax, mag - e)) <= lim)) ++e;
+  }
+  for (int i = 0; i < n; ++i) {
+    float r = rintf(ldexpf(fabsf(v[i]), mag - e));
+    if (!(r <= lim)) r = (r > lim) ? lim : 0.0f; /* saturate; NaN -> 0 */
+    m[i] = (int32_t)r * (v[i] < 0.0f ? -1 : 1);
+  }
+  return e - emin;
+}
+
+DR_HD void compact_se_decode_(const int32_t *m, int n, int mag, int emin, int k, float *v) {
+  for (int i = 0; i < n; ++i) v[i] = ldexpf((float)m[i], emin + k - mag);
+}
+
+/* ---- IEEE half ---------------------------------------------------------------------------- */
+
+/* float -> half bits, round to nearest even; beyond 65504 saturates to +-65504, NaN to 0. */
+DR_HD uint32_t compact_half_encode_(float f) {
+  if (!(fabsf(f) <= 65504.0f)) f = f != f ? 0.0f : copysignf(65504.0f, f);
+  const uint32_t sign = signbit(f) ? 0x8000u : 0u;
+  const float a = fabsf(f);
+  if (a < 6.103515625e-05f) /* subnormal half: steps of 2^-24 */
+    return sign | (uint32_t)rintf(a * 16777216.0f);
+  int ex;
+  const float fr = frexpf(a, &ex); /* a = fr 2^ex, fr in [0.5, 1) */
+  uint32_t mant = (uint32_t)rintf(ldexpf(fr, 11)); /* 1024..2048 */
+  int he = ex - 1 + 15;
+  if (mant == 2048u) mant = 1024u, ++he;
+  if (he >= 31) return sign | 0x7bffu;
+  return sign | ((uint32_t)he << 10) | (mant - 1024u);
+}
+
+DR_HD float compact_half_decode_(uint32_t h) {
+  const float s = (h & 0x8000u) ? -1.0f : 1.0f;
+  const uint32_t he = (h >> 10) & 31u, mant = h & 1023u;
+  if (he == 0) return s * ldexpf((float)mant, -24);
+  return s * ldexpf((float)(mant + 1024u), (int)he - 25);
+}
+
+/* ---- positions ---------------------------------------------------------------------------- */
+
+/* The lattice coordinate of x: x / q rounded (exact where q divides x: a power of two). */
+DR_HD int64_t compact_x_units_(const compact_frame *f, float x) { return (int64_t)llrint((double)x / f->q); }
+
+/* The lattice coordinate of particle block b's origin along axis a (rounded down). */
+DR_HD int64_t compact_x_base_(const compact_frame *f, int a, int32_t b) {
+  return (int64_t)floor((f->origin[a] + 4.0 * f->dx * (double)b) / f->q);
+}
+
+DR_HD float compact_x_float_(const compact_frame *f, int64_t u) { return (float)((double)u * f->q); }
+
+/* The particle block (4 cells an axis, sparse.h's) whose origin the CPU measures x from: the
+ * block of x's cell. */
+DR_HD void compact_x_block(const compact_frame *f, const float x[3], int32_t blk[3]) {
+  for (int a = 0; a < 3; ++a) blk[a] = (int32_t)floor(((double)x[a] - f->origin[a]) / (4.0 * f->dx));
+}
+
+/* ---- F = R S ------------------------------------------------------------------------------ */
+
+typedef struct compact_f_code {
+  int32_t q[3]; /* the quaternion's three smaller components, 2^-18 steps */
+  int iq;       /* the dropped (largest, made positive) component's index */
+  int32_t s[6]; /* S - I: xx, yy, zz, xy, xz, yz */
+  int ks;       /* S - I's exponent code */
+} compact_f_code;
+
+/* The rotation of a quaternion code (double, the decode's, so that encoding and decoding agree). */
+DR_HD void compact_q_matrix_(const compact_f_code *c, double R[9]) {
+  double q[4];
+  double ss = 0.0;
+  for (int k = 0, j = 0; k < 4; ++k) {
+    if (k == c->iq) continue;
+    q[k] = (double)c->q[j++] * (1.0 / 262144.0);
+    ss += q[k] * q[k];
+  }
+  q[c->iq] = sqrt(ss < 1.0 ? 1.0 - ss : 0.0);
+  const double w = q[0], x = q[1], y = q[2], z = q[3];
+  R[0] = 1 - 2 * (y * y + z * z), R[1] = 2 * (x * y - w * z), R[2] = 2 * (x * z + w * y);
+  R[3] = 2 * (x * y + w * z), R[4] = 1 - 2 * (x * x + z * z), R[5] = 2 * (y * z - w * x);
+  R[6] = 2 * (x * z - w * y), R[7] = 2 * (y * z + w * x), R[8] = 1 - 2 * (x * x + y * y);
+}
+
+DR_HD void compact_f_encode_(const float F[9], compact_f_code *c) {
+  float Rf[9];
+  polar_r(F, Rf);
+  /* the rotation's quaternion (Shepperd: from the largest of w, x, y, z) */
+  double q[4];
+  const double t = (double)Rf[0] + Rf[4] + Rf[8];
+  if (t >= Rf[0] && t >= Rf[4] && t >= Rf[8]) {
+    const double r = sqrt(fmax(1.0 + t, 0.0)) * 2.0;
+    q[0] = 0.25 * r, q[1] = ((double)Rf[7] - Rf[5]) / r, q[2] = ((double)Rf[2] - Rf[6]) / r, q[3] = ((double)Rf[3] - Rf[1]) / r;
+  } else if (Rf[0] >= Rf[4] && Rf[0] >= Rf[8]) {
+    const double r = sqrt(fmax(1.0 + Rf[0] - Rf[4] - Rf[8], 0.0)) * 2.0;
+    q[0] = ((double)Rf[7] - Rf[5]) / r, q[1] = 0.25 * r, q[2] = ((double)Rf[1] + Rf[3]) / r, q[3] = ((double)Rf[2] + Rf[6]) / r;
+  } else if (Rf[4] >= Rf[8]) {
+    const double r = sqrt(fmax(1.0 + Rf[4] - Rf[0] - Rf[8], 0.0)) * 2.0;
+    q[0] = ((double)Rf[2] - Rf[6]) / r, q[1] = ((double)Rf[1] + Rf[3]) / r, q[2] = 0.25 * r, q[3] = ((double)Rf[5] + Rf[7]) / r;
+  } else {
+    const double r = sqrt(fmax(1.0 + Rf[8] - Rf[0] - Rf[4], 0.0)) * 2.0;
+    q[0] = ((double)Rf[3] - Rf[1]) / r, q[1] = ((double)Rf[2] + Rf[6]) / r, q[2] = ((double)Rf[5] + Rf[7]) / r, q[3] = 0.25 * r;
+  }
+  double nq = sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
+  if (!(nq > 0.0)) q[0] = 1.0, q[1] = q[2] = q[3] = 0.0, nq = 1.0;
+  int iq = 0;
+  for (int k = 1; k < 4; ++k)
+    if (fabs(q[k]) > fabs(q[iq])) iq = k;
+  const double sg = q[iq] < 0.0 ? -1.0 : 1.0;
+  c->iq = iq;
+  for (int k = 0, j = 0; k < 4; ++k)
+    if (k != iq) c->q[j++] = (int32_t)llrint(sg * q[k] / nq * 262144.0); /* |.| <= 2^-1/2: fits 19 bits */
+  /* S = R_q^T F with the quantized rotation, so that a decoded F gives back S within F's rounding */
+  double R[9];
+  compact_q_matrix_(c, R);
+  double S[9];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) S[3 * i + j] = R[i] * F[j] + R[3 + i] * F[3 + j] + R[6 + i] * F[6 + j];
+  const float d[6] = {(float)(S[0] - 1.0), (float)(S[4] - 1.0), (float)(S[8] - 1.0), (float)(0.5 * (S[1] + S[3])),
+                      (float)(0.5 * (S[2] + S[6])), (float)(0.5 * (S[5] + S[7]))};
+  c->ks = compact_se_encode_(d, 6, COMPACT_S_MAG, COMPACT_S_EXP_MIN, c->s);
+}
+
+DR_HD void compact_f_decode_(const compact_f_code *c, float F[9]) {
+  double R[9];
+  compact_q_matrix_(c, R);
+  float d[6];
+  compact_se_decode_(c->s, 6, COMPACT_S_MAG, COMPACT_S_EXP_MIN, c->ks, d);
+  const double S[9] = {1.0 + d[0], d[3], d[4], d[3], 1.0 + d[1], d[5], d[4], d[5], 1.0 + d[2]};
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j)
+      F[3 * i + j] = (float)(R[3 * i] * S[j] + R[3 * i + 1] * S[3 + j] + R[3 * i + 2] * S[6 + j]);
+}
+
+/* ---- the record --------------------------------------------------------------------------- */
+
+/* A particle's state as floats (the lossy part of particles.h's attributes). */
+typedef struct compact_state {
+  float x[3], v[3], C[9], F[9], logjp;
+} compact_state;
+
+/* One encoding, no fixed-point pass: blk is the particle block x is measured from. */
+DR_HD void compact_encode_once_(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
+                                uint64_t id, compact_record *r) {
+  for (int k = 0; k < COMPACT_WORDS; ++k) r->w[k] = 0;
+  int pos = 0;
+  const int64_t lim = (int64_t)1 << (COMPACT_X_BITS - 1);
+  for (int a = 0; a < 3; ++a) {
+    int64_t o = compact_x_units_(f, s->x[a]) - compact_x_base_(f, a, blk[a]);
+    o = o < -lim ? -lim : o > lim - 1 ? lim - 1 : o; /* beyond [-8, 8) cells: clamped (the caller's block is wrong) */
+    compact_put_signed_(r->w, &pos, COMPACT_X_BITS, (int32_t)o);
+  }
+  int32_t m[9];
+  int k = compact_se_encode_(s->v, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, m);
+  compact_put_(r->w, &pos, COMPACT_EXP_BITS, (uint32_t)k);
+  for (int i = 0; i < 3; ++i) compact_put_signed_(r->w, &pos, COMPACT_V_MAG + 1, m[i]);
+  k = compact_se_encode_(s->C, 9, COMPACT_C_MAG, COMPACT_EXP_MIN, m);
+  compact_put_(r->w, &pos, COMPACT_EXP_BITS, (uint32_t)k);
+  for (int i = 0; i < 9; ++i) compact_put_signed_(r->w, &pos, COMPACT_C_MAG + 1, m[i]);
+  compact_f_code fc;
+  compact_f_encode_(s->F, &fc);
+  compact_put_(r->w, &pos, 2, (uint32_t)fc.iq);
+  for (int i = 0; i < 3; ++i) compact_put_signed_(r->w, &pos, COMPACT_Q_BITS, fc.q[i]);
+  compact_put_(r->w, &pos, COMPACT_EXP_BITS, (uint32_t)fc.ks);
+  for (int i = 0; i < 6; ++i) compact_put_signed_(r->w, &pos, COMPACT_S_MAG + 1, fc.s[i]);
+  compact_put_(r->w, &pos, 16, compact_half_encode_(s->logjp));
+  compact_put_(r->w, &pos, 16, kind);
+  compact_put_(r->w, &pos, 32, (uint32_t)id);
+  compact_put_(r->w, &pos, COMPACT_ID_BITS - 32, (uint32_t)(id >> 32));
+}
+
+/* The state, kind and id's low 48 bits of a record whose positions are measured from blk. */
+DR_HD void compact_decode(const compact_frame *f, const int32_t blk[3], const compact_record *r, compact_state *s,
+                          uint32_t *kind, uint64_t *id) {
+  int pos = 0;
+  for (int a = 0; a < 3; ++a) {
+    const int64_t o = compact_get_signed_(r->w, &pos, COMPACT_X_BITS);
+    s->x[a] = compact_x_float_(f, compact_x_base_(f, a, blk[a]) + o);
+  }
+  int32_t m[9];
+  int k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
+  for (int i = 0; i < 3; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_V_MAG + 1);
+  compact_se_decode_(m, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, k, s->v);
+  k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
+  for (int i = 0; i < 9; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_C_MAG + 1);
+  compact_se_decode_(m, 9, COMPACT_C_MAG, COMPACT_EXP_MIN, k, s->C);
+  compact_f_code fc;
+  fc.iq = (int)compact_get_(r->w, &pos, 2);
+  for (int i = 0; i < 3; ++i) fc.q[i] = compact_get_signed_(r->w, &pos, COMPACT_Q_BITS);
+  fc.ks = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
+  for (int i = 0; i < 6; ++i) fc.s[i] = compact_get_signed_(r->w, &pos, COMPACT_S_MAG + 1);
+  compact_f_decode_(&fc, s->F);
+  s->logjp = compact_half_decode_(compact_get_(r->w, &pos, 16));
+  *kind = compact_get_(r->w, &pos, 16);
+  const uint64_t lo = compact_get_(r->w, &pos, 32);
+  *id = lo | (uint64_t)compact_get_(r->w, &pos, COMPACT_ID_BITS - 32) << 32;
+}
+
+DR_HD int compact_same_(const compact_record *a, const compact_record *b) {
+  for (int k = 0; k < COMPACT_WORDS; ++k)
+    if (a->w[k] != b->w[k]) return 0;
+  return 1;
+}
+
+/* Encodes a particle's state (kind < 2^16; the id's low 48 bits are kept), then its own decode
+ * again until the code is a fixed point of decode-then-encode (at most twice more: see the
+ * header's idempotency). Returns the passes beyond the first that changed the code (0 almost
+ * always; tests/physics/test_compact.c counts them). */
+DR_HD int compact_encode(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
+                         uint64_t id, compact_record *r) {
+  compact_encode_once_(f, blk, s, kind, id, r);
+  int changed = 0;
+  for (int it = 0; it < 2; ++it) {
+    compact_state d;
+    uint32_t kd;
+    uint64_t idd;
+    compact_decode(f, blk, r, &d, &kd, &idd);
+    compact_record r2;
+    compact_encode_once_(f, blk, &d, kind, id, &r2);
+    if (compact_same_(r, &r2)) break;
+    *r = r2;
+    ++changed;
+  }
+  return changed;
+}
+
+/* F and logjp as a compact store holds them, in place (P2G's return mapping writes them back:
+ * the rest of the record stays as it was), with compact_encode's fixed-point pass. */
+DR_HD void compact_round_f(float F[9], float *logjp) {
+  compact_f_code c, c2;
+  compact_f_encode_(F, &c);
+  for (int it = 0; it < 3; ++it) {
+    compact_f_decode_(&c, F);
+    if (it == 2) break;
+    compact_f_encode_(F, &c2);
+    int same = c2.iq == c.iq && c2.ks == c.ks;
+    for (int i = 0; i < 3; ++i) same &= c2.q[i] == c.q[i];
+    for (int i = 0; i < 6; ++i) same &= c2.s[i] == c.s[i];
+    if (same) break;
+    c = c2;
+  }
+  *logjp = compact_half_decode_(compact_half_encode_(*logjp));
+}
+
+/* The state as a compact store holds it: decode(encode(s)) in place, the block x's own (the CPU
+ * backend's rounding at each step's end). */
+DR_HD void compact_round(const compact_frame *f, compact_state *s) {
+  int32_t blk[3];
+  compact_x_block(f, s->x, blk);
+  compact_record r;
+  compact_encode(f, blk, s, 0u, 0u, &r);
+  uint32_t kind;
+  uint64_t id;
+  compact_decode(f, blk, &r, s, &kind, &id);
+}
+
+#endif

@@ -1,0 +1,227 @@
+/* test_compact - the compact particle record (src/physics/compact.h) on seeded random states:
+ * every field's round-trip error against its format's analytic bound (computed here from the
+ * bits, not from the code under test), the round trip's idempotency (decode(encode(decode(r)))
+ * == decode(r) bitwise), the lossless fields (kind, the id's low 48 bits), the bit packing, and
+ * the record's size (15 words). */
+#include <math.h>
+#include <string.h>
+
+#include "physics/check.h"
+#include "physics/compact.h"
+
+static double dmax3(const float *v, int n) {
+  double m = 0;
+  for (int i = 0; i < n; ++i) m = fmax(m, fabs((double)v[i]));
+  return m;
+}
+
+/* A value of random sign and magnitude 10^[lo, hi]. */
+static float rnd_mag(check_rng *r, double lo, double hi) {
+  const double m = pow(10.0, check_rng_range(r, lo, hi));
+  return (float)(check_rng_unit(r) < 0.5 ? -m : m);
+}
+
+static void test_bits(check_rng *r) {
+  for (int t = 0; t < 2000; ++t) {
+    uint32_t w[COMPACT_WORDS] = {0};
+    int widths[40], n = 0, pos = 0;
+    uint32_t vals[40];
+    while (n < 40) {
+      const int b = 1 + (int)(check_rng_u32(r) % 32);
+      if (pos + b > 32 * COMPACT_WORDS) break;
+      widths[n] = b;
+      vals[n] = check_rng_u32(r) & (b == 32 ? 0xffffffffu : ((1u << b) - 1));
+      compact_put_(w, &pos, b, vals[n++]);
+    }
+    pos = 0;
+    for (int i = 0; i < n; ++i) {
+      const uint32_t g = compact_get_(w, &pos, widths[i]);
+      CHECK(g == vals[i], "field %d of %d bits: %u read back as %u", i, widths[i], vals[i], g);
+    }
+    uint32_t w2[COMPACT_WORDS] = {0};
+    pos = 0;
+    const int32_t sv = (int32_t)(check_rng_u32(r) % (1u << 20)) - (1 << 19);
+    compact_put_signed_(w2, &pos, 21, sv);
+    pos = 0;
+    CHECK(compact_get_signed_(w2, &pos, 21) == sv, "signed %d", sv);
+  }
+}
+
+/* v (16 bits), C (12 bits): |error| <= 2^-mag max|values|; below 2^(emin - mag - 1) zero. */
+static void test_shared_exponent(check_rng *r) {
+  const int mags[2] = {COMPACT_V_MAG, COMPACT_C_MAG}, ns[2] = {3, 9};
+  for (int f = 0; f < 2; ++f)
+    for (int t = 0; t < 20000; ++t) {
+      float v[9], d[9];
+      int32_t m[9];
+      const double lo = check_rng_range(r, -14, 3); /* the formats' range: below 2^23 */
+      for (int i = 0; i < ns[f]; ++i) v[i] = rnd_mag(r, lo, lo + check_rng_range(r, 0, 3.6));
+      if (t % 7 == 0) v[t % ns[f]] = 0.0f;
+      const int k = compact_se_encode_(v, ns[f], mags[f], COMPACT_EXP_MIN, m);
+      compact_se_decode_(m, ns[f], mags[f], COMPACT_EXP_MIN, k, d);
+      const double bound = fmax(ldexp(dmax3(v, ns[f]), -mags[f]), ldexp(1.0, COMPACT_EXP_MIN - mags[f] - 1));
+      for (int i = 0; i < ns[f]; ++i)
+        CHECK(fabs((double)d[i] - v[i]) <= bound, "mag %d: %.9g -> %.9g, error %.3g > %.3g", mags[f], v[i], d[i],
+              fabs((double)d[i] - v[i]), bound);
+      int32_t m2[9];
+      float d2[9];
+      const int k2 = compact_se_encode_(d, ns[f], mags[f], COMPACT_EXP_MIN, m2);
+      compact_se_decode_(m2, ns[f], mags[f], COMPACT_EXP_MIN, k2, d2);
+      CHECK(k2 == k && !memcmp(d, d2, sizeof(float) * (size_t)ns[f]), "mag %d: not idempotent (exponent %d -> %d)",
+            mags[f], k, k2);
+    }
+}
+
+/* beyond the largest exponent: saturated at (2^mag - 1) 2^(emax - mag), the sign kept */
+static void test_saturation(void) {
+  const float v[3] = {1e9f, -3e8f, 1.0f};
+  int32_t m[3];
+  float d[3];
+  const int k = compact_se_encode_(v, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, m);
+  compact_se_decode_(m, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, k, d);
+  const double top = ldexp((1 << COMPACT_V_MAG) - 1, COMPACT_EXP_MIN + (1 << COMPACT_EXP_BITS) - 1 - COMPACT_V_MAG);
+  CHECK(d[0] == (float)top && d[1] == -(float)top, "saturation: %.9g %.9g against %.9g", d[0], d[1], top);
+}
+
+static void test_half(check_rng *r) {
+  for (int t = 0; t < 20000; ++t) {
+    const float f = rnd_mag(r, -9, 4.8);
+    const float h = compact_half_decode_(compact_half_encode_(f));
+    const double bound = fabs(f) >= 6.103515625e-05 ? ldexp(fabs(f), -11) : ldexp(1.0, -25);
+    CHECK(fabs((double)h - f) <= bound, "half: %.9g -> %.9g", f, h);
+    CHECK(compact_half_decode_(compact_half_encode_(h)) == h, "half: %.9g not idempotent", h);
+  }
+  CHECK(compact_half_decode_(compact_half_encode_(1e9f)) == 65504.0f, "half: saturates");
+  CHECK(compact_half_decode_(compact_half_encode_(-2.5f)) == -2.5f, "half: -2.5 exact");
+}
+
+/* A random state: positions in a domain, velocities, C, and F = R (I + E) with strains of
+ * 10^[lo_e, hi_e]. */
+static void rnd_state(check_rng *r, const compact_frame *fr, double lo_e, double hi_e, compact_state *s, double R[9],
+                      double S[9]) {
+  for (int a = 0; a < 3; ++a) s->x[a] = (float)(fr->origin[a] + check_rng_range(r, 3, 200) * fr->dx);
+  const double lv = check_rng_range(r, -6, 1);
+  for (int a = 0; a < 3; ++a) s->v[a] = rnd_mag(r, lv - 2, lv);
+  const double lc = check_rng_range(r, -4, 3);
+  for (int q = 0; q < 9; ++q) s->C[q] = rnd_mag(r, lc - 3, lc);
+  check_random_rotation(r, R);
+  const double le = check_rng_range(r, lo_e, hi_e);
+  double E[6];
+  double fro = 0;
+  for (int i = 0; i < 6; ++i) E[i] = rnd_mag(r, le - 1, le), fro += (i < 3 ? 1 : 2) * E[i] * E[i];
+  /* |E|_2 <= 0.8: S positive definite, so that R is F's polar rotation (a reference) */
+  for (int i = 0; i < 6 && fro > 0.64; ++i) E[i] *= 0.8 / sqrt(fro);
+  const double Sv[9] = {1 + E[0], E[3], E[4], E[3], 1 + E[1], E[5], E[4], E[5], 1 + E[2]};
+  memcpy(S, Sv, sizeof Sv);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j)
+      s->F[3 * i + j] = (float)(R[3 * i] * S[j] + R[3 * i + 1] * S[3 + j] + R[3 * i + 2] * S[6 + j]);
+  s->logjp = (float)check_rng_range(r, -0.5, 0.1);
+}
+
+static void test_record(check_rng *r) {
+  const double o[3][3] = {{-0.03, -0.03, -0.03}, {-2.0, -1.5, -0.5}, {-52.0, 10.0, -3.0}};
+  const compact_frame frames[3] = {compact_frame_make(o[0], 0.01), compact_frame_make(o[1], 1.0 / 256),
+                                   compact_frame_make(o[2], 0.05)};
+  const double strains[4][2] = {{-6, -4}, {-4, -2}, {-2, -0.5}, {-0.5, 0}};
+  long passes = 0, records = 0;
+  for (int fi = 0; fi < 3; ++fi)
+    for (int si = 0; si < 4; ++si)
+      for (int t = 0; t < 3000; ++t) {
+        const compact_frame *fr = &frames[fi];
+        compact_state s, d, d2;
+        double R[9], S[9];
+        rnd_state(r, fr, strains[si][0], strains[si][1], &s, R, S);
+        const uint32_t kind = check_rng_u32(r) & 0xffffu;
+        const uint64_t id = ((uint64_t)check_rng_u32(r) << 32 | check_rng_u32(r)) & (((uint64_t)1 << 48) - 1);
+        int32_t blk[3];
+        compact_x_block(fr, s.x, blk);
+        compact_record rec;
+        passes += compact_encode(fr, blk, &s, kind, id, &rec);
+        ++records;
+        uint32_t k2;
+        uint64_t id2;
+        compact_decode(fr, blk, &rec, &d, &k2, &id2);
+        CHECK(k2 == kind && id2 == id, "kind %u id %llu -> %u %llu", kind, (unsigned long long)id, k2,
+              (unsigned long long)id2);
+        /* positions: half the lattice step q <= dx 2^-17, q a power of two (and 0 where floats are coarser) */
+        for (int a = 0; a < 3; ++a) {
+          const double bound = 0.5 * fr->q; /* the lattice nests with the floats: one rounding */
+          CHECK(fabs((double)d.x[a] - s.x[a]) <= bound, "x %.9g -> %.9g (dx %g)", s.x[a], d.x[a], fr->dx);
+        }
+        const double bv = ldexp(dmax3(s.v, 3), -COMPACT_V_MAG), bc = ldexp(dmax3(s.C, 9), -COMPACT_C_MAG);
+        for (int a = 0; a < 3; ++a) CHECK(fabs((double)d.v[a] - s.v[a]) <= bv, "v %.9g -> %.9g", s.v[a], d.v[a]);
+        for (int q = 0; q < 9; ++q) CHECK(fabs((double)d.C[q] - s.C[q]) <= bc, "C %.9g -> %.9g", s.C[q], d.C[q]);
+        CHECK(fabs((double)d.logjp - s.logjp) <= ldexp(fabs((double)s.logjp), -11) + ldexp(1.0, -25), "logjp %.9g -> %.9g",
+              s.logjp, d.logjp);
+        /* F: R^T F' against S. The stored rotation is within 2^-19 a quaternion component
+         * (angle <= 4 sqrt(3) 2^-19 < 1.4e-5): R^T R' = I + W with |W|_2 <= angle leaves an
+         * antisymmetric part (W S + S W) / 2 of at most angle |S|_2 <= 3 angle max|S_ij| and tilts
+         * the symmetric part by (W (S - I) - (S - I) W) / 2, at most 3 angle max|S - I|; S - I's
+         * format adds max(2^-14 max|S - I|, 2^-22) an entry; F's float rounding 4e-7 more. */
+        double emax = 0, smax = 0;
+        for (int i = 0; i < 9; ++i) emax = fmax(emax, fabs(S[i] - (i % 4 == 0 ? 1.0 : 0.0))), smax = fmax(smax, fabs(S[i]));
+        const double angle = 4.0 * sqrt(3.0) * ldexp(1.0, -19);
+        double P[9];
+        for (int i = 0; i < 3; ++i)
+          for (int j = 0; j < 3; ++j) P[3 * i + j] = R[i] * d.F[j] + R[3 + i] * d.F[3 + j] + R[6 + i] * d.F[6 + j];
+        const double bs = fmax(ldexp(emax, -COMPACT_S_MAG), ldexp(1.0, COMPACT_S_EXP_MIN - COMPACT_S_MAG - 1)) + 3.0 * angle * emax + 4e-7 * smax;
+        for (int i = 0; i < 3; ++i)
+          for (int j = 0; j < 3; ++j) {
+            const double sym = 0.5 * (P[3 * i + j] + P[3 * j + i]), anti = 0.5 * (P[3 * i + j] - P[3 * j + i]);
+            CHECK(fabs(sym - S[3 * i + j]) <= bs, "S[%d%d] %.9g -> %.9g (strain %.3g, bound %.3g)", i, j, S[3 * i + j], sym,
+                  emax, bs);
+            CHECK(fabs(anti) <= (3.0 * angle + 4e-7) * smax, "rotation: antisymmetric %.3g (bound %.3g)", anti,
+                  3.0 * angle * smax);
+          }
+        /* idempotency: the decoded state encodes to a code that decodes to it bitwise */
+        compact_record rec2;
+        compact_encode(fr, blk, &d, kind, id, &rec2);
+        compact_decode(fr, blk, &rec2, &d2, &k2, &id2);
+        CHECK(!memcmp(&d, &d2, sizeof d), "not idempotent (frame %d, strains 1e%g)", fi, strains[si][1]);
+        CHECK(compact_same_(&rec, &rec2), "the code of a decoded state differs (frame %d)", fi);
+        /* the CPU's rounding, through the particle's own block */
+        compact_state c1 = s, c2;
+        compact_round(fr, &c1);
+        c2 = c1;
+        compact_round(fr, &c2);
+        CHECK(!memcmp(&c1, &c2, sizeof c1), "compact_round not idempotent");
+      }
+  printf("test_compact: %ld records, %ld extra encoding passes that changed a code\n", records, passes);
+}
+
+/* A position measured from a neighbouring block (a packet's, the particle having moved) decodes
+ * to the same float as from its own block, within [-8, 8) cells. */
+static void test_blocks(check_rng *r) {
+  const double o[3] = {-0.5, -0.5, -0.5};
+  const compact_frame fr = compact_frame_make(o, 1.0 / 128);
+  for (int t = 0; t < 5000; ++t) {
+    compact_state s;
+    double R[9], S[9];
+    rnd_state(r, &fr, -4, -2, &s, R, S);
+    int32_t own[3], other[3];
+    compact_x_block(&fr, s.x, own);
+    for (int a = 0; a < 3; ++a) other[a] = own[a] + (int32_t)(check_rng_u32(r) % 3) - 1;
+    compact_record ra, rb;
+    compact_encode(&fr, own, &s, 0, 0, &ra);
+    compact_encode(&fr, other, &s, 0, 0, &rb);
+    compact_state da, db;
+    uint32_t k;
+    uint64_t id;
+    compact_decode(&fr, own, &ra, &da, &k, &id);
+    compact_decode(&fr, other, &rb, &db, &k, &id);
+    CHECK(!memcmp(da.x, db.x, sizeof da.x), "x from a neighbouring block: %.9g vs %.9g", da.x[0], db.x[0]);
+  }
+}
+
+int main(void) {
+  check_rng r = {20261203};
+  CHECK(sizeof(compact_record) == 60, "a record is %zu B", sizeof(compact_record));
+  test_bits(&r);
+  test_shared_exponent(&r);
+  test_saturation();
+  test_half(&r);
+  test_record(&r);
+  test_blocks(&r);
+  return check_summary("test_compact");
+}
