@@ -72,8 +72,8 @@ LUBE_PHI = 29.5  # degrees
 # public test cited in docs/validation.md; not read there). E_OVER_RHO_G_H0's sand settles 1% at
 # rest but is too soft for the collapse: the falling sand meets the floor at up to sqrt(2 g H0),
 # which against its constrained wave speed (11.6 sqrt(g H0) at 100 rho g H0, nu 0.3) is an elastic
-# compression of about 12%, and the cone has no cap, so what the impact stores elastically comes
-# back as spreading. At 10 MPa that strain is 1% (a = 0.5) to 4% (a = 8); the runouts it changes
+# compression of about 12%, and the cone has no cap, so what the impact stores elastically can come
+# back as spreading (the likely mechanism, not measured apart). At 10 MPa that strain is 1% (a = 0.5) to 4% (a = 8); the runouts it changes
 # are measured in docs/validation.md, "The floor, the stiffness and the sand's strength". The
 # step is the elastic wave's: 3 (a = 8) to 11 (a = 0.5) times the steps of E_OVER_RHO_G_H0.
 LUBE_E = 10.0e6  # Pa
