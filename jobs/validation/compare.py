@@ -79,7 +79,8 @@ VARIANTS = {
     "_ps": 'sand with "fit": "plane_strain"',
     "_ps_gate": '"plane_strain", released by a gate lifted at 1 m/s',
     "_ps_walls": '"plane_strain", in a channel L0 wide between side walls of friction tan 20 deg',
-    "_lube": '"plane_strain", sand and floor at 29.5 deg (the repose angle quoted for Lube et al.\'s fine sand)',
+    "_lube": ('"plane_strain", sand and floor at 29.5 deg (the repose angle quoted for Lube et al.\'s fine sand), '
+              'E = 10 MPa (a real sand\'s)'),
 }
 
 

@@ -15,7 +15,7 @@
 # The columns come with each of the sand's cone fits, column_aA (the default, "compression") and
 # column_aA_ps ("plane_strain"), and for a <= 2 with the laboratory's gate (column_aA_ps_gate) or
 # side walls (column_aA_ps_walls), and column_aA_lube ("plane_strain" at the 29.5 deg quoted for
-# Lube et al.'s fine quartz sand).
+# Lube et al.'s fine quartz sand, with a real sand's stiffness, 10 MPa).
 # Defaults: --backend cpu, --scale coarse, --out validation-SCALE-BACKEND. --only runs the cases
 # whose name matches a shell pattern (column_a1, 'column_*_ps', 'column_a[48]*') and compares what
 # DIR holds. DRIFT_BIN, DRIFT_FRONT_BIN and DRIFT_PROBE_BIN
