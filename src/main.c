@@ -175,11 +175,11 @@ static void print_plan(const scene *s, const memplan *cpu, const memplan *cuda, 
   printf("\n");
   if (host_free > 0 && cpu->host.total > host_free)
     printf("warning: the cpu backend's plan (%.2f GiB) does not fit in this host's free memory (%.2f GiB, %s); about "
-           "%llu particles would\n", gib(cpu->host.total), gib(host_free), limit,
+           "%llu particles would fit\n", gib(cpu->host.total), gib(host_free), limit,
            (unsigned long long)memplan_fitting(s, cpu, host_free, 0.0));
   if (ngpu > 0 && gpu_backend_built() && (cuda->device.total > dev_free || (host_free > 0 && cuda->host.total > host_free)))
     printf("warning: the cuda backend's plan (%.2f GiB a GPU, host %.2f GiB) does not fit in this machine's free memory "
-           "(device 0 %.2f GiB, host %.2f GiB); about %llu particles would\n", gib(cuda->device.total),
+           "(device 0 %.2f GiB, host %.2f GiB); about %llu particles would fit\n", gib(cuda->device.total),
            gib(cuda->host.total), gib(dev_free), gib(host_free),
            (unsigned long long)memplan_fitting(s, cuda, host_free, dev_free));
 }
