@@ -91,16 +91,35 @@ static int ckpt_done(sim *S) {
   return DR_OK;
 }
 
+/* A chunk buffer's arrays: those of the attributes in mask, cap rows each, from the backend's
+ * pinned memory where it has it (a GPU copies there without a bounce), counted as transfer memory
+ * into *tallied; chunk_free gives back every array p holds (its caller the count). */
+static int chunk_alloc(sim *S, particles *p, unsigned mask, size_t cap, const char *what, size_t *tallied) {
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    if (!(mask >> a & 1u)) continue;
+    void **arr = (void **)((char *)p + particle_attrs[a].offset);
+    const size_t bytes = cap * particle_attrs[a].bytes;
+    if (S->be.alloc_sums) DR_TRY(S->be.alloc_sums(S->be.state, bytes, 0, arr));
+    else if (!(*arr = dr_malloc(bytes, what))) return DR_ENOMEM;
+    *tallied += bytes;
+    memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)bytes);
+  }
+  return DR_OK;
+}
+
+static void chunk_free(sim *S, particles *p) {
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    void **arr = (void **)((char *)p + particle_attrs[a].offset);
+    if (!*arr) continue;
+    if (S->be.free_sums) S->be.free_sums(*arr, 0);
+    else free(*arr);
+    *arr = NULL;
+  }
+}
+
 static void ckpt_release(sim *S) {
   ckpt_slot *c = &S->ckpt;
-  for (int b = 0; b < 2; ++b)
-    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-      void **arr = (void **)((char *)&c->chunk[b].p + particle_attrs[a].offset);
-      if (!*arr) continue;
-      if (S->be.free_sums) S->be.free_sums(*arr, 0);
-      else free(*arr);
-      *arr = NULL;
-    }
+  for (int b = 0; b < 2; ++b) chunk_free(S, &c->chunk[b].p);
   memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)c->tallied);
   c->tallied = 0;
   c->cap = 0;
@@ -122,14 +141,7 @@ static int ckpt_reserve(sim *S, size_t n) {
   ckpt_release(S);
   c->buffers = buffers;
   for (int b = 0; b < buffers; ++b)
-    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-      void **arr = (void **)((char *)&c->chunk[b].p + particle_attrs[a].offset);
-      const size_t bytes = cap * particle_attrs[a].bytes;
-      if (S->be.alloc_sums) DR_TRY(S->be.alloc_sums(S->be.state, bytes, 0, arr));
-      else if (!(*arr = dr_malloc(bytes, "a checkpoint's chunk"))) return DR_ENOMEM;
-      c->tallied += bytes;
-      memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)bytes);
-    }
+    DR_TRY(chunk_alloc(S, &c->chunk[b].p, (1u << PARTICLE_ATTRS) - 1u, cap, "a checkpoint's chunk", &c->tallied));
   c->cap = cap;
   return DR_OK;
 }
@@ -611,14 +623,7 @@ unsigned sim_frame_mask(const scene *s) {
 }
 
 static void slot_release(sim *S, frame_slot *f) {
-  for (int b = 0; b < 2; ++b)
-    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-      void **arr = (void **)((char *)&f->p[b] + particle_attrs[a].offset);
-      if (!*arr) continue;
-      if (S->be.free_sums) S->be.free_sums(*arr, 0);
-      else free(*arr);
-      *arr = NULL;
-    }
+  for (int b = 0; b < 2; ++b) chunk_free(S, &f->p[b]);
   memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)f->tallied);
   f->tallied = 0;
   free(f->J);
@@ -641,16 +646,7 @@ static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
   const size_t cap = want;
   const int bufs = mem_frame_buffers(n, cap);
   f->mask = mask;
-  for (int b = 0; b < bufs; ++b)
-    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-      if (!(mask >> a & 1u)) continue;
-      void **arr = (void **)((char *)&f->p[b] + particle_attrs[a].offset);
-      const size_t bytes = cap * particle_attrs[a].bytes;
-      if (S->be.alloc_sums) DR_TRY(S->be.alloc_sums(S->be.state, bytes, 0, arr));
-      else if (!(*arr = dr_malloc(bytes, "a frame's particles"))) return DR_ENOMEM;
-      f->tallied += bytes;
-      memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)bytes);
-    }
+  for (int b = 0; b < bufs; ++b) DR_TRY(chunk_alloc(S, &f->p[b], mask, cap, "a frame's particles", &f->tallied));
   f->bufs = bufs;
   const unsigned fields = S->sc->output_fields;
   if ((fields & H5FRAME_BIT(H5FRAME_J)) && !(f->J = dr_malloc(cap * sizeof(float), "a frame's J")))
