@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "watchdog.h"
 #include "error.h"
 #include "log.h"
 #include "physics/sparse.h"

@@ -143,7 +143,7 @@ typedef struct scene {
   int balance_by;        /* enum balance_kind: what "load" means for the balance between ranks */
   double balance_threshold; /* several ranks: move the cuts when the largest load exceeds the mean by this */
   int balance_cost;      /* several ranks: also move them when the time lost to the imbalance exceeds a rebalance's cost */
-  double watchdog_s;     /* several ranks: s a rank waits on another before it ends the job (comm.h's watchdog);
+  double watchdog_s;     /* several ranks: s a rank waits on another before it ends the job (watchdog.h);
                           * default 300 */
   levelset_pool *collider_levelsets; /* mesh colliders' level sets (owned; the backends borrow them) */
   levelset_pool *body_levelsets;     /* mesh bodies' level sets (owned) */

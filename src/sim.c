@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "watchdog.h"
 #include "error.h"
 #include "log.h"
 #include "physics/fixed.h"
@@ -53,9 +54,12 @@ int sim_step_speed(sim *S, float *vmax) {
   return S->be.max_speed(S->be.state, vmax);
 }
 
-/* Parses DRIFT_TEST_HOOK=ACTION:RANK:STEP (ACTION signal, exit, fail or rebuild): the tests make one
- * rank raise SIGTERM, exit, or fail without telling the others, before substep STEP, or fail
- * alone in its part of the first rebuild-mapping of several ranks from there on (redistribute). */
+/* Parses DRIFT_TEST_HOOK=ACTION:RANK:STEP (ACTION signal, exit, fail, rebuild or stopfile): the
+ * tests make one rank raise SIGTERM, exit, or fail without telling the others, before substep
+ * STEP, or fail alone in its part of the first rebuild-mapping of several ranks from there on
+ * (redistribute); stopfile stops the rank (SIGSTOP, as a hung node) as it comes to create the file
+ * of frame STEP, when the others wait for it inside HDF5's collective calls (the watchdog's
+ * regions). */
 static int parse_test_hook(sim *S) {
   const char *h = settings()->test_hook;
   if (!*h) return DR_OK;
@@ -63,12 +67,15 @@ static int parse_test_hook(sim *S) {
   int rank = -1;
   unsigned long long step = 0;
   if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
-      (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail") && strcmp(action, "rebuild")))
-    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail|rebuild:RANK:STEP (a test hook)", h);
-  S->hook.action = !strcmp(action, "signal") ? HOOK_SIGNAL
+      (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail") && strcmp(action, "rebuild") &&
+       strcmp(action, "stopfile")))
+    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail|rebuild|stopfile:RANK:STEP (a test hook)",
+                   h);
+  S->hook.action = !strcmp(action, "signal")   ? HOOK_SIGNAL
                    : !strcmp(action, "exit")   ? HOOK_EXIT
                    : !strcmp(action, "fail")   ? HOOK_FAIL
-                                               : HOOK_REBUILD;
+                   : !strcmp(action, "rebuild") ? HOOK_REBUILD
+                                                : HOOK_STOPFILE;
   S->hook.rank = rank;
   S->hook.step = step;
   return DR_OK;
@@ -76,7 +83,8 @@ static int parse_test_hook(sim *S) {
 
 /* The tests' hook (DRIFT_TEST_HOOK), before substep done + 1 of this rank. */
 static int test_hook_at(sim *S, uint64_t done) {
-  if (S->hook.action == HOOK_NONE || S->hook.action == HOOK_REBUILD || S->hook.rank != S->rank ||
+  if (S->hook.action == HOOK_NONE || S->hook.action == HOOK_REBUILD || S->hook.action == HOOK_STOPFILE ||
+      S->hook.rank != S->rank ||
       done + 1 < S->hook.step)
     return DR_OK;
   const int action = S->hook.action;
@@ -91,6 +99,13 @@ static int test_hook_at(sim *S, uint64_t done) {
 
 /* The tests' hook before substep st.steps + 1. */
 int sim_test_hook(sim *S) { return test_hook_at(S, S->st.steps); }
+
+/* The tests' hook as this rank comes to create the file of a frame (stopfile). */
+void sim_test_hook_file(sim *S, int frame) {
+  if (S->hook.action != HOOK_STOPFILE || S->hook.rank != S->rank || (uint64_t)frame < S->hook.step) return;
+  S->hook.action = HOOK_NONE;
+  raise(SIGSTOP);
+}
 
 /* A frame that takes long says how far it got, every PROGRESS_EVERY_S of wall time (rank 0's
  * line; one clock read per step otherwise; DRIFT_PROGRESS_S for the tests). t < 0: the time is
@@ -173,8 +188,7 @@ static int sim_count_all(sim *S, size_t n) {
   S->st.particles = n;
   if (S->nranks == 1) return DR_OK;
   uint64_t mine = n, all = 0;
-  const int e = MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, S->comm);
-  if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(particle count)");
+  DR_TRY(comm_allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, S->comm, "the particle count"));
   S->st.particles = all;
   return DR_OK;
 }
@@ -208,7 +222,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   if (s->dt > 0) S->substeps_fixed = (int)ceil(S->frame_dt / s->dt - 1e-9);
   S->wave_speed = scene_wave_speed(s);
   S->dt_max = s->cfl * scene_viscous_dt(s);
-  if ((rc = comm_watchdog_set(comm, S->nranks > 1 ? s->watchdog_s : 0))) goto fail;
+  if ((rc = watchdog_set(comm, S->nranks > 1 ? s->watchdog_s : 0))) goto fail;
   if ((rc = settings_check())) {
     dr_mark_agreed(); /* every rank reads the same environment */
     goto fail;
@@ -449,7 +463,7 @@ int sim_advance_frame(sim *S) {
   }
   S->st.step_seconds += sim_now() - w0;
   if (rc) return rc;
-  comm_watchdog_frame(sim_now() - w0); /* slow frames raise the watchdog's limit (comm.h) */
+  watchdog_frame(sim_now() - w0); /* slow frames raise the watchdog's limit (watchdog.h) */
   if (S->nranks > 1) DR_TRY(sim_log_ranks(S, sim_now() - w0));
   S->st.time = t1;
   S->st.frame = f;
@@ -539,7 +553,7 @@ void sim_destroy(sim **Sp) {
   sim *S = *Sp;
   if (!S) return;
   sim_output_destroy(S); /* first: its jobs read the state below */
-  (void)comm_watchdog_set(MPI_COMM_NULL, 0);
+  (void)watchdog_set(MPI_COMM_NULL, 0);
   outdir_release(&S->lock);
   exchange_destroy(&S->ex);
   decomp_free(&S->dec);

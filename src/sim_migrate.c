@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "watchdog.h"
 #include "error.h"
 #include "hostmem.h"
 #include "log.h"
@@ -110,8 +111,10 @@ int sim_rebalance(sim *S, const load_pairs *L) {
   if (rc == DR_OK && 2 * L->n > INT_MAX) rc = dr_fail(DR_EINTERNAL, "load balance: %zu blocks exceed MPI's int counts", L->n);
   int n2 = (int)(2 * L->n);
   if (rc == DR_OK) {
-    int e = MPI_Allgather(&n2, 1, MPI_INT, counts, 1, MPI_INT, S->comm);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allgather(histogram sizes)");
+    MPI_Request req;
+    int e = MPI_Iallgather(&n2, 1, MPI_INT, counts, 1, MPI_INT, S->comm, &req);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Iallgather(histogram sizes)");
+    else rc = comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the load balance's histograms");
   }
   size_t total = 0;
   for (int r = 0; rc == DR_OK && r < S->nranks; ++r) displs[r] = (int)total, total += (size_t)counts[r];
@@ -119,8 +122,10 @@ int sim_rebalance(sim *S, const load_pairs *L) {
   if (rc == DR_OK && !(all = malloc(sizeof *all * (total ? total : 1))))
     rc = dr_fail(DR_ENOMEM, "out of host memory for the load balance");
   if (rc == DR_OK) {
-    int e = MPI_Allgatherv(L->v, n2, MPI_UINT64_T, all, counts, displs, MPI_UINT64_T, S->comm);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allgatherv(histograms)");
+    MPI_Request req;
+    int e = MPI_Iallgatherv(L->v, n2, MPI_UINT64_T, all, counts, displs, MPI_UINT64_T, S->comm, &req);
+    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Iallgatherv(histograms)");
+    else rc = comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the load balance's histograms");
   }
   if (rc == DR_OK) {
     decomp_free(&S->dec);

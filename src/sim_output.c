@@ -20,6 +20,7 @@
 
 #include "checkpoint.h"
 #include "comm.h"
+#include "watchdog.h"
 #include "error.h"
 #include "h5frame.h"
 #include "log.h"
@@ -85,7 +86,10 @@ static int ckpt_done(sim *S) {
   c->chunk[0].queued = c->chunk[1].queued = 0; /* the jobs run in order: the last one is the last to run */
   DR_TRY(sim_output_failed(S, writer_wait(S->writer, c->ticket)));
   if (c->put_rc) dr_fail(c->put_rc, "%s", c->put_msg);
-  DR_TRY(sim_output_failed(S, ckpt_end(S->comm, &c->file, c->put_rc)));
+  watchdog_enter("the checkpoint's file, completed by all ranks together");
+  const int rc = ckpt_end(S->comm, &c->file, c->put_rc);
+  watchdog_leave();
+  DR_TRY(sim_output_failed(S, rc));
   log_info("checkpoint %s (frame %d%s, t %.4f s)", c->file.rows.final, c->st.frame,
            c->st.step_in_frame ? " and part of the next" : "", c->st.time);
   return DR_OK;
@@ -204,11 +208,11 @@ int sim_write_checkpoint(sim *S) {
   float vmax = 0.0f, vall = 0.0f;
   if (rc == DR_OK) rc = comm_agree(S->comm, sim_step_speed(S, &vmax));
   DR_TRY(rc);
-  DR_MPI(MPI_Allreduce(&vmax, &vall, 1, MPI_FLOAT, MPI_MAX, S->comm));
+  DR_TRY(comm_allreduce(&vmax, &vall, 1, MPI_FLOAT, MPI_MAX, S->comm, "the checkpoint's speed"));
   /* G2P2G already applied the next step's return mapping (one rank only: several ranks step
    * phase by phase, never fused, so every rank says 0 there) */
   int mine = S->be.projected ? S->be.projected(S->be.state) : 0, projected = 0;
-  DR_MPI(MPI_Allreduce(&mine, &projected, 1, MPI_INT, MPI_MAX, S->comm));
+  DR_TRY(comm_allreduce(&mine, &projected, 1, MPI_INT, MPI_MAX, S->comm, "the checkpoint's step state"));
   S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
   /* the sources' counts go on changing: the checkpoint holds a copy */
   if (S->em.n > 0) {
@@ -224,7 +228,9 @@ int sim_write_checkpoint(sim *S) {
                        .emitted = c->emitted, .projected = projected};
   const ckpt_scene sc = {.text = S->sc->text, .len = S->sc->text_len, .path = S->sc->path};
   const size_t n = (size_t)bs.n_particles;
+  watchdog_enter("the checkpoint's file, created by all ranks together");
   rc = ckpt_begin(S->comm, S->out_dir, &c->st, &sc, n, S->sc->checkpoint_keep, &c->file);
+  watchdog_leave();
   if (rc) {
     dr_mark_agreed(); /* ckpt_begin's failures are agreed */
     return sim_output_failed(S, rc);
@@ -248,7 +254,9 @@ int sim_write_checkpoint(sim *S) {
       c->chunk[b].queued = 0;
       (void)writer_wait(S->writer, c->chunk[b].ticket);
     }
+  watchdog_enter("the checkpoint's file, removed by all ranks together");
   (void)ckpt_end(S->comm, &c->file, rc); /* removes it, every rank told */
+  watchdog_leave();
   dr_clear();
   dr_fail(rc, "%s", msg);
   dr_mark_agreed();
@@ -563,9 +571,11 @@ static int slot_done(sim *S, frame_slot *f) {
   f->queued = 0;
   DR_TRY(sim_output_failed(S, writer_wait(S->writer, f->ticket)));
   if (f->put_rc) dr_fail(f->put_rc, "%s", f->put_msg);
+  watchdog_enter("the frame's file, completed by all ranks together");
   int rc = h5frame_end(S->comm, &f->file, f->put_rc);
+  watchdog_leave();
   if (rc) return sim_output_failed(S, rc);
-  DR_MPI(MPI_Allreduce(f->local, f->totals, TOT_COUNT, MPI_DOUBLE, MPI_SUM, S->comm));
+  DR_TRY(comm_allreduce(f->local, f->totals, TOT_COUNT, MPI_DOUBLE, MPI_SUM, S->comm, "the frame's totals"));
   const double *all = f->totals;
   log_info("frame %d totals: mass %.6g kg  momentum (%.6g, %.6g, %.6g) kg m/s  kinetic energy %.6g J  "
            "potential energy %.6g J", f->frame, all[TOT_MASS], all[TOT_P], all[TOT_P + 1], all[TOT_P + 2],
@@ -697,7 +707,10 @@ int sim_write_frame(sim *S) {
                        .precision = S->sc->output_precision, .extent = sim_position_extent(S->sc)};
   /* the free-space check keeps room for the checkpoint due with this frame */
   if (sim_checkpoint_due(S, f->frame)) ckpt_size(S->sc->text_len, &meta.after_per_particle, &meta.after_bytes);
+  sim_test_hook_file(S, f->frame);
+  watchdog_enter("the frame's file, created by all ranks together");
   rc = h5frame_begin(S->comm, S->out_dir, &meta, n, &f->file);
+  watchdog_leave();
   if (rc) { /* the frames before are completed, whole, before the run stops on this one */
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dr_message());

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "watchdog.h"
 #include "error.h"
 #include "log.h"
 #include "settings.h"
@@ -116,7 +117,7 @@ static int vote(sim *S, step_vote *v, int *rc) {
   S->rebal_ns = S->rebal_moved = 0;
   DR_TRY(vote_op(S));
   const double w = MPI_Wtime();
-  comm_watchdog_where(S->st.frame, S->st.steps);
+  watchdog_where(S->st.frame, S->st.steps);
   DR_TRY(comm_allreduce(v->loc, v->glob, 1, S->vote_type, S->vote_op, S->comm, "the step vote"));
   S->fs.wait += MPI_Wtime() - w;
   return DR_OK;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "watchdog.h"
 #include "error.h"
 
 /* Hands this rank's new particles to the backend: add_particles, or download, append and
@@ -74,10 +75,8 @@ int sim_emit_frame(sim *S, int f, double t0) {
         break;
       }
       emit_count_cells(sc, E->body[i], &S->host, counts);
-      if (S->nranks > 1) {
-        int e = MPI_Allreduce(MPI_IN_PLACE, counts, (int)cells, MPI_INT32_T, MPI_SUM, S->comm);
-        if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(resampling source cells)");
-      }
+      if (S->nranks > 1)
+        rc = comm_allreduce(MPI_IN_PLACE, counts, (int)cells, MPI_INT32_T, MPI_SUM, S->comm, "a source's cell counts");
     }
     uint64_t added = 0;
     if (rc == DR_OK) rc = emit_source(sc, E, i, f, t0, counts, S->nranks > 1 ? sim_keep_own : NULL, S, q, &added);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "watchdog.h"
 #include "error.h"
 #include "log.h"
 #include "settings.h"
@@ -100,11 +101,11 @@ static void *thread_main(void *arg) {
 }
 
 /* One wait on done_cv (the lock held) for a caller that began waiting at t0. With the watchdog
- * (comm.h) the wait has a limit: a job stuck in a collective write that another rank never joins
+ * (watchdog.h) the wait has a limit: a job stuck in a collective write that another rank never joins
  * ends the job as a step's wait on a stalled rank does. The limit is the watchdog's, or
- * COMM_WATCHDOG_FRAMES times the longest job so far where that is longer. */
+ * WATCHDOG_FRAMES times the longest job so far where that is longer. */
 static void wait_done(writer *w, double t0) {
-  const double limit = comm_watchdog_limit();
+  const double limit = watchdog_limit();
   if (limit <= 0) {
     pthread_cond_wait(&w->done_cv, &w->lock);
     return;
@@ -114,9 +115,9 @@ static void wait_done(writer *w, double t0) {
   ts.tv_sec += 1;
   pthread_cond_timedwait(&w->done_cv, &w->lock, &ts);
   const double waited = now_s() - t0;
-  if (waited > limit && waited > COMM_WATCHDOG_FRAMES * w->longest_s) {
+  if (waited > limit && waited > WATCHDOG_FRAMES * w->longest_s) {
     pthread_mutex_unlock(&w->lock);
-    comm_watchdog_expire("the frame writer (a frame or checkpoint written by all ranks together)", waited);
+    watchdog_expire("the frame writer (a frame or checkpoint written by all ranks together)", waited);
   }
 }
 

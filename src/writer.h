@@ -11,7 +11,7 @@
  * flight and a disk slower than the GPU makes the run wait (back-pressure). At most WRITER_QUEUE
  * jobs are queued; writer_submit waits for room beyond that.
  *
- * Stalls: with the watchdog (comm.h: several ranks), a wait on the writer has its limit too
+ * Stalls: with the watchdog (watchdog.h: several ranks), a wait on the writer has its limit too
  * (the watchdog's, or 4 times the longest job so far): a job stuck in a collective write that a
  * stopped rank never joins ends the job with exit status 10 rather than hanging.
  *

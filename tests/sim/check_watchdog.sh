@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# check_watchdog.sh - a rank that stops answering ends the job with the watchdog's status (issue
-# 56, item 4; mpi/comm.h).
+# check_watchdog.sh - a rank that stops answering ends the job with the watchdog's status
+# (mpi/watchdog.h).
 #
-#   check_watchdog.sh DRIFT_EXE COMPARE_EXE SCENE MPIEXEC
+#   check_watchdog.sh DRIFT_EXE COMPARE_EXE SCENE MPIEXEC PROBE_EXE
 #
 # SCENE (tests/sim/resume_dam_break.json, run for 100 frames) on 2 ranks with
 # parallel.watchdog_s 3 and a checkpoint every frame. Once frame 1 is logged and a checkpoint is
@@ -13,15 +13,20 @@
 # where that is longer (a loaded machine). Every published frame reads back whole (COMPARE_EXE,
 # the file against itself), only temporary files may be left beside them, and the run resumes
 # from its newest checkpoint (what a requeued batch job does). The stopped rank is ended
-# (SIGCONT, SIGKILL) so that nothing lingers.
+# (SIGCONT, SIGKILL) so that nothing lingers. Then a rank stopped as it comes to create a frame's
+# file (DRIFT_TEST_HOOK=stopfile): the others wait inside HDF5's collective calls, a region the
+# watchdog's thread times (mpi/watchdog.h); the same ending, naming the region. Last, the region
+# alone (PROBE_EXE): rank 0 blocks in MPI_Barrier, which nothing polls, and only the watchdog's
+# thread can end the job.
 set -u
 . "$(dirname "$0")/../lib.sh"
 
-lib_usage 4 "$0 DRIFT_EXE COMPARE_EXE SCENE MPIEXEC" "$@"
+lib_usage 5 "$0 DRIFT_EXE COMPARE_EXE SCENE MPIEXEC PROBE_EXE" "$@"
 drift=$1
 compare=$2
 scene=$3
 mpiexec=$4
+probe=$5
 lib_setup watchdog
 sed -e 's/"parallel": {/"parallel": { "watchdog_s": 3,/' -e 's/"checkpoint_every": 3/"checkpoint_every": 1/' \
   "$scene" >scene.json
@@ -41,7 +46,7 @@ rank_pid() {
   for env in /proc/[0-9]*/environ; do
     local pid=${env#/proc/}
     pid=${pid%/environ}
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = drift ] || continue
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${2:-drift}" ] || continue
     tr '\0' '\n' <"$env" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" || continue
     tr '\0' '\n' <"$env" 2>/dev/null | grep -qx "DRIFT_WATCHDOG_TEST=$$" && echo "$pid" && return
   done
@@ -98,5 +103,76 @@ if [ -n "$last" ]; then
 else
   fail "no checkpoint was written before rank 1 stopped"
 fi
+
+# A rank stopped as it comes to create frame 2's file (DRIFT_TEST_HOOK=stopfile:1:2): rank 0 waits
+# for it inside HDF5's collective calls, which cannot be polled; the watchdog's thread times that
+# region and ends the job the same way, naming rank 1 and the region. Frame 1 stays whole, and no
+# file of frame 2 is published.
+DRIFT_WATCHDOG_TEST=$$ DRIFT_TEST_HOOK=stopfile:1:2 "$mpiexec" --oversubscribe -x DRIFT_WATCHDOG_TEST -x DRIFT_TEST_HOOK \
+  -n 2 "$drift" run scene.json --frames 4 --out F >file.log 2>&1 &
+bg=$!
+stopped=""
+for _ in $(seq 600); do
+  pid=$(rank_pid 1)
+  if [ -n "$pid" ] && grep -q '^State:[[:space:]]*T' "/proc/$pid/status" 2>/dev/null; then
+    stopped=$pid
+    break
+  fi
+  sleep 0.1
+done
+[ -n "$stopped" ] || fail "rank 1 did not stop at frame 2's file within 60 s: $(tail -n 3 file.log)"
+start=$(date +%s%N)
+wait "$bg"
+rc=$?
+s=$((($(date +%s%N) - start) / 1000000))
+end_stopped
+stopped=""
+echo "mpirun exited with $rc, $s ms after rank 1 stopped at frame 2's file"
+[ "$rc" -eq 10 ] || fail "mpirun's exit status $rc, expected 10: $(tail -n 8 file.log)"
+line=$(grep '^drift: rank 0 waited' file.log)
+echo "$line"
+longest=$(sed -n 's/^frame [0-9]*\/4 .* \([0-9.]*\) ms\/frame.*/\1/p' file.log | sort -g | tail -n 1)
+limit=$(awk -v f="${longest:-0}" 'BEGIN { l = 4 * f / 1000; print (l > 3 ? l : 3) }')
+waited=$(echo "$line" | sed -n 's/^drift: rank 0 waited \([0-9]*\) s .*/\1/p')
+awk -v w="${waited:-0}" -v l="$limit" 'BEGIN { exit !(w >= 3 && w <= l + 2) }' ||
+  fail "rank 0 waited ${waited:-?} s at frame 2's file, expected the limit, $limit s"
+awk -v ms="$s" -v l="$limit" 'BEGIN { exit !(ms < 1000 * (l + 12)) }' ||
+  fail "the job ended $s ms after rank 1 stopped at frame 2's file, expected under the limit ($limit s) + 12 s"
+[ "$(grep -c '^drift: rank 0 waited' file.log)" -eq 1 ] || fail "expected one line from rank 0: $(grep '^drift:' file.log)"
+echo "$line" | grep -q "for rank 1 in the frame's file, created by all ranks together (frame [0-9]*, step [0-9]*): it stopped answering" ||
+  fail "the line does not name rank 1 and the frame's file: $line"
+for f in F/frame_00000.h5 F/frame_00001.h5; do
+  out=$("$compare" "$f" "$f" 0 0 2>&1) || fail "$f does not read back whole: $out"
+done
+[ ! -e F/frame_00002.h5 ] || fail "frame 2 was published though rank 1 never wrote its part"
+others=$(ls -A F | grep -v -e '^frame_0000[01]\.h5$' -e '^checkpoint_00001\.h5$' -e '^frames\.xdmf$' \
+  -e '^frames_vertices\.bin$' -e '^\.[a-z_0-9.]*\.tmp$' -e '^\.drift\.lock$')
+[ -z "$others" ] || fail "unexpected files in F: $others"
+
+# The region alone: rank 1 of watchdog_probe stops itself, rank 0 blocks in MPI_Barrier inside a
+# region with a limit of 2 s.
+DRIFT_WATCHDOG_TEST=$$ "$mpiexec" --oversubscribe -x DRIFT_WATCHDOG_TEST -n 2 "$probe" 2 >probe.log 2>&1 &
+bg=$!
+for _ in $(seq 600); do
+  pid=$(rank_pid 1 watchdog_probe)
+  if [ -n "$pid" ] && grep -q '^State:[[:space:]]*T' "/proc/$pid/status" 2>/dev/null; then
+    stopped=$pid
+    break
+  fi
+  sleep 0.1
+done
+[ -n "$stopped" ] || fail "the probe's rank 1 did not stop within 60 s: $(tail -n 3 probe.log)"
+start=$(date +%s%N)
+wait "$bg"
+rc=$?
+s=$((($(date +%s%N) - start) / 1000000))
+end_stopped
+stopped=""
+line=$(grep '^drift: rank 0 waited' probe.log)
+echo "probe: mpirun exited with $rc, $s ms after rank 1 stopped: $line"
+[ "$rc" -eq 10 ] || fail "the probe's exit status $rc, expected 10: $(tail -n 8 probe.log)"
+echo "$line" | grep -q "^drift: rank 0 waited [23] s for rank 1 in the probe's barrier (frame 1, step 1): it stopped answering" ||
+  fail "the probe's line does not name rank 1 and the region after 2 s: $line"
+awk -v ms="$s" 'BEGIN { exit !(ms < 14000) }' || fail "the probe ended $s ms after rank 1 stopped, expected under 2 s + 12 s"
 
 lib_finish check_watchdog.sh
