@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "watchdog.h"
 #include "error.h"
 #include "h5util.h"
 #include "log.h"
@@ -652,50 +653,19 @@ static int rfile_attr_rows(const rfile *f, int a, uint64_t first, uint64_t n, pa
   return read_rows(f->dset[a], A->name, mem_type(A->kind), A->k, total, first, n, at, f->dxpl, path);
 }
 
-/* The sum of the row hashes over the ranks (mine: this rank's) against the recorded one. */
-static int check_sum(MPI_Comm comm, uint64_t mine, uint64_t want, const char *path) {
-  uint64_t all = 0;
-  const int e = MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, comm);
-  if (e != MPI_SUCCESS) return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(checkpoint checksum)");
-  if (all != want) return dr_fail(DR_EINPUT, "checkpoint %s: damaged (the particle data does not match its checksum)", path);
-  return DR_OK;
-}
-
-int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *out, particles *slice) {
-  int rank = 0, nranks = 1;
-  rfile f;
-  DR_MPI(MPI_Comm_rank(comm, &rank));
-  DR_MPI(MPI_Comm_size(comm, &nranks));
-  slice->n = 0;
-  DR_TRY(rfile_open(comm, path, out, &f));
-  /* this rank's even slice */
-  const uint64_t N = out->n_particles, R = (uint64_t)nranks, r = (uint64_t)rank;
-  const uint64_t first = N / R * r + N % R * r / R, end = N / R * (r + 1) + N % R * (r + 1) / R, n = end - first;
-  int st = comm_agree(comm, particles_reserve(slice, n));
-  for (int a = 0; !st && a < N_PATTRS; ++a) st = comm_agree(comm, rfile_attr_rows(&f, a, first, n, slice, N, path));
-  if (!st) {
-    slice->n = n;
-    /* every bit of every row, summed over the ranks whatever their number */
-    st = check_sum(comm, row_sum(slice, 0, n, first), f.particle_sum, path);
-  }
-  rfile_close(&f);
-  if (st) {
-    slice->n = 0;
-    free(out->emitted);
-    out->emitted = NULL;
-  }
-  return st;
-}
-
 /* ---- reading a chunk at a time -------------------------------------------------------------- */
+
+enum { CKPT_READ_CHUNK = 1 << 16 }; /* ckpt_read's hyperslabs, rows */
 
 struct ckpt_reader {
   rfile f;
   char path[H5UTIL_PATH_MAX];
-  uint64_t n;        /* rows */
-  uint64_t next_row; /* the next row to give */
-  uint64_t sum;      /* the row hashes' sum over rows [0, next_row) */
-  size_t chunk;      /* the most rows one hyperslab reads */
+  uint64_t n;          /* rows in the file */
+  uint64_t first, end; /* this rank's even slice of them */
+  uint64_t lo, hi;     /* the rows the stream gives (the slice, or all) */
+  uint64_t next_row;   /* the next row to give */
+  uint64_t sum;        /* the row hashes' sum over rows [lo, next_row) */
+  size_t chunk;        /* the most rows one hyperslab reads */
   ckpt_rows_seen seen;
 };
 
@@ -714,15 +684,17 @@ static int reader_rows(ckpt_reader *r, particles *out, uint64_t n) {
   return DR_OK;
 }
 
-/* The first pass: every row read a chunk at a time into one buffer of r->chunk particles, its
- * sum held against the recorded one and the chunk's values folded into r->seen; then back to
- * row 0 for the stream. */
-static int reader_verify(ckpt_reader *r) {
+/* The first pass, over this rank's slice: a chunk at a time into one buffer of r->chunk
+ * particles, the chunk's values folded into r->seen; the slice's sum into *sum. Local. */
+static int reader_verify(ckpt_reader *r, uint64_t *sum) {
   particles buf = {0};
-  int st = particles_reserve(&buf, (size_t)(r->n < r->chunk ? r->n : r->chunk));
+  const uint64_t rows = r->end - r->first;
+  int st = particles_reserve(&buf, (size_t)(rows < r->chunk ? rows : r->chunk));
   r->seen = (ckpt_rows_seen){.material_min = INT32_MAX, .material_max = INT32_MIN, .mass_max = 0.0f};
-  while (!st && r->next_row < r->n) {
-    const uint64_t left = r->n - r->next_row, k = left < r->chunk ? left : r->chunk;
+  r->next_row = r->first;
+  r->sum = 0;
+  while (!st && r->next_row < r->end) {
+    const uint64_t left = r->end - r->next_row, k = left < r->chunk ? left : r->chunk;
     buf.n = 0;
     if ((st = reader_rows(r, &buf, k))) break;
     for (size_t i = 0; i < buf.n; ++i) {
@@ -732,60 +704,102 @@ static int reader_verify(ckpt_reader *r) {
     }
   }
   particles_free(&buf);
-  if (!st && r->sum != r->f.particle_sum)
-    st = dr_fail(DR_EINPUT, "checkpoint %s: damaged (the particle data does not match its checksum)", r->path);
-  r->next_row = 0;
-  r->sum = 0;
+  *sum = r->sum;
   return st;
 }
 
-/* particle_source.next: the next min(max, left) rows; with the last row given, their sum again
- * against the recorded one (a file replaced between the passes is refused too). */
+/* particle_source.next: the next min(max, left) rows of the stream; with the last row of all
+ * given, their sum again against the recorded one (a file replaced between the passes is refused
+ * too). */
 static int reader_next(void *ctx, particles *out, size_t max) {
   ckpt_reader *r = ctx;
-  const uint64_t left = r->n - r->next_row, k = left < (uint64_t)max ? left : (uint64_t)max;
+  const uint64_t left = r->hi - r->next_row, k = left < (uint64_t)max ? left : (uint64_t)max;
   DR_TRY(reader_rows(r, out, k));
-  if (k > 0 && r->next_row == r->n && r->sum != r->f.particle_sum)
+  if (k > 0 && r->lo == 0 && r->next_row == r->n && r->sum != r->f.particle_sum)
     return dr_fail(DR_EINPUT, "checkpoint %s: changed while it was read (the particle data no longer matches its checksum)",
                    r->path);
   return DR_OK;
 }
 
-int ckpt_open(const char *path, size_t chunk, ckpt_state *st, ckpt_reader **out) {
+/* particle_source.rewind: the stream's rows again from its first (their sum held against the
+ * recorded one again with the last row of all). */
+static int reader_rewind(void *ctx) {
+  ckpt_reader *r = ctx;
+  r->next_row = r->lo;
+  r->sum = 0;
+  return DR_OK;
+}
+
+/* What every rank of comm agrees on after the first pass (st: this rank's): the slices' sums,
+ * added, against the recorded one, so that a flipped bit anywhere is found whatever the number of
+ * ranks; and what the slices saw, over all rows. */
+static int reader_agree(MPI_Comm comm, ckpt_reader *r, int st, uint64_t sum) {
+  DR_TRY(comm_agree(comm, st));
+  uint64_t all = 0;
+  DR_TRY(comm_allreduce(&sum, &all, 1, MPI_UINT64_T, MPI_SUM, comm, "a checkpoint's checksum"));
+  if (all != r->f.particle_sum) {
+    dr_fail(DR_EINPUT, "checkpoint %s: damaged (the particle data does not match its checksum)", r->path);
+    dr_mark_agreed(); /* every rank compares the same sums */
+    return DR_EINPUT;
+  }
+  /* the least material (negated), the largest, the largest mass: one MAX */
+  double mine[3] = {-(double)r->seen.material_min, (double)r->seen.material_max, (double)r->seen.mass_max}, max[3];
+  DR_TRY(comm_allreduce(mine, max, 3, MPI_DOUBLE, MPI_MAX, comm, "what a checkpoint's rows hold"));
+  r->seen = (ckpt_rows_seen){.material_min = (int32_t)-max[0], .material_max = (int32_t)max[1], .mass_max = (float)max[2]};
+  return DR_OK;
+}
+
+int ckpt_open(MPI_Comm comm, const char *path, size_t chunk, ckpt_state *st, ckpt_reader **out) {
   *out = NULL;
   if (chunk == 0) return dr_fail(DR_EINTERNAL, "ckpt_open: a chunk of 0 rows");
+  int rank = 0, nranks = 1;
+  DR_MPI(MPI_Comm_rank(comm, &rank));
+  DR_MPI(MPI_Comm_size(comm, &nranks));
   ckpt_reader *r = dr_malloc(sizeof *r, "a checkpoint's reader");
-  if (!r) return DR_ENOMEM;
-  memset(r, 0, sizeof *r);
-  snprintf(r->path, sizeof r->path, "%s", path);
-  r->chunk = chunk;
-  int rc = rfile_open(MPI_COMM_SELF, path, st, &r->f);
+  int rc = comm_agree(comm, r ? DR_OK : DR_ENOMEM);
   if (rc) {
     free(r);
     return rc;
   }
+  memset(r, 0, sizeof *r);
+  snprintf(r->path, sizeof r->path, "%s", path);
+  r->chunk = chunk;
+  /* each rank opens it alone (the stream reads at its own pace) and checks it the same way */
+  rc = comm_agree(comm, rfile_open(MPI_COMM_SELF, path, st, &r->f));
+  if (rc) {
+    free(st->emitted);
+    st->emitted = NULL;
+    rfile_close(&r->f);
+    free(r);
+    return rc;
+  }
   r->n = st->n_particles;
-  if ((rc = reader_verify(r))) {
+  const uint64_t N = r->n, R = (uint64_t)nranks, q = (uint64_t)rank;
+  r->first = N / R * q + N % R * q / R;
+  r->end = N / R * (q + 1) + N % R * (q + 1) / R;
+  uint64_t sum = 0;
+  rc = reader_verify(r, &sum);
+  if ((rc = reader_agree(comm, r, rc, sum))) {
     ckpt_close(&r);
     free(st->emitted);
     st->emitted = NULL;
     return rc;
   }
+  (void)ckpt_reader_source(r);
   *out = r;
   return DR_OK;
 }
 
-/* particle_source.rewind: the rows again from row 0 (their sum held against the recorded one again
- * with the last row). */
-static int reader_rewind(void *ctx) {
-  ckpt_reader *r = ctx;
-  r->next_row = 0;
-  r->sum = 0;
-  return DR_OK;
+particle_source ckpt_reader_source(ckpt_reader *r) {
+  r->lo = 0, r->hi = r->n;
+  (void)reader_rewind(r);
+  return (particle_source){.n = (size_t)r->n, .next = reader_next, .ctx = r, .rewind = reader_rewind};
 }
 
-particle_source ckpt_reader_source(ckpt_reader *r) {
-  return (particle_source){.n = (size_t)r->n, .next = reader_next, .ctx = r, .rewind = reader_rewind};
+particle_source ckpt_reader_slice(ckpt_reader *r) {
+  r->lo = r->first, r->hi = r->end;
+  (void)reader_rewind(r);
+  return (particle_source){.n = (size_t)(r->end - r->first), .next = reader_next, .ctx = r, .rewind = reader_rewind};
 }
 
 const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r) { return &r->seen; }
@@ -795,6 +809,22 @@ void ckpt_close(ckpt_reader **r) {
   rfile_close(&(*r)->f);
   free(*r);
   *r = NULL;
+}
+
+int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *st, particles *slice) {
+  slice->n = 0;
+  ckpt_reader *r = NULL;
+  DR_TRY(ckpt_open(comm, path, CKPT_READ_CHUNK, st, &r));
+  const particle_source src = ckpt_reader_slice(r);
+  int rc = particles_reserve(slice, src.n);
+  if (rc == DR_OK) rc = src.next(src.ctx, slice, src.n);
+  ckpt_close(&r);
+  if ((rc = comm_agree(comm, rc))) {
+    slice->n = 0;
+    free(st->emitted);
+    st->emitted = NULL;
+  }
+  return rc;
 }
 
 /* ---- the newest whole checkpoint of a folder ------------------------------------------------- */
@@ -859,6 +889,7 @@ int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *
 }
 
 typedef struct open_try {
+  MPI_Comm comm;
   size_t chunk;
   ckpt_state *st;
   ckpt_reader **r;
@@ -866,10 +897,11 @@ typedef struct open_try {
 
 static int try_open(void *ctx, const char *path) {
   open_try *t = ctx;
-  return ckpt_open(path, t->chunk, t->st, t->r);
+  return ckpt_open(t->comm, path, t->chunk, t->st, t->r);
 }
 
-int ckpt_open_latest(const char *dir, size_t chunk, ckpt_state *st, ckpt_reader **r, char *found, size_t len) {
-  open_try t = {.chunk = chunk, .st = st, .r = r};
-  return read_latest(MPI_COMM_SELF, dir, try_open, &t, found, len);
+int ckpt_open_latest(MPI_Comm comm, const char *dir, size_t chunk, ckpt_state *st, ckpt_reader **r, char *found,
+                     size_t len) {
+  open_try t = {.comm = comm, .chunk = chunk, .st = st, .r = r};
+  return read_latest(comm, dir, try_open, &t, found, len);
 }

@@ -107,27 +107,20 @@ int ckpt_end(MPI_Comm comm, ckpt_file *f, int put_status);
 int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_scene *sc, const particles *p,
                int keep);
 
-/* Collective over comm. Reads the checkpoint at path: the state, and this rank's even slice of
- * the particles (rows [N r / R, N (r + 1) / R) of R ranks) into *slice (resized; allocates).
- * A file that is missing or not a whole, undamaged checkpoint fails with DR_EINPUT and one line
- * naming the file and what is wrong; a file that cannot be read with DR_EIO. */
-int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *st, particles *slice);
-
-/* Collective over comm. Reads the newest checkpoint of DIR that reads back whole: tries them
- * newest first, and says (log_info) why it passes over any that does not. Writes the chosen
- * file's path to found. DR_EINPUT when DIR holds none that is usable. */
-int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *slice, char *found, size_t len);
-
-/* A checkpoint read on the calling rank alone, a chunk of rows at a time, as a particle_source
- * (particles.h): a one-rank resume streams it into the backend (backend_create_from), so the host
- * never holds all its particles. Opening checks everything ckpt_read checks, the sum of the row
- * hashes included, in a first pass over the rows (one buffer of `chunk` rows), before any row is
- * handed out: a damaged file is refused before a backend is made from it, and a folder's older
- * checkpoint can still be taken instead (ckpt_open_latest). That pass also gathers what the
- * resume checks of every particle (ckpt_rows_seen). The stream then reads the rows again, in
- * hyperslabs of at most `chunk` rows straight into the consumer's particles, and holds their sum
- * against the recorded one once more with the last row. The cost of the two passes is a second
- * read of the particle data; the host holds at most `chunk` rows of it at a time. */
+/* A checkpoint read a chunk of rows at a time, as a particle_source (particles.h): a resume
+ * streams it into the backend (backend_create_from), so the host never holds all its particles.
+ *
+ * Collective over comm (MPI_COMM_SELF: one rank). Each rank opens the file alone and checks
+ * everything the top of checkpoint.c lists, the sum of the row hashes included: each reads its
+ * even slice of the rows (rows [N r / R, N (r + 1) / R) of R ranks) in a first pass (one buffer of
+ * `chunk` rows), and the slices' sums, added over the ranks, must give the recorded one. So a
+ * damaged file is refused before a backend is made from it, and a folder's older checkpoint can
+ * still be taken instead (ckpt_open_latest). That pass also gathers what the resume checks of
+ * every particle (ckpt_rows_seen, over all ranks). The streams then read the rows again, in
+ * hyperslabs of at most `chunk` rows straight into the consumer's particles, each rank at its own
+ * pace (no collective call): all of them (ckpt_reader_source, whose last row holds the sum against
+ * the recorded one once more) or the rank's slice (ckpt_reader_slice). The host holds at most
+ * `chunk` rows at a time. */
 typedef struct ckpt_reader ckpt_reader;
 
 /* What the first pass saw over every row (material_min > material_max: no rows). */
@@ -136,18 +129,29 @@ typedef struct ckpt_rows_seen {
   float mass_max; /* kg, 0 for no rows */
 } ckpt_rows_seen;
 
-/* Opens path on the calling rank alone (MPI_COMM_SELF) and reads its state into *st (st->emitted
- * allocated, as ckpt_read does); *r: the reader (NULL on failure). chunk: the most rows read at
- * once (MEM_CREATE_CHUNK in a run; the tests take less). The same refusals as ckpt_read: DR_EINPUT
- * with one line naming the file and what is wrong, DR_EIO when it cannot be read. */
-int ckpt_open(const char *path, size_t chunk, ckpt_state *st, ckpt_reader **r);
-/* ckpt_open on the newest checkpoint of DIR that reads back whole, as ckpt_read_latest picks it;
- * its path goes to found. */
-int ckpt_open_latest(const char *dir, size_t chunk, ckpt_state *st, ckpt_reader **r, char *found, size_t len);
-/* The rows as a source: n = st->n_particles; the reader must outlive it. It rewinds (an island's
- * creation reads it once for the split, then once for each member). */
+/* Opens path and reads its state into *st (st->emitted allocated), on every rank of comm; *r: the
+ * reader (NULL on failure). chunk: the most rows read at once (MEM_CREATE_CHUNK in a run; the
+ * tests take less). A file that is missing or not a whole, undamaged checkpoint fails with
+ * DR_EINPUT and one line naming the file and what is wrong; a file that cannot be read with
+ * DR_EIO; every rank returns the same status. */
+int ckpt_open(MPI_Comm comm, const char *path, size_t chunk, ckpt_state *st, ckpt_reader **r);
+/* Collective over comm. ckpt_open on the newest checkpoint of DIR that reads back whole: tries
+ * them newest first, and says (log_info) why it passes over any that does not. Writes the chosen
+ * file's path to found. DR_EINPUT when DIR holds none that is usable. */
+int ckpt_open_latest(MPI_Comm comm, const char *dir, size_t chunk, ckpt_state *st, ckpt_reader **r, char *found,
+                     size_t len);
+/* The rows as a source, from the first: all of them (n = st->n_particles), or this rank's slice.
+ * The reader must outlive it; one source at a time. It rewinds (an island's creation reads it once
+ * for the split, then once for each member). */
 particle_source ckpt_reader_source(ckpt_reader *r);
+particle_source ckpt_reader_slice(ckpt_reader *r);
 const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r);
 void ckpt_close(ckpt_reader **r);
+
+/* ckpt_open, then this rank's slice read whole into *slice (resized; allocates), the reader
+ * closed: for the tests and tools that compare a checkpoint's particles. */
+int ckpt_read(MPI_Comm comm, const char *path, ckpt_state *st, particles *slice);
+/* ckpt_read on the checkpoint ckpt_open_latest picks. */
+int ckpt_read_latest(MPI_Comm comm, const char *dir, ckpt_state *st, particles *slice, char *found, size_t len);
 
 #endif

@@ -158,7 +158,7 @@ typedef struct backend {
   int (*snapshot)(void *state, unsigned mask, size_t *n);
   int (*fetch)(void *state, unsigned mask, size_t first, size_t count, particles *dst);
   /* A checkpoint's particles a chunk at a time, so that the host never holds them all
-   * (sim_output.c): rows first .. first + count - 1 of the particles as they stand, every
+   * (sim_checkpoint.c): rows first .. first + count - 1 of the particles as they stand, every
    * attribute, in download's order, into dst's arrays, which the caller allocated for at least
    * count particles (with alloc_sums, device 0, where the backend has it); sets dst->n = count.
    * The calls of one checkpoint come in row order from first 0 on (cuda: the first numbers the

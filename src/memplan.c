@@ -104,7 +104,7 @@ static int writes_checkpoints(const scene *s, const memplan_load *l) {
   return s->checkpoint_every > 0 && l->frames >= s->checkpoint_every;
 }
 
-/* The rows of a checkpoint's chunk for n particles (sim_output.c's buffers, and a device's
+/* The rows of a checkpoint's chunk for n particles (sim_checkpoint.c's buffers, and a device's
  * staging of one: particles_io.cu's fetch_rows). */
 static double ckpt_chunk_rows(double n) { return (double)mem_ckpt_rows((size_t)n, MEM_CKPT_CHUNK); }
 

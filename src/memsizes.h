@@ -50,7 +50,7 @@ static inline int mem_frame_buffers(size_t n, size_t cap) { return n > cap ? 2 :
 
 /* A checkpoint's rows go from the backend to the disk in chunks of at most this many particles
  * (every attribute: 124 B a particle), one fetched while the writer writes the one before
- * (sim_output.c); the backend's device stages one chunk too (cuda: its rows gathered from the
+ * (sim_checkpoint.c); the backend's device stages one chunk too (cuda: its rows gathered from the
  * packets). For n particles: one buffer of n rows where they fit one chunk (no more than a copy
  * of them), else two of MEM_CKPT_CHUNK (2 x 124 MiB): mem_ckpt_rows, mem_ckpt_buffers. */
 #define MEM_CKPT_CHUNK ((size_t)1 << 20)

@@ -176,13 +176,6 @@ static int deterministic_scales(sim *S, double m_max) {
   return DR_OK;
 }
 
-/* The largest mass of p's particles (kg), 0 for none. */
-static double particles_mass_max(const particles *p) {
-  double m_max = 0.0;
-  for (size_t i = 0; i < p->n; ++i) m_max = fmax(m_max, p->mass[i]);
-  return m_max;
-}
-
 /* The run's particle count (st.particles) from this rank's n: every rank's sum. */
 static int sim_count_all(sim *S, size_t n) {
   S->st.particles = n;
@@ -288,7 +281,6 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   }
 
   if ((rc = emit_init(s, &S->em))) goto fail;
-  particles p = {0};
   balance_init(&S->bal, s->balance_threshold, s->balance_cost);
   /* For the tests only (test_ranks): a rebalance's fixed cost before one is measured, so that
    * the cost rule moves the cuts of a small scene on a fast device within a few frames. */
@@ -296,23 +288,19 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->inv_dx = 1.0f / (float)s->dx;
   for (int a = 0; a < 3; ++a) S->origin[a] = (float)(s->domain_min[a] - GRID_PAD * s->dx);
   if (opt->resume) {
-    /* One rank: the checkpoint streams into the backend (ckpt_open), as a sampled scene does.
-     * Several: each rank's particles, gathered from the checkpoint's slices (sim_output.c). */
-    ckpt_reader *ck = NULL;
-    rc = sim_resume_from_checkpoint(S, &p, &ck);
-    const particle_source src = ck ? ckpt_reader_source(ck) : (particle_source){0};
-    if (rc == DR_OK) rc = sim_count_all(S, ck ? src.n : p.n);
-    const double m_max = ck ? (double)ckpt_reader_seen(ck)->mass_max : particles_mass_max(&p);
-    if (rc == DR_OK && s->deterministic) rc = comm_agree(comm, deterministic_scales(S, m_max));
+    /* The checkpoint streams into the backend, as a sampled scene does: on several ranks each keeps
+     * the rows it owns under cuts made from the checkpoint's loads (sim_checkpoint.c). */
+    resume_stream *rs = NULL;
+    rc = sim_resume_from_checkpoint(S, &rs);
+    const particle_source src = rc == DR_OK ? sim_resume_source(rs) : (particle_source){0};
+    if (rc == DR_OK) rc = sim_count_all(S, src.n);
+    if (rc == DR_OK && s->deterministic) rc = comm_agree(comm, deterministic_scales(S, sim_resume_mass_max(rs)));
     if (rc) {
-      ckpt_close(&ck);
-      particles_free(&p);
+      sim_resume_close(&rs);
       goto fail;
     }
-    const int kind = opt->backend >= 0 ? opt->backend : s->backend;
-    rc = ck ? backend_create_from(kind, &S->prm, &src, &S->be) : backend_create(kind, &S->prm, &p, &S->be);
-    ckpt_close(&ck);
-    particles_free(&p);
+    rc = backend_create_from(opt->backend >= 0 ? opt->backend : s->backend, &S->prm, &src, &S->be);
+    sim_resume_close(&rs);
   } else {
     /* The sampled scene streams into the backend (backend_create_from), a chunk at a time: the host
      * holds no copy of all its particles. With several ranks every rank cuts the same histogram

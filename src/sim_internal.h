@@ -5,8 +5,8 @@
  * The files: sim.c (create, destroy, the run and one rank's frame loop, step sizes, stops and
  * the tests' hook), sim_ranks.c (the frame loop of several ranks: the step vote, the step queued
  * ahead of it, the exchange set up during P2G), sim_migrate.c (the decomposition, load counts,
- * rebalance, migration and redistribute), sim_output.c (frames, their totals, checkpoints and
- * resume), sim_sources.c (particle sources' emission rounds).
+ * rebalance, migration and redistribute), sim_output.c (frames and their totals),
+ * sim_checkpoint.c (checkpoints and the resume), sim_sources.c (particle sources' emission rounds).
  *
  * Invariants: every rank holds the same decomposition (dec) and takes the same decisions from
  * agreed figures only (the step vote's sums are of whole numbers, exact in any order); the ranks
@@ -250,23 +250,41 @@ int sim_log_ranks(sim *S, double seconds);
 /* sim_migrate.c */
 size_t sim_rank_count(const sim *S);
 int sim_keep_own(void *ctx, const double x[3]);
+/* Whether this rank owns a particle at x (its block in this rank's box). */
+int sim_owns(const sim *S, const float x[3]);
+/* The particles of the load pairs L that this rank owns, summed over the ranks. Collective. */
+int sim_load_owned(const sim *S, const load_pairs *L, uint64_t *mine);
 int sim_initial_decomposition(sim *S);
 int sim_particles_load(const sim *S, const particles *p, load_pairs *L);
 int sim_rebalance(sim *S, const load_pairs *L);
 void sim_mig_release(sim *S, int k);
 int sim_reserve_migration(sim *S);
-int sim_migrate(sim *S, const particles *p, int margin, particles *q);
 int sim_redistribute(sim *S, const double *glob);
 
-/* sim_output.c */
+/* sim_output.c: frames, and what checkpoints share with them */
 int sim_make_dirs(const char *path);
-int sim_write_checkpoint(sim *S);
-int sim_resume_from_checkpoint(sim *S, particles *p, ckpt_reader **reader);
 int sim_list_earlier_frames(sim *S);
 int sim_write_frame(sim *S);
-int sim_stop_with_checkpoint(sim *S);
+int sim_complete_frame(sim *S);
 int sim_output_failed(sim *S, int rc);
 void sim_output_destroy(sim *S);
+/* A chunk buffer's arrays: those of the attributes in mask, cap rows each, from the backend's
+ * pinned memory where it has it (a GPU copies there without a bounce), counted as transfer memory
+ * into *tallied; sim_chunk_free gives back every array p holds (its caller the count). */
+int sim_chunk_alloc(sim *S, particles *p, unsigned mask, size_t cap, const char *what, size_t *tallied);
+void sim_chunk_free(sim *S, particles *p);
+
+/* sim_checkpoint.c */
+int sim_write_checkpoint(sim *S);
+int sim_ckpt_done(sim *S);
+/* The stream of this rank's particles a resume hands the backend (sim_checkpoint.c). */
+typedef struct resume_stream resume_stream;
+int sim_resume_from_checkpoint(sim *S, resume_stream **rs);
+particle_source sim_resume_source(resume_stream *rs);
+float sim_resume_mass_max(const resume_stream *rs);
+void sim_resume_close(resume_stream **rs);
+int sim_stop_with_checkpoint(sim *S);
+void sim_ckpt_destroy(sim *S);
 
 /* sim_sources.c */
 int sim_emit_frame(sim *S, int f, double t0);

@@ -43,6 +43,8 @@ static int owner_of(const sim *S, const float x[3]) {
   return decomp_owner(&S->dec, blk);
 }
 
+int sim_owns(const sim *S, const float x[3]) { return owner_of(S, x) == S->rank; }
+
 int sim_keep_own(void *ctx, const double x[3]) {
   const sim *S = ctx;
   const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
@@ -98,6 +100,24 @@ int sim_particles_load(const sim *S, const particles *p, load_pairs *L) {
   for (size_t i = 0; rc == DR_OK && i < h.cap; ++i)
     if (h.code[i] != UINT64_MAX) rc = load_push(L, h.code[i], h.count[i]);
   hist_free(&h);
+  return rc;
+}
+
+/* The particles of the load pairs L (every rank's: its own share of a scene) that this rank owns
+ * under the cuts S->dec, summed over the ranks into *mine. Collective. */
+int sim_load_owned(const sim *S, const load_pairs *L, uint64_t *mine) {
+  uint64_t *to = calloc((size_t)S->nranks, sizeof *to), *all = calloc((size_t)S->nranks, sizeof *all);
+  int rc = to && all ? DR_OK : dr_fail(DR_ENOMEM, "out of host memory for the load balance");
+  for (size_t k = 0; rc == DR_OK && k < L->n; ++k) {
+    int c[3];
+    sparse_block_coords(L->v[2 * k], c);
+    const int32_t blk[3] = {c[0], c[1], c[2]};
+    to[decomp_owner(&S->dec, blk)] += L->v[2 * k + 1] / L->weight;
+  }
+  rc = comm_agree(S->comm, rc);
+  if (rc == DR_OK) rc = comm_allreduce(to, all, S->nranks, MPI_UINT64_T, MPI_SUM, S->comm, "the particles each rank owns");
+  if (rc == DR_OK) *mine = all[S->rank];
+  free(to), free(all);
   return rc;
 }
 
@@ -272,16 +292,6 @@ int sim_reserve_migration(sim *S) {
   else if (!S->be.emigrate_records) DR_TRY(mig_reserve(S, 2, rec * n)); /* packed from emigrate */
   log_trace("migration: host memory for %zu particle records reserved in %.1f ms", n, 1e3 * (sim_now() - t0));
   return DR_OK;
-}
-
-/* migrate_records for particles (a resume's slices): fills q (empty on entry) with the particles
- * this rank keeps and those it receives. p is left unchanged. Collective. */
-int sim_migrate(sim *S, const particles *p, int margin, particles *q) {
-  size_t nq = 0;
-  int rc = pack_records(S, p); /* before mig_buf[2] is read: it may move */
-  rc = migrate_records(S, rc, S->mig_buf[2], p->n, margin, &nq);
-  if (rc == DR_OK) rc = unpack_records(S, nq, q);
-  return comm_agree(S->comm, rc);
 }
 
 /* At a rebuild-mapping of several ranks: moves the cuts when the load is uneven (from the

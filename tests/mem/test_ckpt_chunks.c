@@ -1,5 +1,5 @@
 /* test_ckpt_chunks - a checkpoint's rows go from the backend to the disk through two chunk buffers
- * (sim_output.c, backend.h's fetch_rows), not through a host copy of the particles. A box of
+ * (sim_checkpoint.c, backend.h's fetch_rows), not through a host copy of the particles. A box of
  * 108,000 particles runs one frame twice, with a checkpoint (output.checkpoint_every 1) and
  * without, its chunks of 1000 particles (DRIFT_FRAME_CHUNK=1000, which CMake sets):
  *   - the run with the checkpoint holds at its end exactly the two chunk buffers more host memory
