@@ -52,6 +52,55 @@ rank_pid() {
   done
 }
 
+# stopped_end COMM LOG WHAT: waits (60 s at most) for rank 1 of the job in the background ($bg),
+# whose processes are named COMM, to stop itself, then for the job to end; rc: its exit status, s:
+# the ms from the stop to the end. WHAT names the stop in a failure.
+stopped_end() {
+  local pid
+  stopped=""
+  for _ in $(seq 600); do
+    pid=$(rank_pid 1 "$1")
+    if [ -n "$pid" ] && grep -q '^State:[[:space:]]*T' "/proc/$pid/status" 2>/dev/null; then
+      stopped=$pid
+      break
+    fi
+    sleep 0.1
+  done
+  [ -n "$stopped" ] || fail "rank 1 did not stop $3 within 60 s: $(tail -n 3 "$2")"
+  local start
+  start=$(date +%s%N)
+  wait "$bg"
+  rc=$?
+  s=$((($(date +%s%N) - start) / 1000000))
+  end_stopped
+  stopped=""
+}
+
+# ended LOG FRAMES PATTERN WHAT: the job of LOG (run for FRAMES frames) ended as the watchdog
+# ends it ($rc, $s: stopped_end's or the caller's): exit status 10, within the limit + 12 s of the
+# stop (the roll call, 2 s, and MPI_Abort; 10 s of slack for a loaded machine), and one line from
+# rank 0 that waited the limit, matches PATTERN and gives the exit status. The limit: 3 s, or 4
+# times the longest frame logged where that is longer (a loaded machine); a region's may be raised
+# by its own longest, hence a second of slack. WHAT names the stop in the messages.
+ended() {
+  echo "mpirun exited with $rc, $s ms after rank 1 stopped$4"
+  [ "$rc" -eq 10 ] || fail "mpirun's exit status $rc, expected 10: $(tail -n 8 "$1")"
+  line=$(grep '^drift: rank 0 waited' "$1")
+  echo "$line"
+  local longest limit waited
+  longest=$(sed -n "s/^frame [0-9]*\/$2 .* \([0-9.]*\) ms\/frame.*/\1/p" "$1" | sort -g | tail -n 1)
+  limit=$(awk -v f="${longest:-0}" 'BEGIN { l = 4 * f / 1000; print (l > 3 ? l : 3) }')
+  waited=$(echo "$line" | sed -n 's/^drift: rank 0 waited \([0-9]*\) s .*/\1/p')
+  echo "limit ${limit} s (longest frame ${longest:-?} ms), waited ${waited:-?} s, ended after $s ms"
+  awk -v w="${waited:-0}" -v l="$limit" 'BEGIN { exit !(w >= 3 && w <= l + 2) }' ||
+    fail "rank 0 waited ${waited:-?} s$4, expected the limit, $limit s"
+  awk -v ms="$s" -v l="$limit" 'BEGIN { exit !(ms < 1000 * (l + 12)) }' ||
+    fail "the job ended $s ms after rank 1 stopped$4, expected under the limit ($limit s) + 12 s"
+  [ "$(grep -c '^drift: rank 0 waited' "$1")" -eq 1 ] || fail "expected one line from rank 0: $(grep '^drift:' "$1")"
+  echo "$line" | grep -q "$3" || fail "the line does not name rank 1, the phase and the step$4: $line"
+  echo "$line" | grep -q "exit status 10" || fail "the line does not give the exit status: $line"
+}
+
 DRIFT_WATCHDOG_TEST=$$ "$mpiexec" --oversubscribe -x DRIFT_WATCHDOG_TEST -n 2 "$drift" run scene.json --frames 100 \
   --out W >run.log 2>&1 &
 bg=$!
@@ -70,24 +119,7 @@ rc=$?
 bg=""
 s=$((($(date +%s%N) - start) / 1000000))
 end_stopped
-echo "mpirun exited with $rc, $s ms after rank 1 stopped"
-[ "$rc" -eq 10 ] || fail "mpirun's exit status $rc, expected 10: $(tail -n 8 run.log)"
-line=$(grep '^drift: rank 0 waited' run.log)
-echo "$line"
-# the limit: 3 s, or 4 times the longest frame logged where that is longer (a loaded machine)
-longest=$(sed -n 's/^frame [0-9]*\/100 .* \([0-9.]*\) ms\/frame.*/\1/p' run.log | sort -g | tail -n 1)
-limit=$(awk -v f="${longest:-0}" 'BEGIN { l = 4 * f / 1000; print (l > 3 ? l : 3) }')
-waited=$(echo "$line" | sed -n 's/^drift: rank 0 waited \([0-9]*\) s .*/\1/p')
-echo "limit ${limit} s (longest frame ${longest:-?} ms), waited ${waited:-?} s, ended after $s ms"
-awk -v w="${waited:-0}" -v l="$limit" 'BEGIN { exit !(w >= 3 && w <= l + 1) }' ||
-  fail "rank 0 waited ${waited:-?} s, expected the limit, $limit s"
-# past the limit: the roll call (2 s) and MPI_Abort; 10 s of slack for a loaded machine
-awk -v ms="$s" -v l="$limit" 'BEGIN { exit !(ms < 1000 * (l + 12)) }' ||
-  fail "the job ended $s ms after rank 1 stopped, expected under the limit ($limit s) + 12 s"
-[ "$(grep -c '^drift: rank 0 waited' run.log)" -eq 1 ] || fail "expected one line from rank 0: $(grep '^drift:' run.log)"
-echo "$line" | grep -q "for rank 1 in the [a-z' -]*.* (frame [0-9]*, step [0-9]*): it stopped answering" ||
-  fail "the line does not name rank 1, the phase and the step: $line"
-echo "$line" | grep -q "exit status 10" || fail "the line does not give the exit status: $line"
+ended run.log 100 "for rank 1 in the [a-z' -]*.* (frame [0-9]*, step [0-9]*): it stopped answering" ""
 for f in W/frame_*.h5; do
   out=$("$compare" "$f" "$f" 0 0 2>&1) || fail "$f does not read back whole: $out"
 done
@@ -111,36 +143,9 @@ fi
 DRIFT_WATCHDOG_TEST=$$ DRIFT_TEST_HOOK=stopfile:1:2 "$mpiexec" --oversubscribe -x DRIFT_WATCHDOG_TEST -x DRIFT_TEST_HOOK \
   -n 2 "$drift" run scene.json --frames 4 --out F >file.log 2>&1 &
 bg=$!
-stopped=""
-for _ in $(seq 600); do
-  pid=$(rank_pid 1)
-  if [ -n "$pid" ] && grep -q '^State:[[:space:]]*T' "/proc/$pid/status" 2>/dev/null; then
-    stopped=$pid
-    break
-  fi
-  sleep 0.1
-done
-[ -n "$stopped" ] || fail "rank 1 did not stop at frame 2's file within 60 s: $(tail -n 3 file.log)"
-start=$(date +%s%N)
-wait "$bg"
-rc=$?
-s=$((($(date +%s%N) - start) / 1000000))
-end_stopped
-stopped=""
-echo "mpirun exited with $rc, $s ms after rank 1 stopped at frame 2's file"
-[ "$rc" -eq 10 ] || fail "mpirun's exit status $rc, expected 10: $(tail -n 8 file.log)"
-line=$(grep '^drift: rank 0 waited' file.log)
-echo "$line"
-longest=$(sed -n 's/^frame [0-9]*\/4 .* \([0-9.]*\) ms\/frame.*/\1/p' file.log | sort -g | tail -n 1)
-limit=$(awk -v f="${longest:-0}" 'BEGIN { l = 4 * f / 1000; print (l > 3 ? l : 3) }')
-waited=$(echo "$line" | sed -n 's/^drift: rank 0 waited \([0-9]*\) s .*/\1/p')
-awk -v w="${waited:-0}" -v l="$limit" 'BEGIN { exit !(w >= 3 && w <= l + 2) }' ||
-  fail "rank 0 waited ${waited:-?} s at frame 2's file, expected the limit, $limit s"
-awk -v ms="$s" -v l="$limit" 'BEGIN { exit !(ms < 1000 * (l + 12)) }' ||
-  fail "the job ended $s ms after rank 1 stopped at frame 2's file, expected under the limit ($limit s) + 12 s"
-[ "$(grep -c '^drift: rank 0 waited' file.log)" -eq 1 ] || fail "expected one line from rank 0: $(grep '^drift:' file.log)"
-echo "$line" | grep -q "for rank 1 in the frame's file, created by all ranks together (frame [0-9]*, step [0-9]*): it stopped answering" ||
-  fail "the line does not name rank 1 and the frame's file: $line"
+stopped_end drift file.log "at frame 2's file"
+ended file.log 4 "for rank 1 in the frame's file, created by all ranks together (frame [0-9]*, step [0-9]*): it stopped answering" \
+  " at frame 2's file"
 for f in F/frame_00000.h5 F/frame_00001.h5; do
   out=$("$compare" "$f" "$f" 0 0 2>&1) || fail "$f does not read back whole: $out"
 done
@@ -153,21 +158,7 @@ others=$(ls -A F | grep -v -e '^frame_0000[01]\.h5$' -e '^checkpoint_00001\.h5$'
 # region with a limit of 2 s.
 DRIFT_WATCHDOG_TEST=$$ "$mpiexec" --oversubscribe -x DRIFT_WATCHDOG_TEST -n 2 "$probe" 2 >probe.log 2>&1 &
 bg=$!
-for _ in $(seq 600); do
-  pid=$(rank_pid 1 watchdog_probe)
-  if [ -n "$pid" ] && grep -q '^State:[[:space:]]*T' "/proc/$pid/status" 2>/dev/null; then
-    stopped=$pid
-    break
-  fi
-  sleep 0.1
-done
-[ -n "$stopped" ] || fail "the probe's rank 1 did not stop within 60 s: $(tail -n 3 probe.log)"
-start=$(date +%s%N)
-wait "$bg"
-rc=$?
-s=$((($(date +%s%N) - start) / 1000000))
-end_stopped
-stopped=""
+stopped_end watchdog_probe probe.log "in the probe"
 line=$(grep '^drift: rank 0 waited' probe.log)
 echo "probe: mpirun exited with $rc, $s ms after rank 1 stopped: $line"
 [ "$rc" -eq 10 ] || fail "the probe's exit status $rc, expected 10: $(tail -n 8 probe.log)"
