@@ -1,4 +1,6 @@
-/* backend_cpu.c - the CPU reference backend (OpenMP).
+/* backend_cpu.c - the CPU reference backend (OpenMP): its state's storage, the step and the
+ * creation; its particles in and out are backend_cpu_particles.c's, its part of the rank exchange
+ * backend_cpu_exchange.c's (backend_cpu_internal.h holds the state).
  *
  * It runs the paper's pipeline on the same sparse block layout as the CUDA backend, written
  * for clarity rather than speed, so that the mapping logic is exercised where there is no GPU
@@ -25,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend_cpu_internal.h"
 #include "error.h"
 #include "grid.h"
 #include "memsizes.h"
@@ -39,70 +41,6 @@
 #include "physics/transfer.h"
 #include "scene.h"
 #include "settings.h"
-
-#define NCOLORS 27
-#define CH_APIC 4   /* grid channels: mass, momentum x, y, z (the grid update makes it velocity) */
-#define CH_ASFLIP 7 /* ... and the momentum without the stress impulse (ASFLIP's old velocity) */
-
-typedef struct xslot { /* node_masks_async's masks of one link */
-  void *msg;
-  size_t cap, bytes;
-} xslot;
-
-typedef struct cpu_state {
-  sim_params prm;
-  material_params *mats;
-  float origin[3], inv_dx;
-  xslot *xslot;                 /* node_masks_async's masks, one slot per link */
-  int n_xslot;
-  int channels;                 /* CH_APIC or CH_ASFLIP */
-  size_t bf;                    /* floats per grid block: channels x 64 */
-  double time;                  /* start of the next step (set_time), s */
-  collider_pose *poses;         /* [n_colliders] where the colliders are in this grid update */
-  particles p;                  /* sorted by (particle block, cell) at each rebuild */
-  particles tmp;                /* permutation target at rebuild (grow-only) */
-  particles snap;               /* backend.h's snapshot: the arrays of snap_mask, snap_cap rows each
-                                 * (memtally_malloc, MT_TRANSFER), kept snapshot after snapshot */
-  unsigned snap_mask;
-  size_t snap_cap;
-  int32_t *pblock;              /* [n] particle block of each particle */
-  uint64_t *sort_key;           /* [2n]: (key, index) pairs */
-  size_t cap_n;
-
-  size_t n_pb, cap_pb;
-  int32_t *pb_coord;   /* [3 n_pb] */
-  int32_t *pb_nbr;     /* [27 n_pb] physical block indices, sparse_neighbor() order */
-  size_t *pb_start;    /* [n_pb + 1] first particle of each particle block */
-  int32_t *color_pb;   /* [n_pb] particle blocks grouped by colour */
-  size_t color_start[NCOLORS + 1];
-  uint64_t *nbr_codes; /* [27 n_pb] scratch for the physical block list */
-
-  size_t n_blocks, cap_blocks;
-  uint64_t *block_code;
-  float *grid;         /* [n_blocks][channels][64] */
-  int64_t *igrid;      /* deterministic mode only: [n_blocks][channels][64] fixed-point P2G sums */
-  int det;             /* deterministic mode (prm.deterministic) */
-  int compact;         /* parallel.storage "compact": the state rounds through physics/compact.h's record
-                        * where a compact store would write it (P2G's return mapping, G2P's end, arrival) */
-  compact_frame cframe; /* the record's position lattice: the grid origin and dx */
-  int projected;       /* the next P2G leaves out the return mapping (set_projected) */
-  double inv_scale[2]; /* 1 / prm.fix_scale */
-  uint8_t *touched;    /* [n_blocks] */
-  uint8_t *shared;     /* [n_blocks] shared with another rank (mark_shared) */
-  block_table table;
-
-  int need_rebuild;
-  uint64_t rebuilds;
-  float vmax;
-  /* backend.h's gate (g2p_ahead, gate_open): the CPU computes at once, so the calls that a GPU
-   * would queue behind the gate are deferred until it opens (run) or dropped (voided) */
-  int ahead_on;                   /* --steps-ahead (auto: on): g2p_ahead arms the gate */
-  int gate_armed;
-  int gate_p2g;                   /* p2g(gate_dt) waits behind the gate */
-  float gate_dt;
-  struct gate_masks { int slot; const int32_t *idx; size_t n; } *gate_masks; /* node_masks_async's, in order */
-  int n_gate_masks, cap_gate_masks;
-} cpu_state;
 
 /* ---- storage ------------------------------------------------------------------------------ */
 
@@ -178,7 +116,7 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void base_node(const cpu_state *s, const float *x, int b[3]) {
+void cpu_base_node(const cpu_state *s, const float *x, int b[3]) {
   for (int a = 0; a < 3; ++a) b[a] = bspline_base((x[a] - s->origin[a]) * s->inv_dx);
 }
 
@@ -192,7 +130,7 @@ static void permute(cpu_state *s, size_t n) {
   }
 }
 
-static int rebuild(void *state, int force, int *rebuilt) {
+int cpu_rebuild(void *state, int force, int *rebuilt) {
   cpu_state *s = state;
   *rebuilt = 0;
   if (!force && !s->need_rebuild) return DR_OK;
@@ -207,7 +145,7 @@ static int rebuild(void *state, int force, int *rebuilt) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i) {
     int b[3];
-    base_node(s, s->p.x + 3 * i, b);
+    cpu_base_node(s, s->p.x + 3 * i, b);
     uint64_t code = sparse_block_code(sparse_particle_block(b[0]), sparse_particle_block(b[1]), sparse_particle_block(b[2]));
     s->sort_key[2 * i] = (code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b[0]),
                                                                       sparse_cell_in_particle_block(b[1]),
@@ -375,7 +313,7 @@ static int p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_
   return bad;
 }
 
-static int p2g(void *state, float dt) {
+int cpu_p2g(void *state, float dt) {
   cpu_state *s = state;
   if (s->gate_armed) { /* behind the gate: runs when it opens (gate_open) */
     s->gate_p2g = 1;
@@ -484,7 +422,7 @@ static void compact_round_particle(cpu_state *s, size_t i) {
 /* Particles first..n-1 as a compact store receives them (creation, a resume, arrivals from
  * other ranks, sources): rounded, which leaves the rounded state of a checkpoint as it is
  * (the round trip is idempotent). */
-static void compact_round_from(cpu_state *s, size_t first) {
+void cpu_compact_round_from(cpu_state *s, size_t first) {
   if (!s->compact) return;
 #pragma omp parallel for schedule(static)
   for (long i = (long)first; i < (long)s->p.n; ++i) compact_round_particle(s, (size_t)i);
@@ -492,7 +430,7 @@ static void compact_round_from(cpu_state *s, size_t first) {
 
 /* ---- G2P --------------------------------------------------------------------------------- */
 
-static int g2p(void *state, float dt) {
+int cpu_g2p(void *state, float dt) {
   cpu_state *s = state;
   particles *p = &s->p;
   const float dx = s->prm.dx, k = 4.0f * s->inv_dx * s->inv_dx;
@@ -557,7 +495,7 @@ static int g2p(void *state, float dt) {
     }
     vmax = fmaxf(vmax, sqrtf(sp2));
     int b[3];
-    base_node(s, x, b);
+    cpu_base_node(s, x, b);
     for (int a = 0; a < 3; ++a) leave |= !sparse_in_free_zone(b[a], P[a]);
   }
   if (bad >= 0) return backend_fail_particle(&s->prm, p->id[bad], p->material[bad]);
@@ -573,251 +511,6 @@ static int max_speed(void *state, float *vmax) {
   return DR_OK;
 }
 
-static int download(void *state, particles *out) {
-  cpu_state *s = state;
-  size_t n = s->p.n;
-  DR_TRY(particles_reserve(out, n));
-  out->n = n;
-  for (int a = 0; a < PARTICLE_ATTRS && n > 0; ++a) /* none yet (sources only): no arrays either */
-    memcpy(particles_attr(out, a), particles_attr(&s->p, a), n * particle_attrs[a].bytes);
-  for (size_t i = 0; i < n; ++i) out->owner[i] = s->prm.rank * 256;
-  return DR_OK;
-}
-
-/* Copies attribute a of rows [0, n) of src to dst (owner: this rank's value), in slices over the
- * threads. */
-static void copy_attr(const cpu_state *s, int a, char *dst, const char *src, size_t n) {
-  const int32_t owner = s->prm.rank * 256;
-  const size_t bytes = n * particle_attrs[a].bytes, slice = (size_t)1 << 22;
-  const long slices = (long)((bytes + slice - 1) / slice);
-#pragma omp parallel for schedule(static)
-  for (long k = 0; k < slices; ++k) {
-    const size_t b = (size_t)k * slice, e = b + slice < bytes ? b + slice : bytes;
-    if (a == PA_owner)
-      for (size_t i = b / sizeof(int32_t); i < e / sizeof(int32_t); ++i) ((int32_t *)dst)[i] = owner;
-    else
-      memcpy(dst + b, src + b, e - b);
-  }
-}
-
-static void snap_release(cpu_state *s) {
-  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-    void **arr = (void **)((char *)&s->snap + particle_attrs[a].offset);
-    memtally_free(*arr);
-    *arr = NULL;
-  }
-  s->snap.n = s->snap_cap = 0;
-  s->snap_mask = 0;
-}
-
-/* backend.h's snapshot: the host is this backend's device, so the snapshot is a host copy of the
- * mask's arrays, a quarter past the need (mem_frame_capacity, the memory plan's rule), kept; the
- * owner left out (this rank's one value, which fetch writes). */
-static int snapshot(void *state, unsigned mask, size_t *n) {
-  cpu_state *s = state;
-  const size_t m = s->p.n;
-  if (m > s->snap_cap || mask != s->snap_mask) {
-    snap_release(s);
-    const size_t cap = mem_frame_capacity(m);
-    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-      if (!((mask & ~PA_BIT(owner)) >> a & 1u)) continue;
-      void **arr = (void **)((char *)&s->snap + particle_attrs[a].offset);
-      if (!(*arr = memtally_malloc(MT_TRANSFER, cap * particle_attrs[a].bytes, "the frame's snapshot"))) {
-        snap_release(s);
-        return DR_ENOMEM;
-      }
-    }
-    s->snap_cap = cap, s->snap_mask = mask;
-  }
-  for (int a = 0; a < PARTICLE_ATTRS && m > 0; ++a)
-    if ((mask & ~PA_BIT(owner)) >> a & 1u) copy_attr(s, a, particles_attr(&s->snap, a), particles_attr(&s->p, a), m);
-  s->snap.n = m;
-  *n = m;
-  return DR_OK;
-}
-
-/* backend.h's fetch: rows of the snapshot, copied (any thread: the snapshot is not the particles). */
-static int fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst) {
-  cpu_state *s = state;
-  if ((mask & s->snap_mask) != mask || first > s->snap.n || count > s->snap.n - first)
-    return dr_fail(DR_EINTERNAL, "cpu backend: fetch of rows %zu .. %zu (mask 0x%x) from a snapshot of %zu (mask 0x%x)",
-                   first, first + count, mask, s->snap.n, s->snap_mask);
-  for (int a = 0; a < PARTICLE_ATTRS && count > 0; ++a)
-    if (a == PA_owner && (mask & PA_BIT(owner)))
-      copy_attr(s, a, particles_attr(dst, a), NULL, count);
-    else if (mask >> a & 1u)
-      memcpy(particles_attr(dst, a), (const char *)particles_attr(&s->snap, a) + first * particle_attrs[a].bytes,
-             count * particle_attrs[a].bytes);
-  dst->n = count;
-  return DR_OK;
-}
-
-/* backend.h's fetch_rows: rows of the particles themselves, copied (the owner: this rank's). */
-static int fetch_rows(void *state, size_t first, size_t count, particles *dst) {
-  cpu_state *s = state;
-  if (first > s->p.n || count > s->p.n - first)
-    return dr_fail(DR_EINTERNAL, "cpu backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count,
-                   s->p.n);
-  for (int a = 0; a < PARTICLE_ATTRS && count > 0; ++a)
-    if (a == PA_owner)
-      copy_attr(s, a, particles_attr(dst, a), NULL, count);
-    else
-      memcpy(particles_attr(dst, a), (const char *)particles_attr(&s->p, a) + first * particle_attrs[a].bytes,
-             count * particle_attrs[a].bytes);
-  dst->n = count;
-  return DR_OK;
-}
-
-static size_t count(void *state) { return ((cpu_state *)state)->p.n; }
-
-static int stats(void *state, backend_stats *out) {
-  cpu_state *s = state;
-  out->rebuilds = s->rebuilds;
-  out->n_particles = s->p.n;
-  out->n_blocks = s->n_blocks;
-  out->vote_wait_s = 0.0; /* the host steps: no device waits for the vote */
-  out->bytes = (double)s->cap_n * (2 * particles_record_bytes() + sizeof(int32_t) + 2 * sizeof(uint64_t)) +
-               (double)s->cap_blocks * (s->bf * (sizeof(float) + (s->det ? sizeof(int64_t) : 0)) + sizeof(uint64_t) + 1) +
-               (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;
-  for (int a = 0; a < PARTICLE_ATTRS; ++a) /* the frame's snapshot */
-    if (particles_attr(&s->snap, a)) out->bytes += (double)s->snap_cap * particle_attrs[a].bytes;
-  return DR_OK;
-}
-
-/* ---- the rank exchange (mpi/exchange.c) --------------------------------------------------- */
-
-static int blocks(void *state, const uint64_t **codes, size_t *n) {
-  cpu_state *s = state;
-  *codes = s->block_code; /* sorted by code; the position is the dense index */
-  *n = s->n_blocks;
-  return DR_OK;
-}
-
-/* node_masks_async deferred behind the gate, after the p2g deferred before it (gate_open runs
- * them in order). */
-static int gate_defer(cpu_state *s, int slot, const int32_t *idx, size_t n) {
-  if (s->n_gate_masks == s->cap_gate_masks) {
-    const int cap = s->cap_gate_masks ? 2 * s->cap_gate_masks : 4;
-    struct gate_masks *q = realloc(s->gate_masks, sizeof *q * (size_t)cap);
-    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the node masks queued behind the gate");
-    s->gate_masks = q, s->cap_gate_masks = cap;
-  }
-  s->gate_masks[s->n_gate_masks++] = (struct gate_masks){slot, idx, n};
-  return DR_OK;
-}
-
-/* The slot's mask buffer, of at least need bytes. */
-static int xslot_get(cpu_state *s, int slot, size_t need, xslot **out) {
-  if (slot < 0) return dr_fail(DR_EINTERNAL, "cpu backend: node mask slot %d", slot);
-  if (slot >= s->n_xslot) {
-    const int cap = slot + 1 > 2 * s->n_xslot ? slot + 1 : 2 * s->n_xslot;
-    xslot *q = realloc(s->xslot, sizeof *q * (size_t)cap);
-    if (!q) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's mask buffers");
-    memset(q + s->n_xslot, 0, sizeof *q * (size_t)(cap - s->n_xslot));
-    s->xslot = q, s->n_xslot = cap;
-  }
-  xslot *x = &s->xslot[slot];
-  if (x->cap < need) {
-    free(x->msg);
-    x->msg = malloc(need ? need : 1);
-    x->cap = x->msg ? need : 0;
-    if (!x->msg) return dr_fail(DR_ENOMEM, "out of host memory for the exchange's mask buffers (%zu bytes)", need);
-  }
-  *out = x;
-  return DR_OK;
-}
-
-/* The node exchange (backend.h): a block's mask marks the nodes where any channel of this step's
- * sums is non-zero (an untouched block holds none): every node a particle weighs with w > 0 gets
- * mass w m > 0. Not so in deterministic mode, where a tiny w m rounds to a fixed-point 0 while G2P
- * still reads the node with that w: there every node of a touched block is marked (the blocks a
- * particle's stencil reaches, as P2G marks them), so that only the blocks both ranks reach
- * travel, whole. */
-static uint64_t node_mask(const cpu_state *s, int32_t blk) {
-  uint64_t m = 0;
-  if (!s->touched[blk]) return 0;
-  if (s->det) return ~0ull;
-  const size_t ch = s->bf / BLOCK_NODES;
-  for (int nd = 0; nd < BLOCK_NODES; ++nd) {
-    int any = 0;
-    for (size_t c = 0; c < ch; ++c) any |= s->grid[(size_t)blk * s->bf + c * BLOCK_NODES + nd] != 0.0f;
-    m |= (uint64_t)any << nd;
-  }
-  return m;
-}
-
-static int node_masks(void *state, const int32_t *idx, size_t n, uint64_t *out) {
-  cpu_state *s = state;
-  for (size_t k = 0; k < n; ++k) out[k] = node_mask(s, idx[k]);
-  return DR_OK;
-}
-
-/* Into the slot's buffer at once (behind the gate: when it opens); node_masks_wait hands it over. */
-static int node_masks_async(void *state, int slot, const int32_t *idx, size_t n) {
-  cpu_state *s = state;
-  if (s->gate_armed) return gate_defer(s, slot, idx, n);
-  xslot *x = NULL;
-  DR_TRY(xslot_get(s, slot, n * sizeof(uint64_t), &x));
-  x->bytes = n * sizeof(uint64_t);
-  return node_masks(state, idx, n, x->msg);
-}
-
-static int node_masks_wait(void *state, int slot, uint64_t *out) {
-  cpu_state *s = state;
-  if (slot < 0 || slot >= s->n_xslot)
-    return dr_fail(DR_EINTERNAL, "cpu backend: node_masks_wait(%d) without its node_masks_async", slot);
-  memcpy(out, s->xslot[slot].msg, s->xslot[slot].bytes);
-  return DR_OK;
-}
-
-/* The values of the nodes mask marks, between the grid and a node message (block k's from base[k]
- * x channels on, channel by channel, the marked nodes in order): into msg (pack_nodes), or added
- * to the grid (unpack_add_nodes; every block the mask marks is one this rank's P2G touched, as the
- * AND holds its own mask). */
-static void move_nodes(cpu_state *s, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *msg,
-                       int add) {
-  const size_t ch = s->bf / BLOCK_NODES;
-  for (size_t k = 0; k < n; ++k) {
-    const size_t cnt = (size_t)__builtin_popcountll(mask[k]), at = (size_t)base[k] * ch;
-    size_t r = 0;
-    for (int nd = 0; nd < BLOCK_NODES && r < cnt; ++nd) {
-      if (!((mask[k] >> nd) & 1u)) continue;
-      for (size_t c = 0; c < ch; ++c) {
-        const size_t g = (size_t)idx[k] * s->bf + c * BLOCK_NODES + nd, q = at + c * cnt + r;
-        if (s->det) { /* integer sums: the order of the ranks' additions does not matter */
-          if (add) s->igrid[g] += ((const int64_t *)msg)[q];
-          else ((int64_t *)msg)[q] = s->igrid[g];
-        } else {
-          if (add) s->grid[g] += ((const float *)msg)[q];
-          else ((float *)msg)[q] = s->grid[g];
-        }
-      }
-      ++r;
-    }
-  }
-}
-
-static int pack_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base, void *out) {
-  move_nodes(state, idx, n, mask, base, out, 0);
-  return DR_OK;
-}
-
-static int unpack_add_nodes(void *state, const int32_t *idx, size_t n, const uint64_t *mask, const uint32_t *base,
-                            const void *in) {
-  move_nodes(state, idx, n, mask, base, (void *)in, 1);
-  return DR_OK;
-}
-
-static int mark_shared(void *state, const int32_t *idx, size_t n) {
-  cpu_state *s = state;
-  if (!idx) { /* a new exchange_setup */
-    if (s->n_blocks) memset(s->shared, 0, s->n_blocks);
-    return DR_OK;
-  }
-  for (size_t k = 0; k < n; ++k) s->shared[idx[k]] = 1;
-  return DR_OK;
-}
-
 static int set_time(void *state, double t) {
   ((cpu_state *)state)->time = t;
   return DR_OK;
@@ -830,119 +523,12 @@ static int set_projected(void *state) {
   return DR_OK;
 }
 
-static int set_particles(void *state, particles *p) {
-  cpu_state *s = state;
-  particles_free(&s->p);
-  s->p = *p;
-  memset(p, 0, sizeof *p);
-  compact_round_from(s, 0);
-  int rebuilt;
-  return rebuild(s, 1, &rebuilt);
-}
-
-static int add_particles(void *state, const particles *p) {
-  cpu_state *s = state;
-  const size_t n = s->p.n;
-  if (n + p->n > s->p.cap) {
-    size_t cap = s->p.cap ? s->p.cap : 1024;
-    while (cap < n + p->n) cap *= 2;
-    DR_TRY(particles_reserve(&s->p, cap));
-  }
-  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-    const size_t b = particle_attrs[a].bytes;
-    memcpy((char *)particles_attr(&s->p, a) + b * n, particles_attr(p, a), b * p->n);
-  }
-  s->p.n = n + p->n;
-  compact_round_from(s, n);
-  int rebuilt;
-  return rebuild(s, 1, &rebuilt);
-}
-
-/* backend.h's p2g_part: the CPU backend runs its phases to completion, so nothing would overlap
- * the exchange; the boundary part is the whole P2G and the interior part is empty. */
-static int p2g_part(void *state, float dt, int part) { return part == P2G_BOUNDARY ? p2g(state, dt) : DR_OK; }
-
-/* backend.h's g2p_ahead, g2p_collect and gate_open: g2p at once, then the gate defers the next
- * step's p2g and node masks (p2g, node_masks_async) until it opens, in their order; a voided gate
- * drops them. Nothing to gain on a CPU, but the ranks' loop runs the same order of calls as on
- * a GPU, so that the tests check it here (--steps-ahead off: off). */
-static int g2p_ahead(void *state, float dt, int *armed) {
-  cpu_state *s = state;
-  *armed = 0;
-  DR_TRY(g2p(state, dt));
-  if (!s->ahead_on) return DR_OK;
-  s->gate_armed = 1;
-  s->gate_p2g = 0;
-  s->n_gate_masks = 0;
-  *armed = 1;
-  return DR_OK;
-}
-
-static int g2p_collect(void *state) {
-  (void)state; /* g2p_ahead's g2p is complete */
-  return DR_OK;
-}
-
-static int gate_open(void *state, int go) {
-  cpu_state *s = state;
-  if (!s->gate_armed) return dr_fail(DR_EINTERNAL, "cpu backend: gate_open without g2p_ahead");
-  s->gate_armed = 0;
-  const int n = s->n_gate_masks;
-  s->n_gate_masks = 0;
-  if (!go) {
-    s->gate_p2g = 0;
-    return DR_OK;
-  }
-  if (s->gate_p2g) {
-    s->gate_p2g = 0;
-    DR_TRY(p2g(state, s->gate_dt));
-  }
-  for (int k = 0; k < n; ++k) {
-    const struct gate_masks *q = &s->gate_masks[k];
-    DR_TRY(node_masks_async(state, q->slot, q->idx, q->n));
-  }
-  return DR_OK;
-}
-
-/* backend.h's emigrate: the leaving particles are appended to out in index order, the others
- * close ranks in theirs; the caller's rebuild-mapping sorts what is left. */
-static int emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
-  cpu_state *s = state;
-  size_t keep = 0;
-  for (size_t i = 0; i < s->p.n; ++i) {
-    int b[3], leave = 0;
-    base_node(s, s->p.x + 3 * i, b);
-    for (int a = 0; a < 3; ++a) leave |= (b[a] >> 2) < lo[a] || (b[a] >> 2) >= hi[a];
-    if (leave) {
-      DR_TRY(particles_push_copy(out, &s->p, i));
-      out->owner[out->n - 1] = s->prm.rank * 256;
-      continue;
-    }
-    if (keep != i)
-      for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-        const size_t b = particle_attrs[a].bytes;
-        memcpy((char *)particles_attr(&s->p, a) + b * keep, (char *)particles_attr(&s->p, a) + b * i, b);
-      }
-    ++keep;
-  }
-  s->p.n = keep;
-  return DR_OK;
-}
-
-/* backend.h's particle_blocks: the mapping's particle blocks and their counts. */
-static int particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx) {
-  cpu_state *s = state;
-  for (size_t q = 0; q < s->n_pb; ++q)
-    if (s->pb_start[q + 1] > s->pb_start[q]) DR_TRY(add(ctx, s->pb_coord + 3 * q, s->pb_start[q + 1] - s->pb_start[q]));
-  return DR_OK;
-}
-
 static void destroy(void *state) {
   cpu_state *s = state;
   if (!s) return;
   particles_free(&s->p);
   particles_free(&s->tmp);
-  snap_release(s);
+  cpu_snap_release(s);
   memtally_free(s->pblock), memtally_free(s->sort_key);
   memtally_free(s->pb_coord), memtally_free(s->pb_nbr), memtally_free(s->pb_start), memtally_free(s->color_pb);
   memtally_free(s->nbr_codes);
@@ -950,9 +536,7 @@ static void destroy(void *state) {
   grid_table_free(&s->table);
   free(s->poses);
   free(s->mats);
-  for (int k = 0; k < s->n_xslot; ++k) free(s->xslot[k].msg);
-  free(s->xslot);
-  free(s->gate_masks);
+  cpu_exchange_free(s);
   free(s);
 }
 
@@ -993,19 +577,16 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   s->cframe = compact_frame_make(origin, (double)prm->dx);
   s->p = *p;
   memset(p, 0, sizeof *p);
-  compact_round_from(s, 0);
-  *out = (backend){.name = "cpu", .state = s, .rebuild = rebuild, .p2g = p2g, .grid_update = grid_update,
-                   .g2p = g2p, .max_speed = max_speed, .download = download, .snapshot = snapshot, .fetch = fetch, .fetch_rows = fetch_rows, .stats = stats, .count = count, .destroy = destroy,
-                   .blocks = blocks, .node_masks = node_masks, .node_masks_async = node_masks_async,
-                   .node_masks_wait = node_masks_wait, .pack_nodes = pack_nodes, .unpack_add_nodes = unpack_add_nodes,
-                   .wants_rebuild = wants_rebuild,
-                   .mark_shared = mark_shared, .grid_update_part = grid_update_part,
-                   .set_particles = set_particles, .add_particles = add_particles, .emigrate = emigrate, .particle_blocks = particle_blocks, .p2g_part = p2g_part, .set_time = set_time,
-                   .set_projected = set_projected, .block_sums = (int)s->bf, .sums_int64 = s->det};
+  cpu_compact_round_from(s, 0);
+  *out = (backend){.name = "cpu", .state = s, .rebuild = cpu_rebuild, .p2g = cpu_p2g, .grid_update = grid_update,
+                   .g2p = cpu_g2p, .max_speed = max_speed, .destroy = destroy, .wants_rebuild = wants_rebuild,
+                   .grid_update_part = grid_update_part, .set_time = set_time, .set_projected = set_projected,
+                   .block_sums = (int)s->bf, .sums_int64 = s->det};
+  cpu_particles_ops(out);
+  cpu_exchange_ops(out);
   s->ahead_on = settings()->steps_ahead != SETTING_OFF; /* auto: on for the CPU */
-  out->g2p_ahead = g2p_ahead, out->g2p_collect = g2p_collect, out->gate_open = gate_open;
   int rebuilt;
-  int rc = rebuild(s, 1, &rebuilt);
+  int rc = cpu_rebuild(s, 1, &rebuilt);
   if (rc) {
     destroy(s);
     out->state = NULL;
