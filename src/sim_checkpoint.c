@@ -218,7 +218,10 @@ static int check_materials(const sim *S, int32_t lo, int32_t hi) {
 /* The checkpoint's rows a resume streams into the backend: all of them on one rank; on several,
  * every row read and those this rank owns kept (n of them, counted from the loads before), so
  * that no rank holds more than a chunk of rows on the host and none waits on another while the
- * backend takes them (a backend that reads the source twice, an island's, rewinds it freely). */
+ * backend takes them (a backend that reads the source twice, an island's, rewinds it freely).
+ * The rows read and not yet looked at are RESUME_ROWS at most, an eighth of the chunk the backend
+ * takes them in, beside which the memory plan counts no buffer (memplan.c's creation phase). */
+enum { RESUME_ROWS = MEM_CREATE_CHUNK / 8 };
 struct resume_stream {
   const sim *S;
   ckpt_reader *reader;
@@ -237,7 +240,7 @@ static int own_next(void *ctx, particles *out, size_t max) {
   for (size_t got = 0; got < want;) {
     if (rs->at == rs->buf.n) {
       rs->buf.n = 0, rs->at = 0;
-      DR_TRY(rs->all.next(rs->all.ctx, &rs->buf, MEM_CREATE_CHUNK));
+      DR_TRY(rs->all.next(rs->all.ctx, &rs->buf, RESUME_ROWS));
       if (rs->buf.n == 0)
         return dr_fail(DR_EINTERNAL, "checkpoint %s: rank %d counted %zu particles of its own, but found %zu",
                        S->resumed_from, S->rank, rs->n, rs->given + got);
@@ -282,7 +285,7 @@ static int resume_cuts(sim *S, resume_stream *rs) {
   int rc = DR_OK;
   for (;;) {
     rs->buf.n = 0;
-    if ((rc = slice.next(slice.ctx, &rs->buf, MEM_CREATE_CHUNK)) || rs->buf.n == 0) break;
+    if ((rc = slice.next(slice.ctx, &rs->buf, RESUME_ROWS)) || rs->buf.n == 0) break;
     if ((rc = sim_particles_load(S, &rs->buf, &L))) break;
   }
   rs->buf.n = 0;
