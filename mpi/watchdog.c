@@ -50,7 +50,7 @@ static double now_s(void) {
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static void expire(int n, MPI_Request *req, const int *peer, const char *phase, double waited);
+static void expire(int n, MPI_Request *req, const int *peer, const char *phase, double waited, double limit);
 
 /* The regions' thread: four looks a second at the open region. */
 static void *regions_main(void *arg) {
@@ -70,7 +70,7 @@ static void *regions_main(void *arg) {
     if (waited > limit) {
       const char *phase = region_;
       pthread_mutex_unlock(&lock_);
-      expire(0, NULL, NULL, phase, waited); /* does not return */
+      expire(0, NULL, NULL, phase, waited, limit); /* does not return */
     }
   }
   pthread_mutex_unlock(&lock_);
@@ -194,7 +194,7 @@ static void roll_call(MPI_Comm comm, char *out, size_t len, int *count) {
 }
 
 /* The limit passed: one line, then the job ends with DR_ESTALLED. */
-static void expire(int n, MPI_Request *req, const int *peer, const char *phase, double waited) {
+static void expire(int n, MPI_Request *req, const int *peer, const char *phase, double waited, double limit) {
   if (atomic_exchange(&expiring_, 1)) /* another thread's wait expired first: its MPI_Abort ends this one */
     for (;;) pause();
   MPI_Comm comm = roll_comm_ != MPI_COMM_NULL ? roll_comm_ : MPI_COMM_WORLD;
@@ -223,16 +223,19 @@ static void expire(int n, MPI_Request *req, const int *peer, const char *phase, 
   pthread_mutex_unlock(&lock_);
   if (where_frame >= 0) snprintf(step, sizeof step, " (frame %d, step %llu)", where_frame + 1, where_step + 1);
   fprintf(stderr,
-          "drift: rank %d waited %.0f s for %s %s in %s%s: %s stopped answering (stopped, hung or lost); ending "
-          "the job with exit status %d (restart it from its last checkpoint; parallel.watchdog_s sets the limit)\n",
-          rank, waited, count == 1 ? "rank" : "ranks", count ? who : "another rank", phase, step,
+          "drift: rank %d waited %.0f s (limit %.1f s) for %s %s in %s%s: %s stopped answering (stopped, hung or "
+          "lost); ending the job with exit status %d (restart it from its last checkpoint; parallel.watchdog_s sets "
+          "the limit)\n",
+          rank, waited, limit, count == 1 ? "rank" : "ranks", count ? who : "another rank", phase, step,
           count == 1 ? "it" : count ? "they" : "a rank", DR_ESTALLED);
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, DR_ESTALLED);
   exit(DR_ESTALLED); /* MPI_Abort does not return */
 }
 
-void watchdog_expire(const char *phase, double waited) { expire(0, NULL, NULL, phase, waited); }
+void watchdog_expire(const char *phase, double waited, double limit) {
+  expire(0, NULL, NULL, phase, waited, limit);
+}
 
 int comm_wait(MPI_Comm comm, int n, MPI_Request *req, MPI_Status *st, const int *peer, const char *phase) {
   (void)comm; /* the requests know it; the roll call has its own */
@@ -253,7 +256,7 @@ int comm_wait(MPI_Comm comm, int n, MPI_Request *req, MPI_Status *st, const int 
       pthread_mutex_lock(&lock_);
       const char *named = region_ && pthread_equal(region_owner_, pthread_self()) ? region_ : phase;
       pthread_mutex_unlock(&lock_);
-      expire(n, req, peer, named, waited);
+      expire(n, req, peer, named, waited, limit);
     }
   }
 }

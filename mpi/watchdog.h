@@ -39,10 +39,10 @@ double watchdog_limit(void);
 void watchdog_enter(const char *phase);
 void watchdog_leave(void);
 
-/* A wait outside comm_wait passed the limit (the frame writer's, whose collective write another
+/* A wait outside comm_wait passed its limit (s; the frame writer's, whose collective write another
  * rank never joins): the roll call, the line, MPI_Abort(DR_ESTALLED). Does not return; a second
  * caller (another thread's wait, expiring meanwhile) waits for the first's MPI_Abort. */
-void watchdog_expire(const char *phase, double waited);
+void watchdog_expire(const char *phase, double waited, double limit);
 
 /* MPI_Waitall with the watchdog: waits for the n requests (statuses into st, or
  * MPI_STATUSES_IGNORE); peer[k] is the rank request k exchanges with, or NULL for a collective's

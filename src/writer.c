@@ -115,9 +115,11 @@ static void wait_done(writer *w, double t0) {
   ts.tv_sec += 1;
   pthread_cond_timedwait(&w->done_cv, &w->lock, &ts);
   const double waited = now_s() - t0;
-  if (waited > limit && waited > WATCHDOG_FRAMES * w->longest_s) {
+  const double jobs = WATCHDOG_FRAMES * w->longest_s;
+  if (waited > limit && waited > jobs) {
     pthread_mutex_unlock(&w->lock);
-    watchdog_expire("the frame writer (a frame or checkpoint written by all ranks together)", waited);
+    watchdog_expire("the frame writer (a frame or checkpoint written by all ranks together)", waited,
+                    limit > jobs ? limit : jobs);
   }
 }
 
