@@ -802,6 +802,22 @@ particle_source ckpt_reader_slice(ckpt_reader *r) {
   return (particle_source){.n = (size_t)(r->end - r->first), .next = reader_next, .ctx = r, .rewind = reader_rewind};
 }
 
+void ckpt_reader_slice_rows(const ckpt_reader *r, uint64_t *first, uint64_t *end) {
+  *first = r->first;
+  *end = r->end;
+}
+
+int ckpt_reader_rows(ckpt_reader *r, uint64_t first, uint64_t count, particles *out) {
+  if (first > r->n || count > r->n - first)
+    return dr_fail(DR_EINTERNAL, "checkpoint %s: rows %llu .. %llu of %llu asked", r->path, (unsigned long long)first,
+                   (unsigned long long)(first + count), (unsigned long long)r->n);
+  r->next_row = first;
+  r->sum = 0;
+  const int rc = reader_rows(r, out, count);
+  (void)reader_rewind(r); /* a source of the reader starts again from its first row */
+  return rc;
+}
+
 const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r) { return &r->seen; }
 
 void ckpt_close(ckpt_reader **r) {

@@ -145,6 +145,12 @@ int ckpt_open_latest(MPI_Comm comm, const char *dir, size_t chunk, ckpt_state *s
  * for the split, then once for each member). */
 particle_source ckpt_reader_source(ckpt_reader *r);
 particle_source ckpt_reader_slice(ckpt_reader *r);
+/* This rank's even slice: rows [*first, *end). */
+void ckpt_reader_slice_rows(const ckpt_reader *r, uint64_t *first, uint64_t *end);
+/* Rows [first, first + count) appended to out (grown where it lacks room), in hyperslabs of at
+ * most the reader's chunk, on the calling rank alone; a source of the reader starts again from its
+ * first row after it. */
+int ckpt_reader_rows(ckpt_reader *r, uint64_t first, uint64_t count, particles *out);
 const ckpt_rows_seen *ckpt_reader_seen(const ckpt_reader *r);
 void ckpt_close(ckpt_reader **r);
 

@@ -226,7 +226,7 @@ typedef struct backend {
    * (emit.h). Storage grows only when it is too small (cuda: 4x when more than half full). */
   int (*add_particles)(void *state, const particles *p);
   /* Several ranks (sim.c refuses a backend without it there): removes the particles whose
-   * particle block (sim_migrate.c's particle_block) lies outside [lo, hi) on some axis and appends them
+   * particle block (sim_migrate.c's sim_particle_block) lies outside [lo, hi) on some axis and appends them
    * to out (grown as needed), in an order that depends only on how the backend holds them. The caller then adds the particles it received (add_particles)
    * or forces a rebuild-mapping, which drops the removed ones from the mapping. */
   int (*emigrate)(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
@@ -245,7 +245,7 @@ typedef struct backend {
   /* Several ranks (sim.c refuses a backend without it there): for the load balance, calls
    * add(ctx, blk, count) for every particle block of the current mapping with the number of
    * particles the mapping put in it (an add that fails ends the walk with its status). An
-   * estimate, within a block of sim_migrate.c's particle_block: the mapping's blocks may be shifted by a
+   * estimate, within a block of sim_migrate.c's sim_particle_block: the mapping's blocks may be shifted by a
    * cell (sparse_particle_block), and particles that moved since the last rebuild-mapping (within
    * their free zone) count where they were. On a GPU only the mapping's per-block figures cross
    * to the host, not the particles. */

@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sim_internal.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,20 +217,38 @@ static int check_materials(const sim *S, int32_t lo, int32_t hi) {
 }
 
 /* The checkpoint's rows a resume streams into the backend: all of them on one rank; on several,
- * every row read and those this rank owns kept (n of them, counted from the loads before), so
- * that no rank holds more than a chunk of rows on the host and none waits on another while the
- * backend takes them (a backend that reads the source twice, an island's, rewinds it freely).
- * The rows read and not yet looked at are RESUME_ROWS at most, an eighth of the chunk the backend
- * takes them in, beside which the memory plan counts no buffer (memplan.c's creation phase). */
+ * the pieces of the file whose particles may lie in this rank's box, of which it keeps the rows it
+ * owns (n of them, counted from the loads before). So no rank holds more than a piece of rows on
+ * the host, none waits on another while the backend takes them (a backend that reads the source
+ * twice, an island's, rewinds it freely), and each reads about its share of the file: a piece is
+ * RESUME_ROWS consecutive rows, which lie close together (each writer's rows are in its mapping's
+ * order), and the first pass gave each its box of blocks. RESUME_ROWS is an eighth of the chunk
+ * the backend takes rows in, beside which the memory plan counts no buffer (memplan.c's creation
+ * phase). */
 enum { RESUME_ROWS = MEM_CREATE_CHUNK / 8 };
+
+/* A piece of the file: rows [first, first + count), whose particles' blocks lie in [lo, hi]. */
+typedef struct resume_piece {
+  int64_t first, count, lo[3], hi[3];
+} resume_piece;
+enum { PIECE_WORDS = sizeof(resume_piece) / sizeof(int64_t) };
+
 struct resume_stream {
   const sim *S;
   ckpt_reader *reader;
-  particle_source all; /* every row of the checkpoint */
-  particles buf;       /* rows read, looked at from row at on */
+  particle_source all;  /* one rank: every row of the checkpoint */
+  resume_piece *piece;  /* several: the pieces this rank reads, in the file's order */
+  size_t n_piece, next; /* and the next to read */
+  particles buf;        /* rows read, looked at from row at on */
   size_t at;
   size_t n, given; /* this rank's particles, and those handed out */
 };
+
+/* The rows of a piece (DRIFT_FRAME_CHUNK's fewer where a test sets it). */
+static size_t resume_rows(void) {
+  const size_t set = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : RESUME_ROWS;
+  return set < RESUME_ROWS ? set : RESUME_ROWS;
+}
 
 /* particle_source.next: the next min(max, n - given) particles this rank owns. */
 static int own_next(void *ctx, particles *out, size_t max) {
@@ -239,11 +258,12 @@ static int own_next(void *ctx, particles *out, size_t max) {
   DR_TRY(particles_reserve(out, out->n + want));
   for (size_t got = 0; got < want;) {
     if (rs->at == rs->buf.n) {
-      rs->buf.n = 0, rs->at = 0;
-      DR_TRY(rs->all.next(rs->all.ctx, &rs->buf, RESUME_ROWS));
-      if (rs->buf.n == 0)
+      if (rs->next == rs->n_piece)
         return dr_fail(DR_EINTERNAL, "checkpoint %s: rank %d counted %zu particles of its own, but found %zu",
                        S->resumed_from, S->rank, rs->n, rs->given + got);
+      const resume_piece *q = &rs->piece[rs->next++];
+      rs->buf.n = 0, rs->at = 0;
+      DR_TRY(ckpt_reader_rows(rs->reader, (uint64_t)q->first, (uint64_t)q->count, &rs->buf));
     }
     for (; rs->at < rs->buf.n && got < want; ++rs->at) {
       if (!sim_owns(S, rs->buf.x + 3 * rs->at)) continue;
@@ -257,8 +277,8 @@ static int own_next(void *ctx, particles *out, size_t max) {
 
 static int own_rewind(void *ctx) {
   resume_stream *rs = ctx;
-  rs->buf.n = 0, rs->at = 0, rs->given = 0;
-  return rs->all.rewind(rs->all.ctx);
+  rs->buf.n = 0, rs->at = 0, rs->given = 0, rs->next = 0;
+  return DR_OK;
 }
 
 particle_source sim_resume_source(resume_stream *rs) {
@@ -272,21 +292,68 @@ void sim_resume_close(resume_stream **rs) {
   if (!*rs) return;
   ckpt_close(&(*rs)->reader);
   particles_free(&(*rs)->buf);
+  free((*rs)->piece);
   free(*rs);
   *rs = NULL;
 }
 
+/* Every rank's pieces (mine, this rank's n of them) into *all (allocated), *total of them.
+ * Collective. */
+static int gather_pieces(sim *S, const resume_piece *mine, size_t n, resume_piece **all, size_t *total) {
+  const int R = S->nranks;
+  int *counts = calloc((size_t)R, sizeof *counts), *displs = calloc((size_t)R, sizeof *displs);
+  int rc = counts && displs ? DR_OK : dr_fail(DR_ENOMEM, "out of host memory for the resume's pieces");
+  const int words = (int)(n * PIECE_WORDS);
+  if (rc == DR_OK && n * PIECE_WORDS > INT_MAX) rc = dr_fail(DR_EINTERNAL, "resume: %zu pieces on one rank", n);
+  rc = comm_agree(S->comm, rc);
+  MPI_Request req;
+  if (rc == DR_OK) {
+    const int e = MPI_Iallgather(&words, 1, MPI_INT, counts, 1, MPI_INT, S->comm, &req);
+    rc = e != MPI_SUCCESS ? comm_fail(e, __FILE__, __LINE__, "MPI_Iallgather(the resume's pieces)")
+                          : comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the resume's pieces");
+  }
+  size_t sum = 0;
+  for (int r = 0; rc == DR_OK && r < R; ++r) displs[r] = (int)sum, sum += (size_t)counts[r];
+  if (rc == DR_OK && sum > INT_MAX) rc = dr_fail(DR_EINTERNAL, "resume: %zu piece words exceed MPI's int counts", sum);
+  *all = NULL;
+  if (rc == DR_OK && !(*all = malloc(sizeof **all * (sum / PIECE_WORDS + 1))))
+    rc = dr_fail(DR_ENOMEM, "out of host memory for the resume's pieces");
+  rc = comm_agree(S->comm, rc);
+  if (rc == DR_OK) {
+    const int e = MPI_Iallgatherv(mine, words, MPI_INT64_T, *all, counts, displs, MPI_INT64_T, S->comm, &req);
+    rc = e != MPI_SUCCESS ? comm_fail(e, __FILE__, __LINE__, "MPI_Iallgatherv(the resume's pieces)")
+                          : comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the resume's pieces");
+  }
+  *total = sum / PIECE_WORDS;
+  free(counts), free(displs);
+  return rc;
+}
+
 /* Several ranks: the cuts from the checkpoint's loads (each rank counts its slice's particles per
- * block, a chunk at a time; rebalance, as when the load drifts), and how many particles this rank
- * owns under them. Collective. */
+ * block, a piece at a time, and boxes each piece; rebalance, as when the load drifts), how many
+ * particles this rank owns under them, and the pieces whose box meets this rank's. Collective. */
 static int resume_cuts(sim *S, resume_stream *rs) {
   load_pairs L = {.weight = 1};
-  const particle_source slice = ckpt_reader_slice(rs->reader);
-  int rc = DR_OK;
-  for (;;) {
+  uint64_t first = 0, end = 0;
+  ckpt_reader_slice_rows(rs->reader, &first, &end);
+  const size_t step = resume_rows(), mine = (size_t)((end - first + step - 1) / step);
+  resume_piece *pc = calloc(mine ? mine : 1, sizeof *pc), *all = NULL;
+  int rc = pc ? DR_OK : dr_fail(DR_ENOMEM, "out of host memory for the resume's pieces");
+  for (size_t k = 0; rc == DR_OK && k < mine; ++k) {
+    const uint64_t at = first + k * step, count = end - at < step ? end - at : step;
     rs->buf.n = 0;
-    if ((rc = slice.next(slice.ctx, &rs->buf, RESUME_ROWS)) || rs->buf.n == 0) break;
-    if ((rc = sim_particles_load(S, &rs->buf, &L))) break;
+    if ((rc = ckpt_reader_rows(rs->reader, at, count, &rs->buf)) || (rc = sim_particles_load(S, &rs->buf, &L))) break;
+    resume_piece *q = &pc[k];
+    *q = (resume_piece){.first = (int64_t)at, .count = (int64_t)count, .lo = {INT32_MAX, INT32_MAX, INT32_MAX},
+                        .hi = {INT32_MIN, INT32_MIN, INT32_MIN}};
+    for (size_t i = 0; i < rs->buf.n; ++i) {
+      int32_t blk[3];
+      sim_particle_block(S, rs->buf.x + 3 * i, blk);
+      for (int a = 0; a < 3; ++a) {
+        if (blk[a] < q->lo[a]) q->lo[a] = blk[a];
+        if (blk[a] > q->hi[a]) q->hi[a] = blk[a];
+      }
+    }
   }
   rs->buf.n = 0;
   rc = comm_agree(S->comm, rc);
@@ -294,8 +361,25 @@ static int resume_cuts(sim *S, resume_stream *rs) {
   uint64_t n = 0;
   if (rc == DR_OK) rc = comm_agree(S->comm, sim_load_owned(S, &L, &n));
   free(L.v);
+  size_t total = 0;
+  if (rc == DR_OK) rc = gather_pieces(S, pc, mine, &all, &total);
+  free(pc);
+  /* the pieces whose box meets this rank's [lo, hi) */
+  const int32_t *box = S->dec.box[S->rank];
+  uint64_t rows = 0;
+  for (size_t k = 0; rc == DR_OK && k < total; ++k) {
+    int meets = all[k].count > 0;
+    for (int a = 0; a < 3; ++a) meets &= all[k].lo[a] < box[3 + a] && all[k].hi[a] >= box[a];
+    if (!meets) continue;
+    all[rs->n_piece++] = all[k];
+    rows += (uint64_t)all[k].count;
+  }
+  rs->piece = all;
   rs->n = (size_t)n;
-  rs->all = ckpt_reader_source(rs->reader);
+  if (rc == DR_OK)
+    log_trace("resume: rank %d owns %llu particles and reads %llu of the %llu rows (%zu of %zu pieces)", S->rank,
+              (unsigned long long)n, (unsigned long long)rows, (unsigned long long)ckpt_reader_source(rs->reader).n,
+              rs->n_piece, total);
   return rc;
 }
 

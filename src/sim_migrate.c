@@ -33,13 +33,13 @@ size_t sim_rank_count(const sim *S) {
 }
 
 /* The particle block of a position, computed as the backends do (float, same origin). */
-static void particle_block(const sim *S, const float x[3], int32_t blk[3]) {
+void sim_particle_block(const sim *S, const float x[3], int32_t blk[3]) {
   for (int a = 0; a < 3; ++a) blk[a] = bspline_base((x[a] - S->origin[a]) * S->inv_dx) >> 2;
 }
 
 static int owner_of(const sim *S, const float x[3]) {
   int32_t blk[3];
-  particle_block(S, x, blk);
+  sim_particle_block(S, x, blk);
   return decomp_owner(&S->dec, blk);
 }
 
@@ -56,7 +56,7 @@ static int count_point(void *ctx, const double x[3]) {
   const sim *S = c[0];
   const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
   int32_t blk[3];
-  particle_block(S, xf, blk);
+  sim_particle_block(S, xf, blk);
   return hist_add(c[1], sparse_block_code(blk[0], blk[1], blk[2]), 1);
 }
 
@@ -94,7 +94,7 @@ int sim_particles_load(const sim *S, const particles *p, load_pairs *L) {
   int rc = DR_OK;
   for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
     int32_t blk[3];
-    particle_block(S, p->x + 3 * i, blk);
+    sim_particle_block(S, p->x + 3 * i, blk);
     rc = hist_add(&h, sparse_block_code(blk[0], blk[1], blk[2]), 1);
   }
   for (size_t i = 0; rc == DR_OK && i < h.cap; ++i)
@@ -211,7 +211,7 @@ static int migrate_records(sim *S, int rc, const unsigned char *recs, size_t n, 
     float x[3]; /* the record starts with the position (PARTICLE_ATTRIBUTES) */
     memcpy(x, recs + rec * i, sizeof x);
     int32_t blk[3];
-    particle_block(S, x, blk);
+    sim_particle_block(S, x, blk);
     int out = 0;
     for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
     dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;

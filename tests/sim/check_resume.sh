@@ -21,7 +21,8 @@
 #           checkpoint write that fails (a folder in the way of its temporary name, which
 #           blocks root too): exit 3, one line naming it, no new file, the older checkpoint
 #           kept and still resumable.
-#   ranks   (label mpi) 2 ranks -> resume on 1; 1 -> 2; DRIFT_TEST_HOOK makes rank 1 alone raise
+#   ranks   (label mpi) 2 ranks -> resume on 1; 1 -> 2; 2 -> 3 with each rank reading only the
+#           pieces of the file that meet its box; DRIFT_TEST_HOOK makes rank 1 alone raise
 #           SIGTERM part-way into frame 4: both ranks stop with exit 9 and a checkpoint, which 2
 #           ranks resume; a real `kill -TERM` to one rank's process: the same; a rank that exits
 #           mid-run and a rank that fails alone end the job within the time limit (no hang).
@@ -182,6 +183,17 @@ ranks)
   grep -q "written by 1 rank, read by 2" one_to_two.log || fail "1 -> 2: no 'written by 1 rank, read by 2' line"
   grep -q '^ranks: 2 ' one_to_two.log || fail "1 -> 2: no ranks line"
   same_frames "1 rank -> 2" U 4 6
+  # 2b. 2 ranks, then 3, the file read in pieces of 500 rows (DRIFT_FRAME_CHUNK): each rank reads
+  # the pieces whose particles may lie in its box, not the whole file (sim_checkpoint.c).
+  mkdir -p V && cp T/checkpoint_00003.h5 V/
+  run two_to_three 0 "${mpirun[@]}" -n 3 -x DRIFT_FRAME_CHUNK=500 -x DRIFT_TRACE=1 "$drift" run scene.json --out V --resume
+  grep -q "written by 2 ranks, read by 3" two_to_three.log || fail "2 -> 3: no 'written by 2 ranks, read by 3' line"
+  same_frames "2 ranks -> 3" V 4 6
+  reads=$(sed -n 's/.*resume: rank [0-9]* owns [0-9]* particles and reads \([0-9]*\) of the \([0-9]*\) rows.*/\1 \2/p' two_to_three.log)
+  echo "2 ranks -> 3, rows each rank read: $(echo "$reads" | awk '{ printf "%s of %s; ", $1, $2 }')"
+  echo "$reads" | awk 'NF == 2 { k++; s += $1; n = $2; if ($1 >= $2) whole++ }
+    END { exit !(k == 3 && !whole && s < 0.85 * 3 * n) }' ||
+    fail "2 -> 3: the ranks read the whole file, or together more than 85% of three files: $(echo "$reads" | tr '\n' ' ')"
   # 3. Only rank 1 gets SIGTERM, before step 200 (part-way into frame 4): both stop with a checkpoint.
   run hook_signal 9 "${mpirun[@]}" -n 2 -x DRIFT_TEST_HOOK=signal:1:200 "$drift" run scene.json --out S
   one_line "SIGTERM to rank 1" hook_signal.log "stopped by SIGTERM at frame 3 + "
