@@ -107,8 +107,8 @@ static const setting_entry TABLE[SET_N] = {
                          .want = "a whole number of particles (0: memsizes.h's MEM_FRAME_CHUNK, 4194304)",
                          .help = "tests: particles the writer takes of a frame's snapshot, and of a "
                                  "checkpoint's particles, at a time, fewer than MEM_FRAME_CHUNK (and "
-                                 "MEM_CKPT_CHUNK), so that small scenes write their frames and checkpoints in "
-                                 "chunks"},
+                                 "MEM_CKPT_CHUNK), and the rows of a resume's pieces on several ranks (fewer than "
+                                 "RESUME_ROWS), so that small scenes write and read in chunks"},
     [SET_WRITER_INLINE] = {.env = "DRIFT_WRITER_INLINE", .type = T_BOOL, .kind = SETTING_DEBUG,
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "
