@@ -1,7 +1,7 @@
 /* watchdog.c - the watchdog of the run's waits on other ranks (see watchdog.h).
  *
  * comm_wait polls (MPI_Testall) where MPI_Waitall would spin in the library's progress loop
- * anyway, so a wait costs the same CPU as before; the clock is read once a poll. Which rank a
+ * anyway, so a wait costs the CPU that one would; the clock is read once a poll. Which rank a
  * collective waits for, MPI cannot say: at the limit every waiting rank calls the roll (a small
  * message to every other rank on its own tag) and listens for ROLL_SECONDS; the ranks that are
  * waiting too answer, since they reach their own limit within about a step of each other, and
