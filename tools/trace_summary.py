@@ -101,6 +101,10 @@ def frames(log, lines):
     if not raw:
         print(f"{log}: no trace lines (run with DRIFT_TRACE=1)", file=sys.stderr)
         return 1
+    # a rank's threads (the main one, the frame writer's, the fetch's) print their lines as they
+    # come, so one stamped earlier may follow: in time order, each rank's intervals partition its
+    # span (none negative); a stable sort keeps a thread's own order
+    raw.sort(key=lambda e: (e[1], e[0]))
     for t, rank, message in raw:
         t0, part, frame, last_step = state.get(rank, (None, "step", 0, None))
         m = STEP.match(message)
