@@ -52,6 +52,13 @@ static double now_s(void) {
 
 static void expire(int n, MPI_Request *req, const int *peer, const char *phase, double waited, double limit);
 
+/* The limit of the run's waits (the lock held): the scene's, raised to WATCHDOG_FRAMES times the
+ * longest frame; 0: no watchdog. */
+static double limit_locked(void) {
+  const double raised = WATCHDOG_FRAMES * longest_frame_;
+  return limit_s_ > 0 && raised > limit_s_ ? raised : limit_s_;
+}
+
 /* The regions' thread: four looks a second at the open region. */
 static void *regions_main(void *arg) {
   (void)arg;
@@ -64,9 +71,7 @@ static void *regions_main(void *arg) {
     pthread_cond_timedwait(&tick_, &lock_, &ts);
     if (!region_ || thread_stop_) continue;
     const double waited = now_s() - region_t0_, raised = WATCHDOG_FRAMES * longest_region_;
-    const double frames = WATCHDOG_FRAMES * longest_frame_;
-    double limit = limit_s_ > frames ? limit_s_ : frames;
-    if (raised > limit) limit = raised;
+    const double limit = raised > limit_locked() ? raised : limit_locked();
     if (waited > limit) {
       const char *phase = region_;
       pthread_mutex_unlock(&lock_);
@@ -126,8 +131,7 @@ void watchdog_where(int frame, unsigned long long step) {
 
 double watchdog_limit(void) {
   pthread_mutex_lock(&lock_);
-  const double raised = WATCHDOG_FRAMES * longest_frame_;
-  const double limit = limit_s_ > 0 && raised > limit_s_ ? raised : limit_s_;
+  const double limit = limit_locked();
   pthread_mutex_unlock(&lock_);
   return limit;
 }

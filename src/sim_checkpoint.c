@@ -341,19 +341,12 @@ static int resume_cuts(sim *S, resume_stream *rs) {
   int rc = pc ? DR_OK : dr_fail(DR_ENOMEM, "out of host memory for the resume's pieces");
   for (size_t k = 0; rc == DR_OK && k < mine; ++k) {
     const uint64_t at = first + k * step, count = end - at < step ? end - at : step;
+    int32_t lo[3] = {INT32_MAX, INT32_MAX, INT32_MAX}, hi[3] = {INT32_MIN, INT32_MIN, INT32_MIN};
     rs->buf.n = 0;
-    if ((rc = ckpt_reader_rows(rs->reader, at, count, &rs->buf)) || (rc = sim_particles_load(S, &rs->buf, &L))) break;
-    resume_piece *q = &pc[k];
-    *q = (resume_piece){.first = (int64_t)at, .count = (int64_t)count, .lo = {INT32_MAX, INT32_MAX, INT32_MAX},
-                        .hi = {INT32_MIN, INT32_MIN, INT32_MIN}};
-    for (size_t i = 0; i < rs->buf.n; ++i) {
-      int32_t blk[3];
-      sim_particle_block(S, rs->buf.x + 3 * i, blk);
-      for (int a = 0; a < 3; ++a) {
-        if (blk[a] < q->lo[a]) q->lo[a] = blk[a];
-        if (blk[a] > q->hi[a]) q->hi[a] = blk[a];
-      }
-    }
+    if ((rc = ckpt_reader_rows(rs->reader, at, count, &rs->buf)) || (rc = sim_particles_load(S, &rs->buf, &L, lo, hi)))
+      break;
+    pc[k] = (resume_piece){.first = (int64_t)at, .count = (int64_t)count, .lo = {lo[0], lo[1], lo[2]},
+                           .hi = {hi[0], hi[1], hi[2]}};
   }
   rs->buf.n = 0;
   rc = comm_agree(S->comm, rc);

@@ -250,15 +250,12 @@ int sim_log_ranks(sim *S, double seconds);
 /* sim_migrate.c */
 size_t sim_rank_count(const sim *S);
 int sim_keep_own(void *ctx, const double x[3]);
-/* The particle block of a position, computed as the backends compute it (float, the grid's
- * origin), so that host and backend agree on its owner. */
-void sim_particle_block(const sim *S, const float x[3], int32_t blk[3]);
 /* Whether this rank owns a particle at x (its block in this rank's box). */
 int sim_owns(const sim *S, const float x[3]);
 /* The particles of the load pairs L that this rank owns, summed over the ranks. Collective. */
 int sim_load_owned(const sim *S, const load_pairs *L, uint64_t *mine);
 int sim_initial_decomposition(sim *S);
-int sim_particles_load(const sim *S, const particles *p, load_pairs *L);
+int sim_particles_load(const sim *S, const particles *p, load_pairs *L, int32_t lo[3], int32_t hi[3]);
 int sim_rebalance(sim *S, const load_pairs *L);
 void sim_mig_release(sim *S, int k);
 int sim_reserve_migration(sim *S);

@@ -33,7 +33,7 @@ size_t sim_rank_count(const sim *S) {
 }
 
 /* The particle block of a position, computed as the backends do (float, same origin). */
-void sim_particle_block(const sim *S, const float x[3], int32_t blk[3]) {
+static void sim_particle_block(const sim *S, const float x[3], int32_t blk[3]) {
   for (int a = 0; a < 3; ++a) blk[a] = bspline_base((x[a] - S->origin[a]) * S->inv_dx) >> 2;
 }
 
@@ -46,9 +46,8 @@ static int owner_of(const sim *S, const float x[3]) {
 int sim_owns(const sim *S, const float x[3]) { return owner_of(S, x) == S->rank; }
 
 int sim_keep_own(void *ctx, const double x[3]) {
-  const sim *S = ctx;
   const float xf[3] = {(float)x[0], (float)x[1], (float)x[2]};
-  return owner_of(S, xf) == S->rank;
+  return sim_owns(ctx, xf);
 }
 
 static int count_point(void *ctx, const double x[3]) {
@@ -88,13 +87,18 @@ static int load_add(void *ctx, const int32_t blk[3], uint64_t count) {
   return load_push(ctx, sparse_block_code(blk[0], blk[1], blk[2]), count);
 }
 
-/* The particles of p per particle block (a histogram first: one pair per block, not per particle). */
-int sim_particles_load(const sim *S, const particles *p, load_pairs *L) {
+/* The particles of p per particle block (a histogram first: one pair per block, not per particle),
+ * and [lo, hi] widened to hold their blocks. */
+int sim_particles_load(const sim *S, const particles *p, load_pairs *L, int32_t lo[3], int32_t hi[3]) {
   block_hist h = {0};
   int rc = DR_OK;
   for (size_t i = 0; rc == DR_OK && i < p->n; ++i) {
     int32_t blk[3];
     sim_particle_block(S, p->x + 3 * i, blk);
+    for (int a = 0; a < 3; ++a) {
+      if (blk[a] < lo[a]) lo[a] = blk[a];
+      if (blk[a] > hi[a]) hi[a] = blk[a];
+    }
     rc = hist_add(&h, sparse_block_code(blk[0], blk[1], blk[2]), 1);
   }
   for (size_t i = 0; rc == DR_OK && i < h.cap; ++i)
