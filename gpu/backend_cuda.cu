@@ -103,7 +103,9 @@
 //   island_crew.cu       the island's host threads
 //   island.cu            the island's ops and its creation
 //   exchange_device.cu   the rank exchange on the device (node masks, packs, unpacks)
-//   particles_io.cu      upload, download, adding and emigrating particles and records
+//   particles_io.cu      upload, download, adding and emigrating particles and records (one GPU)
+//   capture.cu           the frame's snapshot and fetch, the checkpoint's rows (one GPU, the island)
+//   island_particles.cu  the island's particles: the split among members, adding, emigrating
 //   timeline.cu          the GPU marks and stamps (debugging aids)
 
 #include "cuda_state.h"

@@ -592,6 +592,10 @@ int island_alloc_sums(void *state, size_t bytes, int device, void **ptr);
 
 /* particles_io.cu */
 int cuda_set_particles(void *state, particles *p);
+/* Appends particles (or m records, particles.h's layout) in new packets after the mapping's, read
+ * by the next rebuild-mapping: the island's members take their shares through them. */
+int append_particles(cuda_state *s, const particles *p);
+int append_records(cuda_state *s, const void *rec, size_t m);
 void cuda_host_release(void *p);
 int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what);
 int cuda_add_particles(void *state, const particles *p);
@@ -600,16 +604,20 @@ int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3],
 int cuda_reserve_records(void *state, size_t n);
 int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
 int cuda_download(void *state, particles *out);
-int cuda_snapshot(void *state, unsigned mask, size_t *n);
-int cuda_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
-int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst);
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx);
 int cuda_upload(cuda_state *s, const particles *p);
 int cuda_upload_from(cuda_state *s, const particle_source *src);
-int island_download(void *state, particles *out);
+
+/* capture.cu */
+int cuda_snapshot(void *state, unsigned mask, size_t *n);
+int cuda_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
+int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst);
 int island_snapshot(void *state, unsigned mask, size_t *n);
 int island_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
 int island_fetch_rows(void *state, size_t first, size_t count, particles *dst);
+
+/* island_particles.cu */
+int island_download(void *state, particles *out);
 int island_split(island *I, const particles *p, particles *parts);
 int island_assign_source(island *I, const particle_source *src, uint8_t **member);
 /* A member's particles of the island's source (island_create_from): the source read again from its

@@ -60,11 +60,8 @@ int backend_source_drain(const particle_source *src, particles *p, size_t max) {
   DR_TRY(particles_reserve(p, p->n + src->n));
   const size_t end = p->n + src->n;
   while (p->n < end) {
-    const size_t before = p->n, want = end - p->n < max ? end - p->n : max;
-    DR_TRY(src->next(src->ctx, p, want));
-    if (p->n - before != want)
-      return dr_fail(DR_EINTERNAL, "a particle source gave %zu particles where %zu were asked (%zu of %zu in all)",
-                     p->n - before, want, p->n, end);
+    const size_t want = end - p->n < max ? end - p->n : max;
+    DR_TRY(particle_source_take(src, p, want));
   }
   return DR_OK;
 }

@@ -105,7 +105,7 @@ static int writes_checkpoints(const scene *s, const memplan_load *l) {
 }
 
 /* The rows of a checkpoint's chunk for n particles (sim_checkpoint.c's buffers, and a device's
- * staging of one: particles_io.cu's fetch_rows). */
+ * staging of one: capture.cu's fetch_rows). */
 static double ckpt_chunk_rows(double n) { return (double)mem_ckpt_rows((size_t)n, MEM_CKPT_CHUNK); }
 
 /* What every backend's run holds on the host once it steps: the frame slot's chunk buffers (at
@@ -277,13 +277,13 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
     const unsigned mask = sim_frame_mask(s) & ~PA_BIT(owner);
     add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(n * compact_snapshot_bytes(mask)), 1));
     add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(ceil(n / lanes) + ceil(pb / 2.0)) * 8, 1));
-  } else { /* the frame's snapshot: an exact vector an attribute but the owner (particles_io.cu, snapshot_queue) */
+  } else { /* the frame's snapshot: an exact vector an attribute but the owner (capture.cu, snapshot_queue) */
     const unsigned mask = sim_frame_mask(s) & ~PA_BIT(owner);
     for (int a = 0; a < PARTICLE_ATTRS; ++a)
       if (mask >> a & 1u) add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(n * particle_attrs[a].bytes), 1));
   }
   if (writes_checkpoints(s, l)) { /* a checkpoint's chunk gathered on the device, the owner left out, each
-                                   * attribute from a multiple of 8 bytes (particles_io.cu, fetch_rows) */
+                                   * attribute from a multiple of 8 bytes (capture.cu, fetch_rows) */
     const double rows = fmin(ckpt_chunk_rows(l->most), ceil(n));
     double bytes = 0.0;
     for (int a = 0; a < PARTICLE_ATTRS; ++a)

@@ -69,6 +69,15 @@ void particles_pack(const particles *p, size_t i, void *record) {
 #undef PACK_
 }
 
+int particle_source_take(const particle_source *src, particles *out, size_t want) {
+  const size_t before = out->n;
+  DR_TRY(src->next(src->ctx, out, want));
+  if (out->n - before != want)
+    return dr_fail(DR_EINTERNAL, "a particle source of %zu particles gave %zu where %zu were asked", src->n,
+                   out->n - before, want);
+  return DR_OK;
+}
+
 int particles_push_record(particles *p, const void *record) {
   if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : MEM_FIRST_PARTICLES));
   const size_t i = p->n++;

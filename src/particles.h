@@ -50,6 +50,10 @@ typedef struct particle_source {
   int (*rewind)(void *ctx);
 } particle_source;
 
+/* Appends src's next want particles to out: a source that gives another count (fewer than
+ * asked before its end, or more) is an internal error naming both counts. */
+int particle_source_take(const particle_source *src, particles *out, size_t want);
+
 /* The same list as a table, for code that loops over attributes at run time (sorting in the
  * CPU backend): where each array pointer sits in struct particles, and its bytes per particle. */
 typedef struct particle_attr {

@@ -1,0 +1,289 @@
+// capture.cu - the particles out to the writer: a frame's fields captured on the device (snapshot)
+// and fetched to the host in chunks (fetch), and a checkpoint's rows of the particles themselves
+// gathered from the packets a chunk at a time (fetch_rows); on one GPU and on an island (the
+// members' rows one after another: download's order).
+
+#include "cuda_state.h"
+
+/* Where k_capture writes each attribute (device pointers into the member's snapshot, s->snap);
+ * NULL where not asked for. */
+typedef struct capture_out {
+  float *x, *v, *C, *F, *mass, *vol0, *logjp;
+  uint64_t *id;
+  int32_t *material, *owner;
+} capture_out;
+
+/* k_capture's scan input: each packet's live lanes. */
+__global__ static void k_packet_counts(size_t np, const int2 *hdr, uint32_t *count) {
+  const size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (p < np) count[p] = (uint32_t)hdr[p].y;
+}
+
+/* One packet's k-component attribute at a (its live lanes 0 .. m-1) to dst's rows start ..
+ * start + m - 1: the warp's stores are contiguous in dst (k floats a particle); the packet's
+ * reads are gathered. */
+__device__ static inline void capture_attr(float *dst, const float *q, int a, int k, uint32_t start, int m, int lane) {
+  if (!dst) return;
+  for (int j = lane; j < k * m; j += LANES) dst[(size_t)k * start + j] = q[(a + j % k) * LANES + j / k];
+}
+
+/* A warp per packet: its live particles, in lane order, to rows start[p] .. of out: download's
+ * order (unpack_host), so that a frame written from either is the same. */
+__global__ static void k_capture(size_t np, const float *pk, const uint64_t *pid, const int2 *hdr, const uint32_t *start,
+                                 int32_t owner, capture_out out) {
+  const size_t p = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / LANES;
+  const int lane = threadIdx.x % LANES;
+  if (p >= np) return;
+  const int m = hdr[p].y;
+  const uint32_t o = start[p];
+  const float *q = pk + p * PK_FLOATS;
+  capture_attr(out.x, q, A_X, 3, o, m, lane);
+  capture_attr(out.v, q, A_V, 3, o, m, lane);
+  capture_attr(out.C, q, A_C, 9, o, m, lane);
+  capture_attr(out.F, q, A_F, 9, o, m, lane);
+  capture_attr(out.mass, q, A_M, 1, o, m, lane);
+  capture_attr(out.vol0, q, A_VOL, 1, o, m, lane);
+  capture_attr(out.logjp, q, A_JP, 1, o, m, lane);
+  capture_attr((float *)out.material, q, A_MAT, 1, o, m, lane); /* the int's bits, as the packets hold them */
+  if (lane < m) {
+    if (out.id) out.id[o + lane] = pid[p * LANES + lane];
+    if (out.owner) out.owner[o + lane] = owner;
+  }
+}
+
+/* Queues the snapshot of this GPU's particles (the attributes of mask) into s->snap on s->stream,
+ * its vectors exact (DVEC_EXACT: no headroom, as the device's bytes a particle are the plan's
+ * bound; kept while the particles do not grow), the owner left out (the member's one value, which
+ * fetch writes on the host). */
+static int snapshot_queue(cuda_state *s, unsigned mask) {
+  s->snap_n = 0;
+  s->snap_mask = mask;
+  if (s->n == 0) return DR_OK;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a)
+    if ((mask & ~PA_BIT(owner)) >> a & 1u) DVEC_EXACT(s->snap[a], s->n * particle_attrs[a].bytes, "frame snapshot");
+  const size_t np = s->n_packets;
+  cudaStream_t st = s->stream;
+  uint32_t *count = dp<uint32_t>(s->vals[0]), *start = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= np */
+  k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), count);
+  LAUNCHED("k_packet_counts");
+  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, count, start, (int)np, st));
+#define SNAP_(field, type) (mask & PA_BIT(field) ? dp<type>(s->snap[PA_##field]) : NULL)
+  const capture_out o = {SNAP_(x, float),    SNAP_(v, float),        SNAP_(C, float),    SNAP_(F, float),
+                         SNAP_(mass, float), SNAP_(vol0, float),     SNAP_(logjp, float), SNAP_(id, uint64_t),
+                         SNAP_(material, int32_t), NULL};
+#undef SNAP_
+  const int32_t owner = s->prm.rank * 256 + s->me;
+  k_capture<<<blocks_for(np * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      np, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), start, owner, o);
+  LAUNCHED("k_capture");
+  return DR_OK;
+}
+
+/* The snapshot's end on one GPU: waits, and checks that the packets held the particles counted. */
+static int snapshot_done(cuda_state *s) {
+  if (s->n == 0) return DR_OK;
+  int last_start = 0, last_count = 0;
+  DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[1]) + s->n_packets - 1, &last_start)); /* waits for the stream */
+  DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[0]) + s->n_packets - 1, &last_count));
+  if ((size_t)last_start + (size_t)last_count != s->n)
+    return dr_fail(DR_EINTERNAL, "cuda backend: snapshot: %zu particles in the packets, %zu expected",
+                   (size_t)last_start + (size_t)last_count, s->n);
+  s->snap_n = s->n;
+  return DR_OK;
+}
+
+int cuda_snapshot(void *state, unsigned mask, size_t *n) {
+  cuda_state *s = (cuda_state *)state;
+  *n = 0;
+  DR_TRY(snapshot_queue(s, mask));
+  DR_TRY(snapshot_done(s));
+  *n = s->snap_n;
+  return DR_OK;
+}
+
+/* The island's: every member snapshots its own particles, all queued at once, then each is
+ * waited for; the island's rows are the members' one after another (download's order). */
+int island_snapshot(void *state, unsigned mask, size_t *n) {
+  island *I = (island *)state;
+  *n = 0;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(snapshot_queue(I->m[k], mask));
+  }
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(snapshot_done(I->m[k]));
+    *n += I->m[k]->snap_n;
+  }
+  return DR_OK;
+}
+
+/* Rows first .. first + count - 1 of member s's snapshot into dst's rows at ... Runs on the
+ * writer's thread: it makes s's device its current one, and copies synchronously (the legacy
+ * stream: the snapshot was complete when snapshot returned, and the steps' streams never touch
+ * it), into dst's pinned memory. */
+static int fetch_member(cuda_state *s, unsigned mask, size_t first, size_t count, particles *dst, size_t at) {
+  if ((mask & s->snap_mask) != mask || first > s->snap_n || count > s->snap_n - first)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch of rows %zu .. %zu (mask 0x%x) from a snapshot of %zu (mask 0x%x)",
+                   first, first + count, mask, s->snap_n, s->snap_mask);
+  if (count == 0) return DR_OK;
+  CU(cudaSetDevice(s->device));
+  if (mask & PA_BIT(owner))
+    for (size_t i = 0; i < count; ++i) dst->owner[at + i] = s->prm.rank * 256 + s->me;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    if (!((mask & ~PA_BIT(owner)) >> a & 1u)) continue;
+    const size_t b = particle_attrs[a].bytes;
+    CU(cudaMemcpy((char *)particles_attr(dst, a) + at * b, (const char *)s->snap[a].ptr + first * b, count * b,
+                  cudaMemcpyDeviceToHost));
+  }
+  return DR_OK;
+}
+
+int cuda_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst) {
+  DR_TRY(fetch_member((cuda_state *)state, mask, first, count, dst, 0));
+  dst->n = count;
+  return DR_OK;
+}
+
+/* The island's: the range may span members; each gives its part of it. */
+int island_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst) {
+  island *I = (island *)state;
+  size_t base = 0, done = 0, total = 0;
+  for (int k = 0; k < I->nm; ++k) total += I->m[k]->snap_n;
+  if (first > total || count > total - first || (mask & I->m[0]->snap_mask) != mask)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch of rows %zu .. %zu (mask 0x%x) from a snapshot of %zu (mask 0x%x)",
+                   first, first + count, mask, total, I->m[0]->snap_mask);
+  for (int k = 0; k < I->nm && done < count; ++k) {
+    const size_t m = I->m[k]->snap_n, from = first + done;
+    if (from < base + m) {
+      const size_t take = base + m - from < count - done ? base + m - from : count - done;
+      DR_TRY(fetch_member(I->m[k], mask, from - base, take, dst, done));
+      done += take;
+    }
+    base += m;
+  }
+  dst->n = count;
+  return DR_OK;
+}
+
+/* ---- fetch_rows: a checkpoint's rows of the particles themselves, a chunk at a time ------------ */
+
+/* One packet's k-component attribute at a (its live lanes 0 .. m-1, rows o .. o + m - 1) to dst,
+ * the rows of [first, first + count) only, row r at dst's row r - first. */
+__device__ static inline void rows_attr(float *dst, const float *q, int a, int k, size_t o, int m, int lane,
+                                        size_t first, size_t count) {
+  for (int j = lane; j < k * m; j += LANES) {
+    const size_t row = o + (size_t)(j / k);
+    if (row >= first && row < first + count) dst[(size_t)k * (row - first) + j % k] = q[(a + j % k) * LANES + j / k];
+  }
+}
+
+/* Rows [first, first + count) of the packets' particles in download's order (start: each packet's
+ * first row, the exclusive scan of its live lanes) to out's arrays (row r at r - first). A warp a
+ * packet, from packet p0 = first / 32 on (a packet holds at most 32 rows, so none before p0 holds
+ * a row >= first) in a grid-stride loop; a warp stops at the first packet past the range (the
+ * rows rise with the packets), so the grid need not cover every packet. */
+__global__ static void k_capture_rows(size_t np, size_t p0, const float *pk, const uint64_t *pid, const int2 *hdr,
+                                      const uint32_t *start, size_t first, size_t count, capture_out out) {
+  const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / LANES;
+  const size_t warps = (gridDim.x * (size_t)blockDim.x) / LANES;
+  const int lane = threadIdx.x % LANES;
+  for (size_t p = p0 + warp; p < np; p += warps) {
+    const size_t o = start[p];
+    if (o >= first + count) return;
+    const int m = hdr[p].y;
+    if (o + (size_t)m <= first) continue;
+    const float *q = pk + p * PK_FLOATS;
+    rows_attr(out.x, q, A_X, 3, o, m, lane, first, count);
+    rows_attr(out.v, q, A_V, 3, o, m, lane, first, count);
+    rows_attr(out.C, q, A_C, 9, o, m, lane, first, count);
+    rows_attr(out.F, q, A_F, 9, o, m, lane, first, count);
+    rows_attr(out.mass, q, A_M, 1, o, m, lane, first, count);
+    rows_attr(out.vol0, q, A_VOL, 1, o, m, lane, first, count);
+    rows_attr(out.logjp, q, A_JP, 1, o, m, lane, first, count);
+    rows_attr((float *)out.material, q, A_MAT, 1, o, m, lane, first, count); /* the int's bits, as the packets hold them */
+    const size_t row = o + (size_t)lane;
+    if (lane < m && row >= first && row < first + count) out.id[row - first] = pid[p * LANES + lane];
+  }
+}
+
+/* Rows first .. first + count - 1 of member s's particles (download's order) into dst's rows at
+ * `at` ... on the caller's thread (the one that steps; s's device current): gathered on the device
+ * into s->rows (every attribute but the owner, attribute after attribute, count rows each), then
+ * copied on s->stream, after whatever the steps queued, into dst's pinned memory; the owner is the
+ * member's one value, written on the host. The call with first 0 numbers the rows first (the
+ * packets' row starts, into the sort's scratch as the snapshot puts them); the later calls of the
+ * checkpoint read them (backend.h: nothing steps between the calls). */
+static int fetch_rows_member(cuda_state *s, size_t first, size_t count, particles *dst, size_t at) {
+  if (first > s->n || count > s->n - first)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count,
+                   s->n);
+  if (count == 0) return DR_OK;
+  const size_t np = s->n_packets;
+  cudaStream_t st = s->stream;
+  uint32_t *cnt = dp<uint32_t>(s->vals[0]), *start = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= np */
+  if (first == 0) {
+    k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), cnt);
+    LAUNCHED("k_packet_counts");
+    CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, cnt, start, (int)np, st));
+    int last_start = 0, last_count = 0; /* the packets hold the particles counted (as the snapshot checks) */
+    DR_TRY(cuda_read_count(s, start + np - 1, &last_start));
+    DR_TRY(cuda_read_count(s, cnt + np - 1, &last_count));
+    if ((size_t)last_start + (size_t)last_count != s->n)
+      return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows: %zu particles in the packets, %zu expected",
+                     (size_t)last_start + (size_t)last_count, s->n);
+  }
+  size_t bytes = 0, off[PARTICLE_ATTRS] = {0}; /* each attribute's count rows from a multiple of 8 bytes (the ids') */
+  for (int a = 0; a < PARTICLE_ATTRS; ++a)
+    if (a != PA_owner) off[a] = bytes, bytes += (count * particle_attrs[a].bytes + 7) / 8 * 8;
+  DVEC_EXACT(s->rows, bytes, "checkpoint rows");
+  char *base = (char *)s->rows.ptr;
+#define ROWS_(field, type) ((type *)(base + off[PA_##field]))
+  const capture_out o = {ROWS_(x, float),    ROWS_(v, float),    ROWS_(C, float),        ROWS_(F, float),
+                         ROWS_(mass, float), ROWS_(vol0, float), ROWS_(logjp, float),    ROWS_(id, uint64_t),
+                         ROWS_(material, int32_t), NULL};
+#undef ROWS_
+  const size_t p0 = first / LANES, warps = np - p0 < count ? np - p0 : count;
+  k_capture_rows<<<blocks_for(warps * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      np, p0, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), start, first, count, o);
+  LAUNCHED("k_capture_rows");
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    if (a == PA_owner) continue;
+    const size_t b = particle_attrs[a].bytes;
+    CU(cudaMemcpyAsync((char *)particles_attr(dst, a) + at * b, base + off[a], count * b,
+                       cudaMemcpyDeviceToHost, st));
+  }
+  CU(cudaStreamSynchronize(st));
+  for (size_t i = 0; i < count; ++i) dst->owner[at + i] = s->prm.rank * 256 + s->me;
+  return DR_OK;
+}
+
+int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst) {
+  DR_TRY(fetch_rows_member((cuda_state *)state, first, count, dst, 0));
+  dst->n = count;
+  return DR_OK;
+}
+
+/* The island's: its rows are the members' one after another (download's order); the range may
+ * span members, each gives its part of it. The calls come in row order, so each member's first
+ * part starts at its row 0 (which numbers its rows). */
+int island_fetch_rows(void *state, size_t first, size_t count, particles *dst) {
+  island *I = (island *)state;
+  size_t base = 0, done = 0, total = 0;
+  for (int k = 0; k < I->nm; ++k) total += I->m[k]->n;
+  if (first > total || count > total - first)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count,
+                   total);
+  for (int k = 0; k < I->nm && done < count; ++k) {
+    const size_t m = I->m[k]->n, from = first + done;
+    if (from < base + m) {
+      const size_t take = base + m - from < count - done ? base + m - from : count - done;
+      DR_TRY(use(I->m[k]));
+      DR_TRY(fetch_rows_member(I->m[k], from - base, take, dst, done));
+      done += take;
+    }
+    base += m;
+  }
+  dst->n = count;
+  return DR_OK;
+}
