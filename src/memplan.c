@@ -146,7 +146,9 @@ void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
   const double bf = (asflip ? 7.0 : 4.0) * BLOCK_NODES; /* channels x nodes */
   const double cap_b = (double)mem_doubled(MEM_FIRST_BLOCKS, (size_t)l->blocks);
   add(&run, MT_GRID, cap_b * (bf * sizeof(float) + (s->deterministic ? bf * sizeof(int64_t) : 0) + sizeof(uint64_t) + 2));
-  host_steady(s, l, l->ranks > 2 ? 3 : 2, &run); /* no emigrate_records: its packed records on the host too */
+  /* the migration's records (sim_migrate.c, sim_reserve_migration): those received, those grouped
+   * by destination past two ranks, and those packed from emigrate */
+  host_steady(s, l, l->ranks > 2 ? 3 : 2, &run);
   /* the frame's snapshot: the host is this backend's device (backend_cpu.c) */
   add(&run, MT_TRANSFER, (double)mem_frame_capacity((size_t)l->most) * snapshot_bytes(s));
   *host = larger(&start, &run);
@@ -206,7 +208,12 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
     add(&split, MT_SORT, stream >= pairs ? 0.0 : pairs);
     start = larger(&start, &split);
   }
-  host_steady(s, l, l->ranks > 2 ? 2 : 1, &run); /* emigrate_records: the records leave from the device */
+  /* the migration's records: those received and, past two ranks, grouped by destination
+   * (sim_migrate.c), and the pinned buffer that the leaving ones come to from the device
+   * (cuda_reserve_records); an island's members each hold one for all of them (any member may
+   * send them all), and the island two more, every member's gathered and one member's share of
+   * the arrivals (island_reserve_records) */
+  host_steady(s, l, 1 + (l->ranks > 2) + (nd > 1 ? nd + 2 : 1), &run);
   *host = larger(&start, &run);
 
   /* a device, in the order its buffers are first allocated: the upload, then the rebuilds */
