@@ -726,7 +726,8 @@ static int create_one(const sim_params *prm, int device, const particles *p, con
       .download = ON_DEVICE(cuda_download),
       .snapshot = ON_DEVICE(cuda_snapshot),
       .fetch = cuda_fetch, /* the writer's thread: sets its device itself */
-      .fetch_rows = ON_DEVICE(cuda_fetch_rows),
+      .fetch_rows = cuda_fetch_rows, /* held: the writer's thread; sets its device itself */
+      .hold_rows = ON_DEVICE(cuda_hold_rows),
       /* several ranks: the shared blocks' sums travel through pinned host buffers (sim.c) */
       .blocks = ON_DEVICE(cuda_blocks),
       .block_sums = xdev_sums_floats(s), /* = int_floats(s) */

@@ -207,53 +207,94 @@ __global__ static void k_capture_rows(size_t np, size_t p0, const float *pk, con
   }
 }
 
-/* Rows first .. first + count - 1 of member s's particles (download's order) into dst's rows at
- * `at` ... on the caller's thread (the one that steps; s's device current): gathered on the device
- * into s->rows (every attribute but the owner, attribute after attribute, count rows each), then
- * copied on s->stream, after whatever the steps queued, into dst's pinned memory; the owner is the
- * member's one value, written on the host. The call with first 0 numbers the rows first (the
- * packets' row starts, into the sort's scratch as the snapshot puts them); the later calls of the
- * checkpoint read them (backend.h: nothing steps between the calls). */
-static int fetch_rows_member(cuda_state *s, size_t first, size_t count, particles *dst, size_t at) {
-  if (first > s->n || count > s->n - first)
-    return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count,
-                   s->n);
-  if (count == 0) return DR_OK;
+/* Where each attribute's count rows start in s->rows (every attribute but the owner, attribute
+ * after attribute, each from a multiple of 8 bytes: the ids'); returns the bytes in all. */
+static size_t rows_layout(size_t count, size_t off[PARTICLE_ATTRS]) {
+  size_t bytes = 0;
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    off[a] = bytes;
+    if (a != PA_owner) bytes += (count * particle_attrs[a].bytes + 7) / 8 * 8;
+  }
+  return bytes;
+}
+
+/* Numbers the rows of s's packets (each packet's first row, the exclusive scan of its live lanes,
+ * into the sort's scratch vals[1], as the snapshot puts them) and checks that the packets hold the
+ * particles counted. */
+static int number_rows(cuda_state *s) {
   const size_t np = s->n_packets;
   cudaStream_t st = s->stream;
   uint32_t *cnt = dp<uint32_t>(s->vals[0]), *start = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= np */
-  if (first == 0) {
-    k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), cnt);
-    LAUNCHED("k_packet_counts");
-    CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, cnt, start, (int)np, st));
-    int last_start = 0, last_count = 0; /* the packets hold the particles counted (as the snapshot checks) */
-    DR_TRY(cuda_read_count(s, start + np - 1, &last_start));
-    DR_TRY(cuda_read_count(s, cnt + np - 1, &last_count));
-    if ((size_t)last_start + (size_t)last_count != s->n)
-      return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows: %zu particles in the packets, %zu expected",
-                     (size_t)last_start + (size_t)last_count, s->n);
-  }
-  size_t bytes = 0, off[PARTICLE_ATTRS] = {0}; /* each attribute's count rows from a multiple of 8 bytes (the ids') */
-  for (int a = 0; a < PARTICLE_ATTRS; ++a)
-    if (a != PA_owner) off[a] = bytes, bytes += (count * particle_attrs[a].bytes + 7) / 8 * 8;
-  DVEC_EXACT(s->rows, bytes, "checkpoint rows");
+  k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), cnt);
+  LAUNCHED("k_packet_counts");
+  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, cnt, start, (int)np, st));
+  int last_start = 0, last_count = 0;
+  DR_TRY(cuda_read_count(s, start + np - 1, &last_start));
+  DR_TRY(cuda_read_count(s, cnt + np - 1, &last_count));
+  if ((size_t)last_start + (size_t)last_count != s->n)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows: %zu particles in the packets, %zu expected",
+                   (size_t)last_start + (size_t)last_count, s->n);
+  return DR_OK;
+}
+
+/* Rows [first, first + count) of the numbered packets gathered into s->rows on s->stream
+ * (rows_layout(count)'s places, row r at r - first). */
+static int gather_rows(cuda_state *s, size_t first, size_t count) {
+  size_t off[PARTICLE_ATTRS];
+  DVEC_EXACT(s->rows, rows_layout(count, off), "checkpoint rows");
   char *base = (char *)s->rows.ptr;
 #define ROWS_(field, type) ((type *)(base + off[PA_##field]))
   const capture_out o = {ROWS_(x, float),    ROWS_(v, float),    ROWS_(C, float),        ROWS_(F, float),
                          ROWS_(mass, float), ROWS_(vol0, float), ROWS_(logjp, float),    ROWS_(id, uint64_t),
                          ROWS_(material, int32_t), NULL};
 #undef ROWS_
-  const size_t p0 = first / LANES, warps = np - p0 < count ? np - p0 : count;
-  k_capture_rows<<<blocks_for(warps * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      np, p0, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), start, first, count, o);
+  const size_t np = s->n_packets, p0 = first / LANES, warps = np - p0 < count ? np - p0 : count;
+  k_capture_rows<<<blocks_for(warps * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+      np, p0, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<uint32_t>(s->vals[1]), first, count, o);
   LAUNCHED("k_capture_rows");
-  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
-    if (a == PA_owner) continue;
-    const size_t b = particle_attrs[a].bytes;
-    CU(cudaMemcpyAsync((char *)particles_attr(dst, a) + at * b, base + off[a], count * b,
-                       cudaMemcpyDeviceToHost, st));
+  return DR_OK;
+}
+
+/* Rows first .. first + count - 1 of member s's particles (download's order) into dst's rows at
+ * `at` ... Live (no hold_rows yet), on the caller's thread (the one that steps): gathered on the
+ * device into s->rows, then copied on s->stream, after whatever the steps queued, into dst's
+ * pinned memory; the call with first 0 numbers the rows, the later calls of the checkpoint read
+ * them (backend.h: nothing steps between the calls). Held: copied from the rows hold_rows
+ * gathered, on the legacy stream from any thread (the writer's: the steps' streams never touch
+ * s->rows), s's device made the thread's current one. The owner is the member's one value, written
+ * on the host. */
+/* The rows fetch_rows reads of member s: those held, or its particles. */
+static size_t rows_of(const cuda_state *s) { return s->holding ? s->rows_held : s->n; }
+
+static int fetch_rows_member(cuda_state *s, size_t first, size_t count, particles *dst, size_t at) {
+  const size_t n = rows_of(s);
+  if (first > n || count > n - first)
+    return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count, n);
+  if (count == 0) return DR_OK;
+  int cur = -1;
+  CU(cudaGetDevice(&cur));
+  if (cur != s->device) CU(cudaSetDevice(s->device));
+  size_t off[PARTICLE_ATTRS];
+  if (s->holding) {
+    rows_layout(s->rows_held, off);
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      if (a == PA_owner) continue;
+      const size_t b = particle_attrs[a].bytes;
+      CU(cudaMemcpy((char *)particles_attr(dst, a) + at * b, (const char *)s->rows.ptr + off[a] + first * b, count * b,
+                    cudaMemcpyDeviceToHost));
+    }
+  } else {
+    if (first == 0) DR_TRY(number_rows(s));
+    DR_TRY(gather_rows(s, first, count));
+    rows_layout(count, off);
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      if (a == PA_owner) continue;
+      const size_t b = particle_attrs[a].bytes;
+      CU(cudaMemcpyAsync((char *)particles_attr(dst, a) + at * b, (const char *)s->rows.ptr + off[a], count * b,
+                         cudaMemcpyDeviceToHost, s->stream));
+    }
+    CU(cudaStreamSynchronize(s->stream));
   }
-  CU(cudaStreamSynchronize(st));
   for (size_t i = 0; i < count; ++i) dst->owner[at + i] = s->prm.rank * 256 + s->me;
   return DR_OK;
 }
@@ -264,18 +305,43 @@ int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst) {
   return DR_OK;
 }
 
+/* backend.h's hold_rows on one member: all its rows gathered into s->rows (120 B a particle, kept
+ * for the next checkpoint: the memory plan's where it has room), on s->stream after the steps
+ * queued, waited for. */
+static int hold_rows_member(cuda_state *s) {
+  if (s->n > 0) {
+    DR_TRY(number_rows(s));
+    DR_TRY(gather_rows(s, 0, s->n));
+    CU(cudaStreamSynchronize(s->stream));
+  }
+  s->rows_held = s->n;
+  s->holding = 1;
+  return DR_OK;
+}
+
+int cuda_hold_rows(void *state) { return hold_rows_member((cuda_state *)state); }
+
+int island_hold_rows(void *state) {
+  island *I = (island *)state;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(hold_rows_member(I->m[k]));
+  }
+  return DR_OK;
+}
+
 /* The island's: its rows are the members' one after another (download's order); the range may
- * span members, each gives its part of it. The calls come in row order, so each member's first
- * part starts at its row 0 (which numbers its rows). */
+ * span members, each gives its part of it. Live, the calls come in row order, so each member's
+ * first part starts at its row 0 (which numbers its rows); held rows are read in any order. */
 int island_fetch_rows(void *state, size_t first, size_t count, particles *dst) {
   island *I = (island *)state;
   size_t base = 0, done = 0, total = 0;
-  for (int k = 0; k < I->nm; ++k) total += I->m[k]->n;
+  for (int k = 0; k < I->nm; ++k) total += rows_of(I->m[k]);
   if (first > total || count > total - first)
     return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count,
                    total);
   for (int k = 0; k < I->nm && done < count; ++k) {
-    const size_t m = I->m[k]->n, from = first + done;
+    const size_t m = rows_of(I->m[k]), from = first + done;
     if (from < base + m) {
       const size_t take = base + m - from < count - done ? base + m - from : count - done;
       DR_TRY(use(I->m[k]));

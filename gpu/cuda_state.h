@@ -248,7 +248,10 @@ typedef struct cuda_state {
   unsigned snap_mask;
   size_t snap_n;
   dvec rows;                    /* backend.h's fetch_rows: one chunk of rows of every attribute, attribute
-                                 * after attribute (k_capture_rows; device memory, kept and grown) */
+                                 * after attribute (k_capture_rows; device memory, kept and grown); after
+                                 * hold_rows, all rows_held rows of them, which fetch_rows then reads */
+  size_t rows_held;             /* the rows rows holds after hold_rows (holding: 1 once it has run) */
+  int holding;
   uint32_t *h_rec;              /* cuda_emigrate_records: the records on the host (pinned, grow-only) */
   size_t h_rec_cap;             /* bytes */
   dvec pblock;                  /* [n] particle block of each sorted particle (an inclusive scan first) */
@@ -615,6 +618,8 @@ int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst);
 int island_snapshot(void *state, unsigned mask, size_t *n);
 int island_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
 int island_fetch_rows(void *state, size_t first, size_t count, particles *dst);
+int cuda_hold_rows(void *state);
+int island_hold_rows(void *state);
 
 /* island_particles.cu */
 int island_download(void *state, particles *out);

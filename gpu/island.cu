@@ -798,6 +798,7 @@ static int island_make(const sim_params *prm, const int *dev, int nm, particles 
       .snapshot = island_snapshot,
       .fetch = island_fetch,
       .fetch_rows = island_fetch_rows,
+      .hold_rows = island_hold_rows,
       /* several ranks, each with its island */
       .blocks = island_blocks,
       .block_sums = xdev_sums_floats(I->m[0]),

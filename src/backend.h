@@ -164,6 +164,13 @@ typedef struct backend {
    * The calls of one checkpoint come in row order from first 0 on (cuda: the first numbers the
    * rows), on the thread that steps, and nothing steps or changes the particles between them. */
   int (*fetch_rows)(void *state, size_t first, size_t count, particles *dst);
+  /* Optional: a copy of every particle's rows as they stand (fetch_rows's, download's order) in
+   * the backend's own memory (cuda: each device's rows, attribute after attribute; cpu: host
+   * arrays), after which fetch_rows reads the copy, from any thread (the writer's), while the
+   * particles step on: the calls may come in any order and need not start at row 0. Each
+   * checkpoint of a run that holds calls it first (sim_checkpoint.c); the copy stays, reused,
+   * until the next. Its bytes are the memory plan's (memplan.h: where the plan has room). */
+  int (*hold_rows)(void *state);
   /* The rank exchange (mpi/exchange.h; NULL where a backend does not take part in several ranks:
    * sim.c refuses one without blocks, node_masks, pack_nodes and unpack_add_nodes there). */
   /* The current mapping's block codes, sorted; a code's position is its dense block index. */

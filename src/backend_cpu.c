@@ -528,6 +528,7 @@ static void destroy(void *state) {
   if (!s) return;
   particles_free(&s->p);
   particles_free(&s->tmp);
+  particles_free(&s->held);
   cpu_snap_release(s);
   memtally_free(s->pblock), memtally_free(s->sort_key);
   memtally_free(s->pb_coord), memtally_free(s->pb_nbr), memtally_free(s->pb_start), memtally_free(s->color_pb);

@@ -39,6 +39,8 @@ typedef struct cpu_state {
                                  * (memtally_malloc, MT_TRANSFER), kept snapshot after snapshot */
   unsigned snap_mask;
   size_t snap_cap;
+  particles held;               /* backend.h's hold_rows: the particles' copy that fetch_rows reads */
+  int holding;                  /* 1 once hold_rows has run */
   int32_t *pblock;              /* [n] particle block of each particle */
   uint64_t *sort_key;           /* [2n]: (key, index) pairs */
   size_t cap_n;

@@ -89,19 +89,33 @@ static int fetch(void *state, unsigned mask, size_t first, size_t count, particl
   return DR_OK;
 }
 
-/* backend.h's fetch_rows: rows of the particles themselves, copied (the owner: this rank's). */
+/* backend.h's fetch_rows: rows of the particles themselves, or of their held copy, copied (the
+ * owner: this rank's). */
 static int fetch_rows(void *state, size_t first, size_t count, particles *dst) {
   cpu_state *s = state;
-  if (first > s->p.n || count > s->p.n - first)
+  const particles *from = s->holding ? &s->held : &s->p;
+  if (first > from->n || count > from->n - first)
     return dr_fail(DR_EINTERNAL, "cpu backend: fetch_rows of rows %zu .. %zu of %zu particles", first, first + count,
-                   s->p.n);
+                   from->n);
   for (int a = 0; a < PARTICLE_ATTRS && count > 0; ++a)
     if (a == PA_owner)
       copy_attr(s, a, particles_attr(dst, a), NULL, count);
     else
-      memcpy(particles_attr(dst, a), (const char *)particles_attr(&s->p, a) + first * particle_attrs[a].bytes,
+      memcpy(particles_attr(dst, a), (const char *)particles_attr(from, a) + first * particle_attrs[a].bytes,
              count * particle_attrs[a].bytes);
   dst->n = count;
+  return DR_OK;
+}
+
+/* backend.h's hold_rows: every attribute but the owner copied into s->held, whose capacity is the
+ * particles' own (cap_n: memplan.c counts 124 B x cap(n)). */
+static int hold_rows(void *state) {
+  cpu_state *s = state;
+  DR_TRY(particles_reserve(&s->held, s->cap_n > s->p.n ? s->cap_n : s->p.n));
+  for (int a = 0; a < PARTICLE_ATTRS; ++a)
+    if (a != PA_owner && s->p.n > 0) copy_attr(s, a, particles_attr(&s->held, a), particles_attr(&s->p, a), s->p.n);
+  s->held.n = s->p.n;
+  s->holding = 1;
   return DR_OK;
 }
 
@@ -116,6 +130,7 @@ static int stats(void *state, backend_stats *out) {
   out->bytes = (double)s->cap_n * (2 * particles_record_bytes() + sizeof(int32_t) + 2 * sizeof(uint64_t)) +
                (double)s->cap_blocks * (s->bf * (sizeof(float) + (s->det ? sizeof(int64_t) : 0)) + sizeof(uint64_t) + 1) +
                (double)s->cap_pb * (3 + 27 + 1) * sizeof(int32_t) + (double)s->table.cap * 12;
+  out->bytes += (double)s->held.cap * particles_record_bytes(); /* the checkpoint's copy */
   for (int a = 0; a < PARTICLE_ATTRS; ++a) /* the frame's snapshot */
     if (particles_attr(&s->snap, a)) out->bytes += (double)s->snap_cap * particle_attrs[a].bytes;
   return DR_OK;
@@ -183,7 +198,7 @@ static int particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[
 }
 
 void cpu_particles_ops(backend *b) {
-  b->download = download, b->snapshot = snapshot, b->fetch = fetch, b->fetch_rows = fetch_rows, b->count = count;
+  b->download = download, b->snapshot = snapshot, b->fetch = fetch, b->fetch_rows = fetch_rows, b->hold_rows = hold_rows, b->count = count;
   b->stats = stats, b->set_particles = set_particles, b->add_particles = add_particles, b->emigrate = emigrate;
   b->particle_blocks = particle_blocks;
 }

@@ -448,8 +448,11 @@ static const char *continue_command(const char *path, const char *out_dir, const
  * plan times the ranks of this node) or of a device it will use (the plan times the members
  * sharing it), before anything is sampled, allocated or written: DR_ENOMEM naming what does not
  * fit, the plan, the free bytes and the particles that would fit. Every rank checks its node and
- * its devices; the ranks agree on the outcome. *plan: the busiest rank's plan (memplan_destroy it). */
-static int refuse_unless_fits(const scene *s, const sim_options *opt, memplan *plan) {
+ * its devices; the ranks agree on the outcome. *plan: the busiest rank's plan (memplan_destroy it).
+ * A run that writes checkpoints writes them from the backend's copy of the particles, behind the
+ * steps (opt->ckpt_hold), where the plan with that copy fits on every rank; else from the live
+ * particles, the steps waiting (the plan without it). */
+static int refuse_unless_fits(const scene *s, sim_options *opt, memplan *plan) {
   int ranks = 1, local_rank = 0, local = 1, ngpu = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   DR_TRY(comm_agree(MPI_COMM_WORLD, comm_local(MPI_COMM_WORLD, &local_rank, &local)));
@@ -483,12 +486,30 @@ static int refuse_unless_fits(const scene *s, const sim_options *opt, memplan *p
     DR_TRY(comm_agree(MPI_COMM_WORLD, gpu_free_memory(dev[k], &f, NULL)));
     if (worst < 0 || f < dev_free) dev_free = f, worst = dev[k];
   }
-  const memplan_config cfg = {.backend = cuda ? BACKEND_CUDA : BACKEND_CPU, .ranks = ranks, .devices = nd > 0 ? nd : 1,
-                              .frames = opt->frames};
+  const int frames = opt->frames > 0 ? opt->frames : s->frames;
+  memplan_config cfg = {.backend = cuda ? BACKEND_CUDA : BACKEND_CPU, .ranks = ranks, .devices = nd > 0 ? nd : 1,
+                        .frames = opt->frames,
+                        .ckpt_hold = settings()->ckpt_hold && s->checkpoint_every > 0 && frames >= s->checkpoint_every};
   DR_TRY(memplan_create(s, &cfg, plan));
   double host_free = 0.0;
   const char *limit = "unknown";
   memplan_host_free(&host_free, &limit);
+  if (cfg.ckpt_hold) {
+    const int fits = !(host_free > 0 && plan->host.total * local > host_free) &&
+                     !(cuda && plan->device.total * share > dev_free);
+    int all = fits;
+    const int e = MPI_Allreduce(&fits, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (e != MPI_SUCCESS) {
+      memplan_destroy(plan);
+      return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(the checkpoints' copy)");
+    }
+    if (!all) {
+      memplan_destroy(plan);
+      cfg.ckpt_hold = 0;
+      DR_TRY(memplan_create(s, &cfg, plan));
+    }
+  }
+  opt->ckpt_hold = cfg.ckpt_hold;
   const double host_need = plan->host.total * local, dev_need = plan->device.total * share;
   int rc = DR_OK;
   const double n = (double)plan->load.most;

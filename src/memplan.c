@@ -124,8 +124,9 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));
   }
-  if (writes_checkpoints(s, l))
-    add(m, MT_TRANSFER, mem_ckpt_buffers((size_t)l->most, MEM_CKPT_CHUNK) * rec * ckpt_chunk_rows(l->most));
+  if (writes_checkpoints(s, l)) /* held: the writer's thread fetches a chunk and writes it, one buffer */
+    add(m, MT_TRANSFER, (l->ckpt_hold ? 1 : mem_ckpt_buffers((size_t)l->most, MEM_CKPT_CHUNK)) * rec *
+                            ckpt_chunk_rows(l->most));
 }
 
 void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
@@ -151,6 +152,8 @@ void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
   host_steady(s, l, l->ranks > 2 ? 3 : 2, &run);
   /* the frame's snapshot: the host is this backend's device (backend_cpu.c) */
   add(&run, MT_TRANSFER, (double)mem_frame_capacity((size_t)l->most) * snapshot_bytes(s));
+  /* the checkpoint's copy of the rows (hold_rows: the particles' capacity) */
+  if (l->ckpt_hold && writes_checkpoints(s, l)) add(&run, MT_PARTICLES, rec * cap);
   *host = larger(&start, &run);
 }
 
@@ -291,7 +294,7 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   }
   if (writes_checkpoints(s, l)) { /* a checkpoint's chunk gathered on the device, the owner left out, each
                                    * attribute from a multiple of 8 bytes (capture.cu, fetch_rows) */
-    const double rows = fmin(ckpt_chunk_rows(l->most), ceil(n));
+    const double rows = l->ckpt_hold ? ceil(n) : fmin(ckpt_chunk_rows(l->most), ceil(n)); /* held: all of them */
     double bytes = 0.0;
     for (int a = 0; a < PARTICLE_ATTRS; ++a)
       if (a != PA_owner) bytes += ceil(rows * (double)particle_attrs[a].bytes / 8.0) * 8.0;
@@ -322,7 +325,7 @@ static memplan_load load_of(const memplan *p, double f) {
                     .pblocks = ceil(f * p->pblocks / R), .blocks = ceil(f * p->blocks / R),
                     .start_all = f * (double)p->particles, .ranks = R,
                     .devices = p->cfg.devices > 0 ? p->cfg.devices : 1,
-                    .frames = p->cfg.frames > 0 ? p->cfg.frames : p->frames};
+                    .frames = p->cfg.frames > 0 ? p->cfg.frames : p->frames, .ckpt_hold = p->cfg.ckpt_hold};
   return l;
 }
 

@@ -47,6 +47,7 @@ typedef struct memplan_load {
   int ranks;
   int devices;     /* GPUs of the rank (cuda) */
   int frames;      /* frames run (a checkpoint's chunks only where one is written along the way) */
+  int ckpt_hold;   /* checkpoints written from the backend's copy of the rows (hold_rows) */
 } memplan_load;
 
 typedef struct memplan_config {
@@ -54,6 +55,7 @@ typedef struct memplan_config {
   int ranks;          /* >= 1 */
   int devices;        /* GPUs a rank (cuda), >= 1 */
   int frames;         /* frames run (0: the scene's) */
+  int ckpt_hold;      /* checkpoints from the backend's copy of the rows where the run writes any */
 } memplan_config;
 
 typedef struct memplan {

@@ -109,6 +109,11 @@ static const setting_entry TABLE[SET_N] = {
                                  "checkpoint's particles, at a time, fewer than MEM_FRAME_CHUNK (and "
                                  "MEM_CKPT_CHUNK), and the rows of a resume's pieces on several ranks (fewer than "
                                  "RESUME_ROWS), so that small scenes write and read in chunks"},
+    [SET_CKPT_HOLD] = {.env = "DRIFT_CKPT_HOLD", .type = T_BOOL, .kind = SETTING_DEBUG, .offset = OFF(ckpt_hold),
+                       .dflt = "1",
+                       .help = "tests: 0 fetches a checkpoint's rows from the live particles while the steps wait, "
+                               "as where the memory plan finds no room for the backend's copy of them (1: the "
+                               "copy where it fits, written behind the steps)"},
     [SET_WRITER_INLINE] = {.env = "DRIFT_WRITER_INLINE", .type = T_BOOL, .kind = SETTING_DEBUG,
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "

@@ -38,6 +38,7 @@ typedef enum setting_id {
   SET_WRITER_INLINE,
   SET_PROGRESS_S,
   SET_FRAME_CHUNK,
+  SET_CKPT_HOLD,
   SET_N
 } setting_id;
 
@@ -72,6 +73,8 @@ typedef struct drift_settings {
   double progress_s;          /* s: wall time between progress lines inside a frame; 0 if unset (30 s) */
   int frame_chunk;            /* particles the writer fetches of a frame, and of a checkpoint, at a time; 0 if
                                * unset (MEM_FRAME_CHUNK, MEM_CKPT_CHUNK) */
+  int ckpt_hold;              /* checkpoints from a copy the backend holds where the plan finds room (1), or
+                               * always fetched from the live particles (0) */
   /* per setting: where its value came from, and its text as given ("" for a default) */
   unsigned char from[SET_N];
   char text[SET_N][SETTINGS_TEXT_MAX];

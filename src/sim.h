@@ -25,6 +25,10 @@ typedef struct sim_options {
   int gpus;            /* overrides parallel.gpus_per_rank when > 0 (--gpus) */
   const char *continue_with; /* the command that resumes this run after a signal, shell-quoted
                               * (drift run builds it from its command line); NULL: a plain one */
+  int ckpt_hold;       /* 1: checkpoints from a copy of the particles the backend holds (hold_rows),
+                        * written behind the steps; drift run sets it where the memory plan has room
+                        * for the copy (memplan.h); 0: fetched from the live particles, the steps
+                        * waiting */
 } sim_options;
 
 /* Phases of a step, as timed with sim_options.profile. */

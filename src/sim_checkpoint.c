@@ -1,5 +1,6 @@
-/* sim_checkpoint.c - checkpoints: written from the backend's live particles a chunk at a time
- * behind the writer (sim_write_checkpoint), the resume from one (sim_resume_from_checkpoint), and
+/* sim_checkpoint.c - checkpoints: written from the backend's copy of the particles behind the
+ * steps, or from its live particles a chunk at a time while they wait (sim_write_checkpoint), the
+ * resume from one (sim_resume_from_checkpoint), and
  * the checkpoint a signal's stop writes. io/checkpoint.c holds the file; docs/output.md
  * describes it.
  *
@@ -47,12 +48,42 @@ static int checkpoint_job(MPI_Comm comm, void *ctx) {
   return DR_OK;
 }
 
-/* Completes the checkpoint in flight (collective): waits for its jobs, agrees on every rank's
- * rows, and publishes it (ckpt_end: the checksum written, renamed, the folder synced, old ones
- * pruned) or removes it. */
+/* A held checkpoint's one job, on the writer's thread: this rank's rows fetched from the backend's
+ * copy (fetch_rows, any thread once held) into the slot's one buffer a chunk at a time, each
+ * written (ckpt_put_rows), then the file synced (ckpt_put_finish). Its status is the slot's, as
+ * checkpoint_job's. */
+static int checkpoint_held_job(MPI_Comm comm, void *ctx) {
+  (void)comm;
+  ckpt_slot *c = ctx;
+  sim *S = c->S;
+  ckpt_chunk *k = &c->chunk[0];
+  int rc = DR_OK;
+  for (size_t first = 0; rc == DR_OK && first < c->file.rows.n;) {
+    const size_t count = c->file.rows.n - first < c->cap ? c->file.rows.n - first : c->cap;
+    k->p.n = 0;
+    rc = S->be.fetch_rows(S->be.state, first, count, &k->p);
+    if (rc == DR_OK && k->p.n != count)
+      rc = dr_fail(DR_EINTERNAL, "%s backend: fetch_rows gave %zu rows where %zu were asked", S->be.name, k->p.n, count);
+    if (rc == DR_OK) rc = ckpt_put_rows(&c->file, first, &k->p);
+    first += count;
+  }
+  rc = ckpt_put_finish(&c->file, rc);
+  if (rc) {
+    c->put_rc = rc;
+    snprintf(c->put_msg, sizeof c->put_msg, "%s", dr_message());
+    dr_clear();
+  }
+  return DR_OK;
+}
+
+/* Completes the checkpoint in flight (collective): completes the frame in flight (a held
+ * checkpoint goes out behind the frame written with it, which must be on the disk before it), waits
+ * for its jobs, agrees on every rank's rows, and publishes it (ckpt_end: the checksum written,
+ * renamed, the folder synced, old ones pruned) or removes it. */
 int sim_ckpt_done(sim *S) {
   ckpt_slot *c = &S->ckpt;
   if (!c->queued) return DR_OK;
+  DR_TRY(sim_complete_frame(S));
   c->queued = 0;
   c->chunk[0].queued = c->chunk[1].queued = 0; /* the jobs run in order: the last one is the last to run */
   DR_TRY(sim_output_failed(S, writer_wait(S->writer, c->ticket)));
@@ -85,7 +116,7 @@ static int ckpt_reserve(sim *S, size_t n) {
   const size_t set = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_CKPT_CHUNK;
   const size_t chunk = set < MEM_CKPT_CHUNK ? set : MEM_CKPT_CHUNK;
   const size_t cap = mem_ckpt_rows(n, chunk);
-  const int buffers = mem_ckpt_buffers(n, chunk);
+  const int buffers = S->opt.ckpt_hold ? 1 : mem_ckpt_buffers(n, chunk); /* held: one job fetches and writes */
   if (cap <= c->cap && buffers <= c->buffers) return DR_OK;
   ckpt_release(S);
   c->buffers = buffers;
@@ -100,9 +131,9 @@ static int ckpt_reserve(sim *S, size_t n) {
  * from the other; before a buffer is fetched into again, the job that wrote it is waited for.
  * Returns with every chunk fetched and the last one's job queued (c->ticket). A checkpoint is
  * rare: the steps wait for its fetches (fetch_rows reads the particles themselves, which must not
- * move meanwhile; a copy of them on the device would take 124 B a particle, more than the
- * device's plan holds), and overlap only the writing of the last chunk and the sync. Local; the
- * status is this rank's (a fetch's or the writer's). */
+ * move meanwhile: where the plan has room for a copy of them, the checkpoint is held instead), and
+ * overlap only the writing of the last chunk and the sync. Local; the status is this rank's (a
+ * fetch's or the writer's). */
 static int ckpt_fetch(sim *S, size_t n) {
   if (n > S->ckpt.cap && S->ckpt.buffers < 2)
     return dr_fail(DR_EINTERNAL, "a checkpoint of %zu particles in chunks of %zu with one buffer", n, S->ckpt.cap);
@@ -134,14 +165,17 @@ static int ckpt_fetch(sim *S, size_t n) {
 }
 
 /* Collective. Begins DIR/checkpoint_NNNNN.h5 of the state the run stands at (the end of frame
- * st.frame, or part-way into the next one after a stop), and hands its rows to the writer as they
- * are fetched from the backend (ckpt_fetch); returns once the last is fetched, before they are
- * all written. The previous checkpoint, whose buffers this one reuses, is completed first. */
+ * st.frame, or part-way into the next one after a stop). Held: the backend copies the rows and the
+ * writer fetches and writes them behind the steps (checkpoint_held_job); live: the rows go to the
+ * writer as they are fetched from the backend (ckpt_fetch). Returns before they are all written.
+ * The previous checkpoint, whose buffers this one reuses, is completed first. A checkpoint on the
+ * disk means every frame up to its own is too (a resume from it writes the frames after it only):
+ * live, the frame in flight completes first; held, it is written before the checkpoint's job and
+ * completed before the checkpoint (sim_ckpt_done). */
 int sim_write_checkpoint(sim *S) {
   const double t0 = sim_now();
-  /* the frames in flight complete first: a checkpoint on the disk means every frame up to its
-   * own is too (a resume from it writes the frames after it only) */
-  DR_TRY(sim_complete_frame(S));
+  const int held = S->opt.ckpt_hold && S->be.hold_rows;
+  if (!held) DR_TRY(sim_complete_frame(S));
   DR_TRY(sim_ckpt_done(S));
   ckpt_slot *c = &S->ckpt;
   backend_stats bs;
@@ -183,10 +217,20 @@ int sim_write_checkpoint(sim *S) {
   c->put_rc = DR_OK;
   c->put_msg[0] = 0;
   const double t1 = sim_now();
-  rc = comm_agree(S->comm, ckpt_fetch(S, n));
+  if (held) {
+    rc = S->be.hold_rows(S->be.state);
+    if (rc == DR_OK) {
+      rc = writer_submit(S->writer, checkpoint_held_job, c, &c->ticket);
+      c->chunk[0].queued = rc == DR_OK;
+      c->chunk[0].ticket = c->ticket;
+    }
+    rc = comm_agree(S->comm, rc);
+  } else {
+    rc = comm_agree(S->comm, ckpt_fetch(S, n));
+  }
   if (rc == DR_OK) {
-    log_trace("checkpoint %d: %zu particles fetched in chunks of %zu: %.2f ms", c->st.frame, n, c->cap,
-              1e3 * (sim_now() - t1));
+    log_trace("checkpoint %d: %zu particles %s in chunks of %zu: %.2f ms", c->st.frame, n,
+              held ? "held by the backend, written behind the steps" : "fetched", c->cap, 1e3 * (sim_now() - t1));
     c->queued = 1;
     S->st.io_seconds += sim_now() - t0;
     return DR_OK;

@@ -81,10 +81,13 @@ typedef struct ckpt_chunk {
   uint64_t ticket;
 } ckpt_chunk;
 
-/* A checkpoint in flight. Its file is begun by the main thread, which then fetches the rows from
- * the backend a chunk at a time (backend.h's fetch_rows) into one buffer while the writer's job
- * writes the other (ckpt_put_rows); the steps wait for the last fetch only, and the checkpoint is
- * completed (ckpt_end) by the main thread before the next frame's or checkpoint's file. */
+/* A checkpoint in flight. Its file is begun by the main thread. Held (sim_options.ckpt_hold): the
+ * backend copies the rows (hold_rows) and one writer's job fetches them from the copy a chunk at
+ * a time and writes each (ckpt_put_rows) while the steps go on. Live: the main thread fetches the
+ * rows from the particles a chunk at a time (backend.h's fetch_rows) into one buffer while the
+ * writer's job writes the other; the steps wait for the last fetch. Either way the checkpoint is
+ * completed (ckpt_end) by the main thread, after the frames before it, before the next frame's or
+ * checkpoint's file. */
 typedef struct ckpt_slot {
   struct sim *S;
   ckpt_state st;

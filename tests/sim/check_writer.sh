@@ -16,7 +16,9 @@
 #           every dataset and attribute, the rows' checksum included), their previews byte for
 #           byte; each frame's totals the same as printed, to 5 digits (the chunks' sums added in
 #           order); on 2 ranks (where mpirun exists) the frames, checkpoints and previews the same
-#           again.
+#           again. The checkpoints are written from the backend's copy (hold_rows, behind the steps)
+#           and, with DRIFT_CKPT_HOLD=0, from the live particles while the steps wait: both the same
+#           (1 and 2 ranks).
 #   full    (cpu) the output folder on a small tmpfs that fills at frame 4: exit 3, one line
 #           naming N/frame_00004.h5 and the reason, "No space left on device"; frames 0-3 whole and equal to a run with room;
 #           no frame 4 or later, no temporary file; frames.xdmf lists frames 0-3 only. Exits 77
@@ -79,9 +81,13 @@ chunks)
   run whole 0 "$drift" run chunks.json --out W
   DRIFT_TRACE=1 DRIFT_FRAME_CHUNK=1000 run chunked 0 "$drift" run chunks.json --out C
   grep -q "writer: frame .* in chunks of 1000" chunked.log || fail "chunked: no frame written in chunks of 1000: $(grep -m1 'writer: frame' chunked.log)"
-  grep -q "^trace.*checkpoint 3: 12480 particles fetched in chunks of 1000" chunked.log ||
-    fail "chunked: checkpoint 3 not fetched in chunks of 1000: $(grep -m1 'fetched in chunks' chunked.log)"
+  grep -q "^trace.*checkpoint 3: 12480 particles held by the backend, written behind the steps in chunks of 1000" \
+    chunked.log || fail "chunked: checkpoint 3 not held and written in chunks of 1000: $(grep -m1 'checkpoint 3:' chunked.log)"
   same_files "chunks of 1000 against one" W C $frames06 checkpoint_00003.h5 checkpoint_00006.h5
+  DRIFT_TRACE=1 DRIFT_FRAME_CHUNK=1000 DRIFT_CKPT_HOLD=0 run live 0 "$drift" run chunks.json --out L
+  grep -q "^trace.*checkpoint 3: 12480 particles fetched in chunks of 1000" live.log ||
+    fail "live: checkpoint 3 not fetched in chunks of 1000: $(grep -m1 'checkpoint 3:' live.log)"
+  same_files "checkpoints fetched live against held" W L checkpoint_00003.h5 checkpoint_00006.h5
   for f in 0 1 2 3 4 5 6; do
     cmp -s "W/frame_0000$f.png" "C/frame_0000$f.png" || fail "chunks: preview frame_0000$f.png differs"
   done
@@ -100,6 +106,9 @@ chunks)
     run whole2 0 mpirun --oversubscribe -n 2 "$drift" run chunks.json --out W2
     DRIFT_FRAME_CHUNK=1000 run chunked2 0 mpirun --oversubscribe -x DRIFT_FRAME_CHUNK -n 2 "$drift" run chunks.json --out C2
     same_files "2 ranks, chunks of 1000 against one" W2 C2 $frames06 checkpoint_00003.h5 checkpoint_00006.h5
+    DRIFT_FRAME_CHUNK=1000 DRIFT_CKPT_HOLD=0 run live2 0 mpirun --oversubscribe -x DRIFT_FRAME_CHUNK -x DRIFT_CKPT_HOLD \
+      -n 2 "$drift" run chunks.json --out L2
+    same_files "2 ranks, checkpoints fetched live against held" W2 L2 checkpoint_00003.h5 checkpoint_00006.h5
     for f in 0 3 6; do
       cmp -s "W2/frame_0000$f.png" "C2/frame_0000$f.png" || fail "chunks, 2 ranks: preview frame_0000$f.png differs"
     done
