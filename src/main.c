@@ -148,6 +148,13 @@ static void print_kinds(const memplan_bytes *m) {
   printf(" MiB");
 }
 
+/* Whether a run of frames frames plans its checkpoints from the backend's copy of the particles
+ * (memplan_config.ckpt_hold): it writes some along the way and DRIFT_CKPT_HOLD leaves it. drift run
+ * then falls back to the plan without the copy where that plan does not fit (refuse_unless_fits). */
+static int plans_ckpt_hold(const scene *s, int frames) {
+  return settings()->ckpt_hold && s->checkpoint_every > 0 && frames >= s->checkpoint_every;
+}
+
 /* drift check's memory lines: the plan of each backend, the free memory now, and a warning
  * where the plan does not fit here (check may run elsewhere than the run: it warns; run refuses). */
 static void print_plan(const scene *s, const memplan *cpu, const memplan *cuda, int ngpu, double dev_free) {
@@ -170,6 +177,9 @@ static void print_plan(const scene *s, const memplan *cpu, const memplan *cuda, 
   double host_free = 0.0;
   const char *limit = "unknown";
   memplan_host_free(&host_free, &limit);
+  if (cpu->cfg.ckpt_hold)
+    printf("checkpoints: written from a copy of the particles behind the steps, counted above; a run whose free "
+           "memory does not hold it fetches them from the particles while the steps wait\n");
   printf("free here: host %.2f GiB (%s)", gib(host_free), limit);
   if (ngpu > 0) printf(", device 0 %.2f GiB", gib(dev_free));
   printf("\n");
@@ -194,8 +204,10 @@ static int cmd_check(const char *path) {
          s.domain_min[2], s.domain_max[0], s.domain_max[1], s.domain_max[2], s.dx, n[0], n[1], n[2]);
   /* the particles and the memory from the plan in closed form (memplan.h): nothing is sampled */
   memplan plan, plan_cuda;
-  const memplan_config cpu_cfg = {.backend = BACKEND_CPU, .ranks = 1, .devices = 1};
-  memplan_config cuda_cfg = {.backend = BACKEND_CUDA, .ranks = 1, .devices = s.gpus_per_rank > 0 ? s.gpus_per_rank : 1};
+  const int hold = plans_ckpt_hold(&s, s.frames);
+  const memplan_config cpu_cfg = {.backend = BACKEND_CPU, .ranks = 1, .devices = 1, .ckpt_hold = hold};
+  memplan_config cuda_cfg = {.backend = BACKEND_CUDA, .ranks = 1, .devices = s.gpus_per_rank > 0 ? s.gpus_per_rank : 1,
+                             .ckpt_hold = hold};
   int ngpu = 0;
   gpu_count(&ngpu, NULL, 0);
   double dev_free = 0.0;
@@ -489,7 +501,7 @@ static int refuse_unless_fits(const scene *s, sim_options *opt, memplan *plan) {
   const int frames = opt->frames > 0 ? opt->frames : s->frames;
   memplan_config cfg = {.backend = cuda ? BACKEND_CUDA : BACKEND_CPU, .ranks = ranks, .devices = nd > 0 ? nd : 1,
                         .frames = opt->frames,
-                        .ckpt_hold = settings()->ckpt_hold && s->checkpoint_every > 0 && frames >= s->checkpoint_every};
+                        .ckpt_hold = plans_ckpt_hold(s, frames)};
   DR_TRY(memplan_create(s, &cfg, plan));
   double host_free = 0.0;
   const char *limit = "unknown";
