@@ -51,6 +51,30 @@ __global__ static void k_capture(size_t np, const float *pk, const uint64_t *pid
   }
 }
 
+/* Queues the numbering of s's rows on s->stream: each packet's live lanes into the sort's scratch
+ * vals[0], their exclusive scan (each packet's first row, download's order) into vals[1]. */
+static int queue_row_starts(cuda_state *s) {
+  const size_t np = s->n_packets;
+  cudaStream_t st = s->stream;
+  uint32_t *count = dp<uint32_t>(s->vals[0]), *start = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= np */
+  k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), count);
+  LAUNCHED("k_packet_counts");
+  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, count, start, (int)np, st));
+  return DR_OK;
+}
+
+/* Waits for the numbering and checks that the packets hold the particles counted (what: the
+ * caller, for the message). */
+static int check_row_starts(cuda_state *s, const char *what) {
+  int last_start = 0, last_count = 0;
+  DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[1]) + s->n_packets - 1, &last_start)); /* waits for the stream */
+  DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[0]) + s->n_packets - 1, &last_count));
+  if ((size_t)last_start + (size_t)last_count != s->n)
+    return dr_fail(DR_EINTERNAL, "cuda backend: %s: %zu particles in the packets, %zu expected", what,
+                   (size_t)last_start + (size_t)last_count, s->n);
+  return DR_OK;
+}
+
 /* Queues the snapshot of this GPU's particles (the attributes of mask) into s->snap on s->stream,
  * its vectors exact (DVEC_EXACT: no headroom, as the device's bytes a particle are the plan's
  * bound; kept while the particles do not grow), the owner left out (the member's one value, which
@@ -63,10 +87,8 @@ static int snapshot_queue(cuda_state *s, unsigned mask) {
     if ((mask & ~PA_BIT(owner)) >> a & 1u) DVEC_EXACT(s->snap[a], s->n * particle_attrs[a].bytes, "frame snapshot");
   const size_t np = s->n_packets;
   cudaStream_t st = s->stream;
-  uint32_t *count = dp<uint32_t>(s->vals[0]), *start = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= np */
-  k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), count);
-  LAUNCHED("k_packet_counts");
-  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, count, start, (int)np, st));
+  DR_TRY(queue_row_starts(s));
+  const uint32_t *start = dp<uint32_t>(s->vals[1]);
 #define SNAP_(field, type) (mask & PA_BIT(field) ? dp<type>(s->snap[PA_##field]) : NULL)
   const capture_out o = {SNAP_(x, float),    SNAP_(v, float),        SNAP_(C, float),    SNAP_(F, float),
                          SNAP_(mass, float), SNAP_(vol0, float),     SNAP_(logjp, float), SNAP_(id, uint64_t),
@@ -82,12 +104,7 @@ static int snapshot_queue(cuda_state *s, unsigned mask) {
 /* The snapshot's end on one GPU: waits, and checks that the packets held the particles counted. */
 static int snapshot_done(cuda_state *s) {
   if (s->n == 0) return DR_OK;
-  int last_start = 0, last_count = 0;
-  DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[1]) + s->n_packets - 1, &last_start)); /* waits for the stream */
-  DR_TRY(cuda_read_count(s, dp<uint32_t>(s->vals[0]) + s->n_packets - 1, &last_count));
-  if ((size_t)last_start + (size_t)last_count != s->n)
-    return dr_fail(DR_EINTERNAL, "cuda backend: snapshot: %zu particles in the packets, %zu expected",
-                   (size_t)last_start + (size_t)last_count, s->n);
+  DR_TRY(check_row_starts(s, "snapshot"));
   s->snap_n = s->n;
   return DR_OK;
 }
@@ -218,23 +235,10 @@ static size_t rows_layout(size_t count, size_t off[PARTICLE_ATTRS]) {
   return bytes;
 }
 
-/* Numbers the rows of s's packets (each packet's first row, the exclusive scan of its live lanes,
- * into the sort's scratch vals[1], as the snapshot puts them) and checks that the packets hold the
- * particles counted. */
+/* Numbers the rows of s's packets (as the snapshot does) and checks them. */
 static int number_rows(cuda_state *s) {
-  const size_t np = s->n_packets;
-  cudaStream_t st = s->stream;
-  uint32_t *cnt = dp<uint32_t>(s->vals[0]), *start = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= np */
-  k_packet_counts<<<blocks_for(np, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(np, dp<int2>(s->hdr), cnt);
-  LAUNCHED("k_packet_counts");
-  CUB_RUN(cub::DeviceScan::ExclusiveSum(temp_ptr, temp_bytes, cnt, start, (int)np, st));
-  int last_start = 0, last_count = 0;
-  DR_TRY(cuda_read_count(s, start + np - 1, &last_start));
-  DR_TRY(cuda_read_count(s, cnt + np - 1, &last_count));
-  if ((size_t)last_start + (size_t)last_count != s->n)
-    return dr_fail(DR_EINTERNAL, "cuda backend: fetch_rows: %zu particles in the packets, %zu expected",
-                   (size_t)last_start + (size_t)last_count, s->n);
-  return DR_OK;
+  DR_TRY(queue_row_starts(s));
+  return check_row_starts(s, "fetch_rows");
 }
 
 /* Rows [first, first + count) of the numbered packets gathered into s->rows on s->stream

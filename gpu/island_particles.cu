@@ -80,6 +80,12 @@ int island_split(island *I, const particles *p, particles *parts) {
   return rc;
 }
 
+/* particle_source_chunks's use in island_assign_source: a chunk's positions into x (ctx). */
+static int positions_of(void *ctx, const particles *chunk, size_t done) {
+  memcpy((float *)ctx + 3 * done, chunk->x, 3 * sizeof(float) * chunk->n);
+  return DR_OK;
+}
+
 /* The split of a source's particles (island_create_from), read once for their positions (12 B a
  * particle on the host, counted, a chunk of MEM_CREATE_CHUNK particles at a time): *member (n
  * bytes, memtally_malloc; NULL on failure) numbers each particle's member. */
@@ -88,17 +94,7 @@ int island_assign_source(island *I, const particle_source *src, uint8_t **member
   *member = NULL;
   float *x = (float *)memtally_malloc(MT_PARTICLES, 3 * sizeof(float) * (n ? n : 1), "the island's split");
   if (!x) return DR_ENOMEM;
-  particles chunk;
-  memset(&chunk, 0, sizeof chunk);
-  int rc = particles_reserve(&chunk, n < MEM_CREATE_CHUNK ? n : MEM_CREATE_CHUNK);
-  for (size_t done = 0; rc == DR_OK && done < n;) {
-    const size_t want = n - done < MEM_CREATE_CHUNK ? n - done : MEM_CREATE_CHUNK;
-    chunk.n = 0;
-    rc = particle_source_take(src, &chunk, want);
-    if (rc == DR_OK) memcpy(x + 3 * done, chunk.x, 3 * sizeof(float) * want);
-    done += want;
-  }
-  particles_free(&chunk);
+  int rc = particle_source_chunks(src, MEM_CREATE_CHUNK, positions_of, x);
   if (rc == DR_OK && !(*member = (uint8_t *)memtally_malloc(MT_SORT, n ? n : 1, "the island's split"))) rc = DR_ENOMEM;
   if (rc == DR_OK) rc = island_assign(I, x, n, *member);
   memtally_free(x);

@@ -532,6 +532,17 @@ int cuda_upload(cuda_state *s, const particles *p) {
   return rc;
 }
 
+typedef struct upload_chunk {
+  cuda_state *s;
+  const upload_staging *u;
+} upload_chunk;
+
+/* particle_source_chunks's use in cuda_upload_from: a chunk into its packets. */
+static int upload_chunk_of(void *ctx, const particles *chunk, size_t done) {
+  const upload_chunk *c = (const upload_chunk *)ctx;
+  return upload_slice(c->s, c->u, chunk, 0, chunk->n, done / LANES);
+}
+
 /* The same from a source (backend.h's backend_create_from): the device buffers sized for src->n
  * first, then chunk after chunk of MEM_CREATE_CHUNK particles (a multiple of 32: each chunk
  * starts a packet, so the packets are cuda_upload's of them all), the host holding one chunk. */
@@ -541,17 +552,8 @@ int cuda_upload_from(cuda_state *s, const particle_source *src) {
   if (n == 0) return DR_OK;
   upload_staging u;
   DR_TRY(staging_open(&u, s->n_packets));
-  particles chunk;
-  memset(&chunk, 0, sizeof chunk);
-  int rc = particles_reserve(&chunk, n < MEM_CREATE_CHUNK ? n : MEM_CREATE_CHUNK);
-  for (size_t done = 0; rc == DR_OK && done < n;) {
-    const size_t want = n - done < MEM_CREATE_CHUNK ? n - done : MEM_CREATE_CHUNK;
-    chunk.n = 0;
-    rc = particle_source_take(src, &chunk, want);
-    if (rc == DR_OK) rc = upload_slice(s, &u, &chunk, 0, want, done / LANES);
-    done += want;
-  }
-  particles_free(&chunk);
+  upload_chunk c = {s, &u};
+  const int rc = particle_source_chunks(src, MEM_CREATE_CHUNK, upload_chunk_of, &c);
   staging_close(&u);
   return rc;
 }

@@ -78,6 +78,23 @@ int particle_source_take(const particle_source *src, particles *out, size_t want
   return DR_OK;
 }
 
+int particle_source_chunks(const particle_source *src, size_t max,
+                           int (*use)(void *ctx, const particles *chunk, size_t done), void *ctx) {
+  const size_t n = src->n;
+  particles chunk;
+  memset(&chunk, 0, sizeof chunk);
+  int rc = particles_reserve(&chunk, n < max ? n : max);
+  for (size_t done = 0; rc == DR_OK && done < n;) {
+    const size_t want = n - done < max ? n - done : max;
+    chunk.n = 0;
+    rc = particle_source_take(src, &chunk, want);
+    if (rc == DR_OK) rc = use(ctx, &chunk, done);
+    done += want;
+  }
+  particles_free(&chunk);
+  return rc;
+}
+
 int particles_push_record(particles *p, const void *record) {
   if (p->n == p->cap) DR_TRY(particles_reserve(p, p->cap ? 2 * p->cap : MEM_FIRST_PARTICLES));
   const size_t i = p->n++;

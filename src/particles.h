@@ -53,6 +53,10 @@ typedef struct particle_source {
 /* Appends src's next want particles to out: a source that gives another count (fewer than
  * asked before its end, or more) is an internal error naming both counts. */
 int particle_source_take(const particle_source *src, particles *out, size_t want);
+/* Reads all of src, at most max particles at a time into one buffer (held meanwhile, counted as
+ * particles), handing each chunk to use(ctx, chunk, done), done the particles before it. */
+int particle_source_chunks(const particle_source *src, size_t max,
+                           int (*use)(void *ctx, const particles *chunk, size_t done), void *ctx);
 
 /* The same list as a table, for code that loops over attributes at run time (sorting in the
  * CPU backend): where each array pointer sits in struct particles, and its bytes per particle. */
