@@ -124,9 +124,8 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
     const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));
   }
-  if (writes_checkpoints(s, l)) /* held: the writer's thread fetches a chunk and writes it, one buffer */
-    add(m, MT_TRANSFER, (l->ckpt_hold ? 1 : mem_ckpt_buffers((size_t)l->most, MEM_CKPT_CHUNK)) * rec *
-                            ckpt_chunk_rows(l->most));
+  if (writes_checkpoints(s, l))
+    add(m, MT_TRANSFER, mem_ckpt_buffers((size_t)l->most, MEM_CKPT_CHUNK) * rec * ckpt_chunk_rows(l->most));
 }
 
 void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {

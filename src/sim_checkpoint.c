@@ -49,24 +49,30 @@ static int checkpoint_job(MPI_Comm comm, void *ctx) {
 }
 
 /* A held checkpoint's one job, on the writer's thread: this rank's rows fetched from the backend's
- * copy (fetch_rows, any thread once held) into the slot's one buffer a chunk at a time, each
- * written (ckpt_put_rows), then the file synced (ckpt_put_finish). Its status is the slot's, as
+ * copy (fetch_rows, any thread once held) a chunk at a time into the slot's buffers in turn, the
+ * fetch of chunk k + 1 (on a thread of its own, as a frame's) overlapping the write of chunk k
+ * (ckpt_put_rows), then the file synced (ckpt_put_finish). Its status is the slot's, as
  * checkpoint_job's. */
 static int checkpoint_held_job(MPI_Comm comm, void *ctx) {
   (void)comm;
   ckpt_slot *c = ctx;
-  sim *S = c->S;
-  ckpt_chunk *k = &c->chunk[0];
-  int rc = DR_OK;
-  for (size_t first = 0; rc == DR_OK && first < c->file.rows.n;) {
-    const size_t count = c->file.rows.n - first < c->cap ? c->file.rows.n - first : c->cap;
-    k->p.n = 0;
-    rc = S->be.fetch_rows(S->be.state, first, count, &k->p);
-    if (rc == DR_OK && k->p.n != count)
-      rc = dr_fail(DR_EINTERNAL, "%s backend: fetch_rows gave %zu rows where %zu were asked", S->be.name, k->p.n, count);
-    if (rc == DR_OK) rc = ckpt_put_rows(&c->file, first, &k->p);
-    first += count;
+  const size_t n = c->file.rows.n;
+  fetch_job next = {.S = c->S, .rows = 1, .count = n < c->cap ? n : c->cap, .dst = &c->chunk[0].p};
+  if (n > 0) sim_fetch_start(&next);
+  int rc = DR_OK, k = 0;
+  for (size_t first = 0; first < n; first += c->cap, ++k) {
+    rc = sim_fetch_wait(&next); /* chunk k is in chunk[k & 1] */
+    if (rc) break;
+    const size_t after = first + c->cap;
+    if (after < n) { /* chunk k + 1 into the other buffer meanwhile */
+      next = (fetch_job){.S = c->S, .rows = 1, .first = after, .count = n - after < c->cap ? n - after : c->cap,
+                         .dst = &c->chunk[(k + 1) & 1].p};
+      sim_fetch_start(&next);
+    }
+    if ((rc = ckpt_put_rows(&c->file, first, &c->chunk[k & 1].p))) break;
   }
+  if (next.threaded) (void)pthread_join(next.thread, NULL); /* a failure stopped the chunks: the fetch in flight
+                                                              * ends first, its status moot */
   rc = ckpt_put_finish(&c->file, rc);
   if (rc) {
     c->put_rc = rc;
@@ -116,7 +122,7 @@ static int ckpt_reserve(sim *S, size_t n) {
   const size_t set = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_CKPT_CHUNK;
   const size_t chunk = set < MEM_CKPT_CHUNK ? set : MEM_CKPT_CHUNK;
   const size_t cap = mem_ckpt_rows(n, chunk);
-  const int buffers = S->opt.ckpt_hold ? 1 : mem_ckpt_buffers(n, chunk); /* held: one job fetches and writes */
+  const int buffers = mem_ckpt_buffers(n, chunk);
   if (cap <= c->cap && buffers <= c->buffers) return DR_OK;
   ckpt_release(S);
   c->buffers = buffers;

@@ -14,6 +14,7 @@
 #ifndef DRIFT_SIM_INTERNAL_H
 #define DRIFT_SIM_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -276,6 +277,24 @@ void sim_output_destroy(sim *S);
  * into *tallied; sim_chunk_free gives back every array p holds (its caller the count). */
 int sim_chunk_alloc(sim *S, particles *p, unsigned mask, size_t cap, const char *what, size_t *tallied);
 void sim_chunk_free(sim *S, particles *p);
+/* A fetch of rows first .. first + count - 1 into dst on a thread of its own (sim_fetch_start)
+ * while the writer writes the chunk before: of the frame's snapshot (backend.h's fetch, the
+ * attributes of mask) or, rows set, of a held checkpoint's copy (fetch_rows). Its failure's
+ * message is kept here (error.h's record is the thread's). */
+typedef struct fetch_job {
+  const sim *S;
+  unsigned mask;
+  int rows;
+  size_t first, count;
+  particles *dst;
+  int rc, threaded;
+  pthread_t thread;
+  char msg[1024];
+} fetch_job;
+/* Starts j on a thread of its own; where none can be started it runs now, on this one. */
+void sim_fetch_start(fetch_job *j);
+/* Waits for j (where started); its failure becomes this thread's. */
+int sim_fetch_wait(fetch_job *j);
 
 /* sim_checkpoint.c */
 int sim_write_checkpoint(sim *S);

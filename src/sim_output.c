@@ -158,22 +158,14 @@ static void frame_derived(const sim *S, frame_slot *f, const particles *h) {
   }
 }
 
-/* A fetch of rows first .. first + count - 1 of the snapshot into dst, on a thread of its own
- * (fetch_start) while the writer writes the chunk before; its failure's message is kept here
- * (error.h's record is the thread's). */
-typedef struct fetch_job {
-  const sim *S;
-  unsigned mask;
-  size_t first, count;
-  particles *dst;
-  int rc, threaded;
-  pthread_t thread;
-  char msg[1024];
-} fetch_job;
-
 static void *fetch_run(void *arg) {
   fetch_job *j = arg;
-  j->rc = j->S->be.fetch(j->S->be.state, j->mask, j->first, j->count, j->dst);
+  const backend *be = &j->S->be;
+  j->rc = j->rows ? be->fetch_rows(be->state, j->first, j->count, j->dst)
+                  : be->fetch(be->state, j->mask, j->first, j->count, j->dst);
+  if (j->rc == DR_OK && j->dst->n != j->count)
+    j->rc = dr_fail(DR_EINTERNAL, "%s backend: a fetch gave %zu rows where %zu were asked", be->name, j->dst->n,
+                    j->count);
   if (j->rc) {
     snprintf(j->msg, sizeof j->msg, "%s", dr_message());
     dr_clear();
@@ -181,14 +173,12 @@ static void *fetch_run(void *arg) {
   return NULL;
 }
 
-/* Starts j on a thread of its own; where none can be started it runs now, on this one. */
-static void fetch_start(fetch_job *j) {
+void sim_fetch_start(fetch_job *j) {
   j->threaded = pthread_create(&j->thread, NULL, fetch_run, j) == 0;
   if (!j->threaded) (void)fetch_run(j);
 }
 
-/* Waits for j; its failure becomes this thread's. */
-static int fetch_wait(fetch_job *j) {
+int sim_fetch_wait(fetch_job *j) {
   if (j->threaded) (void)pthread_join(j->thread, NULL); /* fails only for a thread not joinable */
   j->threaded = 0;
   return j->rc ? dr_fail(j->rc, "%s", j->msg) : DR_OK;
@@ -215,10 +205,10 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   for (int k = 0; k < TOT_COUNT; ++k) f->local[k] = 0.0;
   fetch_job next = {.S = S, .mask = f->mask, .count = f->n < f->cap ? f->n : f->cap, .dst = &f->p[0]};
   double t0 = sim_now();
-  if (next.count > 0) fetch_start(&next);
+  if (next.count > 0) sim_fetch_start(&next);
   int rc = DR_OK, k = 0;
   for (size_t first = 0; first < f->n; first += f->cap, ++k) {
-    const int failed = fetch_wait(&next); /* chunk k is in p[k & 1] */
+    const int failed = sim_fetch_wait(&next); /* chunk k is in p[k & 1] */
     if (rc == DR_OK) rc = failed;
     if (rc) break;
     const double t1 = sim_now();
@@ -228,7 +218,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
     if (after < f->n) { /* chunk k + 1 into the other buffer meanwhile */
       next = (fetch_job){.S = S, .mask = f->mask, .first = after, .count = f->n - after < f->cap ? f->n - after : f->cap,
                          .dst = &f->p[(k + 1) & 1]};
-      fetch_start(&next);
+      sim_fetch_start(&next);
     }
     frame_totals(S, h, first == 0, f->local);
     frame_derived(S, f, h);
