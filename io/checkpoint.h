@@ -111,7 +111,7 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_state *st, const ckpt_
  * streams it into the backend (backend_create_from), so the host never holds all its particles.
  *
  * Collective over comm (MPI_COMM_SELF: one rank). Each rank opens the file alone and checks
- * everything the top of checkpoint.c lists, the sum of the row hashes included: each reads its
+ * everything the top of checkpoint_read.c lists, the sum of the row hashes included: each reads its
  * even slice of the rows (rows [N r / R, N (r + 1) / R) of R ranks) in a first pass (one buffer of
  * `chunk` rows), and the slices' sums, added over the ranks, must give the recorded one. So a
  * damaged file is refused before a backend is made from it, and a folder's older checkpoint can
