@@ -259,6 +259,9 @@ static int gather_rows(cuda_state *s, size_t first, size_t count) {
   return DR_OK;
 }
 
+/* The rows fetch_rows reads of member s: those held, or its particles. */
+static size_t rows_of(const cuda_state *s) { return s->holding ? s->rows_held : s->n; }
+
 /* Rows first .. first + count - 1 of member s's particles (download's order) into dst's rows at
  * `at` ... Live (no hold_rows yet), on the caller's thread (the one that steps): gathered on the
  * device into s->rows, then copied on s->stream, after whatever the steps queued, into dst's
@@ -267,9 +270,6 @@ static int gather_rows(cuda_state *s, size_t first, size_t count) {
  * gathered, on the legacy stream from any thread (the writer's: the steps' streams never touch
  * s->rows), s's device made the thread's current one. The owner is the member's one value, written
  * on the host. */
-/* The rows fetch_rows reads of member s: those held, or its particles. */
-static size_t rows_of(const cuda_state *s) { return s->holding ? s->rows_held : s->n; }
-
 static int fetch_rows_member(cuda_state *s, size_t first, size_t count, particles *dst, size_t at) {
   const size_t n = rows_of(s);
   if (first > n || count > n - first)

@@ -250,8 +250,8 @@ typedef struct cuda_state {
   dvec rows;                    /* backend.h's fetch_rows: one chunk of rows of every attribute, attribute
                                  * after attribute (k_capture_rows; device memory, kept and grown); after
                                  * hold_rows, all rows_held rows of them, which fetch_rows then reads */
-  size_t rows_held;             /* the rows rows holds after hold_rows (holding: 1 once it has run) */
-  int holding;
+  size_t rows_held;             /* the particles whose rows hold_rows gathered into rows */
+  int holding;                  /* 1 once hold_rows has run: fetch_rows reads rows from then on */
   uint32_t *h_rec;              /* cuda_emigrate_records: the records on the host (pinned, grow-only) */
   size_t h_rec_cap;             /* bytes */
   dvec pblock;                  /* [n] particle block of each sorted particle (an inclusive scan first) */
