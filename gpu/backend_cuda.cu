@@ -289,7 +289,7 @@ double cuda_held_bytes(const cuda_state *s) {
                        &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders,
                        &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
                        &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
+                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->xin, &s->pk_order,
                        &s->shared_idx, &s->shared_n, &s->rows,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
@@ -323,7 +323,7 @@ void cuda_destroy(void *state) {
                  &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
                  &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders, &s->d_keys, &s->d_poses,
                  &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->pk_order,
+                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->xin, &s->pk_order,
                        &s->shared_idx, &s->shared_n, &s->rows,
                        &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
   if (s->stream) cudaSetDevice(s->device);
@@ -348,7 +348,6 @@ void cuda_destroy(void *state) {
   if (s->h_xbad) cudaFreeHost(s->h_xbad);
   if (s->h_gate) cudaFreeHost(s->h_gate);
   if (s->g2p_ev) cudaEventDestroy(s->g2p_ev);
-  cuda_host_release(s->h_rec);
   for (int k = 0; k < 2; ++k)
     if (s->pool[k]) cudaMemPoolDestroy(s->pool[k]);
   if (s->stream) cudaStreamDestroy(s->stream);
@@ -750,6 +749,7 @@ static int create_one(const sim_params *prm, int device, const particles *p, con
       .emigrate = ON_DEVICE(cuda_emigrate),
       /* the same with the particles as records packed and unpacked on the device */
       .emigrate_records = ON_DEVICE(cuda_emigrate_records),
+      .read_records = ON_DEVICE(cuda_read_records),
       .add_records = ON_DEVICE(cuda_add_records),
       .reserve_records = ON_DEVICE(cuda_reserve_records),
       .particle_blocks = ON_DEVICE(cuda_particle_blocks),

@@ -242,7 +242,9 @@ typedef struct cuda_state {
   dvec keys[2], vals[2];        /* [slots] sort keys and slot indices */
   dvec gone;                    /* [n_gone] slots whose particles emigrate took (dropped by the next rebuild) */
   size_t n_gone;                /* slots gone covers (0: none) */
-  dvec xrec;                    /* cuda_emigrate_records, cuda_add_records: particle records on the device */
+  dvec xrec;                    /* cuda_emigrate_records: the emigrants' records (n_rec), which read_records reads */
+  size_t n_rec;
+  dvec xin;                     /* append_records: the arriving records on their way into packets */
   dvec snap[PARTICLE_ATTRS];    /* backend.h's snapshot: [snap_n] rows of each attribute of snap_mask
                                  * (k_capture from the packets; device memory, kept and grown) */
   unsigned snap_mask;
@@ -252,8 +254,6 @@ typedef struct cuda_state {
                                  * hold_rows, all rows_held rows of them, which fetch_rows then reads */
   size_t rows_held;             /* the particles whose rows hold_rows gathered into rows */
   int holding;                  /* 1 once hold_rows has run: fetch_rows reads rows from then on */
-  uint32_t *h_rec;              /* cuda_emigrate_records: the records on the host (pinned, grow-only) */
-  size_t h_rec_cap;             /* bytes */
   dvec pblock;                  /* [n] particle block of each sorted particle (an inclusive scan first) */
   dvec head;                    /* [n] 1 where a particle block starts */
   size_t n_pb;
@@ -478,8 +478,6 @@ typedef struct island {
   size_t n_codes, cap_codes;
   island_xlist *xl;         /* cuda_mark_shared's lists since the last exchange_setup */
   int n_xl, cap_xl;
-  void *rec;                /* island_emigrate_records: every member's records (pinned) */
-  size_t rec_cap;
   void *rec_in;             /* island_add_records: one member's share (pinned) */
   size_t rec_in_cap;
 } island;
@@ -603,8 +601,9 @@ void cuda_host_release(void *p);
 int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what);
 int cuda_add_particles(void *state, const particles *p);
 int cuda_add_records(void *state, const void *rec, size_t m);
-int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec, size_t *n);
-int cuda_reserve_records(void *state, size_t n);
+int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], size_t *n);
+int cuda_read_records(void *state, size_t first, size_t count, void *rec);
+int cuda_reserve_records(void *state, size_t n, size_t round);
 int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
 int cuda_download(void *state, particles *out);
 int cuda_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count), void *ctx);
@@ -642,10 +641,10 @@ int member_source_open(const particle_source *src, const uint8_t *member, int k,
 void member_source_close(member_source *m);
 int island_add_particles(void *state, const particles *p);
 int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out);
-int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec,
-                            size_t *n);
+int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], size_t *n);
+int island_read_records(void *state, size_t first, size_t count, void *rec);
 int island_add_records(void *state, const void *rec, size_t m);
-int island_reserve_records(void *state, size_t n);
+int island_reserve_records(void *state, size_t n, size_t round);
 int island_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count),
                            void *ctx);
 int island_set_particles(void *state, particles *p);

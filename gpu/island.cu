@@ -708,7 +708,6 @@ static void island_destroy(void *state) {
   free(I->xl);
   free(I->codes);
   for (int k = 0; k < I->nm; ++k) free(I->where[k]);
-  cuda_host_release(I->rec);
   cuda_host_release(I->rec_in);
   free(I);
 }
@@ -818,6 +817,7 @@ static int island_make(const sim_params *prm, const int *dev, int nm, particles 
       .add_particles = island_add_particles,
       .emigrate = island_emigrate,
       .emigrate_records = island_emigrate_records,
+      .read_records = island_read_records,
       .add_records = island_add_records,
       .reserve_records = island_reserve_records,
       .particle_blocks = island_particle_blocks,

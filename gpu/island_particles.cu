@@ -192,34 +192,41 @@ int island_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], parti
 }
 
 /* backend.h's emigrate_records on the island: each member packs its leaving particles on its
- * device (cuda_emigrate_records), and the island's buffer holds them all, member by member. */
-int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec,
-                            size_t *n) {
+ * device (cuda_emigrate_records) and keeps them there; the island's records are the members'
+ * in member order (island_read_records). */
+int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], size_t *n) {
+  island *I = (island *)state;
+  *n = 0;
+  for (int k = 0; k < I->nm; ++k) {
+    size_t m = 0;
+    DR_TRY(use(I->m[k]));
+    DR_TRY(cuda_emigrate_records(I->m[k], lo, hi, &m));
+    *n += m;
+  }
+  return DR_OK;
+}
+
+/* backend.h's read_records on the island: the range's part on each member read from that member. */
+int island_read_records(void *state, size_t first, size_t count, void *rec) {
   island *I = (island *)state;
   const size_t rb = particles_record_bytes();
-  *rec = NULL;
-  *n = 0;
-  /* every member's records first (each stays valid until that member's next call), then the
-   * island's buffer grown once for all of them */
-  const void *r[MAX_GPUS] = {NULL};
-  size_t m[MAX_GPUS] = {0}, total = 0;
-  for (int k = 0; k < I->nm; ++k) {
+  size_t at = 0; /* the island's index of member k's first record */
+  for (int k = 0; k < I->nm && count > 0; at += I->m[k]->n_rec, ++k) {
+    const size_t mine = I->m[k]->n_rec;
+    if (first >= at + mine) continue;
+    const size_t from = first - at, take = mine - from < count ? mine - from : count;
     DR_TRY(use(I->m[k]));
-    DR_TRY(cuda_emigrate_records(I->m[k], lo, hi, &r[k], &m[k]));
-    total += m[k];
+    DR_TRY(cuda_read_records(I->m[k], from, take, rec));
+    rec = (char *)rec + take * rb, first += take, count -= take;
   }
-  if (total == 0) return DR_OK;
-  DR_TRY(cuda_host_pinned(&I->rec, &I->rec_cap, total * rb, "the particles leaving the rank"));
-  for (int k = 0, at = 0; k < I->nm; at += (int)m[k], ++k)
-    if (m[k]) memcpy((char *)I->rec + (size_t)at * rb, r[k], m[k] * rb);
-  *rec = I->rec;
-  *n = total;
+  if (count > 0)
+    return dr_fail(DR_EINTERNAL, "island: read_records: %zu records past the %zu emigrants", count, at);
   return DR_OK;
 }
 
 /* backend.h's add_records on the island: as island_add_particles (the new particles go to the
  * members along the split axis, each up to its even share), each member's share gathered into
- * pinned memory and unpacked on its device (append_records); then every member rebuilds. */
+ * pinned memory and unpacked on its device (append_records); the caller's rebuild maps them. */
 int island_add_records(void *state, const void *rec, size_t m) {
   island *I = (island *)state;
   if (m == 0) return DR_OK;
@@ -246,23 +253,21 @@ int island_add_records(void *state, const void *rec, size_t m) {
     next += give;
   }
   free(ci);
-  DR_TRY(rc);
-  return island_rebuild(I);
+  return rc;
 }
 
-/* backend.h's reserve_records for an island: its own buffers (the records of all members, and a
- * member's share of the arrivals), and every member's, each for all n: the particles leaving
- * the rank may all come from the member at one end of the island's axis. */
-int island_reserve_records(void *state, size_t n) {
+/* backend.h's reserve_records for an island: every member's, each for all n emigrants (the
+ * particles leaving the rank may all come from the member at one end of the island's axis) and
+ * a round's arrivals, and the island's buffer of a member's share of a round. */
+int island_reserve_records(void *state, size_t n, size_t round) {
   island *I = (island *)state;
-  const size_t rb = particles_record_bytes();
-  if (n == 0) return DR_OK;
   for (int k = 0; k < I->nm; ++k) {
     DR_TRY(use(I->m[k]));
-    DR_TRY(cuda_reserve_records(I->m[k], n));
+    DR_TRY(cuda_reserve_records(I->m[k], n, round));
   }
-  DR_TRY(cuda_host_pinned(&I->rec, &I->rec_cap, n * rb, "the particles leaving the rank"));
-  return cuda_host_pinned(&I->rec_in, &I->rec_in_cap, n * rb, "the particles arriving at the rank");
+  return round ? cuda_host_pinned(&I->rec_in, &I->rec_in_cap, round * particles_record_bytes(),
+                                  "the particles arriving at the rank")
+               : DR_OK;
 }
 
 int island_particle_blocks(void *state, int (*add)(void *ctx, const int32_t blk[3], uint64_t count),

@@ -248,10 +248,10 @@ int append_records(cuda_state *s, const void *rec, size_t m) {
   size_t old_packets = 0, add_packets = 0;
   DR_TRY(append_room(s, m, &old_packets, &add_packets));
   cudaStream_t st = s->stream;
-  DVEC(s->xrec, m * REC_WORDS * sizeof(uint32_t), "arriving particles");
-  CU(cudaMemcpyAsync(s->xrec.ptr, rec, m * REC_WORDS * sizeof(uint32_t), cudaMemcpyHostToDevice, st));
+  DVEC(s->xin, m * REC_WORDS * sizeof(uint32_t), "arriving particles");
+  CU(cudaMemcpyAsync(s->xin.ptr, rec, m * REC_WORDS * sizeof(uint32_t), cudaMemcpyHostToDevice, st));
   k_records_in<<<blocks_for(add_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      m, add_packets, dp<uint32_t>(s->xrec), dp<float>(s->pk) + old_packets * PK_FLOATS,
+      m, add_packets, dp<uint32_t>(s->xin), dp<float>(s->pk) + old_packets * PK_FLOATS,
       dp<uint64_t>(s->pid) + old_packets * LANES, dp<int2>(s->hdr) + old_packets);
   LAUNCHED("k_records_in");
   s->n += m;
@@ -260,15 +260,10 @@ int append_records(cuda_state *s, const void *rec, size_t m) {
   return DR_OK;
 }
 
-/* backend.h's add_records (sim.c's buffers are pinned by alloc_sums): append_records, then the
- * rebuild-mapping, as cuda_add_particles. */
+/* backend.h's add_records (sim.c's buffers are pinned by alloc_sums): append_records; the caller's
+ * rebuild (forced) maps them, and drops the slots an emigrate marked gone. */
 int cuda_add_records(void *state, const void *rec, size_t m) {
-  cuda_state *s = (cuda_state *)state;
-  if (m == 0) return DR_OK;
-  DR_TRY(append_records(s, rec, m)); /* done with rec (it waits for its copy) */
-  /* no wait for the rebuild-mapping's end, as rebuild(): the next step's cuda_blocks() waits only for
-   * the codes (codes_early), and its P2G queues behind the move */
-  return rebuild_now(s);
+  return append_records((cuda_state *)state, rec, m); /* done with rec (it waits for its copy) */
 }
 
 /* Packets copied to the host into out's particles [at, at + count): the valid lanes of each packet
@@ -340,12 +335,13 @@ static int left(cuda_state *s, int m) {
 }
 
 /* backend.h's emigrate_records: the leaving particles packed as records on the device
- * (k_leave_records) and copied once into pinned host memory, which sim.c sends as it is; no
- * attribute-by-attribute unpacking on the host. */
-int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec, size_t *n) {
+ * (k_leave_records), where they stay (xrec) until the next emigrate: read_records copies them to
+ * the host a migration's round at a time, which sim.c sends as they are; no attribute-by-attribute
+ * unpacking on the host. */
+int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], size_t *n) {
   cuda_state *s = (cuda_state *)state;
-  *rec = NULL;
   *n = 0;
+  s->n_rec = 0;
   int m = 0;
   uint32_t *flag = NULL, *upto = NULL;
   DR_TRY(leave_flags(s, lo, hi, &m, &flag, &upto));
@@ -357,34 +353,50 @@ int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3],
       n_slots, flag, upto, dp<float>(s->pk), dp<uint64_t>(s->pid), s->prm.rank * 256 + s->me,
       dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
   LAUNCHED("k_leave_records");
-  if (s->h_rec_cap < bytes) CU(cudaStreamSynchronize(st)); /* nothing queued copies into the old buffer */
-  DR_TRY(cuda_host_pinned((void **)&s->h_rec, &s->h_rec_cap, bytes, "the particles leaving the rank"));
-  CU(cudaMemcpyAsync(s->h_rec, s->xrec.ptr, bytes, cudaMemcpyDeviceToHost, st));
-  CU(cudaStreamSynchronize(st));
-  *rec = s->h_rec;
+  s->n_rec = (size_t)m;
   *n = (size_t)m;
   return left(s, m);
 }
 
-/* backend.h's reserve_records: the device and host buffers of cuda_emigrate_records for n records.
- * cuda_add_records reads sim.c's buffer, which sim.c reserves. */
-int cuda_reserve_records(void *state, size_t n) {
+/* backend.h's read_records: records [first, first + count) of the last emigrate_records into rec. */
+int cuda_read_records(void *state, size_t first, size_t count, void *rec) {
   cuda_state *s = (cuda_state *)state;
-  const size_t bytes = n * REC_WORDS * sizeof(uint32_t);
-  if (bytes == 0) return DR_OK;
-  DVEC(s->xrec, bytes, "emigrating particles");
-  CU(cudaStreamSynchronize(s->stream)); /* nothing queued copies into the old buffer */
-  return cuda_host_pinned((void **)&s->h_rec, &s->h_rec_cap, bytes, "the particles leaving the rank");
+  if (first > s->n_rec || count > s->n_rec - first)
+    return dr_fail(DR_EINTERNAL, "cuda backend: read_records %zu..%zu of %zu emigrants", first, first + count, s->n_rec);
+  if (count == 0) return DR_OK;
+  const size_t rb = REC_WORDS * sizeof(uint32_t);
+  CU(cudaMemcpyAsync(rec, dp<char>(s->xrec) + first * rb, count * rb, cudaMemcpyDeviceToHost, s->stream));
+  CU(cudaStreamSynchronize(s->stream));
+  return DR_OK;
 }
 
-/* backend.h's emigrate: cuda_emigrate_records, the records read on the host. */
-int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
-  const void *rec = NULL;
-  size_t m = 0;
-  DR_TRY(cuda_emigrate_records(state, lo, hi, &rec, &m));
-  DR_TRY(particles_reserve(out, out->n + m));
-  for (size_t k = 0; k < m; ++k) DR_TRY(particles_push_record(out, (const unsigned char *)rec + REC_WORDS * sizeof(uint32_t) * k));
+/* backend.h's reserve_records: the device buffers of cuda_emigrate_records for n records and of
+ * append_records for a round. */
+int cuda_reserve_records(void *state, size_t n, size_t round) {
+  cuda_state *s = (cuda_state *)state;
+  const size_t rb = REC_WORDS * sizeof(uint32_t);
+  if (n > 0) DVEC(s->xrec, n * rb, "emigrating particles");
+  if (round > 0) DVEC(s->xin, round * rb, "arriving particles");
   return DR_OK;
+}
+
+/* backend.h's emigrate: cuda_emigrate_records, the records read on the host a bounded piece at a time. */
+int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particles *out) {
+  enum { PIECE = 1 << 16 };
+  size_t m = 0;
+  DR_TRY(cuda_emigrate_records(state, lo, hi, &m));
+  DR_TRY(particles_reserve(out, out->n + m));
+  const size_t rb = REC_WORDS * sizeof(uint32_t);
+  unsigned char *buf = m ? (unsigned char *)dr_malloc(rb * (m < PIECE ? m : PIECE), "emigrating particles") : NULL;
+  if (m && !buf) return DR_ENOMEM;
+  int rc = DR_OK;
+  for (size_t at = 0; rc == DR_OK && at < m; at += PIECE) {
+    const size_t k = m - at < PIECE ? m - at : PIECE;
+    rc = cuda_read_records(state, at, k, buf);
+    for (size_t j = 0; rc == DR_OK && j < k; ++j) rc = particles_push_record(out, buf + rb * j);
+  }
+  free(buf);
+  return rc;
 }
 
 int cuda_download(void *state, particles *out) {

@@ -31,9 +31,13 @@ int comm_agree(MPI_Comm comm, int status) {
    * watchdog: a rank that never comes to the agreement ends the job, not hangs it. */
   if (comm_allreduce(&worst, &out, 1, MPI_INT, MPI_MAX, comm, "the ranks' agreement that all went well") != DR_OK)
     return DR_EMPI;
-  if (out && !status) dr_fail(out, "another rank failed (status %d); see its message", out);
-  if (out) dr_mark_agreed();
-  return out;
+  return comm_agreed(status, out);
+}
+
+int comm_agreed(int status, int worst) {
+  if (worst && !status) dr_fail(worst, "another rank failed (status %d); see its message", worst);
+  if (worst) dr_mark_agreed();
+  return worst;
 }
 
 int comm_cuda_aware(void) {

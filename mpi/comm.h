@@ -21,6 +21,10 @@ int comm_fail(int mpi_rc, const char *file, int line, const char *call);
  * the same value, and ranks that succeeded get a message saying another rank failed). */
 int comm_agree(MPI_Comm comm, int status);
 
+/* The end of an agreement whose statuses the caller gathered in a collective of its own (worst:
+ * the largest of them): comm_agree's outcome and message. Local. */
+int comm_agreed(int status, int worst);
+
 /* Whether MPI takes device pointers (--cuda-aware-mpi, settings.h): auto, the default, asks the
  * library (MPIX_Query_cuda_support, Open MPI's extension; no where it cannot be asked); on and
  * off say so without asking. */

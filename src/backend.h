@@ -240,15 +240,21 @@ typedef struct backend {
   /* Optional (NULL: sim.c packs what emigrate gives, and unpacks for add_particles): emigrate and
    * add_particles with the particles as records (particles_pack's layout, particles_record_bytes()
    * each), which is what travels between ranks, so that a backend whose particles live on a
-   * device converts them there instead of on the host. emigrate_records leaves the records in
-   * memory it owns (*rec, valid until its next call or destroy), *n of them; add_records appends
-   * the n records at rec (host memory, left unchanged) and rebuilds the mapping. */
-  int (*emigrate_records)(void *state, const int32_t lo[3], const int32_t hi[3], const void **rec, size_t *n);
+   * device converts them there instead of on the host, and the host holds no more of them at a
+   * time than a migration's round (sim_migrate.c). emigrate_records removes the particles as
+   * emigrate does and keeps them as records in memory of its own (on a device: on the device),
+   * *n of them; read_records copies records [first, first + count) of those into rec (host
+   * memory; pinned copies fastest), valid until the next emigrate_records; add_records appends
+   * the n records at rec (host memory, left unchanged) without a rebuild-mapping: the caller's
+   * rebuild (forced) follows the last of them. */
+  int (*emigrate_records)(void *state, const int32_t lo[3], const int32_t hi[3], size_t *n);
+  int (*read_records)(void *state, size_t first, size_t count, void *rec);
   int (*add_records)(void *state, const void *rec, size_t n);
-  /* Optional (with emigrate_records; NULL: nothing to reserve): makes the host memory that
-   * emigrate_records and add_records use hold n records at once, so that a rebalance of up to n
-   * particles later neither pins nor faults in memory. sim.c calls it once, at the start. */
-  int (*reserve_records)(void *state, size_t n);
+  /* Optional (with emigrate_records; NULL: nothing to reserve): makes the memory that
+   * emigrate_records keeps hold n records, and add_records take `round` at a time, so that a
+   * rebalance of up to n particles later neither pins nor faults in memory. sim.c calls it once,
+   * at the start. */
+  int (*reserve_records)(void *state, size_t n, size_t round);
   /* Several ranks (sim.c refuses a backend without it there): for the load balance, calls
    * add(ctx, blk, count) for every particle block of the current mapping with the number of
    * particles the mapping put in it (an add that fails ends the walk with its status). An

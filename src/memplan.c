@@ -120,8 +120,8 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
   const int bufs = mem_frame_buffers((size_t)l->most, chunk);
   add(m, MT_TRANSFER, (double)chunk * (bufs * mask_bytes(sim_frame_mask(s)) + derived_bytes(s)));
   if (s->output_precision == H5FRAME_HALF) add(m, MT_TRANSFER, (double)H5FRAME_PACK_BYTES); /* the writer's */
-  if (l->ranks > 1) {
-    const size_t n = (size_t)(mem_migration_share(s->balance_threshold) * l->start) + MEM_MIGRATION_EXTRA;
+  if (l->ranks > 1) { /* buffers of a migration's round */
+    const size_t n = mem_migration_round(s->balance_threshold, (size_t)l->start, MEM_MIGRATION_ROUND);
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));
   }
   if (writes_checkpoints(s, l))
@@ -146,8 +146,9 @@ void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
   const double bf = (asflip ? 7.0 : 4.0) * BLOCK_NODES; /* channels x nodes */
   const double cap_b = (double)mem_doubled(MEM_FIRST_BLOCKS, (size_t)l->blocks);
   add(&run, MT_GRID, cap_b * (bf * sizeof(float) + (s->deterministic ? bf * sizeof(int64_t) : 0) + sizeof(uint64_t) + 2));
-  /* the migration's records (sim_migrate.c, sim_reserve_migration): those received, those grouped
-   * by destination past two ranks, and those packed from emigrate */
+  /* a migration's round (sim_migrate.c, sim_reserve_migration): the records staged, those
+   * received and, past two ranks, those grouped by destination (the particles emigrate gives and
+   * those that arrive, in the backend's own arrays, are not planned apart) */
   host_steady(s, l, l->ranks > 2 ? 3 : 2, &run);
   /* the frame's snapshot: the host is this backend's device (backend_cpu.c) */
   add(&run, MT_TRANSFER, (double)mem_frame_capacity((size_t)l->most) * snapshot_bytes(s));
@@ -210,12 +211,10 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
     add(&split, MT_SORT, stream >= pairs ? 0.0 : pairs);
     start = larger(&start, &split);
   }
-  /* the migration's records: those received and, past two ranks, grouped by destination
-   * (sim_migrate.c), and the pinned buffer that the leaving ones come to from the device
-   * (cuda_reserve_records); an island's members each hold one for all of them (any member may
-   * send them all), and the island two more, every member's gathered and one member's share of
-   * the arrivals (island_reserve_records) */
-  host_steady(s, l, 1 + (l->ranks > 2) + (nd > 1 ? nd + 2 : 1), &run);
+  /* a migration's round (sim_migrate.c): the records staged from the device, those received and,
+   * past two ranks, those grouped by destination; an island's share of a round's arrivals for
+   * one member (island_add_records) */
+  host_steady(s, l, 2 + (l->ranks > 2) + (nd > 1), &run);
   *host = larger(&start, &run);
 
   /* a device, in the order its buffers are first allocated: the upload, then the rebuilds */
@@ -299,10 +298,11 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
       if (a != PA_owner) bytes += ceil(rows * (double)particle_attrs[a].bytes / 8.0) * 8.0;
     add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)bytes, 1));
   }
-  if (l->ranks > 1) { /* the migration records on the device (reserve_records) */
+  if (l->ranks > 1) { /* the migration's records on the device (reserve_records): the emigrants, a round's arrivals */
     const double recs = mem_migration_share(s->balance_threshold) * l->start + MEM_MIGRATION_EXTRA;
     const double r_seq[1] = {recs * rec};
-    add(device, MT_TRANSFER, dvec_after(r_seq, 1));
+    const double in_seq[1] = {(double)mem_migration_round(s->balance_threshold, (size_t)l->start, MEM_MIGRATION_ROUND) * rec};
+    add(device, MT_TRANSFER, dvec_after(r_seq, 1) + dvec_after(in_seq, 1));
   }
 }
 

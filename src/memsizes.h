@@ -65,6 +65,16 @@ static inline double mem_migration_share(double threshold) {
   return threshold < 0.1 ? 0.1 : threshold > 0.5 ? 0.5 : threshold;
 }
 
+/* A migration goes in rounds (sim_migrate.c): in each, a rank sends at most this many records and
+ * receives at most as many, so that its host holds three buffers of them at most (the records read
+ * from the backend, those grouped by destination, those received: 3 x 124 MiB) however many
+ * particles move; fewer where a rebalance's share of the rank's particles is fewer. */
+#define MEM_MIGRATION_ROUND ((size_t)1 << 20)
+static inline size_t mem_migration_round(double threshold, size_t n, size_t round) {
+  const size_t want = (size_t)(mem_migration_share(threshold) * (double)n) + MEM_MIGRATION_EXTRA;
+  return want < round ? want : round;
+}
+
 /* ---- the CUDA backend's device vectors (gpu/dvec.cu) ---------------------------------------- */
 
 /* A device vector's headroom: an eighth of its need, or MEM_DVEC_SLACK where that is more (but at

@@ -184,10 +184,11 @@ struct sim {
   particles emitted;    /* this rank's particles of an emission round (reused) */
   particles appended;   /* download + append when the backend has no add_particles (reused) */
   particles leaving, arriving; /* redistribute without the backend's records calls (reused) */
-  /* migrate's records (particles_pack's layout; reused, grown 2x): 0 those sent, grouped by
-   * rank; 1 those the rank ends with (kept, then received); 2 the emigrants packed from
-   * particles where the backend has no emigrate_records. Pinned host memory where the backend
-   * gives it (alloc_sums: the GPU copies them without a bounce), else malloc. */
+  /* a migration's rounds (sim_migrate.c, migrate_rounds): their records (particles_pack's layout;
+   * reused, mig_round each): 0 those sent, grouped by rank; 1 those received; 2 those staged, read
+   * from the backend. Pinned host memory where the backend gives it (alloc_sums: the GPU copies
+   * them without a bounce) up to --pinned-max-mb, else pageable. */
+  size_t mig_round;     /* records a rank sends, and receives, in one round at most */
   unsigned char *mig_buf[3];
   size_t mig_cap[3];
   void (*mig_free[3])(void *ptr, int device); /* the backend's free_sums where pinned, else NULL */

@@ -24,6 +24,7 @@
 #include "physics/bspline.h"
 #include "physics/sparse.h"
 #include "sample.h"
+#include "settings.h"
 
 /* This rank's particles: the backend's own count (no device traffic), else its stats. */
 size_t sim_rank_count(const sim *S) {
@@ -183,118 +184,192 @@ static int mig_reserve(sim *S, int k, size_t bytes) {
   return DR_OK;
 }
 
-/* Sends the particle records recs [n] (particles_pack's layout) whose block lies outside this
- * rank's box by more than margin blocks to the rank that owns their position, and leaves in
- * S->mig_buf[1] the records this rank ends with: those it keeps (in their order), then those it
- * receives (by rank); *nq of them. recs is left unchanged and may be any buffer but
- * S->mig_buf[0] and [1]. rc: this rank's outcome so far (how recs came), agreed on with the
- * outcome of the records' destinations in one vote. Collective over S->comm; the ranks agree on
- * every failure before the particles' exchange; that exchange's own failure (MPI's) is this
- * rank's, for the caller's next agreement (two fewer collectives a migration). */
-static int migrate_records(sim *S, int rc, const unsigned char *recs, size_t n, int margin, size_t *nq) {
-  const int R = S->nranks;
+/* A migration's records of the emigrants [first, first + count) into `to`: the backend's own
+ * (read_records), else packed from the particles emigrate gave (S->leaving). */
+static int read_gone(sim *S, size_t first, size_t count, unsigned char *to) {
+  if (S->be.read_records) return S->be.read_records(S->be.state, first, count, to);
   const size_t rec = particles_record_bytes();
-  *nq = 0;
+  for (size_t i = 0; i < count; ++i) particles_pack(&S->leaving, first + i, to + rec * i);
+  return DR_OK;
+}
+
+/* A round's n records received: to the backend (add_records: appended, the rebuild-mapping after
+ * the last round), else unpacked into S->arriving for add_particles after the last round. */
+static int take_arrivals(sim *S, const unsigned char *recs, size_t n) {
+  if (S->be.add_records) return S->be.add_records(S->be.state, recs, n);
+  particles *in = &S->arriving;
+  const size_t need = in->n + n;
+  if (need > in->cap) DR_TRY(particles_reserve(in, need > 2 * in->cap ? need : 2 * in->cap));
+  const size_t rec = particles_record_bytes();
+  for (size_t k = 0; k < n; ++k) DR_TRY(particles_push_record(in, recs + rec * k));
+  return DR_OK;
+}
+
+/* The round's table, gathered from every rank: a row of ROUND_HEAD values (its status, its
+ * emigrants not yet read, and the records it takes in a round: its own mig_round, which depends
+ * on its own particles) and then, for each rank, how many of its staged records go there. */
+enum { ROUND_STATUS, ROUND_UNREAD, ROUND_ROOM, ROUND_HEAD };
+
+/* The records receiver d takes from each sender s in a round (grant[s * R + d]): all it is sent
+ * where they fit its round (its ROUND_ROOM, B), else B shared in proportion to what each sender has for it,
+ * what the shares leave given a record at a time to the senders in rank order that have more.
+ * Every rank computes the same from the same table, so no second exchange of counts is needed. */
+static void round_grants(const uint64_t *rows, int R, uint64_t *grant) {
+  const int w = ROUND_HEAD + R;
+  for (int d = 0; d < R; ++d) {
+    const uint64_t B = rows[d * w + ROUND_ROOM];
+    uint64_t total = 0, given = 0;
+    for (int s = 0; s < R; ++s) total += rows[s * w + ROUND_HEAD + d];
+    for (int s = 0; s < R; ++s) {
+      const uint64_t want = rows[s * w + ROUND_HEAD + d];
+      grant[s * R + d] = total <= B ? want : want * B / total; /* want, B < 2^31: no overflow */
+      given += grant[s * R + d];
+    }
+    for (int s = 0; total > B && given < B; s = (s + 1) % R)
+      if (grant[s * R + d] < rows[s * w + ROUND_HEAD + d]) ++grant[s * R + d], ++given;
+  }
+}
+
+/* Sends the n emigrants (read_gone) to the ranks that own their positions, or keeps those whose
+ * block lies within margin blocks of this rank's box, in rounds: in each a rank stages up to
+ * S->mig_round records (S->mig_buf[2], those not sent before first), the ranks gather how many
+ * each has for each (one allgather, which also agrees on their statuses: the ranks agree on every
+ * failure before a round's exchange, so none enters it alone), each receiver takes at most
+ * mig_round (round_grants), the granted ones travel grouped by destination (S->mig_buf[0]; sent
+ * as they are where they all go to one rank) into S->mig_buf[1], and go to the backend
+ * (take_arrivals). So a rank's host holds three buffers of a round, however many move; a round
+ * ends the migration when every rank's emigrants are sent. *n_in: the records this rank took
+ * (received, then kept, by rank in each round). rc: this rank's outcome so far (how the
+ * emigrants came). The last round's exchange's and arrivals' own failure is this rank's, for the
+ * caller's next agreement. Collective over S->comm. */
+static int migrate_rounds(sim *S, int rc, size_t n, int margin, size_t *n_in) {
+  const int R = S->nranks, w = ROUND_HEAD + R;
+  const size_t rec = particles_record_bytes(), B = S->mig_round;
+  *n_in = 0;
   if (rc != DR_OK) n = 0;
-  int *dest = malloc(sizeof *dest * (n ? n : 1));
+  uint64_t *row = calloc((size_t)w, sizeof *row), *rows = calloc((size_t)R * (size_t)w, sizeof *rows);
+  uint64_t *grant = calloc((size_t)R * (size_t)R, sizeof *grant);
+  int *dest = malloc(sizeof *dest * (B ? B : 1));
   int *scount = calloc((size_t)R, sizeof *scount), *rcount = calloc((size_t)R, sizeof *rcount);
   int *sdispl = calloc((size_t)R, sizeof *sdispl), *rdispl = calloc((size_t)R, sizeof *rdispl);
   int *fill = calloc((size_t)R, sizeof *fill);
   MPI_Datatype rec_type = MPI_DATATYPE_NULL;
-  if (!dest || !scount || !rcount || !sdispl || !rdispl || !fill) rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
+  if (rc == DR_OK && (!row || !rows || !grant || !dest || !scount || !rcount || !sdispl || !rdispl || !fill))
+    rc = dr_fail(DR_ENOMEM, "out of host memory for migration");
+  if (rc == DR_OK && (B == 0 || B > INT_MAX))
+    rc = dr_fail(DR_EINTERNAL, "migration: a round of %zu records (expected 1 to INT_MAX)", B);
   /* one record per particle, as one MPI datatype: counts stay in particles, not bytes */
   if (rc == DR_OK) {
     int e = MPI_Type_contiguous((int)rec, MPI_BYTE, &rec_type);
     if (e == MPI_SUCCESS) e = MPI_Type_commit(&rec_type);
     if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Type_commit(particle record)");
   }
+  if (rc == DR_OK) rc = mig_reserve(S, 2, rec * B); /* staged */
+  if (rc == DR_OK) rc = mig_reserve(S, 1, rec * B); /* received */
   const int32_t *mybox = S->dec.box[S->rank];
-  size_t keep = 0;
-  int one = -1; /* the only rank every record goes to, if there is one (-2: several) */
-  for (size_t i = 0; rc == DR_OK && i < n; ++i) {
-    float x[3]; /* the record starts with the position (PARTICLE_ATTRIBUTES) */
-    memcpy(x, recs + rec * i, sizeof x);
-    int32_t blk[3];
-    sim_particle_block(S, x, blk);
-    int out = 0;
-    for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
-    dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;
-    if (dest[i] != S->rank) ++scount[dest[i]];
-    else ++keep;
-    one = one == -1 || one == dest[i] ? dest[i] : -2;
-  }
-  rc = comm_agree(S->comm, rc);
-  if (rc == DR_OK) {
-    MPI_Request req;
-    int e = MPI_Ialltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, S->comm, &req);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Ialltoall(migration counts)");
-    else rc = comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the migration's counts");
-  }
-  size_t stot = 0, rtot = 0;
-  for (int r = 0; rc == DR_OK && r < R; ++r) sdispl[r] = (int)stot, stot += (size_t)scount[r];
-  for (int r = 0; rc == DR_OK && r < R; ++r) rdispl[r] = (int)rtot, rtot += (size_t)rcount[r];
-  if (rc == DR_OK && (stot > INT_MAX || rtot > INT_MAX))
-    rc = dr_fail(DR_EINTERNAL, "migration: %zu particles to send and %zu to receive on rank %d exceed MPI's int counts",
-                 stot, rtot, S->rank);
-  /* every record to one other rank (two ranks, and any cut a particle crosses): sent as it is */
-  const unsigned char *sbuf = NULL;
-  if (rc == DR_OK && one >= 0 && one != S->rank) sbuf = recs;
-  else if (rc == DR_OK) rc = mig_reserve(S, 0, rec * stot);
-  if (rc == DR_OK) rc = mig_reserve(S, 1, rec * (keep + rtot));
-  unsigned char *qbuf = rc == DR_OK ? S->mig_buf[1] : NULL;
-  if (rc == DR_OK && !sbuf) {
-    size_t kept = 0;
-    for (size_t i = 0; i < n; ++i) {
-      unsigned char *to = dest[i] == S->rank ? qbuf + rec * kept++
-                                             : S->mig_buf[0] + rec * (size_t)(sdispl[dest[i]] + fill[dest[i]]++);
-      memcpy(to, recs + rec * i, rec);
+  size_t first = 0, held = 0; /* emigrants read so far; of them staged, not yet sent */
+  int rounds = 0;
+  for (;; ++rounds) {
+    unsigned char *staged = S->mig_buf[2];
+    if (rc == DR_OK) {
+      const size_t k = B - held < n - first ? B - held : n - first;
+      if (k > 0 && (rc = read_gone(S, first, k, staged + rec * held)) == DR_OK) first += k, held += k;
     }
-    sbuf = S->mig_buf[0];
+    memset(row, 0, sizeof *row * (size_t)w);
+    int one = -1; /* the only rank every staged record goes to, if there is one (-2: several) */
+    for (size_t i = 0; rc == DR_OK && i < held; ++i) {
+      float x[3]; /* the record starts with the position (PARTICLE_ATTRIBUTES) */
+      memcpy(x, staged + rec * i, sizeof x);
+      int32_t blk[3];
+      sim_particle_block(S, x, blk);
+      int out = 0;
+      for (int a = 0; a < 3; ++a) out |= blk[a] < mybox[a] - margin || blk[a] >= mybox[3 + a] + margin;
+      dest[i] = out ? decomp_owner(&S->dec, blk) : S->rank;
+      ++row[ROUND_HEAD + dest[i]];
+      one = one == -1 || one == dest[i] ? dest[i] : -2;
+    }
+    /* records for several ranks: grouped by destination before they go (the buffer made before
+     * the agreement: nothing fails between it and the exchange) */
+    if (rc == DR_OK && one == -2) rc = mig_reserve(S, 0, rec * B);
+    row[ROUND_STATUS] = (uint64_t)(rc > 0 ? rc : 0);
+    row[ROUND_UNREAD] = rc == DR_OK ? n - first : 0;
+    row[ROUND_ROOM] = B;
+    /* the table, and the ranks' agreement on their statuses */
+    uint64_t worst = 0;
+    {
+      MPI_Request req;
+      const int e = MPI_Iallgather(row, w, MPI_UINT64_T, rows, w, MPI_UINT64_T, S->comm, &req);
+      const int g = e != MPI_SUCCESS ? comm_fail(e, __FILE__, __LINE__, "MPI_Iallgather(migration counts)")
+                                     : comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the migration's counts");
+      if (g != DR_OK) {
+        rc = g;
+        break;
+      }
+    }
+    for (int r = 0; r < R; ++r) worst = rows[r * w + ROUND_STATUS] > worst ? rows[r * w + ROUND_STATUS] : worst;
+    if ((rc = comm_agreed(rc, (int)worst)) != DR_OK) break;
+    round_grants(rows, R, grant);
+    size_t stot = 0, rtot = 0;
+    uint64_t after = 0; /* every rank's emigrants left after this round */
+    for (int r = 0; r < R; ++r) {
+      scount[r] = (int)grant[S->rank * R + r], rcount[r] = (int)grant[r * R + S->rank];
+      sdispl[r] = (int)stot, rdispl[r] = (int)rtot, fill[r] = 0;
+      stot += (size_t)scount[r], rtot += (size_t)rcount[r];
+      after += rows[r * w + ROUND_UNREAD];
+      for (int d = 0; d < R; ++d) after += rows[r * w + ROUND_HEAD + d] - grant[r * R + d];
+    }
+    /* the granted records grouped by destination, those left staged moved to the front in their
+     * order; all to one rank: the first stot of them sent as they are */
+    const unsigned char *sbuf = staged;
+    size_t left = held - stot;
+    if (one < 0 && stot > 0) {
+      size_t kept = 0;
+      for (size_t i = 0; i < held; ++i) {
+        const int d = dest[i];
+        unsigned char *to = fill[d] < scount[d] ? S->mig_buf[0] + rec * (size_t)(sdispl[d] + fill[d]++)
+                                               : staged + rec * kept++;
+        if (to != staged + rec * i) memcpy(to, staged + rec * i, rec);
+      }
+      sbuf = S->mig_buf[0];
+    }
+    {
+      MPI_Request req;
+      const int e = MPI_Ialltoallv(sbuf, scount, sdispl, rec_type, S->mig_buf[1], rcount, rdispl, rec_type, S->comm, &req);
+      if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Ialltoallv(particles)");
+      else rc = comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the migration of particles");
+    }
+    if (rc == DR_OK && one >= 0 && stot > 0 && left > 0) memmove(staged, staged + rec * stot, rec * left);
+    held = left;
+    if (rc == DR_OK && rtot > 0) rc = take_arrivals(S, S->mig_buf[1], rtot);
+    if (rc == DR_OK) *n_in += rtot;
+    S->fs.migrated += stot;
+    if (after == 0) break;
   }
-  rc = comm_agree(S->comm, rc); /* nobody enters the exchange alone */
-  if (rc == DR_OK) {
-    MPI_Request req;
-    int e = MPI_Ialltoallv(sbuf, scount, sdispl, rec_type, qbuf + rec * keep, rcount, rdispl, rec_type, S->comm, &req);
-    if (e != MPI_SUCCESS) rc = comm_fail(e, __FILE__, __LINE__, "MPI_Ialltoallv(particles)");
-    else rc = comm_wait(S->comm, 1, &req, MPI_STATUSES_IGNORE, NULL, "the migration of particles");
-  }
-  if (rc == DR_OK) *nq = keep + rtot;
-  S->fs.migrated += stot;
+  if (rounds > 0) log_trace("migration: %d rounds of at most %zu records", rounds + 1, B);
   if (rec_type != MPI_DATATYPE_NULL) MPI_Type_free(&rec_type);
-  free(dest), free(scount), free(rcount), free(sdispl), free(rdispl), free(fill);
+  free(row), free(rows), free(grant), free(dest);
+  free(scount), free(rcount), free(sdispl), free(rdispl), free(fill);
   return rc;
 }
 
-/* p's particles as records in S->mig_buf[2] (for migrate_records). */
-static int pack_records(sim *S, const particles *p) {
-  const size_t rec = particles_record_bytes();
-  DR_TRY(mig_reserve(S, 2, rec * p->n));
-  for (size_t i = 0; i < p->n; ++i) particles_pack(p, i, S->mig_buf[2] + rec * i);
-  return DR_OK;
-}
-
-/* The first n records migrate_records left in S->mig_buf[1], appended to q. */
-static int unpack_records(sim *S, size_t n, particles *q) {
-  const size_t rec = particles_record_bytes();
-  DR_TRY(particles_reserve(q, q->n + n));
-  for (size_t k = 0; k < n; ++k) DR_TRY(particles_push_record(q, S->mig_buf[1] + rec * k));
-  return DR_OK;
-}
-
-/* Several ranks, at the start: the host memory for the particles of the largest rebalance the
- * threshold lets come (at an imbalance x, about x times the rank's count moves), reserved now,
- * so that no rebalance pins memory or faults it in: pinning new buffers costs more than the
- * rebalance's copies, and an MPI receive into fresh pages runs at a fraction of its speed
- * (hostmem.h). Grown later if a rebalance needs more. */
+/* Several ranks, at the start: the host memory of a migration's rounds (mem_migration_round: the
+ * share of the rank's particles that the largest rebalance the threshold lets come moves, at an
+ * imbalance x about x times the rank's count, but at most MEM_MIGRATION_ROUND records, or
+ * DRIFT_FRAME_CHUNK's, a round) and the backend's for all of that share, reserved now, so that no
+ * rebalance pins memory or faults it in: pinning new buffers costs more than the rebalance's
+ * copies, and an MPI receive into fresh pages runs at a fraction of its speed (hostmem.h). */
 int sim_reserve_migration(sim *S) {
-  const double frac = mem_migration_share(S->bal.threshold);
-  const size_t n = (size_t)(frac * (double)sim_rank_count(S)) + MEM_MIGRATION_EXTRA, rec = particles_record_bytes();
+  const size_t count = sim_rank_count(S), rec = particles_record_bytes();
+  const size_t n = (size_t)(mem_migration_share(S->bal.threshold) * (double)count) + MEM_MIGRATION_EXTRA;
+  const size_t set = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_MIGRATION_ROUND;
+  S->mig_round = mem_migration_round(S->bal.threshold, count, set);
   const double t0 = sim_now();
-  DR_TRY(mig_reserve(S, 1, rec * n)); /* those received (and kept) */
-  if (S->nranks > 2) DR_TRY(mig_reserve(S, 0, rec * n)); /* grouped by destination (two ranks: sent as they are) */
-  if (S->be.emigrate_records && S->be.reserve_records) DR_TRY(S->be.reserve_records(S->be.state, n));
-  else if (!S->be.emigrate_records) DR_TRY(mig_reserve(S, 2, rec * n)); /* packed from emigrate */
-  log_trace("migration: host memory for %zu particle records reserved in %.1f ms", n, 1e3 * (sim_now() - t0));
+  DR_TRY(mig_reserve(S, 2, rec * S->mig_round)); /* staged */
+  DR_TRY(mig_reserve(S, 1, rec * S->mig_round)); /* received */
+  if (S->nranks > 2) DR_TRY(mig_reserve(S, 0, rec * S->mig_round)); /* grouped by destination (two ranks: sent as they are) */
+  if (S->be.emigrate_records && S->be.reserve_records) DR_TRY(S->be.reserve_records(S->be.state, n, S->mig_round));
+  log_trace("migration: host memory for rounds of %zu particle records reserved in %.1f ms (the backend's for %zu)",
+            S->mig_round, 1e3 * (sim_now() - t0), n);
   return DR_OK;
 }
 
@@ -359,36 +434,29 @@ int sim_redistribute(sim *S, const double *glob) {
   const int32_t *box = S->dec.box[S->rank];
   const int32_t lo[3] = {box[0] - margin, box[1] - margin, box[2] - margin},
                 hi[3] = {box[3] + margin, box[4] + margin, box[5] + margin};
-  /* the emigrants as records: packed by the backend where it can (on a GPU, on the device), else
-   * from the particles emigrate gives */
-  const void *gone = NULL;
+  /* the emigrants: kept by the backend as records where it can (on a GPU, on the device), else
+   * the particles emigrate gives, packed a round at a time */
   size_t n_gone = 0, n_in = 0;
+  S->arriving.n = 0;
   if (S->be.emigrate_records) {
-    rc = S->be.emigrate_records(S->be.state, lo, hi, &gone, &n_gone);
+    rc = S->be.emigrate_records(S->be.state, lo, hi, &n_gone);
   } else {
-    particles *out = &S->leaving;
-    out->n = 0;
-    rc = S->be.emigrate(S->be.state, lo, hi, out);
-    if (rc == DR_OK) rc = pack_records(S, out);
-    gone = S->mig_buf[2], n_gone = rc == DR_OK ? out->n : 0;
+    S->leaving.n = 0;
+    rc = S->be.emigrate(S->be.state, lo, hi, &S->leaving);
+    n_gone = rc == DR_OK ? S->leaving.n : 0;
   }
   log_trace("redistribute: %zu particles emigrate", n_gone);
-  /* agreed in migrate_records; its exchange's own failure in the next step's (S->setup_rc) */
-  rc = migrate_records(S, rc, (const unsigned char *)gone, n_gone, margin, &n_in);
+  /* agreed in migrate_rounds; its last exchange's own failure in the next step's (S->setup_rc) */
+  rc = migrate_rounds(S, rc, n_gone, margin, &n_in);
   log_trace("redistribute: %zu particles arrive", n_in);
   if (rc == DR_OK && S->hook.action == HOOK_REBUILD && S->hook.rank == S->rank && S->st.steps + 1 >= S->hook.step) {
     S->hook.action = HOOK_NONE; /* the tests' hook: this rank's part of a rebuild-mapping fails, the others' do not */
     rc = dr_fail(DR_EINTERNAL, "DRIFT_TEST_HOOK: rank %d fails alone in its rebuild-mapping before step %llu", S->rank,
                  (unsigned long long)S->st.steps + 1);
   }
-  if (rc == DR_OK && n_in > 0 && S->be.add_records) {
-    rc = S->be.add_records(S->be.state, S->mig_buf[1], n_in);
-  } else if (rc == DR_OK && n_in > 0) {
-    particles *in = &S->arriving;
-    in->n = 0;
-    rc = unpack_records(S, n_in, in);
-    if (rc == DR_OK) rc = S->be.add_particles(S->be.state, in);
-  } else if (rc == DR_OK) {
+  if (rc == DR_OK && S->arriving.n > 0) {
+    rc = S->be.add_particles(S->be.state, &S->arriving);
+  } else if (rc == DR_OK) { /* (records the backend took: appended, not yet mapped) */
     int rebuilt = 0;
     rc = S->be.rebuild(S->be.state, 1, &rebuilt);
   }
