@@ -280,18 +280,21 @@ static int max_speed(void *state, float *vmax) {
 /* backend.projected: the packets hold the return mapping of the primed P2G (G2P2G). */
 static int projected(void *state) { return ((cuda_state *)state)->primed; }
 
+/* Every device vector of s but the snapshot's (one list, for the bytes held and for destroy). */
+#define CUDA_DVECS(s)                                                                                          \
+  {&s->pk, &s->pid, &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1], &s->vals[0], &s->vals[1], &s->pblock,       \
+   &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1],       \
+   &s->block_code, &s->grid[0], &s->grid[1], &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1],       \
+   &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->igrid[0], &s->igrid[1], &s->count, &s->shared,       \
+   &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders, &s->d_keys, &s->d_poses, &s->d_ls,              \
+   &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code, &s->old_touched,       \
+   &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox,              \
+   &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->xin, &s->pk_order, &s->shared_idx, &s->shared_n,      \
+   &s->rows, &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch}
+
 double cuda_held_bytes(const cuda_state *s) {
   double b = 0;
-  const dvec *all[] = {&s->pk, &s->pid, &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
-                       &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
-                       &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
-                       &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl,
-                       &s->igrid[0], &s->igrid[1], &s->count, &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders,
-                       &s->d_keys, &s->d_poses, &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0,
-                       &s->bar, &s->old_code, &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid,
-                       &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->xin, &s->pk_order,
-                       &s->shared_idx, &s->shared_n, &s->rows,
-                       &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
+  const dvec *all[] = CUDA_DVECS(s);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) b += (double)all[k]->bytes;
   for (int a = 0; a < PARTICLE_ATTRS; ++a) b += (double)s->snap[a].bytes; /* the frame's snapshot */
   return b;
@@ -317,15 +320,7 @@ void cuda_destroy(void *state) {
   timeline_marks_free(s);
   timeline_stamps_free(s);
   step_drop_graphs(s);
-  dvec *all[] = {&s->pk, &s->pid, &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1],
-                 &s->vals[0], &s->vals[1], &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets,
-                 &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1], &s->block_code, &s->grid[0], &s->grid[1],
-                 &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1], &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->count,
-                 &s->igrid[0], &s->igrid[1], &s->shared, &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders, &s->d_keys, &s->d_poses,
-                 &s->d_ls, &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code,
-                 &s->old_touched, &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox, &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->xin, &s->pk_order,
-                       &s->shared_idx, &s->shared_n, &s->rows,
-                       &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch};
+  dvec *all[] = CUDA_DVECS(s);
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
   for (int a = 0; a < PARTICLE_ATTRS; ++a) dvec_free(&s->snap[a]);

@@ -21,7 +21,7 @@
  * MEM_CREATE_CHUNK, and the upload's staging; an island gathers them all for its split; a resume
  * on several ranks, whose slices and migration hold more at its start, is not planned apart) and
  * the steady state (the backend's buffers on the CPU, the frame's chunk slot and, on the CPU, its
- * snapshot; the migration reserve, the checkpoint's chunk buffers: its rows where they fit one
+ * snapshot; a migration round's buffers, the checkpoint's chunk buffers: its rows where they fit one
  * chunk, else two of MEM_CKPT_CHUNK particles; where checkpoints are held, ckpt_hold, the
  * backend's copy of the rows: on a GPU every row on the device, on the CPU 124 B x cap(n)). Bytes are grouped by memtally.h's kinds, so that a run's counted peak compares
  * kind by kind. */
