@@ -210,6 +210,10 @@ int island_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3
 int island_read_records(void *state, size_t first, size_t count, void *rec) {
   island *I = (island *)state;
   const size_t rb = particles_record_bytes();
+  size_t all = 0;
+  for (int k = 0; k < I->nm; ++k) all += I->m[k]->n_rec;
+  if (first > all || count > all - first) /* refused before a record is copied */
+    return dr_fail(DR_EINTERNAL, "island: read_records %zu..%zu of %zu emigrants", first, first + count, all);
   size_t at = 0; /* the island's index of member k's first record */
   for (int k = 0; k < I->nm && count > 0; at += I->m[k]->n_rec, ++k) {
     const size_t mine = I->m[k]->n_rec;
@@ -219,8 +223,6 @@ int island_read_records(void *state, size_t first, size_t count, void *rec) {
     DR_TRY(cuda_read_records(I->m[k], from, take, rec));
     rec = (char *)rec + take * rb, first += take, count -= take;
   }
-  if (count > 0)
-    return dr_fail(DR_EINTERNAL, "island: read_records: %zu records past the %zu emigrants", count, at);
   return DR_OK;
 }
 

@@ -244,7 +244,8 @@ typedef struct backend {
    * time than a migration's round (sim_migrate.c). emigrate_records removes the particles as
    * emigrate does and keeps them as records in memory of its own (on a device: on the device),
    * *n of them; read_records copies records [first, first + count) of those into rec (host
-   * memory; pinned copies fastest), valid until the next emigrate_records; add_records appends
+   * memory; pinned copies fastest), valid until the next emigrate_records (a range past them is
+   * refused before anything is copied); add_records appends
    * the n records at rec (host memory, left unchanged) without a rebuild-mapping: the caller's
    * rebuild (forced) follows the last of them. */
   int (*emigrate_records)(void *state, const int32_t lo[3], const int32_t hi[3], size_t *n);

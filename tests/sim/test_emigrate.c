@@ -271,6 +271,7 @@ int main(int argc, char **argv) {
     MUST(A.read_records(A.state, half, nrec - half, rec + rb * half));
     MUST(A.read_records(A.state, 0, half, rec));
     CHECK(A.read_records(A.state, half, nrec - half + 1, rec) != DR_OK, "read_records past the emigrants succeeded");
+    /* (refused before writing: rec still holds both halves, as the comparison below checks) */
     out.n = 0;
     for (size_t k = 0; k < nrec; ++k) MUST(particles_push_record(&out, rec + rb * k));
     CHECK(nrec > 0, "emigrate_records: the cut let none go");
