@@ -67,9 +67,11 @@ static inline double mem_migration_share(double threshold) {
 
 /* A migration goes in rounds (sim_migrate.c): in each, a rank sends at most this many records and
  * receives at most as many, so that its host holds three buffers of them at most (the records read
- * from the backend, those grouped by destination, those received: 3 x 124 MiB) however many
- * particles move; fewer where a rebalance's share of the rank's particles is fewer. */
-#define MEM_MIGRATION_ROUND ((size_t)1 << 20)
+ * from the backend, those grouped by destination, those received: 3 x 31 MiB, with hostmem.h's
+ * headroom 117 MiB) however many particles move; fewer where a rebalance's share of the rank's
+ * particles is fewer. A round's messages stay large enough to go at the network's bandwidth, and a
+ * rank of 10M particles keeps its host within 64 B a particle (test_memplan_host). */
+#define MEM_MIGRATION_ROUND ((size_t)1 << 18)
 static inline size_t mem_migration_round(double threshold, size_t n, size_t round) {
   const size_t want = (size_t)(mem_migration_share(threshold) * (double)n) + MEM_MIGRATION_EXTRA;
   return want < round ? want : round;
