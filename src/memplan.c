@@ -110,8 +110,8 @@ static double ckpt_chunk_rows(double n) { return (double)mem_ckpt_rows((size_t)n
 
 /* What every backend's run holds on the host once it steps: the frame slot's chunk buffers (at
  * most two of MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and at precision
- * half the writer's conversion buffer), the migration reserve (several ranks; `buffers` record
- * buffers: they depend on the backend) and the checkpoint's chunk buffers (one of its n rows
+ * half the writer's conversion buffer), a migration round's buffers (several ranks; `buffers` of them:
+ * they depend on the backend) and the checkpoint's chunk buffers (one of its n rows
  * where they fit MEM_CKPT_CHUNK, else two of MEM_CKPT_CHUNK: the rows go from the backend to the
  * disk a chunk at a time). */
 static void host_steady(const scene *s, const memplan_load *l, int buffers, memplan_bytes *m) {
