@@ -322,7 +322,7 @@ static memplan_load load_of(const memplan *p, double f) {
   const double busiest = share < 1.0 ? share : 1.0;
   memplan_load l = {.start = ceil(f * (double)p->particles * busiest), .most = ceil(f * (double)p->most * busiest),
                     .pblocks = ceil(f * p->pblocks / R), .blocks = ceil(f * p->blocks / R),
-                    .start_all = f * (double)p->particles, .ranks = R,
+                    .ranks = R,
                     .devices = p->cfg.devices > 0 ? p->cfg.devices : 1,
                     .frames = p->cfg.frames > 0 ? p->cfg.frames : p->frames, .ckpt_hold = p->cfg.ckpt_hold};
   return l;

@@ -44,7 +44,6 @@ typedef struct memplan_load {
   double most;     /* particles at most over the run (sources included) */
   double pblocks;  /* particle blocks */
   double blocks;   /* grid blocks (physical blocks) */
-  double start_all; /* particles at the start on all ranks (the base of the device's migration records is this rank's share) */
   int ranks;
   int devices;     /* GPUs of the rank (cuda) */
   int frames;      /* frames run (a checkpoint's chunks only where one is written along the way) */
