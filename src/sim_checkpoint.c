@@ -24,7 +24,6 @@
 #include "log.h"
 #include "memsizes.h"
 #include "memtally.h"
-#include "settings.h"
 #include "signals.h"
 #include "watchdog.h"
 #include "writer.h"
@@ -119,7 +118,7 @@ static void ckpt_release(sim *S) {
  * checkpoint is rare, and no headroom keeps a scene of one chunk at a copy's 124 B a particle). */
 static int ckpt_reserve(sim *S, size_t n) {
   ckpt_slot *c = &S->ckpt;
-  const size_t set = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_CKPT_CHUNK;
+  const size_t set = sim_chunk(MEM_CKPT_CHUNK);
   const size_t chunk = set < MEM_CKPT_CHUNK ? set : MEM_CKPT_CHUNK;
   const size_t cap = mem_ckpt_rows(n, chunk);
   const int buffers = mem_ckpt_buffers(n, chunk);
@@ -296,7 +295,7 @@ struct resume_stream {
 
 /* The rows of a piece (DRIFT_FRAME_CHUNK's fewer where a test sets it). */
 static size_t resume_rows(void) {
-  const size_t set = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : RESUME_ROWS;
+  const size_t set = sim_chunk(RESUME_ROWS);
   return set < RESUME_ROWS ? set : RESUME_ROWS;
 }
 

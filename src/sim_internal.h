@@ -26,6 +26,7 @@
 #include "exchange.h"
 #include "h5frame.h"
 #include "outdir.h"
+#include "settings.h"
 #include "sim.h"
 #include "writer.h"
 #include "xdmf.h"
@@ -232,6 +233,12 @@ typedef struct load_pairs {
  * scene as sampled, never is). */
 static inline int sim_checkpoint_due(const struct sim *S, int f) {
   return f > 0 && S->opt.write_output && S->sc->checkpoint_every > 0 && f % S->sc->checkpoint_every == 0;
+}
+
+/* A streamed piece's size (a frame's or checkpoint's chunk, a resume's piece, a migration's
+ * round): dflt, or fewer where DRIFT_FRAME_CHUNK sets it (the tests' hook, settings.h). */
+static inline size_t sim_chunk(size_t dflt) {
+  return settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : dflt;
 }
 
 static inline double sim_now(void) {

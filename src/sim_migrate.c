@@ -24,7 +24,6 @@
 #include "physics/bspline.h"
 #include "physics/sparse.h"
 #include "sample.h"
-#include "settings.h"
 
 /* This rank's particles: the backend's own count (no device traffic), else its stats. */
 size_t sim_rank_count(const sim *S) {
@@ -361,7 +360,7 @@ static int migrate_rounds(sim *S, int rc, size_t n, int margin, size_t *n_in) {
 int sim_reserve_migration(sim *S) {
   const size_t count = sim_rank_count(S), rec = particles_record_bytes();
   const size_t n = (size_t)(mem_migration_share(S->bal.threshold) * (double)count) + MEM_MIGRATION_EXTRA;
-  const size_t set = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_MIGRATION_ROUND;
+  const size_t set = sim_chunk(MEM_MIGRATION_ROUND);
   S->mig_round = mem_migration_round(S->bal.threshold, count, set);
   const double t0 = sim_now();
   DR_TRY(mig_reserve(S, 2, rec * S->mig_round)); /* staged */

@@ -28,7 +28,6 @@
 #include "memtally.h"
 #include "physics/constitutive.h"
 #include "preview.h"
-#include "settings.h"
 #include "signals.h"
 #include "writer.h"
 
@@ -338,7 +337,7 @@ static void slot_release(sim *S, frame_slot *f) {
  * backend's pinned memory where it has it (a GPU copies there without a bounce), kept frame after
  * frame. */
 static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
-  const size_t chunk = settings()->frame_chunk > 0 ? (size_t)settings()->frame_chunk : MEM_FRAME_CHUNK;
+  const size_t chunk = sim_chunk(MEM_FRAME_CHUNK);
   /* kept while it takes the frame in a few more chunks than it was sized for */
   const size_t want = mem_frame_chunk_capacity(n, chunk);
   if (f->cap >= want - want / 4 && mask == f->mask && mem_frame_buffers(n, f->cap) <= f->bufs) return DR_OK;
