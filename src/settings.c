@@ -107,8 +107,9 @@ static const setting_entry TABLE[SET_N] = {
                          .want = "a whole number of particles (0: memsizes.h's MEM_FRAME_CHUNK, 4194304)",
                          .help = "tests: particles the writer takes of a frame's snapshot, and of a "
                                  "checkpoint's particles, at a time, fewer than MEM_FRAME_CHUNK (and "
-                                 "MEM_CKPT_CHUNK), and the rows of a resume's pieces on several ranks (fewer than "
-                                 "RESUME_ROWS), so that small scenes write and read in chunks"},
+                                 "MEM_CKPT_CHUNK), the rows of a resume's pieces on several ranks (fewer than "
+                                 "RESUME_ROWS) and the records of a migration's round (fewer than "
+                                 "MEM_MIGRATION_ROUND), so that small scenes write, read and migrate in pieces"},
     [SET_CKPT_HOLD] = {.env = "DRIFT_CKPT_HOLD", .type = T_BOOL, .kind = SETTING_DEBUG, .offset = OFF(ckpt_hold),
                        .dflt = "1",
                        .help = "tests: 0 fetches a checkpoint's rows from the live particles while the steps wait, "
