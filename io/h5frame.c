@@ -378,6 +378,31 @@ int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void
   return h5rows_finish(&f->rows, fd, st);
 }
 
+void h5frame_ahead_start(h5frame_file *f, h5rows_ahead *a) {
+  int order[H5FRAME_FIELDS], count = 0;
+  size_t row_bytes[H5FRAME_FIELDS];
+  const char *names[H5FRAME_FIELDS];
+  const char *off = getenv("DRIFT_ALLOC_AHEAD");
+  if (off && off[0] == '0') {
+    memset(a, 0, sizeof *a);
+    return;
+  }
+  /* the puts' order: at precision half the fields stored as they are first (put_half's step 0) */
+  for (int pass = 0; pass < 2; ++pass)
+    for (int q = 0; q < H5FRAME_FIELDS; ++q) {
+      const int raw = h5frame_encoding_of(q, f->precision) == H5FRAME_ENC_RAW;
+      if (!(f->fields & H5FRAME_BIT(q)) || (f->precision == H5FRAME_HALF && raw != (pass == 0)) ||
+          (f->precision != H5FRAME_HALF && pass == 1))
+        continue;
+      order[count] = q;
+      row_bytes[count] = h5frame_row_bytes(q, f->precision);
+      names[count++] = h5frame_field_names[q];
+    }
+  h5rows_ahead_start(&f->rows, a, order, row_bytes, names, count);
+}
+
+void h5frame_ahead_join(h5frame_file *f) { h5rows_ahead_join(&f->rows); }
+
 /* ---- h5frame_end ---- */
 
 int h5frame_end(MPI_Comm comm, h5frame_file *f, int put_status) { return h5rows_end(comm, &f->rows, put_status); }

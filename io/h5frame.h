@@ -89,6 +89,11 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
  * widest row; unused at float: may be NULL) by an OpenMP team of omp_get_max_threads() - 1 of
  * the calling thread (at least 1), and written from there. Returns this rank's status only. */
 int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void *pack, size_t pack_bytes);
+/* Local, the thread that puts the frame's rows: this rank's rows of every field allocated ahead of
+ * the puts, in their order, by a thread of its own (h5rows.h's allocation ahead); h5frame_ahead_join
+ * after the last put. */
+void h5frame_ahead_start(h5frame_file *f, h5rows_ahead *a);
+void h5frame_ahead_join(h5frame_file *f);
 /* Collective over comm. Agrees on every rank's put_status (h5frame_put's); publishes the file
  * under DIR/frame_NNNNN.h5, or after a failure removes it and any file under that name. */
 int h5frame_end(MPI_Comm comm, h5frame_file *f, int put_status);

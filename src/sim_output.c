@@ -205,6 +205,8 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   fetch_job next = {.S = S, .mask = f->mask, .count = f->n < f->cap ? f->n : f->cap, .dst = &f->p[0]};
   double t0 = sim_now();
   if (next.count > 0) sim_fetch_start(&next);
+  h5rows_ahead ahead; /* the rows' space allocated while the chunks are fetched and copied */
+  h5frame_ahead_start(&f->file, &ahead);
   int rc = DR_OK, k = 0;
   for (size_t first = 0; first < f->n; first += f->cap, ++k) {
     const int failed = sim_fetch_wait(&next); /* chunk k is in p[k & 1] */
@@ -234,6 +236,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   }
   if (next.threaded) (void)pthread_join(next.thread, NULL); /* a failure stopped the chunks: the fetch in flight
                                                               * ends first, its status moot */
+  h5frame_ahead_join(&f->file);
   f->local[TOT_N] = (double)f->n; /* exact below 2^53; also where the frame has no particles */
   log_trace("writer: frame %d of %zu particles in chunks of %zu: waiting for fetches %.2f ms, totals and derived "
             "fields %.2f ms, rows %.2f ms", f->frame, f->n, f->cap, 1e3 * fetch_s, 1e3 * sums_s, 1e3 * rows_s);

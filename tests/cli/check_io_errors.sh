@@ -24,14 +24,18 @@
 # 4. A disk that fills while a checkpoint's rows are written (CKPT_FULL_EXE, tests/io/ckpt_full.c,
 #    1 rank and with MPIEXEC 2, on a 512 KiB tmpfs): the write fails naming the checkpoint with
 #    "No space left on device", leaves no file, and the previous checkpoint reads back whole.
+# 5. A disk that fills while a frame's rows are written (FRAME_FULL_EXE, tests/io/frame_full.c,
+#    1 rank and with MPIEXEC 2, on a 4 MiB tmpfs): the allocation ahead of the rows fails naming
+#    the frame, a field and "No space left on device", leaves no file, and the frame before stays.
 set -u
 . "$(dirname "$0")/../lib.sh"
 
-lib_usage 3 "$0 DRIFT_EXE H5_ERRORS_EXE CKPT_FULL_EXE [MPIEXEC]" "$@"
+lib_usage 4 "$0 DRIFT_EXE H5_ERRORS_EXE CKPT_FULL_EXE FRAME_FULL_EXE [MPIEXEC]" "$@"
 drift=$(lib_abs "$1")
 h5_errors=$(lib_abs "$2")
 ckpt_full=$(lib_abs "$3")
-mpiexec=${4:-}
+frame_full=$(lib_abs "$4")
+mpiexec=${5:-}
 lib_setup io-errors
 
 mkdir RO FULL
@@ -123,6 +127,15 @@ run ckpt_rows_full 0 "$ckpt_full" FULL
 if [ -n "$mpiexec" ]; then
   rm -rf FULL/*
   run ckpt_rows_full_2 0 "$mpiexec" --oversubscribe -n 2 "$ckpt_full" FULL
+fi
+
+# 5. a disk that fills while a frame's rows are written
+umount FULL
+mount -t tmpfs -o size=4m drift-test FULL || fail "cannot mount the tmpfs for the frame"
+run frame_rows_full 0 "$frame_full" FULL
+if [ -n "$mpiexec" ]; then
+  rm -rf FULL/*
+  run frame_rows_full_2 0 "$mpiexec" --oversubscribe -n 2 "$frame_full" FULL
 fi
 
 lib_finish check_io_errors.sh
