@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fill_fs.h"
 #include "checkpoint.h"
 #include "error.h"
 
@@ -59,24 +60,6 @@ static ckpt_state state_of(int frame) {
 }
 
 static const ckpt_scene SC = {.text = SCENE, .len = sizeof SCENE - 1, .path = "scene.json"};
-
-/* Rank 0: fills dir's file system with dir/filler until it has no room left. */
-static void fill(const char *dir) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s/filler", dir);
-  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  CHECK(fd >= 0, "cannot create %s: %s", path, strerror(errno));
-  if (fd < 0) return;
-  static char block[65536];
-  memset(block, 0x33, sizeof block);
-  ssize_t w;
-  size_t size = sizeof block;
-  while (size > 0) { /* down to the last page */
-    w = write(fd, block, size);
-    if (w < 0) size /= 2;
-  }
-  close(fd);
-}
 
 /* Checkpoint frame read back on every rank: each value against value_of, ids each row once. */
 static void check_intact(const char *path, int frame, uint64_t total) {
@@ -139,7 +122,7 @@ int main(int argc, char **argv) {
   int rc = ckpt_begin(MPI_COMM_WORLD, dir, &s2, &SC, p2.n, 1, f);
   CHECK(rc == DR_OK, "checkpoint 2 begun: %s", dr_message());
   if (rc == DR_OK) {
-    if (rank == 0) fill(dir);
+    if (rank == 0) fill_filesystem(dir);
     MPI_Barrier(MPI_COMM_WORLD);
     const int put = ckpt_put(f, &p2);
     rc = ckpt_end(MPI_COMM_WORLD, f, put);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fill_fs.h"
 #include "error.h"
 #include "h5frame.h"
 
@@ -56,17 +57,7 @@ static int write_frame(const char *dir, int frame, const rows *r, int fill_first
   }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (fill_first && rank == 0) { /* DIR/filler until no room is left */
-    char path[4200];
-    snprintf(path, sizeof path, "%s/filler", dir);
-    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(fd >= 0, "cannot create %s: %s", path, strerror(errno));
-    static char block[65536];
-    memset(block, 0x33, sizeof block);
-    for (size_t size = sizeof block; fd >= 0 && size > 0;)
-      if (write(fd, block, size) < 0) size /= 2;
-    if (fd >= 0) close(fd);
-  }
+  if (fill_first && rank == 0) fill_filesystem(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   h5rows_ahead ahead;
   h5frame_ahead_start(f, &ahead);
