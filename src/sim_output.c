@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,13 +105,13 @@ int sim_list_earlier_frames(sim *S) {
 /* The frame's totals (sim_status): this rank's particles' count, mass, momentum, kinetic and
  * gravitational potential energy (above the domain's lowest corner), summed in double, a chunk
  * of the frame at a time (first: the frame's first chunk). */
-static void frame_totals(const sim *S, const particles *h, int first, double tot[TOT_COUNT]) {
+static void frame_totals(const sim *S, const particles *h, int first, double tot[TOT_COUNT], int threads) {
   const double *g = S->sc->gravity, *lo = S->sc->domain_min;
   const float *x = h->x, *v = h->v, *mass = h->mass;
   double ms = 0.0, p0 = 0.0, p1 = 0.0, p2 = 0.0, ke = 0.0, pe = 0.0;
   /* threads: a node's rank may hold tens of millions of particles, read once more per frame */
   const long n = (long)h->n;
-#pragma omp parallel for schedule(static) reduction(+ : ms, p0, p1, p2, ke, pe)
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : ms, p0, p1, p2, ke, pe)
   for (long i = 0; i < n; ++i) {
     const double m = mass[i], vx = v[3 * i], vy = v[3 * i + 1], vz = v[3 * i + 2];
     ms += m;
@@ -124,6 +125,33 @@ static void frame_totals(const sim *S, const particles *h, int first, double tot
   const double sums[TOT_COUNT] = {[TOT_N] = (double)h->n, [TOT_MASS] = ms, [TOT_P] = p0, [TOT_P + 1] = p1,
                                   [TOT_P + 2] = p2, [TOT_KE] = ke, [TOT_PE] = pe};
   for (int k = 0; k < TOT_COUNT; ++k) tot[k] = first ? sums[k] : tot[k] + sums[k]; /* N: exact below 2^53 */
+}
+
+/* A chunk's totals on a thread of their own, beside the chunk's rows (frame_job): one thread
+ * reading the chunk once more while the writer's team copies it. */
+typedef struct totals_job {
+  const sim *S;
+  const particles *h;
+  int first, threaded;
+  double *tot;
+  pthread_t thread;
+} totals_job;
+
+static void *totals_run(void *arg) {
+  totals_job *j = arg;
+  frame_totals(j->S, j->h, j->first, j->tot, 1);
+  return NULL;
+}
+
+static void totals_start(totals_job *j) {
+  const char *off = getenv("DRIFT_TOTALS_BESIDE");
+  j->threaded = !(off && off[0] == '0') && pthread_create(&j->thread, NULL, totals_run, j) == 0;
+  if (!j->threaded) frame_totals(j->S, j->h, j->first, j->tot, omp_get_max_threads());
+}
+
+static void totals_wait(totals_job *j) {
+  if (j->threaded) (void)pthread_join(j->thread, NULL);
+  j->threaded = 0;
 }
 
 /* The fields a frame derives on the host from chunk h's F (into the slot's J and stress):
@@ -221,12 +249,14 @@ static int frame_job(MPI_Comm comm, void *ctx) {
                          .dst = &f->p[(k + 1) & 1]};
       sim_fetch_start(&next);
     }
-    frame_totals(S, h, first == 0, f->local);
+    totals_job tj = {.S = S, .h = h, .first = first == 0, .tot = f->local};
+    totals_start(&tj);
     frame_derived(S, f, h);
     const double t2 = sim_now();
     h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
                       .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
     rc = h5frame_put(&f->file, first, &d, S->pack, S->pack ? H5FRAME_PACK_BYTES : 0);
+    totals_wait(&tj);
     if (preview && rc == DR_OK) {
       const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material, .owner = h->owner};
       preview_add(&pc, &pp, &pd);
@@ -238,8 +268,8 @@ static int frame_job(MPI_Comm comm, void *ctx) {
                                                               * ends first, its status moot */
   h5frame_ahead_join(&f->file);
   f->local[TOT_N] = (double)f->n; /* exact below 2^53; also where the frame has no particles */
-  log_trace("writer: frame %d of %zu particles in chunks of %zu: waiting for fetches %.2f ms, totals and derived "
-            "fields %.2f ms, rows %.2f ms", f->frame, f->n, f->cap, 1e3 * fetch_s, 1e3 * sums_s, 1e3 * rows_s);
+  log_trace("writer: frame %d of %zu particles in chunks of %zu: waiting for fetches %.2f ms, derived "
+            "fields %.2f ms, rows (the totals beside them) %.2f ms", f->frame, f->n, f->cap, 1e3 * fetch_s, 1e3 * sums_s, 1e3 * rows_s);
   f->put_rc = rc;
   if (f->put_rc) { /* its message, for slot_done (this thread's record is the writer's) */
     snprintf(f->put_msg, sizeof f->put_msg, "%s", dr_message());
