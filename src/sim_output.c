@@ -144,8 +144,7 @@ static void *totals_run(void *arg) {
 }
 
 static void totals_start(totals_job *j) {
-  const char *off = getenv("DRIFT_TOTALS_BESIDE");
-  j->threaded = !(off && off[0] == '0') && pthread_create(&j->thread, NULL, totals_run, j) == 0;
+  j->threaded = pthread_create(&j->thread, NULL, totals_run, j) == 0;
   if (!j->threaded) frame_totals(j->S, j->h, j->first, j->tot, omp_get_max_threads());
 }
 
