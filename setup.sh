@@ -92,7 +92,7 @@ fi
 # 5. The cpu and mpi tests again, built with AddressSanitizer (LeakSanitizer included) and
 #    UBSan in ./build-asan (DRIFT_SANITIZE=ON: the host C code is instrumented, the CUDA code
 #    is not; src/sanitize.c holds the runtime's options and the Open MPI leak suppressions).
-#    Any finding fails its test. About 4 minutes on 2 cores, build included. Left out:
+#    Any finding fails its test. About 17 minutes on 2 cores, build included (3 of them). Left out:
 #    - gpu, paraview, slurm (labels): the CUDA code is not instrumented and there is no GPU
 #      here; ParaView and Slurm run drift's frames and scripts, not more of drift's C code.
 #    - test_threads, test_bounce, test_sand_pile, test_colliders, test_friction, test_snow,
