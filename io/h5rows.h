@@ -54,10 +54,10 @@ typedef struct h5rows_file {
 /* Allocation ahead: a thread of its own allocates this rank's rows of the datasets in `order`, one
  * after the other, while the caller fetches and copies rows; a put of one of them waits until
  * its rows are allocated instead of allocating them itself (or returns the allocation's failure).
- * In memory (tmpfs) the allocation is the pages' zeroing, a sixth of a frame's bytes' cost
- * (one H200: fallocate of 119 MiB 12-13 ms of a 54-60 ms write), which then overlaps the copy
- * of the datasets before; the inode's lock that fallocate takes is not the one a page fault of a
- * mapping takes. */
+ * In memory (tmpfs) the allocation is the pages' zeroing (one H200: fallocate of 119 MiB 12-13
+ * ms), which then overlaps the copy of the datasets before (the inode's lock that fallocate
+ * takes is not one a page fault of a mapping takes): the writer's rows of a Sand Blocks l = 46
+ * frame into /dev/shm 35.1 against 43.2 ms (docs/performance.md, Decisions, Output). */
 typedef struct h5rows_ahead {
   pthread_t thread;
   pthread_mutex_t lock;
