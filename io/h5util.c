@@ -119,23 +119,15 @@ fail:
 
 int h5util_attr_string(hid_t loc, const char *name, const char *value, const char *path) {
   int st = 0;
-  hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
+  hid_t type = H5I_INVALID_HID;
   H5CK(type = H5Tcopy(H5T_C_S1), "H5Tcopy", name);
   H5CK(H5Tset_size(type, strlen(value) + 1), "H5Tset_size", name);
   H5CK(H5Tset_strpad(type, H5T_STR_NULLTERM), "H5Tset_strpad", name);
   H5CK(H5Tset_cset(type, H5T_CSET_ASCII), "H5Tset_cset", name);
-  H5CK(space = H5Screate(H5S_SCALAR), "H5Screate", name);
-  H5CK(attr = H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT), "H5Acreate2", name);
-  H5CK(H5Awrite(attr, type, value), "H5Awrite", name);
-  H5CK(H5Aclose(attr), "H5Aclose", name);
-  attr = H5I_INVALID_HID;
-  H5CK(H5Sclose(space), "H5Sclose", name);
-  space = H5I_INVALID_HID;
+  if ((st = h5util_attr_scalar(loc, name, type, type, value, path))) goto fail;
   H5CK(H5Tclose(type), "H5Tclose", name);
   return 0;
 fail:
-  H5_DROP(H5Aclose, attr);
-  H5_DROP(H5Sclose, space);
   H5_DROP(H5Tclose, type);
   return st;
 }
