@@ -362,6 +362,67 @@ DR_HD int compact_encode(const compact_frame *f, const int32_t blk[3], const com
   return changed;
 }
 
+/* ---- parts of a record (the CUDA packets' write-backs and moves) ------------------------------ */
+
+/* Each field's first bit (compact_encode_once_'s order). */
+#define COMPACT_AT_V COMPACT_BITS_X
+#define COMPACT_AT_C (COMPACT_AT_V + COMPACT_BITS_V)
+#define COMPACT_AT_F (COMPACT_AT_C + COMPACT_BITS_C)
+#define COMPACT_AT_LOGJP (COMPACT_AT_F + COMPACT_BITS_F)
+#define COMPACT_AT_KIND (COMPACT_AT_LOGJP + COMPACT_BITS_LOGJP)
+#define COMPACT_AT_ID (COMPACT_AT_KIND + COMPACT_BITS_KIND)
+
+/* Bits [lo, hi) of dst replaced by src's (0 <= lo < hi <= 32 COMPACT_WORDS). */
+DR_HD void compact_splice_(compact_record *dst, const compact_record *src, int lo, int hi) {
+  for (int k = lo >> 5; k <= (hi - 1) >> 5; ++k) {
+    const int a = lo > 32 * k ? lo - 32 * k : 0, b = hi < 32 * (k + 1) ? hi - 32 * k : 32;
+    const uint32_t m = (b == 32 ? 0xffffffffu : (1u << b) - 1u) & ~((1u << a) - 1u);
+    dst->w[k] = (dst->w[k] & ~m) | (src->w[k] & m);
+  }
+}
+
+DR_HD void compact_round_f(float F[9], float *logjp);
+
+/* F and logjp written into r as compact_round_f rounds them (P2G's return mapping: the rest of
+ * the record, its bits included, stays as it was). */
+DR_HD void compact_set_f(compact_record *r, const float F[9], float logjp) {
+  float Fr[9];
+  for (int i = 0; i < 9; ++i) Fr[i] = F[i];
+  compact_round_f(Fr, &logjp); /* its code is a fixed point: encoding the rounded F gives it */
+  compact_f_code fc;
+  compact_f_encode_(Fr, &fc);
+  compact_record t;
+  for (int k = 0; k < COMPACT_WORDS; ++k) t.w[k] = 0;
+  int pos = COMPACT_AT_F;
+  compact_put_(t.w, &pos, 2, (uint32_t)fc.iq);
+  for (int i = 0; i < 3; ++i) compact_put_signed_(t.w, &pos, COMPACT_Q_BITS, fc.q[i]);
+  compact_put_(t.w, &pos, COMPACT_EXP_BITS, (uint32_t)fc.ks);
+  for (int i = 0; i < 6; ++i) compact_put_signed_(t.w, &pos, COMPACT_S_MAG + 1, fc.s[i]);
+  compact_put_(t.w, &pos, 16, compact_half_encode_(logjp));
+  compact_splice_(r, &t, COMPACT_AT_F, COMPACT_AT_KIND);
+}
+
+/* r's positions, measured from particle block `from`, measured from block `to` instead: the same
+ * lattice points (integer arithmetic, exact). Returns 0, or 1 (r unchanged) where an offset would
+ * leave [-8, 8) cells of `to` (a rebuild-mapping's move is at most a block). */
+DR_HD int compact_rebase_x(const compact_frame *f, compact_record *r, const int32_t from[3], const int32_t to[3]) {
+  const int64_t lim = (int64_t)1 << (COMPACT_X_BITS - 1);
+  int32_t o[3];
+  int pos = 0;
+  for (int a = 0; a < 3; ++a) {
+    const int64_t u = compact_get_signed_(r->w, &pos, COMPACT_X_BITS) + compact_x_base_(f, a, from[a]) -
+                      compact_x_base_(f, a, to[a]);
+    if (u < -lim || u >= lim) return 1;
+    o[a] = (int32_t)u;
+  }
+  compact_record t;
+  for (int k = 0; k < COMPACT_WORDS; ++k) t.w[k] = 0;
+  pos = 0;
+  for (int a = 0; a < 3; ++a) compact_put_signed_(t.w, &pos, COMPACT_X_BITS, o[a]);
+  compact_splice_(r, &t, 0, COMPACT_BITS_X);
+  return 0;
+}
+
 /* F and logjp as a compact store holds them, in place (P2G's return mapping writes them back:
  * the rest of the record stays as it was), with compact_encode's fixed-point pass. */
 DR_HD void compact_round_f(float F[9], float *logjp) {

@@ -214,6 +214,66 @@ static void test_blocks(check_rng *r) {
   }
 }
 
+/* compact_set_f: the record's F and logjp as compact_round_f rounds them, every other bit as it
+ * was; compact_rebase_x: the same positions from another block, the other bits untouched, and a
+ * block too far refused. */
+static void test_parts(check_rng *r) {
+  const double o[3] = {-0.5, -0.5, -0.5};
+  const compact_frame fr = compact_frame_make(o, 1.0 / 128);
+  int far = 0;
+  for (int t = 0; t < 5000; ++t) {
+    compact_state s, s2;
+    double R[9], S[9];
+    rnd_state(r, &fr, -4, -2, &s, R, S);
+    rnd_state(r, &fr, -4, -2, &s2, R, S); /* another F and logjp */
+    int32_t own[3], other[3];
+    compact_x_block(&fr, s.x, own);
+    compact_record a, b;
+    compact_encode(&fr, own, &s, 1234u, 0x123456789abcull, &a);
+    b = a;
+    compact_set_f(&b, s2.F, s2.logjp);
+    compact_state da, db;
+    uint32_t ka, kb;
+    uint64_t ia, ib;
+    compact_decode(&fr, own, &a, &da, &ka, &ia);
+    compact_decode(&fr, own, &b, &db, &kb, &ib);
+    float F[9], jp = s2.logjp;
+    memcpy(F, s2.F, sizeof F);
+    compact_round_f(F, &jp);
+    CHECK(!memcmp(db.F, F, sizeof F) && db.logjp == jp, "set_f: F or logjp not compact_round_f's");
+    CHECK(!memcmp(da.x, db.x, sizeof da.x) && !memcmp(da.v, db.v, sizeof da.v) && !memcmp(da.C, db.C, sizeof da.C) &&
+              ka == kb && ia == ib,
+          "set_f changed another field");
+    for (int k = 0; k < COMPACT_WORDS; ++k) {
+      const int lo = 32 * k, hi = lo + 32; /* the bits outside [AT_F, AT_KIND) of word k */
+      uint32_t keep = 0xffffffffu;
+      for (int bit = lo; bit < hi; ++bit)
+        if (bit >= COMPACT_AT_F && bit < COMPACT_AT_KIND) keep &= ~(1u << (bit - lo));
+      CHECK((a.w[k] & keep) == (b.w[k] & keep), "set_f: word %d changed outside F and logjp", k);
+    }
+    /* -4..4 blocks: the range [-2^21 q, 2^21 q) is more than 8 cells and at most 16 (q in (dx 2^-18,
+     * dx 2^-17]): a block's move always fits, four blocks down never */
+    const int step = (int)(check_rng_u32(r) % 9) - 4;
+    for (int q = 0; q < 3; ++q) other[q] = own[q] + (q == (t % 3) ? step : 0);
+    compact_record c = b;
+    if (compact_rebase_x(&fr, &c, own, other)) {
+      ++far;
+      CHECK(!memcmp(&c, &b, sizeof c), "a refused rebase changed the record");
+      CHECK(step < -1 || step > 1, "a rebase by %d blocks refused", step);
+      continue;
+    }
+    CHECK(step != -4, "a rebase by four blocks down was not refused");
+    compact_state dc;
+    uint32_t kc;
+    uint64_t ic;
+    compact_decode(&fr, other, &c, &dc, &kc, &ic);
+    CHECK(!memcmp(dc.x, db.x, sizeof dc.x), "rebase: x %.9g from block %d against %.9g", dc.x[0], other[0], db.x[0]);
+    CHECK(!memcmp(dc.v, db.v, sizeof dc.v) && !memcmp(dc.F, db.F, sizeof dc.F) && kc == kb && ic == ib,
+          "rebase changed another field");
+  }
+  CHECK(far > 0, "no rebase was refused");
+}
+
 int main(void) {
   check_rng r = {20261203};
   CHECK(sizeof(compact_record) == 60, "a record is %zu B", sizeof(compact_record));
@@ -223,5 +283,6 @@ int main(void) {
   test_half(&r);
   test_record(&r);
   test_blocks(&r);
+  test_parts(&r);
   return check_summary("test_compact");
 }
