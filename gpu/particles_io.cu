@@ -6,6 +6,7 @@
 // emigrated slots are marked gone and dropped by it.
 
 #include "cuda_state.h"
+#include "records.cuh"
 
 /* emigrate: flag[i] = 1 where slot i holds a particle whose particle block (as sim.c's
  * particle_block computes it) lies outside [lo, hi) on some axis. */
@@ -26,13 +27,6 @@ __global__ static void k_leave(size_t n_slots, const float *pk, const int2 *hdr,
   flag[i] = out;
 }
 
-/* Particle records (particles.h: particles_pack's layout, what travels between ranks) as 32-bit
- * words: where each attribute starts, from the same list, so that the offsets follow it. */
-#define REC_WORDS_(field, type, k, what) REC_##field, REC_##field##_last_ = REC_##field + (int)(sizeof(type) * (k) / 4) - 1,
-enum { PARTICLE_ATTRIBUTES(REC_WORDS_) REC_WORDS };
-#undef REC_WORDS_
-static_assert(REC_WORDS == 31 && REC_x == 0 && REC_id == 27 && REC_owner == 30,
-              "particles.h's attributes changed: k_leave_records and k_records_in carry each one by name");
 
 /* cuda_emigrate_records: the flagged particles as records, in slot order (upto: the inclusive scan of
  * the flags), and their slots marked gone. owner: this GPU's rank * 256 + its index. */
