@@ -7,6 +7,7 @@
 
 #include "cuda_state.h"
 #include "block_table.cuh"
+#include "compact_packets.cuh"
 
 /* Linear probing; a slot is claimed with atomicCAS on the 64-bit key, so concurrent inserts of
  * different codes never share a slot. */
@@ -47,6 +48,47 @@ __global__ static void k_keys(size_t n_slots, const float *pk, const int2 *hdr, 
   const int b1 = bspline_base((q[(A_X + 1) * LANES] - origin.y) * inv_dx);
   const int b2 = bspline_base((q[(A_X + 2) * LANES] - origin.z) * inv_dx);
   const uint64_t code = sparse_block_code(sparse_particle_block(b0), sparse_particle_block(b1), sparse_particle_block(b2));
+  keys[i] = (K)((code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b0),
+                                                             sparse_cell_in_particle_block(b1),
+                                                             sparse_cell_in_particle_block(b2)));
+}
+
+/* k_keys for compact packets (compact_packets.cuh): each position decoded from the block its slot
+ * measures it from (the packet's, or an appended slot's own, whose code own[] holds: keys[1], which
+ * the sort overwrites only after this kernel; the appends keep its earlier slots' codes as it
+ * grows), its new particle block and cell computed as
+ * k_keys computes them from the floats, and the position measured from that block from then on
+ * (compact_rebase_x, in place), so that the sort moves the words untouched into packets of that
+ * block. A position the new block's offsets cannot hold (a particle that ran away: more than
+ * eight cells from its block) counts in *far, which fails the rebuild. */
+template <typename K>
+__global__ static void k_keys_compact(size_t n_slots, uint32_t *pk, const int2 *hdr, const int32_t *pb_coord,
+                                      const uint64_t *own, compact_frame f, float3 origin, float inv_dx,
+                                      const uint8_t *gone, size_t n_gone, K *keys, uint32_t *vals, unsigned *far) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_slots) return;
+  const size_t p = i / LANES;
+  const int lane = (int)(i % LANES);
+  vals[i] = (uint32_t)i;
+  if (lane >= hdr[p].y || (i < n_gone && gone[i])) {
+    keys[i] = ~(K)0;
+    return;
+  }
+  compact_record r;
+  cpk_read(pk, p, lane, &r);
+  int32_t from[3];
+  cpk_block(hdr, pb_coord, own, p, lane, from);
+  int pos = 0;
+  float x[3];
+  for (int a = 0; a < 3; ++a)
+    x[a] = compact_x_float_(&f, compact_x_base_(&f, a, from[a]) + compact_get_signed_(r.w, &pos, COMPACT_X_BITS));
+  const int b0 = bspline_base((x[0] - origin.x) * inv_dx);
+  const int b1 = bspline_base((x[1] - origin.y) * inv_dx);
+  const int b2 = bspline_base((x[2] - origin.z) * inv_dx);
+  const int32_t to[3] = {sparse_particle_block(b0), sparse_particle_block(b1), sparse_particle_block(b2)};
+  if (compact_rebase_x(&f, &r, from, to)) atomicAdd(far, 1u);
+  else cpk_write(pk, p, lane, &r, 0, CPK_W1(COMPACT_BITS_X));
+  const uint64_t code = sparse_block_code(to[0], to[1], to[2]);
   keys[i] = (K)((code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b0),
                                                              sparse_cell_in_particle_block(b1),
                                                              sparse_cell_in_particle_block(b2)));
