@@ -37,6 +37,8 @@ extern "C" {
 #include "log.h"
 #include "memsizes.h"
 #include "memtally.h"
+#include "compact_kinds.h"
+#include "physics/compact.h"
 #include "scene.h"
 #include "settings.h"
 }
@@ -234,7 +236,11 @@ typedef struct cuda_state {
 
   size_t n;                     /* particles */
   size_t n_packets;             /* packets of the current mapping */
-  dvec pk;                      /* [n_packets PK_FLOATS] the packets (a rebuild moves them in place: reorder) */
+  dvec pk;                      /* [n_packets pk_words(s)] the packets (a rebuild moves them in place: reorder) */
+  int compact;                  /* parallel.storage "compact": the packets hold records (compact_packets.cuh) */
+  compact_frame cframe;         /* ... their positions' lattice */
+  compact_kinds kinds;          /* ... the particle kinds met so far (host), and their copy on the device */
+  dvec d_kinds;
   dvec pid;                     /* [slots] uint64 ids */
   dvec hdr;                     /* [n_packets] int2: particle block, valid lanes */
   dvec d_mats;
@@ -362,6 +368,10 @@ typedef struct cuda_state {
   struct gpu_marks *marks;      /* DRIFT_GPU_MARKS=1: the stream's timeline between entries (gpu_marks) */
   struct gpu_stamps *stamps;    /* DRIFT_GPU_STAMPS=1: the device's time between a step's kernels (gpu_stamps) */
 } cuda_state;
+
+/* 32-bit words a packet holds: floats, or compact records (compact_packets.cuh's CPK_WORDS). */
+static inline size_t pk_words(const cuda_state *s) { return s->compact ? (size_t)COMPACT_WORDS * LANES : (size_t)PK_FLOATS; }
+
 
 /* Counts that the rebuild reads back (s->count): CUB's outputs in n; keep_primed's check rides on
  * the read of the block count. */
