@@ -75,3 +75,45 @@ __global__ void k_compact_records_out(size_t n_slots, const uint32_t *__restrict
   q[REC_material] = (uint32_t)c.material;
   q[REC_owner] = (uint32_t)owner;
 }
+
+/* rec's m records copied into out with each one's kind (its index in s->kinds) in the owner's
+ * word; kinds met for the first time are added, and the device's table copied again. */
+static int kinds_of_records(cuda_state *s, const uint32_t *rec, size_t m, uint32_t *out) {
+  const size_t before = s->kinds.n;
+  for (size_t i = 0; i < m; ++i) {
+    const uint32_t *q = rec + i * REC_WORDS;
+    uint32_t *o = out + i * REC_WORDS;
+    memcpy(o, q, REC_WORDS * sizeof(uint32_t));
+    compact_kind k;
+    memcpy(&k.mass, q + REC_mass, sizeof(float));
+    memcpy(&k.vol0, q + REC_vol0, sizeof(float));
+    k.material = (int32_t)q[REC_material];
+    k.body = (int32_t)particle_id_body((uint64_t)q[REC_id] | (uint64_t)q[REC_id + 1] << 32);
+    uint32_t index = 0;
+    DR_TRY(compact_kinds_index(&s->kinds, &k, &index));
+    o[REC_owner] = index;
+  }
+  if (s->kinds.n != before) {
+    DVEC(s->d_kinds, s->kinds.n * sizeof(compact_kind), "particle kinds (compact storage)");
+    CU(cudaMemcpyAsync(s->d_kinds.ptr, s->kinds.kind, s->kinds.n * sizeof(compact_kind), cudaMemcpyHostToDevice,
+                       s->stream));
+  }
+  return DR_OK;
+}
+
+int compact_append_records(cuda_state *s, const uint32_t *rec, size_t m, size_t old_packets, size_t add_packets) {
+  if (m == 0) return DR_OK;
+  cudaStream_t st = s->stream;
+  const size_t bytes = m * REC_WORDS * sizeof(uint32_t);
+  DR_TRY(cuda_host_pinned((void **)&s->h_crec, &s->h_crec_cap, bytes, "arriving particles (compact storage)"));
+  DR_TRY(kinds_of_records(s, rec, m, s->h_crec));
+  DVEC(s->xin, bytes, "arriving particles");
+  CU(cudaMemcpyAsync(s->xin.ptr, s->h_crec, bytes, cudaMemcpyHostToDevice, st));
+  k_compact_records_in<<<blocks_for(add_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+      m, add_packets, dp<uint32_t>(s->xin), s->cframe, dp<uint32_t>(s->pk) + old_packets * CPK_WORDS,
+      dp<uint64_t>(s->pid) + old_packets * LANES, dp<int2>(s->hdr) + old_packets,
+      dp<uint64_t>(s->keys[1]) + old_packets * LANES);
+  LAUNCHED("k_compact_records_in");
+  CU(cudaStreamSynchronize(st)); /* h_crec is reused by the next call */
+  return DR_OK;
+}

@@ -360,6 +360,8 @@ typedef struct cuda_state {
   uint64_t *h_add_id;
   int2 *h_add_hdr;
   size_t h_add_cap;             /* packets */
+  uint32_t *h_crec;             /* compact storage: arriving records with their kinds (pinned, grow-only) */
+  size_t h_crec_cap;            /* bytes (cuda_host_pinned) */
   int need_rebuild;
   int unprimed;                 /* the last step queued took the primed sums (primed cleared): a voided step gives them back */
   int void_steps;               /* the frame loop: a step after a leave is voided (not with events; lag_of) */
@@ -609,6 +611,10 @@ int append_particles(cuda_state *s, const particles *p);
 int append_records(cuda_state *s, const void *rec, size_t m);
 void cuda_host_release(void *p);
 int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what);
+/* compact_io.cu: m records (host, records.cuh's layout) into add_packets new compact packets from
+ * packet old_packets on (append_room made the room), their kinds looked up and the device's table
+ * brought up to date. */
+int compact_append_records(cuda_state *s, const uint32_t *rec, size_t m, size_t old_packets, size_t add_packets);
 int cuda_add_particles(void *state, const particles *p);
 int cuda_add_records(void *state, const void *rec, size_t m);
 int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], size_t *n);

@@ -165,13 +165,16 @@ static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t 
   const size_t old_packets = s->n_packets, add_packets = (m + LANES - 1) / LANES;
   const size_t packets = old_packets + add_packets, slots = packets * LANES;
   cudaStream_t st = s->stream;
-  DVEC_KEEP(s->pk, packets * PK_FLOATS * sizeof(float), old_packets * PK_FLOATS * sizeof(float), st,
+  DVEC_KEEP(s->pk, packets * pk_words(s) * sizeof(float), old_packets * pk_words(s) * sizeof(float), st,
             "particle packets");
   DVEC_KEEP(s->pid, slots * sizeof(uint64_t), old_packets * LANES * sizeof(uint64_t), st, "particle ids");
   DVEC_KEEP(s->hdr, packets * sizeof(int2), old_packets * sizeof(int2), st, "packet headers");
   DR_TRY(rebuild_push_buffers(s, packets));
   for (int k = 0; k < 2; ++k) {
-    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    if (s->compact && k == 1) /* the appended slots' own blocks until the next rebuild-mapping (compact_packets.cuh) */
+      DVEC_KEEP(s->keys[k], slots * sizeof(uint64_t), old_packets * LANES * sizeof(uint64_t), st, "particle sort keys");
+    else
+      DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
     DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
   DVEC(s->pblock, (s->n + m) * sizeof(int32_t), "particle block indices");
@@ -209,6 +212,26 @@ int append_particles(cuda_state *s, const particles *p) {
   DR_TRY(append_room(s, m, &old_packets, &add_packets));
   const size_t packets = old_packets + add_packets;
   cudaStream_t st = s->stream;
+  if (s->compact) { /* through records, a chunk at a time (the kinds' lookups and the encoding's) */
+    enum { CHUNK = 65536 };
+    uint32_t *rec = (uint32_t *)memtally_malloc(MT_TRANSFER, (size_t)CHUNK * REC_WORDS * sizeof(uint32_t),
+                                                "particle staging (compact storage)");
+    if (!rec) return dr_fail(DR_ENOMEM, "out of host memory for the particles' staging (compact storage)");
+    int rc = particles_record_bytes() == REC_WORDS * sizeof(uint32_t)
+                 ? DR_OK
+                 : dr_fail(DR_EINTERNAL, "cuda backend: a particle record is %zu bytes, records.cuh counts %zu",
+                           particles_record_bytes(), REC_WORDS * sizeof(uint32_t));
+    for (size_t at = 0; at < m && rc == DR_OK; at += CHUNK) {
+      const size_t c = m - at < CHUNK ? m - at : CHUNK;
+      for (size_t i = 0; i < c; ++i) particles_pack(p, at + i, rec + i * REC_WORDS);
+      rc = compact_append_records(s, rec, c, old_packets + at / LANES, (c + LANES - 1) / LANES);
+    }
+    memtally_free(rec);
+    DR_TRY(rc);
+    s->n += m;
+    s->n_packets = packets;
+    return DR_OK;
+  }
   DR_TRY(host_packets(s, add_packets));
   float *pk = s->h_add;
   uint64_t *id = s->h_add_id;
@@ -242,6 +265,12 @@ int append_records(cuda_state *s, const void *rec, size_t m) {
   size_t old_packets = 0, add_packets = 0;
   DR_TRY(append_room(s, m, &old_packets, &add_packets));
   cudaStream_t st = s->stream;
+  if (s->compact) {
+    DR_TRY(compact_append_records(s, (const uint32_t *)rec, m, old_packets, add_packets));
+    s->n += m;
+    s->n_packets = old_packets + add_packets;
+    return DR_OK;
+  }
   DVEC(s->xin, m * REC_WORDS * sizeof(uint32_t), "arriving particles");
   CU(cudaMemcpyAsync(s->xin.ptr, rec, m * REC_WORDS * sizeof(uint32_t), cudaMemcpyHostToDevice, st));
   k_records_in<<<blocks_for(add_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
