@@ -68,4 +68,15 @@ __device__ __forceinline__ void cpk_decode(const compact_frame *f, const int32_t
   o->mass = k.mass, o->vol0 = k.vol0, o->material = k.material;
 }
 
+/* compact_io.cu's kernels: records into packets and back (their comments there). */
+__global__ void k_compact_records_in(size_t m, size_t add_packets, const uint32_t *__restrict__ rec, compact_frame f,
+                                     uint32_t *__restrict__ pk, uint64_t *__restrict__ pid, int2 *__restrict__ hdr,
+                                     uint64_t *__restrict__ own);
+__global__ void k_compact_records_out(size_t n_slots, const uint32_t *__restrict__ flag,
+                                      const uint32_t *__restrict__ upto, const uint32_t *__restrict__ pk,
+                                      const int2 *__restrict__ hdr, const int32_t *__restrict__ pb_coord,
+                                      const uint64_t *__restrict__ own, const uint64_t *__restrict__ pid,
+                                      const compact_kind *__restrict__ kinds, compact_frame f, int32_t owner,
+                                      uint32_t *__restrict__ rec, uint8_t *__restrict__ gone);
+
 #endif

@@ -5,6 +5,7 @@
 // Particles appended go into new packets after the mapping's, read by the next rebuild-mapping;
 // emigrated slots are marked gone and dropped by it.
 
+#include "compact_packets.cuh"
 #include "cuda_state.h"
 #include "records.cuh"
 
@@ -27,6 +28,32 @@ __global__ static void k_leave(size_t n_slots, const float *pk, const int2 *hdr,
   flag[i] = out;
 }
 
+
+/* k_leave for compact packets: the position decoded from its slot's block. */
+__global__ static void k_leave_compact(size_t n_slots, const uint32_t *pk, const int2 *hdr, const int32_t *pb_coord,
+                                       const uint64_t *own, compact_frame f, float3 origin, float inv_dx, int3 lo,
+                                       int3 hi, const uint8_t *gone, size_t n_gone, uint32_t *flag) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_slots) return;
+  const size_t p = i / LANES;
+  const int lane = (int)(i % LANES);
+  uint32_t out = 0;
+  if (lane < hdr[p].y && !(i < n_gone && gone[i])) {
+    compact_record r;
+    cpk_read(pk, p, lane, &r);
+    int32_t blk[3];
+    cpk_block(hdr, pb_coord, own, p, lane, blk);
+    int pos = 0;
+    float x[3];
+    for (int a = 0; a < 3; ++a)
+      x[a] = compact_x_float_(&f, compact_x_base_(&f, a, blk[a]) + compact_get_signed_(r.w, &pos, COMPACT_X_BITS));
+    const int b0 = bspline_base((x[0] - origin.x) * inv_dx) >> 2;
+    const int b1 = bspline_base((x[1] - origin.y) * inv_dx) >> 2;
+    const int b2 = bspline_base((x[2] - origin.z) * inv_dx) >> 2;
+    out = b0 < lo.x || b0 >= hi.x || b1 < lo.y || b1 >= hi.y || b2 < lo.z || b2 >= hi.z;
+  }
+  flag[i] = out;
+}
 
 /* cuda_emigrate_records: the flagged particles as records, in slot order (upto: the inclusive scan of
  * the flags), and their slots marked gone. owner: this GPU's rank * 256 + its index. */
@@ -326,10 +353,19 @@ static int leave_flags(cuda_state *s, const int32_t lo[3], const int32_t hi[3], 
   cudaStream_t st = s->stream;
   const size_t n_slots = s->n_packets * LANES;
   uint32_t *flag = dp<uint32_t>(s->vals[0]), *upto = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= n_slots */
-  k_leave<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, dp<float>(s->pk), dp<int2>(s->hdr), make_float3(s->origin[0], s->origin[1], s->origin[2]),
-      s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone, flag);
-  LAUNCHED("k_leave");
+  if (s->compact) {
+    k_leave_compact<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, dp<uint32_t>(s->pk), dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<uint64_t>(s->keys[1]), s->cframe,
+        make_float3(s->origin[0], s->origin[1], s->origin[2]), s->inv_dx, make_int3(lo[0], lo[1], lo[2]),
+        make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone, flag);
+    LAUNCHED("k_leave_compact");
+  } else {
+    k_leave<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, dp<float>(s->pk), dp<int2>(s->hdr), make_float3(s->origin[0], s->origin[1], s->origin[2]),
+        s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone,
+        flag);
+    LAUNCHED("k_leave");
+  }
   CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, flag, upto, (int)n_slots, st));
   DR_TRY(cuda_read_count(s, upto + n_slots - 1, m));
   if (*m == 0) return DR_OK;
@@ -372,10 +408,18 @@ int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3],
   cudaStream_t st = s->stream;
   const size_t n_slots = s->n_packets * LANES, bytes = (size_t)m * REC_WORDS * sizeof(uint32_t);
   DVEC(s->xrec, bytes, "emigrating particles");
-  k_leave_records<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, flag, upto, dp<float>(s->pk), dp<uint64_t>(s->pid), s->prm.rank * 256 + s->me,
-      dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
-  LAUNCHED("k_leave_records");
+  if (s->compact) {
+    k_compact_records_out<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, flag, upto, dp<uint32_t>(s->pk), dp<int2>(s->hdr), dp<int32_t>(s->pb_coord),
+        dp<uint64_t>(s->keys[1]), dp<uint64_t>(s->pid), dp<compact_kind>(s->d_kinds), s->cframe,
+        s->prm.rank * 256 + s->me, dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
+    LAUNCHED("k_compact_records_out");
+  } else {
+    k_leave_records<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, flag, upto, dp<float>(s->pk), dp<uint64_t>(s->pid), s->prm.rank * 256 + s->me,
+        dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
+    LAUNCHED("k_leave_records");
+  }
   s->n_rec = (size_t)m;
   *n = (size_t)m;
   return left(s, m);
@@ -422,9 +466,44 @@ int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particl
   return rc;
 }
 
+/* cuda_download of compact packets: the packets decoded into records PIECE packets at a time
+ * (k_compact_records_out, one record a slot), the valid lanes appended in order. */
+static int download_compact(cuda_state *s, particles *out) {
+  enum { PIECE = 2048 };
+  const size_t np = s->n_packets, rb = REC_WORDS * sizeof(uint32_t);
+  out->n = 0;
+  int2 *hdr = (int2 *)dr_malloc(np * sizeof(int2), "particle download");
+  uint32_t *rec = (uint32_t *)dr_malloc((size_t)PIECE * LANES * rb, "particle download");
+  int rc = hdr && rec ? DR_OK : DR_ENOMEM;
+  if (!rc) DVEC(s->xrec, (size_t)PIECE * LANES * rb, "particle download");
+  cudaError_t e = cudaSuccess;
+  if (!rc && (e = cudaMemcpy(hdr, s->hdr.ptr, np * sizeof(int2), cudaMemcpyDeviceToHost)) != cudaSuccess)
+    rc = cuda_fail(e, "cudaMemcpy(hdr)", __FILE__, __LINE__);
+  for (size_t p0 = 0; !rc && p0 < np; p0 += PIECE) {
+    const size_t k = np - p0 < PIECE ? np - p0 : PIECE;
+    k_compact_records_out<<<blocks_for(k * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        k * LANES, NULL, NULL, dp<uint32_t>(s->pk) + p0 * CPK_WORDS, dp<int2>(s->hdr) + p0, dp<int32_t>(s->pb_coord),
+        dp<uint64_t>(s->keys[1]) + p0 * LANES, dp<uint64_t>(s->pid) + p0 * LANES, dp<compact_kind>(s->d_kinds),
+        s->cframe, s->prm.rank * 256 + s->me, dp<uint32_t>(s->xrec), NULL);
+    if ((e = cudaGetLastError()) != cudaSuccess) rc = cuda_fail(e, "k_compact_records_out", __FILE__, __LINE__);
+    if (!rc && (e = cudaMemcpyAsync(rec, s->xrec.ptr, k * LANES * rb, cudaMemcpyDeviceToHost, s->stream)) != cudaSuccess)
+      rc = cuda_fail(e, "cudaMemcpyAsync(rec)", __FILE__, __LINE__);
+    if (!rc && (e = cudaStreamSynchronize(s->stream)) != cudaSuccess)
+      rc = cuda_fail(e, "cudaStreamSynchronize(s->stream)", __FILE__, __LINE__);
+    for (size_t p = 0; !rc && p < k; ++p)
+      for (int l = 0; !rc && l < hdr[p0 + p].y; ++l) rc = particles_push_record(out, rec + (p * LANES + l) * REC_WORDS);
+  }
+  free(hdr);
+  free(rec);
+  if (!rc && out->n != s->n)
+    rc = dr_fail(DR_EINTERNAL, "cuda backend: %zu particles in the packets, %zu expected", out->n, s->n);
+  return rc;
+}
+
 int cuda_download(void *state, particles *out) {
   cuda_state *s = (cuda_state *)state;
   DR_TRY(particles_reserve(out, s->n));
+  if (s->compact) return download_compact(s, out);
   out->n = s->n;
   if (s->n == 0) return DR_OK;
   const size_t np = s->n_packets;
