@@ -571,7 +571,7 @@ static int upload_room(cuda_state *s, size_t n) {
   s->n_gone = 0; /* and no slot of theirs was emigrate's */
   s->n_packets = (n + LANES - 1) / LANES;
   const size_t slots = s->n_packets * LANES;
-  DVEC(s->pk, s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
+  DVEC(s->pk, s->n_packets * pk_words(s) * sizeof(float), "particle packets");
   DVEC(s->pid, slots * sizeof(uint64_t), "particle ids");
   DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   DR_TRY(rebuild_push_buffers(s, s->n_packets));
@@ -591,16 +591,24 @@ typedef struct upload_staging {
   float *pk;
   uint64_t *id;
   int2 *hdr;
+  uint32_t *rec; /* compact storage: records instead (compact_append_records) */
 } upload_staging;
 
 static void staging_close(upload_staging *u) {
-  memtally_free(u->pk), memtally_free(u->id), memtally_free(u->hdr);
+  memtally_free(u->pk), memtally_free(u->id), memtally_free(u->hdr), memtally_free(u->rec);
   memset(u, 0, sizeof *u);
 }
 
-static int staging_open(upload_staging *u, size_t packets) {
+static int staging_open(const cuda_state *s, upload_staging *u, size_t packets) {
   memset(u, 0, sizeof *u);
   u->cp = packets < MEM_UPLOAD_PACKETS ? packets : MEM_UPLOAD_PACKETS;
+  if (s->compact) {
+    if (particles_record_bytes() != REC_WORDS * sizeof(uint32_t))
+      return dr_fail(DR_EINTERNAL, "cuda backend: a particle record is %zu bytes, records.cuh counts %zu",
+                     particles_record_bytes(), REC_WORDS * sizeof(uint32_t));
+    u->rec = (uint32_t *)memtally_malloc(MT_TRANSFER, u->cp * LANES * REC_WORDS * sizeof(uint32_t), "particle upload");
+    return u->rec ? DR_OK : DR_ENOMEM;
+  }
   u->pk = (float *)memtally_malloc(MT_TRANSFER, u->cp * PK_FLOATS * sizeof(float), "particle upload");
   u->id = (uint64_t *)memtally_malloc(MT_TRANSFER, u->cp * LANES * sizeof(uint64_t), "particle upload");
   u->hdr = (int2 *)memtally_malloc(MT_TRANSFER, u->cp * sizeof(int2), "particle upload");
@@ -618,6 +626,12 @@ static int upload_slice(cuda_state *s, const upload_staging *u, const particles 
   const size_t packets = (n + LANES - 1) / LANES;
   for (size_t j = 0; j < packets; j += u->cp) {
     const size_t kp = packets - j < u->cp ? packets - j : u->cp, at = j * LANES;
+    if (s->compact) { /* through records, encoded on the device */
+      const size_t c = n - at < kp * LANES ? n - at : kp * LANES;
+      for (size_t i = 0; i < c; ++i) particles_pack(p, first + at + i, u->rec + i * REC_WORDS);
+      DR_TRY(compact_append_records(s, u->rec, c, k0 + j, kp));
+      continue;
+    }
     packets_from_particles(p, first + at, n - at < kp * LANES ? n - at : kp * LANES, kp, u->pk, u->id, u->hdr);
     /* On s->stream, which the rebuild-mapping's kernels use next: s->stream is non-blocking, so
      * a plain cudaMemcpy (the legacy default stream) would not be ordered before them, and a
@@ -640,7 +654,7 @@ int cuda_upload(cuda_state *s, const particles *p) {
   DR_TRY(upload_room(s, p->n));
   if (p->n == 0) return DR_OK;
   upload_staging u;
-  DR_TRY(staging_open(&u, s->n_packets));
+  DR_TRY(staging_open(s, &u, s->n_packets));
   const int rc = upload_slice(s, &u, p, 0, p->n, 0);
   staging_close(&u);
   return rc;
@@ -665,7 +679,7 @@ int cuda_upload_from(cuda_state *s, const particle_source *src) {
   DR_TRY(upload_room(s, n));
   if (n == 0) return DR_OK;
   upload_staging u;
-  DR_TRY(staging_open(&u, s->n_packets));
+  DR_TRY(staging_open(s, &u, s->n_packets));
   upload_chunk c = {s, &u};
   const int rc = particle_source_chunks(src, MEM_CREATE_CHUNK, upload_chunk_of, &c);
   staging_close(&u);
