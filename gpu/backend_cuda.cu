@@ -349,6 +349,8 @@ void cuda_destroy(void *state) {
   cudaGetLastError();
   memtally_free(s->h_add), memtally_free(s->h_add_id), memtally_free(s->h_add_hdr);
   cuda_host_release(s->h_codes);
+  cuda_host_release(s->h_crec);
+  compact_kinds_free(&s->kinds);
   free(s->xl);
   free(s->mats);
   free(s);
