@@ -282,8 +282,8 @@ static int projected(void *state) { return ((cuda_state *)state)->primed; }
 
 /* Every device vector of s but the snapshot's (one list, for the bytes held and for destroy). */
 #define CUDA_DVECS(s)                                                                                          \
-  {&s->pk, &s->pid, &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1], &s->vals[0], &s->vals[1], &s->pblock,       \
-   &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1],       \
+  {&s->pk, &s->pid, &s->hdr, &s->d_mats, &s->d_kinds, &s->keys[0], &s->keys[1], &s->vals[0], &s->vals[1],        \
+   &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1],       \
    &s->block_code, &s->grid[0], &s->grid[1], &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1],       \
    &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->igrid[0], &s->igrid[1], &s->count, &s->shared,       \
    &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders, &s->d_keys, &s->d_poses, &s->d_ls,              \
