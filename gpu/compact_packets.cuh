@@ -52,6 +52,12 @@ __device__ __forceinline__ void cpk_block(const int2 *__restrict__ hdr, const in
   }
 }
 
+/* What the kernels of the step take to read and write compact packets. */
+typedef struct cpk_view {
+  const compact_kind *kinds;
+  compact_frame f;
+} cpk_view;
+
 /* A lane's whole state: the floats, and its kind's mass, volume and material. */
 typedef struct cpk_particle {
   compact_state s;

@@ -364,6 +364,12 @@ static decltype(&k_g2p<false, false, false>) g2p_kernel(const cuda_state *s, boo
                       : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>);
 }
 
+static decltype(&k_g2p_compact<false, false, false>) g2p_compact_kernel(const cuda_state *s, bool col) {
+  return s->asflip     ? (col ? k_g2p_compact<true, true, true> : k_g2p_compact<true, false, true>)
+         : s->g2p_mat ? (col ? k_g2p_compact<false, true, true> : k_g2p_compact<false, false, true>)
+                      : (col ? k_g2p_compact<false, true, false> : k_g2p_compact<false, false, false>);
+}
+
 int step_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide,
                   cudaStream_t st) {
   const bool col = s->push;
@@ -373,6 +379,14 @@ int step_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n,
   if (n > 0) {
     particle_view g2p_pv = pv;
     if (!s->g2p_mat) g2p_pv.mats = nullptr; /* G2P reads no material (k_g2p's MAT) */
+    if (s->compact) { /* the collision step inline: nothing is left to k_collide */
+      const cpk_view cpv = {dp<compact_kind>(s->d_kinds), s->cframe};
+      g2p_compact_kernel(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(
+          dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(g2p_pv), sc, vel_of(s, par), vel0_of(s, par), s->bnd,
+          COLLIDER_ARGS(cv), order, cpv);
+      LAUNCHED("k_g2p_compact");
+      return DR_OK;
+    }
     g2p_kernel(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(g2p_pv), sc,
                                                                  vel_of(s, par), vel0_of(s, par), s->bnd,
                                                                  COLLIDER_ARGS(cv), order);
