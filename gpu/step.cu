@@ -182,10 +182,10 @@ __device__ __forceinline__ int p2g_order_index(p2g_order o, int i, int n) {
 
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet, taken in spread_of's order. */
-template <bool OLD, bool DET>
+template <bool OLD, bool DET, bool CPK = false>
 __global__ static void PARTICLE_BOUNDS
 k_p2g(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, P2G_TARGET_PARAMS,
-      const int32_t *__restrict__ order, p2g_order spread) {
+      const int32_t *__restrict__ order, p2g_order spread, const cpk_view cpv) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, P2G_NODESUM)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -195,9 +195,9 @@ k_p2g(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, P2G_TAR
   const int i = (int)blockIdx.x * WARPS + warp;
   if (i >= n) return; /* the whole warp */
   const int j = p2g_order_index(spread, i, n); /* spread_of: the packets in work at once lie far apart */
-  p2g_any<OLD, DET, P2G_NODESUM>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk, pid,
-                                 mats, sc.origin, sc.dx, sc.inv_dx, p2g_grid, p2g_touched, p2g_grid0, s_p2g[warp],
-                                 s_sort[warp], p2g_fp, !ctl->projected);
+  p2g_any<OLD, DET, P2G_NODESUM, CPK>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk,
+                                      pid, mats, sc.origin, sc.dx, sc.inv_dx, p2g_grid, p2g_touched, p2g_grid0,
+                                      s_p2g[warp], s_sort[warp], p2g_fp, !ctl->projected, cpv);
 }
 
 /* Material of the particle with the given id (for the message about a bad particle). */
@@ -289,6 +289,9 @@ static p2g_order spread_of(const cuda_state *s, size_t n) {
 
 /* The instantiation of k_p2g for the member's transfer and mode. */
 static p2g_fn p2g_kernel(const cuda_state *s) {
+  if (s->compact)
+    return s->asflip ? (s->det ? k_p2g<true, true, true> : k_p2g<true, false, true>)
+                     : (s->det ? k_p2g<false, true, true> : k_p2g<false, false, true>);
   return s->asflip ? (s->det ? k_p2g<true, true> : k_p2g<true, false>)
                    : (s->det ? k_p2g<false, true> : k_p2g<false, false>);
 }
@@ -300,8 +303,9 @@ int step_p2g_on(cuda_state *s, int par, const int32_t *order, size_t n, cudaStre
   const p2g_fn k = p2g_kernel(s);
   const particle_view pv = particle_view_of(s);
   const p2g_target to = p2g_target_of(s, par);
+  const cpk_view cpv = {dp<compact_kind>(s->d_kinds), s->cframe};
   k<<<blocks_for(n, WARPS), THREADS, 0, st>>>(dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(pv), step_scalars_of(s, 0, 0),
-                                              P2G_TARGET_ARGS(to), order, spread_of(s, n));
+                                              P2G_TARGET_ARGS(to), order, spread_of(s, n), cpv);
   LAUNCHED("k_p2g");
   return DR_OK;
 }
