@@ -533,6 +533,15 @@ int cuda_member_new(const sim_params *prm, int device, cuda_state **out) {
    * P2G's arithmetic into other FMAs than across two kernels, so the fused path would not be
    * bitwise the path that several ranks take (phase by phase). */
   if (prm->deterministic) s->g2p2g_below = 0;
+  /* Compact storage (compact_packets.cuh): records on the positions' lattice of the CPU backend's
+   * (the grid origin and dx as doubles); P2G and G2P in kernels of their own, no fused G2P2G. */
+  s->compact = prm->storage == STORAGE_COMPACT;
+  if (s->compact) {
+    double origin[3];
+    for (int a = 0; a < 3; ++a) origin[a] = prm->domain_min[a] - GRID_PAD * (double)prm->dx;
+    s->cframe = compact_frame_make(origin, (double)prm->dx);
+    s->g2p2g_below = 0;
+  }
   s->inv_dx = 1.0f / prm->dx;
   s->bnd = prm->boundary; /* the pointers become device pointers in cuda_setup() */
   for (int k = 0; k < prm->boundary.n_colliders; ++k) s->push |= prm->boundary.colliders[k].type != BOUNDARY_STICKY;

@@ -200,14 +200,23 @@ k_p2g(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, P2G_TAR
                                       s_p2g[warp], s_sort[warp], p2g_fp, !ctl->projected, cpv);
 }
 
-/* Material of the particle with the given id (for the message about a bad particle). */
+/* Material of the particle with the given id (for the message about a bad particle); kinds: compact
+ * packets' (the material is the record's kind's), else NULL. */
 __global__ static void k_find_material(size_t n_slots, const uint64_t *pid, const int2 *hdr, const float *pk,
-                                       uint64_t want, step_ctl *ctl) {
+                                       const compact_kind *kinds, uint64_t want, step_ctl *ctl) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n_slots) return;
   const size_t p = i / LANES;
   const int lane = (int)(i % LANES);
-  if (lane < hdr[p].y && pid[i] == want) ctl->bad_material = __float_as_int(pk[p * PK_FLOATS + A_MAT * LANES + lane]);
+  if (lane >= hdr[p].y || pid[i] != want) return;
+  if (kinds) { /* the kind's 16 bits at COMPACT_AT_KIND */
+    compact_record r;
+    cpk_read(reinterpret_cast<const uint32_t *>(pk), p, lane, &r);
+    int pos = COMPACT_AT_KIND;
+    ctl->bad_material = kinds[compact_get_(r.w, &pos, COMPACT_BITS_KIND)].material;
+  } else {
+    ctl->bad_material = __float_as_int(pk[p * PK_FLOATS + A_MAT * LANES + lane]);
+  }
 }
 
 /* ---- launching a step --------------------------------------------------------------------- */
@@ -551,8 +560,8 @@ int step_capture_graphs(cuda_state *s) {
 /* Deterministic mode: a P2G contribution out of the fixed-point range (physics/fixed.h). */
 int step_fail_fix(cuda_state *s, unsigned long long id) {
   k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk), id,
-      dp<step_ctl>(s->ctl));
+      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk),
+      s->compact ? dp<compact_kind>(s->d_kinds) : NULL, id, dp<step_ctl>(s->ctl));
   LAUNCHED("k_find_material");
   step_ctl c;
   CU(cudaMemcpyAsync(&c, s->ctl.ptr, sizeof c, cudaMemcpyDeviceToHost, s->stream));
@@ -569,8 +578,8 @@ int step_fail_fix(cuda_state *s, unsigned long long id) {
 
 int step_fail_bad(cuda_state *s, unsigned long long id) {
   k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk), id,
-      dp<step_ctl>(s->ctl));
+      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk),
+      s->compact ? dp<compact_kind>(s->d_kinds) : NULL, id, dp<step_ctl>(s->ctl));
   LAUNCHED("k_find_material");
   step_ctl c;
   CU(cudaMemcpyAsync(&c, s->ctl.ptr, sizeof c, cudaMemcpyDeviceToHost, s->stream));
