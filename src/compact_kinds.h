@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define COMPACT_KINDS_MAX 65536 /* the record's 16 bits */
 
 typedef struct compact_kind {
@@ -28,5 +32,9 @@ typedef struct compact_kinds {
  * message says why and what to do), DR_ENOMEM where the table cannot grow; t unchanged then. */
 int compact_kinds_index(compact_kinds *t, const compact_kind *k, uint32_t *index);
 void compact_kinds_free(compact_kinds *t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
