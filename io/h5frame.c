@@ -382,13 +382,12 @@ void h5frame_ahead_start(h5frame_file *f, h5rows_ahead *a) {
   int order[H5FRAME_FIELDS], count = 0;
   size_t row_bytes[H5FRAME_FIELDS];
   const char *names[H5FRAME_FIELDS];
-  /* the puts' order: at precision half the fields stored as they are first (put_half's step 0) */
+  /* the puts' order: the fields stored as they are first (all of them at precision float; put_half's
+   * step 0), then the converted ones */
   for (int pass = 0; pass < 2; ++pass)
     for (int q = 0; q < H5FRAME_FIELDS; ++q) {
       const int raw = h5frame_encoding_of(q, f->precision) == H5FRAME_ENC_RAW;
-      if (!(f->fields & H5FRAME_BIT(q)) || (f->precision == H5FRAME_HALF && raw != (pass == 0)) ||
-          (f->precision != H5FRAME_HALF && pass == 1))
-        continue;
+      if (!(f->fields & H5FRAME_BIT(q)) || raw != (pass == 0)) continue;
       order[count] = q;
       row_bytes[count] = h5frame_row_bytes(q, f->precision);
       names[count++] = h5frame_field_names[q];

@@ -124,14 +124,26 @@ int h5rows_put(int fd, const h5rows_file *f, int k, const void *rows, size_t row
  * find their blocks ready (one H200's disk: write() after fallocate 4.4-4.9 GB/s against 3.8-3.9
  * without, tools/write_probe.c). *allocated: 1, or 0 where the filesystem cannot allocate ahead
  * (the writes then allocate, as they do without). A failure names the dataset. */
+static int allocate_range(int fd, off_t at, size_t len) {
+  int rc;
+  while ((rc = fallocate(fd, 0, at, (off_t)len)) != 0 && errno == EINTR) {}
+  return rc == 0 ? 0 : errno;
+}
+/* allocate_range's outcome: DR_OK (*allocated 1, or 0 where the filesystem cannot allocate ahead:
+ * EOPNOTSUPP, ENOSYS), else the failure's message in msg, naming the dataset. Both the puts and
+ * the allocation ahead's thread, which keeps its message for the put to raise, call it. */
+static int allocated_or(int err, size_t len, const h5rows_file *f, const char *name, int *allocated, char *msg,
+                        size_t msg_len) {
+  *allocated = err == 0;
+  if (err == 0 || err == EOPNOTSUPP || err == ENOSYS) return DR_OK;
+  snprintf(msg, msg_len, "writing %s of %s: %s (allocating its %zu bytes)", name, f->final, strerror(err), len);
+  return DR_EIO;
+}
+
 static int allocate(int fd, off_t at, size_t len, const h5rows_file *f, const char *name, int *allocated) {
-  *allocated = 0;
-  while (fallocate(fd, 0, at, (off_t)len) != 0) {
-    if (errno == EINTR) continue;
-    if (errno == EOPNOTSUPP || errno == ENOSYS) return DR_OK;
-    return dr_fail(DR_EIO, "writing %s of %s: %s (allocating its %zu bytes)", name, f->final, strerror(errno), len);
-  }
-  *allocated = 1;
+  char msg[H5UTIL_PATH_MAX + 256];
+  if (allocated_or(allocate_range(fd, at, len), len, f, name, allocated, msg, sizeof msg))
+    return dr_fail(DR_EIO, "%s", msg);
   return DR_OK;
 }
 
@@ -170,9 +182,10 @@ static int in_memory(int fd) {
 
 /* ---- allocation ahead ---- */
 
-static void ahead_mark(h5rows_ahead *a, int from, int state) {
+/* Datasets order[from .. to - 1] of a in state, told to the waiting puts. */
+static void ahead_mark(h5rows_ahead *a, int from, int to, int state) {
   pthread_mutex_lock(&a->lock);
-  for (int i = from; i < a->count; ++i) a->state[a->order[i]] = state;
+  for (int i = from; i < to; ++i) a->state[a->order[i]] = state;
   pthread_cond_broadcast(&a->cv);
   pthread_mutex_unlock(&a->lock);
 }
@@ -185,29 +198,23 @@ static void *ahead_run(void *arg) {
   const int fd = open(f->tmp, O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     snprintf(a->msg, sizeof a->msg, "writing %s: %s", f->final, strerror(errno));
-    ahead_mark(a, 0, H5ROWS_AHEAD_FAILED);
+    ahead_mark(a, 0, a->count, H5ROWS_AHEAD_FAILED);
     return NULL;
   }
   for (int i = 0; i < a->count; ++i) {
-    const int k = a->order[i];
     const size_t len = f->n * a->row_bytes[i];
-    const off_t at = (off_t)(f->at[k] + f->offset * a->row_bytes[i]);
-    int rc = 0;
-    while (len > 0 && (rc = fallocate(fd, 0, at, (off_t)len)) != 0 && errno == EINTR) {}
-    if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) { /* the puts write as they do without */
-      ahead_mark(a, i, H5ROWS_AHEAD_CANNOT);
+    const off_t at = (off_t)(f->at[a->order[i]] + f->offset * a->row_bytes[i]);
+    int allocated = 0;
+    if (allocated_or(len ? allocate_range(fd, at, len) : 0, len, f, a->names[i], &allocated, a->msg,
+                     sizeof a->msg)) {
+      ahead_mark(a, i, a->count, H5ROWS_AHEAD_FAILED);
       break;
     }
-    if (rc != 0) {
-      snprintf(a->msg, sizeof a->msg, "writing %s of %s: %s (allocating its %zu bytes)", a->names[i], f->final,
-               strerror(errno), len);
-      ahead_mark(a, i, H5ROWS_AHEAD_FAILED);
+    if (!allocated) { /* the puts write as they do without */
+      ahead_mark(a, i, a->count, H5ROWS_AHEAD_CANNOT);
       break;
     }
-    pthread_mutex_lock(&a->lock);
-    a->state[k] = H5ROWS_AHEAD_DONE;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->lock);
+    ahead_mark(a, i, i + 1, H5ROWS_AHEAD_DONE);
   }
   close(fd);
   return NULL;

@@ -227,7 +227,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
   preview_canvas pc = {0};
   if (preview) (void)preview_begin(&pp, &pc); /* its failure (out of memory) is preview_end's */
-  double fetch_s = 0.0, sums_s = 0.0, rows_s = 0.0;
+  double fetch_s = 0.0, derived_s = 0.0, rows_s = 0.0;
   for (int k = 0; k < TOT_COUNT; ++k) f->local[k] = 0.0;
   fetch_job next = {.S = S, .mask = f->mask, .count = f->n < f->cap ? f->n : f->cap, .dst = &f->p[0]};
   double t0 = sim_now();
@@ -261,14 +261,15 @@ static int frame_job(MPI_Comm comm, void *ctx) {
       preview_add(&pc, &pp, &pd);
     }
     t0 = sim_now();
-    sums_s += t2 - t1, rows_s += t0 - t2;
+    derived_s += t2 - t1, rows_s += t0 - t2;
   }
   if (next.threaded) (void)pthread_join(next.thread, NULL); /* a failure stopped the chunks: the fetch in flight
                                                               * ends first, its status moot */
   h5frame_ahead_join(&f->file);
   f->local[TOT_N] = (double)f->n; /* exact below 2^53; also where the frame has no particles */
-  log_trace("writer: frame %d of %zu particles in chunks of %zu: waiting for fetches %.2f ms, derived "
-            "fields %.2f ms, rows (the totals beside them) %.2f ms", f->frame, f->n, f->cap, 1e3 * fetch_s, 1e3 * sums_s, 1e3 * rows_s);
+  log_trace("writer: frame %d of %zu particles in chunks of %zu: waiting for fetches %.2f ms, derived fields %.2f ms, "
+            "rows (the totals beside them) %.2f ms",
+            f->frame, f->n, f->cap, 1e3 * fetch_s, 1e3 * derived_s, 1e3 * rows_s);
   f->put_rc = rc;
   if (f->put_rc) { /* its message, for slot_done (this thread's record is the writer's) */
     snprintf(f->put_msg, sizeof f->put_msg, "%s", dr_message());
