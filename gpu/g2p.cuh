@@ -59,7 +59,8 @@ __device__ __forceinline__ unsigned leave_bits(int b, int P, int zone_lo, int zo
 
 /* CPK: the packets hold compact records (compact_packets.cuh; cv their kinds and lattice): the lane's
  * record is decoded at the start, its new state encoded whole at the end from the packet's block,
- * as the CPU backend rounds a particle at G2P's end (physics/compact.h); the collision step then
+ * as the CPU backend rounds a particle at G2P's end (physics/compact.h; F's rotation found from the
+ * record's, compact_encode_from); the collision step then
  * runs inline (COL_DEFER would leave a particle half-finished in a record). */
 template <bool OLD, int COL, bool MAT, bool CPK = false>
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
@@ -160,9 +161,10 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       } else {
         if (CPK) { /* the state a compact store keeps (after the checks: a saturated code would hide a NaN) */
           for (int a = 0; a < 3; ++a) cp.s.x[a] = x[a], cp.s.v[a] = v[a];
-          compact_encode(&cv.f, P, &cp.s, cp.kind, cp.id48, &rec);
+          double q[4]; /* F's rotation found from the one stored (rec: the record read above) */
+          compact_record_q(&rec, q);
+          compact_encode_from(&cv.f, P, &cp.s, cp.kind, cp.id48, &rec, q, &cp.s); /* cp.s: what is kept */
           cpk_write(reinterpret_cast<uint32_t *>(pk), p, lane, &rec, 0, COMPACT_WORDS);
-          compact_decode(&cv.f, P, &rec, &cp.s, &cp.kind, &cp.id48); /* the speed and zone of what is kept */
           sp2 = 0.0f;
           for (int a = 0; a < 3; ++a) x[a] = cp.s.x[a], v[a] = cp.s.v[a], sp2 += v[a] * v[a];
         }
