@@ -282,8 +282,8 @@ static int projected(void *state) { return ((cuda_state *)state)->primed; }
 
 /* Every device vector of s but the snapshot's (one list, for the bytes held and for destroy). */
 #define CUDA_DVECS(s)                                                                                          \
-  {&s->pk, &s->pid, &s->hdr, &s->d_mats, &s->keys[0], &s->keys[1], &s->vals[0], &s->vals[1], &s->pblock,       \
-   &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1],       \
+  {&s->pk, &s->pid, &s->hdr, &s->d_mats, &s->d_kinds, &s->keys[0], &s->keys[1], &s->vals[0], &s->vals[1],        \
+   &s->pblock, &s->head, &s->pb_coord, &s->pb_start, &s->pb_packets, &s->pb_nbr, &s->nbr_codes[0], &s->nbr_codes[1],       \
    &s->block_code, &s->grid[0], &s->grid[1], &s->grid0[0], &s->grid0[1], &s->touched[0], &s->touched[1],       \
    &s->table_keys, &s->table_vals, &s->temp, &s->ctl, &s->igrid[0], &s->igrid[1], &s->count, &s->shared,       \
    &s->xidx, &s->xbuf, &s->xrecv, &s->xnodes, &s->d_colliders, &s->d_keys, &s->d_poses, &s->d_ls,              \
@@ -349,6 +349,8 @@ void cuda_destroy(void *state) {
   cudaGetLastError();
   memtally_free(s->h_add), memtally_free(s->h_add_id), memtally_free(s->h_add_hdr);
   cuda_host_release(s->h_codes);
+  cuda_host_release(s->h_crec);
+  compact_kinds_free(&s->kinds);
   free(s->xl);
   free(s->mats);
   free(s);
@@ -531,6 +533,15 @@ int cuda_member_new(const sim_params *prm, int device, cuda_state **out) {
    * P2G's arithmetic into other FMAs than across two kernels, so the fused path would not be
    * bitwise the path that several ranks take (phase by phase). */
   if (prm->deterministic) s->g2p2g_below = 0;
+  /* Compact storage (compact_packets.cuh): records on the positions' lattice of the CPU backend's
+   * (the grid origin and dx as doubles); P2G and G2P in kernels of their own, no fused G2P2G. */
+  s->compact = prm->storage == STORAGE_COMPACT;
+  if (s->compact) {
+    double origin[3];
+    for (int a = 0; a < 3; ++a) origin[a] = prm->domain_min[a] - GRID_PAD * (double)prm->dx;
+    s->cframe = compact_frame_make(origin, (double)prm->dx);
+    s->g2p2g_below = 0;
+  }
   s->inv_dx = 1.0f / prm->dx;
   s->bnd = prm->boundary; /* the pointers become device pointers in cuda_setup() */
   for (int k = 0; k < prm->boundary.n_colliders; ++k) s->push |= prm->boundary.colliders[k].type != BOUNDARY_STICKY;

@@ -3,6 +3,7 @@
 // gathered from the packets a chunk at a time (fetch_rows); on one GPU and on an island (the
 // members' rows one after another: download's order).
 
+#include "compact_packets.cuh"
 #include "cuda_state.h"
 
 /* Where k_capture writes each attribute (device pointers into the member's snapshot, s->snap);
@@ -51,6 +52,45 @@ __global__ static void k_capture(size_t np, const float *pk, const uint64_t *pid
   }
 }
 
+/* Compact packets (compact_packets.cuh): each lane decodes its record and writes its row (row: its
+ * place in out's arrays) of the attributes asked for. */
+__device__ static inline void capture_compact_lane(const uint32_t *pk, const int2 *hdr, const int32_t *pb_coord,
+                                                   const uint64_t *own, const compact_kind *kinds,
+                                                   const compact_frame &f, const uint64_t *pid, size_t p, int lane,
+                                                   size_t row, int32_t owner, const capture_out &out) {
+  compact_record r;
+  cpk_read(pk, p, lane, &r);
+  int32_t blk[3];
+  cpk_block(hdr, pb_coord, own, p, lane, blk);
+  cpk_particle c;
+  cpk_decode(&f, blk, &r, kinds, &c);
+  for (int a = 0; a < 3; ++a) {
+    if (out.x) out.x[3 * row + a] = c.s.x[a];
+    if (out.v) out.v[3 * row + a] = c.s.v[a];
+  }
+  for (int a = 0; a < 9; ++a) {
+    if (out.C) out.C[9 * row + a] = c.s.C[a];
+    if (out.F) out.F[9 * row + a] = c.s.F[a];
+  }
+  if (out.mass) out.mass[row] = c.mass;
+  if (out.vol0) out.vol0[row] = c.vol0;
+  if (out.logjp) out.logjp[row] = c.s.logjp;
+  if (out.material) out.material[row] = c.material;
+  if (out.id) out.id[row] = pid[p * LANES + lane];
+  if (out.owner) out.owner[row] = owner;
+}
+
+/* k_capture for compact packets: a thread a slot. */
+__global__ static void k_capture_compact(size_t np, const uint32_t *pk, const uint64_t *pid, const int2 *hdr,
+                                         const int32_t *pb_coord, const uint64_t *own, const compact_kind *kinds,
+                                         compact_frame f, const uint32_t *start, int32_t owner, capture_out out) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  const size_t p = i / LANES;
+  const int lane = (int)(i % LANES);
+  if (p >= np || lane >= hdr[p].y) return;
+  capture_compact_lane(pk, hdr, pb_coord, own, kinds, f, pid, p, lane, start[p] + (size_t)lane, owner, out);
+}
+
 /* Queues the numbering of s's rows on s->stream: each packet's live lanes into the sort's scratch
  * vals[0], their exclusive scan (each packet's first row, download's order) into vals[1]. */
 static int queue_row_starts(cuda_state *s) {
@@ -95,6 +135,13 @@ static int snapshot_queue(cuda_state *s, unsigned mask) {
                          SNAP_(material, int32_t), NULL};
 #undef SNAP_
   const int32_t owner = s->prm.rank * 256 + s->me;
+  if (s->compact) {
+    k_capture_compact<<<blocks_for(np * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        np, dp<uint32_t>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<int32_t>(s->pb_coord),
+        dp<uint64_t>(s->keys[1]), dp<compact_kind>(s->d_kinds), s->cframe, start, owner, o);
+    LAUNCHED("k_capture_compact");
+    return DR_OK;
+  }
   k_capture<<<blocks_for(np * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
       np, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), start, owner, o);
   LAUNCHED("k_capture");
@@ -224,6 +271,24 @@ __global__ static void k_capture_rows(size_t np, size_t p0, const float *pk, con
   }
 }
 
+/* k_capture_rows for compact packets: a warp a packet as k_capture_rows walks them, each lane
+ * decoding its own slot. */
+__global__ static void k_capture_rows_compact(size_t np, size_t p0, const uint32_t *pk, const uint64_t *pid,
+                                              const int2 *hdr, const int32_t *pb_coord, const uint64_t *own,
+                                              const compact_kind *kinds, compact_frame f, const uint32_t *start,
+                                              size_t first, size_t count, capture_out out) {
+  const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / LANES;
+  const size_t warps = (gridDim.x * (size_t)blockDim.x) / LANES;
+  const int lane = threadIdx.x % LANES;
+  for (size_t p = p0 + warp; p < np; p += warps) {
+    const size_t o = start[p];
+    if (o >= first + count) return;
+    const size_t row = o + (size_t)lane;
+    if (lane < hdr[p].y && row >= first && row < first + count)
+      capture_compact_lane(pk, hdr, pb_coord, own, kinds, f, pid, p, lane, row - first, 0, out);
+  }
+}
+
 /* Where each attribute's count rows start in s->rows (every attribute but the owner, attribute
  * after attribute, each from a multiple of 8 bytes: the ids'); returns the bytes in all. */
 static size_t rows_layout(size_t count, size_t off[PARTICLE_ATTRS]) {
@@ -253,6 +318,13 @@ static int gather_rows(cuda_state *s, size_t first, size_t count) {
                          ROWS_(material, int32_t), NULL};
 #undef ROWS_
   const size_t np = s->n_packets, p0 = first / LANES, warps = np - p0 < count ? np - p0 : count;
+  if (s->compact) {
+    k_capture_rows_compact<<<blocks_for(warps * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        np, p0, dp<uint32_t>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<int32_t>(s->pb_coord),
+        dp<uint64_t>(s->keys[1]), dp<compact_kind>(s->d_kinds), s->cframe, dp<uint32_t>(s->vals[1]), first, count, o);
+    LAUNCHED("k_capture_rows_compact");
+    return DR_OK;
+  }
   k_capture_rows<<<blocks_for(warps * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       np, p0, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<uint32_t>(s->vals[1]), first, count, o);
   LAUNCHED("k_capture_rows");

@@ -37,6 +37,8 @@ extern "C" {
 #include "log.h"
 #include "memsizes.h"
 #include "memtally.h"
+#include "compact_kinds.h"
+#include "physics/compact.h"
 #include "scene.h"
 #include "settings.h"
 }
@@ -234,7 +236,11 @@ typedef struct cuda_state {
 
   size_t n;                     /* particles */
   size_t n_packets;             /* packets of the current mapping */
-  dvec pk;                      /* [n_packets PK_FLOATS] the packets (a rebuild moves them in place: reorder) */
+  dvec pk;                      /* [n_packets pk_words(s)] the packets (a rebuild moves them in place: reorder) */
+  int compact;                  /* parallel.storage "compact": the packets hold records (compact_packets.cuh) */
+  compact_frame cframe;         /* ... their positions' lattice */
+  compact_kinds kinds;          /* ... the particle kinds met so far (host), and their copy on the device */
+  dvec d_kinds;
   dvec pid;                     /* [slots] uint64 ids */
   dvec hdr;                     /* [n_packets] int2: particle block, valid lanes */
   dvec d_mats;
@@ -354,6 +360,8 @@ typedef struct cuda_state {
   uint64_t *h_add_id;
   int2 *h_add_hdr;
   size_t h_add_cap;             /* packets */
+  uint32_t *h_crec;             /* compact storage: arriving records with their kinds (pinned, grow-only) */
+  size_t h_crec_cap;            /* bytes (cuda_host_pinned) */
   int need_rebuild;
   int unprimed;                 /* the last step queued took the primed sums (primed cleared): a voided step gives them back */
   int void_steps;               /* the frame loop: a step after a leave is voided (not with events; lag_of) */
@@ -362,6 +370,10 @@ typedef struct cuda_state {
   struct gpu_marks *marks;      /* DRIFT_GPU_MARKS=1: the stream's timeline between entries (gpu_marks) */
   struct gpu_stamps *stamps;    /* DRIFT_GPU_STAMPS=1: the device's time between a step's kernels (gpu_stamps) */
 } cuda_state;
+
+/* 32-bit words a packet holds: floats, or compact records (compact_packets.cuh's CPK_WORDS). */
+static inline size_t pk_words(const cuda_state *s) { return s->compact ? (size_t)COMPACT_WORDS * LANES : (size_t)PK_FLOATS; }
+
 
 /* Counts that the rebuild reads back (s->count): CUB's outputs in n; keep_primed's check rides on
  * the read of the block count. */
@@ -599,6 +611,10 @@ int append_particles(cuda_state *s, const particles *p);
 int append_records(cuda_state *s, const void *rec, size_t m);
 void cuda_host_release(void *p);
 int cuda_host_pinned(void **p, size_t *cap, size_t need, const char *what);
+/* compact_io.cu: m records (host, records.cuh's layout) into add_packets new compact packets from
+ * packet old_packets on (append_room made the room), their kinds looked up and the device's table
+ * brought up to date. */
+int compact_append_records(cuda_state *s, const uint32_t *rec, size_t m, size_t old_packets, size_t add_packets);
 int cuda_add_particles(void *state, const particles *p);
 int cuda_add_records(void *state, const void *rec, size_t m);
 int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3], size_t *n);

@@ -5,6 +5,7 @@
 #ifndef DRIFT_GPU_G2P_CUH
 #define DRIFT_GPU_G2P_CUH
 
+#include "compact_packets.cuh"
 #include "views.cuh"
 
 /* The particle collision step (physics/boundary.h) of one particle. Only the COL variants of
@@ -56,7 +57,12 @@ __device__ __forceinline__ unsigned leave_bits(int b, int P, int zone_lo, int zo
   return off < zone_lo || off > zone_hi;
 }
 
-template <bool OLD, int COL, bool MAT>
+/* CPK: the packets hold compact records (compact_packets.cuh; cv their kinds and lattice): the lane's
+ * record is decoded at the start, its new state encoded whole at the end from the packet's block,
+ * as the CPU backend rounds a particle at G2P's end (physics/compact.h; F's rotation found from the
+ * record's, compact_encode_from); the collision step then
+ * runs inline (COL_DEFER would leave a particle half-finished in a record). */
+template <bool OLD, int COL, bool MAT, bool CPK = false>
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                          float *__restrict__ pk, const uint64_t *__restrict__ pid, float3 origin,
@@ -66,18 +72,27 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
                                          const float *__restrict__ grid0, const boundary_params &bp,
                                          const collider_pose *__restrict__ poses, const col_box *__restrict__ wbox,
                                          unsigned *__restrict__ push_mask, float *__restrict__ push_room,
-                                         float4 *tile) {
+                                         float4 *tile, const cpk_view &cv = cpk_view{}) {
+  static_assert(!CPK || COL != COL_DEFER, "g2p_warp: compact records take the collision step inline");
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
   const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
-  float *base = pk + p * PK_FLOATS + lane;
+  float *base = pk + p * (CPK ? CPK_WORDS : PK_FLOATS) + lane;
   const int valid = lane < h.y;
   float x[3] = {0, 0, 0};
   int d[3] = {0, 0, 0}, ok = 0;
   float fx[3] = {1, 1, 1};
+  compact_record rec;
+  cpk_particle cp;
   if (valid) {
-    for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES];
+    if (CPK) {
+      cpk_read(reinterpret_cast<const uint32_t *>(pk), p, lane, &rec);
+      cpk_decode(&cv.f, P, &rec, cv.kinds, &cp);
+      for (int a = 0; a < 3; ++a) x[a] = cp.s.x[a];
+    } else {
+      for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES];
+    }
     ok = locate(x, origin, inv_dx, P, d, fx);
     if (!ok) flag_bad(ctl, pid[p * LANES + lane]);
   }
@@ -92,7 +107,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
   material_params mat;
   mat.transfer = TRANSFER_APIC;
   mat.model = -1;
-  if (MAT && ok && g2p_mats) mat = g2p_mats[__float_as_int(base[A_MAT * LANES])];
+  if (MAT && ok && g2p_mats) mat = g2p_mats[CPK ? cp.material : __float_as_int(base[A_MAT * LANES])];
   const int flip = OLD && mat.transfer == TRANSFER_ASFLIP; /* OLD: APIC variants compile no ASFLIP */
   (void)g2p_nodes<OLD>(ok, d, fx, w, dx, my_nbr, grid, grid0, flip, v, B, vold, tile); /* gpu/p2g.cuh */
   unsigned speed_bits = 0, leave = 0;
@@ -101,20 +116,23 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
     const float k = 4.0f * inv_dx * inv_dx;
     float F[9], Fn[9], C[9];
     for (int q = 0; q < 9; ++q) {
-      F[q] = Fn[q] = base[(A_F + q) * LANES];
+      F[q] = Fn[q] = CPK ? cp.s.F[q] : base[(A_F + q) * LANES];
       C[q] = k * B[q];
     }
     /* APIC moves with v; ASFLIP keeps vnew and moves with vmove (physics/transfer.h) */
     float vmove[3] = {v[0], v[1], v[2]};
     if (flip) {
       float vp[3], vnew[3];
-      for (int a = 0; a < 3; ++a) vp[a] = base[(A_V + a) * LANES];
+      for (int a = 0; a < 3; ++a) vp[a] = CPK ? cp.s.v[a] : base[(A_V + a) * LANES];
       transfer_velocity(&mat, dt, vp, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
       for (int a = 0; a < 3; ++a) v[a] = vnew[a];
     }
     constitutive_advance_F(&mat, dt, C, Fn); /* F before the update stays in F for transfer_velocity */
     const float detF = m3_det(Fn);
-    for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
+    if (CPK)
+      for (int q = 0; q < 9; ++q) cp.s.C[q] = C[q], cp.s.F[q] = Fn[q];
+    else
+      for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) x[a] += dt * vmove[a];
     const float moved = dt * fmaxf(fabsf(vmove[0]), fmaxf(fabsf(vmove[1]), fabsf(vmove[2])));
     if (COL == COL_INLINE) { /* the particle collision step (physics/boundary.h), poses of k_poses */
@@ -135,11 +153,21 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
         sp2 += v[a] * v[a];
         x[a] = fminf(fmaxf(x[a], lo[a]), hi[a]);
       }
-      for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
+      if (!CPK)
+        for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
       const float runaway = DR_RUNAWAY_CELLS * dx / dt;
       if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(detF) || sp2 > runaway * runaway) {
         flag_bad(ctl, pid[p * LANES + lane]);
       } else {
+        if (CPK) { /* the state a compact store keeps (after the checks: a saturated code would hide a NaN) */
+          for (int a = 0; a < 3; ++a) cp.s.x[a] = x[a], cp.s.v[a] = v[a];
+          double q[4]; /* F's rotation found from the one stored (rec: the record read above) */
+          compact_record_q(&rec, q);
+          compact_encode_from(&cv.f, P, &cp.s, cp.kind, cp.id48, &rec, q, &cp.s); /* cp.s: what is kept */
+          cpk_write(reinterpret_cast<uint32_t *>(pk), p, lane, &rec, 0, COMPACT_WORDS);
+          sp2 = 0.0f;
+          for (int a = 0; a < 3; ++a) x[a] = cp.s.x[a], v[a] = cp.s.v[a], sp2 += v[a] * v[a];
+        }
         speed_bits = __float_as_uint(sqrtf(sp2));
         for (int a = 0; a < 3; ++a) {
           const int b = bspline_base((x[a] - (a == 0 ? origin.x : a == 1 ? origin.y : origin.z)) * inv_dx);
@@ -222,6 +250,24 @@ k_g2p(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, const f
                                                  sc.dmax, sc.dx, sc.inv_dx, grid, sc.zone_lo, sc.zone_hi, mats, grid0,
                                                  bp, poses, wbox, push_mask, push_room,
                                                  G2P_TILE_OF(OLD, s_tile[warp]));
+}
+
+/* k_g2p for compact packets (g2p_warp's CPK): the collision step inline. */
+template <bool OLD, bool COL, bool MAT>
+__global__ static void PARTICLE_BOUNDS
+k_g2p_compact(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, const float *__restrict__ grid,
+              const float *__restrict__ grid0, const __grid_constant__ boundary_params bp, COLLIDER_PARAMS,
+              const int32_t *__restrict__ order, const cpk_view cpv) {
+  __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
+  if (ctl->done) return;
+  stamp(ctl, ST_G2P);
+  const int warp = threadIdx.x >> 5;
+  const size_t i = (size_t)blockIdx.x * WARPS + warp;
+  if (i >= n_packets) return;
+  const size_t p = order ? (size_t)order[i] : i;
+  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, MAT, true>(
+      ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, sc.origin, sc.dmin, sc.dmax, sc.dx, sc.inv_dx, grid, sc.zone_lo,
+      sc.zone_hi, mats, grid0, bp, poses, wbox, push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]), cpv);
 }
 
 /* G2P2G (small counts, fixed steps): this step's G2P from grid buffer g, then, in the same

@@ -843,10 +843,22 @@ static int island_make(const sim_params *prm, const int *dev, int nm, particles 
   return DR_OK;
 }
 
+/* Compact storage's packets run on one GPU a rank: the island's split, its particles' moves between
+ * members and its fetches take float packets. */
+static int island_storage(const sim_params *prm, int nm) {
+  if (prm->storage != STORAGE_COMPACT) return DR_OK;
+  return dr_fail(DR_EINPUT, "parallel.storage \"compact\" runs on one GPU a rank; this rank was given an island of "
+                            "%d GPUs: give each rank one GPU (--devices N) or use "
+                            "storage \"float\"",
+                 nm);
+}
+
 int island_create(const sim_params *prm, const int *dev, int nm, particles *p, backend *out) {
+  DR_TRY(island_storage(prm, nm));
   return island_make(prm, dev, nm, p, NULL, out);
 }
 
 int island_create_from(const sim_params *prm, const int *dev, int nm, const particle_source *src, backend *out) {
+  DR_TRY(island_storage(prm, nm));
   return island_make(prm, dev, nm, NULL, src, out);
 }

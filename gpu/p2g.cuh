@@ -14,6 +14,7 @@
 #include "physics/constitutive.h"
 #include "physics/fixed.h"
 #include "physics/sparse.h"
+#include "compact_packets.cuh"
 
 /* ---- layout ------------------------------------------------------------------------------- */
 
@@ -175,17 +176,30 @@ struct p2g_lane {
   int d[3];
 };
 
-template <bool OLD>
+/* CPK: base is the packet's compact records (compact_packets.cuh; cv their kinds and lattice):
+ * each lane decodes its own position for its cell, then the record of the lane it takes after the
+ * sort (read again: the warp just read it), and writes F and logjp back after the return mapping
+ * as the CPU backend rounds them there (compact_set_f: words 7-13 of the record). */
+template <bool OLD, bool CPK = false>
 __device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, const int2 h, const int P[3],
                                              float *__restrict__ base, const uint64_t *__restrict__ pid,
                                              const material_params *__restrict__ mats, float3 origin, float inv_dx,
-                                             unsigned *s_sort, int plastic, p2g_lane &L) {
+                                             unsigned *s_sort, int plastic, p2g_lane &L,
+                                             const cpk_view &cv = cpk_view{}) {
   const int lane = threadIdx.x & 31;
+  uint32_t *words = reinterpret_cast<uint32_t *>(base);
   /* 1. This lane's cell in the free zone; sort the warp's lanes by it. */
   unsigned key = KEY_NONE;
   if (lane < h.y) {
-    const float x[3] = {base[(A_X + 0) * LANES + lane], base[(A_X + 1) * LANES + lane],
-                        base[(A_X + 2) * LANES + lane]};
+    float x[3];
+    if (CPK) { /* the positions' 66 bits: words 0-2 */
+      const uint32_t w[3] = {words[lane], words[LANES + lane], words[2 * LANES + lane]};
+      int pos = 0;
+      for (int a = 0; a < 3; ++a)
+        x[a] = compact_x_float_(&cv.f, compact_x_base_(&cv.f, a, P[a]) + compact_get_signed_(w, &pos, COMPACT_X_BITS));
+    } else {
+      for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + lane];
+    }
     int d[3];
     float fx[3];
     if (locate(x, origin, inv_dx, P, d, fx)) key = (unsigned)((d[0] * ZONE + d[1]) * ZONE + d[2]);
@@ -202,7 +216,27 @@ __device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, 
   L.m = 0.0f;
   for (int q = 0; q < 9; ++q) L.A[q] = 0.0f, L.mC[q] = 0.0f;
   for (int a = 0; a < 3; ++a) L.mv[a] = 0.0f, L.fx[a] = 1.0f, L.d[a] = 0;
-  if (L.valid) {
+  if (L.valid && CPK) {
+    compact_record r;
+    cpk_read(words, 0, src, &r);
+    cpk_particle c;
+    cpk_decode(&cv.f, P, &r, cv.kinds, &c);
+    float tau[9];
+    const material_params mat = mats[c.material];
+    const int kept = mat.model == MODEL_NACC;
+    float logjp = kept ? c.s.logjp : 0.0f;
+    constitutive_apply(&mat, c.s.F, &logjp, tau, plastic);
+    if (mat.model == MODEL_WEAKLY_COMPRESSIBLE && mat.viscosity > 0.0f) constitutive_add_viscous(&mat, c.s.F, c.s.C, tau);
+    compact_set_f(&r, c.s.F, kept ? logjp : c.s.logjp);
+    cpk_write(words, 0, src, &r, CPK_W0(COMPACT_AT_F), CPK_W1(COMPACT_AT_KIND));
+    L.m = c.mass;
+    const float k = -dt * c.vol0 * 4.0f * inv_dx * inv_dx;
+    for (int q = 0; q < 9; ++q) L.A[q] = k * tau[q] + L.m * c.s.C[q];
+    if (OLD)
+      for (int q = 0; q < 9; ++q) L.mC[q] = L.m * c.s.C[q];
+    for (int a = 0; a < 3; ++a) L.mv[a] = L.m * c.s.v[a];
+    locate(c.s.x, origin, inv_dx, P, L.d, L.fx);
+  } else if (L.valid) {
     float x[3], F[9], tau[9];
     for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + src];
     for (int q = 0; q < 9; ++q) F[q] = base[(A_F + q) * LANES + src];
@@ -326,21 +360,22 @@ struct p2g_box {
 
 /* NODESUM > 0: the box sums (p2g_box) where the packet's box holds at most NODESUM nodes; s_rec
  * then holds the box's floats after the records. */
-template <bool OLD, bool DET, int NODESUM = 0>
+template <bool OLD, bool DET, int NODESUM = 0, bool CPK = false>
 __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                            const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                            float *__restrict__ pk, const uint64_t *__restrict__ pid,
                                            const material_params *__restrict__ mats, float3 origin, float dx,
                                            float inv_dx, float *__restrict__ grid, uint8_t *__restrict__ touched,
                                            float *__restrict__ grid0, float *s_rec, unsigned *s_sort, fixp fp,
-                                           int plastic) {
+                                           int plastic, const cpk_view &cv = cpk_view{}) {
   constexpr int R = GREC_FLOATS(OLD), WO = GREC_W(OLD);
   const int lane = threadIdx.x & 31;
   const int2 h = hdr[p];
   const int P[3] = {pb_coord[3 * h.x], pb_coord[3 * h.x + 1], pb_coord[3 * h.x + 2]};
   const int my_nbr = lane < 27 ? pb_nbr[27 * (size_t)h.x + lane] : 0;
   p2g_lane L;
-  p2g_particle<OLD>(ctl, dt, p, h, P, pk + p * PK_FLOATS, pid, mats, origin, inv_dx, s_sort, plastic, L);
+  p2g_particle<OLD, CPK>(ctl, dt, p, h, P, pk + p * (CPK ? CPK_WORDS : PK_FLOATS), pid, mats, origin, inv_dx, s_sort,
+                         plastic, L, cv);
 
   /* 3. This lane's record at its place in cell order (lane = sorted position). */
   if (L.valid) {
@@ -495,16 +530,16 @@ __device__ __forceinline__ void p2g_gather(step_ctl *ctl, float dt, size_t p, co
 #define P2G_NODESUM 0     /* k_p2g: no box sums */
 #define G2P2G_NODESUM 216 /* k_g2p2g: the most nodes of a packet's box it takes */
 #define P2G_SMEM(OLD, DET, NODESUM) (GREC_FLOATS(OLD) * LANES + p2g_box<NODESUM, OLD, DET>::FLOATS)
-template <bool OLD, bool DET, int NODESUM>
+template <bool OLD, bool DET, int NODESUM, bool CPK = false>
 __device__ __forceinline__ void p2g_any(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                         const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
                                         float *__restrict__ pk, const uint64_t *__restrict__ pid,
                                         const material_params *__restrict__ mats, float3 origin, float dx, float inv_dx,
                                         float *__restrict__ grid, uint8_t *__restrict__ touched,
                                         float *__restrict__ grid0, float *s_p2g, unsigned *s_sort, fixp fp,
-                                        int plastic) {
-  p2g_gather<OLD, DET, NODESUM>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid, touched,
-                                grid0, s_p2g, s_sort, fp, plastic);
+                                        int plastic, const cpk_view &cv = cpk_view{}) {
+  p2g_gather<OLD, DET, NODESUM, CPK>(ctl, dt, p, hdr, pb_coord, pb_nbr, pk, pid, mats, origin, dx, inv_dx, grid,
+                                     touched, grid0, s_p2g, s_sort, fp, plastic, cv);
 }
 
 

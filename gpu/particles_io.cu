@@ -5,7 +5,9 @@
 // Particles appended go into new packets after the mapping's, read by the next rebuild-mapping;
 // emigrated slots are marked gone and dropped by it.
 
+#include "compact_packets.cuh"
 #include "cuda_state.h"
+#include "records.cuh"
 
 /* emigrate: flag[i] = 1 where slot i holds a particle whose particle block (as sim.c's
  * particle_block computes it) lies outside [lo, hi) on some axis. */
@@ -26,13 +28,32 @@ __global__ static void k_leave(size_t n_slots, const float *pk, const int2 *hdr,
   flag[i] = out;
 }
 
-/* Particle records (particles.h: particles_pack's layout, what travels between ranks) as 32-bit
- * words: where each attribute starts, from the same list, so that the offsets follow it. */
-#define REC_WORDS_(field, type, k, what) REC_##field, REC_##field##_last_ = REC_##field + (int)(sizeof(type) * (k) / 4) - 1,
-enum { PARTICLE_ATTRIBUTES(REC_WORDS_) REC_WORDS };
-#undef REC_WORDS_
-static_assert(REC_WORDS == 31 && REC_x == 0 && REC_id == 27 && REC_owner == 30,
-              "particles.h's attributes changed: k_leave_records and k_records_in carry each one by name");
+
+/* k_leave for compact packets: the position decoded from its slot's block. */
+__global__ static void k_leave_compact(size_t n_slots, const uint32_t *pk, const int2 *hdr, const int32_t *pb_coord,
+                                       const uint64_t *own, compact_frame f, float3 origin, float inv_dx, int3 lo,
+                                       int3 hi, const uint8_t *gone, size_t n_gone, uint32_t *flag) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_slots) return;
+  const size_t p = i / LANES;
+  const int lane = (int)(i % LANES);
+  uint32_t out = 0;
+  if (lane < hdr[p].y && !(i < n_gone && gone[i])) {
+    compact_record r;
+    cpk_read(pk, p, lane, &r);
+    int32_t blk[3];
+    cpk_block(hdr, pb_coord, own, p, lane, blk);
+    int pos = 0;
+    float x[3];
+    for (int a = 0; a < 3; ++a)
+      x[a] = compact_x_float_(&f, compact_x_base_(&f, a, blk[a]) + compact_get_signed_(r.w, &pos, COMPACT_X_BITS));
+    const int b0 = bspline_base((x[0] - origin.x) * inv_dx) >> 2;
+    const int b1 = bspline_base((x[1] - origin.y) * inv_dx) >> 2;
+    const int b2 = bspline_base((x[2] - origin.z) * inv_dx) >> 2;
+    out = b0 < lo.x || b0 >= hi.x || b1 < lo.y || b1 >= hi.y || b2 < lo.z || b2 >= hi.z;
+  }
+  flag[i] = out;
+}
 
 /* cuda_emigrate_records: the flagged particles as records, in slot order (upto: the inclusive scan of
  * the flags), and their slots marked gone. owner: this GPU's rank * 256 + its index. */
@@ -171,13 +192,16 @@ static int append_room(cuda_state *s, size_t m, size_t *old_packets_out, size_t 
   const size_t old_packets = s->n_packets, add_packets = (m + LANES - 1) / LANES;
   const size_t packets = old_packets + add_packets, slots = packets * LANES;
   cudaStream_t st = s->stream;
-  DVEC_KEEP(s->pk, packets * PK_FLOATS * sizeof(float), old_packets * PK_FLOATS * sizeof(float), st,
+  DVEC_KEEP(s->pk, packets * pk_words(s) * sizeof(float), old_packets * pk_words(s) * sizeof(float), st,
             "particle packets");
   DVEC_KEEP(s->pid, slots * sizeof(uint64_t), old_packets * LANES * sizeof(uint64_t), st, "particle ids");
   DVEC_KEEP(s->hdr, packets * sizeof(int2), old_packets * sizeof(int2), st, "packet headers");
   DR_TRY(rebuild_push_buffers(s, packets));
   for (int k = 0; k < 2; ++k) {
-    DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
+    if (s->compact && k == 1) /* the appended slots' own blocks until the next rebuild-mapping (compact_packets.cuh) */
+      DVEC_KEEP(s->keys[k], slots * sizeof(uint64_t), old_packets * LANES * sizeof(uint64_t), st, "particle sort keys");
+    else
+      DVEC(s->keys[k], slots * sizeof(uint64_t), "particle sort keys");
     DVEC(s->vals[k], slots * sizeof(uint32_t), "particle sort keys");
   }
   DVEC(s->pblock, (s->n + m) * sizeof(int32_t), "particle block indices");
@@ -215,6 +239,26 @@ int append_particles(cuda_state *s, const particles *p) {
   DR_TRY(append_room(s, m, &old_packets, &add_packets));
   const size_t packets = old_packets + add_packets;
   cudaStream_t st = s->stream;
+  if (s->compact) { /* through records, a chunk at a time (the kinds' lookups and the encoding's) */
+    enum { CHUNK = 65536 };
+    uint32_t *rec = (uint32_t *)memtally_malloc(MT_TRANSFER, (size_t)CHUNK * REC_WORDS * sizeof(uint32_t),
+                                                "particle staging (compact storage)");
+    if (!rec) return dr_fail(DR_ENOMEM, "out of host memory for the particles' staging (compact storage)");
+    int rc = particles_record_bytes() == REC_WORDS * sizeof(uint32_t)
+                 ? DR_OK
+                 : dr_fail(DR_EINTERNAL, "cuda backend: a particle record is %zu bytes, records.cuh counts %zu",
+                           particles_record_bytes(), REC_WORDS * sizeof(uint32_t));
+    for (size_t at = 0; at < m && rc == DR_OK; at += CHUNK) {
+      const size_t c = m - at < CHUNK ? m - at : CHUNK;
+      for (size_t i = 0; i < c; ++i) particles_pack(p, at + i, rec + i * REC_WORDS);
+      rc = compact_append_records(s, rec, c, old_packets + at / LANES, (c + LANES - 1) / LANES);
+    }
+    memtally_free(rec);
+    DR_TRY(rc);
+    s->n += m;
+    s->n_packets = packets;
+    return DR_OK;
+  }
   DR_TRY(host_packets(s, add_packets));
   float *pk = s->h_add;
   uint64_t *id = s->h_add_id;
@@ -248,6 +292,12 @@ int append_records(cuda_state *s, const void *rec, size_t m) {
   size_t old_packets = 0, add_packets = 0;
   DR_TRY(append_room(s, m, &old_packets, &add_packets));
   cudaStream_t st = s->stream;
+  if (s->compact) {
+    DR_TRY(compact_append_records(s, (const uint32_t *)rec, m, old_packets, add_packets));
+    s->n += m;
+    s->n_packets = old_packets + add_packets;
+    return DR_OK;
+  }
   DVEC(s->xin, m * REC_WORDS * sizeof(uint32_t), "arriving particles");
   CU(cudaMemcpyAsync(s->xin.ptr, rec, m * REC_WORDS * sizeof(uint32_t), cudaMemcpyHostToDevice, st));
   k_records_in<<<blocks_for(add_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
@@ -303,10 +353,19 @@ static int leave_flags(cuda_state *s, const int32_t lo[3], const int32_t hi[3], 
   cudaStream_t st = s->stream;
   const size_t n_slots = s->n_packets * LANES;
   uint32_t *flag = dp<uint32_t>(s->vals[0]), *upto = dp<uint32_t>(s->vals[1]); /* the sort's scratch, >= n_slots */
-  k_leave<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, dp<float>(s->pk), dp<int2>(s->hdr), make_float3(s->origin[0], s->origin[1], s->origin[2]),
-      s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone, flag);
-  LAUNCHED("k_leave");
+  if (s->compact) {
+    k_leave_compact<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, dp<uint32_t>(s->pk), dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<uint64_t>(s->keys[1]), s->cframe,
+        make_float3(s->origin[0], s->origin[1], s->origin[2]), s->inv_dx, make_int3(lo[0], lo[1], lo[2]),
+        make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone, flag);
+    LAUNCHED("k_leave_compact");
+  } else {
+    k_leave<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, dp<float>(s->pk), dp<int2>(s->hdr), make_float3(s->origin[0], s->origin[1], s->origin[2]),
+        s->inv_dx, make_int3(lo[0], lo[1], lo[2]), make_int3(hi[0], hi[1], hi[2]), dp<uint8_t>(s->gone), s->n_gone,
+        flag);
+    LAUNCHED("k_leave");
+  }
   CUB_RUN(cub::DeviceScan::InclusiveSum(temp_ptr, temp_bytes, flag, upto, (int)n_slots, st));
   DR_TRY(cuda_read_count(s, upto + n_slots - 1, m));
   if (*m == 0) return DR_OK;
@@ -349,10 +408,18 @@ int cuda_emigrate_records(void *state, const int32_t lo[3], const int32_t hi[3],
   cudaStream_t st = s->stream;
   const size_t n_slots = s->n_packets * LANES, bytes = (size_t)m * REC_WORDS * sizeof(uint32_t);
   DVEC(s->xrec, bytes, "emigrating particles");
-  k_leave_records<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, flag, upto, dp<float>(s->pk), dp<uint64_t>(s->pid), s->prm.rank * 256 + s->me,
-      dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
-  LAUNCHED("k_leave_records");
+  if (s->compact) {
+    k_compact_records_out<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, flag, upto, dp<uint32_t>(s->pk), dp<int2>(s->hdr), dp<int32_t>(s->pb_coord),
+        dp<uint64_t>(s->keys[1]), dp<uint64_t>(s->pid), dp<compact_kind>(s->d_kinds), s->cframe,
+        s->prm.rank * 256 + s->me, dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
+    LAUNCHED("k_compact_records_out");
+  } else {
+    k_leave_records<<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, flag, upto, dp<float>(s->pk), dp<uint64_t>(s->pid), s->prm.rank * 256 + s->me,
+        dp<uint32_t>(s->xrec), dp<uint8_t>(s->gone));
+    LAUNCHED("k_leave_records");
+  }
   s->n_rec = (size_t)m;
   *n = (size_t)m;
   return left(s, m);
@@ -399,9 +466,44 @@ int cuda_emigrate(void *state, const int32_t lo[3], const int32_t hi[3], particl
   return rc;
 }
 
+/* cuda_download of compact packets: the packets decoded into records PIECE packets at a time
+ * (k_compact_records_out, one record a slot), the valid lanes appended in order. */
+static int download_compact(cuda_state *s, particles *out) {
+  enum { PIECE = 2048 };
+  const size_t np = s->n_packets, rb = REC_WORDS * sizeof(uint32_t);
+  out->n = 0;
+  int2 *hdr = (int2 *)dr_malloc(np * sizeof(int2), "particle download");
+  uint32_t *rec = (uint32_t *)dr_malloc((size_t)PIECE * LANES * rb, "particle download");
+  int rc = hdr && rec ? DR_OK : DR_ENOMEM;
+  if (!rc) DVEC(s->xrec, (size_t)PIECE * LANES * rb, "particle download");
+  cudaError_t e = cudaSuccess;
+  if (!rc && (e = cudaMemcpy(hdr, s->hdr.ptr, np * sizeof(int2), cudaMemcpyDeviceToHost)) != cudaSuccess)
+    rc = cuda_fail(e, "cudaMemcpy(hdr)", __FILE__, __LINE__);
+  for (size_t p0 = 0; !rc && p0 < np; p0 += PIECE) {
+    const size_t k = np - p0 < PIECE ? np - p0 : PIECE;
+    k_compact_records_out<<<blocks_for(k * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
+        k * LANES, NULL, NULL, dp<uint32_t>(s->pk) + p0 * CPK_WORDS, dp<int2>(s->hdr) + p0, dp<int32_t>(s->pb_coord),
+        dp<uint64_t>(s->keys[1]) + p0 * LANES, dp<uint64_t>(s->pid) + p0 * LANES, dp<compact_kind>(s->d_kinds),
+        s->cframe, s->prm.rank * 256 + s->me, dp<uint32_t>(s->xrec), NULL);
+    if ((e = cudaGetLastError()) != cudaSuccess) rc = cuda_fail(e, "k_compact_records_out", __FILE__, __LINE__);
+    if (!rc && (e = cudaMemcpyAsync(rec, s->xrec.ptr, k * LANES * rb, cudaMemcpyDeviceToHost, s->stream)) != cudaSuccess)
+      rc = cuda_fail(e, "cudaMemcpyAsync(rec)", __FILE__, __LINE__);
+    if (!rc && (e = cudaStreamSynchronize(s->stream)) != cudaSuccess)
+      rc = cuda_fail(e, "cudaStreamSynchronize(s->stream)", __FILE__, __LINE__);
+    for (size_t p = 0; !rc && p < k; ++p)
+      for (int l = 0; !rc && l < hdr[p0 + p].y; ++l) rc = particles_push_record(out, rec + (p * LANES + l) * REC_WORDS);
+  }
+  free(hdr);
+  free(rec);
+  if (!rc && out->n != s->n)
+    rc = dr_fail(DR_EINTERNAL, "cuda backend: %zu particles in the packets, %zu expected", out->n, s->n);
+  return rc;
+}
+
 int cuda_download(void *state, particles *out) {
   cuda_state *s = (cuda_state *)state;
   DR_TRY(particles_reserve(out, s->n));
+  if (s->compact) return download_compact(s, out);
   out->n = s->n;
   if (s->n == 0) return DR_OK;
   const size_t np = s->n_packets;
@@ -469,7 +571,7 @@ static int upload_room(cuda_state *s, size_t n) {
   s->n_gone = 0; /* and no slot of theirs was emigrate's */
   s->n_packets = (n + LANES - 1) / LANES;
   const size_t slots = s->n_packets * LANES;
-  DVEC(s->pk, s->n_packets * PK_FLOATS * sizeof(float), "particle packets");
+  DVEC(s->pk, s->n_packets * pk_words(s) * sizeof(float), "particle packets");
   DVEC(s->pid, slots * sizeof(uint64_t), "particle ids");
   DVEC(s->hdr, s->n_packets * sizeof(int2), "packet headers");
   DR_TRY(rebuild_push_buffers(s, s->n_packets));
@@ -489,16 +591,24 @@ typedef struct upload_staging {
   float *pk;
   uint64_t *id;
   int2 *hdr;
+  uint32_t *rec; /* compact storage: records instead (compact_append_records) */
 } upload_staging;
 
 static void staging_close(upload_staging *u) {
-  memtally_free(u->pk), memtally_free(u->id), memtally_free(u->hdr);
+  memtally_free(u->pk), memtally_free(u->id), memtally_free(u->hdr), memtally_free(u->rec);
   memset(u, 0, sizeof *u);
 }
 
-static int staging_open(upload_staging *u, size_t packets) {
+static int staging_open(const cuda_state *s, upload_staging *u, size_t packets) {
   memset(u, 0, sizeof *u);
   u->cp = packets < MEM_UPLOAD_PACKETS ? packets : MEM_UPLOAD_PACKETS;
+  if (s->compact) {
+    if (particles_record_bytes() != REC_WORDS * sizeof(uint32_t))
+      return dr_fail(DR_EINTERNAL, "cuda backend: a particle record is %zu bytes, records.cuh counts %zu",
+                     particles_record_bytes(), REC_WORDS * sizeof(uint32_t));
+    u->rec = (uint32_t *)memtally_malloc(MT_TRANSFER, u->cp * LANES * REC_WORDS * sizeof(uint32_t), "particle upload");
+    return u->rec ? DR_OK : DR_ENOMEM;
+  }
   u->pk = (float *)memtally_malloc(MT_TRANSFER, u->cp * PK_FLOATS * sizeof(float), "particle upload");
   u->id = (uint64_t *)memtally_malloc(MT_TRANSFER, u->cp * LANES * sizeof(uint64_t), "particle upload");
   u->hdr = (int2 *)memtally_malloc(MT_TRANSFER, u->cp * sizeof(int2), "particle upload");
@@ -516,6 +626,12 @@ static int upload_slice(cuda_state *s, const upload_staging *u, const particles 
   const size_t packets = (n + LANES - 1) / LANES;
   for (size_t j = 0; j < packets; j += u->cp) {
     const size_t kp = packets - j < u->cp ? packets - j : u->cp, at = j * LANES;
+    if (s->compact) { /* through records, encoded on the device */
+      const size_t c = n - at < kp * LANES ? n - at : kp * LANES;
+      for (size_t i = 0; i < c; ++i) particles_pack(p, first + at + i, u->rec + i * REC_WORDS);
+      DR_TRY(compact_append_records(s, u->rec, c, k0 + j, kp));
+      continue;
+    }
     packets_from_particles(p, first + at, n - at < kp * LANES ? n - at : kp * LANES, kp, u->pk, u->id, u->hdr);
     /* On s->stream, which the rebuild-mapping's kernels use next: s->stream is non-blocking, so
      * a plain cudaMemcpy (the legacy default stream) would not be ordered before them, and a
@@ -538,7 +654,7 @@ int cuda_upload(cuda_state *s, const particles *p) {
   DR_TRY(upload_room(s, p->n));
   if (p->n == 0) return DR_OK;
   upload_staging u;
-  DR_TRY(staging_open(&u, s->n_packets));
+  DR_TRY(staging_open(s, &u, s->n_packets));
   const int rc = upload_slice(s, &u, p, 0, p->n, 0);
   staging_close(&u);
   return rc;
@@ -563,7 +679,7 @@ int cuda_upload_from(cuda_state *s, const particle_source *src) {
   DR_TRY(upload_room(s, n));
   if (n == 0) return DR_OK;
   upload_staging u;
-  DR_TRY(staging_open(&u, s->n_packets));
+  DR_TRY(staging_open(s, &u, s->n_packets));
   upload_chunk c = {s, &u};
   const int rc = particle_source_chunks(src, MEM_CREATE_CHUNK, upload_chunk_of, &c);
   staging_close(&u);

@@ -7,6 +7,7 @@
 
 #include "cuda_state.h"
 #include "block_table.cuh"
+#include "compact_packets.cuh"
 
 /* Linear probing; a slot is claimed with atomicCAS on the 64-bit key, so concurrent inserts of
  * different codes never share a slot. */
@@ -47,6 +48,47 @@ __global__ static void k_keys(size_t n_slots, const float *pk, const int2 *hdr, 
   const int b1 = bspline_base((q[(A_X + 1) * LANES] - origin.y) * inv_dx);
   const int b2 = bspline_base((q[(A_X + 2) * LANES] - origin.z) * inv_dx);
   const uint64_t code = sparse_block_code(sparse_particle_block(b0), sparse_particle_block(b1), sparse_particle_block(b2));
+  keys[i] = (K)((code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b0),
+                                                             sparse_cell_in_particle_block(b1),
+                                                             sparse_cell_in_particle_block(b2)));
+}
+
+/* k_keys for compact packets (compact_packets.cuh): each position decoded from the block its slot
+ * measures it from (the packet's, or an appended slot's own, whose code own[] holds: keys[1], which
+ * the sort overwrites only after this kernel; the appends keep its earlier slots' codes as it
+ * grows), its new particle block and cell computed as
+ * k_keys computes them from the floats, and the position measured from that block from then on
+ * (compact_rebase_x, in place), so that the sort moves the words untouched into packets of that
+ * block. A position the new block's offsets cannot hold (a particle that ran away: more than
+ * eight cells from its block) counts in *far, which fails the rebuild. */
+template <typename K>
+__global__ static void k_keys_compact(size_t n_slots, uint32_t *pk, const int2 *hdr, const int32_t *pb_coord,
+                                      const uint64_t *own, compact_frame f, float3 origin, float inv_dx,
+                                      const uint8_t *gone, size_t n_gone, K *keys, uint32_t *vals, unsigned *far) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_slots) return;
+  const size_t p = i / LANES;
+  const int lane = (int)(i % LANES);
+  vals[i] = (uint32_t)i;
+  if (lane >= hdr[p].y || (i < n_gone && gone[i])) {
+    keys[i] = ~(K)0;
+    return;
+  }
+  compact_record r;
+  cpk_read(pk, p, lane, &r);
+  int32_t from[3];
+  cpk_block(hdr, pb_coord, own, p, lane, from);
+  int pos = 0;
+  float x[3];
+  for (int a = 0; a < 3; ++a)
+    x[a] = compact_x_float_(&f, compact_x_base_(&f, a, from[a]) + compact_get_signed_(r.w, &pos, COMPACT_X_BITS));
+  const int b0 = bspline_base((x[0] - origin.x) * inv_dx);
+  const int b1 = bspline_base((x[1] - origin.y) * inv_dx);
+  const int b2 = bspline_base((x[2] - origin.z) * inv_dx);
+  const int32_t to[3] = {sparse_particle_block(b0), sparse_particle_block(b1), sparse_particle_block(b2)};
+  if (compact_rebase_x(&f, &r, from, to)) atomicAdd(far, 1u);
+  else cpk_write(pk, p, lane, &r, 0, CPK_W1(COMPACT_BITS_X));
+  const uint64_t code = sparse_block_code(to[0], to[1], to[2]);
   keys[i] = (K)((code << 6) | (uint64_t)sparse_node_in_block(sparse_cell_in_particle_block(b0),
                                                              sparse_cell_in_particle_block(b1),
                                                              sparse_cell_in_particle_block(b2)));
@@ -111,6 +153,7 @@ typedef struct reorder_pass {
   float *sc[REORDER_SLOTS]; /* [n] each: attribute a0 + g of sorted particle i at sc[g][i] */
   uint64_t *ids;            /* [n] the ids, in the pass that moves them; else NULL */
   int a0, na;
+  size_t stride;            /* words a packet: pk_words (a compact packet's words move as floats, bit for bit) */
 } reorder_pass;
 
 /* Sorted particle i's attributes of the pass (and its id) from old slot perm[i] into the scratch. */
@@ -119,7 +162,7 @@ __global__ static void k_reorder_gather(size_t n, const uint32_t *__restrict__ p
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   const uint32_t from = perm[i];
-  const float *q = src + (size_t)(from / LANES) * PK_FLOATS + from % LANES;
+  const float *q = src + (size_t)(from / LANES) * ps.stride + from % LANES;
   float v[REORDER_SLOTS];
   for (int g = 0; g < REORDER_SLOTS; ++g)
     if (g < ps.na) v[g] = q[(ps.a0 + g) * LANES]; /* every load in flight before the stores */
@@ -144,7 +187,7 @@ __global__ static void k_reorder_put(size_t n_slots, const int2 *__restrict__ hd
   float v[REORDER_SLOTS];
   for (int g = 0; g < REORDER_SLOTS; ++g)
     if (g < ps.na) v[g] = ps.sc[g][i]; /* every load in flight before the stores */
-  float *d = dst + p * PK_FLOATS + lane;
+  float *d = dst + p * ps.stride + lane;
   for (int g = 0; g < REORDER_SLOTS; ++g)
     if (g < ps.na) d[(ps.a0 + g) * LANES] = v[g];
   if (ps.ids) dst_id[j] = ps.ids[i];
@@ -226,18 +269,21 @@ __global__ static void k_unvoid(step_ctl *c) {
  * buffer, the particles move into a new one instead (memsizes.h's rule), which replaces the old
  * at the end: only then are two copies of that buffer held. */
 static int reorder_passes(cuda_state *s, size_t n_packets, int fill, float *pk, uint64_t *pid) {
-  static_assert(PK_ATTRS % REORDER_SLOTS > 0 && PK_ATTRS % REORDER_SLOTS <= REORDER_SLOTS - 2,
+  static_assert(PK_ATTRS % REORDER_SLOTS > 0 && PK_ATTRS % REORDER_SLOTS <= REORDER_SLOTS - 2 &&
+                    COMPACT_WORDS % REORDER_SLOTS > 0 && COMPACT_WORDS % REORDER_SLOTS <= REORDER_SLOTS - 2,
                 "reorder: the last pass has room for the ids (two floats a particle) beside its attributes");
+  const int attrs = s->compact ? COMPACT_WORDS : PK_ATTRS;
   const size_t n = s->n, n_slots = n_packets * LANES;
   cudaStream_t st = s->stream;
   float *k0 = dp<float>(s->keys[0]), *k1 = dp<float>(s->keys[1]);
   float *slot[REORDER_SLOTS] = {k0, k0 + n, k1, k1 + n, dp<float>(s->vals[0]), dp<float>(s->head)};
-  for (int a0 = 0; a0 < PK_ATTRS; a0 += REORDER_SLOTS) {
+  for (int a0 = 0; a0 < attrs; a0 += REORDER_SLOTS) {
     reorder_pass ps;
     memset(&ps, 0, sizeof ps);
     ps.a0 = a0;
-    ps.na = PK_ATTRS - a0 < REORDER_SLOTS ? PK_ATTRS - a0 : REORDER_SLOTS;
-    if (a0 + ps.na < PK_ATTRS) {
+    ps.na = attrs - a0 < REORDER_SLOTS ? attrs - a0 : REORDER_SLOTS;
+    ps.stride = pk_words(s);
+    if (a0 + ps.na < attrs) {
       for (int g = 0; g < ps.na; ++g) ps.sc[g] = slot[g];
     } else { /* the last: the ids in keys[1], the attributes in the other slots */
       const int other[REORDER_SLOTS - 2] = {0, 1, 4, 5};
@@ -255,7 +301,7 @@ static int reorder_passes(cuda_state *s, size_t n_packets, int fill, float *pk, 
 }
 
 static int reorder(cuda_state *s, size_t n_packets, int fill) {
-  const size_t pk_bytes = n_packets * PK_FLOATS * sizeof(float), id_bytes = n_packets * LANES * sizeof(uint64_t);
+  const size_t pk_bytes = n_packets * pk_words(s) * sizeof(float), id_bytes = n_packets * LANES * sizeof(uint64_t);
   dvec pk_new = s->pk, pid_new = s->pid; /* the pool and stream of the buffers they would replace */
   pk_new.ptr = pid_new.ptr = NULL;
   pk_new.bytes = pid_new.bytes = 0;
@@ -341,10 +387,26 @@ template <typename K> static int sort_particles(cuda_state *s, int end_bit) {
    *    sort runs through CUB's double buffer, between keys[0] and keys[1] (vals likewise), so that
    *    its temporary storage holds no copy of the pairs (12 B a slot); the sorted keys and slots
    *    are then swapped into keys[1] and vals[1] where the passes left them in [0]. */
-  k_keys<K><<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
-      n_slots, dp<float>(s->pk), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint8_t>(s->gone), s->n_gone,
-      dp<K>(s->keys[0]), dp<uint32_t>(s->vals[0]));
-  LAUNCHED("k_keys");
+  if (s->compact) {
+    unsigned *far = dp<unsigned>(s->count);
+    CU(cudaMemsetAsync(far, 0, sizeof(unsigned), st));
+    k_keys_compact<K><<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, dp<uint32_t>(s->pk), dp<int2>(s->hdr), dp<int32_t>(s->pb_coord), dp<uint64_t>(s->keys[1]), s->cframe,
+        origin, s->inv_dx, dp<uint8_t>(s->gone), s->n_gone, dp<K>(s->keys[0]), dp<uint32_t>(s->vals[0]), far);
+    LAUNCHED("k_keys_compact");
+    int n_far = 0;
+    DR_TRY(cuda_read_count(s, (const int *)far, &n_far));
+    if (n_far > 0)
+      return dr_fail(DR_EPHYSICS,
+                     "cuda backend, compact storage: rebuild-mapping %llu: %d particles more than eight cells from "
+                     "their particle block, beyond what a compact record's positions hold (a runaway step)",
+                     (unsigned long long)s->rebuilds, n_far);
+  } else {
+    k_keys<K><<<blocks_for(n_slots, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
+        n_slots, dp<float>(s->pk), dp<int2>(s->hdr), origin, s->inv_dx, dp<uint8_t>(s->gone), s->n_gone,
+        dp<K>(s->keys[0]), dp<uint32_t>(s->vals[0]));
+    LAUNCHED("k_keys");
+  }
   s->n_gone = 0; /* the sort drops them: they are the slots past the n valid particles */
   cub::DoubleBuffer<K> dk(dp<K>(s->keys[0]), dp<K>(s->keys[1]));
   cub::DoubleBuffer<uint32_t> dv(dp<uint32_t>(s->vals[0]), dp<uint32_t>(s->vals[1]));

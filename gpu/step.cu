@@ -182,10 +182,10 @@ __device__ __forceinline__ int p2g_order_index(p2g_order o, int i, int n) {
 
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet, taken in spread_of's order. */
-template <bool OLD, bool DET>
+template <bool OLD, bool DET, bool CPK = false>
 __global__ static void PARTICLE_BOUNDS
 k_p2g(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, P2G_TARGET_PARAMS,
-      const int32_t *__restrict__ order, p2g_order spread) {
+      const int32_t *__restrict__ order, p2g_order spread, const cpk_view cpv) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, P2G_NODESUM)];
   __shared__ unsigned s_sort[WARPS][LANES];
   if (ctl->done) return;
@@ -195,19 +195,28 @@ k_p2g(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, P2G_TAR
   const int i = (int)blockIdx.x * WARPS + warp;
   if (i >= n) return; /* the whole warp */
   const int j = p2g_order_index(spread, i, n); /* spread_of: the packets in work at once lie far apart */
-  p2g_any<OLD, DET, P2G_NODESUM>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk, pid,
-                                 mats, sc.origin, sc.dx, sc.inv_dx, p2g_grid, p2g_touched, p2g_grid0, s_p2g[warp],
-                                 s_sort[warp], p2g_fp, !ctl->projected);
+  p2g_any<OLD, DET, P2G_NODESUM, CPK>(ctl, ctl->dt, order ? (size_t)order[j] : (size_t)j, hdr, pb_coord, pb_nbr, pk,
+                                      pid, mats, sc.origin, sc.dx, sc.inv_dx, p2g_grid, p2g_touched, p2g_grid0,
+                                      s_p2g[warp], s_sort[warp], p2g_fp, !ctl->projected, cpv);
 }
 
-/* Material of the particle with the given id (for the message about a bad particle). */
+/* Material of the particle with the given id (for the message about a bad particle); kinds: compact
+ * packets' (the material is the record's kind's), else NULL. */
 __global__ static void k_find_material(size_t n_slots, const uint64_t *pid, const int2 *hdr, const float *pk,
-                                       uint64_t want, step_ctl *ctl) {
+                                       const compact_kind *kinds, uint64_t want, step_ctl *ctl) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n_slots) return;
   const size_t p = i / LANES;
   const int lane = (int)(i % LANES);
-  if (lane < hdr[p].y && pid[i] == want) ctl->bad_material = __float_as_int(pk[p * PK_FLOATS + A_MAT * LANES + lane]);
+  if (lane >= hdr[p].y || pid[i] != want) return;
+  if (kinds) { /* the kind's 16 bits at COMPACT_AT_KIND */
+    compact_record r;
+    cpk_read(reinterpret_cast<const uint32_t *>(pk), p, lane, &r);
+    int pos = COMPACT_AT_KIND;
+    ctl->bad_material = kinds[compact_get_(r.w, &pos, COMPACT_BITS_KIND)].material;
+  } else {
+    ctl->bad_material = __float_as_int(pk[p * PK_FLOATS + A_MAT * LANES + lane]);
+  }
 }
 
 /* ---- launching a step --------------------------------------------------------------------- */
@@ -289,6 +298,9 @@ static p2g_order spread_of(const cuda_state *s, size_t n) {
 
 /* The instantiation of k_p2g for the member's transfer and mode. */
 static p2g_fn p2g_kernel(const cuda_state *s) {
+  if (s->compact)
+    return s->asflip ? (s->det ? k_p2g<true, true, true> : k_p2g<true, false, true>)
+                     : (s->det ? k_p2g<false, true, true> : k_p2g<false, false, true>);
   return s->asflip ? (s->det ? k_p2g<true, true> : k_p2g<true, false>)
                    : (s->det ? k_p2g<false, true> : k_p2g<false, false>);
 }
@@ -300,8 +312,9 @@ int step_p2g_on(cuda_state *s, int par, const int32_t *order, size_t n, cudaStre
   const p2g_fn k = p2g_kernel(s);
   const particle_view pv = particle_view_of(s);
   const p2g_target to = p2g_target_of(s, par);
+  const cpk_view cpv = {dp<compact_kind>(s->d_kinds), s->cframe};
   k<<<blocks_for(n, WARPS), THREADS, 0, st>>>(dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(pv), step_scalars_of(s, 0, 0),
-                                              P2G_TARGET_ARGS(to), order, spread_of(s, n));
+                                              P2G_TARGET_ARGS(to), order, spread_of(s, n), cpv);
   LAUNCHED("k_p2g");
   return DR_OK;
 }
@@ -364,6 +377,12 @@ static decltype(&k_g2p<false, false, false>) g2p_kernel(const cuda_state *s, boo
                       : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>);
 }
 
+static decltype(&k_g2p_compact<false, false, false>) g2p_compact_kernel(const cuda_state *s, bool col) {
+  return s->asflip     ? (col ? k_g2p_compact<true, true, true> : k_g2p_compact<true, false, true>)
+         : s->g2p_mat ? (col ? k_g2p_compact<false, true, true> : k_g2p_compact<false, false, true>)
+                      : (col ? k_g2p_compact<false, true, false> : k_g2p_compact<false, false, false>);
+}
+
 int step_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide,
                   cudaStream_t st) {
   const bool col = s->push;
@@ -373,6 +392,14 @@ int step_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n,
   if (n > 0) {
     particle_view g2p_pv = pv;
     if (!s->g2p_mat) g2p_pv.mats = nullptr; /* G2P reads no material (k_g2p's MAT) */
+    if (s->compact) { /* the collision step inline: nothing is left to k_collide */
+      const cpk_view cpv = {dp<compact_kind>(s->d_kinds), s->cframe};
+      g2p_compact_kernel(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(
+          dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(g2p_pv), sc, vel_of(s, par), vel0_of(s, par), s->bnd,
+          COLLIDER_ARGS(cv), order, cpv);
+      LAUNCHED("k_g2p_compact");
+      return DR_OK;
+    }
     g2p_kernel(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(g2p_pv), sc,
                                                                  vel_of(s, par), vel0_of(s, par), s->bnd,
                                                                  COLLIDER_ARGS(cv), order);
@@ -533,8 +560,8 @@ int step_capture_graphs(cuda_state *s) {
 /* Deterministic mode: a P2G contribution out of the fixed-point range (physics/fixed.h). */
 int step_fail_fix(cuda_state *s, unsigned long long id) {
   k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk), id,
-      dp<step_ctl>(s->ctl));
+      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk),
+      s->compact ? dp<compact_kind>(s->d_kinds) : NULL, id, dp<step_ctl>(s->ctl));
   LAUNCHED("k_find_material");
   step_ctl c;
   CU(cudaMemcpyAsync(&c, s->ctl.ptr, sizeof c, cudaMemcpyDeviceToHost, s->stream));
@@ -551,8 +578,8 @@ int step_fail_fix(cuda_state *s, unsigned long long id) {
 
 int step_fail_bad(cuda_state *s, unsigned long long id) {
   k_find_material<<<blocks_for(s->n_packets * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
-      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk), id,
-      dp<step_ctl>(s->ctl));
+      s->n_packets * LANES, dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<float>(s->pk),
+      s->compact ? dp<compact_kind>(s->d_kinds) : NULL, id, dp<step_ctl>(s->ctl));
   LAUNCHED("k_find_material");
   step_ctl c;
   CU(cudaMemcpyAsync(&c, s->ctl.ptr, sizeof c, cudaMemcpyDeviceToHost, s->stream));

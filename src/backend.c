@@ -17,13 +17,6 @@ static int choose_cuda(int kind, const sim_params *prm, int *cuda) {
   char gpu_name[256];
   gpu_count(&ngpu, gpu_name, sizeof gpu_name);
   *cuda = 0;
-  if (prm->storage == STORAGE_COMPACT) { /* the CUDA backend's compact packets are not built */
-    if (kind == BACKEND_CUDA)
-      return dr_fail(DR_EINPUT, "parallel.storage \"compact\" runs on the cpu backend only (the cuda backend holds "
-                                "float packets); run with --backend cpu or storage \"float\"");
-    if (kind == BACKEND_AUTO && ngpu > 0) log_info("backend auto: parallel.storage \"compact\" runs on cpu");
-    return DR_OK;
-  }
   if (kind == BACKEND_CUDA) {
     if (!gpu_backend_built())
       return dr_fail(DR_EINPUT, "the cuda backend is not part of this build; run with --backend cpu (or auto)");

@@ -167,9 +167,8 @@ static void print_plan(const scene *s, const memplan *cpu, const memplan *cuda, 
   print_kinds(&cpu->host);
   printf("\n");
   if (gpu_backend_built()) {
-    /* compact storage: the plan of the compact packets' layout, which the cuda backend does not hold yet */
     printf("memory plan, cuda backend%s: each of %d GPU(s) %.1f MiB (%.0f B a particle): ",
-           s->storage == STORAGE_COMPACT ? ", compact storage (its planned packets; the backend refuses it for now)" : "",
+           s->storage == STORAGE_COMPACT ? ", compact storage" : "",
            cuda->cfg.devices, mib(cuda->device.total), cuda->device.total * cuda->cfg.devices / n);
     print_kinds(&cuda->device);
     printf("; host %.1f MiB (%.0f B a particle)\n", mib(cuda->host.total), cuda->host.total / n);

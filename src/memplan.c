@@ -164,28 +164,15 @@ static double dvec_after(const double *need, int n) {
   return (double)bytes;
 }
 
-/* Bytes a compact frame snapshot holds for each particle: the record's bits of the mask's
- * attributes (mass, vol0 and material as one kind), in whole 32-bit words (physics/compact.h). */
-static double compact_snapshot_bytes(unsigned mask) {
-  int bits = 0;
-  if (mask & PA_BIT(x)) bits += COMPACT_BITS_X;
-  if (mask & PA_BIT(v)) bits += COMPACT_BITS_V;
-  if (mask & PA_BIT(C)) bits += COMPACT_BITS_C;
-  if (mask & PA_BIT(F)) bits += COMPACT_BITS_F;
-  if (mask & PA_BIT(logjp)) bits += COMPACT_BITS_LOGJP;
-  if (mask & (PA_BIT(mass) | PA_BIT(vol0) | PA_BIT(material))) bits += COMPACT_BITS_KIND;
-  if (mask & PA_BIT(id)) bits += COMPACT_BITS_ID;
-  return 4.0 * ((bits + 31) / 32);
-}
-
 void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, memplan_bytes *device) {
   const double rec = (double)particles_record_bytes();
   const int nd = l->devices > 0 ? l->devices : 1;
   const double n = l->most / nd, n0 = l->start / nd, pb = l->pblocks / nd, nb = l->blocks / nd;
-  /* compact storage (parallel.storage): the layout the compact packets are to have, docs/performance.md's
-   * Memory: a packet of COMPACT_WORDS words a lane holding the id's low bits (no id vector), the
-   * sort's keys 32-bit (a particle block's index in the rank's table and the cell), no particle
-   * block index beside the heads (the keys give it), a frame snapshot of the frame's words */
+  /* compact storage (parallel.storage): packets of COMPACT_WORDS words a lane (gpu/compact_io.cu),
+   * every other buffer float storage's; the particles go onto the device as particle records,
+   * a chunk of the upload at a time: staged on the host, copied into a pinned buffer beside their
+   * kinds (kept, grow-only), and into the arrivals' vector on the device (docs/performance.md's
+   * Memory) */
   const int compact = s->storage == STORAGE_COMPACT;
   const double pk = (compact ? (double)COMPACT_WORDS * sizeof(uint32_t) : (double)MEM_PACKET_ATTRS * sizeof(float)) * MEM_LANES,
                lanes = MEM_LANES;
@@ -201,7 +188,9 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   memplan_bytes start = {{0}, 0}, run = {{0}, 0};
   const double chunk = fmin(l->start, (double)MEM_CREATE_CHUNK);
   add(&start, MT_PARTICLES, rec * chunk * (nd > 1 ? 2.0 : 1.0));
-  add(&start, MT_TRANSFER, fmin(up, MEM_UPLOAD_PACKETS) * (pk + lanes * sizeof(uint64_t) + 2 * sizeof(int32_t)));
+  const double up_chunk = fmin(up, MEM_UPLOAD_PACKETS); /* packets a chunk of the upload */
+  if (compact) add(&start, MT_TRANSFER, up_chunk * lanes * rec * 2.0);
+  else add(&start, MT_TRANSFER, up_chunk * (pk + lanes * sizeof(uint64_t) + 2 * sizeof(int32_t)));
   if (nd > 1) {
     add(&start, MT_SORT, l->start); /* the members' bytes */
     /* the positions, with the chunk they come through, then with the pairs and the bytes */
@@ -215,17 +204,18 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
    * past two ranks, those grouped by destination; an island's share of a round's arrivals for
    * one member (island_add_records) */
   host_steady(s, l, 2 + (l->ranks > 2) + (nd > 1), &run);
+  if (compact) add(&run, MT_TRANSFER, up_chunk * lanes * rec); /* the pinned records, kept */
   *host = larger(&start, &run);
 
   /* a device, in the order its buffers are first allocated: the upload, then the rebuilds */
   memset(device, 0, sizeof *device);
   const double pk_seq[2] = {up * pk, sorted * pk}, id_seq[2] = {up * lanes * 8, sorted * lanes * 8};
-  const double hdr_seq[2] = {up * 8, sorted * 8}, key_b = compact ? 4 : 8;
+  const double hdr_seq[2] = {up * 8, sorted * 8}, key_b = 8;
   const double key_seq[2] = {up * lanes * key_b, sorted * lanes * key_b}, val_seq[2] = {up * lanes * 4, sorted * lanes * 4};
   /* the packets and ids: one buffer each, which a rebuild reorders in place; where the sorted
    * packets outgrow the upload's buffer, the move goes into a new one and both are held while it
    * runs (gpu/rebuild.cu, reorder), counted here as if held to the end */
-  for (int k = 0; k < 2 - compact; ++k) {
+  for (int k = 0; k < 2; ++k) {
     const double *seq = k ? id_seq : pk_seq;
     const double first = dvec_after(seq, 1), last = dvec_after(seq, 2);
     add(device, MT_PARTICLES, last + (last > first ? first : 0.0));
@@ -236,7 +226,7 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
     add(device, MT_SORT, dvec_after(val_seq, 2));
   }
   const double idx_seq[2] = {n0 * sizeof(int32_t), n * sizeof(int32_t)};
-  for (int k = compact; k < 2; ++k) add(device, MT_SORT, dvec_after(idx_seq, 2)); /* pblock, head */
+  for (int k = 0; k < 2; ++k) add(device, MT_SORT, dvec_after(idx_seq, 2)); /* pblock, head */
   /* CUB's temporary storage, the most of its calls: the particles' sort through its double buffer
    * holds its look-back, 1 KiB a tile of at least 4,096 slots, up to 2^28 slots (a portion); the
    * block codes' sort a copy of its 27 pb codes */
@@ -281,11 +271,7 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   if (s->collider_levelsets) /* mesh colliders' level sets, uploaded once */
     add(device, MT_TRANSFER,
         4.0 * (double)s->collider_levelsets->table_n + 4.0 * (double)(s->collider_levelsets->bricks_n + 1));
-  if (compact) { /* the frame's snapshot: the frame's words of the records and the packets' headers, exact */
-    const unsigned mask = sim_frame_mask(s) & ~PA_BIT(owner);
-    add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(n * compact_snapshot_bytes(mask)), 1));
-    add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(ceil(n / lanes) + ceil(pb / 2.0)) * 8, 1));
-  } else { /* the frame's snapshot: an exact vector an attribute but the owner (capture.cu, snapshot_queue) */
+  { /* the frame's snapshot: an exact vector an attribute but the owner (capture.cu, snapshot_queue) */
     const unsigned mask = sim_frame_mask(s) & ~PA_BIT(owner);
     for (int a = 0; a < PARTICLE_ATTRS; ++a)
       if (mask >> a & 1u) add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(n * particle_attrs[a].bytes), 1));
@@ -298,12 +284,19 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
       if (a != PA_owner) bytes += ceil(rows * (double)particle_attrs[a].bytes / 8.0) * 8.0;
     add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)bytes, 1));
   }
-  if (l->ranks > 1) { /* the migration's records on the device (reserve_records): the emigrants, a round's arrivals */
-    const double recs = mem_migration_share(s->balance_threshold) * l->start + MEM_MIGRATION_EXTRA;
-    const double r_seq[1] = {recs * rec};
-    const double in_seq[1] = {(double)mem_migration_round(s->balance_threshold, (size_t)l->start, MEM_MIGRATION_ROUND) * rec};
-    add(device, MT_TRANSFER, dvec_after(r_seq, 1) + dvec_after(in_seq, 1));
+  /* the records on the device: the migration's (reserve_records: the emigrants, a round's
+   * arrivals); compact storage's upload chunk among the arrivals, and its download's pieces
+   * (2,048 packets) among the emigrants */
+  double r_seq[2] = {0, 0}, in_seq[2] = {0, 0};
+  if (compact) {
+    in_seq[0] = fmin(up_chunk * lanes, n0) * rec;
+    r_seq[0] = fmin(2048.0, sorted) * lanes * rec;
   }
+  if (l->ranks > 1) {
+    r_seq[1] = (mem_migration_share(s->balance_threshold) * l->start + MEM_MIGRATION_EXTRA) * rec;
+    in_seq[1] = (double)mem_migration_round(s->balance_threshold, (size_t)l->start, MEM_MIGRATION_ROUND) * rec;
+  }
+  add(device, MT_TRANSFER, dvec_after(r_seq, 2) + dvec_after(in_seq, 2));
 }
 
 /* The plan's bytes for load l (host and one device). */

@@ -1,7 +1,7 @@
 /* compact.h - the compact particle record of parallel.storage "compact" (docs/scene-format.md,
  * docs/performance.md's Memory): a particle's state in 15 32-bit words (60 B) instead of 124 B of
  * floats, and back. Shared by the CPU backend (which rounds its float state through it, so that
- * its numerics are those of a compact store) and, later, the CUDA backend's packets.
+ * its numerics are those of a compact store) and the CUDA backend's packets.
  *
  * The record, bit by bit (words little-end first, fields in this order, 472 of 480 bits):
  *   x      66  3 x 22-bit signed lattice offsets from the particle block's origin: [-8, 8)
@@ -41,7 +41,10 @@
  * exponent that holds the values; F: R's float noise about 1e-7 against a step of 3.8e-6, S's at
  * most 2.1e-7 against a step of at least 4.8e-7); compact_encode then re-encodes its own decode
  * until the code is a fixed point (at most twice more), which makes the round trip a projection
- * also where a value sits on a rounding boundary.
+ * also where a value sits on a rounding boundary. F's rotation comes from the SVD (polar_r) where
+ * nothing is known of it, else from a start near it (the code's own rotation in those passes,
+ * the particle's stored one where a CUDA packet rewrites its record) by compact_polar_q_: the
+ * same rotation within float noise, far below the quaternion's step, without a 3x3 SVD.
  * tests/physics/test_compact.c holds the bounds and the idempotency. */
 #ifndef DRIFT_PHYSICS_COMPACT_H
 #define DRIFT_PHYSICS_COMPACT_H
@@ -204,9 +207,9 @@ typedef struct compact_f_code {
   int ks;       /* S - I's exponent code */
 } compact_f_code;
 
-/* The rotation of a quaternion code (double, the decode's, so that encoding and decoding agree). */
-DR_HD void compact_q_matrix_(const compact_f_code *c, double R[9]) {
-  double q[4];
+/* The unit quaternion (w, x, y, z) of a code (double, the decode's, so that encoding and decoding
+ * agree). */
+DR_HD void compact_q_of_code_(const compact_f_code *c, double q[4]) {
   double ss = 0.0;
   for (int k = 0, j = 0; k < 4; ++k) {
     if (k == c->iq) continue;
@@ -214,30 +217,92 @@ DR_HD void compact_q_matrix_(const compact_f_code *c, double R[9]) {
     ss += q[k] * q[k];
   }
   q[c->iq] = sqrt(ss < 1.0 ? 1.0 - ss : 0.0);
+}
+
+/* The rotation matrix of a unit quaternion (w, x, y, z). */
+DR_HD void compact_q_rotation_(const double q[4], double R[9]) {
   const double w = q[0], x = q[1], y = q[2], z = q[3];
   R[0] = 1 - 2 * (y * y + z * z), R[1] = 2 * (x * y - w * z), R[2] = 2 * (x * z + w * y);
   R[3] = 2 * (x * y + w * z), R[4] = 1 - 2 * (x * x + z * z), R[5] = 2 * (y * z - w * x);
   R[6] = 2 * (x * z - w * y), R[7] = 2 * (y * z + w * x), R[8] = 1 - 2 * (x * x + y * y);
 }
 
-DR_HD void compact_f_encode_(const float F[9], compact_f_code *c) {
-  float Rf[9];
-  polar_r(F, Rf);
-  /* the rotation's quaternion (Shepperd: from the largest of w, x, y, z) */
+/* The rotation of a quaternion code. */
+DR_HD void compact_q_matrix_(const compact_f_code *c, double R[9]) {
   double q[4];
-  const double t = (double)Rf[0] + Rf[4] + Rf[8];
-  if (t >= Rf[0] && t >= Rf[4] && t >= Rf[8]) {
-    const double r = sqrt(fmax(1.0 + t, 0.0)) * 2.0;
-    q[0] = 0.25 * r, q[1] = ((double)Rf[7] - Rf[5]) / r, q[2] = ((double)Rf[2] - Rf[6]) / r, q[3] = ((double)Rf[3] - Rf[1]) / r;
-  } else if (Rf[0] >= Rf[4] && Rf[0] >= Rf[8]) {
-    const double r = sqrt(fmax(1.0 + Rf[0] - Rf[4] - Rf[8], 0.0)) * 2.0;
-    q[0] = ((double)Rf[7] - Rf[5]) / r, q[1] = 0.25 * r, q[2] = ((double)Rf[1] + Rf[3]) / r, q[3] = ((double)Rf[2] + Rf[6]) / r;
-  } else if (Rf[4] >= Rf[8]) {
-    const double r = sqrt(fmax(1.0 + Rf[4] - Rf[0] - Rf[8], 0.0)) * 2.0;
-    q[0] = ((double)Rf[2] - Rf[6]) / r, q[1] = ((double)Rf[1] + Rf[3]) / r, q[2] = 0.25 * r, q[3] = ((double)Rf[5] + Rf[7]) / r;
-  } else {
-    const double r = sqrt(fmax(1.0 + Rf[8] - Rf[0] - Rf[4], 0.0)) * 2.0;
-    q[0] = ((double)Rf[3] - Rf[1]) / r, q[1] = ((double)Rf[2] + Rf[6]) / r, q[2] = ((double)Rf[5] + Rf[7]) / r, q[3] = 0.25 * r;
+  compact_q_of_code_(c, q);
+  compact_q_rotation_(q, R);
+}
+
+/* F's polar rotation as a unit quaternion, from a nearby one: q holds the start on entry (the
+ * particle's stored rotation, a step ago), the rotation on return. Newton's method on the
+ * rotations: with M = R^T F and S its symmetric part, M's antisymmetric part is (tr S I - S) theta
+ * to first order for R a turn theta (in R's frame) short of F's polar rotation, which M symmetric
+ * marks; R <- R exp(theta) then converges quadratically (3 passes from a step's turn at the
+ * strains of sand, where the SVD's polar rotation takes a 3x3 SVD). Returns 1 where the turn fell
+ * below 1e-10 (the quaternion's step is 3.8e-6) at S positive definite (the polar
+ * decomposition's uniqueness), 0 where it did not within COMPACT_POLAR_PASSES (a far start),
+ * stopped at another stationary point (S with two negative eigenvalues) or F is inverted: the
+ * caller takes the SVD's. */
+#define COMPACT_POLAR_PASSES 6
+DR_HD int compact_polar_q_(const float F[9], double q[4]) {
+  double n = sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
+  if (!(n > 0.5)) return 0;
+  for (int k = 0; k < 4; ++k) q[k] /= n;
+  for (int it = 0; it < COMPACT_POLAR_PASSES; ++it) {
+    double R[9], M[9];
+    compact_q_rotation_(q, R);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) M[3 * i + j] = R[i] * F[j] + R[3 + i] * F[3 + j] + R[6 + i] * F[6 + j];
+    const double s01 = 0.5 * (M[1] + M[3]), s02 = 0.5 * (M[2] + M[6]), s12 = 0.5 * (M[5] + M[7]);
+    const double g[3] = {M[7] - M[5], M[2] - M[6], M[3] - M[1]}; /* twice M's antisymmetric part, as a vector */
+    /* A = tr S I - S (positive definite where S is) and theta = A^-1 g, by A's adjugate */
+    const double t = M[0] + M[4] + M[8], a00 = t - M[0], a11 = t - M[4], a22 = t - M[8];
+    const double c00 = a11 * a22 - s12 * s12, c01 = s01 * a22 + s12 * s02, c02 = s01 * s12 + a11 * s02;
+    const double c11 = a00 * a22 - s02 * s02, c12 = a00 * s12 + s01 * s02, c22 = a00 * a11 - s01 * s01;
+    const double det = a00 * c00 - s01 * c01 - s02 * c02;
+    if (!(det > 0.0)) return 0;
+    const double th[3] = {(c00 * g[0] + c01 * g[1] + c02 * g[2]) / det, (c01 * g[0] + c11 * g[1] + c12 * g[2]) / det,
+                          (c02 * g[0] + c12 * g[1] + c22 * g[2]) / det};
+    if (th[0] * th[0] + th[1] * th[1] + th[2] * th[2] < 1e-20) {
+      const double m2 = M[0] * M[4] - s01 * s01;
+      const double dS = M[0] * (M[4] * M[8] - s12 * s12) - s01 * (s01 * M[8] - s12 * s02) + s02 * (s01 * s12 - M[4] * s02);
+      return M[0] > 0.0 && m2 > 0.0 && dS > 0.0;
+    }
+    /* q <- q (1, theta / 2), normalized: the turn in R's frame, first order, exact at the limit */
+    const double h[3] = {0.5 * th[0], 0.5 * th[1], 0.5 * th[2]};
+    const double q0 = q[0] - (q[1] * h[0] + q[2] * h[1] + q[3] * h[2]);
+    const double q1 = q[1] + q[0] * h[0] + (q[2] * h[2] - q[3] * h[1]);
+    const double q2 = q[2] + q[0] * h[1] + (q[3] * h[0] - q[1] * h[2]);
+    const double q3 = q[3] + q[0] * h[2] + (q[1] * h[1] - q[2] * h[0]);
+    n = sqrt(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3);
+    q[0] = q0 / n, q[1] = q1 / n, q[2] = q2 / n, q[3] = q3 / n;
+  }
+  return 0;
+}
+
+/* F's code; warm: a unit quaternion near F's rotation (compact_polar_q_), or NULL (the SVD's). */
+DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *warm) {
+  double q[4];
+  if (warm) q[0] = warm[0], q[1] = warm[1], q[2] = warm[2], q[3] = warm[3];
+  if (!warm || !compact_polar_q_(F, q)) {
+    float Rf[9];
+    polar_r(F, Rf);
+    /* the rotation's quaternion (Shepperd: from the largest of w, x, y, z) */
+    const double t = (double)Rf[0] + Rf[4] + Rf[8];
+    if (t >= Rf[0] && t >= Rf[4] && t >= Rf[8]) {
+      const double r = sqrt(fmax(1.0 + t, 0.0)) * 2.0;
+      q[0] = 0.25 * r, q[1] = ((double)Rf[7] - Rf[5]) / r, q[2] = ((double)Rf[2] - Rf[6]) / r, q[3] = ((double)Rf[3] - Rf[1]) / r;
+    } else if (Rf[0] >= Rf[4] && Rf[0] >= Rf[8]) {
+      const double r = sqrt(fmax(1.0 + Rf[0] - Rf[4] - Rf[8], 0.0)) * 2.0;
+      q[0] = ((double)Rf[7] - Rf[5]) / r, q[1] = 0.25 * r, q[2] = ((double)Rf[1] + Rf[3]) / r, q[3] = ((double)Rf[2] + Rf[6]) / r;
+    } else if (Rf[4] >= Rf[8]) {
+      const double r = sqrt(fmax(1.0 + Rf[4] - Rf[0] - Rf[8], 0.0)) * 2.0;
+      q[0] = ((double)Rf[2] - Rf[6]) / r, q[1] = ((double)Rf[1] + Rf[3]) / r, q[2] = 0.25 * r, q[3] = ((double)Rf[5] + Rf[7]) / r;
+    } else {
+      const double r = sqrt(fmax(1.0 + Rf[8] - Rf[0] - Rf[4], 0.0)) * 2.0;
+      q[0] = ((double)Rf[3] - Rf[1]) / r, q[1] = ((double)Rf[2] + Rf[6]) / r, q[2] = ((double)Rf[5] + Rf[7]) / r, q[3] = 0.25 * r;
+    }
   }
   double nq = sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
   if (!(nq > 0.0)) q[0] = 1.0, q[1] = q[2] = q[3] = 0.0, nq = 1.0;
@@ -277,9 +342,65 @@ typedef struct compact_state {
   float x[3], v[3], C[9], F[9], logjp;
 } compact_state;
 
-/* One encoding, no fixed-point pass: blk is the particle block x is measured from. */
+/* Each field's first bit (compact_encode_once_'s order). */
+#define COMPACT_AT_V COMPACT_BITS_X
+#define COMPACT_AT_C (COMPACT_AT_V + COMPACT_BITS_V)
+#define COMPACT_AT_F (COMPACT_AT_C + COMPACT_BITS_C)
+#define COMPACT_AT_LOGJP (COMPACT_AT_F + COMPACT_BITS_F)
+#define COMPACT_AT_KIND (COMPACT_AT_LOGJP + COMPACT_BITS_LOGJP)
+#define COMPACT_AT_ID (COMPACT_AT_KIND + COMPACT_BITS_KIND)
+
+DR_HD void compact_f_put_(uint32_t *w, int *pos, const compact_f_code *c) {
+  compact_put_(w, pos, 2, (uint32_t)c->iq);
+  for (int i = 0; i < 3; ++i) compact_put_signed_(w, pos, COMPACT_Q_BITS, c->q[i]);
+  compact_put_(w, pos, COMPACT_EXP_BITS, (uint32_t)c->ks);
+  for (int i = 0; i < 6; ++i) compact_put_signed_(w, pos, COMPACT_S_MAG + 1, c->s[i]);
+}
+
+DR_HD void compact_f_get_(const uint32_t *w, int *pos, compact_f_code *c) {
+  c->iq = (int)compact_get_(w, pos, 2);
+  for (int i = 0; i < 3; ++i) c->q[i] = compact_get_signed_(w, pos, COMPACT_Q_BITS);
+  c->ks = (int)compact_get_(w, pos, COMPACT_EXP_BITS);
+  for (int i = 0; i < 6; ++i) c->s[i] = compact_get_signed_(w, pos, COMPACT_S_MAG + 1);
+}
+
+DR_HD int compact_f_same_(const compact_f_code *a, const compact_f_code *b) {
+  int same = a->iq == b->iq && a->ks == b->ks;
+  for (int i = 0; i < 3; ++i) same &= a->q[i] == b->q[i];
+  for (int i = 0; i < 6; ++i) same &= a->s[i] == b->s[i];
+  return same;
+}
+
+/* The stored rotation of a record as a unit quaternion: compact_polar_q_'s start for the
+ * particle's next F (the CUDA packets: G2P and P2G encode from the record they read). */
+DR_HD void compact_record_q(const compact_record *r, double q[4]) {
+  int pos = COMPACT_AT_F;
+  compact_f_code c;
+  compact_f_get_(r->w, &pos, &c);
+  compact_q_of_code_(&c, q);
+}
+
+/* F's code and a fixed point of decode-then-encode (at most twice more: the header's
+ * idempotency); warm as compact_f_encode_'s. Each re-encoding starts from the code's own
+ * rotation, which is its decode's polar rotation to float noise. */
+DR_HD void compact_f_fixed_(const float F[9], compact_f_code *c, const double *warm) {
+  compact_f_encode_(F, c, warm);
+  for (int it = 0; it < 2; ++it) {
+    float Fd[9];
+    double q[4];
+    compact_f_decode_(c, Fd);
+    compact_q_of_code_(c, q);
+    compact_f_code c2;
+    compact_f_encode_(Fd, &c2, q);
+    if (compact_f_same_(c, &c2)) break;
+    *c = c2;
+  }
+}
+
+/* One encoding, no fixed-point pass: blk is the particle block x is measured from; warm as
+ * compact_f_encode_'s. */
 DR_HD void compact_encode_once_(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
-                                uint64_t id, compact_record *r) {
+                                uint64_t id, compact_record *r, const double *warm) {
   for (int k = 0; k < COMPACT_WORDS; ++k) r->w[k] = 0;
   int pos = 0;
   const int64_t lim = (int64_t)1 << (COMPACT_X_BITS - 1);
@@ -296,11 +417,8 @@ DR_HD void compact_encode_once_(const compact_frame *f, const int32_t blk[3], co
   compact_put_(r->w, &pos, COMPACT_EXP_BITS, (uint32_t)k);
   for (int i = 0; i < 9; ++i) compact_put_signed_(r->w, &pos, COMPACT_C_MAG + 1, m[i]);
   compact_f_code fc;
-  compact_f_encode_(s->F, &fc);
-  compact_put_(r->w, &pos, 2, (uint32_t)fc.iq);
-  for (int i = 0; i < 3; ++i) compact_put_signed_(r->w, &pos, COMPACT_Q_BITS, fc.q[i]);
-  compact_put_(r->w, &pos, COMPACT_EXP_BITS, (uint32_t)fc.ks);
-  for (int i = 0; i < 6; ++i) compact_put_signed_(r->w, &pos, COMPACT_S_MAG + 1, fc.s[i]);
+  compact_f_encode_(s->F, &fc, warm);
+  compact_f_put_(r->w, &pos, &fc);
   compact_put_(r->w, &pos, 16, compact_half_encode_(s->logjp));
   compact_put_(r->w, &pos, 16, kind);
   compact_put_(r->w, &pos, 32, (uint32_t)id);
@@ -323,10 +441,7 @@ DR_HD void compact_decode(const compact_frame *f, const int32_t blk[3], const co
   for (int i = 0; i < 9; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_C_MAG + 1);
   compact_se_decode_(m, 9, COMPACT_C_MAG, COMPACT_EXP_MIN, k, s->C);
   compact_f_code fc;
-  fc.iq = (int)compact_get_(r->w, &pos, 2);
-  for (int i = 0; i < 3; ++i) fc.q[i] = compact_get_signed_(r->w, &pos, COMPACT_Q_BITS);
-  fc.ks = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
-  for (int i = 0; i < 6; ++i) fc.s[i] = compact_get_signed_(r->w, &pos, COMPACT_S_MAG + 1);
+  compact_f_get_(r->w, &pos, &fc);
   compact_f_decode_(&fc, s->F);
   s->logjp = compact_half_decode_(compact_get_(r->w, &pos, 16));
   *kind = compact_get_(r->w, &pos, 16);
@@ -340,43 +455,98 @@ DR_HD int compact_same_(const compact_record *a, const compact_record *b) {
   return 1;
 }
 
+/* compact_encode from a warm start (a unit quaternion near F's rotation: the particle's stored one,
+ * compact_record_q; NULL: the SVD's), and the decode of the code kept into dec where not NULL
+ * (it may be s). */
+DR_HD int compact_encode_from(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
+                              uint64_t id, compact_record *r, const double *warm, compact_state *dec) {
+  compact_encode_once_(f, blk, s, kind, id, r, warm);
+  int changed = 0, decoded = 0;
+  compact_state d;
+  uint32_t kd;
+  uint64_t idd;
+  for (int it = 0; it < 2; ++it) {
+    double q[4];
+    compact_decode(f, blk, r, &d, &kd, &idd);
+    compact_record_q(r, q);
+    compact_record r2;
+    compact_encode_once_(f, blk, &d, kind, id, &r2, q);
+    if (compact_same_(r, &r2)) {
+      decoded = 1;
+      break;
+    }
+    *r = r2;
+    ++changed;
+  }
+  if (dec) {
+    if (!decoded) compact_decode(f, blk, r, &d, &kd, &idd);
+    *dec = d;
+  }
+  return changed;
+}
+
 /* Encodes a particle's state (kind < 2^16; the id's low 48 bits are kept), then its own decode
  * again until the code is a fixed point of decode-then-encode (at most twice more: see the
  * header's idempotency). Returns the passes beyond the first that changed the code (0 almost
  * always; tests/physics/test_compact.c counts them). */
 DR_HD int compact_encode(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
                          uint64_t id, compact_record *r) {
-  compact_encode_once_(f, blk, s, kind, id, r);
-  int changed = 0;
-  for (int it = 0; it < 2; ++it) {
-    compact_state d;
-    uint32_t kd;
-    uint64_t idd;
-    compact_decode(f, blk, r, &d, &kd, &idd);
-    compact_record r2;
-    compact_encode_once_(f, blk, &d, kind, id, &r2);
-    if (compact_same_(r, &r2)) break;
-    *r = r2;
-    ++changed;
-  }
-  return changed;
+  return compact_encode_from(f, blk, s, kind, id, r, NULL, NULL);
 }
 
-/* F and logjp as a compact store holds them, in place (P2G's return mapping writes them back:
- * the rest of the record stays as it was), with compact_encode's fixed-point pass. */
-DR_HD void compact_round_f(float F[9], float *logjp) {
-  compact_f_code c, c2;
-  compact_f_encode_(F, &c);
-  for (int it = 0; it < 3; ++it) {
-    compact_f_decode_(&c, F);
-    if (it == 2) break;
-    compact_f_encode_(F, &c2);
-    int same = c2.iq == c.iq && c2.ks == c.ks;
-    for (int i = 0; i < 3; ++i) same &= c2.q[i] == c.q[i];
-    for (int i = 0; i < 6; ++i) same &= c2.s[i] == c.s[i];
-    if (same) break;
-    c = c2;
+/* ---- parts of a record (the CUDA packets' write-backs and moves) ------------------------------ */
+
+/* Bits [lo, hi) of dst replaced by src's (0 <= lo < hi <= 32 COMPACT_WORDS). */
+DR_HD void compact_splice_(compact_record *dst, const compact_record *src, int lo, int hi) {
+  for (int k = lo >> 5; k <= (hi - 1) >> 5; ++k) {
+    const int a = lo > 32 * k ? lo - 32 * k : 0, b = hi < 32 * (k + 1) ? hi - 32 * k : 32;
+    const uint32_t m = (b == 32 ? 0xffffffffu : (1u << b) - 1u) & ~((1u << a) - 1u);
+    dst->w[k] = (dst->w[k] & ~m) | (src->w[k] & m);
   }
+}
+
+/* F and logjp written into r as compact_round_f rounds them (P2G's return mapping: the rest of
+ * the record, its bits included, stays as it was), F's rotation found from r's stored one. */
+DR_HD void compact_set_f(compact_record *r, const float F[9], float logjp) {
+  double q[4];
+  compact_record_q(r, q);
+  compact_f_code fc;
+  compact_f_fixed_(F, &fc, q);
+  compact_record t;
+  for (int k = 0; k < COMPACT_WORDS; ++k) t.w[k] = 0;
+  int pos = COMPACT_AT_F;
+  compact_f_put_(t.w, &pos, &fc);
+  compact_put_(t.w, &pos, 16, compact_half_encode_(logjp));
+  compact_splice_(r, &t, COMPACT_AT_F, COMPACT_AT_KIND);
+}
+
+/* r's positions, measured from particle block `from`, measured from block `to` instead: the same
+ * lattice points (integer arithmetic, exact). Returns 0, or 1 (r unchanged) where an offset would
+ * leave [-8, 8) cells of `to` (a rebuild-mapping's move is at most a block). */
+DR_HD int compact_rebase_x(const compact_frame *f, compact_record *r, const int32_t from[3], const int32_t to[3]) {
+  const int64_t lim = (int64_t)1 << (COMPACT_X_BITS - 1);
+  int32_t o[3];
+  int pos = 0;
+  for (int a = 0; a < 3; ++a) {
+    const int64_t u = compact_get_signed_(r->w, &pos, COMPACT_X_BITS) + compact_x_base_(f, a, from[a]) -
+                      compact_x_base_(f, a, to[a]);
+    if (u < -lim || u >= lim) return 1;
+    o[a] = (int32_t)u;
+  }
+  compact_record t;
+  for (int k = 0; k < COMPACT_WORDS; ++k) t.w[k] = 0;
+  pos = 0;
+  for (int a = 0; a < 3; ++a) compact_put_signed_(t.w, &pos, COMPACT_X_BITS, o[a]);
+  compact_splice_(r, &t, 0, COMPACT_BITS_X);
+  return 0;
+}
+
+/* F and logjp as a compact store holds them, in place (the CPU backend's P2G write-back: the rest
+ * of the state stays as it was), with compact_encode's fixed-point pass. */
+DR_HD void compact_round_f(float F[9], float *logjp) {
+  compact_f_code c;
+  compact_f_fixed_(F, &c, NULL);
+  compact_f_decode_(&c, F);
   *logjp = compact_half_decode_(compact_half_encode_(*logjp));
 }
 

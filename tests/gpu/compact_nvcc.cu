@@ -13,3 +13,23 @@ __global__ void compact_roundtrip_kernel(const compact_frame f, const int32_t *b
   compact_decode(&f, blk + 3 * i, r + i, s + i, &kind, &id);
   compact_round(&f, s + i);
 }
+
+#include "../../gpu/compact_packets.cuh"
+
+/* The packets' reads and writes as the kernels will make them. */
+__global__ void compact_packets_kernel(const compact_frame f, uint32_t *pk, const int2 *hdr, const int32_t *pb_coord,
+                                       const uint64_t *own, const compact_kind *kinds, float *out, size_t n_packets) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n_packets * 32) return;
+  const size_t p = i / 32;
+  const int lane = (int)(i % 32);
+  compact_record r;
+  cpk_read(pk, p, lane, &r);
+  int32_t blk[3];
+  cpk_block(hdr, pb_coord, own, p, lane, blk);
+  cpk_particle c;
+  cpk_decode(&f, blk, &r, kinds, &c);
+  out[i] = c.s.x[0] + c.mass;
+  compact_set_f(&r, c.s.F, c.s.logjp);
+  cpk_write(pk, p, lane, &r, CPK_W0(COMPACT_AT_F), CPK_W1(COMPACT_AT_KIND));
+}

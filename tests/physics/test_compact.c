@@ -119,6 +119,30 @@ static void rnd_state(check_rng *r, const compact_frame *fr, double lo_e, double
   s->logjp = (float)check_rng_range(r, -0.5, 0.1);
 }
 
+/* A decoded F against F = R S's format bound. */
+static void check_f(const double R[9], const double S[9], const float Fd[9], const char *what) {
+  /* F: R^T F' against S. The stored rotation is within 2^-19 a quaternion component
+   * (angle <= 4 sqrt(3) 2^-19 < 1.4e-5): R^T R' = I + W with |W|_2 <= angle leaves an
+   * antisymmetric part (W S + S W) / 2 of at most angle |S|_2 <= 3 angle max|S_ij| and tilts
+   * the symmetric part by (W (S - I) - (S - I) W) / 2, at most 3 angle max|S - I|; S - I's
+   * format adds max(2^-14 max|S - I|, 2^-22) an entry; F's float rounding 4e-7 more. */
+  double emax = 0, smax = 0;
+  for (int i = 0; i < 9; ++i) emax = fmax(emax, fabs(S[i] - (i % 4 == 0 ? 1.0 : 0.0))), smax = fmax(smax, fabs(S[i]));
+  const double angle = 4.0 * sqrt(3.0) * ldexp(1.0, -19);
+  double P[9];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) P[3 * i + j] = R[i] * Fd[j] + R[3 + i] * Fd[3 + j] + R[6 + i] * Fd[6 + j];
+  const double bs = fmax(ldexp(emax, -COMPACT_S_MAG), ldexp(1.0, COMPACT_S_EXP_MIN - COMPACT_S_MAG - 1)) + 3.0 * angle * emax + 4e-7 * smax;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      const double sym = 0.5 * (P[3 * i + j] + P[3 * j + i]), anti = 0.5 * (P[3 * i + j] - P[3 * j + i]);
+      CHECK(fabs(sym - S[3 * i + j]) <= bs, "%s: S[%d%d] %.9g -> %.9g (strain %.3g, bound %.3g)", what, i, j, S[3 * i + j], sym,
+            emax, bs);
+      CHECK(fabs(anti) <= (3.0 * angle + 4e-7) * smax, "%s: rotation: antisymmetric %.3g (bound %.3g)", what, anti,
+            3.0 * angle * smax);
+    }
+}
+
 static void test_record(check_rng *r) {
   const double o[3][3] = {{-0.03, -0.03, -0.03}, {-2.0, -1.5, -0.5}, {-52.0, 10.0, -3.0}};
   const compact_frame frames[3] = {compact_frame_make(o[0], 0.01), compact_frame_make(o[1], 1.0 / 256),
@@ -154,26 +178,18 @@ static void test_record(check_rng *r) {
         for (int q = 0; q < 9; ++q) CHECK(fabs((double)d.C[q] - s.C[q]) <= bc, "C %.9g -> %.9g", s.C[q], d.C[q]);
         CHECK(fabs((double)d.logjp - s.logjp) <= ldexp(fabs((double)s.logjp), -11) + ldexp(1.0, -25), "logjp %.9g -> %.9g",
               s.logjp, d.logjp);
-        /* F: R^T F' against S. The stored rotation is within 2^-19 a quaternion component
-         * (angle <= 4 sqrt(3) 2^-19 < 1.4e-5): R^T R' = I + W with |W|_2 <= angle leaves an
-         * antisymmetric part (W S + S W) / 2 of at most angle |S|_2 <= 3 angle max|S_ij| and tilts
-         * the symmetric part by (W (S - I) - (S - I) W) / 2, at most 3 angle max|S - I|; S - I's
-         * format adds max(2^-14 max|S - I|, 2^-22) an entry; F's float rounding 4e-7 more. */
-        double emax = 0, smax = 0;
-        for (int i = 0; i < 9; ++i) emax = fmax(emax, fabs(S[i] - (i % 4 == 0 ? 1.0 : 0.0))), smax = fmax(smax, fabs(S[i]));
-        const double angle = 4.0 * sqrt(3.0) * ldexp(1.0, -19);
-        double P[9];
-        for (int i = 0; i < 3; ++i)
-          for (int j = 0; j < 3; ++j) P[3 * i + j] = R[i] * d.F[j] + R[3 + i] * d.F[3 + j] + R[6 + i] * d.F[6 + j];
-        const double bs = fmax(ldexp(emax, -COMPACT_S_MAG), ldexp(1.0, COMPACT_S_EXP_MIN - COMPACT_S_MAG - 1)) + 3.0 * angle * emax + 4e-7 * smax;
-        for (int i = 0; i < 3; ++i)
-          for (int j = 0; j < 3; ++j) {
-            const double sym = 0.5 * (P[3 * i + j] + P[3 * j + i]), anti = 0.5 * (P[3 * i + j] - P[3 * j + i]);
-            CHECK(fabs(sym - S[3 * i + j]) <= bs, "S[%d%d] %.9g -> %.9g (strain %.3g, bound %.3g)", i, j, S[3 * i + j], sym,
-                  emax, bs);
-            CHECK(fabs(anti) <= (3.0 * angle + 4e-7) * smax, "rotation: antisymmetric %.3g (bound %.3g)", anti,
-                  3.0 * angle * smax);
-          }
+        check_f(R, S, d.F, "encode");
+        /* F's rotation found from a start near it (compact_encode_from, the CUDA packets' way):
+         * the same bounds */
+        double q0[4];
+        compact_record_q(&rec, q0);
+        for (int k = 0; k < 4; ++k) q0[k] += check_rng_range(r, -0.01, 0.01);
+        compact_record recw;
+        compact_state dw;
+        compact_encode_from(fr, blk, &s, kind, id, &recw, q0, &dw);
+        check_f(R, S, dw.F, "encode_from");
+        compact_decode(fr, blk, &recw, &d2, &k2, &id2);
+        CHECK(!memcmp(&dw, &d2, sizeof dw), "compact_encode_from: its decode is not the record's");
         /* idempotency: the decoded state encodes to a code that decodes to it bitwise */
         compact_record rec2;
         compact_encode(fr, blk, &d, kind, id, &rec2);
@@ -214,6 +230,107 @@ static void test_blocks(check_rng *r) {
   }
 }
 
+/* compact_set_f: the record's F and logjp within their bounds and as compact_round_f keeps them,
+ * every other bit as it was; compact_rebase_x: the same positions from another block, the other bits untouched, and a
+ * block too far refused. */
+static void test_parts(check_rng *r) {
+  const double o[3] = {-0.5, -0.5, -0.5};
+  const compact_frame fr = compact_frame_make(o, 1.0 / 128);
+  int far = 0;
+  for (int t = 0; t < 5000; ++t) {
+    compact_state s, s2;
+    double R[9], S[9];
+    rnd_state(r, &fr, -4, -2, &s, R, S);
+    rnd_state(r, &fr, -4, -2, &s2, R, S); /* another F and logjp */
+    int32_t own[3], other[3];
+    compact_x_block(&fr, s.x, own);
+    compact_record a, b;
+    compact_encode(&fr, own, &s, 1234u, 0x123456789abcull, &a);
+    b = a;
+    compact_set_f(&b, s2.F, s2.logjp);
+    compact_state da, db;
+    uint32_t ka, kb;
+    uint64_t ia, ib;
+    compact_decode(&fr, own, &a, &da, &ka, &ia);
+    compact_decode(&fr, own, &b, &db, &kb, &ib);
+    /* F within its bound (its rotation found from the record's, far from it here); a fixed point
+     * of compact_round_f (the SVD's way); logjp rounded as compact_round_f rounds it */
+    check_f(R, S, db.F, "set_f");
+    float F[9], jp = s2.logjp;
+    memcpy(F, db.F, sizeof F);
+    compact_round_f(F, &jp);
+    CHECK(!memcmp(db.F, F, sizeof F) && db.logjp == jp, "set_f: F or logjp not a fixed point of compact_round_f");
+    CHECK(!memcmp(da.x, db.x, sizeof da.x) && !memcmp(da.v, db.v, sizeof da.v) && !memcmp(da.C, db.C, sizeof da.C) &&
+              ka == kb && ia == ib,
+          "set_f changed another field");
+    for (int k = 0; k < COMPACT_WORDS; ++k) {
+      const int lo = 32 * k, hi = lo + 32; /* the bits outside [AT_F, AT_KIND) of word k */
+      uint32_t keep = 0xffffffffu;
+      for (int bit = lo; bit < hi; ++bit)
+        if (bit >= COMPACT_AT_F && bit < COMPACT_AT_KIND) keep &= ~(1u << (bit - lo));
+      CHECK((a.w[k] & keep) == (b.w[k] & keep), "set_f: word %d changed outside F and logjp", k);
+    }
+    /* -4..4 blocks: the range [-2^21 q, 2^21 q) is more than 8 cells and at most 16 (q in (dx 2^-18,
+     * dx 2^-17]): a block's move always fits, four blocks down never */
+    const int step = (int)(check_rng_u32(r) % 9) - 4;
+    for (int q = 0; q < 3; ++q) other[q] = own[q] + (q == (t % 3) ? step : 0);
+    compact_record c = b;
+    if (compact_rebase_x(&fr, &c, own, other)) {
+      ++far;
+      CHECK(!memcmp(&c, &b, sizeof c), "a refused rebase changed the record");
+      CHECK(step < -1 || step > 1, "a rebase by %d blocks refused", step);
+      continue;
+    }
+    CHECK(step != -4, "a rebase by four blocks down was not refused");
+    compact_state dc;
+    uint32_t kc;
+    uint64_t ic;
+    compact_decode(&fr, other, &c, &dc, &kc, &ic);
+    CHECK(!memcmp(dc.x, db.x, sizeof dc.x), "rebase: x %.9g from block %d against %.9g", dc.x[0], other[0], db.x[0]);
+    CHECK(!memcmp(dc.v, db.v, sizeof dc.v) && !memcmp(dc.F, db.F, sizeof dc.F) && kc == kb && ic == ib,
+          "rebase changed another field");
+  }
+  CHECK(far > 0, "no rebase was refused");
+}
+
+/* compact_polar_q_ on F = R S (R and S drawn here, S positive definite): from a start near R (a
+ * step's turn, up to about 0.06 rad) it accepts R within float noise wherever |S - I| <= 0.3; from
+ * any start, what it accepts is R (the rest it leaves to the SVD). */
+static void test_polar(check_rng *r) {
+  int accepted_far = 0;
+  for (int t = 0; t < 40000; ++t) {
+    const int near = t % 2 == 0;
+    double q[4], n;
+    do {
+      n = 0;
+      for (int k = 0; k < 4; ++k) q[k] = check_rng_range(r, -1, 1), n += q[k] * q[k];
+    } while (n < 1e-4 || n > 1);
+    for (int k = 0; k < 4; ++k) q[k] /= sqrt(n);
+    double R[9];
+    compact_q_rotation_(q, R);
+    const double bound = near ? 0.3 : 0.8, le = check_rng_range(r, -6, log10(bound));
+    double E[6], fro = 0;
+    for (int i = 0; i < 6; ++i) E[i] = rnd_mag(r, le - 1, le), fro += (i < 3 ? 1 : 2) * E[i] * E[i];
+    for (int i = 0; i < 6 && fro > bound * bound; ++i) E[i] *= bound / sqrt(fro);
+    const double S[9] = {1 + E[0], E[3], E[4], E[3], 1 + E[1], E[5], E[4], E[5], 1 + E[2]};
+    float F[9];
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j)
+        F[3 * i + j] = (float)(R[3 * i] * S[j] + R[3 * i + 1] * S[3 + j] + R[3 * i + 2] * S[6 + j]);
+    double q0[4];
+    for (int k = 0; k < 4; ++k) q0[k] = near ? q[k] + check_rng_range(r, -0.015, 0.015) : check_rng_range(r, -1, 1);
+    const int ok = compact_polar_q_(F, q0);
+    if (near) CHECK(ok, "a start near the rotation declined (|S - I| %.3g)", sqrt(fro));
+    if (!ok) continue;
+    accepted_far += !near;
+    double Rq[9], e = 0;
+    compact_q_rotation_(q0, Rq);
+    for (int i = 0; i < 9; ++i) e = fmax(e, fabs(Rq[i] - R[i]));
+    CHECK(e <= 1e-6, "%s start: a rotation %.3g from F's accepted", near ? "a near" : "a far", e);
+  }
+  printf("test_compact: polar rotations from far starts: %d of 20000 accepted\n", accepted_far);
+}
+
 int main(void) {
   check_rng r = {20261203};
   CHECK(sizeof(compact_record) == 60, "a record is %zu B", sizeof(compact_record));
@@ -223,5 +340,7 @@ int main(void) {
   test_half(&r);
   test_record(&r);
   test_blocks(&r);
+  test_parts(&r);
+  test_polar(&r);
   return check_summary("test_compact");
 }
