@@ -13,7 +13,7 @@ the column's runout and final height within the tolerance of Lube et al.'s laws;
 front no further behind Martin & Moyce's than the tolerance and not ahead of Ritter's. (The beam
 has its own test, csm3.py --check.)
 
-Published references (full citations in docs/validation.md):
+Published references (full citations in docs/validation.md, the columns' in docs/validation-columns.md):
 - Column, 2D (Lube, Huppert, Sparks & Freundt 2005, Phys. Rev. E 72, 041301):
   runout (L_inf - L0)/L0 = 1.2 a for a < 1.8 and 1.9 a^(2/3) for a > 2.8 (between: a transition);
   final height H_inf/L0 = a for a < 1.15 and a^(2/5) above.

@@ -47,7 +47,7 @@ E_OVER_RHO_G_H0 = 100.0
 # The drucker_prager cone's Mohr-Coulomb match (docs/scene-format.md): every column is written with
 # each fit, the case name taking the suffix ("compression" is drift's default).
 FITS = {"compression": "", "plane_strain": "_ps"}
-# Two parts of the laboratory's setup the quasi-2D slab leaves out (docs/validation.md, "Why the
+# Two parts of the laboratory's setup the quasi-2D slab leaves out (docs/validation-columns.md, "Why the
 # short columns overshoot"), each written for the short columns with the plane-strain fit, where
 # the runouts overshoot (case suffix _ps_gate, _ps_walls). Neither figure was read in Lube et
 # al. (2005): they are a hand's quick pull and a common sand on acrylic, stated as assumptions.
@@ -61,10 +61,10 @@ CHANNEL_W = L0
 WALL_FRICTION = math.tan(math.radians(20.0))
 # "lube" (case suffix _lube, every a, plane-strain fit): the sand and the floor at the angle of
 # repose quoted for Lube et al. (2005)'s fine quartz sand (their Tables I and II as a public
-# project's test quotes them; the paper itself was not read: docs/validation.md, "The
+# project's test quotes them; the paper itself was not read: docs/validation-columns.md, "The
 # experiment's figures"). The floor keeps basal friction = internal friction: the same quote has a
 # layer of grains settle on the floor, the flow running over it. (A sticky floor, the other reading
-# of that quote, gives runouts within 8% of these; docs/validation.md, "The floor, the stiffness
+# of that quote, gives runouts within 8% of these; docs/validation-columns.md, "The floor, the stiffness
 # and the sand's strength".)
 LUBE_PHI = 29.5  # degrees
 # The "lube" sand's Young's modulus: a real sand's, the same for every a (10 MPa, the figure of
@@ -74,7 +74,7 @@ LUBE_PHI = 29.5  # degrees
 # which against its constrained wave speed (11.6 sqrt(g H0) at 100 rho g H0, nu 0.3) is an elastic
 # compression of about 12%, and the cone has no cap, so what the impact stores elastically can come
 # back as spreading (the likely mechanism, not measured apart). At 10 MPa that strain is 1% (a = 0.5) to 4% (a = 8); the runouts it changes
-# are measured in docs/validation.md, "The floor, the stiffness and the sand's strength" (14-19%
+# are measured in docs/validation-columns.md, "The floor, the stiffness and the sand's strength" (14-19%
 # shorter at 10 cells across L0 for a <= 4, an effect that fades as the cell shrinks). The step is
 # the elastic wave's: 3 (a = 8) to 11 (a = 0.5) times the steps of E_OVER_RHO_G_H0.
 LUBE_E = 10.0e6  # Pa
