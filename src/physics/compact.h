@@ -87,8 +87,7 @@ typedef struct compact_record {
 typedef struct compact_frame {
   double origin[3];
   double dx;
-  double q;     /* a power of two, metres: dx 2^-18 < q <= dx 2^-17 */
-  double inv_q; /* 1 / q, exact: a division by q is this product bit for bit (no double division) */
+  double q; /* a power of two, metres: dx 2^-18 < q <= dx 2^-17 */
 } compact_frame;
 
 DR_HD compact_frame compact_frame_make(const double origin[3], double dx) {
@@ -98,7 +97,6 @@ DR_HD compact_frame compact_frame_make(const double origin[3], double dx) {
   int e;
   frexp(dx, &e); /* dx in [2^(e-1), 2^e) */
   f.q = ldexp(1.0, e - 1 - COMPACT_X_FRAC);
-  f.inv_q = ldexp(1.0, COMPACT_X_FRAC + 1 - e);
   return f;
 }
 
@@ -187,11 +185,11 @@ DR_HD float compact_half_decode_(uint32_t h) {
 /* ---- positions ---------------------------------------------------------------------------- */
 
 /* The lattice coordinate of x: x / q rounded (exact where q divides x: a power of two). */
-DR_HD int64_t compact_x_units_(const compact_frame *f, float x) { return (int64_t)llrint((double)x * f->inv_q); }
+DR_HD int64_t compact_x_units_(const compact_frame *f, float x) { return (int64_t)llrint((double)x / f->q); }
 
 /* The lattice coordinate of particle block b's origin along axis a (rounded down). */
 DR_HD int64_t compact_x_base_(const compact_frame *f, int a, int32_t b) {
-  return (int64_t)floor((f->origin[a] + 4.0 * f->dx * (double)b) * f->inv_q);
+  return (int64_t)floor((f->origin[a] + 4.0 * f->dx * (double)b) / f->q);
 }
 
 DR_HD float compact_x_float_(const compact_frame *f, int64_t u) { return (float)((double)u * f->q); }
@@ -443,23 +441,16 @@ DR_HD void compact_decode_x(const compact_frame *f, const int32_t blk[3], const 
     x[a] = compact_x_float_(f, compact_x_base_(f, a, blk[a]) + compact_get_signed_(w, &pos, COMPACT_X_BITS));
 }
 
-/* The velocity of a record. */
-DR_HD void compact_decode_v(const compact_record *r, float v[3]) {
-  int pos = COMPACT_AT_V;
-  int32_t m[3];
-  const int k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
-  for (int i = 0; i < 3; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_V_MAG + 1);
-  compact_se_decode_(m, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, k, v);
-}
-
 /* The state, kind and id's low 48 bits of a record whose positions are measured from blk. */
 DR_HD void compact_decode(const compact_frame *f, const int32_t blk[3], const compact_record *r, compact_state *s,
                           uint32_t *kind, uint64_t *id) {
   compact_decode_x(f, blk, r->w, s->x);
-  compact_decode_v(r, s->v);
-  int pos = COMPACT_AT_C;
+  int pos = COMPACT_BITS_X;
   int32_t m[9];
   int k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
+  for (int i = 0; i < 3; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_V_MAG + 1);
+  compact_se_decode_(m, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, k, s->v);
+  k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
   for (int i = 0; i < 9; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_C_MAG + 1);
   compact_se_decode_(m, 9, COMPACT_C_MAG, COMPACT_EXP_MIN, k, s->C);
   compact_f_code fc;
@@ -478,12 +469,18 @@ DR_HD int compact_same_(const compact_record *a, const compact_record *b) {
 }
 
 /* compact_encode from a warm start (a unit quaternion near F's rotation: the particle's stored one,
- * compact_record_q; NULL: the SVD's). */
+ * compact_record_q; NULL: the SVD's), and the decode of the code kept into dec where not NULL
+ * (it may be s). */
 DR_HD int compact_encode_from(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
-                              uint64_t id, compact_record *r, const double *warm) {
+                              uint64_t id, compact_record *r, const double *warm, compact_state *dec) {
   compact_f_code fc;
   const int changed = compact_f_fixed_(s->F, &fc, warm);
   compact_encode_with_f_(f, blk, s, &fc, kind, id, r);
+  if (dec) {
+    uint32_t kd;
+    uint64_t idd;
+    compact_decode(f, blk, r, dec, &kd, &idd);
+  }
   return changed;
 }
 
@@ -494,7 +491,7 @@ DR_HD int compact_encode_from(const compact_frame *f, const int32_t blk[3], cons
  * counts them). */
 DR_HD int compact_encode(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
                          uint64_t id, compact_record *r) {
-  return compact_encode_from(f, blk, s, kind, id, r, NULL);
+  return compact_encode_from(f, blk, s, kind, id, r, NULL, NULL);
 }
 
 /* ---- parts of a record (the CUDA packets' write-backs and moves) ------------------------------ */
