@@ -434,18 +434,14 @@ DR_HD void compact_encode_with_f_(const compact_frame *f, const int32_t blk[3], 
   compact_put_(r->w, &pos, COMPACT_ID_BITS - 32, (uint32_t)(id >> 32));
 }
 
-/* The positions of a record (its first words w) measured from blk. */
-DR_HD void compact_decode_x(const compact_frame *f, const int32_t blk[3], const uint32_t *w, float x[3]) {
-  int pos = 0;
-  for (int a = 0; a < 3; ++a)
-    x[a] = compact_x_float_(f, compact_x_base_(f, a, blk[a]) + compact_get_signed_(w, &pos, COMPACT_X_BITS));
-}
-
 /* The state, kind and id's low 48 bits of a record whose positions are measured from blk. */
 DR_HD void compact_decode(const compact_frame *f, const int32_t blk[3], const compact_record *r, compact_state *s,
                           uint32_t *kind, uint64_t *id) {
-  compact_decode_x(f, blk, r->w, s->x);
-  int pos = COMPACT_BITS_X;
+  int pos = 0;
+  for (int a = 0; a < 3; ++a) {
+    const int64_t o = compact_get_signed_(r->w, &pos, COMPACT_X_BITS);
+    s->x[a] = compact_x_float_(f, compact_x_base_(f, a, blk[a]) + o);
+  }
   int32_t m[9];
   int k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
   for (int i = 0; i < 3; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_V_MAG + 1);
