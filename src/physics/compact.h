@@ -39,11 +39,9 @@
  * decode lies at its code's centre within a known rounding noise, below a quarter of the code's
  * step (positions: none, the lattice and the floats nest; v, C: exact decode and the least
  * exponent that holds the values; F: R's float noise about 1e-7 against a step of 3.8e-6, S's at
- * most 2.1e-7 against a step of at least 4.8e-7). The positions', v's, C's and logjp's codes are
- * fixed points of decode-then-encode exactly (their decodes are the codes' own values, and v's
- * and C's exponents the least that hold them); F's is not where a value sits on a rounding
- * boundary, so compact_encode re-encodes F's decode until its code is a fixed point (at most
- * twice more), which makes the round trip a projection. F's rotation comes from the SVD (polar_r) where
+ * most 2.1e-7 against a step of at least 4.8e-7); compact_encode then re-encodes its own decode
+ * until the code is a fixed point (at most twice more), which makes the round trip a projection
+ * also where a value sits on a rounding boundary. F's rotation comes from the SVD (polar_r) where
  * nothing is known of it, else from a start near it (the code's own rotation in those passes,
  * the particle's stored one where a CUDA packet rewrites its record) by compact_polar_q_: the
  * same rotation within float noise, far below the quaternion's step, without a 3x3 SVD.
@@ -350,7 +348,7 @@ typedef struct compact_state {
   float x[3], v[3], C[9], F[9], logjp;
 } compact_state;
 
-/* Each field's first bit (compact_encode_with_f_'s order). */
+/* Each field's first bit (compact_encode_once_'s order). */
 #define COMPACT_AT_V COMPACT_BITS_X
 #define COMPACT_AT_C (COMPACT_AT_V + COMPACT_BITS_V)
 #define COMPACT_AT_F (COMPACT_AT_C + COMPACT_BITS_C)
@@ -391,9 +389,8 @@ DR_HD void compact_record_q(const compact_record *r, double q[4]) {
 /* F's code and a fixed point of decode-then-encode (at most twice more: the header's
  * idempotency); warm as compact_f_encode_'s. Each re-encoding starts from the code's own
  * rotation, which is its decode's polar rotation to float noise. */
-DR_HD int compact_f_fixed_(const float F[9], compact_f_code *c, const double *warm) {
+DR_HD void compact_f_fixed_(const float F[9], compact_f_code *c, const double *warm) {
   compact_f_encode_(F, c, warm);
-  int changed = 0;
   for (int it = 0; it < 2; ++it) {
     float Fd[9];
     double q[4];
@@ -403,15 +400,13 @@ DR_HD int compact_f_fixed_(const float F[9], compact_f_code *c, const double *wa
     compact_f_encode_(Fd, &c2, q);
     if (compact_f_same_(c, &c2)) break;
     *c = c2;
-    ++changed;
   }
-  return changed;
 }
 
-/* The record of s with F's code fc (s->F is not read): blk is the particle block x is measured
- * from. */
-DR_HD void compact_encode_with_f_(const compact_frame *f, const int32_t blk[3], const compact_state *s,
-                                  const compact_f_code *fc, uint32_t kind, uint64_t id, compact_record *r) {
+/* One encoding, no fixed-point pass: blk is the particle block x is measured from; warm as
+ * compact_f_encode_'s. */
+DR_HD void compact_encode_once_(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
+                                uint64_t id, compact_record *r, const double *warm) {
   for (int k = 0; k < COMPACT_WORDS; ++k) r->w[k] = 0;
   int pos = 0;
   const int64_t lim = (int64_t)1 << (COMPACT_X_BITS - 1);
@@ -427,7 +422,9 @@ DR_HD void compact_encode_with_f_(const compact_frame *f, const int32_t blk[3], 
   k = compact_se_encode_(s->C, 9, COMPACT_C_MAG, COMPACT_EXP_MIN, m);
   compact_put_(r->w, &pos, COMPACT_EXP_BITS, (uint32_t)k);
   for (int i = 0; i < 9; ++i) compact_put_signed_(r->w, &pos, COMPACT_C_MAG + 1, m[i]);
-  compact_f_put_(r->w, &pos, fc);
+  compact_f_code fc;
+  compact_f_encode_(s->F, &fc, warm);
+  compact_f_put_(r->w, &pos, &fc);
   compact_put_(r->w, &pos, 16, compact_half_encode_(s->logjp));
   compact_put_(r->w, &pos, 16, kind);
   compact_put_(r->w, &pos, 32, (uint32_t)id);
@@ -469,22 +466,35 @@ DR_HD int compact_same_(const compact_record *a, const compact_record *b) {
  * (it may be s). */
 DR_HD int compact_encode_from(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
                               uint64_t id, compact_record *r, const double *warm, compact_state *dec) {
-  compact_f_code fc;
-  const int changed = compact_f_fixed_(s->F, &fc, warm);
-  compact_encode_with_f_(f, blk, s, &fc, kind, id, r);
+  compact_encode_once_(f, blk, s, kind, id, r, warm);
+  int changed = 0, decoded = 0;
+  compact_state d;
+  uint32_t kd;
+  uint64_t idd;
+  for (int it = 0; it < 2; ++it) {
+    double q[4];
+    compact_decode(f, blk, r, &d, &kd, &idd);
+    compact_record_q(r, q);
+    compact_record r2;
+    compact_encode_once_(f, blk, &d, kind, id, &r2, q);
+    if (compact_same_(r, &r2)) {
+      decoded = 1;
+      break;
+    }
+    *r = r2;
+    ++changed;
+  }
   if (dec) {
-    uint32_t kd;
-    uint64_t idd;
-    compact_decode(f, blk, r, dec, &kd, &idd);
+    if (!decoded) compact_decode(f, blk, r, &d, &kd, &idd);
+    *dec = d;
   }
   return changed;
 }
 
-/* Encodes a particle's state (kind < 2^16; the id's low 48 bits are kept), F's code re-encoded
- * from its own decode until it is a fixed point of decode-then-encode (at most twice more: see
- * the header's idempotency; the other fields' codes are fixed points by construction). Returns
- * the passes beyond the first that changed the code (0 almost always; tests/physics/test_compact.c
- * counts them). */
+/* Encodes a particle's state (kind < 2^16; the id's low 48 bits are kept), then its own decode
+ * again until the code is a fixed point of decode-then-encode (at most twice more: see the
+ * header's idempotency). Returns the passes beyond the first that changed the code (0 almost
+ * always; tests/physics/test_compact.c counts them). */
 DR_HD int compact_encode(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
                          uint64_t id, compact_record *r) {
   return compact_encode_from(f, blk, s, kind, id, r, NULL, NULL);
