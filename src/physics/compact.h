@@ -210,15 +210,13 @@ typedef struct compact_f_code {
 /* The unit quaternion (w, x, y, z) of a code (double, the decode's, so that encoding and decoding
  * agree). */
 DR_HD void compact_q_of_code_(const compact_f_code *c, double q[4]) {
-  /* by selects, not by indices: a quaternion indexed by iq would live in a kernel's local memory */
-  const double a = (double)c->q[0] * (1.0 / 262144.0), b = (double)c->q[1] * (1.0 / 262144.0),
-               d = (double)c->q[2] * (1.0 / 262144.0), ss = a * a + b * b + d * d;
-  const double big = sqrt(ss < 1.0 ? 1.0 - ss : 0.0);
-  const int iq = c->iq;
-  q[0] = iq == 0 ? big : a;
-  q[1] = iq == 0 ? a : iq == 1 ? big : b;
-  q[2] = iq <= 1 ? b : iq == 2 ? big : d;
-  q[3] = iq == 3 ? big : d;
+  double ss = 0.0;
+  for (int k = 0, j = 0; k < 4; ++k) {
+    if (k == c->iq) continue;
+    q[k] = (double)c->q[j++] * (1.0 / 262144.0);
+    ss += q[k] * q[k];
+  }
+  q[c->iq] = sqrt(ss < 1.0 ? 1.0 - ss : 0.0);
 }
 
 /* The rotation matrix of a unit quaternion (w, x, y, z). */
@@ -308,17 +306,13 @@ DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *
   }
   double nq = sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
   if (!(nq > 0.0)) q[0] = 1.0, q[1] = q[2] = q[3] = 0.0, nq = 1.0;
-  /* the largest component (the first of equals) dropped, the others kept in order: by selects, as
-   * compact_q_of_code_ */
   int iq = 0;
-  double big = fabs(q[0]), qi = q[0];
-  if (fabs(q[1]) > big) iq = 1, big = fabs(q[1]), qi = q[1];
-  if (fabs(q[2]) > big) iq = 2, big = fabs(q[2]), qi = q[2];
-  if (fabs(q[3]) > big) iq = 3, qi = q[3];
-  const double sg = qi < 0.0 ? -1.0 : 1.0;
-  const double o[3] = {iq == 0 ? q[1] : q[0], iq <= 1 ? q[2] : q[1], iq <= 2 ? q[3] : q[2]};
+  for (int k = 1; k < 4; ++k)
+    if (fabs(q[k]) > fabs(q[iq])) iq = k;
+  const double sg = q[iq] < 0.0 ? -1.0 : 1.0;
   c->iq = iq;
-  for (int j = 0; j < 3; ++j) c->q[j] = (int32_t)llrint(sg * o[j] / nq * 262144.0); /* |.| <= 2^-1/2: fits 19 bits */
+  for (int k = 0, j = 0; k < 4; ++k)
+    if (k != iq) c->q[j++] = (int32_t)llrint(sg * q[k] / nq * 262144.0); /* |.| <= 2^-1/2: fits 19 bits */
   /* S = R_q^T F with the quantized rotation, so that a decoded F gives back S within F's rounding */
   double R[9];
   compact_q_matrix_(c, R);
