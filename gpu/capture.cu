@@ -58,12 +58,8 @@ __device__ static inline void capture_compact_lane(const uint32_t *pk, const int
                                                    const uint64_t *own, const compact_kind *kinds,
                                                    const compact_frame &f, const uint64_t *pid, size_t p, int lane,
                                                    size_t row, int32_t owner, const capture_out &out) {
-  compact_record r;
-  cpk_read(pk, p, lane, &r);
-  int32_t blk[3];
-  cpk_block(hdr, pb_coord, own, p, lane, blk);
   cpk_particle c;
-  cpk_decode(&f, blk, &r, kinds, &c);
+  cpk_load(pk, hdr, pb_coord, own, kinds, &f, p, lane, &c);
   for (int a = 0; a < 3; ++a) {
     if (out.x) out.x[3 * row + a] = c.s.x[a];
     if (out.v) out.v[3 * row + a] = c.s.v[a];

@@ -57,12 +57,8 @@ __global__ void k_compact_records_out(size_t n_slots, const uint32_t *__restrict
   const int lane = (int)(i % 32);
   if (!flag && lane >= hdr[p].y) return;
   if (gone) gone[i] = 1;
-  compact_record r;
-  cpk_read(pk, p, lane, &r);
-  int32_t blk[3];
-  cpk_block(hdr, pb_coord, own, p, lane, blk);
   cpk_particle c;
-  cpk_decode(&f, blk, &r, kinds, &c);
+  cpk_load(pk, hdr, pb_coord, own, kinds, &f, p, lane, &c);
   uint32_t *q = rec + (size_t)(flag ? upto[i] - 1 : i) * REC_WORDS;
   for (int a = 0; a < 3; ++a) q[REC_x + a] = __float_as_uint(c.s.x[a]), q[REC_v + a] = __float_as_uint(c.s.v[a]);
   for (int a = 0; a < 9; ++a) q[REC_C + a] = __float_as_uint(c.s.C[a]), q[REC_F + a] = __float_as_uint(c.s.F[a]);

@@ -74,6 +74,28 @@ __device__ __forceinline__ void cpk_decode(const compact_frame *f, const int32_t
   o->mass = k.mass, o->vol0 = k.vol0, o->material = k.material;
 }
 
+/* Slot (p, lane)'s record r, the block blk it is measured from (cpk_block) and its positions. */
+__device__ __forceinline__ void cpk_load_x(const uint32_t *__restrict__ pk, const int2 *__restrict__ hdr,
+                                           const int32_t *__restrict__ pb_coord, const uint64_t *__restrict__ own,
+                                           const compact_frame *f, size_t p, int lane, compact_record *r,
+                                           int32_t blk[3], float x[3]) {
+  cpk_read(pk, p, lane, r);
+  cpk_block(hdr, pb_coord, own, p, lane, blk);
+  compact_decode_x(f, blk, r->w, x);
+}
+
+/* Slot (p, lane)'s whole state, measured from its block (cpk_block). */
+__device__ __forceinline__ void cpk_load(const uint32_t *__restrict__ pk, const int2 *__restrict__ hdr,
+                                         const int32_t *__restrict__ pb_coord, const uint64_t *__restrict__ own,
+                                         const compact_kind *__restrict__ kinds, const compact_frame *f, size_t p,
+                                         int lane, cpk_particle *o) {
+  compact_record r;
+  cpk_read(pk, p, lane, &r);
+  int32_t blk[3];
+  cpk_block(hdr, pb_coord, own, p, lane, blk);
+  cpk_decode(f, blk, &r, kinds, o);
+}
+
 /* compact_io.cu's kernels: records into packets and back (their comments there). */
 __global__ void k_compact_records_in(size_t m, size_t add_packets, const uint32_t *__restrict__ rec, compact_frame f,
                                      uint32_t *__restrict__ pk, uint64_t *__restrict__ pid, int2 *__restrict__ hdr,

@@ -163,10 +163,12 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
           for (int a = 0; a < 3; ++a) cp.s.x[a] = x[a], cp.s.v[a] = v[a];
           double q[4]; /* F's rotation found from the one stored (rec: the record read above) */
           compact_record_q(&rec, q);
-          compact_encode_from(&cv.f, P, &cp.s, cp.kind, cp.id48, &rec, q, &cp.s); /* cp.s: what is kept */
+          compact_encode_from(&cv.f, P, &cp.s, cp.kind, cp.id48, &rec, q);
           cpk_write(reinterpret_cast<uint32_t *>(pk), p, lane, &rec, 0, COMPACT_WORDS);
+          compact_decode_x(&cv.f, P, rec.w, x); /* the speed and zone of what is kept */
+          compact_decode_v(&rec, v);
           sp2 = 0.0f;
-          for (int a = 0; a < 3; ++a) x[a] = cp.s.x[a], v[a] = cp.s.v[a], sp2 += v[a] * v[a];
+          for (int a = 0; a < 3; ++a) sp2 += v[a] * v[a];
         }
         speed_bits = __float_as_uint(sqrtf(sp2));
         for (int a = 0; a < 3; ++a) {

@@ -194,9 +194,7 @@ __device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, 
     float x[3];
     if (CPK) { /* the positions' 66 bits: words 0-2 */
       const uint32_t w[3] = {words[lane], words[LANES + lane], words[2 * LANES + lane]};
-      int pos = 0;
-      for (int a = 0; a < 3; ++a)
-        x[a] = compact_x_float_(&cv.f, compact_x_base_(&cv.f, a, P[a]) + compact_get_signed_(w, &pos, COMPACT_X_BITS));
+      compact_decode_x(&cv.f, P, w, x);
     } else {
       for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES + lane];
     }

@@ -40,13 +40,9 @@ __global__ static void k_leave_compact(size_t n_slots, const uint32_t *pk, const
   uint32_t out = 0;
   if (lane < hdr[p].y && !(i < n_gone && gone[i])) {
     compact_record r;
-    cpk_read(pk, p, lane, &r);
     int32_t blk[3];
-    cpk_block(hdr, pb_coord, own, p, lane, blk);
-    int pos = 0;
     float x[3];
-    for (int a = 0; a < 3; ++a)
-      x[a] = compact_x_float_(&f, compact_x_base_(&f, a, blk[a]) + compact_get_signed_(r.w, &pos, COMPACT_X_BITS));
+    cpk_load_x(pk, hdr, pb_coord, own, &f, p, lane, &r, blk, x);
     const int b0 = bspline_base((x[0] - origin.x) * inv_dx) >> 2;
     const int b1 = bspline_base((x[1] - origin.y) * inv_dx) >> 2;
     const int b2 = bspline_base((x[2] - origin.z) * inv_dx) >> 2;

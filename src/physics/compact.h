@@ -39,9 +39,11 @@
  * decode lies at its code's centre within a known rounding noise, below a quarter of the code's
  * step (positions: none, the lattice and the floats nest; v, C: exact decode and the least
  * exponent that holds the values; F: R's float noise about 1e-7 against a step of 3.8e-6, S's at
- * most 2.1e-7 against a step of at least 4.8e-7); compact_encode then re-encodes its own decode
- * until the code is a fixed point (at most twice more), which makes the round trip a projection
- * also where a value sits on a rounding boundary. F's rotation comes from the SVD (polar_r) where
+ * most 2.1e-7 against a step of at least 4.8e-7). The positions', v's, C's and logjp's codes are
+ * fixed points of decode-then-encode exactly (their decodes are the codes' own values, and v's
+ * and C's exponents the least that hold them); F's is not where a value sits on a rounding
+ * boundary, so compact_encode re-encodes F's decode until its code is a fixed point (at most
+ * twice more), which makes the round trip a projection. F's rotation comes from the SVD (polar_r) where
  * nothing is known of it, else from a start near it (the code's own rotation in those passes,
  * the particle's stored one where a CUDA packet rewrites its record) by compact_polar_q_: the
  * same rotation within float noise, far below the quaternion's step, without a 3x3 SVD.
@@ -85,7 +87,8 @@ typedef struct compact_record {
 typedef struct compact_frame {
   double origin[3];
   double dx;
-  double q; /* a power of two, metres: dx 2^-18 < q <= dx 2^-17 */
+  double q;     /* a power of two, metres: dx 2^-18 < q <= dx 2^-17 */
+  double inv_q; /* 1 / q, exact: a division by q is this product bit for bit (no double division) */
 } compact_frame;
 
 DR_HD compact_frame compact_frame_make(const double origin[3], double dx) {
@@ -95,6 +98,7 @@ DR_HD compact_frame compact_frame_make(const double origin[3], double dx) {
   int e;
   frexp(dx, &e); /* dx in [2^(e-1), 2^e) */
   f.q = ldexp(1.0, e - 1 - COMPACT_X_FRAC);
+  f.inv_q = ldexp(1.0, COMPACT_X_FRAC + 1 - e);
   return f;
 }
 
@@ -183,11 +187,11 @@ DR_HD float compact_half_decode_(uint32_t h) {
 /* ---- positions ---------------------------------------------------------------------------- */
 
 /* The lattice coordinate of x: x / q rounded (exact where q divides x: a power of two). */
-DR_HD int64_t compact_x_units_(const compact_frame *f, float x) { return (int64_t)llrint((double)x / f->q); }
+DR_HD int64_t compact_x_units_(const compact_frame *f, float x) { return (int64_t)llrint((double)x * f->inv_q); }
 
 /* The lattice coordinate of particle block b's origin along axis a (rounded down). */
 DR_HD int64_t compact_x_base_(const compact_frame *f, int a, int32_t b) {
-  return (int64_t)floor((f->origin[a] + 4.0 * f->dx * (double)b) / f->q);
+  return (int64_t)floor((f->origin[a] + 4.0 * f->dx * (double)b) * f->inv_q);
 }
 
 DR_HD float compact_x_float_(const compact_frame *f, int64_t u) { return (float)((double)u * f->q); }
@@ -210,13 +214,15 @@ typedef struct compact_f_code {
 /* The unit quaternion (w, x, y, z) of a code (double, the decode's, so that encoding and decoding
  * agree). */
 DR_HD void compact_q_of_code_(const compact_f_code *c, double q[4]) {
-  double ss = 0.0;
-  for (int k = 0, j = 0; k < 4; ++k) {
-    if (k == c->iq) continue;
-    q[k] = (double)c->q[j++] * (1.0 / 262144.0);
-    ss += q[k] * q[k];
-  }
-  q[c->iq] = sqrt(ss < 1.0 ? 1.0 - ss : 0.0);
+  /* by selects, not by indices: a quaternion indexed by iq would live in a kernel's local memory */
+  const double a = (double)c->q[0] * (1.0 / 262144.0), b = (double)c->q[1] * (1.0 / 262144.0),
+               d = (double)c->q[2] * (1.0 / 262144.0), ss = a * a + b * b + d * d;
+  const double big = sqrt(ss < 1.0 ? 1.0 - ss : 0.0);
+  const int iq = c->iq;
+  q[0] = iq == 0 ? big : a;
+  q[1] = iq == 0 ? a : iq == 1 ? big : b;
+  q[2] = iq <= 1 ? b : iq == 2 ? big : d;
+  q[3] = iq == 3 ? big : d;
 }
 
 /* The rotation matrix of a unit quaternion (w, x, y, z). */
@@ -306,13 +312,17 @@ DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *
   }
   double nq = sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
   if (!(nq > 0.0)) q[0] = 1.0, q[1] = q[2] = q[3] = 0.0, nq = 1.0;
+  /* the largest component (the first of equals) dropped, the others kept in order: by selects, as
+   * compact_q_of_code_ */
   int iq = 0;
-  for (int k = 1; k < 4; ++k)
-    if (fabs(q[k]) > fabs(q[iq])) iq = k;
-  const double sg = q[iq] < 0.0 ? -1.0 : 1.0;
+  double big = fabs(q[0]), qi = q[0];
+  if (fabs(q[1]) > big) iq = 1, big = fabs(q[1]), qi = q[1];
+  if (fabs(q[2]) > big) iq = 2, big = fabs(q[2]), qi = q[2];
+  if (fabs(q[3]) > big) iq = 3, qi = q[3];
+  const double sg = qi < 0.0 ? -1.0 : 1.0;
+  const double o[3] = {iq == 0 ? q[1] : q[0], iq <= 1 ? q[2] : q[1], iq <= 2 ? q[3] : q[2]};
   c->iq = iq;
-  for (int k = 0, j = 0; k < 4; ++k)
-    if (k != iq) c->q[j++] = (int32_t)llrint(sg * q[k] / nq * 262144.0); /* |.| <= 2^-1/2: fits 19 bits */
+  for (int j = 0; j < 3; ++j) c->q[j] = (int32_t)llrint(sg * o[j] / nq * 262144.0); /* |.| <= 2^-1/2: fits 19 bits */
   /* S = R_q^T F with the quantized rotation, so that a decoded F gives back S within F's rounding */
   double R[9];
   compact_q_matrix_(c, R);
@@ -342,7 +352,7 @@ typedef struct compact_state {
   float x[3], v[3], C[9], F[9], logjp;
 } compact_state;
 
-/* Each field's first bit (compact_encode_once_'s order). */
+/* Each field's first bit (compact_encode_with_f_'s order). */
 #define COMPACT_AT_V COMPACT_BITS_X
 #define COMPACT_AT_C (COMPACT_AT_V + COMPACT_BITS_V)
 #define COMPACT_AT_F (COMPACT_AT_C + COMPACT_BITS_C)
@@ -383,8 +393,9 @@ DR_HD void compact_record_q(const compact_record *r, double q[4]) {
 /* F's code and a fixed point of decode-then-encode (at most twice more: the header's
  * idempotency); warm as compact_f_encode_'s. Each re-encoding starts from the code's own
  * rotation, which is its decode's polar rotation to float noise. */
-DR_HD void compact_f_fixed_(const float F[9], compact_f_code *c, const double *warm) {
+DR_HD int compact_f_fixed_(const float F[9], compact_f_code *c, const double *warm) {
   compact_f_encode_(F, c, warm);
+  int changed = 0;
   for (int it = 0; it < 2; ++it) {
     float Fd[9];
     double q[4];
@@ -394,13 +405,15 @@ DR_HD void compact_f_fixed_(const float F[9], compact_f_code *c, const double *w
     compact_f_encode_(Fd, &c2, q);
     if (compact_f_same_(c, &c2)) break;
     *c = c2;
+    ++changed;
   }
+  return changed;
 }
 
-/* One encoding, no fixed-point pass: blk is the particle block x is measured from; warm as
- * compact_f_encode_'s. */
-DR_HD void compact_encode_once_(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
-                                uint64_t id, compact_record *r, const double *warm) {
+/* The record of s with F's code fc (s->F is not read): blk is the particle block x is measured
+ * from. */
+DR_HD void compact_encode_with_f_(const compact_frame *f, const int32_t blk[3], const compact_state *s,
+                                  const compact_f_code *fc, uint32_t kind, uint64_t id, compact_record *r) {
   for (int k = 0; k < COMPACT_WORDS; ++k) r->w[k] = 0;
   int pos = 0;
   const int64_t lim = (int64_t)1 << (COMPACT_X_BITS - 1);
@@ -416,28 +429,37 @@ DR_HD void compact_encode_once_(const compact_frame *f, const int32_t blk[3], co
   k = compact_se_encode_(s->C, 9, COMPACT_C_MAG, COMPACT_EXP_MIN, m);
   compact_put_(r->w, &pos, COMPACT_EXP_BITS, (uint32_t)k);
   for (int i = 0; i < 9; ++i) compact_put_signed_(r->w, &pos, COMPACT_C_MAG + 1, m[i]);
-  compact_f_code fc;
-  compact_f_encode_(s->F, &fc, warm);
-  compact_f_put_(r->w, &pos, &fc);
+  compact_f_put_(r->w, &pos, fc);
   compact_put_(r->w, &pos, 16, compact_half_encode_(s->logjp));
   compact_put_(r->w, &pos, 16, kind);
   compact_put_(r->w, &pos, 32, (uint32_t)id);
   compact_put_(r->w, &pos, COMPACT_ID_BITS - 32, (uint32_t)(id >> 32));
 }
 
+/* The positions of a record (its first words w) measured from blk. */
+DR_HD void compact_decode_x(const compact_frame *f, const int32_t blk[3], const uint32_t *w, float x[3]) {
+  int pos = 0;
+  for (int a = 0; a < 3; ++a)
+    x[a] = compact_x_float_(f, compact_x_base_(f, a, blk[a]) + compact_get_signed_(w, &pos, COMPACT_X_BITS));
+}
+
+/* The velocity of a record. */
+DR_HD void compact_decode_v(const compact_record *r, float v[3]) {
+  int pos = COMPACT_AT_V;
+  int32_t m[3];
+  const int k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
+  for (int i = 0; i < 3; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_V_MAG + 1);
+  compact_se_decode_(m, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, k, v);
+}
+
 /* The state, kind and id's low 48 bits of a record whose positions are measured from blk. */
 DR_HD void compact_decode(const compact_frame *f, const int32_t blk[3], const compact_record *r, compact_state *s,
                           uint32_t *kind, uint64_t *id) {
-  int pos = 0;
-  for (int a = 0; a < 3; ++a) {
-    const int64_t o = compact_get_signed_(r->w, &pos, COMPACT_X_BITS);
-    s->x[a] = compact_x_float_(f, compact_x_base_(f, a, blk[a]) + o);
-  }
+  compact_decode_x(f, blk, r->w, s->x);
+  compact_decode_v(r, s->v);
+  int pos = COMPACT_AT_C;
   int32_t m[9];
   int k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
-  for (int i = 0; i < 3; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_V_MAG + 1);
-  compact_se_decode_(m, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, k, s->v);
-  k = (int)compact_get_(r->w, &pos, COMPACT_EXP_BITS);
   for (int i = 0; i < 9; ++i) m[i] = compact_get_signed_(r->w, &pos, COMPACT_C_MAG + 1);
   compact_se_decode_(m, 9, COMPACT_C_MAG, COMPACT_EXP_MIN, k, s->C);
   compact_f_code fc;
@@ -456,42 +478,23 @@ DR_HD int compact_same_(const compact_record *a, const compact_record *b) {
 }
 
 /* compact_encode from a warm start (a unit quaternion near F's rotation: the particle's stored one,
- * compact_record_q; NULL: the SVD's), and the decode of the code kept into dec where not NULL
- * (it may be s). */
+ * compact_record_q; NULL: the SVD's). */
 DR_HD int compact_encode_from(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
-                              uint64_t id, compact_record *r, const double *warm, compact_state *dec) {
-  compact_encode_once_(f, blk, s, kind, id, r, warm);
-  int changed = 0, decoded = 0;
-  compact_state d;
-  uint32_t kd;
-  uint64_t idd;
-  for (int it = 0; it < 2; ++it) {
-    double q[4];
-    compact_decode(f, blk, r, &d, &kd, &idd);
-    compact_record_q(r, q);
-    compact_record r2;
-    compact_encode_once_(f, blk, &d, kind, id, &r2, q);
-    if (compact_same_(r, &r2)) {
-      decoded = 1;
-      break;
-    }
-    *r = r2;
-    ++changed;
-  }
-  if (dec) {
-    if (!decoded) compact_decode(f, blk, r, &d, &kd, &idd);
-    *dec = d;
-  }
+                              uint64_t id, compact_record *r, const double *warm) {
+  compact_f_code fc;
+  const int changed = compact_f_fixed_(s->F, &fc, warm);
+  compact_encode_with_f_(f, blk, s, &fc, kind, id, r);
   return changed;
 }
 
-/* Encodes a particle's state (kind < 2^16; the id's low 48 bits are kept), then its own decode
- * again until the code is a fixed point of decode-then-encode (at most twice more: see the
- * header's idempotency). Returns the passes beyond the first that changed the code (0 almost
- * always; tests/physics/test_compact.c counts them). */
+/* Encodes a particle's state (kind < 2^16; the id's low 48 bits are kept), F's code re-encoded
+ * from its own decode until it is a fixed point of decode-then-encode (at most twice more: see
+ * the header's idempotency; the other fields' codes are fixed points by construction). Returns
+ * the passes beyond the first that changed the code (0 almost always; tests/physics/test_compact.c
+ * counts them). */
 DR_HD int compact_encode(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
                          uint64_t id, compact_record *r) {
-  return compact_encode_from(f, blk, s, kind, id, r, NULL, NULL);
+  return compact_encode_from(f, blk, s, kind, id, r, NULL);
 }
 
 /* ---- parts of a record (the CUDA packets' write-backs and moves) ------------------------------ */

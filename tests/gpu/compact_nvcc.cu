@@ -24,12 +24,12 @@ __global__ void compact_packets_kernel(const compact_frame f, uint32_t *pk, cons
   const size_t p = i / 32;
   const int lane = (int)(i % 32);
   compact_record r;
-  cpk_read(pk, p, lane, &r);
   int32_t blk[3];
-  cpk_block(hdr, pb_coord, own, p, lane, blk);
+  float x[3];
+  cpk_load_x(pk, hdr, pb_coord, own, &f, p, lane, &r, blk, x);
   cpk_particle c;
   cpk_decode(&f, blk, &r, kinds, &c);
-  out[i] = c.s.x[0] + c.mass;
+  out[i] = x[0] + c.mass;
   compact_set_f(&r, c.s.F, c.s.logjp);
   cpk_write(pk, p, lane, &r, CPK_W0(COMPACT_AT_F), CPK_W1(COMPACT_AT_KIND));
 }
