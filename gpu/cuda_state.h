@@ -67,6 +67,12 @@ enum { SKEW_PRE = 1, SKEW_POST = 2 }; /* DRIFT_ISLAND_SKEW (step_skew, gpu/step.
 
 /* The particle kernels' launch bounds (the compiler chooses the registers). */
 #define PARTICLE_BOUNDS __launch_bounds__(THREADS)
+/* P2G's and G2P's launch bounds, CPK: on compact packets, at least CPK_MIN_BLOCKS blocks an SM
+ * (left to choose, the compiler gives the codec's double arithmetic 126-142 registers, 3 blocks;
+ * 5 caps them at 96: docs/performance.md's decisions); on float packets the compiler chooses (a
+ * minimum of 0 is none: 1 would give float k_p2g 92 registers, not 64). */
+#define CPK_MIN_BLOCKS 5
+#define PARTICLE_BOUNDS_OF(CPK) __launch_bounds__(THREADS, (CPK) ? CPK_MIN_BLOCKS : 0)
 
 /* ---- errors ------------------------------------------------------------------------------- */
 

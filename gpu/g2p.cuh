@@ -233,14 +233,16 @@ k_collide(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, con
  * advection clamped to the domain, the inner-free-zone check, largest speed, and the non-finite /
  * runaway check. One warp per packet; flags reduced over the warp first. COL: particles inside a
  * collider's world box are left to k_collide (the particle collision step), which k_g2p's launch
- * queues after it. (CUDA 13, sm_90: every COL variant now has the registers of its variant
- * without colliders, 56 / 63 / 72, where the collision step inline took 80. Crawling in Snow
- * moved within its run-to-run noise: docs/performance.md.) */
-template <bool OLD, bool COL, bool MAT>
-__global__ static void PARTICLE_BOUNDS
+ * queues after it; on compact packets (CPK, cpv their kinds and lattice) the collision step runs
+ * inline instead (a record cannot hold a particle half-finished). (sm_90, -Xptxas -v: every float
+ * COL variant has the registers of its variant without colliders, 64 / 64 / 70-71, where the
+ * collision step inline took 80. Crawling in Snow moved within its run-to-run noise:
+ * docs/performance.md.) */
+template <bool OLD, bool COL, bool MAT, bool CPK>
+__global__ static void PARTICLE_BOUNDS_OF(CPK)
 k_g2p(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, const float *__restrict__ grid,
       const float *__restrict__ grid0, const __grid_constant__ boundary_params bp, COLLIDER_PARAMS,
-      const int32_t *__restrict__ order) {
+      const int32_t *__restrict__ order, const cpk_view cpv) {
   __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
   if (ctl->done) return;
   stamp(ctl, ST_G2P);
@@ -248,26 +250,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, const f
   const size_t i = (size_t)blockIdx.x * WARPS + warp;
   if (i >= n_packets) return;
   const size_t p = order ? (size_t)order[i] : i; /* cuda_g2p_interior: n_packets of the list order */
-  g2p_warp<OLD, COL ? COL_DEFER : COL_NONE, MAT>(ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, sc.origin, sc.dmin,
-                                                 sc.dmax, sc.dx, sc.inv_dx, grid, sc.zone_lo, sc.zone_hi, mats, grid0,
-                                                 bp, poses, wbox, push_mask, push_room,
-                                                 G2P_TILE_OF(OLD, s_tile[warp]));
-}
-
-/* k_g2p for compact packets (g2p_warp's CPK): the collision step inline. */
-template <bool OLD, bool COL, bool MAT>
-__global__ static void PARTICLE_BOUNDS
-k_g2p_compact(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, const float *__restrict__ grid,
-              const float *__restrict__ grid0, const __grid_constant__ boundary_params bp, COLLIDER_PARAMS,
-              const int32_t *__restrict__ order, const cpk_view cpv) {
-  __shared__ __align__(16) float4 s_tile[WARPS][G2P_TILE_FLOAT4S(OLD)];
-  if (ctl->done) return;
-  stamp(ctl, ST_G2P);
-  const int warp = threadIdx.x >> 5;
-  const size_t i = (size_t)blockIdx.x * WARPS + warp;
-  if (i >= n_packets) return;
-  const size_t p = order ? (size_t)order[i] : i;
-  g2p_warp<OLD, COL ? COL_INLINE : COL_NONE, MAT, true>(
+  g2p_warp<OLD, !COL ? COL_NONE : CPK ? COL_INLINE : COL_DEFER, MAT, CPK>(
       ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, sc.origin, sc.dmin, sc.dmax, sc.dx, sc.inv_dx, grid, sc.zone_lo,
       sc.zone_hi, mats, grid0, bp, poses, wbox, push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]), cpv);
 }

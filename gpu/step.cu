@@ -183,7 +183,7 @@ __device__ __forceinline__ int p2g_order_index(p2g_order o, int i, int n) {
 /* P2G with plasticity, stress and forces fused in (MLS-MPM, Hu et al. 2018: the stress enters
  * as -dt V0 (4/dx^2) tau next to APIC's m C). One warp per packet, taken in spread_of's order. */
 template <bool OLD, bool DET, bool CPK = false>
-__global__ static void PARTICLE_BOUNDS
+__global__ static void PARTICLE_BOUNDS_OF(CPK)
 k_p2g(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, P2G_TARGET_PARAMS,
       const int32_t *__restrict__ order, p2g_order spread, const cpk_view cpv) {
   __shared__ __align__(16) float s_p2g[WARPS][P2G_SMEM(OLD, DET, P2G_NODESUM)];
@@ -371,16 +371,11 @@ static int lag_of(const cuda_state *s) { return s->void_steps ? 0 : STEP_LAG; }
  * and the frame loop voids the step after a leave (lag 0 too, except with the events barrier):
  * both keep the whole free zone, a third more room per axis, fewer
  * rebuild-mappings. */
-static decltype(&k_g2p<false, false, false>) g2p_kernel(const cuda_state *s, bool col) {
-  return s->asflip     ? (col ? k_g2p<true, true, true> : k_g2p<true, false, true>)
-         : s->g2p_mat ? (col ? k_g2p<false, true, true> : k_g2p<false, false, true>)
-                      : (col ? k_g2p<false, true, false> : k_g2p<false, false, false>);
-}
-
-static decltype(&k_g2p_compact<false, false, false>) g2p_compact_kernel(const cuda_state *s, bool col) {
-  return s->asflip     ? (col ? k_g2p_compact<true, true, true> : k_g2p_compact<true, false, true>)
-         : s->g2p_mat ? (col ? k_g2p_compact<false, true, true> : k_g2p_compact<false, false, true>)
-                      : (col ? k_g2p_compact<false, true, false> : k_g2p_compact<false, false, false>);
+template <bool CPK>
+static decltype(&k_g2p<false, false, false, CPK>) g2p_kernel(const cuda_state *s, bool col) {
+  return s->asflip     ? (col ? k_g2p<true, true, true, CPK> : k_g2p<true, false, true, CPK>)
+         : s->g2p_mat ? (col ? k_g2p<false, true, true, CPK> : k_g2p<false, false, true, CPK>)
+                      : (col ? k_g2p<false, true, false, CPK> : k_g2p<false, false, false, CPK>);
 }
 
 int step_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n, int collide,
@@ -394,15 +389,15 @@ int step_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n,
     if (!s->g2p_mat) g2p_pv.mats = nullptr; /* G2P reads no material (k_g2p's MAT) */
     if (s->compact) { /* the collision step inline: nothing is left to k_collide */
       const cpk_view cpv = {dp<compact_kind>(s->d_kinds), s->cframe};
-      g2p_compact_kernel(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(
+      g2p_kernel<true>(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(
           dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(g2p_pv), sc, vel_of(s, par), vel0_of(s, par), s->bnd,
           COLLIDER_ARGS(cv), order, cpv);
-      LAUNCHED("k_g2p_compact");
+      LAUNCHED("k_g2p (compact packets)");
       return DR_OK;
     }
-    g2p_kernel(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(g2p_pv), sc,
-                                                                 vel_of(s, par), vel0_of(s, par), s->bnd,
-                                                                 COLLIDER_ARGS(cv), order);
+    g2p_kernel<false>(s, col)<<<blocks_for(n, WARPS), THREADS, 0, st>>>(
+        dp<step_ctl>(s->ctl), n, PARTICLE_ARGS(g2p_pv), sc, vel_of(s, par), vel0_of(s, par), s->bnd, COLLIDER_ARGS(cv),
+        order, cpk_view{});
     LAUNCHED("k_g2p");
   }
   if (col && collide && s->n_packets > 0) {

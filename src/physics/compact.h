@@ -125,7 +125,8 @@ DR_HD uint32_t compact_get_(const uint32_t *w, int *pos, int bits) {
 DR_HD void compact_put_signed_(uint32_t *w, int *pos, int bits, int32_t v) { compact_put_(w, pos, bits, (uint32_t)v); }
 DR_HD int32_t compact_get_signed_(const uint32_t *w, int *pos, int bits) {
   const uint32_t u = compact_get_(w, pos, bits);
-  return (u >> (bits - 1)) & 1u ? (int32_t)(u | ~((bits == 32 ? 0u : (1u << bits)) - 1u)) : (int32_t)u;
+  return (int32_t)(u << (32 - bits)) >> (32 - bits); /* sign-extended: >> of a negative int is arithmetic in every
+                                                      compiler drift builds with (GCC, Clang, nvcc) */
 }
 
 /* ---- shared exponent -------------------------------------------------------------------- */
@@ -254,7 +255,8 @@ DR_HD void compact_q_matrix_(const compact_f_code *c, double R[9]) {
 DR_HD int compact_polar_q_(const float F[9], double q[4]) {
   double n = sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
   if (!(n > 0.5)) return 0;
-  for (int k = 0; k < 4; ++k) q[k] /= n;
+  const double in = 1.0 / n;
+  for (int k = 0; k < 4; ++k) q[k] *= in;
   for (int it = 0; it < COMPACT_POLAR_PASSES; ++it) {
     double R[9], M[9];
     compact_q_rotation_(q, R);
@@ -268,8 +270,9 @@ DR_HD int compact_polar_q_(const float F[9], double q[4]) {
     const double c11 = a00 * a22 - s02 * s02, c12 = a00 * s12 + s01 * s02, c22 = a00 * a11 - s01 * s01;
     const double det = a00 * c00 - s01 * c01 - s02 * c02;
     if (!(det > 0.0)) return 0;
-    const double th[3] = {(c00 * g[0] + c01 * g[1] + c02 * g[2]) / det, (c01 * g[0] + c11 * g[1] + c12 * g[2]) / det,
-                          (c02 * g[0] + c12 * g[1] + c22 * g[2]) / det};
+    const double idet = 1.0 / det;
+    const double th[3] = {(c00 * g[0] + c01 * g[1] + c02 * g[2]) * idet, (c01 * g[0] + c11 * g[1] + c12 * g[2]) * idet,
+                          (c02 * g[0] + c12 * g[1] + c22 * g[2]) * idet};
     if (th[0] * th[0] + th[1] * th[1] + th[2] * th[2] < 1e-20) {
       const double m2 = M[0] * M[4] - s01 * s01;
       const double dS = M[0] * (M[4] * M[8] - s12 * s12) - s01 * (s01 * M[8] - s12 * s02) + s02 * (s01 * s12 - M[4] * s02);
@@ -281,8 +284,8 @@ DR_HD int compact_polar_q_(const float F[9], double q[4]) {
     const double q1 = q[1] + q[0] * h[0] + (q[2] * h[2] - q[3] * h[1]);
     const double q2 = q[2] + q[0] * h[1] + (q[3] * h[0] - q[1] * h[2]);
     const double q3 = q[3] + q[0] * h[2] + (q[1] * h[1] - q[2] * h[0]);
-    n = sqrt(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3);
-    q[0] = q0 / n, q[1] = q1 / n, q[2] = q2 / n, q[3] = q3 / n;
+    const double in2 = 1.0 / sqrt(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3);
+    q[0] = q0 * in2, q[1] = q1 * in2, q[2] = q2 * in2, q[3] = q3 * in2;
   }
   return 0;
 }
@@ -322,7 +325,8 @@ DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *
   const double sg = qi < 0.0 ? -1.0 : 1.0;
   const double o[3] = {iq == 0 ? q[1] : q[0], iq <= 1 ? q[2] : q[1], iq <= 2 ? q[3] : q[2]};
   c->iq = iq;
-  for (int j = 0; j < 3; ++j) c->q[j] = (int32_t)llrint(sg * o[j] / nq * 262144.0); /* |.| <= 2^-1/2: fits 19 bits */
+  const double to_code = sg * 262144.0 / nq;
+  for (int j = 0; j < 3; ++j) c->q[j] = (int32_t)llrint(o[j] * to_code); /* |.| <= 2^-1/2: fits 19 bits */
   /* S = R_q^T F with the quantized rotation, so that a decoded F gives back S within F's rounding */
   double R[9];
   compact_q_matrix_(c, R);
