@@ -338,15 +338,20 @@ DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *
   c->ks = compact_se_encode_(d, 6, COMPACT_S_MAG, COMPACT_S_EXP_MIN, c->s);
 }
 
-DR_HD void compact_f_decode_(const compact_f_code *c, float F[9]) {
-  double R[9];
-  compact_q_matrix_(c, R);
+/* F of code c whose rotation is R (compact_q_matrix_'s). */
+DR_HD void compact_f_decode_with_(const compact_f_code *c, const double R[9], float F[9]) {
   float d[6];
   compact_se_decode_(c->s, 6, COMPACT_S_MAG, COMPACT_S_EXP_MIN, c->ks, d);
   const double S[9] = {1.0 + d[0], d[3], d[4], d[3], 1.0 + d[1], d[5], d[4], d[5], 1.0 + d[2]};
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j)
       F[3 * i + j] = (float)(R[3 * i] * S[j] + R[3 * i + 1] * S[3 + j] + R[3 * i + 2] * S[6 + j]);
+}
+
+DR_HD void compact_f_decode_(const compact_f_code *c, float F[9]) {
+  double R[9];
+  compact_q_matrix_(c, R);
+  compact_f_decode_with_(c, R, F);
 }
 
 /* ---- the record --------------------------------------------------------------------------- */
@@ -394,17 +399,62 @@ DR_HD void compact_record_q(const compact_record *r, double q[4]) {
   compact_q_of_code_(&c, q);
 }
 
+/* 1 where code c, of unit quaternion q and rotation R (compact_q_of_code_, compact_q_rotation_),
+ * is a fixed point of decode-then-encode, decided from Newton's first turn alone; 0 where that
+ * does not decide it (the caller encodes Fd, c's decode, again). The encoding of Fd from q runs
+ * compact_polar_q_: its first pass computes M = R^T Fd and the turn theta, and where |theta| <=
+ * 2^-21 at det >= 1e-3 and S positive definite by a margin, its later passes converge (quadratically)
+ * to a rotation within |theta| / 2 + O(theta^2) of q in every component. The code's small
+ * components are integers over 2^18 exactly, so the rotation's round to them again (a move of at
+ * most 2^18 2^-22 = 1/16 of a step), and its dropped component stays the largest where it leads the
+ * others by more than 2^-18. The encoding's S is then R^T Fd with this same R: M, as computed here
+ * by the same expression. So the code is the same iff S's code from M is. */
+DR_HD int compact_f_fixed_quick_(const compact_f_code *c, const double q[4], const double R[9], const float Fd[9]) {
+  double M[9];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) M[3 * i + j] = R[i] * Fd[j] + R[3 + i] * Fd[3 + j] + R[6 + i] * Fd[6 + j];
+  const double s01 = 0.5 * (M[1] + M[3]), s02 = 0.5 * (M[2] + M[6]), s12 = 0.5 * (M[5] + M[7]);
+  const double g[3] = {M[7] - M[5], M[2] - M[6], M[3] - M[1]};
+  const double t = M[0] + M[4] + M[8], a00 = t - M[0], a11 = t - M[4], a22 = t - M[8];
+  const double c00 = a11 * a22 - s12 * s12, c01 = s01 * a22 + s12 * s02, c02 = s01 * s12 + a11 * s02;
+  const double c11 = a00 * a22 - s02 * s02, c12 = a00 * s12 + s01 * s02, c22 = a00 * a11 - s01 * s01;
+  const double det = a00 * c00 - s01 * c01 - s02 * c02;
+  if (!(det >= 1e-3)) return 0;
+  const double th0 = c00 * g[0] + c01 * g[1] + c02 * g[2], th1 = c01 * g[0] + c11 * g[1] + c12 * g[2],
+               th2 = c02 * g[0] + c12 * g[1] + c22 * g[2];
+  if (!(th0 * th0 + th1 * th1 + th2 * th2 <= det * det * 0x1p-42)) return 0; /* |theta| <= 2^-21 */
+  const double m2 = M[0] * M[4] - s01 * s01;
+  const double dS = M[0] * (M[4] * M[8] - s12 * s12) - s01 * (s01 * M[8] - s12 * s02) + s02 * (s01 * s12 - M[4] * s02);
+  if (!(M[0] >= 1e-3 && m2 >= 1e-3 && dS >= 1e-3)) return 0;
+  const int iq = c->iq;
+  const double big = iq == 0 ? q[0] : iq == 1 ? q[1] : iq == 2 ? q[2] : q[3];
+  double other = 0.0;
+  for (int k = 0; k < 4; ++k)
+    if (k != iq) other = fmax(other, fabs(q[k]));
+  if (!(big - other > 0x1p-18)) return 0;
+  const float d[6] = {(float)(M[0] - 1.0), (float)(M[4] - 1.0), (float)(M[8] - 1.0), (float)(0.5 * (M[1] + M[3])),
+                      (float)(0.5 * (M[2] + M[6])), (float)(0.5 * (M[5] + M[7]))};
+  int32_t m[6];
+  if (compact_se_encode_(d, 6, COMPACT_S_MAG, COMPACT_S_EXP_MIN, m) != c->ks) return 0;
+  for (int i = 0; i < 6; ++i)
+    if (m[i] != c->s[i]) return 0;
+  return 1;
+}
+
 /* F's code and a fixed point of decode-then-encode (at most twice more: the header's
  * idempotency); warm as compact_f_encode_'s. Each re-encoding starts from the code's own
- * rotation, which is its decode's polar rotation to float noise. */
+ * rotation, which is its decode's polar rotation to float noise; compact_f_fixed_quick_ confirms
+ * most codes without it. */
 DR_HD int compact_f_fixed_(const float F[9], compact_f_code *c, const double *warm) {
   compact_f_encode_(F, c, warm);
   int changed = 0;
   for (int it = 0; it < 2; ++it) {
     float Fd[9];
-    double q[4];
-    compact_f_decode_(c, Fd);
+    double q[4], R[9];
     compact_q_of_code_(c, q);
+    compact_q_rotation_(q, R);
+    compact_f_decode_with_(c, R, Fd);
+    if (compact_f_fixed_quick_(c, q, R, Fd)) break;
     compact_f_code c2;
     compact_f_encode_(Fd, &c2, q);
     if (compact_f_same_(c, &c2)) break;
