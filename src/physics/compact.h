@@ -251,6 +251,38 @@ DR_HD void compact_q_matrix_(const compact_f_code *c, double R[9]) {
  * decomposition's uniqueness), 0 where it did not within COMPACT_POLAR_PASSES (a far start),
  * stopped at another stationary point (S with two negative eigenvalues) or F is inverted: the
  * caller takes the SVD's. */
+/* One Newton turn of compact_polar_q_ from rotation R toward F's polar rotation: M = R^T F, the
+ * symmetric part's off-diagonal (s01, s02, s12), A = tr S I - S's determinant det and the turn
+ * times det (adj(A) g, g twice M's antisymmetric part as a vector: theta = th / det). */
+typedef struct compact_turn_ {
+  double M[9], s01, s02, s12, det, th[3];
+} compact_turn_;
+
+DR_HD void compact_turn_of_(const double R[9], const float F[9], compact_turn_ *u) {
+  double *M = u->M;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) M[3 * i + j] = R[i] * F[j] + R[3 + i] * F[3 + j] + R[6 + i] * F[6 + j];
+  const double s01 = 0.5 * (M[1] + M[3]), s02 = 0.5 * (M[2] + M[6]), s12 = 0.5 * (M[5] + M[7]);
+  const double g[3] = {M[7] - M[5], M[2] - M[6], M[3] - M[1]};
+  const double t = M[0] + M[4] + M[8], a00 = t - M[0], a11 = t - M[4], a22 = t - M[8];
+  const double c00 = a11 * a22 - s12 * s12, c01 = s01 * a22 + s12 * s02, c02 = s01 * s12 + a11 * s02;
+  const double c11 = a00 * a22 - s02 * s02, c12 = a00 * s12 + s01 * s02, c22 = a00 * a11 - s01 * s01;
+  u->s01 = s01, u->s02 = s02, u->s12 = s12;
+  u->det = a00 * c00 - s01 * c01 - s02 * c02;
+  u->th[0] = c00 * g[0] + c01 * g[1] + c02 * g[2];
+  u->th[1] = c01 * g[0] + c11 * g[1] + c12 * g[2];
+  u->th[2] = c02 * g[0] + c12 * g[1] + c22 * g[2];
+}
+
+/* Whether the turn's S (M's symmetric part) has leading minors above floor (positive definite at 0). */
+DR_HD int compact_turn_pd_(const compact_turn_ *u, double floor) {
+  const double *M = u->M;
+  const double s01 = u->s01, s02 = u->s02, s12 = u->s12;
+  const double m2 = M[0] * M[4] - s01 * s01;
+  const double dS = M[0] * (M[4] * M[8] - s12 * s12) - s01 * (s01 * M[8] - s12 * s02) + s02 * (s01 * s12 - M[4] * s02);
+  return M[0] > floor && m2 > floor && dS > floor;
+}
+
 #define COMPACT_POLAR_PASSES 6
 DR_HD int compact_polar_q_(const float F[9], double q[4]) {
   double n = sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
@@ -258,26 +290,14 @@ DR_HD int compact_polar_q_(const float F[9], double q[4]) {
   const double in = 1.0 / n;
   for (int k = 0; k < 4; ++k) q[k] *= in;
   for (int it = 0; it < COMPACT_POLAR_PASSES; ++it) {
-    double R[9], M[9];
+    double R[9];
     compact_q_rotation_(q, R);
-    for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 3; ++j) M[3 * i + j] = R[i] * F[j] + R[3 + i] * F[3 + j] + R[6 + i] * F[6 + j];
-    const double s01 = 0.5 * (M[1] + M[3]), s02 = 0.5 * (M[2] + M[6]), s12 = 0.5 * (M[5] + M[7]);
-    const double g[3] = {M[7] - M[5], M[2] - M[6], M[3] - M[1]}; /* twice M's antisymmetric part, as a vector */
-    /* A = tr S I - S (positive definite where S is) and theta = A^-1 g, by A's adjugate */
-    const double t = M[0] + M[4] + M[8], a00 = t - M[0], a11 = t - M[4], a22 = t - M[8];
-    const double c00 = a11 * a22 - s12 * s12, c01 = s01 * a22 + s12 * s02, c02 = s01 * s12 + a11 * s02;
-    const double c11 = a00 * a22 - s02 * s02, c12 = a00 * s12 + s01 * s02, c22 = a00 * a11 - s01 * s01;
-    const double det = a00 * c00 - s01 * c01 - s02 * c02;
-    if (!(det > 0.0)) return 0;
-    const double idet = 1.0 / det;
-    const double th[3] = {(c00 * g[0] + c01 * g[1] + c02 * g[2]) * idet, (c01 * g[0] + c11 * g[1] + c12 * g[2]) * idet,
-                          (c02 * g[0] + c12 * g[1] + c22 * g[2]) * idet};
-    if (th[0] * th[0] + th[1] * th[1] + th[2] * th[2] < 1e-20) {
-      const double m2 = M[0] * M[4] - s01 * s01;
-      const double dS = M[0] * (M[4] * M[8] - s12 * s12) - s01 * (s01 * M[8] - s12 * s02) + s02 * (s01 * s12 - M[4] * s02);
-      return M[0] > 0.0 && m2 > 0.0 && dS > 0.0;
-    }
+    compact_turn_ u;
+    compact_turn_of_(R, F, &u);
+    if (!(u.det > 0.0)) return 0;
+    const double idet = 1.0 / u.det;
+    const double th[3] = {u.th[0] * idet, u.th[1] * idet, u.th[2] * idet};
+    if (th[0] * th[0] + th[1] * th[1] + th[2] * th[2] < 1e-20) return compact_turn_pd_(&u, 0.0);
     /* q <- q (1, theta / 2), normalized: the turn in R's frame, first order, exact at the limit */
     const double h[3] = {0.5 * th[0], 0.5 * th[1], 0.5 * th[2]};
     const double q0 = q[0] - (q[1] * h[0] + q[2] * h[1] + q[3] * h[2]);
@@ -410,22 +430,12 @@ DR_HD void compact_record_q(const compact_record *r, double q[4]) {
  * others by more than 2^-18. The encoding's S is then R^T Fd with this same R: M, as computed here
  * by the same expression. So the code is the same iff S's code from M is. */
 DR_HD int compact_f_fixed_quick_(const compact_f_code *c, const double q[4], const double R[9], const float Fd[9]) {
-  double M[9];
-  for (int i = 0; i < 3; ++i)
-    for (int j = 0; j < 3; ++j) M[3 * i + j] = R[i] * Fd[j] + R[3 + i] * Fd[3 + j] + R[6 + i] * Fd[6 + j];
-  const double s01 = 0.5 * (M[1] + M[3]), s02 = 0.5 * (M[2] + M[6]), s12 = 0.5 * (M[5] + M[7]);
-  const double g[3] = {M[7] - M[5], M[2] - M[6], M[3] - M[1]};
-  const double t = M[0] + M[4] + M[8], a00 = t - M[0], a11 = t - M[4], a22 = t - M[8];
-  const double c00 = a11 * a22 - s12 * s12, c01 = s01 * a22 + s12 * s02, c02 = s01 * s12 + a11 * s02;
-  const double c11 = a00 * a22 - s02 * s02, c12 = a00 * s12 + s01 * s02, c22 = a00 * a11 - s01 * s01;
-  const double det = a00 * c00 - s01 * c01 - s02 * c02;
-  if (!(det >= 1e-3)) return 0;
-  const double th0 = c00 * g[0] + c01 * g[1] + c02 * g[2], th1 = c01 * g[0] + c11 * g[1] + c12 * g[2],
-               th2 = c02 * g[0] + c12 * g[1] + c22 * g[2];
-  if (!(th0 * th0 + th1 * th1 + th2 * th2 <= det * det * 0x1p-42)) return 0; /* |theta| <= 2^-21 */
-  const double m2 = M[0] * M[4] - s01 * s01;
-  const double dS = M[0] * (M[4] * M[8] - s12 * s12) - s01 * (s01 * M[8] - s12 * s02) + s02 * (s01 * s12 - M[4] * s02);
-  if (!(M[0] >= 1e-3 && m2 >= 1e-3 && dS >= 1e-3)) return 0;
+  compact_turn_ u;
+  compact_turn_of_(R, Fd, &u);
+  const double det = u.det, *M = u.M;
+  if (!(det > 1e-3)) return 0;
+  if (!(u.th[0] * u.th[0] + u.th[1] * u.th[1] + u.th[2] * u.th[2] <= det * det * 0x1p-42)) return 0; /* |theta| <= 2^-21 */
+  if (!compact_turn_pd_(&u, 1e-3)) return 0;
   const int iq = c->iq;
   const double big = iq == 0 ? q[0] : iq == 1 ? q[1] : iq == 2 ? q[2] : q[3];
   double other = 0.0;
