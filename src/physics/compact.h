@@ -310,8 +310,10 @@ DR_HD int compact_polar_q_(const float F[9], double q[4]) {
   return 0;
 }
 
-/* F's code; warm: a unit quaternion near F's rotation (compact_polar_q_), or NULL (the SVD's). */
-DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *warm) {
+/* F's code; warm: a unit quaternion near F's rotation (compact_polar_q_), or NULL (the SVD's).
+ * qc and R receive the code's unit quaternion and rotation (compact_q_of_code_, compact_q_rotation_),
+ * which the encoding computes for S. */
+DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *warm, double qc[4], double R[9]) {
   double q[4];
   if (warm) q[0] = warm[0], q[1] = warm[1], q[2] = warm[2], q[3] = warm[3];
   if (!warm || !compact_polar_q_(F, q)) {
@@ -348,8 +350,8 @@ DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *
   const double to_code = sg * 262144.0 / nq;
   for (int j = 0; j < 3; ++j) c->q[j] = (int32_t)llrint(o[j] * to_code); /* |.| <= 2^-1/2: fits 19 bits */
   /* S = R_q^T F with the quantized rotation, so that a decoded F gives back S within F's rounding */
-  double R[9];
-  compact_q_matrix_(c, R);
+  compact_q_of_code_(c, qc);
+  compact_q_rotation_(qc, R);
   double S[9];
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j) S[3 * i + j] = R[i] * F[j] + R[3 + i] * F[3 + j] + R[6 + i] * F[6 + j];
@@ -451,24 +453,62 @@ DR_HD int compact_f_fixed_quick_(const compact_f_code *c, const double q[4], con
   return 1;
 }
 
+/* 1 where code c, of unit quaternion q (compact_q_of_code_), is a fixed point of
+ * decode-then-encode, proved from the code alone, without decoding F; 0 where the bound below
+ * does not prove it (compact_f_fixed_quick_ then decides from the decode). With S the code's
+ * (exact floats) and Fd = fl(R S) its decode, each entry of Fd is R S's within 2^-24 of itself,
+ * so each entry of E = M - S, M = R^T Fd (compact_f_fixed_quick_'s), is within
+ * N = 2^-24 max_j |S e_j| (R orthogonal: |(R^T D)_ij| <= |D e_j| <= 2^-24 |R S e_j| = 2^-24 |S e_j|).
+ * (1) S's code from M is c's where N plus the float rounding of the encoder's values (half an ulp
+ * of a value below 2^14 steps: 2^-10 step) stays under a quarter of c's step: each value rounds to
+ * its own integer (half a step), and the least exponent that holds them is still c's (the largest
+ * magnitude is at least 2^13 steps where the exponent exceeds its least: a quarter step).
+ * (2) Newton's first turn: |theta| <= |g| / lambda_min(tr S_M I - S_M) <= 2 sqrt(3) N / (2 (G - 3N)),
+ * G the Gershgorin bound on S's least eigenvalue (S_M = S + sym(E), |sym(E)| <= 3N), which
+ * compact_f_fixed_quick_'s argument needs below 2^-21 with S_M positive definite by a margin
+ * (G - 3N >= 1/4: its minors and det above 1e-3); and the dropped component leading by 2^-18. */
+DR_HD int compact_f_fixed_sure_(const compact_f_code *c, const double q[4]) {
+  const int iq = c->iq;
+  const double big = iq == 0 ? q[0] : iq == 1 ? q[1] : iq == 2 ? q[2] : q[3];
+  const double other = fmax(fmax(fabs((double)c->q[0]), fabs((double)c->q[1])), fabs((double)c->q[2])) * (1.0 / 262144.0);
+  if (!(big - other > 0x1p-18)) return 0;
+  int32_t sm = 0;
+  for (int i = 0; i < 6; ++i) sm = sm > c->s[i] ? (sm > -c->s[i] ? sm : -c->s[i]) : c->s[i];
+  if (c->ks > 0 && sm < (1 << (COMPACT_S_MAG - 1))) return 0; /* not the least exponent: no encoding's */
+  float d[6];
+  compact_se_decode_(c->s, 6, COMPACT_S_MAG, COMPACT_S_EXP_MIN, c->ks, d);
+  const double s00 = 1.0 + d[0], s11 = 1.0 + d[1], s22 = 1.0 + d[2];
+  const double a01 = fabs((double)d[3]), a02 = fabs((double)d[4]), a12 = fabs((double)d[5]);
+  const double n0 = s00 * s00 + a01 * a01 + a02 * a02, n1 = a01 * a01 + s11 * s11 + a12 * a12,
+               n2 = a02 * a02 + a12 * a12 + s22 * s22;
+  const double N = sqrt(fmax(fmax(n0, n1), n2)) * 0x1.0001p-24 + 0x1p-120; /* the margin: R's and the sums' double rounding */
+  const double step = ldexp(1.0, c->ks + COMPACT_S_EXP_MIN - COMPACT_S_MAG);
+  if (!(N + step * 0x1p-9 <= 0.25 * step)) return 0;
+  const double G = fmin(fmin(s00 - a01 - a02, s11 - a01 - a12), s22 - a02 - a12) - 3.0 * N;
+  return G >= 0.25 && 1.7320508075688774 * N <= G * 0x1p-21;
+}
+
 /* F's code and a fixed point of decode-then-encode (at most twice more: the header's
  * idempotency); warm as compact_f_encode_'s. Each re-encoding starts from the code's own
- * rotation, which is its decode's polar rotation to float noise; compact_f_fixed_quick_ confirms
- * most codes without it. */
+ * rotation, which is its decode's polar rotation to float noise; compact_f_fixed_sure_ proves
+ * almost every code a fixed point without decoding it, compact_f_fixed_quick_ most of the rest
+ * without encoding again. */
 DR_HD int compact_f_fixed_(const float F[9], compact_f_code *c, const double *warm) {
-  compact_f_encode_(F, c, warm);
+  double q[4], R[9];
+  compact_f_encode_(F, c, warm, q, R);
   int changed = 0;
   for (int it = 0; it < 2; ++it) {
+    if (compact_f_fixed_sure_(c, q)) break;
     float Fd[9];
-    double q[4], R[9];
-    compact_q_of_code_(c, q);
-    compact_q_rotation_(q, R);
     compact_f_decode_with_(c, R, Fd);
     if (compact_f_fixed_quick_(c, q, R, Fd)) break;
     compact_f_code c2;
-    compact_f_encode_(Fd, &c2, q);
+    double q2[4], R2[9];
+    compact_f_encode_(Fd, &c2, q, q2, R2);
     if (compact_f_same_(c, &c2)) break;
     *c = c2;
+    for (int k = 0; k < 4; ++k) q[k] = q2[k];
+    for (int k = 0; k < 9; ++k) R[k] = R2[k];
     ++changed;
   }
   return changed;

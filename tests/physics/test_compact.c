@@ -344,33 +344,58 @@ static void test_polar(check_rng *r) {
   printf("test_compact: polar rotations from far starts: %d of 20000 accepted\n", accepted_far);
 }
 
-/* compact_f_fixed_quick_ against the encoding it spares: wherever it says a code is a fixed point
- * of decode-then-encode, encoding the code's decode from the code's rotation (compact_f_fixed_'s
- * full check) gives the code back; and it decides most of the codes that are fixed points (the
- * rest cost a second encoding, as without it). Codes of drawn F, a tenth of them at the dropped
- * component's edge. */
-static void test_fixed_quick(check_rng *r) {
-  int fixed = 0, quick = 0;
+/* Whether code c is a fixed point of decode-then-encode, encoding its decode from its own rotation
+ * (compact_f_fixed_'s full check), and what compact_f_fixed_sure_ and compact_f_fixed_quick_ say. */
+static int fixed_point(const compact_f_code *c, int *sure, int *quick) {
+  double qc[4], Rc[9], q2[4], R2[9];
+  float Fd[9];
+  compact_q_of_code_(c, qc);
+  compact_q_rotation_(qc, Rc);
+  compact_f_decode_with_(c, Rc, Fd);
+  *sure = compact_f_fixed_sure_(c, qc);
+  *quick = compact_f_fixed_quick_(c, qc, Rc, Fd);
+  compact_f_code c2;
+  compact_f_encode_(Fd, &c2, qc, q2, R2);
+  return compact_f_same_(c, &c2);
+}
+
+/* compact_f_fixed_sure_ and compact_f_fixed_quick_ against the encoding they spare: wherever
+ * either says a code is a fixed point of decode-then-encode, the full check agrees; and between
+ * them they decide most of the codes that are fixed points (the rest cost a second encoding).
+ * Codes of drawn F (a tenth of them at the dropped component's edge), and drawn codes: S - I's
+ * integers anywhere in their range at the least exponents, where its step is the floor and the
+ * proof's margin the thinnest. */
+static void test_fixed_checks(check_rng *r) {
+  int fixed = 0, sure = 0, quick = 0, drawn_fixed = 0, drawn_sure = 0;
   for (int t = 0; t < 100000; ++t) {
-    double q[4], R[9];
+    double q[4], R[9], qc[4], Rc[9];
     float F[9];
     rnd_rs(r, t % 3 ? 0.3 : 0.8, t % 10 == 0, q, R, F);
-    compact_f_code c, c2;
-    compact_f_encode_(F, &c, t % 2 ? q : NULL);
-    double qc[4], Rc[9];
-    float Fd[9];
-    compact_q_of_code_(&c, qc);
-    compact_q_rotation_(qc, Rc);
-    compact_f_decode_with_(&c, Rc, Fd);
-    const int says = compact_f_fixed_quick_(&c, qc, Rc, Fd);
-    compact_f_encode_(Fd, &c2, qc);
-    const int same = compact_f_same_(&c, &c2);
-    CHECK(!says || same, "draw %d: a code confirmed that its re-encoding changes", t);
+    compact_f_code c;
+    compact_f_encode_(F, &c, t % 2 ? q : NULL, qc, Rc);
+    int s, k;
+    const int same = fixed_point(&c, &s, &k);
+    CHECK(!s || same, "draw %d: a code proved a fixed point that its re-encoding changes", t);
+    CHECK(!k || same, "draw %d: a code confirmed that its re-encoding changes", t);
     fixed += same;
-    quick += says;
+    sure += s;
+    quick += s || k;
+    /* the same rotation with S - I's code drawn: an exponent of 0 to 6 (steps 2^-21 to 2^-15) */
+    c.ks = (int)check_rng_range(r, 0, 7);
+    const int lim = (1 << COMPACT_S_MAG) - 1, half = 1 << (COMPACT_S_MAG - 1);
+    for (int i = 0; i < 6; ++i) c.s[i] = (int32_t)check_rng_range(r, -lim, lim + 1);
+    if (c.ks > 0 && t % 4) c.s[t % 6] = (t % 8 < 4 ? 1 : -1) * (int32_t)check_rng_range(r, half, lim + 1);
+    const int dsame = fixed_point(&c, &s, &k);
+    CHECK(!s || dsame, "drawn code %d: a code proved a fixed point that its re-encoding changes", t);
+    CHECK(!k || dsame, "drawn code %d: a code confirmed that its re-encoding changes", t);
+    drawn_fixed += dsame;
+    drawn_sure += s;
   }
-  CHECK(quick >= fixed * 9 / 10, "the quick check decided %d of %d fixed points", quick, fixed);
-  printf("test_compact: fixed points %d of 100000 codes, %d confirmed by the quick check\n", fixed, quick);
+  CHECK(quick >= fixed * 9 / 10, "the checks decided %d of %d fixed points", quick, fixed);
+  CHECK(sure >= fixed * 8 / 10, "the proof decided %d of %d fixed points", sure, fixed);
+  printf("test_compact: fixed points %d of 100000 codes of drawn F, %d proved from the code, %d with the quick "
+         "check; drawn codes: %d fixed points, %d proved\n",
+         fixed, sure, quick, drawn_fixed, drawn_sure);
 }
 
 int main(void) {
@@ -384,6 +409,6 @@ int main(void) {
   test_blocks(&r);
   test_parts(&r);
   test_polar(&r);
-  test_fixed_quick(&r);
+  test_fixed_checks(&r);
   return check_summary("test_compact");
 }
