@@ -27,9 +27,10 @@ __global__ void compact_packets_kernel(const compact_frame f, uint32_t *pk, cons
   int32_t blk[3];
   float x[3];
   cpk_load_x(pk, hdr, pb_coord, own, &f, p, lane, &r, blk, x);
+  out[i] = x[0];
   cpk_particle c;
-  cpk_decode(&f, blk, &r, kinds, &c);
-  out[i] = x[0] + c.mass;
+  cpk_load(pk, hdr, pb_coord, own, kinds, &f, p, lane, &c);
+  out[i] += c.mass;
   compact_set_f(&r, c.s.F, c.s.logjp);
   cpk_write(pk, p, lane, &r, CPK_W0(COMPACT_AT_F), CPK_W1(COMPACT_AT_KIND));
 }
