@@ -761,6 +761,7 @@ static int create_one(const sim_params *prm, int device, const particles *p, con
       .particle_blocks = ON_DEVICE(cuda_particle_blocks),
       .projected = projected,
       .set_projected = ON_DEVICE(cuda_set_projected),
+      .set_last_dt = ON_DEVICE(cuda_set_last_dt),
       .stats = ON_DEVICE(cuda_stats),
       .count = count,
       .destroy = cuda_destroy,

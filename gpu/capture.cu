@@ -53,13 +53,17 @@ __global__ static void k_capture(size_t np, const float *pk, const uint64_t *pid
 }
 
 /* Compact packets (compact_packets.cuh): each lane decodes its record and writes its row (row: its
- * place in out's arrays) of the attributes asked for. */
+ * place in out's arrays) of the attributes asked for. mats not NULL (a frame): F at the frame's
+ * time, the record's advanced by the last G2P's C and dt (ctl->dt_g2p, physics/compact.h); NULL
+ * (a checkpoint's rows): F as the record holds it. */
 __device__ static inline void capture_compact_lane(const uint32_t *pk, const int2 *hdr, const int32_t *pb_coord,
                                                    const uint64_t *own, const compact_kind *kinds,
                                                    const compact_frame &f, const uint64_t *pid, size_t p, int lane,
-                                                   size_t row, int32_t owner, const capture_out &out) {
+                                                   size_t row, int32_t owner, const capture_out &out,
+                                                   const material_params *mats, const step_ctl *ctl) {
   cpk_particle c;
   cpk_load(pk, hdr, pb_coord, own, kinds, &f, p, lane, &c);
+  if (mats && out.F) constitutive_advance_F(&mats[c.material], ctl->dt_g2p, c.s.C, c.s.F);
   for (int a = 0; a < 3; ++a) {
     if (out.x) out.x[3 * row + a] = c.s.x[a];
     if (out.v) out.v[3 * row + a] = c.s.v[a];
@@ -79,12 +83,13 @@ __device__ static inline void capture_compact_lane(const uint32_t *pk, const int
 /* k_capture for compact packets: a thread a slot. */
 __global__ static void k_capture_compact(size_t np, const uint32_t *pk, const uint64_t *pid, const int2 *hdr,
                                          const int32_t *pb_coord, const uint64_t *own, const compact_kind *kinds,
-                                         compact_frame f, const uint32_t *start, int32_t owner, capture_out out) {
+                                         compact_frame f, const uint32_t *start, int32_t owner, capture_out out,
+                                         const material_params *mats, const step_ctl *ctl) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   const size_t p = i / LANES;
   const int lane = (int)(i % LANES);
   if (p >= np || lane >= hdr[p].y) return;
-  capture_compact_lane(pk, hdr, pb_coord, own, kinds, f, pid, p, lane, start[p] + (size_t)lane, owner, out);
+  capture_compact_lane(pk, hdr, pb_coord, own, kinds, f, pid, p, lane, start[p] + (size_t)lane, owner, out, mats, ctl);
 }
 
 /* Queues the numbering of s's rows on s->stream: each packet's live lanes into the sort's scratch
@@ -134,7 +139,8 @@ static int snapshot_queue(cuda_state *s, unsigned mask) {
   if (s->compact) {
     k_capture_compact<<<blocks_for(np * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, st>>>(
         np, dp<uint32_t>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<int32_t>(s->pb_coord),
-        dp<uint64_t>(s->keys[1]), dp<compact_kind>(s->d_kinds), s->cframe, start, owner, o);
+        dp<uint64_t>(s->keys[1]), dp<compact_kind>(s->d_kinds), s->cframe, start, owner, o,
+        dp<material_params>(s->d_mats), dp<step_ctl>(s->ctl));
     LAUNCHED("k_capture_compact");
     return DR_OK;
   }
@@ -281,7 +287,7 @@ __global__ static void k_capture_rows_compact(size_t np, size_t p0, const uint32
     if (o >= first + count) return;
     const size_t row = o + (size_t)lane;
     if (lane < hdr[p].y && row >= first && row < first + count)
-      capture_compact_lane(pk, hdr, pb_coord, own, kinds, f, pid, p, lane, row - first, 0, out);
+      capture_compact_lane(pk, hdr, pb_coord, own, kinds, f, pid, p, lane, row - first, 0, out, NULL, NULL);
   }
 }
 

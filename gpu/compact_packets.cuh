@@ -74,6 +74,27 @@ __device__ __forceinline__ void cpk_decode(const compact_frame *f, const int32_t
   o->mass = k.mass, o->vol0 = k.vol0, o->material = k.material;
 }
 
+/* What G2P reads of record r (positions measured from blk): x, v and the kind's mass, volume and
+ * material; F where with_f (ASFLIP reads its determinant), else the identity (P2G advances F: the
+ * record's F is not G2P's). */
+__device__ __forceinline__ void cpk_decode_moving(const compact_frame *f, const int32_t blk[3], const compact_record *r,
+                                                  const compact_kind *__restrict__ kinds, bool with_f, cpk_particle *o) {
+  compact_decode_x(f, blk, r->w, o->s.x);
+  compact_decode_v(r, o->s.v);
+  if (with_f) {
+    int pos = COMPACT_AT_F;
+    compact_f_code fc;
+    compact_f_get_(r->w, &pos, &fc);
+    compact_f_decode_(&fc, o->s.F);
+  } else {
+    for (int q = 0; q < 9; ++q) o->s.F[q] = q % 4 == 0 ? 1.0f : 0.0f;
+  }
+  int pos = COMPACT_AT_KIND;
+  o->kind = compact_get_(r->w, &pos, COMPACT_BITS_KIND);
+  const compact_kind k = kinds[o->kind];
+  o->mass = k.mass, o->vol0 = k.vol0, o->material = k.material;
+}
+
 /* Slot (p, lane)'s record r, the block blk it is measured from (cpk_block) and its positions. */
 __device__ __forceinline__ void cpk_load_x(const uint32_t *__restrict__ pk, const int2 *__restrict__ hdr,
                                            const int32_t *__restrict__ pb_coord, const uint64_t *__restrict__ own,

@@ -548,6 +548,7 @@ int step_fail_fix(cuda_state *s, unsigned long long id);
 int step_fail_bad(cuda_state *s, unsigned long long id);
 int step_begin(cuda_state *s, float dt);
 int cuda_set_projected(void *state);
+int cuda_set_last_dt(void *state, float dt);
 
 /* colliders.cu */
 col_box colliders_box_local(const collider *c);

@@ -58,10 +58,11 @@ __device__ __forceinline__ unsigned leave_bits(int b, int P, int zone_lo, int zo
 }
 
 /* CPK: the packets hold compact records (compact_packets.cuh; cv their kinds and lattice): the lane's
- * record is decoded at the start, its new state encoded whole at the end from the packet's block,
- * as the CPU backend rounds a particle at G2P's end (physics/compact.h; F's rotation found from the
- * record's, compact_encode_from); the collision step then
- * runs inline (COL_DEFER would leave a particle half-finished in a record). */
+ * record is decoded at the start (all but F, which only ASFLIP's OLD reads), its new x, v and C
+ * encoded at the end from the packet's block, as the CPU backend rounds a particle at G2P's end
+ * (physics/compact.h); F stays as P2G left it, which advances it from this C (the header of
+ * compact.h); the collision step then runs inline (COL_DEFER would leave a particle half-finished
+ * in a record). */
 template <bool OLD, int COL, bool MAT, bool CPK = false>
 __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, const int2 *__restrict__ hdr,
                                          const int32_t *__restrict__ pb_coord, const int32_t *__restrict__ pb_nbr,
@@ -88,7 +89,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
   if (valid) {
     if (CPK) {
       cpk_read(reinterpret_cast<const uint32_t *>(pk), p, lane, &rec);
-      cpk_decode(&cv.f, P, &rec, cv.kinds, &cp);
+      cpk_decode_moving(&cv.f, P, &rec, cv.kinds, OLD, &cp);
       for (int a = 0; a < 3; ++a) x[a] = cp.s.x[a];
     } else {
       for (int a = 0; a < 3; ++a) x[a] = base[(A_X + a) * LANES];
@@ -127,10 +128,12 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       transfer_velocity(&mat, dt, vp, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
       for (int a = 0; a < 3; ++a) v[a] = vnew[a];
     }
-    constitutive_advance_F(&mat, dt, C, Fn); /* F before the update stays in F for transfer_velocity */
-    const float detF = m3_det(Fn);
+    /* F before the update stays in F for transfer_velocity. A compact record keeps F as P2G left
+     * it, P2G advancing it from this C (physics/compact.h): the check below sees C's entries too. */
+    if (!CPK) constitutive_advance_F(&mat, dt, C, Fn);
+    float detF = m3_det(Fn);
     if (CPK)
-      for (int q = 0; q < 9; ++q) cp.s.C[q] = C[q], cp.s.F[q] = Fn[q];
+      for (int q = 0; q < 9; ++q) detF += C[q], cp.s.C[q] = C[q];
     else
       for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) x[a] += dt * vmove[a];
@@ -161,10 +164,8 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       } else {
         if (CPK) { /* the state a compact store keeps (after the checks: a saturated code would hide a NaN) */
           for (int a = 0; a < 3; ++a) cp.s.x[a] = x[a], cp.s.v[a] = v[a];
-          double q[4]; /* F's rotation found from the one stored (rec: the record read above) */
-          compact_record_q(&rec, q);
-          compact_encode_from(&cv.f, P, &cp.s, cp.kind, cp.id48, &rec, q);
-          cpk_write(reinterpret_cast<uint32_t *>(pk), p, lane, &rec, 0, COMPACT_WORDS);
+          compact_set_xvc(&cv.f, P, &cp.s, &rec); /* F, logjp, kind and id stay */
+          cpk_write(reinterpret_cast<uint32_t *>(pk), p, lane, &rec, 0, CPK_W1(COMPACT_AT_F));
           compact_decode_x(&cv.f, P, rec.w, x); /* the speed and zone of what is kept */
           compact_decode_v(&rec, v);
           sp2 = 0.0f;
@@ -250,6 +251,7 @@ k_g2p(step_ctl *ctl, size_t n_packets, PARTICLE_PARAMS, step_scalars sc, const f
   const size_t i = (size_t)blockIdx.x * WARPS + warp;
   if (i >= n_packets) return;
   const size_t p = order ? (size_t)order[i] : i; /* cuda_g2p_interior: n_packets of the list order */
+  if (CPK && i == 0 && (threadIdx.x & 31) == 0) ctl->dt_g2p = ctl->dt; /* P2G's advance of F (step_ctl) */
   g2p_warp<OLD, !COL ? COL_NONE : CPK ? COL_INLINE : COL_DEFER, MAT, CPK>(
       ctl, ctl->dt, p, hdr, pb_coord, pb_nbr, pk, pid, sc.origin, sc.dmin, sc.dmax, sc.dx, sc.inv_dx, grid, sc.zone_lo,
       sc.zone_hi, mats, grid0, bp, poses, wbox, push_mask, push_room, G2P_TILE_OF(OLD, s_tile[warp]), cpv);

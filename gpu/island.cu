@@ -657,6 +657,15 @@ static int island_projected(void *state) {
   return any;
 }
 
+static int island_set_last_dt(void *state, float dt) {
+  island *I = (island *)state;
+  for (int k = 0; k < I->nm; ++k) {
+    DR_TRY(use(I->m[k]));
+    DR_TRY(cuda_set_last_dt(I->m[k], dt));
+  }
+  return DR_OK;
+}
+
 static int island_set_projected(void *state) {
   island *I = (island *)state;
   for (int k = 0; k < I->nm; ++k) {
@@ -823,6 +832,7 @@ static int island_make(const sim_params *prm, const int *dev, int nm, particles 
       .particle_blocks = island_particle_blocks,
       .projected = island_projected,
       .set_projected = island_set_projected,
+      .set_last_dt = island_set_last_dt,
       .stats = island_stats,
       .count = island_count,
       .destroy = island_destroy,

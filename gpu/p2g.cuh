@@ -97,6 +97,8 @@ typedef struct step_ctl {
   unsigned bar_stuck;          /* the island barrier this member gave up on (0: none; island_barrier) */
   int bar_peer;                /* ... the peer (index in the view) it waited for, */
   unsigned bar_peer_seen;      /* ... and that peer's count when it gave up */
+  float dt_g2p;                /* compact storage: the dt of the last G2P, whose update of F the next P2G
+                                * makes from the record's C (physics/compact.h; set_last_dt on a resume) */
   int projected;               /* the next P2G leaves out the return mapping (set_projected: a run resumed
                                 * from a checkpoint written after G2P2G steps); k_grid clears it */
   int stamps;                  /* DRIFT_GPU_STAMPS: the step's kernels write stamp[] (the device's global ns) */
@@ -178,8 +180,10 @@ struct p2g_lane {
 
 /* CPK: base is the packet's compact records (compact_packets.cuh; cv their kinds and lattice):
  * each lane decodes its own position for its cell, then the record of the lane it takes after the
- * sort (read again: the warp just read it), and writes F and logjp back after the return mapping
- * as the CPU backend rounds them there (compact_set_f: words 7-13 of the record). */
+ * sort (read again: the warp just read it), advances F by the last G2P's C and dt (ctl->dt_g2p:
+ * the record's F is the last return mapping's, physics/compact.h), and writes F and logjp back
+ * after the return mapping as the CPU backend rounds them there (compact_set_f: words 7-13 of the
+ * record). */
 template <bool OLD, bool CPK = false>
 __device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, const int2 h, const int P[3],
                                              float *__restrict__ base, const uint64_t *__restrict__ pid,
@@ -221,6 +225,7 @@ __device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, 
     cpk_decode(&cv.f, P, &r, cv.kinds, &c);
     float tau[9];
     const material_params mat = mats[c.material];
+    constitutive_advance_F(&mat, ctl->dt_g2p, c.s.C, c.s.F); /* the last G2P's update (physics/compact.h) */
     const int kept = mat.model == MODEL_NACC;
     float logjp = kept ? c.s.logjp : 0.0f;
     constitutive_apply(&mat, c.s.F, &logjp, tau, plastic);

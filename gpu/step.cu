@@ -117,6 +117,8 @@ __global__ static void k_begin_barrier(step_ctl *c, island_view iv) {
 
 /* cuda_set_projected: the next P2G leaves out the return mapping (step_ctl.projected). */
 __global__ static void k_set_projected(step_ctl *c) { c->projected = 1; }
+/* cuda_set_last_dt: the dt of the G2P that last moved the particles (step_ctl.dt_g2p). */
+__global__ static void k_set_last_dt(step_ctl *c, float dt) { c->dt_g2p = dt; }
 
 /* A fixed step given by the host (the phase-by-phase path of backend.h). */
 __device__ static void begin_fixed(step_ctl *c, float dt, double t_end) {
@@ -596,6 +598,14 @@ int step_begin(cuda_state *s, float dt) {
   if (s->gate_armed) return dr_fail(DR_EINTERNAL, "cuda backend: a second step begun behind one gate");
   k_begin_fixed<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt, s->t_next + (double)dt);
   LAUNCHED("k_begin_fixed");
+  return DR_OK;
+}
+
+/* backend.set_last_dt, in stream order before the next P2G. */
+int cuda_set_last_dt(void *state, float dt) {
+  cuda_state *s = (cuda_state *)state;
+  k_set_last_dt<<<1, 1, 0, s->stream>>>(dp<step_ctl>(s->ctl), dt);
+  LAUNCHED("k_set_last_dt");
   return DR_OK;
 }
 

@@ -273,6 +273,10 @@ typedef struct backend {
    * mapping: the next P2G computes their stress without applying it (constitutive_apply with
    * plastic 0); the steps after it apply it as usual. */
   int (*set_projected)(void *state);
+  /* The dt of the G2P that last moved the particles given last (a resumed run: its checkpoint's
+   * last_dt; 0 before any step). Compact storage's P2G makes that G2P's update of F from the
+   * record's C with it (physics/compact.h); float storage does not read it. */
+  int (*set_last_dt)(void *state, float dt);
   int (*stats)(void *state, backend_stats *out);
   /* Optional (NULL: stats' n_particles): the particles held, from the host's own count (no
    * device traffic): several ranks cast it in every step's vote, for the load balance. */

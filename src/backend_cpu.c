@@ -267,6 +267,8 @@ static int p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_
   const particles *p = &s->p;
   float *F = p->F + 9 * i;
   float tau[9];
+  /* compact storage: F is the last return mapping's, advanced here by the last G2P's C (physics/compact.h) */
+  if (s->compact) constitutive_advance_F(&s->mats[p->material[i]], s->dt_g2p, p->C + 9 * i, F);
   constitutive_apply(&s->mats[p->material[i]], F, p->logjp + i, tau, !s->projected);
   if (s->compact) compact_round_f(F, p->logjp + i); /* the packet's write-back of F and logjp */
   const float m = p->mass[i];
@@ -469,7 +471,11 @@ int cpu_g2p(void *state, float dt) {
     float vnew[3], vmove[3];
     for (int q = 0; q < 9; ++q) C[q] = k * B[q];
     transfer_velocity(mat, dt, p->v + 3 * i, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
-    constitutive_advance_F(mat, dt, C, F);
+    float detF = 0.0f; /* compact storage: F stays for P2G to advance, the check sees C's entries */
+    if (!s->compact) constitutive_advance_F(mat, dt, C, F);
+    else
+      for (int q = 0; q < 9; ++q) detF += C[q];
+    detF += m3_det(F);
     float xa[3];
     for (int a = 0; a < 3; ++a) xa[a] = x[a] + dt * vmove[a];
     if (bp->n_colliders > 0) { /* the particle collision step (physics/boundary.h) */
@@ -483,7 +489,7 @@ int cpu_g2p(void *state, float dt) {
       /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
       x[a] = fminf(fmaxf(xa[a], (float)s->prm.domain_min[a]), (float)s->prm.domain_max[a]);
     }
-    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(m3_det(F)) || sp2 > runaway * runaway) {
+    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(detF) || sp2 > runaway * runaway) {
 #pragma omp critical(drift_cpu_bad)
       if (bad < 0 || p->id[i] < p->id[(size_t)bad]) bad = (long)i;
       continue;
@@ -501,6 +507,7 @@ int cpu_g2p(void *state, float dt) {
   if (bad >= 0) return backend_fail_particle(&s->prm, p->id[bad], p->material[bad]);
   s->vmax = vmax;
   s->need_rebuild |= leave;
+  s->dt_g2p = dt;
   return DR_OK;
 }
 
@@ -517,6 +524,11 @@ static int set_time(void *state, double t) {
 }
 
 static int wants_rebuild(void *state) { return ((cpu_state *)state)->need_rebuild; }
+
+static int set_last_dt(void *state, float dt) {
+  ((cpu_state *)state)->dt_g2p = dt;
+  return DR_OK;
+}
 
 static int set_projected(void *state) {
   ((cpu_state *)state)->projected = 1;
@@ -581,7 +593,7 @@ int backend_cpu_create(const sim_params *prm, particles *p, backend *out) {
   cpu_compact_round_from(s, 0);
   *out = (backend){.name = "cpu", .state = s, .rebuild = cpu_rebuild, .p2g = cpu_p2g, .grid_update = grid_update,
                    .g2p = cpu_g2p, .max_speed = max_speed, .destroy = destroy, .wants_rebuild = wants_rebuild,
-                   .grid_update_part = grid_update_part, .set_time = set_time, .set_projected = set_projected,
+                   .grid_update_part = grid_update_part, .set_time = set_time, .set_projected = set_projected, .set_last_dt = set_last_dt,
                    .block_sums = (int)s->bf, .sums_int64 = s->det};
   cpu_particles_ops(out);
   cpu_exchange_ops(out);

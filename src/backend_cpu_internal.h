@@ -62,6 +62,7 @@ typedef struct cpu_state {
                         * where a compact store would write it (P2G's return mapping, G2P's end, arrival) */
   compact_frame cframe; /* the record's position lattice: the grid origin and dx */
   int projected;       /* the next P2G leaves out the return mapping (set_projected) */
+  float dt_g2p;        /* compact storage: the last G2P's dt, whose update of F P2G makes (set_last_dt) */
   double inv_scale[2]; /* 1 / prm.fix_scale */
   uint8_t *touched;    /* [n_blocks] */
   uint8_t *shared;     /* [n_blocks] shared with another rank (mark_shared) */

@@ -9,6 +9,7 @@
 #include "error.h"
 #include "memsizes.h"
 #include "memtally.h"
+#include "physics/constitutive.h"
 
 static int download(void *state, particles *out) {
   cpu_state *s = state;
@@ -68,6 +69,10 @@ static int snapshot(void *state, unsigned mask, size_t *n) {
   }
   for (int a = 0; a < PARTICLE_ATTRS && m > 0; ++a)
     if ((mask & ~PA_BIT(owner)) >> a & 1u) copy_attr(s, a, particles_attr(&s->snap, a), particles_attr(&s->p, a), m);
+  if (s->compact && (mask & PA_BIT(F))) /* F at the frame's time: the last G2P's update (physics/compact.h) */
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)m; ++i)
+      constitutive_advance_F(&s->mats[s->p.material[i]], s->dt_g2p, s->p.C + 9 * (size_t)i, s->snap.F + 9 * (size_t)i);
   s->snap.n = m;
   *n = m;
   return DR_OK;

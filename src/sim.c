@@ -336,6 +336,8 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   }
   /* a checkpoint written after fused G2P2G steps: its particles hold the next return mapping */
   if (rc == DR_OK && S->resume_projected) rc = comm_agree(comm, S->be.set_projected(S->be.state));
+  /* compact storage's P2G makes the last G2P's update of F with its dt (physics/compact.h) */
+  if (rc == DR_OK && S->resumed) rc = comm_agree(comm, S->be.set_last_dt(S->be.state, (float)S->st.last_dt));
   if (rc) goto fail;
   /* the rebuild counter goes on from the checkpoint's */
   backend_stats bs;

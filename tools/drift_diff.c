@@ -7,12 +7,13 @@
  * where written, else zero (no kinetic energy); mass where written, else every particle's is
  * taken as 1 kg and the energies are sums per unit mass) and prints CSV on stdout, one row a frame both hold:
  *
- *   frame,time,n,rms_dx,max_dx,rms_v,ek_a,ek_b,ep_a,ep_b
+ *   frame,time,n,rms_dx,max_dx,rms_v,ek_a,ek_b,ep_a,ep_b,rms_dF,max_dF
  *
  * rms_dx, max_dx: the root mean square and the largest |x_A - x_B| over the particles, in cells
  * (the frame's dx); rms_v: the rms of |v_A - v_B| over that of |v_A| (0 where A is at rest);
  * ek: the kinetic energy sum m |v|^2 / 2 (J); ep: the potential energy -sum m g_y y (J, g_y
- * GRAVITY_Y, default -9.81, about y = 0). Exit 1 when the frames differ in their ids, 2 when a
+ * GRAVITY_Y, default -9.81, about y = 0); rms_dF, max_dF: the root mean square and the largest
+ * |F_A - F_B| (Frobenius) where both frames hold F (output.fields), else empty. Exit 1 when the frames differ in their ids, 2 when a
  * file cannot be read. */
 #include <math.h>
 #include <stdint.h>
@@ -24,7 +25,7 @@
 
 typedef struct run_frame {
   size_t n;
-  float *x, *v, *m;
+  float *x, *v, *m, *F; /* F: NULL where the frame holds none */
   uint64_t *id;
   size_t *order;
   double time, dx;
@@ -37,7 +38,7 @@ static int by_id(const void *a, const void *b) {
 }
 
 static void frame_free(run_frame *f) {
-  free(f->x), free(f->v), free(f->m), free(f->id), free(f->order);
+  free(f->x), free(f->v), free(f->m), free(f->F), free(f->id), free(f->order);
   memset(f, 0, sizeof *f);
 }
 
@@ -56,12 +57,14 @@ static int load(const char *dir, int number, run_frame *f) {
   }
   if (!rc && frame_dataset(&ff, "mass", H5T_NATIVE_FLOAT, 1, (void **)&f->m, &n[2])) n[2] = n[0]; /* absent: m = 1 */
   if (!rc) rc = frame_dataset(&ff, "id", H5T_NATIVE_UINT64, 1, (void **)&f->id, &n[3]);
+  size_t nF = n[0];
+  if (!rc && frame_dataset(&ff, "F", H5T_NATIVE_FLOAT, 9, (void **)&f->F, &nF)) f->F = NULL, nF = n[0]; /* absent */
   if (!rc) rc = frame_attr(&ff, "time", H5T_NATIVE_DOUBLE, &f->time);
   if (!rc) rc = frame_attr(&ff, "dx", H5T_NATIVE_DOUBLE, &f->dx);
   if (rc) fprintf(stderr, "drift_diff: %s\n", ff.err);
   frame_close(&ff);
   if (rc) return -1;
-  if (n[0] != n[1] || n[0] != n[2] || n[0] != n[3]) {
+  if (n[0] != n[1] || n[0] != n[2] || n[0] != n[3] || nF != n[0]) {
     fprintf(stderr, "drift_diff: %s: datasets of different lengths\n", path);
     return -1;
   }
@@ -90,7 +93,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "drift_diff: %s\n", err);
     return 2;
   }
-  printf("frame,time,n,rms_dx,max_dx,rms_v,ek_a,ek_b,ep_a,ep_b\n");
+  printf("frame,time,n,rms_dx,max_dx,rms_v,ek_a,ek_b,ep_a,ep_b,rms_dF,max_dF\n");
   int status = 0;
   for (int i = 0, j = 0; i < na && j < nb;) {
     if (fa[i] != fb[j]) {
@@ -104,7 +107,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "drift_diff: frame %d: %zu particles against %zu\n", fa[i], A.n, B.n);
       return 1;
     }
-    double s2 = 0, mx = 0, dv2 = 0, v2 = 0, ek[2] = {0, 0}, ep[2] = {0, 0};
+    double s2 = 0, mx = 0, dv2 = 0, v2 = 0, ek[2] = {0, 0}, ep[2] = {0, 0}, f2 = 0, fmx = 0;
     for (size_t k = 0; k < A.n; ++k) {
       const size_t a = A.order[k], b = B.order[k];
       if (A.id[a] != B.id[b]) {
@@ -120,10 +123,17 @@ int main(int argc, char **argv) {
       }
       ep[0] -= (A.m ? A.m[a] : 1.0) * gy * A.x[3 * a + 1], ep[1] -= (B.m ? B.m[b] : 1.0) * gy * B.x[3 * b + 1];
       s2 += d2, mx = fmax(mx, sqrt(d2));
+      if (A.F && B.F) {
+        double e2 = 0;
+        for (int c = 0; c < 9; ++c) e2 += ((double)A.F[9 * a + c] - B.F[9 * b + c]) * ((double)A.F[9 * a + c] - B.F[9 * b + c]);
+        f2 += e2, fmx = fmax(fmx, sqrt(e2));
+      }
     }
     const double n = A.n ? (double)A.n : 1.0;
-    printf("%d,%.6g,%zu,%.4g,%.4g,%.4g,%.8g,%.8g,%.8g,%.8g\n", fa[i], A.time, A.n, sqrt(s2 / n) / A.dx, mx / A.dx,
+    printf("%d,%.6g,%zu,%.4g,%.4g,%.4g,%.8g,%.8g,%.8g,%.8g,", fa[i], A.time, A.n, sqrt(s2 / n) / A.dx, mx / A.dx,
            v2 > 0 ? sqrt(dv2 / v2) : 0.0, ek[0], ek[1], ep[0], ep[1]);
+    if (A.F && B.F) printf("%.4g,%.4g\n", sqrt(f2 / n), fmx);
+    else printf(",\n");
     frame_free(&A), frame_free(&B);
     ++i, ++j;
   }

@@ -514,25 +514,32 @@ DR_HD int compact_f_fixed_(const float F[9], compact_f_code *c, const double *wa
   return changed;
 }
 
+/* x (measured from particle block blk), v and C of s: the record's first COMPACT_AT_F bits, into w
+ * (zeroed there) from bit 0. */
+DR_HD void compact_put_xvc_(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t *w,
+                            int *pos) {
+  const int64_t lim = (int64_t)1 << (COMPACT_X_BITS - 1);
+  for (int a = 0; a < 3; ++a) {
+    int64_t o = compact_x_units_(f, s->x[a]) - compact_x_base_(f, a, blk[a]);
+    o = o < -lim ? -lim : o > lim - 1 ? lim - 1 : o; /* beyond [-8, 8) cells: clamped (the caller's block is wrong) */
+    compact_put_signed_(w, pos, COMPACT_X_BITS, (int32_t)o);
+  }
+  int32_t m[9];
+  int k = compact_se_encode_(s->v, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, m);
+  compact_put_(w, pos, COMPACT_EXP_BITS, (uint32_t)k);
+  for (int i = 0; i < 3; ++i) compact_put_signed_(w, pos, COMPACT_V_MAG + 1, m[i]);
+  k = compact_se_encode_(s->C, 9, COMPACT_C_MAG, COMPACT_EXP_MIN, m);
+  compact_put_(w, pos, COMPACT_EXP_BITS, (uint32_t)k);
+  for (int i = 0; i < 9; ++i) compact_put_signed_(w, pos, COMPACT_C_MAG + 1, m[i]);
+}
+
 /* The record of s with F's code fc (s->F is not read): blk is the particle block x is measured
  * from. */
 DR_HD void compact_encode_with_f_(const compact_frame *f, const int32_t blk[3], const compact_state *s,
                                   const compact_f_code *fc, uint32_t kind, uint64_t id, compact_record *r) {
   for (int k = 0; k < COMPACT_WORDS; ++k) r->w[k] = 0;
   int pos = 0;
-  const int64_t lim = (int64_t)1 << (COMPACT_X_BITS - 1);
-  for (int a = 0; a < 3; ++a) {
-    int64_t o = compact_x_units_(f, s->x[a]) - compact_x_base_(f, a, blk[a]);
-    o = o < -lim ? -lim : o > lim - 1 ? lim - 1 : o; /* beyond [-8, 8) cells: clamped (the caller's block is wrong) */
-    compact_put_signed_(r->w, &pos, COMPACT_X_BITS, (int32_t)o);
-  }
-  int32_t m[9];
-  int k = compact_se_encode_(s->v, 3, COMPACT_V_MAG, COMPACT_EXP_MIN, m);
-  compact_put_(r->w, &pos, COMPACT_EXP_BITS, (uint32_t)k);
-  for (int i = 0; i < 3; ++i) compact_put_signed_(r->w, &pos, COMPACT_V_MAG + 1, m[i]);
-  k = compact_se_encode_(s->C, 9, COMPACT_C_MAG, COMPACT_EXP_MIN, m);
-  compact_put_(r->w, &pos, COMPACT_EXP_BITS, (uint32_t)k);
-  for (int i = 0; i < 9; ++i) compact_put_signed_(r->w, &pos, COMPACT_C_MAG + 1, m[i]);
+  compact_put_xvc_(f, blk, s, r->w, &pos);
   compact_f_put_(r->w, &pos, fc);
   compact_put_(r->w, &pos, 16, compact_half_encode_(s->logjp));
   compact_put_(r->w, &pos, 16, kind);
@@ -625,6 +632,16 @@ DR_HD void compact_set_f(compact_record *r, const float F[9], float logjp) {
   compact_f_put_(t.w, &pos, &fc);
   compact_put_(t.w, &pos, 16, compact_half_encode_(logjp));
   compact_splice_(r, &t, COMPACT_AT_F, COMPACT_AT_KIND);
+}
+
+/* x, v and C of s written into r (G2P's write-back: F, logjp, kind and id stay as they are, F
+ * being P2G's to advance), x measured from particle block blk. */
+DR_HD void compact_set_xvc(const compact_frame *f, const int32_t blk[3], const compact_state *s, compact_record *r) {
+  compact_record t;
+  for (int k = 0; k < COMPACT_WORDS; ++k) t.w[k] = 0;
+  int pos = 0;
+  compact_put_xvc_(f, blk, s, t.w, &pos);
+  compact_splice_(r, &t, 0, COMPACT_AT_F);
 }
 
 /* r's positions, measured from particle block `from`, measured from block `to` instead: the same

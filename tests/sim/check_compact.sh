@@ -8,9 +8,12 @@
 # frame by frame by particle id (DIFF_EXE, tools/drift_diff): at frame 0 the positions' rounding
 # alone, uniform in steps of q = 2^-23 m (dx 0.02 m: q = 5.96e-6 cells, the power of two in
 # (dx 2^-18, dx 2^-17]), whose rms over three axes is q / 2 = 2.98e-6 cells (within 10%; 3.05e-6
-# measured); then the measured error (docs/validation.md, Compact storage: at frame 6 rms 8.0e-5
-# cells, at most 4.1e-4, energies within 3.4e-6) held within about 5x (5e-4, 2e-3, 2e-5); and not
-# the same (the rounding acts).
+# measured); then the measured error (docs/validation.md, Compact storage: at frame 6 rms 8.1e-5
+# cells, at most 3.5e-4, energies within 4.0e-6; F (in the frames' fields) within 7.6e-6 rms and
+# 5.3e-5 at most) held within about 5x (5e-4, 2e-3, 2e-5; 4e-5 and 2.5e-4); and not the same (the
+# rounding acts). F's bounds see the frames' F at the frame's time: a record keeps F as the last
+# P2G left it and a frame shows it advanced by the last G2P's C (physics/compact.h), without
+# which the frames' F stand 1.1e-4 to 2.0e-4 rms (1.3e-3 to 2.3e-3 at most) from float storage's.
 # A resume from compact storage's checkpoint at frame 3 gives A's frames 4-6 bitwise
 # (COMPARE_EXE with tolerance 0) and its substeps: the round trip of a checkpoint's state is
 # idempotent. The cuda backend's compact frames against the cpu backend's by the same bounds (where
@@ -25,7 +28,9 @@ diff_exe=$3
 scene=$4
 
 lib_setup compact
-sed 's/"parallel": {/"parallel": { "deterministic": true,/' "$scene" >float.json
+sed 's/"parallel": {/"parallel": { "deterministic": true,/; s/"output": {/"output": { "fields": ["position", "velocity", "id", "material", "owner", "F"],/' \
+  "$scene" >float.json
+grep -q '"F"' float.json || fail "float.json: no F in output.fields"
 sed 's/"parallel": {/"parallel": { "storage": "compact",/' float.json >compact.json
 grep -q '"storage": "compact"' compact.json || fail "compact.json: no storage key"
 
@@ -48,6 +53,7 @@ awk -F, 'NR > 1 {
   if ($4 > 5e-4 || $5 > 2e-3) { printf "frame %d: positions rms %g cells, at most %g (bounds 5e-4, 2e-3)\n", $1, $4, $5; bad = 1 }
   ek = ($7 > $8 ? $7 : $8); if (ek > 1e-9 && ($7 - $8 > 2e-5 * ek || $8 - $7 > 2e-5 * ek)) { printf "frame %d: kinetic energy %g against %g\n", $1, $8, $7; bad = 1 }
   ep = ($9 > $10 ? $9 : $10); if ($9 - $10 > 2e-5 * ep || $10 - $9 > 2e-5 * ep) { printf "frame %d: potential energy %g against %g\n", $1, $10, $9; bad = 1 }
+  if ($11 == "" || $11 > 4e-5 || $12 > 2.5e-4) { printf "frame %d: F rms %s, at most %s (bounds 4e-5, 2.5e-4)\n", $1, $11, $12; bad = 1 }
   last = $4
 } END { if (!(last > 1e-5)) { print "frame 6: compact storage equals float storage (no rounding?)"; bad = 1 } exit bad }' diff.csv >bounds.txt ||
   fail "compact against float: $(cat bounds.txt)"
@@ -75,6 +81,7 @@ else
   fi
   cat cdiff.csv
   awk -F, 'NR > 1 && ($4 > 5e-4 || $5 > 2e-3) { printf "frame %d: positions rms %g cells, at most %g (bounds 5e-4, 2e-3)\n", $1, $4, $5; bad = 1 }
+    NR > 1 && ($11 == "" || $11 > 4e-5 || $12 > 2.5e-4) { printf "frame %d: F rms %s, at most %s (bounds 4e-5, 2.5e-4)\n", $1, $11, $12; bad = 1 }
     END { exit bad }' cdiff.csv >cbounds.txt || fail "cuda against cpu, compact storage: $(cat cbounds.txt)"
 fi
 
