@@ -34,6 +34,16 @@
  *              distinct ones (lossless: a body's particles share their mass and volume).
  *   id     48  the id's low 48 bits (its body, PARTICLE_ID_BODY_SHIFT up, is the kind's).
  *
+ * F's update: a record's F is the one the last P2G's return mapping left; its x, v and C are the
+ * last G2P's. The next P2G makes that G2P's update F <- (I + dt C) F (constitutive_advance_F)
+ * from the record's C and the G2P's dt (the backends keep it: step_ctl.dt_g2p, cpu_state.dt_g2p;
+ * a checkpoint's last_dt on a resume, backend.set_last_dt) before the return mapping, so that F
+ * is encoded once a step (P2G's write-back), not twice; G2P writes x, v and C back
+ * (compact_set_xvc). The update sees C as the record holds it (within 2^-11 max|C_ij| of G2P's):
+ * each step's update of F errs by up to dt 2^-11 max|C_ij| an entry (against float storage:
+ * docs/validation.md, Compact storage). A frame shows F as float storage's would, after the last
+ * G2P's update (the snapshot makes it); a checkpoint holds the record's.
+ *
  * Idempotency: a resume uploads the floats a checkpoint holds and encodes them again, so
  * decode(encode(decode(r))) == decode(r) bitwise. The formats hold it by construction: each
  * decode lies at its code's centre within a known rounding noise, below a quarter of the code's

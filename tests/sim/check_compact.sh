@@ -9,7 +9,7 @@
 # alone, uniform in steps of q = 2^-23 m (dx 0.02 m: q = 5.96e-6 cells, the power of two in
 # (dx 2^-18, dx 2^-17]), whose rms over three axes is q / 2 = 2.98e-6 cells (within 10%; 3.05e-6
 # measured); then the measured error (docs/validation.md, Compact storage: at frame 6 rms 8.1e-5
-# cells, at most 3.5e-4, energies within 4.0e-6; F (in the frames' fields) within 7.6e-6 rms and
+# cells, at most 3.5e-4, energies within 4.6e-6; F (in the frames' fields) within 7.6e-6 rms and
 # 5.3e-5 at most) held within about 5x (5e-4, 2e-3, 2e-5; 4e-5 and 2.5e-4); and not the same (the
 # rounding acts). F's bounds see the frames' F at the frame's time: a record keeps F as the last
 # P2G left it and a frame shows it advanced by the last G2P's C (physics/compact.h), without
