@@ -119,6 +119,11 @@ __global__ static void k_begin_barrier(step_ctl *c, island_view iv) {
 __global__ static void k_set_projected(step_ctl *c) { c->projected = 1; }
 /* cuda_set_last_dt: the dt of the G2P that last moved the particles (step_ctl.dt_g2p). */
 __global__ static void k_set_last_dt(step_ctl *c, float dt) { c->dt_g2p = dt; }
+/* A compact G2P with no packets (a rank without particles): its dt noted as k_g2p notes it, for
+ * the P2G of particles that arrive from other ranks with that G2P's C. */
+__global__ static void k_note_dt_g2p(step_ctl *c) {
+  if (!c->done) c->dt_g2p = c->dt;
+}
 
 /* A fixed step given by the host (the phase-by-phase path of backend.h). */
 __device__ static void begin_fixed(step_ctl *c, float dt, double t_end) {
@@ -386,6 +391,10 @@ int step_g2p_on(cuda_state *s, int par, int lag, const int32_t *order, size_t n,
   const particle_view pv = particle_view_of(s);
   const step_scalars sc = step_scalars_of(s, FREE_ZONE_LO + lag, FREE_ZONE_HI - lag);
   const collider_view cv = collider_view_of(s);
+  if (n == 0 && s->compact) {
+    k_note_dt_g2p<<<1, 1, 0, st>>>(dp<step_ctl>(s->ctl));
+    LAUNCHED("k_note_dt_g2p");
+  }
   if (n > 0) {
     particle_view g2p_pv = pv;
     if (!s->g2p_mat) g2p_pv.mats = nullptr; /* G2P reads no material (k_g2p's MAT) */

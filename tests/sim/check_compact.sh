@@ -16,8 +16,11 @@
 # which the frames' F stand 1.1e-4 to 2.0e-4 rms (1.3e-3 to 2.3e-3 at most) from float storage's.
 # A resume from compact storage's checkpoint at frame 3 gives A's frames 4-6 bitwise
 # (COMPARE_EXE with tolerance 0) and its substeps: the round trip of a checkpoint's state is
-# idempotent. The cuda backend's compact frames against the cpu backend's by the same bounds (where
-# a GPU is visible).
+# idempotent. Two ranks (the water crosses the cut into rank 1, which starts empty) against one:
+# bitwise (deterministic mode's sums do not depend on the ranks; each rank's P2G makes the update
+# of F that the last G2P's C and dt give, for particles that arrived too). The cuda backend's
+# compact frames against the cpu backend's by the same bounds, and its two ranks against its one
+# bitwise (where a GPU is visible).
 set -u
 . "$(dirname "$0")/../lib.sh"
 
@@ -68,7 +71,14 @@ for f in 4 5 6; do
 done
 [ "$(steps resume.log)" = "$want_steps" ] || fail "resume: $(steps resume.log) substeps, the straight run $want_steps"
 
-# 3. the cuda backend's compact packets against the cpu backend's, by the bounds of section 1 (where
+# 3. two ranks against one, bitwise
+run two 0 mpirun --oversubscribe -n 2 "$drift" run compact.json --out T
+for f in 1 2 3 4 5 6; do
+  name=$(printf 'frame_%05d.h5' "$f")
+  out=$("$compare" "A/$name" "T/$name" 0 0) || fail "compact storage on two ranks: T/$name is not bitwise one rank's: $out"
+done
+
+# 4. the cuda backend's compact packets against the cpu backend's, by the bounds of section 1 (where
 #    no GPU is visible the cuda backend says so in one line: exit 2)
 "$drift" run compact.json --backend cuda --out C >cuda.log 2>&1
 rc=$?
@@ -83,6 +93,11 @@ else
   awk -F, 'NR > 1 && ($4 > 5e-4 || $5 > 2e-3) { printf "frame %d: positions rms %g cells, at most %g (bounds 5e-4, 2e-3)\n", $1, $4, $5; bad = 1 }
     NR > 1 && ($11 == "" || $11 > 4e-5 || $12 > 2.5e-4) { printf "frame %d: F rms %s, at most %s (bounds 4e-5, 2.5e-4)\n", $1, $11, $12; bad = 1 }
     END { exit bad }' cdiff.csv >cbounds.txt || fail "cuda against cpu, compact storage: $(cat cbounds.txt)"
+  run cuda_two 0 mpirun --oversubscribe -n 2 "$drift" run compact.json --backend cuda --out U
+  for f in 1 2 3 4 5 6; do
+    name=$(printf 'frame_%05d.h5' "$f")
+    out=$("$compare" "C/$name" "U/$name" 0 0) || fail "cuda, compact storage on two ranks: U/$name is not bitwise one rank's: $out"
+  done
 fi
 
 lib_finish "check_compact.sh"
