@@ -4,14 +4,16 @@
   compare.py --scale coarse|paper --dir DIR [--check]
 
 Reads jobs/validation/cases.csv and DIR/CASE.csv (drift_front's output, one row per frame; the
-beam's: drift_probe's), writes DIR/columns.csv, DIR/dam_break_front.csv, DIR/beam_csm3_cycles.csv,
-DIR/summary.md and, where matplotlib is installed, DIR/columns.png and DIR/dam_break.png. Cases
-without a measurement in DIR are left out.
+beam's: drift_probe's), writes DIR/columns.csv, DIR/CASE_front.csv for each dam break (dam_break,
+dam_break_water, dam_break_glycerine), DIR/beam_csm3_cycles.csv, DIR/summary.md and, where
+matplotlib is installed, DIR/columns.png and DIR/dam_break.png. Cases without a measurement in DIR
+are left out.
 --check also tests the figures against the tolerances of the CTest test `validation_coarse`
 (CELLS and SCATTER below, justified in docs/validation.md) and exits 1 when one is out of them:
 the column's runout and final height within the tolerance of Lube et al.'s laws; the dam break's
-front no further behind Martin & Moyce's than the tolerance and not ahead of Ritter's. (The beam
-has its own test, csm3.py --check.)
+front no further behind Martin & Moyce's than the tolerance and not ahead of Ritter's, for the
+inviscid water and water's viscosity (the glycerine-like liquid is a sensitivity: Martin & Moyce
+have no data for it). (The beam has its own test, csm3.py --check.)
 
 Published references (full citations in docs/validation.md, the columns' in docs/validation-columns.md):
 - Column, 2D (Lube, Huppert, Sparks & Freundt 2005, Phys. Rev. E 72, 041301):
@@ -54,6 +56,10 @@ MARTIN_MOYCE_SMALL = [(0.849, 1.245), (1.212, 1.443), (1.602, 1.884), (2.283, 2.
 # scatter of the laboratory points about the fitted laws, and between repeated releases).
 CELLS = 2
 SCATTER = 0.10
+# The dam breaks' liquids: what the summary calls each case, and whether --check holds it to
+# Martin & Moyce's water (the glycerine-like liquid is a sensitivity, not a validation).
+DAM_LIQUIDS = {"dam_break": ("inviscid water", True), "dam_break_water": ("water, 1e-3 Pa s", True),
+               "dam_break_glycerine": ("glycerine-like, 1.4 Pa s", False)}
 
 
 def lube_runout(a):
@@ -191,10 +197,13 @@ def main():
             md += [column_row(c) for c in fc]
             md.append("")
 
-    # Dam break: Z(T) against Martin & Moyce, RMS over the laboratory points inside the run.
+    # Dam break: Z(T) against Martin & Moyce, RMS over the laboratory points inside the run, each
+    # liquid (DAM_LIQUIDS) in turn.
+    dams = []
     for r in cases:
         if r["kind"] != "dam":
             continue
+        liquid, checked = DAM_LIQUIDS.get(r["case"], (r["case"], False))
         a = float(r["L0"])
         fr = read_front(os.path.join(args.dir, r["case"] + ".csv"))
         g = 9.81
@@ -208,17 +217,19 @@ def main():
                 pts.append((te, ze, zs, 1 + 2 * te))
         rms = math.sqrt(sum((zs - ze) ** 2 for _, ze, zs, _ in pts) / len(pts)) if pts else float("nan")
         rel = math.sqrt(sum(((zs - ze) / ze) ** 2 for _, ze, zs, _ in pts) / len(pts)) if pts else float("nan")
-        with open(os.path.join(args.dir, "dam_break_front.csv"), "w") as f:
+        with open(os.path.join(args.dir, r["case"] + "_front.csv"), "w") as f:
             f.write("T,Z_martin_moyce,Z_drift,Z_ritter\n")
             for te, ze, zs, zr in pts:
                 f.write(f"{te:.3f},{ze:.3f},{zs:.3f},{zr:.3f}\n")
-        md += ["## Dam break (Martin & Moyce 1952, n^2 = 2)", "",
+        md += [f"## Dam break (Martin & Moyce 1952, n^2 = 2): {liquid} (`{r['case']}`)", "",
                "| T = t sqrt(2g/a) | Z = x/a, Martin & Moyce | Z, drift | difference | Z, Ritter |",
                "| --- | --- | --- | --- | --- |"]
         md += [f"| {te:.2f} | {ze:.2f} | {zs:.2f} | {zs - ze:+.2f} | {zr:.2f} |" for te, ze, zs, zr in pts]
         md += ["", f"RMS of Z - Z_Martin&Moyce over the {len(pts)} points with T <= {tmax:.2f}: **{rms:.3f}** "
                f"(relative RMS {100 * rel:.1f}%); frame 0 front Z = {Z[0]:.3f} (1 expected).", ""]
-        dam = {"T": T, "Z": Z, "rms": rms, "pts": pts}
+        dams.append({"case": r["case"], "liquid": liquid, "T": T, "Z": Z})
+        if not checked:
+            continue
         # --check: the front may not lag the laboratory front by more than CELLS cells + SCATTER
         # (a frictionless, inviscid, surface-tension-free model has nothing to make it slower than
         # water on a plate), nor run ahead of Ritter's inviscid shallow-water front (the fastest a
@@ -230,10 +241,10 @@ def main():
         for te, ze, zs, zr in pts:
             tol = CELLS * dx / a + SCATTER * ze
             if args.check and not (zs >= ze - tol and zs <= zr):
-                failures.append(f"dam break: at T = {te:.2f} the front Z = {zs:.3f} is outside [{ze - tol:.3f} "
+                failures.append(f"{r['case']}: at T = {te:.2f} the front Z = {zs:.3f} is outside [{ze - tol:.3f} "
                                 f"(Martin & Moyce {ze:.3f} - {tol:.3f}), {zr:.3f} (Ritter)]")
             elif args.check:
-                print(f"check dam break T {te:.2f}: Z {zs:.3f} in [{ze - tol:.3f}, {zr:.3f}]")
+                print(f"check {r['case']} T {te:.2f}: Z {zs:.3f} in [{ze - tol:.3f}, {zr:.3f}]")
 
     if args.check:
         for c in col:
@@ -326,15 +337,17 @@ def main():
         ax[1].legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(args.dir, "columns.png"), dpi=120)
-    if plt and any(r["kind"] == "dam" for r in cases):
+    if plt and dams:
         fig, ax = plt.subplots(figsize=(6, 4.5))
-        ax.plot(dam["T"], dam["Z"], "-", color="C1", label=f"drift ({args.scale})")
+        for i, dam in enumerate(dams):
+            ax.plot(dam["T"], dam["Z"], "-", color=f"C{i + 1}", label=f"drift ({args.scale}): {dam['liquid']}")
         ax.plot(*zip(*MARTIN_MOYCE), "ks", mfc="none", label="Martin & Moyce 1952 (n^2 = 2, a = 2.25 in)")
         ax.plot(*zip(*MARTIN_MOYCE_SMALL), "k^", mfc="none", ms=4, label="Martin & Moyce 1952 (n^2 = 2, a = 1.125 in)")
-        tt = [0, max(dam["T"])]
+        t_max = max(max(dam["T"]) for dam in dams)
+        tt = [0, t_max]
         ax.plot(tt, [1 + 2 * t for t in tt], "k:", label="Ritter (shallow water): Z = 1 + 2T")
         ax.set(xlabel="T = t sqrt(2g/a)", ylabel="Z = x/a", title="dam break: surge front",
-               xlim=(0, max(dam["T"]) * 1.05), ylim=(0, max(dam["Z"]) * 1.3))
+               xlim=(0, t_max * 1.05), ylim=(0, max(max(dam["Z"]) for dam in dams) * 1.3))
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(args.dir, "dam_break.png"), dpi=120)

@@ -12,6 +12,8 @@
                                          quoted for Lube et al.'s fine quartz sand (LUBE_PHI)
                                          and a real sand's stiffness (LUBE_E)
   jobs/validation/SCALE/dam_break.json   Martin & Moyce (1952)'s water column, n^2 = H/a = 2
+  jobs/validation/SCALE/dam_break_water.json, dam_break_glycerine.json  the same column with
+                                         water's viscosity and a glycerine-like one (DAM_VISCOSITY)
   jobs/validation/SCALE/beam_csm3.json   Turek & Hron (2006)'s CSM3: an elastic beam fixed to a
                                          cylinder, swinging under gravity
   jobs/validation/cases.csv              one row per scene: what jobs/validation/run.sh runs
@@ -83,6 +85,9 @@ LUBE_E = 10.0e6  # Pa
 A_DAM = 0.05715  # m (2.25 in)
 BULK = 1.0e5  # Pa: sound speed sqrt(K gamma / rho) = 26 m/s, about 12 x the front speed
 T_DAM = 6.0  # run to T = t sqrt(2 g / a) = 6 (Z about 8)
+# The same column with a viscosity (weakly_compressible's `viscosity`, Pa s): water's, and a
+# glycerine-like liquid 1400 times as viscous (a sensitivity: Martin & Moyce have no such data).
+DAM_VISCOSITY = (("_water", 1.0e-3), ("_glycerine", 1.4))
 
 # The elastic beam: Turek & Hron (2006), CSM3. A beam 0.35 m long from where it meets a rigid
 # cylinder (centre (0.2, 0.2) m, radius 0.05 m) to its tip, point A = (0.6, 0.2) m, and H_BEAM
@@ -162,7 +167,8 @@ def column(a, n_cells, frames, fit, setup=None, phi=PHI, youngs=None):
     return scene, t_end, h0
 
 
-def dam_break(n_cells, frames):
+def dam_break(n_cells, frames, viscosity=0.0):
+    """The dam break; viscosity (Pa s) > 0: the weakly compressible water with that dynamic viscosity."""
     dx = A_DAM / n_cells
     h = 2 * A_DAM
     x0 = y0 = z0 = 3 * dx
@@ -170,13 +176,17 @@ def dam_break(n_cells, frames):
     ly = y0 + 1.25 * h + 3 * dx
     lz = 8 * dx
     t_end = T_DAM / math.sqrt(2 * G / A_DAM)
+    water = {"model": "weakly_compressible", "density": 1000, "bulk_modulus": BULK, "gamma": 7}
+    if viscosity > 0:
+        water["viscosity"] = viscosity
+    liquid = f"a liquid of viscosity {viscosity:g} Pa s" if viscosity > 0 else "a water"
     return {
-        "description": f"Martin & Moyce (1952) dam break: a water column a = {A_DAM:g} m wide and 2a high "
+        "description": f"Martin & Moyce (1952) dam break: {liquid} column a = {A_DAM:g} m wide and 2a high "
                        f"(n^2 = 2) in a quasi-2D slab, {n_cells} cells across a, run to T = t sqrt(2g/a) = "
                        f"{T_DAM:g}. Compared in docs/validation.md; written by jobs/validation/make_scenes.py.",
         "domain": {"min": [0, 0, 0], "max": [fmt(lx), fmt(ly), fmt(lz)], "dx": fmt(dx)},
         "time": {"frames": frames, "fps": fmt(frames / t_end), "cfl": 0.4},
-        "materials": {"water": {"model": "weakly_compressible", "density": 1000, "bulk_modulus": BULK, "gamma": 7}},
+        "materials": {"water": water},
         "bodies": [{"shape": "box", "min": [fmt(x0), fmt(y0), fmt(z0)],
                     "max": [fmt(x0 + A_DAM), fmt(y0 + h), fmt(z0 + 2 * dx)], "material": "water", "ppc": 8}],
         "boundary": {"type": "slip", "y-": {"type": "separate"}, "y+": {"type": "separate"}},
@@ -272,10 +282,12 @@ def main():
             rel = f"{scale}/{name}.json"
             dump(scene, os.path.join(HERE, rel))
             rows.append(f"{scale},{name},column,{rel},{a:g},{L0:g},{h0:g},{t_end:.6g},{L0 / s['column']:.9g}")
-        scene, t_end, h = dam_break(s["dam"], s["dam_frames"])
-        rel = f"{scale}/dam_break.json"
-        dump(scene, os.path.join(HERE, rel))
-        rows.append(f"{scale},dam_break,dam,{rel},2,{A_DAM:g},{h:g},{t_end:.6g},{A_DAM / s['dam']:.9g}")
+        for suffix, mu in (("", 0.0),) + DAM_VISCOSITY:
+            scene, t_end, h = dam_break(s["dam"], s["dam_frames"], mu)
+            name = f"dam_break{suffix}"
+            rel = f"{scale}/{name}.json"
+            dump(scene, os.path.join(HERE, rel))
+            rows.append(f"{scale},{name},dam,{rel},2,{A_DAM:g},{h:g},{t_end:.6g},{A_DAM / s['dam']:.9g}")
         scene, t_end, dx = beam(s["beam"])
         rel = f"{scale}/beam_csm3.json"
         dump(scene, os.path.join(HERE, rel))

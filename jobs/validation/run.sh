@@ -10,7 +10,7 @@
 # make_scenes.py) with build/drift, measures each run's frames with build/drift_front (front and
 # height at the wall, one CSV row per frame: DIR/CASE.csv; the beam: build/drift_probe, the
 # displacement of its tip, point A) and compares them with the published figures (compare.py):
-# DIR/columns.csv, DIR/dam_break_front.csv, DIR/beam_csm3_cycles.csv, DIR/summary.md, and with
+# DIR/columns.csv, DIR/CASE_front.csv (each dam break), DIR/beam_csm3_cycles.csv, DIR/summary.md, and with
 # matplotlib, DIR/columns.png and DIR/dam_break.png. DIR/timing.csv has each run's wall time.
 # The columns come with each of the sand's cone fits, column_aA (the default, "compression") and
 # column_aA_ps ("plane_strain"), and for a <= 2 with the laboratory's gate (column_aA_ps_gate) or
