@@ -471,11 +471,13 @@ int cpu_g2p(void *state, float dt) {
     float vnew[3], vmove[3];
     for (int q = 0; q < 9; ++q) C[q] = k * B[q];
     transfer_velocity(mat, dt, p->v + 3 * i, v, vold, m3_trace(C), m3_det(F), vnew, vmove);
-    float detF = 0.0f; /* compact storage: F stays for P2G to advance, the check sees C's entries */
+    /* finite where the new state is: det F, plus C's entries in compact storage, where F stays for
+     * P2G to advance */
+    float state_sum = 0.0f;
     if (!s->compact) constitutive_advance_F(mat, dt, C, F);
     else
-      for (int q = 0; q < 9; ++q) detF += C[q];
-    detF += m3_det(F);
+      for (int q = 0; q < 9; ++q) state_sum += C[q];
+    state_sum += m3_det(F);
     float xa[3];
     for (int a = 0; a < 3; ++a) xa[a] = x[a] + dt * vmove[a];
     if (bp->n_colliders > 0) { /* the particle collision step (physics/boundary.h) */
@@ -489,7 +491,7 @@ int cpu_g2p(void *state, float dt) {
       /* Safety net: walls keep material inside; never let a particle leave the padded grid. */
       x[a] = fminf(fmaxf(xa[a], (float)s->prm.domain_min[a]), (float)s->prm.domain_max[a]);
     }
-    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(detF) || sp2 > runaway * runaway) {
+    if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(state_sum) || sp2 > runaway * runaway) {
 #pragma omp critical(drift_cpu_bad)
       if (bad < 0 || p->id[i] < p->id[(size_t)bad]) bad = (long)i;
       continue;

@@ -227,7 +227,7 @@ def main():
         md += [f"| {te:.2f} | {ze:.2f} | {zs:.2f} | {zs - ze:+.2f} | {zr:.2f} |" for te, ze, zs, zr in pts]
         md += ["", f"RMS of Z - Z_Martin&Moyce over the {len(pts)} points with T <= {tmax:.2f}: **{rms:.3f}** "
                f"(relative RMS {100 * rel:.1f}%); frame 0 front Z = {Z[0]:.3f} (1 expected).", ""]
-        dams.append({"case": r["case"], "liquid": liquid, "T": T, "Z": Z})
+        dams.append({"liquid": liquid, "T": T, "Z": Z})
         if not checked:
             continue
         # --check: the front may not lag the laboratory front by more than CELLS cells + SCATTER
