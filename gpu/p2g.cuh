@@ -182,8 +182,8 @@ struct p2g_lane {
  * each lane decodes its own position for its cell, then the record of the lane it takes after the
  * sort (read again: the warp just read it), advances F by the last G2P's C and dt (ctl->dt_g2p:
  * the record's F is the last return mapping's, physics/compact.h), and writes F and logjp back
- * after the return mapping as the CPU backend rounds them there (compact_set_f: words 7-13 of the
- * record). */
+ * after the return mapping, F's rotation the return mapping's, as the CPU backend rounds them
+ * there (compact_set_f: words 7-13 of the record). */
 template <bool OLD, bool CPK = false>
 __device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, const int2 h, const int P[3],
                                              float *__restrict__ base, const uint64_t *__restrict__ pid,
@@ -228,9 +228,10 @@ __device__ __forceinline__ void p2g_particle(step_ctl *ctl, float dt, size_t p, 
     constitutive_advance_F(&mat, ctl->dt_g2p, c.s.C, c.s.F); /* the last G2P's update (physics/compact.h) */
     const int kept = mat.model == MODEL_NACC;
     float logjp = kept ? c.s.logjp : 0.0f;
-    constitutive_apply(&mat, c.s.F, &logjp, tau, plastic);
+    float Rf[9]; /* F's polar rotation, from the return mapping's SVD */
+    constitutive_apply_r(&mat, c.s.F, &logjp, tau, plastic, Rf);
     if (mat.model == MODEL_WEAKLY_COMPRESSIBLE && mat.viscosity > 0.0f) constitutive_add_viscous(&mat, c.s.F, c.s.C, tau);
-    compact_set_f(&r, c.s.F, kept ? logjp : c.s.logjp);
+    compact_set_f(&r, c.s.F, kept ? logjp : c.s.logjp, Rf);
     cpk_write(words, 0, src, &r, CPK_W0(COMPACT_AT_F), CPK_W1(COMPACT_AT_KIND));
     L.m = c.mass;
     const float k = -dt * c.vol0 * 4.0f * inv_dx * inv_dx;

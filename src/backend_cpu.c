@@ -266,11 +266,11 @@ static void make_stencil(const cpu_state *s, const float *x, const int32_t *P, s
 static int p2g_particle(cpu_state *s, size_t i, const int32_t *nbr, const int32_t *P, float dt) {
   const particles *p = &s->p;
   float *F = p->F + 9 * i;
-  float tau[9];
+  float tau[9], R[9];
   /* compact storage: F is the last return mapping's, advanced here by the last G2P's C (physics/compact.h) */
   if (s->compact) constitutive_advance_F(&s->mats[p->material[i]], s->dt_g2p, p->C + 9 * i, F);
-  constitutive_apply(&s->mats[p->material[i]], F, p->logjp + i, tau, !s->projected);
-  if (s->compact) compact_round_f(F, p->logjp + i); /* the packet's write-back of F and logjp */
+  constitutive_apply_r(&s->mats[p->material[i]], F, p->logjp + i, tau, !s->projected, s->compact ? R : NULL);
+  if (s->compact) compact_round_f(F, p->logjp + i, R); /* the packet's write-back of F and logjp */
   const float m = p->mass[i];
   const float *v = p->v + 3 * i, *C = p->C + 9 * i;
   constitutive_add_viscous(&s->mats[p->material[i]], F, C, tau);

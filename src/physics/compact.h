@@ -53,10 +53,11 @@
  * fixed points of decode-then-encode exactly (their decodes are the codes' own values, and v's
  * and C's exponents the least that hold them); F's is not where a value sits on a rounding
  * boundary, so compact_encode re-encodes F's decode until its code is a fixed point (at most
- * twice more), which makes the round trip a projection. F's rotation comes from the SVD (polar_r) where
- * nothing is known of it, else from a start near it (the code's own rotation in those passes,
- * the particle's stored one where a CUDA packet rewrites its record) by compact_polar_q_: the
- * same rotation within float noise, far below the quaternion's step, without a 3x3 SVD.
+ * twice more), which makes the round trip a projection. F's rotation comes from the SVD: P2G's
+ * return mapping takes one anyway and hands its U V^T over (constitutive_apply_r,
+ * compact_set_f, compact_round_f), elsewhere polar_r's; the fixed-point pass's re-encodings start
+ * from the code's own rotation and find it by compact_polar_q_ (Newton's method): the same
+ * rotation within float noise, far below the quaternion's step, without a 3x3 SVD.
  * tests/physics/test_compact.c holds the bounds and the idempotency. */
 #ifndef DRIFT_PHYSICS_COMPACT_H
 #define DRIFT_PHYSICS_COMPACT_H
@@ -320,31 +321,29 @@ DR_HD int compact_polar_q_(const float F[9], double q[4]) {
   return 0;
 }
 
-/* F's code; warm: a unit quaternion near F's rotation (compact_polar_q_), or NULL (the SVD's).
- * qc and R receive the code's unit quaternion and rotation (compact_q_of_code_, compact_q_rotation_),
- * which the encoding computes for S. */
-DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *warm, double qc[4], double R[9]) {
-  double q[4];
-  if (warm) q[0] = warm[0], q[1] = warm[1], q[2] = warm[2], q[3] = warm[3];
-  if (!warm || !compact_polar_q_(F, q)) {
-    float Rf[9];
-    polar_r(F, Rf);
-    /* the rotation's quaternion (Shepperd: from the largest of w, x, y, z) */
-    const double t = (double)Rf[0] + Rf[4] + Rf[8];
-    if (t >= Rf[0] && t >= Rf[4] && t >= Rf[8]) {
-      const double r = sqrt(fmax(1.0 + t, 0.0)) * 2.0;
-      q[0] = 0.25 * r, q[1] = ((double)Rf[7] - Rf[5]) / r, q[2] = ((double)Rf[2] - Rf[6]) / r, q[3] = ((double)Rf[3] - Rf[1]) / r;
-    } else if (Rf[0] >= Rf[4] && Rf[0] >= Rf[8]) {
-      const double r = sqrt(fmax(1.0 + Rf[0] - Rf[4] - Rf[8], 0.0)) * 2.0;
-      q[0] = ((double)Rf[7] - Rf[5]) / r, q[1] = 0.25 * r, q[2] = ((double)Rf[1] + Rf[3]) / r, q[3] = ((double)Rf[2] + Rf[6]) / r;
-    } else if (Rf[4] >= Rf[8]) {
-      const double r = sqrt(fmax(1.0 + Rf[4] - Rf[0] - Rf[8], 0.0)) * 2.0;
-      q[0] = ((double)Rf[2] - Rf[6]) / r, q[1] = ((double)Rf[1] + Rf[3]) / r, q[2] = 0.25 * r, q[3] = ((double)Rf[5] + Rf[7]) / r;
-    } else {
-      const double r = sqrt(fmax(1.0 + Rf[8] - Rf[0] - Rf[4], 0.0)) * 2.0;
-      q[0] = ((double)Rf[3] - Rf[1]) / r, q[1] = ((double)Rf[2] + Rf[6]) / r, q[2] = ((double)Rf[5] + Rf[7]) / r, q[3] = 0.25 * r;
-    }
+/* A quaternion (w, x, y, z) of rotation matrix Rf, not normalized (Shepperd: from the largest of
+ * w, x, y, z). */
+DR_HD void compact_q_of_matrix_(const float Rf[9], double q[4]) {
+  const double t = (double)Rf[0] + Rf[4] + Rf[8];
+  if (t >= Rf[0] && t >= Rf[4] && t >= Rf[8]) {
+    const double r = sqrt(fmax(1.0 + t, 0.0)) * 2.0;
+    q[0] = 0.25 * r, q[1] = ((double)Rf[7] - Rf[5]) / r, q[2] = ((double)Rf[2] - Rf[6]) / r, q[3] = ((double)Rf[3] - Rf[1]) / r;
+  } else if (Rf[0] >= Rf[4] && Rf[0] >= Rf[8]) {
+    const double r = sqrt(fmax(1.0 + Rf[0] - Rf[4] - Rf[8], 0.0)) * 2.0;
+    q[0] = ((double)Rf[7] - Rf[5]) / r, q[1] = 0.25 * r, q[2] = ((double)Rf[1] + Rf[3]) / r, q[3] = ((double)Rf[2] + Rf[6]) / r;
+  } else if (Rf[4] >= Rf[8]) {
+    const double r = sqrt(fmax(1.0 + Rf[4] - Rf[0] - Rf[8], 0.0)) * 2.0;
+    q[0] = ((double)Rf[2] - Rf[6]) / r, q[1] = ((double)Rf[1] + Rf[3]) / r, q[2] = 0.25 * r, q[3] = ((double)Rf[5] + Rf[7]) / r;
+  } else {
+    const double r = sqrt(fmax(1.0 + Rf[8] - Rf[0] - Rf[4], 0.0)) * 2.0;
+    q[0] = ((double)Rf[3] - Rf[1]) / r, q[1] = ((double)Rf[2] + Rf[6]) / r, q[2] = ((double)Rf[5] + Rf[7]) / r, q[3] = 0.25 * r;
   }
+}
+
+/* F's code from q, a quaternion of F's rotation (any norm; 0: the identity); qc and R receive the
+ * code's unit quaternion and rotation (compact_q_of_code_, compact_q_rotation_), which the encoding
+ * computes for S. */
+DR_HD void compact_f_code_of_q_(const float F[9], double q[4], compact_f_code *c, double qc[4], double R[9]) {
   double nq = sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
   if (!(nq > 0.0)) q[0] = 1.0, q[1] = q[2] = q[3] = 0.0, nq = 1.0;
   /* the largest component (the first of equals) dropped, the others kept in order: by selects, as
@@ -368,6 +367,19 @@ DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *
   const float d[6] = {(float)(S[0] - 1.0), (float)(S[4] - 1.0), (float)(S[8] - 1.0), (float)(0.5 * (S[1] + S[3])),
                       (float)(0.5 * (S[2] + S[6])), (float)(0.5 * (S[5] + S[7]))};
   c->ks = compact_se_encode_(d, 6, COMPACT_S_MAG, COMPACT_S_EXP_MIN, c->s);
+}
+
+/* F's code; warm: a unit quaternion near F's rotation (compact_polar_q_), or NULL (the SVD's).
+ * qc and R as compact_f_code_of_q_'s. */
+DR_HD void compact_f_encode_(const float F[9], compact_f_code *c, const double *warm, double qc[4], double R[9]) {
+  double q[4];
+  if (warm) q[0] = warm[0], q[1] = warm[1], q[2] = warm[2], q[3] = warm[3];
+  if (!warm || !compact_polar_q_(F, q)) {
+    float Rf[9];
+    polar_r(F, Rf);
+    compact_q_of_matrix_(Rf, q);
+  }
+  compact_f_code_of_q_(F, q, c, qc, R);
 }
 
 /* F of code c whose rotation is R (compact_q_matrix_'s). */
@@ -420,15 +432,6 @@ DR_HD int compact_f_same_(const compact_f_code *a, const compact_f_code *b) {
   for (int i = 0; i < 3; ++i) same &= a->q[i] == b->q[i];
   for (int i = 0; i < 6; ++i) same &= a->s[i] == b->s[i];
   return same;
-}
-
-/* The stored rotation of a record as a unit quaternion: compact_polar_q_'s start for the
- * particle's next F (the CUDA packets: G2P and P2G encode from the record they read). */
-DR_HD void compact_record_q(const compact_record *r, double q[4]) {
-  int pos = COMPACT_AT_F;
-  compact_f_code c;
-  compact_f_get_(r->w, &pos, &c);
-  compact_q_of_code_(&c, q);
 }
 
 /* 1 where code c, of unit quaternion q and rotation R (compact_q_of_code_, compact_q_rotation_),
@@ -498,14 +501,13 @@ DR_HD int compact_f_fixed_sure_(const compact_f_code *c, const double q[4]) {
   return G >= 0.25 && 1.7320508075688774 * N <= G * 0x1p-21;
 }
 
-/* F's code and a fixed point of decode-then-encode (at most twice more: the header's
- * idempotency); warm as compact_f_encode_'s. Each re-encoding starts from the code's own
- * rotation, which is its decode's polar rotation to float noise; compact_f_fixed_sure_ proves
- * almost every code a fixed point without decoding it, compact_f_fixed_quick_ most of the rest
- * without encoding again. */
-DR_HD int compact_f_fixed_(const float F[9], compact_f_code *c, const double *warm) {
-  double q[4], R[9];
-  compact_f_encode_(F, c, warm, q, R);
+/* Code c (of unit quaternion q and rotation R, which it updates) made a fixed point of
+ * decode-then-encode (at most twice more: the header's idempotency). Each re-encoding starts from
+ * the code's own rotation, which is its decode's polar rotation to float noise;
+ * compact_f_fixed_sure_ proves almost every code a fixed point without decoding it,
+ * compact_f_fixed_quick_ most of the rest without encoding again. Returns the passes that
+ * changed the code. */
+DR_HD int compact_f_settle_(compact_f_code *c, double q[4], double R[9]) {
   int changed = 0;
   for (int it = 0; it < 2; ++it) {
     if (compact_f_fixed_sure_(c, q)) break;
@@ -522,6 +524,22 @@ DR_HD int compact_f_fixed_(const float F[9], compact_f_code *c, const double *wa
     ++changed;
   }
   return changed;
+}
+
+/* F's code, a fixed point of decode-then-encode; warm as compact_f_encode_'s. */
+DR_HD int compact_f_fixed_(const float F[9], compact_f_code *c, const double *warm) {
+  double q[4], R[9];
+  compact_f_encode_(F, c, warm, q, R);
+  return compact_f_settle_(c, q, R);
+}
+
+/* F's code from Rf, F's polar rotation as the return mapping's SVD gave it (constitutive_apply_r:
+ * polar_r's rotation, to float noise), a fixed point of decode-then-encode. */
+DR_HD int compact_f_fixed_rot_(const float F[9], const float Rf[9], compact_f_code *c) {
+  double q[4], qc[4], R[9];
+  compact_q_of_matrix_(Rf, q);
+  compact_f_code_of_q_(F, q, c, qc, R);
+  return compact_f_settle_(c, qc, R);
 }
 
 /* x (measured from particle block blk), v and C of s: the record's first COMPACT_AT_F bits, into w
@@ -598,16 +616,6 @@ DR_HD int compact_same_(const compact_record *a, const compact_record *b) {
   return 1;
 }
 
-/* compact_encode from a warm start (a unit quaternion near F's rotation: the particle's stored one,
- * compact_record_q; NULL: the SVD's). */
-DR_HD int compact_encode_from(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
-                              uint64_t id, compact_record *r, const double *warm) {
-  compact_f_code fc;
-  const int changed = compact_f_fixed_(s->F, &fc, warm);
-  compact_encode_with_f_(f, blk, s, &fc, kind, id, r);
-  return changed;
-}
-
 /* Encodes a particle's state (kind < 2^16; the id's low 48 bits are kept), F's code re-encoded
  * from its own decode until it is a fixed point of decode-then-encode (at most twice more: see
  * the header's idempotency; the other fields' codes are fixed points by construction). Returns
@@ -615,7 +623,10 @@ DR_HD int compact_encode_from(const compact_frame *f, const int32_t blk[3], cons
  * counts them). */
 DR_HD int compact_encode(const compact_frame *f, const int32_t blk[3], const compact_state *s, uint32_t kind,
                          uint64_t id, compact_record *r) {
-  return compact_encode_from(f, blk, s, kind, id, r, NULL);
+  compact_f_code fc;
+  const int changed = compact_f_fixed_(s->F, &fc, NULL);
+  compact_encode_with_f_(f, blk, s, &fc, kind, id, r);
+  return changed;
 }
 
 /* ---- parts of a record (the CUDA packets' write-backs and moves) ------------------------------ */
@@ -630,12 +641,11 @@ DR_HD void compact_splice_(compact_record *dst, const compact_record *src, int l
 }
 
 /* F and logjp written into r as compact_round_f rounds them (P2G's return mapping: the rest of
- * the record, its bits included, stays as it was), F's rotation found from r's stored one. */
-DR_HD void compact_set_f(compact_record *r, const float F[9], float logjp) {
-  double q[4];
-  compact_record_q(r, q);
+ * the record, its bits included, stays as it was); Rf: F's polar rotation, the return mapping's
+ * (constitutive_apply_r). */
+DR_HD void compact_set_f(compact_record *r, const float F[9], float logjp, const float Rf[9]) {
   compact_f_code fc;
-  compact_f_fixed_(F, &fc, q);
+  compact_f_fixed_rot_(F, Rf, &fc);
   compact_record t;
   for (int k = 0; k < COMPACT_WORDS; ++k) t.w[k] = 0;
   int pos = COMPACT_AT_F;
@@ -676,10 +686,11 @@ DR_HD int compact_rebase_x(const compact_frame *f, compact_record *r, const int3
 }
 
 /* F and logjp as a compact store holds them, in place (the CPU backend's P2G write-back: the rest
- * of the state stays as it was), with compact_encode's fixed-point pass. */
-DR_HD void compact_round_f(float F[9], float *logjp) {
+ * of the state stays as it was), with compact_encode's fixed-point pass; Rf: F's polar rotation,
+ * the return mapping's (constitutive_apply_r). */
+DR_HD void compact_round_f(float F[9], float *logjp, const float Rf[9]) {
   compact_f_code c;
-  compact_f_fixed_(F, &c, NULL);
+  compact_f_fixed_rot_(F, Rf, &c);
   compact_f_decode_(&c, F);
   *logjp = compact_half_decode_(compact_half_encode_(*logjp));
 }

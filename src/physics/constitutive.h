@@ -77,6 +77,8 @@
 #ifndef DRIFT_PHYSICS_CONSTITUTIVE_H
 #define DRIFT_PHYSICS_CONSTITUTIVE_H
 
+#include <stddef.h>
+
 #include "physics/common.h"
 #include "physics/material.h"
 #include "physics/svd.h"
@@ -109,10 +111,12 @@ DR_HD void constitutive_log_strain_(const float s[3], float eps[3]) {
 
 /* ---- fixed corotated (Stomakhin et al. 2012) ---- */
 
-/* tau = 2 mu (F - R) F^T + lambda (J - 1) J I = U diag(2 mu (s - 1) s) U^T + lambda (J-1) J I */
-DR_HD void constitutive_fixed_corotated_(const material_params *m, const float F[9], float tau[9]) {
+/* tau = 2 mu (F - R) F^T + lambda (J - 1) J I = U diag(2 mu (s - 1) s) U^T + lambda (J-1) J I.
+ * R not NULL: F's polar rotation U V^T (polar_r's) too, here and in the models below. */
+DR_HD void constitutive_fixed_corotated_(const material_params *m, const float F[9], float tau[9], float *R) {
   float U[9], V[9], s[3];
   svd3(F, U, s, V);
+  if (R) m3_mul_bt(U, V, R);
   const float J = s[0] * s[1] * s[2];
   float d[3];
   for (int i = 0; i < 3; ++i) d[i] = 2.0f * m->mu * (s[i] - 1.0f) * s[i];
@@ -164,9 +168,10 @@ DR_HD void constitutive_hencky_tau_(const material_params *m, const float U[9], 
   constitutive_udut_(U, d, tau);
 }
 
-DR_HD void constitutive_drucker_prager_(const material_params *m, float F[9], float tau[9], int plastic) {
+DR_HD void constitutive_drucker_prager_(const material_params *m, float F[9], float tau[9], int plastic, float *R) {
   float U[9], V[9], s[3];
   svd3(F, U, s, V);
+  if (R) m3_mul_bt(U, V, R); /* the projected F's too: the mapping changes s alone */
   const float s0 = s[0], s1 = s[1], s2 = s[2];
   if (plastic) constitutive_dp_project_(m, s);
   if (s[0] != s0 || s[1] != s1 || s[2] != s2) m3_udvt(U, s, V, F);
@@ -299,9 +304,11 @@ DR_HD void constitutive_nacc_project_(const material_params *m, float s[3], floa
 }
 
 /* tau = U diag(mu J^-2/3 dev(|s|^2) + K/2 (J^2 - 1)) U^T of the (projected) stretches. */
-DR_HD void constitutive_nacc_(const material_params *m, float F[9], float *logjp, float tau[9], int plastic) {
+DR_HD void constitutive_nacc_(const material_params *m, float F[9], float *logjp, float tau[9], int plastic,
+                              float *R) {
   float U[9], V[9], s[3];
   svd3(F, U, s, V);
+  if (R) m3_mul_bt(U, V, R); /* the projected F's too: the mapping changes s alone */
   const float s0 = s[0], s1 = s[1], s2 = s[2];
   if (plastic) constitutive_nacc_project_(m, s, logjp);
   if (s[0] != s0 || s[1] != s1 || s[2] != s2) m3_udvt(U, s, V, F);
@@ -314,6 +321,34 @@ DR_HD void constitutive_nacc_(const material_params *m, float F[9], float *logjp
 
 /* ---- public entry points ---- */
 
+/* constitutive_apply (below), and where R is not NULL the polar rotation of the F it leaves
+ * (polar_r's U V^T, from the SVD the model takes anyway; the fluid's F = cbrt(J) I: the identity;
+ * a model without one: polar_r's), which compact storage's encoding of F takes
+ * (physics/compact.h). */
+DR_HD void constitutive_apply_r(const material_params *m, float F[9], float *logjp, float tau[9], int plastic,
+                                float *R) {
+  switch (m->model) {
+  case MODEL_FIXED_COROTATED:
+    constitutive_fixed_corotated_(m, F, tau, R);
+    break;
+  case MODEL_DRUCKER_PRAGER:
+    constitutive_drucker_prager_(m, F, tau, plastic, R);
+    break;
+  case MODEL_WEAKLY_COMPRESSIBLE:
+    constitutive_weakly_compressible_(m, F, tau);
+    if (R)
+      for (int i = 0; i < 9; ++i) R[i] = i % 4 == 0 ? 1.0f : 0.0f;
+    break;
+  case MODEL_NACC:
+    constitutive_nacc_(m, F, logjp, tau, plastic, R);
+    break;
+  default:
+    for (int i = 0; i < 9; ++i) tau[i] = 0.0f;
+    if (R) polar_r(F, R);
+    break;
+  }
+}
+
 /* Plasticity on F and the plastic state logjp (in place), then the Kirchhoff stress
  * tau = P F^T of the updated F. plastic 0: the state already holds this step's return mapping
  * (a run resumed from a checkpoint written after fused G2P2G steps, whose P2G of the next step
@@ -323,23 +358,7 @@ DR_HD void constitutive_nacc_(const material_params *m, float F[9], float *logjp
  * on the tension side the first one softens (p0 shrinks) and leaves the state outside the
  * smaller surface. */
 DR_HD void constitutive_apply(const material_params *m, float F[9], float *logjp, float tau[9], int plastic) {
-  switch (m->model) {
-  case MODEL_FIXED_COROTATED:
-    constitutive_fixed_corotated_(m, F, tau);
-    break;
-  case MODEL_DRUCKER_PRAGER:
-    constitutive_drucker_prager_(m, F, tau, plastic);
-    break;
-  case MODEL_WEAKLY_COMPRESSIBLE:
-    constitutive_weakly_compressible_(m, F, tau);
-    break;
-  case MODEL_NACC:
-    constitutive_nacc_(m, F, logjp, tau, plastic);
-    break;
-  default:
-    for (int i = 0; i < 9; ++i) tau[i] = 0.0f;
-    break;
-  }
+  constitutive_apply_r(m, F, logjp, tau, plastic, NULL);
 }
 
 /* The return mapping and the stress (constitutive_apply with plastic 1): what P2G does. */

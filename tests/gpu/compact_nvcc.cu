@@ -31,6 +31,8 @@ __global__ void compact_packets_kernel(const compact_frame f, uint32_t *pk, cons
   cpk_particle c;
   cpk_load(pk, hdr, pb_coord, own, kinds, &f, p, lane, &c);
   out[i] += c.mass;
-  compact_set_f(&r, c.s.F, c.s.logjp);
+  float Rf[9];
+  polar_r(c.s.F, Rf);
+  compact_set_f(&r, c.s.F, c.s.logjp, Rf);
   cpk_write(pk, p, lane, &r, CPK_W0(COMPACT_AT_F), CPK_W1(COMPACT_AT_KIND));
 }

@@ -179,20 +179,24 @@ static void test_record(check_rng *r) {
         CHECK(fabs((double)d.logjp - s.logjp) <= ldexp(fabs((double)s.logjp), -11) + ldexp(1.0, -25), "logjp %.9g -> %.9g",
               s.logjp, d.logjp);
         check_f(R, S, d.F, "encode");
-        /* F's rotation found from a start near it (compact_encode_from, the CUDA packets' way):
-         * the same bounds */
-        double q0[4];
-        compact_record_q(&rec, q0);
-        for (int k = 0; k < 4; ++k) q0[k] += check_rng_range(r, -0.01, 0.01);
+        /* F's code from the rotation of another F of the same polar rotation (P2G's way: the SVD
+         * of the trial F before the return mapping, compact_f_fixed_rot_; here 1.3 F, rounded):
+         * the same bounds, and a fixed point */
+        float F13[9], Rf[9];
+        for (int k = 0; k < 9; ++k) F13[k] = s.F[k] * 1.3f;
+        polar_r(F13, Rf);
+        compact_f_code fcr;
+        compact_f_fixed_rot_(s.F, Rf, &fcr);
         compact_record recw;
         compact_state dw;
-        compact_encode_from(fr, blk, &s, kind, id, &recw, q0);
+        compact_encode_with_f_(fr, blk, &s, &fcr, kind, id, &recw);
         compact_decode(fr, blk, &recw, &dw, &k2, &id2);
-        check_f(R, S, dw.F, "encode_from");
-        /* its other fields are compact_encode's, bit for bit */
-        compact_record rf = recw;
-        compact_splice_(&rf, &rec, COMPACT_AT_F, COMPACT_AT_LOGJP);
-        CHECK(compact_same_(&rf, &rec), "compact_encode_from: a field other than F differs from compact_encode's");
+        check_f(R, S, dw.F, "encode from the rotation");
+        compact_record recw2;
+        compact_state dw2;
+        compact_encode(fr, blk, &dw, kind, id, &recw2);
+        compact_decode(fr, blk, &recw2, &dw2, &k2, &id2);
+        CHECK(!memcmp(&dw, &dw2, sizeof dw), "the rotation's code is not a fixed point (frame %d)", fi);
         /* idempotency: the decoded state encodes to a code that decodes to it bitwise */
         compact_record rec2;
         compact_encode(fr, blk, &d, kind, id, &rec2);
@@ -250,18 +254,22 @@ static void test_parts(check_rng *r) {
     compact_record a, b;
     compact_encode(&fr, own, &s, 1234u, 0x123456789abcull, &a);
     b = a;
-    compact_set_f(&b, s2.F, s2.logjp);
+    float F13[9], Rf[9]; /* s2.F's rotation as P2G has it: the SVD of another F of that rotation */
+    for (int k = 0; k < 9; ++k) F13[k] = s2.F[k] * 1.3f;
+    polar_r(F13, Rf);
+    compact_set_f(&b, s2.F, s2.logjp, Rf);
     compact_state da, db;
     uint32_t ka, kb;
     uint64_t ia, ib;
     compact_decode(&fr, own, &a, &da, &ka, &ia);
     compact_decode(&fr, own, &b, &db, &kb, &ib);
-    /* F within its bound (its rotation found from the record's, far from it here); a fixed point
-     * of compact_round_f (the SVD's way); logjp rounded as compact_round_f rounds it */
+    /* F within its bound; a fixed point of compact_round_f (from its own SVD's rotation); logjp
+     * rounded as compact_round_f rounds it */
     check_f(R, S, db.F, "set_f");
-    float F[9], jp = s2.logjp;
+    float F[9], jp = s2.logjp, RF[9];
     memcpy(F, db.F, sizeof F);
-    compact_round_f(F, &jp);
+    polar_r(F, RF);
+    compact_round_f(F, &jp, RF);
     CHECK(!memcmp(db.F, F, sizeof F) && db.logjp == jp, "set_f: F or logjp not a fixed point of compact_round_f");
     CHECK(!memcmp(da.x, db.x, sizeof da.x) && !memcmp(da.v, db.v, sizeof da.v) && !memcmp(da.C, db.C, sizeof da.C) &&
               ka == kb && ia == ib,
