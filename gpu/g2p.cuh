@@ -131,9 +131,9 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
     /* F before the update stays in F for transfer_velocity. A compact record keeps F as P2G left
      * it, P2G advancing it from this C (physics/compact.h): the check below sees C's entries too. */
     if (!CPK) constitutive_advance_F(&mat, dt, C, Fn);
-    float detF = m3_det(Fn);
+    float state_sum = m3_det(Fn); /* det F, plus C's entries in compact storage: finite or not */
     if (CPK)
-      for (int q = 0; q < 9; ++q) detF += C[q], cp.s.C[q] = C[q];
+      for (int q = 0; q < 9; ++q) state_sum += C[q], cp.s.C[q] = C[q];
     else
       for (int q = 0; q < 9; ++q) base[(A_C + q) * LANES] = C[q], base[(A_F + q) * LANES] = Fn[q];
     for (int a = 0; a < 3; ++a) x[a] += dt * vmove[a];
@@ -148,7 +148,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
     if (defer) { /* k_collide pushes it and finishes it; a non-finite F is flagged here */
       for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
       push_room[p * LANES + lane] = boundary_push_room(dx, moved);
-      if (!isfinite(detF)) flag_bad(ctl, pid[p * LANES + lane]);
+      if (!isfinite(state_sum)) flag_bad(ctl, pid[p * LANES + lane]);
     } else { /* (k_collide ends its particles with the same lines) */
       const float lo[3] = {dmin.x, dmin.y, dmin.z}, hi[3] = {dmax.x, dmax.y, dmax.z};
       float sp2 = 0.0f;
@@ -159,7 +159,7 @@ __device__ __forceinline__ void g2p_warp(step_ctl *ctl, float dt, size_t p, cons
       if (!CPK)
         for (int a = 0; a < 3; ++a) base[(A_V + a) * LANES] = v[a], base[(A_X + a) * LANES] = x[a];
       const float runaway = DR_RUNAWAY_CELLS * dx / dt;
-      if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(detF) || sp2 > runaway * runaway) {
+      if (!isfinite(sp2) || !isfinite(x[0] + x[1] + x[2]) || !isfinite(state_sum) || sp2 > runaway * runaway) {
         flag_bad(ctl, pid[p * LANES + lane]);
       } else {
         if (CPK) { /* the state a compact store keeps (after the checks: a saturated code would hide a NaN) */
