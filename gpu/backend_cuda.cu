@@ -290,7 +290,7 @@ static int projected(void *state) { return ((cuda_state *)state)->primed; }
    &s->d_ls_table, &s->d_ls_bricks, &s->tags, &s->vel, &s->vel0, &s->bar, &s->old_code, &s->old_touched,       \
    &s->old_grid, &s->old_grid0, &s->old_igrid, &s->old_to_new, &s->own, &s->d_colbox, &s->d_wbox,              \
    &s->push_mask, &s->push_room, &s->gone, &s->xrec, &s->xin, &s->pk_order, &s->shared_idx, &s->shared_n,      \
-   &s->rows, &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch}
+   &s->rows, &s->snap_stage, &s->cc_index, &s->cc_state, &s->cc_slot, &s->cc_blocks, &s->cc_vals, &s->cc_scratch}
 
 double cuda_held_bytes(const cuda_state *s) {
   double b = 0;
@@ -323,7 +323,7 @@ void cuda_destroy(void *state) {
   dvec *all[] = CUDA_DVECS(s);
   if (s->stream) cudaSetDevice(s->device);
   for (size_t k = 0; k < sizeof all / sizeof *all; ++k) dvec_free(all[k]);
-  for (int a = 0; a < PARTICLE_ATTRS; ++a) dvec_free(&s->snap[a]);
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) dvec_free(&s->snap[a]), (void)cuda_snap_host_free(s, a);
   xdev_pslots_free(s);
   for (int k = 0; k < 2; ++k) {
     if (s->done_ev[k]) cudaEventDestroy(s->done_ev[k]);

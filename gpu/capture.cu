@@ -5,6 +5,8 @@
 
 #include "compact_packets.cuh"
 #include "cuda_state.h"
+#include "memsizes.h"
+#include "settings.h"
 
 /* Where k_capture writes each attribute (device pointers into the member's snapshot, s->snap);
  * NULL where not asked for. */
@@ -119,11 +121,15 @@ static int check_row_starts(cuda_state *s, const char *what) {
 /* Queues the snapshot of this GPU's particles (the attributes of mask) into s->snap on s->stream,
  * its vectors exact (DVEC_EXACT: no headroom, as the device's bytes a particle are the plan's
  * bound; kept while the particles do not grow), the owner left out (the member's one value, which
- * fetch writes on the host). */
+ * fetch writes on the host); with sim_params.snap_host into pinned host memory instead
+ * (snapshot_host_queue). */
+static int snapshot_host_queue(cuda_state *s, unsigned mask);
+
 static int snapshot_queue(cuda_state *s, unsigned mask) {
   s->snap_n = 0;
   s->snap_mask = mask;
   if (s->n == 0) return DR_OK;
+  if (s->prm.snap_host) return snapshot_host_queue(s, mask);
   for (int a = 0; a < PARTICLE_ATTRS; ++a)
     if ((mask & ~PA_BIT(owner)) >> a & 1u) DVEC_EXACT(s->snap[a], s->n * particle_attrs[a].bytes, "frame snapshot");
   const size_t np = s->n_packets;
@@ -193,9 +199,17 @@ static int fetch_member(cuda_state *s, unsigned mask, size_t first, size_t count
     return dr_fail(DR_EINTERNAL, "cuda backend: fetch of rows %zu .. %zu (mask 0x%x) from a snapshot of %zu (mask 0x%x)",
                    first, first + count, mask, s->snap_n, s->snap_mask);
   if (count == 0) return DR_OK;
-  CU(cudaSetDevice(s->device));
   if (mask & PA_BIT(owner))
     for (size_t i = 0; i < count; ++i) dst->owner[at + i] = s->prm.rank * 256 + s->me;
+  if (s->prm.snap_host) { /* the snapshot is on the host already */
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      if (!((mask & ~PA_BIT(owner)) >> a & 1u)) continue;
+      const size_t b = particle_attrs[a].bytes;
+      memcpy((char *)particles_attr(dst, a) + at * b, (const char *)s->snap_h[a] + first * b, count * b);
+    }
+    return DR_OK;
+  }
+  CU(cudaSetDevice(s->device));
   for (int a = 0; a < PARTICLE_ATTRS; ++a) {
     if (!((mask & ~PA_BIT(owner)) >> a & 1u)) continue;
     const size_t b = particle_attrs[a].bytes;
@@ -238,6 +252,7 @@ int island_fetch(void *state, unsigned mask, size_t first, size_t count, particl
  * the rows of [first, first + count) only, row r at dst's row r - first. */
 __device__ static inline void rows_attr(float *dst, const float *q, int a, int k, size_t o, int m, int lane,
                                         size_t first, size_t count) {
+  if (!dst) return;
   for (int j = lane; j < k * m; j += LANES) {
     const size_t row = o + (size_t)(j / k);
     if (row >= first && row < first + count) dst[(size_t)k * (row - first) + j % k] = q[(a + j % k) * LANES + j / k];
@@ -269,16 +284,17 @@ __global__ static void k_capture_rows(size_t np, size_t p0, const float *pk, con
     rows_attr(out.logjp, q, A_JP, 1, o, m, lane, first, count);
     rows_attr((float *)out.material, q, A_MAT, 1, o, m, lane, first, count); /* the int's bits, as the packets hold them */
     const size_t row = o + (size_t)lane;
-    if (lane < m && row >= first && row < first + count) out.id[row - first] = pid[p * LANES + lane];
+    if (out.id && lane < m && row >= first && row < first + count) out.id[row - first] = pid[p * LANES + lane];
   }
 }
 
 /* k_capture_rows for compact packets: a warp a packet as k_capture_rows walks them, each lane
- * decoding its own slot. */
+ * decoding its own slot; mats and ctl as capture_compact_lane's (a frame's, or NULL: a checkpoint's). */
 __global__ static void k_capture_rows_compact(size_t np, size_t p0, const uint32_t *pk, const uint64_t *pid,
                                               const int2 *hdr, const int32_t *pb_coord, const uint64_t *own,
                                               const compact_kind *kinds, compact_frame f, const uint32_t *start,
-                                              size_t first, size_t count, capture_out out) {
+                                              size_t first, size_t count, capture_out out,
+                                              const material_params *mats, const step_ctl *ctl) {
   const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / LANES;
   const size_t warps = (gridDim.x * (size_t)blockDim.x) / LANES;
   const int lane = threadIdx.x % LANES;
@@ -287,17 +303,21 @@ __global__ static void k_capture_rows_compact(size_t np, size_t p0, const uint32
     if (o >= first + count) return;
     const size_t row = o + (size_t)lane;
     if (lane < hdr[p].y && row >= first && row < first + count)
-      capture_compact_lane(pk, hdr, pb_coord, own, kinds, f, pid, p, lane, row - first, 0, out, NULL, NULL);
+      capture_compact_lane(pk, hdr, pb_coord, own, kinds, f, pid, p, lane, row - first, 0, out, mats, ctl);
   }
 }
 
-/* Where each attribute's count rows start in s->rows (every attribute but the owner, attribute
- * after attribute, each from a multiple of 8 bytes: the ids'); returns the bytes in all. */
-static size_t rows_layout(size_t count, size_t off[PARTICLE_ATTRS]) {
+/* A checkpoint's rows: every attribute but the owner (the member's one value, written on the host). */
+#define ROWS_MASK (((1u << PARTICLE_ATTRS) - 1u) & ~PA_BIT(owner))
+
+/* Where each attribute of mask (the owner never) starts in a buffer of count rows, attribute after
+ * attribute, each from a multiple of 8 bytes (the ids'); returns the bytes in all (memplan.c's
+ * staging of a host snapshot counts them so). */
+static size_t rows_layout(size_t count, unsigned mask, size_t off[PARTICLE_ATTRS]) {
   size_t bytes = 0;
   for (int a = 0; a < PARTICLE_ATTRS; ++a) {
     off[a] = bytes;
-    if (a != PA_owner) bytes += (count * particle_attrs[a].bytes + 7) / 8 * 8;
+    if (a != PA_owner && (mask >> a & 1u)) bytes += (count * particle_attrs[a].bytes + 7) / 8 * 8;
   }
   return bytes;
 }
@@ -308,13 +328,14 @@ static int number_rows(cuda_state *s) {
   return check_row_starts(s, "fetch_rows");
 }
 
-/* Rows [first, first + count) of the numbered packets gathered into s->rows on s->stream
- * (rows_layout(count)'s places, row r at r - first). */
-static int gather_rows(cuda_state *s, size_t first, size_t count) {
+/* Rows [first, first + count) of the numbered packets, the attributes of mask, gathered into buf on
+ * s->stream (rows_layout's places, row r at r - first). frame: a frame's F (compact storage: the
+ * record's advanced by the last G2P, as the device snapshot's), else the record's (a checkpoint's). */
+static int gather_rows(cuda_state *s, dvec *buf, size_t first, size_t count, unsigned mask, bool frame) {
   size_t off[PARTICLE_ATTRS];
-  DVEC_EXACT(s->rows, rows_layout(count, off), "checkpoint rows");
-  char *base = (char *)s->rows.ptr;
-#define ROWS_(field, type) ((type *)(base + off[PA_##field]))
+  DVEC_EXACT(*buf, rows_layout(count, mask, off), frame ? "frame snapshot (a chunk staged)" : "checkpoint rows");
+  char *base = (char *)buf->ptr;
+#define ROWS_(field, type) (mask & PA_BIT(field) ? (type *)(base + off[PA_##field]) : NULL)
   const capture_out o = {ROWS_(x, float),    ROWS_(v, float),    ROWS_(C, float),        ROWS_(F, float),
                          ROWS_(mass, float), ROWS_(vol0, float), ROWS_(logjp, float),    ROWS_(id, uint64_t),
                          ROWS_(material, int32_t), NULL};
@@ -323,13 +344,74 @@ static int gather_rows(cuda_state *s, size_t first, size_t count) {
   if (s->compact) {
     k_capture_rows_compact<<<blocks_for(warps * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
         np, p0, dp<uint32_t>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<int32_t>(s->pb_coord),
-        dp<uint64_t>(s->keys[1]), dp<compact_kind>(s->d_kinds), s->cframe, dp<uint32_t>(s->vals[1]), first, count, o);
+        dp<uint64_t>(s->keys[1]), dp<compact_kind>(s->d_kinds), s->cframe, dp<uint32_t>(s->vals[1]), first, count, o,
+        frame ? dp<material_params>(s->d_mats) : NULL, frame ? dp<step_ctl>(s->ctl) : NULL);
     LAUNCHED("k_capture_rows_compact");
     return DR_OK;
   }
   k_capture_rows<<<blocks_for(warps * LANES, SIMPLE_THREADS), SIMPLE_THREADS, 0, s->stream>>>(
       np, p0, dp<float>(s->pk), dp<uint64_t>(s->pid), dp<int2>(s->hdr), dp<uint32_t>(s->vals[1]), first, count, o);
   LAUNCHED("k_capture_rows");
+  return DR_OK;
+}
+
+/* ---- the frame's snapshot in pinned host memory (sim_params.snap_host) ------------------------ */
+
+/* Attribute a's host snapshot: exactly bytes of pinned memory (kept while the particles do not grow,
+ * as the device's vectors), counted as the host's transfer memory (memplan.c plans them so). */
+static int snap_host_reserve(cuda_state *s, int a, size_t bytes) {
+  if (s->snap_h[a] && s->snap_h_bytes[a] >= bytes) return DR_OK;
+  DR_TRY(cuda_snap_host_free(s, a));
+  void *p = NULL;
+  const cudaError_t e = cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return dr_fail(DR_ENOMEM, "cudaHostAlloc failed (%s:%d): %s: %zu bytes of pinned host memory for the frame "
+                   "snapshot's %s", __FILE__, __LINE__, cudaGetErrorString(e), bytes, particle_attrs[a].name);
+  }
+  s->snap_h[a] = p;
+  s->snap_h_bytes[a] = bytes;
+  memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)bytes);
+  return DR_OK;
+}
+
+int cuda_snap_host_free(cuda_state *s, int a) {
+  if (!s->snap_h[a]) return DR_OK;
+  void *p = s->snap_h[a];
+  memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)s->snap_h_bytes[a]);
+  s->snap_h[a] = NULL;
+  s->snap_h_bytes[a] = 0;
+  CU(cudaFreeHost(p));
+  return DR_OK;
+}
+
+/* snapshot_queue into pinned host memory: the rows numbered as the device snapshot's, then a chunk
+ * of them at a time (MEM_CKPT_CHUNK, or DRIFT_FRAME_CHUNK's fewer) gathered into s->snap_stage and
+ * copied to the host, all on s->stream (the next chunk's gather waits for the copy of the one before
+ * from the same buffer); snapshot_done waits for the last. The device holds one chunk, not the
+ * frame; the capture crosses PCIe while the steps wait. */
+static int snapshot_host_queue(cuda_state *s, unsigned mask) {
+  const unsigned want = mask & ~PA_BIT(owner);
+  for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+    dvec_free(&s->snap[a]); /* none on the device */
+    if (want >> a & 1u) DR_TRY(snap_host_reserve(s, a, s->n * particle_attrs[a].bytes));
+  }
+  DR_TRY(queue_row_starts(s));
+  const int fc = settings()->frame_chunk;
+  const size_t chunk = mem_ckpt_rows(s->n, fc > 0 ? (size_t)fc : MEM_CKPT_CHUNK);
+  TRACE("snapshot: %zu rows into pinned host memory, %zu at a time", s->n, chunk);
+  for (size_t first = 0; first < s->n; first += chunk) {
+    const size_t count = s->n - first < chunk ? s->n - first : chunk;
+    size_t off[PARTICLE_ATTRS];
+    DR_TRY(gather_rows(s, &s->snap_stage, first, count, want, true));
+    rows_layout(count, want, off);
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      if (!(want >> a & 1u)) continue;
+      const size_t b = particle_attrs[a].bytes;
+      CU(cudaMemcpyAsync((char *)s->snap_h[a] + first * b, (const char *)s->snap_stage.ptr + off[a], count * b,
+                         cudaMemcpyDeviceToHost, s->stream));
+    }
+  }
   return DR_OK;
 }
 
@@ -354,7 +436,7 @@ static int fetch_rows_member(cuda_state *s, size_t first, size_t count, particle
   if (cur != s->device) CU(cudaSetDevice(s->device));
   size_t off[PARTICLE_ATTRS];
   if (s->holding) {
-    rows_layout(s->rows_held, off);
+    rows_layout(s->rows_held, ROWS_MASK, off);
     for (int a = 0; a < PARTICLE_ATTRS; ++a) {
       if (a == PA_owner) continue;
       const size_t b = particle_attrs[a].bytes;
@@ -363,8 +445,8 @@ static int fetch_rows_member(cuda_state *s, size_t first, size_t count, particle
     }
   } else {
     if (first == 0) DR_TRY(number_rows(s));
-    DR_TRY(gather_rows(s, first, count));
-    rows_layout(count, off);
+    DR_TRY(gather_rows(s, &s->rows, first, count, ROWS_MASK, false));
+    rows_layout(count, ROWS_MASK, off);
     for (int a = 0; a < PARTICLE_ATTRS; ++a) {
       if (a == PA_owner) continue;
       const size_t b = particle_attrs[a].bytes;
@@ -389,7 +471,7 @@ int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst) {
 static int hold_rows_member(cuda_state *s) {
   if (s->n > 0) {
     DR_TRY(number_rows(s));
-    DR_TRY(gather_rows(s, 0, s->n));
+    DR_TRY(gather_rows(s, &s->rows, 0, s->n, ROWS_MASK, false));
     CU(cudaStreamSynchronize(s->stream));
   }
   s->rows_held = s->n;

@@ -261,6 +261,10 @@ typedef struct cuda_state {
                                  * (k_capture from the packets; device memory, kept and grown) */
   unsigned snap_mask;
   size_t snap_n;
+  void *snap_h[PARTICLE_ATTRS]; /* prm.snap_host: the snapshot in pinned host memory instead of snap (exact,
+                                 * kept while the particles do not grow; cuda_snap_host_free) */
+  size_t snap_h_bytes[PARTICLE_ATTRS];
+  dvec snap_stage;              /* prm.snap_host: a chunk of the snapshot's rows on its way to snap_h */
   dvec rows;                    /* backend.h's fetch_rows: one chunk of rows of every attribute, attribute
                                  * after attribute (k_capture_rows; device memory, kept and grown); after
                                  * hold_rows, all rows_held rows of them, which fetch_rows then reads */
@@ -635,6 +639,7 @@ int cuda_upload_from(cuda_state *s, const particle_source *src);
 
 /* capture.cu */
 int cuda_snapshot(void *state, unsigned mask, size_t *n);
+int cuda_snap_host_free(cuda_state *s, int a); /* attribute a's host snapshot (capture.cu) */
 int cuda_fetch(void *state, unsigned mask, size_t first, size_t count, particles *dst);
 int cuda_fetch_rows(void *state, size_t first, size_t count, particles *dst);
 int island_snapshot(void *state, unsigned mask, size_t *n);

@@ -35,7 +35,9 @@ typedef struct sim_params {
   int island_barrier;                  /* cuda, several GPUs: enum island_barrier_kind (scene.h) */
   int island_reduce;                   /* cuda, several GPUs: enum island_reduce_kind (scene.h) */
   int storage;                         /* enum storage_kind (scene.h): compact rounds the state through
-                                        * physics/compact.h's record (the cpu backend; cuda refuses it) */
+                                        * physics/compact.h's record (both backends) */
+  int snap_host;                       /* cuda: the frame's snapshot in pinned host memory, gathered on
+                                        * the device a chunk at a time (sim_options.snap_host) */
 } sim_params;
 
 /* A particle that moves more than this many cells in one step has broken the CFL condition

@@ -172,6 +172,15 @@ static void print_plan(const scene *s, const memplan *cpu, const memplan *cuda, 
            cuda->cfg.devices, mib(cuda->device.total), cuda->device.total * cuda->cfg.devices / n);
     print_kinds(&cuda->device);
     printf("; host %.1f MiB (%.0f B a particle)\n", mib(cuda->host.total), cuda->host.total / n);
+    memplan_config c = cuda->cfg;
+    c.snap_host = 1;
+    memplan h;
+    if (memplan_create(s, &c, &h) == DR_OK) {
+      printf("frames' snapshot: on the GPUs, counted above; where a GPU has no room for it (--snapshot-host), in "
+             "pinned host memory: each GPU %.1f MiB (%.0f B a particle), host %.1f MiB (%.0f B a particle)\n",
+             mib(h.device.total), h.device.total * c.devices / n, mib(h.host.total), h.host.total / n);
+      memplan_destroy(&h);
+    }
   }
   double host_free = 0.0;
   const char *limit = "unknown";
@@ -462,7 +471,9 @@ static const char *continue_command(const char *path, const char *out_dir, const
  * its devices; the ranks agree on the outcome. *plan: the busiest rank's plan (memplan_destroy it).
  * A run that writes checkpoints writes them from the backend's copy of the particles, behind the
  * steps (opt->ckpt_hold), where the plan with that copy fits on every rank; else from the live
- * particles, the steps waiting (the plan without it). */
+ * particles, the steps waiting (the plan without it). The frame's snapshot is on each GPU where the
+ * plan with it there fits every rank's devices, else in pinned host memory (opt->snap_host;
+ * --snapshot-host on or off decides it instead). */
 static int refuse_unless_fits(const scene *s, sim_options *opt, memplan *plan) {
   int ranks = 1, local_rank = 0, local = 1, ngpu = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -500,7 +511,8 @@ static int refuse_unless_fits(const scene *s, sim_options *opt, memplan *plan) {
   const int frames = opt->frames > 0 ? opt->frames : s->frames;
   memplan_config cfg = {.backend = cuda ? BACKEND_CUDA : BACKEND_CPU, .ranks = ranks, .devices = nd > 0 ? nd : 1,
                         .frames = opt->frames,
-                        .ckpt_hold = plans_ckpt_hold(s, frames)};
+                        .ckpt_hold = plans_ckpt_hold(s, frames),
+                        .snap_host = cuda && settings()->snapshot_host == SETTING_ON};
   DR_TRY(memplan_create(s, &cfg, plan));
   double host_free = 0.0;
   const char *limit = "unknown";
@@ -521,6 +533,25 @@ static int refuse_unless_fits(const scene *s, sim_options *opt, memplan *plan) {
     }
   }
   opt->ckpt_hold = cfg.ckpt_hold;
+  /* the frame's snapshot on the host where a device has no room for it (--snapshot-host auto), after the
+   * checkpoints' copy has given way: a frame's capture then crosses PCIe while the steps wait */
+  if (cuda && settings()->snapshot_host == SETTING_AUTO) {
+    const int room = !(plan->device.total * share > dev_free);
+    int all = room;
+    const int e = MPI_Allreduce(&room, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (e != MPI_SUCCESS) {
+      memplan_destroy(plan);
+      return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(the frame snapshot's place)");
+    }
+    if (!all) {
+      memplan_destroy(plan);
+      cfg.snap_host = 1;
+      DR_TRY(memplan_create(s, &cfg, plan));
+      log_info("memory: the frames' snapshot in pinned host memory (a GPU has no room for it: %.2f GiB free)",
+               gib(dev_free));
+    }
+  }
+  opt->snap_host = cfg.snap_host;
   const double host_need = plan->host.total * local, dev_need = plan->device.total * share;
   int rc = DR_OK;
   const double n = (double)plan->load.most;

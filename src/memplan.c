@@ -205,6 +205,8 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
    * one member (island_add_records) */
   host_steady(s, l, 2 + (l->ranks > 2) + (nd > 1), &run);
   if (compact) add(&run, MT_TRANSFER, up_chunk * lanes * rec); /* the pinned records, kept */
+  if (l->snap_host) /* the frame's snapshot: every row of the rank's devices, the owner left out */
+    add(&run, MT_TRANSFER, nd * n * snapshot_bytes(s));
   *host = larger(&start, &run);
 
   /* a device, in the order its buffers are first allocated: the upload, then the rebuilds */
@@ -271,10 +273,19 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   if (s->collider_levelsets) /* mesh colliders' level sets, uploaded once */
     add(device, MT_TRANSFER,
         4.0 * (double)s->collider_levelsets->table_n + 4.0 * (double)(s->collider_levelsets->bricks_n + 1));
-  { /* the frame's snapshot: an exact vector an attribute but the owner (capture.cu, snapshot_queue) */
+  { /* the frame's snapshot: an exact vector an attribute but the owner (capture.cu, snapshot_queue); with
+     * snap_host, exact pinned host buffers of every row of the rank's devices instead, and on each
+     * device one staging chunk (snapshot_stage's rows: rows_layout, each attribute from a multiple of 8 B) */
     const unsigned mask = sim_frame_mask(s) & ~PA_BIT(owner);
-    for (int a = 0; a < PARTICLE_ATTRS; ++a)
-      if (mask >> a & 1u) add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(n * particle_attrs[a].bytes), 1));
+    const double stage = ckpt_chunk_rows(n);
+    double stage_bytes = 0.0;
+    for (int a = 0; a < PARTICLE_ATTRS; ++a) {
+      if (!(mask >> a & 1u)) continue;
+      const double b = (double)particle_attrs[a].bytes;
+      if (!l->snap_host) add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)(n * b), 1));
+      else stage_bytes += ceil(stage * b / 8.0) * 8.0;
+    }
+    if (l->snap_host) add(device, MT_TRANSFER, (double)mem_dvec_capacity(0, (size_t)stage_bytes, 1));
   }
   if (writes_checkpoints(s, l)) { /* a checkpoint's chunk gathered on the device, the owner left out, each
                                    * attribute from a multiple of 8 bytes (capture.cu, fetch_rows) */
@@ -317,7 +328,8 @@ static memplan_load load_of(const memplan *p, double f) {
                     .pblocks = ceil(f * p->pblocks / R), .blocks = ceil(f * p->blocks / R),
                     .ranks = R,
                     .devices = p->cfg.devices > 0 ? p->cfg.devices : 1,
-                    .frames = p->cfg.frames > 0 ? p->cfg.frames : p->frames, .ckpt_hold = p->cfg.ckpt_hold};
+                    .frames = p->cfg.frames > 0 ? p->cfg.frames : p->frames, .ckpt_hold = p->cfg.ckpt_hold,
+                    .snap_host = p->cfg.snap_host};
   return l;
 }
 

@@ -23,7 +23,9 @@
  * the steady state (the backend's buffers on the CPU, the frame's chunk slot and, on the CPU, its
  * snapshot; a migration round's buffers, the checkpoint's chunk buffers: its rows where they fit one
  * chunk, else two of MEM_CKPT_CHUNK particles; where checkpoints are held, ckpt_hold, the
- * backend's copy of the rows: on a GPU every row on the device, on the CPU 124 B x cap(n)). Bytes are grouped by memtally.h's kinds, so that a run's counted peak compares
+ * backend's copy of the rows: on a GPU every row on the device, on the CPU 124 B x cap(n)). A
+ * GPU's frame snapshot is on the device, or with snap_host in pinned host memory, every row of the
+ * rank's devices, with a chunk of MEM_CKPT_CHUNK rows staged on each device. Bytes are grouped by memtally.h's kinds, so that a run's counted peak compares
  * kind by kind. */
 #ifndef DRIFT_MEMPLAN_H
 #define DRIFT_MEMPLAN_H
@@ -48,6 +50,7 @@ typedef struct memplan_load {
   int devices;     /* GPUs of the rank (cuda) */
   int frames;      /* frames run (a checkpoint's chunks only where one is written along the way) */
   int ckpt_hold;   /* checkpoints written from the backend's copy of the rows (hold_rows) */
+  int snap_host;   /* cuda: the frame's snapshot in pinned host memory (sim_params.snap_host) */
 } memplan_load;
 
 typedef struct memplan_config {
@@ -56,6 +59,8 @@ typedef struct memplan_config {
   int devices;        /* GPUs a rank (cuda), >= 1 */
   int frames;         /* frames run (0: the scene's) */
   int ckpt_hold;      /* checkpoints from the backend's copy of the rows where the run writes any */
+  int snap_host;      /* cuda: the frame's snapshot in pinned host memory, a chunk staged on each device
+                       * (drift run's choice where a device has no room for it: sim_params.snap_host) */
 } memplan_config;
 
 typedef struct memplan {

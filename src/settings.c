@@ -68,6 +68,13 @@ static const setting_entry TABLE[SET_N] = {
                          .offset = OFF(steps_ahead), .dflt = "auto", .names = ONOFFAUTO, .meta = "on|off|auto",
                          .help = "queue a step's G2P before the ranks' vote ends; auto: on where the node's "
                                  "ranks have GPUs of their own, and on the CPU"},
+    [SET_SNAPSHOT_HOST] = {.option = "snapshot-host", .env = "DRIFT_SNAPSHOT_HOST", .type = T_ENUM,
+                           .kind = SETTING_USER, .offset = OFF(snapshot_host), .dflt = "auto", .names = ONOFFAUTO,
+                           .meta = "on|off|auto",
+                           .help = "cuda: the frame's snapshot, which the writer writes behind the steps, in "
+                                   "pinned host memory (on) or on the GPU (off); auto: on the GPU where the "
+                                   "memory plan has room for it there, else on the host (the capture then "
+                                   "crosses PCIe while the steps wait)"},
     [SET_TRACE] = {.env = "DRIFT_TRACE", .type = T_BOOL, .kind = SETTING_DEBUG, .offset = OFF(trace), .dflt = "0",
                    .help = "one stderr line per host-side event, from every rank and thread, stamped in ms"},
     [SET_GPU_MARKS] = {.env = "DRIFT_GPU_MARKS", .type = T_INT, .kind = SETTING_DEBUG, .offset = OFF(gpu_marks),

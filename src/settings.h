@@ -26,6 +26,7 @@ typedef enum setting_id {
   SET_PINNED_MAX_MB,
   SET_MIGRATE_MARGIN,
   SET_STEPS_AHEAD,
+  SET_SNAPSHOT_HOST,
   /* debugging aids */
   SET_TRACE,
   SET_GPU_MARKS,
@@ -61,6 +62,7 @@ typedef struct drift_settings {
   int pinned_max_mb;          /* MiB: larger transfer buffers are pageable (0: no limit) */
   int migrate_margin;         /* blocks of margin before a particle migrates to another rank */
   int steps_ahead;            /* SETTING_OFF, SETTING_ON, SETTING_AUTO */
+  int snapshot_host;          /* SETTING_OFF, SETTING_ON, SETTING_AUTO */
   int trace;                  /* one stderr line per host-side event (log.h) */
   int gpu_marks;              /* 0, or the period in steps of the device's time marks */
   int gpu_stamps;             /* device vectors' and steps' time stamps */

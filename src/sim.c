@@ -255,7 +255,7 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
                         .body_names = S->body_names, .rank = S->rank,
                         .gpus = opt->gpus > 0 ? opt->gpus : s->gpus_per_rank, .g2p2g_below = s->g2p2g_below,
                         .island_barrier = s->island_barrier, .island_reduce = s->island_reduce,
-                        .storage = s->storage};
+                        .storage = s->storage, .snap_host = opt->snap_host};
   rc = comm_agree(comm, comm_local(comm, &S->prm.local_rank, &S->prm.local_size));
   if (rc) goto fail;
   for (int a = 0; a < 3; ++a) {

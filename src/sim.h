@@ -29,6 +29,9 @@ typedef struct sim_options {
                         * written behind the steps; drift run sets it where the memory plan has room
                         * for the copy (memplan.h); 0: fetched from the live particles, the steps
                         * waiting */
+  int snap_host;       /* cuda: 1 holds the frame's snapshot in pinned host memory instead of on the GPU;
+                        * drift run sets it where the memory plan has no room for it on a GPU, or as
+                        * --snapshot-host says (memplan.h) */
 } sim_options;
 
 /* Phases of a step, as timed with sim_options.profile. */

@@ -5,11 +5,14 @@
  * the driver keeps for itself beside them: kernels' code and local memory, graphs; reported, at
  * most DRIVER_MIB). And the host's counted peak at the creation: a chunk of the streamed particles
  * and the upload's staging (memsizes.h), not the scene's particles. The run writes its frames into
- * OUT, as `drift run` does (the plan holds the frames' device snapshot). Exit 77 without a GPU. */
+ * OUT, as `drift run` does (the plan holds the frames' device snapshot). With `host`, the snapshot in
+ * pinned host memory (sim_params.snap_host; the plan's snap_host): the device holds a staging chunk
+ * of it, and the host's counted peak is held to the plan's within 5% too. Exit 77 without a GPU. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "gpu_query.h"
@@ -23,10 +26,11 @@
 #define DRIVER_MIB 512.0
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: test_memplan_cuda SCENE FRAMES OUT\n");
+  if (argc != 4 && !(argc == 5 && !strcmp(argv[4], "host"))) {
+    fprintf(stderr, "usage: test_memplan_cuda SCENE FRAMES OUT [host]\n");
     return 2;
   }
+  const int snap_host = argc == 5; /* the frame's snapshot in pinned host memory (sim_params.snap_host) */
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int ngpu = 0;
@@ -44,10 +48,11 @@ int main(int argc, char **argv) {
   const int frames = atoi(argv[2]);
   double free0 = 0.0, total = 0.0, free1 = 0.0;
   CHECK(gpu_free_memory(0, &free0, &total) == 0, "cudaMemGetInfo");
-  const memplan_config cfg = {.backend = BACKEND_CUDA, .ranks = 1, .devices = 1, .frames = frames};
+  const memplan_config cfg = {.backend = BACKEND_CUDA, .ranks = 1, .devices = 1, .frames = frames, .snap_host = snap_host};
   memplan plan;
   CHECK(memplan_create(&s, &cfg, &plan) == 0, "no plan");
-  sim_options opt = {.backend = BACKEND_CUDA, .frames = frames, .gpus = 1, .write_output = 1, .out_dir = argv[3], .force = 1};
+  sim_options opt = {.backend = BACKEND_CUDA, .frames = frames, .gpus = 1, .write_output = 1, .out_dir = argv[3], .force = 1,
+                     .snap_host = snap_host};
   sim *S = NULL;
   int rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
   /* the creation streams the particles (backend_create_from): the host holds a chunk of them and
@@ -76,6 +81,13 @@ int main(int argc, char **argv) {
   for (int k = 0; k < MT_KINDS; ++k)
     printf("  %-9s plan %9.1f MiB, held at the end %9.1f MiB\n", names[k], plan.device.kind[k] / mib,
            (double)memtally_now(1, k) / mib);
+  if (snap_host) { /* the host holds the snapshot: its counted peak against the plan's, within 5% too */
+    const double hpeak = (double)memtally_peak(MEMTALLY_HOST);
+    printf("host: plan %.1f MiB, counted peak %.1f MiB (%+.2f%%)\n", plan.host.total / mib, hpeak / mib,
+           100.0 * (hpeak / plan.host.total - 1.0));
+    CHECK(fabs(hpeak / plan.host.total - 1.0) <= 0.05, "the counted host peak %.1f MiB is not within 5%% of the plan %.1f MiB",
+          hpeak / mib, plan.host.total / mib);
+  }
   CHECK(fabs(peak / plan.device.total - 1.0) <= 0.05, "the counted device peak %.1f MiB is not within 5%% of the plan %.1f MiB",
         peak / mib, plan.device.total / mib);
   CHECK(drop >= 0.95 * now && drop <= 1.05 * now + DRIVER_MIB * mib,

@@ -7,7 +7,10 @@
  * independently of the formula's terms: on one GPU a rank's host plan does not grow with its
  * particles (the same scene at 8x the particles, dx / 2, plans at most 1.05x the host bytes), and
  * on several ranks of one GPU a migration's round costs at most three buffers of
- * MEM_MIGRATION_ROUND records (with hostmem.h's headroom) more than one rank's plan. */
+ * MEM_MIGRATION_ROUND records (with hostmem.h's headroom) more than one rank's plan. With the
+ * frames' snapshot in pinned host memory (snap_host), the bound holds still, the host plans exactly
+ * the snapshot's rows more and each GPU that many less but its staging chunk. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,8 +20,12 @@
 #include "memsizes.h"
 #include "particles.h"
 #include "scene.h"
+#include "sim.h"
 
 #define MIN_N 10e6 /* the busiest rank's particles from which BOUND holds */
+/* with the snapshot on the host, from this many particles a GPU: a GPU lacks room for the snapshot only
+ * far above them (an H200 holds 680M particles of float storage with it, 930M of compact) */
+#define MIN_N_SNAP 50e6
 
 static double host_of(const scene *s, int ranks, int devices, int hold, double *n) {
   const memplan_config cfg = {.backend = BACKEND_CUDA, .ranks = ranks, .devices = devices, .frames = 1, .ckpt_hold = hold};
@@ -63,6 +70,41 @@ static void check_scene(const char *path, double bound) {
         }
     }
   }
+  /* the frames' snapshot in pinned host memory (snap_host: where a GPU has no room for it): within the
+   * bound from MIN_N_SNAP particles a GPU, the host holding the snapshot's rows (the frame's attributes
+   * but the owner: with the default fields position, velocity, mass, id, material, 40 B) and at most that much more than without
+   * (an island's start may hold more than its steady state), each GPU that many less but a staging
+   * chunk */
+  s.checkpoint_every = 0;
+  double row = 0.0; /* a snapshot's bytes a particle: the frame's attributes (sim_frame_mask) but the owner */
+  for (int a = 0; a < PARTICLE_ATTRS; ++a)
+    if ((sim_frame_mask(&s) & ~PA_BIT(owner)) >> a & 1u) row += (double)particle_attrs[a].bytes;
+  for (size_t r = 0; r < sizeof ranks / sizeof *ranks; ++r)
+    for (size_t d = 0; d < sizeof devices / sizeof *devices; ++d) {
+      memplan p[2];
+      for (int h = 0; h < 2; ++h) {
+        const memplan_config cfg = {.backend = BACKEND_CUDA, .ranks = ranks[r], .devices = devices[d], .frames = 1,
+                                    .snap_host = h};
+        if (memplan_create(&s, &cfg, &p[h])) CHECK(0, "no plan on %d ranks of %d GPUs", ranks[r], devices[d]);
+      }
+      const double n = p[1].load.most, snap = row * n, per_gpu = row * n / devices[d];
+      const double stage = row * (n / devices[d] < MEM_CKPT_CHUNK ? n / devices[d] : MEM_CKPT_CHUNK);
+      printf("%s, %d rank(s) of %d GPU(s), the snapshot on the host: host %.1f B a particle, a GPU %.1f MiB against "
+             "%.1f\n", path, ranks[r], devices[d], p[1].host.total / n, p[1].device.total / 1048576.0,
+             p[0].device.total / 1048576.0);
+      CHECK(n / devices[d] < MIN_N_SNAP || p[1].host.total / n <= bound, "%s on %d rank(s) of %d GPU(s), the snapshot "
+            "on the host: the host plans %.1f B a particle, more than %g", path, ranks[r], devices[d],
+            p[1].host.total / n, bound);
+      CHECK(p[1].host.total >= snap && p[1].host.total <= p[0].host.total + snap + 1.0,
+            "%s on %d rank(s) of %d GPU(s): the host plans %.1f MiB with the snapshot, %.1f without (expected %.1f MiB "
+            "more at most, and at least the snapshot's)", path, ranks[r], devices[d], p[1].host.total / 1048576.0,
+            p[0].host.total / 1048576.0, snap / 1048576.0);
+      CHECK(fabs(p[0].device.total - p[1].device.total - (per_gpu - stage)) <= 64.0 + 1e-6 * per_gpu,
+            "%s on %d rank(s) of %d GPU(s): a GPU plans %.1f MiB with the snapshot on the host, %.1f without (expected "
+            "%.1f MiB less)", path, ranks[r], devices[d], p[1].device.total / 1048576.0, p[0].device.total / 1048576.0,
+            (per_gpu - stage) / 1048576.0);
+      memplan_destroy(&p[0]), memplan_destroy(&p[1]);
+    }
   /* 8x the particles (dx / 2) on one GPU: the host's buffers are bounded */
   s.checkpoint_every = 1;
   double n1 = 0, n8 = 0;

@@ -18,7 +18,9 @@
 #           order); on 2 ranks (where mpirun exists) the frames, checkpoints and previews the same
 #           again. The checkpoints are written from the backend's copy (hold_rows, behind the steps)
 #           and, with DRIFT_CKPT_HOLD=0, from the live particles while the steps wait: both the same
-#           (1 and 2 ranks).
+#           (1 and 2 ranks). With cuda, the frame's snapshot in pinned host memory (DRIFT_SNAPSHOT_HOST=on,
+#           staged 1000 rows at a time) against the device's: the same frames, previews and
+#           checkpoints (float and compact storage, an island of two on one GPU, 2 ranks).
 #   full    (cpu) the output folder on a small tmpfs that fills at frame 4: exit 3, one line
 #           naming N/frame_00004.h5 and the reason, "No space left on device"; frames 0-3 whole and equal to a run with room;
 #           no frame 4 or later, no temporary file; frames.xdmf lists frames 0-3 only. Exits 77
@@ -112,6 +114,31 @@ chunks)
     for f in 0 3 6; do
       cmp -s "W2/frame_0000$f.png" "C2/frame_0000$f.png" || fail "chunks, 2 ranks: preview frame_0000$f.png differs"
     done
+  fi
+  if [ "$backend" = cuda ]; then
+    # the frame's snapshot in pinned host memory (--snapshot-host on: where a GPU has no room for it),
+    # staged 1000 rows at a time, against the device's: the frames, previews and checkpoints the same;
+    # in float and compact storage (a frame's F advanced as the device snapshot's), on one GPU, an
+    # island of two on the one GPU, and 2 ranks
+    DRIFT_TRACE=1 DRIFT_FRAME_CHUNK=1000 DRIFT_SNAPSHOT_HOST=on run host 0 "$drift" run chunks.json --out H
+    grep -q "snapshot: 12480 rows into pinned host memory, 1000 at a time" host.log ||
+      fail "host: the snapshot did not go to the host 1000 rows at a time: $(grep -m1 'snapshot' host.log)"
+    same_files "the snapshot on the host against the device's" W H $frames06 checkpoint_00003.h5 checkpoint_00006.h5
+    for f in 0 3 6; do
+      cmp -s "W/frame_0000$f.png" "H/frame_0000$f.png" || fail "host snapshot: preview frame_0000$f.png differs"
+    done
+    sed 's/"parallel": {/"parallel": { "storage": "compact",/' chunks.json >compact.json
+    run cdev 0 "$drift" run compact.json --out CD
+    DRIFT_FRAME_CHUNK=1000 DRIFT_SNAPSHOT_HOST=on run chost 0 "$drift" run compact.json --out CH
+    same_files "compact storage, the snapshot on the host against the device's" CD CH $frames06 checkpoint_00003.h5
+    DRIFT_DEVICES=0,0 run idev 0 "$drift" run chunks.json --out ID
+    DRIFT_DEVICES=0,0 DRIFT_FRAME_CHUNK=1000 DRIFT_SNAPSHOT_HOST=on run ihost 0 "$drift" run chunks.json --out IH
+    same_files "an island of two, the snapshot on the host against the device's" ID IH $frames06 checkpoint_00003.h5
+    if command -v mpirun >/dev/null; then
+      DRIFT_FRAME_CHUNK=1000 DRIFT_SNAPSHOT_HOST=on run host2 0 mpirun --oversubscribe -x DRIFT_FRAME_CHUNK \
+        -x DRIFT_SNAPSHOT_HOST -n 2 "$drift" run chunks.json --out H2
+      same_files "2 ranks, the snapshot on the host against the device's" W2 H2 $frames06 checkpoint_00003.h5
+    fi
   fi
   ;;
 full)
