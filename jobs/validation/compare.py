@@ -322,7 +322,7 @@ def main():
         ax[0].plot(*zip(*pw), "k--", label="Lube et al. 2005: 1.9 a^(2/3) (a > 2.8)")
         for i, variant in enumerate(v for v in VARIANTS if any(c["variant"] == v for c in col)):
             fc = [c for c in col if c["variant"] == variant]
-            ax[0].plot([c["a"] for c in fc], [c["runout"] for c in fc], "os^v"[i], color=f"C{i + 1}",
+            ax[0].plot([c["a"] for c in fc], [c["runout"] for c in fc], "os^vDP"[i % 6], color=f"C{i + 1}",
                        label=f"drift ({args.scale}): column_aA{variant}")
         ax[0].set(xscale="log", yscale="log", xlabel="a = H0/L0", ylabel="(L_inf - L0)/L0", title="runout")
         ax[0].legend(fontsize=8)
@@ -331,7 +331,7 @@ def main():
                    label="Lube et al. 2005: a^(2/5) (a > 1.15)")
         for i, variant in enumerate(v for v in VARIANTS if any(c["variant"] == v for c in col)):
             fc = [c for c in col if c["variant"] == variant]
-            ax[1].plot([c["a"] for c in fc], [c["height"] for c in fc], "os^v"[i], color=f"C{i + 1}",
+            ax[1].plot([c["a"] for c in fc], [c["height"] for c in fc], "os^vDP"[i % 6], color=f"C{i + 1}",
                        label=f"drift ({args.scale}): column_aA{variant}")
         ax[1].set(xscale="log", yscale="log", xlabel="a = H0/L0", ylabel="H_inf/L0", title="final height at the wall")
         ax[1].legend(fontsize=8)
