@@ -464,6 +464,24 @@ static const char *continue_command(const char *path, const char *out_dir, const
   return ok ? cmd : NULL;
 }
 
+/* Where `ok` does not hold on every rank (collective): *field = value in cfg and the plan made again
+ * (the plan destroyed where that fails; what: the choice, for an MPI error's message). */
+static int replan_unless_all(const scene *s, int ok, int *field, int value, memplan_config *cfg, memplan *plan,
+                             const char *what) {
+  int all = ok;
+  const int e = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (e != MPI_SUCCESS) {
+    memplan_destroy(plan);
+    char call[96];
+    snprintf(call, sizeof call, "MPI_Allreduce(%s)", what);
+    return comm_fail(e, __FILE__, __LINE__, call);
+  }
+  if (all) return DR_OK;
+  memplan_destroy(plan);
+  *field = value;
+  return memplan_create(s, cfg, plan);
+}
+
 /* Refuses a run whose memory plan (memplan.h) does not fit in the free memory of this host (the
  * plan times the ranks of this node) or of a device it will use (the plan times the members
  * sharing it), before anything is sampled, allocated or written: DR_ENOMEM naming what does not
@@ -517,39 +535,21 @@ static int refuse_unless_fits(const scene *s, sim_options *opt, memplan *plan) {
   double host_free = 0.0;
   const char *limit = "unknown";
   memplan_host_free(&host_free, &limit);
+  /* the checkpoints' copy where the plan with it fits every rank */
   if (cfg.ckpt_hold) {
     const int fits = !(host_free > 0 && plan->host.total * local > host_free) &&
                      !(cuda && plan->device.total * share > dev_free);
-    int all = fits;
-    const int e = MPI_Allreduce(&fits, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (e != MPI_SUCCESS) {
-      memplan_destroy(plan);
-      return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(the checkpoints' copy)");
-    }
-    if (!all) {
-      memplan_destroy(plan);
-      cfg.ckpt_hold = 0;
-      DR_TRY(memplan_create(s, &cfg, plan));
-    }
+    DR_TRY(replan_unless_all(s, fits, &cfg.ckpt_hold, 0, &cfg, plan, "the checkpoints' copy"));
   }
   opt->ckpt_hold = cfg.ckpt_hold;
   /* the frame's snapshot on the host where a device has no room for it (--snapshot-host auto), after the
    * checkpoints' copy has given way: a frame's capture then crosses PCIe while the steps wait */
   if (cuda && settings()->snapshot_host == SETTING_AUTO) {
-    const int room = !(plan->device.total * share > dev_free);
-    int all = room;
-    const int e = MPI_Allreduce(&room, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (e != MPI_SUCCESS) {
-      memplan_destroy(plan);
-      return comm_fail(e, __FILE__, __LINE__, "MPI_Allreduce(the frame snapshot's place)");
-    }
-    if (!all) {
-      memplan_destroy(plan);
-      cfg.snap_host = 1;
-      DR_TRY(memplan_create(s, &cfg, plan));
+    DR_TRY(replan_unless_all(s, !(plan->device.total * share > dev_free), &cfg.snap_host, 1, &cfg, plan,
+                             "the frame snapshot's place"));
+    if (cfg.snap_host)
       log_info("memory: the frames' snapshot in pinned host memory (a GPU has no room for it: %.2f GiB free)",
                gib(dev_free));
-    }
   }
   opt->snap_host = cfg.snap_host;
   const double host_need = plan->host.total * local, dev_need = plan->device.total * share;
