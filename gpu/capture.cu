@@ -1,5 +1,6 @@
-// capture.cu - the particles out to the writer: a frame's fields captured on the device (snapshot)
-// and fetched to the host in chunks (fetch), and a checkpoint's rows of the particles themselves
+// capture.cu - the particles out to the writer: a frame's fields captured on the device (snapshot;
+// where the device has no room for them, gathered a chunk at a time into pinned host memory) and
+// fetched to the host in chunks (fetch), and a checkpoint's rows of the particles themselves
 // gathered from the packets a chunk at a time (fetch_rows); on one GPU and on an island (the
 // members' rows one after another: download's order).
 

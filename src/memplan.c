@@ -275,7 +275,7 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
         4.0 * (double)s->collider_levelsets->table_n + 4.0 * (double)(s->collider_levelsets->bricks_n + 1));
   { /* the frame's snapshot: an exact vector an attribute but the owner (capture.cu, snapshot_queue); with
      * snap_host, exact pinned host buffers of every row of the rank's devices instead, and on each
-     * device one staging chunk (snapshot_stage's rows: rows_layout, each attribute from a multiple of 8 B) */
+     * device one staging chunk (cuda_state.snap_stage: rows_layout's, each attribute from a multiple of 8 B) */
     const unsigned mask = sim_frame_mask(s) & ~PA_BIT(owner);
     const double stage = ckpt_chunk_rows(n);
     double stage_bytes = 0.0;
