@@ -4,6 +4,8 @@
 #ifndef DRIFT_FRAME_FIELDS_H
 #define DRIFT_FRAME_FIELDS_H
 
+#include <stddef.h>
+
 /* The datasets a frame may hold, in the order they are written; bit H5FRAME_BIT(f) of
  * h5frame_meta.fields asks for field f. */
 enum h5frame_field {
@@ -30,17 +32,38 @@ enum h5frame_encoding {
   H5FRAME_ENC_RAW,   /* the memory's bytes: float32, uint64, int32 */
   H5FRAME_ENC_HALF,  /* IEEE binary16 (pack16_half) */
   H5FRAME_ENC_BF16,  /* 16 bits with float32's 8-bit exponent (pack16_bf16) */
-  H5FRAME_ENC_FIXED  /* 16-bit fixed point of the domain's extent (pack16_fixed) */
+  H5FRAME_ENC_FIXED, /* 16-bit fixed point of the domain's extent (pack16_fixed) */
+  H5FRAME_ENC_U8,    /* an int32 of the memory stored as uint8 (every value the run can give fits) */
+  H5FRAME_ENC_U16    /* the same as uint16 */
 };
-enum h5frame_encoding h5frame_encoding_of(int field, int precision);
-/* Bytes of one row of the field in the file at the precision, and of one particle of the fields
- * (H5FRAME_BIT of each). */
-unsigned h5frame_row_bytes(int field, int precision);
-unsigned h5frame_particle_bytes(unsigned fields, int precision);
 
-/* Bytes of the buffer h5frame_put converts through at precision half (allocated once by the
- * caller, reused frame after frame): two halves of 4M values, one converted while the other is
+/* A frame's layout in the file: its fields, their precision and the integer fields' widths. The
+ * floating fields' widths follow from the precision; material and owner take the fewest bytes of
+ * 1, 2 and 4 that hold every value the run can give (material < n_materials; owner
+ * rank * 256 + device < ranks * 256): 1 and 1 on one rank with at most 256 materials, so a frame
+ * of the default fields is 34 bytes a particle there, not 40 (the writer's copy into memory is
+ * the frames' bound: docs/performance.md, Output). The id keeps 64 bits: it carries the body. */
+typedef struct h5frame_layout {
+  unsigned fields; /* H5FRAME_BIT of each dataset */
+  int precision;   /* enum h5frame_precision */
+  int material_bytes, owner_bytes; /* 1, 2 or 4 */
+} h5frame_layout;
+h5frame_layout h5frame_layout_of(unsigned fields, int precision, int n_materials, int ranks);
+enum h5frame_encoding h5frame_encoding_of(const h5frame_layout *l, int field);
+/* Bytes of one row of the field in the file, and of one particle of the layout's fields. */
+unsigned h5frame_row_bytes(const h5frame_layout *l, int field);
+unsigned h5frame_particle_bytes(const h5frame_layout *l);
+/* Bytes of the buffer h5frame_put converts through (allocated once by the caller, reused frame
+ * after frame) at precision half: two halves of 4M 16-bit values, one converted while the other is
  * written, so a pwrite of 8 MiB. */
 #define H5FRAME_PACK_BYTES ((size_t)16 << 20)
+/* The same where only material and owner are converted (narrowed: every run of at most 256 ranks
+ * and 65,536 materials): 2 bytes a particle, halves of 1 MiB suffice, and the host plan keeps the
+ * 14 MiB for the particles (a rank of 10M particles plans 64 B a particle at most: issue 55). */
+#define H5FRAME_NARROW_PACK_BYTES ((size_t)2 << 20)
+/* The buffer a frame of these fields at this precision converts through: H5FRAME_PACK_BYTES at
+ * half, H5FRAME_NARROW_PACK_BYTES where material or owner is among the fields, else 0 (nothing
+ * converted); fields 0: the default set. */
+size_t h5frame_pack_bytes(unsigned fields, int precision);
 
 #endif

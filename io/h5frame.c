@@ -2,11 +2,11 @@
  *
  * The write goes as h5rows.h describes: h5frame_begin in the main thread (the counts, rank 0's
  * free-space check and the file's skeleton, the offsets shared), h5frame_put in the run's writer
- * thread (this rank's rows by pwrite, no MPI, no HDF5: at precision float straight from the
- * caller's arrays, no copy and no conversion; at precision half each floating field converted a
- * block at a time by pack16.h's encoders over the cores into one half of the caller's buffer
- * (bounded and reused: H5FRAME_PACK_BYTES) while the block before is written from the other
- * half, put_half below), h5frame_end in the
+ * thread (this rank's rows by pwrite, no MPI, no HDF5: the fields stored as in memory straight
+ * from the caller's arrays, no copy and no conversion; the converted ones (precision half's
+ * floating fields by pack16.h's encoders, material and owner narrowed) a block at a time over the
+ * cores into one half of the caller's buffer (bounded and reused: H5FRAME_PACK_BYTES) while the
+ * block before is written from the other half, put_converted below), h5frame_end in the
  * main thread (agreed, renamed; after a failure the frame does not exist, not even an older
  * version of it). Nothing is synced: a frame goes to the page cache at the speed of memory, as
  * any file a program writes; checkpoints, which a restart needs, are synced (checkpoint.c).
@@ -30,7 +30,7 @@ void h5frame_path(const char *dir, int frame, char *out, size_t len) {
   h5util_numbered_path(dir, "frame", frame, out, len);
 }
 
-/* A field's type in the file (little-endian) and in memory, at precision float. */
+/* A field's type in the file (little-endian) and in memory, stored as in memory. */
 typedef struct field_type {
   hid_t file, mem;
 } field_type;
@@ -59,7 +59,7 @@ static hid_t float16_type(size_t esize, size_t msize, size_t bias, H5T_norm_t no
   return t;
 }
 
-/* The file's types of the 16-bit encodings (precision half; closed with close_half_types). */
+/* The file's types of the 16-bit float encodings (precision half; closed with close_half_types). */
 typedef struct half_types {
   hid_t half, bf16, fixed;
 } half_types;
@@ -89,10 +89,12 @@ static int close_half_types(half_types *t, const char *path) {
 
 /* Field q's type in file f. */
 static hid_t file_type(const h5frame_file *f, const half_types *t, int q) {
-  switch (h5frame_encoding_of(q, f->precision)) {
+  switch (h5frame_encoding_of(&f->lay, q)) {
   case H5FRAME_ENC_HALF: return t->half;
   case H5FRAME_ENC_BF16: return t->bf16;
   case H5FRAME_ENC_FIXED: return t->fixed;
+  case H5FRAME_ENC_U8: return H5T_STD_U8LE;
+  case H5FRAME_ENC_U16: return H5T_STD_U16LE;
   default: return field_type_of(q).file;
   }
 }
@@ -165,7 +167,7 @@ static void join_fields(unsigned fields, char *out, size_t cap) {
 static int paths(int rank, const char *dir, int frame, h5frame_file *f) {
   DR_TRY(h5rows_paths(rank, dir, "frame", frame, H5ROWS_DROP_FINAL, "output folder", &f->rows));
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
-    if ((f->fields & H5FRAME_BIT(q)) && H5Tequal(field_type_of(q).file, field_type_of(q).mem) <= 0)
+    if ((f->lay.fields & H5FRAME_BIT(q)) && H5Tequal(field_type_of(q).file, field_type_of(q).mem) <= 0)
       return dr_fail(DR_EINTERNAL, "frames need a little-endian host (%s)", h5frame_field_names[q]);
   return 0;
 }
@@ -175,7 +177,7 @@ static int paths(int rank, const char *dir, int frame, h5frame_file *f) {
  * quotas and other writers are not seen; a full disk met by the rows is reported by
  * h5frame_put. */
 static int check_space(const h5frame_file *f, const h5frame_meta *meta, const char *dir, size_t materials_len) {
-  const double per = h5frame_particle_bytes(f->fields, f->precision);
+  const double per = h5frame_particle_bytes(&f->lay);
   const double total = (double)f->rows.total, after = total * meta->after_per_particle + meta->after_bytes;
   const double need = total * per + 16384.0 + (double)materials_len + after;
   return h5util_check_space(dir, f->rows.final, need, after > 0 ? ", the checkpoint due with it included" : "");
@@ -188,7 +190,7 @@ static int create_skeleton(const h5frame_meta *meta, const char *materials, h5fr
   half_types types = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
   const int32_t frame = (int32_t)meta->frame;
   char fields[128];
-  join_fields(f->fields, fields, sizeof fields);
+  join_fields(f->lay.fields, fields, sizeof fields);
   int st = h5rows_create(&f->rows, &file);
   if (!st) st = h5util_attr_scalar(file, "time", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &meta->time, path);
   if (!st) st = h5util_attr_scalar(file, "frame", H5T_STD_I32LE, H5T_NATIVE_INT32, &frame, path);
@@ -198,17 +200,17 @@ static int create_skeleton(const h5frame_meta *meta, const char *materials, h5fr
   if (!st) st = h5util_attr_string(file, "materials", materials, path);
   if (!st) st = h5util_attr_string(file, "owner_encoding", "rank*256+device", path);
   if (!st) st = h5util_attr_string(file, "fields", fields, path);
-  if (!st && f->precision == H5FRAME_HALF) { /* float: the attributes above only, as ever */
+  if (!st && f->lay.precision == H5FRAME_HALF) { /* float: the attributes above only, as ever */
     const double spacing = pack16_fixed_spacing(&f->fixed);
     st = h5util_attr_string(file, "precision", h5frame_precision_names[H5FRAME_HALF], path);
     if (!st) st = h5util_attr_scalar(file, "position_spacing", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &spacing, path);
   }
-  if (!st && f->precision == H5FRAME_HALF) st = make_half_types(f, &types);
+  if (!st && f->lay.precision == H5FRAME_HALF) st = make_half_types(f, &types);
   if (st) goto fail;
   H5CK(group = H5Gcreate2(file, "particles", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2",
        "group /particles");
   for (int q = 0; q < H5FRAME_FIELDS && !st; ++q)
-    if (f->fields & H5FRAME_BIT(q))
+    if (f->lay.fields & H5FRAME_BIT(q))
       st = h5rows_dataset(group, &f->rows, q, h5frame_field_names[q], file_type(f, &types, q),
                           h5frame_field_columns[q]);
   if (st) goto fail;
@@ -223,7 +225,7 @@ fail:
 }
 
 int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size_t n, h5frame_file *f) {
-  int rank = 0;
+  int rank = 0, ranks = 1;
   char *materials = NULL;
   h5frame_meta m; /* fields 0: the default set */
   if (meta && !meta->fields) {
@@ -234,14 +236,14 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
   memset(f, 0, sizeof *f);
   h5util_quiet();
   DR_MPI(MPI_Comm_rank(comm, &rank));
+  DR_MPI(MPI_Comm_size(comm, &ranks));
   int st = check_meta(dir, meta);
   if (!st) {
-    f->fields = meta->fields;
+    f->lay = h5frame_layout_of(meta->fields, meta->precision, meta->n_materials, ranks);
     f->frame = meta->frame;
-    f->precision = meta->precision;
     st = paths(rank, dir, meta->frame, f);
   }
-  if (!st && f->precision == H5FRAME_HALF && pack16_fixed_for(meta->extent, &f->fixed) != 0)
+  if (!st && f->lay.precision == H5FRAME_HALF && pack16_fixed_for(meta->extent, &f->fixed) != 0)
     st = dr_fail(DR_EINPUT, "precision half: no 16-bit fixed point reaches the positions' extent %g m (expected from "
                  "2^-60 to 1.07e9 m)", meta->extent);
   if (!st) st = join_materials(meta, &materials);
@@ -257,17 +259,18 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
 
 /* ---- h5frame_put ---- */
 
-/* Precision half: the floating fields go through pack, split into two halves, a block of a
- * field's whole rows at a time, in steps: in step k thread 0 of an OpenMP team (the caller's
- * thread) queues block k's conversion into one half as tasks, writes block k - 1 from the other
- * half while the team's other threads run the tasks, then runs what is left of them itself and
- * waits for the rest (taskwait); step 0 writes the integer fields instead, the last step the last
- * block alone. Tasks rather than a loop shared by the team: a thread that gets no core in time
- * leaves its share to thread 0 instead of holding every step at a barrier. The writes stay on
- * the caller's thread, so that a failure's message is the caller's (error.h keeps it per thread).
- * The encoders work value by value, so a block split into tasks gives the bits of one call over
- * the whole field. The team is one thread fewer than omp_get_max_threads() of the calling thread
- * (in a run, the writer's team: its rank's share of the node's cores, writer.c), at least one: the
+/* The converted fields go through pack, split into two halves, a block of a field's whole rows
+ * at a time, in steps: in step k thread 0 of an OpenMP team (the caller's thread) queues block
+ * k's conversion into one half as tasks, writes block k - 1 from the other half while the team's
+ * other threads run the tasks, then runs what is left of them itself and waits for the rest
+ * (taskwait); the last step writes the last block alone. The fields stored as in memory are
+ * written before, outside the team (so that in memory h5rows' team copies them into a mapping).
+ * Tasks rather than a loop shared by the team: a thread that gets no core in time leaves its
+ * share to thread 0 instead of holding every step at a barrier. The writes stay on the caller's
+ * thread, so that a failure's message is the caller's (error.h keeps it per thread). The
+ * encoders work value by value, so a block split into tasks gives the bits of one call over the
+ * whole field. The team is one thread fewer than omp_get_max_threads() of the calling thread (in
+ * a run, the writer's team: its rank's share of the node's cores, writer.c), at least one: the
  * run's main thread keeps a core to drive the device meanwhile, and threads beyond the free cores
  * spin for work they rarely get (on the 2-core CPU machine under load a team of two took 1.1-2x
  * one thread's time). With one thread the tasks wait for the taskwait: write, then convert. */
@@ -281,72 +284,105 @@ enum {
 typedef struct pack_block {
   int q;
   size_t first, rows;
-  uint16_t *buf;
+  unsigned char *buf;
 } pack_block;
 
 /* The block after b (b->q < 0: the first) of d's n rows, of at most cap values, to be converted
  * into buf; its q is negative when none is left. */
 static pack_block next_block(const h5frame_file *f, const h5frame_data *d, const pack_block *b, size_t cap,
-                             uint16_t *buf) {
+                             unsigned char *buf) {
   int q = b->q < 0 ? 0 : b->q;
   size_t first = b->q < 0 ? 0 : b->first + b->rows;
   for (; q < H5FRAME_FIELDS; ++q, first = 0)
-    if ((f->fields & H5FRAME_BIT(q)) && h5frame_encoding_of(q, f->precision) != H5FRAME_ENC_RAW && first < d->n) {
+    if ((f->lay.fields & H5FRAME_BIT(q)) && h5frame_encoding_of(&f->lay, q) != H5FRAME_ENC_RAW && first < d->n) {
       const size_t rows = cap / (size_t)h5frame_field_columns[q], left = d->n - first;
       return (pack_block){q, first, left < rows ? left : rows, buf};
     }
   return (pack_block){-1, 0, 0, buf};
 }
 
-/* Values lo .. hi - 1 of block b converted. */
-static void encode(const h5frame_file *f, const h5frame_data *d, const pack_block *b, size_t lo, size_t hi) {
-  const float *in = (const float *)field_array(d, b->q) + b->first * (size_t)h5frame_field_columns[b->q] + lo;
-  uint16_t *out = b->buf + lo;
-  switch (h5frame_encoding_of(b->q, f->precision)) {
-  case H5FRAME_ENC_HALF: pack16_half(in, out, hi - lo); break;
-  case H5FRAME_ENC_BF16: pack16_bf16(in, out, hi - lo); break;
-  default: pack16_fixed_encode(&f->fixed, in, out, hi - lo); break;
+/* The values of in[0 .. n) narrowed into out, `bytes` (1 or 2) each; returns how many did not fit
+ * (they are stored cut to their low bits). */
+static size_t narrow(const int32_t *in, unsigned char *out, size_t n, int bytes) {
+  uint32_t high = 0;
+  if (bytes == 1)
+    for (size_t i = 0; i < n; ++i) {
+      high |= (uint32_t)in[i] >> 8;
+      out[i] = (uint8_t)in[i];
+    }
+  else
+    for (size_t i = 0; i < n; ++i) {
+      high |= (uint32_t)in[i] >> 16;
+      ((uint16_t *)out)[i] = (uint16_t)in[i];
+    }
+  size_t bad = 0;
+  if (high)
+    for (size_t i = 0; i < n; ++i) bad += (uint32_t)in[i] >> (8 * bytes) != 0;
+  return bad;
+}
+
+/* Values lo .. hi - 1 of block b converted; returns how many integers did not fit their width. */
+static size_t encode(const h5frame_file *f, const h5frame_data *d, const pack_block *b, size_t lo, size_t hi) {
+  const size_t at = b->first * (size_t)h5frame_field_columns[b->q] + lo;
+  const float *in = (const float *)field_array(d, b->q) + at;
+  const int32_t *ints = (const int32_t *)field_array(d, b->q) + at;
+  uint16_t *out = (uint16_t *)b->buf + lo;
+  switch (h5frame_encoding_of(&f->lay, b->q)) {
+  case H5FRAME_ENC_HALF: pack16_half(in, out, hi - lo); return 0;
+  case H5FRAME_ENC_BF16: pack16_bf16(in, out, hi - lo); return 0;
+  case H5FRAME_ENC_U8: return narrow(ints, b->buf + lo, hi - lo, 1);
+  case H5FRAME_ENC_U16: return narrow(ints, (unsigned char *)out, hi - lo, 2);
+  default: pack16_fixed_encode(&f->fixed, in, out, hi - lo); return 0;
   }
 }
 
 /* Writes block b (none: nothing) at the rows of d, which start at this rank's row `at`. */
 static int put_block(int fd, const h5frame_file *f, size_t at, const pack_block *b) {
   if (b->q < 0) return DR_OK;
-  return h5rows_put_range(fd, &f->rows, b->q, h5frame_row_bytes(b->q, f->precision), at + b->first, b->rows, b->buf,
+  return h5rows_put_range(fd, &f->rows, b->q, h5frame_row_bytes(&f->lay, b->q), at + b->first, b->rows, b->buf,
                           h5frame_field_names[b->q]);
 }
 
-/* Writes the fields stored as they are in memory (all of them at precision float): d's rows at
- * this rank's rows at .. at + d->n - 1. */
+/* Writes the fields stored as they are in memory: d's rows at this rank's rows at .. at + d->n - 1. */
 static int put_raw(int fd, const h5frame_file *f, size_t at, const h5frame_data *d) {
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
-    if ((f->fields & H5FRAME_BIT(q)) && h5frame_encoding_of(q, f->precision) == H5FRAME_ENC_RAW)
-      DR_TRY(h5rows_put_range(fd, &f->rows, q, h5frame_row_bytes(q, f->precision), at, d->n, field_array(d, q),
+    if ((f->lay.fields & H5FRAME_BIT(q)) && h5frame_encoding_of(&f->lay, q) == H5FRAME_ENC_RAW)
+      DR_TRY(h5rows_put_range(fd, &f->rows, q, h5frame_row_bytes(&f->lay, q), at, d->n, field_array(d, q),
                               h5frame_field_names[q]));
   return DR_OK;
 }
 
-/* Every field of d (at this rank's row at), the floating ones converted through pack (two halves
- * of cap values). */
-static int put_half(int fd, const h5frame_file *f, size_t at, const h5frame_data *d, uint16_t *pack, size_t cap) {
+/* The fields of d that the layout converts (at this rank's row at), through pack (two halves of
+ * cap 16-bit values). */
+static int put_converted(int fd, const h5frame_file *f, size_t at, const h5frame_data *d, uint16_t *pack, size_t cap) {
   const int threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
   int st = DR_OK;
+  size_t bad = 0;
 #pragma omp parallel num_threads(threads)
 #pragma omp master
   {
     pack_block prev = {.q = -1}, cur = {.q = -1};
     for (int step = 0; !st; ++step) {
-      cur = next_block(f, d, &cur, cap, pack + (size_t)(step & 1) * cap);
+      cur = next_block(f, d, &cur, cap, (unsigned char *)(pack + (size_t)(step & 1) * cap));
       const size_t values = cur.q < 0 ? 0 : cur.rows * (size_t)h5frame_field_columns[cur.q];
       const size_t per_task = (values + PACK_TASKS * (size_t)threads - 1) / (PACK_TASKS * (size_t)threads);
       const size_t chunk = per_task > PACK_CHUNK ? per_task : PACK_CHUNK;
       for (size_t lo = 0; lo < values; lo += chunk) {
         const size_t hi = lo + chunk < values ? lo + chunk : values;
-#pragma omp task firstprivate(lo, hi, cur)
-        encode(f, d, &cur, lo, hi);
+#pragma omp task firstprivate(lo, hi, cur) shared(bad)
+        {
+          const size_t b = encode(f, d, &cur, lo, hi);
+          if (b) {
+#pragma omp atomic
+            bad += b;
+          }
+        }
       }
-      st = step == 0 ? put_raw(fd, f, at, d) : put_block(fd, f, at, &prev);
+      st = put_block(fd, f, at, &prev);
 #pragma omp taskwait
+      if (!st && bad)
+        st = dr_fail(DR_EINTERNAL, "frame %d: %zu values of %s beyond its %u-bit width in the file", f->frame, bad,
+                     h5frame_field_names[cur.q], 8u * h5frame_row_bytes(&f->lay, cur.q));
       if (cur.q < 0) break;
       prev = cur;
     }
@@ -360,21 +396,23 @@ int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void
     return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: rows %zu .. %zu of %zu particles begun with", f->frame, first,
                    first + (d ? d->n : 0), f->rows.n);
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
-    if ((f->fields & H5FRAME_BIT(q)) && d->n > 0 && !field_array(d, q))
+    if ((f->lay.fields & H5FRAME_BIT(q)) && d->n > 0 && !field_array(d, q))
       return dr_fail(DR_EINTERNAL, "h5frame_put: %zu particles but a NULL array (%s)", d->n, h5frame_field_names[q]);
-  /* each half of the buffer holds a row of the widest field */
+  /* each half of the buffer holds a row of the widest converted field */
   const size_t cap = pack ? pack_bytes / (2 * sizeof(uint16_t)) : 0;
   size_t widest = 0;
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
-    if ((f->fields & H5FRAME_BIT(q)) && (size_t)h5frame_field_columns[q] > widest)
+    if ((f->lay.fields & H5FRAME_BIT(q)) && h5frame_encoding_of(&f->lay, q) != H5FRAME_ENC_RAW &&
+        (size_t)h5frame_field_columns[q] > widest)
       widest = (size_t)h5frame_field_columns[q];
-  if (f->precision == H5FRAME_HALF && cap < widest)
-    return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d: precision half needs a buffer of at least %zu bytes (got %zu; "
-                   "the run's is H5FRAME_PACK_BYTES)", f->frame, 2 * widest * sizeof(uint16_t), pack ? pack_bytes : 0);
+  if (cap < widest)
+    return dr_fail(DR_EINTERNAL, "h5frame_put: frame %d converts fields and needs a buffer of at least %zu bytes (got "
+                   "%zu; the run's is h5frame_pack_bytes)", f->frame, 2 * widest * sizeof(uint16_t), pack ? pack_bytes : 0);
   if (d->n == 0) return DR_OK;
   int fd = -1;
   DR_TRY(h5rows_open(&f->rows, &fd));
-  const int st = f->precision == H5FRAME_HALF ? put_half(fd, f, first, d, pack, cap) : put_raw(fd, f, first, d);
+  int st = put_raw(fd, f, first, d);
+  if (!st && widest) st = put_converted(fd, f, first, d, pack, cap);
   return h5rows_finish(&f->rows, fd, st);
 }
 
@@ -382,14 +420,13 @@ void h5frame_ahead_start(h5frame_file *f, h5rows_ahead *a) {
   int order[H5FRAME_FIELDS], count = 0;
   size_t row_bytes[H5FRAME_FIELDS];
   const char *names[H5FRAME_FIELDS];
-  /* the puts' order: the fields stored as they are first (all of them at precision float; put_half's
-   * step 0), then the converted ones */
+  /* the puts' order: the fields stored as they are first (put_raw), then the converted ones */
   for (int pass = 0; pass < 2; ++pass)
     for (int q = 0; q < H5FRAME_FIELDS; ++q) {
-      const int raw = h5frame_encoding_of(q, f->precision) == H5FRAME_ENC_RAW;
-      if (!(f->fields & H5FRAME_BIT(q)) || raw != (pass == 0)) continue;
+      const int raw = h5frame_encoding_of(&f->lay, q) == H5FRAME_ENC_RAW;
+      if (!(f->lay.fields & H5FRAME_BIT(q)) || raw != (pass == 0)) continue;
       order[count] = q;
-      row_bytes[count] = h5frame_row_bytes(q, f->precision);
+      row_bytes[count] = h5frame_row_bytes(&f->lay, q);
       names[count++] = h5frame_field_names[q];
     }
   h5rows_ahead_start(&f->rows, a, order, row_bytes, names, count);
@@ -407,11 +444,12 @@ int h5frame_write(MPI_Comm comm, const char *dir, const h5frame_meta *meta, cons
   int st = f ? DR_OK : DR_ENOMEM;
   st = comm_agree(comm, st);
   void *pack = NULL; /* one frame: a buffer of its own */
-  if (!st && meta && meta->precision == H5FRAME_HALF && !(pack = dr_malloc(H5FRAME_PACK_BYTES, "a frame's conversion")))
+  const size_t pack_bytes = meta ? h5frame_pack_bytes(meta->fields, meta->precision) : 0;
+  if (!st && pack_bytes && !(pack = dr_malloc(pack_bytes, "a frame's conversion")))
     st = DR_ENOMEM;
   st = comm_agree(comm, st);
   if (!st) st = h5frame_begin(comm, dir, meta, d->n, f);
-  if (!st) st = h5frame_end(comm, f, h5frame_put(f, 0, d, pack, H5FRAME_PACK_BYTES));
+  if (!st) st = h5frame_end(comm, f, h5frame_put(f, 0, d, pack, pack_bytes));
   free(pack);
   free(f);
   return st;

@@ -4,8 +4,10 @@
  *   /particles/position  float32 [N][3]  m
  *   /particles/velocity  float32 [N][3]  m/s
  *   /particles/id        uint64  [N]     stable over the run
- *   /particles/material  int32   [N]     index into the scene's materials, in file order
- *   /particles/owner     int32   [N]     rank * 256 + device that computed the particle
+ *   /particles/material  uint8   [N]     index into the scene's materials, in file order (uint16
+ *                                        beyond 256 materials, int32 beyond 65,536)
+ *   /particles/owner     uint8   [N]     rank * 256 + device that computed the particle (uint16 on
+ *                                        2 to 256 ranks, int32 beyond: h5frame_layout_of)
  *   /particles/logjp     float32 [N]     log Jp, the plastic volume change of NACC snow (0 for other
  *                                        materials)
  *   /particles/J         float32 [N]     det F
@@ -73,8 +75,7 @@ typedef struct h5frame_meta {
 typedef struct h5frame_file {
   h5rows_file rows; /* the file: paths, counts, the datasets' offsets (at[H5FRAME_*]) */
   int frame;
-  unsigned fields;  /* H5FRAME_BIT of each dataset */
-  int precision;    /* enum h5frame_precision */
+  h5frame_layout lay; /* the fields, their precision and widths */
   pack16_fixed fixed; /* precision half: the positions' fixed point */
 } h5frame_file;
 
@@ -84,10 +85,13 @@ typedef struct h5frame_file {
 int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size_t n, h5frame_file *f);
 /* d->n of this rank's rows, from its row `first` on (first + d->n at most h5frame_begin's n: a
  * frame is put whole in one call or chunk by chunk, each row once); no MPI and no HDF5 call, so
- * any thread may call it while the caller's other threads use both. At precision half the values are converted
- * through pack (the caller's; pack_bytes: H5FRAME_PACK_BYTES, or at least 4 bytes a value of the
- * widest row; unused at float: may be NULL) by an OpenMP team of omp_get_max_threads() - 1 of
- * the calling thread (at least 1), and written from there. Returns this rank's status only. */
+ * any thread may call it while the caller's other threads use both. The fields a layout converts
+ * (precision half's floating fields, the narrowed integers) go through pack (the caller's;
+ * pack_bytes: h5frame_pack_bytes of the frame's fields and precision, or at least 4 bytes a value of the widest row;
+ * where nothing is converted it may be NULL) by an OpenMP team of omp_get_max_threads() - 1 of
+ * the calling thread (at least 1), and are written from there. An integer value beyond its
+ * narrowed width (a material index of n_materials or more, an owner of another rank count) fails
+ * as an internal error naming the field. Returns this rank's status only. */
 int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void *pack, size_t pack_bytes);
 /* Local, the thread that puts the frame's rows: this rank's rows of every field allocated ahead of
  * the puts, in their order, by a thread of its own (h5rows.h's allocation ahead); h5frame_ahead_join

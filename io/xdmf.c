@@ -15,7 +15,10 @@
  *     a particle, row-major); stress Tensor6 (the 6 values of a symmetric tensor, xx yy zz xy yz
  *     zx, VTK's order for symmetric tensors). The id is declared Int 8 although it is stored as
  *     uint64: both ParaView readers read "UInt 8" as 32-bit and would cut ids at 2^32, while ids
- *     never reach 2^63. Every floating dataset is declared Float 4 at either output.precision:
+ *     never reach 2^63. material and owner are declared Int 4 whatever their width in the file
+ *     (8 or 16 bits where the run's values fit: h5frame_layout_of), read and widened by HDF5 the
+ *     way 16-bit floats are (checked: tests/io pvpython_open --int-mod). Every floating dataset is
+ *     declared Float 4 at either output.precision:
  *     the readers read through the HDF5 library into the declared type, which converts a 16-bit
  *     dataset (binary16, bf16 and the positions' fixed point are HDF5 float types) to float32;
  *     checked with ParaView 5.11's Xdmf3 reader (tests/io pvpython_half). XDMF has no 16-bit

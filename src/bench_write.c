@@ -107,9 +107,6 @@ static int filesystem_best(const char *dir, int files, double bytes, int hot, do
   return DR_OK;
 }
 
-/* Bytes of one row of frame field q. */
-static double field_row_bytes(int q) { return (q == H5FRAME_ID ? 8.0 : 4.0) * h5frame_field_columns[q]; }
-
 /* The name of file k of node_pass (the node's leader: its rank in the world). */
 static void node_file(char *out, size_t len, const char *dir, int leader, int k) {
   snprintf(out, len, "%s/.fs_node_%d_%05d", dir, leader, k);
@@ -119,14 +116,14 @@ static void node_file(char *out, size_t len, const char *dir, int leader, int k)
  * the node's ranks. The node's rank 0 makes every file at its size first, as a frame's skeleton
  * is made by the main thread, not the writers; *seconds: from the barrier after that to the
  * barrier after every rank has written its rows of every file. */
-static int node_pass(MPI_Comm node, int leader, const char *dir, int files, double bytes, unsigned fields,
+static int node_pass(MPI_Comm node, int leader, const char *dir, int files, double bytes, const h5frame_layout *lay,
                      const char *buf, double *seconds) {
   int r = 0, R = 1;
   DR_MPI(MPI_Comm_rank(node, &r));
   DR_MPI(MPI_Comm_size(node, &R));
   double per = 0;
   for (int q = 0; q < H5FRAME_FIELDS; ++q)
-    if (fields & H5FRAME_BIT(q)) per += field_row_bytes(q);
+    if (lay->fields & H5FRAME_BIT(q)) per += h5frame_row_bytes(lay, q);
   const double rows = per > 0 ? floor(bytes / per) : 0;
   const uint64_t mine_first = (uint64_t)(rows * r / R), mine_end = (uint64_t)(rows * (r + 1) / R);
   char path[4400];
@@ -147,8 +144,8 @@ static int node_pass(MPI_Comm node, int leader, const char *dir, int files, doub
     if (fd < 0) rc = dr_fail(DR_EIO, "bench --write: cannot open %s: %s", path, strerror(errno));
     double at = 0;
     for (int q = 0; q < H5FRAME_FIELDS && rc == DR_OK; ++q) {
-      if (!(fields & H5FRAME_BIT(q))) continue;
-      const double row = field_row_bytes(q);
+      if (!(lay->fields & H5FRAME_BIT(q))) continue;
+      const double row = h5frame_row_bytes(lay, q);
       const char *b = buf;
       off_t off = (off_t)(at + row * (double)mine_first);
       for (size_t left = (size_t)(row * (double)(mine_end - mine_first)); left > 0 && rc == DR_OK;) {
@@ -171,7 +168,8 @@ static int node_pass(MPI_Comm node, int leader, const char *dir, int files, doub
 
 /* The frame's pattern on rank 0's node (fs node above): the faster of two passes; *gbs and *ranks
  * (the node's) on every rank. Collective over the world. */
-static int filesystem_node(const char *dir, int files, double bytes, unsigned fields, double *gbs, int *ranks) {
+static int filesystem_node(const char *dir, int files, double bytes, const h5frame_layout *lay, double *gbs,
+                           int *ranks) {
   MPI_Comm node = MPI_COMM_NULL;
   int world = 0, leader = 0, R = 1;
   DR_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world));
@@ -191,7 +189,7 @@ static int filesystem_node(const char *dir, int files, double bytes, unsigned fi
   double best = 0;
   for (int pass = 0; pass < 2 && rc == DR_OK; ++pass) {
     double t = 0;
-    rc = node_pass(node, leader, dir, files, bytes, fields, buf, &t);
+    rc = node_pass(node, leader, dir, files, bytes, lay, buf, &t);
     if (rc == DR_OK && t > 0 && (double)files * bytes / t / 1e9 > best) best = (double)files * bytes / t / 1e9;
   }
   free(buf);
@@ -236,8 +234,11 @@ int bench_write_case(const scene *s, const sim_options *base, const char *dir, c
   double bytes = rank == 0 ? frame_bytes(out, r->frames) : 0;
   DR_MPI(MPI_Bcast(&bytes, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   const double per = bytes / (r->frames + 1);
-  DR_TRY(filesystem_node(out, r->frames + 1, per, s->output_fields ? s->output_fields : H5FRAME_DEFAULT_FIELDS,
-                         &r->fs_node_gbs, &r->node_ranks));
+  int ranks = 1;
+  DR_MPI(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
+  const h5frame_layout lay = h5frame_layout_of(s->output_fields ? s->output_fields : H5FRAME_DEFAULT_FIELDS,
+                                               s->output_precision, s->n_materials, ranks);
+  DR_TRY(filesystem_node(out, r->frames + 1, per, &lay, &r->fs_node_gbs, &r->node_ranks));
   if (rank == 0) {
     r->frame_mib = bytes / (r->frames + 1) / 1048576.0;
     r->writer_gbs = r->writer_s > 0 ? bytes / r->writer_s / 1e9 : 0;

@@ -315,10 +315,14 @@ static int cmd_check(const char *path) {
            "(at most %d: time.max_substeps)\n", s.cfl, dt, scene_wave_speed(&s), scene_substeps_at_rest(&s),
            s.max_substeps);
   int written = s.frames / s.output_every + 1;
+  const h5frame_layout lay = h5frame_layout_of(s.output_fields, s.output_precision, s.n_materials, 1);
+  const h5frame_layout lay_ranks = h5frame_layout_of(s.output_fields, s.output_precision, s.n_materials, 2);
+  const unsigned per = h5frame_particle_bytes(&lay), per_ranks = h5frame_particle_bytes(&lay_ranks);
   printf("frames: %d at %g fps (%.4g s), %d files of %.1f MiB in %s/ (%u bytes a particle: output.fields at "
-         "precision %s)\n", s.frames, s.fps, s.frames * fdt, written,
-         mib((double)total * h5frame_particle_bytes(s.output_fields, s.output_precision) + 4096), s.output_dir,
-         h5frame_particle_bytes(s.output_fields, s.output_precision), h5frame_precision_names[s.output_precision]);
+         "precision %s", s.frames, s.fps, s.frames * fdt, written, mib((double)total * per + 4096), s.output_dir, per,
+         h5frame_precision_names[s.output_precision]);
+  if (per_ranks != per) printf(" on one rank, %u on 2 to 256 ranks: the owner in 16 bits", per_ranks);
+  printf(")\n");
   pack16_fixed fx;
   if (s.output_precision == H5FRAME_HALF && pack16_fixed_for(sim_position_extent(&s), &fx) == 0)
     printf("half precision: positions to within %.3g m (a fixed point of spacing 2^%d m = dx / %.4g over |x| <= %.4g "

@@ -119,7 +119,7 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
   const size_t chunk = mem_frame_chunk_capacity((size_t)l->most, MEM_FRAME_CHUNK);
   const int bufs = mem_frame_buffers((size_t)l->most, chunk);
   add(m, MT_TRANSFER, (double)chunk * (bufs * mask_bytes(sim_frame_mask(s)) + derived_bytes(s)));
-  if (s->output_precision == H5FRAME_HALF) add(m, MT_TRANSFER, (double)H5FRAME_PACK_BYTES); /* the writer's */
+  add(m, MT_TRANSFER, (double)h5frame_pack_bytes(s->output_fields, s->output_precision)); /* the writer's */
   if (l->ranks > 1) { /* buffers of a migration's round */
     const size_t n = mem_migration_round(s->balance_threshold, (size_t)l->start, MEM_MIGRATION_ROUND);
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));

@@ -134,8 +134,9 @@ struct sim {
   writer *writer;
   frame_slot frame;     /* the frame in flight */
   ckpt_slot ckpt;
-  void *pack;           /* output.precision half: the writer's conversion buffer (H5FRAME_PACK_BYTES,
+  void *pack;           /* frames that convert: the writer's conversion buffer (pack_bytes: h5frame_pack_bytes,
                          * malloc, the run's first frame to its end; the writer runs one job at a time) */
+  size_t pack_bytes;
   int output_failed;    /* the failure being returned is the writer's (a frame or a checkpoint) */
   xdmf_frame *written;
   int n_written;

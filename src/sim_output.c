@@ -254,7 +254,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
     const double t2 = sim_now();
     h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
                       .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
-    rc = h5frame_put(&f->file, first, &d, S->pack, S->pack ? H5FRAME_PACK_BYTES : 0);
+    rc = h5frame_put(&f->file, first, &d, S->pack, S->pack_bytes);
     totals_wait(&tj);
     if (preview && rc == DR_OK) {
       const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material, .owner = h->owner};
@@ -412,11 +412,14 @@ int sim_write_frame(sim *S) {
   size_t n = 0;
   int rc = S->be.snapshot(S->be.state, mask, &n);
   if (rc == DR_OK) rc = slot_reserve(S, f, mask, n);
-  if (rc == DR_OK && S->sc->output_precision == H5FRAME_HALF && !S->pack) { /* once a run */
-    if ((S->pack = dr_malloc(H5FRAME_PACK_BYTES, "the frames' conversion buffer")))
-      memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)H5FRAME_PACK_BYTES);
-    else
+  const size_t pack_bytes = h5frame_pack_bytes(S->sc->output_fields, S->sc->output_precision);
+  if (rc == DR_OK && pack_bytes && !S->pack) { /* once a run */
+    if ((S->pack = dr_malloc(pack_bytes, "the frames' conversion buffer"))) {
+      S->pack_bytes = pack_bytes;
+      memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)pack_bytes);
+    } else {
       rc = DR_ENOMEM;
+    }
   }
   DR_TRY(comm_agree(S->comm, rc));
   const double t3 = sim_now();
@@ -471,8 +474,9 @@ void sim_output_destroy(sim *S) {
   if (S->rank == 0) h5rows_abandon(&S->frame.file.rows);
   slot_release(S, &S->frame);
   sim_ckpt_destroy(S);
-  if (S->pack) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)H5FRAME_PACK_BYTES);
+  if (S->pack) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)S->pack_bytes);
   free(S->pack);
   S->pack = NULL;
+  S->pack_bytes = 0;
 }
 

@@ -16,8 +16,9 @@
 # 3. The free-space check before a frame counts every field written: a scene of jelly with
 #    output.fields J, F, stress and C into a tmpfs too small for frame 0: exit 3, one line
 #    "no room for DIR/frame_00000.h5: No space left on device" with the bytes it needs, which
-#    must be N x (12 position + 12 velocity + 8 id + 4 material + 4 owner + 4 J + 36 F + 24
-#    stress + 36 C = 140) + 16384 (metadata) + the materials attribute's length (docs/output.md).
+#    must be N x (12 position + 12 velocity + 8 id + 1 material + 1 owner (8 bits: one material,
+#    one rank) + 4 J + 36 F + 24 stress + 36 C = 134) + 16384 (metadata) + the materials
+#    attribute's length (docs/output.md).
 #    With a checkpoint due after frame 1 (output.checkpoint_every 1) and room for frame 1 alone,
 #    frame 1 is refused, "the checkpoint due with it included", with at least the checkpoint's
 #    particles' positions, velocities, F and C (96 bytes each) and 64 KiB on top; frame 0 whole.
@@ -94,14 +95,14 @@ JSON
 run fields_room 0 "$drift" run fields.json --out A
 n=$(sed -n 's/^drift [^:]*: \([0-9]*\) particles.*/\1/p' fields_room.log)
 size=$(stat -c %s A/frame_00000.h5 2>/dev/null || echo 0)
-want=$((n * 140 + 16384 + 5)) # materials attribute "jelly"
+want=$((n * 134 + 16384 + 5)) # materials attribute "jelly"
 umount FULL
 # room for about half of frame 0
 mount -t tmpfs -o "size=$((size / 2 / 1024))k" drift-test FULL || fail "cannot mount the small tmpfs"
 run fields_full 3 "$drift" run fields.json --out FULL
 one_line fields_full fields_full.log "no room for FULL/frame_00000.h5: No space left on device: it needs about"
 got=$(sed -n 's/^drift: .* (\([0-9]*\) bytes), .*/\1/p' fields_full.log)
-[ "$got" = "$want" ] || fail "fields: the message counts $got bytes, expected $want ($n particles x 140 + 16384 + 5): $(grep '^drift: ' fields_full.log)"
+[ "$got" = "$want" ] || fail "fields: the message counts $got bytes, expected $want ($n particles x 134 + 16384 + 5): $(grep '^drift: ' fields_full.log)"
 echo "fields: $n particles, $got bytes needed (frame 0 as written: $size bytes)"
 [ ! -e FULL/frame_00000.h5 ] || fail "fields: FULL/frame_00000.h5 was written"
 

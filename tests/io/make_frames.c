@@ -62,7 +62,7 @@ static int write_all(const char *dir, int n_frames, const uint64_t *counts, int 
       }
       id[i] = ((uint64_t)1 << 32) + 1000u * (uint64_t)k + i; /* above 2^32: no 32-bit cut */
       mat[i] = (int32_t)(i % 2);
-      own[i] = 0;
+      own[i] = (int32_t)(i % 4); /* rank 0, devices 0 to 3 */
     }
     float *jp = more, *J = more ? more + n : NULL, *F = more ? more + 2 * n : NULL;
     float *stress = more ? more + 11 * n : NULL, *C = more ? more + 17 * n : NULL;

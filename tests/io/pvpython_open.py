@@ -1,7 +1,7 @@
 """pvpython_open.py - opens DIR/frames.xdmf with ParaView's default reader and checks it.
 
 usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG] [--array NAME[:K]]...
-                                 [--compare REF_DIR --tol NAME:ABS:REL...]
+                                 [--int-mod NAME:K]... [--compare REF_DIR --tol NAME:ABS:REL...]
 
 N is the particle count of every frame, or one count per frame separated by commas. Checks that
 the reader finds N_FRAMES time steps and, after updating the pipeline at each of them, that the
@@ -9,7 +9,9 @@ grid has the expected number of points and as many vertex cells, and point array
 (3 components), id (1 component, 64-bit integer), material and owner (1 component each), and each
 --array NAME[:K] (K components, default 1: F:9 and C:9 for the Tensor fields, stress:6 for the
 Tensor6), with one value per point; with --id-min, that every id is at least V (a reader that cuts ids to 32 bits
-fails this when V >= 2^32). With --render, also draws the last non-empty step in the default
+fails this when V >= 2^32). With --int-mod NAME:K, that the integer array NAME holds i % K at point i
+(the frames of tests/io/make_frames.c: material and owner, stored in 8 bits and declared Int 4,
+read through HDF5's conversion). With --render, also draws the last non-empty step in the default
 representation, coloured by material, saves PNG and checks that the particles cover some pixels
 (this needs a display: run under xvfb-run -a -s "-screen 0 1280x1024x24 -noreset",
 as tests/io/xvfb_retry.sh does). With --compare, also opens REF_DIR/frames.xdmf the same way and
@@ -32,7 +34,7 @@ def fail(msg):
 
 
 def parse_args(argv):
-    args = {"id_min": None, "render": None, "arrays": [], "compare": None, "tol": {}}
+    args = {"id_min": None, "render": None, "arrays": [], "compare": None, "tol": {}, "int_mod": []}
     pos = []
     i = 1
     while i < len(argv):
@@ -42,6 +44,10 @@ def parse_args(argv):
         elif argv[i] == "--array" and i + 1 < len(argv):
             name, _, comps = argv[i + 1].partition(":")
             args["arrays"].append((name, int(comps) if comps else 1))
+            i += 2
+        elif argv[i] == "--int-mod" and i + 1 < len(argv):
+            name, _, k = argv[i + 1].partition(":")
+            args["int_mod"].append((name, int(k)))
             i += 2
         elif argv[i] == "--compare" and i + 1 < len(argv):
             args["compare"] = argv[i + 1]
@@ -78,7 +84,7 @@ def timesteps(reader):
     return list(ts)
 
 
-def check_step(k, t, data, n, id_min, extra=()):
+def check_step(k, t, data, n, id_min, extra=(), int_mod=()):
     name = "step %d (t=%g)" % (k, t)
     if not data.IsA("vtkDataSet"):
         fail("%s: reader gave a %s, want a dataset" % (name, data.GetClassName()))
@@ -109,6 +115,13 @@ def check_step(k, t, data, n, id_min, extra=()):
         low = min(ids.GetTuple1(i) for i in range(n))  # exact below 2^53
         if low < id_min:
             fail("%s: smallest id %d < %d (ids cut to 32 bits?)" % (name, low, id_min))
+    for array_name, mod in int_mod:
+        a = pd.GetArray(array_name)
+        if a is None or not a.IsA("vtkDataArray") or a.GetDataType() in (10, 11):  # VTK_FLOAT, VTK_DOUBLE
+            fail("%s: %s is not an integer array" % (name, array_name))
+        bad = [i for i in range(n) if a.GetTuple1(i) != i % mod]
+        if bad:
+            fail("%s: %s[%d] is %g, want %d" % (name, array_name, bad[0], a.GetTuple1(bad[0]), bad[0] % mod))
     cell_type = data.GetCellType(0)
     return "%s: %d points, %d cells (VTK cell type %d), arrays %s" % (
         name, data.GetNumberOfPoints(), data.GetNumberOfCells(), cell_type,
@@ -212,7 +225,7 @@ def main():
     for k, t in enumerate(steps):
         reader.UpdatePipeline(t)
         data = servermanager.Fetch(reader)
-        print("pvpython_open: " + check_step(k, t, data, counts[k], args["id_min"], args["arrays"]))
+        print("pvpython_open: " + check_step(k, t, data, counts[k], args["id_min"], args["arrays"], args["int_mod"]))
         if ref_reader is not None and counts[k] > 0:
             ref_reader.UpdatePipeline(t)
             ref = servermanager.Fetch(ref_reader)

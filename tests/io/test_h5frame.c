@@ -42,9 +42,15 @@ static h5frame_data data_of(const frame_buf *b) {
                         .material = b->mat, .owner = b->own, .logjp = b->jp};
 }
 
-/* Reads DIR/frame_NNNNN.h5 and compares it with b and the metadata. */
+/* The file's type of an integer field of `bytes` bytes (h5frame_layout_of's widths). */
+static hid_t int_type(int bytes) { return bytes == 1 ? H5T_STD_U8LE : bytes == 2 ? H5T_STD_U16LE : H5T_STD_I32LE; }
+
+/* Reads DIR/frame_NNNNN.h5 and compares it with b and the metadata (written by one rank): the
+ * integer fields in the fewest bytes that hold the scene's materials and one rank's owners, read
+ * back as int32 through HDF5's conversion, as ParaView and drift's tools read them. */
 static void check_frame(const char *dir, const h5frame_meta *meta, const frame_buf *b,
                         const char *materials) {
+  const int material_bytes = meta->n_materials <= 256 ? 1 : meta->n_materials <= 65536 ? 2 : 4;
   char path[4096];
   h5frame_path(dir, meta->frame, path, sizeof path);
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -62,9 +68,9 @@ static void check_frame(const char *dir, const h5frame_meta *meta, const frame_b
     for (size_t i = 0; i < n; i++)
       CHECK(r.id[i] == b->id[i], "%s: id[%zu] = %llu, want %llu", path, i,
             (unsigned long long)r.id[i], (unsigned long long)b->id[i]);
-  if (!read_dataset(f, "/particles/material", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, r.mat))
+  if (!read_dataset(f, "/particles/material", int_type(material_bytes), H5T_NATIVE_INT32, 1, d1, r.mat))
     CHECK(!memcmp(r.mat, b->mat, n * sizeof(int32_t)), "%s: materials differ", path);
-  if (!read_dataset(f, "/particles/owner", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, r.own))
+  if (!read_dataset(f, "/particles/owner", H5T_STD_U8LE, H5T_NATIVE_INT32, 1, d1, r.own))
     CHECK(!memcmp(r.own, b->own, n * sizeof(int32_t)), "%s: owners differ", path);
   /* NACC snow's plastic state: written only when asked for */
   const int has = H5Lexists(f, "/particles/logjp", H5P_DEFAULT) > 0;
@@ -130,6 +136,24 @@ static void test_write_read(const char *dir) {
   CHECK(st == 0, "h5frame_write (empty): %s", dr_message());
   check_frame(dir, &m0, &b, "");
   CHECK(count_entries(dir, &tmp) == 2 && tmp == 0, "%s should hold two frames", dir);
+
+  /* 300 materials: material in 16 bits, values past 255 kept. */
+  static char many_names[300][8];
+  const char *many[300];
+  for (int k = 0; k < 300; ++k) {
+    snprintf(many_names[k], sizeof many_names[k], "m%d", k);
+    many[k] = many_names[k];
+  }
+  fill(&b, MAXN, 3);
+  for (size_t i = 0; i < b.n; ++i) b.mat[i] = 299 - 17 * (int32_t)i;
+  d = data_of(&b);
+  h5frame_meta m300 = {.frame = 8, .time = 0.5, .dx = 0.01, .n_materials = 300, .material_names = many};
+  st = h5frame_write(MPI_COMM_WORLD, dir, &m300, &d);
+  CHECK(st == 0, "h5frame_write (300 materials): %s", dr_message());
+  static char joined[300 * 5];
+  joined[0] = 0;
+  for (int k = 0; k < 300; ++k) snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%sm%d", k ? "," : "", k);
+  check_frame(dir, &m300, &b, joined);
 }
 
 /* A failing write returns non-zero with a message containing `want` (and the path `path_part`),
@@ -214,6 +238,13 @@ static void test_failures(const char *base) {
   h5frame_data bad = d;
   bad.owner = NULL;
   expect_failure(base, 5, &bad, "NULL array", "");
+  /* A material index beyond the file's 8 bits (one material): an internal error naming the field,
+   * nothing left behind. */
+  frame_buf wide;
+  fill(&wide, 3, 2);
+  wide.mat[1] = 256;
+  h5frame_data too_wide = data_of(&wide);
+  expect_failure(base, 5, &too_wide, "1 values of material beyond its 8-bit width", "");
   dr_clear();
   CHECK(h5frame_write(MPI_COMM_WORLD, base, NULL, &d) == DR_EINTERNAL, "NULL meta accepted");
 

@@ -2,7 +2,8 @@
  * OpenMP threads holds, bit for bit, what one call of each single-thread encoder (pack16.h) gives
  * for the whole field: every floating field (the positions' fixed point, binary16, bf16) with
  * values of every class (normal, subnormal, zero of both signs, beyond each range, inf, NaN),
- * read back raw (the file's own 16-bit types, no conversion), and the integer fields unchanged.
+ * read back raw (the file's own 16-bit types, no conversion), and the integer fields unchanged
+ * (material and owner in their 8 bits: one material, one rank).
  * Each case has a field larger than one block of the conversion buffer and a ragged last block
  * and chunk: a 64 KiB buffer (many blocks, a write overlapping each conversion) with 5,003
  * particles by teams of 1, 2 and 3 threads, and the run's H5FRAME_PACK_BYTES with 470,011
@@ -158,7 +159,8 @@ static int read_raw(hid_t file, const char *name, size_t size, size_t elems, voi
 /* The whole field's encoding by one call of its single-thread encoder. */
 static void encode_whole(int q, const float *in, uint16_t *out, size_t n) {
   pack16_fixed fx;
-  switch (h5frame_encoding_of(q, H5FRAME_HALF)) {
+  const h5frame_layout lay = h5frame_layout_of(0, H5FRAME_HALF, 1, 1);
+  switch (h5frame_encoding_of(&lay, q)) {
   case H5FRAME_ENC_HALF: pack16_half_soft(in, out, n); break;
   case H5FRAME_ENC_BF16: pack16_bf16(in, out, n); break;
   case H5FRAME_ENC_FIXED:
@@ -169,6 +171,13 @@ static void encode_whole(int q, const float *in, uint16_t *out, size_t n) {
   }
 }
 
+/* Whether got[i] == want[i] for every i < n. */
+static int same_u8(const uint8_t *got, const int32_t *want, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if ((int32_t)got[i] != want[i]) return 0;
+  return 1;
+}
+
 /* Writes every field of a at half through pack_bytes on threads threads and checks the file. */
 static void check_case(const char *dir, const frame_arrays *a, size_t pack_bytes, int threads, size_t chunk) {
   unsigned all = 0;
@@ -176,7 +185,7 @@ static void check_case(const char *dir, const frame_arrays *a, size_t pack_bytes
   void *pack = malloc(pack_bytes);
   uint16_t *want = malloc(a->n * 9 * sizeof *want), *got = malloc(a->n * 9 * sizeof *got);
   uint64_t *ids = malloc(a->n * sizeof *ids);
-  int32_t *ints = malloc(a->n * sizeof *ints);
+  uint8_t *ints = malloc(a->n);
   if (!pack || !want || !got || !ids || !ints) {
     CHECK(0, "out of memory");
     goto done;
@@ -205,10 +214,10 @@ static void check_case(const char *dir, const frame_arrays *a, size_t pack_bytes
   }
   if (!read_raw(file, "/particles/id", 8, a->n, ids))
     CHECK(!memcmp(ids, a->id, a->n * sizeof *ids), "%d threads: ids differ", threads);
-  if (!read_raw(file, "/particles/material", 4, a->n, ints))
-    CHECK(!memcmp(ints, a->material, a->n * sizeof *ints), "%d threads: materials differ", threads);
-  if (!read_raw(file, "/particles/owner", 4, a->n, ints))
-    CHECK(!memcmp(ints, a->owner, a->n * sizeof *ints), "%d threads: owners differ", threads);
+  if (!read_raw(file, "/particles/material", 1, a->n, ints))
+    CHECK(same_u8(ints, a->material, a->n), "%d threads: materials differ", threads);
+  if (!read_raw(file, "/particles/owner", 1, a->n, ints))
+    CHECK(same_u8(ints, a->owner, a->n), "%d threads: owners differ", threads);
   H5Fclose(file);
 done:
   free(pack), free(want), free(got), free(ids), free(ints);
@@ -272,9 +281,12 @@ static int speed(size_t n, const char *dir) {
   void *pack = malloc(H5FRAME_PACK_BYTES);
   if (!pack || alloc_frame(&a, n)) return fprintf(stderr, "out of memory\n"), 1;
   const int threads[2] = {1, omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1};
+  h5frame_layout lay[H5FRAME_PRECISIONS];
+  for (int precision = 0; precision < H5FRAME_PRECISIONS; ++precision)
+    lay[precision] = h5frame_layout_of(H5FRAME_DEFAULT_FIELDS, precision, 1, 1);
   printf("%zu particles, default fields: %.1f MiB at float, %.1f at half; h5frame_put, best and median of %d "
-         "(the cases interleaved)\n", n, (double)n * h5frame_particle_bytes(H5FRAME_DEFAULT_FIELDS, H5FRAME_FLOAT) / 1048576.0,
-         (double)n * h5frame_particle_bytes(H5FRAME_DEFAULT_FIELDS, H5FRAME_HALF) / 1048576.0, SPEED_REPS);
+         "(the cases interleaved)\n", n, (double)n * h5frame_particle_bytes(&lay[H5FRAME_FLOAT]) / 1048576.0,
+         (double)n * h5frame_particle_bytes(&lay[H5FRAME_HALF]) / 1048576.0, SPEED_REPS);
   double s[H5FRAME_PRECISIONS][2][SPEED_REPS];
   for (int rep = 0; rep < SPEED_REPS; ++rep)
     for (int precision = 0; precision < H5FRAME_PRECISIONS; ++precision)
@@ -285,7 +297,7 @@ static int speed(size_t n, const char *dir) {
   for (int precision = 0; precision < H5FRAME_PRECISIONS; ++precision)
     for (int k = 0; k < 2; ++k) {
       qsort(s[precision][k], SPEED_REPS, sizeof(double), by_value);
-      const double bytes = (double)n * h5frame_particle_bytes(H5FRAME_DEFAULT_FIELDS, precision);
+      const double bytes = (double)n * h5frame_particle_bytes(&lay[precision]);
       const double best = s[precision][k][0], median = s[precision][k][SPEED_REPS / 2];
       printf("%-5s %2d thread%s %8.2f ms %8.2f ms   %5.2f %5.2f GB/s of file bytes\n", h5frame_precision_names[precision],
              threads[k], threads[k] > 1 ? "s" : " ", 1e3 * best, 1e3 * median, bytes / best * 1e-9, bytes / median * 1e-9);

@@ -66,8 +66,9 @@ static void check_file(const char *dir, int frame, double time, const size_t *co
   int ok = !read_dataset(f, "/particles/position", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, d3, pos);
   ok &= !read_dataset(f, "/particles/velocity", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, d3, vel);
   ok &= !read_dataset(f, "/particles/id", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, d1, id);
-  ok &= !read_dataset(f, "/particles/material", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, mat);
-  ok &= !read_dataset(f, "/particles/owner", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, own);
+  /* two materials: 8 bits; the owners of several ranks (rank * 256 + device): 16 bits */
+  ok &= !read_dataset(f, "/particles/material", H5T_STD_U8LE, H5T_NATIVE_INT32, 1, d1, mat);
+  ok &= !read_dataset(f, "/particles/owner", H5T_STD_U16LE, H5T_NATIVE_INT32, 1, d1, own);
   if (ok) {
     size_t row = 0;
     int bad = 0;
