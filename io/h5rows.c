@@ -151,7 +151,9 @@ enum { MAPPED_PIECE = 1 << 20 }; /* bytes a thread copies at a time into a mappi
 
 /* Copies len bytes from buf into fd at `at` through a shared mapping of those pages, by the
  * calling thread's OpenMP team (never called from inside a team: one thread faulting the pages
- * in alone is slower than write()). Only for space that
+ * in alone is slower than write()), a piece at a time to whichever thread is free (the pages'
+ * faults are the cost and scale with the threads; a thread that lacks a core for a while must
+ * not hold the others' share, as a static split would). Only for space that
  * allocate has allocated: the pages exist, so no store into them can fault for want of space (an
  * unallocated page of a mapping raises SIGBUS on a full filesystem instead of an error).
  * Returns 0, or -1 where the mapping cannot be made (the caller writes instead). */
@@ -162,7 +164,7 @@ static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
   char *m = mmap(NULL, len + lead, PROT_READ | PROT_WRITE, MAP_SHARED, fd, base);
   if (m == MAP_FAILED) return -1;
   const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (long k = 0; k < pieces; ++k) {
     const size_t lo = (size_t)k * MAPPED_PIECE, hi = lo + MAPPED_PIECE < len ? lo + MAPPED_PIECE : len;
     memcpy(m + lead + lo, buf + lo, hi - lo);

@@ -122,6 +122,11 @@ static const setting_entry TABLE[SET_N] = {
                        .help = "tests: 0 fetches a checkpoint's rows from the live particles while the steps wait, "
                                "as where the memory plan finds no room for the backend's copy of them (1: the "
                                "copy where it fits, written behind the steps)"},
+    [SET_WRITER_TEAM] = {.env = "DRIFT_WRITER_TEAM", .type = T_INT, .kind = SETTING_DEBUG,
+                         .offset = OFF(writer_team), .dflt = "0", .lo = 0, .hi = 1024, .meta = "N",
+                         .want = "a whole number of threads (0: half the cores the rank may use)",
+                         .help = "performance: the frame writer's OpenMP team (the copies into a file in memory, "
+                                 "the conversions), instead of half the rank's cores (writer.c)"},
     [SET_WRITER_INLINE] = {.env = "DRIFT_WRITER_INLINE", .type = T_BOOL, .kind = SETTING_DEBUG,
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "

@@ -131,7 +131,8 @@ static void wait_done(writer *w, double t0) {
  * least 1. Half: the others run the main thread (which waits on the GPU and MPI by spinning), the
  * frame's fetch thread, the CUDA driver's and MPI's; a team of every core loses its loops' barriers
  * to them (one H200, 16 cores, Sand Blocks l46's frames: 55.5 ms a frame into the disk with a team
- * of 16, 34.9 with 8; docs/performance.md).
+ * of 16, 34.9 with 8, the copies' loops then static; docs/performance.md). DRIFT_WRITER_TEAM sets
+ * another size.
  *
  * A rank confined to one core of several (Open MPI binds each of one or two ranks to a core unless
  * told --bind-to none) leaves the writer that core's share with the main thread, which waits on
@@ -147,6 +148,7 @@ static int writer_cores(MPI_Comm comm, int *team) {
   DR_TRY(comm_local(comm, &local_rank, &local));
   const int share = (long)mine * local > online ? mine / local : mine; /* cores shared: a rank's part */
   *team = share / 2 < omp_get_max_threads() ? share / 2 : omp_get_max_threads();
+  if (settings()->writer_team > 0) *team = settings()->writer_team; /* DRIFT_WRITER_TEAM: a team measured */
   if (*team < 1) *team = 1;
   int bound = mine == 1 && online > 1, ranks = 0, nranks = 1;
   int e = MPI_Allreduce(&bound, &ranks, 1, MPI_INT, MPI_SUM, comm);

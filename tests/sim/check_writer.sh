@@ -11,7 +11,8 @@
 #           (SAME_EXE, tests/sim/same_h5.c), the one written in the main thread between the steps (DRIFT_WRITER_INLINE=1:
 #           the path without MPI_THREAD_MULTIPLE); frames.xdmf the same.
 #   chunks  (BACKEND cpu or cuda) the frames and checkpoints written 1000 particles at a time
-#           (DRIFT_FRAME_CHUNK: 13 chunks of the 12,480 particles), with the derived fields J and
+#           (DRIFT_FRAME_CHUNK: 13 chunks of the 12,480 particles; the writer's team 3 threads,
+#           DRIFT_WRITER_TEAM), with the derived fields J and
 #           stress and a preview, equal value for value to those written in one chunk (checkpoints:
 #           every dataset and attribute, the rows' checksum included), their previews byte for
 #           byte; each frame's totals the same as printed, to 5 digits (the chunks' sums added in
@@ -81,7 +82,7 @@ chunks)
   sed -e 's/"checkpoint_every": 3/"checkpoint_every": 3, "preview": true, "preview_size": 96, "fields": ["position", "velocity", "id", "material", "owner", "J", "stress"]/' \
     scene.json >chunks.json
   run whole 0 "$drift" run chunks.json --out W
-  DRIFT_TRACE=1 DRIFT_FRAME_CHUNK=1000 run chunked 0 "$drift" run chunks.json --out C
+  DRIFT_TRACE=1 DRIFT_FRAME_CHUNK=1000 DRIFT_WRITER_TEAM=3 run chunked 0 "$drift" run chunks.json --out C
   grep -q "writer: frame .* in chunks of 1000" chunked.log || fail "chunked: no frame written in chunks of 1000: $(grep -m1 'writer: frame' chunked.log)"
   grep -q "^trace.*checkpoint 3: 12480 particles held by the backend, written behind the steps in chunks of 1000" \
     chunked.log || fail "chunked: checkpoint 3 not held and written in chunks of 1000: $(grep -m1 'checkpoint 3:' chunked.log)"
