@@ -28,12 +28,13 @@
  * ParaView, Xdmf 2, reads the other frames but reports an error for an empty one.)
  * Every file is written under a temporary name in DIR and renamed when complete, the vertex file
  * before frames.xdmf, so frames.xdmf never refers to anything incomplete. */
-#define _POSIX_C_SOURCE 200809L /* stat, unlink */
+#define _POSIX_C_SOURCE 200809L /* stat, unlink, open_memstream */
 #include "xdmf.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -130,49 +131,106 @@ static void attribute(FILE *f, const xdmf_frame *fr, const char *name, const cha
   fprintf(f, "        </Attribute>\n");
 }
 
-static void write_body(FILE *f, const xdmf_frame *frames, int n_frames) {
-  fprintf(f, "<?xml version=\"1.0\" ?>\n"
-             "<!DOCTYPE Xdmf SYSTEM \"Xdmf.dtd\" []>\n"
-             "<Xdmf Version=\"3.0\">\n"
-             "  <Domain>\n"
-             "    <Grid Name=\"frames\" GridType=\"Collection\" CollectionType=\"Temporal\">\n");
-  for (int i = 0; i < n_frames; i++) {
-    const xdmf_frame *fr = &frames[i];
-    fprintf(f, "      <Grid Name=\"frame_%05d\" GridType=\"Uniform\">\n", fr->frame);
-    fprintf(f, "        <Time Value=\"%.17g\"/>\n", fr->time);
-    fprintf(f,
-            "        <Topology TopologyType=\"Polyvertex\" NumberOfElements=\"%" PRIu64
-            "\" NodesPerElement=\"1\">\n",
-            fr->n);
-    data_item(f, fr->n, 1, "Int", 8, "Format=\"Binary\" Endian=\"Little\"", VERTICES_FILE);
-    fprintf(f, "        </Topology>\n");
-    fprintf(f, "        <Geometry GeometryType=\"XYZ\">\n");
-    hdf_item(f, fr, 3, "Float", 4, "position");
-    fprintf(f, "        </Geometry>\n");
-    const unsigned fields = fr->fields ? fr->fields : H5FRAME_DEFAULT_FIELDS;
-    for (int k = H5FRAME_POSITION + 1; k < H5FRAME_FIELDS; ++k)
-      if (fields & H5FRAME_BIT(k)) {
-        const int cols = h5frame_field_columns[k];
-        const int integer = k == H5FRAME_ID || k == H5FRAME_MATERIAL || k == H5FRAME_OWNER;
-        const char *type = k == H5FRAME_STRESS ? "Tensor6" : cols == 9 ? "Tensor" : cols == 3 ? "Vector" : "Scalar";
-        attribute(f, fr, h5frame_field_names[k], type, cols, integer ? "Int" : "Float", k == H5FRAME_ID ? 8 : 4);
-      }
-    fprintf(f, "      </Grid>\n");
-  }
-  fprintf(f, "    </Grid>\n"
-             "  </Domain>\n"
-             "</Xdmf>\n");
+static const char XDMF_HEAD[] = "<?xml version=\"1.0\" ?>\n"
+                                "<!DOCTYPE Xdmf SYSTEM \"Xdmf.dtd\" []>\n"
+                                "<Xdmf Version=\"3.0\">\n"
+                                "  <Domain>\n"
+                                "    <Grid Name=\"frames\" GridType=\"Collection\" CollectionType=\"Temporal\">\n";
+static const char XDMF_TAIL[] = "    </Grid>\n"
+                                "  </Domain>\n"
+                                "</Xdmf>\n";
+
+/* One frame's Grid. */
+static void write_entry(FILE *f, const xdmf_frame *fr) {
+  fprintf(f, "      <Grid Name=\"frame_%05d\" GridType=\"Uniform\">\n", fr->frame);
+  fprintf(f, "        <Time Value=\"%.17g\"/>\n", fr->time);
+  fprintf(f,
+          "        <Topology TopologyType=\"Polyvertex\" NumberOfElements=\"%" PRIu64
+          "\" NodesPerElement=\"1\">\n",
+          fr->n);
+  data_item(f, fr->n, 1, "Int", 8, "Format=\"Binary\" Endian=\"Little\"", VERTICES_FILE);
+  fprintf(f, "        </Topology>\n");
+  fprintf(f, "        <Geometry GeometryType=\"XYZ\">\n");
+  hdf_item(f, fr, 3, "Float", 4, "position");
+  fprintf(f, "        </Geometry>\n");
+  const unsigned fields = fr->fields ? fr->fields : H5FRAME_DEFAULT_FIELDS;
+  for (int k = H5FRAME_POSITION + 1; k < H5FRAME_FIELDS; ++k)
+    if (fields & H5FRAME_BIT(k)) {
+      const int cols = h5frame_field_columns[k];
+      const int integer = k == H5FRAME_ID || k == H5FRAME_MATERIAL || k == H5FRAME_OWNER;
+      const char *type = k == H5FRAME_STRESS ? "Tensor6" : cols == 9 ? "Tensor" : cols == 3 ? "Vector" : "Scalar";
+      attribute(f, fr, h5frame_field_names[k], type, cols, integer ? "Int" : "Float", k == H5FRAME_ID ? 8 : 4);
+    }
+  fprintf(f, "      </Grid>\n");
 }
 
-int xdmf_write(const char *dir, const xdmf_frame *frames, int n_frames) {
+static int same_frame(const xdmf_frame *a, const xdmf_frame *b) {
+  return a->frame == b->frame && a->time == b->time && a->n == b->n && a->fields == b->fields;
+}
+
+/* l's entries made those of frames[0 .. n): the first that differs and every one after it
+ * formatted again, the ones before kept. */
+static int update_list(xdmf_list *l, const xdmf_frame *frames, int n) {
+  int keep = 0;
+  while (keep < l->n && keep < n && same_frame(&l->frames[keep], &frames[keep])) ++keep;
+  l->n = keep;
+  l->len = keep > 0 ? l->ends[keep - 1] : 0;
+  if (n > l->cap_n) {
+    const int cap = n > 2 * l->cap_n ? n : 2 * l->cap_n;
+    xdmf_frame *fr = realloc(l->frames, sizeof *fr * (size_t)cap);
+    if (fr) l->frames = fr;
+    size_t *ends = fr ? realloc(l->ends, sizeof *ends * (size_t)cap) : NULL;
+    if (ends) l->ends = ends;
+    if (!fr || !ends) return dr_fail(DR_ENOMEM, "out of host memory for the list of %d frames of frames.xdmf", n);
+    l->cap_n = cap;
+  }
+  for (int i = keep; i < n; ++i) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m) return dr_fail(DR_ENOMEM, "out of host memory for frames.xdmf's entry of frame %d", frames[i].frame);
+    write_entry(m, &frames[i]);
+    const int bad = ferror(m);
+    if (fclose(m) != 0 || bad) {
+      free(text);
+      return dr_fail(DR_ENOMEM, "out of host memory for frames.xdmf's entry of frame %d", frames[i].frame);
+    }
+    if (l->len + len > l->cap) {
+      const size_t cap = l->len + len > 2 * l->cap ? l->len + len : 2 * l->cap;
+      char *t = realloc(l->text, cap);
+      if (!t) {
+        free(text);
+        return dr_fail(DR_ENOMEM, "out of host memory for frames.xdmf's %d entries", n);
+      }
+      l->text = t;
+      l->cap = cap;
+    }
+    memcpy(l->text + l->len, text, len);
+    free(text);
+    l->len += len;
+    l->frames[i] = frames[i];
+    l->ends[i] = l->len;
+    l->n = i + 1;
+  }
+  return DR_OK;
+}
+
+static int check_frames(const char *dir, const xdmf_frame *frames, int n_frames, uint64_t *m) {
   if (!dir || n_frames < 0 || (n_frames > 0 && !frames))
     return dr_fail(DR_EINTERNAL, "xdmf_write: bad arguments (%d frames)", n_frames);
-  uint64_t m = 0;
+  *m = 0;
   for (int i = 0; i < n_frames; i++) {
     if (frames[i].frame < 0)
       return dr_fail(DR_EINTERNAL, "xdmf_write: negative frame number %d", frames[i].frame);
-    if (frames[i].n > m) m = frames[i].n;
+    if (frames[i].n > *m) *m = frames[i].n;
   }
+  return DR_OK;
+}
+
+int xdmf_list_write(xdmf_list *l, const char *dir, const xdmf_frame *frames, int n_frames) {
+  uint64_t m = 0;
+  DR_TRY(check_frames(dir, frames, n_frames, &m));
+  DR_TRY(update_list(l, frames, n_frames));
   DR_TRY(write_vertices(dir, m));
 
   char tmp[XDMF_PATH_MAX], final[XDMF_PATH_MAX];
@@ -181,6 +239,23 @@ int xdmf_write(const char *dir, const xdmf_frame *frames, int n_frames) {
   FILE *f = fopen(tmp, "w");
   if (!f) return dr_fail_at(DR_EIO, __FILE__, __LINE__, "fopen", "cannot write %s: %s", final, strerror(errno));
   errno = 0;
-  write_body(f, frames, n_frames); /* fprintf's errors stick in ferror(f), checked by finish() */
+  /* fwrite's errors stick in ferror(f), checked by finish() */
+  fwrite(XDMF_HEAD, 1, sizeof XDMF_HEAD - 1, f);
+  if (l->len > 0) fwrite(l->text, 1, l->len, f);
+  fwrite(XDMF_TAIL, 1, sizeof XDMF_TAIL - 1, f);
   return finish(f, tmp, final);
+}
+
+void xdmf_list_free(xdmf_list *l) {
+  free(l->text);
+  free(l->ends);
+  free(l->frames);
+  memset(l, 0, sizeof *l);
+}
+
+int xdmf_write(const char *dir, const xdmf_frame *frames, int n_frames) {
+  xdmf_list l = {0};
+  const int rc = xdmf_list_write(&l, dir, frames, n_frames);
+  xdmf_list_free(&l);
+  return rc;
 }

@@ -558,6 +558,7 @@ void sim_destroy(sim **Sp) {
   if (S->vote_op) MPI_Op_free(&S->vote_op); /* 0: never made (vote_op) */
   if (S->vote_type) MPI_Type_free(&S->vote_type);
   free(S->written);
+  xdmf_list_free(&S->xdmf);
   free(S->mats);
   free(S->mat_names);
   free(S->body_label);

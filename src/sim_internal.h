@@ -140,6 +140,7 @@ struct sim {
   int output_failed;    /* the failure being returned is the writer's (a frame or a checkpoint) */
   xdmf_frame *written;
   int n_written;
+  xdmf_list xdmf;       /* rank 0: frames.xdmf's entries, each formatted once */
   const char **mat_names;
   int with_logjp;       /* frames carry logjp: the scene has an nacc material */
   char (*body_label)[48];  /* "bodies[2] (box)" per body, for messages */

@@ -313,7 +313,7 @@ static int slot_done(sim *S, frame_slot *f) {
   if (rc == DR_OK) {
     S->written[i] = (xdmf_frame){.frame = f->frame, .time = f->time, .n = (uint64_t)all[TOT_N],
                                  .fields = S->sc->output_fields};
-    rc = S->rank == 0 ? xdmf_write(S->out_dir, S->written, S->n_written) : DR_OK;
+    rc = S->rank == 0 ? xdmf_list_write(&S->xdmf, S->out_dir, S->written, S->n_written) : DR_OK;
   }
   DR_TRY(sim_output_failed(S, comm_agree(S->comm, rc)));
   if (f->frame >= S->st.totals_frame) {

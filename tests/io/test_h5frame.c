@@ -1,7 +1,7 @@
 /* test_h5frame - one rank: a frame written by h5frame_write and read back with the HDF5 API
  * (shapes, types, every value, every attribute), empty frames, overwriting, failures that must
  * leave nothing behind and name the path, h5frame_path, and frames.xdmf checked against the
- * frame files it names. */
+ * frame files it names (and written by a run's xdmf_list the same, byte for byte). */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <mpi.h>
@@ -464,6 +464,66 @@ static void test_xdmf(const char *dir) {
   printf("expected failure: %s\n", dr_message());
 }
 
+/* The whole of file path into a malloc'd buffer (*len bytes); NULL when it cannot be read. */
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t cap = 0;
+  *len = 0;
+  for (;;) {
+    if (*len == cap) {
+      char *b = realloc(buf, cap = cap ? 2 * cap : 65536);
+      if (!b) break;
+      buf = b;
+    }
+    const size_t got = fread(buf + *len, 1, cap - *len, f);
+    *len += got;
+    if (got == 0) break;
+  }
+  fclose(f);
+  return buf;
+}
+
+/* xdmf_list_write, as a run calls it after every frame (frames appended; after a resume a frame
+ * written again and the list cut after it; other fields, times and counts), writes the file
+ * xdmf_write writes for the same list, byte for byte. */
+static void test_xdmf_list(const char *base) {
+  char a[4096], b[4096], pa[4200], pb[4200];
+  join_path(a, sizeof a, base, "list");
+  join_path(b, sizeof b, base, "whole");
+  CHECK(mkdir(a, 0755) == 0 && mkdir(b, 0755) == 0, "mkdir %s, %s", a, b);
+  join_path(pa, sizeof pa, a, "frames.xdmf");
+  join_path(pb, sizeof pb, b, "frames.xdmf");
+  enum { N = 40 };
+  xdmf_frame frames[N];
+  for (int k = 0; k < N; ++k)
+    frames[k] = (xdmf_frame){.frame = 2 * k, .time = k / 48.0, .n = (uint64_t)(1000 + 37 * k),
+                             .fields = k % 3 ? 0 : H5FRAME_DEFAULT_FIELDS | H5FRAME_BIT(H5FRAME_F)};
+  /* the writes' lists: n frames each, the frame at `changed` (if >= 0) written again first */
+  const struct {
+    int n, changed;
+  } writes[] = {{1, -1}, {2, -1}, {3, -1}, {10, -1}, {20, -1}, {8, 7}, {9, -1}, {30, 4}, {40, -1}, {0, -1}, {5, -1}};
+  xdmf_list l = {0};
+  for (size_t w = 0; w < sizeof writes / sizeof *writes; ++w) {
+    if (writes[w].changed >= 0) { /* a resume: that frame written again with other particles */
+      frames[writes[w].changed].n += 11;
+      frames[writes[w].changed].time += 1e-3;
+    }
+    CHECK(xdmf_list_write(&l, a, frames, writes[w].n) == 0, "xdmf_list_write (%d frames): %s", writes[w].n,
+          dr_message());
+    CHECK(xdmf_write(b, frames, writes[w].n) == 0, "xdmf_write (%d frames): %s", writes[w].n, dr_message());
+    size_t la = 0, lb = 0;
+    char *sa = slurp(pa, &la), *sb = slurp(pb, &lb);
+    CHECK(sa && sb && la == lb && !memcmp(sa, sb, la), "write %zu (%d frames): the list's file differs from the "
+          "whole one (%zu against %zu bytes)", w, writes[w].n, la, lb);
+    CHECK(l.n == writes[w].n, "write %zu: the list holds %d entries, want %d", w, l.n, writes[w].n);
+    free(sa), free(sb);
+  }
+  xdmf_list_free(&l);
+  CHECK(l.text == NULL && l.n == 0, "xdmf_list_free left the list");
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   char base[] = "/tmp/drift_test_h5frame_XXXXXX";
@@ -481,6 +541,7 @@ int main(int argc, char **argv) {
   test_write_read(d1);
   test_failures(d2);
   test_xdmf(d3);
+  test_xdmf_list(base);
 
   if (failures_ == 0) rm_rf(base);
   else fprintf(stderr, "files kept in %s\n", base);
