@@ -109,8 +109,8 @@ static int writes_checkpoints(const scene *s, const memplan_load *l) {
 static double ckpt_chunk_rows(double n) { return (double)mem_ckpt_rows((size_t)n, MEM_CKPT_CHUNK); }
 
 /* What every backend's run holds on the host once it steps: the frame slot's chunk buffers (at
- * most two of MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and at precision
- * half the writer's conversion buffer), a migration round's buffers (several ranks; `buffers` of them:
+ * most two of MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and the
+ * writer's conversion buffer, h5frame_pack_bytes), a migration round's buffers (several ranks; `buffers` of them:
  * they depend on the backend) and the checkpoint's chunk buffers (one of its n rows
  * where they fit MEM_CKPT_CHUNK, else two of MEM_CKPT_CHUNK: the rows go from the backend to the
  * disk a chunk at a time). */
