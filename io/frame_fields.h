@@ -58,8 +58,8 @@ unsigned h5frame_particle_bytes(const h5frame_layout *l);
  * written, so a pwrite of 8 MiB. */
 #define H5FRAME_PACK_BYTES ((size_t)16 << 20)
 /* The same where only material and owner are converted (narrowed: every run of at most 256 ranks
- * and 65,536 materials): 2 bytes a particle, halves of 1 MiB suffice, and the host plan keeps the
- * 14 MiB for the particles (a rank of 10M particles plans 64 B a particle at most: issue 55). */
+ * and 65,536 materials): 2 bytes a particle, halves of 512K values suffice, and the host plan
+ * keeps the 14 MiB for the particles (a rank of 10M particles plans 64 B a particle at most). */
 #define H5FRAME_NARROW_PACK_BYTES ((size_t)2 << 20)
 /* The buffer a frame of these fields at this precision converts through: H5FRAME_PACK_BYTES at
  * half, H5FRAME_NARROW_PACK_BYTES where material or owner is among the fields, else 0 (nothing

@@ -5,7 +5,7 @@
  * thread (this rank's rows by pwrite, no MPI, no HDF5: the fields stored as in memory straight
  * from the caller's arrays, no copy and no conversion; the converted ones (precision half's
  * floating fields by pack16.h's encoders, material and owner narrowed) a block at a time over the
- * cores into one half of the caller's buffer (bounded and reused: H5FRAME_PACK_BYTES) while the
+ * cores into one half of the caller's buffer (bounded and reused: h5frame_pack_bytes) while the
  * block before is written from the other half, put_converted below), h5frame_end in the
  * main thread (agreed, renamed; after a failure the frame does not exist, not even an older
  * version of it). Nothing is synced: a frame goes to the page cache at the speed of memory, as
