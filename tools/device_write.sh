@@ -12,7 +12,8 @@
 # env: DEPS    what pack-device-deps.sh packed (default .device)
 #      BASE    A's tree (tools/archive-base.sh), measured before B; unset: B alone
 #      B_ALT   space-separated VAR=VALUE settings, each a further run of B with it exported
-#      TESTS   ctest -R regex run on B first (default the write path's; empty: none)
+#      TESTS   ctest -R regex run on B first (default the write path's; "-L LABEL": by label;
+#              empty: none)
 #      FRAMES  frames of each case (default 20)
 #      RANKS   ranks of the shared-file run (default 2; 0: none)
 #      BINDS   space-separated mpirun --bind-to values, each a shared-file run of its own (default
@@ -39,8 +40,10 @@ frames=${FRAMES:-20}
 ranks=${RANKS:-2}
 disk=${DISK:-/tmp/drift-write}
 if [ -n "$tests" ]; then
-  ctest --test-dir build-b -R "$tests" --output-on-failure -j 4 >"$work/tests.log" 2>&1
-  echo "tests (-R '$tests'): exit $?, $(grep 'tests passed' "$work/tests.log")"
+  sel=(-R "$tests")
+  [ "${tests#-L }" != "$tests" ] && sel=(-L "${tests#-L }") # TESTS="-L gpu": by label
+  ctest --test-dir build-b "${sel[@]}" --output-on-failure -j 4 >"$work/tests.log" 2>&1
+  echo "tests (${sel[*]}): exit $?, $(grep 'tests passed' "$work/tests.log")"
   grep -E "Failed|\*\*\*" "$work/tests.log" | head -20
 fi
 # bench_into LABEL BUILD DIR [RUNNER...]: the scenes, written into DIR (emptied before and after)
