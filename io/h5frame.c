@@ -4,9 +4,10 @@
  * free-space check and the file's skeleton, the offsets shared), h5frame_put in the run's writer
  * thread (this rank's rows by pwrite, no MPI, no HDF5: the fields stored as in memory straight
  * from the caller's arrays, no copy and no conversion; the converted ones (precision half's
- * floating fields by pack16.h's encoders, material and owner narrowed) a block at a time over the
- * cores into one half of the caller's buffer (bounded and reused: h5frame_pack_bytes) while the
- * block before is written from the other half, put_converted below), h5frame_end in the
+ * floating fields by pack16.h's encoders, material and owner narrowed) into a file in memory
+ * encoded over the cores straight into a mapping of their rows (put_mapped_fields), elsewhere a
+ * block at a time into one half of the caller's buffer (bounded and reused: h5frame_pack_bytes)
+ * while the block before is written from the other half, put_converted below), h5frame_end in the
  * main thread (agreed, renamed; after a failure the frame does not exist, not even an older
  * version of it). Nothing is synced: a frame goes to the page cache at the speed of memory, as
  * any file a program writes; checkpoints, which a restart needs, are synced (checkpoint.c).
@@ -287,14 +288,14 @@ typedef struct pack_block {
   unsigned char *buf;
 } pack_block;
 
-/* The block after b (b->q < 0: the first) of d's n rows, of at most cap values, to be converted
- * into buf; its q is negative when none is left. */
-static pack_block next_block(const h5frame_file *f, const h5frame_data *d, const pack_block *b, size_t cap,
+/* The block after b (b->q < 0: the first) of d's n rows of the fields in todo, of at most cap
+ * values, to be converted into buf; its q is negative when none is left. */
+static pack_block next_block(unsigned todo, const h5frame_data *d, const pack_block *b, size_t cap,
                              unsigned char *buf) {
   int q = b->q < 0 ? 0 : b->q;
   size_t first = b->q < 0 ? 0 : b->first + b->rows;
   for (; q < H5FRAME_FIELDS; ++q, first = 0)
-    if ((f->lay.fields & H5FRAME_BIT(q)) && h5frame_encoding_of(&f->lay, q) != H5FRAME_ENC_RAW && first < d->n) {
+    if ((todo & H5FRAME_BIT(q)) && first < d->n) {
       const size_t rows = cap / (size_t)h5frame_field_columns[q], left = d->n - first;
       return (pack_block){q, first, left < rows ? left : rows, buf};
     }
@@ -352,9 +353,48 @@ static int put_raw(int fd, const h5frame_file *f, size_t at, const h5frame_data 
   return DR_OK;
 }
 
-/* The fields of d that the layout converts (at this rank's row at), through pack (two halves of
- * cap 16-bit values). */
-static int put_converted(int fd, const h5frame_file *f, size_t at, const h5frame_data *d, uint16_t *pack, size_t cap) {
+/* The fields the layout converts (H5FRAME_BIT of each). */
+static unsigned converted_fields(const h5frame_file *f) {
+  unsigned c = 0;
+  for (int q = 0; q < H5FRAME_FIELDS; ++q)
+    if ((f->lay.fields & H5FRAME_BIT(q)) && h5frame_encoding_of(&f->lay, q) != H5FRAME_ENC_RAW) c |= H5FRAME_BIT(q);
+  return c;
+}
+
+enum { MAP_PIECE = 1 << 18 }; /* values a thread encodes at a time into a mapping */
+
+/* In memory (h5rows_map_range: a file in memory, its space allocated, a team): each field in
+ * *todo encoded by the team straight into a mapping of its rows of d (at this rank's row at), a
+ * piece at a time to whichever thread is free, no buffer and no write() (which one file takes from
+ * one thread at a time in memory); the fields so put leave *todo. Elsewhere nothing is done. */
+static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5frame_data *d, unsigned *todo) {
+  for (int q = 0; q < H5FRAME_FIELDS; ++q) {
+    if (!(*todo & H5FRAME_BIT(q))) continue;
+    h5rows_map m;
+    DR_TRY(h5rows_map_range(fd, &f->rows, q, h5frame_row_bytes(&f->lay, q), at, d->n, h5frame_field_names[q], &m));
+    if (!m.rows) return DR_OK; /* through the buffer */
+    const pack_block b = {q, 0, d->n, (unsigned char *)m.rows};
+    const size_t values = d->n * (size_t)h5frame_field_columns[q];
+    const long pieces = (long)((values + MAP_PIECE - 1) / MAP_PIECE);
+    size_t bad = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
+    for (long k = 0; k < pieces; ++k) {
+      const size_t lo = (size_t)k * MAP_PIECE, hi = lo + MAP_PIECE < values ? lo + MAP_PIECE : values;
+      bad += encode(f, d, &b, lo, hi);
+    }
+    h5rows_unmap(&m);
+    if (bad)
+      return dr_fail(DR_EINTERNAL, "frame %d: %zu values of %s beyond its %u-bit width in the file", f->frame, bad,
+                     h5frame_field_names[q], 8u * h5frame_row_bytes(&f->lay, q));
+    *todo &= ~H5FRAME_BIT(q);
+  }
+  return DR_OK;
+}
+
+/* The fields of d in todo (at this rank's row at), converted through pack (two halves of cap
+ * 16-bit values) and written. */
+static int put_converted(int fd, const h5frame_file *f, unsigned todo, size_t at, const h5frame_data *d,
+                         uint16_t *pack, size_t cap) {
   const int threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
   int st = DR_OK;
   size_t bad = 0;
@@ -363,7 +403,7 @@ static int put_converted(int fd, const h5frame_file *f, size_t at, const h5frame
   {
     pack_block prev = {.q = -1}, cur = {.q = -1};
     for (int step = 0; !st; ++step) {
-      cur = next_block(f, d, &cur, cap, (unsigned char *)(pack + (size_t)(step & 1) * cap));
+      cur = next_block(todo, d, &cur, cap, (unsigned char *)(pack + (size_t)(step & 1) * cap));
       const size_t values = cur.q < 0 ? 0 : cur.rows * (size_t)h5frame_field_columns[cur.q];
       const size_t per_task = (values + PACK_TASKS * (size_t)threads - 1) / (PACK_TASKS * (size_t)threads);
       const size_t chunk = per_task > PACK_CHUNK ? per_task : PACK_CHUNK;
@@ -411,8 +451,10 @@ int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void
   if (d->n == 0) return DR_OK;
   int fd = -1;
   DR_TRY(h5rows_open(&f->rows, &fd));
+  unsigned todo = converted_fields(f);
   int st = put_raw(fd, f, first, d);
-  if (!st && widest) st = put_converted(fd, f, first, d, pack, cap);
+  if (!st && todo) st = put_mapped_fields(fd, f, first, d, &todo);
+  if (!st && todo) st = put_converted(fd, f, todo, first, d, pack, cap);
   return h5rows_finish(&f->rows, fd, st);
 }
 

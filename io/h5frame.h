@@ -86,10 +86,11 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
 /* d->n of this rank's rows, from its row `first` on (first + d->n at most h5frame_begin's n: a
  * frame is put whole in one call or chunk by chunk, each row once); no MPI and no HDF5 call, so
  * any thread may call it while the caller's other threads use both. The fields a layout converts
- * (precision half's floating fields, the narrowed integers) go through pack (the caller's;
- * pack_bytes: h5frame_pack_bytes of the frame's fields and precision, or at least 4 bytes a value of the widest row;
- * where nothing is converted it may be NULL) by an OpenMP team of omp_get_max_threads() - 1 of
- * the calling thread (at least 1), and are written from there. An integer value beyond its
+ * (precision half's floating fields, the narrowed integers) go into a file in memory straight
+ * into a mapping of their rows, encoded by the calling thread's OpenMP team; elsewhere through
+ * pack (the caller's; pack_bytes: h5frame_pack_bytes of the frame's fields and precision, or at
+ * least 4 bytes a value of the widest row; where nothing is converted it may be NULL) by a team
+ * of omp_get_max_threads() - 1 (at least 1), and are written from there. An integer value beyond its
  * narrowed width (a material index of n_materials or more, an owner of another rank count) fails
  * as an internal error naming the field. Returns this rank's status only. */
 int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void *pack, size_t pack_bytes);

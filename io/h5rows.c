@@ -268,23 +268,61 @@ static int ahead_wait(const h5rows_file *f, int k) {
   return state;
 }
 
+/* This rank's rows first .. first + count - 1 of dataset k: their byte offset in fd (*at), after
+ * their space is allocated (ahead, or here: *allocated 1) or found unallocatable (*allocated 0).
+ * A failure of the allocation names the dataset. */
+static int rows_ready(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
+                      const char *name, off_t *at, int *allocated) {
+  if (first > f->n || count > f->n - first)
+    return dr_fail(DR_EINTERNAL, "h5rows_put: rows %zu..%zu of %s, but this rank has %zu", first, first + count, name,
+                   f->n);
+  *at = (off_t)(f->at[k] + (f->offset + first) * row_bytes);
+  *allocated = 0;
+  const int ahead = ahead_wait(f, k);
+  if (ahead == H5ROWS_AHEAD_FAILED) return dr_fail(DR_EIO, "%s", f->ahead->msg);
+  if (ahead == H5ROWS_AHEAD_DONE) *allocated = 1;
+  else if (ahead == H5ROWS_AHEAD_NONE) DR_TRY(allocate(fd, *at, count * row_bytes, f, name, allocated));
+  return DR_OK;
+}
+
+/* Whether a team of the calling thread's would store into a mapping of fd's allocated space (see
+ * put_mapped and in_memory). */
+static int team_maps(int fd) { return !omp_in_parallel() && omp_get_max_threads() > 1 && in_memory(fd); }
+
+int h5rows_map_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
+                     const char *name, h5rows_map *m) {
+  memset(m, 0, sizeof *m);
+  if (count == 0) return DR_OK;
+  off_t at = 0;
+  int allocated = 0;
+  DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, &at, &allocated));
+  if (!allocated || !team_maps(fd)) return DR_OK;
+  const long page = sysconf(_SC_PAGESIZE);
+  const off_t base = at - at % (page > 0 ? page : 4096);
+  const size_t lead = (size_t)(at - base), len = count * row_bytes + lead;
+  char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, base);
+  if (p == MAP_FAILED) return DR_OK; /* the caller writes instead */
+  m->base = p;
+  m->len = len;
+  m->rows = p + lead;
+  return DR_OK;
+}
+
+void h5rows_unmap(h5rows_map *m) {
+  if (m->base) (void)munmap(m->base, m->len); /* the pages stay the file's */
+  memset(m, 0, sizeof *m);
+}
+
 int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
                      const void *rows, const char *name) {
   if (count == 0) return DR_OK;
   if (!rows) return dr_fail(DR_EINTERNAL, "h5rows_put: %zu rows of %s but a NULL array", count, name);
-  if (first > f->n || count > f->n - first)
-    return dr_fail(DR_EINTERNAL, "h5rows_put: rows %zu..%zu of %s, but this rank has %zu", first, first + count, name,
-                   f->n);
   const char *buf = rows;
-  off_t at = (off_t)(f->at[k] + (f->offset + first) * row_bytes);
+  off_t at = 0;
   size_t left = count * row_bytes;
   int allocated = 0;
-  const int ahead = ahead_wait(f, k);
-  if (ahead == H5ROWS_AHEAD_FAILED) return dr_fail(DR_EIO, "%s", f->ahead->msg);
-  if (ahead == H5ROWS_AHEAD_DONE) allocated = 1;
-  else if (ahead == H5ROWS_AHEAD_NONE) DR_TRY(allocate(fd, at, left, f, name, &allocated));
-  const int team = !omp_in_parallel() && omp_get_max_threads() > 1;
-  if (allocated && team && in_memory(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
+  DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, &at, &allocated));
+  if (allocated && team_maps(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
   while (left > 0) {
     const ssize_t w = pwrite(fd, buf, left, at);
     if (w < 0 && errno == EINTR) continue;

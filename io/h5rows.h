@@ -108,6 +108,21 @@ int h5rows_put(int fd, const h5rows_file *f, int k, const void *rows, size_t row
  * field converted a buffer at a time (h5frame.c's precision half). */
 int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
                      const void *rows, const char *name);
+/* A range of this rank's rows mapped for the caller's stores (h5rows_map_range .. h5rows_unmap). */
+typedef struct h5rows_map {
+  char *rows;  /* the first row's bytes; NULL: not mapped (the caller writes them instead) */
+  void *base;  /* the mapping (from the page that holds the first row) */
+  size_t len;
+} h5rows_map;
+/* Local, any thread outside an OpenMP team: rows first .. first + count - 1 of dataset k mapped,
+ * where put_range would copy into a mapping (a file in memory, its space allocated, a team of
+ * several threads): the caller's team then stores the rows straight into m->rows (h5frame.c
+ * encodes converted fields there instead of writing them through a buffer); elsewhere m->rows is
+ * NULL and the caller writes them. Returns a failure of the rows' allocation (naming the
+ * dataset), else DR_OK. */
+int h5rows_map_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
+                     const char *name, h5rows_map *m);
+void h5rows_unmap(h5rows_map *m);
 /* Local, any thread. Opens f's temporary file for h5rows_put. */
 int h5rows_open(const h5rows_file *f, int *fd);
 /* Local, any thread. Syncs (a synced file) and closes fd; st: the status of the puts. Returns the

@@ -7,7 +7,9 @@
  * Each case has a field larger than one block of the conversion buffer and a ragged last block
  * and chunk: a 64 KiB buffer (many blocks, a write overlapping each conversion) with 5,003
  * particles by teams of 1, 2 and 3 threads, and the run's H5FRAME_PACK_BYTES with 470,011
- * particles (F's 4.2M values: two blocks) by teams of 1 and 2.
+ * particles (F's 4.2M values: two blocks) by teams of 1 and 2. Every case into the disk (/tmp:
+ * through the buffer) and into memory (/dev/shm where it is a tmpfs: each field encoded by the
+ * team into a mapping of its rows, the pieces' ends inside the fields).
  *
  * With --speed N DIR it measures instead: h5frame_put of N particles of the default fields into
  * DIR at float and at half, by a team of one and of omp_get_max_threads() - 1, the best and the
@@ -21,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -232,9 +236,15 @@ static void remove_frames(const char *dir, int count) {
   }
 }
 
-static int checks(void) {
-  char dir[] = "/tmp/drift_h5frame_half_XXXXXX";
-  if (!mkdtemp(dir)) return 1;
+/* The checks in a new folder under base. */
+static void checks_in(const char *base) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/drift_h5frame_half_XXXXXX", base);
+  if (!mkdtemp(dir)) {
+    CHECK(0, "mkdtemp under %s failed", base);
+    return;
+  }
+  printf("frames into %s\n", dir);
   frame_arrays a;
   if (alloc_frame(&a, 5003) == 0)
     for (int t = 1; t <= 3; ++t) {
@@ -266,6 +276,15 @@ static int checks(void) {
   free_frame(&small);
   remove_frames(dir, 2);
   CHECK(rmdir(dir) == 0, "%s: not empty at the end", dir);
+}
+
+/* Into the disk (/tmp: the converted fields through the buffer and write()) and, where /dev/shm
+ * is a tmpfs, into memory (encoded by the team straight into a mapping of the file). */
+static int checks(void) {
+  checks_in("/tmp");
+  struct statfs sf;
+  if (statfs("/dev/shm", &sf) == 0 && sf.f_type == TMPFS_MAGIC) checks_in("/dev/shm");
+  else printf("/dev/shm is not a tmpfs here: the mapped path is not checked\n");
   return failures_ ? 1 : 0;
 }
 
