@@ -236,8 +236,11 @@ static void remove_frames(const char *dir, int count) {
   }
 }
 
-/* The checks in a new folder under base. */
+/* The checks in a new folder under base; the large case only where base has the room for it
+ * (a frame of 470,011 particles and the one it replaces: 70 MB). */
 static void checks_in(const char *base) {
+  struct statfs sf;
+  const int room = statfs(base, &sf) == 0 && (double)sf.f_bavail * (double)sf.f_bsize >= 160.0 * 1048576.0;
   char dir[256];
   snprintf(dir, sizeof dir, "%s/drift_h5frame_half_XXXXXX", base);
   if (!mkdtemp(dir)) {
@@ -253,7 +256,8 @@ static void checks_in(const char *base) {
     }
   else CHECK(0, "out of memory");
   free_frame(&a);
-  if (alloc_frame(&a, 470011) == 0) {
+  if (!room) printf("%s has less than 160 MiB free: the case of 470,011 particles is not run there\n", base);
+  else if (alloc_frame(&a, 470011) == 0) {
     CHECK(a.n * 9 > H5FRAME_PACK_BYTES / 4, "F fits one block of H5FRAME_PACK_BYTES: the case checks no block boundary");
     for (int t = 1; t <= 2; ++t) check_case(dir, &a, H5FRAME_PACK_BYTES, t, 0);
     check_case(dir, &a, H5FRAME_PACK_BYTES, 2, 200003);
