@@ -105,7 +105,7 @@ int h5rows_share(MPI_Comm comm, h5rows_file *f, int st);
  * each, f->n of them, from rows; `name` for messages) into the open descriptor fd. */
 int h5rows_put(int fd, const h5rows_file *f, int k, const void *rows, size_t row_bytes, const char *name);
 /* The same for `count` of this rank's rows from row `first` on (rows holds those rows only): a
- * field converted a buffer at a time (h5frame.c's precision half). */
+ * field converted a buffer at a time (h5frame.c's converted fields where they are not mapped). */
 int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
                      const void *rows, const char *name);
 /* A range of this rank's rows mapped for the caller's stores (h5rows_map_range .. h5rows_unmap). */
