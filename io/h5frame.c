@@ -322,19 +322,23 @@ static size_t narrow(const int32_t *in, unsigned char *out, size_t n, int bytes)
   return bad;
 }
 
-/* Values lo .. hi - 1 of block b converted; returns how many integers did not fit their width. */
-static size_t encode(const h5frame_file *f, const h5frame_data *d, const pack_block *b, size_t lo, size_t hi) {
-  const size_t at = b->first * (size_t)h5frame_field_columns[b->q] + lo;
-  const float *in = (const float *)field_array(d, b->q) + at;
-  const int32_t *ints = (const int32_t *)field_array(d, b->q) + at;
-  uint16_t *out = (uint16_t *)b->buf + lo;
-  switch (h5frame_encoding_of(&f->lay, b->q)) {
-  case H5FRAME_ENC_HALF: pack16_half(in, out, hi - lo); return 0;
-  case H5FRAME_ENC_BF16: pack16_bf16(in, out, hi - lo); return 0;
-  case H5FRAME_ENC_U8: return narrow(ints, b->buf + lo, hi - lo, 1);
-  case H5FRAME_ENC_U16: return narrow(ints, (unsigned char *)out, hi - lo, 2);
-  default: pack16_fixed_encode(&f->fixed, in, out, hi - lo); return 0;
+/* Values at .. at + n - 1 of field q of d converted into out (aligned for the file's values);
+ * returns how many integers did not fit their width. */
+static size_t encode(const h5frame_file *f, const h5frame_data *d, int q, size_t at, size_t n, void *out) {
+  const float *in = (const float *)field_array(d, q) + at;
+  const int32_t *ints = (const int32_t *)field_array(d, q) + at;
+  switch (h5frame_encoding_of(&f->lay, q)) {
+  case H5FRAME_ENC_HALF: pack16_half(in, out, n); return 0;
+  case H5FRAME_ENC_BF16: pack16_bf16(in, out, n); return 0;
+  case H5FRAME_ENC_U8: return narrow(ints, out, n, 1);
+  case H5FRAME_ENC_U16: return narrow(ints, out, n, 2);
+  default: pack16_fixed_encode(&f->fixed, in, out, n); return 0;
   }
+}
+
+/* Bytes of one value of converted field q in the file. */
+static size_t value_bytes(const h5frame_file *f, int q) {
+  return h5frame_row_bytes(&f->lay, q) / (unsigned)h5frame_field_columns[q];
 }
 
 /* Writes block b (none: nothing) at the rows of d, which start at this rank's row `at`. */
@@ -361,26 +365,36 @@ static unsigned converted_fields(const h5frame_file *f) {
   return c;
 }
 
-enum { MAP_PIECE = 1 << 18 }; /* values a thread encodes at a time into a mapping */
+enum {
+  MAP_PIECE = 1 << 18,   /* values a thread encodes at a time into a mapping */
+  LOCAL_VALUES = 1 << 13 /* of them at a time into the thread's own buffer, then copied there */
+};
 
 /* In memory (h5rows_map_range: a file in memory, its space allocated, a team): each field in
- * *todo encoded by the team straight into a mapping of its rows of d (at this rank's row at), a
- * piece at a time to whichever thread is free, no buffer and no write() (which one file takes from
- * one thread at a time in memory); the fields so put leave *todo. Elsewhere nothing is done. */
+ * *todo encoded by the team into a mapping of its rows of d (at this rank's row at), a piece at a
+ * time to whichever thread is free, each through the thread's own 16 KiB (a dataset's rows start
+ * at any byte of the file, so the mapping's values need not be aligned), no shared buffer and no
+ * write() (which one file takes from one thread at a time in memory); the fields so put leave
+ * *todo. Elsewhere nothing is done. */
 static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5frame_data *d, unsigned *todo) {
   for (int q = 0; q < H5FRAME_FIELDS; ++q) {
     if (!(*todo & H5FRAME_BIT(q))) continue;
     h5rows_map m;
     DR_TRY(h5rows_map_range(fd, &f->rows, q, h5frame_row_bytes(&f->lay, q), at, d->n, h5frame_field_names[q], &m));
     if (!m.rows) return DR_OK; /* through the buffer */
-    const pack_block b = {q, 0, d->n, (unsigned char *)m.rows};
+    const size_t vb = value_bytes(f, q);
     const size_t values = d->n * (size_t)h5frame_field_columns[q];
     const long pieces = (long)((values + MAP_PIECE - 1) / MAP_PIECE);
     size_t bad = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
     for (long k = 0; k < pieces; ++k) {
       const size_t lo = (size_t)k * MAP_PIECE, hi = lo + MAP_PIECE < values ? lo + MAP_PIECE : values;
-      bad += encode(f, d, &b, lo, hi);
+      uint16_t local[LOCAL_VALUES]; /* aligned: a dataset's rows start at any byte of the file */
+      for (size_t s = lo; s < hi; s += LOCAL_VALUES) {
+        const size_t n = hi - s < LOCAL_VALUES ? hi - s : LOCAL_VALUES;
+        bad += encode(f, d, q, s, n, local);
+        memcpy(m.rows + s * vb, local, n * vb);
+      }
     }
     h5rows_unmap(&m);
     if (bad)
@@ -411,7 +425,8 @@ static int put_converted(int fd, const h5frame_file *f, unsigned todo, size_t at
         const size_t hi = lo + chunk < values ? lo + chunk : values;
 #pragma omp task firstprivate(lo, hi, cur) shared(bad)
         {
-          const size_t b = encode(f, d, &cur, lo, hi);
+          const size_t b = encode(f, d, cur.q, cur.first * (size_t)h5frame_field_columns[cur.q] + lo, hi - lo,
+                                  cur.buf + lo * value_bytes(f, cur.q));
           if (b) {
 #pragma omp atomic
             bad += b;
