@@ -5,7 +5,7 @@
  * thread (this rank's rows by pwrite, no MPI, no HDF5: the fields stored as in memory straight
  * from the caller's arrays, no copy and no conversion; the converted ones (precision half's
  * floating fields by pack16.h's encoders, material and owner narrowed) into a file in memory
- * encoded over the cores straight into a mapping of their rows (put_mapped_fields), elsewhere a
+ * encoded over the cores into a mapping of their rows (put_mapped_fields), elsewhere a
  * block at a time into one half of the caller's buffer (bounded and reused: h5frame_pack_bytes)
  * while the block before is written from the other half, put_converted below), h5frame_end in the
  * main thread (agreed, renamed; after a failure the frame does not exist, not even an older
