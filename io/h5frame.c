@@ -336,6 +336,13 @@ static size_t encode(const h5frame_file *f, const h5frame_data *d, int q, size_t
   }
 }
 
+/* The failure of bad integers of field q that did not fit its width in the file (a bug upstream:
+ * the layout holds every value the run can give). */
+static int too_wide(const h5frame_file *f, int q, size_t bad) {
+  return dr_fail(DR_EINTERNAL, "frame %d: %zu values of %s beyond its %u-bit width in the file", f->frame, bad,
+                 h5frame_field_names[q], 8u * h5frame_row_bytes(&f->lay, q));
+}
+
 /* Bytes of one value of converted field q in the file. */
 static size_t value_bytes(const h5frame_file *f, int q) {
   return h5frame_row_bytes(&f->lay, q) / (unsigned)h5frame_field_columns[q];
@@ -397,9 +404,7 @@ static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5f
       }
     }
     h5rows_unmap(&m);
-    if (bad)
-      return dr_fail(DR_EINTERNAL, "frame %d: %zu values of %s beyond its %u-bit width in the file", f->frame, bad,
-                     h5frame_field_names[q], 8u * h5frame_row_bytes(&f->lay, q));
+    if (bad) return too_wide(f, q, bad);
     *todo &= ~H5FRAME_BIT(q);
   }
   return DR_OK;
@@ -435,9 +440,7 @@ static int put_converted(int fd, const h5frame_file *f, unsigned todo, size_t at
       }
       st = put_block(fd, f, at, &prev);
 #pragma omp taskwait
-      if (!st && bad)
-        st = dr_fail(DR_EINTERNAL, "frame %d: %zu values of %s beyond its %u-bit width in the file", f->frame, bad,
-                     h5frame_field_names[cur.q], 8u * h5frame_row_bytes(&f->lay, cur.q));
+      if (!st && bad) st = too_wide(f, cur.q, bad);
       if (cur.q < 0) break;
       prev = cur;
     }
