@@ -81,7 +81,7 @@ static int checkpoint_held_job(MPI_Comm comm, void *ctx) {
   return DR_OK;
 }
 
-/* Completes the checkpoint in flight (collective): completes the frame in flight (a held
+/* Completes the checkpoint in flight (collective): completes the frames in flight (a held
  * checkpoint goes out behind the frame written with it, which must be on the disk before it), waits
  * for its jobs, agrees on every rank's rows, and publishes it (ckpt_end: the checksum written,
  * renamed, the folder synced, old ones pruned) or removes it. */
@@ -175,7 +175,7 @@ static int ckpt_fetch(sim *S, size_t n) {
  * writer as they are fetched from the backend (ckpt_fetch). Returns before they are all written.
  * The previous checkpoint, whose buffers this one reuses, is completed first. A checkpoint on the
  * disk means every frame up to its own is too (a resume from it writes the frames after it only):
- * live, the frame in flight completes first; held, it is written before the checkpoint's job and
+ * live, the frames in flight complete first; held, it is written before the checkpoint's job and
  * completed before the checkpoint (sim_ckpt_done). */
 int sim_write_checkpoint(sim *S) {
   const double t0 = sim_now();

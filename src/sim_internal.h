@@ -41,34 +41,49 @@ typedef struct rank_frame_stats {
 /* A frame's totals, summed over the ranks (sim_output.c frame_totals). */
 enum { TOT_N, TOT_MASS, TOT_P, TOT_KE = TOT_P + 3, TOT_PE, TOT_COUNT };
 
-/* The frame in flight (sim_output.c): the backend's snapshot of its n particles (backend.h), one
- * frame since a frame is the backend's one snapshot until its job has fetched it: the steps of a
- * frame overlap the writing of the frame before, and the next frame's snapshot waits for that
- * writing (back-pressure). The job fetches it a chunk at a time into p[0] and p[1] in turn (the
- * fetch of a chunk overlaps the rows of the one before; p[1] only where the frame has more than one
- * chunk), the attributes of mask in host memory from the backend's alloc_sums (pinned on a GPU) or
- * malloc, cap particles each (mem_frame_chunk_capacity), kept frame after frame. The job owns the
- * slot from writer_submit until writer_wait(ticket). */
+/* A frame in flight (sim_output.c): its file, begun by the main thread, and its writer's job's
+ * results. The job owns it from writer_submit until writer_wait(ticket). */
+typedef struct frame_rec {
+  struct frame_slot *slot;
+  size_t n;          /* the frame's particles on this rank (the snapshot's) */
+  int projected;     /* the snapshot's F and logjp already hold the next step's return mapping (backend.h) */
+  int frame;
+  double time;       /* s */
+  int queued;        /* a job was queued and not yet completed (slot_done) */
+  int released;      /* its job has fetched the whole snapshot (under the slot's lock) */
+  uint64_t ticket;
+  h5frame_file file; /* its rows are the job's */
+  int put_rc;        /* the job's result: this rank's rows written (h5frame_put's status) */
+  char put_msg[1024]; /* and its message */
+  double local[TOT_COUNT];  /* the job's result: this rank's sums */
+  double totals[TOT_COUNT]; /* all ranks' sums, once the frame is complete */
+} frame_rec;
+
+/* The frames in flight (sim_output.c): at most two, one backend snapshot (backend.h). A frame's
+ * job fetches the snapshot a chunk at a time into p[0] and p[1] in turn (the fetch of a chunk
+ * overlaps the rows of the one before; p[1] only where the frame has more than one chunk) and
+ * releases it once its last chunk is fetched: the next frame's snapshot waits for that
+ * (back-pressure), not for the rows, so that the next frame's file is begun and its job queued
+ * while the writer still writes the last chunks, and the writer goes from one frame to the next
+ * without waiting for the main thread. The writer runs one job at a time: the jobs share the
+ * chunk buffers (the attributes of mask in host memory from the backend's alloc_sums, pinned on a
+ * GPU, or malloc, cap particles each: mem_frame_chunk_capacity, kept frame after frame), J and
+ * stress. Frames complete in order, the older first. */
 typedef struct frame_slot {
   struct sim *S;
   particles p[2];    /* two chunks' buffers: only the arrays of mask are allocated, cap particles each */
   int bufs;          /* buffers allocated: 1, or 2 where a frame has more than one chunk */
   unsigned mask;     /* PA_BIT of each attribute of the snapshot */
   size_t cap;
-  size_t n;          /* the frame's particles on this rank (the snapshot's) */
-  size_t tallied;    /* bytes of this slot counted in memtally.h's tally */
-  float *J, *stress; /* the fields derived on the host by the job, a chunk's (scene.output_fields
+  size_t tallied;    /* bytes of the buffers counted in memtally.h's tally */
+  float *J, *stress; /* the fields derived on the host by a job, a chunk's (scene.output_fields
                       * asks for them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc, kept */
-  int projected;     /* p's F and logjp already hold the next step's return mapping (backend.h) */
-  int frame;
-  double time;       /* s */
-  int queued;        /* a job was queued and not yet completed (slot_done) */
-  uint64_t ticket;
-  h5frame_file file; /* the frame's file, begun by the main thread; its rows are the job's */
-  int put_rc;        /* the job's result: this rank's rows written (h5frame_put's status) */
-  char put_msg[1024]; /* and its message */
-  double local[TOT_COUNT];  /* the job's result: this rank's sums */
-  double totals[TOT_COUNT]; /* all ranks' sums, once the frame is complete */
+  frame_rec rec[2];
+  int next;          /* the record the next frame takes: rec[next ^ 1] is the newer in flight */
+  int broken;        /* a frame's completion failed: the frames after it are removed, not published */
+  int synced;        /* lock and cv made */
+  pthread_mutex_t lock;
+  pthread_cond_t cv; /* a record released */
 } frame_slot;
 
 /* One of a checkpoint's chunk buffers (two where it takes more than one chunk) and the writer's job that
@@ -128,11 +143,11 @@ struct sim {
   int substeps_fixed;   /* fixed dt: substeps per frame; 0 when adaptive */
   double wave_speed;    /* m/s, for the CFL step */
   particles host;       /* download buffer for the particle sources' resampling, reused */
-  /* output, written behind the compute (sim_output.c): the writer, the frame in flight, the
+  /* output, written behind the compute (sim_output.c): the writer, the frames in flight, the
    * checkpoint's; the frames in the XDMF file (the writer's) */
   double dt_max;        /* s, the adaptive step's cap: cfl scene_viscous_dt, 0 for none */
   writer *writer;
-  frame_slot frame;     /* the frame in flight */
+  frame_slot frame;     /* the frames in flight */
   ckpt_slot ckpt;
   void *pack;           /* frames that convert: the writer's conversion buffer (pack_bytes: h5frame_pack_bytes,
                          * malloc, the run's first frame to its end; the writer runs one job at a time) */

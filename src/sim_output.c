@@ -159,7 +159,7 @@ static void totals_wait(totals_job *j) {
  * already holds it, so the stress is the admissible one the next step starts from). Drucker-Prager
  * and NACC treat an inverted F as its mirror image, so they divide by |J|; a degenerate particle
  * (J = 0) gets a zero stress. */
-static void frame_derived(const sim *S, frame_slot *f, const particles *h) {
+static void frame_derived(const sim *S, frame_slot *f, const particles *h, int projected) {
   const long n = (long)h->n;
   const unsigned fields = S->sc->output_fields;
   if (fields & H5FRAME_BIT(H5FRAME_J)) {
@@ -167,7 +167,7 @@ static void frame_derived(const sim *S, frame_slot *f, const particles *h) {
     for (long i = 0; i < n; ++i) f->J[i] = m3_det(h->F + 9 * i);
   }
   if (!(fields & H5FRAME_BIT(H5FRAME_STRESS))) return;
-  const int plastic = !f->projected;
+  const int plastic = !projected;
 #pragma omp parallel for schedule(static)
   for (long i = 0; i < n; ++i) {
     const material_params *m = &S->mats[h->material[i]];
@@ -210,17 +210,27 @@ int sim_fetch_wait(fetch_job *j) {
   return j->rc ? dr_fail(j->rc, "%s", j->msg) : DR_OK;
 }
 
+/* Record r's snapshot no longer needed by its job: the next frame's may be taken. */
+static void rec_release(frame_rec *r) {
+  frame_slot *f = r->slot;
+  pthread_mutex_lock(&f->lock);
+  r->released = 1;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->lock);
+}
+
 /* A frame's job, on the writer's thread: the frame's rows fetched from the backend's snapshot a
  * chunk at a time (mem_frame_chunk_capacity) into the slot's two buffers in turn, the fetch of
  * chunk k + 1 (on a thread of its own) overlapping the rest of chunk k: this rank's totals, the
  * derived fields and the rows (h5frame_put at the chunk's first row: no MPI, no HDF5) and its
- * part of the preview; then the preview's composite (collective over the writer's communicator).
- * The rows' status is the slot's (put_rc: a fetch's or a put's failure, which stops the chunks),
- * agreed by the main thread at the frame's completion (slot_done), so that a failure seen by one
- * rank never stops one rank's writer alone: every rank's writer runs the same jobs, and their
- * collective calls meet. */
+ * part of the preview; the snapshot released once the last chunk is fetched (rec_release); then
+ * the preview's composite (collective over the writer's communicator). The rows' status is the
+ * record's (put_rc: a fetch's or a put's failure, which stops the chunks), agreed by the main
+ * thread at the frame's completion (slot_done), so that a failure seen by one rank never stops one
+ * rank's writer alone: every rank's writer runs the same jobs, and their collective calls meet. */
 static int frame_job(MPI_Comm comm, void *ctx) {
-  frame_slot *f = ctx;
+  frame_rec *r = ctx;
+  frame_slot *f = r->slot;
   sim *S = f->S;
   const int preview = S->sc->preview;
   preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
@@ -228,14 +238,15 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   preview_canvas pc = {0};
   if (preview) (void)preview_begin(&pp, &pc); /* its failure (out of memory) is preview_end's */
   double fetch_s = 0.0, derived_s = 0.0, rows_s = 0.0;
-  for (int k = 0; k < TOT_COUNT; ++k) f->local[k] = 0.0;
-  fetch_job next = {.S = S, .mask = f->mask, .count = f->n < f->cap ? f->n : f->cap, .dst = &f->p[0]};
+  for (int k = 0; k < TOT_COUNT; ++k) r->local[k] = 0.0;
+  fetch_job next = {.S = S, .mask = f->mask, .count = r->n < f->cap ? r->n : f->cap, .dst = &f->p[0]};
   double t0 = sim_now();
   if (next.count > 0) sim_fetch_start(&next);
+  else rec_release(r);
   h5rows_ahead ahead; /* the rows' space allocated while the chunks are fetched and copied */
-  h5frame_ahead_start(&f->file, &ahead);
+  h5frame_ahead_start(&r->file, &ahead);
   int rc = DR_OK, k = 0;
-  for (size_t first = 0; first < f->n; first += f->cap, ++k) {
+  for (size_t first = 0; first < r->n; first += f->cap, ++k) {
     const int failed = sim_fetch_wait(&next); /* chunk k is in p[k & 1] */
     if (rc == DR_OK) rc = failed;
     if (rc) break;
@@ -243,18 +254,20 @@ static int frame_job(MPI_Comm comm, void *ctx) {
     fetch_s += t1 - t0;
     particles *h = &f->p[k & 1];
     const size_t after = first + f->cap;
-    if (after < f->n) { /* chunk k + 1 into the other buffer meanwhile */
-      next = (fetch_job){.S = S, .mask = f->mask, .first = after, .count = f->n - after < f->cap ? f->n - after : f->cap,
+    if (after < r->n) { /* chunk k + 1 into the other buffer meanwhile */
+      next = (fetch_job){.S = S, .mask = f->mask, .first = after, .count = r->n - after < f->cap ? r->n - after : f->cap,
                          .dst = &f->p[(k + 1) & 1]};
       sim_fetch_start(&next);
+    } else {
+      rec_release(r); /* every chunk fetched */
     }
-    totals_job tj = {.S = S, .h = h, .first = first == 0, .tot = f->local};
+    totals_job tj = {.S = S, .h = h, .first = first == 0, .tot = r->local};
     totals_start(&tj);
-    frame_derived(S, f, h);
+    frame_derived(S, f, h, r->projected);
     const double t2 = sim_now();
     h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
                       .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
-    rc = h5frame_put(&f->file, first, &d, S->pack, S->pack_bytes);
+    rc = h5frame_put(&r->file, first, &d, S->pack, S->pack_bytes);
     totals_wait(&tj);
     if (preview && rc == DR_OK) {
       const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material, .owner = h->owner};
@@ -265,18 +278,19 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   }
   if (next.threaded) (void)pthread_join(next.thread, NULL); /* a failure stopped the chunks: the fetch in flight
                                                               * ends first, its status moot */
-  h5frame_ahead_join(&f->file);
-  f->local[TOT_N] = (double)f->n; /* exact below 2^53; also where the frame has no particles */
+  rec_release(r); /* where a failure stopped the chunks */
+  h5frame_ahead_join(&r->file);
+  r->local[TOT_N] = (double)r->n; /* exact below 2^53; also where the frame has no particles */
   log_trace("writer: frame %d of %zu particles in chunks of %zu: waiting for fetches %.2f ms, derived fields %.2f ms, "
             "rows (the totals beside them) %.2f ms",
-            f->frame, f->n, f->cap, 1e3 * fetch_s, 1e3 * derived_s, 1e3 * rows_s);
-  f->put_rc = rc;
-  if (f->put_rc) { /* its message, for slot_done (this thread's record is the writer's) */
-    snprintf(f->put_msg, sizeof f->put_msg, "%s", dr_message());
+            r->frame, r->n, f->cap, 1e3 * fetch_s, 1e3 * derived_s, 1e3 * rows_s);
+  r->put_rc = rc;
+  if (r->put_rc) { /* its message, for slot_done (this thread's record is the writer's) */
+    snprintf(r->put_msg, sizeof r->put_msg, "%s", dr_message());
     dr_clear();
   }
   if (!preview) return DR_OK;
-  return preview_end(comm, S->out_dir, f->frame, &pp, &pc, f->put_rc);
+  return preview_end(comm, S->out_dir, r->frame, &pp, &pc, r->put_rc);
 }
 
 /* Where a job of the writer failed: the run stops with its message, not as a step's failure. */
@@ -285,39 +299,53 @@ int sim_output_failed(sim *S, int rc) {
   return rc;
 }
 
-/* Completes the slot's frame (collective; frames complete in order): waits for its job, agrees
- * on every rank's rows (h5frame_end publishes the file or removes it), sums the totals, and lists
- * the frame in frames.xdmf; its totals become the status's. */
-static int slot_done(sim *S, frame_slot *f) {
-  if (!f->queued) return DR_OK;
-  f->queued = 0;
-  DR_TRY(sim_output_failed(S, writer_wait(S->writer, f->ticket)));
-  if (f->put_rc) dr_fail(f->put_rc, "%s", f->put_msg);
+/* Completes record r's frame (collective; frames complete in order, the older first): waits for
+ * its job, agrees on every rank's rows (h5frame_end publishes the file or removes it), sums the
+ * totals, and lists the frame in frames.xdmf; its totals become the status's. After a frame's
+ * failure the frames after it are removed, not published (the run stops on the first). */
+static int slot_done(sim *S, frame_rec *r) {
+  if (!r->queued) return DR_OK;
+  r->queued = 0;
+  frame_slot *f = &S->frame;
+  int rc = writer_wait(S->writer, r->ticket);
+  if (rc) {
+    f->broken = 1;
+    return sim_output_failed(S, rc);
+  }
+  if (r->put_rc) dr_fail(r->put_rc, "%s", r->put_msg);
+  const int broken = f->broken; /* the same on every rank: completions fail on all */
+  const int put = r->put_rc ? r->put_rc : broken ? DR_EIO : DR_OK;
+  if (broken && !r->put_rc) dr_fail(DR_EIO, "frame %d not published: a frame before it failed", r->frame);
   watchdog_enter("the frame's file, completed by all ranks together");
-  int rc = h5frame_end(S->comm, &f->file, f->put_rc);
+  rc = h5frame_end(S->comm, &r->file, put);
   watchdog_leave();
-  if (rc) return sim_output_failed(S, rc);
-  DR_TRY(comm_allreduce(f->local, f->totals, TOT_COUNT, MPI_DOUBLE, MPI_SUM, S->comm, "the frame's totals"));
-  const double *all = f->totals;
+  if (rc) {
+    f->broken = 1;
+    return sim_output_failed(S, rc);
+  }
+  DR_TRY(comm_allreduce(r->local, r->totals, TOT_COUNT, MPI_DOUBLE, MPI_SUM, S->comm, "the frame's totals"));
+  const double *all = r->totals;
   log_info("frame %d totals: mass %.6g kg  momentum (%.6g, %.6g, %.6g) kg m/s  kinetic energy %.6g J  "
-           "potential energy %.6g J", f->frame, all[TOT_MASS], all[TOT_P], all[TOT_P + 1], all[TOT_P + 2],
+           "potential energy %.6g J", r->frame, all[TOT_MASS], all[TOT_P], all[TOT_P + 1], all[TOT_P + 2],
            all[TOT_KE], all[TOT_PE]);
   /* a rerun of a frame (after a resume) replaces its entry */
   int i = 0;
-  while (i < S->n_written && S->written[i].frame != f->frame) ++i;
+  while (i < S->n_written && S->written[i].frame != r->frame) ++i;
   if (i == S->n_written) {
     xdmf_frame *w = realloc(S->written, sizeof *w * (size_t)(S->n_written + 1));
     rc = w ? DR_OK : dr_fail(DR_ENOMEM, "out of host memory for the frame list");
     if (w) S->written = w, ++S->n_written;
   }
   if (rc == DR_OK) {
-    S->written[i] = (xdmf_frame){.frame = f->frame, .time = f->time, .n = (uint64_t)all[TOT_N],
+    S->written[i] = (xdmf_frame){.frame = r->frame, .time = r->time, .n = (uint64_t)all[TOT_N],
                                  .fields = S->sc->output_fields};
     rc = S->rank == 0 ? xdmf_list_write(&S->xdmf, S->out_dir, S->written, S->n_written) : DR_OK;
   }
-  DR_TRY(sim_output_failed(S, comm_agree(S->comm, rc)));
-  if (f->frame >= S->st.totals_frame) {
-    S->st.totals_frame = f->frame;
+  rc = comm_agree(S->comm, rc);
+  if (rc) f->broken = 1;
+  DR_TRY(sim_output_failed(S, rc));
+  if (r->frame >= S->st.totals_frame) {
+    S->st.totals_frame = r->frame;
     S->st.mass = all[TOT_MASS];
     for (int a = 0; a < 3; ++a) S->st.momentum[a] = all[TOT_P + a];
     S->st.kinetic_energy = all[TOT_KE];
@@ -365,17 +393,22 @@ static void slot_release(sim *S, frame_slot *f) {
   f->bufs = 0;
 }
 
-/* Room in slot f for the chunks of a frame of n particles (mem_frame_chunk_capacity, at most
- * MEM_FRAME_CHUNK particles; mem_frame_buffers of them) of the frame's attributes (mask): the
+/* The chunk buffers of a frame of n particles (mem_frame_chunk_capacity, at most
+ * MEM_FRAME_CHUNK particles; mem_frame_buffers of them): those of slot f where they serve (kept
+ * while they take the frame in a few more chunks than they were sized for). */
+static size_t slot_want(size_t n) { return mem_frame_chunk_capacity(n, sim_chunk(MEM_FRAME_CHUNK)); }
+static int slot_fits(const frame_slot *f, unsigned mask, size_t n) {
+  const size_t want = slot_want(n);
+  return f->cap > 0 && f->cap >= want - want / 4 && mask == f->mask && mem_frame_buffers(n, f->cap) <= f->bufs;
+}
+
+/* Room in slot f for the chunks of a frame of n particles of the frame's attributes (mask): the
  * backend's pinned memory where it has it (a GPU copies there without a bounce), kept frame after
- * frame. */
+ * frame. No job may be running (they use the buffers). */
 static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
-  const size_t chunk = sim_chunk(MEM_FRAME_CHUNK);
-  /* kept while it takes the frame in a few more chunks than it was sized for */
-  const size_t want = mem_frame_chunk_capacity(n, chunk);
-  if (f->cap >= want - want / 4 && mask == f->mask && mem_frame_buffers(n, f->cap) <= f->bufs) return DR_OK;
+  if (slot_fits(f, mask, n)) return DR_OK;
   slot_release(S, f);
-  const size_t cap = want;
+  const size_t cap = slot_want(n);
   const int bufs = mem_frame_buffers(n, cap);
   f->mask = mask;
   for (int b = 0; b < bufs; ++b) DR_TRY(sim_chunk_alloc(S, &f->p[b], mask, cap, "a frame's particles", &f->tallied));
@@ -392,26 +425,61 @@ static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
   return DR_OK;
 }
 
-/* Completes the frame in flight, if any (collective). */
-int sim_complete_frame(sim *S) { return slot_done(S, &S->frame); }
+/* Completes the frames in flight, the older first (collective). */
+int sim_complete_frame(sim *S) {
+  frame_slot *f = &S->frame;
+  DR_TRY(slot_done(S, &f->rec[f->next]));
+  return slot_done(S, &f->rec[f->next ^ 1]);
+}
 
-/* Collective. Takes frame st.frame as the backend's snapshot (backend.h) once the frame in flight
- * is written (its job reads the one snapshot there is: back-pressure when the disk is slower than
- * the steps, while the steps of the frame after it overlap its writing), and queues it for the
- * writer, which fetches it chunk by chunk; returns before it is written. */
+/* Waits until record r's job no longer reads the snapshot (released, or never queued). */
+static void slot_wait_released(frame_slot *f, frame_rec *r) {
+  if (!r->queued) return;
+  pthread_mutex_lock(&f->lock);
+  while (!r->released) pthread_cond_wait(&f->cv, &f->lock);
+  pthread_mutex_unlock(&f->lock);
+}
+
+/* The slot's first frame: its lock and the records' link to it. */
+static int slot_init(sim *S, frame_slot *f) {
+  if (f->synced) return DR_OK;
+  if (pthread_mutex_init(&f->lock, NULL) != 0) return dr_fail(DR_EINTERNAL, "pthread_mutex_init failed (the frames' lock)");
+  if (pthread_cond_init(&f->cv, NULL) != 0) {
+    pthread_mutex_destroy(&f->lock);
+    return dr_fail(DR_EINTERNAL, "pthread_cond_init failed (the frames' lock)");
+  }
+  f->synced = 1;
+  f->S = S;
+  for (int i = 0; i < 2; ++i) f->rec[i].slot = f;
+  return DR_OK;
+}
+
+/* Collective. Takes frame st.frame as the backend's snapshot (backend.h) once the frame before
+ * it has fetched its own (its job reads the one snapshot there is: back-pressure when the disk is
+ * slower than the steps, while the steps of the frame after it overlap its writing), and queues it
+ * for the writer, which fetches it chunk by chunk; returns before it is written. The frame two
+ * before is completed first: at most two are in flight. */
 int sim_write_frame(sim *S) {
   const double t0 = sim_now();
   frame_slot *f = &S->frame;
+  DR_TRY(comm_agree(S->comm, slot_init(S, f)));
   /* the checkpoint in flight is published first (its frames are already): it is on the disk one
    * frame after it was captured at the latest, even where this frame's completion fails */
   DR_TRY(sim_ckpt_done(S));
   const double t1 = sim_now();
-  DR_TRY(sim_complete_frame(S)); /* every frame job done: none reads the snapshot any more */
+  frame_rec *r = &f->rec[f->next], *before = &f->rec[f->next ^ 1];
+  DR_TRY(slot_done(S, r)); /* the frame two before: its job ran before the one before */
+  slot_wait_released(f, before);
   const double t2 = sim_now();
   const unsigned mask = sim_frame_mask(S->sc);
   size_t n = 0;
   int rc = S->be.snapshot(S->be.state, mask, &n);
-  if (rc == DR_OK) rc = slot_reserve(S, f, mask, n);
+  /* buffers that no longer serve are made anew once no job uses them (collective: agreed) */
+  int refit = rc == DR_OK && !slot_fits(f, mask, n), any = 0;
+  DR_TRY(comm_agree(S->comm, rc));
+  DR_TRY(comm_allreduce(&refit, &any, 1, MPI_INT, MPI_MAX, S->comm, "the frames' buffers"));
+  if (any) DR_TRY(slot_done(S, before));
+  rc = slot_reserve(S, f, mask, n);
   const size_t pack_bytes = h5frame_pack_bytes(S->sc->output_fields, S->sc->output_precision);
   if (rc == DR_OK && pack_bytes && !S->pack) { /* once a run */
     if ((S->pack = dr_malloc(pack_bytes, "the frames' conversion buffer"))) {
@@ -423,18 +491,18 @@ int sim_write_frame(sim *S) {
   }
   DR_TRY(comm_agree(S->comm, rc));
   const double t3 = sim_now();
-  f->n = n;
-  f->S = S;
-  f->frame = S->st.frame;
-  f->time = S->st.time;
-  h5frame_meta meta = {.frame = f->frame, .time = f->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
+  r->n = n;
+  r->frame = S->st.frame;
+  r->time = S->st.time;
+  r->released = 0;
+  h5frame_meta meta = {.frame = r->frame, .time = r->time, .dx = S->sc->dx, .n_materials = S->sc->n_materials,
                        .material_names = S->mat_names, .fields = S->sc->output_fields,
                        .precision = S->sc->output_precision, .extent = sim_position_extent(S->sc)};
   /* the free-space check keeps room for the checkpoint due with this frame */
-  if (sim_checkpoint_due(S, f->frame)) ckpt_size(S->sc->text_len, &meta.after_per_particle, &meta.after_bytes);
-  sim_test_hook_file(S, f->frame);
+  if (sim_checkpoint_due(S, r->frame)) ckpt_size(S->sc->text_len, &meta.after_per_particle, &meta.after_bytes);
+  sim_test_hook_file(S, r->frame);
   watchdog_enter("the frame's file, created by all ranks together");
-  rc = h5frame_begin(S->comm, S->out_dir, &meta, n, &f->file);
+  rc = h5frame_begin(S->comm, S->out_dir, &meta, n, &r->file);
   watchdog_leave();
   if (rc) { /* the frames before are completed, whole, before the run stops on this one */
     char msg[1024];
@@ -446,14 +514,15 @@ int sim_write_frame(sim *S) {
     dr_mark_agreed(); /* h5frame_begin's failures are agreed */
     return sim_output_failed(S, rc);
   }
-  f->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
-  DR_TRY(writer_submit(S->writer, frame_job, f, &f->ticket));
-  f->queued = 1;
+  r->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
+  DR_TRY(writer_submit(S->writer, frame_job, r, &r->ticket));
+  r->queued = 1;
+  f->next ^= 1;
   const double t4 = sim_now();
   S->st.io_seconds += t4 - t0;
-  log_trace("main: frame %d: the checkpoint before %.2f ms, the frame before completed (its writing waited for) %.2f "
-            "ms, snapshot %.2f ms, file begun %.2f ms", f->frame, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
-            1e3 * (t4 - t3));
+  log_trace("main: frame %d: the checkpoint before %.2f ms, the frame two before completed and the snapshot of the "
+            "one before released (waited for) %.2f ms, snapshot %.2f ms, file begun %.2f ms",
+            r->frame, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2), 1e3 * (t4 - t3));
   return DR_OK;
 }
 
@@ -471,8 +540,15 @@ int sim_flush(sim *S) {
 void sim_output_destroy(sim *S) {
   writer_destroy(&S->writer); /* waits for what is queued: the buffers below are its */
   /* a frame begun and never completed (the run stopped on a failure) leaves no file */
-  if (S->rank == 0) h5rows_abandon(&S->frame.file.rows);
-  slot_release(S, &S->frame);
+  frame_slot *f = &S->frame;
+  for (int i = 0; i < 2; ++i)
+    if (S->rank == 0) h5rows_abandon(&f->rec[i].file.rows);
+  slot_release(S, f);
+  if (f->synced) {
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->lock);
+    f->synced = 0;
+  }
   sim_ckpt_destroy(S);
   if (S->pack) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)S->pack_bytes);
   free(S->pack);

@@ -4,7 +4,7 @@
  * the same copy; allocated first, then write() from one thread; mapped, the space allocated 16 MiB
  * at a time by one thread while the others copy the pieces already allocated (pipelined); the
  * same with each thread allocating and copying slices of its own; allocated first, then a mapping
- * populated at once (MAP_POPULATE) and the copy by THREADS threads. Not part of drift: a probe for
+ * populated at once (MAP_POPULATE) and the copy by THREADS threads; the last, each phase of it timed apart. Not part of drift: a probe for
  * choosing the write path (docs/performance.md, Decisions, Output).
  *   gcc -O2 -fopenmp tools/write_probe.c -o write_probe && ./write_probe DIR MIB FILES THREADS */
 #define _GNU_SOURCE
@@ -21,8 +21,9 @@ int main(int c,char**v){
   if(c!=5){fprintf(stderr,"usage: write_probe DIR MIB FILES THREADS\n");return 2;}
   const char*dir=v[1]; size_t mb=atol(v[2]); int files=atoi(v[3]); int th=atoi(v[4]);
   size_t n=mb<<20; char*buf=malloc(n); for(size_t i=0;i<n;i++)buf[i]=(char)(i*7);
-  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T"};
-  for(int mode=0;mode<8;mode++){
+  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases"};
+  double ph[3]={0,0,0};
+  for(int mode=0;mode<9;mode++){
     double t0=now(); char p[512];
     for(int f=0;f<files;f++){
       snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);
@@ -34,6 +35,14 @@ int main(int c,char**v){
       } else if(mode==4){
         if(posix_fallocate(fd,0,n)){perror("fallocate");return 1;}
         for(size_t o=0;o<n;){size_t k=n-o<(16u<<20)?n-o:(16u<<20);ssize_t w=pwrite(fd,buf+o,k,o);if(w<=0){perror("pwrite");return 1;}o+=w;}
+      } else if(mode==8){
+        double a=now(); if(posix_fallocate(fd,0,n)){perror("fallocate");return 1;}
+        double b=now(); char*m=mmap(NULL,n,PROT_READ|PROT_WRITE,MAP_SHARED|MAP_POPULATE,fd,0); if(m==MAP_FAILED){perror("mmap");return 1;}
+        double c2=now();
+        #pragma omp parallel num_threads(th)
+        {int t=omp_get_thread_num();size_t a=n*t/th,b=n*(t+1)/th;memcpy(m+a,buf+a,b-a);}
+        ph[0]+=b-a; ph[1]+=c2-b; ph[2]+=now()-c2;
+        munmap(m,n);
       } else if(mode==7){
         if(posix_fallocate(fd,0,n)){perror("fallocate");return 1;}
         char*m=mmap(NULL,n,PROT_READ|PROT_WRITE,MAP_SHARED|MAP_POPULATE,fd,0); if(m==MAP_FAILED){perror("mmap");return 1;}
@@ -74,6 +83,7 @@ int main(int c,char**v){
       close(fd);
     }
     double t=now()-t0; printf("%-18s %s %zu MiB x %d, %d threads: %.2f GB/s\n",names[mode],dir,mb,files,th,(double)n*files/t/1e9);
+    if(mode==8)printf("  phases a file: fallocate %.2f ms, mmap MAP_POPULATE %.2f ms, copy by %d threads %.2f ms\n",1e3*ph[0]/files,1e3*ph[1]/files,th,1e3*ph[2]/files);
     for(int f=0;f<files;f++){snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);unlink(p);}
   }
   return 0;
