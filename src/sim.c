@@ -59,7 +59,8 @@ int sim_step_speed(sim *S, float *vmax) {
  * STEP, or fail alone in its part of the first rebuild-mapping of several ranks from there on
  * (redistribute); stopfile stops the rank (SIGSTOP, as a hung node) as it comes to create the file
  * of frame STEP, when the others wait for it inside HDF5's collective calls (the watchdog's
- * regions). */
+ * regions); rows fails the rank's rows of frame STEP in the writer's job (as an I/O failure:
+ * the run stops on that frame at its completion, the frame after it already begun). */
 static int parse_test_hook(sim *S) {
   const char *h = settings()->test_hook;
   if (!*h) return DR_OK;
@@ -68,13 +69,14 @@ static int parse_test_hook(sim *S) {
   unsigned long long step = 0;
   if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
       (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail") && strcmp(action, "rebuild") &&
-       strcmp(action, "stopfile")))
-    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail|rebuild|stopfile:RANK:STEP (a test hook)",
+       strcmp(action, "stopfile") && strcmp(action, "rows")))
+    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail|rebuild|stopfile|rows:RANK:STEP (a test hook)",
                    h);
   S->hook.action = !strcmp(action, "signal")   ? HOOK_SIGNAL
                    : !strcmp(action, "exit")   ? HOOK_EXIT
                    : !strcmp(action, "fail")   ? HOOK_FAIL
                    : !strcmp(action, "rebuild") ? HOOK_REBUILD
+                   : !strcmp(action, "rows")    ? HOOK_ROWS
                                                 : HOOK_STOPFILE;
   S->hook.rank = rank;
   S->hook.step = step;
@@ -84,7 +86,7 @@ static int parse_test_hook(sim *S) {
 /* The tests' hook (DRIFT_TEST_HOOK), before substep done + 1 of this rank. */
 static int test_hook_at(sim *S, uint64_t done) {
   if (S->hook.action == HOOK_NONE || S->hook.action == HOOK_REBUILD || S->hook.action == HOOK_STOPFILE ||
-      S->hook.rank != S->rank ||
+      S->hook.action == HOOK_ROWS || S->hook.rank != S->rank ||
       done + 1 < S->hook.step)
     return DR_OK;
   const int action = S->hook.action;
@@ -105,6 +107,13 @@ void sim_test_hook_file(sim *S, int frame) {
   if (S->hook.action != HOOK_STOPFILE || S->hook.rank != S->rank || (uint64_t)frame < S->hook.step) return;
   S->hook.action = HOOK_NONE;
   raise(SIGSTOP);
+}
+
+/* The tests' hook in the writer's job of a frame (rows): its rows fail. The hook is read only
+ * (set before the writer starts). */
+int sim_test_hook_rows(const sim *S, int frame, const char *path) {
+  if (S->hook.action != HOOK_ROWS || S->hook.rank != S->rank || (uint64_t)frame != S->hook.step) return DR_OK;
+  return dr_fail(DR_EIO, "writing %s: DRIFT_TEST_HOOK: rank %d's rows fail", path, S->rank);
 }
 
 /* A frame that takes long says how far it got, every PROGRESS_EVERY_S of wall time (rank 0's

@@ -122,9 +122,9 @@ typedef struct ckpt_slot {
 } ckpt_slot;
 
 /* DRIFT_TEST_HOOK's actions (parse_test_hook): raise SIGTERM, exit, fail alone before a substep,
- * fail alone in a rebuild-mapping of several ranks (redistribute), or stop (SIGSTOP) as the
- * frame's file is created (sim_test_hook_file). */
-enum hook_action { HOOK_NONE, HOOK_SIGNAL, HOOK_EXIT, HOOK_FAIL, HOOK_REBUILD, HOOK_STOPFILE };
+ * fail alone in a rebuild-mapping of several ranks (redistribute), stop (SIGSTOP) as the
+ * frame's file is created (sim_test_hook_file), or fail a frame's rows (sim_test_hook_rows). */
+enum hook_action { HOOK_NONE, HOOK_SIGNAL, HOOK_EXIT, HOOK_FAIL, HOOK_REBUILD, HOOK_STOPFILE, HOOK_ROWS };
 
 struct sim {
   const scene *sc;
@@ -269,6 +269,7 @@ double sim_next_dt(const sim *S, double t, double t1, int k, double vmax);
 int sim_step_speed(sim *S, float *vmax);
 int sim_test_hook(sim *S);
 void sim_test_hook_file(sim *S, int frame);
+int sim_test_hook_rows(const sim *S, int frame, const char *path);
 int sim_stop_at(sim *S, int sig, double t, int k);
 void sim_progress_in_frame(sim *S, double t, uint64_t k);
 

@@ -243,9 +243,9 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   double t0 = sim_now();
   if (next.count > 0) sim_fetch_start(&next);
   else rec_release(r);
+  int rc = sim_test_hook_rows(S, r->frame, r->file.rows.final), k = 0;
   h5rows_ahead ahead; /* the rows' space allocated while the chunks are fetched and copied */
   h5frame_ahead_start(&r->file, &ahead);
-  int rc = DR_OK, k = 0;
   for (size_t first = 0; first < r->n; first += f->cap, ++k) {
     const int failed = sim_fetch_wait(&next); /* chunk k is in p[k & 1] */
     if (rc == DR_OK) rc = failed;
@@ -504,12 +504,13 @@ int sim_write_frame(sim *S) {
   watchdog_enter("the frame's file, created by all ranks together");
   rc = h5frame_begin(S->comm, S->out_dir, &meta, n, &r->file);
   watchdog_leave();
-  if (rc) { /* the frames before are completed, whole, before the run stops on this one */
+  if (rc) { /* the frames before are completed, whole, before the run stops on this one (or on
+             * the first of them that fails: the earlier failure is the one to name) */
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dr_message());
     dr_clear();
-    (void)sim_flush(S);
-    dr_clear();
+    const int before_rc = sim_flush(S);
+    if (before_rc) return before_rc;
     dr_fail(rc, "%s", msg);
     dr_mark_agreed(); /* h5frame_begin's failures are agreed */
     return sim_output_failed(S, rc);

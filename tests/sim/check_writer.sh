@@ -26,6 +26,12 @@
 #           naming N/frame_00004.h5 and the reason, "No space left on device"; frames 0-3 whole and equal to a run with room;
 #           no frame 4 or later, no temporary file; frames.xdmf lists frames 0-3 only. Exits 77
 #           (skipped) where tmpfs cannot be mounted (not root, or a container that forbids it).
+#   rows    (cpu) a rank's rows of frame 3 fail in the writer's job (DRIFT_TEST_HOOK rows) while
+#           frame 4 is begun behind it (two frames in flight; the trace shows frame 4's file
+#           begun and its job run): exit 3, one line naming N/frame_00003.h5; frames 0-2 whole
+#           and equal to a run without the failure; no frame 3 or later, no temporary file;
+#           frames.xdmf lists frames 0-2 only. On 1 rank, and on 2 (rank 1's rows, rank 1 naming
+#           the cause and rank 0 another rank's failure) where mpirun exists.
 #   signal  (cpu) SIGTERM (DRIFT_TEST_HOOK) at the first step after frame 3, while frame 3 is
 #           being written: exit 9, frame 3 and checkpoint 3 whole (equal to the straight run's),
 #           and the run resumed from it ends with the straight run's frame 6, bitwise particle
@@ -33,7 +39,7 @@
 set -u
 . "$(dirname "$0")/../lib.sh"
 
-lib_usage 5 "$0 DRIFT_EXE COMPARE_EXE SAME_EXE SCENE same|chunks|full|signal [cpu|cuda]" "$@"
+lib_usage 5 "$0 DRIFT_EXE COMPARE_EXE SAME_EXE SCENE same|chunks|full|rows|signal [cpu|cuda]" "$@"
 drift=$1
 compare=$2
 same_h5=$3
@@ -140,6 +146,40 @@ chunks)
         -x DRIFT_SNAPSHOT_HOST -n 2 "$drift" run chunks.json --out H2
       same_files "2 ranks, the snapshot on the host against the device's" W2 H2 $frames06 checkpoint_00003.h5
     fi
+  fi
+  ;;
+rows)
+  sed 's/"checkpoint_every": 3/"checkpoint_every": 0/' scene.json >nockpt.json
+  run room 0 "$drift" run nockpt.json --out A
+  # rows_failed LABEL DIR REF: the run in DIR stopped on frame 3, frame 4 begun behind it and
+  # gone; frames 0-2 those of the run without the failure in REF
+  rows_failed() {
+    local label=$1 dir=$2 ref=$3
+    if [ "$label" = rows ]; then
+      one_line "$label" "$label.log" "$dir/frame_00003.h5: DRIFT_TEST_HOOK: rank 0's rows fail"
+    else # each rank's line: the cause on rank 1's, rank 0's says another rank failed
+      grep -q "^drift: writing $dir/frame_00003.h5: DRIFT_TEST_HOOK: rank 1's rows fail" "$label.log" ||
+        fail "$label: rank 1's cause is not printed"
+      grep -q "^drift: another rank failed (status 3)" "$label.log" || fail "$label: rank 0 does not say another rank failed"
+    fi
+    grep -q "main: frame 4: " "$label.log" || fail "$label: frame 4 was not begun while frame 3 was in flight"
+    grep -q "writer: frame 4 of " "$label.log" || fail "$label: frame 4's job did not run"
+    same_files "$label: the frames before" "$ref" "$dir" frame_00000.h5 frame_00001.h5 frame_00002.h5
+    for f in 3 4 5 6; do
+      [ ! -e "$dir/frame_0000$f.h5" ] || fail "$label: $dir/frame_0000$f.h5 exists"
+    done
+    [ -z "$(find "$dir" -name '*.tmp')" ] || fail "$label: temporary files left: $(ls -A "$dir")"
+    local listed
+    listed=$(grep -o 'frame_0000[0-9].h5' "$dir/frames.xdmf" | sort -u | tr '\n' ' ')
+    [ "$listed" = "frame_00000.h5 frame_00001.h5 frame_00002.h5 " ] ||
+      fail "$label: frames.xdmf lists '$listed', expected frames 0-2"
+  }
+  DRIFT_TRACE=1 DRIFT_TEST_HOOK=rows:0:3 run rows 3 "$drift" run nockpt.json --out R
+  rows_failed rows R A
+  if command -v mpirun >/dev/null; then
+    run room2 0 mpirun --oversubscribe -n 2 "$drift" run nockpt.json --out A2
+    run rows2 3 mpirun --oversubscribe -n 2 -x DRIFT_TRACE=1 -x DRIFT_TEST_HOOK=rows:1:3 "$drift" run nockpt.json --out R2
+    rows_failed rows2 R2 A2
   fi
   ;;
 full)
