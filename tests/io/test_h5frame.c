@@ -1,11 +1,13 @@
 /* test_h5frame - one rank: a frame written by h5frame_write and read back with the HDF5 API
  * (shapes, types, every value, every attribute), empty frames, overwriting, failures that must
  * leave nothing behind and name the path, h5frame_path, and frames.xdmf checked against the
- * frame files it names (and written by a run's xdmf_list the same, byte for byte). */
+ * frame files it names (and written by a run's xdmf_list the same, byte for byte). With
+ * --speed-xdmf N DIR it measures the two ways of writing frames.xdmf instead (speed_xdmf). */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <mpi.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "error.h"
 #include "h5frame.h"
@@ -524,8 +526,51 @@ static void test_xdmf_list(const char *base) {
   CHECK(l.text == NULL && l.n == 0, "xdmf_list_free left the list");
 }
 
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* --speed-xdmf N DIR: frames.xdmf written into DIR after each of N frames of the default fields, as
+ * a run writes it, by xdmf_write (every entry formatted again) and by a run's xdmf_list (each
+ * entry's text kept): each one's write at 100, 1000 and N frames (ms) and all N writes (s).
+ * docs/performance.md, Decisions, Output. */
+static int speed_xdmf(int n, const char *dir) {
+  xdmf_frame *frames = calloc((size_t)n, sizeof *frames);
+  if (!frames || n < 1) return 1;
+  for (int k = 0; k < n; ++k) frames[k] = (xdmf_frame){.frame = k, .time = k / 24.0, .n = 3114752};
+  const int at[3] = {100, 1000, n};
+  for (int way = 0; way < 2; ++way) {
+    xdmf_list l = {0};
+    double ms[3] = {0, 0, 0}, total = 0.0;
+    for (int k = 1; k <= n; ++k) {
+      const double t0 = now_s();
+      const int rc = way ? xdmf_list_write(&l, dir, frames, k) : xdmf_write(dir, frames, k);
+      const double t = now_s() - t0;
+      if (rc) {
+        fprintf(stderr, "--speed-xdmf: %s\n", dr_message());
+        return 1;
+      }
+      total += t;
+      for (int i = 0; i < 3; ++i)
+        if (k == at[i]) ms[i] = 1e3 * t;
+    }
+    xdmf_list_free(&l);
+    printf("%-28s the write at 100 / 1000 / %d frames %.2f / %.2f / %.2f ms, all %d writes %.1f s\n",
+           way ? "xdmf_list_write (kept text)" : "xdmf_write (formatted)", n, ms[0], ms[1], ms[2], n, total);
+  }
+  free(frames);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  if (argc == 4 && !strcmp(argv[1], "--speed-xdmf")) {
+    const int rc = speed_xdmf(atoi(argv[2]), argv[3]);
+    MPI_Finalize();
+    return rc;
+  }
   char base[] = "/tmp/drift_test_h5frame_XXXXXX";
   if (!mkdtemp(base)) {
     perror("mkdtemp");
