@@ -58,8 +58,21 @@ typedef struct h5rows_file {
  * ms), which then overlaps the copy of the datasets before (the inode's lock that fallocate
  * takes is not one a page fault of a mapping takes): the writer's rows of a Sand Blocks l = 46
  * frame into /dev/shm 35.1 against 43.2 ms (docs/performance.md, Decisions, Output). */
+/* Allocations ahead in turn: each one started through a gate waits until the one started before
+ * it through the same gate has ended, so that files written one after the other take their space
+ * in that order (where the disk fills, the later file meets it). Zeroed, then h5rows_gate_init. */
+typedef struct h5rows_gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cv;
+  uint64_t issued, done; /* turns given out; turns ended */
+} h5rows_gate;
+int h5rows_gate_init(h5rows_gate *g); /* 0, or -1 (the caller does without: no gate) */
+void h5rows_gate_destroy(h5rows_gate *g);
+
 typedef struct h5rows_ahead {
   pthread_t thread;
+  h5rows_gate *gate; /* NULL: none */
+  uint64_t turn;
   pthread_mutex_t lock;
   pthread_cond_t cv;
   const h5rows_file *f;
@@ -71,11 +84,12 @@ typedef struct h5rows_ahead {
 } h5rows_ahead;
 enum { H5ROWS_AHEAD_NONE = 0, H5ROWS_AHEAD_PENDING, H5ROWS_AHEAD_DONE, H5ROWS_AHEAD_CANNOT, H5ROWS_AHEAD_FAILED };
 
-/* Local, the putting thread. Starts a's thread over f's datasets order[0 .. count - 1] (row_bytes
- * and names by position in order); f->ahead = a. Where no thread can be started, the puts
- * allocate as they do without (f->ahead stays NULL). */
+/* Local, before the puts (by their thread, or by one that they follow). Starts a's thread over
+ * f's datasets order[0 .. count - 1] (row_bytes and names by position in order), after the
+ * allocation started before it through gate where gate is not NULL; f->ahead = a. Where no thread
+ * can be started, the puts allocate as they do without (f->ahead stays NULL). */
 void h5rows_ahead_start(h5rows_file *f, h5rows_ahead *a, const int *order, const size_t *row_bytes,
-                        const char *const *names, int count);
+                        const char *const *names, int count, h5rows_gate *gate);
 /* Local. Waits for f's allocation ahead to end (the puts' thread, after its last put); f->ahead = NULL. */
 void h5rows_ahead_join(h5rows_file *f);
 

@@ -53,6 +53,9 @@ typedef struct frame_rec {
   int released;      /* its job has fetched the whole snapshot (under the slot's lock) */
   uint64_t ticket;
   h5frame_file file; /* its rows are the job's */
+  h5rows_ahead ahead; /* its rows' space, allocated from its file's beginning on, after the frame
+                       * before's (h5frame_ahead_start through the slot's gate: beside the writing
+                       * of the frame before), joined by its job */
   int put_rc;        /* the job's result: this rank's rows written (h5frame_put's status) */
   char put_msg[1024]; /* and its message */
   double local[TOT_COUNT];  /* the job's result: this rank's sums */
@@ -81,7 +84,8 @@ typedef struct frame_slot {
   frame_rec rec[2];
   int next;          /* the record the next frame takes: rec[next ^ 1] is the newer in flight */
   int broken;        /* a frame's completion failed: the frames after it are removed, not published */
-  int synced;        /* lock and cv made */
+  int synced;        /* lock, cv and gate made */
+  h5rows_gate gate;  /* the frames' rows allocated in the frames' order (h5rows.h) */
   pthread_mutex_t lock;
   pthread_cond_t cv; /* a record released */
 } frame_slot;

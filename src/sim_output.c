@@ -244,8 +244,6 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   if (next.count > 0) sim_fetch_start(&next);
   else rec_release(r);
   int rc = sim_test_hook_rows(S, r->frame, r->file.rows.final), k = 0;
-  h5rows_ahead ahead; /* the rows' space allocated while the chunks are fetched and copied */
-  h5frame_ahead_start(&r->file, &ahead);
   for (size_t first = 0; first < r->n; first += f->cap, ++k) {
     const int failed = sim_fetch_wait(&next); /* chunk k is in p[k & 1] */
     if (rc == DR_OK) rc = failed;
@@ -448,6 +446,11 @@ static int slot_init(sim *S, frame_slot *f) {
     pthread_mutex_destroy(&f->lock);
     return dr_fail(DR_EINTERNAL, "pthread_cond_init failed (the frames' lock)");
   }
+  if (h5rows_gate_init(&f->gate) != 0) {
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->lock);
+    return dr_fail(DR_EINTERNAL, "pthread_mutex_init or pthread_cond_init failed (the frames' allocation gate)");
+  }
   f->synced = 1;
   f->S = S;
   for (int i = 0; i < 2; ++i) f->rec[i].slot = f;
@@ -516,7 +519,12 @@ int sim_write_frame(sim *S) {
     return sim_output_failed(S, rc);
   }
   r->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
-  DR_TRY(writer_submit(S->writer, frame_job, r, &r->ticket));
+  /* the rows' space allocated from now on, beside the writing of the frame before: in memory the
+   * pages' zeroing, on a disk the blocks' allocation, off the writer's path */
+  h5frame_ahead_start(&r->file, &r->ahead, &f->gate);
+  rc = writer_submit(S->writer, frame_job, r, &r->ticket);
+  if (rc) h5frame_ahead_join(&r->file);
+  DR_TRY(rc);
   r->queued = 1;
   f->next ^= 1;
   const double t4 = sim_now();
@@ -546,6 +554,7 @@ void sim_output_destroy(sim *S) {
     if (S->rank == 0) h5rows_abandon(&f->rec[i].file.rows);
   slot_release(S, f);
   if (f->synced) {
+    h5rows_gate_destroy(&f->gate);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->lock);
     f->synced = 0;

@@ -61,7 +61,7 @@ static int write_frame(const char *dir, int frame, const rows *r, int fill_first
   MPI_Barrier(MPI_COMM_WORLD);
   h5rows_ahead ahead;
   static char pack[H5FRAME_NARROW_PACK_BYTES];
-  h5frame_ahead_start(f, &ahead);
+  h5frame_ahead_start(f, &ahead, NULL);
   int put = DR_OK;
   for (size_t first = 0; first < PER_RANK && put == DR_OK; first += PER_RANK / 2) {
     const h5frame_data d = {.n = PER_RANK / 2, .position = r->x + 3 * first, .velocity = r->v + 3 * first,
