@@ -15,11 +15,11 @@ esac
 say() { printf 'setup: %s\n' "$*" >&2; }
 
 # 1. Debian packages. Build: compilers, CMake, Open MPI, parallel HDF5, cJSON, libpng. Tests also use
-#    ParaView's pvpython under Xvfb to open the frames where users open them, and a private
+#    ParaView's pvpython under Xvfb and h5py to open the frames where users open them, and a private
 #    one-node Slurm (with munge) plus matplotlib for the batch jobs and the scaling driver, and
 #    clang with its runtimes (libFuzzer, sanitizers) for the scene loader's fuzz test.
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev libcjson-dev libpng-dev hdf5-tools)
-[ "$mode" = test ] && pkgs+=(paraview python3-paraview xvfb xauth slurm-wlm munge python3-matplotlib clang libclang-rt-dev)
+[ "$mode" = test ] && pkgs+=(paraview python3-paraview xvfb xauth slurm-wlm munge python3-matplotlib python3-h5py clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
