@@ -50,7 +50,7 @@ typedef struct frame_rec {
   int frame;
   double time;       /* s */
   int queued;        /* a job was queued and not yet completed (slot_done) */
-  int released;      /* its job has fetched the whole snapshot (under the slot's lock) */
+  int released;      /* its job has fetched the whole snapshot (writer_signal: under the writer's lock) */
   uint64_t ticket;
   h5frame_file file; /* its rows are the job's */
   h5rows_ahead ahead; /* its rows' space, allocated from its file's beginning on, after the frame
@@ -84,10 +84,8 @@ typedef struct frame_slot {
   frame_rec rec[2];
   int next;          /* the record the next frame takes: rec[next ^ 1] is the newer in flight */
   int broken;        /* a frame's completion failed: the frames after it are removed, not published */
-  int synced;        /* lock, cv and gate made */
+  int synced;        /* gate made */
   h5rows_gate gate;  /* the frames' rows allocated in the frames' order (h5rows.h) */
-  pthread_mutex_t lock;
-  pthread_cond_t cv; /* a record released */
 } frame_slot;
 
 /* One of a checkpoint's chunk buffers (two where it takes more than one chunk) and the writer's job that

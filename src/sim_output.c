@@ -211,13 +211,7 @@ int sim_fetch_wait(fetch_job *j) {
 }
 
 /* Record r's snapshot no longer needed by its job: the next frame's may be taken. */
-static void rec_release(frame_rec *r) {
-  frame_slot *f = r->slot;
-  pthread_mutex_lock(&f->lock);
-  r->released = 1;
-  pthread_cond_broadcast(&f->cv);
-  pthread_mutex_unlock(&f->lock);
-}
+static void rec_release(frame_rec *r) { writer_signal(r->slot->S->writer, &r->released); }
 
 /* A frame's job, on the writer's thread: the frame's rows fetched from the backend's snapshot a
  * chunk at a time (mem_frame_chunk_capacity) into the slot's two buffers in turn, the fetch of
@@ -297,6 +291,14 @@ int sim_output_failed(sim *S, int rc) {
   return rc;
 }
 
+/* Rank 0: a frame that is not published leaves no preview either (its job may have drawn it). */
+static void drop_preview(const sim *S, int frame) {
+  if (S->rank != 0 || !S->sc->preview) return;
+  char path[4400];
+  preview_path(S->out_dir, frame, path, sizeof path);
+  (void)unlink(path);
+}
+
 /* Completes record r's frame (collective; frames complete in order, the older first): waits for
  * its job, agrees on every rank's rows (h5frame_end publishes the file or removes it), sums the
  * totals, and lists the frame in frames.xdmf; its totals become the status's. After a frame's
@@ -318,6 +320,7 @@ static int slot_done(sim *S, frame_rec *r) {
   rc = h5frame_end(S->comm, &r->file, put);
   watchdog_leave();
   if (rc) {
+    drop_preview(S, r->frame);
     f->broken = 1;
     return sim_output_failed(S, rc);
   }
@@ -430,27 +433,16 @@ int sim_complete_frame(sim *S) {
   return slot_done(S, &f->rec[f->next ^ 1]);
 }
 
-/* Waits until record r's job no longer reads the snapshot (released, or never queued). */
-static void slot_wait_released(frame_slot *f, frame_rec *r) {
-  if (!r->queued) return;
-  pthread_mutex_lock(&f->lock);
-  while (!r->released) pthread_cond_wait(&f->cv, &f->lock);
-  pthread_mutex_unlock(&f->lock);
+/* Waits until record r's job no longer reads the snapshot (released, ended, or never queued). */
+static void slot_wait_released(sim *S, frame_rec *r) {
+  if (r->queued) writer_wait_flag(S->writer, r->ticket, &r->released);
 }
 
-/* The slot's first frame: its lock and the records' link to it. */
+/* The slot's first frame: its allocation gate and the records' link to it. */
 static int slot_init(sim *S, frame_slot *f) {
   if (f->synced) return DR_OK;
-  if (pthread_mutex_init(&f->lock, NULL) != 0) return dr_fail(DR_EINTERNAL, "pthread_mutex_init failed (the frames' lock)");
-  if (pthread_cond_init(&f->cv, NULL) != 0) {
-    pthread_mutex_destroy(&f->lock);
-    return dr_fail(DR_EINTERNAL, "pthread_cond_init failed (the frames' lock)");
-  }
-  if (h5rows_gate_init(&f->gate) != 0) {
-    pthread_cond_destroy(&f->cv);
-    pthread_mutex_destroy(&f->lock);
+  if (h5rows_gate_init(&f->gate) != 0)
     return dr_fail(DR_EINTERNAL, "pthread_mutex_init or pthread_cond_init failed (the frames' allocation gate)");
-  }
   f->synced = 1;
   f->S = S;
   for (int i = 0; i < 2; ++i) f->rec[i].slot = f;
@@ -472,7 +464,7 @@ int sim_write_frame(sim *S) {
   const double t1 = sim_now();
   frame_rec *r = &f->rec[f->next], *before = &f->rec[f->next ^ 1];
   DR_TRY(slot_done(S, r)); /* the frame two before: its job ran before the one before */
-  slot_wait_released(f, before);
+  slot_wait_released(S, before);
   const double t2 = sim_now();
   const unsigned mask = sim_frame_mask(S->sc);
   size_t n = 0;
@@ -550,13 +542,13 @@ void sim_output_destroy(sim *S) {
   writer_destroy(&S->writer); /* waits for what is queued: the buffers below are its */
   /* a frame begun and never completed (the run stopped on a failure) leaves no file */
   frame_slot *f = &S->frame;
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 2; ++i) {
     if (S->rank == 0) h5rows_abandon(&f->rec[i].file.rows);
+    if (f->rec[i].queued) drop_preview(S, f->rec[i].frame);
+  }
   slot_release(S, f);
   if (f->synced) {
     h5rows_gate_destroy(&f->gate);
-    pthread_cond_destroy(&f->cv);
-    pthread_mutex_destroy(&f->lock);
     f->synced = 0;
   }
   sim_ckpt_destroy(S);

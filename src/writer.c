@@ -247,6 +247,26 @@ int writer_wait(writer *w, uint64_t ticket) {
   return rc;
 }
 
+void writer_signal(writer *w, int *flag) {
+  if (!w->threaded) {
+    *flag = 1;
+    return;
+  }
+  pthread_mutex_lock(&w->lock);
+  *flag = 1;
+  pthread_cond_broadcast(&w->done_cv);
+  pthread_mutex_unlock(&w->lock);
+}
+
+void writer_wait_flag(writer *w, uint64_t ticket, const int *flag) {
+  if (!w->threaded) return; /* the job ran in writer_submit */
+  const double t0 = now_s();
+  pthread_mutex_lock(&w->lock);
+  while (!*flag && w->done <= ticket && ticket < w->queued) wait_done(w, t0);
+  pthread_mutex_unlock(&w->lock);
+  w->wait_s += now_s() - t0;
+}
+
 int writer_drain(writer *w) { return w->queued ? writer_wait(w, w->queued - 1) : DR_OK; }
 
 int writer_threaded(const writer *w) { return w->threaded; }

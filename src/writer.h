@@ -42,6 +42,12 @@ int writer_submit(writer *w, writer_fn fn, void *ctx, uint64_t *ticket);
 /* Waits until job ticket has run; returns its status. On failure the message is recorded in
  * this thread (dr_fail), marked agreed where the ranks agreed on it in the writer. */
 int writer_wait(writer *w, uint64_t ticket);
+/* A job's mark that part of its work is done (a frame's snapshot fetched, which the next frame
+ * may then take): sets *flag under the writer's lock and wakes its waiters. From a job. */
+void writer_signal(writer *w, int *flag);
+/* Waits until *flag is set (writer_signal) or job ticket has ended (run, or not run after an
+ * earlier job's failure), with writer_wait's limit where the watchdog runs. */
+void writer_wait_flag(writer *w, uint64_t ticket, const int *flag);
 /* Waits for every job queued; returns the first failure's status, as writer_wait. */
 int writer_drain(writer *w);
 /* Whether jobs run behind the caller (1) or in writer_submit (0). */

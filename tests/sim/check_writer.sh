@@ -28,8 +28,9 @@
 #           (skipped) where tmpfs cannot be mounted (not root, or a container that forbids it).
 #   rows    (cpu) a rank's rows of frame 3 fail in the writer's job (DRIFT_TEST_HOOK rows) while
 #           frame 4 is begun behind it (two frames in flight; the trace shows frame 4's file
-#           begun and its job run): exit 3, one line naming N/frame_00003.h5; frames 0-2 whole
-#           and equal to a run without the failure; no frame 3 or later, no temporary file;
+#           begun and its job run), with previews: exit 3, one line naming N/frame_00003.h5;
+#           frames 0-2 and their previews whole and equal to a run without the failure; no frame
+#           or preview 3 or later, no temporary file;
 #           frames.xdmf lists frames 0-2 only. On 1 rank, and on 2 (rank 1's rows, rank 1 naming
 #           the cause and rank 0 another rank's failure) where mpirun exists.
 #   signal  (cpu) SIGTERM (DRIFT_TEST_HOOK) at the first step after frame 3, while frame 3 is
@@ -149,7 +150,7 @@ chunks)
   fi
   ;;
 rows)
-  sed 's/"checkpoint_every": 3/"checkpoint_every": 0/' scene.json >nockpt.json
+  sed 's/"checkpoint_every": 3/"checkpoint_every": 0, "preview": true, "preview_size": 64/' scene.json >nockpt.json
   run room 0 "$drift" run nockpt.json --out A
   # rows_failed LABEL DIR REF: the run in DIR stopped on frame 3, frame 4 begun behind it and
   # gone; frames 0-2 those of the run without the failure in REF
@@ -167,6 +168,10 @@ rows)
     same_files "$label: the frames before" "$ref" "$dir" frame_00000.h5 frame_00001.h5 frame_00002.h5
     for f in 3 4 5 6; do
       [ ! -e "$dir/frame_0000$f.h5" ] || fail "$label: $dir/frame_0000$f.h5 exists"
+      [ ! -e "$dir/frame_0000$f.png" ] || fail "$label: $dir/frame_0000$f.png exists (its frame is not)"
+    done
+    for f in 0 1 2; do
+      cmp -s "$ref/frame_0000$f.png" "$dir/frame_0000$f.png" || fail "$label: preview frame_0000$f.png differs or is missing"
     done
     [ -z "$(find "$dir" -name '*.tmp')" ] || fail "$label: temporary files left: $(ls -A "$dir")"
     local listed
