@@ -149,6 +149,21 @@ static int allocate(int fd, off_t at, size_t len, const h5rows_file *f, const ch
 
 enum { MAPPED_PIECE = 1 << 20 }; /* bytes a thread copies at a time into a mapping */
 
+/* fd's bytes [at, at + len) mapped shared, from the page that holds byte at (m->rows: byte at);
+ * 0, or -1 where the mapping cannot be made (m zeroed: the caller writes instead). */
+static int map_at(int fd, off_t at, size_t len, h5rows_map *m) {
+  memset(m, 0, sizeof *m);
+  const long page = sysconf(_SC_PAGESIZE);
+  const off_t base = at - at % (page > 0 ? page : 4096);
+  const size_t lead = (size_t)(at - base);
+  char *p = mmap(NULL, len + lead, PROT_READ | PROT_WRITE, MAP_SHARED, fd, base);
+  if (p == MAP_FAILED) return -1;
+  m->base = p;
+  m->len = len + lead;
+  m->rows = p + lead;
+  return 0;
+}
+
 /* Copies len bytes from buf into fd at `at` through a shared mapping of those pages, by the
  * calling thread's OpenMP team (never called from inside a team: one thread faulting the pages
  * in alone is slower than write()), a piece at a time to whichever thread is free (the pages'
@@ -158,18 +173,15 @@ enum { MAPPED_PIECE = 1 << 20 }; /* bytes a thread copies at a time into a mappi
  * unallocated page of a mapping raises SIGBUS on a full filesystem instead of an error).
  * Returns 0, or -1 where the mapping cannot be made (the caller writes instead). */
 static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
-  const long page = sysconf(_SC_PAGESIZE);
-  const off_t base = at - at % (page > 0 ? page : 4096);
-  const size_t lead = (size_t)(at - base);
-  char *m = mmap(NULL, len + lead, PROT_READ | PROT_WRITE, MAP_SHARED, fd, base);
-  if (m == MAP_FAILED) return -1;
+  h5rows_map m;
+  if (map_at(fd, at, len, &m)) return -1;
   const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
 #pragma omp parallel for schedule(dynamic, 1)
   for (long k = 0; k < pieces; ++k) {
     const size_t lo = (size_t)k * MAPPED_PIECE, hi = lo + MAPPED_PIECE < len ? lo + MAPPED_PIECE : len;
-    memcpy(m + lead + lo, buf + lo, hi - lo);
+    memcpy(m.rows + lo, buf + lo, hi - lo);
   }
-  (void)munmap(m, len + lead); /* the pages stay the file's: munmap of a shared mapping loses nothing */
+  h5rows_unmap(&m);
   return 0;
 }
 
@@ -222,18 +234,7 @@ static void gate_end(h5rows_gate *g, uint64_t t) {
   pthread_mutex_unlock(&g->lock);
 }
 
-/* The thread: each dataset's rows of this rank allocated in turn, after the gate's turns before
- * its own; no MPI, no HDF5, no error.h (its message is the put's to raise, on the putting
- * thread). */
-static void allocate_all(h5rows_ahead *a);
-static void *ahead_run(void *arg) {
-  h5rows_ahead *a = arg;
-  if (a->gate) gate_wait(a->gate, a->turn);
-  allocate_all(a);
-  if (a->gate) gate_end(a->gate, a->turn);
-  return NULL;
-}
-
+/* Each dataset's rows of this rank allocated in turn (ahead_run). */
 static void allocate_all(h5rows_ahead *a) {
   const h5rows_file *f = a->f;
   const int fd = open(f->tmp, O_RDWR | O_CLOEXEC);
@@ -258,6 +259,17 @@ static void allocate_all(h5rows_ahead *a) {
     ahead_mark(a, i, i + 1, H5ROWS_AHEAD_DONE);
   }
   close(fd);
+}
+
+/* The thread: each dataset's rows of this rank allocated in turn, after the gate's turns before
+ * its own; no MPI, no HDF5, no error.h (its message is the put's to raise, on the putting
+ * thread). */
+static void *ahead_run(void *arg) {
+  h5rows_ahead *a = arg;
+  if (a->gate) gate_wait(a->gate, a->turn);
+  allocate_all(a);
+  if (a->gate) gate_end(a->gate, a->turn);
+  return NULL;
 }
 
 void h5rows_ahead_start(h5rows_file *f, h5rows_ahead *a, const int *order, const size_t *row_bytes,
@@ -344,20 +356,12 @@ int h5rows_map_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
   off_t at = 0;
   int allocated = 0;
   DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, &at, &allocated));
-  if (!allocated || !team_maps(fd)) return DR_OK;
-  const long page = sysconf(_SC_PAGESIZE);
-  const off_t base = at - at % (page > 0 ? page : 4096);
-  const size_t lead = (size_t)(at - base), len = count * row_bytes + lead;
-  char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, base);
-  if (p == MAP_FAILED) return DR_OK; /* the caller writes instead */
-  m->base = p;
-  m->len = len;
-  m->rows = p + lead;
+  if (allocated && team_maps(fd)) (void)map_at(fd, at, count * row_bytes, m); /* not mapped: the caller writes */
   return DR_OK;
 }
 
 void h5rows_unmap(h5rows_map *m) {
-  if (m->base) (void)munmap(m->base, m->len); /* the pages stay the file's */
+  if (m->base) (void)munmap(m->base, m->len); /* the pages stay the file's: munmap of a shared mapping loses nothing */
   memset(m, 0, sizeof *m);
 }
 

@@ -51,13 +51,6 @@ typedef struct h5rows_file {
   struct h5rows_ahead *ahead; /* between h5rows_ahead_start and h5rows_ahead_join: the allocation ahead */
 } h5rows_file;
 
-/* Allocation ahead: a thread of its own allocates this rank's rows of the datasets in `order`, one
- * after the other, while the caller fetches and copies rows; a put of one of them waits until
- * its rows are allocated instead of allocating them itself (or returns the allocation's failure).
- * In memory (tmpfs) the allocation is the pages' zeroing (one H200: fallocate of 119 MiB 12-13
- * ms), which then overlaps the copy of the datasets before (the inode's lock that fallocate
- * takes is not one a page fault of a mapping takes): the writer's rows of a Sand Blocks l = 46
- * frame into /dev/shm 35.1 against 43.2 ms (docs/performance.md, Decisions, Output). */
 /* Allocations ahead in turn: each one started through a gate waits until the one started before
  * it through the same gate has ended, so that files written one after the other take their space
  * in that order (where the disk fills, the later file meets it). Zeroed, then h5rows_gate_init. */
@@ -66,9 +59,16 @@ typedef struct h5rows_gate {
   pthread_cond_t cv;
   uint64_t issued, done; /* turns given out; turns ended */
 } h5rows_gate;
-int h5rows_gate_init(h5rows_gate *g); /* 0, or -1 (the caller does without: no gate) */
+int h5rows_gate_init(h5rows_gate *g); /* 0, or -1 (pthread_mutex_init or pthread_cond_init failed) */
 void h5rows_gate_destroy(h5rows_gate *g);
 
+/* Allocation ahead: a thread of its own allocates this rank's rows of the datasets in `order`, one
+ * after the other, while the caller fetches and copies rows; a put of one of them waits until
+ * its rows are allocated instead of allocating them itself (or returns the allocation's failure).
+ * In memory (tmpfs) the allocation is the pages' zeroing (one H200: fallocate of 119 MiB 12-13
+ * ms), which then overlaps the copy of the datasets before (the inode's lock that fallocate
+ * takes is not one a page fault of a mapping takes): the writer's rows of a Sand Blocks l = 46
+ * frame into /dev/shm 35.1 against 43.2 ms (docs/performance.md, Decisions, Output). */
 typedef struct h5rows_ahead {
   pthread_t thread;
   h5rows_gate *gate; /* NULL: none */

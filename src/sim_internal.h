@@ -84,7 +84,7 @@ typedef struct frame_slot {
   frame_rec rec[2];
   int next;          /* the record the next frame takes: rec[next ^ 1] is the newer in flight */
   int broken;        /* a frame's completion failed: the frames after it are removed, not published */
-  int synced;        /* gate made */
+  int ready;         /* the gate made and the records linked (slot_init) */
   h5rows_gate gate;  /* the frames' rows allocated in the frames' order (h5rows.h) */
 } frame_slot;
 

@@ -440,10 +440,10 @@ static void slot_wait_released(sim *S, frame_rec *r) {
 
 /* The slot's first frame: its allocation gate and the records' link to it. */
 static int slot_init(sim *S, frame_slot *f) {
-  if (f->synced) return DR_OK;
+  if (f->ready) return DR_OK;
   if (h5rows_gate_init(&f->gate) != 0)
     return dr_fail(DR_EINTERNAL, "pthread_mutex_init or pthread_cond_init failed (the frames' allocation gate)");
-  f->synced = 1;
+  f->ready = 1;
   f->S = S;
   for (int i = 0; i < 2; ++i) f->rec[i].slot = f;
   return DR_OK;
@@ -547,9 +547,9 @@ void sim_output_destroy(sim *S) {
     if (f->rec[i].queued) drop_preview(S, f->rec[i].frame);
   }
   slot_release(S, f);
-  if (f->synced) {
+  if (f->ready) {
     h5rows_gate_destroy(&f->gate);
-    f->synced = 0;
+    f->ready = 0;
   }
   sim_ckpt_destroy(S);
   if (S->pack) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)S->pack_bytes);
