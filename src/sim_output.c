@@ -543,6 +543,8 @@ void sim_output_destroy(sim *S) {
   /* a frame begun and never completed (the run stopped on a failure) leaves no file */
   frame_slot *f = &S->frame;
   for (int i = 0; i < 2; ++i) {
+    /* a job not run after an earlier job's failure leaves its allocation ahead to join here */
+    h5frame_ahead_join(&f->rec[i].file);
     if (S->rank == 0) h5rows_abandon(&f->rec[i].file.rows);
     if (f->rec[i].queued) drop_preview(S, f->rec[i].frame);
   }
