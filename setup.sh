@@ -17,9 +17,10 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 # 1. Debian packages. Build: compilers, CMake, Open MPI, parallel HDF5, cJSON, libpng. Tests also use
 #    ParaView's pvpython under Xvfb and h5py to open the frames where users open them, and a private
 #    one-node Slurm (with munge) plus matplotlib for the batch jobs and the scaling driver, and
-#    clang with its runtimes (libFuzzer, sanitizers) for the scene loader's fuzz test.
+#    clang with its runtimes (libFuzzer, sanitizers) and LLVM's OpenMP (libomp, whose Archer tool
+#    serves ThreadSanitizer) for the scene loader's fuzz test and the threads' race check.
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev libcjson-dev libpng-dev hdf5-tools)
-[ "$mode" = test ] && pkgs+=(paraview python3-paraview xvfb xauth slurm-wlm munge python3-matplotlib python3-h5py clang libclang-rt-dev)
+[ "$mode" = test ] && pkgs+=(paraview python3-paraview xvfb xauth slurm-wlm munge python3-matplotlib python3-h5py clang libclang-rt-dev libomp-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -47,6 +48,7 @@ fi
 #    DIR/setup-configure.log), then builds it with one job a core (DIR/setup-build.log); on failure
 #    prints the log's errors and names the log in stage_log (tests/stages.sh).
 jobs=$(nproc)
+build_targets=() # what build_tree builds: every target where empty
 build_tree() {
   local dir=$1
   shift
@@ -57,8 +59,8 @@ build_tree() {
       { tail -n 30 "$dir/setup-configure.log" >&2; say "configure failed; full log: $dir/setup-configure.log"
         stage_log=$dir/setup-configure.log; return 1; }
   fi
-  say "building ./$dir with $jobs jobs"
-  cmake --build "$dir" -j "$jobs" >"$dir/setup-build.log" 2>&1 ||
+  say "building ./$dir with $jobs jobs${build_targets:+ (${build_targets[*]})}"
+  cmake --build "$dir" -j "$jobs" ${build_targets:+--target "${build_targets[@]}"} >"$dir/setup-build.log" 2>&1 ||
     { grep -E -A3 "error" "$dir/setup-build.log" | head -n 40 >&2; say "build failed; full log: $dir/setup-build.log"
       stage_log=$dir/setup-build.log; return 1; }
 }
@@ -70,10 +72,10 @@ if [ "$mode" = run ]; then
   exec ./build/drift run jobs/scenes/default.json --out frames
 fi
 
-# 4. The test suite, in four stages (tests/stages.sh): the Release build in ./build (CUDA
-#    architecture 90), its tests, the AddressSanitizer build in ./build-asan and its tests. A stage
-#    that fails does not stop the next ones (the ASan stages need the Release build to have
-#    passed); the one summary of every stage, with the failed tests by name, comes last, and the
+# 4. The test suite, in six stages (tests/stages.sh): the Release build in ./build (CUDA
+#    architecture 90), its tests, the AddressSanitizer build in ./build-asan and its tests, the
+#    ThreadSanitizer build in ./build-tsan and its tests. A stage that fails does not stop the next
+#    ones (the sanitizers' stages need the Release build to have passed); the one summary of every stage, with the failed tests by name, comes last, and the
 #    exit status is 1 where any stage failed. ctest -j with one job a core: each test's PROCESSORS
 #    (its OpenMP threads times its MPI ranks, tests/CMakeLists.txt) keeps the tests running at
 #    once within the cores. --timeout: the limit of the tests that set none (all short; the long
@@ -135,6 +137,29 @@ if stage_passed "asan build"; then
   stage_ctest "asan tests" build-asan/setup-ctest.log --test-dir build-asan "${ctest_args[@]}" -L 'cpu|mpi' -E "$asan_skip"
 else
   stage_skip "asan tests" "the ASan build did not pass"
+fi
+
+# 6. The threads beside the steps under ThreadSanitizer, built with clang in ./build-tsan
+#    (DRIFT_TSAN=ON: LLVM's libomp with its Archer tool, so that OpenMP's barriers and tasks are
+#    seen; the host C code instrumented, not CUDA's, nor Open MPI and HDF5, whose races are not
+#    drift's). Any data race or lock-order inversion fails its test. Only the executables of these
+#    tests are built (about 1.5 minutes), and only the tests of the writer's thread, its fetches,
+#    totals, allocation ahead and team, with signals and failures meeting frames in flight, and
+#    the checkpoints' chunks (about 3 minutes on 2 cores):
+tsan_tests='^(test_writer|writer_same|writer_chunks|writer_full|writer_signal|writer_rows|cli_signal_hint'
+tsan_tests+='|test_preview_2|test_ckpt_stream_ranks_2|test_ckpt_chunks|trace_frames)$'
+if stage_passed build; then
+  build_targets=(drift test_writer compare_frames same_h5 test_preview test_ckpt_stream test_ckpt_chunks)
+  CC=clang stage_run "tsan build" build_tree build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRIFT_TSAN=ON
+  build_targets=()
+else
+  stage_skip "tsan build" "the build failed"
+fi
+if stage_passed "tsan build"; then
+  say "running the tests of the writer's threads under ThreadSanitizer"
+  stage_ctest "tsan tests" build-tsan/setup-ctest.log --test-dir build-tsan "${ctest_args[@]}" -R "$tsan_tests"
+else
+  stage_skip "tsan tests" "the TSan build did not pass"
 fi
 
 rc=0

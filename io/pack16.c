@@ -11,6 +11,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define PACK16_X86 1
 #endif
@@ -79,8 +80,11 @@ __attribute__((target("f16c,avx"))) static void half_f16c(const float *in, uint1
 
 int pack16_half_fast(void) {
 #ifdef PACK16_X86
+  /* F16C from CPUID leaf 1 (clang's __builtin_cpu_supports knows no "f16c"); AVX through the
+   * builtin, which also asks whether the OS saves the AVX state */
+  unsigned a, b, c, d;
   __builtin_cpu_init();
-  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx");
 #else
   return 0;
 #endif

@@ -213,9 +213,11 @@ struct sim {
   size_t mig_cap[3];
   void (*mig_free[3])(void *ptr, int device); /* the backend's free_sums where pinned, else NULL */
   struct {              /* DRIFT_TEST_HOOK=ACTION:RANK:STEP, for the tests only (docs/debugging.md) */
-    int action;         /* hook_action */
+    int action;         /* hook_action; the main thread resets it once the hook fires */
     int rank;
     uint64_t step;
+    int64_t rows_frame; /* HOOK_ROWS: the frame whose rows fail on this rank, else -1; set before
+                         * the writer starts and never after (the writer reads it, not action) */
   } hook;
 };
 
