@@ -75,8 +75,9 @@ fi
 # 4. The test suite, in six stages (tests/stages.sh): the Release build in ./build (CUDA
 #    architecture 90), its tests, the AddressSanitizer build in ./build-asan and its tests, the
 #    ThreadSanitizer build in ./build-tsan and its tests. A stage that fails does not stop the next
-#    ones (the sanitizers' stages need the Release build to have passed); the one summary of every stage, with the failed tests by name, comes last, and the
-#    exit status is 1 where any stage failed. ctest -j with one job a core: each test's PROCESSORS
+#    ones (the sanitizers' stages need the Release build to have passed); the one summary of every
+#    stage, with the failed tests by name, comes last, and the exit status is 1 where any stage
+#    failed. ctest -j with one job a core: each test's PROCESSORS
 #    (its OpenMP threads times its MPI ranks, tests/CMakeLists.txt) keeps the tests running at
 #    once within the cores. --timeout: the limit of the tests that set none (all short; the long
 #    ones have their own, tests/CMakeLists.txt).
@@ -145,7 +146,8 @@ fi
 #    drift's). Any data race or lock-order inversion fails its test. Only the executables of these
 #    tests are built (about 1.5 minutes), and only the tests of the writer's thread, its fetches,
 #    totals, allocation ahead and team, with signals and failures meeting frames in flight, and
-#    the checkpoints' chunks (about 3 minutes on 2 cores):
+#    the checkpoints' chunks (about 3 minutes on 2 cores); build_targets are the executables that
+#    tsan_tests run:
 tsan_tests='^(test_writer|writer_same|writer_chunks|writer_full|writer_signal|writer_rows|cli_signal_hint'
 tsan_tests+='|test_preview_2|test_ckpt_stream_ranks_2|test_ckpt_chunks|trace_frames)$'
 if stage_passed build; then
