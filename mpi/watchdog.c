@@ -23,6 +23,7 @@
 
 #include "comm.h"
 #include "error.h"
+#include "sanitize.h"
 
 enum { TAG_ROLL = 901 };                  /* the roll call's messages, apart from every other tag */
 static const double ROLL_SECONDS = 2.0; /* how long a roll call listens for answers */
@@ -267,6 +268,10 @@ int comm_wait(MPI_Comm comm, int n, MPI_Request *req, MPI_Status *st, const int 
 
 int comm_allreduce(const void *in, void *out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *phase) {
   MPI_Request req;
+  if (in != MPI_IN_PLACE) dr_tsan_release(in); /* MPI's now, op's on any thread (sanitize.h) */
+  dr_tsan_release(out);
   DR_MPI(MPI_Iallreduce(in, out, count, type, op, comm, &req));
-  return comm_wait(comm, 1, &req, MPI_STATUSES_IGNORE, NULL, phase);
+  const int rc = comm_wait(comm, 1, &req, MPI_STATUSES_IGNORE, NULL, phase);
+  if (rc == DR_OK) dr_tsan_acquire(out); /* what op wrote on another thread (sanitize.h) */
+  return rc;
 }

@@ -19,6 +19,7 @@
 #include "watchdog.h"
 #include "error.h"
 #include "log.h"
+#include "sanitize.h"
 #include "settings.h"
 #include "signals.h"
 
@@ -58,15 +59,18 @@ typedef struct step_vote {
 } step_vote;
 
 /* The vote's reduction: the largest of its first VOTE_SUMS entries, the sum of the others. MPI
- * hands it whole elements (vote_type), len of them. */
+ * hands it whole elements (vote_type), len of them, on whichever thread drives its progress. */
 static void vote_reduce(void *in, void *inout, int *len, MPI_Datatype *type) {
   (void)type;
+  dr_tsan_acquire(in); /* the buffers as comm_allreduce handed them over (sanitize.h) */
+  dr_tsan_acquire(inout);
   const double *a = in;
   double *b = inout;
   for (int e = 0; e < *len; ++e, a += VOTE_N, b += VOTE_N) {
     for (int i = 0; i < VOTE_SUMS; ++i) b[i] = a[i] > b[i] ? a[i] : b[i];
     for (int i = VOTE_SUMS; i < VOTE_N; ++i) b[i] += a[i];
   }
+  dr_tsan_release(inout); /* perhaps on the writer's thread: comm_allreduce's wait acquires it (sanitize.h) */
 }
 
 /* The vote's element type and reduction, made once a run. */
