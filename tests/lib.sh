@@ -48,6 +48,7 @@ fail() {
   failures=$((failures + 1))
 }
 
+sanitizer_report='WARNING: ThreadSanitizer|ERROR: (Address|Leak)Sanitizer|runtime error: '
 run() {
   local label=$1 want=$2
   shift 2
@@ -59,7 +60,12 @@ run() {
   fi
   if [ "$rc" -ne "$want" ]; then
     fail "$label: exit status $rc, expected $want; output:"
-    tail -n 15 "$label.log"
+    # a sanitizer's report whole (its stacks are what says where), else the output's tail
+    if grep -qE "$sanitizer_report" "$label.log"; then
+      awk -v re="$sanitizer_report" '$0 ~ re { p = 1 } p' "$label.log" | head -n 150
+    else
+      tail -n 15 "$label.log"
+    fi
   fi
   return 0
 }
