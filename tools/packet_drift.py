@@ -8,7 +8,7 @@ velocities kept), a frame each step (time.fps = 1 / dt) for STEPS steps into FRA
 --backend cpu; packet_drift.py /tmp/f 108 9`.
 
 How a P2G packet's global atomics grow as its particles move across the lattice after the sort
-that made it (issue 4: the island's end members hold the boxes thrown across the split axis, and
+that made it (an island's end members hold the boxes thrown across the split axis, and
 their P2G does more L2 reductions). Needs frames one step apart (a scene whose fps is 1 / dt, run
 on the CPU backend) and python3-h5py, python3-numpy.
 

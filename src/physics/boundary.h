@@ -33,7 +33,7 @@
  * velocity relative to the collider is projected as for a node. The grid condition alone cannot
  * keep material out everywhere: it only stops motion into the collider, so a particle that got
  * in stays in; and in a concave crease (where two parts of a mesh meet: the crawler's knees in
- * jobs/scenes/crawling_snow.json, issue 9) nodes that slide along one face carry material into
+ * jobs/scenes/crawling_snow.json) nodes that slide along one face carry material into
  * the other part, which ended 1.15 cells deep even with the union's level set right (meshsdf.h).
  * The move is at most half a cell per step and never makes a particle travel a whole cell along
  * an axis in one step (boundary_push_room: the free zone's slack), so a particle deeper than
