@@ -83,7 +83,6 @@ typedef struct frame_slot {
                       * asks for them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc, kept */
   frame_rec rec[2];
   int next;          /* the record the next frame takes: rec[next ^ 1] is the newer in flight */
-  int broken;        /* a frame's completion failed: the frames after it are removed, not published */
   int ready;         /* the gate made and the records linked (slot_init) */
   h5rows_gate gate;  /* the frames' rows allocated in the frames' order (h5rows.h) */
 } frame_slot;

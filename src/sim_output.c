@@ -301,27 +301,21 @@ static void drop_preview(const sim *S, int frame) {
 
 /* Completes record r's frame (collective; frames complete in order, the older first): waits for
  * its job, agrees on every rank's rows (h5frame_end publishes the file or removes it), sums the
- * totals, and lists the frame in frames.xdmf; its totals become the status's. After a frame's
- * failure the frames after it are removed, not published (the run stops on the first). */
+ * totals, and lists the frame in frames.xdmf; its totals become the status's. The run stops on
+ * the first frame whose completion fails: no caller completes a frame after it (sim_complete_frame
+ * and sim_flush return at the first failure), and sim_output_destroy removes the frames still in
+ * flight, so that no frame after a failed one is published. */
 static int slot_done(sim *S, frame_rec *r) {
   if (!r->queued) return DR_OK;
   r->queued = 0;
-  frame_slot *f = &S->frame;
   int rc = writer_wait(S->writer, r->ticket);
-  if (rc) {
-    f->broken = 1;
-    return sim_output_failed(S, rc);
-  }
+  if (rc) return sim_output_failed(S, rc);
   if (r->put_rc) dr_fail(r->put_rc, "%s", r->put_msg);
-  const int broken = f->broken; /* the same on every rank: completions fail on all */
-  const int put = r->put_rc ? r->put_rc : broken ? DR_EIO : DR_OK;
-  if (broken && !r->put_rc) dr_fail(DR_EIO, "frame %d not published: a frame before it failed", r->frame);
   watchdog_enter("the frame's file, completed by all ranks together");
-  rc = h5frame_end(S->comm, &r->file, put);
+  rc = h5frame_end(S->comm, &r->file, r->put_rc);
   watchdog_leave();
   if (rc) {
     drop_preview(S, r->frame);
-    f->broken = 1;
     return sim_output_failed(S, rc);
   }
   DR_TRY(comm_allreduce(r->local, r->totals, TOT_COUNT, MPI_DOUBLE, MPI_SUM, S->comm, "the frame's totals"));
@@ -343,7 +337,6 @@ static int slot_done(sim *S, frame_rec *r) {
     rc = S->rank == 0 ? xdmf_list_write(&S->xdmf, S->out_dir, S->written, S->n_written) : DR_OK;
   }
   rc = comm_agree(S->comm, rc);
-  if (rc) f->broken = 1;
   DR_TRY(sim_output_failed(S, rc));
   if (r->frame >= S->st.totals_frame) {
     S->st.totals_frame = r->frame;
