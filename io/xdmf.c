@@ -12,8 +12,12 @@
  *   - a node attribute for each dataset of the frame but position (xdmf_frame.fields, in
  *     h5frame.h's order), of XDMF 3's AttributeType: velocity Vector (Float 4); id, material and
  *     owner Scalar (Int 8, Int 4, Int 4); logjp and J Scalar (Float 4); F and C Tensor (9 values
- *     a particle, row-major); stress Tensor6 (the 6 values of a symmetric tensor, xx yy zz xy yz
- *     zx, VTK's order for symmetric tensors). The id is declared Int 8 although it is stored as
+ *     a particle, row-major); stress Matrix (the 6 values of a symmetric tensor, xx yy zz xy yz
+ *     zx, VTK's order for symmetric tensors, which ParaView names XX YY ZZ XY YZ XZ). Not Tensor6:
+ *     XDMF's Tensor6 is xx xy xz yy yz zz, which the legacy "XDMF Reader" expands into 9
+ *     components by, while the Xdmf3 readers pass the 6 values on in VTK's order; a Matrix of 6
+ *     columns reaches every reader as the 6 values written (tests/io pvpython_fields, all three
+ *     readers against the file's values). The id is declared Int 8 although it is stored as
  *     uint64: both ParaView readers read "UInt 8" as 32-bit and would cut ids at 2^32, while ids
  *     never reach 2^63. material and owner are declared Int 4 whatever their width in the file
  *     (8 or 16 bits where the run's values fit: h5frame_layout_of), read and widened by HDF5 the
@@ -158,7 +162,7 @@ static void write_entry(FILE *f, const xdmf_frame *fr) {
     if (fields & H5FRAME_BIT(k)) {
       const int cols = h5frame_field_columns[k];
       const int integer = k == H5FRAME_ID || k == H5FRAME_MATERIAL || k == H5FRAME_OWNER;
-      const char *type = k == H5FRAME_STRESS ? "Tensor6" : cols == 9 ? "Tensor" : cols == 3 ? "Vector" : "Scalar";
+      const char *type = k == H5FRAME_STRESS ? "Matrix" : cols == 9 ? "Tensor" : cols == 3 ? "Vector" : "Scalar";
       attribute(f, fr, h5frame_field_names[k], type, cols, integer ? "Int" : "Float", k == H5FRAME_ID ? 8 : 4);
     }
   fprintf(f, "      </Grid>\n");

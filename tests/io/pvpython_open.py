@@ -2,13 +2,14 @@
 
 usage: pvpython pvpython_open.py DIR N_FRAMES N[,N1,...] [--id-min V] [--render PNG] [--array NAME[:K]]...
                                  [--int-mod NAME:K]... [--compare REF_DIR --tol NAME:ABS:REL...]
+                                 [--every-reader]
 
 N is the particle count of every frame, or one count per frame separated by commas. Checks that
 the reader finds N_FRAMES time steps and, after updating the pipeline at each of them, that the
 grid has the expected number of points and as many vertex cells, and point arrays velocity
 (3 components), id (1 component, 64-bit integer), material and owner (1 component each), and each
---array NAME[:K] (K components, default 1: F:9 and C:9 for the Tensor fields, stress:6 for the
-Tensor6), with one value per point; with --id-min, that every id is at least V (a reader that cuts ids to 32 bits
+--array NAME[:K] (K components, default 1: F:9 and C:9 for the Tensor fields, stress:6, a Matrix of
+6 columns whose components ParaView names XX YY ZZ XY YZ XZ), with one value per point; with --id-min, that every id is at least V (a reader that cuts ids to 32 bits
 fails this when V >= 2^32). With --int-mod NAME:K, that the integer array NAME holds i % K at point i
 (the frames of tests/io/make_frames.c: material and owner, stored in 8 bits and declared Int 4,
 read through HDF5's conversion). With --render, also draws the last non-empty step in the default
@@ -18,7 +19,10 @@ as tests/io/xvfb_retry.sh does). With --compare, also opens REF_DIR/frames.xdmf 
 checks, at every step, that the points and each array named by a --tol (position: the points)
 differ from REF_DIR's by at most ABS + REL * |reference value| in every component, and that their
 NaNs match: the values ParaView reads from DIR (output.precision "half") against those of the same
-frames at float. Exit status 0 = all checks passed.
+frames at float. With --every-reader, the same checks through each reader ParaView offers for
+.xdmf (the default, Xdmf3ReaderT and the legacy XDMFReader), and at every step that the points and
+every point array hold the values of the frame's HDF5 file as h5py reads them (float32 at either
+precision): no reader reorders, expands or drops a component. Exit status 0 = all checks passed.
 """
 import os
 import sys
@@ -34,7 +38,8 @@ def fail(msg):
 
 
 def parse_args(argv):
-    args = {"id_min": None, "render": None, "arrays": [], "compare": None, "tol": {}, "int_mod": []}
+    args = {"id_min": None, "render": None, "arrays": [], "compare": None, "tol": {}, "int_mod": [],
+            "every_reader": False}
     pos = []
     i = 1
     while i < len(argv):
@@ -56,6 +61,9 @@ def parse_args(argv):
             name, a, r = argv[i + 1].split(":")
             args["tol"][name] = (float(a), float(r))
             i += 2
+        elif argv[i] == "--every-reader":
+            args["every_reader"] = True
+            i += 1
         elif argv[i] == "--render" and i + 1 < len(argv):
             args["render"] = argv[i + 1]
             i += 2
@@ -107,6 +115,10 @@ def check_step(k, t, data, n, id_min, extra=(), int_mod=()):
                                                         a.GetNumberOfComponents(), comps))
         if a.GetNumberOfTuples() != n:
             fail("%s: %s has %d values, want %d" % (name, array_name, a.GetNumberOfTuples(), n))
+        if comps == 6:  # a symmetric tensor in the file's order, xx yy zz xy yz zx
+            names = [a.GetComponentName(c) for c in range(6)]
+            if any(names) and names != ["XX", "YY", "ZZ", "XY", "YZ", "XZ"]:
+                fail("%s: %s's components are named %s, want XX YY ZZ XY YZ XZ" % (name, array_name, names))
     ids = pd.GetArray("id")
     # VTK_LONG, VTK_UNSIGNED_LONG, VTK_ID_TYPE, VTK_LONG_LONG, VTK_UNSIGNED_LONG_LONG
     if ids.GetDataType() not in (8, 9, 12, 16, 17) or ids.GetDataTypeSize() != 8:
@@ -162,6 +174,43 @@ def compare_step(name, data, ref, tol):
     return ", ".join("%s %.3g" % (k, v) for k, v in sorted(worst.items()))
 
 
+def frame_files(path):
+    """The frame file of each step of frames.xdmf, in its order."""
+    import re
+    with open(path) as f:
+        return re.findall(r"(frame_[0-9]+\.h5):/particles/position", f.read())
+
+
+def check_values(name, data, h5path):
+    """The points and every point array equal the frame file's datasets, component by component."""
+    import h5py
+    import numpy as np
+    from vtkmodules.util.numpy_support import vtk_to_numpy
+    with h5py.File(h5path, "r") as f:
+        got = {"position": vtk_to_numpy(data.GetPoints().GetData()) if data.GetNumberOfPoints() else None}
+        pd = data.GetPointData()
+        for i in range(pd.GetNumberOfArrays()):
+            got[pd.GetArrayName(i)] = vtk_to_numpy(pd.GetArray(i))
+        for key in f["particles"]:
+            want = f["particles"][key][()]
+            if want.shape[0] == 0:
+                continue
+            if key not in got or got[key] is None:
+                fail("%s: %s of %s is not read" % (name, key, h5path))
+            a = got[key].reshape(want.shape[0], -1)
+            w = want.reshape(want.shape[0], -1)
+            if a.shape != w.shape:
+                fail("%s: %s read as %s, the file holds %s" % (name, key, a.shape, w.shape))
+            if w.dtype.kind == "f":
+                w = w.astype(np.float32)  # what the readers ask HDF5 for (Float 4)
+            same = np.array_equal(a.astype(np.float64), w.astype(np.float64), equal_nan=w.dtype.kind == "f")
+            if not same:
+                bad = np.argwhere(a.astype(np.float64) != w.astype(np.float64))[0]
+                fail("%s: %s[%d][%d] read as %r, the file holds %r" % (name, key, bad[0], bad[1], a[tuple(bad)],
+                                                                       w[tuple(bad)]))
+    return len(got)
+
+
 def covered_pixels(png_a, png_b):
     from vtkmodules.vtkIOImage import vtkPNGReader
     imgs = []
@@ -195,6 +244,30 @@ def render(reader, t, png):
           (t, str(display.GetPropertyValue("Representation")).strip("'"), covered, png))
     if covered == 0:
         fail("the particles cover no pixel in the default representation")
+
+
+def every_reader(path, steps, counts, args):
+    """Each reader ParaView offers for .xdmf: the checks of check_step, and the values of the files."""
+    from paraview.simple import XDMFReader, Xdmf3ReaderS, Xdmf3ReaderT
+    files = frame_files(path)
+    if len(files) != len(steps):
+        fail("%s lists %d frame files for %d steps" % (path, len(files), len(steps)))
+    for label, make in (("Xdmf3ReaderS", lambda: Xdmf3ReaderS(FileName=[path])),
+                        ("Xdmf3ReaderT", lambda: Xdmf3ReaderT(FileName=[path])),
+                        ("XDMFReader", lambda: XDMFReader(FileNames=[path]))):
+        r = make()
+        r.UpdatePipelineInformation()
+        for k, t in enumerate(steps):
+            if counts[k] == 0 and label == "XDMFReader":
+                continue  # the legacy reader reports an error for an empty grid (io/xdmf.c)
+            r.UpdatePipeline(t)
+            data = servermanager.Fetch(r)
+            if data.IsA("vtkMultiBlockDataSet"):  # the legacy reader's temporal collection
+                data = data.GetBlock(0)
+            check_step(k, t, data, counts[k], args["id_min"], args["arrays"], args["int_mod"])
+            n = check_values("%s step %d" % (label, k), data, os.path.join(os.path.dirname(path), files[k])) \
+                if counts[k] > 0 else 0
+        print("pvpython_open: %s: every step's arrays and values as in the files (%d arrays)" % (label, n))
 
 
 def main():
@@ -231,6 +304,8 @@ def main():
             ref = servermanager.Fetch(ref_reader)
             print("pvpython_open: step %d against %s: largest errors %s" % (
                 k, args["compare"], compare_step("step %d" % k, data, ref, args["tol"])))
+    if args["every_reader"]:
+        every_reader(path, steps, counts, args)
     if args["render"]:
         nonempty = [t for t, n in zip(steps, counts) if n > 0]
         if nonempty:

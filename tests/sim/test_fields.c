@@ -5,7 +5,7 @@
  * computed here in double from the F dataset (jelly: sigma = (2 mu (F - R) F^T + lambda (J - 1) J I)
  * / J with R the polar rotation of F; water: sigma = -K (J^-gamma - 1) I, J clamped to [0.1, 1]),
  * zero in the initial state and not zero once the jelly has hit the floor; logjp is 0 (no snow);
- * frames.xdmf marks F and C as Tensor, stress as Tensor6 and J as Scalar. A second run with only
+ * frames.xdmf marks F and C as Tensor, stress as Matrix (6 columns) and J as Scalar. A second run with only
  * position and J writes those two datasets and nothing else. */
 #include <hdf5.h>
 
@@ -201,7 +201,7 @@ int main(int argc, char **argv) {
   check_xdmf_attr(xml, "logjp", "Scalar", NULL);
   check_xdmf_attr(xml, "J", "Scalar", NULL);
   check_xdmf_attr(xml, "F", "Tensor", "9");
-  check_xdmf_attr(xml, "stress", "Tensor6", "6");
+  check_xdmf_attr(xml, "stress", "Matrix", "6");
   check_xdmf_attr(xml, "C", "Tensor", "9");
   scene_destroy(&s);
 
