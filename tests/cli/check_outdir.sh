@@ -9,6 +9,8 @@
 # 2. A stale lock (the lock file of a process that is gone) is taken over with one line.
 # 3. A run into a folder that holds another scene's output is refused (exit 2, nothing changed);
 #    --force removes drift's files there (and only those) and runs; --resume still continues.
+# 4. One file of drift's (a frame) is enough to refuse; a temporary file of an interrupted write
+#    alone is not.
 set -u
 . "$(dirname "$0")/../lib.sh"
 
@@ -98,5 +100,17 @@ grep -q "^--force: removed [0-9]* file(s) of an earlier run from S/$" force.log 
 timeout 60 "$drift" run b.json --out S --resume --frames 3 >resume.log 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && [ -f S/frame_00003.h5 ] || fail "--resume into the folder: exit status $rc: $(tail -n 3 resume.log)"
+
+# 4. One file of drift's is another run's output too; what an interrupted write leaves is not.
+mkdir -p O T
+cp S/frame_00000.h5 O/
+timeout 60 "$drift" run b.json --out O >one.log 2>&1
+rc=$?
+refused "one frame" one.log 2 "output folder O holds another run's output (frame_00000.h5): --resume continues it" $rc
+[ "$(ls -A O)" = frame_00000.h5 ] || fail "one frame: the refused run changed O: $(ls -A O)"
+echo partial >T/.frame_00000.tmp
+timeout 60 "$drift" run b.json --out T >tmp.log 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && [ -f T/frame_00002.h5 ] || fail "a temporary file alone: exit status $rc: $(tail -n 3 tmp.log)"
 
 lib_finish check_outdir.sh

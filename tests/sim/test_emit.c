@@ -1,15 +1,16 @@
 /* test_emit - particle sources (body.emit, src/emit.h), checked against rules recomputed here.
  *
  * One rank (argv[1] cpu or cuda):
- *   - rate: 1000 particles/s from 0.1 s to 0.3 s at 20 fps; after frame f (its start t0 =
- *     (f - 1) / 20) the count is floor(1000 (min(t0, 0.3) - 0.1)) for t0 > 0.1, else 0: none
- *     before start, 200 = rate x duration in all, none after end. Ids are exactly
+ *   - rate: 1030 particles/s from 0.1 s to 0.3 s at 20 fps; after frame f (its start t0 =
+ *     (f - 1) / 20) the count is floor(1030 (min(t0, 0.3) - 0.1)) for t0 > 0.1, else 0 (51.5
+ *     after 0.05 s is 51: a fraction of a particle is not yet born): none before start, 206 =
+ *     rate x duration in all, none after end. Ids are exactly
  *     (0 << 48) | k for k < count (unique, no gaps). Every particle has mass dx^3 / ppc x
  *     density, so the total mass is count x that. Zero gravity, particles far from the walls:
  *     the total momentum is the count x mass x the source velocity (momentum is conserved by
  *     the transfers, so it is what the particles were born with).
- *   - the same with max_particles 120: the count stops at 120; with volume_rate = 1000 dx^3 /
- *     ppc m^3/s: the same counts as rate 1000.
+ *   - the same with max_particles 120: the count stops at 120; with volume_rate = 1030 dx^3 /
+ *     ppc m^3/s: the same counts as rate 1030.
  *   - resample: a box of 5^3 cells at 8 per cell, water flowing out of it downward under
  *     gravity: the count after frame f is the count after frame f - 1 plus, over the box's
  *     cells, max(0, 8 - particles in the cell) counted here from frame f - 1's positions (the
@@ -41,7 +42,7 @@ static const char *RESAMPLE_SCENE =
 
 static uint64_t expected_rate_count(int f, double cap) {
   const double t0 = (f - 1) / 20.0;
-  double n = t0 > 0.1 ? floor(1000.0 * (fmin(t0, 0.3) - 0.1) + 1e-6) : 0.0;
+  double n = t0 > 0.1 ? floor(1030.0 * (fmin(t0, 0.3) - 0.1) + 1e-6) : 0.0;
   return (uint64_t)fmin(n, cap);
 }
 
@@ -179,15 +180,15 @@ int main(int argc, char **argv) {
   int nranks;
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   char vrate[64];
-  snprintf(vrate, sizeof vrate, "\"volume_rate\": %.17g", 1000.0 * 0.02 * 0.02 * 0.02 / 8);
+  snprintf(vrate, sizeof vrate, "\"volume_rate\": %.17g", 1030.0 * 0.02 * 0.02 * 0.02 / 8);
   char json[4096];
   if (nranks > 1) {
-    ranks_run("rate", RATE_SCENE("", "\"rate\": 1000"));
+    ranks_run("rate", RATE_SCENE("", "\"rate\": 1030"));
     ranks_run("resample", RESAMPLE_SCENE);
     return finish("test_emit (ranks)");
   }
-  rate_run("rate", RATE_SCENE("", "\"rate\": 1000"), 1e300);
-  rate_run("max_particles", RATE_SCENE(", \"max_particles\": 120", "\"rate\": 1000"), 120);
+  rate_run("rate", RATE_SCENE("", "\"rate\": 1030"), 1e300);
+  rate_run("max_particles", RATE_SCENE(", \"max_particles\": 120", "\"rate\": 1030"), 120);
   snprintf(json, sizeof json, RATE_SCENE("", "%s"), vrate);
   rate_run("volume_rate", json, 1e300);
   resample_run();
