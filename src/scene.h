@@ -191,6 +191,11 @@ double scene_wave_speed(const scene *s);
  * viscous (no bound). The adaptive step takes at most cfl times this. */
 double scene_viscous_dt(const scene *s);
 
+/* The largest initial speed (|velocity|, m/s) of the bodies sampled at the start, and with
+ * `sources` of the particle sources too. A run's first adaptive step takes the first as its
+ * max |v| (a source's speed counts from its first emission on: sim_sources.c). */
+double scene_bodies_speed(const scene *s, int sources);
+
 /* The step size the time loop starts with: the fixed dt (after rounding to land on frames), or
  * the CFL step for bodies at their initial velocities, at most cfl scene_viscous_dt. */
 double scene_initial_dt(const scene *s);

@@ -277,6 +277,17 @@ double scene_viscous_dt(const scene *s) {
   return dt;
 }
 
+double scene_bodies_speed(const scene *s, int sources) {
+  double vmax = 0;
+  for (int i = 0; i < s->n_bodies; ++i) {
+    if (!sources && s->bodies[i].emit.mode != EMIT_NONE) continue;
+    const double *v = s->bodies[i].velocity;
+    const double speed = sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+    if (speed > vmax) vmax = speed;
+  }
+  return vmax;
+}
+
 double scene_initial_dt(const scene *s) {
   double frame = 1.0 / s->fps;
   if (s->dt > 0) {
@@ -284,13 +295,7 @@ double scene_initial_dt(const scene *s) {
     if (n < 1) n = 1;
     return frame / n;
   }
-  double vmax = 0;
-  for (int i = 0; i < s->n_bodies; ++i) {
-    const double *v = s->bodies[i].velocity;
-    double speed = sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
-    if (speed > vmax) vmax = speed;
-  }
-  double c = scene_wave_speed(s) + vmax;
+  double c = scene_wave_speed(s) + scene_bodies_speed(s, 1);
   if (!(c > 0)) return frame;
   double dt = s->cfl * s->dx / c;
   const double visc = s->cfl * scene_viscous_dt(s);

@@ -329,6 +329,10 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
     }
     rc = backend_create_from(opt->backend >= 0 ? opt->backend : s->backend, &S->prm, &src, &S->be);
     sample_stream_close(&ss);
+    /* adaptive steps: the first dt sees the bodies' initial speed (the backend's speed is its last
+     * G2P's, and none has run), as scene_initial_dt and drift check do */
+    const double v0 = scene_bodies_speed(s, 0);
+    if (S->substeps_fixed == 0 && v0 > 0) S->vmax_next = (float)v0, S->vmax_pending = 1;
   }
   if (S->nranks > 1) {
     rc = comm_agree(comm, rc);
