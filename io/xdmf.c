@@ -14,8 +14,8 @@
  *     owner Scalar (Int 8, Int 4, Int 4); logjp and J Scalar (Float 4); F and C Tensor (9 values
  *     a particle, row-major); stress Matrix (the 6 values of a symmetric tensor, xx yy zz xy yz
  *     zx, VTK's order for symmetric tensors, which ParaView names XX YY ZZ XY YZ XZ). Not Tensor6:
- *     XDMF's Tensor6 is xx xy xz yy yz zz, which the legacy "XDMF Reader" expands into 9
- *     components by, while the Xdmf3 readers pass the 6 values on in VTK's order; a Matrix of 6
+ *     XDMF's Tensor6 is xx xy xz yy yz zz, the order in which the legacy "XDMF Reader" expands
+ *     it into 9 components, while the Xdmf3 readers pass the 6 values on as VTK's; a Matrix of 6
  *     columns reaches every reader as the 6 values written (tests/io pvpython_fields, all three
  *     readers against the file's values). The id is declared Int 8 although it is stored as
  *     uint64: both ParaView readers read "UInt 8" as 32-bit and would cut ids at 2^32, while ids
