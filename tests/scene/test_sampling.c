@@ -7,7 +7,9 @@
  *   - every particle lies in the shape (checked here with independent formulas), and the
  *     particles' centroid and second moments match the solid's (so a rotation turns the right
  *     way and a cylinder points along its axis);
- *   - ids are unique. */
+ *   - ids are unique;
+ *   - each cell's ppc points are stratified: inside the cell, one to a sub-cell of side dx / k,
+ *     k the smallest with k^3 >= ppc (every sub-cell taken where ppc = k^3). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -64,6 +66,31 @@ static int inside(const shape *sh, const double l[3]) {
   return l[0] * l[0] + l[1] * l[1] <= sh->h[0] * sh->h[0] + eps && fabs(l[2]) <= sh->h[2] + eps;
 }
 
+/* sample_cell's points for 40 cells of s's first body: in their cell, one to a stratum. */
+static void strata(const char *name, const scene *s, int ppc) {
+  int k = 1;
+  while (k * k * k < ppc) ++k;
+  int outside = 0, shared = 0;
+  for (int t = 0; t < 40; ++t) {
+    const int64_t c[3] = {3 + t % 17, 5 + (3 * t) % 19, 2 + (7 * t) % 23};
+    double pts[3 * MAX_CELL_SAMPLES];
+    unsigned char taken[MAX_CELL_SAMPLES] = {0};
+    sample_cell(s, &s->bodies[0], c, 1234567u + (uint64_t)t, (uint64_t)(t * t), pts);
+    for (int q = 0; q < ppc; ++q) {
+      int st = 0;
+      for (int a = 2; a >= 0; --a) {
+        const double u = (pts[3 * q + a] - s->domain_min[a]) / s->dx - (double)c[a]; /* in [0, 1) within the cell */
+        outside += !(u >= 0 && u < 1);
+        const int j = u < 0 ? 0 : u >= 1 ? k - 1 : (int)(u * k);
+        st = st * k + j;
+      }
+      shared += taken[st]++ > 0;
+    }
+  }
+  CHECK(outside == 0, "%s, ppc %d: %d sample coordinates outside their cell", name, ppc, outside);
+  CHECK(shared == 0, "%s, ppc %d: %d points share a stratum of side dx / %d with another of their cell", name, ppc, shared, k);
+}
+
 static void run(const char *name, const shape *sh, int ppc) {
   char json[2048], path[] = "/tmp/drift-sampling-XXXXXX.json";
   snprintf(json, sizeof json,
@@ -91,6 +118,7 @@ static void run(const char *name, const shape *sh, int ppc) {
     return;
   }
   const double dx = s.dx;
+  strata(name, &s, ppc);
   double vol, area;
   if (sh->kind == 0) {
     vol = 8 * sh->h[0] * sh->h[1] * sh->h[2];

@@ -251,6 +251,10 @@ emit)
   [ -n "$(counts A/frames.xdmf)" ] && [ "$(counts B/frames.xdmf)" = "$(counts A/frames.xdmf)" ] ||
     fail "B/frames.xdmf counts '$(counts B/frames.xdmf)', the straight run's '$(counts A/frames.xdmf)'"
   [ "$(counts A/frames.xdmf | tr ' ' '\n' | sort -u | grep -c .)" -gt 3 ] || fail "the sources did not change the count: $(counts A/frames.xdmf)"
+  # and each at the straight run's time (the frames before the resume listed again from their files)
+  times() { grep -o '<Time Value="[^"]*"' "$1" | tr '\n' ' '; }
+  [ -n "$(times A/frames.xdmf)" ] && [ "$(times B/frames.xdmf)" = "$(times A/frames.xdmf)" ] ||
+    fail "B/frames.xdmf times '$(times B/frames.xdmf)', the straight run's '$(times A/frames.xdmf)'"
   # 2. SIGTERM before step 141, part-way into frame 4 (its emission done), and before step 121,
   # the first of frame 4 (emitted already at its start: the checkpoint must not emit it again).
   for step in 141 121; do
