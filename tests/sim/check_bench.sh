@@ -60,23 +60,27 @@ else
   head -n 1 "$csv" | grep -q '^case,scene,backend,device,particles,frames,steps,seconds,ms_per_frame,particle_steps_per_s,steps_per_s,rebuilds_per_frame,efficiency,rebuild_pct,p2g_pct,grid_pct,g2p_pct,mode,deterministic_cost,fps,steps_per_rebuild,paper_fps,island_barrier,island_reduce,profile_from,rebuild_us,p2g_us,grid_us,g2p_us,rank_kb_per_step,mpi_wait_pct,vote_wait_pct,migrated,rebalances$' ||
     fail "bench: CSV header is $(head -n 1 "$csv")"
   [ "$(wc -l <"$csv")" -eq 3 ] || fail "bench: CSV has $(wc -l <"$csv") lines, expected a header and 2 rows"
-  # Row: case, scene, backend, device, particles, frames, steps (36 a frame), then numbers; the
-  # last three: fps = 1000 / ms_per_frame (rounding), steps per rebuild-mapping = steps /
-  # (rebuilds_per_frame x frames; empty without a rebuild), and the paper's fps, empty for these cases;
-  # then the profiled run: its start (0 frames before it) and each phase's us per step, whose
-  # shares are the *_pct columns (to their rounding); then the ranks' exchange, empty on one rank.
+  # Row: case, scene, backend, device, particles, frames, steps (36 a frame), seconds, then numbers
+  # from them: ms a frame = 1000 seconds / frames, particle-steps/s = particles x steps / seconds,
+  # steps/s = steps / seconds (within 0.1%: seconds has 6 decimals; the particle counts are
+  # constant); the last three: fps = 1000 / ms_per_frame (rounding), steps per rebuild-mapping =
+  # steps / (rebuilds_per_frame x frames; empty without a rebuild), and the paper's fps, empty for
+  # these cases; then the profiled run: its start (0 frames before it) and each phase's us per step,
+  # whose shares are the *_pct columns (to their rounding); then the ranks' exchange, empty on one
+  # rank.
   awk -F, -v a="$name_a" -v na="$count_a" -v b="$name_b" -v nb="$count_b" '
     function tail_ok() {
+      rates = $8 > 0 && ($9 * $6 / (1000 * $8) - 1)^2 < 1e-6 && ($10 * $8 / ($5 * $7) - 1)^2 < 1e-6 && ($11 * $8 / $7 - 1)^2 < 1e-6
       spr = $12 > 0 ? ($21 * $12 * $6 / $7 - 1)^2 < 1e-6 : $21 == ""
       us = $26 + $27 + $28 + $29
       shares = us > 0 && ($27 / us * 100 - $15)^2 < 0.02 && ($29 / us * 100 - $17)^2 < 0.02
       ranks = $30 == "" && $31 == "" && $32 == "" && $33 == "" && $34 == ""
-      return NF == 34 && ranks && $20 > 0 && ($20 * $9 / 1000 - 1)^2 < 1e-6 && spr && $22 == "" && $23 == "" && $24 == "" &&
+      return NF == 34 && ranks && rates && $20 > 0 && ($20 * $9 / 1000 - 1)^2 < 1e-6 && spr && $22 == "" && $23 == "" && $24 == "" &&
              $25 == "0" && $27 > 0 && $29 > 0 && shares
     }
     NR == 2 { ok_a = $1 == a && $3 == "cpu" && $5 == na && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && $18 == "float" && $19 == "" && tail_ok() }
     NR == 3 { ok_b = $1 == b && $3 == "cpu" && $5 == nb && $6 == 2 && $7 == 72 && $9 > 0 && $10 > 0 && $18 == "float" && $19 == "" && tail_ok() }
-    END { exit !(ok_a && ok_b) }' "$csv" || fail "bench: CSV rows do not hold $name_a ($count_a particles) and $name_b ($count_b particles), cpu, 2 frames, 72 steps, fps = 1000 / ms_per_frame, steps_per_rebuild = steps / rebuilds, no paper_fps"
+    END { exit !(ok_a && ok_b) }' "$csv" || fail "bench: CSV rows do not hold $name_a ($count_a particles) and $name_b ($count_b particles), cpu, 2 frames, 72 steps, ms_per_frame, particle_steps_per_s and steps_per_s from particles, steps and seconds, fps = 1000 / ms_per_frame, steps_per_rebuild = steps / rebuilds, no paper_fps"
 fi
 
 # --deterministic: the scene in float mode, then in deterministic mode with its cost (the ratio of
