@@ -322,21 +322,22 @@ DR_HD int compact_polar_q_(const float F[9], double q[4]) {
 }
 
 /* A quaternion (w, x, y, z) of rotation matrix Rf, not normalized (Shepperd: from the largest of
- * w, x, y, z). */
+ * w, x, y, z, say x): 4 x times the unit quaternion, which needs no square root and no division
+ * (its one consumer, compact_f_code_of_q_, normalizes; the code is the unit quaternion's but for a
+ * rounding of the last double bit, which changes a code only at an exact tie). */
 DR_HD void compact_q_of_matrix_(const float Rf[9], double q[4]) {
   const double t = (double)Rf[0] + Rf[4] + Rf[8];
   if (t >= Rf[0] && t >= Rf[4] && t >= Rf[8]) {
-    const double r = sqrt(fmax(1.0 + t, 0.0)) * 2.0;
-    q[0] = 0.25 * r, q[1] = ((double)Rf[7] - Rf[5]) / r, q[2] = ((double)Rf[2] - Rf[6]) / r, q[3] = ((double)Rf[3] - Rf[1]) / r;
+    q[0] = fmax(1.0 + t, 0.0), q[1] = (double)Rf[7] - Rf[5], q[2] = (double)Rf[2] - Rf[6], q[3] = (double)Rf[3] - Rf[1];
   } else if (Rf[0] >= Rf[4] && Rf[0] >= Rf[8]) {
-    const double r = sqrt(fmax(1.0 + Rf[0] - Rf[4] - Rf[8], 0.0)) * 2.0;
-    q[0] = ((double)Rf[7] - Rf[5]) / r, q[1] = 0.25 * r, q[2] = ((double)Rf[1] + Rf[3]) / r, q[3] = ((double)Rf[2] + Rf[6]) / r;
+    q[0] = (double)Rf[7] - Rf[5], q[1] = fmax(1.0 + Rf[0] - Rf[4] - Rf[8], 0.0), q[2] = (double)Rf[1] + Rf[3],
+    q[3] = (double)Rf[2] + Rf[6];
   } else if (Rf[4] >= Rf[8]) {
-    const double r = sqrt(fmax(1.0 + Rf[4] - Rf[0] - Rf[8], 0.0)) * 2.0;
-    q[0] = ((double)Rf[2] - Rf[6]) / r, q[1] = ((double)Rf[1] + Rf[3]) / r, q[2] = 0.25 * r, q[3] = ((double)Rf[5] + Rf[7]) / r;
+    q[0] = (double)Rf[2] - Rf[6], q[1] = (double)Rf[1] + Rf[3], q[2] = fmax(1.0 + Rf[4] - Rf[0] - Rf[8], 0.0),
+    q[3] = (double)Rf[5] + Rf[7];
   } else {
-    const double r = sqrt(fmax(1.0 + Rf[8] - Rf[0] - Rf[4], 0.0)) * 2.0;
-    q[0] = ((double)Rf[3] - Rf[1]) / r, q[1] = ((double)Rf[2] + Rf[6]) / r, q[2] = ((double)Rf[5] + Rf[7]) / r, q[3] = 0.25 * r;
+    q[0] = (double)Rf[3] - Rf[1], q[1] = (double)Rf[2] + Rf[6], q[2] = (double)Rf[5] + Rf[7],
+    q[3] = fmax(1.0 + Rf[8] - Rf[0] - Rf[4], 0.0);
   }
 }
 
