@@ -159,8 +159,9 @@ DR_HD int compact_se_encode_(const float *v, int n, int mag, int emin, int32_t *
     e = ex - 1 < emin ? emin : ex - 1 > emax ? emax : ex - 1;
     while (e < emax && !(rintf(ldexpf(amax, mag - e)) <= lim)) ++e;
   }
+  const float scale = ldexpf(1.0f, mag - e); /* a normal float: |mag - e| < 64 */
   for (int i = 0; i < n; ++i) {
-    float r = rintf(ldexpf(fabsf(v[i]), mag - e));
+    float r = rintf(fabsf(v[i]) * scale); /* ldexpf's value: a product by a power of two rounds once */
     if (!(r <= lim)) r = (r > lim) ? lim : 0.0f; /* saturate; NaN -> 0 */
     m[i] = (int32_t)r * (v[i] < 0.0f ? -1 : 1);
   }
@@ -168,7 +169,8 @@ DR_HD int compact_se_encode_(const float *v, int n, int mag, int emin, int32_t *
 }
 
 DR_HD void compact_se_decode_(const int32_t *m, int n, int mag, int emin, int k, float *v) {
-  for (int i = 0; i < n; ++i) v[i] = ldexpf((float)m[i], emin + k - mag);
+  const float scale = ldexpf(1.0f, emin + k - mag); /* a normal float, and so is each nonzero value: exact */
+  for (int i = 0; i < n; ++i) v[i] = (float)m[i] * scale;
 }
 
 /* ---- IEEE half ---------------------------------------------------------------------------- */
