@@ -476,7 +476,7 @@ int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void
   return h5rows_finish(&f->rows, fd, st);
 }
 
-void h5frame_ahead_start(h5frame_file *f, h5rows_ahead *a, h5rows_gate *gate) {
+void h5frame_ahead_start(h5frame_file *f, h5rows_ahead *a) {
   int order[H5FRAME_FIELDS], count = 0;
   size_t row_bytes[H5FRAME_FIELDS];
   const char *names[H5FRAME_FIELDS];
@@ -489,7 +489,7 @@ void h5frame_ahead_start(h5frame_file *f, h5rows_ahead *a, h5rows_gate *gate) {
       row_bytes[count] = h5frame_row_bytes(&f->lay, q);
       names[count++] = h5frame_field_names[q];
     }
-  h5rows_ahead_start(&f->rows, a, order, row_bytes, names, count, gate);
+  h5rows_ahead_start(&f->rows, a, order, row_bytes, names, count);
 }
 
 void h5frame_ahead_join(h5frame_file *f) { h5rows_ahead_join(&f->rows); }

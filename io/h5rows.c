@@ -204,44 +204,16 @@ static void ahead_mark(h5rows_ahead *a, int from, int to, int state) {
   pthread_mutex_unlock(&a->lock);
 }
 
-int h5rows_gate_init(h5rows_gate *g) {
-  memset(g, 0, sizeof *g);
-  if (pthread_mutex_init(&g->lock, NULL) != 0) return -1;
-  if (pthread_cond_init(&g->cv, NULL) != 0) {
-    pthread_mutex_destroy(&g->lock);
-    return -1;
-  }
-  return 0;
-}
-
-void h5rows_gate_destroy(h5rows_gate *g) {
-  pthread_cond_destroy(&g->cv);
-  pthread_mutex_destroy(&g->lock);
-}
-
-/* Waits for turn t of gate g (the turns before it ended). */
-static void gate_wait(h5rows_gate *g, uint64_t t) {
-  pthread_mutex_lock(&g->lock);
-  while (g->done != t) pthread_cond_wait(&g->cv, &g->lock);
-  pthread_mutex_unlock(&g->lock);
-}
-
-/* Ends turn t of gate g (its turn: gate_wait returned). */
-static void gate_end(h5rows_gate *g, uint64_t t) {
-  pthread_mutex_lock(&g->lock);
-  g->done = t + 1;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->lock);
-}
-
-/* Each dataset's rows of this rank allocated in turn (ahead_run). */
-static void allocate_all(h5rows_ahead *a) {
+/* The thread: each dataset's rows of this rank allocated in turn; no MPI, no HDF5, no error.h
+ * (its message is the put's to raise, on the putting thread). */
+static void *ahead_run(void *arg) {
+  h5rows_ahead *a = arg;
   const h5rows_file *f = a->f;
   const int fd = open(f->tmp, O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     snprintf(a->msg, sizeof a->msg, "writing %s: %s", f->final, strerror(errno));
     ahead_mark(a, 0, a->count, H5ROWS_AHEAD_FAILED);
-    return;
+    return NULL;
   }
   for (int i = 0; i < a->count; ++i) {
     const size_t len = f->n * a->row_bytes[i];
@@ -259,21 +231,11 @@ static void allocate_all(h5rows_ahead *a) {
     ahead_mark(a, i, i + 1, H5ROWS_AHEAD_DONE);
   }
   close(fd);
-}
-
-/* The thread: each dataset's rows of this rank allocated in turn, after the gate's turns before
- * its own; no MPI, no HDF5, no error.h (its message is the put's to raise, on the putting
- * thread). */
-static void *ahead_run(void *arg) {
-  h5rows_ahead *a = arg;
-  if (a->gate) gate_wait(a->gate, a->turn);
-  allocate_all(a);
-  if (a->gate) gate_end(a->gate, a->turn);
   return NULL;
 }
 
 void h5rows_ahead_start(h5rows_file *f, h5rows_ahead *a, const int *order, const size_t *row_bytes,
-                        const char *const *names, int count, h5rows_gate *gate) {
+                        const char *const *names, int count) {
   memset(a, 0, sizeof *a);
   f->ahead = NULL;
   if (!f->begun || f->n == 0 || count <= 0 || count > H5ROWS_MAX) return;
@@ -290,17 +252,7 @@ void h5rows_ahead_start(h5rows_file *f, h5rows_ahead *a, const int *order, const
     pthread_mutex_destroy(&a->lock);
     return;
   }
-  if (gate) { /* its turn, the next one */
-    pthread_mutex_lock(&gate->lock);
-    a->turn = gate->issued++;
-    pthread_mutex_unlock(&gate->lock);
-    a->gate = gate;
-  }
   if (pthread_create(&a->thread, NULL, ahead_run, a) != 0) {
-    if (a->gate) { /* the turn ends unused, in its order (the turns after it wait for it) */
-      gate_wait(a->gate, a->turn);
-      gate_end(a->gate, a->turn);
-    }
     pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->lock);
     return;

@@ -51,17 +51,6 @@ typedef struct h5rows_file {
   struct h5rows_ahead *ahead; /* between h5rows_ahead_start and h5rows_ahead_join: the allocation ahead */
 } h5rows_file;
 
-/* Allocations ahead in turn: each one started through a gate waits until the one started before
- * it through the same gate has ended, so that files written one after the other take their space
- * in that order (where the disk fills, the later file meets it). Zeroed, then h5rows_gate_init. */
-typedef struct h5rows_gate {
-  pthread_mutex_t lock;
-  pthread_cond_t cv;
-  uint64_t issued, done; /* turns given out; turns ended */
-} h5rows_gate;
-int h5rows_gate_init(h5rows_gate *g); /* 0, or -1 (pthread_mutex_init or pthread_cond_init failed) */
-void h5rows_gate_destroy(h5rows_gate *g);
-
 /* Allocation ahead: a thread of its own allocates this rank's rows of the datasets in `order`, one
  * after the other, while the caller fetches and copies rows; a put of one of them waits until
  * its rows are allocated instead of allocating them itself (or returns the allocation's failure).
@@ -71,8 +60,6 @@ void h5rows_gate_destroy(h5rows_gate *g);
  * frame into /dev/shm 35.1 against 43.2 ms (docs/performance.md, Decisions, Output). */
 typedef struct h5rows_ahead {
   pthread_t thread;
-  h5rows_gate *gate; /* NULL: none */
-  uint64_t turn;
   pthread_mutex_t lock;
   pthread_cond_t cv;
   const h5rows_file *f;
@@ -84,12 +71,11 @@ typedef struct h5rows_ahead {
 } h5rows_ahead;
 enum { H5ROWS_AHEAD_NONE = 0, H5ROWS_AHEAD_PENDING, H5ROWS_AHEAD_DONE, H5ROWS_AHEAD_CANNOT, H5ROWS_AHEAD_FAILED };
 
-/* Local, before the puts (by their thread, or by one that they follow). Starts a's thread over
- * f's datasets order[0 .. count - 1] (row_bytes and names by position in order), after the
- * allocation started before it through gate where gate is not NULL; f->ahead = a. Where no thread
- * can be started, the puts allocate as they do without (f->ahead stays NULL). */
+/* Local, by the putting thread, before its puts. Starts a's thread over f's datasets order[0 ..
+ * count - 1] (row_bytes and names by position in order); f->ahead = a. Where no thread can be
+ * started, the puts allocate as they do without (f->ahead stays NULL). */
 void h5rows_ahead_start(h5rows_file *f, h5rows_ahead *a, const int *order, const size_t *row_bytes,
-                        const char *const *names, int count, h5rows_gate *gate);
+                        const char *const *names, int count);
 /* Local. Waits for f's allocation ahead to end (the puts' thread, after its last put); f->ahead = NULL. */
 void h5rows_ahead_join(h5rows_file *f);
 

@@ -53,9 +53,6 @@ typedef struct frame_rec {
   int released;      /* its job has fetched the whole snapshot (writer_signal: under the writer's lock) */
   uint64_t ticket;
   h5frame_file file; /* its rows are the job's */
-  h5rows_ahead ahead; /* its rows' space, allocated from its file's beginning on, after the frame
-                       * before's (h5frame_ahead_start through the slot's gate: beside the writing
-                       * of the frame before), joined by its job */
   int put_rc;        /* the job's result: this rank's rows written (h5frame_put's status) */
   char put_msg[1024]; /* and its message */
   double local[TOT_COUNT];  /* the job's result: this rank's sums */
@@ -83,8 +80,6 @@ typedef struct frame_slot {
                       * asks for them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc, kept */
   frame_rec rec[2];
   int next;          /* the record the next frame takes: rec[next ^ 1] is the newer in flight */
-  int ready;         /* the gate made and the records linked (slot_init) */
-  h5rows_gate gate;  /* the frames' rows allocated in the frames' order (h5rows.h) */
 } frame_slot;
 
 /* One of a checkpoint's chunk buffers (two where it takes more than one chunk) and the writer's job that

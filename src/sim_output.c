@@ -238,6 +238,8 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   if (next.count > 0) sim_fetch_start(&next);
   else rec_release(r);
   int rc = sim_test_hook_rows(S, r->frame, r->file.rows.final), k = 0;
+  h5rows_ahead ahead; /* the rows' space allocated while the chunks are fetched and copied */
+  h5frame_ahead_start(&r->file, &ahead);
   for (size_t first = 0; first < r->n; first += f->cap, ++k) {
     const int failed = sim_fetch_wait(&next); /* chunk k is in p[k & 1] */
     if (rc == DR_OK) rc = failed;
@@ -431,17 +433,6 @@ static void slot_wait_released(sim *S, frame_rec *r) {
   if (r->queued) writer_wait_flag(S->writer, r->ticket, &r->released);
 }
 
-/* The slot's first frame: its allocation gate and the records' link to it. */
-static int slot_init(sim *S, frame_slot *f) {
-  if (f->ready) return DR_OK;
-  if (h5rows_gate_init(&f->gate) != 0)
-    return dr_fail(DR_EINTERNAL, "pthread_mutex_init or pthread_cond_init failed (the frames' allocation gate)");
-  f->ready = 1;
-  f->S = S;
-  for (int i = 0; i < 2; ++i) f->rec[i].slot = f;
-  return DR_OK;
-}
-
 /* Collective. Takes frame st.frame as the backend's snapshot (backend.h) once the frame before
  * it has fetched its own (its job reads the one snapshot there is: back-pressure when the disk is
  * slower than the steps, while the steps of the frame after it overlap its writing), and queues it
@@ -450,7 +441,8 @@ static int slot_init(sim *S, frame_slot *f) {
 int sim_write_frame(sim *S) {
   const double t0 = sim_now();
   frame_slot *f = &S->frame;
-  DR_TRY(comm_agree(S->comm, slot_init(S, f)));
+  f->S = S; /* the records' link to the slot, for their jobs */
+  for (int i = 0; i < 2; ++i) f->rec[i].slot = f;
   /* the checkpoint in flight is published first (its frames are already): it is on the disk one
    * frame after it was captured at the latest, even where this frame's completion fails */
   DR_TRY(sim_ckpt_done(S));
@@ -504,12 +496,7 @@ int sim_write_frame(sim *S) {
     return sim_output_failed(S, rc);
   }
   r->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
-  /* the rows' space allocated from now on, beside the writing of the frame before: in memory the
-   * pages' zeroing, on a disk the blocks' allocation, off the writer's path */
-  h5frame_ahead_start(&r->file, &r->ahead, &f->gate);
-  rc = writer_submit(S->writer, frame_job, r, &r->ticket);
-  if (rc) h5frame_ahead_join(&r->file);
-  DR_TRY(rc);
+  DR_TRY(writer_submit(S->writer, frame_job, r, &r->ticket));
   r->queued = 1;
   f->next ^= 1;
   const double t4 = sim_now();
@@ -536,16 +523,10 @@ void sim_output_destroy(sim *S) {
   /* a frame begun and never completed (the run stopped on a failure) leaves no file */
   frame_slot *f = &S->frame;
   for (int i = 0; i < 2; ++i) {
-    /* a job not run after an earlier job's failure leaves its allocation ahead to join here */
-    h5frame_ahead_join(&f->rec[i].file);
     if (S->rank == 0) h5rows_abandon(&f->rec[i].file.rows);
     if (f->rec[i].queued) drop_preview(S, f->rec[i].frame);
   }
   slot_release(S, f);
-  if (f->ready) {
-    h5rows_gate_destroy(&f->gate);
-    f->ready = 0;
-  }
   sim_ckpt_destroy(S);
   if (S->pack) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)S->pack_bytes);
   free(S->pack);

@@ -9,9 +9,8 @@
  * allocation ahead started, the rows put in two chunks, joined) and ends it. Checks: DR_EIO on
  * every rank; the message of each rank that failed itself names DIR/frame_00002.h5, a field and
  * "No space left on device"; no frame 2 and no temporary file; frame 1 whole (the same bytes as
- * before); and once the room is back, frame 2 written the same way. Then two frames in flight
- * with room for one and a half, their allocations ahead started through one gate, ten times: the
- * first whole, the second failing, every time (two_in_flight). Collective: any number of ranks. */
+ * before); and once the room is back, frame 2 written the same way. Collective: any number of
+ * ranks. */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
@@ -62,7 +61,7 @@ static int write_frame(const char *dir, int frame, const rows *r, int fill_first
   MPI_Barrier(MPI_COMM_WORLD);
   h5rows_ahead ahead;
   static char pack[H5FRAME_NARROW_PACK_BYTES];
-  h5frame_ahead_start(f, &ahead, NULL);
+  h5frame_ahead_start(f, &ahead);
   int put = DR_OK;
   for (size_t first = 0; first < PER_RANK && put == DR_OK; first += PER_RANK / 2) {
     const h5frame_data d = {.n = PER_RANK / 2, .position = r->x + 3 * first, .velocity = r->v + 3 * first,
@@ -88,66 +87,6 @@ static int write_frame(const char *dir, int frame, const rows *r, int fill_first
   }
   free(f);
   return rc;
-}
-
-/* Two frames in flight, as a run has them: frame a's file begun, then b's, their allocations
- * ahead started through one gate in that order (a's first) while there is room for one frame and
- * a half; then each frame's rows put and the frame ended, a's first. The gate makes a's space
- * allocated before b's: a is whole and b meets the full disk, every time. Returns the failures. */
-static void two_in_flight(const char *dir, int a, int b, const rows *ra, const rows *rb, h5rows_gate *gate) {
-  static const char *const names[] = {"sand"};
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const double frame_bytes = (double)size * PER_RANK * (12 + 12 + 8 + 1 + (size > 1 ? 2 : 1));
-  char filler[4200];
-  snprintf(filler, sizeof filler, "%s/filler", dir);
-  if (rank == 0) { /* room for one frame and a half, past the skeletons' metadata */
-    fill_filesystem(dir);
-    struct stat st;
-    CHECK(stat(filler, &st) == 0 && truncate(filler, st.st_size - (off_t)(1.5 * frame_bytes) - 65536) == 0,
-          "cannot make room in %s", filler);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  const int frame[2] = {a, b};
-  const rows *r[2] = {ra, rb};
-  h5frame_file *f[2];
-  h5rows_ahead ahead[2];
-  int begun[2] = {0, 0};
-  for (int k = 0; k < 2; ++k) {
-    const h5frame_meta meta = {.frame = frame[k], .time = 1.0, .dx = 0.1, .n_materials = 1, .material_names = names};
-    f[k] = calloc(1, sizeof *f[k]);
-    dr_clear();
-    begun[k] = h5frame_begin(MPI_COMM_WORLD, dir, &meta, PER_RANK, f[k]) == DR_OK;
-    CHECK(begun[k], "frame %d begun with room for one and a half: %s", frame[k], dr_message());
-  }
-  for (int k = 0; k < 2; ++k)
-    if (begun[k]) h5frame_ahead_start(f[k], &ahead[k], gate);
-  static char pack[H5FRAME_NARROW_PACK_BYTES];
-  for (int k = 0; k < 2; ++k) {
-    if (!begun[k]) continue;
-    int put = DR_OK;
-    for (size_t first = 0; first < PER_RANK && put == DR_OK; first += PER_RANK / 2) {
-      const h5frame_data d = {.n = PER_RANK / 2, .position = r[k]->x + 3 * first, .velocity = r[k]->v + 3 * first,
-                              .id = r[k]->id + first, .material = r[k]->material + first, .owner = r[k]->owner + first};
-      put = h5frame_put(f[k], first, &d, pack, sizeof pack);
-    }
-    h5frame_ahead_join(f[k]);
-    const int rc = h5frame_end(MPI_COMM_WORLD, f[k], put);
-    if (k == 0) CHECK(rc == DR_OK, "frame %d, its space allocated first: %s", frame[k], dr_message());
-    else CHECK(rc == DR_EIO, "frame %d, its space allocated second: status %d, want %d (DR_EIO)", frame[k], rc, DR_EIO);
-    dr_clear();
-    free(f[k]);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  char pa[4200], pb[4200];
-  h5frame_path(dir, a, pa, sizeof pa);
-  h5frame_path(dir, b, pb, sizeof pb);
-  CHECK(access(pa, F_OK) == 0, "%s missing: the frame allocated first did not get its room", pa);
-  CHECK(access(pb, F_OK) != 0, "%s exists: the frame allocated second found room", pb);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) unlink(filler), unlink(pa);
-  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* The bytes of path, read whole (NULL: unreadable); *len their count. */
@@ -204,15 +143,6 @@ int main(int argc, char **argv) {
   CHECK(write_frame(dir, 2, &r2, 0) == DR_OK, "frame 2 with room again: %s", dr_message());
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK(access(two, F_OK) == 0, "%s was not written with room again", two);
-
-  /* two frames in flight, their space allocated in their order through a gate, ten times (the
-   * small filesystem emptied first) */
-  if (rank == 0) unlink(one), unlink(two);
-  MPI_Barrier(MPI_COMM_WORLD);
-  h5rows_gate gate;
-  CHECK(h5rows_gate_init(&gate) == 0, "h5rows_gate_init");
-  for (int round = 0; round < 10; ++round) two_in_flight(dir, 3, 4, &r1, &r2, &gate);
-  h5rows_gate_destroy(&gate);
 
   int mine = failures_, all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
