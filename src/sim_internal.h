@@ -80,6 +80,7 @@ typedef struct frame_slot {
                       * asks for them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc, kept */
   frame_rec rec[2];
   int next;          /* the record the next frame takes: rec[next ^ 1] is the newer in flight */
+  int linked;        /* S and the records' slot set (the first frame): the writer's jobs read them */
 } frame_slot;
 
 /* One of a checkpoint's chunk buffers (two where it takes more than one chunk) and the writer's job that

@@ -441,8 +441,11 @@ static void slot_wait_released(sim *S, frame_rec *r) {
 int sim_write_frame(sim *S) {
   const double t0 = sim_now();
   frame_slot *f = &S->frame;
-  f->S = S; /* the records' link to the slot, for their jobs */
-  for (int i = 0; i < 2; ++i) f->rec[i].slot = f;
+  if (!f->linked) { /* once, before the first job: the jobs read the links */
+    f->linked = 1;
+    f->S = S;
+    for (int i = 0; i < 2; ++i) f->rec[i].slot = f;
+  }
   /* the checkpoint in flight is published first (its frames are already): it is on the disk one
    * frame after it was captured at the latest, even where this frame's completion fails */
   DR_TRY(sim_ckpt_done(S));
