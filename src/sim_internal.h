@@ -80,7 +80,6 @@ typedef struct frame_slot {
                       * asks for them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc, kept */
   frame_rec rec[2];
   int next;          /* the record the next frame takes: rec[next ^ 1] is the newer in flight */
-  int linked;        /* S and the records' slot set (the first frame): the writer's jobs read them */
 } frame_slot;
 
 /* One of a checkpoint's chunk buffers (two where it takes more than one chunk) and the writer's job that
@@ -296,6 +295,9 @@ int sim_list_earlier_frames(sim *S);
 int sim_write_frame(sim *S);
 int sim_complete_frame(sim *S);
 int sim_output_failed(sim *S, int rc);
+/* The frame slot's links (its sim, each record's slot), which the writer's jobs read: set once, in
+ * sim_create, before the writer starts. */
+void sim_output_init(sim *S);
 void sim_output_destroy(sim *S);
 /* A chunk buffer's arrays: those of the attributes in mask, cap rows each, from the backend's
  * pinned memory where it has it (a GPU copies there without a bounce), counted as transfer memory

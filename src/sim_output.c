@@ -433,6 +433,11 @@ static void slot_wait_released(sim *S, frame_rec *r) {
   if (r->queued) writer_wait_flag(S->writer, r->ticket, &r->released);
 }
 
+void sim_output_init(sim *S) {
+  S->frame.S = S;
+  for (int i = 0; i < 2; ++i) S->frame.rec[i].slot = &S->frame;
+}
+
 /* Collective. Takes frame st.frame as the backend's snapshot (backend.h) once the frame before
  * it has fetched its own (its job reads the one snapshot there is: back-pressure when the disk is
  * slower than the steps, while the steps of the frame after it overlap its writing), and queues it
@@ -441,11 +446,6 @@ static void slot_wait_released(sim *S, frame_rec *r) {
 int sim_write_frame(sim *S) {
   const double t0 = sim_now();
   frame_slot *f = &S->frame;
-  if (!f->linked) { /* once, before the first job: the jobs read the links */
-    f->linked = 1;
-    f->S = S;
-    for (int i = 0; i < 2; ++i) f->rec[i].slot = f;
-  }
   /* the checkpoint in flight is published first (its frames are already): it is on the disk one
    * frame after it was captured at the latest, even where this frame's completion fails */
   DR_TRY(sim_ckpt_done(S));
