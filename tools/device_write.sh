@@ -22,6 +22,10 @@
 #      ONE     0: no one-rank runs (default 1)
 #      PREFIX  put before each run's label (default none: a second call in the same $OUT names its own)
 #      DISK    a folder on the disk (default /tmp/drift-write)
+#      ROUNDS  rounds of every run (default 1), each round's runs in the same order (A's, B's, B_ALT's;
+#              one rank, then RANKS ranks), labelled rK-; with more than one, a last table gives each
+#              case's medians over the rounds and the ranks' writers together against one rank's
+#              (tools/write_rounds.py): one round's ratio moves by a fifth with the machine's noise
 set -uo pipefail
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
@@ -48,7 +52,7 @@ if [ -n "$tests" ]; then
 fi
 # bench_into LABEL BUILD DIR [RUNNER...]: the scenes, written into DIR (emptied before and after)
 bench_into() {
-  local label=${PREFIX:-}$1 build=$2 dir=$3
+  local label=${PREFIX:-}$round$1 build=$2 dir=$3
   shift 3
   rm -rf "$dir" && mkdir -p "$dir"
   "$@" "$build/drift" bench "${scenes[@]}" --backend cuda --frames "$frames" --profile-frames 0 --write "$dir" \
@@ -71,17 +75,24 @@ variant() {
   fi
 }
 scenes=("$@")
-[ -n "${BASE:-}" ] && variant a build-a
-variant b build-b
-i=0
-for alt in ${B_ALT:-}; do
-  i=$((i + 1))
-  # shellcheck disable=SC2163
-  (export "$alt" && variant "b$i" build-b)
-  echo "b$i: $alt"
+rounds=${ROUNDS:-1}
+round=
+for ((k = 1; k <= rounds; ++k)); do
+  [ "$rounds" -gt 1 ] && round=r$k-
+  [ -n "${BASE:-}" ] && variant a build-a
+  variant b build-b
+  i=0
+  for alt in ${B_ALT:-}; do
+    i=$((i + 1))
+    # shellcheck disable=SC2163
+    (export "$alt" && variant "b$i" build-b)
+    [ "$k" = 1 ] && echo "b$i: $alt"
+  done
 done
 for f in "$work"/*.out; do
   printf '%-22s ' "$(basename "$f" .out)"
   sed -n '/^frames written/,$p' "$f" | awk 'NR>2' | tr '\n' ' '
   echo
 done
+[ "$rounds" -gt 1 ] && python3 "$root/tools/write_rounds.py" "$work"
+exit 0
