@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# device_capacity.sh SCENE... - on a GPU machine: build-b from this tree (unless built), then for
+# device_capacity.sh SCENE... - on a GPU machine: build-b's drift from this tree (unless built), then for
 # each scene its memory plan (drift check), and a run of FRAMES frames (default 1) with the GPU's
 # used memory sampled every 0.2 s by nvidia-smi (context included), the host's peak resident set
 # (/usr/bin/time) and drift's counted peaks against its plan; a compact table last, logs under $OUT.
@@ -9,7 +9,7 @@ set -uo pipefail
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
-[ -x build-b/drift ] || device_build "$root/build-b" "" || exit 1
+[ -x build-b/drift ] || device_build "$root/build-b" "" drift || exit 1
 frames=${FRAMES:-1}
 cap=${CAP_DIR:-/tmp}
 rows=()
