@@ -21,7 +21,6 @@
 
 #include "comm.h"
 #include "error.h"
-#include "mapguard.h"
 
 int h5rows_paths(int rank, const char *dir, const char *prefix, int number, int flags, const char *what,
                  h5rows_file *f) {
@@ -171,27 +170,19 @@ static int map_at(int fd, off_t at, size_t len, h5rows_map *m) {
  * faults are the cost and scale with the threads; a thread that lacks a core for a while must
  * not hold the others' share, as a static split would). Only for space that
  * allocate has allocated: the pages exist, so no store into them can fault for want of space (an
- * unallocated page of a mapping raises SIGBUS on a full filesystem instead of an error); or, with
- * guarded (h5rows_map_holes), over the holes, each piece through mapguard_copy, which turns that
- * SIGBUS into a failure. Returns 0, -1 where the mapping cannot be made (the caller writes
- * instead), or -2 where a guarded store found the filesystem full. */
-static int put_mapped(int fd, off_t at, const char *buf, size_t len, int guarded) {
+ * unallocated page of a mapping raises SIGBUS on a full filesystem instead of an error). Returns
+ * 0, or -1 where the mapping cannot be made (the caller writes instead). */
+static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
   h5rows_map m;
   if (map_at(fd, at, len, &m)) return -1;
   const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
-  int full = 0;
 #pragma omp parallel for schedule(dynamic, 1)
   for (long k = 0; k < pieces; ++k) {
     const size_t lo = (size_t)k * MAPPED_PIECE, hi = lo + MAPPED_PIECE < len ? lo + MAPPED_PIECE : len;
-    if (!guarded) {
-      memcpy(m.rows + lo, buf + lo, hi - lo);
-    } else if (mapguard_copy(m.rows + lo, buf + lo, hi - lo)) {
-#pragma omp atomic write
-      full = 1;
-    }
+    memcpy(m.rows + lo, buf + lo, hi - lo);
   }
   h5rows_unmap(&m);
-  return full ? -2 : 0;
+  return 0;
 }
 
 /* In memory (tmpfs, /dev/shm): one file takes one writer's write() at a time (its inode's lock),
@@ -202,11 +193,6 @@ static int in_memory(int fd) {
   struct statfs sf;
   return fstatfs(fd, &sf) == 0 && sf.f_type == TMPFS_MAGIC;
 }
-
-/* A/B (h5rows.h): raw rows copied by the team over the holes of a file in memory, unallocated. */
-static int map_holes;
-
-void h5rows_map_holes(int on) { map_holes = on && mapguard_init() == 0; }
 
 /* ---- allocation ahead ---- */
 
@@ -227,11 +213,6 @@ static void *ahead_run(void *arg) {
   if (fd < 0) {
     snprintf(a->msg, sizeof a->msg, "writing %s: %s", f->final, strerror(errno));
     ahead_mark(a, 0, a->count, H5ROWS_AHEAD_FAILED);
-    return NULL;
-  }
-  if (a->holes && in_memory(fd)) { /* the puts allocate what they map, the copies go over the holes */
-    ahead_mark(a, 0, a->count, H5ROWS_AHEAD_CANNOT);
-    close(fd);
     return NULL;
   }
   for (int i = 0; i < a->count; ++i) {
@@ -260,7 +241,6 @@ void h5rows_ahead_start(h5rows_file *f, h5rows_ahead *a, const int *order, const
   if (!f->begun || f->n == 0 || count <= 0 || count > H5ROWS_MAX) return;
   a->f = f;
   a->count = count;
-  a->holes = map_holes && !omp_in_parallel() && omp_get_max_threads() > 1; /* the putting thread's team */
   for (int i = 0; i < count; ++i) {
     a->order[i] = order[i];
     a->row_bytes[i] = row_bytes[i];
@@ -303,15 +283,12 @@ static int ahead_wait(const h5rows_file *f, int k) {
 /* Whether a team of the calling thread's would store into a mapping of fd's allocated space (see
  * put_mapped and in_memory). */
 static int team_maps(int fd) { return !omp_in_parallel() && omp_get_max_threads() > 1 && in_memory(fd); }
-/* Whether a copy of raw rows into fd goes over its holes, guarded (h5rows_map_holes). */
-static int over_holes(int fd) { return map_holes && team_maps(fd); }
 
 /* This rank's rows first .. first + count - 1 of dataset k: their byte offset in fd (*at), after
- * their space is allocated (ahead, or here: *allocated 1) or found unallocatable (*allocated 0);
- * a copy (copy 1) over holes (over_holes) leaves them unallocated. A failure of the allocation
- * names the dataset. */
+ * their space is allocated (ahead, or here: *allocated 1) or found unallocatable (*allocated 0).
+ * A failure of the allocation names the dataset. */
 static int rows_ready(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
-                      const char *name, int copy, off_t *at, int *allocated) {
+                      const char *name, off_t *at, int *allocated) {
   if (first > f->n || count > f->n - first)
     return dr_fail(DR_EINTERNAL, "h5rows_put: rows %zu..%zu of %s, but this rank has %zu", first, first + count, name,
                    f->n);
@@ -320,8 +297,7 @@ static int rows_ready(int fd, const h5rows_file *f, int k, size_t row_bytes, siz
   const int ahead = ahead_wait(f, k);
   if (ahead == H5ROWS_AHEAD_FAILED) return dr_fail(DR_EIO, "%s", f->ahead->msg);
   if (ahead == H5ROWS_AHEAD_DONE) *allocated = 1;
-  else if (copy && over_holes(fd)) *allocated = 0;
-  else if (ahead == H5ROWS_AHEAD_NONE || over_holes(fd)) DR_TRY(allocate(fd, *at, count * row_bytes, f, name, allocated));
+  else if (ahead == H5ROWS_AHEAD_NONE) DR_TRY(allocate(fd, *at, count * row_bytes, f, name, allocated));
   return DR_OK;
 }
 
@@ -331,7 +307,7 @@ int h5rows_map_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
   if (count == 0) return DR_OK;
   off_t at = 0;
   int allocated = 0;
-  DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, 0, &at, &allocated));
+  DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, &at, &allocated));
   if (allocated && team_maps(fd)) (void)map_at(fd, at, count * row_bytes, m); /* not mapped: the caller writes */
   return DR_OK;
 }
@@ -349,14 +325,8 @@ int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
   off_t at = 0;
   size_t left = count * row_bytes;
   int allocated = 0;
-  DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, 1, &at, &allocated));
-  if (allocated ? team_maps(fd) : over_holes(fd)) {
-    const int mapped = put_mapped(fd, at, buf, left, !allocated);
-    if (mapped == 0) return DR_OK;
-    if (mapped == -2)
-      return dr_fail(DR_EIO, "writing %s of %s: %s (a page of its rows in memory could not be had)", name, f->final,
-                     strerror(ENOSPC));
-  }
+  DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, &at, &allocated));
+  if (allocated && team_maps(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
   while (left > 0) {
     const ssize_t w = pwrite(fd, buf, left, at);
     if (w < 0 && errno == EINTR) continue;

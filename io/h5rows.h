@@ -67,7 +67,6 @@ typedef struct h5rows_ahead {
   size_t row_bytes[H5ROWS_MAX];
   const char *names[H5ROWS_MAX];
   int state[H5ROWS_MAX]; /* H5ROWS_AHEAD_*, by dataset index */
-  int holes;             /* h5rows_map_holes where the putting thread's team copies */
   char msg[H5UTIL_PATH_MAX + 256]; /* the failure's message */
 } h5rows_ahead;
 enum { H5ROWS_AHEAD_NONE = 0, H5ROWS_AHEAD_PENDING, H5ROWS_AHEAD_DONE, H5ROWS_AHEAD_CANNOT, H5ROWS_AHEAD_FAILED };
@@ -79,12 +78,6 @@ void h5rows_ahead_start(h5rows_file *f, h5rows_ahead *a, const int *order, const
                         const char *const *names, int count);
 /* Local. Waits for f's allocation ahead to end (the puts' thread, after its last put); f->ahead = NULL. */
 void h5rows_ahead_join(h5rows_file *f);
-
-/* A/B (DRIFT_MAP_HOLES): 1 has the team copy a put's raw rows into a file in memory over its holes,
- * each store guarded (mapguard.h: a full filesystem's SIGBUS is the put's failure, "No space left on
- * device"), instead of their space allocated first; the rows a team encodes into a mapping are
- * allocated first either way. Process-wide; 0 by default. */
-void h5rows_map_holes(int on);
 
 /* Local. f's paths DIR/.PREFIX_NNNNN.h5.tmp and DIR/PREFIX_NNNNN.h5 and flags; rank 0 checks that
  * DIR is a folder (`what` names it in the message: "output folder", "checkpoint folder"). */

@@ -127,11 +127,6 @@ static const setting_entry TABLE[SET_N] = {
                          .want = "a whole number of threads (0: half the cores the rank may use)",
                          .help = "performance: the frame writer's OpenMP team (the copies into a file in memory, "
                                  "the conversions), instead of half the rank's cores (writer.c)"},
-    [SET_MAP_HOLES] = {.env = "DRIFT_MAP_HOLES", .type = T_BOOL, .kind = SETTING_DEBUG, .offset = OFF(map_holes),
-                       .dflt = "0",
-                       .help = "performance, A/B: 1 has the writer's team copy a frame's rows into a file in memory "
-                               "over its holes, a full filesystem's SIGBUS caught as the frame's failure, instead of "
-                               "their space allocated first (h5rows.h)"},
     [SET_WRITER_INLINE] = {.env = "DRIFT_WRITER_INLINE", .type = T_BOOL, .kind = SETTING_DEBUG,
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "

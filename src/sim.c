@@ -361,7 +361,6 @@ int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out)
   S->st.rebuilds = S->rebuilds_base + bs.rebuilds;
   if (!S->resumed) S->t_in_frame = 0.0;
   sim_output_init(S);
-  h5rows_map_holes(settings()->map_holes);
   if (opt->write_output) {
     rc = S->rank == 0 ? sim_make_dirs(S->out_dir) : DR_OK;
     if (rc == DR_OK && S->resumed) rc = sim_list_earlier_frames(S);

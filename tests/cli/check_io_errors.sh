@@ -28,8 +28,8 @@
 # 5. A disk that fills while a frame's rows are written (FRAME_FULL_EXE, tests/io/frame_full.c,
 #    1 rank and with MPIEXEC 2, on a 4 MiB tmpfs): the allocation ahead of the rows fails naming
 #    the frame, a field and "No space left on device", leaves no file, and the frame before stays;
-#    the same with the raw rows copied over the file's holes (frame_full's "holes": the copy's
-#    SIGBUS caught, DRIFT_MAP_HOLES's path), by a team of two threads.
+#    the same with a team of two threads, whose copies go through a mapping of the allocated rows
+#    in memory.
 set -u
 . "$(dirname "$0")/../lib.sh"
 
@@ -141,10 +141,10 @@ if [ -n "$mpiexec" ]; then
   run frame_rows_full_2 0 "$mpiexec" --oversubscribe -n 2 "$frame_full" FULL
 fi
 rm -rf FULL/*
-OMP_NUM_THREADS=2 run frame_rows_full_holes 0 "$frame_full" FULL holes
+OMP_NUM_THREADS=2 run frame_rows_full_team 0 "$frame_full" FULL
 if [ -n "$mpiexec" ]; then
   rm -rf FULL/*
-  run frame_rows_full_holes_2 0 "$mpiexec" --oversubscribe -n 2 -x OMP_NUM_THREADS=2 "$frame_full" FULL holes
+  run frame_rows_full_team_2 0 "$mpiexec" --oversubscribe -n 2 -x OMP_NUM_THREADS=2 "$frame_full" FULL
 fi
 
 lib_finish check_io_errors.sh

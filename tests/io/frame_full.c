@@ -1,7 +1,7 @@
 /* frame_full.c - a disk that fills while a frame's rows are written: the allocation ahead of the
  * rows (h5rows.h) names the frame, the field and the system's reason, and nothing is left.
  *
- *   frame_full DIR [holes]
+ *   frame_full DIR
  *
  * DIR is a small empty tmpfs (check_io_errors.sh mounts one). Writes frame 1 (20,000 particles a
  * rank), begins frame 2 (its free-space check passes), then fills DIR with another file, as a
@@ -9,10 +9,9 @@
  * allocation ahead started, the rows put in two chunks, joined) and ends it. Checks: DR_EIO on
  * every rank; the message of each rank that failed itself names DIR/frame_00002.h5, a field and
  * "No space left on device"; no frame 2 and no temporary file; frame 1 whole (the same bytes as
- * before); and once the room is back, frame 2 written the same way. With "holes" the raw rows go
- * over the file's holes (h5rows_map_holes, DIR in memory, a team of two or more threads): the
- * copy's SIGBUS on the full filesystem is the put's failure, with the same checks. Collective: any
- * number of ranks. */
+ * before); and once the room is back, frame 2 written the same way. With OMP_NUM_THREADS of two or
+ * more the rows go through a mapping of their allocated space in memory. Collective: any number of
+ * ranks. */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
@@ -109,12 +108,11 @@ int main(int argc, char **argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc != 2 && !(argc == 3 && !strcmp(argv[2], "holes"))) {
-    if (rank == 0) fprintf(stderr, "usage: %s DIR [holes]\n", argv[0]);
+  if (argc != 2) {
+    if (rank == 0) fprintf(stderr, "usage: %s DIR\n", argv[0]);
     MPI_Finalize();
     return 2;
   }
-  if (argc == 3) h5rows_map_holes(1);
   const char *dir = argv[1];
   char one[4200], two[4200], tmp[4200], filler[4200];
   h5frame_path(dir, 1, one, sizeof one);

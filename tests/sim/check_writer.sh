@@ -25,7 +25,7 @@
 #   full    (cpu) the output folder on a small tmpfs that fills at frame 4: exit 3, one line
 #           naming N/frame_00004.h5 and the reason, "No space left on device"; frames 0-3 whole and equal to a run with room;
 #           no frame 4 or later, no temporary file; frames.xdmf lists frames 0-3 only; the same
-#           with the rows copied over the files' holes by a team of two (DRIFT_MAP_HOLES). Exits 77
+#           with a writer's team of two, whose copies go through mappings of the files in memory. Exits 77
 #           (skipped) where tmpfs cannot be mounted (not root, or a container that forbids it).
 #   rows    (cpu) a rank's rows of frame 3 fail in the writer's job (DRIFT_TEST_HOOK rows) while
 #           frame 4 is begun behind it (two frames in flight; the trace shows frame 4's file
@@ -210,14 +210,14 @@ full)
   listed=$(grep -o 'frame_0000[0-9].h5' N/frames.xdmf | sort -u | tr '\n' ' ')
   [ "$listed" = "frame_00000.h5 frame_00001.h5 frame_00002.h5 frame_00003.h5 " ] ||
     fail "full: frames.xdmf lists '$listed', expected frames 0-3"
-  # the same with the rows copied over the files' holes by a team of two (DRIFT_MAP_HOLES): the
-  # frames before equal to the run with room, frame 4 named, nothing left of it
+  # the same with a writer's team of two, whose copies go through mappings of the files in memory:
+  # the frames before equal to the run with room, frame 4 named, nothing left of it
   rm -rf N/*
-  DRIFT_MAP_HOLES=1 DRIFT_WRITER_TEAM=2 run full_holes 3 "$drift" run nockpt.json --out N
-  one_line full_holes full_holes.log "N/frame_00004.h5: No space left on device"
-  same_files "full, over the holes: the frames before" A N frame_00000.h5 frame_00001.h5 frame_00002.h5 frame_00003.h5
-  [ ! -e N/frame_00004.h5 ] || fail "full, over the holes: N/frame_00004.h5 exists"
-  [ -z "$(find N -name '*.tmp')" ] || fail "full, over the holes: temporary files left: $(ls -A N)"
+  DRIFT_WRITER_TEAM=2 run full_team 3 "$drift" run nockpt.json --out N
+  one_line full_team full_team.log "N/frame_00004.h5: No space left on device"
+  same_files "full, a team of two: the frames before" A N frame_00000.h5 frame_00001.h5 frame_00002.h5 frame_00003.h5
+  [ ! -e N/frame_00004.h5 ] || fail "full, a team of two: N/frame_00004.h5 exists"
+  [ -z "$(find N -name '*.tmp')" ] || fail "full, a team of two: temporary files left: $(ls -A N)"
   ;;
 signal)
   run straight 0 "$drift" run scene.json --out A
