@@ -443,7 +443,11 @@ int bench_main(int argc, char **argv) {
   scene *scenes = rc ? NULL : calloc((size_t)a.n_scenes, sizeof *scenes);
   if (!rc && !scenes) rc = dr_fail(DR_ENOMEM, "out of host memory");
   int loaded = 0;
-  for (; !rc && loaded < a.n_scenes; ++loaded) rc = scene_load(a.scenes[loaded], &scenes[loaded]);
+  for (; !rc && loaded < a.n_scenes; ++loaded) {
+    rc = scene_load(a.scenes[loaded], &scenes[loaded]);
+    if (!rc) rc = scene_build_levelsets(&scenes[loaded]);
+    if (rc) scene_destroy(&scenes[loaded]);
+  }
   if (rc && loaded > 0) --loaded; /* the one that failed holds nothing */
 
   char tmp[4096 + 8];

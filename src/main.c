@@ -296,10 +296,15 @@ static int cmd_check(const char *path) {
     printf("  [%d] %s (%s): %llu particles, %.4g kg\n", m, s.materials[m].name, model_name(s.materials[m].params.model),
            (unsigned long long)per_mat[m], mass[m]);
   printf("total: %llu particles\n", (unsigned long long)total);
-  if (s.collider_levelsets) /* mesh colliders: every frame's level set, on the host and on each GPU */
-    printf("mesh level sets: %d, %.1f MiB (brick tables %.1f MiB, bricks %.1f MiB)\n", s.collider_levelsets->n,
-           mib(4.0 * (double)s.collider_levelsets->table_n + 4.0 * (double)s.collider_levelsets->bricks_n),
-           mib(4.0 * (double)s.collider_levelsets->table_n), mib(4.0 * (double)s.collider_levelsets->bricks_n));
+  /* the level sets' sizes as planned (scene.h: check never builds them; the plan holds them) */
+  const scene_levelset_sizes *lc = &s.levelset_plan[1], *lb = &s.levelset_plan[0];
+  if (lc->sets > 0) /* mesh colliders: every frame's level set, on the host and on each GPU */
+    printf("mesh level sets: %d, %.1f MiB (brick tables %.1f MiB, bricks %.1f MiB), on the host and on each GPU\n",
+           lc->sets, mib(4.0 * (double)lc->table_n + 4.0 * (double)lc->floats_n), mib(4.0 * (double)lc->table_n),
+           mib(4.0 * (double)lc->floats_n));
+  if (lb->sets > 0) /* mesh bodies: sampled through their level sets, on the host */
+    printf("mesh bodies' level sets: %d, %.1f MiB, on the host\n", lb->sets,
+           mib(4.0 * (double)lb->table_n + 4.0 * (double)lb->floats_n));
   print_plan(&s, &plan, &plan_cuda, ngpu, dev_free);
   double fdt = 1.0 / s.fps, dt = scene_initial_dt(&s);
   if (s.dt > 0)
@@ -633,7 +638,9 @@ static int cmd_run(int argc, char **argv) {
     return rc;
   }
   sim *S = NULL;
-  rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
+  rc = scene_build_levelsets(&s); /* once the plan, which holds them, fits */
+  rc = comm_agree(MPI_COMM_WORLD, rc);
+  if (!rc) rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
   if (!rc) rc = sim_run(S);
   if (!rc) log_memory(&plan);
   sim_destroy(&S);

@@ -15,6 +15,7 @@
 #include "memsizes.h"
 #include "particles.h"
 #include "physics/compact.h"
+#include "physics/levelset.h"
 #include "physics/sparse.h"
 #include "sample.h"
 #include "sim.h"
@@ -128,6 +129,19 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
     add(m, MT_TRANSFER, mem_ckpt_buffers((size_t)l->most, MEM_CKPT_CHUNK) * rec * ckpt_chunk_rows(l->most));
 }
 
+/* The mesh level sets, held from the run's start to its end (scene.h plans them exactly): on the
+ * host every pool (headers, brick tables and bricks, allocated exactly: levelset_pool_reserve),
+ * and on each device the colliders' (gpu/backend_cuda.cu: the same, the bricks with a float more). */
+static double levelset_bytes(const scene *s, int pool) {
+  const scene_levelset_sizes *z = &s->levelset_plan[pool];
+  if (z->sets == 0) return 0.0;
+  return (double)z->sets * sizeof(levelset) + 4.0 * (double)z->table_n + 4.0 * (double)z->floats_n;
+}
+
+static void add_levelsets_host(const scene *s, memplan_bytes *host) {
+  add(host, MT_TRANSFER, levelset_bytes(s, 0) + levelset_bytes(s, 1));
+}
+
 void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
   const double rec = (double)particles_record_bytes();
   /* the start: the sampled slice, which the backend then takes over */
@@ -155,6 +169,7 @@ void memplan_cpu(const scene *s, const memplan_load *l, memplan_bytes *host) {
   /* the checkpoint's copy of the rows (hold_rows: the particles' capacity) */
   if (l->ckpt_hold && writes_checkpoints(s, l)) add(&run, MT_PARTICLES, rec * cap);
   *host = larger(&start, &run);
+  add_levelsets_host(s, host);
 }
 
 /* One device vector's capacity after its needs in turn (gpu/dvec.cu's rule, memsizes.h). */
@@ -208,6 +223,7 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
   if (l->snap_host) /* the frame's snapshot: every row of the rank's devices, the owner left out */
     add(&run, MT_TRANSFER, nd * n * snapshot_bytes(s));
   *host = larger(&start, &run);
+  add_levelsets_host(s, host);
 
   /* a device, in the order its buffers are first allocated: the upload, then the rebuilds */
   memset(device, 0, sizeof *device);
@@ -270,9 +286,8 @@ void memplan_cuda(const scene *s, const memplan_load *l, memplan_bytes *host, me
     add(device, MT_GRID, dvec_after(tag_seq, 1));
   }
   add(device, MT_GRID, dvec_after(t_seq, 1)); /* shared */
-  if (s->collider_levelsets) /* mesh colliders' level sets, uploaded once */
-    add(device, MT_TRANSFER,
-        4.0 * (double)s->collider_levelsets->table_n + 4.0 * (double)(s->collider_levelsets->bricks_n + 1));
+  if (s->levelset_plan[1].sets > 0) /* mesh colliders' level sets, uploaded once */
+    add(device, MT_TRANSFER, levelset_bytes(s, 1) + 4.0);
   { /* the frame's snapshot: an exact vector an attribute but the owner (capture.cu, snapshot_queue); with
      * snap_host, exact pinned host buffers of every row of the rank's devices instead, and on each
      * device one staging chunk (cuda_state.snap_stage: rows_layout's, each attribute from a multiple of 8 B) */

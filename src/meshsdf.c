@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "memtally.h"
 
 #define PI 3.14159265358979323846
 #define MAX_BRICKS_TABLE (1LL << 28) /* 1 GiB of table: a mesh this large for its dx is a mistake */
@@ -73,15 +74,28 @@ static double solid_angle(const double x[3], const double *A, const double *B, c
   return 2 * atan2(det, den);
 }
 
-static int grow64(void **p, int64_t *cap, int64_t need, size_t sz) {
+/* Grows a pool array (counted: memtally.h, kind MT_TRANSFER) to hold need elements: to exactly
+ * need where exact, else to the next power of two from 1024 (a pool built without a reservation). */
+static int grow64(void **p, int64_t *cap, int64_t need, size_t sz, int exact) {
   if (need <= *cap) return 0;
   int64_t nc = *cap ? *cap : 1024;
   while (nc < need) nc *= 2;
-  void *q = realloc(*p, (size_t)nc * sz);
+  if (exact) nc = need;
+  void *q = memtally_realloc(MT_TRANSFER, *p, (size_t)nc * sz, "mesh level sets");
   if (!q) return 1;
   *p = q;
   *cap = nc;
   return 0;
+}
+
+int levelset_pool_reserve(levelset_pool *pool, int sets, int64_t table_n, int64_t floats_n) {
+  int64_t set_cap = pool->cap;
+  if (grow64((void **)&pool->bricks, &pool->bricks_cap, floats_n, sizeof(float), 1) ||
+      grow64((void **)&pool->table, &pool->table_cap, table_n, sizeof(int32_t), 1) ||
+      grow64((void **)&pool->sets, &set_cap, sets, sizeof(levelset), 1))
+    return DR_ENOMEM;
+  pool->cap = (int)set_cap;
+  return DR_OK;
 }
 
 /* The winding number's groups of triangles: the connected components of the mesh (triangles
@@ -172,64 +186,125 @@ static void brick_range(const double *A, const double *B, const double *C, const
   }
 }
 
-int meshsdf_build(levelset_pool *pool, const mesh *m, const double shift[3], double h, double band,
-                  const double *vel_out, const double *vel_in, const char *what, int *index) {
-  const int nv = m->n_verts, nt = m->n_tris, nc = vel_out ? 7 : 1;
-  double lo[3], hi[3], origin[3];
+/* The lattice of a mesh's level set and its band's bricks (construction steps 1 and 2's marking):
+ * what meshsdf_size counts and meshsdf_build fills. */
+typedef struct band_lattice {
+  double origin[3], centroid[3];
   int dims[3];
+  int64_t nb;      /* bricks in the lattice: the brick table's entries */
+  int32_t nmarked; /* bricks in the band */
+  double *p;       /* [3 n_verts] the vertices in the level set's frame */
+  int32_t *tab;    /* [nb] a band brick's index in the band, else LS_INSIDE */
+} band_lattice;
+
+static void lattice_free(band_lattice *L) {
+  free(L->p), free(L->tab);
+  L->p = NULL, L->tab = NULL;
+}
+
+static int mark_band(const mesh *m, const double shift[3], double h, double band, const char *what, band_lattice *L) {
+  const int nv = m->n_verts, nt = m->n_tris;
+  double lo[3], hi[3];
+  memset(L, 0, sizeof *L);
   mesh_bounds(m, lo, hi);
   const double margin = band + LS_BRICK * h;
   int64_t nb = 1;
   for (int a = 0; a < 3; ++a) {
     lo[a] -= shift[a], hi[a] -= shift[a];
-    origin[a] = lo[a] - margin;
-    const double nodes = ceil((hi[a] + margin - origin[a]) / h) + 1;
+    L->origin[a] = lo[a] - margin;
+    const double nodes = ceil((hi[a] + margin - L->origin[a]) / h) + 1;
     if (!(nodes < 4.0 * (1 << 20)))
       return dr_fail(DR_EINPUT, "%s: the mesh spans %.3g m along %c, %.3g level-set cells of %.3g m: too many (expected a mesh within 2^22 cells; is the scale or dx wrong?)",
                      what, hi[a] - lo[a], "xyz"[a], nodes, h);
-    dims[a] = ((int)nodes + LS_BRICK - 1) / LS_BRICK;
-    nb *= dims[a];
+    L->dims[a] = ((int)nodes + LS_BRICK - 1) / LS_BRICK;
+    nb *= L->dims[a];
   }
   if (nb > MAX_BRICKS_TABLE)
     return dr_fail(DR_EINPUT, "%s: the mesh's bounding box holds %lld bricks of 4^3 level-set cells of %.3g m (expected at most %lld; is the scale or dx wrong?)",
                    what, (long long)nb, h, (long long)MAX_BRICKS_TABLE);
-  double *p = dr_malloc(sizeof(double) * 3 * (size_t)(nv ? nv : 1), "mesh vertices");
-  int32_t *tab = dr_malloc(sizeof(int32_t) * (size_t)nb, "level-set brick table");
+  L->nb = nb;
+  const double *origin = L->origin;
+  const int *dims = L->dims;
+  double *p = L->p = dr_malloc(sizeof(double) * 3 * (size_t)(nv ? nv : 1), "mesh vertices");
+  int32_t *tab = L->tab = dr_malloc(sizeof(int32_t) * (size_t)nb, "level-set brick table");
   if (!p || !tab) {
-    free(p), free(tab);
+    lattice_free(L);
     return DR_ENOMEM;
   }
-  double centroid[3] = {0, 0, 0};
   for (int i = 0; i < nv; ++i)
-    for (int a = 0; a < 3; ++a) p[3 * i + a] = m->v[3 * i + a] - shift[a], centroid[a] += p[3 * i + a] / nv;
+    for (int a = 0; a < 3; ++a) p[3 * i + a] = m->v[3 * i + a] - shift[a], L->centroid[a] += p[3 * i + a] / nv;
   for (int64_t b = 0; b < nb; ++b) tab[b] = LS_INSIDE; /* beyond the band until marked */
 
   /* 1. bricks of the band; a brick covers nodes [4b, 4b + 4) h (the last cell reaching into the
    * next brick), centre (4b + 2) h, half-diagonal 2 sqrt(3) h */
   const double bh = LS_BRICK * h, reach = band + 2 * sqrt(3.0) * h;
+  /* the triangles in parallel: a brick's mark is a relaxed atomic store of one value, so the marked
+   * set is the same whatever the threads; a centre farther than reach from a triangle's plane is
+   * farther from the triangle (the exact test's answer, at a dot product's cost) */
+#pragma omp parallel for schedule(dynamic, 64)
   for (int t = 0; t < nt; ++t) {
     const double *A = p + 3 * m->tri[3 * t], *B = p + 3 * m->tri[3 * t + 1], *C = p + 3 * m->tri[3 * t + 2];
+    double nrm[3];
+    const double u[3] = {B[0] - A[0], B[1] - A[1], B[2] - A[2]}, v[3] = {C[0] - A[0], C[1] - A[1], C[2] - A[2]};
+    nrm[0] = u[1] * v[2] - u[2] * v[1], nrm[1] = u[2] * v[0] - u[0] * v[2], nrm[2] = u[0] * v[1] - u[1] * v[0];
+    const double len = sqrt(dot3(nrm, nrm));
+    const int plane = len > 0;
+    for (int a = 0; a < 3 && plane; ++a) nrm[a] /= len;
     int b0[3], b1[3];
     brick_range(A, B, C, origin, bh, reach, dims, b0, b1);
     for (int k = b0[2]; k <= b1[2]; ++k)
       for (int j = b0[1]; j <= b1[1]; ++j)
         for (int i = b0[0]; i <= b1[0]; ++i) {
           const int64_t e = ((int64_t)k * dims[1] + j) * dims[0] + i;
-          if (tab[e] == LS_OUTSIDE) continue; /* marked already */
+          int32_t mark;
+#pragma omp atomic read relaxed
+          mark = tab[e];
+          if (mark == LS_OUTSIDE) continue; /* marked already */
           const double ctr[3] = {origin[0] + (4 * i + 2) * h, origin[1] + (4 * j + 2) * h, origin[2] + (4 * k + 2) * h};
+          const double off[3] = {ctr[0] - A[0], ctr[1] - A[1], ctr[2] - A[2]};
+          if (plane && fabs(dot3(nrm, off)) > reach * (1 + 1e-12)) continue;
           double bary[3];
-          if (meshsdf_point_triangle(ctr, A, B, C, bary) <= reach) tab[e] = LS_OUTSIDE; /* marked */
+          if (meshsdf_point_triangle(ctr, A, B, C, bary) <= reach) {
+#pragma omp atomic write relaxed
+            tab[e] = LS_OUTSIDE; /* marked */
+          }
         }
   }
   int32_t nmarked = 0;
   for (int64_t e = 0; e < nb; ++e)
     if (tab[e] == LS_OUTSIDE) {
       if (nmarked == INT32_MAX / LS_BRICK_NODES) {
-        free(p), free(tab);
+        lattice_free(L);
         return dr_fail(DR_EINPUT, "%s: the mesh's narrow band holds too many bricks at %.3g m (is the scale or dx wrong?)", what, h);
       }
       tab[e] = nmarked++;
     }
+  L->nmarked = nmarked;
+  return DR_OK;
+}
+
+int meshsdf_size(const mesh *m, const double shift[3], double h, double band, int channels, const char *what,
+                 int64_t *table_n, int64_t *floats_n) {
+  band_lattice L;
+  DR_TRY(mark_band(m, shift, h, band, what, &L));
+  *table_n = L.nb;
+  *floats_n = (int64_t)L.nmarked * LS_BRICK_NODES * channels;
+  lattice_free(&L);
+  return DR_OK;
+}
+
+int meshsdf_build(levelset_pool *pool, const mesh *m, const double shift[3], double h, double band,
+                  const double *vel_out, const double *vel_in, const char *what, int *index) {
+  const int nv = m->n_verts, nt = m->n_tris, nc = vel_out ? 7 : 1;
+  band_lattice lat;
+  DR_TRY(mark_band(m, shift, h, band, what, &lat));
+  const double *origin = lat.origin, *centroid = lat.centroid;
+  const int *dims = lat.dims;
+  const int64_t nb = lat.nb;
+  const int32_t nmarked = lat.nmarked;
+  double *p = lat.p;
+  int32_t *tab = lat.tab;
+  const double bh = LS_BRICK * h, reach = band + 2 * sqrt(3.0) * h;
   const size_t nodes = (size_t)nmarked * LS_BRICK_NODES;
   double *dist = dr_malloc(sizeof(double) * (nodes ? nodes : 1), "level-set distances");
   int *near = dr_malloc(sizeof(int) * (nodes ? nodes : 1), "level-set nearest triangles");
@@ -279,9 +354,9 @@ int meshsdf_build(levelset_pool *pool, const mesh *m, const double shift[3], dou
     return dr_fail(DR_ENOMEM, "out of host memory for the level set of %s", what);
   }
   int64_t set_cap = pool->cap;
-  if (grow64((void **)&pool->bricks, &pool->bricks_cap, pool->bricks_n + (int64_t)nodes * nc, sizeof(float)) ||
-      grow64((void **)&pool->table, &pool->table_cap, pool->table_n + nb, sizeof(int32_t)) ||
-      grow64((void **)&pool->sets, &set_cap, pool->n + 1, sizeof(levelset))) {
+  if (grow64((void **)&pool->bricks, &pool->bricks_cap, pool->bricks_n + (int64_t)nodes * nc, sizeof(float), 0) ||
+      grow64((void **)&pool->table, &pool->table_cap, pool->table_n + nb, sizeof(int32_t), 0) ||
+      grow64((void **)&pool->sets, &set_cap, pool->n + 1, sizeof(levelset), 0)) {
     free(p), free(tab), free(dist), free(near), free(near_b), free(coords);
     free(order), free(cstart), free(cbox), free(cclosed);
     return dr_fail(DR_ENOMEM, "out of host memory for the level set of %s", what);
@@ -471,7 +546,7 @@ int meshsdf_build(levelset_pool *pool, const mesh *m, const double shift[3], dou
 
 void levelset_pool_free(levelset_pool *pool) {
   if (!pool) return;
-  free(pool->sets), free(pool->table), free(pool->bricks);
+  memtally_free(pool->sets), memtally_free(pool->table), memtally_free(pool->bricks);
   memset(pool, 0, sizeof *pool);
 }
 

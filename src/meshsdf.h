@@ -43,6 +43,17 @@ typedef struct levelset_pool {
   int64_t bricks_n, bricks_cap; /* floats */
 } levelset_pool;
 
+/* The sizes meshsdf_build appends to a pool for the same arguments (channels: 7 with vel_out,
+ * else 1), exactly: *table_n brick-table entries (int32) and *floats_n brick values, from steps 1
+ * and 2's marking alone (milliseconds where the build takes seconds). Fails as meshsdf_build does
+ * where the lattice or the band is too large. */
+int meshsdf_size(const mesh *m, const double shift[3], double h, double band, int channels, const char *what,
+                 int64_t *table_n, int64_t *floats_n);
+/* Room for sets level sets of table_n table entries and floats_n brick values in all, allocated
+ * exactly (a pool reserved so never grows); the pool's arrays are counted host memory (memtally.h,
+ * kind MT_TRANSFER). */
+int levelset_pool_reserve(levelset_pool *pool, int sets, int64_t table_n, int64_t floats_n);
+
 /* Appends the level set of mesh m to the pool: vertices shifted by -shift (the collider's local
  * frame), lattice spacing h, band half-width band (m). vel_out, vel_in: [3 n_verts] or NULL.
  * *index: its position in pool->sets. Fails (DR_EINPUT, message naming what) when the lattice

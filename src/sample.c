@@ -109,7 +109,14 @@ static int visit_one(void *ctx, const double x[3], uint64_t id) {
   return c->fn(c->ctx, x);
 }
 
+/* Mesh bodies are sampled through their level sets: built by scene_build_levelsets first. */
+static int levelsets_built(const scene *s) {
+  if (s->n_levelset_jobs == 0) return DR_OK;
+  return dr_fail(DR_EINTERNAL, "%s: sampled before its mesh level sets were built (scene_build_levelsets)", s->path);
+}
+
 int sample_visit(const scene *s, sample_point_fn fn, void *ctx) {
+  DR_TRY(levelsets_built(s));
   visit_ctx c = {fn, ctx};
   for (int bi = 0; bi < s->n_bodies; ++bi) {
     uint64_t n = 0; /* sources too: where their particles will be (the initial cuts) */
@@ -165,6 +172,7 @@ static void next_body(sample_stream *st) {
 
 int sample_stream_open(const scene *s, sample_keep_fn keep, void *keep_ctx, sample_stream **out) {
   *out = NULL;
+  DR_TRY(levelsets_built(s));
   sample_stream *st = dr_calloc(1, sizeof *st, "the sampling stream");
   if (!st) return DR_ENOMEM;
   st->vol = dr_calloc((size_t)(s->n_bodies ? s->n_bodies : 1), sizeof *st->vol, "the sampling stream");

@@ -219,6 +219,7 @@ void scene_destroy(scene *s) {
   free(s->bodies);
   for (int i = 0; i < s->n_colliders; ++i) free(s->colliders[i].keys);
   free(s->colliders);
+  scene_free_levelset_jobs(s);
   levelset_pool_free(s->collider_levelsets);
   levelset_pool_free(s->body_levelsets);
   free(s->collider_levelsets);

@@ -4,7 +4,13 @@
  * types, out-of-range or inconsistent values, bodies outside the domain, an empty scene) with a
  * one-line message "FILE: KEY: what is wrong" and DR_EINPUT, and otherwise fills a scene whose
  * defaults are documented in docs/scene-format.md. scene_parse() does the same for bytes
- * already in memory (the fuzz target, tests/fuzz/). */
+ * already in memory (the fuzz target, tests/fuzz/).
+ *
+ * Mesh bodies and colliders are read, placed and validated by both, and their level sets sized
+ * exactly (levelset_plan) but not built: building takes seconds to minutes (the crawler's 121
+ * frames: about a minute on two cores) and the memory a run's plan must first hold, so drift check
+ * never builds them and drift run builds them once the plan fits. scene_build_levelsets() builds
+ * them; whatever samples mesh bodies or runs a scene with mesh colliders calls it first. */
 #ifndef DRIFT_SCENE_H
 #define DRIFT_SCENE_H
 
@@ -95,6 +101,23 @@ typedef struct scene_collider {
   scene_collider_key *keys; /* motion, sorted by time; none: static */
 } scene_collider;
 
+/* A mesh's level set as scene_load plans it (its sizes exact) and scene_build_levelsets builds it
+ * (meshsdf.h). */
+typedef struct scene_levelset_job {
+  mesh m;               /* placed (owned) */
+  double shift[3];      /* the level set's frame: vertices at x - shift */
+  double band;          /* m */
+  double *vel;          /* sequences: [2][3 n_verts], the velocities out of and into the frame (owned); NULL: still */
+  int collider;         /* 1: into collider_levelsets, 0: body_levelsets */
+  char *what;           /* names the mesh in messages (owned) */
+} scene_levelset_job;
+
+/* The level sets of one pool, planned: what the pool holds once built. */
+typedef struct scene_levelset_sizes {
+  int sets;
+  int64_t table_n, floats_n; /* brick-table entries (int32) and brick values (float) */
+} scene_levelset_sizes;
+
 enum balance_kind { BALANCE_PARTICLES = 0, BALANCE_TIME = 1 };
 /* The island's barrier and reduction (cuda, several GPUs per rank): the paper's scheme (the
  * defaults) or the alternative its ablations measured (section "Ablation study on multiple GPUs") */
@@ -147,6 +170,9 @@ typedef struct scene {
                           * default 300 */
   levelset_pool *collider_levelsets; /* mesh colliders' level sets (owned; the backends borrow them) */
   levelset_pool *body_levelsets;     /* mesh bodies' level sets (owned) */
+  scene_levelset_sizes levelset_plan[2]; /* [0] the bodies' pool, [1] the colliders': exact before they are built */
+  int n_levelset_jobs;   /* > 0: level sets planned and not yet built (scene_build_levelsets) */
+  scene_levelset_job *levelset_jobs;
   int deterministic;     /* 1: P2G sums in 64-bit fixed point (physics/fixed.h), bitwise identical results
                           * whatever the threads, GPUs and ranks; default 0 */
   int island_barrier;    /* enum island_barrier_kind, default spin */
@@ -167,6 +193,10 @@ int scene_load(const char *path, scene *out);
  * name standing for the file in messages and in out->path (scene_load: the file read, then this). */
 int scene_parse(const char *name, const char *bytes, size_t len, scene *out);
 void scene_destroy(scene *s);
+/* Builds the level sets the scene plans (nothing where it has none or they are built): the pools
+ * allocated exactly at their planned sizes (counted host memory, memtally.h), then each level set
+ * into them. DR_ENOMEM where the host has no room (the message names the mesh). */
+int scene_build_levelsets(scene *s);
 
 /* The scene file's name of a body shape (enum shape_kind): "box", "sphere", "cylinder". */
 const char *scene_shape_name(int shape);

@@ -65,16 +65,90 @@ static int load_placed_mesh(const ctx *c, const char *key, const char *path, dou
   return 0;
 }
 
-/* A level set into *pool (allocated on first use); what names the mesh in messages. */
-static int build_levelset(const ctx *c, const scene *s, levelset_pool **pool, const mesh *m, const double shift[3],
-                          double band, const double *vout, const double *vin, const char *key, int *index) {
+/* Plans a level set of mesh m (taken over: *m is emptied) into the colliders' pool or the
+ * bodies': its sizes added to s->levelset_plan, the mesh kept for scene_build_levelsets, *index its
+ * place in the pool (allocated empty on first use, so that bodies can point at it now). vel: [2][3
+ * n_verts] (out, in; copied) or NULL. */
+static int plan_levelset(const ctx *c, scene *s, int collider, mesh *m, const double shift[3], double band,
+                         const double *vel_out, const double *vel_in, const char *key, int *index) {
+  levelset_pool **pool = collider ? &s->collider_levelsets : &s->body_levelsets;
   if (!*pool) {
     *pool = dr_calloc(1, sizeof **pool, "level-set pool");
     if (!*pool) return DR_ENOMEM;
   }
   char what[KEY_LEN + 700];
   snprintf(what, sizeof what, "%s: %s", c->path, key);
-  return meshsdf_build(*pool, m, shift, LS_SPACING * s->dx, band, vout, vin, what, index);
+  int64_t table_n, floats_n;
+  DR_TRY(meshsdf_size(m, shift, LS_SPACING * s->dx, band, vel_out ? 7 : 1, what, &table_n, &floats_n));
+  scene_levelset_job *jobs = realloc(s->levelset_jobs, sizeof *jobs * (size_t)(s->n_levelset_jobs + 1));
+  if (!jobs) return dr_fail(DR_ENOMEM, "out of host memory planning the level set of %s", what);
+  s->levelset_jobs = jobs;
+  scene_levelset_job *j = &jobs[s->n_levelset_jobs];
+  memset(j, 0, sizeof *j);
+  const size_t nv3 = 3 * (size_t)m->n_verts;
+  const size_t wlen = strlen(what) + 1;
+  j->what = malloc(wlen);
+  if (j->what) memcpy(j->what, what, wlen);
+  if (vel_out) j->vel = malloc(sizeof(double) * 2 * (nv3 ? nv3 : 1));
+  if (!j->what || (vel_out && !j->vel)) {
+    free(j->what), free(j->vel);
+    return dr_fail(DR_ENOMEM, "out of host memory planning the level set of %s", what);
+  }
+  if (vel_out) {
+    memcpy(j->vel, vel_out, sizeof(double) * nv3);
+    memcpy(j->vel + nv3, vel_in, sizeof(double) * nv3);
+  }
+  j->m = *m;
+  memset(m, 0, sizeof *m);
+  for (int a = 0; a < 3; ++a) j->shift[a] = shift[a];
+  j->band = band;
+  j->collider = collider;
+  ++s->n_levelset_jobs;
+  scene_levelset_sizes *z = &s->levelset_plan[collider];
+  *index = z->sets++;
+  z->table_n += table_n;
+  z->floats_n += floats_n;
+  return DR_OK;
+}
+
+void scene_free_levelset_jobs(scene *s) {
+  for (int k = 0; k < s->n_levelset_jobs; ++k) {
+    mesh_destroy(&s->levelset_jobs[k].m);
+    free(s->levelset_jobs[k].vel);
+    free(s->levelset_jobs[k].what);
+  }
+  free(s->levelset_jobs);
+  s->levelset_jobs = NULL;
+  s->n_levelset_jobs = 0;
+}
+
+int scene_build_levelsets(scene *s) {
+  levelset_pool *pools[2] = {s->body_levelsets, s->collider_levelsets};
+  int rc = DR_OK;
+  for (int k = 0; k < 2 && !rc; ++k) {
+    const scene_levelset_sizes *z = &s->levelset_plan[k];
+    if (pools[k] && z->sets > 0 && levelset_pool_reserve(pools[k], z->sets, z->table_n, z->floats_n))
+      rc = dr_fail(DR_ENOMEM, "out of host memory for the mesh level sets of %s: %.1f MiB planned", s->path,
+                   (4.0 * (double)z->table_n + 4.0 * (double)z->floats_n) / 1048576.0);
+  }
+  for (int k = 0; k < s->n_levelset_jobs && !rc; ++k) {
+    const scene_levelset_job *j = &s->levelset_jobs[k];
+    const size_t nv3 = 3 * (size_t)j->m.n_verts;
+    int index;
+    rc = meshsdf_build(pools[j->collider], &j->m, j->shift, LS_SPACING * s->dx, j->band, j->vel,
+                       j->vel ? j->vel + nv3 : NULL, j->what, &index);
+  }
+  /* the plan's sizes are the build's: meshsdf_size marks the same bricks */
+  for (int k = 0; k < 2 && !rc; ++k) {
+    const scene_levelset_sizes *z = &s->levelset_plan[k];
+    const levelset_pool *q = pools[k];
+    if (z->sets > 0 && (!q || q->n != z->sets || q->table_n != z->table_n || q->bricks_n != z->floats_n))
+      rc = dr_fail(DR_EINTERNAL, "%s: the mesh level sets built differ from their plan (%d sets, %lld and %lld "
+                   "against %d, %lld and %lld)", s->path, q ? q->n : 0, (long long)(q ? q->table_n : 0),
+                   (long long)(q ? q->bricks_n : 0), z->sets, (long long)z->table_n, (long long)z->floats_n);
+  }
+  if (!rc) scene_free_levelset_jobs(s);
+  return rc;
 }
 
 /* A mesh body: file, placement; its bounding box inside the domain. */
@@ -92,7 +166,7 @@ int scene_parse_mesh_body(const ctx *c, const cJSON *b, const char *where, scene
   int rc = scene_check_bounds_inside(c, s, body, where, "file", "the mesh");
   if (!rc && !(body->volume > 0)) rc = sj_fail(c, key, "the mesh encloses no volume (got %s; expected a closed triangle mesh)", path);
   static const double zero[3] = {0, 0, 0};
-  if (!rc) rc = build_levelset(c, s, &s->body_levelsets, &m, zero, LS_BAND * s->dx, NULL, NULL, key, &body->levelset);
+  if (!rc) rc = plan_levelset(c, s, 0, &m, zero, LS_BAND * s->dx, NULL, NULL, key, &body->levelset);
   body->pool = s->body_levelsets;
   mesh_destroy(&m);
   return rc;
@@ -221,7 +295,7 @@ int scene_parse_mesh_collider(const ctx *c, const cJSON *col, const char *where,
       int idx;
       const double *vin = files ? vel + (size_t)k * 3 * nv : NULL, *vout = files ? vel + (size_t)(k + 1) * 3 * nv : NULL;
       if (files && k + 1 == sc->n_frames) vout = vel; /* after the last frame: still (vel[0] is zero) */
-      rc = build_levelset(c, s, &s->collider_levelsets, &ms[k], sc->mesh_center, band, vout, vin, pkey, &idx);
+      rc = plan_levelset(c, s, 1, &ms[k], sc->mesh_center, band, vout, vin, pkey, &idx);
       if (k == 0) sc->levelset = idx;
     }
   }

@@ -121,9 +121,11 @@ int scene_check_substeps(const ctx *c, const scene *s);
 int scene_check_bounds_inside(const ctx *c, const scene *s, const scene_body *body,
                               const char *where, const char *blame, const char *what);
 /* scene_meshes.c: a mesh body (file, placement; its bounding box inside the domain) and a mesh
- * collider (file, or files + fps (+ first, count); placement; level sets). */
+ * collider (file, or files + fps (+ first, count); placement; level sets planned). */
 int scene_parse_mesh_body(const ctx *c, const cJSON *b, const char *where, scene *s, scene_body *body);
 int scene_parse_mesh_collider(const ctx *c, const cJSON *col, const char *where, scene *s,
                               scene_collider *sc);
+/* Frees the level sets planned and not built (scene_destroy). */
+void scene_free_levelset_jobs(scene *s);
 
 #endif

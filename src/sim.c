@@ -210,6 +210,9 @@ static int claim_out_dir(sim *S) {
 
 int sim_create(const scene *s, const sim_options *opt, MPI_Comm comm, sim **out) {
   *out = NULL;
+  if (s->n_levelset_jobs > 0) /* every rank's scene is the same: they all return here */
+    return dr_fail(DR_EINTERNAL, "%s: a simulation created before its mesh level sets were built (scene_build_levelsets)",
+                   s->path);
   sim *S = dr_calloc(1, sizeof *S, "simulation");
   if (!S) return DR_ENOMEM;
   S->lock.fd = -1;

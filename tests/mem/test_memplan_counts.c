@@ -11,14 +11,15 @@
 #include <string.h>
 
 #include "check.h"
+#include "error.h"
 #include "memplan.h"
 #include "sample.h"
 #include "scene.h"
 
 static int check_scene(const char *path) {
   scene s;
-  if (scene_load(path, &s)) {
-    CHECK(0, "%s: does not load", path);
+  if (scene_load(path, &s) || scene_build_levelsets(&s)) {
+    CHECK(0, "%s: does not load: %s", path, dr_message());
     return 1;
   }
   const memplan_config cfg = {.backend = BACKEND_CPU, .ranks = 1, .devices = 1};

@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   scene s;
-  if (scene_load(argv[1], &s)) {
+  if (scene_load(argv[1], &s) || scene_build_levelsets(&s)) {
     fprintf(stderr, "%s does not load\n", argv[1]);
     return 1;
   }

@@ -12,7 +12,11 @@
  *     deepest in (the union's min of the parts' signed distances), not the distance to the
  *     other part's buried faces;
  *   - a mesh body from the cube OBJ holds the same particles (count within 1 %, same mass) as
- *     the box body it equals, and every particle of an icosphere body lies in the sphere. */
+ *     the box body it equals, and every particle of an icosphere body lies in the sphere;
+ *   - meshsdf_size's bricks against a brute-force count (every brick of the lattice against every
+ *     triangle), and a scene's level sets planned at load (jobs/scenes/meshes.json: static,
+ *     keyframed and sequence colliders, a mesh body), nothing sampled before they are built, and
+ *     the build allocating exactly the planned bytes (counted host memory). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -23,6 +27,7 @@
 
 #include "error.h"
 #include "mesh.h"
+#include "memtally.h"
 #include "meshsdf.h"
 #include "particles.h"
 #include "physics/check.h"
@@ -416,6 +421,7 @@ static int load_scene(const char *body, scene *s) {
   fputs(json, f);
   fclose(f);
   int rc = scene_load(path, s);
+  if (!rc) rc = scene_build_levelsets(s);
   unlink(path);
   return rc;
 }
@@ -481,6 +487,89 @@ static void test_bodies(void) {
   scene_destroy(&a);
 }
 
+/* meshsdf_size against a brute-force count of the band's bricks (meshsdf.h: the lattice covers the
+ * bounding box with a margin of band + a brick; a brick is in the band where its centre lies within
+ * band + its half-diagonal of a triangle), and against what meshsdf_build appends. */
+static void test_size(void) {
+  mesh m;
+  if (read_test_mesh("icosphere.obj", &m)) return;
+  const double R = 0.3, h = 0.02, band = 0.1, shift[3] = {0.1, -0.2, 0.05};
+  for (int i = 0; i < 3 * m.n_verts; ++i) m.v[i] = R * m.v[i] + shift[i % 3] + 0.013 * (i % 3);
+  int64_t table_n = 0, floats_n = 0;
+  CHECK(meshsdf_size(&m, shift, h, band, 1, "icosphere", &table_n, &floats_n) == 0, "size: %s", dr_message());
+  double lo[3], hi[3], origin[3];
+  int dims[3];
+  mesh_bounds(&m, lo, hi);
+  const double margin = band + 4 * h, reach = band + 2 * sqrt(3.0) * h;
+  int64_t nb = 1, marked = 0;
+  for (int a = 0; a < 3; ++a) {
+    origin[a] = lo[a] - shift[a] - margin;
+    dims[a] = ((int)(ceil((hi[a] - shift[a] + margin - origin[a]) / h) + 1) + 3) / 4;
+    nb *= dims[a];
+  }
+  for (int k = 0; k < dims[2]; ++k)
+    for (int j = 0; j < dims[1]; ++j)
+      for (int i = 0; i < dims[0]; ++i) {
+        const double x[3] = {origin[0] + (4 * i + 2) * h + shift[0], origin[1] + (4 * j + 2) * h + shift[1],
+                             origin[2] + (4 * k + 2) * h + shift[2]};
+        int in = 0;
+        for (int t = 0; t < m.n_tris && !in; ++t) {
+          double bary[3];
+          in = meshsdf_point_triangle(x, m.v + 3 * m.tri[3 * t], m.v + 3 * m.tri[3 * t + 1], m.v + 3 * m.tri[3 * t + 2],
+                                      bary) <= reach;
+        }
+        marked += in;
+      }
+  CHECK(table_n == nb, "the brick table: %lld entries, expected %lld", (long long)table_n, (long long)nb);
+  CHECK(floats_n == marked * 64, "the bricks: %lld floats, expected %lld (%lld bricks of 64 nodes)", (long long)floats_n,
+        (long long)(marked * 64), (long long)marked);
+  CHECK(marked > 0 && marked < nb, "the band holds %lld of %lld bricks", (long long)marked, (long long)nb);
+  levelset_pool pool = {0};
+  int idx = -1;
+  CHECK(meshsdf_build(&pool, &m, shift, h, band, NULL, NULL, "icosphere", &idx) == 0, "build: %s", dr_message());
+  CHECK(pool.table_n == table_n && pool.bricks_n == floats_n, "built %lld and %lld, sized %lld and %lld",
+        (long long)pool.table_n, (long long)pool.bricks_n, (long long)table_n, (long long)floats_n);
+  levelset_pool_free(&pool);
+  mesh_destroy(&m);
+}
+
+/* A scene's level sets: planned at load, built on demand into exactly the planned bytes. */
+static void test_plan_then_build(void) {
+  scene s;
+  const char *path = MESH_DIR "/../../jobs/scenes/meshes.json";
+  if (scene_load(path, &s)) {
+    CHECK(0, "%s: %s", path, dr_message());
+    return;
+  }
+  const scene_levelset_sizes *b = &s.levelset_plan[0], *c = &s.levelset_plan[1];
+  CHECK(s.n_levelset_jobs == 6 && b->sets == 1 && c->sets == 5, "planned %d level sets (%d of bodies, %d of colliders), "
+        "expected 6: the ball, and the ramp, the turning ball and three pusher frames", s.n_levelset_jobs, b->sets, c->sets);
+  CHECK(c->floats_n > 0 && c->table_n > 0 && b->floats_n > 0, "planned sizes: %lld, %lld, %lld", (long long)c->floats_n,
+        (long long)c->table_n, (long long)b->floats_n);
+  CHECK(s.collider_levelsets && s.collider_levelsets->n == 0, "a level set was built at load");
+  particles p = {0};
+  dr_clear();
+  CHECK(sample_scene(&s, &p) == DR_EINTERNAL, "sampled before the level sets were built");
+  dr_clear();
+  particles_free(&p);
+  const int64_t before = memtally_now(MEMTALLY_HOST, MT_KINDS);
+  CHECK(scene_build_levelsets(&s) == 0, "build: %s", dr_message());
+  const int64_t grew = memtally_now(MEMTALLY_HOST, MT_KINDS) - before;
+  const int64_t planned = (int64_t)(b->sets + c->sets) * (int64_t)sizeof(levelset) +
+                          4 * (b->table_n + b->floats_n + c->table_n + c->floats_n);
+  CHECK(grew == planned, "the build holds %lld B of counted host memory, the plan %lld B", (long long)grew,
+        (long long)planned);
+  CHECK(s.n_levelset_jobs == 0 && s.collider_levelsets->n == 5 && s.body_levelsets->n == 1 &&
+        s.collider_levelsets->bricks_n == c->floats_n && s.body_levelsets->table_n == b->table_n,
+        "the pools built: %d and %d sets", s.collider_levelsets->n, s.body_levelsets->n);
+  CHECK(scene_build_levelsets(&s) == 0 && memtally_now(MEMTALLY_HOST, MT_KINDS) - before == grew,
+        "a second build changed something");
+  CHECK(sample_scene(&s, &p) == 0 && p.n > 0, "sampling after the build: %s", dr_message());
+  particles_free(&p);
+  scene_destroy(&s);
+  CHECK(memtally_now(MEMTALLY_HOST, MT_KINDS) == before, "the scene's level sets not all released");
+}
+
 int main(void) {
   test_reader();
   test_cube_levelset();
@@ -488,5 +577,7 @@ int main(void) {
   test_icosphere_levelset();
   test_mesh_collider_idle();
   test_bodies();
+  test_size();
+  test_plan_then_build();
   return check_summary("test_mesh");
 }

@@ -103,7 +103,7 @@ static void run(const char *name, const shape *sh, int ppc) {
   fputs(json, f);
   fclose(f);
   scene s;
-  if (scene_load(path, &s)) {
+  if (scene_load(path, &s) || scene_build_levelsets(&s)) {
     fprintf(stderr, "%s: %s\n", name, dr_message());
     ++failures;
     unlink(path);

@@ -40,6 +40,7 @@ static inline void scene_from_text(const char *json, scene *s) {
   fputs(json, f);
   fclose(f);
   MUST(scene_load(path, s));
+  MUST(scene_build_levelsets(s));
   unlink(path);
 }
 
