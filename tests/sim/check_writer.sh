@@ -52,8 +52,11 @@ unset DRIFT_WRITER_INLINE
 run_timeout=300 # run's limit per command
 
 lib_setup writer
+# at 100 frames a second, a quarter of the scene's steps (the writing is what is tested; the water
+# still moves between frames)
 sed -e 's/"parallel": {/"parallel": { "deterministic": true,/' -e "s/\"backend\": \"cpu\"/\"backend\": \"$backend\"/" \
-  "$scene" >scene.json
+  -e 's/"fps": 25,/"fps": 100,/' "$scene" >scene.json
+grep -q '"fps": 100,' scene.json || { echo "check_writer.sh: $scene has no \"fps\": 25" >&2; exit 1; }
 
 # same_files LABEL A B NAME...: each file NAME of folder A equals B's (same_h5: every dataset's
 # values and every attribute, bitwise).
