@@ -113,21 +113,19 @@ fi
 #    - scene_errors: 346 starts of drift, each an MPI start-up (about 2 s under ASan); the
 #      loader's error paths run under ASan and UBSan in scene_fuzz (label fuzz, above), which
 #      starts from every bad scene, and in test_scene.
-#    - bench_check_crawling_snow (about 1 minute in Release): the crawler's 121 level sets at
-#      the paper's cell; mesh level sets and mesh colliders run under the sanitizers in
-#      test_mesh, test_mesh_colliders and test_crawler (its OBJ sequence).
 #    - validation_csm3 (about a minute in Release): 15,000 steps of an elastic beam; the fixed
 #      corotated stress and the frame reader run under the sanitizers in test_fields and
 #      test_frames, colliders in test_mesh_colliders.
-#    - memplan_refusal: it runs drift under a 2 GiB address space (prlimit --as), where
-#      AddressSanitizer cannot reserve its shadow memory; the plan and its refusal are plain
-#      arithmetic and file reads, which memplan_check_huge and test_memplan_counts run under ASan.
+#    - memplan_refusal, memplan_meshes: they run drift under a 2 GiB address space (prlimit
+#      --as), where AddressSanitizer cannot reserve its shadow memory; the plan and its refusal
+#      are plain arithmetic and file reads, which memplan_check_huge, bench_check_crawling_snow
+#      and test_memplan_counts run under ASan.
 #    - memplan_peak_snow (292,864 particles, about 2 minutes under ASan): the counted allocator
 #      runs under the sanitizers in memplan_peak_sand, _water, _elastic and _two_ranks.
 asan_skip='^(test_threads|test_bounce|test_sand_pile|test_colliders|test_friction|test_snow|test_momentum'
 asan_skip+='|test_ranks_2|test_ranks_4|resume_one_rank|resume_ranks|resume_no_room|scene_errors'
-asan_skip+='|resume_deterministic|test_determinism|bench_cli|bench_check_crawling_snow|validation_csm3'
-asan_skip+='|memplan_refusal|memplan_peak_snow)$'
+asan_skip+='|resume_deterministic|test_determinism|bench_cli|validation_csm3'
+asan_skip+='|memplan_refusal|memplan_meshes|memplan_peak_snow)$'
 if stage_passed build; then
   stage_run "asan build" build_tree build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRIFT_SANITIZE=ON
 else
