@@ -638,8 +638,11 @@ static int cmd_run(int argc, char **argv) {
     return rc;
   }
   sim *S = NULL;
+  const int n_ls = s.n_levelset_jobs;
+  const double t_ls = MPI_Wtime();
   rc = scene_build_levelsets(&s); /* once the plan, which holds them, fits */
   rc = comm_agree(MPI_COMM_WORLD, rc);
+  if (!rc && n_ls > 0) log_info("mesh level sets: %d built in %.1f s", n_ls, MPI_Wtime() - t_ls);
   if (!rc) rc = sim_create(&s, &opt, MPI_COMM_WORLD, &S);
   if (!rc) rc = sim_run(S);
   if (!rc) log_memory(&plan);

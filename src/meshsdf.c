@@ -186,6 +186,27 @@ static void brick_range(const double *A, const double *B, const double *C, const
   }
 }
 
+/* The unit normal of triangle ABC (nrm[0..2]) and whether it has one (nrm[3]: 1, or 0 where the
+ * triangle is degenerate). */
+static void triangle_plane(const double *A, const double *B, const double *C, double nrm[4]) {
+  const double u[3] = {B[0] - A[0], B[1] - A[1], B[2] - A[2]}, v[3] = {C[0] - A[0], C[1] - A[1], C[2] - A[2]};
+  nrm[0] = u[1] * v[2] - u[2] * v[1], nrm[1] = u[2] * v[0] - u[0] * v[2], nrm[2] = u[0] * v[1] - u[1] * v[0];
+  const double len = sqrt(dot3(nrm, nrm));
+  nrm[3] = len > 0;
+  for (int a = 0; a < 3 && len > 0; ++a) nrm[a] /= len;
+}
+
+/* Whether a brick's centre lies within reach of triangle ABC: the exact distance, unless the
+ * centre is farther than reach from the triangle's plane (then farther from the triangle: the
+ * answer at a dot product's cost; the margin covers rounding). */
+static int within_reach(const double ctr[3], const double *A, const double *B, const double *C, const double nrm[4],
+                        double reach) {
+  const double off[3] = {ctr[0] - A[0], ctr[1] - A[1], ctr[2] - A[2]};
+  if (nrm[3] > 0 && fabs(dot3(nrm, off)) > reach * (1 + 1e-12)) return 0;
+  double bary[3];
+  return meshsdf_point_triangle(ctr, A, B, C, bary) <= reach;
+}
+
 /* The lattice of a mesh's level set and its band's bricks (construction steps 1 and 2's marking):
  * what meshsdf_size counts and meshsdf_build fills. */
 typedef struct band_lattice {
@@ -244,12 +265,8 @@ static int mark_band(const mesh *m, const double shift[3], double h, double band
 #pragma omp parallel for schedule(dynamic, 64)
   for (int t = 0; t < nt; ++t) {
     const double *A = p + 3 * m->tri[3 * t], *B = p + 3 * m->tri[3 * t + 1], *C = p + 3 * m->tri[3 * t + 2];
-    double nrm[3];
-    const double u[3] = {B[0] - A[0], B[1] - A[1], B[2] - A[2]}, v[3] = {C[0] - A[0], C[1] - A[1], C[2] - A[2]};
-    nrm[0] = u[1] * v[2] - u[2] * v[1], nrm[1] = u[2] * v[0] - u[0] * v[2], nrm[2] = u[0] * v[1] - u[1] * v[0];
-    const double len = sqrt(dot3(nrm, nrm));
-    const int plane = len > 0;
-    for (int a = 0; a < 3 && plane; ++a) nrm[a] /= len;
+    double nrm[4];
+    triangle_plane(A, B, C, nrm);
     int b0[3], b1[3];
     brick_range(A, B, C, origin, bh, reach, dims, b0, b1);
     for (int k = b0[2]; k <= b1[2]; ++k)
@@ -261,10 +278,7 @@ static int mark_band(const mesh *m, const double shift[3], double h, double band
           mark = tab[e];
           if (mark == LS_OUTSIDE) continue; /* marked already */
           const double ctr[3] = {origin[0] + (4 * i + 2) * h, origin[1] + (4 * j + 2) * h, origin[2] + (4 * k + 2) * h};
-          const double off[3] = {ctr[0] - A[0], ctr[1] - A[1], ctr[2] - A[2]};
-          if (plane && fabs(dot3(nrm, off)) > reach * (1 + 1e-12)) continue;
-          double bary[3];
-          if (meshsdf_point_triangle(ctr, A, B, C, bary) <= reach) {
+          if (within_reach(ctr, A, B, C, nrm, reach)) {
 #pragma omp atomic write relaxed
             tab[e] = LS_OUTSIDE; /* marked */
           }
@@ -318,31 +332,85 @@ int meshsdf_build(levelset_pool *pool, const mesh *m, const double shift[3], dou
   for (int64_t e = 0; e < nb; ++e)
     if (tab[e] >= 0) coords[tab[e]] = e;
 
-  /* 2. distances of the band nodes to the triangles near their brick */
-  for (int t = 0; t < nt; ++t) {
+  /* 2. distances of the band nodes to the triangles near their brick, a brick at a time in
+   * parallel: each brick's triangles (those whose reach holds its centre, as step 1 marked it)
+   * listed in increasing order (CSR: bstart, btri), so that a node keeps the first triangle at its
+   * least distance, whatever the threads */
+  int64_t *tcount = dr_calloc((size_t)nt + 1, sizeof(int64_t), "level-set triangle counts");
+  int64_t *bstart = dr_calloc((size_t)nmarked + 1, sizeof(int64_t), "level-set brick lists");
+  if (!tcount || !bstart) {
+    free(p), free(tab), free(dist), free(near), free(near_b), free(coords), free(tcount), free(bstart);
+    return DR_ENOMEM;
+  }
+#pragma omp parallel for schedule(dynamic, 64)
+  for (int t = 0; t < nt; ++t) { /* each triangle's bricks */
     const double *A = p + 3 * m->tri[3 * t], *B = p + 3 * m->tri[3 * t + 1], *C = p + 3 * m->tri[3 * t + 2];
+    double nrm[4];
+    triangle_plane(A, B, C, nrm);
     int b0[3], b1[3];
     brick_range(A, B, C, origin, bh, reach, dims, b0, b1);
+    int64_t c = 0;
+    for (int k = b0[2]; k <= b1[2]; ++k)
+      for (int j = b0[1]; j <= b1[1]; ++j)
+        for (int i = b0[0]; i <= b1[0]; ++i) {
+          const double ctr[3] = {origin[0] + (4 * i + 2) * h, origin[1] + (4 * j + 2) * h, origin[2] + (4 * k + 2) * h};
+          c += tab[((int64_t)k * dims[1] + j) * dims[0] + i] >= 0 && within_reach(ctr, A, B, C, nrm, reach);
+        }
+    tcount[t + 1] = c;
+  }
+  for (int t = 0; t < nt; ++t) tcount[t + 1] += tcount[t];
+  const int64_t npairs = tcount[nt];
+  int32_t *pair_b = dr_malloc(sizeof(int32_t) * (size_t)(npairs ? npairs : 1), "level-set brick pairs");
+  int32_t *btri = dr_malloc(sizeof(int32_t) * (size_t)(npairs ? npairs : 1), "level-set brick lists");
+  if (!pair_b || !btri) {
+    free(p), free(tab), free(dist), free(near), free(near_b), free(coords), free(tcount), free(bstart), free(pair_b),
+        free(btri);
+    return DR_ENOMEM;
+  }
+#pragma omp parallel for schedule(dynamic, 64)
+  for (int t = 0; t < nt; ++t) {
+    const double *A = p + 3 * m->tri[3 * t], *B = p + 3 * m->tri[3 * t + 1], *C = p + 3 * m->tri[3 * t + 2];
+    double nrm[4];
+    triangle_plane(A, B, C, nrm);
+    int b0[3], b1[3];
+    brick_range(A, B, C, origin, bh, reach, dims, b0, b1);
+    int64_t c = tcount[t];
     for (int k = b0[2]; k <= b1[2]; ++k)
       for (int j = b0[1]; j <= b1[1]; ++j)
         for (int i = b0[0]; i <= b1[0]; ++i) {
           const int32_t id = tab[((int64_t)k * dims[1] + j) * dims[0] + i];
-          if (id < 0) continue;
-          double bary[3];
           const double ctr[3] = {origin[0] + (4 * i + 2) * h, origin[1] + (4 * j + 2) * h, origin[2] + (4 * k + 2) * h};
-          if (meshsdf_point_triangle(ctr, A, B, C, bary) > reach) continue;
-          for (int l = 0; l < LS_BRICK_NODES; ++l) {
-            const double x[3] = {origin[0] + (4 * i + (l & 3)) * h, origin[1] + (4 * j + ((l >> 2) & 3)) * h,
-                                 origin[2] + (4 * k + (l >> 4)) * h};
-            const size_t q = (size_t)id * LS_BRICK_NODES + (size_t)l;
-            const double d = meshsdf_point_triangle(x, A, B, C, bary);
-            if (d < dist[q]) {
-              dist[q] = d, near[q] = t;
-              for (int a = 0; a < 3; ++a) near_b[3 * q + a] = (float)bary[a];
-            }
-          }
+          if (id >= 0 && within_reach(ctr, A, B, C, nrm, reach)) pair_b[c++] = id;
         }
   }
+  for (int64_t e = 0; e < npairs; ++e) ++bstart[pair_b[e] + 1];
+  for (int32_t b = 0; b < nmarked; ++b) bstart[b + 1] += bstart[b];
+  for (int t = 0; t < nt; ++t) /* in increasing t: each brick's list is sorted */
+    for (int64_t e = tcount[t]; e < tcount[t + 1]; ++e) btri[bstart[pair_b[e]]++] = t;
+  for (int32_t b = nmarked; b > 0; --b) bstart[b] = bstart[b - 1]; /* the fill moved each start to its end */
+  bstart[0] = 0;
+  free(tcount), free(pair_b);
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int32_t id = 0; id < nmarked; ++id) {
+    const int64_t e = coords[id];
+    const int i = (int)(e % dims[0]), j = (int)((e / dims[0]) % dims[1]), k = (int)(e / ((int64_t)dims[0] * dims[1]));
+    for (int64_t u = bstart[id]; u < bstart[id + 1]; ++u) {
+      const int t = btri[u];
+      const double *A = p + 3 * m->tri[3 * t], *B = p + 3 * m->tri[3 * t + 1], *C = p + 3 * m->tri[3 * t + 2];
+      for (int l = 0; l < LS_BRICK_NODES; ++l) {
+        const double x[3] = {origin[0] + (4 * i + (l & 3)) * h, origin[1] + (4 * j + ((l >> 2) & 3)) * h,
+                             origin[2] + (4 * k + (l >> 4)) * h};
+        const size_t q = (size_t)id * LS_BRICK_NODES + (size_t)l;
+        double bary[3];
+        const double d = meshsdf_point_triangle(x, A, B, C, bary);
+        if (d < dist[q]) {
+          dist[q] = d, near[q] = t;
+          for (int a = 0; a < 3; ++a) near_b[3 * q + a] = (float)bary[a];
+        }
+      }
+    }
+  }
+  free(bstart), free(btri);
 
   /* 3. signs by the winding number; values and velocities into the pool */
   int *order = NULL, *cstart = NULL;

@@ -8,7 +8,8 @@
  *   2. a brick is in the band when its centre is within band + its half-diagonal of a triangle
  *      (exact point-triangle distance); for every node of such a brick the distance to the
  *      triangles that marked the brick is computed (closest points, Ericson's region test), the
- *      nearest triangle and the barycentric coordinates of the nearest point kept;
+ *      nearest triangle and the barycentric coordinates of the nearest point kept (a brick at a
+ *      time in parallel, its triangles in increasing order: the first at the least distance);
  *   3. the sign of every band node comes from the generalised winding number of the mesh at the
  *      node (Jacobson et al. 2013: the sum of the triangles' solid angles / 4 pi; inside where
  *      |w| > 1/2, which is robust to small gaps, duplicated faces and either orientation). It
