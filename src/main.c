@@ -300,11 +300,11 @@ static int cmd_check(const char *path) {
   const scene_levelset_sizes *lc = &s.levelset_plan[1], *lb = &s.levelset_plan[0];
   if (lc->sets > 0) /* mesh colliders: every frame's level set, on the host and on each GPU */
     printf("mesh level sets: %d, %.1f MiB (brick tables %.1f MiB, bricks %.1f MiB), on the host and on each GPU\n",
-           lc->sets, mib(4.0 * (double)lc->table_n + 4.0 * (double)lc->floats_n), mib(4.0 * (double)lc->table_n),
+           lc->sets, mib(scene_levelset_data_bytes(lc)), mib(4.0 * (double)lc->table_n),
            mib(4.0 * (double)lc->floats_n));
   if (lb->sets > 0) /* mesh bodies: sampled through their level sets, on the host */
     printf("mesh bodies' level sets: %d, %.1f MiB, on the host\n", lb->sets,
-           mib(4.0 * (double)lb->table_n + 4.0 * (double)lb->floats_n));
+           mib(scene_levelset_data_bytes(lb)));
   print_plan(&s, &plan, &plan_cuda, ngpu, dev_free);
   double fdt = 1.0 / s.fps, dt = scene_initial_dt(&s);
   if (s.dt > 0)

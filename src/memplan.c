@@ -135,7 +135,7 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
 static double levelset_bytes(const scene *s, int pool) {
   const scene_levelset_sizes *z = &s->levelset_plan[pool];
   if (z->sets == 0) return 0.0;
-  return (double)z->sets * sizeof(levelset) + 4.0 * (double)z->table_n + 4.0 * (double)z->floats_n;
+  return (double)z->sets * sizeof(levelset) + scene_levelset_data_bytes(z);
 }
 
 static void add_levelsets_host(const scene *s, memplan_bytes *host) {

@@ -118,6 +118,11 @@ typedef struct scene_levelset_sizes {
   int64_t table_n, floats_n; /* brick-table entries (int32) and brick values (float) */
 } scene_levelset_sizes;
 
+/* A planned pool's brick tables and bricks in bytes (its headers, sizeof(levelset) a set, apart). */
+static inline double scene_levelset_data_bytes(const scene_levelset_sizes *z) {
+  return 4.0 * (double)z->table_n + 4.0 * (double)z->floats_n;
+}
+
 enum balance_kind { BALANCE_PARTICLES = 0, BALANCE_TIME = 1 };
 /* The island's barrier and reduction (cuda, several GPUs per rank): the paper's scheme (the
  * defaults) or the alternative its ablations measured (section "Ablation study on multiple GPUs") */

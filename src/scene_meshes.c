@@ -129,7 +129,7 @@ int scene_build_levelsets(scene *s) {
     const scene_levelset_sizes *z = &s->levelset_plan[k];
     if (pools[k] && z->sets > 0 && levelset_pool_reserve(pools[k], z->sets, z->table_n, z->floats_n))
       rc = dr_fail(DR_ENOMEM, "out of host memory for the mesh level sets of %s: %.1f MiB planned", s->path,
-                   (4.0 * (double)z->table_n + 4.0 * (double)z->floats_n) / 1048576.0);
+                   scene_levelset_data_bytes(z) / 1048576.0);
   }
   for (int k = 0; k < s->n_levelset_jobs && !rc; ++k) {
     const scene_levelset_job *j = &s->levelset_jobs[k];

@@ -12,6 +12,11 @@
 #                              120) and checks its exit status; with backend=cuda, a machine
 #                              without a GPU skips the test (exit 77)
 #   one_line LABEL LOG TEXT    LOG's drift error is exactly one line and contains TEXT
+#   expect_refused LABEL LIMIT OUT PATTERN CMD...
+#                              CMD under an address space of LIMIT bytes (prlimit --as) is
+#                              refused at once: exit status 4 (out of memory), one line on
+#                              stderr matching PATTERN (grep), OUT not created, in under 10 s;
+#                              the line in $refused, the seconds in $refused_secs
 #   lib_finish NAME            the summary line; exits 1 after a failure, else 0
 
 lib_usage() {
@@ -75,6 +80,22 @@ one_line() {
   lines=$(grep -c '^drift: ' "$log")
   [ "$lines" -eq 1 ] || fail "$label: $lines lines start with 'drift: ', expected 1: $(grep '^drift: ' "$log")"
   grep '^drift: ' "$log" | grep -qF -- "$text" || fail "$label: the message does not say '$text': $(grep '^drift: ' "$log")"
+}
+
+expect_refused() {
+  local label=$1 limit=$2 out=$3 pattern=$4 rc t0 t1
+  shift 4
+  t0=$(date +%s.%N)
+  refused=$(prlimit --as="$limit" "$@" 2>&1 >/dev/null)
+  rc=$?
+  t1=$(date +%s.%N)
+  refused_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+  echo "$refused"
+  [ $rc -eq 4 ] || fail "$label: exit status $rc, expected 4 (out of memory)"
+  [ "$(printf '%s\n' "$refused" | wc -l)" -eq 1 ] || fail "$label: expected one line on stderr"
+  printf '%s' "$refused" | grep -q -- "$pattern" || fail "$label: the message does not match '$pattern'"
+  [ -e "$out" ] && fail "$label: $out was created"
+  awk -v s="$refused_secs" 'BEGIN { exit !(s < 10) }' || fail "$label: the refusal took $refused_secs s"
 }
 
 lib_finish() {
