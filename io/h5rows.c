@@ -21,6 +21,7 @@
 
 #include "comm.h"
 #include "error.h"
+#include "settings.h"
 
 int h5rows_paths(int rank, const char *dir, const char *prefix, int number, int flags, const char *what,
                  h5rows_file *f) {
@@ -170,19 +171,34 @@ static int map_at(int fd, off_t at, size_t len, h5rows_map *m) {
  * faults are the cost and scale with the threads; a thread that lacks a core for a while must
  * not hold the others' share, as a static split would). Only for space that
  * allocate has allocated: the pages exist, so no store into them can fault for want of space (an
- * unallocated page of a mapping raises SIGBUS on a full filesystem instead of an error). Returns
- * 0, or -1 where the mapping cannot be made (the caller writes instead). */
+ * unallocated page of a mapping raises SIGBUS on a full filesystem instead of an error). With
+ * DRIFT_TEAM_WRITES the team's first thread writes its pieces with pwrite instead: a fault on an
+ * allocated page of a file in memory zeroes it before the store fills it, a write that fills a page
+ * does not (the kernel serialises the two on a page that both reach: each holds the page's lock
+ * while it makes the page valid). Returns 0, -1 where the mapping cannot be made (the caller
+ * writes instead), or the errno of a failed write. */
 static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
   h5rows_map m;
   if (map_at(fd, at, len, &m)) return -1;
   const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
+  const int writes = settings()->team_writes && omp_get_max_threads() > 1;
+  int err = 0;
 #pragma omp parallel for schedule(dynamic, 1)
   for (long k = 0; k < pieces; ++k) {
     const size_t lo = (size_t)k * MAPPED_PIECE, hi = lo + MAPPED_PIECE < len ? lo + MAPPED_PIECE : len;
-    memcpy(m.rows + lo, buf + lo, hi - lo);
+    if (!writes || omp_get_thread_num() != 0) {
+      memcpy(m.rows + lo, buf + lo, hi - lo);
+      continue;
+    }
+    for (size_t d = lo; d < hi && !err;) { /* err: only this thread writes it */
+      const ssize_t w = pwrite(fd, buf + d, hi - d, at + (off_t)d);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) err = w < 0 ? errno : EIO;
+      else d += (size_t)w;
+    }
   }
   h5rows_unmap(&m);
-  return 0;
+  return err;
 }
 
 /* In memory (tmpfs, /dev/shm): one file takes one writer's write() at a time (its inode's lock),
@@ -326,7 +342,11 @@ int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
   size_t left = count * row_bytes;
   int allocated = 0;
   DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, &at, &allocated));
-  if (allocated && team_maps(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
+  if (allocated && team_maps(fd)) {
+    const int e = put_mapped(fd, at, buf, left);
+    if (e > 0) return dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, strerror(e));
+    if (e == 0) return DR_OK;
+  }
   while (left > 0) {
     const ssize_t w = pwrite(fd, buf, left, at);
     if (w < 0 && errno == EINTR) continue;

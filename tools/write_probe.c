@@ -4,7 +4,10 @@
  * the same copy; allocated first, then write() from one thread; mapped, the space allocated 16 MiB
  * at a time by one thread while the others copy the pieces already allocated (pipelined); the
  * same with each thread allocating and copying slices of its own; allocated first, then a mapping
- * populated at once (MAP_POPULATE) and the copy by THREADS threads; the last, each phase of it timed apart. Not part of drift: a probe for
+ * populated at once (MAP_POPULATE) and the copy by THREADS threads; the last, each phase of it timed apart;
+ * then 16 MiB pieces handed out in turn to THREADS threads, the first writing its pieces with write()
+ * (tmpfs takes one write() at a time in a file, and zeroes no page a write fills) while the others copy
+ * theirs into a mapping, over the size ftruncate set and over space allocated first. Not part of drift: a probe for
  * choosing the write path (docs/performance.md, Decisions, Output).
  *   gcc -O2 -fopenmp tools/write_probe.c -o write_probe && ./write_probe DIR MIB FILES THREADS */
 #define _GNU_SOURCE
@@ -21,9 +24,9 @@ int main(int c,char**v){
   if(c!=5){fprintf(stderr,"usage: write_probe DIR MIB FILES THREADS\n");return 2;}
   const char*dir=v[1]; size_t mb=atol(v[2]); int files=atoi(v[3]); int th=atoi(v[4]);
   size_t n=mb<<20; char*buf=malloc(n); for(size_t i=0;i<n;i++)buf[i]=(char)(i*7);
-  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases"};
+  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases","mixed(ftruncate)","mixed(falloc)"};
   double ph[3]={0,0,0};
-  for(int mode=0;mode<9;mode++){
+  for(int mode=0;mode<11;mode++){
     double t0=now(); char p[512];
     for(int f=0;f<files;f++){
       snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);
@@ -48,6 +51,17 @@ int main(int c,char**v){
         char*m=mmap(NULL,n,PROT_READ|PROT_WRITE,MAP_SHARED|MAP_POPULATE,fd,0); if(m==MAP_FAILED){perror("mmap");return 1;}
         #pragma omp parallel num_threads(th)
         {int t=omp_get_thread_num();size_t a=n*t/th,b=n*(t+1)/th;memcpy(m+a,buf+a,b-a);}
+        munmap(m,n);
+      } else if(mode>=9){
+        if(mode==10){ if(posix_fallocate(fd,0,n)){perror("fallocate");return 1;} } else if(ftruncate(fd,n)){perror("ftruncate");return 1;}
+        char*m=mmap(NULL,n,PROT_WRITE,MAP_SHARED,fd,0); if(m==MAP_FAILED){perror("mmap");return 1;}
+        size_t piece=16u<<20;
+        #pragma omp parallel for schedule(dynamic,1) num_threads(th)
+        for(size_t o=0;o<n;o+=piece){
+          size_t k=n-o<piece?n-o:piece;
+          if(omp_get_thread_num()==0){for(size_t d=0;d<k;){ssize_t w=pwrite(fd,buf+o+d,k-d,o+d);if(w<=0){perror("pwrite");exit(1);}d+=w;}}
+          else memcpy(m+o,buf+o,k);
+        }
         munmap(m,n);
       } else if(mode>=5){
         char*m=mmap(NULL,n,PROT_WRITE,MAP_SHARED,fd,0); if(m==MAP_FAILED){perror("mmap");return 1;}
