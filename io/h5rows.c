@@ -162,6 +162,20 @@ static int map_at(int fd, off_t at, size_t len, h5rows_map *m) {
   m->base = p;
   m->len = len + lead;
   m->rows = p + lead;
+  m->at = at;
+  return 0;
+}
+
+int h5rows_team_writes(void) { return settings()->team_writes && omp_get_max_threads() > 1; }
+
+int h5rows_map_write(int fd, const h5rows_map *m, size_t from, const void *buf, size_t len) {
+  const char *b = buf;
+  for (size_t d = 0; d < len;) {
+    const ssize_t w = pwrite(fd, b + d, len - d, m->at + (off_t)(from + d));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : EIO;
+    d += (size_t)w;
+  }
   return 0;
 }
 
@@ -181,20 +195,15 @@ static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
   h5rows_map m;
   if (map_at(fd, at, len, &m)) return -1;
   const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
-  const int writes = settings()->team_writes && omp_get_max_threads() > 1;
-  int err = 0;
+  const int writes = h5rows_team_writes();
+  int err = 0; /* only the first thread writes, and sets it */
 #pragma omp parallel for schedule(dynamic, 1)
   for (long k = 0; k < pieces; ++k) {
     const size_t lo = (size_t)k * MAPPED_PIECE, hi = lo + MAPPED_PIECE < len ? lo + MAPPED_PIECE : len;
-    if (!writes || omp_get_thread_num() != 0) {
+    if (writes && omp_get_thread_num() == 0) {
+      if (!err) err = h5rows_map_write(fd, &m, lo, buf + lo, hi - lo);
+    } else {
       memcpy(m.rows + lo, buf + lo, hi - lo);
-      continue;
-    }
-    for (size_t d = lo; d < hi && !err;) { /* err: only this thread writes it */
-      const ssize_t w = pwrite(fd, buf + d, hi - d, at + (off_t)d);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) err = w < 0 ? errno : EIO;
-      else d += (size_t)w;
     }
   }
   h5rows_unmap(&m);
