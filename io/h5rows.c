@@ -168,15 +168,21 @@ static int map_at(int fd, off_t at, size_t len, h5rows_map *m) {
 
 int h5rows_team_writes(void) { return settings()->team_writes && omp_get_max_threads() > 1; }
 
-int h5rows_map_write(int fd, const h5rows_map *m, size_t from, const void *buf, size_t len) {
+/* Writes all len bytes of buf at `at`: 0, or the errno of the write that failed (EIO for one that
+ * made no progress). */
+static int pwrite_all(int fd, const void *buf, size_t len, off_t at) {
   const char *b = buf;
   for (size_t d = 0; d < len;) {
-    const ssize_t w = pwrite(fd, b + d, len - d, m->at + (off_t)(from + d));
+    const ssize_t w = pwrite(fd, b + d, len - d, at + (off_t)d);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return w < 0 ? errno : EIO;
     d += (size_t)w;
   }
   return 0;
+}
+
+int h5rows_map_write(int fd, const h5rows_map *m, size_t from, const void *buf, size_t len) {
+  return pwrite_all(fd, buf, len, m->at + (off_t)from);
 }
 
 /* Copies len bytes from buf into fd at `at` through a shared mapping of those pages, by the
@@ -356,14 +362,8 @@ int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
     if (e > 0) return dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, strerror(e));
     if (e == 0) return DR_OK;
   }
-  while (left > 0) {
-    const ssize_t w = pwrite(fd, buf, left, at);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0)
-      return dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, w < 0 ? strerror(errno) : "the write made no progress");
-    buf += w, at += w, left -= (size_t)w;
-  }
-  return DR_OK;
+  const int e = pwrite_all(fd, buf, left, at);
+  return e ? dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, strerror(e)) : DR_OK;
 }
 
 int h5rows_finish(const h5rows_file *f, int fd, int st) {
