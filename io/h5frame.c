@@ -381,12 +381,9 @@ enum {
  * *todo encoded by the team into a mapping of its rows of d (at this rank's row at), a piece at a
  * time to whichever thread is free, each through the thread's own 16 KiB (a dataset's rows start
  * at any byte of the file, so the mapping's values need not be aligned), no shared buffer and no
- * write() (which one file takes from one thread at a time in memory); with h5rows_team_writes the
- * team's first thread encodes its pieces into pack (pack_bytes) and writes them instead. The fields
- * so put leave *todo. Elsewhere nothing is done. */
-static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5frame_data *d, unsigned *todo, void *pack,
-                             size_t pack_bytes) {
-  const int writes = pack && h5rows_team_writes();
+ * write() (which one file takes from one thread at a time in memory); the fields so put leave
+ * *todo. Elsewhere nothing is done. */
+static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5frame_data *d, unsigned *todo) {
   for (int q = 0; q < H5FRAME_FIELDS; ++q) {
     if (!(*todo & H5FRAME_BIT(q))) continue;
     h5rows_map m;
@@ -395,20 +392,10 @@ static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5f
     const size_t vb = value_bytes(f, q);
     const size_t values = d->n * (size_t)h5frame_field_columns[q];
     const long pieces = (long)((values + MAP_PIECE - 1) / MAP_PIECE);
-    const size_t step = pack_bytes / vb; /* values the first thread writes at a time */
     size_t bad = 0;
-    int err = 0; /* only the first thread writes, and sets it */
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
     for (long k = 0; k < pieces; ++k) {
       const size_t lo = (size_t)k * MAP_PIECE, hi = lo + MAP_PIECE < values ? lo + MAP_PIECE : values;
-      if (writes && omp_get_thread_num() == 0) {
-        for (size_t s = lo; s < hi && !err; s += step) {
-          const size_t n = hi - s < step ? hi - s : step;
-          bad += encode(f, d, q, s, n, pack);
-          err = h5rows_map_write(fd, &m, s * vb, pack, n * vb);
-        }
-        continue;
-      }
       uint16_t local[LOCAL_VALUES]; /* aligned: a dataset's rows start at any byte of the file */
       for (size_t s = lo; s < hi; s += LOCAL_VALUES) {
         const size_t n = hi - s < LOCAL_VALUES ? hi - s : LOCAL_VALUES;
@@ -417,7 +404,6 @@ static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5f
       }
     }
     h5rows_unmap(&m);
-    if (err) return dr_fail(DR_EIO, "writing %s of %s: %s", h5frame_field_names[q], f->rows.final, strerror(err));
     if (bad) return too_wide(f, q, bad);
     *todo &= ~H5FRAME_BIT(q);
   }
@@ -485,7 +471,7 @@ int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void
   DR_TRY(h5rows_open(&f->rows, &fd));
   unsigned todo = converted_fields(f);
   int st = put_raw(fd, f, first, d);
-  if (!st && todo) st = put_mapped_fields(fd, f, first, d, &todo, pack, pack_bytes);
+  if (!st && todo) st = put_mapped_fields(fd, f, first, d, &todo);
   if (!st && todo) st = put_converted(fd, f, todo, first, d, pack, cap);
   return h5rows_finish(&f->rows, fd, st);
 }

@@ -21,7 +21,6 @@
 
 #include "comm.h"
 #include "error.h"
-#include "settings.h"
 
 int h5rows_paths(int rank, const char *dir, const char *prefix, int number, int flags, const char *what,
                  h5rows_file *f) {
@@ -162,27 +161,7 @@ static int map_at(int fd, off_t at, size_t len, h5rows_map *m) {
   m->base = p;
   m->len = len + lead;
   m->rows = p + lead;
-  m->at = at;
   return 0;
-}
-
-int h5rows_team_writes(void) { return settings()->team_writes && omp_get_max_threads() > 1; }
-
-/* Writes all len bytes of buf at `at`: 0, or the errno of the write that failed (EIO for one that
- * made no progress). */
-static int pwrite_all(int fd, const void *buf, size_t len, off_t at) {
-  const char *b = buf;
-  for (size_t d = 0; d < len;) {
-    const ssize_t w = pwrite(fd, b + d, len - d, at + (off_t)d);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return w < 0 ? errno : EIO;
-    d += (size_t)w;
-  }
-  return 0;
-}
-
-int h5rows_map_write(int fd, const h5rows_map *m, size_t from, const void *buf, size_t len) {
-  return pwrite_all(fd, buf, len, m->at + (off_t)from);
 }
 
 /* Copies len bytes from buf into fd at `at` through a shared mapping of those pages, by the
@@ -191,29 +170,19 @@ int h5rows_map_write(int fd, const h5rows_map *m, size_t from, const void *buf, 
  * faults are the cost and scale with the threads; a thread that lacks a core for a while must
  * not hold the others' share, as a static split would). Only for space that
  * allocate has allocated: the pages exist, so no store into them can fault for want of space (an
- * unallocated page of a mapping raises SIGBUS on a full filesystem instead of an error). With
- * DRIFT_TEAM_WRITES the team's first thread writes its pieces with pwrite instead: a fault on an
- * allocated page of a file in memory zeroes it before the store fills it, a write that fills a page
- * does not (the kernel serialises the two on a page that both reach: each holds the page's lock
- * while it makes the page valid). Returns 0, -1 where the mapping cannot be made (the caller
- * writes instead), or the errno of a failed write. */
+ * unallocated page of a mapping raises SIGBUS on a full filesystem instead of an error). Returns
+ * 0, or -1 where the mapping cannot be made (the caller writes instead). */
 static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
   h5rows_map m;
   if (map_at(fd, at, len, &m)) return -1;
   const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
-  const int writes = h5rows_team_writes();
-  int err = 0; /* only the first thread writes, and sets it */
 #pragma omp parallel for schedule(dynamic, 1)
   for (long k = 0; k < pieces; ++k) {
     const size_t lo = (size_t)k * MAPPED_PIECE, hi = lo + MAPPED_PIECE < len ? lo + MAPPED_PIECE : len;
-    if (writes && omp_get_thread_num() == 0) {
-      if (!err) err = h5rows_map_write(fd, &m, lo, buf + lo, hi - lo);
-    } else {
-      memcpy(m.rows + lo, buf + lo, hi - lo);
-    }
+    memcpy(m.rows + lo, buf + lo, hi - lo);
   }
   h5rows_unmap(&m);
-  return err;
+  return 0;
 }
 
 /* In memory (tmpfs, /dev/shm): one file takes one writer's write() at a time (its inode's lock),
@@ -357,13 +326,15 @@ int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
   size_t left = count * row_bytes;
   int allocated = 0;
   DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, &at, &allocated));
-  if (allocated && team_maps(fd)) {
-    const int e = put_mapped(fd, at, buf, left);
-    if (e > 0) return dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, strerror(e));
-    if (e == 0) return DR_OK;
+  if (allocated && team_maps(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
+  while (left > 0) {
+    const ssize_t w = pwrite(fd, buf, left, at);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      return dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, w < 0 ? strerror(errno) : "the write made no progress");
+    buf += w, at += w, left -= (size_t)w;
   }
-  const int e = pwrite_all(fd, buf, left, at);
-  return e ? dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, strerror(e)) : DR_OK;
+  return DR_OK;
 }
 
 int h5rows_finish(const h5rows_file *f, int fd, int st) {

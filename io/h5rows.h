@@ -113,7 +113,6 @@ typedef struct h5rows_map {
   char *rows;  /* the first row's bytes; NULL: not mapped (the caller writes them instead) */
   void *base;  /* the mapping (from the page that holds the first row) */
   size_t len;
-  off_t at;    /* the first row's offset in the file */
 } h5rows_map;
 /* Local, any thread outside an OpenMP team: rows first .. first + count - 1 of dataset k mapped,
  * where put_range would copy into a mapping (a file in memory, its space allocated, a team of
@@ -124,13 +123,6 @@ typedef struct h5rows_map {
 int h5rows_map_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
                      const char *name, h5rows_map *m);
 void h5rows_unmap(h5rows_map *m);
-/* Whether the first thread of a team that stores into a mapping writes its pieces with
- * h5rows_map_write instead (DRIFT_TEAM_WRITES: in memory a write that fills a page does not zero it
- * first, a store's fault does). Called outside the team. */
-int h5rows_team_writes(void);
-/* Writes len bytes of buf at byte `from` of m's rows with pwrite, instead of storing them into the
- * mapping. Returns 0 or the failed write's errno. */
-int h5rows_map_write(int fd, const h5rows_map *m, size_t from, const void *buf, size_t len);
 /* Local, any thread. Opens f's temporary file for h5rows_put. */
 int h5rows_open(const h5rows_file *f, int *fd);
 /* Local, any thread. Syncs (a synced file) and closes fd; st: the status of the puts. Returns the

@@ -127,11 +127,6 @@ static const setting_entry TABLE[SET_N] = {
                          .want = "a whole number of threads (0: half the cores the rank may use)",
                          .help = "performance: the frame writer's OpenMP team (the copies into a file in memory, "
                                  "the conversions), instead of half the rank's cores (writer.c)"},
-    [SET_TEAM_WRITES] = {.env = "DRIFT_TEAM_WRITES", .type = T_BOOL, .kind = SETTING_DEBUG,
-                         .offset = OFF(team_writes), .dflt = "0",
-                         .help = "performance: into a file in memory, the writer's own thread writes its pieces of "
-                                 "a frame's rows with write() (which zeroes no page it fills) while the rest of "
-                                 "its team copies theirs into the mapping (io/h5rows.c)"},
     [SET_WRITER_INLINE] = {.env = "DRIFT_WRITER_INLINE", .type = T_BOOL, .kind = SETTING_DEBUG,
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "
