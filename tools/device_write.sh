@@ -11,7 +11,8 @@
 #
 # env: DEPS    what pack-device-deps.sh packed (default .device)
 #      BASE    A's tree (tools/archive-base.sh), measured before B; unset: B alone
-#      B_ALT   space-separated VAR=VALUE settings, each a further run of B with it exported
+#      B_ALT   space-separated VAR=VALUE settings, each a further run of B with it exported (several
+#              joined by commas: VAR=VALUE,VAR2=VALUE2, one run with both)
 #      TESTS   ctest -R regex run on B first (default the write path's; "-L LABEL": by label;
 #              empty: none)
 #      FRAMES  frames of each case (default 20)
@@ -84,8 +85,9 @@ for ((k = 1; k <= rounds; ++k)); do
   i=0
   for alt in ${B_ALT:-}; do
     i=$((i + 1))
+    IFS=, read -ra kv <<<"$alt" # VAR=VALUE,VAR2=VALUE2: several settings in one run
     # shellcheck disable=SC2163
-    (export "$alt" && variant "b$i" build-b)
+    (export "${kv[@]}" && variant "b$i" build-b)
     [ "$k" = 1 ] && echo "b$i: $alt"
   done
 done
