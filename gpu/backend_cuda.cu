@@ -361,10 +361,6 @@ void cuda_destroy(void *state) {
  * caller destroys s. */
 int cuda_setup(cuda_state *s, const particles *p, const particle_source *src) {
   CU(cudaSetDevice(s->device));
-  static const unsigned SCHEDULE[] = {cudaDeviceScheduleAuto, cudaDeviceScheduleSpin, cudaDeviceScheduleYield,
-                                      cudaDeviceScheduleBlockingSync}; /* settings.h's GPU_SYNC_* */
-  const int sync = settings()->gpu_sync;
-  if (sync != GPU_SYNC_AUTO) CU(cudaSetDeviceFlags(SCHEDULE[sync])); /* before the stream: applies to its waits */
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, s->device));
   snprintf(s->device_name, sizeof s->device_name, "%s", prop.name);

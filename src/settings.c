@@ -35,8 +35,6 @@ typedef struct setting_entry {
 
 /* off|on|auto: also 1 and 0 (and the other spellings of a bool) for off and on */
 static const char *const ONOFFAUTO[] = {"off", "on", "auto", NULL};
-/* GPU_SYNC_AUTO, ... in settings.h */
-static const char *const GPU_SYNCS[] = {"auto", "spin", "yield", "block", NULL};
 
 #define OFF(field) offsetof(drift_settings, field)
 
@@ -133,11 +131,6 @@ static const setting_entry TABLE[SET_N] = {
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "
                                    "steps, as where MPI lacks MPI_THREAD_MULTIPLE (writer.h)"},
-    [SET_GPU_SYNC] = {.env = "DRIFT_GPU_SYNC", .type = T_ENUM, .kind = SETTING_DEBUG, .offset = OFF(gpu_sync),
-                      .dflt = "auto", .names = GPU_SYNCS, .meta = "auto|spin|yield|block",
-                      .help = "performance: how a host thread waits for its GPU (cudaSetDeviceFlags' "
-                              "cudaDeviceSchedule*): auto, the runtime's choice (a spinning core where the "
-                              "node has more cores than GPUs), or spinning, yielding its core, blocking"},
 };
 
 /* A bool's spellings. Returns 1 or 0, or -1 for none of them. */

@@ -41,7 +41,6 @@ typedef enum setting_id {
   SET_FRAME_CHUNK,
   SET_CKPT_HOLD,
   SET_WRITER_TEAM,
-  SET_GPU_SYNC,
   SET_N
 } setting_id;
 
@@ -50,8 +49,6 @@ enum setting_kind { SETTING_USER, SETTING_DEBUG };
 enum setting_from { SETTING_DEFAULT, SETTING_ENV, SETTING_OPTION };
 /* The values of an on|off|auto setting (which also takes 1 and 0, as a bool does). */
 enum { SETTING_OFF = 0, SETTING_ON = 1, SETTING_AUTO = 2 };
-/* The values of DRIFT_GPU_SYNC, in its names' order. */
-enum { GPU_SYNC_AUTO, GPU_SYNC_SPIN, GPU_SYNC_YIELD, GPU_SYNC_BLOCK };
 
 #define SETTINGS_MAX_DEVICES 8 /* an island's GPUs at most (gpu/cuda_state.h, MAX_GPUS) */
 #define SETTINGS_TEXT_MAX 256
@@ -82,8 +79,6 @@ typedef struct drift_settings {
   int ckpt_hold;              /* checkpoints from a copy the backend holds where the plan finds room (1), or
                                * always fetched from the live particles (0) */
   int writer_team;            /* threads of the frame writer's OpenMP team; 0 if unset (half the rank's cores) */
-  int gpu_sync;               /* how a host thread waits for the GPU: GPU_SYNC_AUTO (the runtime's choice), _SPIN,
-                               * _YIELD, _BLOCK */
   /* per setting: where its value came from, and its text as given ("" for a default) */
   unsigned char from[SET_N];
   char text[SET_N][SETTINGS_TEXT_MAX];

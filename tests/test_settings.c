@@ -16,7 +16,7 @@ static const char *const VARS[] = {"DRIFT_DEVICES",       "DRIFT_BARRIER_TIMEOUT
                                    "DRIFT_PINNED_MAX_MB", "DRIFT_MIGRATE_MARGIN",  "DRIFT_STEP_AHEAD",
                                    "DRIFT_TRACE",         "DRIFT_GPU_MARKS",       "DRIFT_GPU_STAMPS",
                                    "DRIFT_TEST_HOOK",     "DRIFT_ISLAND_SKEW",     "DRIFT_BALANCE_PRIOR_MS",
-                                   "DRIFT_SORT_KEYS64",   "DRIFT_COLLIDER_CACHE",  "DRIFT_GPU_SYNC"};
+                                   "DRIFT_SORT_KEYS64",   "DRIFT_COLLIDER_CACHE"};
 
 static void clear_env(void) {
   for (size_t i = 0; i < sizeof VARS / sizeof *VARS; ++i) unsetenv(VARS[i]);
@@ -37,7 +37,6 @@ static void test_defaults(void) {
   CHECK(!s.test_hook[0] && !s.island_skew[0], "strings '%s' '%s'", s.test_hook, s.island_skew);
   CHECK(s.balance_prior_ms == 0.0, "balance_prior_ms %g", s.balance_prior_ms);
   CHECK(s.collider_cache == 1, "collider_cache %d", s.collider_cache);
-  CHECK(s.gpu_sync == GPU_SYNC_AUTO, "gpu_sync %d", s.gpu_sync);
   for (int id = 0; id < SET_N; ++id) CHECK(s.from[id] == SETTING_DEFAULT && !s.text[id][0], "setting %d given", id);
   /* an empty variable counts as unset */
   setenv("DRIFT_MIGRATE_MARGIN", "", 1);
@@ -56,7 +55,6 @@ static void test_environment(void) {
   setenv("DRIFT_TEST_HOOK", "signal:0:5", 1);
   setenv("DRIFT_BALANCE_PRIOR_MS", "0.2", 1);
   setenv("DRIFT_COLLIDER_CACHE", "2", 1);
-  setenv("DRIFT_GPU_SYNC", "block", 1);
   drift_settings s;
   CHECK(settings_read(&s, NULL, NULL) == DR_OK, "environment: %s", dr_message());
   CHECK(s.n_devices == 3 && s.devices[0] == 0 && s.devices[1] == 0 && s.devices[2] == 3, "devices %d: %d %d %d",
@@ -70,7 +68,6 @@ static void test_environment(void) {
   CHECK(!strcmp(s.test_hook, "signal:0:5"), "test_hook '%s'", s.test_hook);
   CHECK(s.balance_prior_ms == 0.2, "balance_prior_ms %g", s.balance_prior_ms);
   CHECK(s.collider_cache == 2, "collider_cache %d", s.collider_cache);
-  CHECK(s.gpu_sync == GPU_SYNC_BLOCK, "gpu_sync %d (block)", s.gpu_sync);
   CHECK(s.migrate_margin == 1 && s.from[SET_MIGRATE_MARGIN] == SETTING_DEFAULT, "margin %d", s.migrate_margin);
   clear_env();
 }
