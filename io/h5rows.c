@@ -327,14 +327,20 @@ int h5rows_put_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size
   int allocated = 0;
   DR_TRY(rows_ready(fd, f, k, row_bytes, first, count, name, &at, &allocated));
   if (allocated && team_maps(fd) && put_mapped(fd, at, buf, left) == 0) return DR_OK;
-  while (left > 0) {
-    const ssize_t w = pwrite(fd, buf, left, at);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0)
-      return dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, w < 0 ? strerror(errno) : "the write made no progress");
-    buf += w, at += w, left -= (size_t)w;
-  }
+  const int e = h5rows_pwrite_all(fd, buf, left, at);
+  if (e) return dr_fail(DR_EIO, "writing %s of %s: %s", name, f->final, e > 0 ? strerror(e) : "the write made no progress");
   return DR_OK;
+}
+
+int h5rows_pwrite_all(int fd, const void *buf, size_t len, off_t at) {
+  const char *b = buf;
+  while (len > 0) {
+    const ssize_t w = pwrite(fd, b, len, at);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : -1;
+    b += w, at += w, len -= (size_t)w;
+  }
+  return 0;
 }
 
 int h5rows_finish(const h5rows_file *f, int fd, int st) {

@@ -123,6 +123,9 @@ typedef struct h5rows_map {
 int h5rows_map_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
                      const char *name, h5rows_map *m);
 void h5rows_unmap(h5rows_map *m);
+/* Writes all len bytes of buf at byte `at` of fd (pwrite again after a short write or EINTR).
+ * Returns 0, the errno of the write that failed, or -1 for a write that made no progress. */
+int h5rows_pwrite_all(int fd, const void *buf, size_t len, off_t at);
 /* Local, any thread. Opens f's temporary file for h5rows_put. */
 int h5rows_open(const h5rows_file *f, int *fd);
 /* Local, any thread. Syncs (a synced file) and closes fd; st: the status of the puts. Returns the

@@ -146,13 +146,9 @@ static int node_pass(MPI_Comm node, int leader, const char *dir, int files, doub
     for (int q = 0; q < H5FRAME_FIELDS && rc == DR_OK; ++q) {
       if (!(lay->fields & H5FRAME_BIT(q))) continue;
       const double row = h5frame_row_bytes(lay, q);
-      const char *b = buf;
-      off_t off = (off_t)(at + row * (double)mine_first);
-      for (size_t left = (size_t)(row * (double)(mine_end - mine_first)); left > 0 && rc == DR_OK;) {
-        const ssize_t w = pwrite(fd, b, left, off);
-        if (w <= 0) rc = dr_fail(DR_EIO, "bench --write: writing %s: %s", path, w < 0 ? strerror(errno) : "no progress");
-        else b += w, off += w, left -= (size_t)w;
-      }
+      const int e = h5rows_pwrite_all(fd, buf, (size_t)(row * (double)(mine_end - mine_first)),
+                                      (off_t)(at + row * (double)mine_first));
+      if (e) rc = dr_fail(DR_EIO, "bench --write: writing %s: %s", path, e > 0 ? strerror(e) : "no progress");
       at += row * rows;
     }
     if (fd >= 0 && close(fd) != 0 && rc == DR_OK) rc = dr_fail(DR_EIO, "bench --write: closing %s: %s", path, strerror(errno));
