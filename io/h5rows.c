@@ -21,7 +21,6 @@
 
 #include "comm.h"
 #include "error.h"
-#include "settings.h"
 
 int h5rows_paths(int rank, const char *dir, const char *prefix, int number, int flags, const char *what,
                  h5rows_file *f) {
@@ -283,9 +282,7 @@ static int ahead_wait(const h5rows_file *f, int k) {
 
 /* Whether a team of the calling thread's would store into a mapping of fd's allocated space (see
  * put_mapped and in_memory). */
-static int team_maps(int fd) {
-  return settings()->rows_mapped && !omp_in_parallel() && omp_get_max_threads() > 1 && in_memory(fd);
-}
+static int team_maps(int fd) { return !omp_in_parallel() && omp_get_max_threads() > 1 && in_memory(fd); }
 
 /* This rank's rows first .. first + count - 1 of dataset k: their byte offset in fd (*at), after
  * their space is allocated (ahead, or here: *allocated 1) or found unallocatable (*allocated 0).

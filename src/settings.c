@@ -127,11 +127,6 @@ static const setting_entry TABLE[SET_N] = {
                          .want = "a whole number of threads (0: half the cores the rank may use)",
                          .help = "performance: the frame writer's OpenMP team (the copies into a file in memory, "
                                  "the conversions), instead of half the rank's cores (writer.c)"},
-    [SET_ROWS_MAPPED] = {.env = "DRIFT_ROWS_MAPPED", .type = T_BOOL, .kind = SETTING_DEBUG,
-                         .offset = OFF(rows_mapped), .dflt = "1",
-                         .help = "performance: 0 writes a frame's rows into a file in memory with write() from the "
-                                 "writer's thread after their space is allocated ahead, instead of the team's "
-                                 "copies into a mapping of it (io/h5rows.c)"},
     [SET_WRITER_INLINE] = {.env = "DRIFT_WRITER_INLINE", .type = T_BOOL, .kind = SETTING_DEBUG,
                            .offset = OFF(writer_inline), .dflt = "0",
                            .help = "tests: frames and checkpoints written in the main thread, between the "

@@ -41,7 +41,6 @@ typedef enum setting_id {
   SET_FRAME_CHUNK,
   SET_CKPT_HOLD,
   SET_WRITER_TEAM,
-  SET_ROWS_MAPPED,
   SET_N
 } setting_id;
 
@@ -80,8 +79,6 @@ typedef struct drift_settings {
   int ckpt_hold;              /* checkpoints from a copy the backend holds where the plan finds room (1), or
                                * always fetched from the live particles (0) */
   int writer_team;            /* threads of the frame writer's OpenMP team; 0 if unset (half the rank's cores) */
-  int rows_mapped;            /* rows into a file in memory copied by the writer's team into a mapping (1) or
-                               * written by the writer's thread (0) */
   /* per setting: where its value came from, and its text as given ("" for a default) */
   unsigned char from[SET_N];
   char text[SET_N][SETTINGS_TEXT_MAX];
