@@ -109,14 +109,19 @@ each_alt() {
   done
 }
 
-# pack_out: everything under $out (frames excepted) into $out/logs.tgz, the other files removed,
-# where OUT is set (the device tool returns at most 8 files); PACK=0 keeps them as they are.
+# pack_out: everything under $out (frames and earlier packs excepted) into $out/logs.tgz (logs-2.tgz,
+# ... where a script before it in the same call packed), the other files removed, where OUT is set
+# (the device tool returns at most 8 files); PACK=0 keeps them as they are.
 pack_out() {
   [ -n "${OUT:-}" ] && [ "${PACK:-1}" = 1 ] || return 0
-  local tmp
+  local tmp name=logs.tgz k=1
+  while [ -e "$out/$name" ]; do
+    k=$((k + 1))
+    name=logs-$k.tgz
+  done
   tmp=$(mktemp /tmp/logs.XXXXXX.tgz) || return 0
-  tar czf "$tmp" -C "$out" --exclude='*.h5' --exclude=logs.tgz . && find "$out" -mindepth 1 -delete &&
-    mv "$tmp" "$out/logs.tgz"
+  tar czf "$tmp" -C "$out" --exclude='*.h5' --exclude='logs*.tgz' . &&
+    find "$out" -mindepth 1 -depth ! -name 'logs*.tgz' -delete && mv "$tmp" "$out/$name"
 }
 
 # base_name DIR: how the tables name A's tree: DIR and the commit archive-base.sh wrote into it.

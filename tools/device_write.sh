@@ -3,7 +3,9 @@
 # from BASE's tree, unless there), runs the GPU tests of the write path (TESTS), then
 # `drift bench --write` on the scenes given, into the machine's disk and into /dev/shm (memory),
 # on one rank and on RANKS ranks sharing the node, for each build (A first, then B, then B with
-# each B_ALT setting), and prints the tables last (logs under $OUT/write).
+# each B_ALT setting), printing each run's row as it ends (a call cut off by its limit still shows
+# the runs it finished) and the tables last; the logs packed into $OUT/logs.tgz at the end (PACK=0:
+# left under $OUT/write).
 #
 #   here:        tools/pack-device-deps.sh .device      (once; carried as .device)
 #                tools/archive-base.sh COMMIT .abbase   (A's tree, where BASE=.abbase; carried)
@@ -31,6 +33,7 @@ set -uo pipefail
 # shellcheck source=tools/device_env.sh
 . "$(dirname "$0")/device_env.sh"
 cd "$root" || exit 1
+pack=${PACK:-1}
 export PACK=0
 if [ -n "${BASE:-}" ]; then
   [ -x build-a/drift ] && [ -x build-b/drift ] || device_build_pair "$root/$BASE" "" || exit 1
@@ -58,7 +61,8 @@ bench_into() {
   rm -rf "$dir" && mkdir -p "$dir"
   "$@" "$build/drift" bench "${scenes[@]}" --backend cuda --frames "$frames" --profile-frames 0 --write "$dir" \
     >"$work/$label.out" 2>"$work/$label.log"
-  echo "$label: exit $?"
+  local rc=$?
+  echo "$label: exit $rc, $(sed -n '/^frames written/,$p' "$work/$label.out" | awk 'NR > 2' | tr -s ' ' | tr '\n' ' ')"
   rm -rf "$dir"
 }
 # variant LABEL BUILD: every place and rank count for one build
@@ -97,4 +101,5 @@ for f in "$work"/*.out; do
   echo
 done
 [ "$rounds" -gt 1 ] && python3 "$root/tools/write_rounds.py" "$work"
+PACK=$pack pack_out
 exit 0
