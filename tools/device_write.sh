@@ -54,6 +54,8 @@ if [ -n "$tests" ]; then
   echo "tests (${sel[*]}): exit $?, $(grep 'tests passed' "$work/tests.log")"
   grep -E "Failed|\*\*\*" "$work/tests.log" | head -20
 fi
+# rows_of OUT: the rows of a bench --write output's table of frames written, on one line
+rows_of() { sed -n '/^frames written/,$p' "$1" | awk 'NR > 2' | tr '\n' ' '; }
 # bench_into LABEL BUILD DIR [RUNNER...]: the scenes, written into DIR (emptied before and after)
 bench_into() {
   local label=${PREFIX:-}$round$1 build=$2 dir=$3
@@ -62,7 +64,7 @@ bench_into() {
   "$@" "$build/drift" bench "${scenes[@]}" --backend cuda --frames "$frames" --profile-frames 0 --write "$dir" \
     >"$work/$label.out" 2>"$work/$label.log"
   local rc=$?
-  echo "$label: exit $rc, $(sed -n '/^frames written/,$p' "$work/$label.out" | awk 'NR > 2' | tr -s ' ' | tr '\n' ' ')"
+  echo "$label: exit $rc, $(rows_of "$work/$label.out" | tr -s ' ')"
   rm -rf "$dir"
 }
 # variant LABEL BUILD: every place and rank count for one build
@@ -97,7 +99,7 @@ for ((k = 1; k <= rounds; ++k)); do
 done
 for f in "$work"/*.out; do
   printf '%-22s ' "$(basename "$f" .out)"
-  sed -n '/^frames written/,$p' "$f" | awk 'NR>2' | tr '\n' ' '
+  rows_of "$f"
   echo
 done
 [ "$rounds" -gt 1 ] && python3 "$root/tools/write_rounds.py" "$work"
