@@ -7,27 +7,56 @@
  * populated at once (MAP_POPULATE) and the copy by THREADS threads; the last, each phase of it timed apart;
  * then 16 MiB pieces handed out in turn to THREADS threads, the first writing its pieces with write()
  * (tmpfs takes one write() at a time in a file, and zeroes no page a write fills) while the others copy
- * theirs into a mapping, over the size ftruncate set and over space allocated first. Not part of drift: a probe for
+ * theirs into a mapping, over the size ftruncate set and over space allocated first; then two files at a
+ * time, each allocated first, mapped and copied by THREADS/2 threads, from two threads of one process and
+ * from two processes (whether the page work contends per file, per process or in the whole kernel). Not part of drift: a probe for
  * choosing the write path (docs/performance.md, Decisions, Output).
  *   gcc -O2 -fopenmp tools/write_probe.c -o write_probe && ./write_probe DIR MIB FILES THREADS */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+1e-9*t.tv_nsec;}
+/* one file allocated, mapped and copied by th plain threads (usable in a forked child and beside another) */
+typedef struct{char*m;const char*b;size_t a,e;}slice;
+static void*copy_slice(void*v){slice*s=v;memcpy(s->m+s->a,s->b+s->a,s->e-s->a);return NULL;}
+static void one_file(const char*p,const char*buf,size_t n,int th){
+  int fd=open(p,O_RDWR|O_CREAT|O_TRUNC,0644); if(fd<0){perror("open");exit(1);}
+  if(posix_fallocate(fd,0,n)){perror("fallocate");exit(1);}
+  char*m=mmap(NULL,n,PROT_WRITE,MAP_SHARED,fd,0); if(m==MAP_FAILED){perror("mmap");exit(1);}
+  pthread_t t[64]; slice s[64]; if(th>64)th=64; if(th<1)th=1;
+  for(int i=0;i<th;i++){s[i]=(slice){m,buf,n*i/th,n*(i+1)/th}; if(pthread_create(&t[i],NULL,copy_slice,&s[i])){perror("pthread_create");exit(1);}}
+  for(int i=0;i<th;i++)pthread_join(t[i],NULL);
+  munmap(m,n); close(fd);
+}
+typedef struct{const char*dir;const char*buf;size_t n;int mode,side,files,th;}side_job;
+static void*run_side(void*v){side_job*j=v;char p[512];
+  for(int f=j->side;f<j->files;f+=2){snprintf(p,sizeof p,"%s/mb_%d_%d",j->dir,j->mode,f);one_file(p,j->buf,j->n,j->th);}
+  return NULL;}
 int main(int c,char**v){
   if(c!=5){fprintf(stderr,"usage: write_probe DIR MIB FILES THREADS\n");return 2;}
   const char*dir=v[1]; size_t mb=atol(v[2]); int files=atoi(v[3]); int th=atoi(v[4]);
   size_t n=mb<<20; char*buf=malloc(n); for(size_t i=0;i<n;i++)buf[i]=(char)(i*7);
-  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases","mixed(ftruncate)","mixed(falloc)"};
+  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases","mixed(ftruncate)","mixed(falloc)","pair-files(T/2)","pair-procs(T/2)"};
   double ph[3]={0,0,0};
-  for(int mode=0;mode<11;mode++){
+  for(int mode=0;mode<13;mode++){
     double t0=now(); char p[512];
+    if(mode>=11){
+      side_job j[2]={{dir,buf,n,mode,0,files,th/2},{dir,buf,n,mode,1,files,th/2}};
+      if(mode==11){pthread_t t;if(pthread_create(&t,NULL,run_side,&j[1])){perror("pthread_create");return 1;}run_side(&j[0]);pthread_join(t,NULL);}
+      else{pid_t k[2];for(int i=0;i<2;i++){k[i]=fork();if(k[i]<0){perror("fork");return 1;}if(k[i]==0){run_side(&j[i]);_exit(0);}}
+        for(int i=0;i<2;i++){int ws;if(waitpid(k[i],&ws,0)<0||!WIFEXITED(ws)||WEXITSTATUS(ws)){fprintf(stderr,"child failed\n");return 1;}}}
+      double t=now()-t0; printf("%-18s %s %zu MiB x %d, %d threads: %.2f GB/s\n",names[mode],dir,mb,files,th,(double)n*files/t/1e9);
+      for(int f=0;f<files;f++){snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);unlink(p);}
+      continue;
+    }
     for(int f=0;f<files;f++){
       snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);
       int fd=open(p,O_RDWR|O_CREAT|O_TRUNC,0644); if(fd<0){perror("open");return 1;}
