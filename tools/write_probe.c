@@ -1,4 +1,4 @@
-/* write_probe.c - the filesystem's speed for a frame-sized file written eight ways: write() of 16 MiB
+/* write_probe.c - the filesystem's speed for a frame-sized file written several ways: write() of 16 MiB
  * pieces from one thread; THREADS threads each writing its slice; the space allocated first
  * (posix_fallocate), then mmap and a copy by THREADS threads; mmap of a file sized by ftruncate and
  * the same copy; allocated first, then write() from one thread; mapped, the space allocated 16 MiB
@@ -9,9 +9,10 @@
  * (tmpfs takes one write() at a time in a file, and zeroes no page a write fills) while the others copy
  * theirs into a mapping, over the size ftruncate set and over space allocated first; then two files at a
  * time, each allocated first, mapped and copied by THREADS/2 threads, from two threads of one process and
- * from two processes (whether the page work contends per file, per process or in the whole kernel). Not part of drift: a probe for
+ * from two processes; and one file with each thread mapping its own slice (whether the page work
+ * contends per file, per mapping, per process or in the whole kernel). Not part of drift: a probe for
  * choosing the write path (docs/performance.md, Decisions, Output).
- *   gcc -O2 -fopenmp tools/write_probe.c -o write_probe && ./write_probe DIR MIB FILES THREADS */
+ *   gcc -O2 -fopenmp tools/write_probe.c -o write_probe -lpthread && ./write_probe DIR MIB FILES THREADS */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <omp.h>
@@ -44,15 +45,28 @@ int main(int c,char**v){
   if(c!=5){fprintf(stderr,"usage: write_probe DIR MIB FILES THREADS\n");return 2;}
   const char*dir=v[1]; size_t mb=atol(v[2]); int files=atoi(v[3]); int th=atoi(v[4]);
   size_t n=mb<<20; char*buf=malloc(n); for(size_t i=0;i<n;i++)buf[i]=(char)(i*7);
-  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases","mixed(ftruncate)","mixed(falloc)","pair-files(T/2)","pair-procs(T/2)"};
+  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases","mixed(ftruncate)","mixed(falloc)","pair-files(T/2)","pair-procs(T/2)","falloc+own-mmapT"};
   double ph[3]={0,0,0};
-  for(int mode=0;mode<13;mode++){
+  for(int mode=0;mode<14;mode++){
     double t0=now(); char p[512];
-    if(mode>=11){
+    if(mode==13){
+      for(int f=0;f<files;f++){
+        snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);
+        int fd=open(p,O_RDWR|O_CREAT|O_TRUNC,0644); if(fd<0){perror("open");return 1;}
+        if(posix_fallocate(fd,0,n)){perror("fallocate");return 1;}
+        #pragma omp parallel num_threads(th)
+        {int t=omp_get_thread_num();long pg=sysconf(_SC_PAGESIZE);size_t a=n*t/th/pg*pg,b=t+1==th?n:n*(t+1)/th/pg*pg;
+         char*m=mmap(NULL,b-a,PROT_WRITE,MAP_SHARED,fd,(off_t)a); if(m==MAP_FAILED){perror("mmap");exit(1);}
+         memcpy(m,buf+a,b-a); munmap(m,b-a);}
+        close(fd);
+      }
+    } else if(mode>=11){
       side_job j[2]={{dir,buf,n,mode,0,files,th/2},{dir,buf,n,mode,1,files,th/2}};
       if(mode==11){pthread_t t;if(pthread_create(&t,NULL,run_side,&j[1])){perror("pthread_create");return 1;}run_side(&j[0]);pthread_join(t,NULL);}
       else{pid_t k[2];for(int i=0;i<2;i++){k[i]=fork();if(k[i]<0){perror("fork");return 1;}if(k[i]==0){run_side(&j[i]);_exit(0);}}
         for(int i=0;i<2;i++){int ws;if(waitpid(k[i],&ws,0)<0||!WIFEXITED(ws)||WEXITSTATUS(ws)){fprintf(stderr,"child failed\n");return 1;}}}
+    }
+    if(mode>=11){
       double t=now()-t0; printf("%-18s %s %zu MiB x %d, %d threads: %.2f GB/s\n",names[mode],dir,mb,files,th,(double)n*files/t/1e9);
       for(int f=0;f<files;f++){snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);unlink(p);}
       continue;
