@@ -10,7 +10,10 @@
  * theirs into a mapping, over the size ftruncate set and over space allocated first; then two files at a
  * time, each allocated first, mapped and copied by THREADS/2 threads, from two threads of one process and
  * from two processes; and one file with each thread mapping its own slice (whether the page work
- * contends per file, per mapping, per process or in the whole kernel). Not part of drift: a probe for
+ * contends per file, per mapping, per process or in the whole kernel); then the frame's own pattern, six
+ * datasets (a frame's shares of its bytes) each mapped and copied by THREADS threads in 1 MiB pieces while a
+ * thread of its own allocates ahead: the next dataset of the same file (as drift does), or the next file
+ * (the page work of one file's allocation beside another's copy). Not part of drift: a probe for
  * choosing the write path (docs/performance.md, Decisions, Output).
  *   gcc -O2 -fopenmp tools/write_probe.c -o write_probe -lpthread && ./write_probe DIR MIB FILES THREADS */
 #define _GNU_SOURCE
@@ -37,6 +40,23 @@ static void one_file(const char*p,const char*buf,size_t n,int th){
   for(int i=0;i<th;i++)pthread_join(t[i],NULL);
   munmap(m,n); close(fd);
 }
+/* a frame's six datasets' shares of its bytes (34 B a particle: 12 12 4 1 1 4) */
+static const int shares[6]={12,12,4,1,1,4};
+static size_t range_at(size_t n,int k){size_t a=0;for(int i=0;i<k;i++)a+=n*shares[i]/34;return a/4096*4096;}
+static size_t range_end(size_t n,int k){return k==5?n:range_at(n,k+1);}
+/* the allocation ahead: ranges of one file (same: its six in turn, each marked done) or whole files (next) */
+typedef struct{int fd[64];int files;size_t n;int same;volatile int done;}ahead_job;
+static void*ahead_alloc(void*v){ahead_job*j=v;
+  if(j->same){for(int k=0;k<6;k++){size_t a=range_at(j->n,k),b=range_end(j->n,k);if(posix_fallocate(j->fd[0],a,b-a)){perror("fallocate");exit(1);}__atomic_store_n(&j->done,k+1,__ATOMIC_RELEASE);}}
+  else{for(int f=1;f<j->files;f++){if(posix_fallocate(j->fd[f],0,j->n)){perror("fallocate");exit(1);}__atomic_store_n(&j->done,f+1,__ATOMIC_RELEASE);}}
+  return NULL;}
+/* range [a, b) of fd copied from buf through a mapping of it by th threads in 1 MiB pieces, dynamic */
+static void map_copy(int fd,const char*buf,size_t a,size_t b,int th){
+  char*m=mmap(NULL,b-a,PROT_WRITE,MAP_SHARED,fd,(off_t)a); if(m==MAP_FAILED){perror("mmap");exit(1);}
+  const size_t piece=1u<<20; const long pieces=(long)((b-a+piece-1)/piece);
+  #pragma omp parallel for schedule(dynamic,1) num_threads(th)
+  for(long q=0;q<pieces;q++){size_t lo=(size_t)q*piece,hi=lo+piece<b-a?lo+piece:b-a;memcpy(m+lo,buf+a+lo,hi-lo);}
+  munmap(m,b-a);}
 typedef struct{const char*dir;const char*buf;size_t n;int mode,side,files,th;}side_job;
 static void*run_side(void*v){side_job*j=v;char p[512];
   for(int f=j->side;f<j->files;f+=2){snprintf(p,sizeof p,"%s/mb_%d_%d",j->dir,j->mode,f);one_file(p,j->buf,j->n,j->th);}
@@ -45,11 +65,26 @@ int main(int c,char**v){
   if(c!=5){fprintf(stderr,"usage: write_probe DIR MIB FILES THREADS\n");return 2;}
   const char*dir=v[1]; size_t mb=atol(v[2]); int files=atoi(v[3]); int th=atoi(v[4]);
   size_t n=mb<<20; char*buf=malloc(n); for(size_t i=0;i<n;i++)buf[i]=(char)(i*7);
-  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases","mixed(ftruncate)","mixed(falloc)","pair-files(T/2)","pair-procs(T/2)","falloc+own-mmapT"};
+  const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases","mixed(ftruncate)","mixed(falloc)","pair-files(T/2)","pair-procs(T/2)","falloc+own-mmapT","ahead-same(T)","ahead-next(T)"};
   double ph[3]={0,0,0};
-  for(int mode=0;mode<14;mode++){
+  for(int mode=0;mode<16;mode++){
     double t0=now(); char p[512];
-    if(mode==13){
+    if(mode==14){
+      for(int f=0;f<files;f++){
+        snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);
+        ahead_job j={.files=1,.n=n,.same=1}; j.fd[0]=open(p,O_RDWR|O_CREAT|O_TRUNC,0644); if(j.fd[0]<0){perror("open");return 1;}
+        pthread_t t; if(pthread_create(&t,NULL,ahead_alloc,&j)){perror("pthread_create");return 1;}
+        for(int k=0;k<6;k++){while(__atomic_load_n(&j.done,__ATOMIC_ACQUIRE)<k+1){} map_copy(j.fd[0],buf,range_at(n,k),range_end(n,k),th);}
+        pthread_join(t,NULL); close(j.fd[0]);
+      }
+    } else if(mode==15){
+      ahead_job j={.files=files>64?64:files,.n=n,.same=0};
+      for(int f=0;f<j.files;f++){snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);j.fd[f]=open(p,O_RDWR|O_CREAT|O_TRUNC,0644);if(j.fd[f]<0){perror("open");return 1;}}
+      if(posix_fallocate(j.fd[0],0,n)){perror("fallocate");return 1;} j.done=1;
+      pthread_t t; if(pthread_create(&t,NULL,ahead_alloc,&j)){perror("pthread_create");return 1;}
+      for(int f=0;f<j.files;f++){while(__atomic_load_n(&j.done,__ATOMIC_ACQUIRE)<f+1){} for(int k=0;k<6;k++)map_copy(j.fd[f],buf,range_at(n,k),range_end(n,k),th);}
+      pthread_join(t,NULL); for(int f=0;f<j.files;f++)close(j.fd[f]);
+    } else if(mode==13){
       for(int f=0;f<files;f++){
         snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);
         int fd=open(p,O_RDWR|O_CREAT|O_TRUNC,0644); if(fd<0){perror("open");return 1;}
