@@ -64,6 +64,7 @@ static void*run_side(void*v){side_job*j=v;char p[512];
 int main(int c,char**v){
   if(c!=5){fprintf(stderr,"usage: write_probe DIR MIB FILES THREADS\n");return 2;}
   const char*dir=v[1]; size_t mb=atol(v[2]); int files=atoi(v[3]); int th=atoi(v[4]);
+  if(files<1||files>64){fprintf(stderr,"write_probe: FILES must be 1 to 64\n");return 2;}
   size_t n=mb<<20; char*buf=malloc(n); for(size_t i=0;i<n;i++)buf[i]=(char)(i*7);
   const char*names[]={"pwrite1","pwriteT","falloc+mmapT","mmapT(ftruncate)","falloc+pwrite1","pipe-falloc+mmapT","own-falloc+mmapT","falloc+mmapPOP+T","phases","mixed(ftruncate)","mixed(falloc)","pair-files(T/2)","pair-procs(T/2)","falloc+own-mmapT","ahead-same(T)","ahead-next(T)"};
   double ph[3]={0,0,0};
@@ -78,7 +79,7 @@ int main(int c,char**v){
         pthread_join(t,NULL); close(j.fd[0]);
       }
     } else if(mode==15){
-      ahead_job j={.files=files>64?64:files,.n=n,.same=0};
+      ahead_job j={.files=files,.n=n,.same=0};
       for(int f=0;f<j.files;f++){snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);j.fd[f]=open(p,O_RDWR|O_CREAT|O_TRUNC,0644);if(j.fd[f]<0){perror("open");return 1;}}
       if(posix_fallocate(j.fd[0],0,n)){perror("fallocate");return 1;} j.done=1;
       pthread_t t; if(pthread_create(&t,NULL,ahead_alloc,&j)){perror("pthread_create");return 1;}
@@ -101,12 +102,7 @@ int main(int c,char**v){
       else{pid_t k[2];for(int i=0;i<2;i++){k[i]=fork();if(k[i]<0){perror("fork");return 1;}if(k[i]==0){run_side(&j[i]);_exit(0);}}
         for(int i=0;i<2;i++){int ws;if(waitpid(k[i],&ws,0)<0||!WIFEXITED(ws)||WEXITSTATUS(ws)){fprintf(stderr,"child failed\n");return 1;}}}
     }
-    if(mode>=11){
-      double t=now()-t0; printf("%-18s %s %zu MiB x %d, %d threads: %.2f GB/s\n",names[mode],dir,mb,files,th,(double)n*files/t/1e9);
-      for(int f=0;f<files;f++){snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);unlink(p);}
-      continue;
-    }
-    for(int f=0;f<files;f++){
+    for(int f=0;f<(mode<11?files:0);f++){
       snprintf(p,sizeof p,"%s/mb_%d_%d",dir,mode,f);
       int fd=open(p,O_RDWR|O_CREAT|O_TRUNC,0644); if(fd<0){perror("open");return 1;}
       if(mode==0){for(size_t o=0;o<n;){size_t k=n-o<(16u<<20)?n-o:(16u<<20);ssize_t w=pwrite(fd,buf+o,k,o);if(w<=0){perror("pwrite");return 1;}o+=w;}}
