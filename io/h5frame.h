@@ -94,10 +94,9 @@ int h5frame_begin(MPI_Comm comm, const char *dir, const h5frame_meta *meta, size
  * narrowed width (a material index of n_materials or more, an owner of another rank count) fails
  * as an internal error naming the field. Returns this rank's status only. */
 int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void *pack, size_t pack_bytes);
-/* Local, any thread once the frame is begun (the run's main thread, right after h5frame_begin):
- * this rank's rows of every field allocated ahead of the puts, in their order, by a thread of its
- * own (h5rows.h's allocation ahead; a must live until the join); h5frame_ahead_join after the last
- * put, or where no put comes (a run stopped before the frame's job). */
+/* Local, the thread that puts the frame's rows: this rank's rows of every field allocated ahead of
+ * the puts, in their order, by a thread of its own (h5rows.h's allocation ahead); h5frame_ahead_join
+ * after the last put. */
 void h5frame_ahead_start(h5frame_file *f, h5rows_ahead *a);
 void h5frame_ahead_join(h5frame_file *f);
 /* Collective over comm. Agrees on every rank's put_status (h5frame_put's); publishes the file

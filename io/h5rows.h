@@ -52,12 +52,12 @@ typedef struct h5rows_file {
 } h5rows_file;
 
 /* Allocation ahead: a thread of its own allocates this rank's rows of the datasets in `order`, one
- * after the other, from the file's begin on, while the caller fetches and copies rows (of this
- * file, or of the file before it); a put of one of them waits until its rows are allocated
- * instead of allocating them itself (or returns the allocation's failure). In memory (tmpfs) the
- * allocation is the pages' zeroing (one H200: fallocate of 119 MiB 12-13 ms), which overlaps the
- * copy into another file better than the copy into its own: frames start it at their begin, while
- * the writer copies the frame before (docs/performance.md, Decisions, Output). */
+ * after the other, while the caller fetches and copies rows; a put of one of them waits until
+ * its rows are allocated instead of allocating them itself (or returns the allocation's failure).
+ * In memory (tmpfs) the allocation is the pages' zeroing (one H200: fallocate of 119 MiB 12-13
+ * ms), which then overlaps the copy of the datasets before (the inode's lock that fallocate
+ * takes is not one a page fault of a mapping takes): the writer's rows of a Sand Blocks l = 46
+ * frame into /dev/shm 35.1 against 43.2 ms (docs/performance.md, Decisions, Output). */
 typedef struct h5rows_ahead {
   pthread_t thread;
   pthread_mutex_t lock;
@@ -71,13 +71,12 @@ typedef struct h5rows_ahead {
 } h5rows_ahead;
 enum { H5ROWS_AHEAD_NONE = 0, H5ROWS_AHEAD_PENDING, H5ROWS_AHEAD_DONE, H5ROWS_AHEAD_CANNOT, H5ROWS_AHEAD_FAILED };
 
-/* Local, any thread, f begun, before its puts. Starts a's thread over f's datasets order[0 ..
+/* Local, by the putting thread, before its puts. Starts a's thread over f's datasets order[0 ..
  * count - 1] (row_bytes and names by position in order); f->ahead = a. Where no thread can be
  * started, the puts allocate as they do without (f->ahead stays NULL). */
 void h5rows_ahead_start(h5rows_file *f, h5rows_ahead *a, const int *order, const size_t *row_bytes,
                         const char *const *names, int count);
-/* Local. Waits for f's allocation ahead to end (after the last put, or where none comes); f->ahead
- * = NULL. A no-op without one. */
+/* Local. Waits for f's allocation ahead to end (the puts' thread, after its last put); f->ahead = NULL. */
 void h5rows_ahead_join(h5rows_file *f);
 
 /* Local. f's paths DIR/.PREFIX_NNNNN.h5.tmp and DIR/PREFIX_NNNNN.h5 and flags; rank 0 checks that

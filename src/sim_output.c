@@ -238,6 +238,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   if (next.count > 0) sim_fetch_start(&next);
   else rec_release(r);
   int rc = sim_test_hook_rows(S, r->frame, r->file.rows.final), k = 0;
+  if (getenv("DRIFT_AB_AHEAD_IN_JOB")) h5frame_ahead_start(&r->file, &r->ahead);
   for (size_t first = 0; first < r->n; first += f->cap, ++k) {
     const int failed = sim_fetch_wait(&next); /* chunk k is in p[k & 1] */
     if (rc == DR_OK) rc = failed;
@@ -497,11 +498,7 @@ int sim_write_frame(sim *S) {
     return sim_output_failed(S, rc);
   }
   r->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
-  /* the rows' space is allocated from here on, while the writer still copies the frame before's
-   * rows: a file in memory is allocated page by page (zeroed), and that work overlaps the copy
-   * into another file, where beside the copy into its own file it does not (docs/performance.md,
-   * Decisions, Output); the job waits for each field's allocation before its put and joins it */
-  h5frame_ahead_start(&r->file, &r->ahead);
+  if (!getenv("DRIFT_AB_AHEAD_IN_JOB")) h5frame_ahead_start(&r->file, &r->ahead);
   DR_TRY(writer_submit(S->writer, frame_job, r, &r->ticket));
   r->queued = 1;
   f->next ^= 1;
