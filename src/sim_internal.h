@@ -53,7 +53,6 @@ typedef struct frame_rec {
   int released;      /* its job has fetched the whole snapshot (writer_signal: under the writer's lock) */
   uint64_t ticket;
   h5frame_file file; /* its rows are the job's */
-  h5rows_ahead ahead; /* its rows' space, allocated from the file's begin on (h5frame_ahead_start) */
   int put_rc;        /* the job's result: this rank's rows written (h5frame_put's status) */
   char put_msg[1024]; /* and its message */
   double local[TOT_COUNT];  /* the job's result: this rank's sums */

@@ -238,7 +238,8 @@ static int frame_job(MPI_Comm comm, void *ctx) {
   if (next.count > 0) sim_fetch_start(&next);
   else rec_release(r);
   int rc = sim_test_hook_rows(S, r->frame, r->file.rows.final), k = 0;
-  if (getenv("DRIFT_AB_AHEAD_IN_JOB")) h5frame_ahead_start(&r->file, &r->ahead);
+  h5rows_ahead ahead; /* the rows' space allocated while the chunks are fetched and copied */
+  h5frame_ahead_start(&r->file, &ahead);
   for (size_t first = 0; first < r->n; first += f->cap, ++k) {
     const int failed = sim_fetch_wait(&next); /* chunk k is in p[k & 1] */
     if (rc == DR_OK) rc = failed;
@@ -498,7 +499,6 @@ int sim_write_frame(sim *S) {
     return sim_output_failed(S, rc);
   }
   r->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
-  if (!getenv("DRIFT_AB_AHEAD_IN_JOB")) h5frame_ahead_start(&r->file, &r->ahead);
   DR_TRY(writer_submit(S->writer, frame_job, r, &r->ticket));
   r->queued = 1;
   f->next ^= 1;
@@ -526,7 +526,6 @@ void sim_output_destroy(sim *S) {
   /* a frame begun and never completed (the run stopped on a failure) leaves no file */
   frame_slot *f = &S->frame;
   for (int i = 0; i < 2; ++i) {
-    h5frame_ahead_join(&f->rec[i].file); /* a job that never ran (a failure before it) leaves its allocation's thread */
     if (S->rank == 0) h5rows_abandon(&f->rec[i].file.rows);
     if (f->rec[i].queued) drop_preview(S, f->rec[i].frame);
   }
