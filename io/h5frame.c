@@ -391,11 +391,12 @@ static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5f
     if (!m.rows) return DR_OK; /* through the buffer */
     const size_t vb = value_bytes(f, q);
     const size_t values = d->n * (size_t)h5frame_field_columns[q];
-    const long pieces = (long)((values + MAP_PIECE - 1) / MAP_PIECE);
+    const size_t piece = h5rows_piece(values, MAP_PIECE);
+    const long pieces = (long)((values + piece - 1) / piece);
     size_t bad = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
     for (long k = 0; k < pieces; ++k) {
-      const size_t lo = (size_t)k * MAP_PIECE, hi = lo + MAP_PIECE < values ? lo + MAP_PIECE : values;
+      const size_t lo = (size_t)k * piece, hi = lo + piece < values ? lo + piece : values;
       uint16_t local[LOCAL_VALUES]; /* aligned: a dataset's rows start at any byte of the file */
       for (size_t s = lo; s < hi; s += LOCAL_VALUES) {
         const size_t n = hi - s < LOCAL_VALUES ? hi - s : LOCAL_VALUES;

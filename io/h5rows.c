@@ -13,6 +13,7 @@
 #include <linux/magic.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -164,6 +165,15 @@ static int map_at(int fd, off_t at, size_t len, h5rows_map *m) {
   return 0;
 }
 
+size_t h5rows_piece(size_t len, size_t most) {
+  if (getenv("DRIFT_AB_PIECE_FIXED")) return most;
+  const size_t threads = (size_t)(omp_get_max_threads() > 0 ? omp_get_max_threads() : 1);
+  const size_t rounds = (len + threads * most - 1) / (threads * most);
+  const size_t count = rounds * threads;
+  const size_t piece = (len + count - 1) / count;
+  return piece > 0 ? piece : 1;
+}
+
 /* Copies len bytes from buf into fd at `at` through a shared mapping of those pages, by the
  * calling thread's OpenMP team (never called from inside a team: one thread faulting the pages
  * in alone is slower than write()), a piece at a time to whichever thread is free (the pages'
@@ -175,10 +185,11 @@ static int map_at(int fd, off_t at, size_t len, h5rows_map *m) {
 static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
   h5rows_map m;
   if (map_at(fd, at, len, &m)) return -1;
-  const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
+  const size_t piece = h5rows_piece(len, MAPPED_PIECE);
+  const long pieces = (long)((len + piece - 1) / piece);
 #pragma omp parallel for schedule(dynamic, 1)
   for (long k = 0; k < pieces; ++k) {
-    const size_t lo = (size_t)k * MAPPED_PIECE, hi = lo + MAPPED_PIECE < len ? lo + MAPPED_PIECE : len;
+    const size_t lo = (size_t)k * piece, hi = lo + piece < len ? lo + piece : len;
     memcpy(m.rows + lo, buf + lo, hi - lo);
   }
   h5rows_unmap(&m);
