@@ -27,15 +27,17 @@ static inline size_t mem_table_capacity(size_t n) { return mem_doubled(MEM_FIRST
 static inline size_t mem_frame_capacity(size_t n) { return n + n / 4 + 1024; }
 
 /* The writer takes a frame from the backend's snapshot (backend.h) at most this many particles
- * at a time (sim_output.c): the host's frame buffers hold two chunks, not the frame (4M particles:
- * about 180 MiB with the default fields, 400 MiB with every field and its derived ones). */
-#define MEM_FRAME_CHUNK ((size_t)1 << 22)
+ * at a time (sim_output.c): each of the two frames in flight holds two chunks in host memory, not
+ * the frame (2M particles: about 90 MiB with the default fields, 200 MiB with every field and its
+ * derived ones). */
+#define MEM_FRAME_CHUNK ((size_t)1 << 21)
 /* A frame of more than this many particles goes in about MEM_FRAME_PIECES chunks at least, so
- * that the fetch of one overlaps the rows of the one before (sim_output.c frame_job). */
+ * that the fetch of one overlaps the rows of the one before (sim_output.c frame_job), and the two
+ * frames in flight hold a quarter of a frame's worth of buffers each. */
 #define MEM_FRAME_PIECE_MIN ((size_t)1 << 18)
-#define MEM_FRAME_PIECES 4
+#define MEM_FRAME_PIECES 8
 
-/* The frame slot's chunk capacity for n particles: the snapshot's rule (a quarter past the need),
+/* A frame's chunk capacity for n particles: the snapshot's rule (a quarter past the need),
  * split in MEM_FRAME_PIECES above MEM_FRAME_PIECE_MIN particles and capped at chunk
  * (MEM_FRAME_CHUNK; sim_output.c: DRIFT_FRAME_CHUNK's fewer where a test sets it). */
 static inline size_t mem_frame_chunk_capacity(size_t n, size_t chunk) {
