@@ -110,8 +110,8 @@ static const setting_entry TABLE[SET_N] = {
                             .help = "cuda: the samples of mesh colliders' level sets kept per grid node (1) or "
                                     "refilled every step (2), which tests compare against the cache"},
     [SET_FRAME_CHUNK] = {.env = "DRIFT_FRAME_CHUNK", .type = T_INT, .kind = SETTING_DEBUG,
-                         .offset = OFF(frame_chunk), .dflt = "0", .lo = 0, .hi = 2097152, .meta = "N",
-                         .want = "a whole number of particles (0: memsizes.h's MEM_FRAME_CHUNK, 2097152)",
+                         .offset = OFF(frame_chunk), .dflt = "0", .lo = 0, .hi = 1572864, .meta = "N",
+                         .want = "a whole number of particles (0: memsizes.h's MEM_FRAME_CHUNK, 1572864)",
                          .help = "tests: particles the writer takes of a frame's snapshot, and of a "
                                  "checkpoint's particles, at a time, fewer than MEM_FRAME_CHUNK (and "
                                  "MEM_CKPT_CHUNK), the rows of a resume's pieces on several ranks (fewer than "

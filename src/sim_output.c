@@ -395,11 +395,8 @@ static void rec_free(sim *S, frame_rec *f) {
  * MEM_FRAME_CHUNK particles; mem_frame_buffers of them): those of record f where they serve (kept
  * while they take the frame in a few more chunks than they were sized for). */
 static size_t rec_want(size_t n) {
-  if (getenv("DRIFT_AB_ONE_FRAME")) { /* the A/B's other side: one frame at a time, in quarters of at most 4M */
-    const size_t all = mem_frame_capacity(n), q = all / 4, most = sim_chunk((size_t)1 << 22);
-    const size_t c = q > MEM_FRAME_PIECE_MIN ? q : all < MEM_FRAME_PIECE_MIN ? all : MEM_FRAME_PIECE_MIN;
-    return c < most ? c : most;
-  }
+  /* the A/B's other side: one frame at a time, in chunks of at most 4M */
+  if (getenv("DRIFT_AB_ONE_FRAME")) return mem_frame_chunk_capacity(n, sim_chunk((size_t)1 << 22));
   return mem_frame_chunk_capacity(n, sim_chunk(MEM_FRAME_CHUNK));
 }
 static int rec_fits(const frame_rec *f, unsigned mask, size_t n) {
