@@ -81,8 +81,10 @@ static void run_job(writer *w, uint64_t t) {
   /* the jobs it starts after have ended: the same decision on every rank */
   const int skip = w->failed_at < t - (uint64_t)beside_before(w, t);
   const double t_start = now_s();
+  const int beside = !skip && w->running > 0; /* the job before it runs still */
   if (!skip && w->running++ == 0) w->busy_since = t_start;
   if (w->threaded) pthread_mutex_unlock(&w->lock);
+  if (beside) log_trace("writer: job %llu starts beside job %llu", (unsigned long long)t, (unsigned long long)(t - 1));
   int rc = DR_OK, agreed = 0;
   char msg[sizeof w->fail_msg] = "";
   if (!skip) {
