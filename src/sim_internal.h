@@ -120,8 +120,9 @@ typedef struct ckpt_slot {
 
 /* DRIFT_TEST_HOOK's actions (parse_test_hook): raise SIGTERM, exit, fail alone before a substep,
  * fail alone in a rebuild-mapping of several ranks (redistribute), stop (SIGSTOP) as the
- * frame's file is created (sim_test_hook_file), or fail a frame's rows (sim_test_hook_rows). */
-enum hook_action { HOOK_NONE, HOOK_SIGNAL, HOOK_EXIT, HOOK_FAIL, HOOK_REBUILD, HOOK_STOPFILE, HOOK_ROWS };
+ * frame's file is created (sim_test_hook_file), fail a frame's rows (sim_test_hook_rows), or hold
+ * a frame's job once it has released the snapshot (sim_test_hook_slow). */
+enum hook_action { HOOK_NONE, HOOK_SIGNAL, HOOK_EXIT, HOOK_FAIL, HOOK_REBUILD, HOOK_STOPFILE, HOOK_ROWS, HOOK_SLOW };
 
 struct sim {
   const scene *sc;
@@ -210,6 +211,8 @@ struct sim {
     uint64_t step;
     int64_t rows_frame; /* HOOK_ROWS: the frame whose rows fail on this rank, else -1; set before
                          * the writer starts and never after (the writer reads it, not action) */
+    int64_t slow_ms;    /* HOOK_SLOW: this rank's frame jobs wait this long after their release, else 0;
+                         * set as rows_frame is */
   } hook;
 };
 
@@ -266,6 +269,7 @@ int sim_step_speed(sim *S, float *vmax);
 int sim_test_hook(sim *S);
 void sim_test_hook_file(sim *S, int frame);
 int sim_test_hook_rows(const sim *S, int frame, const char *path);
+void sim_test_hook_slow(const sim *S);
 int sim_stop_at(sim *S, int sig, double t, int k);
 void sim_progress_in_frame(sim *S, double t, uint64_t k);
 

@@ -253,6 +253,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
       sim_fetch_start(&next);
     } else {
       rec_release(r); /* every chunk fetched */
+      sim_test_hook_slow(S);
     }
     totals_job tj = {.S = S, .h = h, .first = first == 0, .tot = r->local};
     totals_start(&tj);
