@@ -89,8 +89,8 @@ static const setting_entry TABLE[SET_N] = {
                        .offset = OFF(test_hook), .meta = "signal|exit|fail|rebuild|stopfile|rows|slow:RANK:STEP",
                        .help = "tests: rank RANK raises SIGTERM, exits or fails alone before substep STEP, or "
                                "fails alone in a rebuild-mapping, or stops (SIGSTOP) as it creates frame STEP's "
-                               "file, or fails its rows of frame STEP, or holds each frame's job STEP ms once "
-                               "the snapshot is released (the next frame's job then starts beside it)"},
+                               "file, or fails its rows of frame STEP, or holds each frame's job, once the "
+                               "snapshot is released, until the next frame's job runs beside it (STEP ms at most)"},
     [SET_ISLAND_SKEW] = {.env = "DRIFT_ISLAND_SKEW", .type = T_STRING, .kind = SETTING_DEBUG,
                          .offset = OFF(island_skew), .meta = "MEMBER:pre|post:US",
                          .help = "tests: island member MEMBER waits US microseconds before (pre) or after "

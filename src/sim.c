@@ -28,6 +28,7 @@
 #include "sample.h"
 #include "settings.h"
 #include "signals.h"
+#include "writer.h"
 
 /* ---- the step loop: step sizes, stops, test hooks ------------------------------------------ */
 
@@ -117,11 +118,12 @@ void sim_test_hook_file(sim *S, int frame) {
   raise(SIGSTOP);
 }
 
-/* The tests' hook in a frame's job once it has released the snapshot (slow): it waits. */
+/* The tests' hook in a frame's job once it has released the snapshot (slow): it waits until another
+ * job runs beside it (the next frame's), or for slow_ms at most (no job may start beside it: a
+ * checkpoint's, or none after the last frame). */
 void sim_test_hook_slow(const sim *S) {
-  if (S->hook.slow_ms <= 0) return;
-  const struct timespec t = {(time_t)(S->hook.slow_ms / 1000), (long)(S->hook.slow_ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
+  const struct timespec ms = {0, 1000000L};
+  for (int64_t k = 0; k < S->hook.slow_ms && writer_running(S->writer) < 2; ++k) nanosleep(&ms, NULL);
 }
 
 /* The tests' hook in the writer's job of a frame (rows): its rows fail. It reads rows_frame alone,

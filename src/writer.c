@@ -315,6 +315,14 @@ void writer_wait_flag(writer *w, uint64_t ticket, const int *flag) {
 
 int writer_drain(writer *w) { return w->queued ? writer_wait(w, w->queued - 1) : DR_OK; }
 
+int writer_running(writer *w) {
+  if (!w->threaded) return w->running;
+  pthread_mutex_lock(&w->lock);
+  const int n = w->running;
+  pthread_mutex_unlock(&w->lock);
+  return n;
+}
+
 int writer_threaded(const writer *w) { return w->threaded; }
 double writer_busy_seconds(const writer *w) { return w->busy_s; }
 double writer_wait_seconds(const writer *w) { return w->wait_s; }

@@ -59,6 +59,8 @@ void writer_signal(writer *w, int *flag);
 void writer_wait_flag(writer *w, uint64_t ticket, const int *flag);
 /* Waits for every job queued; returns the first failure's status, as writer_wait. */
 int writer_drain(writer *w);
+/* The jobs running now (0, 1 or 2). */
+int writer_running(writer *w);
 /* Whether jobs run behind the caller (1) or in writer_submit (0). */
 int writer_threaded(const writer *w);
 /* Seconds during which jobs ran (two at once counted once), and seconds callers spent in writer_wait, writer_drain and
