@@ -391,13 +391,11 @@ static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5f
     if (!m.rows) return DR_OK; /* through the buffer */
     const size_t vb = value_bytes(f, q);
     const size_t values = d->n * (size_t)h5frame_field_columns[q];
-    const int team = h5rows_team();
-    const size_t piece = h5rows_piece(values, MAP_PIECE, team);
-    const long pieces = (long)((values + piece - 1) / piece);
+    const long pieces = (long)((values + MAP_PIECE - 1) / MAP_PIECE);
     size_t bad = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad) num_threads(team)
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
     for (long k = 0; k < pieces; ++k) {
-      const size_t lo = (size_t)k * piece, hi = lo + piece < values ? lo + piece : values;
+      const size_t lo = (size_t)k * MAP_PIECE, hi = lo + MAP_PIECE < values ? lo + MAP_PIECE : values;
       uint16_t local[LOCAL_VALUES]; /* aligned: a dataset's rows start at any byte of the file */
       for (size_t s = lo; s < hi; s += LOCAL_VALUES) {
         const size_t n = hi - s < LOCAL_VALUES ? hi - s : LOCAL_VALUES;
@@ -416,7 +414,7 @@ static int put_mapped_fields(int fd, const h5frame_file *f, size_t at, const h5f
  * 16-bit values) and written. */
 static int put_converted(int fd, const h5frame_file *f, unsigned todo, size_t at, const h5frame_data *d,
                          uint16_t *pack, size_t cap) {
-  const int team = h5rows_team(), threads = team > 1 ? team - 1 : 1;
+  const int threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
   int st = DR_OK;
   size_t bad = 0;
 #pragma omp parallel num_threads(threads)
@@ -472,11 +470,9 @@ int h5frame_put(const h5frame_file *f, size_t first, const h5frame_data *d, void
   int fd = -1;
   DR_TRY(h5rows_open(&f->rows, &fd));
   unsigned todo = converted_fields(f);
-  h5rows_copying(1);
   int st = put_raw(fd, f, first, d);
   if (!st && todo) st = put_mapped_fields(fd, f, first, d, &todo);
   if (!st && todo) st = put_converted(fd, f, todo, first, d, pack, cap);
-  h5rows_copying(-1);
   return h5rows_finish(&f->rows, fd, st);
 }
 

@@ -12,9 +12,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <omp.h>
-#include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -166,24 +164,6 @@ static int map_at(int fd, off_t at, size_t len, h5rows_map *m) {
   return 0;
 }
 
-size_t h5rows_piece(size_t len, size_t most, int team) {
-  if (getenv("DRIFT_AB_PIECE_FIXED")) return most;
-  const size_t threads = (size_t)(team > 0 ? team : 1);
-  const size_t rounds = (len + threads * most - 1) / (threads * most);
-  const size_t count = rounds * threads;
-  const size_t piece = (len + count - 1) / count;
-  return piece > 0 ? piece : 1;
-}
-
-static atomic_int copying; /* the puts copying now (h5rows_copying) */
-
-void h5rows_copying(int delta) { atomic_fetch_add(&copying, delta); }
-
-int h5rows_team(void) {
-  const int team = omp_get_max_threads(), puts = atomic_load(&copying);
-  return puts > 1 ? (team + puts - 1) / puts : team;
-}
-
 /* Copies len bytes from buf into fd at `at` through a shared mapping of those pages, by the
  * calling thread's OpenMP team (never called from inside a team: one thread faulting the pages
  * in alone is slower than write()), a piece at a time to whichever thread is free (the pages'
@@ -195,12 +175,10 @@ int h5rows_team(void) {
 static int put_mapped(int fd, off_t at, const char *buf, size_t len) {
   h5rows_map m;
   if (map_at(fd, at, len, &m)) return -1;
-  const int team = h5rows_team();
-  const size_t piece = h5rows_piece(len, MAPPED_PIECE, team);
-  const long pieces = (long)((len + piece - 1) / piece);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+  const long pieces = (long)((len + MAPPED_PIECE - 1) / MAPPED_PIECE);
+#pragma omp parallel for schedule(dynamic, 1)
   for (long k = 0; k < pieces; ++k) {
-    const size_t lo = (size_t)k * piece, hi = lo + piece < len ? lo + piece : len;
+    const size_t lo = (size_t)k * MAPPED_PIECE, hi = lo + MAPPED_PIECE < len ? lo + MAPPED_PIECE : len;
     memcpy(m.rows + lo, buf + lo, hi - lo);
   }
   h5rows_unmap(&m);

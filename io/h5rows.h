@@ -123,17 +123,6 @@ typedef struct h5rows_map {
 int h5rows_map_range(int fd, const h5rows_file *f, int k, size_t row_bytes, size_t first, size_t count,
                      const char *name, h5rows_map *m);
 void h5rows_unmap(h5rows_map *m);
-/* The length of the pieces that a team of `team` threads takes in turn from a loop over len units
- * (bytes, values): at most `most`, and as many pieces as a whole number of rounds of the team, so
- * that threads of one speed end together (9 pieces of 1 MiB on 8 threads take 2 pieces' time, 16
- * of 9/16 MiB 1.125); 0 < result <= max(most, 1). */
-size_t h5rows_piece(size_t len, size_t most, int team);
-/* The team of a put's copies into a mapping (and of h5frame's conversions): the calling thread's
- * (omp_get_max_threads), split evenly among the puts copying at once, so that two frames written
- * at once (writer.h) share the writer's cores instead of each taking all of them. */
-int h5rows_team(void);
-/* A put begins copying (+1) or ends (-1), from any thread. */
-void h5rows_copying(int delta);
 /* Writes all len bytes of buf at byte `at` of fd (pwrite again after a short write or EINTR).
  * Returns 0, the errno of the write that failed, or -1 for a write that made no progress. */
 int h5rows_pwrite_all(int fd, const void *buf, size_t len, off_t at);

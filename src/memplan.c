@@ -109,10 +109,9 @@ static int writes_checkpoints(const scene *s, const memplan_load *l) {
  * staging of one: capture.cu's fetch_rows). */
 static double ckpt_chunk_rows(double n) { return (double)mem_ckpt_rows((size_t)n, MEM_CKPT_CHUNK); }
 
-/* What every backend's run holds on the host once it steps: each frame in flight's chunk buffers
- * (at most two of MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot) and
- * conversion buffer (h5frame_pack_bytes), for both frames in flight from the first frame on (two
- * frames' jobs write beside each other, writer.h), a migration round's buffers (several ranks; `buffers` of them:
+/* What every backend's run holds on the host once it steps: the frame slot's chunk buffers (at
+ * most two of MEM_FRAME_CHUNK particles: the frame itself stays in the backend's snapshot; and the
+ * writer's conversion buffer, h5frame_pack_bytes), a migration round's buffers (several ranks; `buffers` of them:
  * they depend on the backend) and the checkpoint's chunk buffers (one of its n rows
  * where they fit MEM_CKPT_CHUNK, else two of MEM_CKPT_CHUNK: the rows go from the backend to the
  * disk a chunk at a time). */
@@ -120,8 +119,8 @@ static void host_steady(const scene *s, const memplan_load *l, int buffers, memp
   const double rec = (double)particles_record_bytes();
   const size_t chunk = mem_frame_chunk_capacity((size_t)l->most, MEM_FRAME_CHUNK);
   const int bufs = mem_frame_buffers((size_t)l->most, chunk);
-  add(m, MT_TRANSFER, 2.0 * ((double)chunk * (bufs * mask_bytes(sim_frame_mask(s)) + derived_bytes(s)) +
-                             (double)h5frame_pack_bytes(s->output_fields, s->output_precision)));
+  add(m, MT_TRANSFER, (double)chunk * (bufs * mask_bytes(sim_frame_mask(s)) + derived_bytes(s)));
+  add(m, MT_TRANSFER, (double)h5frame_pack_bytes(s->output_fields, s->output_precision)); /* the writer's */
   if (l->ranks > 1) { /* buffers of a migration's round */
     const size_t n = mem_migration_round(s->balance_threshold, (size_t)l->start, MEM_MIGRATION_ROUND);
     add(m, MT_TRANSFER, buffers * (double)hostmem_capacity(0, (size_t)rec * n));

@@ -27,18 +27,15 @@ static inline size_t mem_table_capacity(size_t n) { return mem_doubled(MEM_FIRST
 static inline size_t mem_frame_capacity(size_t n) { return n + n / 4 + 1024; }
 
 /* The writer takes a frame from the backend's snapshot (backend.h) at most this many particles
- * at a time (sim_output.c): each of the two frames in flight holds two chunks in host memory, not
- * the frame (1.5M particles: about 63 MiB with the default fields, 150 MiB with every field and its
- * derived ones; the four no more than one frame's two chunks of 4M held before frames were written
- * beside each other). */
-#define MEM_FRAME_CHUNK ((size_t)3 << 19)
+ * at a time (sim_output.c): the host's frame buffers hold two chunks, not the frame (4M particles:
+ * about 180 MiB with the default fields, 400 MiB with every field and its derived ones). */
+#define MEM_FRAME_CHUNK ((size_t)1 << 22)
 /* A frame of more than this many particles goes in about MEM_FRAME_PIECES chunks at least, so
- * that the fetch of one overlaps the rows of the one before (sim_output.c frame_job) and the next
- * frame's job, which starts once the last chunk is fetched, runs beside the last two chunks' rows. */
+ * that the fetch of one overlaps the rows of the one before (sim_output.c frame_job). */
 #define MEM_FRAME_PIECE_MIN ((size_t)1 << 18)
 #define MEM_FRAME_PIECES 4
 
-/* A frame's chunk capacity for n particles: the snapshot's rule (a quarter past the need),
+/* The frame slot's chunk capacity for n particles: the snapshot's rule (a quarter past the need),
  * split in MEM_FRAME_PIECES above MEM_FRAME_PIECE_MIN particles and capped at chunk
  * (MEM_FRAME_CHUNK; sim_output.c: DRIFT_FRAME_CHUNK's fewer where a test sets it). */
 static inline size_t mem_frame_chunk_capacity(size_t n, size_t chunk) {

@@ -86,11 +86,9 @@ static const setting_entry TABLE[SET_N] = {
                         .help = "cuda: stamp the island step's kernels and log device vectors' growth, "
                                 "summed at the end"},
     [SET_TEST_HOOK] = {.env = "DRIFT_TEST_HOOK", .type = T_STRING, .kind = SETTING_DEBUG,
-                       .offset = OFF(test_hook), .meta = "signal|exit|fail|rebuild|stopfile|rows|slow:RANK:STEP",
+                       .offset = OFF(test_hook), .meta = "signal|exit|fail|rebuild|stopfile:RANK:STEP",
                        .help = "tests: rank RANK raises SIGTERM, exits or fails alone before substep STEP, or "
-                               "fails alone in a rebuild-mapping, or stops (SIGSTOP) as it creates frame STEP's "
-                               "file, or fails its rows of frame STEP, or holds each frame's job, once the "
-                               "snapshot is released, until the next frame's job runs beside it (STEP ms at most)"},
+                               "fails alone in a rebuild-mapping, or stops (SIGSTOP) as it creates frame STEP's file"},
     [SET_ISLAND_SKEW] = {.env = "DRIFT_ISLAND_SKEW", .type = T_STRING, .kind = SETTING_DEBUG,
                          .offset = OFF(island_skew), .meta = "MEMBER:pre|post:US",
                          .help = "tests: island member MEMBER waits US microseconds before (pre) or after "
@@ -112,8 +110,8 @@ static const setting_entry TABLE[SET_N] = {
                             .help = "cuda: the samples of mesh colliders' level sets kept per grid node (1) or "
                                     "refilled every step (2), which tests compare against the cache"},
     [SET_FRAME_CHUNK] = {.env = "DRIFT_FRAME_CHUNK", .type = T_INT, .kind = SETTING_DEBUG,
-                         .offset = OFF(frame_chunk), .dflt = "0", .lo = 0, .hi = 1572864, .meta = "N",
-                         .want = "a whole number of particles (0: memsizes.h's MEM_FRAME_CHUNK, 1572864)",
+                         .offset = OFF(frame_chunk), .dflt = "0", .lo = 0, .hi = 4194304, .meta = "N",
+                         .want = "a whole number of particles (0: memsizes.h's MEM_FRAME_CHUNK, 4194304)",
                          .help = "tests: particles the writer takes of a frame's snapshot, and of a "
                                  "checkpoint's particles, at a time, fewer than MEM_FRAME_CHUNK (and "
                                  "MEM_CKPT_CHUNK), the rows of a resume's pieces on several ranks (fewer than "

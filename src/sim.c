@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -28,7 +27,6 @@
 #include "sample.h"
 #include "settings.h"
 #include "signals.h"
-#include "writer.h"
 
 /* ---- the step loop: step sizes, stops, test hooks ------------------------------------------ */
 
@@ -62,40 +60,35 @@ int sim_step_speed(sim *S, float *vmax) {
  * (redistribute); stopfile stops the rank (SIGSTOP, as a hung node) as it comes to create the file
  * of frame STEP, when the others wait for it inside HDF5's collective calls (the watchdog's
  * regions); rows fails the rank's rows of frame STEP in the writer's job (as an I/O failure:
- * the run stops on that frame at its completion, the frame after it already begun); slow makes
- * each frame's job of the rank wait STEP ms once it has released the snapshot, so that the next
- * frame's job starts beside it. */
+ * the run stops on that frame at its completion, the frame after it already begun). */
 static int parse_test_hook(sim *S) {
   const char *h = settings()->test_hook;
   S->hook.rows_frame = -1;
-  S->hook.slow_ms = 0;
   if (!*h) return DR_OK;
   char action[16];
   int rank = -1;
   unsigned long long step = 0;
   if (sscanf(h, "%15[a-z]:%d:%llu", action, &rank, &step) != 3 || step < 1 ||
       (strcmp(action, "signal") && strcmp(action, "exit") && strcmp(action, "fail") && strcmp(action, "rebuild") &&
-       strcmp(action, "stopfile") && strcmp(action, "rows") && strcmp(action, "slow")))
-    return dr_fail(DR_EINPUT,
-                   "DRIFT_TEST_HOOK='%s': expected signal|exit|fail|rebuild|stopfile|rows|slow:RANK:STEP (a test hook)", h);
+       strcmp(action, "stopfile") && strcmp(action, "rows")))
+    return dr_fail(DR_EINPUT, "DRIFT_TEST_HOOK='%s': expected signal|exit|fail|rebuild|stopfile|rows:RANK:STEP (a test hook)",
+                   h);
   S->hook.action = !strcmp(action, "signal")   ? HOOK_SIGNAL
                    : !strcmp(action, "exit")   ? HOOK_EXIT
                    : !strcmp(action, "fail")   ? HOOK_FAIL
                    : !strcmp(action, "rebuild") ? HOOK_REBUILD
                    : !strcmp(action, "rows")    ? HOOK_ROWS
-                   : !strcmp(action, "slow")    ? HOOK_SLOW
                                                 : HOOK_STOPFILE;
   S->hook.rank = rank;
   S->hook.step = step;
   if (S->hook.action == HOOK_ROWS && rank == S->rank) S->hook.rows_frame = (int64_t)step;
-  if (S->hook.action == HOOK_SLOW && rank == S->rank) S->hook.slow_ms = (int64_t)step;
   return DR_OK;
 }
 
 /* The tests' hook (DRIFT_TEST_HOOK), before substep done + 1 of this rank. */
 static int test_hook_at(sim *S, uint64_t done) {
   if (S->hook.action == HOOK_NONE || S->hook.action == HOOK_REBUILD || S->hook.action == HOOK_STOPFILE ||
-      S->hook.action == HOOK_ROWS || S->hook.action == HOOK_SLOW || S->hook.rank != S->rank ||
+      S->hook.action == HOOK_ROWS || S->hook.rank != S->rank ||
       done + 1 < S->hook.step)
     return DR_OK;
   const int action = S->hook.action;
@@ -116,14 +109,6 @@ void sim_test_hook_file(sim *S, int frame) {
   if (S->hook.action != HOOK_STOPFILE || S->hook.rank != S->rank || (uint64_t)frame < S->hook.step) return;
   S->hook.action = HOOK_NONE;
   raise(SIGSTOP);
-}
-
-/* The tests' hook in a frame's job once it has released the snapshot (slow): it waits until another
- * job runs beside it (the next frame's), or for slow_ms at most (no job may start beside it: a
- * checkpoint's, or none after the last frame). */
-void sim_test_hook_slow(const sim *S) {
-  const struct timespec ms = {0, 1000000L};
-  for (int64_t k = 0; k < S->hook.slow_ms && writer_running(S->writer) < 2; ++k) nanosleep(&ms, NULL);
 }
 
 /* The tests' hook in the writer's job of a frame (rows): its rows fail. It reads rows_frame alone,

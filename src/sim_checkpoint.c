@@ -160,7 +160,7 @@ static int ckpt_fetch(sim *S, size_t n) {
     k->c = c;
     k->first = first;
     k->last = first + count == n;
-    DR_TRY(writer_submit(S->writer, checkpoint_job, k, 0, &k->ticket));
+    DR_TRY(writer_submit(S->writer, checkpoint_job, k, &k->ticket));
     k->queued = 1;
     c->ticket = k->ticket;
     first += count;
@@ -225,7 +225,7 @@ int sim_write_checkpoint(sim *S) {
   if (held) {
     rc = S->be.hold_rows(S->be.state);
     if (rc == DR_OK) {
-      rc = writer_submit(S->writer, checkpoint_held_job, c, 0, &c->ticket);
+      rc = writer_submit(S->writer, checkpoint_held_job, c, &c->ticket);
       c->chunk[0].queued = rc == DR_OK;
       c->chunk[0].ticket = c->ticket;
     }

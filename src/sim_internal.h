@@ -41,13 +41,8 @@ typedef struct rank_frame_stats {
 /* A frame's totals, summed over the ranks (sim_output.c frame_totals). */
 enum { TOT_N, TOT_MASS, TOT_P, TOT_KE = TOT_P + 3, TOT_PE, TOT_COUNT };
 
-/* A frame in flight (sim_output.c): its file, begun by the main thread, its chunk buffers, and its
- * writer's job's results. The job owns it from writer_submit until writer_wait(ticket). The job
- * fetches the backend's snapshot a chunk at a time into p[0] and p[1] in turn (the fetch of a chunk
- * overlaps the rows of the one before; p[1] only where the frame has more than one chunk) and
- * releases it once its last chunk is fetched: the next frame's snapshot waits for that
- * (back-pressure), not for the rows, so that the next frame's job, on buffers of its own, writes
- * its first chunks beside this one's last (writer.h: two frames' jobs run beside each other). */
+/* A frame in flight (sim_output.c): its file, begun by the main thread, and its writer's job's
+ * results. The job owns it from writer_submit until writer_wait(ticket). */
 typedef struct frame_rec {
   struct frame_slot *slot;
   size_t n;          /* the frame's particles on this rank (the snapshot's) */
@@ -62,23 +57,27 @@ typedef struct frame_rec {
   char put_msg[1024]; /* and its message */
   double local[TOT_COUNT];  /* the job's result: this rank's sums */
   double totals[TOT_COUNT]; /* all ranks' sums, once the frame is complete */
-  /* the job's buffers, kept frame after frame while they serve (rec_reserve) */
-  particles p[2];    /* two chunks' buffers: only the arrays of mask are allocated, cap particles each: the
-                      * backend's alloc_sums (pinned on a GPU) or malloc */
+} frame_rec;
+
+/* The frames in flight (sim_output.c): at most two, one backend snapshot (backend.h). A frame's
+ * job fetches the snapshot a chunk at a time into p[0] and p[1] in turn (the fetch of a chunk
+ * overlaps the rows of the one before; p[1] only where the frame has more than one chunk) and
+ * releases it once its last chunk is fetched: the next frame's snapshot waits for that
+ * (back-pressure), not for the rows, so that the next frame's file is begun and its job queued
+ * while the writer still writes the last chunks, and the writer goes from one frame to the next
+ * without waiting for the main thread. The writer runs one job at a time: the jobs share the
+ * chunk buffers (the attributes of mask in host memory from the backend's alloc_sums, pinned on a
+ * GPU, or malloc, cap particles each: mem_frame_chunk_capacity, kept frame after frame), J and
+ * stress. Frames complete in order, the older first. */
+typedef struct frame_slot {
+  struct sim *S;
+  particles p[2];    /* two chunks' buffers: only the arrays of mask are allocated, cap particles each */
   int bufs;          /* buffers allocated: 1, or 2 where a frame has more than one chunk */
   unsigned mask;     /* PA_BIT of each attribute of the snapshot */
   size_t cap;
   size_t tallied;    /* bytes of the buffers counted in memtally.h's tally */
-  float *J, *stress; /* the fields derived on the host by the job, a chunk's (scene.output_fields asks for
-                      * them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc */
-  void *pack;        /* frames that convert: the job's conversion buffer (h5frame_pack_bytes), malloc */
-  size_t pack_bytes;
-} frame_rec;
-
-/* The frames in flight (sim_output.c): at most two, one backend snapshot (backend.h), taken by the
- * newer once the older has fetched it. Frames complete in order, the older first. */
-typedef struct frame_slot {
-  struct sim *S;
+  float *J, *stress; /* the fields derived on the host by a job, a chunk's (scene.output_fields
+                      * asks for them; else NULL): det F [cap], Cauchy stress [6 cap]; malloc, kept */
   frame_rec rec[2];
   int next;          /* the record the next frame takes: rec[next ^ 1] is the newer in flight */
 } frame_slot;
@@ -120,9 +119,8 @@ typedef struct ckpt_slot {
 
 /* DRIFT_TEST_HOOK's actions (parse_test_hook): raise SIGTERM, exit, fail alone before a substep,
  * fail alone in a rebuild-mapping of several ranks (redistribute), stop (SIGSTOP) as the
- * frame's file is created (sim_test_hook_file), fail a frame's rows (sim_test_hook_rows), or hold
- * a frame's job once it has released the snapshot (sim_test_hook_slow). */
-enum hook_action { HOOK_NONE, HOOK_SIGNAL, HOOK_EXIT, HOOK_FAIL, HOOK_REBUILD, HOOK_STOPFILE, HOOK_ROWS, HOOK_SLOW };
+ * frame's file is created (sim_test_hook_file), or fail a frame's rows (sim_test_hook_rows). */
+enum hook_action { HOOK_NONE, HOOK_SIGNAL, HOOK_EXIT, HOOK_FAIL, HOOK_REBUILD, HOOK_STOPFILE, HOOK_ROWS };
 
 struct sim {
   const scene *sc;
@@ -147,6 +145,9 @@ struct sim {
   writer *writer;
   frame_slot frame;     /* the frames in flight */
   ckpt_slot ckpt;
+  void *pack;           /* frames that convert: the writer's conversion buffer (pack_bytes: h5frame_pack_bytes,
+                         * malloc, the run's first frame to its end; the writer runs one job at a time) */
+  size_t pack_bytes;
   int output_failed;    /* the failure being returned is the writer's (a frame or a checkpoint) */
   xdmf_frame *written;
   int n_written;
@@ -211,8 +212,6 @@ struct sim {
     uint64_t step;
     int64_t rows_frame; /* HOOK_ROWS: the frame whose rows fail on this rank, else -1; set before
                          * the writer starts and never after (the writer reads it, not action) */
-    int64_t slow_ms;    /* HOOK_SLOW: this rank's frame jobs wait this long after their release, else 0;
-                         * set as rows_frame is */
   } hook;
 };
 
@@ -269,7 +268,6 @@ int sim_step_speed(sim *S, float *vmax);
 int sim_test_hook(sim *S);
 void sim_test_hook_file(sim *S, int frame);
 int sim_test_hook_rows(const sim *S, int frame, const char *path);
-void sim_test_hook_slow(const sim *S);
 int sim_stop_at(sim *S, int sig, double t, int k);
 void sim_progress_in_frame(sim *S, double t, uint64_t k);
 

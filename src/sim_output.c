@@ -159,7 +159,7 @@ static void totals_wait(totals_job *j) {
  * already holds it, so the stress is the admissible one the next step starts from). Drucker-Prager
  * and NACC treat an inverted F as its mirror image, so they divide by |J|; a degenerate particle
  * (J = 0) gets a zero stress. */
-static void frame_derived(const sim *S, frame_rec *f, const particles *h, int projected) {
+static void frame_derived(const sim *S, frame_slot *f, const particles *h, int projected) {
   const long n = (long)h->n;
   const unsigned fields = S->sc->output_fields;
   if (fields & H5FRAME_BIT(H5FRAME_J)) {
@@ -213,8 +213,8 @@ int sim_fetch_wait(fetch_job *j) {
 /* Record r's snapshot no longer needed by its job: the next frame's may be taken. */
 static void rec_release(frame_rec *r) { writer_signal(r->slot->S->writer, &r->released); }
 
-/* A frame's job, on a writer's thread: the frame's rows fetched from the backend's snapshot a
- * chunk at a time (mem_frame_chunk_capacity) into the record's two buffers in turn, the fetch of
+/* A frame's job, on the writer's thread: the frame's rows fetched from the backend's snapshot a
+ * chunk at a time (mem_frame_chunk_capacity) into the slot's two buffers in turn, the fetch of
  * chunk k + 1 (on a thread of its own) overlapping the rest of chunk k: this rank's totals, the
  * derived fields and the rows (h5frame_put at the chunk's first row: no MPI, no HDF5) and its
  * part of the preview; the snapshot released once the last chunk is fetched (rec_release); then
@@ -223,8 +223,9 @@ static void rec_release(frame_rec *r) { writer_signal(r->slot->S->writer, &r->re
  * thread at the frame's completion (slot_done), so that a failure seen by one rank never stops one
  * rank's writer alone: every rank's writer runs the same jobs, and their collective calls meet. */
 static int frame_job(MPI_Comm comm, void *ctx) {
-  frame_rec *r = ctx, *f = r; /* f: the record's buffers */
-  sim *S = r->slot->S;
+  frame_rec *r = ctx;
+  frame_slot *f = r->slot;
+  sim *S = f->S;
   const int preview = S->sc->preview;
   preview_params pp = {.size = S->sc->preview_size, .view = S->sc->preview_view, .color = S->sc->preview_color};
   for (int a = 0; a < 3; ++a) pp.domain_min[a] = S->sc->domain_min[a], pp.domain_max[a] = S->sc->domain_max[a];
@@ -253,7 +254,6 @@ static int frame_job(MPI_Comm comm, void *ctx) {
       sim_fetch_start(&next);
     } else {
       rec_release(r); /* every chunk fetched */
-      sim_test_hook_slow(S);
     }
     totals_job tj = {.S = S, .h = h, .first = first == 0, .tot = r->local};
     totals_start(&tj);
@@ -261,7 +261,7 @@ static int frame_job(MPI_Comm comm, void *ctx) {
     const double t2 = sim_now();
     h5frame_data d = {.n = h->n, .position = h->x, .velocity = h->v, .id = h->id, .material = h->material,
                       .owner = h->owner, .logjp = h->logjp, .J = f->J, .F = h->F, .stress = f->stress, .C = h->C};
-    rc = h5frame_put(&r->file, first, &d, r->pack, r->pack_bytes);
+    rc = h5frame_put(&r->file, first, &d, S->pack, S->pack_bytes);
     totals_wait(&tj);
     if (preview && rc == DR_OK) {
       const preview_data pd = {.n = h->n, .position = h->x, .vol0 = h->vol0, .material = h->material, .owner = h->owner};
@@ -378,40 +378,33 @@ unsigned sim_frame_mask(const scene *s) {
   return m;
 }
 
-static void rec_free(sim *S, frame_rec *f) {
+static void slot_release(sim *S, frame_slot *f) {
   for (int b = 0; b < 2; ++b) sim_chunk_free(S, &f->p[b]);
   memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)f->tallied);
   f->tallied = 0;
   free(f->J);
   free(f->stress);
-  free(f->pack);
   f->J = f->stress = NULL;
-  f->pack = NULL;
-  f->pack_bytes = 0;
   f->cap = 0;
   f->bufs = 0;
 }
 
 /* The chunk buffers of a frame of n particles (mem_frame_chunk_capacity, at most
- * MEM_FRAME_CHUNK particles; mem_frame_buffers of them): those of record f where they serve (kept
+ * MEM_FRAME_CHUNK particles; mem_frame_buffers of them): those of slot f where they serve (kept
  * while they take the frame in a few more chunks than they were sized for). */
-static size_t rec_want(size_t n) {
-  /* the A/B's other side: one frame at a time, in chunks of at most 4M */
-  if (getenv("DRIFT_AB_ONE_FRAME")) return mem_frame_chunk_capacity(n, sim_chunk((size_t)1 << 22));
-  return mem_frame_chunk_capacity(n, sim_chunk(MEM_FRAME_CHUNK));
-}
-static int rec_fits(const frame_rec *f, unsigned mask, size_t n) {
-  const size_t want = rec_want(n);
+static size_t slot_want(size_t n) { return mem_frame_chunk_capacity(n, sim_chunk(MEM_FRAME_CHUNK)); }
+static int slot_fits(const frame_slot *f, unsigned mask, size_t n) {
+  const size_t want = slot_want(n);
   return f->cap > 0 && f->cap >= want - want / 4 && mask == f->mask && mem_frame_buffers(n, f->cap) <= f->bufs;
 }
 
-/* Room in record f for the chunks of a frame of n particles of the frame's attributes (mask): the
+/* Room in slot f for the chunks of a frame of n particles of the frame's attributes (mask): the
  * backend's pinned memory where it has it (a GPU copies there without a bounce), kept frame after
- * frame; and the conversion buffer where the frame converts. f's job has ended. */
-static int rec_reserve(sim *S, frame_rec *f, unsigned mask, size_t n) {
-  if (rec_fits(f, mask, n)) return DR_OK;
-  rec_free(S, f);
-  const size_t cap = rec_want(n);
+ * frame. No job may be running (they use the buffers). */
+static int slot_reserve(sim *S, frame_slot *f, unsigned mask, size_t n) {
+  if (slot_fits(f, mask, n)) return DR_OK;
+  slot_release(S, f);
+  const size_t cap = slot_want(n);
   const int bufs = mem_frame_buffers(n, cap);
   f->mask = mask;
   for (int b = 0; b < bufs; ++b) DR_TRY(sim_chunk_alloc(S, &f->p[b], mask, cap, "a frame's particles", &f->tallied));
@@ -421,12 +414,9 @@ static int rec_reserve(sim *S, frame_rec *f, unsigned mask, size_t n) {
     return DR_ENOMEM;
   if ((fields & H5FRAME_BIT(H5FRAME_STRESS)) && !(f->stress = dr_malloc(6 * cap * sizeof(float), "a frame's stress")))
     return DR_ENOMEM;
-  const size_t pack_bytes = h5frame_pack_bytes(fields, S->sc->output_precision);
-  if (pack_bytes && !(f->pack = dr_malloc(pack_bytes, "a frame's conversion buffer"))) return DR_ENOMEM;
-  f->pack_bytes = pack_bytes;
-  const size_t more = cap * sizeof(float) * ((f->J ? 1 : 0) + (f->stress ? 6 : 0)) + pack_bytes;
-  f->tallied += more;
-  memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)more);
+  const size_t derived = cap * sizeof(float) * ((f->J ? 1 : 0) + (f->stress ? 6 : 0));
+  f->tallied += derived;
+  memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)derived);
   f->cap = cap;
   return DR_OK;
 }
@@ -461,15 +451,27 @@ int sim_write_frame(sim *S) {
   DR_TRY(sim_ckpt_done(S));
   const double t1 = sim_now();
   frame_rec *r = &f->rec[f->next], *before = &f->rec[f->next ^ 1];
-  DR_TRY(slot_done(S, r)); /* the frame two before: it completes before the one before */
+  DR_TRY(slot_done(S, r)); /* the frame two before: its job ran before the one before */
   slot_wait_released(S, before);
   const double t2 = sim_now();
   const unsigned mask = sim_frame_mask(S->sc);
   size_t n = 0;
   int rc = S->be.snapshot(S->be.state, mask, &n);
+  /* buffers that no longer serve are made anew once no job uses them (collective: agreed) */
+  int refit = rc == DR_OK && !slot_fits(f, mask, n), any = 0;
   DR_TRY(comm_agree(S->comm, rc));
-  rc = rec_reserve(S, r, mask, n); /* r's job ended (slot_done): its buffers are free */
-  if (rc == DR_OK && !before->queued) rc = rec_reserve(S, before, mask, n); /* both from the first frame on */
+  DR_TRY(comm_allreduce(&refit, &any, 1, MPI_INT, MPI_MAX, S->comm, "the frames' buffers"));
+  if (any) DR_TRY(slot_done(S, before));
+  rc = slot_reserve(S, f, mask, n);
+  const size_t pack_bytes = h5frame_pack_bytes(S->sc->output_fields, S->sc->output_precision);
+  if (rc == DR_OK && pack_bytes && !S->pack) { /* once a run */
+    if ((S->pack = dr_malloc(pack_bytes, "the frames' conversion buffer"))) {
+      S->pack_bytes = pack_bytes;
+      memtally_count(MEMTALLY_HOST, MT_TRANSFER, (int64_t)pack_bytes);
+    } else {
+      rc = DR_ENOMEM;
+    }
+  }
   DR_TRY(comm_agree(S->comm, rc));
   const double t3 = sim_now();
   r->n = n;
@@ -497,9 +499,7 @@ int sim_write_frame(sim *S) {
     return sim_output_failed(S, rc);
   }
   r->projected = S->be.projected ? S->be.projected(S->be.state) : 0;
-  /* beside the frame before's job: each has its own file and buffers, and the snapshot was the
-   * frame before's until it released it */
-  DR_TRY(writer_submit(S->writer, frame_job, r, !getenv("DRIFT_AB_ONE_FRAME"), &r->ticket));
+  DR_TRY(writer_submit(S->writer, frame_job, r, &r->ticket));
   r->queued = 1;
   f->next ^= 1;
   const double t4 = sim_now();
@@ -529,7 +529,11 @@ void sim_output_destroy(sim *S) {
     if (S->rank == 0) h5rows_abandon(&f->rec[i].file.rows);
     if (f->rec[i].queued) drop_preview(S, f->rec[i].frame);
   }
-  for (int i = 0; i < 2; ++i) rec_free(S, &f->rec[i]);
+  slot_release(S, f);
   sim_ckpt_destroy(S);
+  if (S->pack) memtally_count(MEMTALLY_HOST, MT_TRANSFER, -(int64_t)S->pack_bytes);
+  free(S->pack);
+  S->pack = NULL;
+  S->pack_bytes = 0;
 }
 

@@ -1,15 +1,10 @@
-/* writer.h - output written behind the compute: two threads of this rank that run the run's write
- * jobs (frames, checkpoints) in the order they were queued, while the main thread steps on. A job
- * starts once the jobs before it have ended, except that two jobs queued one after the other that
- * may both run beside each other (writer_submit's beside: two frames, each with its own file and
- * buffers) run at once: a filesystem in memory takes two files' pages at once faster than one
- * file's (docs/performance.md, Output, "Two files at once").
+/* writer.h - output written behind the compute: a thread of this rank that runs the run's write
+ * jobs (frames, checkpoints) in the order they were queued, while the main thread steps on.
  *
  * Jobs are collective: every rank queues the same jobs in the same order, and a job's MPI calls
- * (a frame's preview) go over one of the writer's own two communicators (duplicates of the run's),
- * the one of its ticket's parity, so that they never meet the step's messages nor those of the job
- * beside it. Jobs make no HDF5 call (HDF5 is not thread-safe): the main thread begins and ends the
- * files, the jobs write their rows (h5rows.h).
+ * (a frame's preview) go over the writer's own communicator (a duplicate of the run's), so that
+ * they never meet the step's messages. Jobs make no HDF5 call (HDF5 is not thread-safe): the main
+ * thread begins and ends the files, the jobs write their rows (h5rows.h).
  *
  * Bounds: the writer holds no buffers of its own; each job's data belongs to its caller, who
  * waits for the job (writer_wait) before reusing them, so the caller's buffers bound what is in
@@ -21,9 +16,8 @@
  * stopped rank never joins ends the job with exit status 10 rather than hanging.
  *
  * Failures: the first job that fails stops the writer: it and every job queued after it report
- * that failure (its message, and whether the ranks agreed on it), and none of them runs but the
- * one that ran beside it (on every rank alike), so the files written before it stay as they are
- * and nothing after it is published.
+ * that failure (its message, and whether the ranks agreed on it), and none of them runs, so the
+ * files written before it stay as they are and nothing after it is written.
  *
  * Where MPI does not give MPI_THREAD_MULTIPLE (MPI_Query_thread), or DRIFT_WRITER_INLINE is set
  * (a test hook), there is no thread: writer_submit runs the job at once, in the caller's thread,
@@ -43,12 +37,9 @@ typedef int (*writer_fn)(MPI_Comm comm, void *ctx);
 
 /* Collective over comm (duplicated). Starts the thread where MPI allows it. */
 int writer_create(MPI_Comm comm, writer **out);
-/* Queues fn(comm, ctx); *ticket names it for writer_wait. Tickets count up from 0. beside: the
- * job may run beside the job queued just before it, where that one was queued with beside too
- * (they share no buffer; the caller's waits order what they publish). */
-int writer_submit(writer *w, writer_fn fn, void *ctx, int beside, uint64_t *ticket);
-/* Waits until job ticket and every job before it have ended; returns its status (a failure of it
- * or of a job before it). On failure the message is recorded in
+/* Queues fn(comm, ctx); *ticket names it for writer_wait. Tickets count up from 0. */
+int writer_submit(writer *w, writer_fn fn, void *ctx, uint64_t *ticket);
+/* Waits until job ticket has run; returns its status. On failure the message is recorded in
  * this thread (dr_fail), marked agreed where the ranks agreed on it in the writer. */
 int writer_wait(writer *w, uint64_t ticket);
 /* A job's mark that part of its work is done (a frame's snapshot fetched, which the next frame
@@ -59,16 +50,14 @@ void writer_signal(writer *w, int *flag);
 void writer_wait_flag(writer *w, uint64_t ticket, const int *flag);
 /* Waits for every job queued; returns the first failure's status, as writer_wait. */
 int writer_drain(writer *w);
-/* The jobs running now (0, 1 or 2). */
-int writer_running(writer *w);
 /* Whether jobs run behind the caller (1) or in writer_submit (0). */
 int writer_threaded(const writer *w);
-/* Seconds during which jobs ran (two at once counted once), and seconds callers spent in writer_wait, writer_drain and
+/* Seconds the jobs ran, and seconds callers spent in writer_wait, writer_drain and
  * writer_submit waiting for the writer. */
 double writer_busy_seconds(const writer *w);
 double writer_wait_seconds(const writer *w);
 /* Waits for the jobs queued (their failures are dropped: call writer_drain first to see them),
- * ends the threads, frees the communicators. Collective. */
+ * ends the thread, frees the communicator. Collective. */
 void writer_destroy(writer **w);
 
 #endif

@@ -9,9 +9,7 @@
 #   same    (BACKEND cpu or cuda; 1 rank, and 2 where mpirun exists) every frame and checkpoint
 #           written by the writer's thread equals, value for value and attribute for attribute
 #           (SAME_EXE, tests/sim/same_h5.c), the one written in the main thread between the steps (DRIFT_WRITER_INLINE=1:
-#           the path without MPI_THREAD_MULTIPLE); frames.xdmf the same; again with each frame's job
-#           held, once it has released the snapshot, until the next frame's job runs beside it (3 s
-#           at most: DRIFT_TEST_HOOK slow; on 2 ranks rank 1's), the trace saying so.
+#           the path without MPI_THREAD_MULTIPLE); frames.xdmf the same.
 #   chunks  (BACKEND cpu or cuda) the frames and checkpoints written 1000 particles at a time
 #           (DRIFT_FRAME_CHUNK: 13 chunks of the 12,480 particles; the writer's team 3 threads,
 #           DRIFT_WRITER_TEAM), with the derived fields J and
@@ -85,21 +83,10 @@ same)
   grep -q "behind the steps" inline.log && fail "inline: DRIFT_WRITER_INLINE=1 still wrote behind the steps"
   same_files "threaded against inline" T I $frames06 checkpoint_00003.h5 checkpoint_00006.h5
   cmp -s T/frames.xdmf I/frames.xdmf || fail "frames.xdmf differs: $(diff T/frames.xdmf I/frames.xdmf | head -n 5)"
-  # each frame's job held once it has released the snapshot until the next frame's job runs beside it
-  DRIFT_TRACE=1 DRIFT_TEST_HOOK=slow:0:3000 run beside 0 "$drift" run scene.json --out B
-  grep -q "^trace.*writer: job [0-9]* starts beside job" beside.log ||
-    fail "beside: no frame's job started beside the one before"
-  same_files "jobs beside each other against inline" B I $frames06 checkpoint_00003.h5 checkpoint_00006.h5
-  cmp -s B/frames.xdmf I/frames.xdmf || fail "beside: frames.xdmf differs: $(diff B/frames.xdmf I/frames.xdmf | head -n 5)"
   if command -v mpirun >/dev/null; then
     run threaded2 0 mpirun --oversubscribe -n 2 "$drift" run scene.json --out T2
     DRIFT_WRITER_INLINE=1 run inline2 0 mpirun --oversubscribe -x DRIFT_WRITER_INLINE -n 2 "$drift" run scene.json --out I2
     same_files "2 ranks, threaded against inline" T2 I2 $frames06 checkpoint_00003.h5 checkpoint_00006.h5
-    DRIFT_TRACE=1 DRIFT_TEST_HOOK=slow:1:3000 run beside2 0 mpirun --oversubscribe -x DRIFT_TRACE -x DRIFT_TEST_HOOK -n 2 \
-      "$drift" run scene.json --out B2
-    grep -q "^trace.*r1: writer: job [0-9]* starts beside job" beside2.log ||
-      fail "2 ranks, beside: no frame's job of rank 1 started beside the one before"
-    same_files "2 ranks, jobs beside each other against inline" B2 I2 $frames06 checkpoint_00003.h5 checkpoint_00006.h5
   fi
   ;;
 chunks)
